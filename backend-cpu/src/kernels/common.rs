@@ -1,0 +1,394 @@
+//! Operand views, dtype conversion and index helpers shared by every kernel tier.
+
+use crate::features::CpuFeatures;
+use half::{bf16, f16};
+use runtime::DType;
+use std::borrow::Cow;
+
+/// An input operand: its elements start at `bytes[0]` (the view's offset is applied).
+/// Every op except `Copy` receives contiguous inputs.
+pub struct In<'a> {
+    pub dtype: DType,
+    pub dims: &'a [usize],
+    pub strides: &'a [usize],
+    pub bytes: &'a [u8],
+}
+
+/// An output operand: contiguous, `bytes.len() == numel * dtype.size()`.
+pub struct Out<'a> {
+    pub dtype: DType,
+    pub dims: &'a [usize],
+    pub bytes: &'a mut [u8],
+}
+
+/// What a kernel may use besides its operands.
+pub struct Ctx {
+    /// Threads the kernel may use (the current rayon pool has at least this many).
+    pub threads: usize,
+    pub features: &'static CpuFeatures,
+}
+
+pub type KResult = Result<(), String>;
+
+pub fn numel(d: &[usize]) -> usize {
+    d.iter().product()
+}
+
+impl In<'_> {
+    pub fn numel(&self) -> usize {
+        numel(self.dims)
+    }
+    pub fn f32s(&self) -> Option<&[f32]> {
+        (self.dtype == DType::F32)
+            .then(|| bytemuck::try_cast_slice(&self.bytes[..self.numel() * 4]).ok())
+            .flatten()
+    }
+}
+
+impl Out<'_> {
+    pub fn numel(&self) -> usize {
+        numel(self.dims)
+    }
+    pub fn f32s_mut(&mut self) -> Option<&mut [f32]> {
+        let n = self.numel() * 4;
+        if self.dtype != DType::F32 {
+            return None;
+        }
+        bytemuck::try_cast_slice_mut(&mut self.bytes[..n]).ok()
+    }
+}
+
+macro_rules! cast_slice {
+    ($bytes:expr, $t:ty, $n:expr) => {
+        bytemuck::try_cast_slice::<u8, $t>(&$bytes[..$n * std::mem::size_of::<$t>()])
+            .map_err(|e| format!("misaligned operand: {e}"))?
+    };
+}
+
+/// Reads a contiguous operand as f64 values.
+pub fn load_f64(x: &In) -> Result<Vec<f64>, String> {
+    let n = x.numel();
+    Ok(match x.dtype {
+        DType::F32 => cast_slice!(x.bytes, f32, n)
+            .iter()
+            .map(|&v| v as f64)
+            .collect(),
+        DType::F16 => cast_slice!(x.bytes, f16, n)
+            .iter()
+            .map(|v| v.to_f64())
+            .collect(),
+        DType::BF16 => cast_slice!(x.bytes, bf16, n)
+            .iter()
+            .map(|v| v.to_f64())
+            .collect(),
+        DType::I32 => cast_slice!(x.bytes, i32, n)
+            .iter()
+            .map(|&v| v as f64)
+            .collect(),
+        DType::I64 => cast_slice!(x.bytes, i64, n)
+            .iter()
+            .map(|&v| v as f64)
+            .collect(),
+        DType::U8 => x.bytes[..n].iter().map(|&v| v as f64).collect(),
+    })
+}
+
+/// Reads a contiguous operand as f32 values, borrowing when it already is f32.
+pub fn load_f32<'a>(x: &'a In) -> Result<Cow<'a, [f32]>, String> {
+    let n = x.numel();
+    Ok(match x.dtype {
+        DType::F32 => Cow::Borrowed(cast_slice!(x.bytes, f32, n)),
+        DType::F16 => {
+            let s = cast_slice!(x.bytes, f16, n);
+            let mut v = vec![0f32; n];
+            half::slice::HalfFloatSliceExt::convert_to_f32_slice(s, &mut v);
+            Cow::Owned(v)
+        }
+        DType::BF16 => {
+            let s = cast_slice!(x.bytes, bf16, n);
+            let mut v = vec![0f32; n];
+            half::slice::HalfFloatSliceExt::convert_to_f32_slice(s, &mut v);
+            Cow::Owned(v)
+        }
+        DType::I32 => Cow::Owned(
+            cast_slice!(x.bytes, i32, n)
+                .iter()
+                .map(|&v| v as f32)
+                .collect(),
+        ),
+        DType::I64 => Cow::Owned(
+            cast_slice!(x.bytes, i64, n)
+                .iter()
+                .map(|&v| v as f32)
+                .collect(),
+        ),
+        DType::U8 => Cow::Owned(x.bytes[..n].iter().map(|&v| v as f32).collect()),
+    })
+}
+
+/// Reads a contiguous integer (or any) operand as i64 values.
+pub fn load_i64(x: &In) -> Result<Vec<i64>, String> {
+    let n = x.numel();
+    Ok(match x.dtype {
+        DType::I32 => cast_slice!(x.bytes, i32, n)
+            .iter()
+            .map(|&v| v as i64)
+            .collect(),
+        DType::I64 => cast_slice!(x.bytes, i64, n).to_vec(),
+        DType::U8 => x.bytes[..n].iter().map(|&v| v as i64).collect(),
+        _ => load_f64(x)?.into_iter().map(|v| v as i64).collect(),
+    })
+}
+
+macro_rules! cast_slice_mut {
+    ($bytes:expr, $t:ty, $n:expr) => {
+        bytemuck::try_cast_slice_mut::<u8, $t>(&mut $bytes[..$n * std::mem::size_of::<$t>()])
+            .map_err(|e| format!("misaligned operand: {e}"))?
+    };
+}
+
+/// Writes f64 values (rounded to the output dtype; integers saturate, NaN becomes 0).
+pub fn store_f64(o: &mut Out, v: &[f64]) -> KResult {
+    let n = o.numel();
+    if v.len() != n {
+        return Err(format!("internal: {} values for {n} outputs", v.len()));
+    }
+    match o.dtype {
+        DType::F32 => cast_slice_mut!(o.bytes, f32, n)
+            .iter_mut()
+            .zip(v)
+            .for_each(|(d, s)| *d = *s as f32),
+        DType::F16 => cast_slice_mut!(o.bytes, f16, n)
+            .iter_mut()
+            .zip(v)
+            .for_each(|(d, s)| *d = f16::from_f64(*s)),
+        DType::BF16 => cast_slice_mut!(o.bytes, bf16, n)
+            .iter_mut()
+            .zip(v)
+            .for_each(|(d, s)| *d = bf16::from_f64(*s)),
+        DType::I32 => cast_slice_mut!(o.bytes, i32, n)
+            .iter_mut()
+            .zip(v)
+            .for_each(|(d, s)| *d = *s as i32),
+        DType::I64 => cast_slice_mut!(o.bytes, i64, n)
+            .iter_mut()
+            .zip(v)
+            .for_each(|(d, s)| *d = *s as i64),
+        DType::U8 => o.bytes[..n]
+            .iter_mut()
+            .zip(v)
+            .for_each(|(d, s)| *d = *s as u8),
+    }
+    Ok(())
+}
+
+/// Writes f32 values (rounded to the output dtype).
+pub fn store_f32(o: &mut Out, v: &[f32]) -> KResult {
+    let n = o.numel();
+    if v.len() != n {
+        return Err(format!("internal: {} values for {n} outputs", v.len()));
+    }
+    match o.dtype {
+        DType::F32 => cast_slice_mut!(o.bytes, f32, n).copy_from_slice(v),
+        DType::F16 => half::slice::HalfFloatSliceExt::convert_from_f32_slice(
+            cast_slice_mut!(o.bytes, f16, n),
+            v,
+        ),
+        DType::BF16 => half::slice::HalfFloatSliceExt::convert_from_f32_slice(
+            cast_slice_mut!(o.bytes, bf16, n),
+            v,
+        ),
+        _ => {
+            let w: Vec<f64> = v.iter().map(|&x| x as f64).collect();
+            return store_f64(o, &w);
+        }
+    }
+    Ok(())
+}
+
+/// Writes i64 values to an integer output.
+pub fn store_i64(o: &mut Out, v: &[i64]) -> KResult {
+    let n = o.numel();
+    if v.len() != n {
+        return Err(format!("internal: {} values for {n} outputs", v.len()));
+    }
+    match o.dtype {
+        DType::I32 => cast_slice_mut!(o.bytes, i32, n)
+            .iter_mut()
+            .zip(v)
+            .for_each(|(d, s)| *d = *s as i32),
+        DType::I64 => cast_slice_mut!(o.bytes, i64, n).copy_from_slice(v),
+        DType::U8 => o.bytes[..n]
+            .iter_mut()
+            .zip(v)
+            .for_each(|(d, s)| *d = *s as u8),
+        _ => {
+            let w: Vec<f64> = v.iter().map(|&x| x as f64).collect();
+            return store_f64(o, &w);
+        }
+    }
+    Ok(())
+}
+
+/// Strides (in elements) that read an operand of `dims` broadcast to `out` (0 on
+/// broadcast dimensions), aligned to the right.
+pub fn broadcast_strides(dims: &[usize], out: &[usize]) -> Vec<usize> {
+    let own = runtime::Shape::new(dims.to_vec()).contiguous_strides();
+    let lead = out.len() - dims.len();
+    (0..out.len())
+        .map(|i| {
+            if i < lead || dims[i - lead] == 1 {
+                0
+            } else {
+                own[i - lead]
+            }
+        })
+        .collect()
+}
+
+/// For every output position, the source offset given per-dimension strides.
+pub fn gather_offsets(out: &[usize], strides: &[usize]) -> Vec<usize> {
+    let mut v = Vec::with_capacity(numel(out));
+    runtime::shape::for_each_index(out, |_, idx| {
+        v.push(idx.iter().zip(strides).map(|(i, s)| i * s).sum())
+    });
+    v
+}
+
+/// `(outer, axis_len, inner)` around `axis`.
+pub fn split_axis(dims: &[usize], axis: usize) -> (usize, usize, usize) {
+    (numel(&dims[..axis]), dims[axis], numel(&dims[axis + 1..]))
+}
+
+pub fn gelu_erf_f64(x: f64) -> f64 {
+    0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2))
+}
+pub fn gelu_tanh_f64(x: f64) -> f64 {
+    const C: f64 = 0.797_884_560_802_865_4; // sqrt(2/pi)
+    0.5 * x * (1.0 + (C * (x + 0.044715 * x * x * x)).tanh())
+}
+pub fn gelu_erf_f32(x: f32) -> f32 {
+    0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+pub fn gelu_tanh_f32(x: f32) -> f32 {
+    const C: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (C * (x + 0.044715 * x * x * x)).tanh())
+}
+
+/// Integer division as the op table defines it: truncating, `x / 0 = 0`.
+pub fn int_div(a: i64, b: i64) -> i64 {
+    if b == 0 { 0 } else { a.wrapping_div(b) }
+}
+
+/// Element-wise cast of raw bytes between any two dtypes (saturating to integers,
+/// NaN to 0, round-to-nearest-even to floats). Shared by every tier so all agree.
+pub fn cast(x: &In, o: &mut Out) -> KResult {
+    if x.dtype == o.dtype {
+        let n = x.numel() * x.dtype.size();
+        o.bytes[..n].copy_from_slice(&x.bytes[..n]);
+        return Ok(());
+    }
+    if x.dtype.is_int() && o.dtype.is_int() {
+        let v = load_i64(x)?;
+        let n = o.numel();
+        match o.dtype {
+            DType::I32 => cast_slice_mut!(o.bytes, i32, n)
+                .iter_mut()
+                .zip(&v)
+                .for_each(|(d, s)| *d = (*s).clamp(i32::MIN as i64, i32::MAX as i64) as i32),
+            DType::I64 => cast_slice_mut!(o.bytes, i64, n).copy_from_slice(&v),
+            DType::U8 => o.bytes[..n]
+                .iter_mut()
+                .zip(&v)
+                .for_each(|(d, s)| *d = (*s).clamp(0, 255) as u8),
+            _ => return Err(format!("internal: {} is not an integer dtype", o.dtype)),
+        }
+        return Ok(());
+    }
+    if x.dtype.is_float() && o.dtype.is_float() && x.dtype != DType::F32 && o.dtype != DType::F32 {
+        // f16 <-> bf16 through f32 is exact for the widening step.
+        let v = load_f32(x)?;
+        return store_f32(o, &v);
+    }
+    let v = load_f64(x)?;
+    store_f64(o, &v)
+}
+
+/// Copies a possibly strided input into the contiguous output, element by element.
+pub fn strided_copy(x: &In, o: &mut Out) -> KResult {
+    let es = x.dtype.size();
+    let n = x.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let contiguous = runtime::Layout {
+        shape: runtime::Shape::new(x.dims.to_vec()),
+        strides: x.strides.to_vec(),
+        offset: 0,
+    }
+    .is_contiguous();
+    if contiguous {
+        o.bytes[..n * es].copy_from_slice(&x.bytes[..n * es]);
+        return Ok(());
+    }
+    let offs = gather_offsets(x.dims, x.strides);
+    for (i, off) in offs.into_iter().enumerate() {
+        o.bytes[i * es..(i + 1) * es].copy_from_slice(&x.bytes[off * es..(off + 1) * es]);
+    }
+    Ok(())
+}
+
+/// Moves whole elements: `out[i] = in[src[i]]` for any dtype (permute, gather).
+pub fn move_elements(x: &In, o: &mut Out, src: &[usize]) {
+    let es = x.dtype.size();
+    match es {
+        4 => {
+            for (i, &s) in src.iter().enumerate() {
+                o.bytes[i * 4..i * 4 + 4].copy_from_slice(&x.bytes[s * 4..s * 4 + 4]);
+            }
+        }
+        _ => {
+            for (i, &s) in src.iter().enumerate() {
+                o.bytes[i * es..(i + 1) * es].copy_from_slice(&x.bytes[s * es..(s + 1) * es]);
+            }
+        }
+    }
+}
+
+/// Source element of every output element of a permutation.
+pub fn permute_sources(dims: &[usize], perm: &[usize]) -> Vec<usize> {
+    let st = runtime::Shape::new(dims.to_vec()).contiguous_strides();
+    let out: Vec<usize> = perm.iter().map(|&p| dims[p]).collect();
+    let ps: Vec<usize> = perm.iter().map(|&p| st[p]).collect();
+    gather_offsets(&out, &ps)
+}
+
+/// Resolves gather indices against an axis of length `n` (negative counts from the end).
+pub fn resolve_indices(idx: &In, n: usize) -> Result<Vec<usize>, String> {
+    let raw = load_i64(idx)?;
+    raw.iter()
+        .map(|&i| {
+            let j = if i < 0 { i + n as i64 } else { i };
+            if j < 0 || j >= n as i64 {
+                Err(format!(
+                    "index {i} is out of range for an axis of length {n}"
+                ))
+            } else {
+                Ok(j as usize)
+            }
+        })
+        .collect()
+}
+
+/// Source element of every output element of `Gather { axis }`.
+pub fn gather_sources(dims: &[usize], axis: usize, idx: &[usize]) -> Vec<usize> {
+    let (outer, n, inner) = split_axis(dims, axis);
+    let mut v = Vec::with_capacity(outer * idx.len() * inner);
+    for o in 0..outer {
+        for &i in idx {
+            let base = (o * n + i) * inner;
+            v.extend(base..base + inner);
+        }
+    }
+    v
+}

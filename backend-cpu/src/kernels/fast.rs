@@ -1,0 +1,678 @@
+//! High-performance tier: f32 compute (f16/bf16 widened to f32), SIMD code paths
+//! selected at run time from the detected CPU features, multi-threaded with rayon.
+
+use super::blas;
+use super::common::*;
+use crate::features::Isa;
+use rayon::prelude::*;
+use runtime::{DType, GeluApprox, Op};
+
+/// Elements below which a kernel stays on the calling thread (thread hand-off costs more).
+const PAR_MIN: usize = 1 << 15;
+
+/// Defines `$name(isa, src, dst)` applying `|$x| $body` element-wise, compiled three
+/// times (AVX-512, AVX2+FMA, baseline) and dispatched on the detected ISA.
+macro_rules! simd_map {
+    ($name:ident, |$x:ident $(, $cap:ident : $capty:ty)*| $body:expr) => {
+        #[allow(unused_variables)]
+        pub fn $name(isa: Isa, src: &[f32], dst: &mut [f32] $(, $cap: $capty)*) {
+            #[inline(always)]
+            fn body(src: &[f32], dst: &mut [f32] $(, $cap: $capty)*) {
+                for (d, s) in dst.iter_mut().zip(src) {
+                    let $x = *s;
+                    *d = $body;
+                }
+            }
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx2,fma")]
+                fn avx512(src: &[f32], dst: &mut [f32] $(, $cap: $capty)*) { body(src, dst $(, $cap)*) }
+                #[target_feature(enable = "avx2,fma")]
+                fn avx2(src: &[f32], dst: &mut [f32] $(, $cap: $capty)*) { body(src, dst $(, $cap)*) }
+                match isa {
+                    // SAFETY: `Isa::Avx512` is only chosen when AVX-512F and FMA were
+                    // detected on this CPU at run time (features.rs).
+                    Isa::Avx512 => return unsafe { avx512(src, dst $(, $cap)*) },
+                    // SAFETY: `Isa::Avx2Fma` is only chosen when AVX2 and FMA were detected.
+                    Isa::Avx2Fma => return unsafe { avx2(src, dst $(, $cap)*) },
+                    Isa::Scalar => {}
+                }
+            }
+            body(src, dst $(, $cap)*)
+        }
+    };
+}
+
+simd_map!(relu_map, |x| x.max(0.0));
+simd_map!(scale_map, |x, f: f32| x * f);
+simd_map!(sqrt_map, |x| x.sqrt());
+simd_map!(exp_map, |x| exp_approx(x));
+simd_map!(tanh_map, |x| tanh_approx(x));
+simd_map!(gelu_tanh_map, |x| 0.5
+    * x
+    * (1.0 + tanh_approx(0.797_884_6 * (x + 0.044715 * x * x * x))));
+simd_map!(erf_map, |x| erf_approx(x));
+simd_map!(gelu_erf_map, |x| 0.5
+    * x
+    * (1.0 + erf_approx(x * std::f32::consts::FRAC_1_SQRT_2)));
+
+/// `e^x` to within a few ulp, branch-free so loops vectorise: range reduction by
+/// `ln 2`, a degree-6 polynomial, and exponent assembly.
+#[inline(always)]
+pub fn exp_approx(x: f32) -> f32 {
+    let x = x.clamp(-87.33, 88.72);
+    let k = (x * std::f32::consts::LOG2_E).round();
+    let r = x - k * 0.693_145_75 - k * 1.428_606_8e-6;
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (0.166_666_67
+                    + r * (0.041_666_668 + r * (0.008_333_334 + r * 0.001_388_889)))));
+    let bits = ((k as i32 + 127).clamp(1, 254) as u32) << 23;
+    p * f32::from_bits(bits)
+}
+
+/// `tanh x` through `exp`: `1 - 2 / (e^{2x} + 1)`, exact at the saturated ends.
+#[inline(always)]
+pub fn tanh_approx(x: f32) -> f32 {
+    let x = x.clamp(-9.0, 9.0);
+    if x.abs() < 0.1 {
+        // Odd Taylor series: avoids the cancellation of the exp form near zero.
+        let x2 = x * x;
+        return x
+            * (1.0
+                + x2 * (-0.333_333_34
+                    + x2 * (0.133_333_33 + x2 * (-0.053_968_254 + x2 * 0.021_869_488))));
+    }
+    1.0 - 2.0 / (exp_approx(2.0 * x) + 1.0)
+}
+
+/// `erf x` with the Abramowitz–Stegun 7.1.26-style rational form refined to ~1e-7
+/// absolute error (computed in f32 with a polynomial in `t = 1/(1+p|x|)`).
+#[inline(always)]
+pub fn erf_approx(x: f32) -> f32 {
+    // For small |x| a Taylor series is more accurate than the rational form.
+    let a = x.abs();
+    if a < 0.5 {
+        let x2 = x * x;
+        return x
+            * (1.128_379_2
+                + x2 * (-0.376_126_4
+                    + x2 * (0.112_837_9 + x2 * (-0.026_866_17 + x2 * 0.005_223_778))));
+    }
+    let t = 1.0 / (1.0 + 0.327_591_1 * a);
+    let y = 1.0
+        - t * (0.254_829_6
+            + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152_1 + t * 1.061_405_4))))
+            * exp_approx(-a * a);
+    y.copysign(x)
+}
+
+fn par_unary(isa: Isa, src: &[f32], dst: &mut [f32], f: impl Fn(Isa, &[f32], &mut [f32]) + Sync) {
+    if dst.len() < PAR_MIN {
+        f(isa, src, dst);
+    } else {
+        dst.par_chunks_mut(8192)
+            .zip(src.par_chunks(8192))
+            .for_each(|(d, s)| f(isa, s, d));
+    }
+}
+
+/// Applies `f` to each row (`row` elements) of `out`, in parallel when large.
+fn par_rows(out: &mut [f32], row: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+    if row == 0 {
+        return;
+    }
+    if out.len() < PAR_MIN {
+        out.chunks_mut(row).enumerate().for_each(|(i, r)| f(i, r));
+    } else {
+        out.par_chunks_mut(row)
+            .enumerate()
+            .for_each(|(i, r)| f(i, r));
+    }
+}
+
+fn store(o: &mut Out, v: Vec<f32>) -> KResult {
+    store_f32(o, &v)
+}
+
+/// Runs `f` on an f32 output buffer: in place when the output is f32, else through a
+/// temporary that is rounded into the output afterwards.
+fn with_f32_out(o: &mut Out, f: impl FnOnce(&mut [f32]) -> KResult) -> KResult {
+    if let Some(s) = o.f32s_mut() {
+        return f(s);
+    }
+    let mut tmp = vec![0f32; o.numel()];
+    f(&mut tmp)?;
+    store(o, tmp)
+}
+
+pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
+    let isa = ctx.features.isa;
+    let out_dims = outs[0].dims.to_vec();
+    match op {
+        Op::MatMul { trans_a, trans_b } => {
+            let (a, b) = (load_f32(&ins[0])?, load_f32(&ins[1])?);
+            let (ad, bd) = (ins[0].dims, ins[1].dims);
+            with_f32_out(&mut outs[0], |c| {
+                batched_matmul(
+                    &a,
+                    ad,
+                    *trans_a,
+                    &b,
+                    bd,
+                    *trans_b,
+                    &out_dims,
+                    1.0,
+                    c,
+                    ctx.threads,
+                )
+            })
+        }
+        Op::Gemm {
+            trans_a,
+            trans_b,
+            alpha,
+            beta,
+        } => {
+            let (a, b) = (load_f32(&ins[0])?, load_f32(&ins[1])?);
+            let (ad, bd) = (ins[0].dims, ins[1].dims);
+            let cin = match ins.get(2) {
+                Some(c) if *beta != 0.0 => Some((load_f32(c)?.into_owned(), c.dims.to_vec())),
+                _ => None,
+            };
+            with_f32_out(&mut outs[0], |c| {
+                let n = out_dims[1];
+                let acc = if let Some((cv, cd)) = &cin {
+                    fill_broadcast(c, cv, cd, &out_dims, *beta);
+                    true
+                } else {
+                    false
+                };
+                let (m, k) = if *trans_a {
+                    (ad[1], ad[0])
+                } else {
+                    (ad[0], ad[1])
+                };
+                let (rsa, csa) = if *trans_a { (1, ad[1]) } else { (ad[1], 1) };
+                let (rsb, csb) = if *trans_b { (1, bd[1]) } else { (bd[1], 1) };
+                blas::sgemm(
+                    m,
+                    n,
+                    k,
+                    *alpha,
+                    &a,
+                    rsa,
+                    csa,
+                    &b,
+                    rsb,
+                    csb,
+                    acc,
+                    c,
+                    n,
+                    ctx.threads,
+                )
+            })
+        }
+        Op::Linear => {
+            let (x, w) = (load_f32(&ins[0])?, load_f32(&ins[1])?);
+            let (n, k) = (ins[1].dims[0], ins[1].dims[1]);
+            let m = numel(&ins[0].dims[..ins[0].dims.len() - 1]);
+            let bias = match ins.get(2) {
+                Some(b) => Some(load_f32(b)?.into_owned()),
+                None => None,
+            };
+            with_f32_out(&mut outs[0], |c| {
+                if let Some(b) = &bias {
+                    par_rows(c, n, |_, r| r.copy_from_slice(b));
+                }
+                blas::sgemm(
+                    m,
+                    n,
+                    k,
+                    1.0,
+                    &x,
+                    k,
+                    1,
+                    &w,
+                    1,
+                    k,
+                    bias.is_some(),
+                    c,
+                    n,
+                    ctx.threads,
+                )
+            })
+        }
+        Op::Add | Op::Sub | Op::Mul | Op::Div => {
+            if ins[0].dtype.is_int() {
+                return int_binary(op, &ins[0], &ins[1], &mut outs[0]);
+            }
+            let (a, b) = (load_f32(&ins[0])?, load_f32(&ins[1])?);
+            let f = |x: f32, y: f32| match op {
+                Op::Add => x + y,
+                Op::Sub => x - y,
+                Op::Mul => x * y,
+                _ => x / y,
+            };
+            with_f32_out(&mut outs[0], |o| {
+                binary_f32(&a, ins[0].dims, &b, ins[1].dims, o, &out_dims, f);
+                Ok(())
+            })
+        }
+        Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Scale { .. } => {
+            let x = load_f32(&ins[0])?;
+            with_f32_out(&mut outs[0], |o| {
+                match op {
+                    Op::Relu => par_unary(isa, &x, o, relu_map),
+                    Op::Scale { factor } => {
+                        par_unary(isa, &x, o, |i, s, d| scale_map(i, s, d, *factor))
+                    }
+                    Op::Sqrt => par_unary(isa, &x, o, sqrt_map),
+                    Op::Exp => par_unary(isa, &x, o, exp_map),
+                    Op::Tanh => par_unary(isa, &x, o, tanh_map),
+                    Op::Erf => par_unary(isa, &x, o, erf_map),
+                    Op::Gelu(GeluApprox::Erf) => par_unary(isa, &x, o, gelu_erf_map),
+                    Op::Gelu(GeluApprox::Tanh) => par_unary(isa, &x, o, gelu_tanh_map),
+                    _ => {}
+                }
+                Ok(())
+            })
+        }
+        Op::BiasGelu(approx) => {
+            let (x, b) = (load_f32(&ins[0])?, load_f32(&ins[1])?);
+            let d = b.len();
+            with_f32_out(&mut outs[0], |o| {
+                par_rows(o, d, |r, row| {
+                    let src = &x[r * d..(r + 1) * d];
+                    for ((y, &v), &bb) in row.iter_mut().zip(src).zip(b.iter()) {
+                        *y = v + bb;
+                    }
+                    let tmp = row.to_vec();
+                    match approx {
+                        GeluApprox::Erf => gelu_erf_map(isa, &tmp, row),
+                        GeluApprox::Tanh => gelu_tanh_map(isa, &tmp, row),
+                    }
+                });
+                Ok(())
+            })
+        }
+        Op::Softmax { axis } => {
+            let ax = runtime::Shape::new(ins[0].dims.to_vec())
+                .axis(*axis)
+                .ok_or("axis out of range")?;
+            let x = load_f32(&ins[0])?;
+            let (outer, n, inner) = split_axis(ins[0].dims, ax);
+            with_f32_out(&mut outs[0], |o| {
+                if inner == 1 {
+                    par_rows(o, n, |r, row| softmax_row(isa, &x[r * n..(r + 1) * n], row));
+                } else {
+                    // Strided softmax: gather each lane, normalise, scatter.
+                    let _ = outer;
+                    par_rows(o, n * inner, |blk, out_blk| {
+                        let src = &x[blk * n * inner..(blk + 1) * n * inner];
+                        let mut lane = vec![0f32; n];
+                        let mut res = vec![0f32; n];
+                        for i in 0..inner {
+                            for j in 0..n {
+                                lane[j] = src[j * inner + i];
+                            }
+                            softmax_row(isa, &lane, &mut res);
+                            for j in 0..n {
+                                out_blk[j * inner + i] = res[j];
+                            }
+                        }
+                    });
+                }
+                Ok(())
+            })
+        }
+        Op::LayerNorm { eps } => {
+            let (x, g, b) = (load_f32(&ins[0])?, load_f32(&ins[1])?, load_f32(&ins[2])?);
+            let d = g.len();
+            with_f32_out(&mut outs[0], |o| {
+                par_rows(o, d, |r, row| {
+                    layer_norm_row(&x[r * d..(r + 1) * d], None, &g, &b, *eps, row)
+                });
+                Ok(())
+            })
+        }
+        Op::AddLayerNorm { eps } => {
+            let (x, res) = (load_f32(&ins[0])?, load_f32(&ins[1])?);
+            let (g, b) = (load_f32(&ins[2])?, load_f32(&ins[3])?);
+            let d = g.len();
+            with_f32_out(&mut outs[0], |o| {
+                par_rows(o, d, |r, row| {
+                    layer_norm_row(
+                        &x[r * d..(r + 1) * d],
+                        Some(&res[r * d..(r + 1) * d]),
+                        &g,
+                        &b,
+                        *eps,
+                        row,
+                    )
+                });
+                Ok(())
+            })
+        }
+        Op::Permute { perm } => {
+            let src = permute_sources(ins[0].dims, perm);
+            move_elements(&ins[0], &mut outs[0], &src);
+            Ok(())
+        }
+        Op::Reshape { .. } | Op::Copy => strided_copy(&ins[0], &mut outs[0]),
+        Op::Gather { axis } => {
+            let idx = resolve_indices(&ins[1], ins[0].dims[*axis])?;
+            let (_, _, inner) = split_axis(ins[0].dims, *axis);
+            let es = ins[0].dtype.size();
+            if *axis == 0 {
+                // Row gather (embedding lookup): whole rows at a time.
+                let rb = inner * es;
+                for (i, &r) in idx.iter().enumerate() {
+                    outs[0].bytes[i * rb..(i + 1) * rb]
+                        .copy_from_slice(&ins[0].bytes[r * rb..(r + 1) * rb]);
+                }
+                return Ok(());
+            }
+            let src = gather_sources(ins[0].dims, *axis, &idx);
+            move_elements(&ins[0], &mut outs[0], &src);
+            Ok(())
+        }
+        Op::Cast { .. } => cast(&ins[0], &mut outs[0]),
+        Op::ReduceSum { axes, .. } | Op::ReduceMean { axes, .. } => {
+            let shape = runtime::Shape::new(ins[0].dims.to_vec());
+            let axes = runtime::op::normalise_axes(&shape, axes).ok_or("bad axes")?;
+            let x = load_f32(&ins[0])?;
+            let mean = matches!(op, Op::ReduceMean { .. });
+            // Fast path: reducing a trailing block of axes = row sums.
+            let r = shape.rank();
+            let trailing = axes
+                .iter()
+                .enumerate()
+                .all(|(i, &a)| a == r - axes.len() + i);
+            with_f32_out(&mut outs[0], |o| {
+                if trailing {
+                    let row = numel(&shape.0[r - axes.len()..]);
+                    let cnt = row.max(1) as f32;
+                    if row == 0 {
+                        o.fill(if mean { f32::NAN } else { 0.0 });
+                        return Ok(());
+                    }
+                    let sums: Vec<f32> = x
+                        .chunks(row)
+                        .map(|c| {
+                            let s = c.iter().map(|&v| v as f64).sum::<f64>() as f32;
+                            if mean { s / cnt } else { s }
+                        })
+                        .collect();
+                    o.copy_from_slice(&sums);
+                } else {
+                    let kept: Vec<usize> = (0..r).filter(|a| !axes.contains(a)).collect();
+                    let ks =
+                        runtime::Shape::new(kept.iter().map(|&a| shape.0[a]).collect::<Vec<_>>())
+                            .contiguous_strides();
+                    let mut acc = vec![0f64; o.len()];
+                    runtime::shape::for_each_index(&shape.0, |lin, idx| {
+                        let oi: usize = kept.iter().zip(&ks).map(|(&a, s)| idx[a] * s).sum();
+                        acc[oi] += x[lin] as f64;
+                    });
+                    let cnt: usize = axes.iter().map(|&a| shape.0[a]).product();
+                    for (d, s) in o.iter_mut().zip(acc) {
+                        *d = if mean {
+                            (s / cnt as f64) as f32
+                        } else {
+                            s as f32
+                        };
+                    }
+                }
+                Ok(())
+            })
+        }
+        Op::Attention { scale } => attention(ins, &mut outs[0], *scale, ctx),
+    }
+}
+
+fn softmax_row(isa: Isa, x: &[f32], out: &mut [f32]) {
+    let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if m == f32::NEG_INFINITY {
+        out.fill(0.0);
+        return;
+    }
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = v - m;
+    }
+    let tmp = out.to_vec();
+    exp_map(isa, &tmp, out);
+    let s: f32 = out.iter().sum();
+    let inv = 1.0 / s;
+    for o in out.iter_mut() {
+        *o *= inv;
+    }
+}
+
+fn layer_norm_row(x: &[f32], res: Option<&[f32]>, g: &[f32], b: &[f32], eps: f32, out: &mut [f32]) {
+    let d = x.len();
+    match res {
+        Some(r) => {
+            for i in 0..d {
+                out[i] = x[i] + r[i];
+            }
+        }
+        None => out.copy_from_slice(x),
+    }
+    let mean = out.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
+    let var = out
+        .iter()
+        .map(|&v| (v as f64 - mean) * (v as f64 - mean))
+        .sum::<f64>()
+        / d as f64;
+    let inv = (1.0 / (var + eps as f64).sqrt()) as f32;
+    let mean = mean as f32;
+    for i in 0..d {
+        out[i] = (out[i] - mean) * inv * g[i] + b[i];
+    }
+}
+
+/// `c[i] = beta * src broadcast to out_dims`.
+fn fill_broadcast(c: &mut [f32], src: &[f32], sd: &[usize], od: &[usize], beta: f32) {
+    let offs = gather_offsets(od, &broadcast_strides(sd, od));
+    for (d, o) in c.iter_mut().zip(offs) {
+        *d = beta * src[o];
+    }
+}
+
+/// Element-wise binary op with NumPy broadcasting and fast paths for equal shapes,
+/// a scalar operand and a row vector broadcast over the last axis.
+fn binary_f32(
+    a: &[f32],
+    ad: &[usize],
+    b: &[f32],
+    bd: &[usize],
+    o: &mut [f32],
+    od: &[usize],
+    f: impl Fn(f32, f32) -> f32 + Sync,
+) {
+    let n = o.len();
+    if n == 0 {
+        return;
+    }
+    let last = *od.last().unwrap_or(&1);
+    if a.len() == n && b.len() == n {
+        let go = |o: &mut [f32], a: &[f32], b: &[f32]| {
+            for ((d, &x), &y) in o.iter_mut().zip(a).zip(b) {
+                *d = f(x, y);
+            }
+        };
+        if n < PAR_MIN {
+            go(o, a, b);
+        } else {
+            o.par_chunks_mut(8192)
+                .zip(a.par_chunks(8192).zip(b.par_chunks(8192)))
+                .for_each(|(o, (a, b))| go(o, a, b));
+        }
+    } else if b.len() == 1 && a.len() == n {
+        let y = b[0];
+        par_rows(o, last.max(1), |r, row| {
+            let l = row.len();
+            for (d, &x) in row.iter_mut().zip(&a[r * l..r * l + l]) {
+                *d = f(x, y);
+            }
+        });
+    } else if a.len() == n && b.len() == last && bd.last() == Some(&last) {
+        par_rows(o, last, |r, row| {
+            for ((d, &x), &y) in row.iter_mut().zip(&a[r * last..(r + 1) * last]).zip(b) {
+                *d = f(x, y);
+            }
+        });
+    } else {
+        let oa = gather_offsets(od, &broadcast_strides(ad, od));
+        let ob = gather_offsets(od, &broadcast_strides(bd, od));
+        for ((d, i), j) in o.iter_mut().zip(oa).zip(ob) {
+            *d = f(a[i], b[j]);
+        }
+    }
+}
+
+/// Integer arithmetic (wrapping; `x / 0 = 0`), shared by the generic and fast tiers.
+pub fn int_binary(op: &Op, a: &In, b: &In, o: &mut Out) -> KResult {
+    let (x, y) = (load_i64(a)?, load_i64(b)?);
+    let od = o.dims.to_vec();
+    let oa = gather_offsets(&od, &broadcast_strides(a.dims, &od));
+    let ob = gather_offsets(&od, &broadcast_strides(b.dims, &od));
+    let v: Vec<i64> = oa
+        .iter()
+        .zip(&ob)
+        .map(|(&i, &j)| match op {
+            Op::Add => x[i].wrapping_add(y[j]),
+            Op::Sub => x[i].wrapping_sub(y[j]),
+            Op::Mul => x[i].wrapping_mul(y[j]),
+            _ => int_div(x[i], y[j]),
+        })
+        .collect();
+    store_i64(o, &v)
+}
+
+/// Batched matrix product with broadcast batch dims into the contiguous `c`.
+#[allow(clippy::too_many_arguments)]
+pub fn batched_matmul(
+    a: &[f32],
+    ad: &[usize],
+    ta: bool,
+    b: &[f32],
+    bd: &[usize],
+    tb: bool,
+    od: &[usize],
+    alpha: f32,
+    c: &mut [f32],
+    threads: usize,
+) -> KResult {
+    let r = od.len();
+    let (m, n) = (od[r - 2], od[r - 1]);
+    let (ar, ac) = (ad[ad.len() - 2], ad[ad.len() - 1]);
+    let (br, bc) = (bd[bd.len() - 2], bd[bd.len() - 1]);
+    let k = if ta { ar } else { ac };
+    let batch = &od[..r - 2];
+    let oa = gather_offsets(batch, &broadcast_strides(&ad[..ad.len() - 2], batch));
+    let ob = gather_offsets(batch, &broadcast_strides(&bd[..bd.len() - 2], batch));
+    let (rsa, csa) = if ta { (1, ac) } else { (ac, 1) };
+    let (rsb, csb) = if tb { (1, bc) } else { (bc, 1) };
+    let nb = oa.len();
+    if m * n == 0 {
+        return Ok(());
+    }
+    let one = |bi: usize, cblk: &mut [f32], threads: usize| {
+        let a0 = oa[bi] * ar * ac;
+        let b0 = ob[bi] * br * bc;
+        blas::sgemm(
+            m,
+            n,
+            k,
+            alpha,
+            &a[a0..a0 + ar * ac],
+            rsa,
+            csa,
+            &b[b0..b0 + br * bc],
+            rsb,
+            csb,
+            false,
+            cblk,
+            n,
+            threads,
+        )
+    };
+    if nb > 1 && threads > 1 && m * n * k < 256 * 256 * 256 {
+        // Many small products: one per thread.
+        c.par_chunks_mut(m * n)
+            .enumerate()
+            .try_for_each(|(bi, cb)| one(bi, cb, 1))
+    } else {
+        c.chunks_mut(m * n)
+            .enumerate()
+            .try_for_each(|(bi, cb)| one(bi, cb, threads))
+    }
+}
+
+fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, ctx: &Ctx) -> KResult {
+    let isa = ctx.features.isa;
+    let (q, k, v) = (load_f32(&ins[0])?, load_f32(&ins[1])?, load_f32(&ins[2])?);
+    let (bsz, h, s, d) = (
+        ins[0].dims[0],
+        ins[0].dims[1],
+        ins[0].dims[2],
+        ins[0].dims[3],
+    );
+    let (t, dv) = (ins[1].dims[2], ins[2].dims[3]);
+    let scale = scale.unwrap_or(1.0 / (d as f32).sqrt());
+    let score_dims = [bsz, h, s, t];
+    // Additive mask in f32 (u8 masks become 0 / -inf), read through broadcast offsets.
+    let mask: Option<(Vec<f32>, Vec<usize>)> = match ins.get(3) {
+        Some(m) => {
+            let raw = load_f32(m)?;
+            let vals: Vec<f32> = if m.dtype == DType::U8 {
+                raw.iter()
+                    .map(|&x| if x == 0.0 { f32::NEG_INFINITY } else { 0.0 })
+                    .collect()
+            } else {
+                raw.into_owned()
+            };
+            Some((
+                vals,
+                gather_offsets(&score_dims, &broadcast_strides(m.dims, &score_dims)),
+            ))
+        }
+        None => None,
+    };
+    with_f32_out(out, |o| {
+        if s * dv == 0 {
+            return Ok(());
+        }
+        let head = |bh: usize, ob: &mut [f32]| -> KResult {
+            let qh = &q[bh * s * d..(bh + 1) * s * d];
+            let kh = &k[bh * t * d..(bh + 1) * t * d];
+            let vh = &v[bh * t * dv..(bh + 1) * t * dv];
+            let mut scores = vec![0f32; s * t];
+            blas::sgemm(s, t, d, scale, qh, d, 1, kh, 1, d, false, &mut scores, t, 1)?;
+            let mut probs = vec![0f32; s * t];
+            for i in 0..s {
+                let row = &mut scores[i * t..(i + 1) * t];
+                if let Some((mv, offs)) = &mask {
+                    let base = (bh * s + i) * t;
+                    for (j, x) in row.iter_mut().enumerate() {
+                        *x += mv[offs[base + j]];
+                    }
+                }
+                softmax_row(isa, row, &mut probs[i * t..(i + 1) * t]);
+            }
+            blas::sgemm(s, dv, t, 1.0, &probs, t, 1, vh, dv, 1, false, ob, dv, 1)
+        };
+        if ctx.threads > 1 && bsz * h > 1 {
+            o.par_chunks_mut(s * dv)
+                .enumerate()
+                .try_for_each(|(bh, ob)| head(bh, ob))
+        } else {
+            o.chunks_mut(s * dv)
+                .enumerate()
+                .try_for_each(|(bh, ob)| head(bh, ob))
+        }
+    })
+}

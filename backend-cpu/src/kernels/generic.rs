@@ -1,0 +1,276 @@
+//! Generic tier: portable code over `ndarray` (f32 compute for floating dtypes), no
+//! explicit SIMD and no threads.
+
+use super::common::*;
+use ndarray::{Array2, ArrayD, ArrayView2, Axis, IxDyn, Zip};
+use runtime::{DType, GeluApprox, Op};
+
+fn arr(x: &In) -> Result<ArrayD<f32>, String> {
+    let v = load_f32(x)?.into_owned();
+    ArrayD::from_shape_vec(IxDyn(x.dims), v).map_err(|e| e.to_string())
+}
+
+fn put(o: &mut Out, a: ArrayD<f32>) -> KResult {
+    let a = a.as_standard_layout().into_owned();
+    let s = a.as_slice().ok_or("internal: non-contiguous result")?;
+    store_f32(o, s)
+}
+
+fn mat(
+    x: &ArrayD<f32>,
+    batch_off: usize,
+    r: usize,
+    c: usize,
+    t: bool,
+) -> Result<Array2<f32>, String> {
+    let s = x.as_slice().ok_or("internal: non-contiguous operand")?;
+    let v = ArrayView2::from_shape((r, c), &s[batch_off..batch_off + r * c])
+        .map_err(|e| e.to_string())?;
+    Ok(if t { v.t().to_owned() } else { v.to_owned() })
+}
+
+fn gelu(x: f32, approx: GeluApprox) -> f32 {
+    match approx {
+        GeluApprox::Erf => gelu_erf_f32(x),
+        GeluApprox::Tanh => gelu_tanh_f32(x),
+    }
+}
+
+fn layer_norm(mut x: ArrayD<f32>, g: &ArrayD<f32>, b: &ArrayD<f32>, eps: f32) -> ArrayD<f32> {
+    let last = Axis(x.ndim() - 1);
+    let (Ok(g), Ok(b)) = (
+        g.view().into_dimensionality::<ndarray::Ix1>(),
+        b.view().into_dimensionality::<ndarray::Ix1>(),
+    ) else {
+        return x;
+    };
+    for mut row in x.lanes_mut(last) {
+        let d = row.len().max(1) as f32;
+        let mean = row.sum() / d;
+        let var = row.mapv(|v| (v - mean) * (v - mean)).sum() / d;
+        let inv = 1.0 / (var + eps).sqrt();
+        Zip::from(&mut row)
+            .and(g)
+            .and(b)
+            .for_each(|v, &g, &b| *v = (*v - mean) * inv * g + b);
+    }
+    x
+}
+
+pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
+    let od = outs[0].dims.to_vec();
+    match op {
+        Op::MatMul { trans_a, trans_b } => {
+            let (a, b) = (arr(&ins[0])?, arr(&ins[1])?);
+            let (ad, bd) = (ins[0].dims, ins[1].dims);
+            let r = od.len();
+            let (m, n) = (od[r - 2], od[r - 1]);
+            let batch = &od[..r - 2];
+            let oa = gather_offsets(batch, &broadcast_strides(&ad[..ad.len() - 2], batch));
+            let ob = gather_offsets(batch, &broadcast_strides(&bd[..bd.len() - 2], batch));
+            let (ar, ac) = (ad[ad.len() - 2], ad[ad.len() - 1]);
+            let (br, bc) = (bd[bd.len() - 2], bd[bd.len() - 1]);
+            let mut out = Vec::with_capacity(numel(&od));
+            for (&pa, &pb) in oa.iter().zip(&ob) {
+                let am = mat(&a, pa * ar * ac, ar, ac, *trans_a)?;
+                let bm = mat(&b, pb * br * bc, br, bc, *trans_b)?;
+                let c = am.dot(&bm);
+                debug_assert_eq!(c.dim(), (m, n));
+                out.extend(c.iter().copied());
+            }
+            store_f32(&mut outs[0], &out)
+        }
+        Op::Gemm {
+            trans_a,
+            trans_b,
+            alpha,
+            beta,
+        } => {
+            let (a, b) = (arr(&ins[0])?, arr(&ins[1])?);
+            let (ad, bd) = (ins[0].dims, ins[1].dims);
+            let am = mat(&a, 0, ad[0], ad[1], *trans_a)?;
+            let bm = mat(&b, 0, bd[0], bd[1], *trans_b)?;
+            let mut c = am.dot(&bm) * *alpha;
+            if let Some(ci) = ins.get(2) {
+                let cv = arr(ci)?;
+                let cb = cv
+                    .broadcast(IxDyn(&od))
+                    .ok_or("internal: c does not broadcast")?;
+                Zip::from(c.view_mut().into_dyn())
+                    .and(&cb)
+                    .for_each(|x, &y| *x += *beta * y);
+            }
+            put(&mut outs[0], c.into_dyn())
+        }
+        Op::Linear => {
+            let (x, w) = (arr(&ins[0])?, arr(&ins[1])?);
+            let (n, k) = (ins[1].dims[0], ins[1].dims[1]);
+            let m = numel(&ins[0].dims[..ins[0].dims.len() - 1]);
+            let xm = mat(&x, 0, m, k, false)?;
+            let wm = mat(&w, 0, n, k, true)?;
+            let mut y = xm.dot(&wm);
+            if let Some(b) = ins.get(2) {
+                let bv = arr(b)?;
+                y += &bv
+                    .view()
+                    .into_dimensionality::<ndarray::Ix1>()
+                    .map_err(|e| e.to_string())?;
+            }
+            store_f32(
+                &mut outs[0],
+                y.as_standard_layout().as_slice().ok_or("layout")?,
+            )
+        }
+        Op::Add | Op::Sub | Op::Mul | Op::Div => {
+            if ins[0].dtype.is_int() {
+                return super::fast::int_binary(op, &ins[0], &ins[1], &mut outs[0]);
+            }
+            let (a, b) = (arr(&ins[0])?, arr(&ins[1])?);
+            let r = match op {
+                Op::Add => &a + &b,
+                Op::Sub => &a - &b,
+                Op::Mul => &a * &b,
+                _ => &a / &b,
+            };
+            put(&mut outs[0], r)
+        }
+        Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Scale { .. } => {
+            let x = arr(&ins[0])?;
+            let y = match op {
+                Op::Relu => x.mapv(|v| v.max(0.0)),
+                Op::Gelu(a) => x.mapv(|v| gelu(v, *a)),
+                Op::Tanh => x.mapv(f32::tanh),
+                Op::Erf => x.mapv(libm::erff),
+                Op::Exp => x.mapv(f32::exp),
+                Op::Sqrt => x.mapv(f32::sqrt),
+                Op::Scale { factor } => x * *factor,
+                _ => return Err("internal: not unary".into()),
+            };
+            put(&mut outs[0], y)
+        }
+        Op::BiasGelu(a) => {
+            let (x, b) = (arr(&ins[0])?, arr(&ins[1])?);
+            let y = (&x + &b).mapv(|v| gelu(v, *a));
+            put(&mut outs[0], y)
+        }
+        Op::Softmax { axis } => {
+            let ax = runtime::Shape::new(ins[0].dims.to_vec())
+                .axis(*axis)
+                .ok_or("axis out of range")?;
+            let mut x = arr(&ins[0])?;
+            for mut lane in x.lanes_mut(Axis(ax)) {
+                let m = lane.fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+                lane.mapv_inplace(|v| (v - m).exp());
+                let s = lane.sum();
+                lane.mapv_inplace(|v| v / s);
+            }
+            put(&mut outs[0], x)
+        }
+        Op::LayerNorm { eps } => {
+            let y = layer_norm(arr(&ins[0])?, &arr(&ins[1])?, &arr(&ins[2])?, *eps);
+            put(&mut outs[0], y)
+        }
+        Op::AddLayerNorm { eps } => {
+            let x = arr(&ins[0])? + arr(&ins[1])?;
+            let y = layer_norm(x, &arr(&ins[2])?, &arr(&ins[3])?, *eps);
+            put(&mut outs[0], y)
+        }
+        Op::Permute { perm } => {
+            // Data movement is exact for every dtype: permute element indices.
+            let idx = ArrayD::from_shape_vec(
+                IxDyn(ins[0].dims),
+                (0..ins[0].numel()).collect::<Vec<usize>>(),
+            )
+            .map_err(|e| e.to_string())?;
+            let p = idx.permuted_axes(IxDyn(perm));
+            let src: Vec<usize> = p.iter().copied().collect();
+            move_elements(&ins[0], &mut outs[0], &src);
+            Ok(())
+        }
+        Op::Reshape { .. } | Op::Copy => strided_copy(&ins[0], &mut outs[0]),
+        Op::Gather { axis } => {
+            let n = ins[0].dims[*axis];
+            let idx = resolve_indices(&ins[1], n)?;
+            let pos = ArrayD::from_shape_vec(
+                IxDyn(ins[0].dims),
+                (0..ins[0].numel()).collect::<Vec<usize>>(),
+            )
+            .map_err(|e| e.to_string())?;
+            let sel = pos.select(Axis(*axis), &idx);
+            let src: Vec<usize> = sel.iter().copied().collect();
+            move_elements(&ins[0], &mut outs[0], &src);
+            Ok(())
+        }
+        Op::Cast { .. } => cast(&ins[0], &mut outs[0]),
+        Op::ReduceSum { axes, keepdims: _ } | Op::ReduceMean { axes, keepdims: _ } => {
+            let shape = runtime::Shape::new(ins[0].dims.to_vec());
+            let mut axes = runtime::op::normalise_axes(&shape, axes).ok_or("bad axes")?;
+            let mut x = arr(&ins[0])?;
+            axes.sort_unstable();
+            for &a in axes.iter().rev() {
+                x = if matches!(op, Op::ReduceMean { .. }) {
+                    // The mean over an empty axis is NaN, as in NumPy.
+                    x.mean_axis(Axis(a))
+                        .unwrap_or_else(|| x.sum_axis(Axis(a)).mapv(|_| f32::NAN))
+                } else {
+                    x.sum_axis(Axis(a))
+                };
+            }
+            let v: Vec<f32> = x.iter().copied().collect();
+            store_f32(&mut outs[0], &v)
+        }
+        Op::Attention { scale } => {
+            let (q, k, v) = (arr(&ins[0])?, arr(&ins[1])?, arr(&ins[2])?);
+            let (bsz, h, s, d) = (
+                ins[0].dims[0],
+                ins[0].dims[1],
+                ins[0].dims[2],
+                ins[0].dims[3],
+            );
+            let (t, dv) = (ins[1].dims[2], ins[2].dims[3]);
+            let scale = scale.unwrap_or(1.0 / (d as f32).sqrt());
+            let sd = IxDyn(&[bsz, h, s, t]);
+            let mask = match ins.get(3) {
+                Some(m) => {
+                    let mv = arr(m)?;
+                    let mv = if m.dtype == DType::U8 {
+                        mv.mapv(|x| if x == 0.0 { f32::NEG_INFINITY } else { 0.0 })
+                    } else {
+                        mv
+                    };
+                    Some(
+                        mv.broadcast(sd.clone())
+                            .ok_or("internal: mask broadcast")?
+                            .to_owned(),
+                    )
+                }
+                None => None,
+            };
+            let mut out = Vec::with_capacity(bsz * h * s * dv);
+            for bh in 0..bsz * h {
+                let qm = mat(&q, bh * s * d, s, d, false)?;
+                let km = mat(&k, bh * t * d, t, d, true)?;
+                let vm = mat(&v, bh * t * dv, t, dv, false)?;
+                let mut sc = qm.dot(&km) * scale;
+                if let Some(m) = &mask {
+                    let ms = m.as_slice().ok_or("layout")?;
+                    let mv = ArrayView2::from_shape((s, t), &ms[bh * s * t..(bh + 1) * s * t])
+                        .map_err(|e| e.to_string())?;
+                    sc += &mv;
+                }
+                for mut row in sc.rows_mut() {
+                    let m = row.fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+                    if m == f32::NEG_INFINITY {
+                        row.fill(0.0);
+                        continue;
+                    }
+                    row.mapv_inplace(|x| (x - m).exp());
+                    let sum = row.sum();
+                    row.mapv_inplace(|x| x / sum);
+                }
+                out.extend(sc.dot(&vm).iter().copied());
+            }
+            store_f32(&mut outs[0], &out)
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! Reference tier: plain loops with f64 accumulation. The ground truth every other
+//! implementation is checked against; correctness over speed.
+
+use super::common::*;
+use runtime::{DType, GeluApprox, Op};
+
+/// Runs `op` with plain loops.
+pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
+    let out_dims = outs[0].dims.to_vec();
+    match op {
+        Op::MatMul { trans_a, trans_b } => {
+            let (a, b) = (load_f64(&ins[0])?, load_f64(&ins[1])?);
+            let v = matmul(
+                &a,
+                ins[0].dims,
+                *trans_a,
+                &b,
+                ins[1].dims,
+                *trans_b,
+                &out_dims,
+            );
+            store_f64(&mut outs[0], &v)
+        }
+        Op::Gemm {
+            trans_a,
+            trans_b,
+            alpha,
+            beta,
+        } => {
+            let (a, b) = (load_f64(&ins[0])?, load_f64(&ins[1])?);
+            let mut v = matmul(
+                &a,
+                ins[0].dims,
+                *trans_a,
+                &b,
+                ins[1].dims,
+                *trans_b,
+                &out_dims,
+            );
+            for x in &mut v {
+                *x *= *alpha as f64;
+            }
+            if let Some(c) = ins.get(2) {
+                let cv = load_f64(c)?;
+                let offs = gather_offsets(&out_dims, &broadcast_strides(c.dims, &out_dims));
+                for (x, o) in v.iter_mut().zip(offs) {
+                    *x += *beta as f64 * cv[o];
+                }
+            }
+            store_f64(&mut outs[0], &v)
+        }
+        Op::Linear => {
+            let (x, w) = (load_f64(&ins[0])?, load_f64(&ins[1])?);
+            let (n, k) = (ins[1].dims[0], ins[1].dims[1]);
+            let m = numel(&ins[0].dims[..ins[0].dims.len() - 1]);
+            let bias = match ins.get(2) {
+                Some(b) => load_f64(b)?,
+                None => vec![0.0; n],
+            };
+            let mut v = vec![0.0; m * n];
+            for i in 0..m {
+                for j in 0..n {
+                    let mut acc = bias[j];
+                    for p in 0..k {
+                        acc += x[i * k + p] * w[j * k + p];
+                    }
+                    v[i * n + j] = acc;
+                }
+            }
+            store_f64(&mut outs[0], &v)
+        }
+        Op::Add | Op::Sub | Op::Mul | Op::Div => {
+            let (a, b) = (load_f64(&ins[0])?, load_f64(&ins[1])?);
+            let oa = gather_offsets(&out_dims, &broadcast_strides(ins[0].dims, &out_dims));
+            let ob = gather_offsets(&out_dims, &broadcast_strides(ins[1].dims, &out_dims));
+            let int = ins[0].dtype.is_int();
+            let v: Vec<f64> = oa
+                .iter()
+                .zip(&ob)
+                .map(|(&i, &j)| {
+                    let (x, y) = (a[i], b[j]);
+                    match op {
+                        Op::Add => x + y,
+                        Op::Sub => x - y,
+                        Op::Mul => x * y,
+                        _ if int => int_div(x as i64, y as i64) as f64,
+                        _ => x / y,
+                    }
+                })
+                .collect();
+            store_f64(&mut outs[0], &v)
+        }
+        Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Scale { .. } => {
+            let x = load_f64(&ins[0])?;
+            let f: Box<dyn Fn(f64) -> f64> = match op {
+                Op::Relu => Box::new(|v: f64| v.max(0.0)),
+                Op::Gelu(GeluApprox::Erf) => Box::new(gelu_erf_f64),
+                Op::Gelu(GeluApprox::Tanh) => Box::new(gelu_tanh_f64),
+                Op::Tanh => Box::new(f64::tanh),
+                Op::Erf => Box::new(libm::erf),
+                Op::Exp => Box::new(f64::exp),
+                Op::Sqrt => Box::new(f64::sqrt),
+                Op::Scale { factor } => {
+                    let f = *factor as f64;
+                    Box::new(move |v: f64| v * f)
+                }
+                _ => return Err("internal: not unary".into()),
+            };
+            let v: Vec<f64> = x.into_iter().map(f).collect();
+            store_f64(&mut outs[0], &v)
+        }
+        Op::Softmax { axis } => {
+            let ax = runtime::Shape::new(ins[0].dims.to_vec())
+                .axis(*axis)
+                .ok_or("axis out of range")?;
+            let mut x = load_f64(&ins[0])?;
+            let (outer, n, inner) = split_axis(ins[0].dims, ax);
+            for o in 0..outer {
+                for i in 0..inner {
+                    let at = |j: usize| (o * n + j) * inner + i;
+                    let m = (0..n).map(|j| x[at(j)]).fold(f64::NEG_INFINITY, f64::max);
+                    let mut s = 0.0;
+                    for j in 0..n {
+                        let e = (x[at(j)] - m).exp();
+                        x[at(j)] = e;
+                        s += e;
+                    }
+                    for j in 0..n {
+                        x[at(j)] /= s;
+                    }
+                }
+            }
+            store_f64(&mut outs[0], &x)
+        }
+        Op::LayerNorm { eps } => {
+            let x = load_f64(&ins[0])?;
+            let v = layer_norm(&x, &load_f64(&ins[1])?, &load_f64(&ins[2])?, *eps as f64);
+            store_f64(&mut outs[0], &v)
+        }
+        Op::AddLayerNorm { eps } => {
+            let mut x = load_f64(&ins[0])?;
+            for (a, r) in x.iter_mut().zip(load_f64(&ins[1])?) {
+                *a += r;
+            }
+            let v = layer_norm(&x, &load_f64(&ins[2])?, &load_f64(&ins[3])?, *eps as f64);
+            store_f64(&mut outs[0], &v)
+        }
+        Op::BiasGelu(approx) => {
+            let x = load_f64(&ins[0])?;
+            let b = load_f64(&ins[1])?;
+            let d = b.len().max(1);
+            let g = if *approx == GeluApprox::Erf {
+                gelu_erf_f64
+            } else {
+                gelu_tanh_f64
+            };
+            let v: Vec<f64> = x
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| g(v + b[i % d]))
+                .collect();
+            store_f64(&mut outs[0], &v)
+        }
+        Op::Permute { perm } => {
+            let src = permute_sources(ins[0].dims, perm);
+            move_elements(&ins[0], &mut outs[0], &src);
+            Ok(())
+        }
+        Op::Reshape { .. } | Op::Copy => strided_copy(&ins[0], &mut outs[0]),
+        Op::Gather { axis } => {
+            let idx = resolve_indices(&ins[1], ins[0].dims[*axis])?;
+            let src = gather_sources(ins[0].dims, *axis, &idx);
+            move_elements(&ins[0], &mut outs[0], &src);
+            Ok(())
+        }
+        Op::Cast { .. } => cast(&ins[0], &mut outs[0]),
+        Op::ReduceSum { axes, .. } | Op::ReduceMean { axes, .. } => {
+            let shape = runtime::Shape::new(ins[0].dims.to_vec());
+            let axes = runtime::op::normalise_axes(&shape, axes).ok_or("bad axes")?;
+            let x = load_f64(&ins[0])?;
+            // Output index: the input index with reduced axes dropped.
+            let kept: Vec<usize> = (0..shape.rank()).filter(|a| !axes.contains(a)).collect();
+            let kept_dims: Vec<usize> = kept.iter().map(|&a| shape.0[a]).collect();
+            let ks = runtime::Shape::new(kept_dims).contiguous_strides();
+            let mut acc = vec![0.0; outs[0].numel()];
+            runtime::shape::for_each_index(&shape.0, |lin, idx| {
+                let o: usize = kept.iter().zip(&ks).map(|(&a, s)| idx[a] * s).sum();
+                acc[o] += x[lin];
+            });
+            if matches!(op, Op::ReduceMean { .. }) {
+                let cnt: usize = axes.iter().map(|&a| shape.0[a]).product();
+                for v in &mut acc {
+                    *v /= cnt as f64;
+                }
+            }
+            store_f64(&mut outs[0], &acc)
+        }
+        Op::Attention { scale } => {
+            let (q, k, v) = (load_f64(&ins[0])?, load_f64(&ins[1])?, load_f64(&ins[2])?);
+            let (bsz, h, s, d) = (
+                ins[0].dims[0],
+                ins[0].dims[1],
+                ins[0].dims[2],
+                ins[0].dims[3],
+            );
+            let (t, dv) = (ins[1].dims[2], ins[2].dims[3]);
+            let scale = scale.map_or(1.0 / (d as f64).sqrt(), |x| x as f64);
+            let score_dims = [bsz, h, s, t];
+            let mask = match ins.get(3) {
+                Some(m) => Some((
+                    m.dtype,
+                    load_f64(m)?,
+                    gather_offsets(&score_dims, &broadcast_strides(m.dims, &score_dims)),
+                )),
+                None => None,
+            };
+            let mut out = vec![0.0; bsz * h * s * dv];
+            let mut row = vec![0.0; t];
+            for bh in 0..bsz * h {
+                for i in 0..s {
+                    for j in 0..t {
+                        let mut acc = 0.0;
+                        for p in 0..d {
+                            acc += q[(bh * s + i) * d + p] * k[(bh * t + j) * d + p];
+                        }
+                        acc *= scale;
+                        if let Some((dt, m, offs)) = &mask {
+                            let mv = m[offs[(bh * s + i) * t + j]];
+                            if *dt == DType::U8 {
+                                if mv == 0.0 {
+                                    acc = f64::NEG_INFINITY;
+                                }
+                            } else {
+                                acc += mv;
+                            }
+                        }
+                        row[j] = acc;
+                    }
+                    let mx = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let mut sum = 0.0;
+                    for r in row.iter_mut() {
+                        *r = if mx == f64::NEG_INFINITY {
+                            0.0
+                        } else {
+                            (*r - mx).exp()
+                        };
+                        sum += *r;
+                    }
+                    for c in 0..dv {
+                        let mut acc = 0.0;
+                        for j in 0..t {
+                            acc += row[j] * v[(bh * t + j) * dv + c];
+                        }
+                        out[(bh * s + i) * dv + c] = if sum > 0.0 { acc / sum } else { 0.0 };
+                    }
+                }
+            }
+            store_f64(&mut outs[0], &out)
+        }
+    }
+}
+
+fn layer_norm(x: &[f64], g: &[f64], b: &[f64], eps: f64) -> Vec<f64> {
+    let d = g.len();
+    let mut out = vec![0.0; x.len()];
+    if d == 0 {
+        return out;
+    }
+    for (row, o) in x.chunks(d).zip(out.chunks_mut(d)) {
+        let mean = row.iter().sum::<f64>() / d as f64;
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / d as f64;
+        let inv = 1.0 / (var + eps).sqrt();
+        for i in 0..d {
+            o[i] = (row[i] - mean) * inv * g[i] + b[i];
+        }
+    }
+    out
+}
+
+/// Batched `op(a) @ op(b)` with broadcast batch dims, f64 accumulation.
+pub fn matmul(
+    a: &[f64],
+    ad: &[usize],
+    ta: bool,
+    b: &[f64],
+    bd: &[usize],
+    tb: bool,
+    od: &[usize],
+) -> Vec<f64> {
+    let r = od.len();
+    let (m, n) = (od[r - 2], od[r - 1]);
+    let (ar, ac) = (ad[ad.len() - 2], ad[ad.len() - 1]);
+    let (br, bc) = (bd[bd.len() - 2], bd[bd.len() - 1]);
+    let k = if ta { ar } else { ac };
+    let batch = &od[..r - 2];
+    let a_batch: Vec<usize> = ad[..ad.len() - 2].to_vec();
+    let b_batch: Vec<usize> = bd[..bd.len() - 2].to_vec();
+    let sa = broadcast_strides(&a_batch, batch);
+    let sb = broadcast_strides(&b_batch, batch);
+    let oa = gather_offsets(batch, &sa);
+    let ob = gather_offsets(batch, &sb);
+    let mut out = vec![0.0; numel(od)];
+    for (bi, (&pa, &pb)) in oa.iter().zip(&ob).enumerate() {
+        let a0 = pa * ar * ac;
+        let b0 = pb * br * bc;
+        for i in 0..m {
+            for j in 0..n {
+                let mut acc = 0.0;
+                for p in 0..k {
+                    let av = if ta {
+                        a[a0 + p * ac + i]
+                    } else {
+                        a[a0 + i * ac + p]
+                    };
+                    let bv = if tb {
+                        b[b0 + j * bc + p]
+                    } else {
+                        b[b0 + p * bc + j]
+                    };
+                    acc += av * bv;
+                }
+                out[bi * m * n + i * n + j] = acc;
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,598 @@
+//! The host CPU backend of npurt.
+//!
+//! Each logical device owns aligned host allocations (checked by an allocation table),
+//! a synchronous default stream that runs kernels on the calling thread, user streams
+//! served in order by one worker thread each, events, and a rayon pool sized by the
+//! configured thread cap for intra-op parallelism. Kernels come in three tiers; see
+//! [`kernels`].
+
+pub mod error;
+pub mod features;
+pub mod kernels;
+pub mod memory;
+pub mod stream;
+
+pub use error::CpuError;
+
+use kernels::common::{Ctx, In, Out};
+use memory::AllocTable;
+use runtime::{
+    Backend, DeviceInfo, DevicePtr, EventId, KernelInfo, LaunchArgs, Result, StreamId, UnitInfo,
+};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use stream::{CpuEvent, Job, WorkQueue};
+
+/// The id of every device's default (synchronous) stream.
+pub const DEFAULT_STREAM: StreamId = StreamId(0);
+
+/// Output elements below which a default-stream launch runs inline without entering the
+/// device's thread pool (the hand-off costs more than the work).
+const INLINE_MAX_BYTES: u64 = 1 << 18;
+
+/// How the CPU backend presents the host.
+#[derive(Clone, Debug)]
+pub struct CpuConfig {
+    /// Logical devices (they share the host's cores and memory).
+    pub devices: usize,
+    /// Worker threads per device for intra-op parallelism (`None` = all cores).
+    pub threads: Option<usize>,
+}
+
+impl Default for CpuConfig {
+    fn default() -> Self {
+        CpuConfig {
+            devices: 1,
+            threads: None,
+        }
+    }
+}
+
+struct CpuDevice {
+    table: Arc<AllocTable>,
+    streams: Mutex<HashMap<u64, Arc<WorkQueue>>>,
+    events: Mutex<HashMap<u64, Arc<CpuEvent>>>,
+    next_id: AtomicU64,
+    pool: Arc<rayon::ThreadPool>,
+    threads: usize,
+}
+
+/// The CPU backend.
+pub struct CpuBackend {
+    devices: Vec<CpuDevice>,
+    table: &'static kernels::Table,
+    features: &'static features::CpuFeatures,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl CpuBackend {
+    pub fn new(cfg: CpuConfig) -> std::result::Result<CpuBackend, CpuError> {
+        if cfg.devices == 0 {
+            return Err(CpuError::BadRequest(
+                "at least one CPU device is needed".into(),
+            ));
+        }
+        let features = features::get();
+        let threads = cfg.threads.unwrap_or(features.cores).max(1);
+        let mut devices = Vec::with_capacity(cfg.devices);
+        for d in 0..cfg.devices {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .thread_name(move |i| format!("npurt-cpu{d}-w{i}"))
+                .build()
+                .map_err(|e| CpuError::BadRequest(format!("thread pool: {e}")))?;
+            devices.push(CpuDevice {
+                table: Arc::new(AllocTable::new(d)),
+                streams: Mutex::new(HashMap::new()),
+                events: Mutex::new(HashMap::new()),
+                next_id: AtomicU64::new(1),
+                pool: Arc::new(pool),
+                threads,
+            });
+        }
+        log::debug!(
+            "cpu backend: {} device(s), {threads} thread(s) each, ISA {:?}",
+            cfg.devices,
+            features.isa
+        );
+        Ok(CpuBackend {
+            devices,
+            table: kernels::table(features),
+            features,
+        })
+    }
+
+    pub fn features(&self) -> &'static features::CpuFeatures {
+        self.features
+    }
+
+    fn dev(&self, d: usize) -> std::result::Result<&CpuDevice, CpuError> {
+        self.devices.get(d).ok_or(CpuError::NoDevice(d))
+    }
+
+    fn queue(
+        &self,
+        d: usize,
+        s: StreamId,
+    ) -> std::result::Result<Option<Arc<WorkQueue>>, CpuError> {
+        if s == DEFAULT_STREAM {
+            return Ok(None);
+        }
+        let dev = self.dev(d)?;
+        lock(&dev.streams)
+            .get(&s.0)
+            .cloned()
+            .map(Some)
+            .ok_or(CpuError::NoStream(s.0, d))
+    }
+
+    fn event(&self, d: usize, e: EventId) -> std::result::Result<Arc<CpuEvent>, CpuError> {
+        lock(&self.dev(d)?.events)
+            .get(&e.0)
+            .cloned()
+            .ok_or(CpuError::NoEvent(e.0, d))
+    }
+
+    /// Runs `job` now (default stream) or queues it (user stream).
+    fn submit(&self, d: usize, s: StreamId, job: Job) -> Result<()> {
+        match self.queue(d, s)? {
+            None => job(),
+            Some(q) => {
+                q.submit(job)?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Byte range of an operand inside its allocation.
+    fn range(arg: &runtime::TensorArg) -> (u64, usize) {
+        let es = arg.dtype.size();
+        let start = arg.ptr.0 + (arg.layout.offset * es) as u64;
+        let len = if arg.layout.numel() == 0 {
+            0
+        } else {
+            (arg.layout.span() - arg.layout.offset) * es
+        };
+        (start, len)
+    }
+}
+
+fn run_kernel(
+    f: kernels::KernelFn,
+    args: &LaunchArgs,
+    ctx: &Ctx,
+) -> std::result::Result<(), String> {
+    let ins: Vec<In> = args
+        .inputs
+        .iter()
+        .map(|a| {
+            let (start, len) = CpuBackend::range(a);
+            In {
+                dtype: a.dtype,
+                dims: a.layout.dims(),
+                strides: &a.layout.strides,
+                bytes: if len == 0 {
+                    // An empty slice with 8-byte alignment, so typed views of it work.
+                    bytemuck::cast_slice::<u64, u8>(&[])
+                } else {
+                    // SAFETY: `launch` checked that `start .. start + len` lies inside a live
+                    // allocation of this device and pinned it until this job finishes; the
+                    // bytes are only read here and no output overlaps them (checked too).
+                    unsafe { std::slice::from_raw_parts(start as *const u8, len) }
+                },
+            }
+        })
+        .collect();
+    let mut outs: Vec<Out> = args
+        .outputs
+        .iter()
+        .map(|a| {
+            let (start, len) = CpuBackend::range(a);
+            Out {
+                dtype: a.dtype,
+                dims: a.layout.dims(),
+                bytes: if len == 0 {
+                    bytemuck::cast_slice_mut::<u64, u8>(&mut [])
+                } else {
+                    // SAFETY: as for inputs, plus: outputs overlap neither each other nor
+                    // any input (checked in `launch`), so this is the only reference.
+                    unsafe { std::slice::from_raw_parts_mut(start as *mut u8, len) }
+                },
+            }
+        })
+        .collect();
+    if outs
+        .iter()
+        .any(|o| o.bytes.len() < o.numel() * o.dtype.size())
+    {
+        return Err("output operand is not contiguous".into());
+    }
+    f(&args.op, &ins, &mut outs, ctx)
+}
+
+fn overlaps(a: (u64, usize), b: (u64, usize)) -> bool {
+    a.1 > 0 && b.1 > 0 && a.0 < b.0 + b.1 as u64 && b.0 < a.0 + a.1 as u64
+}
+
+// SAFETY: every method validates its addresses against the device's allocation table
+// and pins what queued work uses (contract rules M1, M2), launches refuse overlapping
+// outputs (M3), unknown handles are errors (M4), and kernel failures are returned as
+// values (M5). Unsynchronised access to one buffer from two streams is a data race on
+// the user's side, exactly as on a GPU; the runtime's stream-aware pool never creates one.
+unsafe impl Backend for CpuBackend {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+    fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+    fn device_info(&self, device: usize) -> Result<DeviceInfo> {
+        let dev = self.dev(device)?;
+        let f = self.features;
+        let hz = f.mhz * 1e6;
+        let cores = dev.threads.min(f.cores) as f64;
+        let bw = cores * 10e9;
+        let src = format!(
+            "{cores} cores x {:.0} MHz x lanes x 2 FMA pipes x 2 flops; 10 GB/s per core assumed",
+            f.mhz
+        );
+        let unit = |unit, lanes: f64, fma: f64| UnitInfo {
+            unit,
+            peak_flops: cores * hz * lanes * fma,
+            peak_bytes_per_s: bw,
+            source: src.clone(),
+        };
+        Ok(DeviceInfo {
+            name: format!("cpu:{device} ({})", f.model),
+            memory_bytes: f.mem_total,
+            units: vec![
+                unit(f.matrix_unit(), f.lanes(), 4.0),
+                unit(f.vector_unit(), f.lanes(), 4.0),
+                unit(f.baseline_unit(), 4.0, 2.0),
+                unit(f.scalar_unit(), 1.0, 2.0),
+            ],
+            host_shared: true,
+            min_alignment: 16,
+        })
+    }
+    fn memory_free(&self, _device: usize) -> Option<u64> {
+        features::mem_available()
+    }
+
+    fn alloc(&self, device: usize, bytes: usize, align: usize) -> Result<DevicePtr> {
+        let a = self.dev(device)?.table.alloc(bytes, align.max(16))?;
+        Ok(DevicePtr(a))
+    }
+    fn free(&self, device: usize, ptr: DevicePtr) -> Result<()> {
+        Ok(self.dev(device)?.table.free(ptr.0)?)
+    }
+    fn copy_to_device(&self, device: usize, src: &[u8], dst: DevicePtr) -> Result<()> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        let _pins = self.dev(device)?.table.pin(&[(dst.0, src.len())])?;
+        // SAFETY: the destination range was validated and pinned just above; `src` is a
+        // distinct host slice (device memory is never handed out as a Rust reference
+        // outside a kernel or `map_host` call).
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.0 as *mut u8, src.len()) };
+        Ok(())
+    }
+    fn copy_to_host(
+        &self,
+        device: usize,
+        src: DevicePtr,
+        dst: &mut [u8],
+        stream: StreamId,
+    ) -> Result<()> {
+        if let Some(q) = self.queue(device, stream)? {
+            q.synchronize()?;
+        }
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let _pins = self.dev(device)?.table.pin(&[(src.0, dst.len())])?;
+        // SAFETY: the source range was validated and pinned just above; `dst` is a
+        // distinct, exclusively borrowed host slice.
+        unsafe { std::ptr::copy_nonoverlapping(src.0 as *const u8, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+    fn copy_on_device(
+        &self,
+        device: usize,
+        src: DevicePtr,
+        dst: DevicePtr,
+        bytes: usize,
+        stream: StreamId,
+    ) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        if overlaps((src.0, bytes), (dst.0, bytes)) {
+            return Err(CpuError::BadRequest("device copy ranges overlap".into()).into());
+        }
+        let pins = self
+            .dev(device)?
+            .table
+            .pin(&[(src.0, bytes), (dst.0, bytes)])?;
+        self.submit(
+            device,
+            stream,
+            Box::new(move || {
+                let _pins = pins;
+                // SAFETY: both ranges were validated and pinned when the copy was queued
+                // and they do not overlap (checked above).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(src.0 as *const u8, dst.0 as *mut u8, bytes)
+                };
+                Ok(())
+            }),
+        )
+    }
+    fn memset(
+        &self,
+        device: usize,
+        dst: DevicePtr,
+        value: u8,
+        bytes: usize,
+        stream: StreamId,
+    ) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        let pins = self.dev(device)?.table.pin(&[(dst.0, bytes)])?;
+        self.submit(
+            device,
+            stream,
+            Box::new(move || {
+                let _pins = pins;
+                // SAFETY: the range was validated and pinned when the fill was queued.
+                unsafe { std::ptr::write_bytes(dst.0 as *mut u8, value, bytes) };
+                Ok(())
+            }),
+        )
+    }
+    fn map_host(
+        &self,
+        device: usize,
+        ptr: DevicePtr,
+        len: usize,
+        f: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<bool> {
+        self.synchronize_device(device)?;
+        if len == 0 {
+            f(&mut []);
+            return Ok(true);
+        }
+        let _pins = self.dev(device)?.table.pin(&[(ptr.0, len)])?;
+        // SAFETY: the range was validated and is pinned for the duration of `f`; device
+        // work queued before this call has finished (synchronised above).
+        let bytes = unsafe { std::slice::from_raw_parts_mut(ptr.0 as *mut u8, len) };
+        f(bytes);
+        Ok(true)
+    }
+
+    fn default_stream(&self, _device: usize) -> StreamId {
+        DEFAULT_STREAM
+    }
+    fn create_stream(&self, device: usize) -> Result<StreamId> {
+        let dev = self.dev(device)?;
+        let id = dev.next_id.fetch_add(1, Ordering::Relaxed);
+        let q = WorkQueue::new(format!("cpu:{device}/stream{id}"), Some(dev.pool.clone()))?;
+        lock(&dev.streams).insert(id, Arc::new(q));
+        Ok(StreamId(id))
+    }
+    fn destroy_stream(&self, device: usize, stream: StreamId) -> Result<()> {
+        if stream == DEFAULT_STREAM {
+            return Ok(());
+        }
+        let q = lock(&self.dev(device)?.streams)
+            .remove(&stream.0)
+            .ok_or(CpuError::NoStream(stream.0, device))?;
+        let r = q.synchronize();
+        q.shutdown();
+        if let Err(e) = &r {
+            log::warn!(
+                "destroying cpu:{device}/stream{}: unreported failure: {e}",
+                stream.0
+            );
+        }
+        Ok(())
+    }
+    fn synchronize_stream(&self, device: usize, stream: StreamId) -> Result<()> {
+        match self.queue(device, stream)? {
+            None => Ok(()),
+            Some(q) => q.synchronize(),
+        }
+    }
+    fn synchronize_device(&self, device: usize) -> Result<()> {
+        let qs: Vec<Arc<WorkQueue>> = lock(&self.dev(device)?.streams).values().cloned().collect();
+        let mut first = Ok(());
+        for q in qs {
+            if let Err(e) = q.synchronize() {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+
+    fn create_event(&self, device: usize) -> Result<EventId> {
+        let dev = self.dev(device)?;
+        let id = dev.next_id.fetch_add(1, Ordering::Relaxed);
+        lock(&dev.events).insert(id, Arc::new(CpuEvent::default()));
+        Ok(EventId(id))
+    }
+    fn destroy_event(&self, device: usize, event: EventId) -> Result<()> {
+        lock(&self.dev(device)?.events)
+            .remove(&event.0)
+            .ok_or(CpuError::NoEvent(event.0, device))?;
+        Ok(())
+    }
+    fn record_event(&self, device: usize, event: EventId, stream: StreamId) -> Result<()> {
+        let ev = self.event(device, event)?;
+        let generation = ev.begin_record();
+        self.submit(
+            device,
+            stream,
+            Box::new(move || {
+                ev.complete(generation);
+                Ok(())
+            }),
+        )
+    }
+    fn wait_event(&self, device: usize, stream: StreamId, event: EventId) -> Result<()> {
+        let ev = self.event(device, event)?;
+        let target = ev.target();
+        self.submit(
+            device,
+            stream,
+            Box::new(move || {
+                ev.wait_for(target);
+                Ok(())
+            }),
+        )
+    }
+    fn query_event(&self, device: usize, event: EventId) -> Result<bool> {
+        Ok(self.event(device, event)?.is_complete())
+    }
+    fn synchronize_event(&self, device: usize, event: EventId) -> Result<()> {
+        let ev = self.event(device, event)?;
+        ev.wait_for(ev.target());
+        Ok(())
+    }
+    fn elapsed(&self, device: usize, start: EventId, end: EventId) -> Result<Duration> {
+        let (s, e) = (self.event(device, start)?, self.event(device, end)?);
+        match (s.time(), e.time()) {
+            (Some(a), Some(b)) => Ok(b.saturating_duration_since(a)),
+            (None, _) => Err(CpuError::EventNotReady(start.0).into()),
+            (_, None) => Err(CpuError::EventNotReady(end.0).into()),
+        }
+    }
+
+    fn kernels(&self) -> &[KernelInfo] {
+        &self.table.infos
+    }
+
+    fn launch(
+        &self,
+        device: usize,
+        kernel: &KernelInfo,
+        args: LaunchArgs,
+        stream: StreamId,
+    ) -> Result<()> {
+        let job = self.prepare_launch(device, kernel, args, stream)?;
+        self.submit(device, stream, job)
+    }
+
+    fn launch_batch(
+        &self,
+        device: usize,
+        launches: Vec<(KernelInfo, LaunchArgs)>,
+        stream: StreamId,
+    ) -> Result<()> {
+        let mut jobs = Vec::with_capacity(launches.len());
+        for (k, a) in launches {
+            jobs.push(self.prepare_launch(device, &k, a, stream)?);
+        }
+        // One submission for the whole batch: the worker runs the jobs back to back and
+        // reports the first failure.
+        self.submit(
+            device,
+            stream,
+            Box::new(move || {
+                let mut first = Ok(());
+                for j in jobs {
+                    if let Err(e) = j() {
+                        if first.is_ok() {
+                            first = Err(e);
+                        }
+                    }
+                }
+                first
+            }),
+        )
+    }
+}
+
+impl CpuBackend {
+    /// Validates a launch and turns it into a job for `stream`.
+    fn prepare_launch(
+        &self,
+        device: usize,
+        kernel: &KernelInfo,
+        args: LaunchArgs,
+        stream: StreamId,
+    ) -> Result<Job> {
+        let dev = self.dev(device)?;
+        let f = *self
+            .table
+            .fns
+            .get(kernel.id)
+            .filter(|_| {
+                self.table
+                    .infos
+                    .get(kernel.id)
+                    .is_some_and(|k| k.name == kernel.name)
+            })
+            .ok_or_else(|| {
+                CpuError::BadRequest(format!("kernel {} is not a CPU kernel", kernel.name))
+            })?;
+        let ins: Vec<(u64, usize)> = args.inputs.iter().map(Self::range).collect();
+        let outs: Vec<(u64, usize)> = args.outputs.iter().map(Self::range).collect();
+        for (i, o) in outs.iter().enumerate() {
+            if ins
+                .iter()
+                .chain(outs.iter().take(i))
+                .any(|r| overlaps(*o, *r))
+            {
+                return Err(CpuError::BadRequest(format!(
+                    "{}: output {i} overlaps another operand",
+                    kernel.name
+                ))
+                .into());
+            }
+        }
+        let all: Vec<(u64, usize)> = ins.iter().chain(&outs).copied().collect();
+        let pins = dev.table.pin(&all)?;
+        let ctx = Ctx {
+            threads: dev.threads,
+            features: self.features,
+        };
+        let kname = kernel.name;
+        let out_bytes: u64 = outs.iter().map(|o| o.1 as u64).sum();
+        let inline =
+            stream == DEFAULT_STREAM && (out_bytes <= INLINE_MAX_BYTES || dev.threads == 1);
+        let pool = (!inline && stream == DEFAULT_STREAM).then(|| dev.pool.clone());
+        let label = format!("cpu:{device}/stream{}", stream.0);
+        let user = stream != DEFAULT_STREAM;
+        Ok(Box::new(move || {
+            let _pins = pins;
+            let r = match &pool {
+                Some(p) => p.install(|| run_kernel(f, &args, &ctx)),
+                None => run_kernel(f, &args, &ctx),
+            };
+            r.map_err(|msg| {
+                let msg = format!("{kname}: {msg}");
+                if user {
+                    runtime::Error::Async {
+                        op: args.op.name().to_string(),
+                        stream: label,
+                        seq: args.seq,
+                        msg,
+                    }
+                } else {
+                    runtime::Error::Backend {
+                        backend: "cpu",
+                        msg: format!("{} (submission #{}): {msg}", args.op.name(), args.seq),
+                    }
+                }
+            })
+        }))
+    }
+}

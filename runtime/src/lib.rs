@@ -1,0 +1,39 @@
+//! Backend-neutral core of npurt.
+//!
+//! Dtypes and shapes, the operator table with its validation, the [`Backend`] contract,
+//! kernel selection, the caching memory pool, streams and events, tensors and eager
+//! execution. This crate names no backend and contains no `unsafe` blocks: the one `unsafe` item is the
+//! declaration of the [`Backend`] trait, whose implementers carry the proof obligations.
+
+#![deny(unsafe_code)]
+
+pub mod backend;
+pub mod config;
+pub mod dtype;
+pub mod error;
+pub mod kernel;
+pub mod op;
+pub mod pool;
+pub mod report;
+pub mod runtime;
+pub mod shape;
+pub mod stream;
+pub mod tensor;
+
+pub use backend::{
+    Backend, DeviceInfo, DevicePtr, EventId, LaunchArgs, StreamId, TensorArg, UnitInfo,
+};
+pub use config::{HwMapping, Optimizations, PoolConfig, ReuseStrategy, RuntimeConfig, Scheduling};
+pub use dtype::{DType, Element};
+pub use error::{Error, Result};
+pub use kernel::{KernelInfo, KernelQuery, Tier, Unit, UnitClass};
+pub use op::{GeluApprox, Op, OpKind, TensorMeta};
+pub use pool::{Block, BlockKind, Pool, PoolStats};
+pub use report::{ExecReport, Utilisation};
+pub use runtime::{MemoryInfo, Runtime, Task};
+pub use shape::{Layout, Shape};
+pub use stream::{Event, Stream, StreamScope};
+pub use tensor::Tensor;
+
+pub use half::{bf16, f16};
+pub use ndarray;

@@ -1,0 +1,417 @@
+//! Tensors: pool-allocated device buffers with a dtype and a strided layout.
+
+use crate::backend::{StreamId, TensorArg};
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+use crate::op::TensorMeta;
+use crate::pool::Block;
+use crate::runtime::Inner;
+use crate::shape::{Layout, Shape};
+use crate::stream::{Stream, StreamInner};
+use ndarray::{ArrayD, ArrayViewD, ArrayViewMutD, IxDyn, ShapeBuilder};
+use std::fmt;
+use std::sync::{Arc, Mutex, Weak};
+
+/// The buffer behind one or more tensor views.
+pub(crate) struct Storage {
+    pub(crate) rt: Arc<Inner>,
+    /// Logical device index.
+    pub(crate) device: usize,
+    pub(crate) block: Block,
+    pub(crate) bytes: usize,
+    /// Streams that queued work on this buffer since it was allocated.
+    pub(crate) uses: Mutex<Vec<Use>>,
+}
+
+/// A stream that queued work on a buffer. User streams are held weakly: once a stream
+/// is gone it has been synchronised (destroying waits), so it needs no release event.
+pub(crate) enum Use {
+    Default(StreamId),
+    User(StreamId, Weak<StreamInner>),
+}
+
+impl Storage {
+    pub(crate) fn mark_use(&self, stream: &Stream) {
+        let mut u = self.uses.lock().unwrap_or_else(|p| p.into_inner());
+        let id = stream.id();
+        let known = u.iter().any(|x| match x {
+            Use::Default(s) => *s == id && !stream.is_async(),
+            Use::User(s, w) => {
+                *s == id && w.upgrade().is_some_and(|w| Arc::ptr_eq(&w, &stream.inner))
+            }
+        });
+        if !known {
+            u.push(if stream.is_async() {
+                Use::User(id, Arc::downgrade(&stream.inner))
+            } else {
+                Use::Default(id)
+            });
+        }
+    }
+    /// Ids of the streams still alive that used this buffer.
+    fn used_streams(&self) -> Vec<StreamId> {
+        let u = self.uses.lock().unwrap_or_else(|p| p.into_inner());
+        u.iter()
+            .filter_map(|x| match x {
+                Use::Default(s) => Some(*s),
+                Use::User(s, w) => (w.strong_count() > 0).then_some(*s),
+            })
+            .collect()
+    }
+    /// Waits for every stream that used this buffer; reports their queued failures.
+    pub(crate) fn settle(&self) -> Result<()> {
+        let ord = self.rt.devices[self.device].ordinal;
+        for s in self.used_streams() {
+            self.rt.backend.synchronize_stream(ord, s)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        let dev = &self.rt.devices[self.device];
+        let mut events = Vec::new();
+        // Hold the user streams alive while their release events are recorded.
+        let live: Vec<Arc<StreamInner>> = {
+            let u = self.uses.lock().unwrap_or_else(|p| p.into_inner());
+            u.iter()
+                .filter_map(|x| {
+                    if let Use::User(_, w) = x {
+                        w.upgrade()
+                    } else {
+                        None
+                    }
+                })
+                .collect()
+        };
+        for s in self.used_streams() {
+            let ev = dev.ordinal;
+            match self.rt.backend.create_event(ev) {
+                Ok(e) => match self.rt.backend.record_event(ev, e, s) {
+                    Ok(()) => events.push((s, e)),
+                    Err(err) => {
+                        // Without an event we cannot tell when the work ends: wait for it.
+                        log::warn!("recording a release event: {err}; waiting for the stream");
+                        let _ = self.rt.backend.destroy_event(ev, e);
+                        let _ = self.rt.backend.synchronize_stream(ev, s);
+                    }
+                },
+                Err(err) => {
+                    log::warn!("creating a release event: {err}; waiting for the stream");
+                    let _ = self.rt.backend.synchronize_stream(ev, s);
+                }
+            }
+        }
+        drop(live);
+        if let Err(e) = dev.pool.free(self.block, events) {
+            log::error!("returning a tensor buffer: {e}");
+        }
+    }
+}
+
+/// A view of device memory with a dtype and a layout. Cloning makes another view of the
+/// same buffer; the buffer returns to the pool when the last view is dropped and the
+/// queued work that uses it has finished.
+#[derive(Clone)]
+pub struct Tensor {
+    pub(crate) storage: Arc<Storage>,
+    pub(crate) dtype: DType,
+    pub(crate) layout: Layout,
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Tensor({} {} on {}:{} at {:#x})",
+            self.dtype,
+            self.layout.shape,
+            self.storage.rt.backend.name(),
+            self.storage.device,
+            self.data_ptr()
+        )
+    }
+}
+
+fn to_bytes<T: Element>(v: &[T]) -> &[u8] {
+    bytemuck::cast_slice(v)
+}
+
+impl Tensor {
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    pub fn shape(&self) -> &Shape {
+        &self.layout.shape
+    }
+    pub fn dims(&self) -> &[usize] {
+        self.layout.dims()
+    }
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+    pub fn numel(&self) -> usize {
+        self.layout.numel()
+    }
+    /// Logical device index.
+    pub fn device(&self) -> usize {
+        self.storage.device
+    }
+    pub fn meta(&self) -> TensorMeta {
+        TensorMeta {
+            dtype: self.dtype,
+            shape: self.layout.shape.clone(),
+        }
+    }
+    /// Bytes of the view's elements.
+    pub fn nbytes(&self) -> usize {
+        self.numel() * self.dtype.size()
+    }
+    /// Address of the first element of the view (device address space).
+    pub fn data_ptr(&self) -> u64 {
+        self.storage.block.ptr.0 + (self.layout.offset * self.dtype.size()) as u64
+    }
+    pub fn is_contiguous(&self) -> bool {
+        self.layout.is_contiguous()
+    }
+    /// True when both views share one buffer.
+    pub fn shares_storage(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.storage, &other.storage)
+    }
+
+    pub(crate) fn arg(&self) -> TensorArg {
+        TensorArg {
+            ptr: self.storage.block.ptr,
+            dtype: self.dtype,
+            layout: self.layout.clone(),
+        }
+    }
+
+    /// Byte range of the view inside its buffer.
+    pub(crate) fn byte_range(&self) -> (usize, usize) {
+        let es = self.dtype.size();
+        (self.layout.offset * es, self.layout.span() * es)
+    }
+
+    /// A view with a new shape (one entry may be -1); the layout must be contiguous.
+    pub fn reshape(&self, shape: &[isize]) -> Result<Tensor> {
+        let s = crate::op::resolve_reshape(&self.layout.shape, shape).ok_or_else(|| {
+            Error::invalid(
+                "Reshape",
+                format!("cannot reshape x {} to {shape:?}", self.layout.shape),
+            )
+        })?;
+        let layout = self.layout.reshape(s).ok_or_else(|| {
+            Error::invalid(
+                "Reshape",
+                format!(
+                    "x {} is not contiguous; copy it first (Op::Copy)",
+                    self.layout.shape
+                ),
+            )
+        })?;
+        Ok(Tensor {
+            storage: self.storage.clone(),
+            dtype: self.dtype,
+            layout,
+        })
+    }
+    /// A view with permuted dimensions (no data moves).
+    pub fn permute(&self, perm: &[usize]) -> Result<Tensor> {
+        let layout = self.layout.permute(perm).ok_or_else(|| {
+            Error::invalid(
+                "Permute",
+                format!("perm {perm:?} does not fit x {}", self.layout.shape),
+            )
+        })?;
+        Ok(Tensor {
+            storage: self.storage.clone(),
+            dtype: self.dtype,
+            layout,
+        })
+    }
+    /// A view with two dimensions swapped.
+    pub fn transpose(&self, a: usize, b: usize) -> Result<Tensor> {
+        let layout = self.layout.transpose(a, b).ok_or_else(|| {
+            Error::invalid(
+                "Permute",
+                format!("axes {a}, {b} do not fit x {}", self.layout.shape),
+            )
+        })?;
+        Ok(Tensor {
+            storage: self.storage.clone(),
+            dtype: self.dtype,
+            layout,
+        })
+    }
+
+    fn check_dtype<T: Element>(&self, what: &str) -> Result<()> {
+        if T::DTYPE != self.dtype {
+            return Err(Error::invalid(
+                "Tensor",
+                format!(
+                    "{what}: the tensor is {}, asked for {}",
+                    self.dtype,
+                    T::DTYPE
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Copies the tensor to a host array (waits for queued work that writes it and reports
+    /// its failures).
+    pub fn to_ndarray<T: Element>(&self) -> Result<ArrayD<T>> {
+        self.check_dtype::<T>("to_ndarray")?;
+        if !self.is_contiguous() {
+            let rt = crate::runtime::Runtime {
+                inner: self.storage.rt.clone(),
+            };
+            let c = rt.run(&crate::op::Op::Copy, &[self])?;
+            return c[0].to_ndarray();
+        }
+        self.storage.settle()?;
+        let mut v = vec![T::default(); self.numel()];
+        if !v.is_empty() {
+            let dev = &self.storage.rt.devices[self.storage.device];
+            let stream = self.storage.rt.backend.default_stream(dev.ordinal);
+            self.storage.rt.backend.copy_to_host(
+                dev.ordinal,
+                self.storage
+                    .block
+                    .ptr
+                    .offset(self.layout.offset * self.dtype.size()),
+                bytemuck::cast_slice_mut(&mut v),
+                stream,
+            )?;
+        }
+        ArrayD::from_shape_vec(IxDyn(self.dims()), v)
+            .map_err(|e| Error::invalid("Tensor", format!("to_ndarray: {e}")))
+    }
+
+    /// Copies host data into this tensor (which must be contiguous and of the same
+    /// shape and dtype).
+    pub fn copy_from_ndarray<T: Element>(&self, a: &ArrayViewD<'_, T>) -> Result<()> {
+        self.check_dtype::<T>("copy_from_ndarray")?;
+        if a.shape() != self.dims() || !self.is_contiguous() {
+            return Err(Error::invalid(
+                "Copy",
+                format!(
+                    "host array {:?} does not match the contiguous tensor {}",
+                    a.shape(),
+                    self.layout.shape
+                ),
+            ));
+        }
+        self.storage.settle()?;
+        let std = a.as_standard_layout();
+        let Some(s) = std.as_slice() else {
+            return Err(Error::invalid("Copy", "host array is not contiguous"));
+        };
+        if s.is_empty() {
+            return Ok(());
+        }
+        let dev = &self.storage.rt.devices[self.storage.device];
+        self.storage.rt.backend.copy_to_device(
+            dev.ordinal,
+            to_bytes(s),
+            self.storage
+                .block
+                .ptr
+                .offset(self.layout.offset * self.dtype.size()),
+        )
+    }
+
+    /// True when [`Tensor::with_host_view`] works on this tensor's device.
+    pub fn supports_zero_copy(&self) -> bool {
+        self.storage.rt.devices[self.storage.device]
+            .info
+            .host_shared
+    }
+
+    /// Runs `f` on a host view of the tensor's own memory (no copy). Waits for queued work
+    /// first. [`Error::Unsupported`] on devices with separate memory.
+    pub fn with_host_view<T: Element, R>(
+        &self,
+        f: impl FnOnce(ArrayViewD<'_, T>) -> R,
+    ) -> Result<R> {
+        self.check_dtype::<T>("with_host_view")?;
+        let mut f = Some(f);
+        let mut out = None;
+        self.map(|bytes, layout| {
+            let Ok(elems) = bytemuck::try_cast_slice::<u8, T>(bytes) else {
+                return Err(Error::Unsupported(
+                    "host view of a misaligned buffer".into(),
+                ));
+            };
+            let strides: Vec<usize> = layout.strides.clone();
+            let v = ArrayViewD::from_shape(
+                IxDyn(layout.dims()).strides(IxDyn(&strides)),
+                &elems[layout.offset..],
+            )
+            .map_err(|e| Error::invalid("Tensor", format!("host view: {e}")))?;
+            if let Some(f) = f.take() {
+                out = Some(f(v));
+            }
+            Ok(())
+        })?;
+        out.ok_or_else(|| Error::Unsupported("host view".into()))
+    }
+
+    /// Like [`Tensor::with_host_view`], mutable.
+    pub fn with_host_view_mut<T: Element, R>(
+        &self,
+        f: impl FnOnce(ArrayViewMutD<'_, T>) -> R,
+    ) -> Result<R> {
+        self.check_dtype::<T>("with_host_view_mut")?;
+        let mut f = Some(f);
+        let mut out = None;
+        self.map(|bytes, layout| {
+            let Ok(elems) = bytemuck::try_cast_slice_mut::<u8, T>(bytes) else {
+                return Err(Error::Unsupported(
+                    "host view of a misaligned buffer".into(),
+                ));
+            };
+            let strides: Vec<usize> = layout.strides.clone();
+            let v = ArrayViewMutD::from_shape(
+                IxDyn(layout.dims()).strides(IxDyn(&strides)),
+                &mut elems[layout.offset..],
+            )
+            .map_err(|e| Error::invalid("Tensor", format!("host view: {e}")))?;
+            if let Some(f) = f.take() {
+                out = Some(f(v));
+            }
+            Ok(())
+        })?;
+        out.ok_or_else(|| Error::Unsupported("host view".into()))
+    }
+
+    fn map(&self, mut f: impl FnMut(&mut [u8], &Layout) -> Result<()>) -> Result<()> {
+        if !self.supports_zero_copy() {
+            return Err(Error::Unsupported(format!(
+                "zero-copy host access on {} (device memory is separate; use to_ndarray)",
+                self.storage.rt.backend.name()
+            )));
+        }
+        self.storage.settle()?;
+        let dev = &self.storage.rt.devices[self.storage.device];
+        let mut res = Ok(());
+        let layout = self.layout.clone();
+        let len = self.storage.bytes;
+        let mapped = self.storage.rt.backend.map_host(
+            dev.ordinal,
+            self.storage.block.ptr,
+            len,
+            &mut |b| {
+                res = f(b, &layout);
+            },
+        )?;
+        if !mapped {
+            return Err(Error::Unsupported(
+                "the backend refused a host mapping".into(),
+            ));
+        }
+        res
+    }
+}

@@ -1,0 +1,86 @@
+//! Argument parsing and subcommand dispatch.
+
+mod demo;
+mod info;
+mod op;
+
+use npurt::{Error, Result, Runtime, RuntimeConfig, Tier};
+
+pub const USAGE: &str = "\
+usage: npurt <command> [options]
+
+commands:
+  info                      backends, devices, memory, units, build facts, CPU features
+  demo                      walk through the runtime's features with measured values
+  op <OP> --input A.npy [--input B.npy ...] --output C.npy [--attr key=value ...]
+                            run one op on .npy files
+options (all commands):
+  --backend cpu|cuda|acl|auto   backend to use (default: best present; env NPURT_BACKEND)
+  --impl reference|generic|fast force an implementation tier (env NPURT_IMPL)
+  --devices N                   logical CPU devices (env NPURT_CPU_DEVICES)
+  -h, --help                    this text";
+
+/// Options shared by every subcommand, plus what is left for it.
+pub struct Common {
+    pub config: RuntimeConfig,
+    pub rest: Vec<String>,
+}
+
+fn parse_common(args: &[String]) -> Result<Common> {
+    let mut config = RuntimeConfig::default().with_env()?;
+    let mut rest = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| Error::Config(format!("{name} needs a value")))
+        };
+        match a.as_str() {
+            "--backend" => {
+                let v = value("--backend")?;
+                config.backend = if v == "auto" { None } else { Some(v) };
+            }
+            "--impl" => {
+                let v = value("--impl")?;
+                config.forced_tier = match v.as_str() {
+                    "auto" => None,
+                    _ => Some(Tier::parse(&v).ok_or_else(|| {
+                        Error::Config(format!(
+                            "--impl {v:?}: expected reference, generic, fast or auto"
+                        ))
+                    })?),
+                };
+            }
+            "--devices" => {
+                let v = value("--devices")?;
+                config.cpu_devices = v
+                    .parse()
+                    .map_err(|_| Error::Config(format!("--devices {v:?}: not a count")))?;
+            }
+            _ => rest.push(a.clone()),
+        }
+    }
+    config.validate()?;
+    Ok(Common { config, rest })
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let Some(cmd) = args.first() else {
+        println!("{USAGE}");
+        return Ok(());
+    };
+    if cmd == "-h" || cmd == "--help" || cmd == "help" {
+        println!("{USAGE}");
+        return Ok(());
+    }
+    let common = parse_common(&args[1..])?;
+    match cmd.as_str() {
+        "info" => info::run(&Runtime::with_config(common.config)?),
+        "demo" => demo::run(&Runtime::with_config(common.config)?),
+        "op" => op::run(common),
+        other => Err(Error::Config(format!(
+            "unknown command {other:?}\n\n{USAGE}"
+        ))),
+    }
+}

@@ -1,0 +1,101 @@
+//! npurt: one operator table for Ascend NPUs, NVIDIA GPUs and the CPU.
+//!
+//! [`Runtime::new`] discovers the backends compiled in, picks the best one present
+//! (Ascend, then CUDA, then the CPU; `NPURT_BACKEND` or [`RuntimeConfig::backend`]
+//! overrides) and announces the choice in the log.
+//!
+//! ```
+//! use npurt::{Op, Runtime};
+//! let rt = Runtime::new()?;
+//! let a = rt.from_slice(&[1f32, 2., 3., 4.], [2, 2], 0)?;
+//! let b = rt.from_slice(&[1f32, 0., 0., 1.], [2, 2], 0)?;
+//! let c = &rt.run(&Op::MatMul { trans_a: false, trans_b: false }, &[&a, &b])?[0];
+//! assert_eq!(c.to_ndarray::<f32>()?.into_raw_vec_and_offset().0, vec![1., 2., 3., 4.]);
+//! # Ok::<(), npurt::Error>(())
+//! ```
+
+pub mod build_info;
+pub mod conformance;
+pub mod npy;
+
+use std::sync::Arc;
+
+pub use backend_cpu;
+pub use runtime::op as runtime_op;
+pub use runtime::{Backend, KernelInfo};
+pub use runtime::{
+    Block, BlockKind, DType, DeviceInfo, Element, Error, Event, ExecReport, GeluApprox, HwMapping,
+    Layout, MemoryInfo, Op, OpKind, Optimizations, PoolConfig, PoolStats, Result, ReuseStrategy,
+    RuntimeConfig, Scheduling, Shape, Stream, StreamScope, Task, Tensor, TensorMeta, Tier, Unit,
+    UnitClass, Utilisation, bf16, f16, ndarray,
+};
+
+/// Backends compiled into this build, in fallback order.
+pub fn compiled_backends() -> Vec<&'static str> {
+    vec!["cpu"]
+}
+
+/// The CPU backend as configured by `config`.
+pub fn cpu_backend(config: &RuntimeConfig) -> Result<Arc<dyn Backend>> {
+    let b = backend_cpu::CpuBackend::new(backend_cpu::CpuConfig {
+        devices: config.cpu_devices,
+        threads: config.threads,
+    })?;
+    Ok(Arc::new(b))
+}
+
+/// Opens the backend `config` names, or the best one present.
+pub fn open_backend(config: &RuntimeConfig) -> Result<Arc<dyn Backend>> {
+    let wanted = config.backend.as_deref().filter(|b| *b != "auto");
+    match wanted {
+        Some("cpu") => cpu_backend(config),
+        Some(other @ ("cuda" | "acl" | "ascend")) => Err(Error::Unsupported(format!(
+            "backend {other:?} is not compiled into this build (compiled: {})",
+            compiled_backends().join(", ")
+        ))),
+        Some(other) => Err(Error::Config(format!("unknown backend {other:?}"))),
+        None => {
+            // Fallback order: Ascend -> CUDA -> CPU; only the CPU is compiled in so far.
+            log::info!(
+                "no backend requested; trying {} in order",
+                compiled_backends().join(" -> ")
+            );
+            cpu_backend(config)
+        }
+    }
+}
+
+/// The runtime users hold: [`runtime::Runtime`] over a discovered backend.
+#[derive(Clone, Debug)]
+pub struct Runtime(runtime::Runtime);
+
+impl std::ops::Deref for Runtime {
+    type Target = runtime::Runtime;
+    fn deref(&self) -> &runtime::Runtime {
+        &self.0
+    }
+}
+
+impl Runtime {
+    /// Default configuration with `NPURT_*` environment overrides, best backend present.
+    pub fn new() -> Result<Runtime> {
+        Runtime::with_config(RuntimeConfig::default().with_env()?)
+    }
+
+    /// Exactly this configuration (no environment overrides).
+    pub fn with_config(config: RuntimeConfig) -> Result<Runtime> {
+        config.validate()?;
+        let backend = open_backend(&config)?;
+        log::info!(
+            "npurt: using the {} backend ({} device(s))",
+            backend.name(),
+            backend.device_count()
+        );
+        Ok(Runtime(runtime::Runtime::with_backend(backend, config)?))
+    }
+
+    /// The backend-neutral runtime inside.
+    pub fn inner(&self) -> &runtime::Runtime {
+        &self.0
+    }
+}
