@@ -20,22 +20,13 @@ fn main() {
         .filter(|o| o.status.success())
         .is_some_and(|o| !o.stdout.is_empty());
     let features: Vec<String> = std::env::vars()
-        .filter_map(|(k, _)| {
-            k.strip_prefix("CARGO_FEATURE_")
-                .map(|f| f.to_ascii_lowercase())
-        })
+        .filter_map(|(k, _)| k.strip_prefix("CARGO_FEATURE_").map(|f| f.to_ascii_lowercase()))
         .collect();
     let target_features = std::env::var("CARGO_CFG_TARGET_FEATURE").unwrap_or_default();
     let target = std::env::var("TARGET").unwrap_or_default();
     let profile = std::env::var("PROFILE").unwrap_or_default();
-    println!(
-        "cargo:rustc-env=NPURT_GIT_COMMIT={commit}{}",
-        if dirty { "-dirty" } else { "" }
-    );
-    println!(
-        "cargo:rustc-env=NPURT_BUILD_FEATURES={}",
-        features.join(",")
-    );
+    println!("cargo:rustc-env=NPURT_GIT_COMMIT={commit}{}", if dirty { "-dirty" } else { "" });
+    println!("cargo:rustc-env=NPURT_BUILD_FEATURES={}", features.join(","));
     println!("cargo:rustc-env=NPURT_TARGET_FEATURES={target_features}");
     println!("cargo:rustc-env=NPURT_TARGET={target}");
     println!("cargo:rustc-env=NPURT_PROFILE={profile}");

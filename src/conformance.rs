@@ -65,22 +65,12 @@ fn values(rng: &mut Rng, dtype: DType, shape: &[usize], kind: &str) -> Vec<f64> 
         .collect()
 }
 
-fn add(
-    out: &mut Vec<Case>,
-    op: Op,
-    shapes: Vec<(DType, Vec<usize>, &str)>,
-    acc: usize,
-    rng: &mut Rng,
-) {
+fn add(out: &mut Vec<Case>, op: Op, shapes: Vec<(DType, Vec<usize>, &str)>, acc: usize, rng: &mut Rng) {
     let inputs = shapes.into_iter().map(|(d, s, k)| {
         let v = values(rng, d, &s, k);
         (d, s, v)
     });
-    out.push(Case {
-        op,
-        inputs: inputs.collect(),
-        accumulation: acc,
-    });
+    out.push(Case { op, inputs: inputs.collect(), accumulation: acc });
 }
 
 /// Every case of the suite for `dtype`.
@@ -89,36 +79,20 @@ pub fn cases(dtype: DType, seed: u64) -> Vec<Case> {
     let mut out = Vec::new();
     let f = dtype;
     if dtype.is_float() {
-        for &(m, k, n) in &[
-            (1, 1, 1),
-            (3, 5, 7),
-            (17, 33, 9),
-            (0, 3, 4),
-            (2, 0, 3),
-            (8, 16, 24),
-            (33, 65, 17),
-        ] {
+        for &(m, k, n) in &[(1, 1, 1), (3, 5, 7), (17, 33, 9), (0, 3, 4), (2, 0, 3), (8, 16, 24), (33, 65, 17)] {
             for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
                 let a = if ta { vec![k, m] } else { vec![m, k] };
                 let b = if tb { vec![n, k] } else { vec![k, n] };
                 add(
                     &mut out,
-                    Op::MatMul {
-                        trans_a: ta,
-                        trans_b: tb,
-                    },
+                    Op::MatMul { trans_a: ta, trans_b: tb },
                     vec![(f, a.clone(), ""), (f, b.clone(), "")],
                     k,
                     &mut rng,
                 );
                 add(
                     &mut out,
-                    Op::Gemm {
-                        trans_a: ta,
-                        trans_b: tb,
-                        alpha: 0.5,
-                        beta: 2.0,
-                    },
+                    Op::Gemm { trans_a: ta, trans_b: tb, alpha: 0.5, beta: 2.0 },
                     vec![(f, a, ""), (f, b, ""), (f, vec![n], "")],
                     k,
                     &mut rng,
@@ -127,88 +101,46 @@ pub fn cases(dtype: DType, seed: u64) -> Vec<Case> {
         }
         add(
             &mut out,
-            Op::Gemm {
-                trans_a: false,
-                trans_b: false,
-                alpha: 1.0,
-                beta: 0.0,
-            },
+            Op::Gemm { trans_a: false, trans_b: false, alpha: 1.0, beta: 0.0 },
             vec![(f, vec![4, 3], ""), (f, vec![3, 5], "")],
             3,
             &mut rng,
         );
         add(
             &mut out,
-            Op::Gemm {
-                trans_a: false,
-                trans_b: false,
-                alpha: 1.0,
-                beta: 1.0,
-            },
-            vec![
-                (f, vec![4, 3], ""),
-                (f, vec![3, 5], ""),
-                (f, vec![4, 1], ""),
-            ],
+            Op::Gemm { trans_a: false, trans_b: false, alpha: 1.0, beta: 1.0 },
+            vec![(f, vec![4, 3], ""), (f, vec![3, 5], ""), (f, vec![4, 1], "")],
             3,
             &mut rng,
         );
         // Batched and broadcast batch dims.
         add(
             &mut out,
-            Op::MatMul {
-                trans_a: false,
-                trans_b: false,
-            },
+            Op::MatMul { trans_a: false, trans_b: false },
             vec![(f, vec![2, 3, 5, 4], ""), (f, vec![4, 6], "")],
             4,
             &mut rng,
         );
         add(
             &mut out,
-            Op::MatMul {
-                trans_a: false,
-                trans_b: true,
-            },
+            Op::MatMul { trans_a: false, trans_b: true },
             vec![(f, vec![1, 5, 4], ""), (f, vec![3, 6, 4], "")],
             4,
             &mut rng,
         );
         add(
             &mut out,
-            Op::MatMul {
-                trans_a: true,
-                trans_b: false,
-            },
+            Op::MatMul { trans_a: true, trans_b: false },
             vec![(f, vec![3, 1, 4, 5], ""), (f, vec![2, 4, 7], "")],
             4,
             &mut rng,
         );
         for &(m, k, n) in &[(1, 1, 1), (7, 13, 5), (0, 4, 3), (4, 0, 3), (9, 32, 17)] {
-            add(
-                &mut out,
-                Op::Linear,
-                vec![(f, vec![m, k], ""), (f, vec![n, k], ""), (f, vec![n], "")],
-                k,
-                &mut rng,
-            );
-            add(
-                &mut out,
-                Op::Linear,
-                vec![(f, vec![2, m, k], ""), (f, vec![n, k], "")],
-                k,
-                &mut rng,
-            );
+            add(&mut out, Op::Linear, vec![(f, vec![m, k], ""), (f, vec![n, k], ""), (f, vec![n], "")], k, &mut rng);
+            add(&mut out, Op::Linear, vec![(f, vec![2, m, k], ""), (f, vec![n, k], "")], k, &mut rng);
         }
-        let unary_shapes: Vec<Vec<usize>> = vec![
-            vec![],
-            vec![0],
-            vec![1],
-            vec![7],
-            vec![3, 17],
-            vec![2, 3, 33],
-            vec![1031],
-        ];
+        let unary_shapes: Vec<Vec<usize>> =
+            vec![vec![], vec![0], vec![1], vec![7], vec![3, 17], vec![2, 3, 33], vec![1031]];
         for s in &unary_shapes {
             for op in [
                 Op::Relu,
@@ -221,35 +153,16 @@ pub fn cases(dtype: DType, seed: u64) -> Vec<Case> {
             ] {
                 add(&mut out, op, vec![(f, s.clone(), "")], 1, &mut rng);
             }
-            add(
-                &mut out,
-                Op::Sqrt,
-                vec![(f, s.clone(), "positive")],
-                1,
-                &mut rng,
-            );
+            add(&mut out, Op::Sqrt, vec![(f, s.clone(), "positive")], 1, &mut rng);
         }
-        for s in [
-            vec![1],
-            vec![5],
-            vec![3, 7],
-            vec![2, 3, 19],
-            vec![4, 0],
-            vec![2, 1, 65],
-        ] {
+        for s in [vec![1], vec![5], vec![3, 7], vec![2, 3, 19], vec![4, 0], vec![2, 1, 65]] {
             let r = s.len() as isize;
             for axis in [-1, 0] {
                 if axis == 0 && r == 1 {
                     continue;
                 }
                 let acc = s[s.len() - 1].max(1);
-                add(
-                    &mut out,
-                    Op::Softmax { axis },
-                    vec![(f, s.clone(), "")],
-                    acc,
-                    &mut rng,
-                );
+                add(&mut out, Op::Softmax { axis }, vec![(f, s.clone(), "")], acc, &mut rng);
             }
             let d = *s.last().unwrap_or(&1);
             add(
@@ -262,57 +175,20 @@ pub fn cases(dtype: DType, seed: u64) -> Vec<Case> {
             add(
                 &mut out,
                 Op::AddLayerNorm { eps: 1e-3 },
-                vec![
-                    (f, s.clone(), ""),
-                    (f, s.clone(), ""),
-                    (f, vec![d], ""),
-                    (f, vec![d], ""),
-                ],
+                vec![(f, s.clone(), ""), (f, s.clone(), ""), (f, vec![d], ""), (f, vec![d], "")],
                 d,
                 &mut rng,
             );
-            add(
-                &mut out,
-                Op::BiasGelu(GeluApprox::Erf),
-                vec![(f, s.clone(), ""), (f, vec![d], "")],
-                1,
-                &mut rng,
-            );
-            add(
-                &mut out,
-                Op::BiasGelu(GeluApprox::Tanh),
-                vec![(f, s.clone(), ""), (f, vec![d], "")],
-                1,
-                &mut rng,
-            );
+            add(&mut out, Op::BiasGelu(GeluApprox::Erf), vec![(f, s.clone(), ""), (f, vec![d], "")], 1, &mut rng);
+            add(&mut out, Op::BiasGelu(GeluApprox::Tanh), vec![(f, s.clone(), ""), (f, vec![d], "")], 1, &mut rng);
             for (axes, keepdims) in [(vec![], false), (vec![-1], true), (vec![0], false)] {
                 let acc = s.iter().product::<usize>().max(1);
-                add(
-                    &mut out,
-                    Op::ReduceSum {
-                        axes: axes.clone(),
-                        keepdims,
-                    },
-                    vec![(f, s.clone(), "")],
-                    acc,
-                    &mut rng,
-                );
-                add(
-                    &mut out,
-                    Op::ReduceMean { axes, keepdims },
-                    vec![(f, s.clone(), "")],
-                    acc,
-                    &mut rng,
-                );
+                add(&mut out, Op::ReduceSum { axes: axes.clone(), keepdims }, vec![(f, s.clone(), "")], acc, &mut rng);
+                add(&mut out, Op::ReduceMean { axes, keepdims }, vec![(f, s.clone(), "")], acc, &mut rng);
             }
         }
         // Attention with and without masks.
-        for &(b, h, s, t, d) in &[
-            (1, 1, 1, 1, 1),
-            (2, 3, 5, 7, 4),
-            (1, 2, 17, 17, 8),
-            (1, 1, 0, 3, 2),
-        ] {
+        for &(b, h, s, t, d) in &[(1, 1, 1, 1, 1), (2, 3, 5, 7, 4), (1, 2, 17, 17, 8), (1, 1, 0, 3, 2)] {
             let q = vec![b, h, s, d];
             let k = vec![b, h, t, d];
             add(
@@ -322,9 +198,7 @@ pub fn cases(dtype: DType, seed: u64) -> Vec<Case> {
                 t * d,
                 &mut rng,
             );
-            let mut mask_vals: Vec<f64> = (0..b * t)
-                .map(|i| if i % 3 == 2 { 0.0 } else { 1.0 })
-                .collect();
+            let mut mask_vals: Vec<f64> = (0..b * t).map(|i| if i % 3 == 2 { 0.0 } else { 1.0 }).collect();
             if !mask_vals.is_empty() {
                 mask_vals[0] = 1.0;
             }
@@ -341,24 +215,13 @@ pub fn cases(dtype: DType, seed: u64) -> Vec<Case> {
             add(
                 &mut out,
                 Op::Attention { scale: None },
-                vec![
-                    (f, q.clone(), ""),
-                    (f, k.clone(), ""),
-                    (f, k.clone(), ""),
-                    (f, vec![s, t], ""),
-                ],
+                vec![(f, q.clone(), ""), (f, k.clone(), ""), (f, k.clone(), ""), (f, vec![s, t], "")],
                 t * d,
                 &mut rng,
             );
         }
         for to in [DType::F32, DType::F16, DType::BF16, DType::I32] {
-            add(
-                &mut out,
-                Op::Cast { to },
-                vec![(f, vec![3, 11], "")],
-                1,
-                &mut rng,
-            );
+            add(&mut out, Op::Cast { to }, vec![(f, vec![3, 11], "")], 1, &mut rng);
         }
     }
     // Arithmetic with broadcasting (floats and integers).
@@ -374,21 +237,9 @@ pub fn cases(dtype: DType, seed: u64) -> Vec<Case> {
             (vec![1031], vec![1031]),
         ] {
             for op in [Op::Add, Op::Sub, Op::Mul] {
-                add(
-                    &mut out,
-                    op,
-                    vec![(f, sa.clone(), ""), (f, sb.clone(), "")],
-                    1,
-                    &mut rng,
-                );
+                add(&mut out, op, vec![(f, sa.clone(), ""), (f, sb.clone(), "")], 1, &mut rng);
             }
-            add(
-                &mut out,
-                Op::Div,
-                vec![(f, sa.clone(), ""), (f, sb.clone(), "nonzero")],
-                1,
-                &mut rng,
-            );
+            add(&mut out, Op::Div, vec![(f, sa.clone(), ""), (f, sb.clone(), "nonzero")], 1, &mut rng);
         }
     }
     // Data movement: every dtype.
@@ -398,54 +249,28 @@ pub fn cases(dtype: DType, seed: u64) -> Vec<Case> {
         (vec![1, 5, 0], vec![1, 2, 0]),
         (vec![2, 3, 4, 5], vec![0, 2, 1, 3]),
     ] {
-        add(
-            &mut out,
-            Op::Permute { perm },
-            vec![(f, s, "")],
-            1,
-            &mut rng,
-        );
+        add(&mut out, Op::Permute { perm }, vec![(f, s, "")], 1, &mut rng);
     }
-    add(
-        &mut out,
-        Op::Reshape { shape: vec![3, -1] },
-        vec![(f, vec![2, 3, 2], "")],
-        1,
-        &mut rng,
-    );
+    add(&mut out, Op::Reshape { shape: vec![3, -1] }, vec![(f, vec![2, 3, 2], "")], 1, &mut rng);
     add(&mut out, Op::Copy, vec![(f, vec![5, 7], "")], 1, &mut rng);
-    for (data, idx, axis) in [
-        (vec![10, 4], vec![3], 0),
-        (vec![10, 4], vec![2, 3], 0),
-        (vec![3, 5, 2], vec![4], 1),
-        (vec![6], vec![0], 0),
-    ] {
+    for (data, idx, axis) in
+        [(vec![10, 4], vec![3], 0), (vec![10, 4], vec![2, 3], 0), (vec![3, 5, 2], vec![4], 1), (vec![6], vec![0], 0)]
+    {
         let n = data[axis];
         let iv: Vec<f64> = (0..idx.iter().product::<usize>())
-            .map(|_| {
-                (rng.next() * n as f64).floor() - if rng.next() < 0.2 { n as f64 } else { 0.0 }
-            })
+            .map(|_| (rng.next() * n as f64).floor() - if rng.next() < 0.2 { n as f64 } else { 0.0 })
             .collect();
         for it in [DType::I64, DType::I32] {
             out.push(Case {
                 op: Op::Gather { axis },
-                inputs: vec![
-                    (f, data.clone(), values(&mut rng, f, &data, "")),
-                    (it, idx.clone(), iv.clone()),
-                ],
+                inputs: vec![(f, data.clone(), values(&mut rng, f, &data, "")), (it, idx.clone(), iv.clone())],
                 accumulation: 1,
             });
         }
     }
     if dtype.is_int() {
         for to in [DType::F32, DType::I64, DType::U8] {
-            add(
-                &mut out,
-                Op::Cast { to },
-                vec![(f, vec![13], "")],
-                1,
-                &mut rng,
-            );
+            add(&mut out, Op::Cast { to }, vec![(f, vec![13], "")], 1, &mut rng);
         }
     }
     out
@@ -454,10 +279,7 @@ pub fn cases(dtype: DType, seed: u64) -> Vec<Case> {
 fn upload(rt: &Runtime, dtype: DType, shape: &[usize], v: &[f64]) -> Result<Tensor> {
     macro_rules! up {
         ($t:ty) => {{
-            let vals: Vec<$t> = v
-                .iter()
-                .map(|&x| <$t as crate::Element>::from_f64(x))
-                .collect();
+            let vals: Vec<$t> = v.iter().map(|&x| <$t as crate::Element>::from_f64(x)).collect();
             rt.from_slice(&vals, shape.to_vec(), 0)
         }};
     }
@@ -475,10 +297,7 @@ fn upload(rt: &Runtime, dtype: DType, shape: &[usize], v: &[f64]) -> Result<Tens
 pub fn download(t: &Tensor) -> Result<Vec<f64>> {
     macro_rules! down {
         ($t:ty) => {
-            t.to_ndarray::<$t>()?
-                .iter()
-                .map(|v| crate::Element::to_f64(*v))
-                .collect()
+            t.to_ndarray::<$t>()?.iter().map(|v| crate::Element::to_f64(*v)).collect()
         };
     }
     Ok(match t.dtype() {
@@ -506,11 +325,7 @@ pub fn tolerance(d: DType, acc: usize) -> f64 {
 /// Runs `case` on a runtime forced to `tier`: `Ok(None)` when no kernel of that tier
 /// accepts it.
 fn run_case(rt: &Runtime, case: &Case) -> Result<Option<(DType, Vec<f64>)>> {
-    let ins: Vec<Tensor> = case
-        .inputs
-        .iter()
-        .map(|(d, s, v)| upload(rt, *d, s, v))
-        .collect::<Result<_>>()?;
+    let ins: Vec<Tensor> = case.inputs.iter().map(|(d, s, v)| upload(rt, *d, s, v)).collect::<Result<_>>()?;
     let refs: Vec<&Tensor> = ins.iter().collect();
     match rt.run(&case.op, &refs) {
         Ok(outs) => Ok(Some((outs[0].dtype(), download(&outs[0])?))),
@@ -520,37 +335,25 @@ fn run_case(rt: &Runtime, case: &Case) -> Result<Option<(DType, Vec<f64>)>> {
 }
 
 fn describe(case: &Case) -> String {
-    let ins: Vec<String> = case
-        .inputs
-        .iter()
-        .map(|(d, s, _)| format!("{d} {s:?}"))
-        .collect();
+    let ins: Vec<String> = case.inputs.iter().map(|(d, s, _)| format!("{d} {s:?}")).collect();
     format!("{:?} on ({})", case.op, ins.join(", "))
 }
 
 /// Runs the whole suite on `backend` for `dtypes`, comparing each tier with the reference.
 pub fn run(backend: Arc<dyn Backend>, dtypes: &[DType], seed: u64) -> Result<Summary> {
     let mk = |tier| {
-        let cfg = RuntimeConfig {
-            forced_tier: Some(tier),
-            ..RuntimeConfig::default()
-        };
+        let cfg = RuntimeConfig { forced_tier: Some(tier), ..RuntimeConfig::default() };
         Runtime::with_backend(backend.clone(), cfg)
     };
     let reference = mk(Tier::Reference)?;
-    let tiers: Vec<(Tier, Runtime)> = [Tier::Generic, Tier::HighPerformance]
-        .into_iter()
-        .map(|t| Ok((t, mk(t)?)))
-        .collect::<Result<_>>()?;
+    let tiers: Vec<(Tier, Runtime)> =
+        [Tier::Generic, Tier::HighPerformance].into_iter().map(|t| Ok((t, mk(t)?))).collect::<Result<_>>()?;
     let mut summary = Summary::default();
     for &dtype in dtypes {
         for case in cases(dtype, seed) {
             let name = describe(&case);
             let Some((odt, want)) = run_case(&reference, &case)? else {
-                return Err(Error::Unsupported(format!(
-                    "{}: the reference tier declined {name}",
-                    backend.name()
-                )));
+                return Err(Error::Unsupported(format!("{}: the reference tier declined {name}", backend.name())));
             };
             let tol = tolerance(odt, case.accumulation);
             for (tier, rt) in &tiers {

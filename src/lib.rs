@@ -24,10 +24,9 @@ pub use backend_cpu;
 pub use runtime::op as runtime_op;
 pub use runtime::{Backend, KernelInfo};
 pub use runtime::{
-    Block, BlockKind, DType, DeviceInfo, Element, Error, Event, ExecReport, GeluApprox, HwMapping,
-    Layout, MemoryInfo, Op, OpKind, Optimizations, PoolConfig, PoolStats, Result, ReuseStrategy,
-    RuntimeConfig, Scheduling, Shape, Stream, StreamScope, Task, Tensor, TensorMeta, Tier, Unit,
-    UnitClass, Utilisation, bf16, f16, ndarray,
+    Block, BlockKind, DType, DeviceInfo, Element, Error, Event, ExecReport, GeluApprox, HwMapping, Layout, MemoryInfo,
+    Op, OpKind, Optimizations, PoolConfig, PoolStats, Result, ReuseStrategy, RuntimeConfig, Scheduling, Shape, Stream,
+    StreamScope, Task, Tensor, TensorMeta, Tier, Unit, UnitClass, Utilisation, bf16, f16, ndarray,
 };
 
 /// Backends compiled into this build, in fallback order.
@@ -37,10 +36,8 @@ pub fn compiled_backends() -> Vec<&'static str> {
 
 /// The CPU backend as configured by `config`.
 pub fn cpu_backend(config: &RuntimeConfig) -> Result<Arc<dyn Backend>> {
-    let b = backend_cpu::CpuBackend::new(backend_cpu::CpuConfig {
-        devices: config.cpu_devices,
-        threads: config.threads,
-    })?;
+    let b =
+        backend_cpu::CpuBackend::new(backend_cpu::CpuConfig { devices: config.cpu_devices, threads: config.threads })?;
     Ok(Arc::new(b))
 }
 
@@ -56,10 +53,7 @@ pub fn open_backend(config: &RuntimeConfig) -> Result<Arc<dyn Backend>> {
         Some(other) => Err(Error::Config(format!("unknown backend {other:?}"))),
         None => {
             // Fallback order: Ascend -> CUDA -> CPU; only the CPU is compiled in so far.
-            log::info!(
-                "no backend requested; trying {} in order",
-                compiled_backends().join(" -> ")
-            );
+            log::info!("no backend requested; trying {} in order", compiled_backends().join(" -> "));
             cpu_backend(config)
         }
     }
@@ -86,11 +80,7 @@ impl Runtime {
     pub fn with_config(config: RuntimeConfig) -> Result<Runtime> {
         config.validate()?;
         let backend = open_backend(&config)?;
-        log::info!(
-            "npurt: using the {} backend ({} device(s))",
-            backend.name(),
-            backend.device_count()
-        );
+        log::info!("npurt: using the {} backend ({} device(s))", backend.name(), backend.device_count());
         Ok(Runtime(runtime::Runtime::with_backend(backend, config)?))
     }
 

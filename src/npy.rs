@@ -30,10 +30,7 @@ fn descr(d: DType) -> Option<&'static str> {
 /// Value of `key` in the header dict, as raw text up to the next top-level comma.
 fn field<'a>(header: &'a str, key: &str) -> Option<&'a str> {
     let at = header.find(&format!("'{key}'"))?;
-    let rest = header[at + key.len() + 2..]
-        .trim_start()
-        .strip_prefix(':')?
-        .trim_start();
+    let rest = header[at + key.len() + 2..].trim_start().strip_prefix(':')?.trim_start();
     if rest.starts_with('(') {
         let end = rest.find(')')?;
         Some(&rest[..=end])
@@ -55,10 +52,7 @@ pub fn parse(bytes: &[u8], path: &str) -> Result<NpyArray> {
             if bytes.len() < 12 {
                 return Err(bad(path, "truncated header"));
             }
-            (
-                u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
-                12,
-            )
+            (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12)
         }
         v => return Err(bad(path, format!("unsupported .npy version {v}"))),
     };
@@ -66,16 +60,10 @@ pub fn parse(bytes: &[u8], path: &str) -> Result<NpyArray> {
         .get(start..start + hlen)
         .and_then(|h| std::str::from_utf8(h).ok())
         .ok_or_else(|| bad(path, "truncated or non-UTF-8 header"))?;
-    let d = field(header, "descr")
-        .ok_or_else(|| bad(path, "header has no descr"))?
-        .trim_matches(['\'', '"']);
-    let fortran =
-        field(header, "fortran_order").ok_or_else(|| bad(path, "header has no fortran_order"))?;
+    let d = field(header, "descr").ok_or_else(|| bad(path, "header has no descr"))?.trim_matches(['\'', '"']);
+    let fortran = field(header, "fortran_order").ok_or_else(|| bad(path, "header has no fortran_order"))?;
     if fortran.starts_with("True") {
-        return Err(bad(
-            path,
-            "Fortran-order arrays are not supported; save with np.ascontiguousarray",
-        ));
+        return Err(bad(path, "Fortran-order arrays are not supported; save with np.ascontiguousarray"));
     }
     let shape_s = field(header, "shape").ok_or_else(|| bad(path, "header has no shape"))?;
     let shape: Vec<usize> = shape_s
@@ -83,10 +71,7 @@ pub fn parse(bytes: &[u8], path: &str) -> Result<NpyArray> {
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| {
-            s.parse::<usize>()
-                .map_err(|_| bad(path, format!("bad shape {shape_s}")))
-        })
+        .map(|s| s.parse::<usize>().map_err(|_| bad(path, format!("bad shape {shape_s}"))))
         .collect::<Result<_>>()?;
     let n: usize = shape.iter().product();
     let body = &bytes[start + hlen..];
@@ -98,23 +83,12 @@ pub fn parse(bytes: &[u8], path: &str) -> Result<NpyArray> {
         "<i8" => (DType::I64, 8, false),
         "|u1" | "|b1" | "<u1" => (DType::U8, 1, false),
         other => {
-            return Err(bad(
-                path,
-                format!("unsupported dtype {other:?} (use f32, f16, f64, i32, i64, u8, bool)"),
-            ));
+            return Err(bad(path, format!("unsupported dtype {other:?} (use f32, f16, f64, i32, i64, u8, bool)")));
         }
     };
-    let need = n
-        .checked_mul(size)
-        .ok_or_else(|| bad(path, "shape overflows"))?;
+    let need = n.checked_mul(size).ok_or_else(|| bad(path, "shape overflows"))?;
     if body.len() < need {
-        return Err(bad(
-            path,
-            format!(
-                "data has {} bytes, shape {shape:?} needs {need}",
-                body.len()
-            ),
-        ));
+        return Err(bad(path, format!("data has {} bytes, shape {shape:?} needs {need}", body.len())));
     }
     let data = if convert_f64 {
         body[..need]
@@ -135,19 +109,11 @@ pub fn read(path: impl AsRef<Path>) -> Result<NpyArray> {
 
 /// Serialises to `.npy` (version 1.0).
 pub fn to_bytes(a: &NpyArray) -> Result<Vec<u8>> {
-    let d = descr(a.dtype)
-        .ok_or_else(|| Error::Unsupported(format!("{} has no .npy dtype", a.dtype)))?;
+    let d = descr(a.dtype).ok_or_else(|| Error::Unsupported(format!("{} has no .npy dtype", a.dtype)))?;
     let shape = match a.shape.len() {
         0 => "()".to_string(),
         1 => format!("({},)", a.shape[0]),
-        _ => format!(
-            "({})",
-            a.shape
-                .iter()
-                .map(|s| s.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
+        _ => format!("({})", a.shape.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")),
     };
     let mut header = format!("{{'descr': '{d}', 'fortran_order': False, 'shape': {shape}, }}");
     // Pad so that the data starts on a 64-byte boundary; the header ends with '\n'.
@@ -173,18 +139,11 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        let a = NpyArray {
-            dtype: DType::I64,
-            shape: vec![2, 3],
-            data: (0..6i64).flat_map(|v| v.to_le_bytes()).collect(),
-        };
+        let a =
+            NpyArray { dtype: DType::I64, shape: vec![2, 3], data: (0..6i64).flat_map(|v| v.to_le_bytes()).collect() };
         let b = parse(&to_bytes(&a).unwrap(), "mem").unwrap();
         assert_eq!(a, b);
-        let s = NpyArray {
-            dtype: DType::F32,
-            shape: vec![],
-            data: 1.5f32.to_le_bytes().to_vec(),
-        };
+        let s = NpyArray { dtype: DType::F32, shape: vec![], data: 1.5f32.to_le_bytes().to_vec() };
         assert_eq!(parse(&to_bytes(&s).unwrap(), "mem").unwrap(), s);
         assert!(parse(b"garbage!!!!!", "mem").is_err());
     }

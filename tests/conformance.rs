@@ -14,17 +14,8 @@ fn check(dtypes: &[DType]) {
             eprintln!("MISMATCH {name} [{}] {}: {}", m.tier, m.case, m.detail);
         }
         assert!(s.checked > 0, "{name}: nothing was checked");
-        assert!(
-            s.mismatches.is_empty(),
-            "{name}: {} mismatches in {} checks",
-            s.mismatches.len(),
-            s.checked
-        );
-        eprintln!(
-            "{name} {dtypes:?}: {} checks, {} skipped, 0 mismatches",
-            s.checked,
-            s.skipped.len()
-        );
+        assert!(s.mismatches.is_empty(), "{name}: {} mismatches in {} checks", s.mismatches.len(), s.checked);
+        eprintln!("{name} {dtypes:?}: {} checks, {} skipped, 0 mismatches", s.checked, s.skipped.len());
     }
 }
 

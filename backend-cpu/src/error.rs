@@ -9,11 +9,7 @@ pub enum CpuError {
     #[error("invalid allocation request: {0}")]
     BadRequest(String),
     #[error("address range {addr:#x}+{len} is not inside a live allocation of cpu:{device}")]
-    BadAddress {
-        device: usize,
-        addr: u64,
-        len: usize,
-    },
+    BadAddress { device: usize, addr: u64, len: usize },
     #[error("device cpu:{0} does not exist")]
     NoDevice(usize),
     #[error("unknown stream {0} on cpu:{1}")]
@@ -30,9 +26,6 @@ pub enum CpuError {
 
 impl From<CpuError> for runtime::Error {
     fn from(e: CpuError) -> runtime::Error {
-        runtime::Error::Backend {
-            backend: "cpu",
-            msg: e.to_string(),
-        }
+        runtime::Error::Backend { backend: "cpu", msg: e.to_string() }
     }
 }

@@ -69,10 +69,7 @@ fn x86() -> (Isa, bool, bool, Vec<&'static str>) {
 
 fn cpuinfo_field(name: &str) -> Option<String> {
     let s = std::fs::read_to_string("/proc/cpuinfo").ok()?;
-    s.lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.split(':').nth(1))
-        .map(|v| v.trim().to_string())
+    s.lines().find(|l| l.starts_with(name)).and_then(|l| l.split(':').nth(1)).map(|v| v.trim().to_string())
 }
 
 fn meminfo(name: &str) -> Option<u64> {
@@ -90,10 +87,7 @@ pub fn mem_available() -> Option<u64> {
 fn detect() -> CpuFeatures {
     let (isa, avx512bf16, f16c, detected) = x86();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mhz = cpuinfo_field("cpu MHz")
-        .and_then(|v| v.parse().ok())
-        .filter(|m: &f64| *m > 100.0)
-        .unwrap_or(2000.0);
+    let mhz = cpuinfo_field("cpu MHz").and_then(|v| v.parse().ok()).filter(|m: &f64| *m > 100.0).unwrap_or(2000.0);
     CpuFeatures {
         isa,
         avx512bf16,
@@ -114,10 +108,7 @@ impl CpuFeatures {
             Isa::Avx2Fma => "avx2-fma",
             Isa::Scalar => "scalar-fma",
         };
-        Unit {
-            class: UnitClass::Cube,
-            label,
-        }
+        Unit { class: UnitClass::Cube, label }
     }
     /// Unit of the SIMD element-wise kernels.
     pub fn vector_unit(&self) -> Unit {
@@ -126,33 +117,17 @@ impl CpuFeatures {
             Isa::Avx2Fma => "avx2",
             Isa::Scalar => "scalar-simd",
         };
-        Unit {
-            class: UnitClass::Vector,
-            label,
-        }
+        Unit { class: UnitClass::Vector, label }
     }
     /// Unit of portable code (baseline SIMD the compiler chose).
     pub fn baseline_unit(&self) -> Unit {
-        Unit {
-            class: UnitClass::Vector,
-            label: if cfg!(target_arch = "x86_64") {
-                "sse2"
-            } else {
-                "baseline"
-            },
-        }
+        Unit { class: UnitClass::Vector, label: if cfg!(target_arch = "x86_64") { "sse2" } else { "baseline" } }
     }
     pub fn scalar_unit(&self) -> Unit {
-        Unit {
-            class: UnitClass::Scalar,
-            label: "scalar",
-        }
+        Unit { class: UnitClass::Scalar, label: "scalar" }
     }
     pub fn bf16_unit(&self) -> Unit {
-        Unit {
-            class: UnitClass::Cube,
-            label: "avx512-bf16",
-        }
+        Unit { class: UnitClass::Cube, label: "avx512-bf16" }
     }
     /// f32 lanes per vector register.
     pub fn lanes(&self) -> f64 {

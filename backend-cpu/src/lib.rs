@@ -16,9 +16,7 @@ pub use error::CpuError;
 
 use kernels::common::{Ctx, In, Out};
 use memory::AllocTable;
-use runtime::{
-    Backend, DeviceInfo, DevicePtr, EventId, KernelInfo, LaunchArgs, Result, StreamId, UnitInfo,
-};
+use runtime::{Backend, DeviceInfo, DevicePtr, EventId, KernelInfo, LaunchArgs, Result, StreamId, UnitInfo};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -43,10 +41,7 @@ pub struct CpuConfig {
 
 impl Default for CpuConfig {
     fn default() -> Self {
-        CpuConfig {
-            devices: 1,
-            threads: None,
-        }
+        CpuConfig { devices: 1, threads: None }
     }
 }
 
@@ -73,9 +68,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl CpuBackend {
     pub fn new(cfg: CpuConfig) -> std::result::Result<CpuBackend, CpuError> {
         if cfg.devices == 0 {
-            return Err(CpuError::BadRequest(
-                "at least one CPU device is needed".into(),
-            ));
+            return Err(CpuError::BadRequest("at least one CPU device is needed".into()));
         }
         let features = features::get();
         let threads = cfg.threads.unwrap_or(features.cores).max(1);
@@ -95,16 +88,8 @@ impl CpuBackend {
                 threads,
             });
         }
-        log::debug!(
-            "cpu backend: {} device(s), {threads} thread(s) each, ISA {:?}",
-            cfg.devices,
-            features.isa
-        );
-        Ok(CpuBackend {
-            devices,
-            table: kernels::table(features),
-            features,
-        })
+        log::debug!("cpu backend: {} device(s), {threads} thread(s) each, ISA {:?}", cfg.devices, features.isa);
+        Ok(CpuBackend { devices, table: kernels::table(features), features })
     }
 
     pub fn features(&self) -> &'static features::CpuFeatures {
@@ -115,27 +100,16 @@ impl CpuBackend {
         self.devices.get(d).ok_or(CpuError::NoDevice(d))
     }
 
-    fn queue(
-        &self,
-        d: usize,
-        s: StreamId,
-    ) -> std::result::Result<Option<Arc<WorkQueue>>, CpuError> {
+    fn queue(&self, d: usize, s: StreamId) -> std::result::Result<Option<Arc<WorkQueue>>, CpuError> {
         if s == DEFAULT_STREAM {
             return Ok(None);
         }
         let dev = self.dev(d)?;
-        lock(&dev.streams)
-            .get(&s.0)
-            .cloned()
-            .map(Some)
-            .ok_or(CpuError::NoStream(s.0, d))
+        lock(&dev.streams).get(&s.0).cloned().map(Some).ok_or(CpuError::NoStream(s.0, d))
     }
 
     fn event(&self, d: usize, e: EventId) -> std::result::Result<Arc<CpuEvent>, CpuError> {
-        lock(&self.dev(d)?.events)
-            .get(&e.0)
-            .cloned()
-            .ok_or(CpuError::NoEvent(e.0, d))
+        lock(&self.dev(d)?.events).get(&e.0).cloned().ok_or(CpuError::NoEvent(e.0, d))
     }
 
     /// Runs `job` now (default stream) or queues it (user stream).
@@ -153,20 +127,12 @@ impl CpuBackend {
     fn range(arg: &runtime::TensorArg) -> (u64, usize) {
         let es = arg.dtype.size();
         let start = arg.ptr.0 + (arg.layout.offset * es) as u64;
-        let len = if arg.layout.numel() == 0 {
-            0
-        } else {
-            (arg.layout.span() - arg.layout.offset) * es
-        };
+        let len = if arg.layout.numel() == 0 { 0 } else { (arg.layout.span() - arg.layout.offset) * es };
         (start, len)
     }
 }
 
-fn run_kernel(
-    f: kernels::KernelFn,
-    args: &LaunchArgs,
-    ctx: &Ctx,
-) -> std::result::Result<(), String> {
+fn run_kernel(f: kernels::KernelFn, args: &LaunchArgs, ctx: &Ctx) -> std::result::Result<(), String> {
     let ins: Vec<In> = args
         .inputs
         .iter()
@@ -206,10 +172,7 @@ fn run_kernel(
             }
         })
         .collect();
-    if outs
-        .iter()
-        .any(|o| o.bytes.len() < o.numel() * o.dtype.size())
-    {
+    if outs.iter().any(|o| o.bytes.len() < o.numel() * o.dtype.size()) {
         return Err("output operand is not contiguous".into());
     }
     f(&args.op, &ins, &mut outs, ctx)
@@ -237,10 +200,7 @@ unsafe impl Backend for CpuBackend {
         let hz = f.mhz * 1e6;
         let cores = dev.threads.min(f.cores) as f64;
         let bw = cores * 10e9;
-        let src = format!(
-            "{cores} cores x {:.0} MHz x lanes x 2 FMA pipes x 2 flops; 10 GB/s per core assumed",
-            f.mhz
-        );
+        let src = format!("{cores} cores x {:.0} MHz x lanes x 2 FMA pipes x 2 flops; 10 GB/s per core assumed", f.mhz);
         let unit = |unit, lanes: f64, fma: f64| UnitInfo {
             unit,
             peak_flops: cores * hz * lanes * fma,
@@ -282,13 +242,7 @@ unsafe impl Backend for CpuBackend {
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.0 as *mut u8, src.len()) };
         Ok(())
     }
-    fn copy_to_host(
-        &self,
-        device: usize,
-        src: DevicePtr,
-        dst: &mut [u8],
-        stream: StreamId,
-    ) -> Result<()> {
+    fn copy_to_host(&self, device: usize, src: DevicePtr, dst: &mut [u8], stream: StreamId) -> Result<()> {
         if let Some(q) = self.queue(device, stream)? {
             q.synchronize()?;
         }
@@ -315,10 +269,7 @@ unsafe impl Backend for CpuBackend {
         if overlaps((src.0, bytes), (dst.0, bytes)) {
             return Err(CpuError::BadRequest("device copy ranges overlap".into()).into());
         }
-        let pins = self
-            .dev(device)?
-            .table
-            .pin(&[(src.0, bytes), (dst.0, bytes)])?;
+        let pins = self.dev(device)?.table.pin(&[(src.0, bytes), (dst.0, bytes)])?;
         self.submit(
             device,
             stream,
@@ -326,21 +277,12 @@ unsafe impl Backend for CpuBackend {
                 let _pins = pins;
                 // SAFETY: both ranges were validated and pinned when the copy was queued
                 // and they do not overlap (checked above).
-                unsafe {
-                    std::ptr::copy_nonoverlapping(src.0 as *const u8, dst.0 as *mut u8, bytes)
-                };
+                unsafe { std::ptr::copy_nonoverlapping(src.0 as *const u8, dst.0 as *mut u8, bytes) };
                 Ok(())
             }),
         )
     }
-    fn memset(
-        &self,
-        device: usize,
-        dst: DevicePtr,
-        value: u8,
-        bytes: usize,
-        stream: StreamId,
-    ) -> Result<()> {
+    fn memset(&self, device: usize, dst: DevicePtr, value: u8, bytes: usize, stream: StreamId) -> Result<()> {
         if bytes == 0 {
             return Ok(());
         }
@@ -356,13 +298,7 @@ unsafe impl Backend for CpuBackend {
             }),
         )
     }
-    fn map_host(
-        &self,
-        device: usize,
-        ptr: DevicePtr,
-        len: usize,
-        f: &mut dyn FnMut(&mut [u8]),
-    ) -> Result<bool> {
+    fn map_host(&self, device: usize, ptr: DevicePtr, len: usize, f: &mut dyn FnMut(&mut [u8])) -> Result<bool> {
         self.synchronize_device(device)?;
         if len == 0 {
             f(&mut []);
@@ -390,16 +326,11 @@ unsafe impl Backend for CpuBackend {
         if stream == DEFAULT_STREAM {
             return Ok(());
         }
-        let q = lock(&self.dev(device)?.streams)
-            .remove(&stream.0)
-            .ok_or(CpuError::NoStream(stream.0, device))?;
+        let q = lock(&self.dev(device)?.streams).remove(&stream.0).ok_or(CpuError::NoStream(stream.0, device))?;
         let r = q.synchronize();
         q.shutdown();
         if let Err(e) = &r {
-            log::warn!(
-                "destroying cpu:{device}/stream{}: unreported failure: {e}",
-                stream.0
-            );
+            log::warn!("destroying cpu:{device}/stream{}: unreported failure: {e}", stream.0);
         }
         Ok(())
     }
@@ -429,9 +360,7 @@ unsafe impl Backend for CpuBackend {
         Ok(EventId(id))
     }
     fn destroy_event(&self, device: usize, event: EventId) -> Result<()> {
-        lock(&self.dev(device)?.events)
-            .remove(&event.0)
-            .ok_or(CpuError::NoEvent(event.0, device))?;
+        lock(&self.dev(device)?.events).remove(&event.0).ok_or(CpuError::NoEvent(event.0, device))?;
         Ok(())
     }
     fn record_event(&self, device: usize, event: EventId, stream: StreamId) -> Result<()> {
@@ -479,23 +408,12 @@ unsafe impl Backend for CpuBackend {
         &self.table.infos
     }
 
-    fn launch(
-        &self,
-        device: usize,
-        kernel: &KernelInfo,
-        args: LaunchArgs,
-        stream: StreamId,
-    ) -> Result<()> {
-        let job = self.prepare_launch(device, kernel, args, stream)?;
-        self.submit(device, stream, job)
+    fn launch(&self, device: usize, kernel: &KernelInfo, args: LaunchArgs, stream: StreamId) -> Result<()> {
+        let p = self.prepare_launch(device, kernel, args, stream)?;
+        self.enqueue(device, stream, p)
     }
 
-    fn launch_batch(
-        &self,
-        device: usize,
-        launches: Vec<(KernelInfo, LaunchArgs)>,
-        stream: StreamId,
-    ) -> Result<()> {
+    fn launch_batch(&self, device: usize, launches: Vec<(KernelInfo, LaunchArgs)>, stream: StreamId) -> Result<()> {
         let mut jobs = Vec::with_capacity(launches.len());
         for (k, a) in launches {
             jobs.push(self.prepare_launch(device, &k, a, stream)?);
@@ -508,7 +426,7 @@ unsafe impl Backend for CpuBackend {
             Box::new(move || {
                 let mut first = Ok(());
                 for j in jobs {
-                    if let Err(e) = j() {
+                    if let Err(e) = j.run() {
                         if first.is_ok() {
                             first = Err(e);
                         }
@@ -520,79 +438,91 @@ unsafe impl Backend for CpuBackend {
     }
 }
 
+/// A validated launch, ready to run on the calling thread or to be queued.
+struct Prepared {
+    f: kernels::KernelFn,
+    args: LaunchArgs,
+    ctx: Ctx,
+    kernel: &'static str,
+    device: usize,
+    stream: StreamId,
+    pool: Option<Arc<rayon::ThreadPool>>,
+    _pins: memory::Pins,
+}
+
+impl Prepared {
+    fn run(self) -> Result<()> {
+        let r = match &self.pool {
+            Some(p) => p.install(|| run_kernel(self.f, &self.args, &self.ctx)),
+            None => run_kernel(self.f, &self.args, &self.ctx),
+        };
+        r.map_err(|msg| {
+            let msg = format!("{}: {msg}", self.kernel);
+            let op = self.args.op.name();
+            if self.stream == DEFAULT_STREAM {
+                runtime::Error::Backend { backend: "cpu", msg: format!("{op} (submission #{}): {msg}", self.args.seq) }
+            } else {
+                runtime::Error::Async {
+                    op: op.to_string(),
+                    stream: format!("cpu:{}/stream{}", self.device, self.stream.0),
+                    seq: self.args.seq,
+                    msg,
+                }
+            }
+        })
+    }
+}
+
 impl CpuBackend {
-    /// Validates a launch and turns it into a job for `stream`.
+    /// Validates a launch: the kernel is ours, every operand lies in a live allocation
+    /// (which is pinned), and no output overlaps another operand.
     fn prepare_launch(
         &self,
         device: usize,
         kernel: &KernelInfo,
         args: LaunchArgs,
         stream: StreamId,
-    ) -> Result<Job> {
+    ) -> Result<Prepared> {
         let dev = self.dev(device)?;
         let f = *self
             .table
             .fns
             .get(kernel.id)
-            .filter(|_| {
-                self.table
-                    .infos
-                    .get(kernel.id)
-                    .is_some_and(|k| k.name == kernel.name)
-            })
-            .ok_or_else(|| {
-                CpuError::BadRequest(format!("kernel {} is not a CPU kernel", kernel.name))
-            })?;
-        let ins: Vec<(u64, usize)> = args.inputs.iter().map(Self::range).collect();
-        let outs: Vec<(u64, usize)> = args.outputs.iter().map(Self::range).collect();
-        for (i, o) in outs.iter().enumerate() {
-            if ins
-                .iter()
-                .chain(outs.iter().take(i))
-                .any(|r| overlaps(*o, *r))
-            {
-                return Err(CpuError::BadRequest(format!(
-                    "{}: output {i} overlaps another operand",
-                    kernel.name
-                ))
-                .into());
+            .filter(|_| self.table.infos.get(kernel.id).is_some_and(|k| k.name == kernel.name))
+            .ok_or_else(|| CpuError::BadRequest(format!("kernel {} is not a CPU kernel", kernel.name)))?;
+        let n_in = args.inputs.len();
+        let ranges: Vec<(u64, usize)> = args.inputs.iter().chain(&args.outputs).map(Self::range).collect();
+        for (i, o) in ranges[n_in..].iter().enumerate() {
+            if ranges[..n_in + i].iter().any(|r| overlaps(*o, *r)) {
+                return Err(
+                    CpuError::BadRequest(format!("{}: output {i} overlaps another operand", kernel.name)).into()
+                );
             }
         }
-        let all: Vec<(u64, usize)> = ins.iter().chain(&outs).copied().collect();
-        let pins = dev.table.pin(&all)?;
-        let ctx = Ctx {
-            threads: dev.threads,
-            features: self.features,
-        };
-        let kname = kernel.name;
-        let out_bytes: u64 = outs.iter().map(|o| o.1 as u64).sum();
-        let inline =
-            stream == DEFAULT_STREAM && (out_bytes <= INLINE_MAX_BYTES || dev.threads == 1);
+        let pins = dev.table.pin(&ranges)?;
+        let out_bytes: u64 = ranges[n_in..].iter().map(|o| o.1 as u64).sum();
+        let inline = out_bytes <= INLINE_MAX_BYTES || dev.threads == 1;
+        // User-stream jobs already run inside the pool (the worker installs it).
         let pool = (!inline && stream == DEFAULT_STREAM).then(|| dev.pool.clone());
-        let label = format!("cpu:{device}/stream{}", stream.0);
-        let user = stream != DEFAULT_STREAM;
-        Ok(Box::new(move || {
-            let _pins = pins;
-            let r = match &pool {
-                Some(p) => p.install(|| run_kernel(f, &args, &ctx)),
-                None => run_kernel(f, &args, &ctx),
-            };
-            r.map_err(|msg| {
-                let msg = format!("{kname}: {msg}");
-                if user {
-                    runtime::Error::Async {
-                        op: args.op.name().to_string(),
-                        stream: label,
-                        seq: args.seq,
-                        msg,
-                    }
-                } else {
-                    runtime::Error::Backend {
-                        backend: "cpu",
-                        msg: format!("{} (submission #{}): {msg}", args.op.name(), args.seq),
-                    }
-                }
-            })
-        }))
+        Ok(Prepared {
+            f,
+            args,
+            ctx: Ctx { threads: dev.threads, features: self.features },
+            kernel: kernel.name,
+            device,
+            stream,
+            pool,
+            _pins: pins,
+        })
+    }
+
+    fn enqueue(&self, device: usize, stream: StreamId, p: Prepared) -> Result<()> {
+        match self.queue(device, stream)? {
+            None => p.run(),
+            Some(q) => {
+                q.submit(Box::new(move || p.run()))?;
+                Ok(())
+            }
+        }
     }
 }

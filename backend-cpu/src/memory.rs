@@ -56,10 +56,7 @@ fn dealloc(base: u64, layout: Layout) {
 
 impl AllocTable {
     pub fn new(device: usize) -> AllocTable {
-        AllocTable {
-            map: Mutex::new(BTreeMap::new()),
-            device,
-        }
+        AllocTable { map: Mutex::new(BTreeMap::new()), device }
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<u64, Allocation>> {
@@ -78,14 +75,7 @@ impl AllocTable {
         if p.is_null() {
             return Err(CpuError::AllocFailed { bytes, align });
         }
-        self.lock().insert(
-            p as u64,
-            Allocation {
-                layout,
-                pins: 0,
-                freed: false,
-            },
-        );
+        self.lock().insert(p as u64, Allocation { layout, pins: 0, freed: false });
         Ok(p as u64)
     }
 
@@ -103,21 +93,12 @@ impl AllocTable {
                 }
                 Ok(())
             }
-            _ => Err(CpuError::BadAddress {
-                device: self.device,
-                addr: base,
-                len: 0,
-            }),
+            _ => Err(CpuError::BadAddress { device: self.device, addr: base, len: 0 }),
         }
     }
 
     /// Checks that `addr .. addr + len` lies in one live allocation; returns its base.
-    fn check(
-        m: &BTreeMap<u64, Allocation>,
-        device: usize,
-        addr: u64,
-        len: usize,
-    ) -> Result<u64, CpuError> {
+    fn check(m: &BTreeMap<u64, Allocation>, device: usize, addr: u64, len: usize) -> Result<u64, CpuError> {
         let bad = CpuError::BadAddress { device, addr, len };
         let (&base, a) = m.range(..=addr).next_back().ok_or(bad.clone())?;
         let end = addr.checked_add(len as u64).ok_or(bad.clone())?;
@@ -143,10 +124,7 @@ impl AllocTable {
                 a.pins += 1;
             }
         }
-        Ok(Pins {
-            table: self.clone(),
-            bases,
-        })
+        Ok(Pins { table: self.clone(), bases })
     }
 
     /// Bytes currently allocated.

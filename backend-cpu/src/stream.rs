@@ -47,12 +47,7 @@ impl WorkQueue {
                 }
             })
             .map_err(|e| CpuError::WorkerGone(format!("{label}: {e}")))?;
-        Ok(WorkQueue {
-            label,
-            tx: Mutex::new(Some(tx)),
-            state,
-            worker: Mutex::new(Some(worker)),
-        })
+        Ok(WorkQueue { label, tx: Mutex::new(Some(tx)), state, worker: Mutex::new(Some(worker)) })
     }
 
     /// Queues a job; returns its position (1-based) in the stream.
@@ -63,8 +58,7 @@ impl WorkQueue {
         let Some(tx) = tx.as_ref() else {
             return Err(CpuError::WorkerGone(self.label.clone()));
         };
-        tx.send(job)
-            .map_err(|_| CpuError::WorkerGone(self.label.clone()))?;
+        tx.send(job).map_err(|_| CpuError::WorkerGone(self.label.clone()))?;
         g.submitted += 1;
         Ok(g.submitted)
     }
@@ -132,10 +126,7 @@ impl CpuEvent {
     }
     /// The generation a waiter registered now must see.
     pub fn target(&self) -> u64 {
-        self.state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .recorded
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).recorded
     }
     pub fn is_complete(&self) -> bool {
         let g = self.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -151,10 +142,6 @@ impl CpuEvent {
     /// When the latest record was reached, if it was.
     pub fn time(&self) -> Option<Instant> {
         let g = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if g.reached >= g.recorded && g.recorded > 0 {
-            g.time
-        } else {
-            None
-        }
+        if g.reached >= g.recorded && g.recorded > 0 { g.time } else { None }
     }
 }

@@ -79,15 +79,12 @@ pub struct DeviceInfo {
 pub struct TensorArg {
     pub ptr: DevicePtr,
     pub dtype: DType,
-    pub layout: Layout,
+    pub layout: std::sync::Arc<Layout>,
 }
 
 impl TensorArg {
     pub fn meta(&self) -> TensorMeta {
-        TensorMeta {
-            dtype: self.dtype,
-            shape: self.layout.shape.clone(),
-        }
+        TensorMeta { dtype: self.dtype, shape: self.layout.shape.clone() }
     }
 }
 
@@ -118,13 +115,7 @@ pub unsafe trait Backend: Send + Sync {
     /// Copies host bytes to device memory, synchronously.
     fn copy_to_device(&self, device: usize, src: &[u8], dst: DevicePtr) -> Result<()>;
     /// Copies device memory to host bytes, synchronously (after work queued on `stream`).
-    fn copy_to_host(
-        &self,
-        device: usize,
-        src: DevicePtr,
-        dst: &mut [u8],
-        stream: StreamId,
-    ) -> Result<()>;
+    fn copy_to_host(&self, device: usize, src: DevicePtr, dst: &mut [u8], stream: StreamId) -> Result<()>;
     /// Queues a device-to-device copy on `stream`.
     fn copy_on_device(
         &self,
@@ -135,24 +126,11 @@ pub unsafe trait Backend: Send + Sync {
         stream: StreamId,
     ) -> Result<()>;
     /// Queues a fill of `bytes` bytes with `value` on `stream`.
-    fn memset(
-        &self,
-        device: usize,
-        dst: DevicePtr,
-        value: u8,
-        bytes: usize,
-        stream: StreamId,
-    ) -> Result<()>;
+    fn memset(&self, device: usize, dst: DevicePtr, value: u8, bytes: usize, stream: StreamId) -> Result<()>;
     /// Runs `f` on the bytes `ptr .. ptr + len` in place, without copying, when the
     /// device shares host memory; `Ok(false)` (and `f` not called) otherwise. Waits for
     /// queued work first. The allocation stays alive for the duration of the call.
-    fn map_host(
-        &self,
-        device: usize,
-        ptr: DevicePtr,
-        len: usize,
-        f: &mut dyn FnMut(&mut [u8]),
-    ) -> Result<bool>;
+    fn map_host(&self, device: usize, ptr: DevicePtr, len: usize, f: &mut dyn FnMut(&mut [u8])) -> Result<bool>;
 
     /// The stream work goes to when the user names none. Synchronous on the CPU.
     fn default_stream(&self, device: usize) -> StreamId;
@@ -191,22 +169,11 @@ pub unsafe trait Backend: Send + Sync {
     /// Queues `kernel` on `stream` (runs it before returning on a synchronous stream).
     /// Errors that can be detected before queueing are returned; later ones surface at
     /// the next synchronisation of the stream.
-    fn launch(
-        &self,
-        device: usize,
-        kernel: &KernelInfo,
-        args: LaunchArgs,
-        stream: StreamId,
-    ) -> Result<()>;
+    fn launch(&self, device: usize, kernel: &KernelInfo, args: LaunchArgs, stream: StreamId) -> Result<()>;
 
     /// Queues several launches at once (one submission). The default queues them one by
     /// one; backends with a cheaper bulk path override it.
-    fn launch_batch(
-        &self,
-        device: usize,
-        launches: Vec<(KernelInfo, LaunchArgs)>,
-        stream: StreamId,
-    ) -> Result<()> {
+    fn launch_batch(&self, device: usize, launches: Vec<(KernelInfo, LaunchArgs)>, stream: StreamId) -> Result<()> {
         for (k, a) in launches {
             self.launch(device, &k, a, stream)?;
         }

@@ -47,18 +47,10 @@ pub struct Optimizations {
 }
 
 impl Optimizations {
-    pub const ALL_ON: Optimizations = Optimizations {
-        memory_pool: true,
-        memory_reuse: true,
-        parallel_scheduling: true,
-        hardware_mapping: true,
-    };
-    pub const ALL_OFF: Optimizations = Optimizations {
-        memory_pool: false,
-        memory_reuse: false,
-        parallel_scheduling: false,
-        hardware_mapping: false,
-    };
+    pub const ALL_ON: Optimizations =
+        Optimizations { memory_pool: true, memory_reuse: true, parallel_scheduling: true, hardware_mapping: true };
+    pub const ALL_OFF: Optimizations =
+        Optimizations { memory_pool: false, memory_reuse: false, parallel_scheduling: false, hardware_mapping: false };
 }
 
 /// Memory-pool settings.
@@ -135,18 +127,15 @@ impl Default for RuntimeConfig {
 fn parse_bytes(s: &str) -> Option<usize> {
     let s = s.trim();
     let (num, mul) = match s.to_ascii_lowercase() {
-        ref l if l.ends_with("gib") || l.ends_with('g') => (
-            l.trim_end_matches("gib").trim_end_matches('g').to_string(),
-            1usize << 30,
-        ),
-        ref l if l.ends_with("mib") || l.ends_with('m') => (
-            l.trim_end_matches("mib").trim_end_matches('m').to_string(),
-            1 << 20,
-        ),
-        ref l if l.ends_with("kib") || l.ends_with('k') => (
-            l.trim_end_matches("kib").trim_end_matches('k').to_string(),
-            1 << 10,
-        ),
+        ref l if l.ends_with("gib") || l.ends_with('g') => {
+            (l.trim_end_matches("gib").trim_end_matches('g').to_string(), 1usize << 30)
+        }
+        ref l if l.ends_with("mib") || l.ends_with('m') => {
+            (l.trim_end_matches("mib").trim_end_matches('m').to_string(), 1 << 20)
+        }
+        ref l if l.ends_with("kib") || l.ends_with('k') => {
+            (l.trim_end_matches("kib").trim_end_matches('k').to_string(), 1 << 10)
+        }
         l => (l, 1),
     };
     num.trim().parse::<usize>().ok()?.checked_mul(mul)
@@ -165,9 +154,7 @@ impl RuntimeConfig {
     pub fn validate(&self) -> Result<()> {
         let a = self.pool.alignment;
         if a < 16 || !a.is_power_of_two() {
-            return Err(Error::Config(format!(
-                "pool alignment must be a power of two >= 16, got {a}"
-            )));
+            return Err(Error::Config(format!("pool alignment must be a power of two >= 16, got {a}")));
         }
         if self.pool.segment_bytes < self.pool.small_threshold {
             return Err(Error::Config(format!(
@@ -185,28 +172,20 @@ impl RuntimeConfig {
             return Err(Error::Config("pool limit must be > 0 bytes".into()));
         }
         if self.max_streams == 0 || self.max_streams > 1024 {
-            return Err(Error::Config(format!(
-                "max_streams must be in 1..=1024, got {}",
-                self.max_streams
-            )));
+            return Err(Error::Config(format!("max_streams must be in 1..=1024, got {}", self.max_streams)));
         }
         if self.batch_size == 0 {
             return Err(Error::Config("batch_size must be >= 1".into()));
         }
         if self.cpu_devices == 0 || self.cpu_devices > 64 {
-            return Err(Error::Config(format!(
-                "cpu_devices must be in 1..=64, got {}",
-                self.cpu_devices
-            )));
+            return Err(Error::Config(format!("cpu_devices must be in 1..=64, got {}", self.cpu_devices)));
         }
         if self.threads == Some(0) {
             return Err(Error::Config("threads must be >= 1".into()));
         }
         if let Some(b) = &self.backend {
             if !matches!(b.as_str(), "cpu" | "cuda" | "acl" | "ascend" | "auto") {
-                return Err(Error::Config(format!(
-                    "backend must be cpu, cuda, acl or auto, got {b:?}"
-                )));
+                return Err(Error::Config(format!("backend must be cpu, cuda, acl or auto, got {b:?}")));
             }
         }
         if let Some(d) = &self.devices {
@@ -226,64 +205,35 @@ impl RuntimeConfig {
 
     /// Applies overrides read through `get` (an environment lookup in practice).
     pub fn apply_overrides(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<()> {
-        let bad =
-            |k: &str, v: &str, want: &str| Error::Config(format!("{k}={v:?}: expected {want}"));
+        let bad = |k: &str, v: &str, want: &str| Error::Config(format!("{k}={v:?}: expected {want}"));
         if let Some(v) = get("NPURT_BACKEND") {
-            self.backend = if v == "auto" {
-                None
-            } else {
-                Some(v.to_ascii_lowercase())
-            };
+            self.backend = if v == "auto" { None } else { Some(v.to_ascii_lowercase()) };
         }
         if let Some(v) = get("NPURT_DEVICES") {
-            let list: std::result::Result<Vec<usize>, _> = v
-                .split(',')
-                .filter(|s| !s.trim().is_empty())
-                .map(|s| s.trim().parse())
-                .collect();
-            self.devices = Some(list.map_err(|_| {
-                bad(
-                    "NPURT_DEVICES",
-                    &v,
-                    "a comma-separated list of device indices",
-                )
-            })?);
+            let list: std::result::Result<Vec<usize>, _> =
+                v.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse()).collect();
+            self.devices =
+                Some(list.map_err(|_| bad("NPURT_DEVICES", &v, "a comma-separated list of device indices"))?);
         }
         if let Some(v) = get("NPURT_CPU_DEVICES") {
-            self.cpu_devices = v
-                .trim()
-                .parse()
-                .map_err(|_| bad("NPURT_CPU_DEVICES", &v, "a device count"))?;
+            self.cpu_devices = v.trim().parse().map_err(|_| bad("NPURT_CPU_DEVICES", &v, "a device count"))?;
         }
         if let Some(v) = get("NPURT_THREADS") {
-            self.threads = Some(
-                v.trim()
-                    .parse()
-                    .map_err(|_| bad("NPURT_THREADS", &v, "a thread count"))?,
-            );
+            self.threads = Some(v.trim().parse().map_err(|_| bad("NPURT_THREADS", &v, "a thread count"))?);
         }
         if let Some(v) = get("NPURT_POOL_LIMIT") {
-            self.pool.limit_bytes = Some(
-                parse_bytes(&v)
-                    .ok_or_else(|| bad("NPURT_POOL_LIMIT", &v, "a size such as 512M or 8G"))?,
-            );
+            self.pool.limit_bytes =
+                Some(parse_bytes(&v).ok_or_else(|| bad("NPURT_POOL_LIMIT", &v, "a size such as 512M or 8G"))?);
         }
         if let Some(v) = get("NPURT_ALIGNMENT") {
-            self.pool.alignment = v
-                .trim()
-                .parse()
-                .map_err(|_| bad("NPURT_ALIGNMENT", &v, "a power of two >= 16"))?;
+            self.pool.alignment = v.trim().parse().map_err(|_| bad("NPURT_ALIGNMENT", &v, "a power of two >= 16"))?;
         }
         if let Some(v) = get("NPURT_MEMORY_REUSE") {
-            self.pool.reuse =
-                parse_bool(&v).ok_or_else(|| bad("NPURT_MEMORY_REUSE", &v, "on or off"))?;
+            self.pool.reuse = parse_bool(&v).ok_or_else(|| bad("NPURT_MEMORY_REUSE", &v, "on or off"))?;
             self.optimizations.memory_reuse = self.pool.reuse;
         }
         if let Some(v) = get("NPURT_MAX_STREAMS") {
-            self.max_streams = v
-                .trim()
-                .parse()
-                .map_err(|_| bad("NPURT_MAX_STREAMS", &v, "a stream count"))?;
+            self.max_streams = v.trim().parse().map_err(|_| bad("NPURT_MAX_STREAMS", &v, "a stream count"))?;
         }
         if let Some(v) = get("NPURT_SCHEDULING") {
             self.scheduling = match v.as_str() {
@@ -291,11 +241,7 @@ impl RuntimeConfig {
                 "throughput" => Scheduling::Throughput,
                 "balanced" => Scheduling::Balanced,
                 _ => {
-                    return Err(bad(
-                        "NPURT_SCHEDULING",
-                        &v,
-                        "latency, throughput or balanced",
-                    ));
+                    return Err(bad("NPURT_SCHEDULING", &v, "latency, throughput or balanced"));
                 }
             };
         }
@@ -305,11 +251,7 @@ impl RuntimeConfig {
                 "cube_prefer" => HwMapping::CubePrefer,
                 "vector_prefer" => HwMapping::VectorPrefer,
                 _ => {
-                    return Err(bad(
-                        "NPURT_HW_MAPPING",
-                        &v,
-                        "auto, cube_prefer or vector_prefer",
-                    ));
+                    return Err(bad("NPURT_HW_MAPPING", &v, "auto, cube_prefer or vector_prefer"));
                 }
             };
         }
@@ -317,10 +259,7 @@ impl RuntimeConfig {
             self.forced_tier = if v == "auto" {
                 None
             } else {
-                Some(
-                    Tier::parse(&v)
-                        .ok_or_else(|| bad("NPURT_IMPL", &v, "reference, generic, fast or auto"))?,
-                )
+                Some(Tier::parse(&v).ok_or_else(|| bad("NPURT_IMPL", &v, "reference, generic, fast or auto"))?)
             };
         }
         Ok(())
@@ -335,12 +274,7 @@ mod tests {
     fn rejects_bad_alignment_and_env() {
         let mut c = RuntimeConfig::default();
         c.pool.alignment = 48;
-        assert!(
-            c.validate()
-                .unwrap_err()
-                .to_string()
-                .contains("power of two")
-        );
+        assert!(c.validate().unwrap_err().to_string().contains("power of two"));
         let mut c = RuntimeConfig::default();
         let e = c.apply_overrides(|k| (k == "NPURT_CPU_DEVICES").then(|| "many".to_string()));
         assert!(e.unwrap_err().to_string().contains("NPURT_CPU_DEVICES"));

@@ -16,14 +16,7 @@ pub enum DType {
 }
 
 impl DType {
-    pub const ALL: [DType; 6] = [
-        DType::F32,
-        DType::F16,
-        DType::BF16,
-        DType::I32,
-        DType::I64,
-        DType::U8,
-    ];
+    pub const ALL: [DType; 6] = [DType::F32, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U8];
     /// The floating-point types: the ones arithmetic ops accept.
     pub const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 
@@ -90,9 +83,7 @@ impl fmt::Display for DType {
 ///
 /// Conversions through `f64` are exact for every supported type except i64 beyond 2^53,
 /// which the op table never produces.
-pub trait Element:
-    bytemuck::Pod + Send + Sync + Default + PartialEq + fmt::Debug + 'static
-{
+pub trait Element: bytemuck::Pod + Send + Sync + Default + PartialEq + fmt::Debug + 'static {
     const DTYPE: DType;
     fn to_f64(self) -> f64;
     fn from_f64(v: f64) -> Self;

@@ -20,29 +20,15 @@ pub enum Error {
 
     /// The memory pool could not satisfy a request even after releasing its cache.
     #[error("out of memory on {device}: requested {requested} bytes ({stats})")]
-    OutOfMemory {
-        device: String,
-        requested: usize,
-        stats: Box<PoolStats>,
-    },
+    OutOfMemory { device: String, requested: usize, stats: Box<PoolStats> },
 
     /// No kernel of the backend accepts this signature.
     #[error("no implementation of {op} on {backend} accepts {signature}: {reasons}")]
-    NoKernel {
-        op: &'static str,
-        backend: &'static str,
-        signature: String,
-        reasons: String,
-    },
+    NoKernel { op: &'static str, backend: &'static str, signature: String, reasons: String },
 
     /// Work queued on a stream failed; reported at the next synchronisation.
     #[error("{op} failed on {stream} (submission #{seq}): {msg}")]
-    Async {
-        op: String,
-        stream: String,
-        seq: u64,
-        msg: String,
-    },
+    Async { op: String, stream: String, seq: u64, msg: String },
 
     /// A backend or driver call failed.
     #[error("{backend}: {msg}")]
@@ -63,10 +49,7 @@ pub enum Error {
 
 impl Error {
     pub fn invalid(op: &'static str, msg: impl Into<String>) -> Error {
-        Error::Invalid {
-            op,
-            msg: msg.into(),
-        }
+        Error::Invalid { op, msg: msg.into() }
     }
 }
 

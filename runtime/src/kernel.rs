@@ -114,18 +114,28 @@ impl fmt::Debug for KernelInfo {
 
 /// Renders a signature for messages: `f32 [2, 3], f32 [3]`.
 pub fn signature(metas: &[TensorMeta]) -> String {
-    metas
-        .iter()
-        .map(|m| m.to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
+    metas.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", ")
 }
 
-/// Chooses an implementation among `kernels` for `query`.
-///
-/// Order of preference: with `forced`, only that tier; otherwise by the mapping strategy
-/// (`Auto`: tier first; `CubePrefer` / `VectorPrefer`: the preferred unit class first,
-/// then tier). Every rejection is logged at debug level with its reason.
+/// Indices of the kernels for `kind`, best first: by the mapping strategy (`Auto`: tier
+/// first; `CubePrefer` / `VectorPrefer`: the preferred unit class first, then tier).
+pub fn preference_order(kernels: &[KernelInfo], kind: OpKind, mapping: HwMapping) -> Vec<usize> {
+    let class_rank = |c: UnitClass| -> u8 {
+        match (mapping, c) {
+            (HwMapping::Auto, _) => 0,
+            (HwMapping::CubePrefer, UnitClass::Cube) => 0,
+            (HwMapping::VectorPrefer, UnitClass::Vector) => 0,
+            _ => 1,
+        }
+    };
+    let mut v: Vec<usize> = (0..kernels.len()).filter(|&i| kernels[i].op == kind).collect();
+    v.sort_by_key(|&i| (class_rank(kernels[i].unit.class), kernels[i].tier));
+    v
+}
+
+/// Chooses an implementation among `kernels` for `query`, trying them in the order of
+/// [`preference_order`]; with `forced`, only that tier. Every rejection is logged at debug
+/// level with its reason.
 pub fn select<'k>(
     backend: &'static str,
     kernels: &'k [KernelInfo],
@@ -133,42 +143,44 @@ pub fn select<'k>(
     mapping: HwMapping,
     forced: Option<Tier>,
 ) -> Result<&'k KernelInfo> {
+    let order = preference_order(kernels, query.op.kind(), mapping);
+    select_in_order(backend, kernels, &order, query, forced)
+}
+
+/// [`select`] with a precomputed preference order (the runtime caches one per op kind).
+pub fn select_in_order<'k>(
+    backend: &'static str,
+    kernels: &'k [KernelInfo],
+    order: &[usize],
+    query: &KernelQuery<'_>,
+    forced: Option<Tier>,
+) -> Result<&'k KernelInfo> {
     let kind = query.op.kind();
-    let mut cands: Vec<&KernelInfo> = kernels.iter().filter(|k| k.op == kind).collect();
-    let class_rank = |c: UnitClass| -> u8 {
-        match (mapping, c) {
-            (HwMapping::CubePrefer, UnitClass::Cube) => 0,
-            (HwMapping::VectorPrefer, UnitClass::Vector) => 0,
-            (HwMapping::Auto, _) => 0,
-            _ => 1,
-        }
-    };
-    cands.sort_by_key(|k| (class_rank(k.unit.class), k.tier));
     let mut reasons = Vec::new();
-    for k in cands {
+    for &i in order {
+        let Some(k) = kernels.get(i) else { continue };
         if let Some(t) = forced {
             if k.tier != t {
-                reasons.push(format!(
-                    "{} ({}): tier {} is not the forced {}",
-                    k.name, k.tier, k.tier, t
-                ));
+                reasons.push(format!("{} ({}): tier {} is not the forced {}", k.name, k.tier, k.tier, t));
                 continue;
             }
         }
         match (k.supports)(query) {
             Ok(()) => {
-                log::debug!(
-                    "{kind}: chose {} (tier {}, unit {}) for {}{}",
-                    k.name,
-                    k.tier,
-                    k.unit,
-                    signature(query.inputs),
-                    if reasons.is_empty() {
-                        String::new()
-                    } else {
-                        format!("; passed over: {}", reasons.join("; "))
-                    }
-                );
+                if log::log_enabled!(log::Level::Debug) {
+                    log::debug!(
+                        "{kind}: chose {} (tier {}, unit {}) for {}{}",
+                        k.name,
+                        k.tier,
+                        k.unit,
+                        signature(query.inputs),
+                        if reasons.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; passed over: {}", reasons.join("; "))
+                        }
+                    );
+                }
                 return Ok(k);
             }
             Err(why) => reasons.push(format!("{} ({}): {}", k.name, k.tier, why)),
@@ -177,10 +189,5 @@ pub fn select<'k>(
     if reasons.is_empty() {
         reasons.push("the backend registers no kernel for this op".into());
     }
-    Err(Error::NoKernel {
-        op: kind.name(),
-        backend,
-        signature: signature(query.inputs),
-        reasons: reasons.join("; "),
-    })
+    Err(Error::NoKernel { op: kind.name(), backend, signature: signature(query.inputs), reasons: reasons.join("; ") })
 }

@@ -20,9 +20,7 @@ pub mod shape;
 pub mod stream;
 pub mod tensor;
 
-pub use backend::{
-    Backend, DeviceInfo, DevicePtr, EventId, LaunchArgs, StreamId, TensorArg, UnitInfo,
-};
+pub use backend::{Backend, DeviceInfo, DevicePtr, EventId, LaunchArgs, StreamId, TensorArg, UnitInfo};
 pub use config::{HwMapping, Optimizations, PoolConfig, ReuseStrategy, RuntimeConfig, Scheduling};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};

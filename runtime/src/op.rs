@@ -197,9 +197,7 @@ impl OpKind {
             "embedding" => return Some(OpKind::Gather),
             _ => {}
         }
-        OpKind::ALL
-            .into_iter()
-            .find(|k| k.name().to_ascii_lowercase() == l)
+        OpKind::ALL.into_iter().find(|k| k.name().to_ascii_lowercase() == l)
     }
 
     /// Ops whose inputs are all element-wise maps to the output (no reduction).
@@ -238,10 +236,7 @@ pub struct TensorMeta {
 
 impl TensorMeta {
     pub fn new(dtype: DType, shape: impl Into<Shape>) -> TensorMeta {
-        TensorMeta {
-            dtype,
-            shape: shape.into(),
-        }
+        TensorMeta { dtype, shape: shape.into() }
     }
     pub fn bytes(&self) -> usize {
         self.shape.numel() * self.dtype.size()
@@ -343,25 +338,15 @@ impl Op {
         let op = kind.name();
         let (lo, hi) = arity(kind);
         if inputs.len() < lo || inputs.len() > hi {
-            let want = if lo == hi {
-                format!("{lo}")
-            } else {
-                format!("{lo} to {hi}")
-            };
-            return Err(Error::invalid(
-                op,
-                format!("expects {want} inputs, got {}", inputs.len()),
-            ));
+            let want = if lo == hi { format!("{lo}") } else { format!("{lo} to {hi}") };
+            return Err(Error::invalid(op, format!("expects {want} inputs, got {}", inputs.len())));
         }
         let name = |i: usize| operand_name(kind, i);
         let need_float = |i: usize| -> Result<()> {
             if inputs[i].dtype.is_float() {
                 Ok(())
             } else {
-                Err(Error::invalid(
-                    op,
-                    format!("{} must be f32, f16 or bf16, got {}", name(i), inputs[i]),
-                ))
+                Err(Error::invalid(op, format!("{} must be f32, f16 or bf16, got {}", name(i), inputs[i])))
             }
         };
         let same_dtype = |i: usize, j: usize| -> Result<()> {
@@ -370,13 +355,7 @@ impl Op {
             } else {
                 Err(Error::invalid(
                     op,
-                    format!(
-                        "dtypes differ: {} is {}, {} is {}",
-                        name(i),
-                        inputs[i],
-                        name(j),
-                        inputs[j]
-                    ),
+                    format!("dtypes differ: {} is {}, {} is {}", name(i), inputs[i], name(j), inputs[j]),
                 ))
             }
         };
@@ -388,59 +367,39 @@ impl Op {
                 same_dtype(0, 1)?;
                 let (a, b) = (&inputs[0].shape, &inputs[1].shape);
                 if a.rank() < 2 || b.rank() < 2 {
-                    return Err(Error::invalid(
-                        op,
-                        format!("operands must have rank >= 2: a is {a}, b is {b}"),
-                    ));
+                    return Err(Error::invalid(op, format!("operands must have rank >= 2: a is {a}, b is {b}")));
                 }
                 let (m, ka) = mat_dims(a, *trans_a);
                 let (kb, n) = mat_dims(b, *trans_b);
                 if ka != kb {
-                    return Err(Error::invalid(
-                        op,
-                        format!("inner dimensions differ: a is {a}, b is {b}"),
-                    ));
+                    return Err(Error::invalid(op, format!("inner dimensions differ: a is {a}, b is {b}")));
                 }
                 let ba = Shape(a.0[..a.rank() - 2].to_vec());
                 let bb = Shape(b.0[..b.rank() - 2].to_vec());
                 let mut batch = Shape::broadcast(&ba, &bb).ok_or_else(|| {
-                    Error::invalid(
-                        op,
-                        format!("batch dimensions do not broadcast: a is {a}, b is {b}"),
-                    )
+                    Error::invalid(op, format!("batch dimensions do not broadcast: a is {a}, b is {b}"))
                 })?;
                 batch.0.extend([m, n]);
                 out(x.dtype, batch)
             }
-            Op::Gemm {
-                trans_a, trans_b, ..
-            } => {
+            Op::Gemm { trans_a, trans_b, .. } => {
                 need_float(0)?;
                 same_dtype(0, 1)?;
                 let (a, b) = (&inputs[0].shape, &inputs[1].shape);
                 if a.rank() != 2 || b.rank() != 2 {
-                    return Err(Error::invalid(
-                        op,
-                        format!("operands must be 2-D: a is {a}, b is {b}"),
-                    ));
+                    return Err(Error::invalid(op, format!("operands must be 2-D: a is {a}, b is {b}")));
                 }
                 let (m, ka) = mat_dims(a, *trans_a);
                 let (kb, n) = mat_dims(b, *trans_b);
                 if ka != kb {
-                    return Err(Error::invalid(
-                        op,
-                        format!("inner dimensions differ: a is {a}, b is {b}"),
-                    ));
+                    return Err(Error::invalid(op, format!("inner dimensions differ: a is {a}, b is {b}")));
                 }
                 let o = Shape::from([m, n]);
                 if inputs.len() == 3 {
                     same_dtype(0, 2)?;
                     let c = &inputs[2].shape;
                     if Shape::broadcast(c, &o).as_ref() != Some(&o) {
-                        return Err(Error::invalid(
-                            op,
-                            format!("c {c} does not broadcast to the output {o}"),
-                        ));
+                        return Err(Error::invalid(op, format!("c {c} does not broadcast to the output {o}")));
                     }
                 }
                 out(x.dtype, o)
@@ -452,25 +411,17 @@ impl Op {
                 if xs.rank() < 1 || w.rank() != 2 {
                     return Err(Error::invalid(
                         op,
-                        format!(
-                            "x must have rank >= 1 and weight must be 2-D [N, K]: x is {xs}, weight is {w}"
-                        ),
+                        format!("x must have rank >= 1 and weight must be 2-D [N, K]: x is {xs}, weight is {w}"),
                     ));
                 }
                 if xs.last() != w.0[1] {
-                    return Err(Error::invalid(
-                        op,
-                        format!("inner dimensions differ: x is {xs}, weight is {w}"),
-                    ));
+                    return Err(Error::invalid(op, format!("inner dimensions differ: x is {xs}, weight is {w}")));
                 }
                 if inputs.len() == 3 {
                     same_dtype(0, 2)?;
                     let b = &inputs[2].shape;
                     if b.0 != [w.0[0]] {
-                        return Err(Error::invalid(
-                            op,
-                            format!("bias must be [{}], got {b}", w.0[0]),
-                        ));
+                        return Err(Error::invalid(op, format!("bias must be [{}], got {b}", w.0[0])));
                     }
                 }
                 let mut o = xs.clone();
@@ -480,19 +431,13 @@ impl Op {
             }
             Op::Add | Op::Sub | Op::Mul | Op::Div => {
                 if inputs[0].dtype == DType::U8 {
-                    return Err(Error::invalid(
-                        op,
-                        format!("u8 operands are masks, not numbers: a is {}", inputs[0]),
-                    ));
+                    return Err(Error::invalid(op, format!("u8 operands are masks, not numbers: a is {}", inputs[0])));
                 }
                 same_dtype(0, 1)?;
                 let s = Shape::broadcast(&inputs[0].shape, &inputs[1].shape).ok_or_else(|| {
                     Error::invalid(
                         op,
-                        format!(
-                            "shapes do not broadcast: a is {}, b is {}",
-                            inputs[0].shape, inputs[1].shape
-                        ),
+                        format!("shapes do not broadcast: a is {}, b is {}", inputs[0].shape, inputs[1].shape),
                     )
                 })?;
                 out(x.dtype, s)
@@ -501,10 +446,7 @@ impl Op {
                 need_float(0)?;
                 if let Op::Scale { factor } = self {
                     if !factor.is_finite() {
-                        return Err(Error::invalid(
-                            op,
-                            format!("factor must be finite, got {factor}"),
-                        ));
+                        return Err(Error::invalid(op, format!("factor must be finite, got {factor}")));
                     }
                 }
                 out(x.dtype, x.shape.clone())
@@ -512,10 +454,7 @@ impl Op {
             Op::Softmax { axis } => {
                 need_float(0)?;
                 if x.shape.axis(*axis).is_none() {
-                    return Err(Error::invalid(
-                        op,
-                        format!("axis {axis} is out of range for x {}", x.shape),
-                    ));
+                    return Err(Error::invalid(op, format!("axis {axis} is out of range for x {}", x.shape)));
                 }
                 out(x.dtype, x.shape.clone())
             }
@@ -526,24 +465,15 @@ impl Op {
                     same_dtype(0, i)?;
                 }
                 if !(eps.is_finite() && *eps >= 0.0) {
-                    return Err(Error::invalid(
-                        op,
-                        format!("eps must be finite and >= 0, got {eps}"),
-                    ));
+                    return Err(Error::invalid(op, format!("eps must be finite and >= 0, got {eps}")));
                 }
                 if x.shape.rank() < 1 {
-                    return Err(Error::invalid(
-                        op,
-                        format!("x must have rank >= 1, got {}", x.shape),
-                    ));
+                    return Err(Error::invalid(op, format!("x must have rank >= 1, got {}", x.shape)));
                 }
                 if kind == OpKind::AddLayerNorm && inputs[1].shape != x.shape {
                     return Err(Error::invalid(
                         op,
-                        format!(
-                            "residual must match x: x is {}, residual is {}",
-                            x.shape, inputs[1].shape
-                        ),
+                        format!("residual must match x: x is {}, residual is {}", x.shape, inputs[1].shape),
                     ));
                 }
                 let d = x.shape.last();
@@ -565,40 +495,27 @@ impl Op {
             Op::Permute { perm } => {
                 let r = x.shape.rank();
                 let mut seen = vec![false; r];
-                let valid = perm.len() == r
-                    && perm
-                        .iter()
-                        .all(|&p| p < r && !std::mem::replace(&mut seen[p], true));
+                let valid = perm.len() == r && perm.iter().all(|&p| p < r && !std::mem::replace(&mut seen[p], true));
                 if !valid {
                     return Err(Error::invalid(
                         op,
-                        format!(
-                            "perm {perm:?} is not a permutation of the {r} axes of x {}",
-                            x.shape
-                        ),
+                        format!("perm {perm:?} is not a permutation of the {r} axes of x {}", x.shape),
                     ));
                 }
                 out(x.dtype, Shape(perm.iter().map(|&p| x.shape.0[p]).collect()))
             }
             Op::Reshape { shape } => {
-                let s = resolve_reshape(&x.shape, shape).ok_or_else(|| {
-                    Error::invalid(op, format!("cannot reshape x {} to {shape:?}", x.shape))
-                })?;
+                let s = resolve_reshape(&x.shape, shape)
+                    .ok_or_else(|| Error::invalid(op, format!("cannot reshape x {} to {shape:?}", x.shape)))?;
                 out(x.dtype, s)
             }
             Op::Gather { axis } => {
                 let idx = &inputs[1];
                 if !matches!(idx.dtype, DType::I32 | DType::I64) {
-                    return Err(Error::invalid(
-                        op,
-                        format!("indices must be i32 or i64, got {idx}"),
-                    ));
+                    return Err(Error::invalid(op, format!("indices must be i32 or i64, got {idx}")));
                 }
                 if *axis >= x.shape.rank() {
-                    return Err(Error::invalid(
-                        op,
-                        format!("axis {axis} is out of range for data {}", x.shape),
-                    ));
+                    return Err(Error::invalid(op, format!("axis {axis} is out of range for data {}", x.shape)));
                 }
                 let mut s = x.shape.0[..*axis].to_vec();
                 s.extend_from_slice(idx.shape.dims());
@@ -609,13 +526,7 @@ impl Op {
             Op::ReduceSum { axes, keepdims } | Op::ReduceMean { axes, keepdims } => {
                 need_float(0)?;
                 let norm = normalise_axes(&x.shape, axes).ok_or_else(|| {
-                    Error::invalid(
-                        op,
-                        format!(
-                            "axes {axes:?} are out of range or repeated for x {}",
-                            x.shape
-                        ),
-                    )
+                    Error::invalid(op, format!("axes {axes:?} are out of range or repeated for x {}", x.shape))
                 })?;
                 let mut s = Vec::new();
                 for (i, &d) in x.shape.0.iter().enumerate() {
@@ -642,10 +553,7 @@ impl Op {
                     ));
                 }
                 if q.0[..2] != k.0[..2] || k.0[..3] != v.0[..3] || q.0[3] != k.0[3] {
-                    return Err(Error::invalid(
-                        op,
-                        format!("q, k, v do not agree: q is {q}, k is {k}, v is {v}"),
-                    ));
+                    return Err(Error::invalid(op, format!("q, k, v do not agree: q is {q}, k is {k}, v is {v}")));
                 }
                 if let Some(s) = scale {
                     if !s.is_finite() {
@@ -655,15 +563,10 @@ impl Op {
                 if inputs.len() == 4 {
                     let m = &inputs[3];
                     if m.dtype != DType::U8 && m.dtype != x.dtype {
-                        return Err(Error::invalid(
-                            op,
-                            format!("mask must be u8 or {} like q, got {m}", x.dtype),
-                        ));
+                        return Err(Error::invalid(op, format!("mask must be u8 or {} like q, got {m}", x.dtype)));
                     }
                     let scores = Shape::from([q.0[0], q.0[1], q.0[2], k.0[2]]);
-                    if m.shape.rank() > 4
-                        || Shape::broadcast(&m.shape, &scores).as_ref() != Some(&scores)
-                    {
+                    if m.shape.rank() > 4 || Shape::broadcast(&m.shape, &scores).as_ref() != Some(&scores) {
                         return Err(Error::invalid(
                             op,
                             format!("mask {} does not broadcast to the scores {scores}", m.shape),
@@ -679,11 +582,7 @@ impl Op {
                 if x.shape.rank() < 1 || b.0 != [x.shape.last()] {
                     return Err(Error::invalid(
                         op,
-                        format!(
-                            "bias must be [{}] (the last axis of x {}), got {b}",
-                            x.shape.last(),
-                            x.shape
-                        ),
+                        format!("bias must be [{}] (the last axis of x {}), got {b}", x.shape.last(), x.shape),
                     ));
                 }
                 out(x.dtype, x.shape.clone())
@@ -716,9 +615,7 @@ impl Op {
             Op::Softmax { .. } => 5 * on,
             Op::LayerNorm { .. } => 8 * on,
             Op::AddLayerNorm { .. } => 9 * on,
-            Op::ReduceSum { .. } | Op::ReduceMean { .. } => {
-                inputs.first().map(|t| t.shape.numel() as u64).unwrap_or(0)
-            }
+            Op::ReduceSum { .. } | Op::ReduceMean { .. } => inputs.first().map(|t| t.shape.numel() as u64).unwrap_or(0),
             Op::Attention { .. } => {
                 let (q, k) = (&inputs[0].shape, &inputs[1].shape);
                 if q.rank() != 4 || k.rank() != 4 {
@@ -728,11 +625,7 @@ impl Op {
                 let dv = outputs.first().map(|o| o.shape.last()).unwrap_or(d);
                 (2 * b * h * s * t * (d + dv) + 5 * b * h * s * t) as u64
             }
-            Op::Permute { .. }
-            | Op::Reshape { .. }
-            | Op::Gather { .. }
-            | Op::Cast { .. }
-            | Op::Copy => 0,
+            Op::Permute { .. } | Op::Reshape { .. } | Op::Gather { .. } | Op::Cast { .. } | Op::Copy => 0,
         }
     }
 
@@ -740,9 +633,7 @@ impl Op {
     pub fn bytes(&self, inputs: &[TensorMeta], outputs: &[TensorMeta]) -> u64 {
         let read: usize = match self {
             // Gather reads only the selected rows.
-            Op::Gather { .. } => {
-                inputs.get(1).map_or(0, |i| i.bytes()) + outputs.first().map_or(0, |o| o.bytes())
-            }
+            Op::Gather { .. } => inputs.get(1).map_or(0, |i| i.bytes()) + outputs.first().map_or(0, |o| o.bytes()),
             _ => inputs.iter().map(|t| t.bytes()).sum(),
         };
         (read + outputs.iter().map(|t| t.bytes()).sum::<usize>()) as u64
@@ -812,48 +703,27 @@ mod tests {
 
     #[test]
     fn matmul_error_names_operands() {
-        let e = Op::MatMul {
-            trans_a: false,
-            trans_b: false,
-        }
-        .infer(&[m(&[1024, 1024]), m(&[512, 512])])
-        .unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "MatMul: inner dimensions differ: a is [1024, 1024], b is [512, 512]"
-        );
+        let e = Op::MatMul { trans_a: false, trans_b: false }.infer(&[m(&[1024, 1024]), m(&[512, 512])]).unwrap_err();
+        assert_eq!(e.to_string(), "MatMul: inner dimensions differ: a is [1024, 1024], b is [512, 512]");
     }
 
     #[test]
     fn matmul_batched_broadcast() {
-        let o = Op::MatMul {
-            trans_a: false,
-            trans_b: true,
-        }
-        .infer(&[m(&[2, 1, 5, 3]), m(&[4, 7, 3])])
-        .unwrap();
+        let o = Op::MatMul { trans_a: false, trans_b: true }.infer(&[m(&[2, 1, 5, 3]), m(&[4, 7, 3])]).unwrap();
         assert_eq!(o[0].shape, Shape::from([2, 4, 5, 7]));
     }
 
     #[test]
     fn reshape_and_gather() {
-        assert_eq!(
-            resolve_reshape(&Shape::from([2, 6]), &[3, -1]),
-            Some(Shape::from([3, 4]))
-        );
+        assert_eq!(resolve_reshape(&Shape::from([2, 6]), &[3, -1]), Some(Shape::from([3, 4])));
         assert_eq!(resolve_reshape(&Shape::from([2, 6]), &[5, -1]), None);
-        let o = Op::Gather { axis: 0 }
-            .infer(&[m(&[10, 4]), TensorMeta::new(DType::I64, [2, 3])])
-            .unwrap();
+        let o = Op::Gather { axis: 0 }.infer(&[m(&[10, 4]), TensorMeta::new(DType::I64, [2, 3])]).unwrap();
         assert_eq!(o[0].shape, Shape::from([2, 3, 4]));
     }
 
     #[test]
     fn flops_of_gemm() {
-        let op = Op::MatMul {
-            trans_a: false,
-            trans_b: false,
-        };
+        let op = Op::MatMul { trans_a: false, trans_b: false };
         let i = [m(&[512, 1024]), m(&[1024, 4096])];
         let o = op.infer(&i).unwrap();
         assert_eq!(op.flops(&i, &o), 2 * 512 * 1024 * 4096);
@@ -881,48 +751,29 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
     let op = kind.name();
     let mut used = vec![false; attrs.len()];
     let mut get = |k: &str| -> Option<String> {
-        attrs
-            .iter()
-            .enumerate()
-            .find(|(_, (key, _))| key == k)
-            .map(|(i, (_, v))| {
-                used[i] = true;
-                v.clone()
-            })
+        attrs.iter().enumerate().find(|(_, (key, _))| key == k).map(|(i, (_, v))| {
+            used[i] = true;
+            v.clone()
+        })
     };
-    fn parse<T: std::str::FromStr>(
-        op: &'static str,
-        k: &str,
-        v: Option<String>,
-        d: T,
-    ) -> Result<T> {
+    fn parse<T: std::str::FromStr>(op: &'static str, k: &str, v: Option<String>, d: T) -> Result<T> {
         match v {
             None => Ok(d),
-            Some(s) => s
-                .trim()
-                .parse()
-                .map_err(|_| Error::invalid(op, format!("attribute {k}={s:?} is malformed"))),
+            Some(s) => s.trim().parse().map_err(|_| Error::invalid(op, format!("attribute {k}={s:?} is malformed"))),
         }
     }
     fn list<T: std::str::FromStr>(op: &'static str, k: &str, v: &str) -> Result<Vec<T>> {
         v.split(',')
             .map(str::trim)
             .filter(|s| !s.is_empty())
-            .map(|s| {
-                s.parse().map_err(|_| {
-                    Error::invalid(op, format!("attribute {k}: {s:?} is not a number"))
-                })
-            })
+            .map(|s| s.parse().map_err(|_| Error::invalid(op, format!("attribute {k}: {s:?} is not a number"))))
             .collect()
     }
     let approx = |v: Option<String>| -> Result<GeluApprox> {
         match v.as_deref() {
             None | Some("erf") => Ok(GeluApprox::Erf),
             Some("tanh") => Ok(GeluApprox::Tanh),
-            Some(o) => Err(Error::invalid(
-                op,
-                format!("approx must be erf or tanh, got {o:?}"),
-            )),
+            Some(o) => Err(Error::invalid(op, format!("approx must be erf or tanh, got {o:?}"))),
         }
     };
     let built = match kind {
@@ -948,15 +799,9 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
         OpKind::Erf => Op::Erf,
         OpKind::Exp => Op::Exp,
         OpKind::Sqrt => Op::Sqrt,
-        OpKind::Softmax => Op::Softmax {
-            axis: parse(op, "axis", get("axis"), -1)?,
-        },
-        OpKind::LayerNorm => Op::LayerNorm {
-            eps: parse(op, "eps", get("eps"), 1e-5)?,
-        },
-        OpKind::AddLayerNorm => Op::AddLayerNorm {
-            eps: parse(op, "eps", get("eps"), 1e-5)?,
-        },
+        OpKind::Softmax => Op::Softmax { axis: parse(op, "axis", get("axis"), -1)? },
+        OpKind::LayerNorm => Op::LayerNorm { eps: parse(op, "eps", get("eps"), 1e-5)? },
+        OpKind::AddLayerNorm => Op::AddLayerNorm { eps: parse(op, "eps", get("eps"), 1e-5)? },
         OpKind::Permute => Op::Permute {
             perm: match get("perm") {
                 Some(v) => list(op, "perm", &v)?,
@@ -964,21 +809,12 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
             },
         },
         OpKind::Reshape => Op::Reshape {
-            shape: list(
-                op,
-                "shape",
-                &get("shape").ok_or_else(|| Error::invalid(op, "needs attribute shape=..."))?,
-            )?,
+            shape: list(op, "shape", &get("shape").ok_or_else(|| Error::invalid(op, "needs attribute shape=..."))?)?,
         },
-        OpKind::Gather => Op::Gather {
-            axis: parse(op, "axis", get("axis"), 0)?,
-        },
+        OpKind::Gather => Op::Gather { axis: parse(op, "axis", get("axis"), 0)? },
         OpKind::Cast => {
             let to = get("to").unwrap_or_else(|| "f32".into());
-            Op::Cast {
-                to: DType::parse(&to)
-                    .ok_or_else(|| Error::invalid(op, format!("unknown dtype {to:?}")))?,
-            }
+            Op::Cast { to: DType::parse(&to).ok_or_else(|| Error::invalid(op, format!("unknown dtype {to:?}")))? }
         }
         OpKind::ReduceSum | OpKind::ReduceMean => {
             let axes = match get("axes") {
@@ -986,15 +822,9 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
                 None => Vec::new(),
             };
             let keepdims = parse(op, "keepdims", get("keepdims"), false)?;
-            if kind == OpKind::ReduceSum {
-                Op::ReduceSum { axes, keepdims }
-            } else {
-                Op::ReduceMean { axes, keepdims }
-            }
+            if kind == OpKind::ReduceSum { Op::ReduceSum { axes, keepdims } } else { Op::ReduceMean { axes, keepdims } }
         }
-        OpKind::Scale => Op::Scale {
-            factor: parse(op, "factor", get("factor"), 1.0)?,
-        },
+        OpKind::Scale => Op::Scale { factor: parse(op, "factor", get("factor"), 1.0)? },
         OpKind::Copy => Op::Copy,
         OpKind::Attention => Op::Attention {
             scale: match get("scale") {
@@ -1004,10 +834,7 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
         },
     };
     if let Some(i) = used.iter().position(|u| !u) {
-        return Err(Error::invalid(
-            op,
-            format!("unknown attribute {:?}", attrs[i].0),
-        ));
+        return Err(Error::invalid(op, format!("unknown attribute {:?}", attrs[i].0)));
     }
     Ok(built)
 }

@@ -7,7 +7,10 @@
 //! * Stream-aware reuse: a block freed while queued work may still use it carries the
 //!   events recorded after that work. It is handed out again only once those events have
 //!   completed, except to a request on the very stream that used it (stream order makes
-//!   that safe).
+//!   that safe). A block reused that way keeps the events of its previous owner until
+//!   it is freed again, so a new owner that never queues work on it cannot make it look
+//!   idle while the old work still runs; and it is never split, so no part of it becomes
+//!   free for other streams early.
 //! * When the limit (or the backend) refuses new memory, the pool waits for pending
 //!   frees, releases its cache and retries once before reporting out-of-memory with its
 //!   stats.
@@ -95,7 +98,11 @@ pub struct Block {
 #[derive(Debug)]
 enum State {
     Free,
-    Used,
+    /// Handed out. `inherited`: events of a previous owner that were still pending when
+    /// the block was reused on the same stream; they join the events of the next free.
+    Used {
+        inherited: Vec<(StreamId, EventId)>,
+    },
     /// Freed, waiting for events recorded on the streams that used it.
     Pending {
         events: Vec<(StreamId, EventId)>,
@@ -145,31 +152,20 @@ pub struct Pool {
 
 impl fmt::Debug for Pool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Pool")
-            .field("device", &self.label)
-            .field("config", &self.cfg)
-            .finish()
+        f.debug_struct("Pool").field("device", &self.label).field("config", &self.cfg).finish()
     }
 }
 
-fn round_up(n: usize, to: usize) -> usize {
-    n.div_ceil(to) * to
+fn round_up(n: usize, to: usize) -> Option<usize> {
+    n.div_ceil(to).checked_mul(to)
 }
 
 impl Pool {
     /// A pool over `backend`'s device `device`. `caching = false` sends every request
     /// straight to the system and every free straight back.
-    pub fn new(
-        backend: Arc<dyn Backend>,
-        device: usize,
-        cfg: PoolConfig,
-        caching: bool,
-    ) -> Result<Pool> {
+    pub fn new(backend: Arc<dyn Backend>, device: usize, cfg: PoolConfig, caching: bool) -> Result<Pool> {
         if cfg.alignment < 16 || !cfg.alignment.is_power_of_two() {
-            return Err(Error::Config(format!(
-                "pool alignment must be a power of two >= 16, got {}",
-                cfg.alignment
-            )));
+            return Err(Error::Config(format!("pool alignment must be a power of two >= 16, got {}", cfg.alignment)));
         }
         if cfg.segment_bytes < cfg.small_threshold || cfg.segment_bytes % cfg.alignment != 0 {
             return Err(Error::Config(format!(
@@ -178,14 +174,7 @@ impl Pool {
             )));
         }
         let label = format!("{}:{device}", backend.name());
-        Ok(Pool {
-            backend,
-            device,
-            label,
-            cfg,
-            caching,
-            inner: Mutex::new(Inner::default()),
-        })
+        Ok(Pool { backend, device, label, cfg, caching, inner: Mutex::new(Inner::default()) })
     }
 
     pub fn config(&self) -> &PoolConfig {
@@ -206,26 +195,42 @@ impl Pool {
         self.caching && self.cfg.reuse
     }
 
-    /// The size class of a request and whether it is small.
+    /// The size class of a request and whether it is small (`usize::MAX` when the
+    /// class does not fit the address space).
     pub fn size_class(&self, bytes: usize) -> (usize, BlockKind) {
+        let (size, kind) = self.class_of(bytes);
+        (size.unwrap_or(usize::MAX), kind)
+    }
+
+    fn class_of(&self, bytes: usize) -> (Option<usize>, BlockKind) {
         let bytes = bytes.max(1);
         if bytes <= self.cfg.small_threshold {
-            (
-                round_up(bytes, SMALL_CLASS.max(self.cfg.alignment)),
-                BlockKind::Small,
-            )
+            (round_up(bytes, SMALL_CLASS.max(self.cfg.alignment)), BlockKind::Small)
         } else {
-            (
-                round_up(bytes, LARGE_CLASS.max(self.cfg.alignment)),
-                BlockKind::Large,
-            )
+            (round_up(bytes, LARGE_CLASS.max(self.cfg.alignment)), BlockKind::Large)
+        }
+    }
+
+    /// Smallest remainder worth splitting off a block of this kind.
+    fn min_split(&self, kind: BlockKind) -> usize {
+        match kind {
+            BlockKind::Small => SMALL_CLASS.max(self.cfg.alignment),
+            BlockKind::Large => self.cfg.small_threshold.max(LARGE_CLASS),
         }
     }
 
     /// Allocates a block of at least `bytes` for use on `stream`.
     pub fn alloc(&self, bytes: usize, stream: StreamId) -> Result<Block> {
-        let (size, kind) = self.size_class(bytes);
+        let (size, kind) = self.class_of(bytes);
         let mut g = self.lock();
+        let Some(size) = size else {
+            g.allocations += 1;
+            return Err(Error::OutOfMemory {
+                device: self.label.clone(),
+                requested: bytes,
+                stats: Box::new(self.stats_locked(&g)),
+            });
+        };
         self.collect_pending(&mut g, false);
         g.allocations += 1;
         if self.reusing() {
@@ -237,10 +242,7 @@ impl Pool {
         match self.grow(&mut g, size, kind) {
             Ok(b) => Ok(b),
             Err(first) => {
-                log::debug!(
-                    "{}: {first}; releasing the cache and retrying once",
-                    self.label
-                );
+                log::debug!("{}: {first}; releasing the cache and retrying once", self.label);
                 self.collect_pending(&mut g, true);
                 if self.reusing() {
                     if let Some(b) = self.take_cached(&mut g, size, kind, stream) {
@@ -268,25 +270,18 @@ impl Pool {
         let mut g = self.lock();
         let addr = block.ptr.0;
         let Some(e) = g.blocks.get_mut(&addr) else {
-            return Err(Error::Device(format!(
-                "{}: free of unknown block {:#x}",
-                self.label, addr
-            )));
+            return Err(Error::Device(format!("{}: free of unknown block {:#x}", self.label, addr)));
         };
-        if !matches!(e.state, State::Used) {
-            return Err(Error::Device(format!(
-                "{}: double free of block {:#x}",
-                self.label, addr
-            )));
-        }
+        let State::Used { inherited } = &mut e.state else {
+            return Err(Error::Device(format!("{}: double free of block {:#x}", self.label, addr)));
+        };
+        let mut events = events;
+        events.append(inherited);
         let size = e.size;
         let seg = e.segment;
         e.state = State::Pending { events };
         g.in_use -= size;
-        if g.segments
-            .get(&seg)
-            .is_some_and(|s| s.kind == BlockKind::Large)
-        {
+        if g.segments.get(&seg).is_some_and(|s| s.kind == BlockKind::Large) {
             g.system_in_use -= size;
         }
         g.pending.insert(addr);
@@ -318,12 +313,7 @@ impl Pool {
         let largest_small = g.free_small.iter().next_back().map_or(0, |(s, _)| *s);
         let largest_large = g.free_large.iter().next_back().map_or(0, |(s, _)| *s);
         let largest = largest_small.max(largest_large);
-        let free: usize = g
-            .free_small
-            .iter()
-            .chain(g.free_large.iter())
-            .map(|(s, _)| s)
-            .sum();
+        let free: usize = g.free_small.iter().chain(g.free_large.iter()).map(|(s, _)| s).sum();
         PoolStats {
             total_bytes: g.total,
             in_use_bytes: g.in_use,
@@ -332,11 +322,7 @@ impl Pool {
             peak_in_use_bytes: g.peak_in_use,
             peak_total_bytes: g.peak_total,
             largest_free_block: largest,
-            fragmentation: if free == 0 {
-                0.0
-            } else {
-                1.0 - largest as f64 / free as f64
-            },
+            fragmentation: if free == 0 { 0.0 } else { 1.0 - largest as f64 / free as f64 },
             pending_blocks: g.pending.len(),
             segments: g.segments.len(),
             system_allocations: g.system_allocations,
@@ -370,13 +356,13 @@ impl Pool {
             if done {
                 g.pending.remove(&addr);
                 if let Some(b) = g.blocks.get_mut(&addr) {
-                    if let State::Pending { events } = std::mem::replace(&mut b.state, State::Free)
-                    {
+                    if let State::Pending { events } = std::mem::replace(&mut b.state, State::Free) {
                         for (_, ev) in events {
                             let _ = self.backend.destroy_event(self.device, ev);
                         }
                     }
-                    b.state = State::Used; // settled by `release_block` below
+                    // settled by `release_block` below
+                    b.state = State::Used { inherited: Vec::new() };
                 }
                 self.release_block(g, addr);
             }
@@ -415,44 +401,31 @@ impl Pool {
                 size += nsize;
             }
         }
-        g.blocks.insert(
-            start,
-            BlockEntry {
-                size,
-                segment: seg,
-                state: State::Free,
-            },
-        );
+        g.blocks.insert(start, BlockEntry { size, segment: seg, state: State::Free });
         free_set(g, kind).insert((size, start));
     }
 
     /// Finds a cached block of class `kind` with room for `size`, splitting it if the
     /// remainder is worth keeping.
-    fn take_cached(
-        &self,
-        g: &mut Inner,
-        size: usize,
-        kind: BlockKind,
-        stream: StreamId,
-    ) -> Option<Block> {
+    fn take_cached(&self, g: &mut Inner, size: usize, kind: BlockKind, stream: StreamId) -> Option<Block> {
         let found = match self.cfg.strategy {
             ReuseStrategy::BestFit => free_set(g, kind).range((size, 0)..).next().copied(),
-            ReuseStrategy::FirstFit => free_set(g, kind)
-                .iter()
-                .filter(|(s, _)| *s >= size)
-                .min_by_key(|(_, a)| *a)
-                .copied(),
+            ReuseStrategy::FirstFit => {
+                free_set(g, kind).iter().filter(|(s, _)| *s >= size).min_by_key(|(_, a)| *a).copied()
+            }
         };
         // Large blocks are only reused when they are not much bigger than the request,
         // so one huge cached block does not end up serving many small-ish requests.
-        let found =
-            found.filter(|(s, _)| kind == BlockKind::Small || *s <= size + size / 4 + LARGE_CLASS);
+        let found = found.filter(|(s, _)| kind == BlockKind::Small || *s <= size + size / 4 + LARGE_CLASS);
         if let Some((bsize, addr)) = found {
             free_set(g, kind).remove(&(bsize, addr));
-            return Some(self.hand_out(g, addr, size, kind));
+            return Some(self.hand_out(g, addr, size, kind, Vec::new()));
         }
         // A block freed on this very stream can be reused at once: the stream's order
-        // puts the new work after the old.
+        // puts the new work after the old. It is handed out whole (a split-off tail would
+        // be free for every stream while the old work may still use it) and keeps its
+        // events until it is freed again.
+        let min_split = self.min_split(kind);
         let same_stream = g
             .pending
             .iter()
@@ -462,6 +435,7 @@ impl Pool {
                 let seg_kind = g.segments.get(&b.segment).map(|s| s.kind);
                 seg_kind == Some(kind)
                     && b.size >= size
+                    && b.size - size < min_split
                     && (kind == BlockKind::Small || b.size <= size + size / 4 + LARGE_CLASS)
                     && matches!(&b.state, State::Pending { events } if events.iter().all(|(s, _)| *s == stream))
             })
@@ -469,41 +443,38 @@ impl Pool {
         if let Some(addr) = same_stream {
             g.pending.remove(&addr);
             let b = g.blocks.get_mut(&addr)?;
-            if let State::Pending { events } = std::mem::replace(&mut b.state, State::Free) {
-                for (_, ev) in events {
-                    let _ = self.backend.destroy_event(self.device, ev);
-                }
-            }
-            return Some(self.hand_out(g, addr, size, kind));
+            let inherited = match std::mem::replace(&mut b.state, State::Free) {
+                State::Pending { events } => events,
+                _ => Vec::new(),
+            };
+            return Some(self.hand_out(g, addr, size, kind, inherited));
         }
         None
     }
 
-    /// Marks the free block at `addr` used, splitting off the tail when it is large enough.
-    fn hand_out(&self, g: &mut Inner, addr: u64, size: usize, kind: BlockKind) -> Block {
-        let min_split = match kind {
-            BlockKind::Small => SMALL_CLASS.max(self.cfg.alignment),
-            BlockKind::Large => self.cfg.small_threshold.max(LARGE_CLASS),
-        };
+    /// Marks the free block at `addr` used, splitting off the tail when it is large enough
+    /// (never when the block carries `inherited` events: its tail may still be in use).
+    fn hand_out(
+        &self,
+        g: &mut Inner,
+        addr: u64,
+        size: usize,
+        kind: BlockKind,
+        inherited: Vec<(StreamId, EventId)>,
+    ) -> Block {
+        let min_split = self.min_split(kind);
         let b = g.blocks.get_mut(&addr).expect("free block is indexed");
         let seg = b.segment;
         let have = b.size;
         let mut used = have;
-        if have - size >= min_split {
+        if inherited.is_empty() && have - size >= min_split {
             b.size = size;
             used = size;
         }
-        b.state = State::Used;
+        b.state = State::Used { inherited };
         if used < have {
             let tail = addr + used as u64;
-            g.blocks.insert(
-                tail,
-                BlockEntry {
-                    size: have - used,
-                    segment: seg,
-                    state: State::Free,
-                },
-            );
+            g.blocks.insert(tail, BlockEntry { size: have - used, segment: seg, state: State::Free });
             free_set(g, kind).insert((have - used, tail));
         }
         g.in_use += used;
@@ -511,61 +482,36 @@ impl Pool {
             g.system_in_use += used;
         }
         g.peak_in_use = g.peak_in_use.max(g.in_use);
-        Block {
-            ptr: DevicePtr(addr),
-            size: used,
-            kind,
-        }
+        Block { ptr: DevicePtr(addr), size: used, kind }
     }
 
     /// Gets a new segment from the system and hands out a block from it.
     fn grow(&self, g: &mut Inner, size: usize, kind: BlockKind) -> Result<Block> {
-        let seg_size = if kind == BlockKind::Small && self.reusing() {
-            self.cfg.segment_bytes
-        } else {
-            size
-        };
+        // A small class can exceed the segment size when the threshold is not a multiple
+        // of the class granularity; such a request gets a segment of its own size.
+        let seg_size = if kind == BlockKind::Small && self.reusing() { self.cfg.segment_bytes.max(size) } else { size };
         if let Some(limit) = self.cfg.limit_bytes {
-            if g.total + seg_size > limit {
+            if g.total.checked_add(seg_size).is_none_or(|t| t > limit) {
                 return Err(Error::Device(format!(
                     "pool limit {limit} B reached ({} B held, {seg_size} B more needed)",
                     g.total
                 )));
             }
         }
-        let ptr = self
-            .backend
-            .alloc(self.device, seg_size, self.cfg.alignment)?;
+        let ptr = self.backend.alloc(self.device, seg_size, self.cfg.alignment)?;
         g.system_allocations += 1;
         g.total += seg_size;
         g.peak_total = g.peak_total.max(g.total);
-        g.segments.insert(
-            ptr.0,
-            Segment {
-                size: seg_size,
-                kind,
-            },
-        );
-        g.blocks.insert(
-            ptr.0,
-            BlockEntry {
-                size: seg_size,
-                segment: ptr.0,
-                state: State::Free,
-            },
-        );
-        Ok(self.hand_out(g, ptr.0, size, kind))
+        g.segments.insert(ptr.0, Segment { size: seg_size, kind });
+        g.blocks.insert(ptr.0, BlockEntry { size: seg_size, segment: ptr.0, state: State::Free });
+        Ok(self.hand_out(g, ptr.0, size, kind, Vec::new()))
     }
 
     fn release_locked(&self, g: &mut Inner) -> usize {
         let whole: Vec<u64> = g
             .segments
             .iter()
-            .filter(|(base, s)| {
-                g.blocks
-                    .get(base)
-                    .is_some_and(|b| b.size == s.size && matches!(b.state, State::Free))
-            })
+            .filter(|(base, s)| g.blocks.get(base).is_some_and(|b| b.size == s.size && matches!(b.state, State::Free)))
             .map(|(b, _)| *b)
             .collect();
         let mut released = 0;
@@ -605,6 +551,19 @@ impl Drop for Pool {
     fn drop(&mut self) {
         let mut g = self.lock();
         self.collect_pending(&mut g, true);
+        let inherited: Vec<EventId> = g
+            .blocks
+            .values_mut()
+            .filter_map(|b| match &mut b.state {
+                State::Used { inherited } => Some(std::mem::take(inherited)),
+                _ => None,
+            })
+            .flatten()
+            .map(|(_, ev)| ev)
+            .collect();
+        for ev in inherited {
+            let _ = self.backend.destroy_event(self.device, ev);
+        }
         let bases: Vec<u64> = g.segments.keys().copied().collect();
         for base in bases {
             self.return_segment(&mut g, base);

@@ -3,6 +3,7 @@
 use crate::kernel::{Tier, Unit};
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What one `execute` did.
@@ -13,10 +14,10 @@ pub struct ExecReport {
     pub implementation: &'static str,
     pub tier: Tier,
     /// `backend:index`, e.g. `cpu:0`.
-    pub device: String,
+    pub device: Arc<str>,
     pub unit: Unit,
     /// Stream the work went to, e.g. `cpu:0/default`.
-    pub stream: String,
+    pub stream: Arc<str>,
     /// Submission sequence number.
     pub seq: u64,
     /// Wall time of the call when it ran synchronously; `None` when it was queued on an
@@ -29,9 +30,7 @@ pub struct ExecReport {
 impl ExecReport {
     /// Achieved GFLOP/s, when timed.
     pub fn gflops(&self) -> Option<f64> {
-        self.elapsed
-            .filter(|d| !d.is_zero())
-            .map(|d| self.flops as f64 / d.as_secs_f64() / 1e9)
+        self.elapsed.filter(|d| !d.is_zero()).map(|d| self.flops as f64 / d.as_secs_f64() / 1e9)
     }
 }
 
@@ -103,10 +102,7 @@ pub struct Profile {
 impl Profile {
     pub fn record(&mut self, device: usize, r: &ExecReport) {
         let Some(d) = r.elapsed else { return };
-        let e = self
-            .units
-            .entry((device, r.unit.label))
-            .or_insert((r.unit, UnitTotals::default()));
+        let e = self.units.entry((device, r.unit.label)).or_insert((r.unit, UnitTotals::default()));
         e.1.busy += d;
         e.1.flops += r.flops;
         e.1.bytes += r.bytes;

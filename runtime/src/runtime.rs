@@ -23,7 +23,24 @@ pub(crate) struct DeviceCtx {
     pub(crate) pool: Pool,
     pub(crate) default_stream: StreamId,
     pub(crate) user_streams: AtomicUsize,
-    pub(crate) label: String,
+    /// `backend:index`.
+    pub(crate) label: Arc<str>,
+    /// `backend:index/default`.
+    pub(crate) default_label: Arc<str>,
+}
+
+/// Where an execution goes: the device's default stream or a user stream.
+#[derive(Clone, Copy)]
+pub(crate) struct Target<'a> {
+    pub(crate) device: usize,
+    pub(crate) id: StreamId,
+    pub(crate) user: Option<&'a Stream>,
+}
+
+impl Target<'_> {
+    fn is_async(&self) -> bool {
+        self.user.is_some()
+    }
 }
 
 pub(crate) struct Inner {
@@ -32,6 +49,8 @@ pub(crate) struct Inner {
     pub(crate) devices: Vec<DeviceCtx>,
     pub(crate) seq: AtomicU64,
     pub(crate) profile: Mutex<Profile>,
+    /// Kernel indices per op kind in preference order for the configured mapping.
+    pub(crate) preference: Vec<Vec<usize>>,
 }
 
 impl Inner {
@@ -75,12 +94,7 @@ pub struct Runtime {
 
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "Runtime({}, {} devices)",
-            self.inner.backend.name(),
-            self.inner.devices.len()
-        )
+        write!(f, "Runtime({}, {} devices)", self.inner.backend.name(), self.inner.devices.len())
     }
 }
 
@@ -114,31 +128,26 @@ impl Runtime {
             if pcfg.limit_bytes.is_none() && info.memory_bytes > 0 {
                 pcfg.limit_bytes = Some(info.memory_bytes as usize);
             }
-            let pool = Pool::new(
-                backend.clone(),
-                ordinal,
-                pcfg,
-                config.optimizations.memory_pool,
-            )?;
+            let pool = Pool::new(backend.clone(), ordinal, pcfg, config.optimizations.memory_pool)?;
             devices.push(DeviceCtx {
                 ordinal,
                 default_stream: backend.default_stream(ordinal),
                 info,
                 pool,
                 user_streams: AtomicUsize::new(0),
-                label: format!("{}:{logical}", backend.name()),
+                label: format!("{}:{logical}", backend.name()).into(),
+                default_label: format!("{}:{logical}/default", backend.name()).into(),
             });
         }
         log::info!(
             "npurt runtime on {} with {} device(s): {}",
             backend.name(),
             devices.len(),
-            devices
-                .iter()
-                .map(|d| d.info.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+            devices.iter().map(|d| d.info.name.as_str()).collect::<Vec<_>>().join(", ")
         );
+        let mapping = if config.optimizations.hardware_mapping { config.hw_mapping } else { HwMapping::Auto };
+        let preference: Vec<Vec<usize>> =
+            crate::op::OpKind::ALL.iter().map(|&k| kernel::preference_order(backend.kernels(), k, mapping)).collect();
         Ok(Runtime {
             inner: Arc::new(Inner {
                 backend,
@@ -146,6 +155,7 @@ impl Runtime {
                 devices,
                 seq: AtomicU64::new(0),
                 profile: Mutex::new(Profile::default()),
+                preference,
             }),
         })
     }
@@ -167,16 +177,10 @@ impl Runtime {
     }
     /// `backend:index`, e.g. `cpu:0`.
     pub fn device_label(&self, device: usize) -> String {
-        self.inner
-            .devices
-            .get(device)
-            .map_or_else(|| format!("?:{device}"), |d| d.label.clone())
+        self.inner.devices.get(device).map_or_else(|| format!("?:{device}"), |d| d.label.to_string())
     }
     pub fn supports_zero_copy(&self, device: usize) -> bool {
-        self.inner
-            .devices
-            .get(device)
-            .is_some_and(|d| d.info.host_shared)
+        self.inner.devices.get(device).is_some_and(|d| d.info.host_shared)
     }
     pub fn kernels(&self) -> &[KernelInfo] {
         self.inner.backend.kernels()
@@ -206,15 +210,12 @@ impl Runtime {
     pub fn empty(&self, dtype: DType, shape: impl Into<Shape>, device: usize) -> Result<Tensor> {
         let shape = shape.into();
         let d = self.inner.device(device)?;
-        let bytes = shape.numel().checked_mul(dtype.size()).ok_or_else(|| {
-            Error::invalid(
-                "Tensor",
-                format!("{dtype} {shape} overflows the address space"),
-            )
-        })?;
-        let stream = stream::current_for(&self.inner)
-            .filter(|s| s.device() == device)
-            .map_or(d.default_stream, |s| s.id());
+        let bytes = shape
+            .numel()
+            .checked_mul(dtype.size())
+            .ok_or_else(|| Error::invalid("Tensor", format!("{dtype} {shape} overflows the address space")))?;
+        let stream =
+            stream::current_for(&self.inner).filter(|s| s.device() == device).map_or(d.default_stream, |s| s.id());
         let block = d.pool.alloc(bytes, stream)?;
         Ok(Tensor {
             storage: Arc::new(Storage {
@@ -225,7 +226,7 @@ impl Runtime {
                 uses: Mutex::new(Vec::new()),
             }),
             dtype,
-            layout: Layout::contiguous(shape),
+            layout: Arc::new(Layout::contiguous(shape)),
         })
     }
 
@@ -235,9 +236,7 @@ impl Runtime {
         if t.nbytes() > 0 {
             let d = self.inner.device(device)?;
             let s = d.default_stream;
-            self.inner
-                .backend
-                .memset(d.ordinal, t.storage.block.ptr, 0, t.nbytes(), s)?;
+            self.inner.backend.memset(d.ordinal, t.storage.block.ptr, 0, t.nbytes(), s)?;
         }
         Ok(t)
     }
@@ -255,30 +254,16 @@ impl Runtime {
     }
 
     /// A tensor from a flat slice and a shape.
-    pub fn from_slice<T: Element>(
-        &self,
-        data: &[T],
-        shape: impl Into<Shape>,
-        device: usize,
-    ) -> Result<Tensor> {
+    pub fn from_slice<T: Element>(&self, data: &[T], shape: impl Into<Shape>, device: usize) -> Result<Tensor> {
         let shape = shape.into();
-        let a =
-            ndarray::ArrayViewD::from_shape(ndarray::IxDyn(shape.dims()), data).map_err(|e| {
-                Error::invalid(
-                    "Tensor",
-                    format!("{} values do not fill {shape}: {e}", data.len()),
-                )
-            })?;
+        let a = ndarray::ArrayViewD::from_shape(ndarray::IxDyn(shape.dims()), data)
+            .map_err(|e| Error::invalid("Tensor", format!("{} values do not fill {shape}: {e}", data.len())))?;
         self.from_ndarray(&a, device)
     }
 
     /// Copies a tensor to another device (through the host when the backend needs to).
     pub fn to_device(&self, t: &Tensor, device: usize) -> Result<Tensor> {
-        let src = if t.is_contiguous() {
-            t.clone()
-        } else {
-            self.run(&Op::Copy, &[t])?.remove(0)
-        };
+        let src = if t.is_contiguous() { t.clone() } else { self.run(&Op::Copy, &[t])?.remove(0) };
         src.storage.settle()?;
         let out = self.empty(t.dtype, t.shape().clone(), device)?;
         let n = src.nbytes();
@@ -287,17 +272,12 @@ impl Runtime {
             let sd = self.inner.device(src.device())?;
             self.inner.backend.copy_to_host(
                 sd.ordinal,
-                src.storage
-                    .block
-                    .ptr
-                    .offset(src.layout.offset * src.dtype.size()),
+                src.storage.block.ptr.offset(src.layout.offset * src.dtype.size()),
                 &mut host,
                 sd.default_stream,
             )?;
             let dd = self.inner.device(device)?;
-            self.inner
-                .backend
-                .copy_to_device(dd.ordinal, &host, out.storage.block.ptr)?;
+            self.inner.backend.copy_to_device(dd.ordinal, &host, out.storage.block.ptr)?;
         }
         Ok(out)
     }
@@ -313,7 +293,7 @@ impl Runtime {
                 device,
                 id: d.default_stream,
                 user: false,
-                label: format!("{}/default", d.label),
+                label: d.default_label.clone(),
             }),
         })
     }
@@ -324,10 +304,7 @@ impl Runtime {
         let max = self.inner.config.max_streams;
         if d.user_streams.fetch_add(1, Ordering::Relaxed) >= max {
             d.user_streams.fetch_sub(1, Ordering::Relaxed);
-            return Err(Error::Device(format!(
-                "{}: max_streams ({max}) user streams already exist",
-                d.label
-            )));
+            return Err(Error::Device(format!("{}: max_streams ({max}) user streams already exist", d.label)));
         }
         let id = match self.inner.backend.create_stream(d.ordinal) {
             Ok(id) => id,
@@ -342,7 +319,7 @@ impl Runtime {
                 device,
                 id,
                 user: true,
-                label: format!("{}/stream{}", d.label, id.0),
+                label: format!("{}/stream{}", d.label, id.0).into(),
             }),
         })
     }
@@ -390,8 +367,13 @@ impl Runtime {
     /// user stream), writing into `outputs`.
     pub fn execute(&self, op: &Op, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<ExecReport> {
         let device = inputs.first().or(outputs.first()).map_or(0, |t| t.device());
-        let stream = self.current_stream(device)?;
-        self.execute_on(&stream, op, inputs, outputs)
+        match stream::current_for(&self.inner).filter(|s| s.device() == device) {
+            Some(s) => self.execute_on(&s, op, inputs, outputs),
+            None => {
+                let d = self.inner.device(device)?;
+                self.execute_at(Target { device, id: d.default_stream, user: None }, op, inputs, outputs)
+            }
+        }
     }
 
     /// Allocates the outputs, runs `op` on the current stream and returns them.
@@ -400,47 +382,52 @@ impl Runtime {
     }
 
     /// [`Runtime::run`] that also returns the report.
-    pub fn run_with_report(
-        &self,
-        op: &Op,
-        inputs: &[&Tensor],
-    ) -> Result<(Vec<Tensor>, ExecReport)> {
+    pub fn run_with_report(&self, op: &Op, inputs: &[&Tensor]) -> Result<(Vec<Tensor>, ExecReport)> {
         let device = inputs.first().map_or(0, |t| t.device());
         let metas = self.infer(op, inputs)?;
-        let outs: Vec<Tensor> = metas
-            .into_iter()
-            .map(|m| self.empty(m.dtype, m.shape, device))
-            .collect::<Result<_>>()?;
+        let outs: Vec<Tensor> =
+            metas.into_iter().map(|m| self.empty(m.dtype, m.shape, device)).collect::<Result<_>>()?;
         let refs: Vec<&Tensor> = outs.iter().collect();
         let r = self.execute(op, inputs, &refs)?;
         Ok((outs, r))
     }
 
     /// Runs `op` on `stream`.
-    pub fn execute_on(
+    pub fn execute_on(&self, stream: &Stream, op: &Op, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<ExecReport> {
+        if !stream.same_runtime(&self.inner) {
+            return Err(Error::invalid(op.name(), format!("{stream} belongs to another runtime")));
+        }
+        let target = Target { device: stream.device(), id: stream.id(), user: stream.is_async().then_some(stream) };
+        self.execute_at(target, op, inputs, outputs)
+    }
+
+    fn stream_label(&self, t: Target<'_>) -> Arc<str> {
+        match t.user {
+            Some(s) => s.inner.label.clone(),
+            None => self.inner.devices[t.device].default_label.clone(),
+        }
+    }
+
+    pub(crate) fn execute_at(
         &self,
-        stream: &Stream,
+        target: Target<'_>,
         op: &Op,
         inputs: &[&Tensor],
         outputs: &[&Tensor],
     ) -> Result<ExecReport> {
-        let (kernel, args, flops, bytes, temps) = self.prepare(stream, op, inputs, outputs)?;
-        let dev = &self.inner.devices[stream.device()];
+        let (kernel, args, flops, bytes, temps) = self.prepare(target, op, inputs, outputs)?;
+        let dev = &self.inner.devices[target.device];
         let seq = args.seq;
         let start = Instant::now();
-        self.inner
-            .backend
-            .launch(dev.ordinal, &kernel, args, stream.id())?;
-        let elapsed = if stream.is_async() {
+        self.inner.backend.launch(dev.ordinal, &kernel, args, target.id)?;
+        let elapsed = if target.is_async() {
             None
         } else {
-            self.inner
-                .backend
-                .synchronize_stream(dev.ordinal, stream.id())?;
+            self.inner.backend.synchronize_stream(dev.ordinal, target.id)?;
             Some(start.elapsed())
         };
         for t in inputs.iter().chain(outputs) {
-            t.storage.mark_use(stream);
+            t.storage.mark_use(target);
         }
         drop(temps);
         let report = ExecReport {
@@ -449,18 +436,14 @@ impl Runtime {
             tier: kernel.tier,
             device: dev.label.clone(),
             unit: kernel.unit,
-            stream: stream.to_string(),
+            stream: self.stream_label(target),
             seq,
             elapsed,
             flops,
             bytes,
         };
         if elapsed.is_some() {
-            self.inner
-                .profile
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .record(stream.device(), &report);
+            self.inner.profile.lock().unwrap_or_else(|p| p.into_inner()).record(target.device, &report);
         }
         Ok(report)
     }
@@ -471,12 +454,9 @@ impl Runtime {
         let Some(first) = tasks.first() else {
             return Ok(Vec::new());
         };
-        let device = first
-            .inputs
-            .first()
-            .or(first.outputs.first())
-            .map_or(0, |t| t.device());
+        let device = first.inputs.first().or(first.outputs.first()).map_or(0, |t| t.device());
         let stream = self.current_stream(device)?;
+        let target = Target { device, id: stream.id(), user: stream.is_async().then_some(&stream) };
         let mut launches = Vec::with_capacity(tasks.len());
         let mut reports = Vec::with_capacity(tasks.len());
         let mut held = Vec::new();
@@ -484,7 +464,7 @@ impl Runtime {
         for t in tasks {
             let ins: Vec<&Tensor> = t.inputs.iter().collect();
             let outs: Vec<&Tensor> = t.outputs.iter().collect();
-            let (kernel, args, flops, bytes, temps) = self.prepare(&stream, &t.op, &ins, &outs)?;
+            let (kernel, args, flops, bytes, temps) = self.prepare(target, &t.op, &ins, &outs)?;
             held.extend(temps);
             reports.push(ExecReport {
                 op: t.op.name(),
@@ -492,7 +472,7 @@ impl Runtime {
                 tier: kernel.tier,
                 device: dev.label.clone(),
                 unit: kernel.unit,
-                stream: stream.to_string(),
+                stream: self.stream_label(target),
                 seq: args.seq,
                 elapsed: None,
                 flops,
@@ -501,19 +481,15 @@ impl Runtime {
             launches.push((kernel, args));
         }
         let start = Instant::now();
-        self.inner
-            .backend
-            .launch_batch(dev.ordinal, launches, stream.id())?;
+        self.inner.backend.launch_batch(dev.ordinal, launches, stream.id())?;
         for t in tasks {
             for x in t.inputs.iter().chain(&t.outputs) {
-                x.storage.mark_use(&stream);
+                x.storage.mark_use(target);
             }
         }
         drop(held);
         if !stream.is_async() {
-            self.inner
-                .backend
-                .synchronize_stream(dev.ordinal, stream.id())?;
+            self.inner.backend.synchronize_stream(dev.ordinal, stream.id())?;
             let per = start.elapsed() / tasks.len() as u32;
             for r in &mut reports {
                 r.elapsed = Some(per);
@@ -525,64 +501,47 @@ impl Runtime {
     /// Picks the kernel `execute` would use, without running anything.
     pub fn select_kernel(&self, op: &Op, inputs: &[TensorMeta]) -> Result<KernelInfo> {
         let outputs = op.infer(inputs)?;
-        let q = KernelQuery {
-            op,
-            inputs,
-            outputs: &outputs,
-        };
-        let cfg = &self.inner.config;
-        let mapping = if cfg.optimizations.hardware_mapping {
-            cfg.hw_mapping
-        } else {
-            HwMapping::Auto
-        };
-        kernel::select(
+        self.select_for(op, inputs, &outputs)
+    }
+
+    fn select_for(&self, op: &Op, inputs: &[TensorMeta], outputs: &[TensorMeta]) -> Result<KernelInfo> {
+        let q = KernelQuery { op, inputs, outputs };
+        let kind = op.kind();
+        let order =
+            crate::op::OpKind::ALL.iter().position(|k| *k == kind).map_or(&[][..], |i| &self.inner.preference[i]);
+        kernel::select_in_order(
             self.inner.backend.name(),
             self.inner.backend.kernels(),
+            order,
             &q,
-            mapping,
-            cfg.forced_tier,
+            self.inner.config.forced_tier,
         )
         .copied()
     }
 
     fn prepare(
         &self,
-        stream: &Stream,
+        target: Target<'_>,
         op: &Op,
         inputs: &[&Tensor],
         outputs: &[&Tensor],
     ) -> Result<(KernelInfo, LaunchArgs, u64, u64, Vec<Tensor>)> {
         let name = op.name();
-        if !stream.same_runtime(&self.inner) {
-            return Err(Error::invalid(
-                name,
-                format!("{stream} belongs to another runtime"),
-            ));
-        }
         let in_metas: Vec<TensorMeta> = inputs.iter().map(|t| t.meta()).collect();
         let out_metas = op.infer(&in_metas)?;
         if outputs.len() != out_metas.len() {
-            return Err(Error::invalid(
-                name,
-                format!("expects {} outputs, got {}", out_metas.len(), outputs.len()),
-            ));
+            return Err(Error::invalid(name, format!("expects {} outputs, got {}", out_metas.len(), outputs.len())));
         }
         for (i, (t, m)) in outputs.iter().zip(&out_metas).enumerate() {
             if t.meta() != *m {
-                return Err(Error::invalid(
-                    name,
-                    format!("output {i} must be {m}, got {}", t.meta()),
-                ));
+                return Err(Error::invalid(name, format!("output {i} must be {m}, got {}", t.meta())));
             }
             if !t.is_contiguous() {
-                return Err(Error::invalid(
-                    name,
-                    format!("output {i} ({}) must be contiguous", t.meta()),
-                ));
+                return Err(Error::invalid(name, format!("output {i} ({}) must be contiguous", t.meta())));
             }
         }
-        let dev = stream.device();
+        let dev = target.device;
+        let stream = self.stream_label(target);
         for (i, t) in inputs.iter().enumerate() {
             if !Arc::ptr_eq(&t.storage.rt, &self.inner) || t.device() != dev {
                 return Err(Error::invalid(
@@ -624,11 +583,7 @@ impl Runtime {
                     ),
                 ));
             }
-            if let Some(j) = outputs
-                .iter()
-                .enumerate()
-                .position(|(j, t)| j != i && overlaps(t))
-            {
+            if let Some(j) = outputs.iter().enumerate().position(|(j, t)| j != i && overlaps(t)) {
                 return Err(Error::invalid(name, format!("outputs {i} and {j} overlap")));
             }
         }
@@ -638,20 +593,20 @@ impl Runtime {
             for t in inputs {
                 if !t.is_contiguous() {
                     let c = self.empty(t.dtype, t.shape().clone(), dev)?;
-                    self.execute_on(stream, &Op::Copy, &[t], &[&c])?;
+                    self.execute_at(target, &Op::Copy, &[t], &[&c])?;
                     owned.push(Some(c));
                 } else {
                     owned.push(None);
                 }
             }
         }
-        let kernel = self.select_kernel(op, &in_metas)?;
+        let kernel = self.select_for(op, &in_metas, &out_metas)?;
         let in_args = inputs
             .iter()
             .enumerate()
             .map(|(i, t)| match owned.get(i) {
                 Some(Some(c)) => {
-                    c.storage.mark_use(stream);
+                    c.storage.mark_use(target);
                     c.arg()
                 }
                 _ => t.arg(),
@@ -669,13 +624,7 @@ impl Runtime {
         let bytes = op.bytes(&in_metas, &out_metas);
         // The caller drops the temporaries after queueing the launch, so their release
         // events come after it on the stream.
-        Ok((
-            kernel,
-            args,
-            flops,
-            bytes,
-            owned.into_iter().flatten().collect(),
-        ))
+        Ok((kernel, args, flops, bytes, owned.into_iter().flatten().collect()))
     }
 
     /// Per-unit utilisation from the timed executions so far, against each unit's peak.
@@ -692,15 +641,12 @@ impl Runtime {
                 (Some(p), true) => (
                     (totals.flops as f64 / secs / p.peak_flops).min(1.0),
                     (totals.bytes as f64 / secs / p.peak_bytes_per_s).min(1.0),
-                    format!(
-                        "op FLOP/byte counts over measured time vs nominal peak ({})",
-                        p.source
-                    ),
+                    format!("op FLOP/byte counts over measured time vs nominal peak ({})", p.source),
                 ),
                 _ => (0.0, 0.0, "no peak known for this unit".to_string()),
             };
             out.push(Utilisation {
-                device: d.label.clone(),
+                device: d.label.to_string(),
                 unit: *unit,
                 totals: totals.clone(),
                 compute,

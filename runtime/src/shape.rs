@@ -42,16 +42,8 @@ impl Shape {
         let r = a.rank().max(b.rank());
         let mut out = vec![0; r];
         for i in 0..r {
-            let da = if i + a.rank() >= r {
-                a.0[i + a.rank() - r]
-            } else {
-                1
-            };
-            let db = if i + b.rank() >= r {
-                b.0[i + b.rank() - r]
-            } else {
-                1
-            };
+            let da = if i + a.rank() >= r { a.0[i + a.rank() - r] } else { 1 };
+            let db = if i + b.rank() >= r { b.0[i + b.rank() - r] } else { 1 };
             out[i] = if da == db {
                 da
             } else if da == 1 {
@@ -120,11 +112,7 @@ impl Layout {
     pub fn contiguous(shape: impl Into<Shape>) -> Layout {
         let shape = shape.into();
         let strides = shape.contiguous_strides();
-        Layout {
-            shape,
-            strides,
-            offset: 0,
-        }
+        Layout { shape, strides, offset: 0 }
     }
     pub fn dims(&self) -> &[usize] {
         self.shape.dims()
@@ -152,15 +140,7 @@ impl Layout {
         if self.numel() == 0 {
             return self.offset;
         }
-        self.offset
-            + self
-                .shape
-                .0
-                .iter()
-                .zip(&self.strides)
-                .map(|(d, s)| (d - 1) * s)
-                .sum::<usize>()
-            + 1
+        self.offset + self.shape.0.iter().zip(&self.strides).map(|(d, s)| (d - 1) * s).sum::<usize>() + 1
     }
     /// A reshaped view; `None` when the layout is not contiguous.
     pub fn reshape(&self, shape: impl Into<Shape>) -> Option<Layout> {
@@ -220,20 +200,11 @@ impl Layout {
                 return None;
             }
         }
-        Some(Layout {
-            shape: shape.clone(),
-            strides,
-            offset: self.offset,
-        })
+        Some(Layout { shape: shape.clone(), strides, offset: self.offset })
     }
     /// Element index (within the buffer) of the multi-index `idx`.
     pub fn index(&self, idx: &[usize]) -> usize {
-        self.offset
-            + idx
-                .iter()
-                .zip(&self.strides)
-                .map(|(i, s)| i * s)
-                .sum::<usize>()
+        self.offset + idx.iter().zip(&self.strides).map(|(i, s)| i * s).sum::<usize>()
     }
 }
 
@@ -266,14 +237,8 @@ mod tests {
         let a = Shape::from([2, 1, 3]);
         let b = Shape::from([4, 1]);
         assert_eq!(Shape::broadcast(&a, &b), Some(Shape::from([2, 4, 3])));
-        assert_eq!(
-            Shape::broadcast(&Shape::from([2, 3]), &Shape::from([4])),
-            None
-        );
-        assert_eq!(
-            Shape::broadcast(&Shape::scalar(), &Shape::from([5])),
-            Some(Shape::from([5]))
-        );
+        assert_eq!(Shape::broadcast(&Shape::from([2, 3]), &Shape::from([4])), None);
+        assert_eq!(Shape::broadcast(&Shape::scalar(), &Shape::from([5])), Some(Shape::from([5])));
     }
 
     #[test]
@@ -287,9 +252,7 @@ mod tests {
         assert!(t.reshape([24]).is_none());
         assert_eq!(l.reshape([6, 4]).unwrap().strides, vec![4, 1]);
         assert!(l.permute(&[0, 0, 1]).is_none());
-        let b = Layout::contiguous([3, 1])
-            .broadcast_to(&Shape::from([2, 3, 5]))
-            .unwrap();
+        let b = Layout::contiguous([3, 1]).broadcast_to(&Shape::from([2, 3, 5])).unwrap();
         assert_eq!(b.strides, vec![0, 1, 0]);
         assert_eq!(l.span(), 24);
     }

@@ -16,7 +16,7 @@ pub(crate) struct StreamInner {
     pub(crate) id: StreamId,
     /// A user stream (asynchronous); false for the device's default stream.
     pub(crate) user: bool,
-    pub(crate) label: String,
+    pub(crate) label: Arc<str>,
 }
 
 impl Drop for StreamInner {
@@ -26,9 +26,7 @@ impl Drop for StreamInner {
             if let Err(e) = self.rt.backend.destroy_stream(ord, self.id) {
                 log::warn!("destroying {}: {e}", self.label);
             }
-            self.rt.devices[self.device]
-                .user_streams
-                .fetch_sub(1, Ordering::Relaxed);
+            self.rt.devices[self.device].user_streams.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
@@ -67,10 +65,7 @@ impl Stream {
     }
     /// Waits for every op queued so far; reports the first failure of queued work.
     pub fn synchronize(&self) -> Result<()> {
-        self.inner
-            .rt
-            .backend
-            .synchronize_stream(self.ordinal(), self.inner.id)
+        self.inner.rt.backend.synchronize_stream(self.ordinal(), self.inner.id)
     }
     /// Records a new event at the current end of the stream.
     pub fn record(&self) -> Result<Event> {
@@ -86,10 +81,7 @@ impl Stream {
                 self.inner.label, event.device
             )));
         }
-        self.inner
-            .rt
-            .backend
-            .wait_event(self.ordinal(), self.inner.id, event.id)
+        self.inner.rt.backend.wait_event(self.ordinal(), self.inner.id, event.id)
     }
     pub(crate) fn same_runtime(&self, rt: &Arc<Inner>) -> bool {
         Arc::ptr_eq(&self.inner.rt, rt)
@@ -113,11 +105,7 @@ impl Event {
     pub(crate) fn new_on(rt: &Arc<Inner>, device: usize) -> Result<Event> {
         let ord = rt.device(device)?.ordinal;
         let id = rt.backend.create_event(ord)?;
-        Ok(Event {
-            rt: rt.clone(),
-            device,
-            id,
-        })
+        Ok(Event { rt: rt.clone(), device, id })
     }
     fn ordinal(&self) -> usize {
         self.rt.devices[self.device].ordinal
@@ -130,9 +118,7 @@ impl Event {
                 self.device, stream.inner.label
             )));
         }
-        self.rt
-            .backend
-            .record_event(self.ordinal(), self.id, stream.inner.id)
+        self.rt.backend.record_event(self.ordinal(), self.id, stream.inner.id)
     }
     /// True when the work before the record point has finished.
     pub fn query(&self) -> Result<bool> {
@@ -144,9 +130,7 @@ impl Event {
     /// Time from `start` to `self`; both must have completed.
     pub fn elapsed_since(&self, start: &Event) -> Result<Duration> {
         if start.device != self.device {
-            return Err(Error::Device(
-                "events of different devices cannot be compared".into(),
-            ));
+            return Err(Error::Device("events of different devices cannot be compared".into()));
         }
         self.rt.backend.elapsed(self.ordinal(), start.id, self.id)
     }
@@ -173,9 +157,7 @@ pub struct StreamScope {
 impl StreamScope {
     pub(crate) fn enter(stream: &Stream) -> StreamScope {
         CURRENT.with(|c| c.borrow_mut().push(stream.clone()));
-        StreamScope {
-            _not_send: std::marker::PhantomData,
-        }
+        StreamScope { _not_send: std::marker::PhantomData }
     }
 }
 
@@ -189,11 +171,5 @@ impl Drop for StreamScope {
 
 /// The innermost scoped stream of this thread that belongs to `rt`.
 pub(crate) fn current_for(rt: &Arc<Inner>) -> Option<Stream> {
-    CURRENT.with(|c| {
-        c.borrow()
-            .iter()
-            .rev()
-            .find(|s| s.same_runtime(rt))
-            .cloned()
-    })
+    CURRENT.with(|c| c.borrow().iter().rev().find(|s| s.same_runtime(rt)).cloned())
 }

@@ -6,8 +6,9 @@ use crate::error::{Error, Result};
 use crate::op::TensorMeta;
 use crate::pool::Block;
 use crate::runtime::Inner;
+use crate::runtime::Target;
 use crate::shape::{Layout, Shape};
-use crate::stream::{Stream, StreamInner};
+use crate::stream::StreamInner;
 use ndarray::{ArrayD, ArrayViewD, ArrayViewMutD, IxDyn, ShapeBuilder};
 use std::fmt;
 use std::sync::{Arc, Mutex, Weak};
@@ -31,20 +32,18 @@ pub(crate) enum Use {
 }
 
 impl Storage {
-    pub(crate) fn mark_use(&self, stream: &Stream) {
+    pub(crate) fn mark_use(&self, target: Target<'_>) {
         let mut u = self.uses.lock().unwrap_or_else(|p| p.into_inner());
-        let id = stream.id();
-        let known = u.iter().any(|x| match x {
-            Use::Default(s) => *s == id && !stream.is_async(),
-            Use::User(s, w) => {
-                *s == id && w.upgrade().is_some_and(|w| Arc::ptr_eq(&w, &stream.inner))
-            }
+        let id = target.id;
+        let known = u.iter().any(|x| match (x, target.user) {
+            (Use::Default(s), None) => *s == id,
+            (Use::User(s, w), Some(st)) => *s == id && std::ptr::eq(w.as_ptr(), Arc::as_ptr(&st.inner)),
+            _ => false,
         });
         if !known {
-            u.push(if stream.is_async() {
-                Use::User(id, Arc::downgrade(&stream.inner))
-            } else {
-                Use::Default(id)
+            u.push(match target.user {
+                Some(st) => Use::User(id, Arc::downgrade(&st.inner)),
+                None => Use::Default(id),
             });
         }
     }
@@ -75,15 +74,7 @@ impl Drop for Storage {
         // Hold the user streams alive while their release events are recorded.
         let live: Vec<Arc<StreamInner>> = {
             let u = self.uses.lock().unwrap_or_else(|p| p.into_inner());
-            u.iter()
-                .filter_map(|x| {
-                    if let Use::User(_, w) = x {
-                        w.upgrade()
-                    } else {
-                        None
-                    }
-                })
-                .collect()
+            u.iter().filter_map(|x| if let Use::User(_, w) = x { w.upgrade() } else { None }).collect()
         };
         for s in self.used_streams() {
             let ev = dev.ordinal;
@@ -117,7 +108,7 @@ impl Drop for Storage {
 pub struct Tensor {
     pub(crate) storage: Arc<Storage>,
     pub(crate) dtype: DType,
-    pub(crate) layout: Layout,
+    pub(crate) layout: Arc<Layout>,
 }
 
 impl fmt::Debug for Tensor {
@@ -159,10 +150,7 @@ impl Tensor {
         self.storage.device
     }
     pub fn meta(&self) -> TensorMeta {
-        TensorMeta {
-            dtype: self.dtype,
-            shape: self.layout.shape.clone(),
-        }
+        TensorMeta { dtype: self.dtype, shape: self.layout.shape.clone() }
     }
     /// Bytes of the view's elements.
     pub fn nbytes(&self) -> usize {
@@ -181,11 +169,7 @@ impl Tensor {
     }
 
     pub(crate) fn arg(&self) -> TensorArg {
-        TensorArg {
-            ptr: self.storage.block.ptr,
-            dtype: self.dtype,
-            layout: self.layout.clone(),
-        }
+        TensorArg { ptr: self.storage.block.ptr, dtype: self.dtype, layout: self.layout.clone() }
     }
 
     /// Byte range of the view inside its buffer.
@@ -196,65 +180,35 @@ impl Tensor {
 
     /// A view with a new shape (one entry may be -1); the layout must be contiguous.
     pub fn reshape(&self, shape: &[isize]) -> Result<Tensor> {
-        let s = crate::op::resolve_reshape(&self.layout.shape, shape).ok_or_else(|| {
-            Error::invalid(
-                "Reshape",
-                format!("cannot reshape x {} to {shape:?}", self.layout.shape),
-            )
-        })?;
+        let s = crate::op::resolve_reshape(&self.layout.shape, shape)
+            .ok_or_else(|| Error::invalid("Reshape", format!("cannot reshape x {} to {shape:?}", self.layout.shape)))?;
         let layout = self.layout.reshape(s).ok_or_else(|| {
-            Error::invalid(
-                "Reshape",
-                format!(
-                    "x {} is not contiguous; copy it first (Op::Copy)",
-                    self.layout.shape
-                ),
-            )
+            Error::invalid("Reshape", format!("x {} is not contiguous; copy it first (Op::Copy)", self.layout.shape))
         })?;
-        Ok(Tensor {
-            storage: self.storage.clone(),
-            dtype: self.dtype,
-            layout,
-        })
+        Ok(Tensor { storage: self.storage.clone(), dtype: self.dtype, layout: Arc::new(layout) })
     }
     /// A view with permuted dimensions (no data moves).
     pub fn permute(&self, perm: &[usize]) -> Result<Tensor> {
-        let layout = self.layout.permute(perm).ok_or_else(|| {
-            Error::invalid(
-                "Permute",
-                format!("perm {perm:?} does not fit x {}", self.layout.shape),
-            )
-        })?;
-        Ok(Tensor {
-            storage: self.storage.clone(),
-            dtype: self.dtype,
-            layout,
-        })
+        let layout = self
+            .layout
+            .permute(perm)
+            .ok_or_else(|| Error::invalid("Permute", format!("perm {perm:?} does not fit x {}", self.layout.shape)))?;
+        Ok(Tensor { storage: self.storage.clone(), dtype: self.dtype, layout: Arc::new(layout) })
     }
     /// A view with two dimensions swapped.
     pub fn transpose(&self, a: usize, b: usize) -> Result<Tensor> {
-        let layout = self.layout.transpose(a, b).ok_or_else(|| {
-            Error::invalid(
-                "Permute",
-                format!("axes {a}, {b} do not fit x {}", self.layout.shape),
-            )
-        })?;
-        Ok(Tensor {
-            storage: self.storage.clone(),
-            dtype: self.dtype,
-            layout,
-        })
+        let layout = self
+            .layout
+            .transpose(a, b)
+            .ok_or_else(|| Error::invalid("Permute", format!("axes {a}, {b} do not fit x {}", self.layout.shape)))?;
+        Ok(Tensor { storage: self.storage.clone(), dtype: self.dtype, layout: Arc::new(layout) })
     }
 
     fn check_dtype<T: Element>(&self, what: &str) -> Result<()> {
         if T::DTYPE != self.dtype {
             return Err(Error::invalid(
                 "Tensor",
-                format!(
-                    "{what}: the tensor is {}, asked for {}",
-                    self.dtype,
-                    T::DTYPE
-                ),
+                format!("{what}: the tensor is {}, asked for {}", self.dtype, T::DTYPE),
             ));
         }
         Ok(())
@@ -265,9 +219,7 @@ impl Tensor {
     pub fn to_ndarray<T: Element>(&self) -> Result<ArrayD<T>> {
         self.check_dtype::<T>("to_ndarray")?;
         if !self.is_contiguous() {
-            let rt = crate::runtime::Runtime {
-                inner: self.storage.rt.clone(),
-            };
+            let rt = crate::runtime::Runtime { inner: self.storage.rt.clone() };
             let c = rt.run(&crate::op::Op::Copy, &[self])?;
             return c[0].to_ndarray();
         }
@@ -278,16 +230,12 @@ impl Tensor {
             let stream = self.storage.rt.backend.default_stream(dev.ordinal);
             self.storage.rt.backend.copy_to_host(
                 dev.ordinal,
-                self.storage
-                    .block
-                    .ptr
-                    .offset(self.layout.offset * self.dtype.size()),
+                self.storage.block.ptr.offset(self.layout.offset * self.dtype.size()),
                 bytemuck::cast_slice_mut(&mut v),
                 stream,
             )?;
         }
-        ArrayD::from_shape_vec(IxDyn(self.dims()), v)
-            .map_err(|e| Error::invalid("Tensor", format!("to_ndarray: {e}")))
+        ArrayD::from_shape_vec(IxDyn(self.dims()), v).map_err(|e| Error::invalid("Tensor", format!("to_ndarray: {e}")))
     }
 
     /// Copies host data into this tensor (which must be contiguous and of the same
@@ -297,11 +245,7 @@ impl Tensor {
         if a.shape() != self.dims() || !self.is_contiguous() {
             return Err(Error::invalid(
                 "Copy",
-                format!(
-                    "host array {:?} does not match the contiguous tensor {}",
-                    a.shape(),
-                    self.layout.shape
-                ),
+                format!("host array {:?} does not match the contiguous tensor {}", a.shape(), self.layout.shape),
             ));
         }
         self.storage.settle()?;
@@ -316,41 +260,28 @@ impl Tensor {
         self.storage.rt.backend.copy_to_device(
             dev.ordinal,
             to_bytes(s),
-            self.storage
-                .block
-                .ptr
-                .offset(self.layout.offset * self.dtype.size()),
+            self.storage.block.ptr.offset(self.layout.offset * self.dtype.size()),
         )
     }
 
     /// True when [`Tensor::with_host_view`] works on this tensor's device.
     pub fn supports_zero_copy(&self) -> bool {
-        self.storage.rt.devices[self.storage.device]
-            .info
-            .host_shared
+        self.storage.rt.devices[self.storage.device].info.host_shared
     }
 
     /// Runs `f` on a host view of the tensor's own memory (no copy). Waits for queued work
     /// first. [`Error::Unsupported`] on devices with separate memory.
-    pub fn with_host_view<T: Element, R>(
-        &self,
-        f: impl FnOnce(ArrayViewD<'_, T>) -> R,
-    ) -> Result<R> {
+    pub fn with_host_view<T: Element, R>(&self, f: impl FnOnce(ArrayViewD<'_, T>) -> R) -> Result<R> {
         self.check_dtype::<T>("with_host_view")?;
         let mut f = Some(f);
         let mut out = None;
         self.map(|bytes, layout| {
             let Ok(elems) = bytemuck::try_cast_slice::<u8, T>(bytes) else {
-                return Err(Error::Unsupported(
-                    "host view of a misaligned buffer".into(),
-                ));
+                return Err(Error::Unsupported("host view of a misaligned buffer".into()));
             };
             let strides: Vec<usize> = layout.strides.clone();
-            let v = ArrayViewD::from_shape(
-                IxDyn(layout.dims()).strides(IxDyn(&strides)),
-                &elems[layout.offset..],
-            )
-            .map_err(|e| Error::invalid("Tensor", format!("host view: {e}")))?;
+            let v = ArrayViewD::from_shape(IxDyn(layout.dims()).strides(IxDyn(&strides)), &elems[layout.offset..])
+                .map_err(|e| Error::invalid("Tensor", format!("host view: {e}")))?;
             if let Some(f) = f.take() {
                 out = Some(f(v));
             }
@@ -360,25 +291,18 @@ impl Tensor {
     }
 
     /// Like [`Tensor::with_host_view`], mutable.
-    pub fn with_host_view_mut<T: Element, R>(
-        &self,
-        f: impl FnOnce(ArrayViewMutD<'_, T>) -> R,
-    ) -> Result<R> {
+    pub fn with_host_view_mut<T: Element, R>(&self, f: impl FnOnce(ArrayViewMutD<'_, T>) -> R) -> Result<R> {
         self.check_dtype::<T>("with_host_view_mut")?;
         let mut f = Some(f);
         let mut out = None;
         self.map(|bytes, layout| {
             let Ok(elems) = bytemuck::try_cast_slice_mut::<u8, T>(bytes) else {
-                return Err(Error::Unsupported(
-                    "host view of a misaligned buffer".into(),
-                ));
+                return Err(Error::Unsupported("host view of a misaligned buffer".into()));
             };
             let strides: Vec<usize> = layout.strides.clone();
-            let v = ArrayViewMutD::from_shape(
-                IxDyn(layout.dims()).strides(IxDyn(&strides)),
-                &mut elems[layout.offset..],
-            )
-            .map_err(|e| Error::invalid("Tensor", format!("host view: {e}")))?;
+            let v =
+                ArrayViewMutD::from_shape(IxDyn(layout.dims()).strides(IxDyn(&strides)), &mut elems[layout.offset..])
+                    .map_err(|e| Error::invalid("Tensor", format!("host view: {e}")))?;
             if let Some(f) = f.take() {
                 out = Some(f(v));
             }
@@ -397,20 +321,13 @@ impl Tensor {
         self.storage.settle()?;
         let dev = &self.storage.rt.devices[self.storage.device];
         let mut res = Ok(());
-        let layout = self.layout.clone();
+        let layout = Layout::clone(&self.layout);
         let len = self.storage.bytes;
-        let mapped = self.storage.rt.backend.map_host(
-            dev.ordinal,
-            self.storage.block.ptr,
-            len,
-            &mut |b| {
-                res = f(b, &layout);
-            },
-        )?;
+        let mapped = self.storage.rt.backend.map_host(dev.ordinal, self.storage.block.ptr, len, &mut |b| {
+            res = f(b, &layout);
+        })?;
         if !mapped {
-            return Err(Error::Unsupported(
-                "the backend refused a host mapping".into(),
-            ));
+            return Err(Error::Unsupported("the backend refused a host mapping".into()));
         }
         res
     }

@@ -32,15 +32,8 @@ fn section(title: &str) {
 }
 
 pub fn run(rt: &Runtime) -> Result<()> {
-    println!(
-        "npurt demo on backend {} ({} device(s))",
-        rt.backend_name(),
-        rt.device_count()
-    );
-    let mm = Op::MatMul {
-        trans_a: false,
-        trans_b: false,
-    };
+    println!("npurt demo on backend {} ({} device(s))", rt.backend_name(), rt.device_count());
+    let mm = Op::MatMul { trans_a: false, trans_b: false };
 
     section("1. MatMul 1024 x 1024 x 1024");
     let a = rt.from_ndarray(&random(&[1024, 1024], 1), 0)?;
@@ -50,11 +43,7 @@ pub fn run(rt: &Runtime) -> Result<()> {
     let r = rt.execute(&mm, &[&a, &b], &[&c])?;
     println!("implementation: {} (tier {})", r.implementation, r.tier);
     println!("device: {}, unit: {}", r.device, r.unit);
-    println!(
-        "time: {:.3} ms, {:.1} GFLOP/s",
-        ms(r.elapsed.unwrap_or_default()),
-        r.gflops().unwrap_or(0.0)
-    );
+    println!("time: {:.3} ms, {:.1} GFLOP/s", ms(r.elapsed.unwrap_or_default()), r.gflops().unwrap_or(0.0));
 
     section("2. Memory pool: free space before and after dropping a tensor");
     let before = rt.pool_stats(0)?;
@@ -87,21 +76,13 @@ pub fn run(rt: &Runtime) -> Result<()> {
     section("3. Alignment of data_ptr");
     let align = rt.config().pool.alignment;
     for (name, t) in [("a", &a), ("b", &b), ("c", &c)] {
-        println!(
-            "{name}: {:#x}  aligned to {align} bytes: {}",
-            t.data_ptr(),
-            t.data_ptr() % align as u64 == 0
-        );
+        println!("{name}: {:#x}  aligned to {align} bytes: {}", t.data_ptr(), t.data_ptr() % align as u64 == 0);
     }
 
     section("4. Two streams vs serial");
     let shape = [384, 384];
-    let xs: Vec<Tensor> = (0..4)
-        .map(|i| rt.from_ndarray(&random(&shape, 10 + i), 0))
-        .collect::<Result<_>>()?;
-    let outs: Vec<Tensor> = (0..4)
-        .map(|_| rt.empty(DType::F32, shape, 0))
-        .collect::<Result<_>>()?;
+    let xs: Vec<Tensor> = (0..4).map(|i| rt.from_ndarray(&random(&shape, 10 + i), 0)).collect::<Result<_>>()?;
+    let outs: Vec<Tensor> = (0..4).map(|_| rt.empty(DType::F32, shape, 0)).collect::<Result<_>>()?;
     let reps = 8;
     let serial = {
         let s = rt.stream(0)?;
@@ -134,9 +115,7 @@ pub fn run(rt: &Runtime) -> Result<()> {
         ms(parallel),
         serial.as_secs_f64() / parallel.as_secs_f64()
     );
-    println!(
-        "(each MatMul already uses every core, so two streams mostly overlap the gaps between ops)"
-    );
+    println!("(each MatMul already uses every core, so two streams mostly overlap the gaps between ops)");
 
     section("5. Hardware units");
     let x = rt.from_ndarray(&random(&[256, 1024], 3), 0)?;
@@ -163,10 +142,7 @@ pub fn run(rt: &Runtime) -> Result<()> {
         m.total_bytes as f64 / (1u64 << 30) as f64,
         mib(m.used_bytes),
         mib(m.pool_bytes),
-        m.system_free_bytes.map_or("unknown".into(), |f| format!(
-            "{:.1} GiB",
-            f as f64 / (1u64 << 30) as f64
-        ))
+        m.system_free_bytes.map_or("unknown".into(), |f| format!("{:.1} GiB", f as f64 / (1u64 << 30) as f64))
     );
     let s = rt.pool_stats(0)?;
     println!("{s}");
@@ -195,9 +171,7 @@ pub fn run(rt: &Runtime) -> Result<()> {
     section("10. Submission: synchronous, asynchronous, batch");
     let n_ops = 200;
     let v = rt.from_ndarray(&random(&[64, 64], 5), 0)?;
-    let vo: Vec<Tensor> = (0..n_ops)
-        .map(|_| rt.empty(DType::F32, [64, 64], 0))
-        .collect::<Result<_>>()?;
+    let vo: Vec<Tensor> = (0..n_ops).map(|_| rt.empty(DType::F32, [64, 64], 0)).collect::<Result<_>>()?;
     let t0 = Instant::now();
     for o in &vo {
         rt.execute(&Op::Relu, &[&v], &[o])?;
@@ -211,14 +185,8 @@ pub fn run(rt: &Runtime) -> Result<()> {
     let submit_t = t0.elapsed();
     s.synchronize()?;
     let async_t = t0.elapsed();
-    let tasks: Vec<Task> = vo
-        .iter()
-        .map(|o| Task {
-            op: Op::Relu,
-            inputs: vec![v.clone()],
-            outputs: vec![o.clone()],
-        })
-        .collect();
+    let tasks: Vec<Task> =
+        vo.iter().map(|o| Task { op: Op::Relu, inputs: vec![v.clone()], outputs: vec![o.clone()] }).collect();
     let t0 = Instant::now();
     {
         let _scope = rt.stream_scope(&s);
@@ -233,62 +201,34 @@ pub fn run(rt: &Runtime) -> Result<()> {
         ms(sync_t),
         sync_t.as_secs_f64() * 1e6 / n_ops as f64
     );
-    println!(
-        "  asynchronous (user stream):   {:.3} ms to submit, {:.3} ms to finish",
-        ms(submit_t),
-        ms(async_t)
-    );
-    println!(
-        "  batch (one submission):       {:.3} ms to submit, {:.3} ms to finish",
-        ms(batch_submit),
-        ms(batch_t)
-    );
+    println!("  asynchronous (user stream):   {:.3} ms to submit, {:.3} ms to finish", ms(submit_t), ms(async_t));
+    println!("  batch (one submission):       {:.3} ms to submit, {:.3} ms to finish", ms(batch_submit), ms(batch_t));
 
     section("11. Copy-back");
     let host = c.to_ndarray::<f32>()?;
     let ah = a.to_ndarray::<f32>()?;
     let bh = b.to_ndarray::<f32>()?;
     let (a2, b2) = (
-        ah.view()
-            .into_dimensionality::<npurt::ndarray::Ix2>()
-            .map_err(|e| npurt::Error::Io(e.to_string()))?,
-        bh.view()
-            .into_dimensionality::<npurt::ndarray::Ix2>()
-            .map_err(|e| npurt::Error::Io(e.to_string()))?,
+        ah.view().into_dimensionality::<npurt::ndarray::Ix2>().map_err(|e| npurt::Error::Io(e.to_string()))?,
+        bh.view().into_dimensionality::<npurt::ndarray::Ix2>().map_err(|e| npurt::Error::Io(e.to_string()))?,
     );
     let expect = a2.dot(&b2);
-    let max_err = host
-        .iter()
-        .zip(expect.iter())
-        .map(|(x, y)| (x - y).abs())
-        .fold(0f32, f32::max);
-    let ok = host
-        .iter()
-        .zip(expect.iter())
-        .all(|(x, y)| (x - y).abs() <= 1e-4 + 1e-4 * y.abs());
-    println!(
-        "MatMul result copied back: allclose(rtol=1e-4, atol=1e-4) vs ndarray = {ok} (max |diff| {max_err:.2e})"
-    );
+    let max_err = host.iter().zip(expect.iter()).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    let ok = host.iter().zip(expect.iter()).all(|(x, y)| (x - y).abs() <= 1e-4 + 1e-4 * y.abs());
+    println!("MatMul result copied back: allclose(rtol=1e-4, atol=1e-4) vs ndarray = {ok} (max |diff| {max_err:.2e})");
 
     section("12. Zero-copy host access");
     println!("supports_zero_copy: {}", rt.supports_zero_copy(0));
     if c.supports_zero_copy() {
         let first = c.with_host_view::<f32, _>(|v| v[[0, 0]])?;
-        println!(
-            "c[0, 0] read in place (no copy): {first:.6} (copied: {:.6})",
-            host[[0, 0]]
-        );
+        println!("c[0, 0] read in place (no copy): {first:.6} (copied: {:.6})", host[[0, 0]]);
     }
     println!("\ndemo finished");
     Ok(())
 }
 
 fn path_name(small: bool) -> &'static str {
-    if small {
-        "pooled segment (small path)"
-    } else {
-        "direct from the system (large path)"
-    }
+    if small { "pooled segment (small path)" } else { "direct from the system (large path)" }
 }
 
 #[allow(dead_code)]

@@ -14,23 +14,9 @@ pub fn run(rt: &Runtime) -> Result<()> {
         build_info::PROFILE,
         build_info::TARGET
     );
-    println!(
-        "features enabled: {}",
-        if build_info::FEATURES.is_empty() {
-            "(none)"
-        } else {
-            build_info::FEATURES
-        }
-    );
-    println!(
-        "backends compiled in: {}",
-        npurt::compiled_backends().join(", ")
-    );
-    println!(
-        "backend in use: {} ({} device(s))",
-        rt.backend_name(),
-        rt.device_count()
-    );
+    println!("features enabled: {}", if build_info::FEATURES.is_empty() { "(none)" } else { build_info::FEATURES });
+    println!("backends compiled in: {}", npurt::compiled_backends().join(", "));
+    println!("backend in use: {} ({} device(s))", rt.backend_name(), rt.device_count());
     for d in 0..rt.device_count() {
         let info = rt.device_info(d)?;
         let mem = rt.memory_info(d)?;
@@ -38,9 +24,7 @@ pub fn run(rt: &Runtime) -> Result<()> {
         println!(
             "    memory: {:.1} GiB total{}, zero-copy host access: {}",
             gib(info.memory_bytes),
-            mem.system_free_bytes
-                .map(|f| format!(", {:.1} GiB free", gib(f)))
-                .unwrap_or_default(),
+            mem.system_free_bytes.map(|f| format!(", {:.1} GiB free", gib(f))).unwrap_or_default(),
             if info.host_shared { "yes" } else { "no" }
         );
         for u in &info.units {
@@ -53,35 +37,15 @@ pub fn run(rt: &Runtime) -> Result<()> {
             );
         }
     }
-    println!(
-        "target CPU features assumed at build: {}",
-        build_info::TARGET_FEATURES.replace(',', " ")
-    );
+    println!("target CPU features assumed at build: {}", build_info::TARGET_FEATURES.replace(',', " "));
     let f = backend_cpu::features::get();
-    println!(
-        "host CPU: {} ({} logical cores, {:.0} MHz)",
-        f.model, f.cores, f.mhz
-    );
-    println!(
-        "CPU features detected at run time: {}",
-        f.detected.join(" ")
-    );
-    println!(
-        "high-performance CPU kernels use: {:?} (GEMM unit {})",
-        f.isa,
-        f.matrix_unit().label
-    );
+    println!("host CPU: {} ({} logical cores, {:.0} MHz)", f.model, f.cores, f.mhz);
+    println!("CPU features detected at run time: {}", f.detected.join(" "));
+    println!("high-performance CPU kernels use: {:?} (GEMM unit {})", f.isa, f.matrix_unit().label);
     let mut per_tier = std::collections::BTreeMap::new();
     for k in rt.kernels() {
         *per_tier.entry(k.tier).or_insert(0) += 1;
     }
-    println!(
-        "kernels: {}",
-        per_tier
-            .iter()
-            .map(|(t, n)| format!("{n} {t}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    println!("kernels: {}", per_tier.iter().map(|(t, n)| format!("{n} {t}")).collect::<Vec<_>>().join(", "));
     Ok(())
 }

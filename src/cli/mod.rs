@@ -31,11 +31,7 @@ fn parse_common(args: &[String]) -> Result<Common> {
     let mut rest = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
-        let mut value = |name: &str| {
-            it.next()
-                .cloned()
-                .ok_or_else(|| Error::Config(format!("{name} needs a value")))
-        };
+        let mut value = |name: &str| it.next().cloned().ok_or_else(|| Error::Config(format!("{name} needs a value")));
         match a.as_str() {
             "--backend" => {
                 let v = value("--backend")?;
@@ -46,17 +42,13 @@ fn parse_common(args: &[String]) -> Result<Common> {
                 config.forced_tier = match v.as_str() {
                     "auto" => None,
                     _ => Some(Tier::parse(&v).ok_or_else(|| {
-                        Error::Config(format!(
-                            "--impl {v:?}: expected reference, generic, fast or auto"
-                        ))
+                        Error::Config(format!("--impl {v:?}: expected reference, generic, fast or auto"))
                     })?),
                 };
             }
             "--devices" => {
                 let v = value("--devices")?;
-                config.cpu_devices = v
-                    .parse()
-                    .map_err(|_| Error::Config(format!("--devices {v:?}: not a count")))?;
+                config.cpu_devices = v.parse().map_err(|_| Error::Config(format!("--devices {v:?}: not a count")))?;
             }
             _ => rest.push(a.clone()),
         }
@@ -79,8 +71,6 @@ pub fn run(args: &[String]) -> Result<()> {
         "info" => info::run(&Runtime::with_config(common.config)?),
         "demo" => demo::run(&Runtime::with_config(common.config)?),
         "op" => op::run(common),
-        other => Err(Error::Config(format!(
-            "unknown command {other:?}\n\n{USAGE}"
-        ))),
+        other => Err(Error::Config(format!("unknown command {other:?}\n\n{USAGE}"))),
     }
 }

@@ -41,59 +41,39 @@ fn download(t: &Tensor) -> Result<NpyArray> {
         DType::I64 => get!(i64),
         DType::U8 => get!(u8),
     };
-    Ok(NpyArray {
-        dtype: t.dtype(),
-        shape: t.dims().to_vec(),
-        data,
-    })
+    Ok(NpyArray { dtype: t.dtype(), shape: t.dims().to_vec(), data })
 }
 
 pub fn run(common: Common) -> Result<()> {
     let mut it = common.rest.iter();
-    let name = it
-        .next()
-        .ok_or_else(|| Error::Config("op: which op? e.g. `npurt op MatMul ...`".into()))?;
+    let name = it.next().ok_or_else(|| Error::Config("op: which op? e.g. `npurt op MatMul ...`".into()))?;
     let kind = OpKind::parse(name).ok_or_else(|| {
         Error::Config(format!(
             "unknown op {name:?}; known: {}",
-            OpKind::ALL
-                .iter()
-                .map(|k| k.name())
-                .collect::<Vec<_>>()
-                .join(", ")
+            OpKind::ALL.iter().map(|k| k.name()).collect::<Vec<_>>().join(", ")
         ))
     })?;
     let (mut inputs, mut outputs, mut attrs) = (Vec::new(), Vec::new(), Vec::new());
     while let Some(a) = it.next() {
-        let mut value = || {
-            it.next()
-                .cloned()
-                .ok_or_else(|| Error::Config(format!("{a} needs a value")))
-        };
+        let mut value = || it.next().cloned().ok_or_else(|| Error::Config(format!("{a} needs a value")));
         match a.as_str() {
             "--input" | "-i" => inputs.push(value()?),
             "--output" | "-o" => outputs.push(value()?),
             "--attr" => {
                 let kv = value()?;
-                let (k, v) = kv
-                    .split_once('=')
-                    .ok_or_else(|| Error::Config(format!("--attr {kv:?}: expected key=value")))?;
+                let (k, v) =
+                    kv.split_once('=').ok_or_else(|| Error::Config(format!("--attr {kv:?}: expected key=value")))?;
                 attrs.push((k.trim().to_string(), v.trim().to_string()));
             }
             other => return Err(Error::Config(format!("op: unexpected argument {other:?}"))),
         }
     }
     if inputs.is_empty() {
-        return Err(Error::Config(
-            "op: at least one --input FILE.npy is needed".into(),
-        ));
+        return Err(Error::Config("op: at least one --input FILE.npy is needed".into()));
     }
     let rt = Runtime::with_config(common.config)?;
     let arrays: Vec<NpyArray> = inputs.iter().map(npy::read).collect::<Result<_>>()?;
-    let tensors: Vec<Tensor> = arrays
-        .iter()
-        .map(|a| upload(&rt, a))
-        .collect::<Result<_>>()?;
+    let tensors: Vec<Tensor> = arrays.iter().map(|a| upload(&rt, a)).collect::<Result<_>>()?;
     let rank = tensors[0].dims().len();
     let op = npurt::runtime_op::op_from_attrs(kind, &attrs, rank)?;
     let refs: Vec<&Tensor> = tensors.iter().collect();

@@ -27,10 +27,7 @@ macro_rules! test_on_every_backend {
         #[test]
         fn $name() {
             let all = common::backends();
-            assert!(
-                !all.is_empty(),
-                "no backend at all (the CPU backend is always compiled in)"
-            );
+            assert!(!all.is_empty(), "no backend at all (the CPU backend is always compiled in)");
             for (bname, b) in all {
                 eprintln!("{} on {bname}", stringify!($name));
                 ($body)(b);

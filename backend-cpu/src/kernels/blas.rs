@@ -26,16 +26,9 @@ pub fn sgemm(
         return Ok(());
     }
     let need = |rows: usize, cols: usize, rs: usize, cs: usize| {
-        if rows == 0 || cols == 0 {
-            0
-        } else {
-            (rows - 1) * rs + (cols - 1) * cs + 1
-        }
+        if rows == 0 || cols == 0 { 0 } else { (rows - 1) * rs + (cols - 1) * cs + 1 }
     };
-    if a.len() < need(m, k, rsa, csa)
-        || b.len() < need(k, n, rsb, csb)
-        || c.len() < need(m, n, ldc, 1)
-    {
+    if a.len() < need(m, k, rsa, csa) || b.len() < need(k, n, rsb, csb) || c.len() < need(m, n, ldc, 1) {
         return Err(format!("sgemm operands too short for {m}x{k}x{n}"));
     }
     if k == 0 {

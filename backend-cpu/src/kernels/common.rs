@@ -39,9 +39,7 @@ impl In<'_> {
         numel(self.dims)
     }
     pub fn f32s(&self) -> Option<&[f32]> {
-        (self.dtype == DType::F32)
-            .then(|| bytemuck::try_cast_slice(&self.bytes[..self.numel() * 4]).ok())
-            .flatten()
+        (self.dtype == DType::F32).then(|| bytemuck::try_cast_slice(&self.bytes[..self.numel() * 4]).ok()).flatten()
     }
 }
 
@@ -69,26 +67,11 @@ macro_rules! cast_slice {
 pub fn load_f64(x: &In) -> Result<Vec<f64>, String> {
     let n = x.numel();
     Ok(match x.dtype {
-        DType::F32 => cast_slice!(x.bytes, f32, n)
-            .iter()
-            .map(|&v| v as f64)
-            .collect(),
-        DType::F16 => cast_slice!(x.bytes, f16, n)
-            .iter()
-            .map(|v| v.to_f64())
-            .collect(),
-        DType::BF16 => cast_slice!(x.bytes, bf16, n)
-            .iter()
-            .map(|v| v.to_f64())
-            .collect(),
-        DType::I32 => cast_slice!(x.bytes, i32, n)
-            .iter()
-            .map(|&v| v as f64)
-            .collect(),
-        DType::I64 => cast_slice!(x.bytes, i64, n)
-            .iter()
-            .map(|&v| v as f64)
-            .collect(),
+        DType::F32 => cast_slice!(x.bytes, f32, n).iter().map(|&v| v as f64).collect(),
+        DType::F16 => cast_slice!(x.bytes, f16, n).iter().map(|v| v.to_f64()).collect(),
+        DType::BF16 => cast_slice!(x.bytes, bf16, n).iter().map(|v| v.to_f64()).collect(),
+        DType::I32 => cast_slice!(x.bytes, i32, n).iter().map(|&v| v as f64).collect(),
+        DType::I64 => cast_slice!(x.bytes, i64, n).iter().map(|&v| v as f64).collect(),
         DType::U8 => x.bytes[..n].iter().map(|&v| v as f64).collect(),
     })
 }
@@ -110,18 +93,8 @@ pub fn load_f32<'a>(x: &'a In) -> Result<Cow<'a, [f32]>, String> {
             half::slice::HalfFloatSliceExt::convert_to_f32_slice(s, &mut v);
             Cow::Owned(v)
         }
-        DType::I32 => Cow::Owned(
-            cast_slice!(x.bytes, i32, n)
-                .iter()
-                .map(|&v| v as f32)
-                .collect(),
-        ),
-        DType::I64 => Cow::Owned(
-            cast_slice!(x.bytes, i64, n)
-                .iter()
-                .map(|&v| v as f32)
-                .collect(),
-        ),
+        DType::I32 => Cow::Owned(cast_slice!(x.bytes, i32, n).iter().map(|&v| v as f32).collect()),
+        DType::I64 => Cow::Owned(cast_slice!(x.bytes, i64, n).iter().map(|&v| v as f32).collect()),
         DType::U8 => Cow::Owned(x.bytes[..n].iter().map(|&v| v as f32).collect()),
     })
 }
@@ -130,10 +103,7 @@ pub fn load_f32<'a>(x: &'a In) -> Result<Cow<'a, [f32]>, String> {
 pub fn load_i64(x: &In) -> Result<Vec<i64>, String> {
     let n = x.numel();
     Ok(match x.dtype {
-        DType::I32 => cast_slice!(x.bytes, i32, n)
-            .iter()
-            .map(|&v| v as i64)
-            .collect(),
+        DType::I32 => cast_slice!(x.bytes, i32, n).iter().map(|&v| v as i64).collect(),
         DType::I64 => cast_slice!(x.bytes, i64, n).to_vec(),
         DType::U8 => x.bytes[..n].iter().map(|&v| v as i64).collect(),
         _ => load_f64(x)?.into_iter().map(|v| v as i64).collect(),
@@ -154,30 +124,12 @@ pub fn store_f64(o: &mut Out, v: &[f64]) -> KResult {
         return Err(format!("internal: {} values for {n} outputs", v.len()));
     }
     match o.dtype {
-        DType::F32 => cast_slice_mut!(o.bytes, f32, n)
-            .iter_mut()
-            .zip(v)
-            .for_each(|(d, s)| *d = *s as f32),
-        DType::F16 => cast_slice_mut!(o.bytes, f16, n)
-            .iter_mut()
-            .zip(v)
-            .for_each(|(d, s)| *d = f16::from_f64(*s)),
-        DType::BF16 => cast_slice_mut!(o.bytes, bf16, n)
-            .iter_mut()
-            .zip(v)
-            .for_each(|(d, s)| *d = bf16::from_f64(*s)),
-        DType::I32 => cast_slice_mut!(o.bytes, i32, n)
-            .iter_mut()
-            .zip(v)
-            .for_each(|(d, s)| *d = *s as i32),
-        DType::I64 => cast_slice_mut!(o.bytes, i64, n)
-            .iter_mut()
-            .zip(v)
-            .for_each(|(d, s)| *d = *s as i64),
-        DType::U8 => o.bytes[..n]
-            .iter_mut()
-            .zip(v)
-            .for_each(|(d, s)| *d = *s as u8),
+        DType::F32 => cast_slice_mut!(o.bytes, f32, n).iter_mut().zip(v).for_each(|(d, s)| *d = *s as f32),
+        DType::F16 => cast_slice_mut!(o.bytes, f16, n).iter_mut().zip(v).for_each(|(d, s)| *d = f16::from_f64(*s)),
+        DType::BF16 => cast_slice_mut!(o.bytes, bf16, n).iter_mut().zip(v).for_each(|(d, s)| *d = bf16::from_f64(*s)),
+        DType::I32 => cast_slice_mut!(o.bytes, i32, n).iter_mut().zip(v).for_each(|(d, s)| *d = *s as i32),
+        DType::I64 => cast_slice_mut!(o.bytes, i64, n).iter_mut().zip(v).for_each(|(d, s)| *d = *s as i64),
+        DType::U8 => o.bytes[..n].iter_mut().zip(v).for_each(|(d, s)| *d = *s as u8),
     }
     Ok(())
 }
@@ -190,14 +142,8 @@ pub fn store_f32(o: &mut Out, v: &[f32]) -> KResult {
     }
     match o.dtype {
         DType::F32 => cast_slice_mut!(o.bytes, f32, n).copy_from_slice(v),
-        DType::F16 => half::slice::HalfFloatSliceExt::convert_from_f32_slice(
-            cast_slice_mut!(o.bytes, f16, n),
-            v,
-        ),
-        DType::BF16 => half::slice::HalfFloatSliceExt::convert_from_f32_slice(
-            cast_slice_mut!(o.bytes, bf16, n),
-            v,
-        ),
+        DType::F16 => half::slice::HalfFloatSliceExt::convert_from_f32_slice(cast_slice_mut!(o.bytes, f16, n), v),
+        DType::BF16 => half::slice::HalfFloatSliceExt::convert_from_f32_slice(cast_slice_mut!(o.bytes, bf16, n), v),
         _ => {
             let w: Vec<f64> = v.iter().map(|&x| x as f64).collect();
             return store_f64(o, &w);
@@ -213,15 +159,9 @@ pub fn store_i64(o: &mut Out, v: &[i64]) -> KResult {
         return Err(format!("internal: {} values for {n} outputs", v.len()));
     }
     match o.dtype {
-        DType::I32 => cast_slice_mut!(o.bytes, i32, n)
-            .iter_mut()
-            .zip(v)
-            .for_each(|(d, s)| *d = *s as i32),
+        DType::I32 => cast_slice_mut!(o.bytes, i32, n).iter_mut().zip(v).for_each(|(d, s)| *d = *s as i32),
         DType::I64 => cast_slice_mut!(o.bytes, i64, n).copy_from_slice(v),
-        DType::U8 => o.bytes[..n]
-            .iter_mut()
-            .zip(v)
-            .for_each(|(d, s)| *d = *s as u8),
+        DType::U8 => o.bytes[..n].iter_mut().zip(v).for_each(|(d, s)| *d = *s as u8),
         _ => {
             let w: Vec<f64> = v.iter().map(|&x| x as f64).collect();
             return store_f64(o, &w);
@@ -235,23 +175,13 @@ pub fn store_i64(o: &mut Out, v: &[i64]) -> KResult {
 pub fn broadcast_strides(dims: &[usize], out: &[usize]) -> Vec<usize> {
     let own = runtime::Shape::new(dims.to_vec()).contiguous_strides();
     let lead = out.len() - dims.len();
-    (0..out.len())
-        .map(|i| {
-            if i < lead || dims[i - lead] == 1 {
-                0
-            } else {
-                own[i - lead]
-            }
-        })
-        .collect()
+    (0..out.len()).map(|i| if i < lead || dims[i - lead] == 1 { 0 } else { own[i - lead] }).collect()
 }
 
 /// For every output position, the source offset given per-dimension strides.
 pub fn gather_offsets(out: &[usize], strides: &[usize]) -> Vec<usize> {
     let mut v = Vec::with_capacity(numel(out));
-    runtime::shape::for_each_index(out, |_, idx| {
-        v.push(idx.iter().zip(strides).map(|(i, s)| i * s).sum())
-    });
+    runtime::shape::for_each_index(out, |_, idx| v.push(idx.iter().zip(strides).map(|(i, s)| i * s).sum()));
     v
 }
 
@@ -297,10 +227,7 @@ pub fn cast(x: &In, o: &mut Out) -> KResult {
                 .zip(&v)
                 .for_each(|(d, s)| *d = (*s).clamp(i32::MIN as i64, i32::MAX as i64) as i32),
             DType::I64 => cast_slice_mut!(o.bytes, i64, n).copy_from_slice(&v),
-            DType::U8 => o.bytes[..n]
-                .iter_mut()
-                .zip(&v)
-                .for_each(|(d, s)| *d = (*s).clamp(0, 255) as u8),
+            DType::U8 => o.bytes[..n].iter_mut().zip(&v).for_each(|(d, s)| *d = (*s).clamp(0, 255) as u8),
             _ => return Err(format!("internal: {} is not an integer dtype", o.dtype)),
         }
         return Ok(());
@@ -321,12 +248,9 @@ pub fn strided_copy(x: &In, o: &mut Out) -> KResult {
     if n == 0 {
         return Ok(());
     }
-    let contiguous = runtime::Layout {
-        shape: runtime::Shape::new(x.dims.to_vec()),
-        strides: x.strides.to_vec(),
-        offset: 0,
-    }
-    .is_contiguous();
+    let contiguous =
+        runtime::Layout { shape: runtime::Shape::new(x.dims.to_vec()), strides: x.strides.to_vec(), offset: 0 }
+            .is_contiguous();
     if contiguous {
         o.bytes[..n * es].copy_from_slice(&x.bytes[..n * es]);
         return Ok(());
@@ -370,9 +294,7 @@ pub fn resolve_indices(idx: &In, n: usize) -> Result<Vec<usize>, String> {
         .map(|&i| {
             let j = if i < 0 { i + n as i64 } else { i };
             if j < 0 || j >= n as i64 {
-                Err(format!(
-                    "index {i} is out of range for an axis of length {n}"
-                ))
+                Err(format!("index {i} is out of range for an axis of length {n}"))
             } else {
                 Ok(j as usize)
             }

@@ -48,13 +48,9 @@ simd_map!(scale_map, |x, f: f32| x * f);
 simd_map!(sqrt_map, |x| x.sqrt());
 simd_map!(exp_map, |x| exp_approx(x));
 simd_map!(tanh_map, |x| tanh_approx(x));
-simd_map!(gelu_tanh_map, |x| 0.5
-    * x
-    * (1.0 + tanh_approx(0.797_884_6 * (x + 0.044715 * x * x * x))));
+simd_map!(gelu_tanh_map, |x| 0.5 * x * (1.0 + tanh_approx(0.797_884_6 * (x + 0.044715 * x * x * x))));
 simd_map!(erf_map, |x| erf_approx(x));
-simd_map!(gelu_erf_map, |x| 0.5
-    * x
-    * (1.0 + erf_approx(x * std::f32::consts::FRAC_1_SQRT_2)));
+simd_map!(gelu_erf_map, |x| 0.5 * x * (1.0 + erf_approx(x * std::f32::consts::FRAC_1_SQRT_2)));
 
 /// `e^x` to within a few ulp, branch-free so loops vectorise: range reduction by
 /// `ln 2`, a degree-6 polynomial, and exponent assembly.
@@ -64,10 +60,7 @@ pub fn exp_approx(x: f32) -> f32 {
     let k = (x * std::f32::consts::LOG2_E).round();
     let r = x - k * 0.693_145_75 - k * 1.428_606_8e-6;
     let p = 1.0
-        + r * (1.0
-            + r * (0.5
-                + r * (0.166_666_67
-                    + r * (0.041_666_668 + r * (0.008_333_334 + r * 0.001_388_889)))));
+        + r * (1.0 + r * (0.5 + r * (0.166_666_67 + r * (0.041_666_668 + r * (0.008_333_334 + r * 0.001_388_889)))));
     let bits = ((k as i32 + 127).clamp(1, 254) as u32) << 23;
     p * f32::from_bits(bits)
 }
@@ -79,10 +72,7 @@ pub fn tanh_approx(x: f32) -> f32 {
     if x.abs() < 0.1 {
         // Odd Taylor series: avoids the cancellation of the exp form near zero.
         let x2 = x * x;
-        return x
-            * (1.0
-                + x2 * (-0.333_333_34
-                    + x2 * (0.133_333_33 + x2 * (-0.053_968_254 + x2 * 0.021_869_488))));
+        return x * (1.0 + x2 * (-0.333_333_34 + x2 * (0.133_333_33 + x2 * (-0.053_968_254 + x2 * 0.021_869_488))));
     }
     1.0 - 2.0 / (exp_approx(2.0 * x) + 1.0)
 }
@@ -96,14 +86,11 @@ pub fn erf_approx(x: f32) -> f32 {
     if a < 0.5 {
         let x2 = x * x;
         return x
-            * (1.128_379_2
-                + x2 * (-0.376_126_4
-                    + x2 * (0.112_837_9 + x2 * (-0.026_866_17 + x2 * 0.005_223_778))));
+            * (1.128_379_2 + x2 * (-0.376_126_4 + x2 * (0.112_837_9 + x2 * (-0.026_866_17 + x2 * 0.005_223_778))));
     }
     let t = 1.0 / (1.0 + 0.327_591_1 * a);
     let y = 1.0
-        - t * (0.254_829_6
-            + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152_1 + t * 1.061_405_4))))
+        - t * (0.254_829_6 + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152_1 + t * 1.061_405_4))))
             * exp_approx(-a * a);
     y.copysign(x)
 }
@@ -112,9 +99,7 @@ fn par_unary(isa: Isa, src: &[f32], dst: &mut [f32], f: impl Fn(Isa, &[f32], &mu
     if dst.len() < PAR_MIN {
         f(isa, src, dst);
     } else {
-        dst.par_chunks_mut(8192)
-            .zip(src.par_chunks(8192))
-            .for_each(|(d, s)| f(isa, s, d));
+        dst.par_chunks_mut(8192).zip(src.par_chunks(8192)).for_each(|(d, s)| f(isa, s, d));
     }
 }
 
@@ -126,9 +111,7 @@ fn par_rows(out: &mut [f32], row: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
     if out.len() < PAR_MIN {
         out.chunks_mut(row).enumerate().for_each(|(i, r)| f(i, r));
     } else {
-        out.par_chunks_mut(row)
-            .enumerate()
-            .for_each(|(i, r)| f(i, r));
+        out.par_chunks_mut(row).enumerate().for_each(|(i, r)| f(i, r));
     }
 }
 
@@ -155,26 +138,10 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
             let (a, b) = (load_f32(&ins[0])?, load_f32(&ins[1])?);
             let (ad, bd) = (ins[0].dims, ins[1].dims);
             with_f32_out(&mut outs[0], |c| {
-                batched_matmul(
-                    &a,
-                    ad,
-                    *trans_a,
-                    &b,
-                    bd,
-                    *trans_b,
-                    &out_dims,
-                    1.0,
-                    c,
-                    ctx.threads,
-                )
+                batched_matmul(&a, ad, *trans_a, &b, bd, *trans_b, &out_dims, 1.0, c, ctx.threads)
             })
         }
-        Op::Gemm {
-            trans_a,
-            trans_b,
-            alpha,
-            beta,
-        } => {
+        Op::Gemm { trans_a, trans_b, alpha, beta } => {
             let (a, b) = (load_f32(&ins[0])?, load_f32(&ins[1])?);
             let (ad, bd) = (ins[0].dims, ins[1].dims);
             let cin = match ins.get(2) {
@@ -189,29 +156,10 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
                 } else {
                     false
                 };
-                let (m, k) = if *trans_a {
-                    (ad[1], ad[0])
-                } else {
-                    (ad[0], ad[1])
-                };
+                let (m, k) = if *trans_a { (ad[1], ad[0]) } else { (ad[0], ad[1]) };
                 let (rsa, csa) = if *trans_a { (1, ad[1]) } else { (ad[1], 1) };
                 let (rsb, csb) = if *trans_b { (1, bd[1]) } else { (bd[1], 1) };
-                blas::sgemm(
-                    m,
-                    n,
-                    k,
-                    *alpha,
-                    &a,
-                    rsa,
-                    csa,
-                    &b,
-                    rsb,
-                    csb,
-                    acc,
-                    c,
-                    n,
-                    ctx.threads,
-                )
+                blas::sgemm(m, n, k, *alpha, &a, rsa, csa, &b, rsb, csb, acc, c, n, ctx.threads)
             })
         }
         Op::Linear => {
@@ -226,22 +174,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
                 if let Some(b) = &bias {
                     par_rows(c, n, |_, r| r.copy_from_slice(b));
                 }
-                blas::sgemm(
-                    m,
-                    n,
-                    k,
-                    1.0,
-                    &x,
-                    k,
-                    1,
-                    &w,
-                    1,
-                    k,
-                    bias.is_some(),
-                    c,
-                    n,
-                    ctx.threads,
-                )
+                blas::sgemm(m, n, k, 1.0, &x, k, 1, &w, 1, k, bias.is_some(), c, n, ctx.threads)
             })
         }
         Op::Add | Op::Sub | Op::Mul | Op::Div => {
@@ -265,9 +198,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
             with_f32_out(&mut outs[0], |o| {
                 match op {
                     Op::Relu => par_unary(isa, &x, o, relu_map),
-                    Op::Scale { factor } => {
-                        par_unary(isa, &x, o, |i, s, d| scale_map(i, s, d, *factor))
-                    }
+                    Op::Scale { factor } => par_unary(isa, &x, o, |i, s, d| scale_map(i, s, d, *factor)),
                     Op::Sqrt => par_unary(isa, &x, o, sqrt_map),
                     Op::Exp => par_unary(isa, &x, o, exp_map),
                     Op::Tanh => par_unary(isa, &x, o, tanh_map),
@@ -298,9 +229,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
             })
         }
         Op::Softmax { axis } => {
-            let ax = runtime::Shape::new(ins[0].dims.to_vec())
-                .axis(*axis)
-                .ok_or("axis out of range")?;
+            let ax = runtime::Shape::new(ins[0].dims.to_vec()).axis(*axis).ok_or("axis out of range")?;
             let x = load_f32(&ins[0])?;
             let (outer, n, inner) = split_axis(ins[0].dims, ax);
             with_f32_out(&mut outs[0], |o| {
@@ -331,9 +260,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
             let (x, g, b) = (load_f32(&ins[0])?, load_f32(&ins[1])?, load_f32(&ins[2])?);
             let d = g.len();
             with_f32_out(&mut outs[0], |o| {
-                par_rows(o, d, |r, row| {
-                    layer_norm_row(&x[r * d..(r + 1) * d], None, &g, &b, *eps, row)
-                });
+                par_rows(o, d, |r, row| layer_norm_row(&x[r * d..(r + 1) * d], None, &g, &b, *eps, row));
                 Ok(())
             })
         }
@@ -343,14 +270,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
             let d = g.len();
             with_f32_out(&mut outs[0], |o| {
                 par_rows(o, d, |r, row| {
-                    layer_norm_row(
-                        &x[r * d..(r + 1) * d],
-                        Some(&res[r * d..(r + 1) * d]),
-                        &g,
-                        &b,
-                        *eps,
-                        row,
-                    )
+                    layer_norm_row(&x[r * d..(r + 1) * d], Some(&res[r * d..(r + 1) * d]), &g, &b, *eps, row)
                 });
                 Ok(())
             })
@@ -369,8 +289,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
                 // Row gather (embedding lookup): whole rows at a time.
                 let rb = inner * es;
                 for (i, &r) in idx.iter().enumerate() {
-                    outs[0].bytes[i * rb..(i + 1) * rb]
-                        .copy_from_slice(&ins[0].bytes[r * rb..(r + 1) * rb]);
+                    outs[0].bytes[i * rb..(i + 1) * rb].copy_from_slice(&ins[0].bytes[r * rb..(r + 1) * rb]);
                 }
                 return Ok(());
             }
@@ -386,10 +305,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
             let mean = matches!(op, Op::ReduceMean { .. });
             // Fast path: reducing a trailing block of axes = row sums.
             let r = shape.rank();
-            let trailing = axes
-                .iter()
-                .enumerate()
-                .all(|(i, &a)| a == r - axes.len() + i);
+            let trailing = axes.iter().enumerate().all(|(i, &a)| a == r - axes.len() + i);
             with_f32_out(&mut outs[0], |o| {
                 if trailing {
                     let row = numel(&shape.0[r - axes.len()..]);
@@ -409,8 +325,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
                 } else {
                     let kept: Vec<usize> = (0..r).filter(|a| !axes.contains(a)).collect();
                     let ks =
-                        runtime::Shape::new(kept.iter().map(|&a| shape.0[a]).collect::<Vec<_>>())
-                            .contiguous_strides();
+                        runtime::Shape::new(kept.iter().map(|&a| shape.0[a]).collect::<Vec<_>>()).contiguous_strides();
                     let mut acc = vec![0f64; o.len()];
                     runtime::shape::for_each_index(&shape.0, |lin, idx| {
                         let oi: usize = kept.iter().zip(&ks).map(|(&a, s)| idx[a] * s).sum();
@@ -418,11 +333,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
                     });
                     let cnt: usize = axes.iter().map(|&a| shape.0[a]).product();
                     for (d, s) in o.iter_mut().zip(acc) {
-                        *d = if mean {
-                            (s / cnt as f64) as f32
-                        } else {
-                            s as f32
-                        };
+                        *d = if mean { (s / cnt as f64) as f32 } else { s as f32 };
                     }
                 }
                 Ok(())
@@ -461,11 +372,7 @@ fn layer_norm_row(x: &[f32], res: Option<&[f32]>, g: &[f32], b: &[f32], eps: f32
         None => out.copy_from_slice(x),
     }
     let mean = out.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
-    let var = out
-        .iter()
-        .map(|&v| (v as f64 - mean) * (v as f64 - mean))
-        .sum::<f64>()
-        / d as f64;
+    let var = out.iter().map(|&v| (v as f64 - mean) * (v as f64 - mean)).sum::<f64>() / d as f64;
     let inv = (1.0 / (var + eps as f64).sqrt()) as f32;
     let mean = mean as f32;
     for i in 0..d {
@@ -506,9 +413,7 @@ fn binary_f32(
         if n < PAR_MIN {
             go(o, a, b);
         } else {
-            o.par_chunks_mut(8192)
-                .zip(a.par_chunks(8192).zip(b.par_chunks(8192)))
-                .for_each(|(o, (a, b))| go(o, a, b));
+            o.par_chunks_mut(8192).zip(a.par_chunks(8192).zip(b.par_chunks(8192))).for_each(|(o, (a, b))| go(o, a, b));
         }
     } else if b.len() == 1 && a.len() == n {
         let y = b[0];
@@ -602,25 +507,16 @@ pub fn batched_matmul(
     };
     if nb > 1 && threads > 1 && m * n * k < 256 * 256 * 256 {
         // Many small products: one per thread.
-        c.par_chunks_mut(m * n)
-            .enumerate()
-            .try_for_each(|(bi, cb)| one(bi, cb, 1))
+        c.par_chunks_mut(m * n).enumerate().try_for_each(|(bi, cb)| one(bi, cb, 1))
     } else {
-        c.chunks_mut(m * n)
-            .enumerate()
-            .try_for_each(|(bi, cb)| one(bi, cb, threads))
+        c.chunks_mut(m * n).enumerate().try_for_each(|(bi, cb)| one(bi, cb, threads))
     }
 }
 
 fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, ctx: &Ctx) -> KResult {
     let isa = ctx.features.isa;
     let (q, k, v) = (load_f32(&ins[0])?, load_f32(&ins[1])?, load_f32(&ins[2])?);
-    let (bsz, h, s, d) = (
-        ins[0].dims[0],
-        ins[0].dims[1],
-        ins[0].dims[2],
-        ins[0].dims[3],
-    );
+    let (bsz, h, s, d) = (ins[0].dims[0], ins[0].dims[1], ins[0].dims[2], ins[0].dims[3]);
     let (t, dv) = (ins[1].dims[2], ins[2].dims[3]);
     let scale = scale.unwrap_or(1.0 / (d as f32).sqrt());
     let score_dims = [bsz, h, s, t];
@@ -629,16 +525,11 @@ fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, ctx: &Ctx) -> KResul
         Some(m) => {
             let raw = load_f32(m)?;
             let vals: Vec<f32> = if m.dtype == DType::U8 {
-                raw.iter()
-                    .map(|&x| if x == 0.0 { f32::NEG_INFINITY } else { 0.0 })
-                    .collect()
+                raw.iter().map(|&x| if x == 0.0 { f32::NEG_INFINITY } else { 0.0 }).collect()
             } else {
                 raw.into_owned()
             };
-            Some((
-                vals,
-                gather_offsets(&score_dims, &broadcast_strides(m.dims, &score_dims)),
-            ))
+            Some((vals, gather_offsets(&score_dims, &broadcast_strides(m.dims, &score_dims))))
         }
         None => None,
     };
@@ -666,13 +557,9 @@ fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, ctx: &Ctx) -> KResul
             blas::sgemm(s, dv, t, 1.0, &probs, t, 1, vh, dv, 1, false, ob, dv, 1)
         };
         if ctx.threads > 1 && bsz * h > 1 {
-            o.par_chunks_mut(s * dv)
-                .enumerate()
-                .try_for_each(|(bh, ob)| head(bh, ob))
+            o.par_chunks_mut(s * dv).enumerate().try_for_each(|(bh, ob)| head(bh, ob))
         } else {
-            o.chunks_mut(s * dv)
-                .enumerate()
-                .try_for_each(|(bh, ob)| head(bh, ob))
+            o.chunks_mut(s * dv).enumerate().try_for_each(|(bh, ob)| head(bh, ob))
         }
     })
 }

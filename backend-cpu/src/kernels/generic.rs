@@ -16,16 +16,9 @@ fn put(o: &mut Out, a: ArrayD<f32>) -> KResult {
     store_f32(o, s)
 }
 
-fn mat(
-    x: &ArrayD<f32>,
-    batch_off: usize,
-    r: usize,
-    c: usize,
-    t: bool,
-) -> Result<Array2<f32>, String> {
+fn mat(x: &ArrayD<f32>, batch_off: usize, r: usize, c: usize, t: bool) -> Result<Array2<f32>, String> {
     let s = x.as_slice().ok_or("internal: non-contiguous operand")?;
-    let v = ArrayView2::from_shape((r, c), &s[batch_off..batch_off + r * c])
-        .map_err(|e| e.to_string())?;
+    let v = ArrayView2::from_shape((r, c), &s[batch_off..batch_off + r * c]).map_err(|e| e.to_string())?;
     Ok(if t { v.t().to_owned() } else { v.to_owned() })
 }
 
@@ -38,10 +31,9 @@ fn gelu(x: f32, approx: GeluApprox) -> f32 {
 
 fn layer_norm(mut x: ArrayD<f32>, g: &ArrayD<f32>, b: &ArrayD<f32>, eps: f32) -> ArrayD<f32> {
     let last = Axis(x.ndim() - 1);
-    let (Ok(g), Ok(b)) = (
-        g.view().into_dimensionality::<ndarray::Ix1>(),
-        b.view().into_dimensionality::<ndarray::Ix1>(),
-    ) else {
+    let (Ok(g), Ok(b)) =
+        (g.view().into_dimensionality::<ndarray::Ix1>(), b.view().into_dimensionality::<ndarray::Ix1>())
+    else {
         return x;
     };
     for mut row in x.lanes_mut(last) {
@@ -49,10 +41,7 @@ fn layer_norm(mut x: ArrayD<f32>, g: &ArrayD<f32>, b: &ArrayD<f32>, eps: f32) ->
         let mean = row.sum() / d;
         let var = row.mapv(|v| (v - mean) * (v - mean)).sum() / d;
         let inv = 1.0 / (var + eps).sqrt();
-        Zip::from(&mut row)
-            .and(g)
-            .and(b)
-            .for_each(|v, &g, &b| *v = (*v - mean) * inv * g + b);
+        Zip::from(&mut row).and(g).and(b).for_each(|v, &g, &b| *v = (*v - mean) * inv * g + b);
     }
     x
 }
@@ -80,12 +69,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             }
             store_f32(&mut outs[0], &out)
         }
-        Op::Gemm {
-            trans_a,
-            trans_b,
-            alpha,
-            beta,
-        } => {
+        Op::Gemm { trans_a, trans_b, alpha, beta } => {
             let (a, b) = (arr(&ins[0])?, arr(&ins[1])?);
             let (ad, bd) = (ins[0].dims, ins[1].dims);
             let am = mat(&a, 0, ad[0], ad[1], *trans_a)?;
@@ -93,12 +77,8 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             let mut c = am.dot(&bm) * *alpha;
             if let Some(ci) = ins.get(2) {
                 let cv = arr(ci)?;
-                let cb = cv
-                    .broadcast(IxDyn(&od))
-                    .ok_or("internal: c does not broadcast")?;
-                Zip::from(c.view_mut().into_dyn())
-                    .and(&cb)
-                    .for_each(|x, &y| *x += *beta * y);
+                let cb = cv.broadcast(IxDyn(&od)).ok_or("internal: c does not broadcast")?;
+                Zip::from(c.view_mut().into_dyn()).and(&cb).for_each(|x, &y| *x += *beta * y);
             }
             put(&mut outs[0], c.into_dyn())
         }
@@ -111,15 +91,9 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             let mut y = xm.dot(&wm);
             if let Some(b) = ins.get(2) {
                 let bv = arr(b)?;
-                y += &bv
-                    .view()
-                    .into_dimensionality::<ndarray::Ix1>()
-                    .map_err(|e| e.to_string())?;
+                y += &bv.view().into_dimensionality::<ndarray::Ix1>().map_err(|e| e.to_string())?;
             }
-            store_f32(
-                &mut outs[0],
-                y.as_standard_layout().as_slice().ok_or("layout")?,
-            )
+            store_f32(&mut outs[0], y.as_standard_layout().as_slice().ok_or("layout")?)
         }
         Op::Add | Op::Sub | Op::Mul | Op::Div => {
             if ins[0].dtype.is_int() {
@@ -154,9 +128,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             put(&mut outs[0], y)
         }
         Op::Softmax { axis } => {
-            let ax = runtime::Shape::new(ins[0].dims.to_vec())
-                .axis(*axis)
-                .ok_or("axis out of range")?;
+            let ax = runtime::Shape::new(ins[0].dims.to_vec()).axis(*axis).ok_or("axis out of range")?;
             let mut x = arr(&ins[0])?;
             for mut lane in x.lanes_mut(Axis(ax)) {
                 let m = lane.fold(f32::NEG_INFINITY, |a, &b| a.max(b));
@@ -177,11 +149,8 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
         }
         Op::Permute { perm } => {
             // Data movement is exact for every dtype: permute element indices.
-            let idx = ArrayD::from_shape_vec(
-                IxDyn(ins[0].dims),
-                (0..ins[0].numel()).collect::<Vec<usize>>(),
-            )
-            .map_err(|e| e.to_string())?;
+            let idx = ArrayD::from_shape_vec(IxDyn(ins[0].dims), (0..ins[0].numel()).collect::<Vec<usize>>())
+                .map_err(|e| e.to_string())?;
             let p = idx.permuted_axes(IxDyn(perm));
             let src: Vec<usize> = p.iter().copied().collect();
             move_elements(&ins[0], &mut outs[0], &src);
@@ -191,11 +160,8 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
         Op::Gather { axis } => {
             let n = ins[0].dims[*axis];
             let idx = resolve_indices(&ins[1], n)?;
-            let pos = ArrayD::from_shape_vec(
-                IxDyn(ins[0].dims),
-                (0..ins[0].numel()).collect::<Vec<usize>>(),
-            )
-            .map_err(|e| e.to_string())?;
+            let pos = ArrayD::from_shape_vec(IxDyn(ins[0].dims), (0..ins[0].numel()).collect::<Vec<usize>>())
+                .map_err(|e| e.to_string())?;
             let sel = pos.select(Axis(*axis), &idx);
             let src: Vec<usize> = sel.iter().copied().collect();
             move_elements(&ins[0], &mut outs[0], &src);
@@ -210,8 +176,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             for &a in axes.iter().rev() {
                 x = if matches!(op, Op::ReduceMean { .. }) {
                     // The mean over an empty axis is NaN, as in NumPy.
-                    x.mean_axis(Axis(a))
-                        .unwrap_or_else(|| x.sum_axis(Axis(a)).mapv(|_| f32::NAN))
+                    x.mean_axis(Axis(a)).unwrap_or_else(|| x.sum_axis(Axis(a)).mapv(|_| f32::NAN))
                 } else {
                     x.sum_axis(Axis(a))
                 };
@@ -221,12 +186,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
         }
         Op::Attention { scale } => {
             let (q, k, v) = (arr(&ins[0])?, arr(&ins[1])?, arr(&ins[2])?);
-            let (bsz, h, s, d) = (
-                ins[0].dims[0],
-                ins[0].dims[1],
-                ins[0].dims[2],
-                ins[0].dims[3],
-            );
+            let (bsz, h, s, d) = (ins[0].dims[0], ins[0].dims[1], ins[0].dims[2], ins[0].dims[3]);
             let (t, dv) = (ins[1].dims[2], ins[2].dims[3]);
             let scale = scale.unwrap_or(1.0 / (d as f32).sqrt());
             let sd = IxDyn(&[bsz, h, s, t]);
@@ -238,11 +198,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
                     } else {
                         mv
                     };
-                    Some(
-                        mv.broadcast(sd.clone())
-                            .ok_or("internal: mask broadcast")?
-                            .to_owned(),
-                    )
+                    Some(mv.broadcast(sd.clone()).ok_or("internal: mask broadcast")?.to_owned())
                 }
                 None => None,
             };
@@ -254,8 +210,8 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
                 let mut sc = qm.dot(&km) * scale;
                 if let Some(m) = &mask {
                     let ms = m.as_slice().ok_or("layout")?;
-                    let mv = ArrayView2::from_shape((s, t), &ms[bh * s * t..(bh + 1) * s * t])
-                        .map_err(|e| e.to_string())?;
+                    let mv =
+                        ArrayView2::from_shape((s, t), &ms[bh * s * t..(bh + 1) * s * t]).map_err(|e| e.to_string())?;
                     sc += &mv;
                 }
                 for mut row in sc.rows_mut() {

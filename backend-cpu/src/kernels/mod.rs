@@ -25,41 +25,23 @@ fn any(_: &KernelQuery<'_>) -> Result<(), String> {
 
 /// The matrix-product ops, which the fast tier runs on the FMA "Cube"-class unit.
 fn is_matrix(kind: OpKind) -> bool {
-    matches!(
-        kind,
-        OpKind::MatMul | OpKind::Gemm | OpKind::Linear | OpKind::Attention
-    )
+    matches!(kind, OpKind::MatMul | OpKind::Gemm | OpKind::Linear | OpKind::Attention)
 }
 
 /// Fast-tier attention materialises one score matrix per head and thread.
 fn fast_attention(q: &KernelQuery<'_>) -> Result<(), String> {
     let s = &q.inputs[0].shape;
     let t = &q.inputs[1].shape;
-    let scores = s
-        .dims()
-        .get(2)
-        .copied()
-        .unwrap_or(0)
-        .saturating_mul(t.dims().get(2).copied().unwrap_or(0));
+    let scores = s.dims().get(2).copied().unwrap_or(0).saturating_mul(t.dims().get(2).copied().unwrap_or(0));
     if scores > 1 << 26 {
-        return Err(format!(
-            "score matrix of {scores} elements per head is too large"
-        ));
+        return Err(format!("score matrix of {scores} elements per head is too large"));
     }
     Ok(())
 }
 
 fn name(kind: OpKind, tier: Tier, unit: Unit) -> &'static str {
     // Built once per process (the table is a static), so leaking is bounded.
-    Box::leak(
-        format!(
-            "{}.{}.{}",
-            kind.name().to_ascii_lowercase(),
-            tier.name(),
-            unit.label
-        )
-        .into_boxed_str(),
-    )
+    Box::leak(format!("{}.{}.{}", kind.name().to_ascii_lowercase(), tier.name(), unit.label).into_boxed_str())
 }
 
 /// The kernel table and the functions behind it (index = `KernelInfo::id`).
@@ -74,30 +56,15 @@ pub fn table(f: &CpuFeatures) -> &'static Table {
         let mut infos = Vec::new();
         let mut fns: Vec<KernelFn> = Vec::new();
         for kind in OpKind::ALL {
-            let fast_unit = if is_matrix(kind) {
-                f.matrix_unit()
-            } else {
-                f.vector_unit()
-            };
-            let fast_support: runtime::kernel::SupportFn = if kind == OpKind::Attention {
-                fast_attention
-            } else {
-                any
-            };
+            let fast_unit = if is_matrix(kind) { f.matrix_unit() } else { f.vector_unit() };
+            let fast_support: runtime::kernel::SupportFn = if kind == OpKind::Attention { fast_attention } else { any };
             let tiers: [(Tier, Unit, KernelFn, runtime::kernel::SupportFn); 3] = [
                 (Tier::HighPerformance, fast_unit, fast::run, fast_support),
                 (Tier::Generic, f.baseline_unit(), generic::run, any),
                 (Tier::Reference, f.scalar_unit(), reference::run, any),
             ];
             for (tier, unit, func, supports) in tiers {
-                infos.push(KernelInfo {
-                    name: name(kind, tier, unit),
-                    op: kind,
-                    tier,
-                    unit,
-                    supports,
-                    id: fns.len(),
-                });
+                infos.push(KernelInfo { name: name(kind, tier, unit), op: kind, tier, unit, supports, id: fns.len() });
                 fns.push(func);
             }
         }

@@ -10,33 +10,12 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
     match op {
         Op::MatMul { trans_a, trans_b } => {
             let (a, b) = (load_f64(&ins[0])?, load_f64(&ins[1])?);
-            let v = matmul(
-                &a,
-                ins[0].dims,
-                *trans_a,
-                &b,
-                ins[1].dims,
-                *trans_b,
-                &out_dims,
-            );
+            let v = matmul(&a, ins[0].dims, *trans_a, &b, ins[1].dims, *trans_b, &out_dims);
             store_f64(&mut outs[0], &v)
         }
-        Op::Gemm {
-            trans_a,
-            trans_b,
-            alpha,
-            beta,
-        } => {
+        Op::Gemm { trans_a, trans_b, alpha, beta } => {
             let (a, b) = (load_f64(&ins[0])?, load_f64(&ins[1])?);
-            let mut v = matmul(
-                &a,
-                ins[0].dims,
-                *trans_a,
-                &b,
-                ins[1].dims,
-                *trans_b,
-                &out_dims,
-            );
+            let mut v = matmul(&a, ins[0].dims, *trans_a, &b, ins[1].dims, *trans_b, &out_dims);
             for x in &mut v {
                 *x *= *alpha as f64;
             }
@@ -110,9 +89,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             store_f64(&mut outs[0], &v)
         }
         Op::Softmax { axis } => {
-            let ax = runtime::Shape::new(ins[0].dims.to_vec())
-                .axis(*axis)
-                .ok_or("axis out of range")?;
+            let ax = runtime::Shape::new(ins[0].dims.to_vec()).axis(*axis).ok_or("axis out of range")?;
             let mut x = load_f64(&ins[0])?;
             let (outer, n, inner) = split_axis(ins[0].dims, ax);
             for o in 0..outer {
@@ -149,16 +126,8 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             let x = load_f64(&ins[0])?;
             let b = load_f64(&ins[1])?;
             let d = b.len().max(1);
-            let g = if *approx == GeluApprox::Erf {
-                gelu_erf_f64
-            } else {
-                gelu_tanh_f64
-            };
-            let v: Vec<f64> = x
-                .iter()
-                .enumerate()
-                .map(|(i, &v)| g(v + b[i % d]))
-                .collect();
+            let g = if *approx == GeluApprox::Erf { gelu_erf_f64 } else { gelu_tanh_f64 };
+            let v: Vec<f64> = x.iter().enumerate().map(|(i, &v)| g(v + b[i % d])).collect();
             store_f64(&mut outs[0], &v)
         }
         Op::Permute { perm } => {
@@ -197,21 +166,14 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
         }
         Op::Attention { scale } => {
             let (q, k, v) = (load_f64(&ins[0])?, load_f64(&ins[1])?, load_f64(&ins[2])?);
-            let (bsz, h, s, d) = (
-                ins[0].dims[0],
-                ins[0].dims[1],
-                ins[0].dims[2],
-                ins[0].dims[3],
-            );
+            let (bsz, h, s, d) = (ins[0].dims[0], ins[0].dims[1], ins[0].dims[2], ins[0].dims[3]);
             let (t, dv) = (ins[1].dims[2], ins[2].dims[3]);
             let scale = scale.map_or(1.0 / (d as f64).sqrt(), |x| x as f64);
             let score_dims = [bsz, h, s, t];
             let mask = match ins.get(3) {
-                Some(m) => Some((
-                    m.dtype,
-                    load_f64(m)?,
-                    gather_offsets(&score_dims, &broadcast_strides(m.dims, &score_dims)),
-                )),
+                Some(m) => {
+                    Some((m.dtype, load_f64(m)?, gather_offsets(&score_dims, &broadcast_strides(m.dims, &score_dims))))
+                }
                 None => None,
             };
             let mut out = vec![0.0; bsz * h * s * dv];
@@ -239,11 +201,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
                     let mx = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                     let mut sum = 0.0;
                     for r in row.iter_mut() {
-                        *r = if mx == f64::NEG_INFINITY {
-                            0.0
-                        } else {
-                            (*r - mx).exp()
-                        };
+                        *r = if mx == f64::NEG_INFINITY { 0.0 } else { (*r - mx).exp() };
                         sum += *r;
                     }
                     for c in 0..dv {
@@ -278,15 +236,7 @@ fn layer_norm(x: &[f64], g: &[f64], b: &[f64], eps: f64) -> Vec<f64> {
 }
 
 /// Batched `op(a) @ op(b)` with broadcast batch dims, f64 accumulation.
-pub fn matmul(
-    a: &[f64],
-    ad: &[usize],
-    ta: bool,
-    b: &[f64],
-    bd: &[usize],
-    tb: bool,
-    od: &[usize],
-) -> Vec<f64> {
+pub fn matmul(a: &[f64], ad: &[usize], ta: bool, b: &[f64], bd: &[usize], tb: bool, od: &[usize]) -> Vec<f64> {
     let r = od.len();
     let (m, n) = (od[r - 2], od[r - 1]);
     let (ar, ac) = (ad[ad.len() - 2], ad[ad.len() - 1]);
@@ -307,16 +257,8 @@ pub fn matmul(
             for j in 0..n {
                 let mut acc = 0.0;
                 for p in 0..k {
-                    let av = if ta {
-                        a[a0 + p * ac + i]
-                    } else {
-                        a[a0 + i * ac + p]
-                    };
-                    let bv = if tb {
-                        b[b0 + j * bc + p]
-                    } else {
-                        b[b0 + p * bc + j]
-                    };
+                    let av = if ta { a[a0 + p * ac + i] } else { a[a0 + i * ac + p] };
+                    let bv = if tb { b[b0 + j * bc + p] } else { b[b0 + p * bc + j] };
                     acc += av * bv;
                 }
                 out[bi * m * n + i * n + j] = acc;
