@@ -1,0 +1,122 @@
+//! The `npurt` binary: `op` agrees with an independent computation on .npy files, `info`
+//! and `demo` run and print every part.
+
+use npurt::DType;
+use npurt::npy::{self, NpyArray};
+use std::process::Command;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_npurt"))
+}
+
+fn f32_array(shape: &[usize], seed: u32) -> (NpyArray, Vec<f32>) {
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> = (0..n).map(|i| (((i as u32).wrapping_mul(2654435761) ^ seed) % 1000) as f32 / 250.0 - 2.0).collect();
+    (NpyArray { dtype: DType::F32, shape: shape.to_vec(), data: bytemuck::cast_slice(&v).to_vec() }, v)
+}
+
+fn run_op(dir: &std::path::Path, op: &str, ins: &[&NpyArray], attrs: &[&str], imp: &str) -> NpyArray {
+    let mut c = bin();
+    c.arg("op").arg(op);
+    for (i, a) in ins.iter().enumerate() {
+        let p = dir.join(format!("{op}-in{i}.npy"));
+        npy::write(&p, a).unwrap();
+        c.arg("--input").arg(p);
+    }
+    let out = dir.join(format!("{op}-{imp}-out.npy"));
+    c.arg("--output").arg(&out).arg("--impl").arg(imp);
+    for a in attrs {
+        c.arg("--attr").arg(a);
+    }
+    let r = c.output().unwrap();
+    assert!(r.status.success(), "npurt op {op} failed: {}", String::from_utf8_lossy(&r.stderr));
+    npy::read(&out).unwrap()
+}
+
+fn floats(a: &NpyArray) -> Vec<f32> {
+    bytemuck::pod_collect_to_vec(&a.data)
+}
+
+fn close(got: &[f32], want: &[f64], tol: f64) {
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((*g as f64 - w).abs() <= tol * (1.0 + w.abs()), "element {i}: {g} vs {w}");
+    }
+}
+
+#[test]
+fn op_matches_independent_math() {
+    let dir = std::env::temp_dir().join(format!("npurt-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (a, av) = f32_array(&[5, 7], 1);
+    let (b, bv) = f32_array(&[7, 3], 2);
+    let mut mm = vec![0f64; 15];
+    for i in 0..5 {
+        for j in 0..3 {
+            mm[i * 3 + j] = (0..7).map(|k| av[i * 7 + k] as f64 * bv[k * 3 + j] as f64).sum();
+        }
+    }
+    let (x, xv) = f32_array(&[2, 1, 4], 3);
+    let (y, yv) = f32_array(&[3, 1], 4);
+    let mut add = Vec::new();
+    for i in 0..2 {
+        for j in 0..3 {
+            for k in 0..4 {
+                add.push(xv[i * 4 + k] as f64 + yv[j] as f64);
+            }
+        }
+    }
+    let (s, sv) = f32_array(&[3, 6], 5);
+    let mut sm = Vec::new();
+    for r in sv.chunks(6) {
+        let m = r.iter().cloned().fold(f32::MIN, f32::max) as f64;
+        let e: Vec<f64> = r.iter().map(|v| (*v as f64 - m).exp()).collect();
+        let t: f64 = e.iter().sum();
+        sm.extend(e.iter().map(|v| v / t));
+    }
+    let (g, gv) = f32_array(&[6], 6);
+    let (be, bev) = f32_array(&[6], 7);
+    let mut ln = Vec::new();
+    for r in sv.chunks(6) {
+        let m = r.iter().map(|v| *v as f64).sum::<f64>() / 6.0;
+        let var = r.iter().map(|v| (*v as f64 - m).powi(2)).sum::<f64>() / 6.0;
+        for k in 0..6 {
+            ln.push((r[k] as f64 - m) / (var + 1e-5).sqrt() * gv[k] as f64 + bev[k] as f64);
+        }
+    }
+    for imp in ["reference", "generic", "fast"] {
+        let o = run_op(&dir, "MatMul", &[&a, &b], &[], imp);
+        assert_eq!(o.shape, vec![5, 3]);
+        close(&floats(&o), &mm, 1e-5);
+        let o = run_op(&dir, "Add", &[&x, &y], &[], imp);
+        assert_eq!(o.shape, vec![2, 3, 4]);
+        close(&floats(&o), &add, 1e-6);
+        let o = run_op(&dir, "Softmax", &[&s], &["axis=-1"], imp);
+        close(&floats(&o), &sm, 1e-5);
+        let o = run_op(&dir, "LayerNorm", &[&s, &g, &be], &["eps=1e-5"], imp);
+        close(&floats(&o), &ln, 1e-5);
+    }
+    // Bad attributes and ops are reported, not panics.
+    let r = bin().args(["op", "Frobnicate", "--input", "x.npy"]).output().unwrap();
+    assert!(!r.status.success());
+    assert!(String::from_utf8_lossy(&r.stderr).contains("unknown op"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn info_and_demo_run() {
+    let r = bin().arg("info").output().unwrap();
+    assert!(r.status.success());
+    let out = String::from_utf8_lossy(&r.stdout);
+    assert!(out.contains("backend in use: cpu"), "{out}");
+    assert!(out.contains("CPU features detected at run time"), "{out}");
+    let r = bin().arg("demo").output().unwrap();
+    let out = String::from_utf8_lossy(&r.stdout);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    for n in 1..=12 {
+        assert!(out.contains(&format!("== {n}.")), "demo misses part {n}:\n{out}");
+    }
+    assert!(out.contains("inner dimensions differ"), "{out}");
+    assert!(out.contains("allclose(rtol=1e-4, atol=1e-4) vs ndarray = true"), "{out}");
+    assert!(out.contains("supports_zero_copy: true"), "{out}");
+}
