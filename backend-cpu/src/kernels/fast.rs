@@ -182,14 +182,15 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
                 return int_binary(op, &ins[0], &ins[1], &mut outs[0]);
             }
             let (a, b) = (load_f32(&ins[0])?, load_f32(&ins[1])?);
-            let f = |x: f32, y: f32| match op {
-                Op::Add => x + y,
-                Op::Sub => x - y,
-                Op::Mul => x * y,
-                _ => x / y,
-            };
+            let (ad, bd) = (ins[0].dims, ins[1].dims);
+            // One monomorphised loop per op, so each vectorises.
             with_f32_out(&mut outs[0], |o| {
-                binary_f32(&a, ins[0].dims, &b, ins[1].dims, o, &out_dims, f);
+                match op {
+                    Op::Add => binary_f32(&a, ad, &b, bd, o, &out_dims, |x, y| x + y),
+                    Op::Sub => binary_f32(&a, ad, &b, bd, o, &out_dims, |x, y| x - y),
+                    Op::Mul => binary_f32(&a, ad, &b, bd, o, &out_dims, |x, y| x * y),
+                    _ => binary_f32(&a, ad, &b, bd, o, &out_dims, |x, y| x / y),
+                }
                 Ok(())
             })
         }

@@ -1,0 +1,80 @@
+//! Runtime overheads: element-wise bandwidth, eager dispatch per op (through the runtime
+//! vs the kernel alone), and pool allocation vs the system allocator.
+//!
+//! `cargo bench --bench runtime`
+
+use backend_cpu::kernels::common::{Ctx, In, Out};
+use divan::{Bencher, black_box, counter::BytesCount};
+use npurt::{DType, Op, PoolConfig, RuntimeConfig};
+
+fn main() {
+    divan::main();
+}
+
+fn rt() -> npurt::Runtime {
+    npurt::Runtime::with_config(RuntimeConfig::default()).unwrap()
+}
+
+/// Add of two f32 vectors: bytes moved = 3 x 4 x n.
+#[divan::bench(args = [1 << 12, 1 << 16, 1 << 20, 1 << 24], sample_count = 20)]
+fn elementwise_add(bencher: Bencher, n: usize) {
+    let rt = rt();
+    let a = rt.zeros(DType::F32, [n], 0).unwrap();
+    let b = rt.zeros(DType::F32, [n], 0).unwrap();
+    let c = rt.empty(DType::F32, [n], 0).unwrap();
+    bencher.counter(BytesCount::new(12 * n)).bench_local(|| rt.execute(&Op::Add, &[&a, &b], &[&c]).unwrap());
+}
+
+/// A tiny op through the whole eager path (validation, selection, launch, report).
+#[divan::bench(sample_count = 50, sample_size = 2000)]
+fn dispatch_through_runtime(bencher: Bencher) {
+    let rt = rt();
+    let x = rt.zeros(DType::F32, [16], 0).unwrap();
+    let y = rt.empty(DType::F32, [16], 0).unwrap();
+    bencher.bench_local(|| rt.execute(&Op::Relu, &[&x], &[&y]).unwrap());
+}
+
+/// The same kernel called directly: subtract from the above for the dispatch overhead.
+#[divan::bench(sample_count = 50, sample_size = 2000)]
+fn kernel_alone(bencher: Bencher) {
+    let x = vec![0f32; 16];
+    let mut y = vec![0f32; 16];
+    let ctx = Ctx { threads: 1, features: backend_cpu::features::get() };
+    let dims = [16usize];
+    let strides = [1usize];
+    bencher.bench_local(|| {
+        let ins = [In { dtype: DType::F32, dims: &dims, strides: &strides, bytes: bytemuck::cast_slice(&x) }];
+        let mut outs = [Out { dtype: DType::F32, dims: &dims, bytes: bytemuck::cast_slice_mut(&mut y) }];
+        backend_cpu::kernels::fast::run(black_box(&Op::Relu), &ins, &mut outs, &ctx).unwrap();
+    });
+}
+
+const SIZES: [usize; 3] = [4 << 10, 256 << 10, 4 << 20];
+
+/// Pool alloc + free of one block (served from the cache after the first).
+#[divan::bench(args = SIZES, sample_count = 30, sample_size = 1000)]
+fn pool_alloc_free(bencher: Bencher, bytes: usize) {
+    let backend = npurt::cpu_backend(&RuntimeConfig::default()).unwrap();
+    let pool = runtime::Pool::new(backend.clone(), 0, PoolConfig::default(), true).unwrap();
+    let s = backend.default_stream(0);
+    bencher.bench_local(|| {
+        let b = pool.alloc(black_box(bytes), s).unwrap();
+        pool.free(b, Vec::new()).unwrap();
+    });
+}
+
+/// 64-byte-aligned chunk, so the system allocator is asked for the pool's alignment.
+#[repr(align(64))]
+#[derive(Clone, Copy)]
+#[allow(dead_code)]
+struct Chunk([u8; 64]);
+
+/// The system allocator with the same alignment, for comparison.
+#[divan::bench(args = SIZES, sample_count = 30, sample_size = 1000)]
+fn system_alloc_free(bencher: Bencher, bytes: usize) {
+    bencher.bench_local(|| {
+        let v: Vec<Chunk> = Vec::with_capacity(black_box(bytes) / 64);
+        black_box(v.as_ptr());
+        drop(v);
+    });
+}
