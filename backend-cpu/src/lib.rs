@@ -45,9 +45,16 @@ impl Default for CpuConfig {
     }
 }
 
+/// A user stream: its queue and a one-thread pool for launches whose thread budget is 1
+/// (so concurrent graph nodes do not oversubscribe the cores).
+struct UserStream {
+    queue: WorkQueue,
+    solo: Arc<rayon::ThreadPool>,
+}
+
 struct CpuDevice {
     table: Arc<AllocTable>,
-    streams: Mutex<HashMap<u64, Arc<WorkQueue>>>,
+    streams: Mutex<HashMap<u64, Arc<UserStream>>>,
     events: Mutex<HashMap<u64, Arc<CpuEvent>>>,
     next_id: AtomicU64,
     pool: Arc<rayon::ThreadPool>,
@@ -100,7 +107,7 @@ impl CpuBackend {
         self.devices.get(d).ok_or(CpuError::NoDevice(d))
     }
 
-    fn queue(&self, d: usize, s: StreamId) -> std::result::Result<Option<Arc<WorkQueue>>, CpuError> {
+    fn queue(&self, d: usize, s: StreamId) -> std::result::Result<Option<Arc<UserStream>>, CpuError> {
         if s == DEFAULT_STREAM {
             return Ok(None);
         }
@@ -117,7 +124,7 @@ impl CpuBackend {
         match self.queue(d, s)? {
             None => job(),
             Some(q) => {
-                q.submit(job)?;
+                q.queue.submit(job)?;
                 Ok(())
             }
         }
@@ -244,7 +251,7 @@ unsafe impl Backend for CpuBackend {
     }
     fn copy_to_host(&self, device: usize, src: DevicePtr, dst: &mut [u8], stream: StreamId) -> Result<()> {
         if let Some(q) = self.queue(device, stream)? {
-            q.synchronize()?;
+            q.queue.synchronize()?;
         }
         if dst.is_empty() {
             return Ok(());
@@ -318,8 +325,13 @@ unsafe impl Backend for CpuBackend {
     fn create_stream(&self, device: usize) -> Result<StreamId> {
         let dev = self.dev(device)?;
         let id = dev.next_id.fetch_add(1, Ordering::Relaxed);
-        let q = WorkQueue::new(format!("cpu:{device}/stream{id}"), Some(dev.pool.clone()))?;
-        lock(&dev.streams).insert(id, Arc::new(q));
+        let queue = WorkQueue::new(format!("cpu:{device}/stream{id}"))?;
+        let solo = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .thread_name(move |_| format!("npurt-cpu{device}-s{id}"))
+            .build()
+            .map_err(|e| CpuError::BadRequest(format!("thread pool: {e}")))?;
+        lock(&dev.streams).insert(id, Arc::new(UserStream { queue, solo: Arc::new(solo) }));
         Ok(StreamId(id))
     }
     fn destroy_stream(&self, device: usize, stream: StreamId) -> Result<()> {
@@ -327,8 +339,8 @@ unsafe impl Backend for CpuBackend {
             return Ok(());
         }
         let q = lock(&self.dev(device)?.streams).remove(&stream.0).ok_or(CpuError::NoStream(stream.0, device))?;
-        let r = q.synchronize();
-        q.shutdown();
+        let r = q.queue.synchronize();
+        q.queue.shutdown();
         if let Err(e) = &r {
             log::warn!("destroying cpu:{device}/stream{}: unreported failure: {e}", stream.0);
         }
@@ -337,14 +349,14 @@ unsafe impl Backend for CpuBackend {
     fn synchronize_stream(&self, device: usize, stream: StreamId) -> Result<()> {
         match self.queue(device, stream)? {
             None => Ok(()),
-            Some(q) => q.synchronize(),
+            Some(q) => q.queue.synchronize(),
         }
     }
     fn synchronize_device(&self, device: usize) -> Result<()> {
-        let qs: Vec<Arc<WorkQueue>> = lock(&self.dev(device)?.streams).values().cloned().collect();
+        let qs: Vec<Arc<UserStream>> = lock(&self.dev(device)?.streams).values().cloned().collect();
         let mut first = Ok(());
         for q in qs {
-            if let Err(e) = q.synchronize() {
+            if let Err(e) = q.queue.synchronize() {
                 if first.is_ok() {
                     first = Err(e);
                 }
@@ -501,13 +513,26 @@ impl CpuBackend {
         }
         let pins = dev.table.pin(&ranges)?;
         let out_bytes: u64 = ranges[n_in..].iter().map(|o| o.1 as u64).sum();
-        let inline = out_bytes <= INLINE_MAX_BYTES || dev.threads == 1;
-        // User-stream jobs already run inside the pool (the worker installs it).
-        let pool = (!inline && stream == DEFAULT_STREAM).then(|| dev.pool.clone());
+        let threads = if args.threads == 0 { dev.threads } else { args.threads.min(dev.threads) };
+        // Small launches run on the submitting thread (stream worker or caller); larger ones
+        // enter the device pool, or the stream's one-thread pool when the budget is 1.
+        let matrix = matches!(
+            args.op.kind(),
+            runtime::OpKind::MatMul | runtime::OpKind::Gemm | runtime::OpKind::Linear | runtime::OpKind::Attention
+        );
+        let inline = dev.threads == 1 || (out_bytes <= INLINE_MAX_BYTES && !matrix);
+        let threads = if inline { 1 } else { threads };
+        let pool = if inline {
+            None
+        } else if threads == 1 {
+            self.queue(device, stream)?.map(|q| q.solo.clone())
+        } else {
+            Some(dev.pool.clone())
+        };
         Ok(Prepared {
             f,
             args,
-            ctx: Ctx { threads: dev.threads, features: self.features },
+            ctx: Ctx { threads, features: self.features },
             kernel: kernel.name,
             device,
             stream,
@@ -520,7 +545,7 @@ impl CpuBackend {
         match self.queue(device, stream)? {
             None => p.run(),
             Some(q) => {
-                q.submit(Box::new(move || p.run()))?;
+                q.queue.submit(Box::new(move || p.run()))?;
                 Ok(())
             }
         }

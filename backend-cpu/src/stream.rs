@@ -25,7 +25,9 @@ pub struct WorkQueue {
 }
 
 impl WorkQueue {
-    pub fn new(label: String, pool: Option<Arc<rayon::ThreadPool>>) -> Result<WorkQueue, CpuError> {
+    /// A queue whose worker runs each job on its own thread; jobs choose their own
+    /// thread pool (the device's, or the queue's single-thread one).
+    pub fn new(label: String) -> Result<WorkQueue, CpuError> {
         let (tx, rx) = channel::<Job>();
         let state: Arc<(Mutex<Progress>, Condvar)> = Arc::default();
         let st = state.clone();
@@ -33,10 +35,7 @@ impl WorkQueue {
             .name(label.clone())
             .spawn(move || {
                 for job in rx {
-                    let res = match &pool {
-                        Some(p) => p.install(job),
-                        None => job(),
-                    };
+                    let res = job();
                     let (m, cv) = &*st;
                     let mut g = m.lock().unwrap_or_else(|p| p.into_inner());
                     if let Err(e) = res {

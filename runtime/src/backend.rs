@@ -98,6 +98,10 @@ pub struct LaunchArgs {
     pub workspace: Option<(DevicePtr, usize)>,
     /// Submission sequence number, reported with asynchronous errors.
     pub seq: u64,
+    /// Intra-op thread budget for this launch (0 = the whole device). The graph
+    /// scheduler lowers it when several nodes run at once, so they share the cores
+    /// instead of oversubscribing them.
+    pub threads: usize,
 }
 
 /// One compute backend and its devices. Object safe: the runtime holds `Arc<dyn Backend>`.

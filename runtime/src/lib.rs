@@ -11,6 +11,7 @@ pub mod backend;
 pub mod config;
 pub mod dtype;
 pub mod error;
+pub mod graph;
 pub mod kernel;
 pub mod op;
 pub mod pool;
@@ -32,6 +33,7 @@ pub use runtime::{MemoryInfo, Runtime, Task};
 pub use shape::{Layout, Shape};
 pub use stream::{Event, Stream, StreamScope};
 pub use tensor::Tensor;
+pub use graph::{CompileOptions, CompiledGraph, Graph, HostTensor};
 
 pub use half::{bf16, f16};
 pub use ndarray;

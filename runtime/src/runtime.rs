@@ -35,6 +35,14 @@ pub(crate) struct Target<'a> {
     pub(crate) device: usize,
     pub(crate) id: StreamId,
     pub(crate) user: Option<&'a Stream>,
+    /// Intra-op thread budget (0 = all).
+    pub(crate) threads: usize,
+}
+
+impl<'a> Target<'a> {
+    pub(crate) fn on(stream: &'a Stream) -> Target<'a> {
+        Target { device: stream.device(), id: stream.id(), user: stream.is_async().then_some(stream), threads: 0 }
+    }
 }
 
 impl Target<'_> {
@@ -371,7 +379,7 @@ impl Runtime {
             Some(s) => self.execute_on(&s, op, inputs, outputs),
             None => {
                 let d = self.inner.device(device)?;
-                self.execute_at(Target { device, id: d.default_stream, user: None }, op, inputs, outputs)
+                self.execute_at(Target { device, id: d.default_stream, user: None, threads: 0 }, op, inputs, outputs)
             }
         }
     }
@@ -397,7 +405,7 @@ impl Runtime {
         if !stream.same_runtime(&self.inner) {
             return Err(Error::invalid(op.name(), format!("{stream} belongs to another runtime")));
         }
-        let target = Target { device: stream.device(), id: stream.id(), user: stream.is_async().then_some(stream) };
+        let target = Target::on(stream);
         self.execute_at(target, op, inputs, outputs)
     }
 
@@ -456,7 +464,7 @@ impl Runtime {
         };
         let device = first.inputs.first().or(first.outputs.first()).map_or(0, |t| t.device());
         let stream = self.current_stream(device)?;
-        let target = Target { device, id: stream.id(), user: stream.is_async().then_some(&stream) };
+        let target = Target::on(&stream);
         let mut launches = Vec::with_capacity(tasks.len());
         let mut reports = Vec::with_capacity(tasks.len());
         let mut held = Vec::new();
@@ -619,6 +627,7 @@ impl Runtime {
             outputs: outputs.iter().map(|t| t.arg()).collect(),
             workspace: None,
             seq,
+            threads: target.threads,
         };
         let flops = op.flops(&in_metas, &out_metas);
         let bytes = op.bytes(&in_metas, &out_metas);

@@ -178,6 +178,22 @@ impl Tensor {
         (self.layout.offset * es, self.layout.span() * es)
     }
 
+    /// A contiguous view of `shape` elements of `dtype` starting `byte_offset` bytes into
+    /// this tensor's buffer (graph arenas carve their intermediates this way).
+    pub fn view_bytes(&self, byte_offset: usize, dtype: DType, shape: impl Into<Shape>) -> Result<Tensor> {
+        let shape = shape.into();
+        let bytes = shape.numel() * dtype.size();
+        if byte_offset % dtype.size() != 0 || byte_offset + bytes > self.storage.bytes {
+            return Err(Error::invalid(
+                "Tensor",
+                format!("a {dtype} {shape} view at byte {byte_offset} does not fit a {}-byte buffer", self.storage.bytes),
+            ));
+        }
+        let mut layout = Layout::contiguous(shape);
+        layout.offset = byte_offset / dtype.size();
+        Ok(Tensor { storage: self.storage.clone(), dtype, layout: Arc::new(layout) })
+    }
+
     /// A view with a new shape (one entry may be -1); the layout must be contiguous.
     pub fn reshape(&self, shape: &[isize]) -> Result<Tensor> {
         let s = crate::op::resolve_reshape(&self.layout.shape, shape)
@@ -260,6 +276,26 @@ impl Tensor {
         self.storage.rt.backend.copy_to_device(
             dev.ordinal,
             to_bytes(s),
+            self.storage.block.ptr.offset(self.layout.offset * self.dtype.size()),
+        )
+    }
+
+    /// Copies raw little-endian element bytes into this contiguous tensor.
+    pub fn copy_from_bytes(&self, bytes: &[u8]) -> Result<()> {
+        if bytes.len() != self.nbytes() || !self.is_contiguous() {
+            return Err(Error::invalid(
+                "Copy",
+                format!("{} bytes do not fill the contiguous tensor {} {}", bytes.len(), self.dtype, self.layout.shape),
+            ));
+        }
+        self.storage.settle()?;
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let dev = &self.storage.rt.devices[self.storage.device];
+        self.storage.rt.backend.copy_to_device(
+            dev.ordinal,
+            bytes,
             self.storage.block.ptr.offset(self.layout.offset * self.dtype.size()),
         )
     }

@@ -95,8 +95,13 @@ pub fn erf_approx(x: f32) -> f32 {
     y.copysign(x)
 }
 
+/// True when a kernel may fork: it runs inside a thread pool and the work is large.
+fn parallel(n: usize) -> bool {
+    n >= PAR_MIN && rayon::current_thread_index().is_some() && rayon::current_num_threads() > 1
+}
+
 fn par_unary(isa: Isa, src: &[f32], dst: &mut [f32], f: impl Fn(Isa, &[f32], &mut [f32]) + Sync) {
-    if dst.len() < PAR_MIN {
+    if !parallel(dst.len()) {
         f(isa, src, dst);
     } else {
         dst.par_chunks_mut(8192).zip(src.par_chunks(8192)).for_each(|(d, s)| f(isa, s, d));
@@ -108,7 +113,7 @@ fn par_rows(out: &mut [f32], row: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
     if row == 0 {
         return;
     }
-    if out.len() < PAR_MIN {
+    if !parallel(out.len()) {
         out.chunks_mut(row).enumerate().for_each(|(i, r)| f(i, r));
     } else {
         out.par_chunks_mut(row).enumerate().for_each(|(i, r)| f(i, r));
@@ -411,7 +416,7 @@ fn binary_f32(
                 *d = f(x, y);
             }
         };
-        if n < PAR_MIN {
+        if !parallel(n) {
             go(o, a, b);
         } else {
             o.par_chunks_mut(8192).zip(a.par_chunks(8192).zip(b.par_chunks(8192))).for_each(|(o, (a, b))| go(o, a, b));

@@ -1,0 +1,422 @@
+//! Compiled graphs: kernel selection, fusion, a static memory plan and stream assignment
+//! done once; `run` many times.
+
+use super::fusion::{self, FusionStats};
+use super::ir::{Graph, ValueId, ValueKind};
+use super::planner::{self, Buffer, MemoryPlan};
+use super::schedule::{Schedule, ScheduleStrategy};
+use crate::config::RuntimeConfig;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::kernel::Unit;
+use crate::op::TensorMeta;
+use crate::runtime::{Runtime, Target};
+use crate::stream::{Event, Stream};
+use crate::tensor::Tensor;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+/// What `compile` does; [`CompileOptions::from_config`] reads the optimisation switches.
+#[derive(Clone, Debug)]
+pub struct CompileOptions {
+    pub device: usize,
+    /// Apply the fusion pass (hardware mapping).
+    pub fuse: bool,
+    /// Place intermediates in one arena by the static plan (memory reuse); otherwise each
+    /// intermediate gets its own buffer for the whole run.
+    pub memory_reuse: bool,
+    /// Spread independent nodes over several streams.
+    pub parallel: bool,
+    pub strategy: ScheduleStrategy,
+    pub max_streams: usize,
+}
+
+impl CompileOptions {
+    pub fn from_config(cfg: &RuntimeConfig, device: usize) -> CompileOptions {
+        CompileOptions {
+            device,
+            fuse: cfg.optimizations.hardware_mapping,
+            memory_reuse: cfg.optimizations.memory_reuse,
+            parallel: cfg.optimizations.parallel_scheduling,
+            strategy: cfg.scheduling.into(),
+            max_streams: cfg.max_streams,
+        }
+    }
+}
+
+/// Timing of one node in one run.
+#[derive(Clone, Debug)]
+pub struct NodeProfile {
+    pub name: String,
+    pub op: &'static str,
+    pub implementation: &'static str,
+    pub unit: Unit,
+    pub stream: usize,
+    /// Start relative to the run's start.
+    pub start: Duration,
+    pub elapsed: Duration,
+    pub flops: u64,
+    pub bytes: u64,
+}
+
+/// A profiled run.
+#[derive(Clone, Debug, Default)]
+pub struct RunProfile {
+    pub total: Duration,
+    pub nodes: Vec<NodeProfile>,
+}
+
+impl RunProfile {
+    /// Chrome-trace JSON (opens in Perfetto / chrome://tracing): one track per stream.
+    pub fn chrome_trace(&self) -> String {
+        let mut s = String::from("{\"traceEvents\":[\n");
+        let streams: std::collections::BTreeSet<usize> = self.nodes.iter().map(|n| n.stream).collect();
+        for st in &streams {
+            let _ = writeln!(
+                s,
+                "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":{st},\"args\":{{\"name\":\"stream {st}\"}}}},"
+            );
+        }
+        for (i, n) in self.nodes.iter().enumerate() {
+            let _ = write!(
+                s,
+                "{{\"name\":{},\"cat\":{},\"ph\":\"X\",\"pid\":1,\"tid\":{},\"ts\":{:.3},\"dur\":{:.3},\"args\":{{\"implementation\":{},\"unit\":{},\"flops\":{},\"bytes\":{}}}}}",
+                json_str(&n.name),
+                json_str(n.op),
+                n.stream,
+                n.start.as_secs_f64() * 1e6,
+                n.elapsed.as_secs_f64() * 1e6,
+                json_str(n.implementation),
+                json_str(n.unit.label),
+                n.flops,
+                n.bytes
+            );
+            s.push_str(if i + 1 < self.nodes.len() { ",\n" } else { "\n" });
+        }
+        s.push_str("],\"displayTimeUnit\":\"ms\"}\n");
+        s
+    }
+
+    /// Time, FLOPs and bytes per (op, implementation), largest time first.
+    pub fn by_op(&self) -> Vec<(String, Duration, u64, usize)> {
+        let mut m: HashMap<String, (Duration, u64, usize)> = HashMap::new();
+        for n in &self.nodes {
+            let e = m.entry(format!("{} [{}]", n.op, n.implementation)).or_default();
+            e.0 += n.elapsed;
+            e.1 += n.flops;
+            e.2 += 1;
+        }
+        let mut v: Vec<_> = m.into_iter().map(|(k, (d, f, c))| (k, d, f, c)).collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1));
+        v
+    }
+}
+
+fn json_str(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(o, "\\u{:04x}", c as u32);
+            }
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+/// Where an intermediate lives during a run.
+enum Slot {
+    /// A view into the arena, made once at compile time.
+    Arena(Tensor),
+    /// Allocated at the start of every run (no reuse).
+    PerRun(TensorMeta),
+}
+
+/// A graph compiled for one device of one runtime.
+pub struct CompiledGraph {
+    rt: Runtime,
+    graph: Graph,
+    schedule: Schedule,
+    options: CompileOptions,
+    fusion: FusionStats,
+    constants: HashMap<ValueId, Tensor>,
+    slots: HashMap<ValueId, Slot>,
+    plan: Option<MemoryPlan>,
+    _arena: Option<Tensor>,
+    streams: Vec<Stream>,
+    /// An event per node, recorded after it when another stream reads its output.
+    done: Vec<Option<Event>>,
+    /// Thread budget of each node (0 = all).
+    threads: Vec<usize>,
+}
+
+impl CompiledGraph {
+    /// Validates, fuses, selects kernels, schedules and plans memory.
+    pub fn compile(rt: &Runtime, graph: &Graph, options: CompileOptions) -> Result<CompiledGraph> {
+        graph.validate()?;
+        let (graph, fusion) = if options.fuse { fusion::fuse(graph)? } else { (graph.clone(), FusionStats::default()) };
+        let device = options.device;
+        rt.device_info(device)?;
+        // Kernel selection per node (errors name the node).
+        let mut cost = Vec::with_capacity(graph.nodes.len());
+        for n in &graph.nodes {
+            let ins: Vec<TensorMeta> = n.inputs.iter().map(|v| graph.meta(*v).clone()).collect();
+            let outs: Vec<TensorMeta> = n.outputs.iter().map(|v| graph.meta(*v).clone()).collect();
+            rt.select_kernel(&n.op, &ins).map_err(|e| Error::invalid(n.op.name(), format!("node {:?}: {e}", n.name)))?;
+            let f = n.op.flops(&ins, &outs) as f64;
+            let b = n.op.bytes(&ins, &outs) as f64;
+            cost.push(f / 50e9 + b / 10e9 + 2e-6);
+        }
+        let schedule = if options.parallel {
+            Schedule::build(&graph, options.strategy, options.max_streams, &cost)
+        } else {
+            Schedule::sequential(&graph)
+        };
+        // Constants, uploaded once.
+        let mut constants = HashMap::new();
+        for (i, v) in graph.values.iter().enumerate() {
+            if let ValueKind::Constant(t) = &v.kind {
+                let dev = rt.empty(t.dtype, t.shape.clone(), device)?;
+                upload_bytes(&dev, &t.bytes)?;
+                constants.insert(ValueId(i), dev);
+            }
+        }
+        // Intermediates: every node output that is not a graph output.
+        let mut inter: Vec<ValueId> = Vec::new();
+        for n in &graph.nodes {
+            for o in &n.outputs {
+                if !graph.outputs.contains(o) {
+                    inter.push(*o);
+                }
+            }
+        }
+        let consumers = graph.consumers();
+        let pos = &schedule.position;
+        let def_node = |v: ValueId| match graph.values[v.0].kind {
+            ValueKind::Node(n) => n.0,
+            _ => 0,
+        };
+        let buffers: Vec<Buffer> = inter
+            .iter()
+            .map(|&v| {
+                let def = def_node(v);
+                let last_node = consumers[v.0].iter().map(|c| c.0).max_by_key(|&c| pos[c]).unwrap_or(def);
+                Buffer { size: graph.meta(v).bytes(), def: pos[def], last: pos[last_node].max(pos[def]) }
+            })
+            .collect();
+        let mut slots = HashMap::new();
+        let mut plan = None;
+        let mut arena = None;
+        if options.memory_reuse {
+            // Conflict: unless the last reader of one happens-before the writer of the other.
+            let nodes_of: Vec<(usize, usize)> = inter
+                .iter()
+                .map(|&v| {
+                    let def = def_node(v);
+                    let last = consumers[v.0].iter().map(|c| c.0).max_by_key(|&c| pos[c]).unwrap_or(def);
+                    (def, last)
+                })
+                .collect();
+            let readers: Vec<Vec<usize>> = inter.iter().map(|&v| consumers[v.0].iter().map(|c| c.0).collect()).collect();
+            let conflict = |i: usize, j: usize| {
+                let before = |a: usize, b: usize| {
+                    // Every reader of `a` (and its writer) finishes before `b`'s writer starts.
+                    let w = nodes_of[b].0;
+                    let (da, _) = nodes_of[a];
+                    (readers[a].is_empty() && schedule.happens_before(da, w))
+                        || (!readers[a].is_empty() && readers[a].iter().all(|&r| schedule.happens_before(r, w)))
+                };
+                !(before(i, j) || before(j, i))
+            };
+            let align = rt.config().pool.alignment.max(64);
+            let p = planner::plan(&buffers, &conflict, align);
+            let a = rt.empty(DType::U8, [p.arena_bytes.max(1)], device)?;
+            for (k, &v) in inter.iter().enumerate() {
+                let m = graph.meta(v);
+                slots.insert(v, Slot::Arena(a.view_bytes(p.offsets[k], m.dtype, m.shape.clone())?));
+            }
+            log::info!(
+                "compiled graph: {} nodes, arena {} bytes, load {} bytes (ratio {:.3}, {})",
+                graph.nodes.len(),
+                p.arena_bytes,
+                p.load_bytes,
+                p.ratio(),
+                p.strategy
+            );
+            plan = Some(p);
+            arena = Some(a);
+        } else {
+            for &v in &inter {
+                slots.insert(v, Slot::PerRun(graph.meta(v).clone()));
+            }
+        }
+        let streams: Vec<Stream> = if schedule.streams > 1 {
+            (0..schedule.streams).map(|_| rt.stream(device)).collect::<Result<_>>()?
+        } else {
+            Vec::new()
+        };
+        let mut needs_event = vec![false; graph.nodes.len()];
+        for w in &schedule.waits {
+            for p in w {
+                needs_event[p.0] = true;
+            }
+        }
+        let done = needs_event.iter().map(|&n| if n { rt.event(device).map(Some) } else { Ok(None) }).collect::<Result<_>>()?;
+        // CPU thread budget: split the device among concurrently running nodes.
+        let threads = if schedule.streams > 1 {
+            let total = rt.config().threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            schedule.concurrency.iter().map(|&c| (total / c.max(1)).max(1)).collect()
+        } else {
+            vec![0; graph.nodes.len()]
+        };
+        Ok(CompiledGraph {
+            rt: rt.clone(),
+            graph,
+            schedule,
+            options,
+            fusion,
+            constants,
+            slots,
+            plan,
+            _arena: arena,
+            streams,
+            done,
+            threads,
+        })
+    }
+
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+    pub fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+    pub fn memory_plan(&self) -> Option<&MemoryPlan> {
+        self.plan.as_ref()
+    }
+    pub fn fusion_stats(&self) -> &FusionStats {
+        &self.fusion
+    }
+    pub fn options(&self) -> &CompileOptions {
+        &self.options
+    }
+
+    /// Runs the graph on `inputs` (in the graph's input order); returns the outputs.
+    pub fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        Ok(self.run_inner(inputs, false)?.0)
+    }
+
+    /// Runs and times every node (events around each node).
+    pub fn run_profiled(&self, inputs: &[&Tensor]) -> Result<(Vec<Tensor>, RunProfile)> {
+        let (o, p) = self.run_inner(inputs, true)?;
+        Ok((o, p.unwrap_or_default()))
+    }
+
+    fn run_inner(&self, inputs: &[&Tensor], profile: bool) -> Result<(Vec<Tensor>, Option<RunProfile>)> {
+        let g = &self.graph;
+        if inputs.len() != g.inputs.len() {
+            return Err(Error::invalid("Graph", format!("expects {} inputs, got {}", g.inputs.len(), inputs.len())));
+        }
+        let mut vals: HashMap<ValueId, Tensor> = HashMap::with_capacity(g.values.len());
+        for (i, (id, t)) in g.inputs.iter().zip(inputs).enumerate() {
+            if t.meta() != *g.meta(*id) {
+                return Err(Error::invalid(
+                    "Graph",
+                    format!("input {i} ({:?}) must be {}, got {}", g.value(*id).name, g.meta(*id), t.meta()),
+                ));
+            }
+            vals.insert(*id, (*t).clone());
+        }
+        for (id, t) in &self.constants {
+            vals.insert(*id, t.clone());
+        }
+        let device = self.options.device;
+        for (id, s) in &self.slots {
+            let t = match s {
+                Slot::Arena(t) => t.clone(),
+                Slot::PerRun(m) => self.rt.empty(m.dtype, m.shape.clone(), device)?,
+            };
+            vals.insert(*id, t);
+        }
+        for o in &g.outputs {
+            if !vals.contains_key(o) {
+                let m = g.meta(*o);
+                vals.insert(*o, self.rt.empty(m.dtype, m.shape.clone(), device)?);
+            }
+        }
+        let default = self.rt.default_stream(device)?;
+        let stream_of = |n: usize| -> &Stream {
+            if self.streams.is_empty() { &default } else { &self.streams[self.schedule.stream_of[n]] }
+        };
+        // Make user streams wait for work queued before the run (e.g. input uploads).
+        let start_ev = if profile || !self.streams.is_empty() { Some(default.record()?) } else { None };
+        if let Some(ev) = &start_ev {
+            for s in &self.streams {
+                s.wait(ev)?;
+            }
+        }
+        let t0 = Instant::now();
+        let mut marks: Vec<(usize, Event, Event, &'static str, Unit, u64, u64)> = Vec::new();
+        for &nid in &self.schedule.order {
+            let n = &g.nodes[nid.0];
+            let stream = stream_of(nid.0);
+            for p in &self.schedule.waits[nid.0] {
+                if let Some(ev) = &self.done[p.0] {
+                    stream.wait(ev)?;
+                }
+            }
+            let ins: Vec<&Tensor> = n.inputs.iter().map(|v| &vals[v]).collect();
+            let outs: Vec<&Tensor> = n.outputs.iter().map(|v| &vals[v]).collect();
+            let before = if profile { Some(stream.record()?) } else { None };
+            let mut target = Target::on(stream);
+            target.threads = self.threads[nid.0];
+            let r = self.rt.execute_at(target, &n.op, &ins, &outs).map_err(|e| match e {
+                Error::Invalid { op, msg } => Error::Invalid { op, msg: format!("node {:?}: {msg}", n.name) },
+                other => other,
+            })?;
+            if let Some(b) = before {
+                marks.push((nid.0, b, stream.record()?, r.implementation, r.unit, r.flops, r.bytes));
+            }
+            if let Some(ev) = &self.done[nid.0] {
+                ev.record(stream)?;
+            }
+        }
+        for s in &self.streams {
+            s.synchronize()?;
+        }
+        let total = t0.elapsed();
+        let prof = match (profile, &start_ev) {
+            (true, Some(start)) => {
+                let mut nodes = Vec::with_capacity(marks.len());
+                for (nid, b, e, imp, unit, flops, bytes) in marks {
+                    let n = &g.nodes[nid];
+                    nodes.push(NodeProfile {
+                        name: n.name.clone(),
+                        op: n.op.name(),
+                        implementation: imp,
+                        unit,
+                        stream: self.schedule.stream_of[nid],
+                        start: b.elapsed_since(start).unwrap_or_default(),
+                        elapsed: e.elapsed_since(&b).unwrap_or_default(),
+                        flops,
+                        bytes,
+                    });
+                }
+                Some(RunProfile { total, nodes })
+            }
+            _ => None,
+        };
+        let outs = g.outputs.iter().map(|o| vals[o].clone()).collect();
+        Ok((outs, prof))
+    }
+}
+
+fn upload_bytes(t: &Tensor, bytes: &[u8]) -> Result<()> {
+    t.copy_from_bytes(bytes)
+}

@@ -1,0 +1,249 @@
+//! The graph IR and its builder.
+
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+use crate::op::{Op, TensorMeta};
+use crate::shape::Shape;
+use std::fmt::{self, Write as _};
+use std::sync::Arc;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ValueId(pub usize);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub usize);
+
+/// Host data of a constant (weights), little-endian element bytes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostTensor {
+    pub dtype: DType,
+    pub shape: Shape,
+    pub bytes: Arc<Vec<u8>>,
+}
+
+impl HostTensor {
+    pub fn from_vec<T: Element>(shape: impl Into<Shape>, v: Vec<T>) -> Result<HostTensor> {
+        let shape = shape.into();
+        if shape.numel() != v.len() {
+            return Err(Error::invalid("Constant", format!("{} values for shape {shape}", v.len())));
+        }
+        Ok(HostTensor { dtype: T::DTYPE, shape, bytes: Arc::new(bytemuck::cast_slice(&v).to_vec()) })
+    }
+    pub fn meta(&self) -> TensorMeta {
+        TensorMeta { dtype: self.dtype, shape: self.shape.clone() }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ValueKind {
+    /// Fed at run time.
+    Input,
+    /// Known at build time; uploaded once at compile time.
+    Constant(HostTensor),
+    /// Produced by a node.
+    Node(NodeId),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Value {
+    pub name: String,
+    pub meta: TensorMeta,
+    pub kind: ValueKind,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    pub name: String,
+    pub op: Op,
+    pub inputs: Vec<ValueId>,
+    pub outputs: Vec<ValueId>,
+}
+
+/// A dataflow graph in topological order (nodes only read values defined earlier).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Graph {
+    pub values: Vec<Value>,
+    pub nodes: Vec<Node>,
+    pub inputs: Vec<ValueId>,
+    pub outputs: Vec<ValueId>,
+}
+
+impl Graph {
+    pub fn new() -> Graph {
+        Graph::default()
+    }
+
+    pub fn value(&self, v: ValueId) -> &Value {
+        &self.values[v.0]
+    }
+    pub fn meta(&self, v: ValueId) -> &TensorMeta {
+        &self.values[v.0].meta
+    }
+
+    /// A run-time input.
+    pub fn input(&mut self, name: &str, dtype: DType, shape: impl Into<Shape>) -> ValueId {
+        let id = ValueId(self.values.len());
+        self.values.push(Value { name: name.into(), meta: TensorMeta::new(dtype, shape), kind: ValueKind::Input });
+        self.inputs.push(id);
+        id
+    }
+
+    /// A constant (weights).
+    pub fn constant(&mut self, name: &str, t: HostTensor) -> ValueId {
+        let id = ValueId(self.values.len());
+        self.values.push(Value { name: name.into(), meta: t.meta(), kind: ValueKind::Constant(t) });
+        id
+    }
+
+    /// Adds a node; validates it and infers its output. Errors name the node.
+    pub fn op(&mut self, name: &str, op: Op, inputs: &[ValueId]) -> Result<ValueId> {
+        Ok(self.op_multi(name, op, inputs)?[0])
+    }
+
+    pub fn op_multi(&mut self, name: &str, op: Op, inputs: &[ValueId]) -> Result<Vec<ValueId>> {
+        for v in inputs {
+            if v.0 >= self.values.len() {
+                return Err(Error::invalid(op.name(), format!("node {name:?}: input {} does not exist", v.0)));
+            }
+        }
+        let metas: Vec<TensorMeta> = inputs.iter().map(|v| self.values[v.0].meta.clone()).collect();
+        let outs = op.infer(&metas).map_err(|e| node_error(name, e))?;
+        let nid = NodeId(self.nodes.len());
+        let mut ids = Vec::new();
+        for (i, m) in outs.into_iter().enumerate() {
+            let id = ValueId(self.values.len());
+            let vname = if i == 0 { name.to_string() } else { format!("{name}:{i}") };
+            self.values.push(Value { name: vname, meta: m, kind: ValueKind::Node(nid) });
+            ids.push(id);
+        }
+        self.nodes.push(Node { name: name.into(), op, inputs: inputs.to_vec(), outputs: ids.clone() });
+        Ok(ids)
+    }
+
+    /// Marks a value as a graph output.
+    pub fn output(&mut self, v: ValueId) {
+        self.outputs.push(v);
+    }
+
+    /// Checks the whole graph: topological order, every node's shapes, outputs exist.
+    pub fn validate(&self) -> Result<()> {
+        let mut defined = vec![false; self.values.len()];
+        for (i, v) in self.values.iter().enumerate() {
+            if matches!(v.kind, ValueKind::Input | ValueKind::Constant(_)) {
+                defined[i] = true;
+            }
+        }
+        for n in &self.nodes {
+            for v in &n.inputs {
+                if !defined.get(v.0).copied().unwrap_or(false) {
+                    return Err(Error::invalid(
+                        n.op.name(),
+                        format!("node {:?} reads {:?} before it is defined", n.name, self.values.get(v.0).map(|x| &x.name)),
+                    ));
+                }
+            }
+            let metas: Vec<TensorMeta> = n.inputs.iter().map(|v| self.values[v.0].meta.clone()).collect();
+            let outs = n.op.infer(&metas).map_err(|e| node_error(&n.name, e))?;
+            for (o, m) in n.outputs.iter().zip(&outs) {
+                if self.values[o.0].meta != *m {
+                    return Err(Error::invalid(
+                        n.op.name(),
+                        format!("node {:?}: output recorded as {} but infers {m}", n.name, self.values[o.0].meta),
+                    ));
+                }
+                defined[o.0] = true;
+            }
+        }
+        if self.outputs.is_empty() {
+            return Err(Error::invalid("Graph", "the graph has no outputs"));
+        }
+        for o in &self.outputs {
+            if !defined.get(o.0).copied().unwrap_or(false) {
+                return Err(Error::invalid("Graph", format!("output {} is never defined", o.0)));
+            }
+        }
+        Ok(())
+    }
+
+    /// For each value, the nodes that read it.
+    pub fn consumers(&self) -> Vec<Vec<NodeId>> {
+        let mut c = vec![Vec::new(); self.values.len()];
+        for (i, n) in self.nodes.iter().enumerate() {
+            for v in &n.inputs {
+                if !c[v.0].contains(&NodeId(i)) {
+                    c[v.0].push(NodeId(i));
+                }
+            }
+        }
+        c
+    }
+
+    /// Total FLOPs of one run.
+    pub fn flops(&self) -> u64 {
+        self.nodes
+            .iter()
+            .map(|n| {
+                let i: Vec<TensorMeta> = n.inputs.iter().map(|v| self.meta(*v).clone()).collect();
+                let o: Vec<TensorMeta> = n.outputs.iter().map(|v| self.meta(*v).clone()).collect();
+                n.op.flops(&i, &o)
+            })
+            .sum()
+    }
+
+    /// Bytes of all constants.
+    pub fn constant_bytes(&self) -> usize {
+        self.values.iter().map(|v| if let ValueKind::Constant(t) = &v.kind { t.bytes.len() } else { 0 }).sum()
+    }
+
+    /// A readable listing: one line per input, constant summary, node and output.
+    pub fn dump(&self) -> String {
+        let mut s = String::new();
+        let name = |v: &ValueId| format!("%{}", self.values[v.0].name);
+        for i in &self.inputs {
+            let _ = writeln!(s, "input  {} : {}", name(i), self.values[i.0].meta);
+        }
+        let consts = self.values.iter().filter(|v| matches!(v.kind, ValueKind::Constant(_))).count();
+        let _ = writeln!(s, "consts {consts} ({} bytes)", self.constant_bytes());
+        for n in &self.nodes {
+            let ins: Vec<String> = n.inputs.iter().map(name).collect();
+            let outs: Vec<String> = n.outputs.iter().map(|o| format!("{} : {}", name(o), self.values[o.0].meta)).collect();
+            let _ = writeln!(s, "{} = {:?}({})", outs.join(", "), n.op, ins.join(", "));
+        }
+        for o in &self.outputs {
+            let _ = writeln!(s, "output {}", name(o));
+        }
+        s
+    }
+}
+
+impl fmt::Display for Graph {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.dump())
+    }
+}
+
+fn node_error(node: &str, e: Error) -> Error {
+    match e {
+        Error::Invalid { op, msg } => Error::Invalid { op, msg: format!("node {node:?}: {msg}") },
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builder_infers_and_names_nodes_in_errors() {
+        let mut g = Graph::new();
+        let x = g.input("x", DType::F32, [2, 3]);
+        let w = g.constant("w", HostTensor::from_vec([4, 3], vec![0f32; 12]).unwrap());
+        let y = g.op("fc", Op::Linear, &[x, w]).unwrap();
+        assert_eq!(g.meta(y).shape, Shape::from([2, 4]));
+        let bad = g.op("mm", Op::MatMul { trans_a: false, trans_b: false }, &[x, x]).unwrap_err();
+        assert!(bad.to_string().contains("node \"mm\""), "{bad}");
+        g.output(y);
+        g.validate().unwrap();
+        assert!(g.dump().contains("%fc : f32 [2, 4] = Linear(%x, %w)"));
+    }
+}
