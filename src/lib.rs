@@ -16,6 +16,7 @@
 
 pub mod build_info;
 pub mod conformance;
+pub mod models;
 pub mod npy;
 
 use std::sync::Arc;

@@ -1,0 +1,4 @@
+//! Model builders: BERT-family encoders from Hugging Face configs and weights.
+
+pub mod bert;
+pub mod safetensors;

@@ -1,0 +1,207 @@
+//! Compiled graphs: fused / parallel / planned execution equals eager op-by-op execution;
+//! the arena never lets two live tensors share bytes; BERT graphs build, compile and run.
+
+mod common;
+
+use npurt::models::bert::{self, BertConfig, Weights};
+use npurt::{DType, Op, RuntimeConfig, Scheduling, Tensor};
+use runtime::graph::{CompileOptions, CompiledGraph, Graph, HostTensor, ScheduleStrategy, ValueId, ValueKind};
+use runtime::Runtime;
+use std::collections::HashMap;
+
+/// Runs every node with the eager API, in graph order.
+fn eager(rt: &Runtime, g: &Graph, inputs: &[&Tensor]) -> Vec<Tensor> {
+    let mut vals: HashMap<ValueId, Tensor> = HashMap::new();
+    for (id, t) in g.inputs.iter().zip(inputs) {
+        vals.insert(*id, (*t).clone());
+    }
+    for (i, v) in g.values.iter().enumerate() {
+        if let ValueKind::Constant(c) = &v.kind {
+            let t = rt.empty(c.dtype, c.shape.clone(), 0).unwrap();
+            t.copy_from_bytes(&c.bytes).unwrap();
+            vals.insert(ValueId(i), t);
+        }
+    }
+    for n in &g.nodes {
+        let ins: Vec<&Tensor> = n.inputs.iter().map(|v| &vals[v]).collect();
+        let outs = rt.run(&n.op, &ins).unwrap();
+        for (o, t) in n.outputs.iter().zip(outs) {
+            vals.insert(*o, t);
+        }
+    }
+    g.outputs.iter().map(|o| vals[o].clone()).collect()
+}
+
+fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+    let (x, y) = (a.to_ndarray::<f32>().unwrap(), b.to_ndarray::<f32>().unwrap());
+    assert_eq!(x.shape(), y.shape());
+    x.iter().zip(y.iter()).map(|(p, q)| (p - q).abs()).fold(0.0, f32::max)
+}
+
+fn bert_inputs(rt: &Runtime, b: usize, s: usize, vocab: usize) -> Vec<Tensor> {
+    let ids: Vec<i64> = (0..b * s).map(|i| ((i * 7 + 3) % vocab) as i64).collect();
+    let tt: Vec<i64> = (0..b * s).map(|i| ((i / s + i) % 2) as i64).collect();
+    // The second sequence is padded after 3/4 of its length.
+    let mask: Vec<f32> = (0..b * s).map(|i| if i / s == 1 && i % s >= 3 * s / 4 { 0.0 } else { 1.0 }).collect();
+    vec![
+        rt.from_slice(&ids, [b, s], 0).unwrap(),
+        rt.from_slice(&tt, [b, s], 0).unwrap(),
+        rt.from_slice(&mask, [b, s], 0).unwrap(),
+    ]
+}
+
+fn options(fuse: bool, reuse: bool, parallel: bool, strategy: ScheduleStrategy) -> CompileOptions {
+    CompileOptions { device: 0, fuse, memory_reuse: reuse, parallel, strategy, max_streams: 4 }
+}
+
+test_on_every_backend!(tiny_bert_graph_equals_eager, |b| {
+    let rt = common::runtime(&b);
+    let cfg = BertConfig::tiny();
+    let bg = bert::build(&cfg, Weights::Random(3), 2, 16).unwrap();
+    let ins = bert_inputs(&rt, 2, 16, cfg.vocab_size);
+    let refs: Vec<&Tensor> = ins.iter().collect();
+    let want = eager(&rt, &bg.graph, &refs);
+    for (fuse, reuse, parallel, strategy) in [
+        (false, false, false, ScheduleStrategy::Throughput),
+        (false, true, false, ScheduleStrategy::Throughput),
+        (true, true, false, ScheduleStrategy::Throughput),
+        (true, true, true, ScheduleStrategy::Latency),
+        (false, true, true, ScheduleStrategy::Balanced),
+    ] {
+        let cg = CompiledGraph::compile(&rt, &bg.graph, options(fuse, reuse, parallel, strategy)).unwrap();
+        if fuse {
+            let f = cg.fusion_stats();
+            assert_eq!(f.attention, cfg.num_hidden_layers, "{f:?}");
+            assert_eq!(f.add_layer_norm, 2 * cfg.num_hidden_layers, "{f:?}");
+            assert_eq!(f.bias_gelu, cfg.num_hidden_layers, "{f:?}");
+        }
+        if parallel && strategy == ScheduleStrategy::Latency {
+            assert!(cg.schedule().streams > 1, "Q/K/V projections are independent");
+        }
+        for _ in 0..2 {
+            let got = cg.run(&refs).unwrap();
+            let d = max_diff(&got[0], &want[0]);
+            assert!(d < 1e-4, "fuse={fuse} reuse={reuse} parallel={parallel}: max diff {d}");
+        }
+    }
+});
+
+test_on_every_backend!(arena_plans_are_tight_and_hazard_free, |b| {
+    let rt = common::runtime(&b);
+    // A chain: ratio exactly 1.
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [64, 64]);
+    let mut v = x;
+    for i in 0..10 {
+        let op = if i % 2 == 0 { Op::Relu } else { Op::Scale { factor: 0.5 } };
+        v = g.op(&format!("n{i}"), op, &[v]).unwrap();
+    }
+    g.output(v);
+    let cg = CompiledGraph::compile(&rt, &g, options(false, true, false, ScheduleStrategy::Throughput)).unwrap();
+    let p = cg.memory_plan().unwrap();
+    assert_eq!(p.ratio(), 1.0, "chain plan {p:?}");
+    // Poisoned memory: a graph whose intermediates would be corrupted by any overlap. Run
+    // it after filling the arena with NaN; results must match eager.
+    let mut g = Graph::new();
+    let a = g.input("a", DType::F32, [32, 32]);
+    let w = g.constant("w", HostTensor::from_vec([32, 32], (0..1024).map(|i| (i % 7) as f32 * 0.1).collect()).unwrap());
+    let mut live = vec![a];
+    for i in 0..12 {
+        let src = live[i % live.len()];
+        let other = live[(i * 5 + 1) % live.len()];
+        let m = g.op(&format!("mm{i}"), Op::MatMul { trans_a: false, trans_b: false }, &[src, w]).unwrap();
+        let s = g.op(&format!("add{i}"), Op::Add, &[m, other]).unwrap();
+        let t = g.op(&format!("tanh{i}"), Op::Tanh, &[s]).unwrap();
+        live.push(t);
+    }
+    g.output(*live.last().unwrap());
+    let input = rt.from_slice(&(0..1024).map(|i| (i % 13) as f32 * 0.05).collect::<Vec<_>>(), [32, 32], 0).unwrap();
+    let want = eager(&rt, &g, &[&input]);
+    for parallel in [false, true] {
+        let cg = CompiledGraph::compile(&rt, &g, options(false, true, parallel, ScheduleStrategy::Latency)).unwrap();
+        let p = cg.memory_plan().unwrap();
+        assert!(p.arena_bytes >= p.load_bytes);
+        // Poison the arena: a run on NaN input leaves NaN in every slot it writes, so any
+        // slot shared by two live tensors would corrupt the next run's result.
+        let nan = rt.from_slice(&vec![f32::NAN; 1024], [32, 32], 0).unwrap();
+        let _ = cg.run(&[&nan]).unwrap(); // leaves NaN in every arena slot it touched
+        let got = cg.run(&[&input]).unwrap();
+        assert!(max_diff(&got[0], &want[0]) < 1e-4, "parallel={parallel}");
+    }
+});
+
+test_on_every_backend!(scheduler_random_dags_match_sequential, |b| {
+    let rt = common::runtime(&b);
+    let mut seed = 0x5eedu64;
+    let mut rnd = |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    for trial in 0..6 {
+        let mut g = Graph::new();
+        let x = g.input("x", DType::F32, [16, 16]);
+        let mut vals = vec![x];
+        for i in 0..20 {
+            let a = vals[rnd(vals.len())];
+            let v = match rnd(4) {
+                0 => g.op(&format!("r{i}"), Op::Relu, &[a]).unwrap(),
+                1 => g.op(&format!("s{i}"), Op::Scale { factor: 0.7 }, &[a]).unwrap(),
+                2 => {
+                    let c = vals[rnd(vals.len())];
+                    g.op(&format!("a{i}"), Op::Add, &[a, c]).unwrap()
+                }
+                _ => {
+                    let c = vals[rnd(vals.len())];
+                    g.op(&format!("m{i}"), Op::MatMul { trans_a: false, trans_b: true }, &[a, c]).unwrap()
+                }
+            };
+            vals.push(v);
+        }
+        g.output(*vals.last().unwrap());
+        g.output(vals[vals.len() / 2]);
+        let input = rt.from_slice(&(0..256).map(|i| ((i * 31) % 17) as f32 * 0.01 - 0.08).collect::<Vec<_>>(), [16, 16], 0).unwrap();
+        let seq = CompiledGraph::compile(&rt, &g, options(false, true, false, ScheduleStrategy::Throughput)).unwrap();
+        let want = seq.run(&[&input]).unwrap();
+        for strategy in [ScheduleStrategy::Latency, ScheduleStrategy::Balanced] {
+            let par = CompiledGraph::compile(&rt, &g, options(false, true, true, strategy)).unwrap();
+            // Stream-aware hazards: shared bytes only across happens-before.
+            let got = par.run(&[&input]).unwrap();
+            for (w, o) in want.iter().zip(&got) {
+                assert!(max_diff(w, o) < 1e-4, "trial {trial} {strategy:?}");
+            }
+        }
+    }
+});
+
+#[test]
+fn bert_base_compiles_and_runs() {
+    let cfg = RuntimeConfig { scheduling: Scheduling::Latency, ..RuntimeConfig::default() };
+    let rt = npurt::Runtime::with_config(cfg.clone()).unwrap();
+    let bc = BertConfig::bert_base();
+    let bg = bert::build(&bc, Weights::Random(1), 1, 32).unwrap();
+    let cg = CompiledGraph::compile(&rt, &bg.graph, CompileOptions::from_config(&cfg, 0)).unwrap();
+    let p = cg.memory_plan().unwrap();
+    assert!(p.ratio() <= 1.05, "BERT-base plan ratio {}", p.ratio());
+    let ins = bert_inputs(&rt, 1, 32, bc.vocab_size);
+    let refs: Vec<&Tensor> = ins.iter().collect();
+    let (out, prof) = cg.run_profiled(&refs).unwrap();
+    assert_eq!(out[0].dims(), &[1, 32, 768]);
+    let v = out[0].to_ndarray::<f32>().unwrap();
+    assert!(v.iter().all(|x| x.is_finite()));
+    assert_eq!(prof.nodes.len(), cg.graph().nodes.len());
+    let trace = prof.chrome_trace();
+    let parsed: serde_json::Value = serde_json::from_str(&trace).expect("valid Chrome-trace JSON");
+    assert!(parsed["traceEvents"].as_array().unwrap().len() > prof.nodes.len());
+}
+
+#[test]
+fn graph_errors_name_the_node() {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [2, 3]);
+    let e = g.op("proj", Op::MatMul { trans_a: false, trans_b: false }, &[x, x]).unwrap_err();
+    assert!(e.to_string().contains("node \"proj\""), "{e}");
+    let g2 = Graph::new();
+    assert!(g2.validate().is_err(), "a graph without outputs is rejected");
+}
