@@ -1,5 +1,6 @@
 //! Argument parsing and subcommand dispatch.
 
+mod bench;
 mod demo;
 mod info;
 mod op;
@@ -14,6 +15,12 @@ commands:
   demo                      walk through the runtime's features with measured values
   op <OP> --input A.npy [--input B.npy ...] --output C.npy [--attr key=value ...]
                             run one op on .npy files
+  bench gemm [--peer numpy] [--runs N] [--all-tiers]
+                            f32 GEMM at the BERT shapes vs OpenBLAS through NumPy
+  bench bert [--model bert-large|bert-base|minilm-l6|DIR] [--seq 512] [--batch 1]
+             [--ablation] [--runs 5] [--json FILE] [--trace FILE] [--profile]
+                            BERT latency, memory and utilisation (the ablation: none,
+                            +pool, +reuse, +parallel, +mapping)
 options (all commands):
   --backend cpu|cuda|acl|auto   backend to use (default: best present; env NPURT_BACKEND)
   --impl reference|generic|fast force an implementation tier (env NPURT_IMPL)
@@ -71,6 +78,7 @@ pub fn run(args: &[String]) -> Result<()> {
         "info" => info::run(&Runtime::with_config(common.config)?),
         "demo" => demo::run(&Runtime::with_config(common.config)?),
         "op" => op::run(common),
+        "bench" => bench::run(common),
         other => Err(Error::Config(format!("unknown command {other:?}\n\n{USAGE}"))),
     }
 }

@@ -281,11 +281,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
                 Ok(())
             })
         }
-        Op::Permute { perm } => {
-            let src = permute_sources(ins[0].dims, perm);
-            move_elements(&ins[0], &mut outs[0], &src);
-            Ok(())
-        }
+        Op::Permute { perm } => permute(&ins[0], &mut outs[0], perm),
         Op::Reshape { .. } | Op::Copy => strided_copy(&ins[0], &mut outs[0]),
         Op::Gather { axis } => {
             let idx = resolve_indices(&ins[1], ins[0].dims[*axis])?;
@@ -568,4 +564,55 @@ fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, ctx: &Ctx) -> KResul
             o.chunks_mut(s * dv).enumerate().try_for_each(|(bh, ob)| head(bh, ob))
         }
     })
+}
+
+/// Permute that moves whole rows when the last axis stays last (the attention head
+/// split/merge), in parallel for large tensors; element by element otherwise.
+fn permute(x: &In, o: &mut Out, perm: &[usize]) -> KResult {
+    let r = perm.len();
+    let es = x.dtype.size();
+    if r == 0 || x.numel() == 0 {
+        let n = x.numel() * es;
+        o.bytes[..n].copy_from_slice(&x.bytes[..n]);
+        return Ok(());
+    }
+    if perm[r - 1] != r - 1 {
+        let src = permute_sources(x.dims, perm);
+        move_elements(x, o, &src);
+        return Ok(());
+    }
+    let row = x.dims[r - 1] * es;
+    let outer_in: Vec<usize> = x.dims[..r - 1].to_vec();
+    let in_strides = runtime::Shape::new(outer_in.clone()).contiguous_strides();
+    let out_dims: Vec<usize> = perm[..r - 1].iter().map(|&p| outer_in[p]).collect();
+    let src_strides: Vec<usize> = perm[..r - 1].iter().map(|&p| in_strides[p]).collect();
+    let rows = numel(&out_dims);
+    let copy_rows = |first: usize, chunk: &mut [u8]| {
+        let mut idx = vec![0usize; out_dims.len()];
+        // Unravel `first` into the output multi-index.
+        let mut rem = first;
+        for d in (0..out_dims.len()).rev() {
+            idx[d] = rem % out_dims[d].max(1);
+            rem /= out_dims[d].max(1);
+        }
+        for dst in chunk.chunks_mut(row) {
+            let srow: usize = idx.iter().zip(&src_strides).map(|(i, s)| i * s).sum();
+            dst.copy_from_slice(&x.bytes[srow * row..(srow + 1) * row]);
+            for d in (0..out_dims.len()).rev() {
+                idx[d] += 1;
+                if idx[d] < out_dims[d] {
+                    break;
+                }
+                idx[d] = 0;
+            }
+        }
+    };
+    let out = &mut o.bytes[..rows * row];
+    if parallel(rows * row / 4) {
+        let per = rows.div_ceil(rayon::current_num_threads() * 4).max(1);
+        out.par_chunks_mut(per * row).enumerate().for_each(|(c, chunk)| copy_rows(c * per, chunk));
+    } else {
+        copy_rows(0, out);
+    }
+    Ok(())
 }
