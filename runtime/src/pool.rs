@@ -408,15 +408,18 @@ impl Pool {
     /// Finds a cached block of class `kind` with room for `size`, splitting it if the
     /// remainder is worth keeping.
     fn take_cached(&self, g: &mut Inner, size: usize, kind: BlockKind, stream: StreamId) -> Option<Block> {
-        let found = match self.cfg.strategy {
-            ReuseStrategy::BestFit => free_set(g, kind).range((size, 0)..).next().copied(),
-            ReuseStrategy::FirstFit => {
-                free_set(g, kind).iter().filter(|(s, _)| *s >= size).min_by_key(|(_, a)| *a).copied()
-            }
-        };
         // Large blocks are only reused when they are not much bigger than the request,
         // so one huge cached block does not end up serving many small-ish requests.
-        let found = found.filter(|(s, _)| kind == BlockKind::Small || *s <= size + size / 4 + LARGE_CLASS);
+        let fits = |s: usize| kind == BlockKind::Small || s <= size + size / 4 + LARGE_CLASS;
+        let found = match self.cfg.strategy {
+            // The smallest block that is big enough: if it is too big, so are the rest.
+            ReuseStrategy::BestFit => free_set(g, kind).range((size, 0)..).next().copied().filter(|(s, _)| fits(*s)),
+            // The lowest-addressed block among those that fit: one that is too big must not
+            // hide a suitable block at a higher address.
+            ReuseStrategy::FirstFit => {
+                free_set(g, kind).iter().filter(|(s, _)| *s >= size && fits(*s)).min_by_key(|(_, a)| *a).copied()
+            }
+        };
         if let Some((bsize, addr)) = found {
             free_set(g, kind).remove(&(bsize, addr));
             return Some(self.hand_out(g, addr, size, kind, Vec::new()));

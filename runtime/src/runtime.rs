@@ -216,31 +216,48 @@ impl Runtime {
 
     /// An uninitialised tensor on `device`.
     pub fn empty(&self, dtype: DType, shape: impl Into<Shape>, device: usize) -> Result<Tensor> {
-        let shape = shape.into();
+        let scoped = stream::current_for(&self.inner).filter(|s| s.device() == device);
+        match &scoped {
+            Some(s) => self.empty_for(dtype, shape.into(), Target::on(s)),
+            None => {
+                let d = self.inner.device(device)?;
+                self.empty_for(dtype, shape.into(), Target { device, id: d.default_stream, user: None, threads: 0 })
+            }
+        }
+    }
+
+    /// Allocates for use on `target`. A block may come back from work still queued on
+    /// that stream, so the stream is recorded as a user of the new buffer: host access
+    /// (copies, views) then waits for it first.
+    pub(crate) fn empty_for(&self, dtype: DType, shape: Shape, target: Target<'_>) -> Result<Tensor> {
+        let device = target.device;
         let d = self.inner.device(device)?;
         let bytes = shape
             .numel()
             .checked_mul(dtype.size())
             .ok_or_else(|| Error::invalid("Tensor", format!("{dtype} {shape} overflows the address space")))?;
-        let stream =
-            stream::current_for(&self.inner).filter(|s| s.device() == device).map_or(d.default_stream, |s| s.id());
-        let block = d.pool.alloc(bytes, stream)?;
-        Ok(Tensor {
-            storage: Arc::new(Storage {
-                rt: self.inner.clone(),
-                device,
-                block,
-                bytes: block.size,
-                uses: Mutex::new(Vec::new()),
-            }),
+        let block = d.pool.alloc(bytes, target.id)?;
+        let t = Tensor {
+            storage: Arc::new(Storage { rt: self.inner.clone(), device, block, bytes: block.size, uses: Mutex::new(Vec::new()) }),
             dtype,
             layout: Arc::new(Layout::contiguous(shape)),
-        })
+        };
+        if target.user.is_some() {
+            t.storage.mark_use(target);
+        }
+        Ok(t)
+    }
+
+    /// Allocates a buffer the host fills before any stream uses it: it never reuses a
+    /// block still pending on a stream (that would make the host write race the stream).
+    fn empty_host(&self, dtype: DType, shape: Shape, device: usize) -> Result<Tensor> {
+        let d = self.inner.device(device)?;
+        self.empty_for(dtype, shape, Target { device, id: d.default_stream, user: None, threads: 0 })
     }
 
     /// A zero-filled tensor.
     pub fn zeros(&self, dtype: DType, shape: impl Into<Shape>, device: usize) -> Result<Tensor> {
-        let t = self.empty(dtype, shape, device)?;
+        let t = self.empty_host(dtype, shape.into(), device)?;
         if t.nbytes() > 0 {
             let d = self.inner.device(device)?;
             let s = d.default_stream;
@@ -255,7 +272,7 @@ impl Runtime {
         a: &ndarray::ArrayBase<impl ndarray::Data<Elem = T>, D>,
         device: usize,
     ) -> Result<Tensor> {
-        let t = self.empty(T::DTYPE, a.shape().to_vec(), device)?;
+        let t = self.empty_host(T::DTYPE, a.shape().to_vec().into(), device)?;
         let v: ArrayViewD<'_, T> = a.view().into_dyn();
         t.copy_from_ndarray(&v)?;
         Ok(t)
@@ -273,7 +290,7 @@ impl Runtime {
     pub fn to_device(&self, t: &Tensor, device: usize) -> Result<Tensor> {
         let src = if t.is_contiguous() { t.clone() } else { self.run(&Op::Copy, &[t])?.remove(0) };
         src.storage.settle()?;
-        let out = self.empty(t.dtype, t.shape().clone(), device)?;
+        let out = self.empty_host(t.dtype, t.shape().clone(), device)?;
         let n = src.nbytes();
         if n > 0 {
             let mut host = vec![0u8; n];
@@ -352,7 +369,13 @@ impl Runtime {
     /// Waits for all work on `device`.
     pub fn synchronize(&self, device: usize) -> Result<()> {
         let d = self.inner.device(device)?;
-        self.inner.backend.synchronize_device(d.ordinal)
+        self.inner.backend.synchronize_device(d.ordinal).map_err(|e| self.relabel(device, e))
+    }
+
+    /// Rewrites a backend's stream label (`backend:ordinal/...`) to the runtime's
+    /// (`backend:logical/...`) in asynchronous errors.
+    pub(crate) fn relabel(&self, device: usize, e: Error) -> Error {
+        relabel_async(&self.inner, device, e)
     }
 
     /// Waits for all work on every device.
@@ -600,7 +623,7 @@ impl Runtime {
         if !matches!(op, Op::Copy) {
             for t in inputs {
                 if !t.is_contiguous() {
-                    let c = self.empty(t.dtype, t.shape().clone(), dev)?;
+                    let c = self.empty_for(t.dtype, t.shape().clone(), target)?;
                     self.execute_at(target, &Op::Copy, &[t], &[&c])?;
                     owned.push(Some(c));
                 } else {
@@ -669,5 +692,19 @@ impl Runtime {
     /// Clears the utilisation counters.
     pub fn reset_profile(&self) {
         *self.inner.profile.lock().unwrap_or_else(|p| p.into_inner()) = Profile::default();
+    }
+}
+
+pub(crate) fn relabel_async(inner: &Inner, device: usize, e: Error) -> Error {
+    match (e, inner.devices.get(device)) {
+        (Error::Async { op, stream, seq, msg }, Some(d)) => {
+            let backend_prefix = format!("{}:{}/", inner.backend.name(), d.ordinal);
+            let stream = match stream.strip_prefix(&backend_prefix) {
+                Some(rest) => format!("{}/{rest}", d.label),
+                None => stream,
+            };
+            Error::Async { op, stream, seq, msg }
+        }
+        (e, _) => e,
     }
 }

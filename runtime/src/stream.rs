@@ -65,7 +65,11 @@ impl Stream {
     }
     /// Waits for every op queued so far; reports the first failure of queued work.
     pub fn synchronize(&self) -> Result<()> {
-        self.inner.rt.backend.synchronize_stream(self.ordinal(), self.inner.id)
+        self.inner
+            .rt
+            .backend
+            .synchronize_stream(self.ordinal(), self.inner.id)
+            .map_err(|e| crate::runtime::relabel_async(&self.inner.rt, self.inner.device, e))
     }
     /// Records a new event at the current end of the stream.
     pub fn record(&self) -> Result<Event> {

@@ -154,6 +154,8 @@ pub struct CompiledGraph {
     done: Vec<Option<Event>>,
     /// Thread budget of each node (0 = all).
     threads: Vec<usize>,
+    /// Reshape outputs that are views of another value (their node runs no kernel).
+    aliases: HashMap<ValueId, ValueId>,
 }
 
 impl CompiledGraph {
@@ -187,16 +189,37 @@ impl CompiledGraph {
                 constants.insert(ValueId(i), dev);
             }
         }
-        // Intermediates: every node output that is not a graph output.
+        // Reshapes of contiguous values become views (no kernel, no buffer): the alias
+        // shares its root's buffer, whose lifetime grows to cover the alias's readers.
+        let mut alias_of: HashMap<ValueId, ValueId> = HashMap::new();
+        for n in &graph.nodes {
+            if let crate::op::Op::Reshape { .. } = n.op {
+                let out = n.outputs[0];
+                if !graph.outputs.contains(&out) {
+                    let src = n.inputs[0];
+                    let root = alias_of.get(&src).copied().unwrap_or(src);
+                    alias_of.insert(out, root);
+                }
+            }
+        }
+        // Intermediates: every node output that is not a graph output or an alias.
         let mut inter: Vec<ValueId> = Vec::new();
         for n in &graph.nodes {
             for o in &n.outputs {
-                if !graph.outputs.contains(o) {
+                if !graph.outputs.contains(o) && !alias_of.contains_key(o) {
                     inter.push(*o);
                 }
             }
         }
-        let consumers = graph.consumers();
+        let mut consumers = graph.consumers();
+        for (a, root) in &alias_of {
+            let extra = consumers[a.0].clone();
+            for c in extra {
+                if !consumers[root.0].contains(&c) {
+                    consumers[root.0].push(c);
+                }
+            }
+        }
         let pos = &schedule.position;
         let def_node = |v: ValueId| match graph.values[v.0].kind {
             ValueKind::Node(n) => n.0,
@@ -288,6 +311,7 @@ impl CompiledGraph {
             streams,
             done,
             threads,
+            aliases: alias_of,
         })
     }
 
@@ -305,6 +329,10 @@ impl CompiledGraph {
     }
     pub fn options(&self) -> &CompileOptions {
         &self.options
+    }
+    /// Reshape nodes turned into views (they run no kernel).
+    pub fn view_nodes(&self) -> usize {
+        self.aliases.len()
     }
 
     /// Runs the graph on `inputs` (in the graph's input order); returns the outputs.
@@ -370,6 +398,15 @@ impl CompiledGraph {
                 if let Some(ev) = &self.done[p.0] {
                     stream.wait(ev)?;
                 }
+            }
+            if let Some(out) = n.outputs.first().filter(|o| self.aliases.contains_key(o)) {
+                let dims: Vec<isize> = g.meta(*out).shape.dims().iter().map(|&d| d as isize).collect();
+                let view = vals[&n.inputs[0]].reshape(&dims)?;
+                vals.insert(*out, view);
+                if let Some(ev) = &self.done[nid.0] {
+                    ev.record(stream)?;
+                }
+                continue;
             }
             let ins: Vec<&Tensor> = n.inputs.iter().map(|v| &vals[v]).collect();
             let outs: Vec<&Tensor> = n.outputs.iter().map(|v| &vals[v]).collect();
