@@ -78,8 +78,8 @@ test_on_every_backend!(tiny_bert_graph_equals_eager, |b| {
         if parallel && strategy == ScheduleStrategy::Latency {
             assert!(cg.schedule().streams > 1, "Q/K/V projections are independent");
         }
-        for _ in 0..2 {
-            let got = cg.run(&refs).unwrap();
+        for poisoned in [false, true] {
+            let got = if poisoned { cg.run_poisoned(&refs).unwrap() } else { cg.run(&refs).unwrap() };
             let d = max_diff(&got[0], &want[0]);
             assert!(d < 1e-4, "fuse={fuse} reuse={reuse} parallel={parallel}: max diff {d}");
         }
@@ -127,6 +127,9 @@ test_on_every_backend!(arena_plans_are_tight_and_hazard_free, |b| {
         let _ = cg.run(&[&nan]).unwrap(); // leaves NaN in every arena slot it touched
         let got = cg.run(&[&input]).unwrap();
         assert!(max_diff(&got[0], &want[0]) < 1e-4, "parallel={parallel}");
+        // And with every dead intermediate poisoned right after its last reader.
+        let got = cg.run_poisoned(&[&input]).unwrap();
+        assert!(max_diff(&got[0], &want[0]) < 1e-4, "poisoned, parallel={parallel}");
     }
 });
 

@@ -300,6 +300,23 @@ impl Tensor {
         )
     }
 
+    /// Queues a fill of the view's bytes with `value` on `target`'s stream.
+    pub(crate) fn fill_byte(&self, value: u8, target: crate::runtime::Target<'_>) -> Result<()> {
+        if self.nbytes() == 0 || !self.is_contiguous() {
+            return Ok(());
+        }
+        let dev = &self.storage.rt.devices[self.storage.device];
+        self.storage.rt.backend.memset(
+            dev.ordinal,
+            self.storage.block.ptr.offset(self.layout.offset * self.dtype.size()),
+            value,
+            self.nbytes(),
+            target.id,
+        )?;
+        self.storage.mark_use(target);
+        Ok(())
+    }
+
     /// True when [`Tensor::with_host_view`] works on this tensor's device.
     pub fn supports_zero_copy(&self) -> bool {
         self.storage.rt.devices[self.storage.device].info.host_shared

@@ -156,6 +156,9 @@ pub struct CompiledGraph {
     threads: Vec<usize>,
     /// Reshape outputs that are views of another value (their node runs no kernel).
     aliases: HashMap<ValueId, ValueId>,
+    /// Arena intermediates and the node that reads each last, when all of its readers run
+    /// on one stream (used by `run_poisoned`).
+    last_reader: Vec<(ValueId, usize)>,
 }
 
 impl CompiledGraph {
@@ -279,6 +282,19 @@ impl CompiledGraph {
                 slots.insert(v, Slot::PerRun(graph.meta(v).clone()));
             }
         }
+        let last_reader: Vec<(ValueId, usize)> = if options.memory_reuse {
+            inter
+                .iter()
+                .filter_map(|&v| {
+                    let rs = &consumers[v.0];
+                    let last = rs.iter().map(|c| c.0).max_by_key(|&c| pos[c])?;
+                    let same_stream = rs.iter().all(|c| schedule.stream_of[c.0] == schedule.stream_of[last]);
+                    same_stream.then_some((v, last))
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let streams: Vec<Stream> = if schedule.streams > 1 {
             (0..schedule.streams).map(|_| rt.stream(device)).collect::<Result<_>>()?
         } else {
@@ -312,6 +328,7 @@ impl CompiledGraph {
             done,
             threads,
             aliases: alias_of,
+            last_reader,
         })
     }
 
@@ -337,16 +354,23 @@ impl CompiledGraph {
 
     /// Runs the graph on `inputs` (in the graph's input order); returns the outputs.
     pub fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
-        Ok(self.run_inner(inputs, false)?.0)
+        Ok(self.run_inner(inputs, false, false)?.0)
     }
 
     /// Runs and times every node (events around each node).
     pub fn run_profiled(&self, inputs: &[&Tensor]) -> Result<(Vec<Tensor>, RunProfile)> {
-        let (o, p) = self.run_inner(inputs, true)?;
+        let (o, p) = self.run_inner(inputs, true, false)?;
         Ok((o, p.unwrap_or_default()))
     }
 
-    fn run_inner(&self, inputs: &[&Tensor], profile: bool) -> Result<(Vec<Tensor>, Option<RunProfile>)> {
+    /// Runs with every intermediate's bytes overwritten with NaN (all bits set) right after
+    /// its last reader, on that reader's stream. If the plan let two live tensors share
+    /// bytes, the poison reaches a live one and the outputs change; tests compare.
+    pub fn run_poisoned(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        Ok(self.run_inner(inputs, false, true)?.0)
+    }
+
+    fn run_inner(&self, inputs: &[&Tensor], profile: bool, poison: bool) -> Result<(Vec<Tensor>, Option<RunProfile>)> {
         let g = &self.graph;
         if inputs.len() != g.inputs.len() {
             return Err(Error::invalid("Graph", format!("expects {} inputs, got {}", g.inputs.len(), inputs.len())));
@@ -419,6 +443,15 @@ impl CompiledGraph {
             })?;
             if let Some(b) = before {
                 marks.push((nid.0, b, stream.record()?, r.implementation, r.unit, r.flops, r.bytes));
+            }
+            if poison {
+                for (v, last) in &self.last_reader {
+                    if *last == nid.0 {
+                        if let Some(t) = vals.get(v) {
+                            t.fill_byte(0xFF, Target::on(stream))?;
+                        }
+                    }
+                }
             }
             if let Some(ev) = &self.done[nid.0] {
                 ev.record(stream)?;
