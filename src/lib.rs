@@ -16,6 +16,7 @@
 
 pub mod build_info;
 pub mod conformance;
+pub mod embed;
 pub mod models;
 pub mod npy;
 

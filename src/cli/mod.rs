@@ -2,6 +2,7 @@
 
 mod bench;
 mod demo;
+mod embed;
 mod info;
 mod op;
 
@@ -21,6 +22,7 @@ commands:
              [--ablation] [--runs 5] [--json FILE] [--trace FILE] [--profile]
                             BERT latency, memory and utilisation (the ablation: none,
                             +pool, +reuse, +parallel, +mapping)
+  embed --model-dir DIR [--batch N] [--stats] [TEXT ...]   sentence embeddings (texts from args or stdin lines)
 options (all commands):
   --backend cpu|cuda|acl|auto   backend to use (default: best present; env NPURT_BACKEND)
   --impl reference|generic|fast force an implementation tier (env NPURT_IMPL)
@@ -79,6 +81,7 @@ pub fn run(args: &[String]) -> Result<()> {
         "demo" => demo::run(&Runtime::with_config(common.config)?),
         "op" => op::run(common),
         "bench" => bench::run(common),
+        "embed" => embed::run(common),
         other => Err(Error::Config(format!("unknown command {other:?}\n\n{USAGE}"))),
     }
 }

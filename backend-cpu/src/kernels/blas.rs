@@ -39,6 +39,11 @@ pub fn sgemm(
         }
         return Ok(());
     }
+    if use_packed() {
+        let beta = if accumulate { 1.0 } else { 0.0 };
+        super::gemm_packed::sgemm(m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, ldc, threads);
+        return Ok(());
+    }
     let par = if threads > 1 && m * n * k >= 64 * 64 * 64 {
         gemm::Parallelism::Rayon(threads)
     } else {
@@ -71,4 +76,11 @@ pub fn sgemm(
         );
     }
     Ok(())
+}
+
+/// Which GEMM the fast tier uses: npurt's own packed kernels (default, measured faster,
+/// see docs/PERF.md) or the `gemm` crate (`NPURT_GEMM=gemm`).
+pub fn use_packed() -> bool {
+    static P: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *P.get_or_init(|| std::env::var("NPURT_GEMM").map_or(true, |v| v != "gemm"))
 }

@@ -8,6 +8,7 @@
 pub mod blas;
 pub mod common;
 pub mod fast;
+pub mod gemm_packed;
 pub mod generic;
 pub mod reference;
 

@@ -1,0 +1,1109 @@
+//! Packed, register-blocked single-precision GEMM (BLIS / GotoBLAS style).
+//!
+//! `C = alpha * A·B + beta * C` for arbitrary (positive) row/column strides of `A` and `B`
+//! and a row-major `C`.
+//!
+//! # Structure
+//!
+//! * **Micro-kernels** compute one `MR×NR` tile of `C` from a packed `MR×kc` panel of `A`
+//!   and a packed `kc×NR` panel of `B`, keeping the whole tile in vector registers:
+//!   * `avx512-fma`: 12×32 (24 zmm accumulators),
+//!   * `avx2-fma`: 6×16 (12 ymm accumulators, the classic BLIS Haswell shape),
+//!   * `scalar`: 4×8 plain `f32` arrays (portable; compiled on every target).
+//!
+//!   The kernel is chosen once per process with `is_x86_feature_detected!`, cached in a
+//!   [`OnceLock`]; a generic (non `target-cpu=native`) build still gets the SIMD kernels.
+//! * **Blocking** (per `MC`-row block of A and `KC`-deep slice of k): the `MC×KC` block of A
+//!   is packed into `MR`-tall panels, cooperatively, and shared read-only by all threads
+//!   (meant to live in L3). N is cut into `NC`-wide blocks; each task packs its own `KC×NC`
+//!   block of B into `NR`-wide panels (thread-private, meant to live in L2) and runs the
+//!   macro-kernel: for every A micro-panel (`MR×KC`, stays in L1) sweep all B micro-panels.
+//!   Packing pads partial panels with zeros, so micro-kernels always run on full tiles; edge
+//!   tiles of `C` are computed into a stack tile and only the valid part is written back. Block
+//!   sizes are split evenly (e.g. `k = 1000` with `KC = 384` gives three slices of 334, not
+//!   384 + 384 + 232). `beta` is applied by the first k-slice only.
+//! * **Threads**: `threads > 1` packs A cooperatively, then hands out `(N block, M range)`
+//!   tasks dynamically (an atomic counter) to at most `threads` rayon jobs of the *current*
+//!   rayon pool; there are at least `threads` N blocks when `n` allows, and M is split too when
+//!   `n` is narrow. `threads <= 1`, or a problem with `m·n·k < 64³`, runs entirely on the
+//!   calling thread without touching rayon.
+//! * **Buffers**: packing buffers are 64-byte aligned and cached per thread (thread-local), so
+//!   repeated calls do not allocate. The cache keeps up to `MC·KC` floats (the shared A block,
+//!   on calling threads; sized by the largest `min(m, MC)·min(k, KC)` seen) and `KC·NC` floats
+//!   (a B block, on every thread that ran a task); see the table below.
+//!
+//! Blocking parameters, tuned by measurement on a 2-core AMD EPYC guest (family 25 model 17,
+//! which has AVX-512: 32 KiB L1d, 1 MiB L2 per core, 32 MiB shared L3):
+//!
+//! | kernel | MR×NR | MC | KC | NC | A micro-panel (L1) | B block (L2) | A block (L3) |
+//! |---|---|---|---|---|---|---|---|
+//! | avx512-fma | 12×32 | 3072 | 512 | 384 | 24 KiB | 768 KiB | ≤ 6 MiB |
+//! | avx2-fma | 6×16 | 3072 | 384 | 256 | 9 KiB | 384 KiB | ≤ 4.5 MiB |
+//! | scalar | 4×8 | 1024 | 256 | 256 | 4 KiB | 256 KiB | ≤ 1 MiB |
+//!
+//! AVX-512 parts (Skylake-SP and later, Zen 4/5) have ≥ 1 MiB of L2 per core; the AVX2 sizes
+//! also fit a Zen 3 core (32 KiB L1d, 512 KiB L2).
+
+use std::cell::RefCell;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rayon::prelude::*;
+
+// ---------------------------------------------------------------------------------------------
+// Public API
+// ---------------------------------------------------------------------------------------------
+
+/// `C = alpha * A·B + beta * C`.
+///
+/// * `a`: `m×k`, element `(i, p)` at `a[i*rsa + p*csa]`;
+/// * `b`: `k×n`, element `(p, j)` at `b[p*rsb + j*csb]`;
+/// * `c`: `m×n` row-major, element `(i, j)` at `c[i*ldc + j]`.
+///
+/// Strides are in elements and may be any value (e.g. `rsa = 1, csa = m` for a transposed /
+/// column-major view). `m`, `n` or `k` may be 0. When `beta == 0`, `C` is not read (it may hold
+/// NaN or garbage); when `alpha == 0` or `k == 0`, `A` and `B` are not read.
+///
+/// `threads` is the maximum number of threads to use: `0` or `1` runs on the calling thread
+/// without rayon; larger values run up to that many jobs on the current rayon pool (call it
+/// from inside `pool.install(..)` to pick a pool). Problems with `m·n·k < 64³` always run
+/// single-threaded.
+///
+/// # Preconditions (the caller guarantees them)
+///
+/// When the corresponding dimensions are non-zero:
+/// * `a.len() >= (m-1)*rsa + (k-1)*csa + 1`,
+/// * `b.len() >= (k-1)*rsb + (n-1)*csb + 1`,
+/// * `c.len() >= (m-1)*ldc + n` and `ldc >= n` (when `m > 1`), so rows of `C` do not overlap.
+///
+/// The `a`/`b` conditions are `debug_assert`ed (an out-of-range read still panics via slice
+/// indexing, never reads out of bounds). The `c` conditions are checked with `assert!` in all
+/// builds, because `C` is written through raw pointers.
+#[allow(clippy::too_many_arguments)]
+pub fn sgemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    a: &[f32],
+    rsa: usize,
+    csa: usize,
+    b: &[f32],
+    rsb: usize,
+    csb: usize,
+    beta: f32,
+    c: &mut [f32],
+    ldc: usize,
+    threads: usize,
+) {
+    let p = Problem { m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, ldc };
+    sgemm_with(selected_isa(), None, &p, c, threads);
+}
+
+/// Which micro-kernel [`sgemm`] uses on this machine: `"avx512-fma"`, `"avx2-fma"` or
+/// `"scalar"`.
+pub fn isa() -> &'static str {
+    selected_isa().name()
+}
+
+// ---------------------------------------------------------------------------------------------
+// ISA selection
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Isa {
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    Scalar,
+}
+
+impl Isa {
+    fn name(self) -> &'static str {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => "avx512-fma",
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => "avx2-fma",
+            Isa::Scalar => "scalar",
+        }
+    }
+
+    /// Whether this CPU can run the kernel (runtime detection, uncached).
+    fn supported(self) -> bool {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"),
+            Isa::Scalar => true,
+        }
+    }
+
+    /// All kernels this CPU can run, best first.
+    #[cfg_attr(not(test), allow(dead_code))]
+    fn all_supported() -> Vec<Isa> {
+        let all = [
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2,
+            Isa::Scalar,
+        ];
+        all.into_iter().filter(|i| i.supported()).collect()
+    }
+}
+
+fn selected_isa() -> Isa {
+    static ISA: OnceLock<Isa> = OnceLock::new();
+    *ISA.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if Isa::Avx512.supported() {
+                return Isa::Avx512;
+            }
+            if Isa::Avx2.supported() {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Scalar
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Problem description and blocking
+// ---------------------------------------------------------------------------------------------
+
+struct Problem<'a> {
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    a: &'a [f32],
+    rsa: usize,
+    csa: usize,
+    b: &'a [f32],
+    rsb: usize,
+    csb: usize,
+    beta: f32,
+    ldc: usize,
+}
+
+/// Cache-blocking sizes (upper bounds; actual blocks are split evenly below them).
+#[derive(Clone, Copy, Debug)]
+struct Blocking {
+    mc: usize,
+    kc: usize,
+    nc: usize,
+}
+
+/// Problems smaller than this (`m·n·k`) run single-threaded.
+const PAR_THRESHOLD: usize = 64 * 64 * 64;
+
+/// A register-blocked micro-kernel.
+trait MicroKernel {
+    const MR: usize;
+    const NR: usize;
+    const BLOCKING: Blocking;
+
+    /// `C[0..MR, 0..NR] = alpha * Σ_p A[p] ⊗ B[p] + beta * C` (C not read when `beta == 0`).
+    ///
+    /// # Safety
+    /// * the CPU supports the kernel's target features;
+    /// * `a` is valid for reads of `kc*MR` floats, `b` for `kc*NR` floats;
+    /// * `c` is valid for reads and writes of rows `0..MR`, columns `0..NR` at row stride
+    ///   `ldc`, and no other thread accesses that tile concurrently.
+    unsafe fn run(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, alpha: f32, beta: f32);
+
+    /// [`pack_a_panel`] with `MR = Self::MR`.
+    fn pack_a(p: &Problem<'_>, i0: usize, rows: usize, p0: usize, kc: usize, dst: &mut [f32]);
+    /// [`pack_b_panel`] with `NR = Self::NR`.
+    fn pack_b(p: &Problem<'_>, j0: usize, cols: usize, p0: usize, kc: usize, dst: &mut [f32]);
+}
+
+/// Implements the packing methods of [`MicroKernel`] for concrete `MR`/`NR`.
+macro_rules! impl_packing {
+    ($mr:expr, $nr:expr) => {
+        fn pack_a(p: &Problem<'_>, i0: usize, rows: usize, p0: usize, kc: usize, dst: &mut [f32]) {
+            pack_a_panel::<$mr>(p, i0, rows, p0, kc, dst)
+        }
+        fn pack_b(p: &Problem<'_>, j0: usize, cols: usize, p0: usize, kc: usize, dst: &mut [f32]) {
+            pack_b_panel::<$nr>(p, j0, cols, p0, kc, dst)
+        }
+    };
+}
+
+/// Even split of `len` into blocks of at most `max`, each a multiple of `align` (except
+/// possibly the last). Returns the block size (>= 1).
+fn even_block(len: usize, max: usize, align: usize) -> usize {
+    let max = max.max(align);
+    let nblocks = len.div_ceil(max).max(1);
+    len.div_ceil(nblocks).next_multiple_of(align).max(align)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Entry with validation and dispatch
+// ---------------------------------------------------------------------------------------------
+
+/// Minimum slice length for a `rows×cols` strided matrix (None on overflow).
+fn min_len(rows: usize, cols: usize, rs: usize, cs: usize) -> Option<usize> {
+    if rows == 0 || cols == 0 {
+        return Some(0);
+    }
+    (rows - 1).checked_mul(rs)?.checked_add((cols - 1).checked_mul(cs)?)?.checked_add(1)
+}
+
+fn sgemm_with(isa: Isa, blocking: Option<Blocking>, p: &Problem<'_>, c: &mut [f32], threads: usize) {
+    let (m, n, k) = (p.m, p.n, p.k);
+    if m == 0 || n == 0 {
+        return;
+    }
+    // C is written through raw pointers: these checks are what make that sound.
+    assert!(m == 1 || p.ldc >= n, "sgemm: ldc ({}) < n ({})", p.ldc, n);
+    let c_len = min_len(m, n, p.ldc, 1).expect("sgemm: C extent overflows usize");
+    assert!(c.len() >= c_len, "sgemm: c.len() = {} < required {}", c.len(), c_len);
+
+    if k == 0 || p.alpha == 0.0 {
+        scale_c(m, n, p.beta, c, p.ldc);
+        return;
+    }
+    debug_assert!(
+        min_len(m, k, p.rsa, p.csa).is_some_and(|l| p.a.len() >= l),
+        "sgemm: `a` too short for {m}x{k} with strides ({}, {})",
+        p.rsa,
+        p.csa
+    );
+    debug_assert!(
+        min_len(k, n, p.rsb, p.csb).is_some_and(|l| p.b.len() >= l),
+        "sgemm: `b` too short for {k}x{n} with strides ({}, {})",
+        p.rsb,
+        p.csb
+    );
+
+    let work = m.saturating_mul(n).saturating_mul(k);
+    let threads = if work < PAR_THRESHOLD { 1 } else { threads.max(1) };
+
+    // Cheap (std caches the CPUID result) and keeps the soundness argument local.
+    assert!(isa.supported(), "sgemm: kernel {} not supported by this CPU", isa.name());
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `isa.supported()` just confirmed that `avx512f` is available, which is
+        // `drive`'s requirement for this kernel.
+        Isa::Avx512 => unsafe { drive::<x86::Avx512>(p, c, threads, blocking) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `isa.supported()` just confirmed that `avx2` and `fma` are available.
+        Isa::Avx2 => unsafe { drive::<x86::Avx2>(p, c, threads, blocking) },
+        // SAFETY: the scalar kernel has no CPU-feature requirement.
+        Isa::Scalar => unsafe { drive::<ScalarKernel>(p, c, threads, blocking) },
+    }
+}
+
+/// `C = beta * C` (C set to 0 without being read when `beta == 0`).
+fn scale_c(m: usize, n: usize, beta: f32, c: &mut [f32], ldc: usize) {
+    if beta == 1.0 {
+        return;
+    }
+    for i in 0..m {
+        let row = &mut c[i * ldc..i * ldc + n];
+        if beta == 0.0 {
+            row.fill(0.0);
+        } else {
+            row.iter_mut().for_each(|x| *x *= beta);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Aligned, thread-cached packing buffers
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Align64([f32; 16]);
+
+#[derive(Default)]
+struct AlignedBuf {
+    v: Vec<Align64>,
+}
+
+impl AlignedBuf {
+    fn with_len(len: usize) -> Self {
+        let mut b = AlignedBuf::default();
+        b.ensure(len);
+        b
+    }
+
+    fn ensure(&mut self, len: usize) {
+        let chunks = len.div_ceil(16);
+        if self.v.len() < chunks {
+            self.v = vec![Align64([0.0; 16]); chunks];
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [f32] {
+        let len = self.v.len() * 16;
+        // SAFETY: `Align64` is `repr(C)` around `[f32; 16]` with no padding (64 bytes, align
+        // 64), so the vector's storage is exactly `len` initialised, contiguous `f32`s; the
+        // returned slice borrows `self` mutably, so it is the only live reference.
+        unsafe { std::slice::from_raw_parts_mut(self.v.as_mut_ptr().cast::<f32>(), len) }
+    }
+}
+
+thread_local! {
+    static PACK_PRIVATE: RefCell<AlignedBuf> = RefCell::new(AlignedBuf::default());
+    static PACK_SHARED: RefCell<AlignedBuf> = RefCell::new(AlignedBuf::default());
+}
+
+/// Runs `f` with a 64-byte aligned scratch slice of at least `len` floats, taken from the
+/// thread-local cache `key` (or a fresh allocation if the cache is already in use, e.g. by a
+/// re-entrant call on the same thread through rayon work stealing).
+fn with_buf<R>(
+    key: &'static std::thread::LocalKey<RefCell<AlignedBuf>>,
+    len: usize,
+    f: impl FnOnce(&mut [f32]) -> R,
+) -> R {
+    let mut f = Some(f);
+    let cached = key.try_with(|cell| {
+        cell.try_borrow_mut().ok().map(|mut buf| {
+            buf.ensure(len);
+            (f.take().expect("called once"))(&mut buf.as_mut_slice()[..len])
+        })
+    });
+    match cached {
+        Ok(Some(r)) => r,
+        _ => {
+            let mut buf = AlignedBuf::with_len(len);
+            (f.take().expect("called once"))(&mut buf.as_mut_slice()[..len])
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packing
+// ---------------------------------------------------------------------------------------------
+
+/// Packs rows `i0..i0+rows` (rows <= MR), columns `p0..p0+kc` of A into one MR-panel:
+/// `dst[p*MR + i] = A[i0+i, p0+p]`, zero for `i >= rows`.
+fn pack_a_panel<const MR: usize>(p: &Problem<'_>, i0: usize, rows: usize, p0: usize, kc: usize, dst: &mut [f32]) {
+    let dst = &mut dst[..kc * MR];
+    let (a, rsa, csa) = (p.a, p.rsa, p.csa);
+    if rows == MR && csa == 1 {
+        // Row-major A: MR sequential read streams, one contiguous MR-vector written per p.
+        let base = i0 * rsa + p0;
+        let src: [&[f32]; MR] = std::array::from_fn(|i| &a[base + i * rsa..][..kc]);
+        for (pp, d) in dst.chunks_exact_mut(MR).enumerate() {
+            for i in 0..MR {
+                d[i] = src[i][pp];
+            }
+        }
+    } else if rsa == 1 {
+        // Column-major A (transposed view): each packed row is a contiguous copy.
+        for (pp, d) in dst.chunks_exact_mut(MR).enumerate() {
+            let s = &a[(p0 + pp) * csa + i0..][..rows];
+            d[..rows].copy_from_slice(s);
+            d[rows..].fill(0.0);
+        }
+    } else {
+        for (pp, d) in dst.chunks_exact_mut(MR).enumerate() {
+            let col = (p0 + pp) * csa;
+            for (i, x) in d.iter_mut().enumerate() {
+                *x = if i < rows { a[(i0 + i) * rsa + col] } else { 0.0 };
+            }
+        }
+    }
+}
+
+/// Packs columns `j0..j0+cols` (cols <= NR), rows `p0..p0+kc` of B into one NR-panel:
+/// `dst[p*NR + j] = B[p0+p, j0+j]`, zero for `j >= cols`.
+fn pack_b_panel<const NR: usize>(p: &Problem<'_>, j0: usize, cols: usize, p0: usize, kc: usize, dst: &mut [f32]) {
+    let dst = &mut dst[..kc * NR];
+    let (b, rsb, csb) = (p.b, p.rsb, p.csb);
+    if csb == 1 {
+        // Row-major B: each packed row is a contiguous copy.
+        for (pp, d) in dst.chunks_exact_mut(NR).enumerate() {
+            let s = &b[(p0 + pp) * rsb + j0..][..cols];
+            d[..cols].copy_from_slice(s);
+            d[cols..].fill(0.0);
+        }
+    } else if rsb == 1 {
+        // Column-major B (transposed view): NR sequential read streams.
+        if cols == NR {
+            let base = p0 + j0 * csb;
+            let src: [&[f32]; NR] = std::array::from_fn(|j| &b[base + j * csb..][..kc]);
+            for (pp, d) in dst.chunks_exact_mut(NR).enumerate() {
+                for j in 0..NR {
+                    d[j] = src[j][pp];
+                }
+            }
+        } else {
+            for (pp, d) in dst.chunks_exact_mut(NR).enumerate() {
+                for (j, x) in d.iter_mut().enumerate() {
+                    *x = if j < cols { b[p0 + pp + (j0 + j) * csb] } else { 0.0 };
+                }
+            }
+        }
+    } else {
+        for (pp, d) in dst.chunks_exact_mut(NR).enumerate() {
+            let row = (p0 + pp) * rsb;
+            for (j, x) in d.iter_mut().enumerate() {
+                *x = if j < cols { b[row + (j0 + j) * csb] } else { 0.0 };
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Driver
+// ---------------------------------------------------------------------------------------------
+
+/// Raw pointer to C shared between worker jobs; each job writes a disjoint set of tiles.
+#[derive(Clone, Copy)]
+struct CPtr(*mut f32);
+// SAFETY: the pointer is only dereferenced inside `macro_kernel`, and tasks handed to different
+// threads cover disjoint (row range × column range) regions of C, so there are no data races;
+// the pointee outlives every job because jobs are joined before `drive` returns.
+unsafe impl Send for CPtr {}
+// SAFETY: see `Send` above; sharing `&CPtr` only shares the address.
+unsafe impl Sync for CPtr {}
+
+impl CPtr {
+    /// Accessor (so closures capture the `Sync` wrapper, not the raw field).
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// Blocked GEMM for kernel `K`. Requires `m, n, k > 0`, `alpha != 0`, and the slice
+/// preconditions of [`sgemm`] (C's checked by the caller).
+///
+/// Loop nest (per `MC` row block of A and `KC` slice of k):
+/// 1. pack the `MC×KC` block of A into MR-panels, cooperatively; it is shared read-only by all
+///    tasks (L3-resident);
+/// 2. split N into `NC`-wide blocks (at least `threads` of them, and M into row ranges when N
+///    is too narrow), handed out dynamically; each task packs its own `KC×NC` block of B into
+///    NR-panels (L2-resident, thread-private) and runs the macro-kernel: for every A
+///    micro-panel (L1-resident) sweep all B micro-panels.
+///
+/// # Safety
+/// The CPU must support `K`'s target features.
+unsafe fn drive<K: MicroKernel>(p: &Problem<'_>, c: &mut [f32], threads: usize, blocking: Option<Blocking>) {
+    let (m, n, k) = (p.m, p.n, p.k);
+    let (mr, nr) = (K::MR, K::NR);
+    let blk = blocking.unwrap_or(K::BLOCKING);
+    let kc_max = even_block(k, blk.kc, 1);
+    let mc_max = even_block(m, blk.mc, mr);
+
+    // N blocking: at least `threads` blocks (when n allows) so tasks can be spread.
+    let n_panels = n.div_ceil(nr);
+    let mut nb = n.div_ceil(blk.nc.max(nr));
+    if threads > 1 {
+        nb = nb.next_multiple_of(threads).min(n_panels);
+    }
+    let ncb = n.div_ceil(nb).next_multiple_of(nr);
+    let nb = n.div_ceil(ncb);
+
+    let cptr = CPtr(c.as_mut_ptr());
+
+    with_buf(&PACK_SHARED, kc_max * mc_max, |abuf| {
+        for ic in (0..m).step_by(mc_max) {
+            let mc = mc_max.min(m - ic);
+            let m_panels = mc.div_ceil(mr);
+            for pc in (0..k).step_by(kc_max) {
+                let kc = kc_max.min(k - pc);
+                let beta = if pc == 0 { p.beta } else { 1.0 };
+                let panel_len = kc * mr;
+                let apack = &mut abuf[..m_panels * panel_len];
+
+                let pack_range = |chunk: &mut [f32], first_panel: usize| {
+                    for (q, dst) in chunk.chunks_exact_mut(panel_len).enumerate() {
+                        let i0 = (first_panel + q) * mr;
+                        K::pack_a(p, ic + i0, mr.min(mc - i0), pc, kc, dst);
+                    }
+                };
+                if threads > 1 && m_panels > 1 {
+                    let per = m_panels.div_ceil(threads);
+                    apack.par_chunks_mut(per * panel_len).enumerate().for_each(|(t, chunk)| pack_range(chunk, t * per));
+                } else {
+                    pack_range(apack, 0);
+                }
+                let apack: &[f32] = apack;
+
+                // Tasks: nb column blocks × ms row ranges (ms > 1 only when n is small).
+                let ms = if nb >= threads { 1 } else { threads.div_ceil(nb).min(m_panels) };
+                let per_ms = m_panels.div_ceil(ms);
+                let ms = m_panels.div_ceil(per_ms);
+                let ntasks = nb * ms;
+
+                let run_task = |t: usize, bbuf: &mut [f32]| {
+                    let (jb, ib) = (t / ms, t % ms);
+                    let j0 = jb * ncb;
+                    let cols = ncb.min(n - j0);
+                    let np = cols.div_ceil(nr);
+                    for (q, dst) in bbuf[..np * kc * nr].chunks_exact_mut(kc * nr).enumerate() {
+                        K::pack_b(p, j0 + q * nr, nr.min(cols - q * nr), pc, kc, dst);
+                    }
+                    let ip0 = ib * per_ms;
+                    let ip1 = (ip0 + per_ms).min(m_panels);
+                    let rows = (mc - ip0 * mr).min((ip1 - ip0) * mr);
+                    // SAFETY: `K` is supported (our precondition); the packed slices hold
+                    // `ip1-ip0` A-panels and `np` B-panels of `kc` depth; the C region rows
+                    // `ic+ip0*mr ..+rows`, columns `j0..j0+cols` lies inside `c` (checked by
+                    // `sgemm_with`) and is written by this task only.
+                    unsafe {
+                        macro_kernel::<K>(
+                            kc,
+                            &apack[ip0 * panel_len..ip1 * panel_len],
+                            rows,
+                            &bbuf[..np * kc * nr],
+                            cols,
+                            cptr.get().add((ic + ip0 * mr) * p.ldc + j0),
+                            p.ldc,
+                            p.alpha,
+                            beta,
+                        )
+                    };
+                };
+
+                let b_len = ncb.min(n).div_ceil(nr) * nr * kc;
+                if threads > 1 && ntasks > 1 {
+                    let next = AtomicUsize::new(0);
+                    let jobs = threads.min(ntasks);
+                    (0..jobs).into_par_iter().for_each(|_| {
+                        with_buf(&PACK_PRIVATE, b_len, |bbuf| {
+                            loop {
+                                let t = next.fetch_add(1, Ordering::Relaxed);
+                                if t >= ntasks {
+                                    break;
+                                }
+                                run_task(t, bbuf);
+                            }
+                        })
+                    });
+                } else {
+                    with_buf(&PACK_PRIVATE, b_len, |bbuf| (0..ntasks).for_each(|t| run_task(t, bbuf)));
+                }
+            }
+        }
+    });
+}
+
+/// Multiplies packed A (`rows` valid rows in MR-panels) by packed B (`cols` valid columns in
+/// NR-panels) into C at `c` (row stride `ldc`).
+///
+/// # Safety
+/// `K` is supported by the CPU; `c` is valid for reads/writes of `rows × cols` at stride
+/// `ldc` and not accessed concurrently; `apack`/`bpack` hold `ceil(rows/MR)` / `ceil(cols/NR)`
+/// panels of depth `kc`.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+unsafe fn macro_kernel<K: MicroKernel>(
+    kc: usize,
+    apack: &[f32],
+    rows: usize,
+    bpack: &[f32],
+    cols: usize,
+    c: *mut f32,
+    ldc: usize,
+    alpha: f32,
+    beta: f32,
+) {
+    let (mr, nr) = (K::MR, K::NR);
+    debug_assert!(apack.len() >= rows.div_ceil(mr) * mr * kc);
+    debug_assert!(bpack.len() >= cols.div_ceil(nr) * nr * kc);
+    // Stack tile for edge tiles (large enough for every kernel: 12×32).
+    const TILE: usize = 16 * 32;
+    const { assert!(K::MR * K::NR <= TILE) };
+    let mut tile = [0.0f32; TILE];
+    let mut tile_op = |ip: usize, ap: &[f32], jp: usize, bp: &[f32]| {
+        let (i, j) = (ip * mr, jp * nr);
+        let (mv, nv) = (mr.min(rows - i), nr.min(cols - j));
+        // SAFETY: (i, j) is inside the rows × cols region (i < rows, j < cols).
+        let cij = unsafe { c.add(i * ldc + j) };
+        if mv == mr && nv == nr {
+            // SAFETY: full tile inside the region; panels have `kc` depth (see above).
+            unsafe { K::run(kc, ap.as_ptr(), bp.as_ptr(), cij, ldc, alpha, beta) };
+        } else {
+            // SAFETY: `tile` holds MR×NR floats at row stride NR; beta = 0 so it is not read.
+            unsafe { K::run(kc, ap.as_ptr(), bp.as_ptr(), tile.as_mut_ptr(), nr, 1.0, 0.0) };
+            for ii in 0..mv {
+                for jj in 0..nv {
+                    let v = alpha * tile[ii * nr + jj];
+                    // SAFETY: (i+ii, j+jj) is inside the rows × cols region.
+                    unsafe {
+                        let dst = cij.add(ii * ldc + jj);
+                        *dst = if beta == 0.0 { v } else { v + beta * *dst };
+                    }
+                }
+            }
+        }
+    };
+    let a_panels = || apack.chunks_exact(kc * mr).take(rows.div_ceil(mr)).enumerate();
+    let b_panels = || bpack.chunks_exact(kc * nr).take(cols.div_ceil(nr)).enumerate();
+    // A micro-panel stays in L1 while the B micro-panels stream from L2.
+    for (ip, ap) in a_panels() {
+        for (jp, bp) in b_panels() {
+            tile_op(ip, ap, jp, bp);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Micro-kernels
+// ---------------------------------------------------------------------------------------------
+
+/// Portable 4×8 kernel.
+struct ScalarKernel;
+
+impl MicroKernel for ScalarKernel {
+    const MR: usize = 4;
+    const NR: usize = 8;
+    const BLOCKING: Blocking = Blocking { mc: 1024, kc: 256, nc: 256 };
+    impl_packing!(4, 8);
+
+    unsafe fn run(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, alpha: f32, beta: f32) {
+        const MR: usize = 4;
+        const NR: usize = 8;
+        // SAFETY: the caller guarantees `a`/`b` hold `kc*MR` / `kc*NR` floats.
+        let (a, b) = unsafe { (std::slice::from_raw_parts(a, kc * MR), std::slice::from_raw_parts(b, kc * NR)) };
+        let mut acc = [[0.0f32; NR]; MR];
+        for (av, bv) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
+            for i in 0..MR {
+                for j in 0..NR {
+                    acc[i][j] += av[i] * bv[j];
+                }
+            }
+        }
+        for (i, row) in acc.iter().enumerate() {
+            for (j, &v) in row.iter().enumerate() {
+                // SAFETY: the caller guarantees the MR×NR tile at `c` (stride `ldc`) is valid.
+                unsafe {
+                    let dst = c.add(i * ldc + j);
+                    *dst = if beta == 0.0 { alpha * v } else { alpha * v + beta * *dst };
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{Blocking, MicroKernel, Problem, pack_a_panel, pack_b_panel};
+    use std::arch::x86_64::*;
+
+    /// Defines a `#[target_feature]` micro-kernel with `MR` rows and `NV` vectors of `LANES`
+    /// floats per row; the accumulator array is fully unrolled into registers by LLVM.
+    macro_rules! simd_kernel {
+        ($name:ident, $feat:literal, $vt:ty, $lanes:expr, $mr:expr, $nv:expr,
+         $zero:ident, $loadu:ident, $storeu:ident, $set1:ident, $fmadd:ident, $mul:ident) => {
+            /// # Safety
+            /// CPU supports the target features; `a`: `kc*MR` floats, `b`: `kc*NR` floats
+            /// readable; `c`: MR×NR tile at stride `ldc` readable (if `beta != 0`) and writable.
+            #[target_feature(enable = $feat)]
+            unsafe fn $name(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, alpha: f32, beta: f32) {
+                const MR: usize = $mr;
+                const NV: usize = $nv;
+                const L: usize = $lanes;
+                const NR: usize = NV * L;
+                for i in 0..MR {
+                    // SAFETY: prefetch is only a hint; the address is inside the C tile.
+                    unsafe {
+                        _mm_prefetch::<_MM_HINT_T0>(c.add(i * ldc).cast::<i8>());
+                        _mm_prefetch::<_MM_HINT_T0>(c.add(i * ldc + NR - 1).cast::<i8>());
+                    }
+                }
+                let mut acc: [[$vt; NV]; MR] = [[$zero(); NV]; MR];
+                let mut pa = a;
+                let mut pb = b;
+                for _ in 0..kc {
+                    let mut bv: [$vt; NV] = [$zero(); NV];
+                    for (j, v) in bv.iter_mut().enumerate() {
+                        // SAFETY: `pb` points at one packed row of NR floats (kc rows in all).
+                        *v = unsafe { $loadu(pb.add(j * L)) };
+                    }
+                    for (i, row) in acc.iter_mut().enumerate() {
+                        // SAFETY: `pa` points at one packed column of MR floats.
+                        let ai = $set1(unsafe { *pa.add(i) });
+                        for (acc_ij, &bj) in row.iter_mut().zip(bv.iter()) {
+                            *acc_ij = $fmadd(ai, bj, *acc_ij);
+                        }
+                    }
+                    // SAFETY: advancing within (or one past the end of) the packed panels.
+                    unsafe {
+                        pa = pa.add(MR);
+                        pb = pb.add(NR);
+                    }
+                }
+                let va = $set1(alpha);
+                if beta == 0.0 {
+                    for (i, row) in acc.iter().enumerate() {
+                        for (j, &v) in row.iter().enumerate() {
+                            // SAFETY: (i, j*L..j*L+L) lies in the writable MR×NR tile.
+                            unsafe { $storeu(c.add(i * ldc + j * L), $mul(v, va)) };
+                        }
+                    }
+                } else {
+                    let vb = $set1(beta);
+                    for (i, row) in acc.iter().enumerate() {
+                        for (j, &v) in row.iter().enumerate() {
+                            // SAFETY: (i, j*L..j*L+L) lies in the readable/writable tile.
+                            unsafe {
+                                let cp = c.add(i * ldc + j * L);
+                                $storeu(cp, $fmadd(v, va, $mul($loadu(cp), vb)));
+                            }
+                        }
+                    }
+                }
+            }
+        };
+    }
+
+    simd_kernel!(
+        kernel_avx2_6x16,
+        "avx2,fma",
+        __m256,
+        8,
+        6,
+        2,
+        _mm256_setzero_ps,
+        _mm256_loadu_ps,
+        _mm256_storeu_ps,
+        _mm256_set1_ps,
+        _mm256_fmadd_ps,
+        _mm256_mul_ps
+    );
+
+    simd_kernel!(
+        kernel_avx512_12x32,
+        "avx512f",
+        __m512,
+        16,
+        12,
+        2,
+        _mm512_setzero_ps,
+        _mm512_loadu_ps,
+        _mm512_storeu_ps,
+        _mm512_set1_ps,
+        _mm512_fmadd_ps,
+        _mm512_mul_ps
+    );
+
+    /// AVX2 + FMA, 6×16.
+    pub(super) struct Avx2;
+
+    impl MicroKernel for Avx2 {
+        const MR: usize = 6;
+        const NR: usize = 16;
+        const BLOCKING: Blocking = Blocking { mc: 3072, kc: 384, nc: 256 };
+        impl_packing!(6, 16);
+
+        unsafe fn run(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, alpha: f32, beta: f32) {
+            // SAFETY: forwarded contract (CPU has AVX2+FMA, pointers valid).
+            unsafe { kernel_avx2_6x16(kc, a, b, c, ldc, alpha, beta) }
+        }
+    }
+
+    /// AVX-512F, 12×32.
+    pub(super) struct Avx512;
+
+    impl MicroKernel for Avx512 {
+        const MR: usize = 12;
+        const NR: usize = 32;
+        const BLOCKING: Blocking = Blocking { mc: 3072, kc: 512, nc: 384 };
+        impl_packing!(12, 32);
+
+        unsafe fn run(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, alpha: f32, beta: f32) {
+            // SAFETY: forwarded contract (CPU has AVX-512F, pointers valid).
+            unsafe { kernel_avx512_12x32(kc, a, b, c, ldc, alpha, beta) }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------------------------
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+
+    /// Deterministic pseudo-random values in [-1, 1).
+    fn fill(len: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(1);
+        (0..len)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                ((s >> 40) as f32 / (1u64 << 23) as f32) - 1.0
+            })
+            .collect()
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    enum Layout {
+        RowMajor,
+        ColMajor,
+        /// Row-major with padded rows (stride = cols + 3).
+        Padded,
+        /// Both strides > 1 (every element in its own pair of slots).
+        Strided,
+    }
+
+    /// Returns (data, rs, cs) for a rows×cols matrix with element (i, j) = src[i*cols + j].
+    fn layout(src: &[f32], rows: usize, cols: usize, l: Layout) -> (Vec<f32>, usize, usize) {
+        let (rs, cs) = match l {
+            Layout::RowMajor => (cols.max(1), 1),
+            Layout::ColMajor => (1, rows.max(1)),
+            Layout::Padded => (cols + 3, 1),
+            Layout::Strided => (2, 2 * rows.max(1) + 1),
+        };
+        let len = min_len(rows, cols, rs, cs).unwrap();
+        let mut v = vec![f32::NAN; len];
+        for i in 0..rows {
+            for j in 0..cols {
+                v[i * rs + j * cs] = src[i * cols + j];
+            }
+        }
+        (v, rs, cs)
+    }
+
+    struct Case {
+        m: usize,
+        n: usize,
+        k: usize,
+        alpha: f32,
+        beta: f32,
+        la: Layout,
+        lb: Layout,
+        ldc_pad: usize,
+    }
+
+    /// Naive f64-accumulating A·B (and Σ|a·b| for the error bound), cached per shape since
+    /// the test inputs depend on the shape only.
+    fn reference(m: usize, n: usize, k: usize, a0: &[f32], b0: &[f32]) -> Arc<(Vec<f64>, Vec<f64>)> {
+        type Cache = HashMap<(usize, usize, usize), Arc<(Vec<f64>, Vec<f64>)>>;
+        static CACHE: Mutex<Option<Cache>> = Mutex::new(None);
+        if let Some(r) = CACHE.lock().unwrap().get_or_insert_default().get(&(m, n, k)) {
+            return r.clone();
+        }
+        let (mut acc, mut mag) = (vec![0.0f64; m * n], vec![0.0f64; m * n]);
+        for i in 0..m {
+            for j in 0..n {
+                for q in 0..k {
+                    let t = a0[i * k + q] as f64 * b0[q * n + j] as f64;
+                    acc[i * n + j] += t;
+                    mag[i * n + j] += t.abs();
+                }
+            }
+        }
+        let r = Arc::new((acc, mag));
+        CACHE.lock().unwrap().get_or_insert_default().insert((m, n, k), r.clone());
+        r
+    }
+
+    fn check(isa: Isa, blk: Option<Blocking>, cs: &Case, threads: usize) {
+        let Case { m, n, k, alpha, beta, la, lb, ldc_pad } = *cs;
+        let a0 = fill(m * k, (m * 31 + k) as u64);
+        let b0 = fill(k * n, (k * 17 + n) as u64 + 7);
+        let (a, rsa, csa) = layout(&a0, m, k, la);
+        let (b, rsb, csb) = layout(&b0, k, n, lb);
+        let ldc = n + ldc_pad;
+        let c_len = min_len(m, n, ldc, 1).unwrap() + ldc_pad;
+        let c_init = fill(c_len, 99);
+        let mut c = if beta == 0.0 { vec![f32::NAN; c_len] } else { c_init.clone() };
+        let p = Problem { m, n, k, alpha, a: &a, rsa, csa, b: &b, rsb, csb, beta, ldc };
+        sgemm_with(isa, blk, &p, &mut c, threads);
+
+        let r = reference(m, n, k, &a0, &b0);
+        let tol = 1e-5 * (k.max(1) as f64).sqrt();
+        for i in 0..m {
+            for j in 0..n {
+                let (acc, mag) = (r.0[i * n + j], r.1[i * n + j]);
+                let c0 = if beta == 0.0 { 0.0 } else { c_init[i * ldc + j] as f64 };
+                let want = alpha as f64 * acc + beta as f64 * c0;
+                let scale = (alpha as f64).abs() * mag + (beta as f64 * c0).abs() + 1e-30;
+                let got = c[i * ldc + j] as f64;
+                assert!(
+                    (got - want).abs() <= tol * scale,
+                    "{isa:?} {blk:?} m={m} n={n} k={k} alpha={alpha} beta={beta} {la:?}/{lb:?} \
+                     threads={threads}: C[{i},{j}] = {got}, want {want}"
+                );
+            }
+        }
+        // Padding between / after rows is never touched.
+        for (idx, &got) in c.iter().enumerate() {
+            let inside = ldc > 0 && idx / ldc < m && idx % ldc < n;
+            if !inside {
+                let expect = if beta == 0.0 { f32::NAN } else { c_init[idx] };
+                assert!(got.to_bits() == expect.to_bits(), "padding C[{idx}] written");
+            }
+        }
+    }
+
+    const SHAPES: &[(usize, usize, usize)] = &[
+        (0, 0, 0),
+        (0, 5, 3),
+        (4, 0, 3),
+        (3, 4, 0),
+        (1, 1, 1),
+        (2, 3, 1),
+        (7, 13, 5),
+        (6, 16, 8),
+        (12, 32, 9),
+        (13, 33, 7),
+        (17, 33, 65),
+        (100, 1, 37),
+        (1, 200, 3),
+        (1, 1, 300),
+        (31, 47, 129),
+        (64, 64, 64),
+        (65, 97, 300),
+        (150, 70, 257),
+    ];
+
+    fn sweep(isa: Isa, blk: Option<Blocking>, shapes: &[(usize, usize, usize)]) {
+        let layouts = [
+            (Layout::RowMajor, Layout::RowMajor),
+            (Layout::ColMajor, Layout::RowMajor),
+            (Layout::RowMajor, Layout::ColMajor),
+            (Layout::ColMajor, Layout::ColMajor),
+            (Layout::Padded, Layout::Strided),
+            (Layout::Strided, Layout::Padded),
+        ];
+        let scalars = [(1.0, 0.0), (1.0, 1.0), (-0.5, 0.0), (2.0, -1.5), (0.75, 0.25)];
+        for &(m, n, k) in shapes {
+            for (li, &(la, lb)) in layouts.iter().enumerate() {
+                for (si, &(alpha, beta)) in scalars.iter().enumerate() {
+                    // Keep the sweep quick: every layout with (1, 0), every scalar pair with
+                    // row-major, plus a diagonal mix.
+                    if li != 0 && si != 0 && li != si {
+                        continue;
+                    }
+                    for threads in [1, 2] {
+                        let ldc_pad = (m + n + si) % 3;
+                        let cs = Case { m, n, k, alpha, beta, la, lb, ldc_pad };
+                        check(isa, blk, &cs, threads);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn selected_isa_is_supported() {
+        let isa = selected_isa();
+        assert!(isa.supported());
+        assert_eq!(super::isa(), isa.name());
+        assert!(["avx512-fma", "avx2-fma", "scalar"].contains(&super::isa()));
+        assert_eq!(Isa::all_supported()[0], isa);
+    }
+
+    #[test]
+    fn all_kernels_default_blocking() {
+        for isa in Isa::all_supported() {
+            sweep(isa, None, SHAPES);
+        }
+    }
+
+    /// Tiny cache blocks so the small shapes cross many MC/KC/NC block boundaries
+    /// (including beta applied only on the first k-slice).
+    #[test]
+    fn all_kernels_small_blocking() {
+        let small: &[(usize, usize, usize)] = &[(7, 13, 5), (17, 33, 65), (1, 200, 3)];
+        let larger: &[(usize, usize, usize)] = &[(7, 13, 5), (17, 33, 65), (100, 1, 37), (1, 200, 3), (65, 97, 300)];
+        let cases = [
+            (Blocking { mc: 1, kc: 1, nc: 1 }, small),
+            (Blocking { mc: 8, kc: 16, nc: 40 }, larger),
+            (Blocking { mc: 30, kc: 7, nc: 64 }, larger),
+        ];
+        for isa in Isa::all_supported() {
+            for (blk, shapes) in cases {
+                sweep(isa, Some(blk), shapes);
+            }
+        }
+    }
+
+    /// Shapes above the parallel threshold, exercising the multi-threaded paths (several
+    /// M blocks, N blocks, and the M split used when n is narrow).
+    #[test]
+    fn all_kernels_threaded() {
+        let shapes: &[(usize, usize, usize)] =
+            &[(130, 150, 70), (5, 600, 200), (301, 67, 129), (97, 161, 450), (600, 20, 100)];
+        for isa in Isa::all_supported() {
+            for &(m, n, k) in shapes {
+                for threads in [2, 3] {
+                    for (la, lb) in [(Layout::RowMajor, Layout::RowMajor), (Layout::ColMajor, Layout::ColMajor)] {
+                        let cs = Case { m, n, k, alpha: 1.25, beta: 0.0, la, lb, ldc_pad: 1 };
+                        check(isa, None, &cs, threads);
+                        let cs = Case { m, n, k, alpha: -1.0, beta: 0.5, la, lb, ldc_pad: 0 };
+                        check(isa, Some(Blocking { mc: 48, kc: 64, nc: 96 }), &cs, threads);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn public_api_and_special_scalars() {
+        // alpha = 0 and k = 0: C = beta*C, A/B not read (NaN there must not leak).
+        let a = vec![f32::NAN; 12];
+        let b = vec![f32::NAN; 12];
+        let mut c = vec![2.0f32; 9];
+        sgemm(3, 3, 4, 0.0, &a, 4, 1, &b, 3, 1, 0.5, &mut c, 3, 2);
+        assert!(c.iter().all(|&x| x == 1.0));
+        let mut c = vec![f32::NAN; 9];
+        sgemm(3, 3, 0, 1.0, &[], 1, 1, &[], 1, 1, 0.0, &mut c, 3, 1);
+        assert!(c.iter().all(|&x| x == 0.0));
+        // Empty outputs with empty slices.
+        sgemm(0, 3, 4, 1.0, &[], 4, 1, &b, 3, 1, 0.0, &mut [], 3, 1);
+        sgemm(3, 0, 4, 1.0, &a, 4, 1, &[], 1, 1, 0.0, &mut [], 0, 1);
+        // 2x2 sanity through the public entry point.
+        let a = [1.0, 2.0, 3.0, 4.0];
+        let b = [5.0, 6.0, 7.0, 8.0];
+        let mut c = [f32::NAN; 4];
+        sgemm(2, 2, 2, 1.0, &a, 2, 1, &b, 2, 1, 0.0, &mut c, 2, 1);
+        assert_eq!(c, [19.0, 22.0, 43.0, 50.0]);
+        // Transposed A view (A^T stored row-major).
+        let mut c = [1.0f32; 4];
+        sgemm(2, 2, 2, 1.0, &a, 1, 2, &b, 2, 1, 1.0, &mut c, 2, 1);
+        assert_eq!(c, [27.0, 31.0, 39.0, 45.0]);
+    }
+
+    /// Concurrent calls from inside a rayon pool (re-entrant thread-local buffers).
+    #[test]
+    fn nested_in_rayon_pool() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let (m, n, k) = (97, 131, 75);
+        let a = fill(m * k, 1);
+        let b = fill(k * n, 2);
+        let mut want = vec![0.0f32; m * n];
+        sgemm(m, n, k, 1.0, &a, k, 1, &b, n, 1, 0.0, &mut want, n, 1);
+        let outs: Vec<Vec<f32>> = pool.install(|| {
+            (0..8)
+                .into_par_iter()
+                .map(|_| {
+                    let mut c = vec![f32::NAN; m * n];
+                    sgemm(m, n, k, 1.0, &a, k, 1, &b, n, 1, 0.0, &mut c, n, 2);
+                    c
+                })
+                .collect()
+        });
+        for c in outs {
+            let d = c.iter().zip(&want).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+            assert!(d <= 1e-4, "max diff {d}");
+        }
+    }
+
+    #[test]
+    fn even_block_splits() {
+        assert_eq!(even_block(300, 256, 1), 150);
+        assert_eq!(even_block(256, 256, 1), 256);
+        assert_eq!(even_block(1, 256, 1), 1);
+        assert_eq!(even_block(100, 144, 12), 108);
+        assert_eq!(even_block(0, 144, 12), 12);
+        assert_eq!(even_block(5000, 4096, 32), 2528);
+    }
+}

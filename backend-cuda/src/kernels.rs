@@ -1,0 +1,202 @@
+//! The CUDA kernel table: which implementations exist per op, their tier, unit and
+//! support predicate. Launching lives in [`crate::launch`].
+
+use crate::info::{CUDA_CORES, CUDA_CORES_FP64, TENSOR_CORES};
+use runtime::{DType, KernelInfo, KernelQuery, Op, OpKind, Tier, Unit};
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+/// How a table entry runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Impl {
+    /// A generated NVRTC kernel of this tier.
+    Nvrtc(Tier),
+    /// cuBLAS GEMM (f32 SIMT / tf32 / f16 / bf16 tensor cores).
+    Blas,
+    /// A device-to-device copy (`cuMemcpyDtoDAsync`), strided kernel when not contiguous.
+    Memcpy,
+}
+
+/// One implementation.
+#[derive(Clone, Copy, Debug)]
+pub struct Entry {
+    pub info: KernelInfo,
+    pub imp: Impl,
+}
+
+/// Most shared memory the fused attention kernel asks for (bytes).
+pub const ATTENTION_SMEM_LIMIT: usize = 48 * 1024;
+
+fn ranks_ok(q: &KernelQuery<'_>) -> Result<(), String> {
+    match q.inputs.iter().chain(q.outputs).map(|m| m.shape.rank()).max() {
+        Some(r) if r > crate::plan::MAX_RANK + 2 => Err(format!("rank {r} is above the supported maximum")),
+        _ => Ok(()),
+    }
+}
+
+fn any(q: &KernelQuery<'_>) -> Result<(), String> {
+    ranks_ok(q)
+}
+
+/// Every input has the output's shape (no broadcasting): the vectorised path.
+fn same_shape(q: &KernelQuery<'_>) -> Result<(), String> {
+    let out = &q.outputs[0].shape;
+    if q.inputs.iter().all(|i| &i.shape == out) {
+        Ok(())
+    } else {
+        Err("operands are broadcast; the vectorised kernel needs equal shapes".into())
+    }
+}
+
+fn last_axis_softmax(q: &KernelQuery<'_>) -> Result<(), String> {
+    let Op::Softmax { axis } = q.op else { return Err("not a softmax".into()) };
+    let s = &q.inputs[0].shape;
+    match s.axis(*axis) {
+        Some(a) if a + 1 == s.rank() => Ok(()),
+        _ => Err("the warp-per-row kernel handles the last axis only".into()),
+    }
+}
+
+fn fused_attention(q: &KernelQuery<'_>) -> Result<(), String> {
+    let (qs, ks) = (&q.inputs[0].shape, &q.inputs[1].shape);
+    let need = (qs.dims()[3] + ks.dims()[2]) * 4;
+    if need > ATTENTION_SMEM_LIMIT {
+        return Err(format!("D + T needs {need} bytes of shared memory, above {ATTENTION_SMEM_LIMIT}"));
+    }
+    Ok(())
+}
+
+fn dims_fit_i32(q: &KernelQuery<'_>) -> Result<(), String> {
+    let big = q.inputs.iter().chain(q.outputs).flat_map(|m| m.shape.dims().iter()).any(|&d| d > i32::MAX as usize);
+    if big { Err("a dimension exceeds cuBLAS's 32-bit sizes".into()) } else { ranks_ok(q) }
+}
+
+fn blas_f32(q: &KernelQuery<'_>) -> Result<(), String> {
+    if q.inputs[0].dtype != DType::F32 {
+        return Err(format!("this cuBLAS kernel takes f32, got {}", q.inputs[0].dtype));
+    }
+    dims_fit_i32(q)
+}
+
+fn blas_half(q: &KernelQuery<'_>) -> Result<(), String> {
+    if !matches!(q.inputs[0].dtype, DType::F16 | DType::BF16) {
+        return Err(format!("this cuBLAS kernel takes f16/bf16, got {}", q.inputs[0].dtype));
+    }
+    dims_fit_i32(q)
+}
+
+fn blas_tc(q: &KernelQuery<'_>) -> Result<(), String> {
+    if !q.inputs[0].dtype.is_float() {
+        return Err(format!("cuBLAS takes floats, got {}", q.inputs[0].dtype));
+    }
+    dims_fit_i32(q)
+}
+
+/// The tiled kernel puts the batch on the grid's z axis and rows on y.
+fn tiled_matmul(q: &KernelQuery<'_>) -> Result<(), String> {
+    let o = &q.outputs[0].shape;
+    let r = o.rank();
+    let batch: usize = o.dims()[..r.saturating_sub(2)].iter().product();
+    let rows = if matches!(q.op, Op::Linear) { o.numel() / o.last().max(1) } else { o.dims()[r - 2] };
+    if batch > 65535 || rows.div_ceil(16) > 65535 {
+        return Err("batch or rows exceed the grid limits of the tiled kernel".into());
+    }
+    ranks_ok(q)
+}
+
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
+fn unit_of(kind: OpKind, imp: Impl) -> Unit {
+    match imp {
+        Impl::Blas => TENSOR_CORES,
+        Impl::Memcpy => CUDA_CORES,
+        Impl::Nvrtc(Tier::Reference) => match kind {
+            OpKind::Permute | OpKind::Reshape | OpKind::Gather | OpKind::Cast | OpKind::Copy => CUDA_CORES,
+            _ => CUDA_CORES_FP64,
+        },
+        Impl::Nvrtc(_) => CUDA_CORES,
+    }
+}
+
+/// The table for a backend with (or without) cuBLAS, with tf32 allowed or not. Built
+/// once per configuration per process (names are leaked once).
+pub fn table(blas: bool, tf32: bool) -> &'static [Entry] {
+    static T: OnceLock<Mutex<HashMap<(bool, bool), &'static [Entry]>>> = OnceLock::new();
+    let mut m = T.get_or_init(|| Mutex::new(HashMap::new())).lock().unwrap_or_else(|p| p.into_inner());
+    *m.entry((blas, tf32)).or_insert_with(|| Box::leak(build(blas, tf32).into_boxed_slice()))
+}
+
+fn build(blas: bool, tf32: bool) -> Vec<Entry> {
+    use Tier::*;
+    type S = runtime::kernel::SupportFn;
+    let mut v: Vec<Entry> = Vec::new();
+    let mut add = |kind: OpKind, tier: Tier, imp: Impl, unit: Unit, label: &str, supports: S| {
+        let name = leak(format!("{}.{}.{label}", kind.name().to_ascii_lowercase(), tier.name()));
+        let id = v.len();
+        v.push(Entry { info: KernelInfo { name, op: kind, tier, unit, supports, id }, imp });
+    };
+    for kind in OpKind::ALL {
+        let std3 = |add: &mut dyn FnMut(OpKind, Tier, Impl, Unit, &str, S), fast: S| {
+            let n = Impl::Nvrtc(HighPerformance);
+            add(kind, HighPerformance, n, unit_of(kind, n), "vec4", fast);
+            let g = Impl::Nvrtc(Generic);
+            add(kind, Generic, g, unit_of(kind, g), "grid-stride", any);
+            let r = Impl::Nvrtc(Reference);
+            add(kind, Reference, r, unit_of(kind, r), "thread-per-element", any);
+        };
+        let r = Impl::Nvrtc(Reference);
+        match kind {
+            OpKind::MatMul | OpKind::Gemm | OpKind::Linear => {
+                if blas {
+                    if tf32 {
+                        add(kind, HighPerformance, Impl::Blas, TENSOR_CORES, "cublas-tf32", blas_tc);
+                    } else {
+                        add(kind, HighPerformance, Impl::Blas, CUDA_CORES, "cublas-sgemm", blas_f32);
+                        add(kind, HighPerformance, Impl::Blas, TENSOR_CORES, "cublas-tensor-op", blas_half);
+                    }
+                }
+                let g = Impl::Nvrtc(Generic);
+                add(kind, Generic, g, unit_of(kind, g), "tiled-16x16", tiled_matmul);
+                add(kind, Reference, r, unit_of(kind, r), "thread-per-element", any);
+            }
+            OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div => std3(&mut add, same_shape),
+            OpKind::Relu
+            | OpKind::Gelu
+            | OpKind::Tanh
+            | OpKind::Erf
+            | OpKind::Exp
+            | OpKind::Sqrt
+            | OpKind::Scale
+            | OpKind::BiasGelu => std3(&mut add, any),
+            OpKind::Softmax | OpKind::LayerNorm | OpKind::AddLayerNorm => {
+                let f = Impl::Nvrtc(HighPerformance);
+                let fs: S = if kind == OpKind::Softmax { last_axis_softmax } else { any };
+                add(kind, HighPerformance, f, unit_of(kind, f), "warp-per-row", fs);
+                let g = Impl::Nvrtc(Generic);
+                add(kind, Generic, g, unit_of(kind, g), "block-per-row", any);
+                add(kind, Reference, r, unit_of(kind, r), "thread-per-row", any);
+            }
+            OpKind::ReduceSum | OpKind::ReduceMean => {
+                let g = Impl::Nvrtc(Generic);
+                add(kind, Generic, g, unit_of(kind, g), "block-per-output", any);
+                add(kind, Reference, r, unit_of(kind, r), "thread-per-output", any);
+            }
+            OpKind::Attention => {
+                let f = Impl::Nvrtc(HighPerformance);
+                add(kind, HighPerformance, f, unit_of(kind, f), "fused-block-per-query", fused_attention);
+                add(kind, Reference, r, unit_of(kind, r), "thread-per-element", any);
+            }
+            OpKind::Copy => {
+                add(kind, HighPerformance, Impl::Memcpy, CUDA_CORES, "memcpy", any);
+                add(kind, Reference, r, unit_of(kind, r), "strided", any);
+            }
+            OpKind::Reshape => add(kind, Reference, Impl::Memcpy, CUDA_CORES, "memcpy", any),
+            OpKind::Permute | OpKind::Gather | OpKind::Cast => {
+                add(kind, Reference, r, unit_of(kind, r), "thread-per-element", any)
+            }
+        }
+    }
+    v
+}

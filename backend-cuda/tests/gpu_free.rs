@@ -1,0 +1,406 @@
+//! Tests that need no GPU: probing, error mapping, kernel source generation, NVRTC
+//! options, the kernel table and host-side launch planning. They run everywhere.
+
+use backend_cuda::kernels::{self, Impl};
+use backend_cuda::plan::{self, KParams, MatmulPlan};
+use backend_cuda::{CudaBackend, CudaError, info, memory, nvrtc, probe, source};
+use runtime::{DType, GeluApprox, Op, OpKind, Tier, UnitClass};
+use std::collections::{BTreeMap, HashSet};
+
+#[test]
+fn probing_never_panics_and_explains_a_missing_gpu() {
+    let r = std::panic::catch_unwind(CudaBackend::probe);
+    let r = r.expect("probing panicked");
+    match r {
+        Err(e) => {
+            let msg = e.to_string();
+            assert!(msg.starts_with("CUDA not available: "), "unexpected message {msg:?}");
+            assert!(e.is_not_available());
+            assert!(msg.len() > "CUDA not available: ".len() + 5, "no reason given: {msg:?}");
+            eprintln!("probe without a usable GPU: {msg}");
+        }
+        Ok(b) => {
+            use runtime::Backend;
+            assert!(b.device_count() > 0);
+            eprintln!("probe found {} GPU(s)", b.device_count());
+        }
+    }
+}
+
+#[test]
+fn driver_check_names_the_library_it_tried() {
+    match probe::check_driver() {
+        Err(CudaError::NotAvailable(why)) => {
+            assert!(why.contains("libcuda") || why.contains("cu"), "{why}");
+        }
+        Err(other) => panic!("a missing driver must be NotAvailable, got {other:?}"),
+        Ok(f) => {
+            assert!(f.devices > 0);
+            assert!(f.version > 0);
+        }
+    }
+}
+
+#[test]
+fn missing_library_is_an_error_not_a_panic() {
+    let e = probe::check_library("npurt-no-such-library", &["x"]).unwrap_err();
+    assert!(e.to_string().starts_with("CUDA not available: libnpurt-no-such-library cannot be opened"), "{e}");
+    let names = vec!["/nonexistent/libfoo.so".to_string()];
+    assert!(probe::open_first(&names).unwrap_err().contains("/nonexistent/libfoo.so"));
+}
+
+#[test]
+fn required_symbol_lists_cover_what_is_called() {
+    for s in ["cuInit", "cuMemAlloc_v2", "cuLaunchKernel", "cuStreamWaitEvent", "cuEventElapsedTime"] {
+        assert!(probe::REQUIRED_DRIVER_SYMBOLS.contains(&s), "{s}");
+    }
+    assert!(probe::REQUIRED_NVRTC_SYMBOLS.contains(&"nvrtcGetCUBIN"));
+    assert!(probe::REQUIRED_CUBLAS_SYMBOLS.contains(&"cublasGemmStridedBatchedEx"));
+    let unique: HashSet<_> = probe::REQUIRED_DRIVER_SYMBOLS.iter().collect();
+    assert_eq!(unique.len(), probe::REQUIRED_DRIVER_SYMBOLS.len());
+    assert_eq!(probe::driver_code_name(100), "CUDA_ERROR_NO_DEVICE (100)");
+    assert_eq!(probe::driver_code_name(12345), "CUresult 12345");
+}
+
+#[test]
+fn driver_errors_map_to_typed_errors() {
+    use cudarc::driver::{DriverError, sys::CUresult};
+    let oom = CudaError::driver("cuMemAlloc", DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY), Some((1, 4096)));
+    assert_eq!(oom, CudaError::OutOfMemory { device: 1, bytes: 4096 });
+    assert_eq!(oom.to_string(), "device cuda:1 is out of memory (4096 bytes requested)");
+    let other = CudaError::driver("cuLaunchKernel", DriverError(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS), Some((0, 1)));
+    let s = other.to_string();
+    assert!(s.starts_with("cuLaunchKernel failed: CUDA_ERROR_ILLEGAL_ADDRESS"), "{s}");
+    let plain = CudaError::driver("cuMemAlloc", DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY), None);
+    assert!(matches!(plain, CudaError::Driver { .. }));
+
+    let rt: runtime::Error = other.into();
+    match rt {
+        runtime::Error::Backend { backend, msg } => {
+            assert_eq!(backend, "cuda");
+            assert!(msg.contains("ILLEGAL_ADDRESS"));
+        }
+        e => panic!("expected a backend error, got {e:?}"),
+    }
+    assert!(matches!(runtime::Error::from(CudaError::NoStream(3, 0)), runtime::Error::Device(_)));
+    assert!(matches!(runtime::Error::from(CudaError::NotAvailable("x".into())), runtime::Error::Unsupported(_)));
+    let blas = CudaError::cublas(
+        "cublasGemmEx",
+        cudarc::cublas::result::CublasError(cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_INVALID_VALUE),
+    );
+    assert!(blas.to_string().contains("CUBLAS_STATUS_INVALID_VALUE"), "{blas}");
+}
+
+#[test]
+fn panics_inside_library_calls_are_contained() {
+    let r: Result<(), CudaError> = backend_cuda::error::guard("cuFake", || panic!("Missing symbol cuFake"));
+    match r {
+        Err(CudaError::Panic { call, msg }) => {
+            assert_eq!(call, "cuFake");
+            assert!(msg.contains("Missing symbol"));
+        }
+        other => panic!("expected a contained panic, got {other:?}"),
+    }
+    assert_eq!(backend_cuda::error::guard("ok", || Ok(5)), Ok(5));
+}
+
+#[test]
+fn every_module_defines_its_entry_points() {
+    let mut modules = 0;
+    for tier in Tier::ALL {
+        for dtype in DType::ALL {
+            let entries = source::entry_points(tier, dtype);
+            match source::module_source(tier, dtype) {
+                None => assert!(entries.is_empty(), "{tier} {dtype}: entries without a module"),
+                Some(src) => {
+                    modules += 1;
+                    assert!(!entries.is_empty());
+                    for e in &entries {
+                        let decl = format!("extern \"C\" __global__ void {e}(");
+                        assert_eq!(src.matches(&decl).count(), 1, "{tier} {dtype}: {e} defined once");
+                        assert!(e.starts_with("npurt_") && e.ends_with(source::tier_tag(tier)));
+                    }
+                    assert_eq!(src.matches('{').count(), src.matches('}').count(), "{tier} {dtype}: braces");
+                    assert!(src.contains(&format!("dtype {}", dtype.name())));
+                }
+            }
+        }
+    }
+    // ref: 6 dtypes; generic and fast: 3 floats + 2 integer types.
+    assert_eq!(modules, 6 + 5 + 5);
+}
+
+#[test]
+fn module_contents_per_dtype() {
+    let ref_f16 = source::entry_points(Tier::Reference, DType::F16);
+    for k in ["binary", "unary", "bias_gelu", "softmax", "layer_norm", "reduce", "matmul", "attention", "copy"] {
+        assert!(ref_f16.contains(&format!("npurt_{k}_f16_ref")), "{k}");
+    }
+    for to in DType::ALL {
+        assert!(ref_f16.contains(&format!("npurt_cast_{}_f16_ref", to.name())));
+    }
+    assert!(ref_f16.contains(&"npurt_gather_i64_f16_ref".to_string()));
+    let ref_u8 = source::entry_points(Tier::Reference, DType::U8);
+    assert!(!ref_u8.iter().any(|e| e.contains("binary") || e.contains("matmul")));
+    assert!(ref_u8.contains(&"npurt_copy_u8_ref".to_string()));
+    assert_eq!(source::entry_points(Tier::Generic, DType::I32), vec!["npurt_binary_i32_gen".to_string()]);
+    assert!(source::module_source(Tier::Generic, DType::U8).is_none());
+    let fast = source::module_source(Tier::HighPerformance, DType::BF16).unwrap();
+    assert!(fast.contains("k_attention_fast<b16>"));
+    assert!(fast.contains("k_softmax_fast<b16>"));
+    // The prelude needs no toolkit header.
+    assert!(!source::PRELUDE.contains("#include"));
+    assert_eq!(source::ctype(DType::I64), "ll");
+}
+
+#[test]
+fn nvrtc_options_follow_tier_and_architecture() {
+    let r = nvrtc::options((9, 0), Tier::Reference, nvrtc::Output::Cubin);
+    assert_eq!(r[0], "--gpu-architecture=sm_90");
+    assert!(r.contains(&"--fmad=false".to_string()));
+    assert!(r.contains(&"--prec-div=true".to_string()));
+    assert!(r.contains(&"-DNPURT_TIER_REF".to_string()));
+    let p = nvrtc::options((8, 6), Tier::HighPerformance, nvrtc::Output::Ptx);
+    assert_eq!(p[0], "--gpu-architecture=compute_86");
+    assert!(p.contains(&"--fmad=true".to_string()));
+    assert!(!p.iter().any(|o| o.contains("fast_math")), "fast math would break the tolerances");
+    let g = nvrtc::options((10, 0), Tier::Generic, nvrtc::Output::Cubin);
+    assert_eq!(g[0], "--gpu-architecture=sm_100");
+    assert!(g.iter().all(|o| o.starts_with('-') && !o.contains(' ')));
+}
+
+#[test]
+fn kernel_table_covers_every_op_with_a_reference() {
+    for (blas, tf32) in [(false, false), (true, false), (true, true)] {
+        let t = kernels::table(blas, tf32);
+        let names: HashSet<&str> = t.iter().map(|e| e.info.name).collect();
+        assert_eq!(names.len(), t.len(), "names are unique");
+        for (i, e) in t.iter().enumerate() {
+            assert_eq!(e.info.id, i);
+        }
+        for kind in OpKind::ALL {
+            assert!(
+                t.iter().any(|e| e.info.op == kind && e.info.tier == Tier::Reference),
+                "{kind}: no reference kernel"
+            );
+        }
+        let mm: Vec<_> = t.iter().filter(|e| e.info.op == OpKind::MatMul).collect();
+        let blas_n = mm.iter().filter(|e| e.imp == Impl::Blas).count();
+        assert_eq!(
+            blas_n,
+            if !blas {
+                0
+            } else if tf32 {
+                1
+            } else {
+                2
+            }
+        );
+        if blas {
+            let tc = mm.iter().find(|e| e.imp == Impl::Blas && e.info.unit.class == UnitClass::Cube).unwrap();
+            assert_eq!(tc.info.tier, Tier::HighPerformance);
+            assert!(tc.info.name.starts_with("matmul.fast.cublas"));
+        }
+    }
+    let t = kernels::table(true, true);
+    assert!(t.iter().any(|e| e.info.name == "matmul.fast.cublas-tf32"));
+    assert!(t.iter().any(|e| e.info.name == "attention.fast.fused-block-per-query"));
+}
+
+#[test]
+fn support_predicates_decline_what_kernels_cannot_do() {
+    use runtime::{KernelQuery, TensorMeta};
+    let t = kernels::table(true, false);
+    let find = |name: &str| t.iter().find(|e| e.info.name == name).unwrap().info;
+    let m = |d: DType, s: &[usize]| TensorMeta::new(d, s.to_vec());
+    // Vectorised binary: equal shapes only.
+    let add = find("add.fast.vec4");
+    let ins = [m(DType::F32, &[3, 4]), m(DType::F32, &[4])];
+    let outs = [m(DType::F32, &[3, 4])];
+    assert!((add.supports)(&KernelQuery { op: &Op::Add, inputs: &ins, outputs: &outs }).is_err());
+    let ins2 = [m(DType::F32, &[3, 4]), m(DType::F32, &[3, 4])];
+    assert!((add.supports)(&KernelQuery { op: &Op::Add, inputs: &ins2, outputs: &outs }).is_ok());
+    // Warp softmax: last axis only.
+    let sm = find("softmax.fast.warp-per-row");
+    let x = [m(DType::F16, &[2, 5])];
+    assert!((sm.supports)(&KernelQuery { op: &Op::Softmax { axis: 0 }, inputs: &x, outputs: &x }).is_err());
+    assert!((sm.supports)(&KernelQuery { op: &Op::Softmax { axis: -1 }, inputs: &x, outputs: &x }).is_ok());
+    // cuBLAS sgemm takes f32 only; the tensor-op kernel f16/bf16 only.
+    let sg = find("matmul.fast.cublas-sgemm");
+    let tc = find("matmul.fast.cublas-tensor-op");
+    let op = Op::MatMul { trans_a: false, trans_b: false };
+    let h = [m(DType::BF16, &[4, 8]), m(DType::BF16, &[8, 2])];
+    let ho = [m(DType::BF16, &[4, 2])];
+    assert!((sg.supports)(&KernelQuery { op: &op, inputs: &h, outputs: &ho }).is_err());
+    assert!((tc.supports)(&KernelQuery { op: &op, inputs: &h, outputs: &ho }).is_ok());
+    // Fused attention: the scores must fit in shared memory.
+    let at = find("attention.fast.fused-block-per-query");
+    let q = m(DType::F32, &[1, 1, 4, 64]);
+    let k = m(DType::F32, &[1, 1, 20000, 64]);
+    let o = [m(DType::F32, &[1, 1, 4, 64])];
+    let ins = [q.clone(), k.clone(), k];
+    assert!((at.supports)(&KernelQuery { op: &Op::Attention { scale: None }, inputs: &ins, outputs: &o }).is_err());
+}
+
+#[test]
+fn params_block_matches_the_c_struct() {
+    // struct P { ll n; ll rank; ll dims[8]; ll sa[8]; ll sb[8]; ll sc[8]; ll i[8]; double f[4]; }
+    assert_eq!(std::mem::size_of::<KParams>(), 8 * (2 + 8 * 5 + 4));
+    assert_eq!(std::mem::align_of::<KParams>(), 8);
+    assert!(
+        source::PRELUDE
+            .contains("struct P { ll n; ll rank; ll dims[8]; ll sa[8]; ll sb[8]; ll sc[8]; ll i[8]; double f[4]; };")
+    );
+}
+
+#[test]
+fn collapsing_and_broadcasting() {
+    assert_eq!(plan::contiguous_strides(&[2, 3, 4]), vec![12, 4, 1]);
+    assert_eq!(plan::broadcast_strides(&[3, 1], &[2, 3, 5]), vec![0, 1, 0]);
+    assert_eq!(plan::broadcast_strides(&[], &[4]), vec![0]);
+    // Contiguous dims merge into one.
+    let (d, l) = plan::collapse(&[2, 3, 4], &[plan::contiguous_strides(&[2, 3, 4])]);
+    assert_eq!((d, l), (vec![24], vec![vec![1]]));
+    // A broadcast operand keeps the split where its stride pattern breaks.
+    let out = [4, 3, 9];
+    let a = plan::broadcast_strides(&[4, 1, 9], &out);
+    let b = plan::broadcast_strides(&[1, 3, 9], &out);
+    let (d, l) = plan::collapse(&out, &[a, b]);
+    assert_eq!(d, vec![4, 3, 9]);
+    assert_eq!(l, vec![vec![9, 0, 1], vec![0, 9, 1]]);
+    // Size-1 dims vanish.
+    let (d, _) = plan::collapse(&[1, 5, 1], &[vec![5, 1, 1]]);
+    assert_eq!(d, vec![5]);
+    let p = plan::binary(&Op::Sub, &[2, 1, 5], &[4, 1], &[2, 4, 5]).unwrap();
+    assert_eq!(p.n, 40);
+    assert_eq!(p.i[0], 1);
+    assert_eq!(&p.dims[..p.rank as usize], &[2, 4, 5]);
+    assert_eq!(&p.sa[..3], &[5, 0, 1]);
+    assert_eq!(&p.sb[..3], &[0, 1, 0]);
+    // Too many dims after collapsing is an error, not a crash.
+    let dims: Vec<usize> = vec![2; 9];
+    let strided: Vec<i64> = (0..9).map(|i| 1 << (2 * i)).collect();
+    assert!(plan::indexed(&dims, &[strided]).is_err());
+}
+
+#[test]
+fn matmul_plans() {
+    // Broadcast batch: a [3,1,4,5]^T, b [2,4,7] -> out [3,2,5,7].
+    let op = Op::MatMul { trans_a: true, trans_b: false };
+    let p = MatmulPlan::new(&op, &[&[3, 1, 4, 5], &[2, 4, 7]], &[3, 2, 5, 7]).unwrap();
+    assert_eq!((p.m, p.n, p.k), (5, 7, 4));
+    assert_eq!((p.lda, p.ldb), (5, 7));
+    assert_eq!(p.batch_dims, vec![3, 2]);
+    assert_eq!(p.batch_sa, vec![20, 0]);
+    assert_eq!(p.batch_sb, vec![0, 28]);
+    let calls = p.blas_calls();
+    assert_eq!(calls.len(), 3);
+    assert_eq!(calls[1], (20, 0, 70, 2, 0, 28));
+    assert_eq!(p.operand_strides(), (1, 5, 7, 1));
+    // Same batch on both sides collapses into one strided-batched call.
+    let p =
+        MatmulPlan::new(&Op::MatMul { trans_a: false, trans_b: true }, &[&[2, 3, 5, 4], &[2, 3, 6, 4]], &[2, 3, 5, 6])
+            .unwrap();
+    assert_eq!(p.blas_calls(), vec![(0, 0, 0, 6, 20, 24)]);
+    // Linear: x [2, 7, 13] w [5, 13] bias [5].
+    let l = MatmulPlan::new(&Op::Linear, &[&[2, 7, 13], &[5, 13], &[5]], &[2, 7, 5]).unwrap();
+    assert_eq!((l.m, l.n, l.k, l.trans_b, l.beta), (14, 5, 13, true, 1.0));
+    assert_eq!(l.c_strides, Some((0, 1)));
+    let kp = l.params();
+    assert_eq!(kp.n, 70);
+    assert_eq!(&kp.i[..7], &[14, 5, 13, 13, 1, 1, 13]);
+    // Gemm without c has beta 0 whatever was asked.
+    let g = MatmulPlan::new(
+        &Op::Gemm { trans_a: false, trans_b: false, alpha: 0.5, beta: 2.0 },
+        &[&[4, 3], &[3, 5]],
+        &[4, 5],
+    )
+    .unwrap();
+    assert_eq!((g.alpha, g.beta, g.c_strides), (0.5, 0.0, None));
+    let g = MatmulPlan::new(
+        &Op::Gemm { trans_a: false, trans_b: false, alpha: 1.0, beta: 1.0 },
+        &[&[4, 3], &[3, 5], &[4, 1]],
+        &[4, 5],
+    )
+    .unwrap();
+    assert_eq!(g.c_strides, Some((1, 0)));
+    assert!(MatmulPlan::new(&Op::Relu, &[&[1]], &[1]).is_err());
+}
+
+#[test]
+fn row_op_params() {
+    let s = plan::softmax(&[2, 3, 19], 1);
+    assert_eq!((s.n, s.i[0], s.i[1], s.i[2]), (38, 2, 3, 19));
+    let l = plan::layer_norm(&[4, 0], 1e-5, true);
+    assert_eq!((l.n, l.i[1], l.i[3]), (0, 0, 1));
+    let r = plan::reduce(&[2, 3, 4], &[0, 2], true).unwrap();
+    assert_eq!((r.n, r.rank, r.dims[0], r.sa[0]), (3, 1, 3, 4));
+    assert_eq!((r.i[0], r.i[1], r.i[2]), (2, 8, 1));
+    assert_eq!((r.sb[0], r.sb[1], r.sc[0], r.sc[1]), (2, 4, 12, 1));
+    let all = plan::reduce(&[4, 0], &[0, 1], false).unwrap();
+    assert_eq!((all.n, all.i[1]), (1, 0));
+    let g = plan::gather(&[3, 5, 2], 1, 4);
+    assert_eq!((g.n, g.i[0], g.i[1], g.i[2], g.i[3]), (24, 3, 5, 4, 2));
+    let a = plan::attention(&[2, 3, 5, 4], &[2, 3, 7, 4], &[2, 3, 7, 6], Some((&[2, 1, 1, 7], true)), None);
+    assert_eq!(a.n, 2 * 3 * 5 * 6);
+    assert_eq!(a.i[5], 1);
+    assert_eq!(&a.sc[..4], &[7, 0, 0, 1]);
+    assert!((a.f[0] - 0.5).abs() < 1e-12);
+    assert_eq!(plan::unary(&Op::Scale { factor: -1.75 }, 3).unwrap().f[0], -1.75);
+    assert_eq!(plan::bias_gelu(GeluApprox::Tanh, 10, 5).i[0], 2);
+    let pm = plan::permute(&[2, 3, 4], &[2, 0, 1]).unwrap();
+    assert_eq!(&pm.dims[..pm.rank as usize], &[4, 6]);
+    assert_eq!(&pm.sa[..2], &[1, 4]);
+    assert_eq!(plan::grid_1d(0, 256, 100), (1, 256));
+    assert_eq!(plan::grid_1d(1 << 20, 256, 100), (100, 256));
+}
+
+#[test]
+fn address_checks() {
+    let mut m: BTreeMap<u64, (usize, bool)> = BTreeMap::new();
+    m.insert(0x1000, (256, false));
+    m.insert(0x2000, (512, true));
+    let live = |v: &(usize, bool)| (!v.1).then_some(v.0);
+    assert_eq!(memory::locate(&m, live, 0, 0x1000, 256), Ok(0x1000));
+    assert_eq!(memory::locate(&m, live, 0, 0x10f0, 16), Ok(0x1000));
+    assert!(memory::locate(&m, live, 0, 0x10f0, 17).is_err(), "runs past the end");
+    assert!(memory::locate(&m, live, 0, 0x0fff, 1).is_err(), "before every block");
+    assert!(memory::locate(&m, live, 0, 0x2000, 1).is_err(), "freed block");
+    assert!(memory::locate(&m, live, 0, u64::MAX - 1, 8).is_err(), "overflow");
+    let e = memory::locate(&m, live, 3, 0x5000, 4).unwrap_err();
+    assert_eq!(e.to_string(), "address range 0x5000+4 is not inside a live allocation of cuda:3");
+}
+
+#[test]
+fn peaks_from_the_architecture_table() {
+    let h = info::CudaDeviceInfo::from_attributes(
+        0,
+        "H200".into(),
+        (9, 0),
+        132,
+        1_980_000,
+        2_619_000,
+        6144,
+        141 << 30,
+        12040,
+    );
+    assert_eq!(h.arch.name, "Hopper");
+    assert!((h.peak_f16 / 1e12 - 1070.0).abs() < 10.0, "{}", h.peak_f16);
+    assert!((h.peak_tf32 * 2.0 - h.peak_f16).abs() < 1.0);
+    assert!((h.peak_f32 / 1e12 - 66.9).abs() < 1.0, "{}", h.peak_f32);
+    assert!(h.memory_bandwidth > 3.5e12 && h.memory_bandwidth < 5.0e12);
+    let units = h.units();
+    assert_eq!(units.len(), 3);
+    assert_eq!(units[0].unit, info::TENSOR_CORES);
+    assert_eq!(units[0].unit.class, UnitClass::Cube);
+    assert_eq!(units[1].unit.class, UnitClass::Vector);
+    assert!(units.iter().all(|u| u.peak_flops > 0.0 && !u.source.is_empty()));
+    // No clock from the driver: the table's clock, and said so.
+    let v = info::CudaDeviceInfo::from_attributes(0, "V100".into(), (7, 0), 80, 0, 0, 0, 16 << 30, 12000);
+    assert!(!v.clock_from_driver);
+    assert_eq!(v.clock_mhz, 1530);
+    assert_eq!(v.peak_bf16, 0.0);
+    assert!(v.units()[0].source.contains("table clock"));
+    assert_eq!(info::arch_rates(8, 9).name, "Ada");
+    assert_eq!(info::arch_rates(12, 0).tc_f16_flops, 4096);
+}
