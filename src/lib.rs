@@ -33,7 +33,18 @@ pub use runtime::{
 
 /// Backends compiled into this build, in fallback order.
 pub fn compiled_backends() -> Vec<&'static str> {
-    vec!["cpu"]
+    let mut v = Vec::new();
+    if cfg!(feature = "cuda") {
+        v.push("cuda");
+    }
+    v.push("cpu");
+    v
+}
+
+/// The CUDA backend, when a GPU and driver are present.
+#[cfg(feature = "cuda")]
+pub fn cuda_backend(_config: &RuntimeConfig) -> Result<Arc<dyn Backend>> {
+    Ok(Arc::new(backend_cuda::CudaBackend::probe()?))
 }
 
 /// The CPU backend as configured by `config`.
@@ -48,6 +59,9 @@ pub fn open_backend(config: &RuntimeConfig) -> Result<Arc<dyn Backend>> {
     let wanted = config.backend.as_deref().filter(|b| *b != "auto");
     match wanted {
         Some("cpu") => cpu_backend(config),
+        #[cfg(feature = "cuda")]
+        Some("cuda") => cuda_backend(config),
+        #[allow(unreachable_patterns)]
         Some(other @ ("cuda" | "acl" | "ascend")) => Err(Error::Unsupported(format!(
             "backend {other:?} is not compiled into this build (compiled: {})",
             compiled_backends().join(", ")
@@ -56,6 +70,11 @@ pub fn open_backend(config: &RuntimeConfig) -> Result<Arc<dyn Backend>> {
         None => {
             // Fallback order: Ascend -> CUDA -> CPU; only the CPU is compiled in so far.
             log::info!("no backend requested; trying {} in order", compiled_backends().join(" -> "));
+            #[cfg(feature = "cuda")]
+            match cuda_backend(config) {
+                Ok(b) => return Ok(b),
+                Err(e) => log::info!("npurt: {e}; falling back to the CPU backend"),
+            }
             cpu_backend(config)
         }
     }

@@ -342,6 +342,24 @@ fn bert_cmd(base: RuntimeConfig, args: Vec<String>) -> Result<()> {
         std::fs::write(&path, serde_json::to_string_pretty(&doc).unwrap_or_default())?;
         println!("wrote {path}");
     }
+    if let Some(path) = flag(&args, "--chart") {
+        let labels: Vec<String> = rows.iter().map(|r| r["config"].as_str().unwrap_or("?").to_string()).collect();
+        let series = vec![
+            super::chart::Series {
+                name: "latency".into(),
+                unit: "ms".into(),
+                values: rows.iter().map(|r| r["median_ms"].as_f64().unwrap_or(f64::NAN)).collect(),
+            },
+            super::chart::Series {
+                name: "peak RSS".into(),
+                unit: "MiB".into(),
+                values: rows.iter().map(|r| r["rss_peak_bytes"].as_f64().unwrap_or(f64::NAN) / (1u64 << 20) as f64).collect(),
+            },
+        ];
+        let png = super::chart::bar_chart_png(&format!("BERT {model} seq {seq}: ablation"), &labels, &series, 900, 500);
+        std::fs::write(&path, png)?;
+        println!("wrote {path}");
+    }
     if let Some(path) = flag(&args, "--trace") {
         let r = run_one(&base, configs.last().copied().unwrap_or("+mapping"), &bc, batch, seq, 1)?;
         std::fs::write(&path, r.profile.chrome_trace())?;

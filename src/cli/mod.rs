@@ -1,6 +1,7 @@
 //! Argument parsing and subcommand dispatch.
 
 mod bench;
+mod chart;
 mod demo;
 mod embed;
 mod info;

@@ -12,6 +12,11 @@ pub fn backends() -> Vec<(&'static str, Arc<dyn Backend>)> {
         Ok(b) => v.push(("cpu", b)),
         Err(e) => eprintln!("SKIP cpu backend: {e}"),
     }
+    #[cfg(feature = "cuda")]
+    match npurt::cuda_backend(&RuntimeConfig::default()) {
+        Ok(b) => v.push(("cuda", b)),
+        Err(e) => eprintln!("SKIP cuda backend: {e}"),
+    }
     v
 }
 
