@@ -1,0 +1,652 @@
+//! Every C function npurt binds, as a function-pointer type (`pfn::NAME`) and a lazily
+//! resolved entry of [`Api`](crate::Api) (`api.NAME()`), with the library it lives in.
+//!
+//! The prototypes are those of the facts sheet (§A runtime, §C aclnn basics, §D
+//! operators), parameter for parameter. Symbols marked *optional* there (not linked by
+//! torch_npu or onnxruntime-cann) may be missing from a given CANN release; callers
+//! resolve them with [`Api::optional`](crate::Api::optional) and fall back:
+//!
+//! | optional symbol | fallback |
+//! |---|---|
+//! | `aclrtCreateStreamWithConfig` | `aclrtCreateStream` |
+//! | `aclrtCreateEventWithFlag`, `aclrtCreateEventExWithFlag` | `aclrtCreateEvent` |
+//! | `aclrtQueryEventStatus` | `aclrtQueryEvent` (opposite numbering of COMPLETE) |
+//! | `aclrtGetDeviceInfo` | `aclGetDeviceCapability` |
+//! | `aclrtGetDeviceUtilizationRate` | utilisation derived from FLOP/byte counts |
+//! | `aclrtSynchronize*WithTimeout` | the call without timeout |
+//! | `aclrtMallocAlign32` | `aclrtMalloc` |
+//! | `aclrtGetLastError`, `aclrtPeekAtLastError` | `aclGetRecentErrMsg` |
+//! | `aclnnInit` / `aclnnFinalize` | `aclInit` / `aclFinalize` |
+//! | `aclFinalizeReference` | `aclFinalize` |
+//! | everything else marked optional | the feature is reported as unavailable |
+
+#![allow(non_snake_case)]
+
+use crate::types::*;
+use std::ffi::{c_char, c_void};
+
+/// Which library a symbol is looked up in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LibKind {
+    /// `libacl_rt.so` (9.x) or `libascendcl.so`.
+    Runtime,
+    /// `libnnopbase.so` (also reachable through `libopapi.so`).
+    NnOpBase,
+    /// `libopapi.so` or the split `libopapi_{math,nn,cv,transformer}.so`.
+    OpApi,
+}
+
+macro_rules! api {
+    ( $( $(#[$m:meta])* [$lib:ident] fn $name:ident ( $( $arg:ident : $ty:ty ),* $(,)? ) -> $ret:ty ; )* ) => {
+        /// Function-pointer types, one per C function, named after it.
+        pub mod pfn {
+            #![allow(non_camel_case_types)]
+            use super::*;
+            $( $(#[$m])* pub type $name = unsafe extern "C" fn( $( $arg : $ty ),* ) -> $ret; )*
+        }
+
+        #[allow(non_snake_case)]
+        pub(crate) struct Slots {
+            $( $name: std::sync::OnceLock<Result<pfn::$name, crate::LoadError>>, )*
+        }
+
+        #[allow(non_snake_case)]
+        impl Slots {
+            pub(crate) fn new() -> Slots {
+                Slots { $( $name: std::sync::OnceLock::new(), )* }
+            }
+        }
+
+        #[allow(non_snake_case)]
+        impl crate::Api {
+            $(
+                #[doc = concat!("Resolves `", stringify!($name), "` (once; the result is cached).")]
+                pub fn $name(&self) -> Result<pfn::$name, crate::LoadError> {
+                    self.slots
+                        .$name
+                        .get_or_init(|| {
+                            // SAFETY: `pfn::$name` is the C prototype of this symbol as the
+                            // facts sheet states it (checked against the headers by the
+                            // `bindgen` feature); the library stays loaded as long as `self`.
+                            unsafe { self.resolve::<pfn::$name>(concat!(stringify!($name), "\0"), LibKind::$lib) }
+                        })
+                        .clone()
+                }
+            )*
+        }
+
+        /// Every symbol declared here, with its library.
+        pub const SYMBOLS: &[(&str, LibKind)] = &[ $( (stringify!($name), LibKind::$lib), )* ];
+    };
+}
+
+api! {
+    // ---- A.1 init / version / errors ----
+    [Runtime] fn aclInit(configPath: *const c_char) -> aclError;
+    [Runtime] fn aclFinalize() -> aclError;
+    [Runtime] fn aclFinalizeReference(refCount: *mut u64) -> aclError;
+    [Runtime] fn aclGetRecentErrMsg() -> *const c_char;
+    [Runtime] fn aclrtGetLastError(level: aclrtLastErrLevel) -> aclError;
+    [Runtime] fn aclrtPeekAtLastError(level: aclrtLastErrLevel) -> aclError;
+    [Runtime] fn aclrtGetVersion(majorVersion: *mut i32, minorVersion: *mut i32, patchVersion: *mut i32) -> aclError;
+    [Runtime] fn aclsysGetVersionStr(pkgName: *mut c_char, versionStr: *mut c_char) -> aclError;
+    [Runtime] fn aclsysGetVersionNum(pkgName: *mut c_char, versionNum: *mut i32) -> aclError;
+    [Runtime] fn aclsysGetCANNVersion(name: aclCANNPackageName, version: *mut aclCANNPackageVersion) -> aclError;
+    [Runtime] fn aclDataTypeSize(dataType: aclDataType) -> usize;
+    [Runtime] fn aclFloat16ToFloat(value: aclFloat16) -> f32;
+    [Runtime] fn aclFloatToFloat16(value: f32) -> aclFloat16;
+
+    // ---- A.2 device ----
+    [Runtime] fn aclrtSetDevice(deviceId: i32) -> aclError;
+    [Runtime] fn aclrtResetDevice(deviceId: i32) -> aclError;
+    [Runtime] fn aclrtResetDeviceForce(deviceId: i32) -> aclError;
+    [Runtime] fn aclrtGetDevice(deviceId: *mut i32) -> aclError;
+    [Runtime] fn aclrtGetDeviceCount(count: *mut u32) -> aclError;
+    [Runtime] fn aclrtGetRunMode(runMode: *mut aclrtRunMode) -> aclError;
+    [Runtime] fn aclrtGetSocName() -> *const c_char;
+    [Runtime] fn aclrtSynchronizeDevice() -> aclError;
+    [Runtime] fn aclrtSynchronizeDeviceWithTimeout(timeout: i32) -> aclError;
+    [Runtime] fn aclrtGetDeviceInfo(deviceId: u32, attr: aclrtDevAttr, value: *mut i64) -> aclError;
+    [Runtime] fn aclGetDeviceCapability(deviceId: u32, deviceInfo: aclDeviceInfo, value: *mut i64) -> aclError;
+    [Runtime] fn aclrtGetDeviceUtilizationRate(deviceId: i32, utilizationInfo: *mut aclrtUtilizationInfo) -> aclError;
+    [Runtime] fn aclrtQueryDeviceStatus(deviceId: i32, deviceStatus: *mut aclrtDeviceStatus) -> aclError;
+    [Runtime] fn aclrtGetPhyDevIdByLogicDevId(logicDevId: i32, phyDevId: *mut i32) -> aclError;
+    [Runtime] fn aclrtDeviceGetStreamPriorityRange(leastPriority: *mut i32, greatestPriority: *mut i32) -> aclError;
+
+    // ---- A.3 context ----
+    [Runtime] fn aclrtCreateContext(context: *mut aclrtContext, deviceId: i32) -> aclError;
+    [Runtime] fn aclrtDestroyContext(context: aclrtContext) -> aclError;
+    [Runtime] fn aclrtSetCurrentContext(context: aclrtContext) -> aclError;
+    [Runtime] fn aclrtGetCurrentContext(context: *mut aclrtContext) -> aclError;
+    [Runtime] fn aclrtCtxGetCurrentDefaultStream(stream: *mut aclrtStream) -> aclError;
+    [Runtime] fn aclrtSetSysParamOpt(opt: aclSysParamOpt, value: i64) -> aclError;
+    [Runtime] fn aclrtCtxSetSysParamOpt(opt: aclSysParamOpt, value: i64) -> aclError;
+    [Runtime] fn aclrtGetSysParamOpt(opt: aclSysParamOpt, value: *mut i64) -> aclError;
+
+    // ---- A.4 stream ----
+    [Runtime] fn aclrtCreateStream(stream: *mut aclrtStream) -> aclError;
+    [Runtime] fn aclrtCreateStreamWithConfig(stream: *mut aclrtStream, priority: u32, flag: u32) -> aclError;
+    [Runtime] fn aclrtDestroyStream(stream: aclrtStream) -> aclError;
+    [Runtime] fn aclrtDestroyStreamForce(stream: aclrtStream) -> aclError;
+    [Runtime] fn aclrtSynchronizeStream(stream: aclrtStream) -> aclError;
+    [Runtime] fn aclrtSynchronizeStreamWithTimeout(stream: aclrtStream, timeout: i32) -> aclError;
+    [Runtime] fn aclrtStreamQuery(stream: aclrtStream, status: *mut aclrtStreamStatus) -> aclError;
+    [Runtime] fn aclrtStreamWaitEvent(stream: aclrtStream, event: aclrtEvent) -> aclError;
+
+    // ---- A.5 event ----
+    [Runtime] fn aclrtCreateEvent(event: *mut aclrtEvent) -> aclError;
+    [Runtime] fn aclrtCreateEventWithFlag(event: *mut aclrtEvent, flag: u32) -> aclError;
+    [Runtime] fn aclrtCreateEventExWithFlag(event: *mut aclrtEvent, flag: u32) -> aclError;
+    [Runtime] fn aclrtDestroyEvent(event: aclrtEvent) -> aclError;
+    [Runtime] fn aclrtRecordEvent(event: aclrtEvent, stream: aclrtStream) -> aclError;
+    [Runtime] fn aclrtResetEvent(event: aclrtEvent, stream: aclrtStream) -> aclError;
+    [Runtime] fn aclrtQueryEventStatus(event: aclrtEvent, status: *mut aclrtEventRecordedStatus) -> aclError;
+    [Runtime] fn aclrtQueryEvent(event: aclrtEvent, status: *mut aclrtEventStatus) -> aclError;
+    [Runtime] fn aclrtSynchronizeEvent(event: aclrtEvent) -> aclError;
+    [Runtime] fn aclrtSynchronizeEventWithTimeout(event: aclrtEvent, timeout: i32) -> aclError;
+    /// Note: the output pointer comes first.
+    [Runtime] fn aclrtEventElapsedTime(ms: *mut f32, startEvent: aclrtEvent, endEvent: aclrtEvent) -> aclError;
+    [Runtime] fn aclrtEventGetTimestamp(event: aclrtEvent, timestamp: *mut u64) -> aclError;
+
+    // ---- A.6 device memory ----
+    [Runtime] fn aclrtMalloc(devPtr: *mut *mut c_void, size: usize, policy: aclrtMemMallocPolicy) -> aclError;
+    [Runtime] fn aclrtMallocAlign32(devPtr: *mut *mut c_void, size: usize, policy: aclrtMemMallocPolicy) -> aclError;
+    [Runtime] fn aclrtMallocCached(devPtr: *mut *mut c_void, size: usize, policy: aclrtMemMallocPolicy) -> aclError;
+    [Runtime] fn aclrtFree(devPtr: *mut c_void) -> aclError;
+    [Runtime] fn aclrtFreeWithDevSync(devPtr: *mut c_void) -> aclError;
+    [Runtime] fn aclrtGetMemInfo(attr: aclrtMemAttr, free: *mut usize, total: *mut usize) -> aclError;
+    [Runtime] fn aclrtGetMemUsageInfo(
+        deviceId: i32,
+        memUsageInfo: *mut aclrtMemUsageInfo,
+        inputNum: usize,
+        outputNum: *mut usize,
+    ) -> aclError;
+    [Runtime] fn aclrtPointerGetAttributes(ptr: *const c_void, attributes: *mut aclrtPtrAttributes) -> aclError;
+
+    // ---- A.7 host (pinned) memory ----
+    [Runtime] fn aclrtMallocHost(hostPtr: *mut *mut c_void, size: usize) -> aclError;
+    [Runtime] fn aclrtFreeHost(hostPtr: *mut c_void) -> aclError;
+    [Runtime] fn aclrtHostRegister(
+        ptr: *mut c_void,
+        size: u64,
+        type_: aclrtHostRegisterType,
+        devPtr: *mut *mut c_void,
+    ) -> aclError;
+    [Runtime] fn aclrtHostUnregister(ptr: *mut c_void) -> aclError;
+
+    // ---- A.8 copy / set ----
+    [Runtime] fn aclrtMemcpy(
+        dst: *mut c_void,
+        destMax: usize,
+        src: *const c_void,
+        count: usize,
+        kind: aclrtMemcpyKind,
+    ) -> aclError;
+    [Runtime] fn aclrtMemcpyAsync(
+        dst: *mut c_void,
+        destMax: usize,
+        src: *const c_void,
+        count: usize,
+        kind: aclrtMemcpyKind,
+        stream: aclrtStream,
+    ) -> aclError;
+    [Runtime] fn aclrtMemset(devPtr: *mut c_void, maxCount: usize, value: i32, count: usize) -> aclError;
+    [Runtime] fn aclrtMemsetAsync(
+        devPtr: *mut c_void,
+        maxCount: usize,
+        value: i32,
+        count: usize,
+        stream: aclrtStream,
+    ) -> aclError;
+    [Runtime] fn aclrtMemcpy2d(
+        dst: *mut c_void,
+        dpitch: usize,
+        src: *const c_void,
+        spitch: usize,
+        width: usize,
+        height: usize,
+        kind: aclrtMemcpyKind,
+    ) -> aclError;
+    [Runtime] fn aclrtMemcpy2dAsync(
+        dst: *mut c_void,
+        dpitch: usize,
+        src: *const c_void,
+        spitch: usize,
+        width: usize,
+        height: usize,
+        kind: aclrtMemcpyKind,
+        stream: aclrtStream,
+    ) -> aclError;
+
+    // ---- A.9 peer access ----
+    /// Note: the output pointer comes first.
+    [Runtime] fn aclrtDeviceCanAccessPeer(canAccessPeer: *mut i32, deviceId: i32, peerDeviceId: i32) -> aclError;
+    [Runtime] fn aclrtDeviceEnablePeerAccess(peerDeviceId: i32, flags: u32) -> aclError;
+    [Runtime] fn aclrtDeviceDisablePeerAccess(peerDeviceId: i32) -> aclError;
+
+    // ---- A.10 host callbacks ----
+    [Runtime] fn aclrtSubscribeReport(threadId: u64, stream: aclrtStream) -> aclError;
+    [Runtime] fn aclrtLaunchCallback(
+        fn_: aclrtCallback,
+        userData: *mut c_void,
+        blockType: aclrtCallbackBlockType,
+        stream: aclrtStream,
+    ) -> aclError;
+    [Runtime] fn aclrtProcessReport(timeout: i32) -> aclError;
+    [Runtime] fn aclrtUnSubscribeReport(threadId: u64, stream: aclrtStream) -> aclError;
+    [Runtime] fn aclrtLaunchHostFunc(stream: aclrtStream, fn_: aclrtHostFunc, args: *mut c_void) -> aclError;
+
+    // ---- A.11 timeouts ----
+    [Runtime] fn aclrtSetOpWaitTimeout(timeout: u32) -> aclError;
+    [Runtime] fn aclrtSetOpExecuteTimeOut(timeout: u32) -> aclError;
+
+    // ---- A.12 virtual memory ----
+    [Runtime] fn aclrtReserveMemAddress(
+        virPtr: *mut *mut c_void,
+        size: usize,
+        alignment: usize,
+        expectPtr: *mut c_void,
+        flags: u64,
+    ) -> aclError;
+    [Runtime] fn aclrtReleaseMemAddress(virPtr: *mut c_void) -> aclError;
+    [Runtime] fn aclrtMallocPhysical(
+        handle: *mut aclrtDrvMemHandle,
+        size: usize,
+        prop: *const aclrtPhysicalMemProp,
+        flags: u64,
+    ) -> aclError;
+    [Runtime] fn aclrtFreePhysical(handle: aclrtDrvMemHandle) -> aclError;
+    [Runtime] fn aclrtMapMem(
+        virPtr: *mut c_void,
+        size: usize,
+        offset: usize,
+        handle: aclrtDrvMemHandle,
+        flags: u64,
+    ) -> aclError;
+    [Runtime] fn aclrtUnmapMem(virPtr: *mut c_void) -> aclError;
+    [Runtime] fn aclrtMemGetAllocationGranularity(
+        prop: *mut aclrtPhysicalMemProp,
+        option: aclrtMemGranularityOptions,
+        granularity: *mut usize,
+    ) -> aclError;
+    [Runtime] fn aclrtMemSetAccess(virPtr: *mut c_void, size: usize, desc: *mut aclrtMemAccessDesc, count: usize)
+        -> aclError;
+
+    // ---- A.13 stream-ordered memory pool ----
+    [Runtime] fn aclrtMemPoolCreate(memPool: *mut aclrtMemPool, poolProps: *const aclrtMemPoolProps) -> aclError;
+    [Runtime] fn aclrtMemPoolDestroy(memPool: aclrtMemPool) -> aclError;
+    [Runtime] fn aclrtMemPoolMallocAsync(
+        ptr: *mut *mut c_void,
+        size: usize,
+        memPool: aclrtMemPool,
+        stream: aclrtStream,
+    ) -> aclError;
+    [Runtime] fn aclrtMemPoolFreeAsync(ptr: *mut c_void, stream: aclrtStream) -> aclError;
+    [Runtime] fn aclrtMemPoolTrimTo(memPool: aclrtMemPool, minBytesToKeep: usize) -> aclError;
+    [Runtime] fn aclrtMemPoolSetAttr(memPool: aclrtMemPool, attr: aclrtMemPoolAttr, value: *mut c_void) -> aclError;
+    [Runtime] fn aclrtMemPoolGetAttr(memPool: aclrtMemPool, attr: aclrtMemPoolAttr, value: *mut c_void) -> aclError;
+
+    // ---- A.14 per-stream user allocator ----
+    [Runtime] fn aclrtAllocatorCreateDesc() -> aclrtAllocatorDesc;
+    [Runtime] fn aclrtAllocatorSetObjToDesc(allocatorDesc: aclrtAllocatorDesc, allocator: aclrtAllocator) -> aclError;
+    [Runtime] fn aclrtAllocatorSetAllocFuncToDesc(allocatorDesc: aclrtAllocatorDesc, func: aclrtAllocatorAllocFunc)
+        -> aclError;
+    [Runtime] fn aclrtAllocatorSetFreeFuncToDesc(allocatorDesc: aclrtAllocatorDesc, func: aclrtAllocatorFreeFunc)
+        -> aclError;
+    [Runtime] fn aclrtAllocatorSetAllocAdviseFuncToDesc(
+        allocatorDesc: aclrtAllocatorDesc,
+        func: aclrtAllocatorAllocAdviseFunc,
+    ) -> aclError;
+    [Runtime] fn aclrtAllocatorSetGetAddrFromBlockFuncToDesc(
+        allocatorDesc: aclrtAllocatorDesc,
+        func: aclrtAllocatorGetAddrFromBlockFunc,
+    ) -> aclError;
+    [Runtime] fn aclrtAllocatorRegister(stream: aclrtStream, allocatorDesc: aclrtAllocatorDesc) -> aclError;
+    [Runtime] fn aclrtAllocatorUnregister(stream: aclrtStream) -> aclError;
+    [Runtime] fn aclrtAllocatorDestroyDesc(allocatorDesc: aclrtAllocatorDesc) -> aclError;
+
+    // ---- C.2 aclnn basics (libnnopbase.so) ----
+    [NnOpBase] fn aclCreateTensor(
+        viewDims: *const i64,
+        viewDimsNum: u64,
+        dataType: aclDataType,
+        stride: *const i64,
+        offset: i64,
+        format: aclFormat,
+        storageDims: *const i64,
+        storageDimsNum: u64,
+        tensorData: *mut c_void,
+    ) -> *mut aclTensor;
+    [NnOpBase] fn aclDestroyTensor(tensor: *const aclTensor) -> aclnnStatus;
+    [NnOpBase] fn aclCreateScalar(value: *mut c_void, dataType: aclDataType) -> *mut aclScalar;
+    [NnOpBase] fn aclDestroyScalar(scalar: *const aclScalar) -> aclnnStatus;
+    [NnOpBase] fn aclCreateIntArray(value: *const i64, size: u64) -> *mut aclIntArray;
+    [NnOpBase] fn aclDestroyIntArray(array: *const aclIntArray) -> aclnnStatus;
+    [NnOpBase] fn aclCreateFloatArray(value: *const f32, size: u64) -> *mut aclFloatArray;
+    [NnOpBase] fn aclDestroyFloatArray(array: *const aclFloatArray) -> aclnnStatus;
+    [NnOpBase] fn aclCreateBoolArray(value: *const bool, size: u64) -> *mut aclBoolArray;
+    [NnOpBase] fn aclDestroyBoolArray(array: *const aclBoolArray) -> aclnnStatus;
+    [NnOpBase] fn aclCreateTensorList(value: *const *const aclTensor, size: u64) -> *mut aclTensorList;
+    [NnOpBase] fn aclDestroyTensorList(array: *const aclTensorList) -> aclnnStatus;
+    [NnOpBase] fn aclCreateScalarList(value: *const *const aclScalar, size: u64) -> *mut aclScalarList;
+    [NnOpBase] fn aclDestroyScalarList(array: *const aclScalarList) -> aclnnStatus;
+    [NnOpBase] fn aclGetViewShape(tensor: *const aclTensor, viewDims: *mut *mut i64, viewDimsNum: *mut u64)
+        -> aclnnStatus;
+    [NnOpBase] fn aclGetDataType(tensor: *const aclTensor, dataType: *mut aclDataType) -> aclnnStatus;
+    [NnOpBase] fn aclGetFormat(tensor: *const aclTensor, format: *mut aclFormat) -> aclnnStatus;
+    [NnOpBase] fn aclInitTensor(
+        tensor: *mut aclTensor,
+        viewDims: *const i64,
+        viewDimsNum: u64,
+        dataType: aclDataType,
+        stride: *const i64,
+        offset: i64,
+        format: aclFormat,
+        storageDims: *const i64,
+        storageDimsNum: u64,
+        tensorDataAddr: *mut c_void,
+    ) -> aclnnStatus;
+    [NnOpBase] fn aclSetRawTensorAddr(tensor: *mut aclTensor, addr: *mut c_void) -> aclnnStatus;
+    [NnOpBase] fn aclGetRawTensorAddr(tensor: *const aclTensor, addr: *mut *mut c_void) -> aclnnStatus;
+    [NnOpBase] fn aclSetAclOpExecutorRepeatable(executor: *mut aclOpExecutor) -> aclnnStatus;
+    [NnOpBase] fn aclDestroyAclOpExecutor(executor: *mut aclOpExecutor) -> aclnnStatus;
+    [NnOpBase] fn aclSetInputTensorAddr(
+        executor: *mut aclOpExecutor,
+        index: usize,
+        tensor: *mut aclTensor,
+        addr: *mut c_void,
+    ) -> aclnnStatus;
+    [NnOpBase] fn aclSetOutputTensorAddr(
+        executor: *mut aclOpExecutor,
+        index: usize,
+        tensor: *mut aclTensor,
+        addr: *mut c_void,
+    ) -> aclnnStatus;
+    [NnOpBase] fn aclSetTensorAddr(
+        executor: *mut aclOpExecutor,
+        index: usize,
+        tensor: *mut aclTensor,
+        addr: *mut c_void,
+    ) -> aclnnStatus;
+    [NnOpBase] fn aclSetDynamicInputTensorAddr(
+        executor: *mut aclOpExecutor,
+        irIndex: usize,
+        relativeIndex: usize,
+        tensors: *mut aclTensorList,
+        addr: *mut c_void,
+    ) -> aclnnStatus;
+    [NnOpBase] fn aclnnInit(configPath: *const c_char) -> aclnnStatus;
+    [NnOpBase] fn aclnnFinalize() -> aclnnStatus;
+
+    // ---- D. operators (libopapi.so); phase 2 is always (workspace, size, executor, stream) ----
+    [OpApi] fn aclnnMatmulGetWorkspaceSize(
+        self_: *const aclTensor, mat2: *const aclTensor, out: *mut aclTensor, cubeMathType: i8,
+        workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnMatmul(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
+    [OpApi] fn aclnnBatchMatMulGetWorkspaceSize(
+        self_: *const aclTensor, mat2: *const aclTensor, out: *mut aclTensor, cubeMathType: i8,
+        workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnBatchMatMul(
+        workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnMmGetWorkspaceSize(
+        self_: *const aclTensor, mat2: *const aclTensor, out: *mut aclTensor, cubeMathType: i8,
+        workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnMm(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
+    [OpApi] fn aclnnAddmmGetWorkspaceSize(
+        self_: *const aclTensor, mat1: *const aclTensor, mat2: *const aclTensor, beta: *const aclScalar,
+        alpha: *const aclScalar, out: *mut aclTensor, cubeMathType: i8, workspaceSize: *mut u64,
+        executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnAddmm(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
+    [OpApi] fn aclnnAddGetWorkspaceSize(
+        self_: *const aclTensor, other: *const aclTensor, alpha: *const aclScalar, out: *mut aclTensor,
+        workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnAdd(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
+    [OpApi] fn aclnnSubGetWorkspaceSize(
+        self_: *const aclTensor, other: *const aclTensor, alpha: *const aclScalar, out: *mut aclTensor,
+        workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnSub(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
+    [OpApi] fn aclnnMulGetWorkspaceSize(
+        self_: *const aclTensor, other: *const aclTensor, out: *mut aclTensor,
+        workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnMul(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
+    [OpApi] fn aclnnDivGetWorkspaceSize(
+        self_: *const aclTensor, other: *const aclTensor, out: *mut aclTensor,
+        workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnDiv(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
+    [OpApi] fn aclnnReluGetWorkspaceSize(
+        self_: *const aclTensor, out: *const aclTensor, workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnRelu(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
+    [OpApi] fn aclnnGeluGetWorkspaceSize(
+        self_: *const aclTensor, out: *mut aclTensor, workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnGelu(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
+    [OpApi] fn aclnnGeluV2GetWorkspaceSize(
+        x: *const aclTensor, approximate: i64, y: *mut aclTensor, workspaceSize: *mut u64,
+        executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnGeluV2(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
+    [OpApi] fn aclnnTanhGetWorkspaceSize(
+        self_: *const aclTensor, out: *mut aclTensor, workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnTanh(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
+    [OpApi] fn aclnnErfGetWorkspaceSize(
+        self_: *const aclTensor, out: *mut aclTensor, workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnErf(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
+    [OpApi] fn aclnnSoftmaxGetWorkspaceSize(
+        self_: *const aclTensor, dim: i64, out: *mut aclTensor, workspaceSize: *mut u64,
+        executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnSoftmax(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
+    [OpApi] fn aclnnLayerNormGetWorkspaceSize(
+        input: *const aclTensor, normalizedShape: *const aclIntArray, weightOptional: *const aclTensor,
+        biasOptional: *const aclTensor, eps: f64, out: *mut aclTensor, meanOutOptional: *mut aclTensor,
+        rstdOutOptional: *mut aclTensor, workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnLayerNorm(
+        workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnPermuteGetWorkspaceSize(
+        self_: *const aclTensor, dims: *const aclIntArray, out: *mut aclTensor, workspaceSize: *mut u64,
+        executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnPermute(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
+    [OpApi] fn aclnnEmbeddingGetWorkspaceSize(
+        weight: *const aclTensor, indices: *const aclTensor, out: *const aclTensor, workspaceSize: *mut u64,
+        executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnEmbedding(
+        workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnIndexSelectGetWorkspaceSize(
+        self_: *const aclTensor, dim: i64, index: *const aclTensor, out: *mut aclTensor, workspaceSize: *mut u64,
+        executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnIndexSelect(
+        workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnCastGetWorkspaceSize(
+        self_: *const aclTensor, dtype: aclDataType, out: *mut aclTensor, workspaceSize: *mut u64,
+        executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnCast(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
+    [OpApi] fn aclnnMeanGetWorkspaceSize(
+        self_: *const aclTensor, dim: *const aclIntArray, keepDim: bool, dtype: aclDataType, out: *mut aclTensor,
+        workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnMean(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
+    [OpApi] fn aclnnReduceSumGetWorkspaceSize(
+        self_: *const aclTensor, dims: *const aclIntArray, keepDims: bool, dtype: aclDataType, out: *mut aclTensor,
+        workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnReduceSum(
+        workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnInplaceCopyGetWorkspaceSize(
+        selfRef: *mut aclTensor, src: *const aclTensor, workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnInplaceCopy(
+        workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnExpGetWorkspaceSize(
+        self_: *const aclTensor, out: *mut aclTensor, workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnExp(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
+    [OpApi] fn aclnnSqrtGetWorkspaceSize(
+        self_: *const aclTensor, out: *mut aclTensor, workspaceSize: *mut u64, opExecutor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnSqrt(workspace: *mut c_void, workspaceSize: u64, opExecutor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
+    [OpApi] fn aclnnRsqrtGetWorkspaceSize(
+        self_: *const aclTensor, out: *mut aclTensor, workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnRsqrt(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
+    [OpApi] fn aclnnNegGetWorkspaceSize(
+        self_: *const aclTensor, out: *mut aclTensor, workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnNeg(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
+    [OpApi] fn aclnnSiluGetWorkspaceSize(
+        self_: *const aclTensor, out: *mut aclTensor, workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnSilu(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
+    [OpApi] fn aclnnAddsGetWorkspaceSize(
+        self_: *const aclTensor, other: *const aclScalar, alpha: *const aclScalar, out: *mut aclTensor,
+        workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnAdds(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
+    [OpApi] fn aclnnMulsGetWorkspaceSize(
+        self_: *const aclTensor, other: *const aclScalar, out: *mut aclTensor, workspaceSize: *mut u64,
+        executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnMuls(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
+    /// Doc-only prototype (not compiled against a header by the facts sheet).
+    [OpApi] fn aclnnRmsNormGetWorkspaceSize(
+        x: *const aclTensor, gamma: *const aclTensor, epsilon: f64, yOut: *const aclTensor, rstdOut: *const aclTensor,
+        workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnRmsNorm(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
+    /// Doc-only prototype (not compiled against a header by the facts sheet).
+    [OpApi] fn aclnnAddLayerNormGetWorkspaceSize(
+        x1: *const aclTensor, x2: *const aclTensor, gamma: *const aclTensor, beta: *const aclTensor,
+        biasOptional: *const aclTensor, epsilon: f64, additionalOutput: bool, yOut: *const aclTensor,
+        meanOut: *const aclTensor, rstdOut: *const aclTensor, xOut: *const aclTensor, workspaceSize: *mut u64,
+        executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnAddLayerNorm(
+        workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
+    ) -> aclnnStatus;
+}
+
+/// Symbols whose absence is normal on some CANN releases (facts sheet: no link-time
+/// import by torch_npu 2.14 or onnxruntime-cann 1.24.4); see the module docs for the
+/// fallbacks.
+pub const OPTIONAL: &[&str] = &[
+    "aclFinalizeReference",
+    "aclrtGetLastError",
+    "aclrtPeekAtLastError",
+    "aclrtGetVersion",
+    "aclsysGetVersionStr",
+    "aclsysGetVersionNum",
+    "aclsysGetCANNVersion",
+    "aclFloat16ToFloat",
+    "aclFloatToFloat16",
+    "aclrtResetDeviceForce",
+    "aclrtGetRunMode",
+    "aclrtSynchronizeDeviceWithTimeout",
+    "aclrtGetDeviceInfo",
+    "aclrtGetDeviceUtilizationRate",
+    "aclrtQueryDeviceStatus",
+    "aclrtGetPhyDevIdByLogicDevId",
+    "aclrtDeviceGetStreamPriorityRange",
+    "aclrtCreateContext",
+    "aclrtDestroyContext",
+    "aclrtCtxGetCurrentDefaultStream",
+    "aclrtSetSysParamOpt",
+    "aclrtCtxSetSysParamOpt",
+    "aclrtGetSysParamOpt",
+    "aclrtDestroyStreamForce",
+    "aclrtSynchronizeStreamWithTimeout",
+    "aclrtStreamQuery",
+    "aclrtCreateEventWithFlag",
+    "aclrtQueryEventStatus",
+    "aclrtQueryEvent",
+    "aclrtSynchronizeEventWithTimeout",
+    "aclrtEventGetTimestamp",
+    "aclrtMallocAlign32",
+    "aclrtMallocCached",
+    "aclrtFreeWithDevSync",
+    "aclrtGetMemUsageInfo",
+    "aclrtPointerGetAttributes",
+    "aclrtHostRegister",
+    "aclrtHostUnregister",
+    "aclrtMemcpy2d",
+    "aclrtMemcpy2dAsync",
+    "aclrtDeviceDisablePeerAccess",
+    "aclrtSubscribeReport",
+    "aclrtLaunchCallback",
+    "aclrtUnSubscribeReport",
+    "aclrtLaunchHostFunc",
+    "aclrtSetOpWaitTimeout",
+    "aclrtSetOpExecuteTimeOut",
+    "aclrtMemGetAllocationGranularity",
+    "aclrtMemSetAccess",
+    "aclrtMemPoolCreate",
+    "aclrtMemPoolDestroy",
+    "aclrtMemPoolMallocAsync",
+    "aclrtMemPoolFreeAsync",
+    "aclrtMemPoolTrimTo",
+    "aclrtMemPoolSetAttr",
+    "aclrtMemPoolGetAttr",
+    "aclrtAllocatorCreateDesc",
+    "aclrtAllocatorSetObjToDesc",
+    "aclrtAllocatorSetAllocFuncToDesc",
+    "aclrtAllocatorSetFreeFuncToDesc",
+    "aclrtAllocatorSetAllocAdviseFuncToDesc",
+    "aclrtAllocatorSetGetAddrFromBlockFuncToDesc",
+    "aclrtAllocatorRegister",
+    "aclrtAllocatorUnregister",
+    "aclrtAllocatorDestroyDesc",
+    "aclInitTensor",
+    "aclSetRawTensorAddr",
+    "aclGetRawTensorAddr",
+    "aclSetTensorAddr",
+    "aclnnInit",
+    "aclnnFinalize",
+    "aclnnRmsNormGetWorkspaceSize",
+    "aclnnRmsNorm",
+    "aclnnAddLayerNormGetWorkspaceSize",
+    "aclnnAddLayerNorm",
+];
