@@ -18,11 +18,8 @@ fn setup(tier: Tier, s: (usize, usize, usize, usize)) -> (npurt::Runtime, Tensor
     let cfg = RuntimeConfig { forced_tier: Some(tier), ..RuntimeConfig::default() };
     let rt = npurt::Runtime::with_config(cfg).unwrap();
     let (m, k, n, b) = s;
-    let (ad, bd, cd) = if b == 1 {
-        (vec![m, k], vec![k, n], vec![m, n])
-    } else {
-        (vec![b, m, k], vec![b, k, n], vec![b, m, n])
-    };
+    let (ad, bd, cd) =
+        if b == 1 { (vec![m, k], vec![k, n], vec![m, n]) } else { (vec![b, m, k], vec![b, k, n], vec![b, m, n]) };
     let fill = |d: Vec<usize>| {
         let n: usize = d.iter().product();
         let v: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();

@@ -19,7 +19,10 @@ fn invalid_calls() -> Vec<(Op, Vec<(DType, Vec<usize>)>)> {
         (mm.clone(), vec![(F32, vec![2, 3]), (F16, vec![3, 2])]),
         (mm, vec![(I64, vec![2, 3]), (I64, vec![3, 2])]),
         (Op::MatMul { trans_a: false, trans_b: false }, vec![(F32, vec![2, 2, 3]), (F32, vec![3, 3, 4])]),
-        (Op::Gemm { trans_a: false, trans_b: false, alpha: 1.0, beta: 1.0 }, vec![(F32, vec![2, 3]), (F32, vec![3, 4]), (F32, vec![3])]),
+        (
+            Op::Gemm { trans_a: false, trans_b: false, alpha: 1.0, beta: 1.0 },
+            vec![(F32, vec![2, 3]), (F32, vec![3, 4]), (F32, vec![3])],
+        ),
         (Op::Linear, vec![(F32, vec![2, 3]), (F32, vec![4, 5])]),
         (Op::Linear, vec![(F32, vec![2, 3]), (F32, vec![4, 3]), (F32, vec![3])]),
         (Op::Add, vec![(F32, vec![2, 3]), (F32, vec![4])]),
@@ -45,9 +48,18 @@ fn invalid_calls() -> Vec<(Op, Vec<(DType, Vec<usize>)>)> {
         (Op::ReduceMean { axes: vec![0, 0], keepdims: false }, vec![(F32, vec![2, 3])]),
         (Op::Scale { factor: f32::NAN }, vec![(F32, vec![2])]),
         (Op::Copy, vec![(F32, vec![2]), (F32, vec![2])]),
-        (Op::Attention { scale: None }, vec![(F32, vec![1, 2, 3, 4]), (F32, vec![1, 2, 3, 5]), (F32, vec![1, 2, 3, 4])]),
-        (Op::Attention { scale: None }, vec![(F32, vec![1, 2, 3, 4]), (F32, vec![1, 2, 3, 4]), (F32, vec![1, 2, 3, 4]), (I64, vec![1, 1, 1, 3])]),
-        (Op::Attention { scale: None }, vec![(F32, vec![1, 2, 3, 4]), (F32, vec![1, 2, 5, 4]), (F32, vec![1, 2, 5, 4]), (U8, vec![1, 1, 1, 4])]),
+        (
+            Op::Attention { scale: None },
+            vec![(F32, vec![1, 2, 3, 4]), (F32, vec![1, 2, 3, 5]), (F32, vec![1, 2, 3, 4])],
+        ),
+        (
+            Op::Attention { scale: None },
+            vec![(F32, vec![1, 2, 3, 4]), (F32, vec![1, 2, 3, 4]), (F32, vec![1, 2, 3, 4]), (I64, vec![1, 1, 1, 3])],
+        ),
+        (
+            Op::Attention { scale: None },
+            vec![(F32, vec![1, 2, 3, 4]), (F32, vec![1, 2, 5, 4]), (F32, vec![1, 2, 5, 4]), (U8, vec![1, 1, 1, 4])],
+        ),
         (Op::BiasGelu(GeluApprox::Tanh), vec![(F32, vec![2, 4]), (F32, vec![2])]),
         (Op::AddLayerNorm { eps: 1e-5 }, vec![(F32, vec![2, 4]), (F32, vec![2, 3]), (F32, vec![4]), (F32, vec![4])]),
     ]

@@ -11,7 +11,8 @@ fn bin() -> Command {
 
 fn f32_array(shape: &[usize], seed: u32) -> (NpyArray, Vec<f32>) {
     let n: usize = shape.iter().product();
-    let v: Vec<f32> = (0..n).map(|i| (((i as u32).wrapping_mul(2654435761) ^ seed) % 1000) as f32 / 250.0 - 2.0).collect();
+    let v: Vec<f32> =
+        (0..n).map(|i| (((i as u32).wrapping_mul(2654435761) ^ seed) % 1000) as f32 / 250.0 - 2.0).collect();
     (NpyArray { dtype: DType::F32, shape: shape.to_vec(), data: bytemuck::cast_slice(&v).to_vec() }, v)
 }
 

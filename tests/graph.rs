@@ -5,8 +5,8 @@ mod common;
 
 use npurt::models::bert::{self, BertConfig, Weights};
 use npurt::{DType, Op, RuntimeConfig, Scheduling, Tensor};
-use runtime::graph::{CompileOptions, CompiledGraph, Graph, HostTensor, ScheduleStrategy, ValueId, ValueKind};
 use runtime::Runtime;
+use runtime::graph::{CompileOptions, CompiledGraph, Graph, HostTensor, ScheduleStrategy, ValueId, ValueKind};
 use std::collections::HashMap;
 
 /// Runs every node with the eager API, in graph order.
@@ -164,7 +164,9 @@ test_on_every_backend!(scheduler_random_dags_match_sequential, |b| {
         }
         g.output(*vals.last().unwrap());
         g.output(vals[vals.len() / 2]);
-        let input = rt.from_slice(&(0..256).map(|i| ((i * 31) % 17) as f32 * 0.01 - 0.08).collect::<Vec<_>>(), [16, 16], 0).unwrap();
+        let input = rt
+            .from_slice(&(0..256).map(|i| ((i * 31) % 17) as f32 * 0.01 - 0.08).collect::<Vec<_>>(), [16, 16], 0)
+            .unwrap();
         let seq = CompiledGraph::compile(&rt, &g, options(false, true, false, ScheduleStrategy::Throughput)).unwrap();
         let want = seq.run(&[&input]).unwrap();
         for strategy in [ScheduleStrategy::Latency, ScheduleStrategy::Balanced] {

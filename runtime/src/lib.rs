@@ -25,6 +25,7 @@ pub use backend::{Backend, DeviceInfo, DevicePtr, EventId, LaunchArgs, StreamId,
 pub use config::{HwMapping, Optimizations, PoolConfig, ReuseStrategy, RuntimeConfig, Scheduling};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
+pub use graph::{CompileOptions, CompiledGraph, Graph, HostTensor};
 pub use kernel::{KernelInfo, KernelQuery, Tier, Unit, UnitClass};
 pub use op::{GeluApprox, Op, OpKind, TensorMeta};
 pub use pool::{Block, BlockKind, Pool, PoolStats};
@@ -33,7 +34,6 @@ pub use runtime::{MemoryInfo, Runtime, Task};
 pub use shape::{Layout, Shape};
 pub use stream::{Event, Stream, StreamScope};
 pub use tensor::Tensor;
-pub use graph::{CompileOptions, CompiledGraph, Graph, HostTensor};
 
 pub use half::{bf16, f16};
 pub use ndarray;

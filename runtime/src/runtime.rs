@@ -238,7 +238,13 @@ impl Runtime {
             .ok_or_else(|| Error::invalid("Tensor", format!("{dtype} {shape} overflows the address space")))?;
         let block = d.pool.alloc(bytes, target.id)?;
         let t = Tensor {
-            storage: Arc::new(Storage { rt: self.inner.clone(), device, block, bytes: block.size, uses: Mutex::new(Vec::new()) }),
+            storage: Arc::new(Storage {
+                rt: self.inner.clone(),
+                device,
+                block,
+                bytes: block.size,
+                uses: Mutex::new(Vec::new()),
+            }),
             dtype,
             layout: Arc::new(Layout::contiguous(shape)),
         };

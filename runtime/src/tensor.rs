@@ -186,7 +186,10 @@ impl Tensor {
         if byte_offset % dtype.size() != 0 || byte_offset + bytes > self.storage.bytes {
             return Err(Error::invalid(
                 "Tensor",
-                format!("a {dtype} {shape} view at byte {byte_offset} does not fit a {}-byte buffer", self.storage.bytes),
+                format!(
+                    "a {dtype} {shape} view at byte {byte_offset} does not fit a {}-byte buffer",
+                    self.storage.bytes
+                ),
             ));
         }
         let mut layout = Layout::contiguous(shape);

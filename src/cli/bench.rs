@@ -87,24 +87,35 @@ fn numpy_peer(runs: usize) -> Result<(BTreeMap<String, f64>, String)> {
     if !o.status.success() {
         return Err(Error::Io(format!("numpy peer failed: {}{}", text, String::from_utf8_lossy(&o.stderr))));
     }
-    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&out_json)?).map_err(|e| Error::Io(e.to_string()))?;
+    let j: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&out_json)?).map_err(|e| Error::Io(e.to_string()))?;
     let _ = std::fs::remove_file(&out_json);
     let mut m = BTreeMap::new();
     if let Some(arr) = j.get("results").and_then(|r| r.as_array()) {
         for r in arr {
-            if let (Some(name), Some(g)) = (r.get("shape").and_then(|s| s.as_str()), r.get("gflops").and_then(|g| g.as_f64())) {
+            if let (Some(name), Some(g)) =
+                (r.get("shape").and_then(|s| s.as_str()), r.get("gflops").and_then(|g| g.as_f64()))
+            {
                 m.insert(name.to_string(), g);
             }
         }
     }
-    let blas = text.lines().filter(|l| l.to_lowercase().contains("openblas") || l.contains("kernel") || l.contains("architecture")).collect::<Vec<_>>().join("; ");
+    let blas = text
+        .lines()
+        .filter(|l| l.to_lowercase().contains("openblas") || l.contains("kernel") || l.contains("architecture"))
+        .collect::<Vec<_>>()
+        .join("; ");
     Ok((m, blas))
 }
 
 fn gemm(cfg: RuntimeConfig, args: Vec<String>) -> Result<()> {
     let runs: usize = flag(&args, "--runs").and_then(|v| v.parse().ok()).unwrap_or(9);
     let peer = flag(&args, "--peer");
-    let tiers: Vec<Tier> = if has(&args, "--all-tiers") { vec![Tier::HighPerformance, Tier::Generic] } else { vec![Tier::HighPerformance] };
+    let tiers: Vec<Tier> = if has(&args, "--all-tiers") {
+        vec![Tier::HighPerformance, Tier::Generic]
+    } else {
+        vec![Tier::HighPerformance]
+    };
     let f = backend_cpu::features::get();
     println!("GEMM f32, median of {runs} runs, {} threads, ISA {:?}", cfg.threads.unwrap_or(f.cores), f.isa);
     // Peer before and after ours, so drift on a shared machine shows up.
@@ -147,7 +158,10 @@ fn gemm(cfg: RuntimeConfig, args: Vec<String>) -> Result<()> {
 const CONFIGS: &[&str] = &["none", "+pool", "+reuse", "+parallel", "+mapping"];
 
 fn config_for(base: &RuntimeConfig, name: &str) -> Result<RuntimeConfig> {
-    let steps = CONFIGS.iter().position(|c| *c == name).ok_or_else(|| Error::Config(format!("unknown configuration {name:?}")))?;
+    let steps = CONFIGS
+        .iter()
+        .position(|c| *c == name)
+        .ok_or_else(|| Error::Config(format!("unknown configuration {name:?}")))?;
     let mut o = Optimizations::ALL_OFF;
     o.memory_pool = steps >= 1;
     o.memory_reuse = steps >= 2;
@@ -206,7 +220,14 @@ fn utilisation(rt: &Runtime, p: &RunProfile) -> Vec<(String, f64, f64)> {
         .collect()
 }
 
-fn run_one(base: &RuntimeConfig, cname: &str, bc: &BertConfig, batch: usize, seq: usize, runs: usize) -> Result<BertRun> {
+fn run_one(
+    base: &RuntimeConfig,
+    cname: &str,
+    bc: &BertConfig,
+    batch: usize,
+    seq: usize,
+    runs: usize,
+) -> Result<BertRun> {
     let cfg = config_for(base, cname)?;
     let rt = Runtime::with_config(cfg.clone())?;
     let t_build = Instant::now();
@@ -217,7 +238,11 @@ fn run_one(base: &RuntimeConfig, cname: &str, bc: &BertConfig, batch: usize, seq
     let ids: Vec<i64> = (0..batch * seq).map(|i| (101 + (i * 7919) % (bc.vocab_size - 101)) as i64).collect();
     let tt = vec![0i64; batch * seq];
     let mask = vec![1f32; batch * seq];
-    let ins = [rt.from_slice(&ids, [batch, seq], 0)?, rt.from_slice(&tt, [batch, seq], 0)?, rt.from_slice(&mask, [batch, seq], 0)?];
+    let ins = [
+        rt.from_slice(&ids, [batch, seq], 0)?,
+        rt.from_slice(&tt, [batch, seq], 0)?,
+        rt.from_slice(&mask, [batch, seq], 0)?,
+    ];
     let refs: Vec<&Tensor> = ins.iter().collect();
     let (_, profile) = cg.run_profiled(&refs)?; // warm-up, profiled
     let mut times = Vec::new();
@@ -258,7 +283,9 @@ fn to_json(r: &BertRun) -> serde_json::Value {
     })
 }
 
-fn from_json(v: &serde_json::Value) -> Option<(String, f64, f64, f64, u64, Option<u64>, Option<(u64, u64)>, u64, String)> {
+fn from_json(
+    v: &serde_json::Value,
+) -> Option<(String, f64, f64, f64, u64, Option<u64>, Option<(u64, u64)>, u64, String)> {
     let util = v["utilisation"]
         .as_array()?
         .iter()
@@ -333,7 +360,8 @@ fn bert_cmd(base: RuntimeConfig, args: Vec<String>) -> Result<()> {
             return Err(Error::Io(format!("configuration {c} failed: {}", String::from_utf8_lossy(&o.stderr))));
         }
         let line = String::from_utf8_lossy(&o.stdout);
-        let v: serde_json::Value = serde_json::from_str(line.trim()).map_err(|e| Error::Io(format!("{c}: {e}: {line}")))?;
+        let v: serde_json::Value =
+            serde_json::from_str(line.trim()).map_err(|e| Error::Io(format!("{c}: {e}: {line}")))?;
         print_row(&v);
         rows.push(v);
     }
@@ -353,7 +381,10 @@ fn bert_cmd(base: RuntimeConfig, args: Vec<String>) -> Result<()> {
             super::chart::Series {
                 name: "peak RSS".into(),
                 unit: "MiB".into(),
-                values: rows.iter().map(|r| r["rss_peak_bytes"].as_f64().unwrap_or(f64::NAN) / (1u64 << 20) as f64).collect(),
+                values: rows
+                    .iter()
+                    .map(|r| r["rss_peak_bytes"].as_f64().unwrap_or(f64::NAN) / (1u64 << 20) as f64)
+                    .collect(),
             },
         ];
         let png = super::chart::bar_chart_png(&format!("BERT {model} seq {seq}: ablation"), &labels, &series, 900, 500);
@@ -366,7 +397,11 @@ fn bert_cmd(base: RuntimeConfig, args: Vec<String>) -> Result<()> {
         println!("wrote {path} ({} nodes; open in https://ui.perfetto.dev)", r.profile.nodes.len());
         if has(&args, "--profile") {
             for (k, d, f, c) in r.profile.by_op().iter().take(12) {
-                println!("  {k:<40} {c:>4} nodes {:>9.1} ms {:>8.1} GFLOP/s", d.as_secs_f64() * 1e3, *f as f64 / d.as_secs_f64().max(1e-12) / 1e9);
+                println!(
+                    "  {k:<40} {c:>4} nodes {:>9.1} ms {:>8.1} GFLOP/s",
+                    d.as_secs_f64() * 1e3,
+                    *f as f64 / d.as_secs_f64().max(1e-12) / 1e9
+                );
             }
         }
     }

@@ -37,11 +37,23 @@ impl BertConfig {
         }
     }
     pub fn bert_base() -> BertConfig {
-        BertConfig { hidden_size: 768, num_hidden_layers: 12, num_attention_heads: 12, intermediate_size: 3072, ..Self::bert_large() }
+        BertConfig {
+            hidden_size: 768,
+            num_hidden_layers: 12,
+            num_attention_heads: 12,
+            intermediate_size: 3072,
+            ..Self::bert_large()
+        }
     }
     /// sentence-transformers/all-MiniLM-L6-v2.
     pub fn minilm_l6() -> BertConfig {
-        BertConfig { hidden_size: 384, num_hidden_layers: 6, num_attention_heads: 12, intermediate_size: 1536, ..Self::bert_large() }
+        BertConfig {
+            hidden_size: 384,
+            num_hidden_layers: 6,
+            num_attention_heads: 12,
+            intermediate_size: 1536,
+            ..Self::bert_large()
+        }
     }
     /// A tiny configuration for tests.
     pub fn tiny() -> BertConfig {
@@ -71,7 +83,10 @@ impl BertConfig {
     pub fn from_json(text: &str) -> Result<BertConfig> {
         let v: serde_json::Value = serde_json::from_str(text).map_err(|e| Error::Io(format!("config.json: {e}")))?;
         let get = |k: &str| -> Result<usize> {
-            v.get(k).and_then(|x| x.as_u64()).map(|x| x as usize).ok_or_else(|| Error::Io(format!("config.json: missing {k}")))
+            v.get(k)
+                .and_then(|x| x.as_u64())
+                .map(|x| x as usize)
+                .ok_or_else(|| Error::Io(format!("config.json: missing {k}")))
         };
         let act = v.get("hidden_act").and_then(|a| a.as_str()).unwrap_or("gelu");
         if act != "gelu" {
@@ -181,7 +196,13 @@ impl WeightSource {
             let t = m
                 .get(name)
                 .or_else(|| m.get(&format!("bert.{name}")))
-                .or_else(|| if name.contains("LayerNorm") { m.get(&alt).or_else(|| m.get(&format!("bert.{alt}"))) } else { None })
+                .or_else(|| {
+                    if name.contains("LayerNorm") {
+                        m.get(&alt).or_else(|| m.get(&format!("bert.{alt}")))
+                    } else {
+                        None
+                    }
+                })
                 .ok_or_else(|| Error::Io(format!("weights: {name} is missing")))?;
             if t.shape.dims() != shape {
                 return Err(Error::Io(format!("weights: {name} is {:?}, expected {shape:?}", t.shape.dims())));
@@ -190,7 +211,9 @@ impl WeightSource {
         }
         let n: usize = shape.iter().product();
         let v = match kind {
-            Init::Normal => random_normal(self.seed.wrapping_add(self.counter.wrapping_mul(0x2545_F491_4F6C_DD1D)), n, 0.02),
+            Init::Normal => {
+                random_normal(self.seed.wrapping_add(self.counter.wrapping_mul(0x2545_F491_4F6C_DD1D)), n, 0.02)
+            }
             Init::Ones => vec![1.0; n],
         };
         HostTensor::from_vec(shape.to_vec(), v)
@@ -239,7 +262,10 @@ pub fn build(config: &BertConfig, weights: Weights, batch: usize, seq: usize) ->
     let tt = g.input("token_type_ids", DType::I64, [batch, seq]);
     let mask = g.input("attention_mask", DType::F32, [batch, seq]);
     // Embeddings.
-    let we = g.constant("embeddings.word_embeddings.weight", w.get("embeddings.word_embeddings.weight", &[c.vocab_size, h], Init::Normal)?);
+    let we = g.constant(
+        "embeddings.word_embeddings.weight",
+        w.get("embeddings.word_embeddings.weight", &[c.vocab_size, h], Init::Normal)?,
+    );
     let pe = g.constant(
         "embeddings.position_embeddings.weight",
         w.get("embeddings.position_embeddings.weight", &[c.max_position_embeddings, h], Init::Normal)?,
@@ -268,7 +294,11 @@ pub fn build(config: &BertConfig, weights: Weights, batch: usize, seq: usize) ->
         g.op(name, Op::Linear, &[x, wt, b])
     };
     let heads = |g: &mut Graph, name: &str, t: ValueId| -> Result<ValueId> {
-        let r = g.op(&format!("{name}.split"), Op::Reshape { shape: vec![batch as isize, seq as isize, nh as isize, dh as isize] }, &[t])?;
+        let r = g.op(
+            &format!("{name}.split"),
+            Op::Reshape { shape: vec![batch as isize, seq as isize, nh as isize, dh as isize] },
+            &[t],
+        )?;
         g.op(&format!("{name}.heads"), Op::Permute { perm: vec![0, 2, 1, 3] }, &[r])
     };
     for l in 0..c.num_hidden_layers {
@@ -276,28 +306,58 @@ pub fn build(config: &BertConfig, weights: Weights, batch: usize, seq: usize) ->
         let q = lin(&mut g, &mut w, &format!("{p}.attention.self.query"), x, h, h)?;
         let k = lin(&mut g, &mut w, &format!("{p}.attention.self.key"), x, h, h)?;
         let v = lin(&mut g, &mut w, &format!("{p}.attention.self.value"), x, h, h)?;
-        let (q, k, v) = (heads(&mut g, &format!("{p}.q"), q)?, heads(&mut g, &format!("{p}.k"), k)?, heads(&mut g, &format!("{p}.v"), v)?);
+        let (q, k, v) = (
+            heads(&mut g, &format!("{p}.q"), q)?,
+            heads(&mut g, &format!("{p}.k"), k)?,
+            heads(&mut g, &format!("{p}.v"), v)?,
+        );
         let sc = g.op(&format!("{p}.attention.scores"), Op::MatMul { trans_a: false, trans_b: true }, &[q, k])?;
         let sc = g.op(&format!("{p}.attention.scale"), Op::Scale { factor: 1.0 / (dh as f32).sqrt() }, &[sc])?;
         let sc = g.op(&format!("{p}.attention.mask"), Op::Add, &[sc, add_mask])?;
         let pr = g.op(&format!("{p}.attention.softmax"), Op::Softmax { axis: -1 }, &[sc])?;
         let ctx = g.op(&format!("{p}.attention.context"), Op::MatMul { trans_a: false, trans_b: false }, &[pr, v])?;
         let ctx = g.op(&format!("{p}.attention.merge"), Op::Permute { perm: vec![0, 2, 1, 3] }, &[ctx])?;
-        let ctx = g.op(&format!("{p}.attention.flatten"), Op::Reshape { shape: vec![batch as isize, seq as isize, h as isize] }, &[ctx])?;
+        let ctx = g.op(
+            &format!("{p}.attention.flatten"),
+            Op::Reshape { shape: vec![batch as isize, seq as isize, h as isize] },
+            &[ctx],
+        )?;
         let ao = lin(&mut g, &mut w, &format!("{p}.attention.output.dense"), ctx, h, h)?;
         let r1 = g.op(&format!("{p}.attention.output.residual"), Op::Add, &[ao, x])?;
-        let g1 = g.constant(&format!("{p}.attention.output.LayerNorm.weight"), w.get(&format!("{p}.attention.output.LayerNorm.weight"), &[h], Init::Ones)?);
-        let b1 = g.constant(&format!("{p}.attention.output.LayerNorm.bias"), w.get(&format!("{p}.attention.output.LayerNorm.bias"), &[h], Init::Normal)?);
-        let x1 = g.op(&format!("{p}.attention.output.LayerNorm"), Op::LayerNorm { eps: c.layer_norm_eps }, &[r1, g1, b1])?;
+        let g1 = g.constant(
+            &format!("{p}.attention.output.LayerNorm.weight"),
+            w.get(&format!("{p}.attention.output.LayerNorm.weight"), &[h], Init::Ones)?,
+        );
+        let b1 = g.constant(
+            &format!("{p}.attention.output.LayerNorm.bias"),
+            w.get(&format!("{p}.attention.output.LayerNorm.bias"), &[h], Init::Normal)?,
+        );
+        let x1 =
+            g.op(&format!("{p}.attention.output.LayerNorm"), Op::LayerNorm { eps: c.layer_norm_eps }, &[r1, g1, b1])?;
         let it = lin(&mut g, &mut w, &format!("{p}.intermediate.dense"), x1, c.intermediate_size, h)?;
         let act = g.op(&format!("{p}.intermediate.gelu"), Op::Gelu(GeluApprox::Erf), &[it])?;
         let o = lin(&mut g, &mut w, &format!("{p}.output.dense"), act, h, c.intermediate_size)?;
         let r2 = g.op(&format!("{p}.output.residual"), Op::Add, &[o, x1])?;
-        let g2 = g.constant(&format!("{p}.output.LayerNorm.weight"), w.get(&format!("{p}.output.LayerNorm.weight"), &[h], Init::Ones)?);
-        let b2 = g.constant(&format!("{p}.output.LayerNorm.bias"), w.get(&format!("{p}.output.LayerNorm.bias"), &[h], Init::Normal)?);
+        let g2 = g.constant(
+            &format!("{p}.output.LayerNorm.weight"),
+            w.get(&format!("{p}.output.LayerNorm.weight"), &[h], Init::Ones)?,
+        );
+        let b2 = g.constant(
+            &format!("{p}.output.LayerNorm.bias"),
+            w.get(&format!("{p}.output.LayerNorm.bias"), &[h], Init::Normal)?,
+        );
         x = g.op(&format!("{p}.output.LayerNorm"), Op::LayerNorm { eps: c.layer_norm_eps }, &[r2, g2, b2])?;
     }
     g.output(x);
     g.validate()?;
-    Ok(BertGraph { graph: g, config: c.clone(), batch, seq, input_ids: ids, token_type_ids: tt, attention_mask: mask, output: x })
+    Ok(BertGraph {
+        graph: g,
+        config: c.clone(),
+        batch,
+        seq,
+        input_ids: ids,
+        token_type_ids: tt,
+        attention_mask: mask,
+        output: x,
+    })
 }

@@ -47,7 +47,10 @@ pub fn parse(bytes: &[u8], name: &str) -> Result<HashMap<String, HostTensor>> {
             .filter(|a| a.len() == 2)
             .ok_or_else(|| bad(name, format!("{k}: no data_offsets")))?;
         let (s, e) = (offs[0].as_u64().unwrap_or(u64::MAX) as usize, offs[1].as_u64().unwrap_or(0) as usize);
-        let raw = data.get(s..e).filter(|_| s <= e).ok_or_else(|| bad(name, format!("{k}: data range {s}..{e} out of bounds")))?;
+        let raw = data
+            .get(s..e)
+            .filter(|_| s <= e)
+            .ok_or_else(|| bad(name, format!("{k}: data range {s}..{e} out of bounds")))?;
         let (dtype, bytes): (DType, Vec<u8>) = match dt {
             "F32" => (DType::F32, raw.to_vec()),
             "F16" => (DType::F16, raw.to_vec()),
@@ -57,7 +60,9 @@ pub fn parse(bytes: &[u8], name: &str) -> Result<HashMap<String, HostTensor>> {
             "U8" | "BOOL" => (DType::U8, raw.to_vec()),
             "F64" => (
                 DType::F32,
-                raw.chunks_exact(8).flat_map(|c| (f64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32).to_le_bytes()).collect(),
+                raw.chunks_exact(8)
+                    .flat_map(|c| (f64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32).to_le_bytes())
+                    .collect(),
             ),
             other => return Err(bad(name, format!("{k}: unsupported dtype {other}"))),
         };

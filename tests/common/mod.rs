@@ -2,6 +2,8 @@
 //! compiled in and present; a backend that is absent is reported as skipped, visibly.
 #![allow(dead_code)]
 
+pub mod gate;
+
 use npurt::{Backend, RuntimeConfig};
 use std::sync::Arc;
 

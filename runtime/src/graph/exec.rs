@@ -173,7 +173,8 @@ impl CompiledGraph {
         for n in &graph.nodes {
             let ins: Vec<TensorMeta> = n.inputs.iter().map(|v| graph.meta(*v).clone()).collect();
             let outs: Vec<TensorMeta> = n.outputs.iter().map(|v| graph.meta(*v).clone()).collect();
-            rt.select_kernel(&n.op, &ins).map_err(|e| Error::invalid(n.op.name(), format!("node {:?}: {e}", n.name)))?;
+            rt.select_kernel(&n.op, &ins)
+                .map_err(|e| Error::invalid(n.op.name(), format!("node {:?}: {e}", n.name)))?;
             let f = n.op.flops(&ins, &outs) as f64;
             let b = n.op.bytes(&ins, &outs) as f64;
             cost.push(f / 50e9 + b / 10e9 + 2e-6);
@@ -249,7 +250,8 @@ impl CompiledGraph {
                     (def, last)
                 })
                 .collect();
-            let readers: Vec<Vec<usize>> = inter.iter().map(|&v| consumers[v.0].iter().map(|c| c.0).collect()).collect();
+            let readers: Vec<Vec<usize>> =
+                inter.iter().map(|&v| consumers[v.0].iter().map(|c| c.0).collect()).collect();
             let conflict = |i: usize, j: usize| {
                 let before = |a: usize, b: usize| {
                     // Every reader of `a` (and its writer) finishes before `b`'s writer starts.
@@ -306,10 +308,14 @@ impl CompiledGraph {
                 needs_event[p.0] = true;
             }
         }
-        let done = needs_event.iter().map(|&n| if n { rt.event(device).map(Some) } else { Ok(None) }).collect::<Result<_>>()?;
+        let done = needs_event
+            .iter()
+            .map(|&n| if n { rt.event(device).map(Some) } else { Ok(None) })
+            .collect::<Result<_>>()?;
         // CPU thread budget: split the device among concurrently running nodes.
         let threads = if schedule.streams > 1 {
-            let total = rt.config().threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            let total =
+                rt.config().threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
             schedule.concurrency.iter().map(|&c| (total / c.max(1)).max(1)).collect()
         } else {
             vec![0; graph.nodes.len()]

@@ -44,7 +44,9 @@ pub fn fuse(g: &Graph) -> Result<(Graph, FusionStats)> {
     // The single-consumer producer node of a value, if fusing through it is allowed.
     let sole = |v: ValueId, by: usize| -> Option<usize> {
         match g.values[v.0].kind {
-            ValueKind::Node(NodeId(p)) if consumers[v.0] == [NodeId(by)] && !is_output(v) && g.nodes[p].outputs.len() == 1 => {
+            ValueKind::Node(NodeId(p))
+                if consumers[v.0] == [NodeId(by)] && !is_output(v) && g.nodes[p].outputs.len() == 1 =>
+            {
                 Some(p)
             }
             _ => None,
@@ -108,7 +110,10 @@ pub fn fuse(g: &Graph) -> Result<(Graph, FusionStats)> {
                 }
                 taken[i] = true;
                 stats.attention += 1;
-                groups.insert(i, Group { absorbed, emit: vec![(n.name.clone(), Op::Attention { scale: Some(scale) }, ins)] });
+                groups.insert(
+                    i,
+                    Group { absorbed, emit: vec![(n.name.clone(), Op::Attention { scale: Some(scale) }, ins)] },
+                );
             }
             Op::Gelu(approx) => {
                 let Some(p) = sole(n.inputs[0], i) else { continue };
@@ -118,7 +123,10 @@ pub fn fuse(g: &Graph) -> Result<(Graph, FusionStats)> {
                 let pn = &g.nodes[p];
                 let last = g.meta(n.inputs[0]).shape.last();
                 match &pn.op {
-                    Op::Add if g.meta(pn.inputs[1]).shape.0 == [last] && g.meta(pn.inputs[0]).shape == g.meta(n.inputs[0]).shape => {
+                    Op::Add
+                        if g.meta(pn.inputs[1]).shape.0 == [last]
+                            && g.meta(pn.inputs[0]).shape == g.meta(n.inputs[0]).shape =>
+                    {
                         taken[p] = true;
                         taken[i] = true;
                         stats.bias_gelu += 1;
@@ -126,7 +134,11 @@ pub fn fuse(g: &Graph) -> Result<(Graph, FusionStats)> {
                             i,
                             Group {
                                 absorbed: vec![p],
-                                emit: vec![(n.name.clone(), Op::BiasGelu(*approx), vec![Src::Old(pn.inputs[0]), Src::Old(pn.inputs[1])])],
+                                emit: vec![(
+                                    n.name.clone(),
+                                    Op::BiasGelu(*approx),
+                                    vec![Src::Old(pn.inputs[0]), Src::Old(pn.inputs[1])],
+                                )],
                             },
                         );
                     }
@@ -140,7 +152,11 @@ pub fn fuse(g: &Graph) -> Result<(Graph, FusionStats)> {
                                 absorbed: vec![p],
                                 emit: vec![
                                     (pn.name.clone(), Op::Linear, vec![Src::Old(pn.inputs[0]), Src::Old(pn.inputs[1])]),
-                                    (n.name.clone(), Op::BiasGelu(*approx), vec![Src::Emitted(0), Src::Old(pn.inputs[2])]),
+                                    (
+                                        n.name.clone(),
+                                        Op::BiasGelu(*approx),
+                                        vec![Src::Emitted(0), Src::Old(pn.inputs[2])],
+                                    ),
                                 ],
                             },
                         );
@@ -175,7 +191,8 @@ pub fn fuse(g: &Graph) -> Result<(Graph, FusionStats)> {
             _ => {}
         }
     }
-    let absorbed: std::collections::HashSet<usize> = groups.values().flat_map(|gr| gr.absorbed.iter().copied()).collect();
+    let absorbed: std::collections::HashSet<usize> =
+        groups.values().flat_map(|gr| gr.absorbed.iter().copied()).collect();
     // Rebuild.
     let mut out = Graph::new();
     let mut map: HashMap<ValueId, ValueId> = HashMap::new();

@@ -138,7 +138,11 @@ impl Graph {
                 if !defined.get(v.0).copied().unwrap_or(false) {
                     return Err(Error::invalid(
                         n.op.name(),
-                        format!("node {:?} reads {:?} before it is defined", n.name, self.values.get(v.0).map(|x| &x.name)),
+                        format!(
+                            "node {:?} reads {:?} before it is defined",
+                            n.name,
+                            self.values.get(v.0).map(|x| &x.name)
+                        ),
                     ));
                 }
             }
@@ -206,7 +210,8 @@ impl Graph {
         let _ = writeln!(s, "consts {consts} ({} bytes)", self.constant_bytes());
         for n in &self.nodes {
             let ins: Vec<String> = n.inputs.iter().map(name).collect();
-            let outs: Vec<String> = n.outputs.iter().map(|o| format!("{} : {}", name(o), self.values[o.0].meta)).collect();
+            let outs: Vec<String> =
+                n.outputs.iter().map(|o| format!("{} : {}", name(o), self.values[o.0].meta)).collect();
             let _ = writeln!(s, "{} = {:?}({})", outs.join(", "), n.op, ins.join(", "));
         }
         for o in &self.outputs {

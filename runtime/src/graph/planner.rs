@@ -84,13 +84,8 @@ pub fn plan(buffers: &[Buffer], conflict: &dyn Fn(usize, usize) -> bool, align: 
         let arena = (0..n).map(|i| offsets[i] + align_up(buffers[i].size, align)).max().unwrap_or(0);
         candidates.push((name, arena));
         if best.as_ref().is_none_or(|b| arena < b.arena_bytes) {
-            best = Some(MemoryPlan {
-                offsets,
-                arena_bytes: arena,
-                load_bytes: 0,
-                strategy: name,
-                candidates: Vec::new(),
-            });
+            best =
+                Some(MemoryPlan { offsets, arena_bytes: arena, load_bytes: 0, strategy: name, candidates: Vec::new() });
         }
     }
     let mut p = best.unwrap_or(MemoryPlan {

@@ -149,7 +149,11 @@ impl Schedule {
         // Concurrency estimate: nodes whose estimated intervals overlap.
         let conc: Vec<f64> = (0..n)
             .map(|i| {
-                (0..n).filter(|&j| start[j] < finish[i] && start[i] < finish[j]).map(|j| stream_of[j]).collect::<std::collections::BTreeSet<_>>().len() as f64
+                (0..n)
+                    .filter(|&j| start[j] < finish[i] && start[i] < finish[j])
+                    .map(|j| stream_of[j])
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .len() as f64
             })
             .collect();
         Self::finish(g, next.max(1), stream_of, start, conc)
