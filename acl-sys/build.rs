@@ -61,6 +61,18 @@ mod abi_check {
         "aclrtMemPoolAttr",
     ];
 
+    /// `#[repr(C)]` structs acl-sys declares by value; their layouts are checked too.
+    const STRUCTS: &[&str] = &[
+        "aclrtMemLocation",
+        "aclrtPhysicalMemProp",
+        "aclrtMemPoolProps",
+        "aclrtPtrAttributes",
+        "aclrtMemUsageInfo",
+        "aclrtUtilizationInfo",
+        "aclrtMemAccessDesc",
+        "aclCANNPackageVersion",
+    ];
+
     pub fn run() {
         let Some(inc) = include_dir() else {
             println!(
@@ -78,20 +90,40 @@ mod abi_check {
         let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
         let wrapper_path = out.join("acl_wrapper.h");
         std::fs::write(&wrapper_path, wrapper).expect("write wrapper");
-        let bindings = bindgen::Builder::default()
+        // Pass 1, the functions: acl-sys's own enum newtypes and structs stand in for
+        // bindgen's (blocklisted, then imported), so a prototype matches only if every
+        // parameter has exactly the type acl-sys declares.
+        let mut fns = bindgen::Builder::default()
             .header(wrapper_path.display().to_string())
             .clang_arg(format!("-I{}", inc.display()))
             .clang_arg(format!("-I{}", acl.display()))
             .allowlist_function("acl.*")
             .default_enum_style(bindgen::EnumVariation::Consts)
-            .layout_tests(false)
-            .generate()
-            .expect("bindgen over the CANN headers");
-        let mut text = bindings.to_string();
-        // Enums: 4-byte ints either way; acl-sys declares them as `i32` newtypes.
-        for e in ENUMS {
-            for raw in ["::std::os::raw::c_uint", "::std::os::raw::c_int", "u32", "i32"] {
-                text = text.replace(&format!("pub type {e} = {raw};"), &format!("pub type {e} = crate::types::{e};"));
+            .layout_tests(false);
+        for t in ENUMS.iter().chain(STRUCTS) {
+            fns = fns.blocklist_type(t);
+        }
+        let text = fns.generate().expect("bindgen over the CANN headers").to_string();
+        // Pass 2, the structs as the headers lay them out: size and alignment must equal
+        // acl-sys's `#[repr(C)]` declarations.
+        let mut lay = bindgen::Builder::default()
+            .header(wrapper_path.display().to_string())
+            .clang_arg(format!("-I{}", inc.display()))
+            .clang_arg(format!("-I{}", acl.display()))
+            .default_enum_style(bindgen::EnumVariation::Consts)
+            .layout_tests(false);
+        for t in STRUCTS {
+            lay = lay.allowlist_type(t);
+        }
+        let layouts = lay.generate().expect("bindgen layouts").to_string();
+        let mut layout_checks = String::new();
+        for t in STRUCTS {
+            if layouts.contains(&format!("pub struct {t} ")) {
+                layout_checks.push_str(&format!(
+                    "const _: () = assert!(core::mem::size_of::<layouts::{t}>() == core::mem::size_of::<crate::types::{t}>() && core::mem::align_of::<layouts::{t}>() == core::mem::align_of::<crate::types::{t}>(), \"{t}: layout differs from the headers\");\n"
+                ));
+            } else {
+                println!("cargo:warning=acl-sys: struct {t} is not in the headers found in {}", inc.display());
             }
         }
         // The checked functions: every runtime symbol acl-sys declares that the headers have.
@@ -111,8 +143,9 @@ mod abi_check {
                 println!("cargo:warning=acl-sys: {name} is not in the headers found in {}", inc.display());
             }
         }
+        let allow = "#[allow(non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code, unused_imports, clippy::all)]";
         let module = format!(
-            "#[allow(non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code, clippy::all)]\nmod bindings {{\n{text}\n}}\n{checks}"
+            "{allow}\nmod bindings {{\nuse crate::types::*;\n{text}\n}}\n{allow}\nmod layouts {{\n{layouts}\n}}\n{checks}{layout_checks}"
         );
         std::fs::write(out.join("abi_check.rs"), module).expect("write abi_check.rs");
         println!("cargo:rustc-cfg=acl_bindgen_check");
