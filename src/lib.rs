@@ -34,6 +34,9 @@ pub use runtime::{
 /// Backends compiled into this build, in fallback order.
 pub fn compiled_backends() -> Vec<&'static str> {
     let mut v = Vec::new();
+    if cfg!(feature = "acl") {
+        v.push("acl");
+    }
     if cfg!(feature = "cuda") {
         v.push("cuda");
     }
@@ -45,6 +48,15 @@ pub fn compiled_backends() -> Vec<&'static str> {
 #[cfg(feature = "cuda")]
 pub fn cuda_backend(_config: &RuntimeConfig) -> Result<Arc<dyn Backend>> {
     Ok(Arc::new(backend_cuda::CudaBackend::probe()?))
+}
+
+/// The Ascend backend, when CANN's libraries and a device are present (discovery:
+/// `NPURT_ACL_LIB_DIR`, `ASCEND_TOOLKIT_HOME`, `ASCEND_HOME_PATH`, the default toolkit
+/// path, the system loader).
+#[cfg(feature = "acl")]
+pub fn acl_backend(_config: &RuntimeConfig) -> Result<Arc<dyn Backend>> {
+    let c = backend_acl::AclConfig::from_env()?;
+    Ok(Arc::new(backend_acl::AclBackend::new(c)?))
 }
 
 /// The CPU backend as configured by `config`.
@@ -59,6 +71,8 @@ pub fn open_backend(config: &RuntimeConfig) -> Result<Arc<dyn Backend>> {
     let wanted = config.backend.as_deref().filter(|b| *b != "auto");
     match wanted {
         Some("cpu") => cpu_backend(config),
+        #[cfg(feature = "acl")]
+        Some("acl" | "ascend") => acl_backend(config),
         #[cfg(feature = "cuda")]
         Some("cuda") => cuda_backend(config),
         #[allow(unreachable_patterns)]
@@ -68,8 +82,13 @@ pub fn open_backend(config: &RuntimeConfig) -> Result<Arc<dyn Backend>> {
         ))),
         Some(other) => Err(Error::Config(format!("unknown backend {other:?}"))),
         None => {
-            // Fallback order: Ascend -> CUDA -> CPU; only the CPU is compiled in so far.
+            // Fallback order: Ascend -> CUDA -> CPU, one log line per backend passed over.
             log::info!("no backend requested; trying {} in order", compiled_backends().join(" -> "));
+            #[cfg(feature = "acl")]
+            match acl_backend(config) {
+                Ok(b) => return Ok(b),
+                Err(e) => log::info!("npurt: {e}; trying the next backend"),
+            }
             #[cfg(feature = "cuda")]
             match cuda_backend(config) {
                 Ok(b) => return Ok(b),

@@ -1,0 +1,112 @@
+//! Backend discovery through the facade, as on a real Ascend host: a toolkit directory whose
+//! `lib64/` holds libascendcl.so, libnnopbase.so and libopapi.so (here: acl-emu), found
+//! through `ASCEND_TOOLKIT_HOME`. Each case runs the `npurt` binary in its own process, so
+//! the environment of one case cannot leak into another.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// `target/<profile>/libacl_emu.so` (built as a dev-dependency), or `$ACL_EMU_LIB`.
+fn emu_or_skip(test: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("ACL_EMU_LIB").map(PathBuf::from).or_else(|| {
+        let exe = std::env::current_exe().ok()?;
+        let deps = exe.parent()?;
+        [deps.join("libacl_emu.so"), deps.parent()?.join("libacl_emu.so")].into_iter().find(|p| p.is_file())
+    });
+    if found.is_none() {
+        eprintln!("SKIP {test}: libacl_emu.so not found next to the test binary (build acl-emu or set ACL_EMU_LIB)");
+    }
+    found
+}
+
+/// `<tmp>/npurt-facade-toolkit-<pid>-<tag>/lib64/`, with the three libraries linked to
+/// `emu`, or left empty when `emu` is `None`.
+fn toolkit(tag: &str, emu: Option<&Path>) -> PathBuf {
+    let root = std::env::temp_dir().join(format!("npurt-facade-toolkit-{}-{tag}", std::process::id()));
+    let lib = root.join("lib64");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&lib).expect("create toolkit");
+    if let Some(emu) = emu {
+        for n in ["libascendcl.so", "libnnopbase.so", "libopapi.so"] {
+            std::os::unix::fs::symlink(emu, lib.join(n)).expect("symlink emulator");
+        }
+    }
+    root
+}
+
+fn npurt(toolkit: &Path, envs: &[(&str, &str)], args: &[&str]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_npurt"));
+    c.args(args).env("ASCEND_TOOLKIT_HOME", toolkit).env("RUST_LOG", "info");
+    for v in ["NPURT_BACKEND", "NPURT_ACL_LIB_DIR", "ASCEND_HOME_PATH", "ACL_EMU_DEVICES", "ACL_EMU_FAIL"] {
+        c.env_remove(v);
+    }
+    c.envs(envs.iter().copied());
+    c.output().expect("run npurt")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+#[test]
+fn runtime_new_picks_ascend_and_info_lists_the_emulated_devices() {
+    let Some(emu) = emu_or_skip("facade discovery") else { return };
+    let tk = toolkit("found", Some(&emu));
+    let o = npurt(&tk, &[("ACL_EMU_DEVICES", "2")], &["info"]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("using the acl backend (2 device(s))"), "{t}");
+    assert_eq!(t.matches("Ascend910A").count() >= 2, true, "both emulated devices listed:\n{t}");
+    assert!(t.contains("Cube"), "units listed:\n{t}");
+}
+
+#[test]
+fn an_op_runs_on_the_emulated_npu_through_the_facade() {
+    let Some(emu) = emu_or_skip("facade op") else { return };
+    let tk = toolkit("op", Some(&emu));
+    let dir = tk.join("io");
+    std::fs::create_dir_all(&dir).unwrap();
+    let a = npurt::npy::NpyArray {
+        dtype: npurt::DType::F32,
+        shape: vec![2, 3],
+        data: bytemuck::cast_slice(&[1f32, -2., 3., -4., 5., -6.]).to_vec(),
+    };
+    npurt::npy::write(&dir.join("a.npy"), &a).unwrap();
+    let out = dir.join("relu.npy");
+    let o = npurt(
+        &tk,
+        &[("NPURT_BACKEND", "acl")],
+        &["op", "Relu", "--input", dir.join("a.npy").to_str().unwrap(), "--output", out.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let r = npurt::npy::read(&out).unwrap();
+    let v: Vec<f32> = bytemuck::pod_collect_to_vec(&r.data);
+    assert_eq!(v, vec![1., 0., 3., 0., 5., 0.]);
+}
+
+#[test]
+fn missing_libraries_fall_back_with_one_log_line() {
+    let tk = toolkit("empty", None);
+    let o = npurt(&tk, &[("NPURT_BACKEND", "auto"), ("NPURT_ACL_LIB_DIR", tk.join("lib64").to_str().unwrap())], &["info"]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    let lines: Vec<&str> = t.lines().filter(|l| l.contains("Ascend not available")).collect();
+    assert_eq!(lines.len(), 1, "exactly one line about Ascend:\n{t}");
+    assert!(!t.contains("using the acl backend"), "{t}");
+}
+
+#[test]
+fn a_host_with_no_device_falls_back() {
+    let Some(emu) = emu_or_skip("no device") else { return };
+    let tk = toolkit("nodev", Some(&emu));
+    let o = npurt(&tk, &[("ACL_EMU_DEVICES", "0")], &["info"]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    let lines: Vec<&str> = t.lines().filter(|l| l.contains("Ascend not available")).collect();
+    assert_eq!(lines.len(), 1, "exactly one line about Ascend:\n{t}");
+    assert!(!t.contains("using the acl backend"), "{t}");
+    // Asking for Ascend by name is an error that says why, not a silent fallback.
+    let o = npurt(&tk, &[("ACL_EMU_DEVICES", "0"), ("NPURT_BACKEND", "acl")], &["info"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("Ascend not available"), "{}", text(&o));
+}
