@@ -87,7 +87,8 @@ fn an_op_runs_on_the_emulated_npu_through_the_facade() {
 #[test]
 fn missing_libraries_fall_back_with_one_log_line() {
     let tk = toolkit("empty", None);
-    let o = npurt(&tk, &[("NPURT_BACKEND", "auto"), ("NPURT_ACL_LIB_DIR", tk.join("lib64").to_str().unwrap())], &["info"]);
+    let o =
+        npurt(&tk, &[("NPURT_BACKEND", "auto"), ("NPURT_ACL_LIB_DIR", tk.join("lib64").to_str().unwrap())], &["info"]);
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     let lines: Vec<&str> = t.lines().filter(|l| l.contains("Ascend not available")).collect();
