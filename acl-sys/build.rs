@@ -90,28 +90,25 @@ mod abi_check {
         let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
         let wrapper_path = out.join("acl_wrapper.h");
         std::fs::write(&wrapper_path, wrapper).expect("write wrapper");
+        let base = || {
+            bindgen::Builder::default()
+                .header(wrapper_path.display().to_string())
+                .clang_arg(format!("-I{}", inc.display()))
+                .clang_arg(format!("-I{}", acl.display()))
+                .default_enum_style(bindgen::EnumVariation::Consts)
+                .layout_tests(false)
+        };
         // Pass 1, the functions: acl-sys's own enum newtypes and structs stand in for
         // bindgen's (blocklisted, then imported), so a prototype matches only if every
         // parameter has exactly the type acl-sys declares.
-        let mut fns = bindgen::Builder::default()
-            .header(wrapper_path.display().to_string())
-            .clang_arg(format!("-I{}", inc.display()))
-            .clang_arg(format!("-I{}", acl.display()))
-            .allowlist_function("acl.*")
-            .default_enum_style(bindgen::EnumVariation::Consts)
-            .layout_tests(false);
+        let mut fns = base().allowlist_function("acl.*");
         for t in ENUMS.iter().chain(STRUCTS) {
             fns = fns.blocklist_type(t);
         }
         let text = fns.generate().expect("bindgen over the CANN headers").to_string();
         // Pass 2, the structs as the headers lay them out: size and alignment must equal
         // acl-sys's `#[repr(C)]` declarations.
-        let mut lay = bindgen::Builder::default()
-            .header(wrapper_path.display().to_string())
-            .clang_arg(format!("-I{}", inc.display()))
-            .clang_arg(format!("-I{}", acl.display()))
-            .default_enum_style(bindgen::EnumVariation::Consts)
-            .layout_tests(false);
+        let mut lay = base();
         for t in STRUCTS {
             lay = lay.allowlist_type(t);
         }

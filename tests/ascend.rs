@@ -48,6 +48,15 @@ fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
+/// The run succeeded on another backend and said why Ascend was passed over, once.
+fn assert_fell_back(o: &Output) {
+    let t = text(o);
+    assert!(o.status.success(), "{t}");
+    let lines: Vec<&str> = t.lines().filter(|l| l.contains("Ascend not available")).collect();
+    assert_eq!(lines.len(), 1, "exactly one line about Ascend:\n{t}");
+    assert!(!t.contains("using the acl backend"), "{t}");
+}
+
 #[test]
 fn runtime_new_picks_ascend_and_info_lists_the_emulated_devices() {
     let Some(emu) = emu_or_skip("facade discovery") else { return };
@@ -89,11 +98,7 @@ fn missing_libraries_fall_back_with_one_log_line() {
     let tk = toolkit("empty", None);
     let o =
         npurt(&tk, &[("NPURT_BACKEND", "auto"), ("NPURT_ACL_LIB_DIR", tk.join("lib64").to_str().unwrap())], &["info"]);
-    let t = text(&o);
-    assert!(o.status.success(), "{t}");
-    let lines: Vec<&str> = t.lines().filter(|l| l.contains("Ascend not available")).collect();
-    assert_eq!(lines.len(), 1, "exactly one line about Ascend:\n{t}");
-    assert!(!t.contains("using the acl backend"), "{t}");
+    assert_fell_back(&o);
 }
 
 #[test]
@@ -101,11 +106,7 @@ fn a_host_with_no_device_falls_back() {
     let Some(emu) = emu_or_skip("no device") else { return };
     let tk = toolkit("nodev", Some(&emu));
     let o = npurt(&tk, &[("ACL_EMU_DEVICES", "0")], &["info"]);
-    let t = text(&o);
-    assert!(o.status.success(), "{t}");
-    let lines: Vec<&str> = t.lines().filter(|l| l.contains("Ascend not available")).collect();
-    assert_eq!(lines.len(), 1, "exactly one line about Ascend:\n{t}");
-    assert!(!t.contains("using the acl backend"), "{t}");
+    assert_fell_back(&o);
     // Asking for Ascend by name is an error that says why, not a silent fallback.
     let o = npurt(&tk, &[("ACL_EMU_DEVICES", "0"), ("NPURT_BACKEND", "acl")], &["info"]);
     assert!(!o.status.success());
