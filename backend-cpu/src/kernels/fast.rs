@@ -5,7 +5,7 @@ use super::blas;
 use super::common::*;
 use crate::features::Isa;
 use rayon::prelude::*;
-use runtime::{DType, GeluApprox, Op};
+use runtime::{GeluApprox, Op};
 
 /// Elements below which a kernel stays on the calling thread (thread hand-off costs more).
 const PAR_MIN: usize = 1 << 15;
@@ -126,7 +126,7 @@ fn store(o: &mut Out, v: Vec<f32>) -> KResult {
 
 /// Runs `f` on an f32 output buffer: in place when the output is f32, else through a
 /// temporary that is rounded into the output afterwards.
-fn with_f32_out(o: &mut Out, f: impl FnOnce(&mut [f32]) -> KResult) -> KResult {
+pub(crate) fn with_f32_out(o: &mut Out, f: impl FnOnce(&mut [f32]) -> KResult) -> KResult {
     if let Some(s) = o.f32s_mut() {
         return f(s);
     }
@@ -341,26 +341,13 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
                 Ok(())
             })
         }
-        Op::Attention { scale } => attention(ins, &mut outs[0], *scale, ctx),
+        Op::Attention { scale } => super::attention::attention(ins, &mut outs[0], *scale, ctx),
     }
 }
 
 fn softmax_row(isa: Isa, x: &[f32], out: &mut [f32]) {
-    let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    if m == f32::NEG_INFINITY {
-        out.fill(0.0);
-        return;
-    }
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = v - m;
-    }
-    let tmp = out.to_vec();
-    exp_map(isa, &tmp, out);
-    let s: f32 = out.iter().sum();
-    let inv = 1.0 / s;
-    for o in out.iter_mut() {
-        *o *= inv;
-    }
+    out.copy_from_slice(x);
+    super::attention::softmax_in_place(isa, out, None);
 }
 
 fn layer_norm_row(x: &[f32], res: Option<&[f32]>, g: &[f32], b: &[f32], eps: f32, out: &mut [f32]) {
@@ -513,57 +500,6 @@ pub fn batched_matmul(
     } else {
         c.chunks_mut(m * n).enumerate().try_for_each(|(bi, cb)| one(bi, cb, threads))
     }
-}
-
-fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, ctx: &Ctx) -> KResult {
-    let isa = ctx.features.isa;
-    let (q, k, v) = (load_f32(&ins[0])?, load_f32(&ins[1])?, load_f32(&ins[2])?);
-    let (bsz, h, s, d) = (ins[0].dims[0], ins[0].dims[1], ins[0].dims[2], ins[0].dims[3]);
-    let (t, dv) = (ins[1].dims[2], ins[2].dims[3]);
-    let scale = scale.unwrap_or(1.0 / (d as f32).sqrt());
-    let score_dims = [bsz, h, s, t];
-    // Additive mask in f32 (u8 masks become 0 / -inf), read through broadcast offsets.
-    let mask: Option<(Vec<f32>, Vec<usize>)> = match ins.get(3) {
-        Some(m) => {
-            let raw = load_f32(m)?;
-            let vals: Vec<f32> = if m.dtype == DType::U8 {
-                raw.iter().map(|&x| if x == 0.0 { f32::NEG_INFINITY } else { 0.0 }).collect()
-            } else {
-                raw.into_owned()
-            };
-            Some((vals, gather_offsets(&score_dims, &broadcast_strides(m.dims, &score_dims))))
-        }
-        None => None,
-    };
-    with_f32_out(out, |o| {
-        if s * dv == 0 {
-            return Ok(());
-        }
-        let head = |bh: usize, ob: &mut [f32]| -> KResult {
-            let qh = &q[bh * s * d..(bh + 1) * s * d];
-            let kh = &k[bh * t * d..(bh + 1) * t * d];
-            let vh = &v[bh * t * dv..(bh + 1) * t * dv];
-            let mut scores = vec![0f32; s * t];
-            blas::sgemm(s, t, d, scale, qh, d, 1, kh, 1, d, false, &mut scores, t, 1)?;
-            let mut probs = vec![0f32; s * t];
-            for i in 0..s {
-                let row = &mut scores[i * t..(i + 1) * t];
-                if let Some((mv, offs)) = &mask {
-                    let base = (bh * s + i) * t;
-                    for (j, x) in row.iter_mut().enumerate() {
-                        *x += mv[offs[base + j]];
-                    }
-                }
-                softmax_row(isa, row, &mut probs[i * t..(i + 1) * t]);
-            }
-            blas::sgemm(s, dv, t, 1.0, &probs, t, 1, vh, dv, 1, false, ob, dv, 1)
-        };
-        if ctx.threads > 1 && bsz * h > 1 {
-            o.par_chunks_mut(s * dv).enumerate().try_for_each(|(bh, ob)| head(bh, ob))
-        } else {
-            o.chunks_mut(s * dv).enumerate().try_for_each(|(bh, ob)| head(bh, ob))
-        }
-    })
 }
 
 /// Permute that moves whole rows when the last axis stays last (the attention head

@@ -5,6 +5,7 @@
 //! * `fast` — SIMD paths picked from the detected CPU features, `gemm` for matrix
 //!   products, multi-threaded ([`fast`]).
 
+pub mod attention;
 pub mod blas;
 pub mod common;
 pub mod fast;
@@ -29,11 +30,13 @@ fn is_matrix(kind: OpKind) -> bool {
     matches!(kind, OpKind::MatMul | OpKind::Gemm | OpKind::Linear | OpKind::Attention)
 }
 
-/// Fast-tier attention materialises one score matrix per head and thread.
+/// Fast-tier attention materialises one block of scores (`attention::ROWS` query rows)
+/// per thread.
 fn fast_attention(q: &KernelQuery<'_>) -> Result<(), String> {
     let s = &q.inputs[0].shape;
     let t = &q.inputs[1].shape;
-    let scores = s.dims().get(2).copied().unwrap_or(0).saturating_mul(t.dims().get(2).copied().unwrap_or(0));
+    let rows = s.dims().get(2).copied().unwrap_or(0).min(attention::ROWS);
+    let scores = rows.saturating_mul(t.dims().get(2).copied().unwrap_or(0));
     if scores > 1 << 26 {
         return Err(format!("score matrix of {scores} elements per head is too large"));
     }

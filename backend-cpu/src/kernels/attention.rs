@@ -1,0 +1,205 @@
+//! Fused scaled-dot-product attention for the high-performance tier.
+//!
+//! `out = softmax(scale · Q Kᵀ + mask) · V` per (batch, head), computed in blocks of
+//! [`ROWS`] query rows: the block's scores (`ROWS × t` f32, 256 KiB at t = 512) are
+//! produced by one GEMM, masked, scaled and normalised in place while still in L2, and
+//! consumed by the second GEMM. The full `s × t` score matrix is never materialised, and
+//! the blocks of all heads are the units of parallel work.
+
+use super::blas;
+use super::common::*;
+use crate::features::Isa;
+use rayon::prelude::*;
+use runtime::DType;
+
+/// Query rows per block: large enough to amortise packing K and V, small enough that
+/// the block's scores stay in L2.
+pub const ROWS: usize = 128;
+
+/// The additive mask, read through broadcast strides over `[b, h, s, t]`.
+struct Mask<'a> {
+    vals: &'a [f32],
+    /// Element strides for the batch, head, query-row and key axes (0 where broadcast).
+    strides: [usize; 4],
+}
+
+impl Mask<'_> {
+    /// The mask row for query `i` of head `hh` in batch `bi`, with its key stride.
+    fn row(&self, bi: usize, hh: usize, i: usize, t: usize) -> (&[f32], usize) {
+        let [sb, sh, ss, st] = self.strides;
+        let start = bi * sb + hh * sh + i * ss;
+        let len = if st == 0 { 1 } else { (t - 1) * st + 1 };
+        (&self.vals[start..start + len], st)
+    }
+}
+
+pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, ctx: &Ctx) -> KResult {
+    let isa = ctx.features.isa;
+    let (q, k, v) = (load_f32(&ins[0])?, load_f32(&ins[1])?, load_f32(&ins[2])?);
+    let (bsz, h, s, d) = (ins[0].dims[0], ins[0].dims[1], ins[0].dims[2], ins[0].dims[3]);
+    let (t, dv) = (ins[1].dims[2], ins[2].dims[3]);
+    let scale = scale.unwrap_or(1.0 / (d as f32).sqrt());
+    let score_dims = [bsz, h, s, t];
+    // u8 masks become 0 / -inf once (the mask is small: it broadcasts over heads).
+    let mask_vals: Option<std::borrow::Cow<'_, [f32]>> = match ins.get(3) {
+        Some(m) => {
+            let raw = load_f32(m)?;
+            Some(if m.dtype == DType::U8 {
+                raw.iter().map(|&x| if x == 0.0 { f32::NEG_INFINITY } else { 0.0 }).collect::<Vec<_>>().into()
+            } else {
+                raw
+            })
+        }
+        None => None,
+    };
+    let mask = match (&mask_vals, ins.get(3)) {
+        (Some(vals), Some(m)) => {
+            let st = broadcast_strides(m.dims, &score_dims);
+            Some(Mask { vals, strides: [st[0], st[1], st[2], st[3]] })
+        }
+        _ => None,
+    };
+    let mask = mask.as_ref();
+    super::fast::with_f32_out(out, |o| {
+        if s * dv == 0 {
+            return Ok(());
+        }
+        if t == 0 {
+            o.fill(0.0);
+            return Ok(());
+        }
+        let block = |bh: usize, blk: usize, ob: &mut [f32], scores: &mut Vec<f32>| -> KResult {
+            let (bi, hh) = (bh / h, bh % h);
+            let i0 = blk * ROWS;
+            let rows = ob.len() / dv;
+            let qb = &q[(bh * s + i0) * d..(bh * s + i0 + rows) * d];
+            let kh = &k[bh * t * d..(bh + 1) * t * d];
+            let vh = &v[bh * t * dv..(bh + 1) * t * dv];
+            scores.resize(rows * t, 0.0);
+            blas::sgemm(rows, t, d, scale, qb, d, 1, kh, 1, d, false, scores, t, 1)?;
+            for (r, row) in scores.chunks_mut(t).enumerate() {
+                let m = mask.map(|m| m.row(bi, hh, i0 + r, t));
+                softmax_in_place(isa, row, m);
+            }
+            blas::sgemm(rows, dv, t, 1.0, scores, t, 1, vh, dv, 1, false, ob, dv, 1)
+        };
+        if ctx.threads > 1 && (bsz * h > 1 || s > ROWS) {
+            o.par_chunks_mut(s * dv).enumerate().try_for_each(|(bh, oh)| {
+                oh.par_chunks_mut(ROWS * dv)
+                    .enumerate()
+                    .try_for_each_init(Vec::new, |scores, (blk, ob)| block(bh, blk, ob, scores))
+            })
+        } else {
+            let mut scores = Vec::new();
+            for (bh, oh) in o.chunks_mut(s * dv).enumerate() {
+                for (blk, ob) in oh.chunks_mut(ROWS * dv).enumerate() {
+                    block(bh, blk, ob, &mut scores)?;
+                }
+            }
+            Ok(())
+        }
+    })
+}
+
+/// `row = softmax(row + mask)` in place; a row masked out entirely becomes zeros.
+/// The mask is `(values, stride)`; stride 0 broadcasts one value over the row.
+pub fn softmax_in_place(isa: Isa, row: &mut [f32], mask: Option<(&[f32], usize)>) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx2,fma")]
+        fn avx512(row: &mut [f32], mask: Option<(&[f32], usize)>) {
+            softmax_body(row, mask)
+        }
+        #[target_feature(enable = "avx2,fma")]
+        fn avx2(row: &mut [f32], mask: Option<(&[f32], usize)>) {
+            softmax_body(row, mask)
+        }
+        match isa {
+            // SAFETY: `Isa::Avx512` is only chosen when AVX-512F and FMA were detected on
+            // this CPU at run time (features.rs).
+            Isa::Avx512 => return unsafe { avx512(row, mask) },
+            // SAFETY: `Isa::Avx2Fma` is only chosen when AVX2 and FMA were detected.
+            Isa::Avx2Fma => return unsafe { avx2(row, mask) },
+            Isa::Scalar => {}
+        }
+    }
+    softmax_body(row, mask)
+}
+
+const LANES: usize = 16;
+
+#[inline(always)]
+fn softmax_body(row: &mut [f32], mask: Option<(&[f32], usize)>) {
+    match mask {
+        Some((m, 1)) => row.iter_mut().zip(m).for_each(|(x, &a)| *x += a),
+        Some((m, _)) => {
+            let a = m[0];
+            row.iter_mut().for_each(|x| *x += a);
+        }
+        None => {}
+    }
+    // Lane-wise max and sum (plain folds over f32 do not vectorise).
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let mut chunks = row.chunks_exact(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            acc[l] = if c[l] > acc[l] { c[l] } else { acc[l] };
+        }
+    }
+    let mx = chunks.remainder().iter().chain(acc.iter()).copied().fold(f32::NEG_INFINITY, f32::max);
+    if mx == f32::NEG_INFINITY || mx.is_nan() {
+        let fill = if mx.is_nan() { f32::NAN } else { 0.0 };
+        row.fill(fill);
+        return;
+    }
+    let mut sums = [0f32; LANES];
+    let mut chunks = row.chunks_exact_mut(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            c[l] = super::fast::exp_approx(c[l] - mx);
+            sums[l] += c[l];
+        }
+    }
+    let mut total: f32 = sums.iter().sum();
+    for x in chunks.into_remainder() {
+        *x = super::fast::exp_approx(*x - mx);
+        total += *x;
+    }
+    let inv = 1.0 / total;
+    row.iter_mut().for_each(|x| *x *= inv);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive(row: &[f32], mask: &[f32]) -> Vec<f32> {
+        let x: Vec<f64> = row.iter().zip(mask).map(|(&a, &b)| a as f64 + b as f64).collect();
+        let m = x.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        if m == f64::NEG_INFINITY {
+            return vec![0.0; row.len()];
+        }
+        let e: Vec<f64> = x.iter().map(|v| (v - m).exp()).collect();
+        let s: f64 = e.iter().sum();
+        e.iter().map(|v| (v / s) as f32).collect()
+    }
+
+    #[test]
+    fn softmax_matches_f64_on_every_isa_and_length() {
+        let isas = [Isa::Scalar, crate::features::get().isa];
+        for n in [1, 7, 16, 17, 33, 512, 515] {
+            let row: Vec<f32> = (0..n).map(|i| ((i * 37 % 11) as f32 - 5.0) * 0.7).collect();
+            let mask: Vec<f32> = (0..n).map(|i| if i % 5 == 4 { f32::NEG_INFINITY } else { 0.0 }).collect();
+            for isa in isas {
+                let mut a = row.clone();
+                softmax_in_place(isa, &mut a, Some((&mask, 1)));
+                for (x, y) in a.iter().zip(naive(&row, &mask)) {
+                    assert!((x - y).abs() < 1e-6, "n={n} {isa:?}: {x} vs {y}");
+                }
+                let mut b = row.clone();
+                softmax_in_place(isa, &mut b, Some((&[f32::NEG_INFINITY], 0)));
+                assert!(b.iter().all(|&x| x == 0.0), "a row masked out entirely is zeros");
+            }
+        }
+    }
+}
