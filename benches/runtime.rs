@@ -39,7 +39,7 @@ fn dispatch_through_runtime(bencher: Bencher) {
 fn kernel_alone(bencher: Bencher) {
     let x = vec![0f32; 16];
     let mut y = vec![0f32; 16];
-    let ctx = Ctx { threads: 1, features: backend_cpu::features::get() };
+    let ctx = Ctx { threads: 1, features: backend_cpu::features::get(), prepacked: None };
     let dims = [16usize];
     let strides = [1usize];
     bencher.bench_local(|| {

@@ -27,8 +27,8 @@ pub use runtime::op as runtime_op;
 pub use runtime::{Backend, KernelInfo};
 pub use runtime::{
     Block, BlockKind, DType, DeviceInfo, Element, Error, Event, ExecReport, GeluApprox, HwMapping, Layout, MemoryInfo,
-    Op, OpKind, Optimizations, PoolConfig, PoolStats, Result, ReuseStrategy, RuntimeConfig, Scheduling, Shape, Stream,
-    StreamScope, Task, Tensor, TensorMeta, Tier, Unit, UnitClass, Utilisation, bf16, f16, ndarray,
+    Op, OpKind, Optimizations, PoolConfig, PoolStats, Precision, Result, ReuseStrategy, RuntimeConfig, Scheduling,
+    Shape, Stream, StreamScope, Task, Tensor, TensorMeta, Tier, Unit, UnitClass, Utilisation, bf16, f16, ndarray,
 };
 
 /// Backends compiled into this build, in fallback order.

@@ -4,7 +4,7 @@
 mod common;
 
 use npurt::models::bert::{self, BertConfig, Weights};
-use npurt::{DType, Op, RuntimeConfig, Scheduling, Tensor};
+use npurt::{DType, Op, Precision, RuntimeConfig, Scheduling, Tensor};
 use runtime::Runtime;
 use runtime::graph::{CompileOptions, CompiledGraph, Graph, HostTensor, ScheduleStrategy, ValueId, ValueKind};
 use std::collections::HashMap;
@@ -51,7 +51,15 @@ fn bert_inputs(rt: &Runtime, b: usize, s: usize, vocab: usize) -> Vec<Tensor> {
 }
 
 fn options(fuse: bool, reuse: bool, parallel: bool, strategy: ScheduleStrategy) -> CompileOptions {
-    CompileOptions { device: 0, fuse, memory_reuse: reuse, parallel, strategy, max_streams: 4 }
+    CompileOptions {
+        device: 0,
+        fuse,
+        memory_reuse: reuse,
+        parallel,
+        strategy,
+        max_streams: 4,
+        precision: Precision::F32,
+    }
 }
 
 test_on_every_backend!(tiny_bert_graph_equals_eager, |b| {
@@ -200,6 +208,46 @@ fn bert_base_compiles_and_runs() {
     let trace = prof.chrome_trace();
     let parsed: serde_json::Value = serde_json::from_str(&trace).expect("valid Chrome-trace JSON");
     assert!(parsed["traceEvents"].as_array().unwrap().len() > prof.nodes.len());
+}
+
+/// Precision bf16: Linear weights become bf16 and run on the bf16 unit where the CPU has
+/// one (weights packed once at compile time); elsewhere they stay f32. Either way the
+/// output stays close to f32's.
+#[test]
+fn bf16_precision_stays_close_to_f32() {
+    let rt =
+        npurt::Runtime::with_config(RuntimeConfig { backend: Some("cpu".into()), ..RuntimeConfig::default() }).unwrap();
+    let cfg = BertConfig::tiny();
+    let bg = bert::build(&cfg, Weights::Random(5), 2, 16).unwrap();
+    let ins = bert_inputs(&rt, 2, 16, cfg.vocab_size);
+    let refs: Vec<&Tensor> = ins.iter().collect();
+    let f32_opts = options(true, true, true, ScheduleStrategy::Latency);
+    let want = CompiledGraph::compile(&rt, &bg.graph, f32_opts.clone()).unwrap().run(&refs).unwrap();
+    let cg = CompiledGraph::compile(&rt, &bg.graph, CompileOptions { precision: Precision::Bf16, ..f32_opts }).unwrap();
+    let (got, prof) = cg.run_profiled(&refs).unwrap();
+    let linear_units: Vec<&str> = prof.nodes.iter().filter(|n| n.op == "Linear").map(|n| n.unit.label).collect();
+    let bf16_weights = cg
+        .graph()
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.op, Op::Linear) && cg.graph().meta(n.inputs[1]).dtype == DType::BF16)
+        .count();
+    if backend_cpu::kernels::gemm_bf16::available() {
+        let unit = backend_cpu::features::get().bf16_unit().label;
+        println!("bf16 unit on this CPU: {unit}");
+        assert!(!linear_units.is_empty() && linear_units.iter().all(|u| *u == unit), "{linear_units:?}");
+        assert_eq!(bf16_weights, linear_units.len());
+    } else {
+        println!("this CPU has no AVX-512-BF16: checking that the weights stay f32");
+        assert_eq!(bf16_weights, 0);
+    }
+    let (x, y) = (want[0].to_ndarray::<f32>().unwrap(), got[0].to_ndarray::<f32>().unwrap());
+    let dot: f64 = x.iter().zip(y.iter()).map(|(a, b)| *a as f64 * *b as f64).sum();
+    let nx: f64 = x.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
+    let ny: f64 = y.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
+    let cos = dot / (nx * ny);
+    let d = max_diff(&want[0], &got[0]);
+    assert!(cos > 0.999 && d < 0.1, "bf16 vs f32: cosine {cos}, max diff {d}");
 }
 
 #[test]

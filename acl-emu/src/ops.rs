@@ -440,7 +440,7 @@ fn run(ex: Executor, ws: u64, ws_size: u64) -> R<()> {
                 Out { dtype: *dt, dims, bytes: &mut raw::bytemuck_cast_mut(b)[..n] }
             })
             .collect();
-        let ctx = Ctx { threads: 1, features: backend_cpu::features::get() };
+        let ctx = Ctx { threads: 1, features: backend_cpu::features::get(), prepacked: None };
         backend_cpu::kernels::reference::run(&ex.op, &ins, &mut outs, &ctx)
             .map_err(|m| Fail(ACL_ERROR_RT_AICORE_EXCEPTION, format!("{}: {m}", ex.phase2)))?;
     }

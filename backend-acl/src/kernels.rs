@@ -257,7 +257,7 @@ fn host(b: &AclBackend, device: usize, rec: &StreamRec, args: &LaunchArgs) -> BR
             .zip(out_bufs.iter_mut())
             .map(|(o, (w, n))| Out { dtype: o.dtype, dims: o.layout.dims(), bytes: bytes_mut(w, *n) })
             .collect();
-        let ctx = Ctx { threads: 1, features: backend_cpu::features::get() };
+        let ctx = Ctx { threads: 1, features: backend_cpu::features::get(), prepacked: None };
         backend_cpu::kernels::reference::run(&args.op, &ins, &mut outs, &ctx)
             .map_err(|m| AclBackendError::BadRequest(format!("{}: host reference: {m}", args.op.name())))?;
     }

@@ -15,6 +15,9 @@ pub enum Isa {
 pub struct CpuFeatures {
     pub isa: Isa,
     pub avx512bf16: bool,
+    /// AMX tiles with bf16 dot products, enabled for this process by the OS
+    /// (`NPURT_AMX=0` turns their use off).
+    pub amx_bf16: bool,
     pub f16c: bool,
     /// Every feature of interest that was detected, for `npurt info`.
     pub detected: Vec<&'static str>,
@@ -84,13 +87,61 @@ pub fn mem_available() -> Option<u64> {
     meminfo("MemAvailable:")
 }
 
+/// AMX-TILE and AMX-BF16 in CPUID, and Linux's permission to use the tile data state
+/// for this process (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`).
+#[cfg(target_arch = "x86_64")]
+fn amx_bf16() -> bool {
+    use std::arch::x86_64::__cpuid_count;
+    if std::env::var("NPURT_AMX").is_ok_and(|v| v == "0" || v == "off") {
+        return false;
+    }
+    // CPUID leaf 7 exists on every x86-64 CPU with AVX-512 (checked by the caller).
+    let edx = __cpuid_count(7, 0).edx;
+    let (tile, bf16) = (edx >> 24 & 1 == 1, edx >> 22 & 1 == 1);
+    if !(tile && bf16) || !cfg!(target_os = "linux") {
+        return false;
+    }
+    const SYS_ARCH_PRCTL: i64 = 158;
+    const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
+    const XFEATURE_XTILEDATA: i64 = 18;
+    let ret: i64;
+    // SAFETY: a plain Linux system call with integer arguments; it touches no memory of
+    // this process and only asks the kernel to allow the AMX tile state for it (an error
+    // return, e.g. on a kernel without AMX support, leaves AMX unused).
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") SYS_ARCH_PRCTL => ret,
+            in("rdi") ARCH_REQ_XCOMP_PERM,
+            in("rsi") XFEATURE_XTILEDATA,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack)
+        );
+    }
+    if ret != 0 {
+        log::info!("AMX present but not enabled by the OS (arch_prctl returned {ret}); using AVX-512-BF16");
+    }
+    ret == 0
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn amx_bf16() -> bool {
+    false
+}
+
 fn detect() -> CpuFeatures {
-    let (isa, avx512bf16, f16c, detected) = x86();
+    let (isa, avx512bf16, f16c, mut detected) = x86();
+    let amx_bf16 = avx512bf16 && amx_bf16();
+    if amx_bf16 {
+        detected.push("amx-bf16");
+    }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mhz = cpuinfo_field("cpu MHz").and_then(|v| v.parse().ok()).filter(|m: &f64| *m > 100.0).unwrap_or(2000.0);
     CpuFeatures {
         isa,
         avx512bf16,
+        amx_bf16,
         f16c,
         detected,
         model: cpuinfo_field("model name").unwrap_or_else(|| std::env::consts::ARCH.to_string()),
@@ -126,8 +177,18 @@ impl CpuFeatures {
     pub fn scalar_unit(&self) -> Unit {
         Unit { class: UnitClass::Scalar, label: "scalar" }
     }
+    /// Unit of the bf16 matrix kernel: AMX tiles where the OS enabled them, else
+    /// AVX-512-BF16 dot products.
     pub fn bf16_unit(&self) -> Unit {
-        Unit { class: UnitClass::Cube, label: "avx512-bf16" }
+        Unit { class: UnitClass::Cube, label: if self.amx_bf16 { "amx-bf16" } else { "avx512-bf16" } }
+    }
+    /// Nominal bf16 FLOP per cycle and core of [`Self::bf16_unit`], with how it is derived.
+    pub fn bf16_flops_per_cycle(&self) -> (f64, &'static str) {
+        if self.amx_bf16 {
+            (1024.0, "AMX: one 16x16x32 tile product (16384 flops) per 16 cycles")
+        } else {
+            (64.0, "AVX-512-BF16: 16 lanes x 2 products x 2 flops, one vdpbf16ps per cycle")
+        }
     }
     /// f32 lanes per vector register.
     pub fn lanes(&self) -> f64 {

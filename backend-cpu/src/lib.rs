@@ -217,12 +217,24 @@ unsafe impl Backend for CpuBackend {
         Ok(DeviceInfo {
             name: format!("cpu:{device} ({})", f.model),
             memory_bytes: f.mem_total,
-            units: vec![
-                unit(f.matrix_unit(), f.lanes(), 4.0),
-                unit(f.vector_unit(), f.lanes(), 4.0),
-                unit(f.baseline_unit(), 4.0, 2.0),
-                unit(f.scalar_unit(), 1.0, 2.0),
-            ],
+            units: {
+                let mut u = vec![
+                    unit(f.matrix_unit(), f.lanes(), 4.0),
+                    unit(f.vector_unit(), f.lanes(), 4.0),
+                    unit(f.baseline_unit(), 4.0, 2.0),
+                    unit(f.scalar_unit(), 1.0, 2.0),
+                ];
+                if f.avx512bf16 {
+                    let (per_cycle, how) = f.bf16_flops_per_cycle();
+                    u.push(UnitInfo {
+                        unit: f.bf16_unit(),
+                        peak_flops: cores * hz * per_cycle,
+                        peak_bytes_per_s: bw,
+                        source: format!("{cores} cores x {:.0} MHz x {how}", f.mhz),
+                    });
+                }
+                u
+            },
             host_shared: true,
             min_alignment: 16,
         })
@@ -420,6 +432,27 @@ unsafe impl Backend for CpuBackend {
         &self.table.infos
     }
 
+    /// Packs a bf16 Linear's constant weight into the bf16 kernel's panels, once.
+    fn prepack(
+        &self,
+        kernel: &KernelInfo,
+        _op: &runtime::Op,
+        inputs: &[runtime::TensorMeta],
+        constants: &[Option<&[u8]>],
+    ) -> Result<Option<runtime::Prepacked>> {
+        let bf16_linear = kernel.op == runtime::OpKind::Linear && kernel.unit == self.features.bf16_unit();
+        let (Some(Some(bytes)), Some(meta)) = (constants.get(1), inputs.get(1)) else { return Ok(None) };
+        if !bf16_linear || meta.dtype != runtime::DType::BF16 || meta.shape.rank() != 2 {
+            return Ok(None);
+        }
+        let (n, k) = (meta.shape.dims()[0], meta.shape.dims()[1]);
+        let w: Vec<half::bf16> = bytes.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]])).collect();
+        let packed = kernels::gemm_bf16::PackedWeight::pack(&w, n, k)
+            .map_err(|msg| runtime::Error::Backend { backend: "cpu", msg })?;
+        log::debug!("prepacked a bf16 weight [{n}, {k}] ({} bytes)", packed.bytes());
+        Ok(Some(runtime::Prepacked(Arc::new(packed))))
+    }
+
     fn launch(&self, device: usize, kernel: &KernelInfo, args: LaunchArgs, stream: StreamId) -> Result<()> {
         let p = self.prepare_launch(device, kernel, args, stream)?;
         self.enqueue(device, stream, p)
@@ -529,10 +562,11 @@ impl CpuBackend {
         } else {
             Some(dev.pool.clone())
         };
+        let prepacked = args.prepacked.clone();
         Ok(Prepared {
             f,
             args,
-            ctx: Ctx { threads, features: self.features },
+            ctx: Ctx { threads, features: self.features, prepacked },
             kernel: kernel.name,
             device,
             stream,

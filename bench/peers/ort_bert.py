@@ -574,6 +574,39 @@ def do_check(args):
     emit({"ok": bool(ok), "tolerance": TOL, "comparisons": rows})
 
 
+def do_serve(args):
+    """One (variant, threads) session kept loaded and timed on request, so another program
+    (`npurt bench bert --compare-ort`) can alternate its own runs with ORT's in one run.
+
+    Protocol (one line each way): after the warm-up this prints MARK {"ready": ...}; then
+    each stdin line `run` is answered with MARK {"ms": <one timed run>}, and `quit` (or
+    end of input) with MARK {"rss_peak_bytes", "vmhwm_bytes"} before exiting.
+    """
+    import numpy as np
+    c = config(args.model)
+    path = os.path.join(args.workdir, f"{args.variant}.onnx")
+    t0 = time.perf_counter()
+    sess = session(path, args.child_threads)
+    load_s = time.perf_counter() - t0
+    feeds = feeds_for(sess, np, bench_inputs(np, c, args.batch, args.seq))
+    out = sess.run(["last_hidden_state"], feeds)[0]  # warm-up
+    emit({"ready": True, "variant": args.variant, "threads": args.child_threads, "session_load_s": load_s,
+          "finite": bool(np.isfinite(out).all()), "onnxruntime": __import__("onnxruntime").__version__})
+    del out
+    for line in sys.stdin:
+        cmd = line.strip()
+        if cmd == "run":
+            t = time.perf_counter()
+            out = sess.run(["last_hidden_state"], feeds)
+            ms = (time.perf_counter() - t) * 1e3
+            del out
+            emit({"ms": ms})
+        elif cmd == "quit":
+            break
+    ru, hwm = peak_mem()
+    emit({"rss_peak_bytes": ru, "vmhwm_bytes": hwm})
+
+
 # ---------------------------------------------------------------------------------------
 # Parent: orchestration.
 
@@ -613,12 +646,16 @@ def main():
     ap.add_argument("--workdir", help="directory for the models (default: a new temp dir, removed at the end)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir with the models")
     # internal
+    ap.add_argument("--serve", action="store_true",
+                    help="keep one session (--variant, --child-threads) loaded in --workdir (built with --build) "
+                         "and answer `run` lines on stdin; used by `npurt bench bert --compare-ort`")
+    ap.add_argument("--build", action="store_true",
+                    help="only build unfused.onnx and fused.onnx into --workdir (prints one JSON record)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--build", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--check-child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--variant", help=argparse.SUPPRESS)
-    ap.add_argument("--child-threads", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--variant", help="with --serve: unfused or fused")
+    ap.add_argument("--child-threads", type=int, default=1, help="with --serve: intra_op_num_threads")
     args = ap.parse_args()
 
     missing = [m for m in ("numpy", "onnx", "onnxruntime") if importlib.util.find_spec(m) is None]
@@ -630,8 +667,15 @@ def main():
     c = config(args.model)
     if not 1 <= args.seq <= c["max_pos"] or args.batch < 1 or args.runs < 1:
         ap.error(f"need 1 <= --seq <= {c['max_pos']}, --batch >= 1, --runs >= 1")
+    if (args.build or args.serve) and not args.workdir:
+        ap.error("--build and --serve need --workdir")
     if args.build:
+        os.makedirs(args.workdir, exist_ok=True)
         return do_build(args)
+    if args.serve:
+        if args.variant not in ("unfused", "fused"):
+            ap.error("--serve needs --variant unfused or fused")
+        return do_serve(args)
     if args.child:
         return do_child(args)
     if args.probe:

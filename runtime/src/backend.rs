@@ -88,6 +88,18 @@ impl TensorArg {
     }
 }
 
+/// What a backend derived once from a node's constant inputs when a graph was compiled
+/// (a weight packed for its matrix kernel, say); handed back with every launch of that
+/// node. Kernels check what they get (type and shape) and ignore what does not fit.
+#[derive(Clone)]
+pub struct Prepacked(pub std::sync::Arc<dyn std::any::Any + Send + Sync>);
+
+impl std::fmt::Debug for Prepacked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Prepacked(..)")
+    }
+}
+
 /// Everything a kernel launch needs; owned so that a queued launch can outlive the call.
 #[derive(Clone, Debug)]
 pub struct LaunchArgs {
@@ -102,6 +114,8 @@ pub struct LaunchArgs {
     /// scheduler lowers it when several nodes run at once, so they share the cores
     /// instead of oversubscribing them.
     pub threads: usize,
+    /// From [`Backend::prepack`] when the launch is a compiled graph's node.
+    pub prepacked: Option<Prepacked>,
 }
 
 /// One compute backend and its devices. Object safe: the runtime holds `Arc<dyn Backend>`.
@@ -166,6 +180,19 @@ pub unsafe trait Backend: Send + Sync {
 
     /// Every implementation this backend offers.
     fn kernels(&self) -> &[KernelInfo];
+    /// Called once per node when a graph is compiled, with the host bytes of the node's
+    /// constant inputs (`None` where an input is computed at run time) and the kernel the
+    /// node will run. What it returns comes back in [`LaunchArgs::prepacked`] on every
+    /// launch of the node. The default prepares nothing.
+    fn prepack(
+        &self,
+        _kernel: &KernelInfo,
+        _op: &Op,
+        _inputs: &[TensorMeta],
+        _constants: &[Option<&[u8]>],
+    ) -> Result<Option<Prepacked>> {
+        Ok(None)
+    }
     /// Scratch bytes the kernel needs for this launch.
     fn workspace_size(&self, _kernel: &KernelInfo, _args: &LaunchArgs) -> usize {
         0

@@ -33,6 +33,33 @@ pub enum HwMapping {
     VectorPrefer,
 }
 
+/// Precision of the matrix products in compiled graphs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precision {
+    /// Everything in the graph's own dtypes.
+    F32,
+    /// Linear weights stored in bf16 (half the bytes), products on the backend's bf16
+    /// unit with f32 accumulation, activations kept in f32. Nodes for which the backend
+    /// has no bf16 unit (no kernel whose unit label names bf16) keep their f32 weights.
+    Bf16,
+}
+
+impl Precision {
+    pub fn parse(s: &str) -> Option<Precision> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" | "fp32" => Some(Precision::F32),
+            "bf16" => Some(Precision::Bf16),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Bf16 => "bf16",
+        }
+    }
+}
+
 /// The four optimisation switches of a preset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Optimizations {
@@ -104,6 +131,8 @@ pub struct RuntimeConfig {
     pub optimizations: Optimizations,
     /// Forces one implementation tier (validation runs); `None` = automatic.
     pub forced_tier: Option<Tier>,
+    /// Precision of compiled graphs' matrix products (env `NPURT_PRECISION`).
+    pub precision: Precision,
 }
 
 impl Default for RuntimeConfig {
@@ -120,6 +149,7 @@ impl Default for RuntimeConfig {
             threads: None,
             optimizations: Optimizations::ALL_ON,
             forced_tier: None,
+            precision: Precision::F32,
         }
     }
 }
@@ -254,6 +284,9 @@ impl RuntimeConfig {
                     return Err(bad("NPURT_HW_MAPPING", &v, "auto, cube_prefer or vector_prefer"));
                 }
             };
+        }
+        if let Some(v) = get("NPURT_PRECISION") {
+            self.precision = Precision::parse(&v).ok_or_else(|| bad("NPURT_PRECISION", &v, "f32 or bf16"))?;
         }
         if let Some(v) = get("NPURT_IMPL") {
             self.forced_tier = if v == "auto" {

@@ -21,8 +21,8 @@ pub mod shape;
 pub mod stream;
 pub mod tensor;
 
-pub use backend::{Backend, DeviceInfo, DevicePtr, EventId, LaunchArgs, StreamId, TensorArg, UnitInfo};
-pub use config::{HwMapping, Optimizations, PoolConfig, ReuseStrategy, RuntimeConfig, Scheduling};
+pub use backend::{Backend, DeviceInfo, DevicePtr, EventId, LaunchArgs, Prepacked, StreamId, TensorArg, UnitInfo};
+pub use config::{HwMapping, Optimizations, PoolConfig, Precision, ReuseStrategy, RuntimeConfig, Scheduling};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use graph::{CompileOptions, CompiledGraph, Graph, HostTensor};

@@ -406,7 +406,10 @@ impl Op {
             }
             Op::Linear => {
                 need_float(0)?;
-                same_dtype(0, 1)?;
+                // Mixed precision: f32 activations with a bf16 weight (f32 accumulation).
+                if !(inputs[0].dtype == DType::F32 && inputs[1].dtype == DType::BF16) {
+                    same_dtype(0, 1)?;
+                }
                 let (xs, w) = (&inputs[0].shape, &inputs[1].shape);
                 if xs.rank() < 1 || w.rank() != 2 {
                     return Err(Error::invalid(

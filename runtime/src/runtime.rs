@@ -37,11 +37,19 @@ pub(crate) struct Target<'a> {
     pub(crate) user: Option<&'a Stream>,
     /// Intra-op thread budget (0 = all).
     pub(crate) threads: usize,
+    /// What the backend prepared for this node when its graph was compiled.
+    pub(crate) prepacked: Option<&'a crate::backend::Prepacked>,
 }
 
 impl<'a> Target<'a> {
     pub(crate) fn on(stream: &'a Stream) -> Target<'a> {
-        Target { device: stream.device(), id: stream.id(), user: stream.is_async().then_some(stream), threads: 0 }
+        Target {
+            device: stream.device(),
+            id: stream.id(),
+            user: stream.is_async().then_some(stream),
+            threads: 0,
+            prepacked: None,
+        }
     }
 }
 
@@ -221,7 +229,11 @@ impl Runtime {
             Some(s) => self.empty_for(dtype, shape.into(), Target::on(s)),
             None => {
                 let d = self.inner.device(device)?;
-                self.empty_for(dtype, shape.into(), Target { device, id: d.default_stream, user: None, threads: 0 })
+                self.empty_for(
+                    dtype,
+                    shape.into(),
+                    Target { device, id: d.default_stream, user: None, threads: 0, prepacked: None },
+                )
             }
         }
     }
@@ -258,7 +270,7 @@ impl Runtime {
     /// block still pending on a stream (that would make the host write race the stream).
     fn empty_host(&self, dtype: DType, shape: Shape, device: usize) -> Result<Tensor> {
         let d = self.inner.device(device)?;
-        self.empty_for(dtype, shape, Target { device, id: d.default_stream, user: None, threads: 0 })
+        self.empty_for(dtype, shape, Target { device, id: d.default_stream, user: None, threads: 0, prepacked: None })
     }
 
     /// A zero-filled tensor.
@@ -408,7 +420,12 @@ impl Runtime {
             Some(s) => self.execute_on(&s, op, inputs, outputs),
             None => {
                 let d = self.inner.device(device)?;
-                self.execute_at(Target { device, id: d.default_stream, user: None, threads: 0 }, op, inputs, outputs)
+                self.execute_at(
+                    Target { device, id: d.default_stream, user: None, threads: 0, prepacked: None },
+                    op,
+                    inputs,
+                    outputs,
+                )
             }
         }
     }
@@ -541,6 +558,19 @@ impl Runtime {
         self.select_for(op, inputs, &outputs)
     }
 
+    /// Lets the backend prepare a compiled node's constant inputs for the kernel that
+    /// `execute` will choose (see [`Backend::prepack`]).
+    pub(crate) fn prepack(
+        &self,
+        op: &Op,
+        inputs: &[TensorMeta],
+        constants: &[Option<&[u8]>],
+    ) -> Result<Option<crate::backend::Prepacked>> {
+        let outputs = op.infer(inputs)?;
+        let kernel = self.select_for(op, inputs, &outputs)?;
+        self.inner.backend.prepack(&kernel, op, inputs, constants)
+    }
+
     fn select_for(&self, op: &Op, inputs: &[TensorMeta], outputs: &[TensorMeta]) -> Result<KernelInfo> {
         let q = KernelQuery { op, inputs, outputs };
         let kind = op.kind();
@@ -657,6 +687,7 @@ impl Runtime {
             workspace: None,
             seq,
             threads: target.threads,
+            prepacked: target.prepacked.cloned(),
         };
         let flops = op.flops(&in_metas, &out_metas);
         let bytes = op.bytes(&in_metas, &out_metas);

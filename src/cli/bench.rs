@@ -2,12 +2,16 @@
 
 use super::Common;
 use npurt::models::bert::{self, BertConfig, Weights};
-use npurt::{DType, Error, Op, Optimizations, Result, Runtime, RuntimeConfig, Tensor, Tier};
+use npurt::{DType, Error, Op, Optimizations, Precision, Result, Runtime, RuntimeConfig, Tensor, Tier};
 use runtime::graph::{CompileOptions, CompiledGraph, RunProfile};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 pub fn run(common: Common) -> Result<()> {
+    if has(&common.rest, "-h") || has(&common.rest, "--help") {
+        println!("{}", super::USAGE);
+        return Ok(());
+    }
     let mut rest = common.rest.clone().into_iter();
     match rest.next().as_deref() {
         Some("gemm") => gemm(common.config, rest.collect()),
@@ -16,14 +20,14 @@ pub fn run(common: Common) -> Result<()> {
     }
 }
 
-fn flag(args: &[String], name: &str) -> Option<String> {
+pub(super) fn flag(args: &[String], name: &str) -> Option<String> {
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
 }
-fn has(args: &[String], name: &str) -> bool {
+pub(super) fn has(args: &[String], name: &str) -> bool {
     args.iter().any(|a| a == name)
 }
 
-fn median(v: &mut [f64]) -> f64 {
+pub(super) fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     if v.is_empty() { 0.0 } else { v[v.len() / 2] }
 }
@@ -44,7 +48,7 @@ fn shape_name(s: (usize, usize, usize, usize)) -> String {
     if s.3 == 1 { format!("{}x{}x{}", s.0, s.1, s.2) } else { format!("{}x{}x{}x{}", s.3, s.0, s.1, s.2) }
 }
 
-fn time_gemm(cfg: &RuntimeConfig, tier: Tier, s: (usize, usize, usize, usize), runs: usize) -> Result<f64> {
+pub(super) fn time_gemm(cfg: &RuntimeConfig, tier: Tier, s: (usize, usize, usize, usize), runs: usize) -> Result<f64> {
     let rt = Runtime::with_config(RuntimeConfig { forced_tier: Some(tier), ..cfg.clone() })?;
     let (m, k, n, b) = s;
     let dims = |r: usize, c: usize| if b == 1 { vec![r, c] } else { vec![b, r, c] };
@@ -65,6 +69,33 @@ fn time_gemm(cfg: &RuntimeConfig, tier: Tier, s: (usize, usize, usize, usize), r
     }
     let flops = 2.0 * (m * k * n * b) as f64;
     Ok(flops / median(&mut t) / 1e9)
+}
+
+/// The bf16 unit on a Linear-shaped product (`x[m×k] · wᵀ`, `w` packed once, as a
+/// compiled graph does); `None` where the CPU has no AVX-512-BF16 or the shape is batched.
+fn time_gemm_bf16(cfg: &RuntimeConfig, s: (usize, usize, usize, usize), runs: usize) -> Option<f64> {
+    use backend_cpu::kernels::gemm_bf16;
+    let (m, k, n, b) = s;
+    if b != 1 || !gemm_bf16::available() {
+        return None;
+    }
+    let x: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
+    let w: Vec<npurt::bf16> =
+        (0..n * k).map(|i| npurt::bf16::from_f32(((i * 104_729) % 1000) as f32 / 1000.0 - 0.5)).collect();
+    let pw = gemm_bf16::PackedWeight::pack(&w, n, k).ok()?;
+    let mut c = vec![0f32; m * n];
+    let threads = cfg.threads.unwrap_or(backend_cpu::features::get().cores);
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().ok()?;
+    pool.install(|| {
+        gemm_bf16::gemm(m, &x, &pw, &mut c, false, threads).ok()?;
+        let mut t = Vec::new();
+        for _ in 0..runs {
+            let t0 = Instant::now();
+            gemm_bf16::gemm(m, &x, &pw, &mut c, false, threads).ok()?;
+            t.push(t0.elapsed().as_secs_f64());
+        }
+        Some(2.0 * (m * k * n) as f64 / median(&mut t) / 1e9)
+    })
 }
 
 /// Runs bench/peers/numpy_gemm.py and returns GFLOP/s per shape name.
@@ -124,6 +155,7 @@ fn gemm(cfg: RuntimeConfig, args: Vec<String>) -> Result<()> {
     for &t in &tiers {
         ours.push(SHAPES.iter().map(|&s| time_gemm(&cfg, t, s, runs)).collect::<Result<_>>()?);
     }
+    let bf16: Vec<Option<f64>> = SHAPES.iter().map(|&s| time_gemm_bf16(&cfg, s, runs)).collect();
     let p2 = if peer.as_deref() == Some("numpy") { Some(numpy_peer(runs)?) } else { None };
     if let Some((_, blas)) = &p1 {
         println!("peer: NumPy/OpenBLAS ({blas})");
@@ -134,6 +166,10 @@ fn gemm(cfg: RuntimeConfig, args: Vec<String>) -> Result<()> {
     }
     if p1.is_some() {
         print!(" {:>14} {:>8}", "OpenBLAS", "ratio");
+    }
+    let has_bf16 = bf16.iter().any(Option::is_some);
+    if has_bf16 {
+        print!(" {:>14}", "npurt bf16");
     }
     println!();
     for (i, &s) in SHAPES.iter().enumerate() {
@@ -146,6 +182,12 @@ fn gemm(cfg: RuntimeConfig, args: Vec<String>) -> Result<()> {
             let mut v: Vec<f64> = [a.get(&name), b.get(&name)].into_iter().flatten().copied().collect();
             let peer_g = median(&mut v);
             print!(" {:>10.1} GF/s {:>7.2}x", peer_g, ours[0][i] / peer_g);
+        }
+        if has_bf16 {
+            match bf16[i] {
+                Some(g) => print!(" {g:>10.1} GF/s"),
+                None => print!(" {:>14}", "-"),
+            }
         }
         println!();
     }
@@ -220,14 +262,14 @@ fn utilisation(rt: &Runtime, p: &RunProfile) -> Vec<(String, f64, f64)> {
         .collect()
 }
 
-fn run_one(
-    base: &RuntimeConfig,
-    cname: &str,
-    bc: &BertConfig,
-    batch: usize,
-    seq: usize,
-    runs: usize,
-) -> Result<BertRun> {
+/// A compiled BERT ready to run, with its inputs.
+struct Prepared {
+    rt: Runtime,
+    cg: CompiledGraph,
+    inputs: Vec<Tensor>,
+}
+
+fn prepare(base: &RuntimeConfig, cname: &str, bc: &BertConfig, batch: usize, seq: usize) -> Result<Prepared> {
     let cfg = config_for(base, cname)?;
     let rt = Runtime::with_config(cfg.clone())?;
     let t_build = Instant::now();
@@ -238,12 +280,24 @@ fn run_one(
     let ids: Vec<i64> = (0..batch * seq).map(|i| (101 + (i * 7919) % (bc.vocab_size - 101)) as i64).collect();
     let tt = vec![0i64; batch * seq];
     let mask = vec![1f32; batch * seq];
-    let ins = [
+    let inputs = vec![
         rt.from_slice(&ids, [batch, seq], 0)?,
         rt.from_slice(&tt, [batch, seq], 0)?,
         rt.from_slice(&mask, [batch, seq], 0)?,
     ];
-    let refs: Vec<&Tensor> = ins.iter().collect();
+    Ok(Prepared { rt, cg, inputs })
+}
+
+fn run_one(
+    base: &RuntimeConfig,
+    cname: &str,
+    bc: &BertConfig,
+    batch: usize,
+    seq: usize,
+    runs: usize,
+) -> Result<BertRun> {
+    let Prepared { rt, cg, inputs } = prepare(base, cname, bc, batch, seq)?;
+    let refs: Vec<&Tensor> = inputs.iter().collect();
     let (_, profile) = cg.run_profiled(&refs)?; // warm-up, profiled
     let mut times = Vec::new();
     for _ in 0..runs {
@@ -266,6 +320,64 @@ fn run_one(
         util: utilisation(&rt, &profile),
         profile,
     })
+}
+
+/// `--accuracy`: the final hidden states with bf16 weights against f32 on the same
+/// weights and inputs (max |diff|, cosine over all values).
+fn accuracy(base: &RuntimeConfig, bc: &BertConfig, batch: usize, seq: usize) -> Result<()> {
+    let mut outs = Vec::new();
+    for p in [Precision::F32, Precision::Bf16] {
+        let cfg = RuntimeConfig { precision: p, ..base.clone() };
+        let Prepared { cg, inputs, .. } = prepare(&cfg, "+mapping", bc, batch, seq)?;
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        let (o, profile) = cg.run_profiled(&refs)?;
+        let mut units: Vec<&str> = profile.nodes.iter().filter(|n| n.op == "Linear").map(|n| n.unit.label).collect();
+        units.dedup();
+        println!("precision {}: Linear nodes ran on {}", p.name(), units.join(", "));
+        outs.push(o[0].to_ndarray::<f32>()?.iter().copied().collect::<Vec<f32>>());
+    }
+    let (a, b) = (&outs[0], &outs[1]);
+    let max = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum();
+    let na: f64 = a.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+    println!(
+        "bf16 vs f32 final hidden states ({} values): max |diff| {max:.3e}, cosine {:.6}",
+        a.len(),
+        dot / (na * nb).max(f64::MIN_POSITIVE)
+    );
+    Ok(())
+}
+
+/// Child mode of `--compare-ort` (see compare.rs): the full configuration, compiled and
+/// warmed up, timed once per `run` line on stdin; one JSON line per reply.
+fn serve(base: &RuntimeConfig, bc: &BertConfig, batch: usize, seq: usize) -> Result<()> {
+    let Prepared { rt, cg, inputs } = prepare(base, "+mapping", bc, batch, seq)?;
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    let (_, profile) = cg.run_profiled(&refs)?;
+    let flops: u64 = profile.nodes.iter().map(|n| n.flops).sum();
+    let say = |v: serde_json::Value| -> Result<()> {
+        use std::io::Write;
+        let mut o = std::io::stdout().lock();
+        writeln!(o, "{v}")?;
+        o.flush()?;
+        Ok(())
+    };
+    let units: Vec<String> = utilisation(&rt, &profile).into_iter().map(|(u, _, _)| u).collect();
+    say(serde_json::json!({"ready": true, "flops": flops, "units": units}))?;
+    for line in std::io::stdin().lines() {
+        match line?.trim() {
+            "run" => {
+                let t0 = Instant::now();
+                drop(cg.run(&refs)?);
+                say(serde_json::json!({"ms": t0.elapsed().as_secs_f64() * 1e3}))?;
+            }
+            "quit" => break,
+            _ => {}
+        }
+    }
+    let pool = rt.pool_stats(0)?.peak_total_bytes;
+    say(serde_json::json!({"vmhwm_bytes": peak_rss(), "pool_peak_bytes": pool}))
 }
 
 fn to_json(r: &BertRun) -> serde_json::Value {
@@ -322,11 +434,20 @@ fn print_row(v: &serde_json::Value) {
 }
 
 fn bert_cmd(base: RuntimeConfig, args: Vec<String>) -> Result<()> {
+    if has(&args, "--compare-ort") {
+        return super::compare::run(base, args);
+    }
     let bc = bert_config(&args)?;
     let seq: usize = flag(&args, "--seq").and_then(|v| v.parse().ok()).unwrap_or(512);
     let batch: usize = flag(&args, "--batch").and_then(|v| v.parse().ok()).unwrap_or(1);
     let runs: usize = flag(&args, "--runs").and_then(|v| v.parse().ok()).unwrap_or(5).max(1);
     let model = flag(&args, "--model").unwrap_or_else(|| "bert-large".into());
+    if has(&args, "--accuracy") {
+        return accuracy(&base, &bc, batch, seq);
+    }
+    if has(&args, "--serve") {
+        return serve(&base, &bc, batch, seq);
+    }
     // Child mode: one configuration, one JSON line (a fresh process per configuration, so
     // peak RSS belongs to that configuration alone).
     if let Some(c) = flag(&args, "--config") {
@@ -336,11 +457,12 @@ fn bert_cmd(base: RuntimeConfig, args: Vec<String>) -> Result<()> {
     }
     let configs: Vec<&str> = if has(&args, "--ablation") { CONFIGS.to_vec() } else { vec!["+mapping"] };
     println!(
-        "BERT {model} (hidden {}, {} layers), batch {batch}, seq {seq}, {} parameters; {runs} runs after 1 warm-up; backend {}",
+        "BERT {model} (hidden {}, {} layers), batch {batch}, seq {seq}, {} parameters; {runs} runs after 1 warm-up; backend {}; precision {}",
         bc.hidden_size,
         bc.num_hidden_layers,
         bc.parameters(),
-        base.backend.as_deref().unwrap_or("auto")
+        base.backend.as_deref().unwrap_or("auto"),
+        base.precision.name()
     );
     println!(
         "{:<10} {:>10} {:>16} {:>10} {:>10} {:>12} {:>7}  utilisation (compute, of nominal peak)",
@@ -351,7 +473,7 @@ fn bert_cmd(base: RuntimeConfig, args: Vec<String>) -> Result<()> {
     for c in &configs {
         let mut cmd = std::process::Command::new(&exe);
         cmd.args(["bench", "bert", "--model", &model, "--seq", &seq.to_string(), "--batch", &batch.to_string()]);
-        cmd.args(["--runs", &runs.to_string(), "--config", c]);
+        cmd.args(["--runs", &runs.to_string(), "--config", c, "--precision", base.precision.name()]);
         if let Some(b) = &base.backend {
             cmd.args(["--backend", b]);
         }

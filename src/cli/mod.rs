@@ -2,6 +2,7 @@
 
 mod bench;
 mod chart;
+mod compare;
 mod demo;
 mod embed;
 mod info;
@@ -23,11 +24,20 @@ commands:
              [--ablation] [--runs 5] [--json FILE] [--trace FILE] [--profile]
                             BERT latency, memory and utilisation (the ablation: none,
                             +pool, +reuse, +parallel, +mapping)
+  bench bert --accuracy [--model M] [--seq S]
+                            final hidden states with bf16 weights against f32
+  bench bert --compare-ort [--pairs bert-large:512,bert-large:128,bert-base:128]
+             [--runs 5] [--precisions f32,bf16] [--ort-variants unfused,fused]
+             [--ort-threads 2] [--json FILE]
+                            npurt and ONNX Runtime (bench/peers/ort_bert.py) timed
+                            alternately on the same models; ratio per pair
   embed --model-dir DIR [--batch N] [--stats] [TEXT ...]   sentence embeddings (texts from args or stdin lines)
 options (all commands):
   --backend cpu|cuda|acl|auto   backend to use (default: best present; env NPURT_BACKEND)
   --impl reference|generic|fast force an implementation tier (env NPURT_IMPL)
   --devices N                   logical CPU devices (env NPURT_CPU_DEVICES)
+  --precision f32|bf16          compiled graphs' matrix products: bf16 stores Linear weights
+                                in bf16 and runs them on the bf16 unit (env NPURT_PRECISION)
   -h, --help                    this text";
 
 /// Options shared by every subcommand, plus what is left for it.
@@ -55,6 +65,11 @@ fn parse_common(args: &[String]) -> Result<Common> {
                         Error::Config(format!("--impl {v:?}: expected reference, generic, fast or auto"))
                     })?),
                 };
+            }
+            "--precision" => {
+                let v = value("--precision")?;
+                config.precision = npurt::Precision::parse(&v)
+                    .ok_or_else(|| Error::Config(format!("--precision {v:?}: expected f32 or bf16")))?;
             }
             "--devices" => {
                 let v = value("--devices")?;

@@ -26,6 +26,8 @@ pub struct Ctx {
     /// Threads the kernel may use (the current rayon pool has at least this many).
     pub threads: usize,
     pub features: &'static CpuFeatures,
+    /// What `Backend::prepack` made of this node's constants (compiled graphs only).
+    pub prepacked: Option<runtime::Prepacked>,
 }
 
 pub type KResult = Result<(), String>;

@@ -502,6 +502,35 @@ pub fn batched_matmul(
     }
 }
 
+/// Linear with a bf16 weight on AVX-512-BF16 (see `gemm_bf16`): `x` rounded to bf16,
+/// products accumulated in f32, bias added in f32.
+pub fn linear_bf16(_op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
+    let x = load_f32(&ins[0])?;
+    let (n, k) = (ins[1].dims[0], ins[1].dims[1]);
+    let m = numel(&ins[0].dims[..ins[0].dims.len() - 1]);
+    let pre = ctx.prepacked.as_ref().and_then(|p| p.0.downcast_ref::<super::gemm_bf16::PackedWeight>());
+    let owned;
+    let packed = match pre {
+        Some(p) if p.n == n && p.k == k => p,
+        _ => {
+            let w: &[half::bf16] =
+                bytemuck::try_cast_slice(&ins[1].bytes[..n * k * 2]).map_err(|e| format!("misaligned weight: {e}"))?;
+            owned = super::gemm_bf16::PackedWeight::pack(w, n, k)?;
+            &owned
+        }
+    };
+    let bias = match ins.get(2) {
+        Some(b) => Some(load_f32(b)?),
+        None => None,
+    };
+    with_f32_out(&mut outs[0], |c| {
+        if let Some(b) = &bias {
+            par_rows(c, n, |_, r| r.copy_from_slice(b));
+        }
+        super::gemm_bf16::gemm(m, &x, packed, c, bias.is_some(), ctx.threads)
+    })
+}
+
 /// Permute that moves whole rows when the last axis stays last (the attention head
 /// split/merge), in parallel for large tensors; element by element otherwise.
 fn permute(x: &In, o: &mut Out, perm: &[usize]) -> KResult {

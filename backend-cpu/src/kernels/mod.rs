@@ -9,6 +9,7 @@ pub mod attention;
 pub mod blas;
 pub mod common;
 pub mod fast;
+pub mod gemm_bf16;
 pub mod gemm_packed;
 pub mod generic;
 pub mod reference;
@@ -43,6 +44,19 @@ fn fast_attention(q: &KernelQuery<'_>) -> Result<(), String> {
     Ok(())
 }
 
+/// The bf16 Linear: f32 activations, a bf16 weight, AVX-512-BF16 dot products.
+fn bf16_linear(q: &KernelQuery<'_>) -> Result<(), String> {
+    use runtime::DType;
+    if !gemm_bf16::available() {
+        return Err("this CPU has no AVX-512-BF16".into());
+    }
+    let d: Vec<DType> = q.inputs.iter().map(|m| m.dtype).collect();
+    match d.as_slice() {
+        [DType::F32, DType::BF16] | [DType::F32, DType::BF16, DType::F32] => Ok(()),
+        _ => Err("needs f32 x with a bf16 weight (and f32 bias)".into()),
+    }
+}
+
 fn name(kind: OpKind, tier: Tier, unit: Unit) -> &'static str {
     // Built once per process (the table is a static), so leaking is bounded.
     Box::leak(format!("{}.{}.{}", kind.name().to_ascii_lowercase(), tier.name(), unit.label).into_boxed_str())
@@ -67,6 +81,20 @@ pub fn table(f: &CpuFeatures) -> &'static Table {
                 (Tier::Generic, f.baseline_unit(), generic::run, any),
                 (Tier::Reference, f.scalar_unit(), reference::run, any),
             ];
+            if kind == OpKind::Linear {
+                // Before the f32 fast kernel: chosen whenever the weight is bf16.
+                let unit = f.bf16_unit();
+                let kname = Box::leak(format!("linear.fast.{}", unit.label).into_boxed_str());
+                infos.push(KernelInfo {
+                    name: kname,
+                    op: kind,
+                    tier: Tier::HighPerformance,
+                    unit,
+                    supports: bf16_linear,
+                    id: fns.len(),
+                });
+                fns.push(fast::linear_bf16);
+            }
             for (tier, unit, func, supports) in tiers {
                 infos.push(KernelInfo { name: name(kind, tier, unit), op: kind, tier, unit, supports, id: fns.len() });
                 fns.push(func);

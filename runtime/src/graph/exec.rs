@@ -2,10 +2,10 @@
 //! done once; `run` many times.
 
 use super::fusion::{self, FusionStats};
-use super::ir::{Graph, ValueId, ValueKind};
+use super::ir::{Graph, HostTensor, ValueId, ValueKind};
 use super::planner::{self, Buffer, MemoryPlan};
 use super::schedule::{Schedule, ScheduleStrategy};
-use crate::config::RuntimeConfig;
+use crate::config::{Precision, RuntimeConfig};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::Unit;
@@ -15,6 +15,7 @@ use crate::stream::{Event, Stream};
 use crate::tensor::Tensor;
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What `compile` does; [`CompileOptions::from_config`] reads the optimisation switches.
@@ -30,6 +31,57 @@ pub struct CompileOptions {
     pub parallel: bool,
     pub strategy: ScheduleStrategy,
     pub max_streams: usize,
+    /// Store Linear weights in bf16 where the backend has a bf16 Linear kernel.
+    pub precision: Precision,
+}
+
+/// Converts the f32 constant weights of Linear nodes to bf16 where the runtime would
+/// then run the node on a bf16 unit (a kernel whose unit label names bf16); a weight
+/// also read by other ops stays f32. Returns how many were converted.
+fn bf16_weights(rt: &Runtime, graph: &mut Graph) -> usize {
+    let consumers = graph.consumers();
+    let mut converted = 0;
+    for ni in 0..graph.nodes.len() {
+        let n = &graph.nodes[ni];
+        if !matches!(n.op, crate::op::Op::Linear) {
+            continue;
+        }
+        let w = n.inputs[1];
+        let ValueKind::Constant(t) = &graph.values[w.0].kind else { continue };
+        if t.dtype != DType::F32 || graph.meta(n.inputs[0]).dtype != DType::F32 {
+            continue;
+        }
+        if consumers[w.0].iter().any(|c| !matches!(graph.nodes[c.0].op, crate::op::Op::Linear)) {
+            continue;
+        }
+        let mut ins: Vec<TensorMeta> = n.inputs.iter().map(|v| graph.meta(*v).clone()).collect();
+        ins[1].dtype = DType::BF16;
+        match rt.select_kernel(&n.op, &ins) {
+            Ok(k) if k.unit.label.contains("bf16") => {}
+            Ok(k) => {
+                log::info!(
+                    "precision bf16: node {:?} keeps its f32 weight (no bf16 unit; {} would run)",
+                    n.name,
+                    k.name
+                );
+                continue;
+            }
+            Err(e) => {
+                log::info!("precision bf16: node {:?} keeps its f32 weight ({e})", n.name);
+                continue;
+            }
+        }
+        let bytes: Vec<u8> = t
+            .bytes
+            .chunks_exact(4)
+            .flat_map(|c| half::bf16::from_f32(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_bits().to_le_bytes())
+            .collect();
+        let ht = HostTensor { dtype: DType::BF16, shape: t.shape.clone(), bytes: Arc::new(bytes) };
+        graph.values[w.0].meta.dtype = DType::BF16;
+        graph.values[w.0].kind = ValueKind::Constant(ht);
+        converted += 1;
+    }
+    converted
 }
 
 impl CompileOptions {
@@ -41,6 +93,7 @@ impl CompileOptions {
             parallel: cfg.optimizations.parallel_scheduling,
             strategy: cfg.scheduling.into(),
             max_streams: cfg.max_streams,
+            precision: cfg.precision,
         }
     }
 }
@@ -154,6 +207,8 @@ pub struct CompiledGraph {
     done: Vec<Option<Event>>,
     /// Thread budget of each node (0 = all).
     threads: Vec<usize>,
+    /// What the backend prepared from each node's constant inputs (packed weights).
+    prepacked: Vec<Option<crate::backend::Prepacked>>,
     /// Reshape outputs that are views of another value (their node runs no kernel).
     aliases: HashMap<ValueId, ValueId>,
     /// Arena intermediates and the node that reads each last, when all of its readers run
@@ -165,7 +220,12 @@ impl CompiledGraph {
     /// Validates, fuses, selects kernels, schedules and plans memory.
     pub fn compile(rt: &Runtime, graph: &Graph, options: CompileOptions) -> Result<CompiledGraph> {
         graph.validate()?;
-        let (graph, fusion) = if options.fuse { fusion::fuse(graph)? } else { (graph.clone(), FusionStats::default()) };
+        let (mut graph, fusion) =
+            if options.fuse { fusion::fuse(graph)? } else { (graph.clone(), FusionStats::default()) };
+        if options.precision == Precision::Bf16 {
+            let n = bf16_weights(rt, &mut graph);
+            log::info!("precision bf16: {n} Linear weights stored in bf16");
+        }
         let device = options.device;
         rt.device_info(device)?;
         // Kernel selection per node (errors name the node).
@@ -192,6 +252,27 @@ impl CompiledGraph {
                 upload_bytes(&dev, &t.bytes)?;
                 constants.insert(ValueId(i), dev);
             }
+        }
+        // Constant inputs prepared for their kernels once (e.g. packed weights).
+        let mut prepacked = Vec::with_capacity(graph.nodes.len());
+        for n in &graph.nodes {
+            let consts: Vec<Option<&[u8]>> = n
+                .inputs
+                .iter()
+                .map(|v| match &graph.values[v.0].kind {
+                    ValueKind::Constant(t) => Some(t.bytes.as_slice()),
+                    _ => None,
+                })
+                .collect();
+            if consts.iter().all(Option::is_none) {
+                prepacked.push(None);
+                continue;
+            }
+            let ins: Vec<TensorMeta> = n.inputs.iter().map(|v| graph.meta(*v).clone()).collect();
+            prepacked
+                .push(rt.prepack(&n.op, &ins, &consts).map_err(|e| {
+                    Error::invalid(n.op.name(), format!("node {:?}: preparing constants: {e}", n.name))
+                })?);
         }
         // Reshapes of contiguous values become views (no kernel, no buffer): the alias
         // shares its root's buffer, whose lifetime grows to cover the alias's readers.
@@ -333,6 +414,7 @@ impl CompiledGraph {
             streams,
             done,
             threads,
+            prepacked,
             aliases: alias_of,
             last_reader,
         })
@@ -443,6 +525,7 @@ impl CompiledGraph {
             let before = if profile { Some(stream.record()?) } else { None };
             let mut target = Target::on(stream);
             target.threads = self.threads[nid.0];
+            target.prepacked = self.prepacked[nid.0].as_ref();
             let r = self.rt.execute_at(target, &n.op, &ins, &outs).map_err(|e| match e {
                 Error::Invalid { op, msg } => Error::Invalid { op, msg: format!("node {:?}: {msg}", n.name) },
                 other => other,

@@ -1,0 +1,240 @@
+//! `npurt bench bert --compare-ort`: npurt and ONNX Runtime on the same BERT, timed
+//! alternately in one run.
+//!
+//! Every contender is a child process that keeps its model loaded and warmed up and times
+//! one inference per `run` line on its stdin: npurt as `npurt bench bert --serve`, ONNX
+//! Runtime as `bench/peers/ort_bert.py --serve` (one process per variant and thread
+//! count). Rounds visit the contenders in rotating order with a short pause between runs,
+//! so load from other jobs on a shared machine falls on all of them alike; each child
+//! reports its own peak RSS when told to quit.
+
+use super::bench::{flag, has, median};
+use npurt::{Error, Result, RuntimeConfig, Tier};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+const ORT_MARK: &str = "@@ORT_BERT_RESULT ";
+
+/// A running contender and what it has reported.
+struct Contender {
+    name: String,
+    is_npurt: bool,
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    ready: serde_json::Value,
+    times: Vec<f64>,
+}
+
+impl Contender {
+    fn spawn(name: String, is_npurt: bool, mut cmd: Command) -> Result<Contender> {
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        let mut child = cmd.spawn().map_err(|e| Error::Io(format!("{name}: cannot start: {e}")))?;
+        let stdin = child.stdin.take().ok_or_else(|| Error::Io(format!("{name}: no stdin")))?;
+        let stdout = BufReader::new(child.stdout.take().ok_or_else(|| Error::Io(format!("{name}: no stdout")))?);
+        let mut c =
+            Contender { name, is_npurt, child, stdin, stdout, ready: serde_json::Value::Null, times: Vec::new() };
+        c.ready = c.record()?;
+        Ok(c)
+    }
+
+    /// The next result record on the child's stdout; other lines are echoed.
+    fn record(&mut self) -> Result<serde_json::Value> {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if self.stdout.read_line(&mut line)? == 0 {
+                let st = self.child.wait().ok();
+                return Err(Error::Io(format!("{} ended without a result (exit status {st:?})", self.name)));
+            }
+            let body = if self.is_npurt {
+                Some(line.trim())
+            } else {
+                line.trim().strip_prefix(ORT_MARK.trim()).map(str::trim)
+            };
+            if let Some(v) = body.filter(|b| b.starts_with('{')).and_then(|b| serde_json::from_str(b.trim()).ok()) {
+                return Ok(v);
+            }
+            println!("  | {}", line.trim_end());
+        }
+    }
+
+    fn send(&mut self, cmd: &str) -> Result<()> {
+        writeln!(self.stdin, "{cmd}")?;
+        self.stdin.flush()?;
+        Ok(())
+    }
+
+    /// One timed inference, milliseconds.
+    fn run_once(&mut self) -> Result<f64> {
+        self.send("run")?;
+        let v = self.record()?;
+        let ms = v["ms"].as_f64().ok_or_else(|| Error::Io(format!("{}: unexpected reply {v}", self.name)))?;
+        self.times.push(ms);
+        Ok(ms)
+    }
+
+    /// Asks the child to quit; returns its final record (peak memory).
+    fn finish(mut self) -> Result<(String, Vec<f64>, serde_json::Value, serde_json::Value)> {
+        self.send("quit")?;
+        let last = self.record()?;
+        let _ = self.child.wait();
+        Ok((self.name, self.times, self.ready, last))
+    }
+}
+
+fn ort_script() -> Result<PathBuf> {
+    let candidates = [
+        std::env::var_os("NPURT_ORT_SCRIPT").map(PathBuf::from),
+        Some(PathBuf::from("bench/peers/ort_bert.py")),
+        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/peers/ort_bert.py")),
+    ];
+    candidates.into_iter().flatten().find(|p| p.exists()).ok_or_else(|| {
+        Error::Io("bench/peers/ort_bert.py not found (run from the repository root or set NPURT_ORT_SCRIPT)".into())
+    })
+}
+
+fn list(args: &[String], name: &str, default: &str) -> Vec<String> {
+    flag(args, name)
+        .unwrap_or_else(|| default.into())
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+fn mib(b: Option<u64>) -> String {
+    b.map_or("?".into(), |b| format!("{:.0}", b as f64 / (1u64 << 20) as f64))
+}
+
+pub fn run(base: RuntimeConfig, args: Vec<String>) -> Result<()> {
+    let pairs = list(&args, "--pairs", "bert-large:512,bert-large:128,bert-base:128");
+    let rounds: usize = flag(&args, "--runs").and_then(|v| v.parse().ok()).unwrap_or(5).max(1);
+    let precisions = list(&args, "--precisions", "f32");
+    let ort_variants = list(&args, "--ort-variants", "unfused,fused");
+    let ort_threads = list(&args, "--ort-threads", "2");
+    let pause = Duration::from_millis(flag(&args, "--pause-ms").and_then(|v| v.parse().ok()).unwrap_or(200));
+    let script = ort_script()?;
+    let keep = has(&args, "--keep");
+    let workdir = flag(&args, "--ort-workdir")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("npurt-ort-{}", std::process::id())));
+    let exe = std::env::current_exe()?;
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "npurt vs ONNX Runtime, alternated: {rounds} rounds per pair, npurt {}, ORT {} x {} threads; load average {}",
+        precisions.join("/"),
+        ort_variants.join("/"),
+        ort_threads.join("/"),
+        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    );
+    // The GEMM ceiling the BERT figures are put against (same run, same machine).
+    let ceiling = super::bench::time_gemm(&base, Tier::HighPerformance, (512, 1024, 4096, 1), 9)?;
+    println!("measured f32 GEMM ceiling (npurt, 512x1024x4096): {ceiling:.1} GFLOP/s");
+    let mut doc = Vec::new();
+    let result = (|| -> Result<()> {
+        for pair in &pairs {
+            let (model, seq) = pair
+                .split_once(':')
+                .and_then(|(m, s)| Some((m.to_string(), s.parse::<usize>().ok()?)))
+                .ok_or_else(|| Error::Config(format!("--pairs: expected MODEL:SEQ, got {pair:?}")))?;
+            let dir = workdir.join(&model);
+            if !dir.join("fused.onnx").exists() || !dir.join("unfused.onnx").exists() {
+                println!("building {model} for ONNX Runtime in {} ...", dir.display());
+                let st = Command::new("python3")
+                    .arg(&script)
+                    .args(["--model", &model, "--seq", &seq.to_string(), "--build", "--workdir"])
+                    .arg(&dir)
+                    .stdout(Stdio::null())
+                    .status()
+                    .map_err(|e| Error::Io(format!("python3: {e}")))?;
+                if !st.success() {
+                    return Err(Error::Io(format!("building the ONNX models for {model} failed ({st})")));
+                }
+            }
+            let mut cs = Vec::new();
+            for p in &precisions {
+                let mut cmd = Command::new(&exe);
+                cmd.args(["bench", "bert", "--serve", "--model", &model, "--seq", &seq.to_string(), "--precision", p]);
+                if let Some(b) = &base.backend {
+                    cmd.args(["--backend", b]);
+                }
+                cs.push(Contender::spawn(format!("npurt {p}"), true, cmd)?);
+            }
+            for v in &ort_variants {
+                for t in &ort_threads {
+                    let mut cmd = Command::new("python3");
+                    cmd.arg(&script).args(["--model", &model, "--seq", &seq.to_string(), "--serve", "--variant", v]);
+                    cmd.args(["--child-threads", t, "--workdir"]).arg(&dir);
+                    cs.push(Contender::spawn(format!("ORT {v} x{t}"), false, cmd)?);
+                }
+            }
+            for r in 0..rounds {
+                for i in 0..cs.len() {
+                    let n = cs.len();
+                    std::thread::sleep(pause);
+                    cs[(i + r) % n].run_once()?;
+                }
+            }
+            let finished: Vec<_> = cs.into_iter().map(Contender::finish).collect::<Result<_>>()?;
+            report(&model, seq, ceiling, &finished, &mut doc);
+        }
+        Ok(())
+    })();
+    if !keep && flag(&args, "--ort-workdir").is_none() {
+        let _ = std::fs::remove_dir_all(&workdir);
+    }
+    result?;
+    if let Some(path) = flag(&args, "--json") {
+        let j = serde_json::json!({"gemm_ceiling_gflops": ceiling, "rounds": rounds, "pairs": doc});
+        std::fs::write(&path, serde_json::to_string_pretty(&j).unwrap_or_default())?;
+        println!("wrote {path}");
+    }
+    Ok(())
+}
+
+type Finished = (String, Vec<f64>, serde_json::Value, serde_json::Value);
+
+fn report(model: &str, seq: usize, ceiling: f64, fin: &[Finished], doc: &mut Vec<serde_json::Value>) {
+    println!("{model} seq {seq}:");
+    println!(
+        "  {:<18} {:>10} {:>18} {:>9} {:>9} {:>8}",
+        "contender", "median ms", "min..max ms", "RSS MiB", "GFLOP/s", "ceiling"
+    );
+    let mut rows = Vec::new();
+    for (name, times, ready, last) in fin {
+        let med = median(&mut times.clone());
+        let (lo, hi) = times.iter().fold((f64::MAX, 0f64), |(a, b), &t| (a.min(t), b.max(t)));
+        let rss = last["vmhwm_bytes"].as_u64().or(last["rss_peak_bytes"].as_u64());
+        let flops = ready["flops"].as_f64();
+        let gf = flops.map(|f| f / (med / 1e3) / 1e9);
+        println!(
+            "  {:<18} {:>10.1} {:>18} {:>9} {:>9} {:>8}",
+            name,
+            med,
+            format!("{lo:.1}..{hi:.1}"),
+            mib(rss),
+            gf.map_or("".into(), |g| format!("{g:.1}")),
+            gf.map_or("".into(), |g| format!("{:.0}%", 100.0 * g / ceiling)),
+        );
+        rows.push(serde_json::json!({"contender": name, "median_ms": med, "times_ms": times,
+            "peak_rss_bytes": rss, "gflops": gf, "ready": ready}));
+    }
+    let ort: Vec<&Finished> = fin.iter().filter(|f| f.0.starts_with("ORT")).collect();
+    let best = ort.iter().min_by(|a, b| median(&mut a.1.clone()).total_cmp(&median(&mut b.1.clone())));
+    let mut ratios = Vec::new();
+    if let Some(best) = best {
+        let best_med = median(&mut best.1.clone());
+        for f in fin.iter().filter(|f| f.0.starts_with("npurt")) {
+            let ratio = median(&mut f.1.clone()) / best_med;
+            // Per round: npurt's time over the best ORT configuration's in the same round.
+            let mut paired: Vec<f64> = f.1.iter().zip(&best.1).map(|(a, b)| a / b).collect();
+            let paired = median(&mut paired);
+            println!("  ratio {} / {} (ORT's best): {ratio:.2} (median of per-round ratios {paired:.2})", f.0, best.0);
+            ratios.push(serde_json::json!({"npurt": f.0, "ort": best.0, "ratio": ratio, "paired_ratio": paired}));
+        }
+    }
+    doc.push(serde_json::json!({"model": model, "seq": seq, "rows": rows, "ratios": ratios}));
+}
