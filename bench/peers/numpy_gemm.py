@@ -6,6 +6,7 @@ Measures ``np.matmul`` on float32 operands at the shapes npurt's CPU GEMM is com
 
     512x1024x1024, 512x1024x4096, 512x4096x1024,
     batched 16 x (512x64 @ 64x512)   -- (16,512,64) @ (16,64,512),
+    128x768x768, 128x768x3072, 128x3072x768 (BERT-base, seq 128),
     1024x1024x1024
 
 Each shape is warmed up, then timed ``--repeat`` times (default 9); the median is reported
@@ -45,6 +46,9 @@ SHAPES = [
     ("512x1024x4096", 0, 512, 1024, 4096),
     ("512x4096x1024", 0, 512, 4096, 1024),
     ("16x512x64x512", 16, 512, 64, 512),
+    ("128x768x768", 0, 128, 768, 768),
+    ("128x768x3072", 0, 128, 768, 3072),
+    ("128x3072x768", 0, 128, 3072, 768),
     ("1024x1024x1024", 0, 1024, 1024, 1024),
 ]
 

@@ -41,8 +41,18 @@ fn peak_rss() -> Option<u64> {
 
 // ---------------- GEMM ----------------
 
-const SHAPES: &[(usize, usize, usize, usize)] =
-    &[(512, 1024, 1024, 1), (512, 1024, 4096, 1), (512, 4096, 1024, 1), (512, 64, 512, 16), (1024, 1024, 1024, 1)];
+/// BERT-Large s512 (m = 512, hidden 1024, ffn 4096, 16 heads of 64), BERT-base s128
+/// (m = 128, hidden 768, ffn 3072) and 1024³; `(m, k, n, batch)`.
+const SHAPES: &[(usize, usize, usize, usize)] = &[
+    (512, 1024, 1024, 1),
+    (512, 1024, 4096, 1),
+    (512, 4096, 1024, 1),
+    (512, 64, 512, 16),
+    (128, 768, 768, 1),
+    (128, 768, 3072, 1),
+    (128, 3072, 768, 1),
+    (1024, 1024, 1024, 1),
+];
 
 fn shape_name(s: (usize, usize, usize, usize)) -> String {
     if s.3 == 1 { format!("{}x{}x{}", s.0, s.1, s.2) } else { format!("{}x{}x{}x{}", s.3, s.0, s.1, s.2) }
@@ -274,8 +284,7 @@ fn prepare(base: &RuntimeConfig, cname: &str, bc: &BertConfig, batch: usize, seq
     let rt = Runtime::with_config(cfg.clone())?;
     let t_build = Instant::now();
     let bg = bert::build(bc, Weights::Random(42), batch, seq)?;
-    let cg = CompiledGraph::compile(&rt, &bg.graph, CompileOptions::from_config(&cfg, 0))?;
-    drop(bg.graph);
+    let cg = CompiledGraph::compile_owned(&rt, bg.graph, CompileOptions::from_config(&cfg, 0))?;
     log::info!("{cname}: built and compiled in {:.2} s", t_build.elapsed().as_secs_f64());
     let ids: Vec<i64> = (0..batch * seq).map(|i| (101 + (i * 7919) % (bc.vocab_size - 101)) as i64).collect();
     let tt = vec![0i64; batch * seq];

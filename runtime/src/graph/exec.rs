@@ -219,9 +219,21 @@ pub struct CompiledGraph {
 impl CompiledGraph {
     /// Validates, fuses, selects kernels, schedules and plans memory.
     pub fn compile(rt: &Runtime, graph: &Graph, options: CompileOptions) -> Result<CompiledGraph> {
+        Self::compile_owned(rt, graph.clone(), options)
+    }
+
+    /// [`compile`](Self::compile) taking the graph: its constants' host bytes are freed as
+    /// they are uploaded (peak memory about one copy of the weights, not two), unless the
+    /// caller still shares them.
+    pub fn compile_owned(rt: &Runtime, graph: Graph, options: CompileOptions) -> Result<CompiledGraph> {
         graph.validate()?;
-        let (mut graph, fusion) =
-            if options.fuse { fusion::fuse(graph)? } else { (graph.clone(), FusionStats::default()) };
+        let (mut graph, fusion) = if options.fuse {
+            let fused = fusion::fuse(&graph)?;
+            drop(graph);
+            fused
+        } else {
+            (graph, FusionStats::default())
+        };
         if options.precision == Precision::Bf16 {
             let n = bf16_weights(rt, &mut graph);
             log::info!("precision bf16: {n} Linear weights stored in bf16");
@@ -244,15 +256,6 @@ impl CompiledGraph {
         } else {
             Schedule::sequential(&graph)
         };
-        // Constants, uploaded once.
-        let mut constants = HashMap::new();
-        for (i, v) in graph.values.iter().enumerate() {
-            if let ValueKind::Constant(t) = &v.kind {
-                let dev = rt.empty(t.dtype, t.shape.clone(), device)?;
-                upload_bytes(&dev, &t.bytes)?;
-                constants.insert(ValueId(i), dev);
-            }
-        }
         // Constant inputs prepared for their kernels once (e.g. packed weights).
         let mut prepacked = Vec::with_capacity(graph.nodes.len());
         for n in &graph.nodes {
@@ -273,6 +276,18 @@ impl CompiledGraph {
                 .push(rt.prepack(&n.op, &ins, &consts).map_err(|e| {
                     Error::invalid(n.op.name(), format!("node {:?}: preparing constants: {e}", n.name))
                 })?);
+        }
+        // Constants, uploaded once. What runs is the device copy (and anything prepacked):
+        // each constant's host bytes are released right after its upload, so the weights
+        // are never held twice when the caller handed the graph over (`compile_owned`).
+        let mut constants = HashMap::new();
+        for (i, v) in graph.values.iter_mut().enumerate() {
+            if let ValueKind::Constant(t) = &mut v.kind {
+                let dev = rt.empty(t.dtype, t.shape.clone(), device)?;
+                upload_bytes(&dev, &t.bytes)?;
+                constants.insert(ValueId(i), dev);
+                t.bytes = Arc::new(Vec::new());
+            }
         }
         // Reshapes of contiguous values become views (no kernel, no buffer): the alias
         // shares its root's buffer, whose lifetime grows to cover the alias's readers.
@@ -420,6 +435,8 @@ impl CompiledGraph {
         })
     }
 
+    /// The graph as compiled (after fusion and precision changes). Its constants keep
+    /// their names and metadata; their bytes live on the device only.
     pub fn graph(&self) -> &Graph {
         &self.graph
     }

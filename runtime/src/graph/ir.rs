@@ -196,7 +196,7 @@ impl Graph {
 
     /// Bytes of all constants.
     pub fn constant_bytes(&self) -> usize {
-        self.values.iter().map(|v| if let ValueKind::Constant(t) = &v.kind { t.bytes.len() } else { 0 }).sum()
+        self.values.iter().map(|v| if let ValueKind::Constant(_) = &v.kind { v.meta.bytes() } else { 0 }).sum()
     }
 
     /// A readable listing: one line per input, constant summary, node and output.
