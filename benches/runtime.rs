@@ -49,6 +49,27 @@ fn kernel_alone(bencher: Bencher) {
     });
 }
 
+/// Nodes of the tiny-op graph below.
+const GRAPH_NODES: usize = 64;
+
+/// A compiled graph of 64 tiny ReLU/Scale nodes on [16] run once per iteration: divide the
+/// time by 64 for the per-node cost of compiled execution (kernel included).
+#[divan::bench(sample_count = 30, sample_size = 50)]
+fn graph_of_64_tiny_nodes(bencher: Bencher) {
+    use runtime::graph::{CompileOptions, CompiledGraph, Graph};
+    let rt = rt();
+    let mut g = Graph::new();
+    let mut v = g.input("x", DType::F32, [16]);
+    for i in 0..GRAPH_NODES {
+        let op = if i % 2 == 0 { Op::Relu } else { Op::Scale { factor: 0.5 } };
+        v = g.op(&format!("n{i}"), op, &[v]).unwrap();
+    }
+    g.output(v);
+    let cg = CompiledGraph::compile(&rt, &g, CompileOptions::from_config(rt.config(), 0)).unwrap();
+    let x = rt.zeros(DType::F32, [16], 0).unwrap();
+    bencher.bench_local(|| cg.run(&[&x]).unwrap());
+}
+
 const SIZES: [usize; 3] = [4 << 10, 256 << 10, 4 << 20];
 
 /// Pool alloc + free of one block (served from the cache after the first).
