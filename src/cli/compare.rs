@@ -204,11 +204,13 @@ fn report(model: &str, seq: usize, ceiling: f64, fin: &[Finished], doc: &mut Vec
         "contender", "median ms", "min..max ms", "RSS MiB", "GFLOP/s", "ceiling"
     );
     let mut rows = Vec::new();
+    // Same model on both sides: npurt's FLOP count serves for ORT's rows too.
+    let model_flops = fin.iter().find_map(|f| f.2["flops"].as_f64());
     for (name, times, ready, last) in fin {
         let med = median(&mut times.clone());
         let (lo, hi) = times.iter().fold((f64::MAX, 0f64), |(a, b), &t| (a.min(t), b.max(t)));
         let rss = last["vmhwm_bytes"].as_u64().or(last["rss_peak_bytes"].as_u64());
-        let flops = ready["flops"].as_f64();
+        let flops = ready["flops"].as_f64().or(model_flops);
         let gf = flops.map(|f| f / (med / 1e3) / 1e9);
         println!(
             "  {:<18} {:>10.1} {:>18} {:>9} {:>9} {:>8}",

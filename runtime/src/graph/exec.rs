@@ -408,11 +408,22 @@ impl CompiledGraph {
             .iter()
             .map(|&n| if n { rt.event(device).map(Some) } else { Ok(None) })
             .collect::<Result<_>>()?;
-        // CPU thread budget: split the device among concurrently running nodes.
+        // CPU thread budget. A small node that may run beside others gets its share of the
+        // cores, fixed. A large one (est. >= WIDE_NODE_S, e.g. a projection GEMM) keeps the
+        // whole device budget: it enters the device's thread pool, whose fixed set of
+        // workers it shares with whatever else runs, so the cores are still not
+        // oversubscribed, and when its neighbour finishes first it gets every core instead of
+        // leaving one idle (the third of Q/K/V on two streams).
+        const WIDE_NODE_S: f64 = 200e-6;
         let threads = if schedule.streams > 1 {
             let total =
                 rt.config().threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-            schedule.concurrency.iter().map(|&c| (total / c.max(1)).max(1)).collect()
+            schedule
+                .concurrency
+                .iter()
+                .zip(&cost)
+                .map(|(&c, &t)| if t >= WIDE_NODE_S { 0 } else { (total / c.max(1)).max(1) })
+                .collect()
         } else {
             vec![0; graph.nodes.len()]
         };
