@@ -83,7 +83,7 @@ pub(super) fn time_gemm(cfg: &RuntimeConfig, tier: Tier, s: (usize, usize, usize
 
 /// The bf16 unit on a Linear-shaped product (`x[m×k] · wᵀ`, `w` packed once, as a
 /// compiled graph does); `None` where the CPU has no AVX-512-BF16 or the shape is batched.
-fn time_gemm_bf16(cfg: &RuntimeConfig, s: (usize, usize, usize, usize), runs: usize) -> Option<f64> {
+pub(super) fn time_gemm_bf16(cfg: &RuntimeConfig, s: (usize, usize, usize, usize), runs: usize) -> Option<f64> {
     use backend_cpu::kernels::gemm_bf16;
     let (m, k, n, b) = s;
     if b != 1 || !gemm_bf16::available() {
