@@ -443,8 +443,9 @@ def feeds_for(sess, np, inputs):
     return {i.name: inputs[i.name].astype(types[i.type]) for i in sess.get_inputs()}
 
 
-def do_child(args):
-    """Child: times one (variant, threads) configuration."""
+def warmed_session(args):
+    """The (variant, threads) session of `args`, its feeds, the warm-up output and the
+    session's load time in seconds."""
     import numpy as np
     c = config(args.model)
     path = os.path.join(args.workdir, f"{args.variant}.onnx")
@@ -453,6 +454,14 @@ def do_child(args):
     load_s = time.perf_counter() - t0
     feeds = feeds_for(sess, np, bench_inputs(np, c, args.batch, args.seq))
     out = sess.run(["last_hidden_state"], feeds)[0]  # warm-up
+    return sess, feeds, out, load_s
+
+
+def do_child(args):
+    """Child: times one (variant, threads) configuration."""
+    import numpy as np
+    c = config(args.model)
+    sess, feeds, out, load_s = warmed_session(args)
     assert out.shape == (args.batch, args.seq, c["hidden"]), out.shape
     finite = bool(np.isfinite(out).all())
     del out
@@ -583,13 +592,7 @@ def do_serve(args):
     end of input) with MARK {"rss_peak_bytes", "vmhwm_bytes"} before exiting.
     """
     import numpy as np
-    c = config(args.model)
-    path = os.path.join(args.workdir, f"{args.variant}.onnx")
-    t0 = time.perf_counter()
-    sess = session(path, args.child_threads)
-    load_s = time.perf_counter() - t0
-    feeds = feeds_for(sess, np, bench_inputs(np, c, args.batch, args.seq))
-    out = sess.run(["last_hidden_state"], feeds)[0]  # warm-up
+    sess, feeds, out, load_s = warmed_session(args)
     emit({"ready": True, "variant": args.variant, "threads": args.child_threads, "session_load_s": load_s,
           "finite": bool(np.isfinite(out).all()), "onnxruntime": __import__("onnxruntime").__version__})
     del out
