@@ -2,28 +2,18 @@ use npurt::{DType, Op, Runtime};
 use std::time::Instant;
 fn main() {
     let rt = Runtime::new().unwrap();
-    for &(m, k, n) in
-        &[(128usize, 768usize, 768usize), (128, 768, 3072), (128, 3072, 768), (512, 1024, 4096), (512, 1024, 1024)]
-    {
-        let x = rt.from_slice(&vec![0.5f32; m * k], [m, k], 0).unwrap();
-        let w = rt.from_slice(&vec![0.25f32; n * k], [n, k], 0).unwrap();
-        let b = rt.from_slice(&vec![0.0f32; n], [n], 0).unwrap();
-        let y = rt.empty(DType::F32, [m, n], 0).unwrap();
-        let mm = rt.empty(DType::F32, [m, n], 0).unwrap();
-        let wt = rt.from_slice(&vec![0.25f32; n * k], [k, n], 0).unwrap();
-        let mut t1 = vec![];
-        let mut t2 = vec![];
-        for _ in 0..9 {
-            let t = Instant::now();
-            rt.execute(&Op::Linear, &[&x, &w, &b], &[&y]).unwrap();
-            t1.push(t.elapsed().as_secs_f64());
-            let t = Instant::now();
-            rt.execute(&Op::MatMul { trans_a: false, trans_b: false }, &[&x, &wt], &[&mm]).unwrap();
-            t2.push(t.elapsed().as_secs_f64());
-        }
-        t1.sort_by(|a, b| a.total_cmp(b));
-        t2.sort_by(|a, b| a.total_cmp(b));
-        let f = 2.0 * (m * k * n) as f64 / 1e9;
-        println!("{m}x{k}x{n}: Linear {:.1} GF/s, MatMul {:.1} GF/s", f / t1[4], f / t2[4]);
+    let (h, s, d) = (16usize, 512usize, 64usize);
+    let q = rt.from_slice(&(0..h * s * d).map(|i| ((i * 31 % 97) as f32 - 48.0) / 97.0).collect::<Vec<_>>(), [1, h, s, d], 0).unwrap();
+    let m = rt.from_slice(&vec![0f32; s], [1, 1, 1, s], 0).unwrap();
+    let o = rt.empty(DType::F32, [1, h, s, d], 0).unwrap();
+    let op = Op::Attention { scale: None };
+    let mut t = vec![];
+    for _ in 0..30 {
+        let t0 = Instant::now();
+        rt.execute(&op, &[&q, &q, &q, &m], &[&o]).unwrap();
+        t.push(t0.elapsed().as_secs_f64());
     }
+    t.sort_by(|a, b| a.total_cmp(b));
+    let f = 4.0 * (h * s * s * d) as f64;
+    println!("attention 16x512x64: {:.2} ms, {:.1} GF/s", t[15] * 1e3, f / t[15] / 1e9);
 }

@@ -57,11 +57,16 @@ simd_map!(gelu_erf_map, |x| 0.5 * x * (1.0 + erf_approx(x * std::f32::consts::FR
 #[inline(always)]
 pub fn exp_approx(x: f32) -> f32 {
     let x = x.clamp(-87.33, 88.72);
-    let k = (x * std::f32::consts::LOG2_E).round();
+    // Nearest-even rounding and no float-to-int cast: both map to vector instructions
+    // (`round()` and `as i32` would leave the loop scalar).
+    let k = (x * std::f32::consts::LOG2_E).round_ties_even();
     let r = x - k * 0.693_145_75 - k * 1.428_606_8e-6;
     let p = 1.0
         + r * (1.0 + r * (0.5 + r * (0.166_666_67 + r * (0.041_666_668 + r * (0.008_333_334 + r * 0.001_388_889)))));
-    let bits = ((k as i32 + 127).clamp(1, 254) as u32) << 23;
+    // 2^k from its biased exponent: adding 2^23 to an integral float in [1, 254] puts the
+    // integer in the low mantissa bits.
+    let e = (k + 127.0).clamp(1.0, 254.0);
+    let bits = ((e + 8_388_608.0).to_bits() - 0x4B00_0000) << 23;
     p * f32::from_bits(bits)
 }
 
