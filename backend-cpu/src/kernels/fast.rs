@@ -226,14 +226,19 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
             let d = b.len();
             with_f32_out(&mut outs[0], |o| {
                 par_rows(o, d, |r, row| {
+                    // x + bias into a stack chunk, GELU from there into the row: no allocation.
+                    const CHUNK: usize = 512;
+                    let mut tmp = [0f32; CHUNK];
                     let src = &x[r * d..(r + 1) * d];
-                    for ((y, &v), &bb) in row.iter_mut().zip(src).zip(b.iter()) {
-                        *y = v + bb;
-                    }
-                    let tmp = row.to_vec();
-                    match approx {
-                        GeluApprox::Erf => gelu_erf_map(isa, &tmp, row),
-                        GeluApprox::Tanh => gelu_tanh_map(isa, &tmp, row),
+                    for ((dst, s), bb) in row.chunks_mut(CHUNK).zip(src.chunks(CHUNK)).zip(b.chunks(CHUNK)) {
+                        let t = &mut tmp[..dst.len()];
+                        for ((y, &v), &c) in t.iter_mut().zip(s).zip(bb) {
+                            *y = v + c;
+                        }
+                        match approx {
+                            GeluApprox::Erf => gelu_erf_map(isa, t, dst),
+                            GeluApprox::Tanh => gelu_tanh_map(isa, t, dst),
+                        }
                     }
                 });
                 Ok(())
