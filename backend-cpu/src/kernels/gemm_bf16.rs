@@ -163,10 +163,10 @@ fn block(m: usize, xb: &[u32], w: &PackedWeight, c: &mut [f32], accumulate: bool
                 while i0 + AMX_MR <= m {
                     let a = &xb[i0 * kp + p0..];
                     let cs = &mut c[i0 * n + pi * NR..];
-                    // SAFETY: the tiles were configured on this thread above; `kc` is a
-                    // multiple of 16 (`use_amx`); `a` holds 32 rows of stride `kp` with `kc`
-                    // words from `p0`, `panel` `kc * NR` words, and `cs` 32 full rows of
-                    // `NR` columns at stride `n` (`i0 + 32 <= m`, `cols == NR`).
+                    // `kc` is a multiple of 16 (`use_amx`); `a` holds 32 rows of stride `kp`
+                    // with `kc` words from `p0`, `panel` `kc * NR` words, and `cs` 32 full
+                    // rows of `NR` columns at stride `n` (`i0 + 32 <= m`, `cols == NR`).
+                    // SAFETY: tiles configured on this thread above; extents as just stated.
                     unsafe { amx::block(kc, a, kp, panel, cs, n, load_c) };
                     i0 += AMX_MR;
                 }
@@ -175,10 +175,10 @@ fn block(m: usize, xb: &[u32], w: &PackedWeight, c: &mut [f32], accumulate: bool
                 let rows = MR.min(m - i0);
                 let a = &xb[i0 * kp + p0..];
                 let cs = &mut c[i0 * n + pi * NR..];
-                // SAFETY: `gemm` checked `available()` (AVX-512F and AVX-512-BF16 on this
-                // CPU); `a` holds `rows` rows of `kp` words from `p0` (the last row has at
-                // least `kc` left), `panel` holds `kc * NR` words, and `cs` covers `rows`
-                // rows of stride `n` with `cols` columns each (the tile never leaves `c`).
+                // `a` holds `rows` rows of `kp` words from `p0` (the last row has at least
+                // `kc` left), `panel` holds `kc * NR` words, and `cs` covers `rows` rows of
+                // stride `n` with `cols` columns each (the tile never leaves `c`).
+                // SAFETY: `gemm` checked `available()` (AVX-512F, AVX-512-BF16); extents above.
                 unsafe { x86::tile(rows, kc, a, kp, panel, cs, n, cols, load_c) };
             }
         }
