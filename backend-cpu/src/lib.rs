@@ -432,25 +432,50 @@ unsafe impl Backend for CpuBackend {
         &self.table.infos
     }
 
-    /// Packs a bf16 Linear's constant weight into the bf16 kernel's panels, once.
+    /// Packs a Linear's constant weight once for the kernel that will run it: a bf16 weight
+    /// into the bf16 kernel's panels (kept beside the weight), an f32 weight into the f32
+    /// GEMM's panels, stored in place of the weight (same bytes when `n` fills whole
+    /// panels, which BERT-sized layers do).
     fn prepack(
         &self,
         kernel: &KernelInfo,
         _op: &runtime::Op,
         inputs: &[runtime::TensorMeta],
         constants: &[Option<&[u8]>],
-    ) -> Result<Option<runtime::Prepacked>> {
-        let bf16_linear = kernel.op == runtime::OpKind::Linear && kernel.unit == self.features.bf16_unit();
+    ) -> Result<Option<runtime::Prepack>> {
+        use runtime::DType;
         let (Some(Some(bytes)), Some(meta)) = (constants.get(1), inputs.get(1)) else { return Ok(None) };
-        if !bf16_linear || meta.dtype != runtime::DType::BF16 || meta.shape.rank() != 2 {
+        if kernel.op != runtime::OpKind::Linear || meta.shape.rank() != 2 {
             return Ok(None);
         }
         let (n, k) = (meta.shape.dims()[0], meta.shape.dims()[1]);
-        let w: Vec<half::bf16> = bytes.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]])).collect();
-        let packed = kernels::gemm_bf16::PackedWeight::pack(&w, n, k)
-            .map_err(|msg| runtime::Error::Backend { backend: "cpu", msg })?;
-        log::debug!("prepacked a bf16 weight [{n}, {k}] ({} bytes)", packed.bytes());
-        Ok(Some(runtime::Prepacked(Arc::new(packed))))
+        let backend_err = |msg: String| runtime::Error::Backend { backend: "cpu", msg };
+        if kernel.unit == self.features.bf16_unit() && meta.dtype == DType::BF16 {
+            let w: Vec<half::bf16> = bytes.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]])).collect();
+            let packed = kernels::gemm_bf16::PackedWeight::pack(&w, n, k).map_err(backend_err)?;
+            log::debug!("prepacked a bf16 weight [{n}, {k}] ({} bytes)", packed.bytes());
+            return Ok(Some(runtime::Prepack::new(Arc::new(packed))));
+        }
+        let f32_fast = kernel.tier == runtime::Tier::HighPerformance && kernel.unit == self.features.matrix_unit();
+        if f32_fast && meta.dtype == DType::F32 && kernels::blas::use_packed() {
+            let layout = kernels::gemm_packed::PackedBLayout::new(k, n);
+            if layout.len() != n * k || bytes.len() != n * k * 4 {
+                log::debug!("f32 weight [{n}, {k}] does not fill whole panels; packed per call");
+                return Ok(None);
+            }
+            let w: Vec<f32> = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            let mut packed = vec![0f32; layout.len()];
+            // The weight is [n, k] row-major: B = wᵀ has strides (1, k).
+            kernels::gemm_packed::pack_b(&layout, &w, 1, k, &mut packed).map_err(backend_err)?;
+            drop(w);
+            let relayout = packed.iter().flat_map(|x| x.to_le_bytes()).collect();
+            log::debug!("prepacked an f32 weight [{n}, {k}] in place");
+            return Ok(Some(runtime::Prepack {
+                prepacked: runtime::Prepacked(Arc::new(layout)),
+                relayout: vec![(1, relayout)],
+            }));
+        }
+        Ok(None)
     }
 
     fn launch(&self, device: usize, kernel: &KernelInfo, args: LaunchArgs, stream: StreamId) -> Result<()> {

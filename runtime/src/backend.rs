@@ -100,6 +100,26 @@ impl std::fmt::Debug for Prepacked {
     }
 }
 
+/// What [`Backend::prepack`] made of a node's constant inputs.
+#[derive(Debug)]
+pub struct Prepack {
+    /// Handed back in [`LaunchArgs::prepacked`] on every launch of the node.
+    pub prepacked: Prepacked,
+    /// Constant inputs the kernel reads in another layout when it gets `prepacked`: (input
+    /// index, the constant's bytes in that layout, as many as the original). The runtime
+    /// stores these bytes on the device instead of the constant's own, so the weight is held
+    /// once. Where it cannot (the constant has another reader, or the length differs) it
+    /// drops the whole `Prepack` and the node runs as if nothing had been prepared.
+    pub relayout: Vec<(usize, Vec<u8>)>,
+}
+
+impl Prepack {
+    /// Prepared data that leaves the constants as they are.
+    pub fn new(data: std::sync::Arc<dyn std::any::Any + Send + Sync>) -> Prepack {
+        Prepack { prepacked: Prepacked(data), relayout: Vec::new() }
+    }
+}
+
 /// Everything a kernel launch needs; owned so that a queued launch can outlive the call.
 #[derive(Clone, Debug)]
 pub struct LaunchArgs {
@@ -183,14 +203,16 @@ pub unsafe trait Backend: Send + Sync {
     /// Called once per node when a graph is compiled, with the host bytes of the node's
     /// constant inputs (`None` where an input is computed at run time) and the kernel the
     /// node will run. What it returns comes back in [`LaunchArgs::prepacked`] on every
-    /// launch of the node. The default prepares nothing.
+    /// launch of the node, and may ask for constants to be stored in another layout (see
+    /// [`Prepack::relayout`]); a kernel given a `Prepacked` reads such inputs in that
+    /// layout. The default prepares nothing.
     fn prepack(
         &self,
         _kernel: &KernelInfo,
         _op: &Op,
         _inputs: &[TensorMeta],
         _constants: &[Option<&[u8]>],
-    ) -> Result<Option<Prepacked>> {
+    ) -> Result<Option<Prepack>> {
         Ok(None)
     }
     /// Scratch bytes the kernel needs for this launch.

@@ -565,7 +565,7 @@ impl Runtime {
         op: &Op,
         inputs: &[TensorMeta],
         constants: &[Option<&[u8]>],
-    ) -> Result<Option<crate::backend::Prepacked>> {
+    ) -> Result<Option<crate::backend::Prepack>> {
         let outputs = op.infer(inputs)?;
         let kernel = self.select_for(op, inputs, &outputs)?;
         self.inner.backend.prepack(&kernel, op, inputs, constants)

@@ -108,6 +108,35 @@ pub(super) fn time_gemm_bf16(cfg: &RuntimeConfig, s: (usize, usize, usize, usize
     })
 }
 
+/// The f32 Linear-shaped product (`x[m×k] · wᵀ`) with the weight packed once, as a
+/// compiled graph runs it; `None` for batched shapes.
+pub(super) fn time_gemm_prepacked(cfg: &RuntimeConfig, s: (usize, usize, usize, usize), runs: usize) -> Option<f64> {
+    use backend_cpu::kernels::gemm_packed;
+    let (m, k, n, b) = s;
+    if b != 1 {
+        return None;
+    }
+    let x: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
+    let w: Vec<f32> = (0..n * k).map(|i| ((i * 104_729) % 1000) as f32 / 1000.0 - 0.5).collect();
+    let layout = gemm_packed::PackedBLayout::new(k, n);
+    let mut packed = vec![0f32; layout.len()];
+    gemm_packed::pack_b(&layout, &w, 1, k, &mut packed).ok()?;
+    let mut c = vec![0f32; m * n];
+    let threads = cfg.threads.unwrap_or(backend_cpu::features::get().cores);
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().ok()?;
+    pool.install(|| {
+        let mut once = || gemm_packed::sgemm_prepacked(m, 1.0, &x, k, 1, &layout, &packed, None, &mut c, n, threads);
+        once();
+        let mut t = Vec::new();
+        for _ in 0..runs {
+            let t0 = Instant::now();
+            once();
+            t.push(t0.elapsed().as_secs_f64());
+        }
+        Some(2.0 * (m * k * n) as f64 / median(&mut t) / 1e9)
+    })
+}
+
 /// Runs bench/peers/numpy_gemm.py and returns GFLOP/s per shape name.
 fn numpy_peer(runs: usize) -> Result<(BTreeMap<String, f64>, String)> {
     let script = std::path::Path::new("bench/peers/numpy_gemm.py");
@@ -165,6 +194,7 @@ fn gemm(cfg: RuntimeConfig, args: Vec<String>) -> Result<()> {
     for &t in &tiers {
         ours.push(SHAPES.iter().map(|&s| time_gemm(&cfg, t, s, runs)).collect::<Result<_>>()?);
     }
+    let pre: Vec<Option<f64>> = SHAPES.iter().map(|&s| time_gemm_prepacked(&cfg, s, runs)).collect();
     let bf16: Vec<Option<f64>> = SHAPES.iter().map(|&s| time_gemm_bf16(&cfg, s, runs)).collect();
     let p2 = if peer.as_deref() == Some("numpy") { Some(numpy_peer(runs)?) } else { None };
     if let Some((_, blas)) = &p1 {
@@ -174,8 +204,9 @@ fn gemm(cfg: RuntimeConfig, args: Vec<String>) -> Result<()> {
     for t in &tiers {
         print!(" {:>14}", format!("npurt {t}"));
     }
+    print!(" {:>15}", "f32 prepacked");
     if p1.is_some() {
-        print!(" {:>14} {:>8}", "OpenBLAS", "ratio");
+        print!(" {:>14} {:>8} {:>8}", "OpenBLAS", "ratio", "pre/BLAS");
     }
     let has_bf16 = bf16.iter().any(Option::is_some);
     if has_bf16 {
@@ -188,10 +219,18 @@ fn gemm(cfg: RuntimeConfig, args: Vec<String>) -> Result<()> {
         for o in &ours {
             print!(" {:>10.1} GF/s", o[i]);
         }
+        match pre[i] {
+            Some(g) => print!(" {g:>10.1} GF/s"),
+            None => print!(" {:>15}", "-"),
+        }
         if let (Some((a, _)), Some((b, _))) = (&p1, &p2) {
             let mut v: Vec<f64> = [a.get(&name), b.get(&name)].into_iter().flatten().copied().collect();
             let peer_g = median(&mut v);
             print!(" {:>10.1} GF/s {:>7.2}x", peer_g, ours[0][i] / peer_g);
+            match pre[i] {
+                Some(g) => print!(" {:>7.2}x", g / peer_g),
+                None => print!(" {:>8}", "-"),
+            }
         }
         if has_bf16 {
             match bf16[i] {

@@ -176,6 +176,33 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
             let (x, w) = (load_f32(&ins[0])?, load_f32(&ins[1])?);
             let (n, k) = (ins[1].dims[0], ins[1].dims[1]);
             let m = numel(&ins[0].dims[..ins[0].dims.len() - 1]);
+            // A compiled graph's weight may be stored packed (see `CpuBackend::prepack`).
+            let packed = ctx.prepacked.as_ref().and_then(|p| p.0.downcast_ref::<super::gemm_packed::PackedBLayout>());
+            if let Some(layout) = packed {
+                if layout.k != k || layout.n != n || !layout.is_current() || w.len() < layout.len() {
+                    return Err(format!("packed weight {layout:?} does not fit [{n}, {k}] on this CPU"));
+                }
+                let bias = match ins.get(2) {
+                    Some(b) => Some(load_f32(b)?),
+                    None => None,
+                };
+                return with_f32_out(&mut outs[0], |c| {
+                    super::gemm_packed::sgemm_prepacked(
+                        m,
+                        1.0,
+                        &x,
+                        k,
+                        1,
+                        layout,
+                        &w,
+                        bias.as_deref(),
+                        c,
+                        n,
+                        ctx.threads,
+                    );
+                    Ok(())
+                });
+            }
             let bias = match ins.get(2) {
                 Some(b) => Some(load_f32(b)?.into_owned()),
                 None => None,

@@ -141,6 +141,17 @@ impl Isa {
         }
     }
 
+    /// The kernel's panel width `NR` and cache blocking.
+    fn shape(self) -> (usize, Blocking) {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => (<x86::Avx512 as MicroKernel>::NR, <x86::Avx512 as MicroKernel>::BLOCKING),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => (<x86::Avx2 as MicroKernel>::NR, <x86::Avx2 as MicroKernel>::BLOCKING),
+            Isa::Scalar => (ScalarKernel::NR, ScalarKernel::BLOCKING),
+        }
+    }
+
     /// All kernels this CPU can run, best first.
     #[cfg_attr(not(test), allow(dead_code))]
     fn all_supported() -> Vec<Isa> {
@@ -561,6 +572,7 @@ unsafe fn drive<K: MicroKernel>(p: &Problem<'_>, c: &mut [f32], threads: usize, 
                             p.ldc,
                             p.alpha,
                             beta,
+                            None,
                         )
                     };
                 };
@@ -588,6 +600,262 @@ unsafe fn drive<K: MicroKernel>(p: &Problem<'_>, c: &mut [f32], threads: usize, 
     });
 }
 
+// ---------------------------------------------------------------------------------------------
+// B packed once (constant weights)
+// ---------------------------------------------------------------------------------------------
+
+/// How a constant `k×n` B is laid out once packed for this process's micro-kernel by
+/// [`pack_b`]: k is cut into slices of at most `kc` rows (the kernel's `KC`, split evenly),
+/// each slice holds `n.div_ceil(NR)` panels of `kc_slice × NR` floats (zero-padded past
+/// `n`), slice after slice. It is exactly the order in which the driver reads B, so the
+/// per-call packing pass disappears.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PackedBLayout {
+    pub k: usize,
+    pub n: usize,
+    isa: Isa,
+    kc: usize,
+    nr: usize,
+}
+
+impl PackedBLayout {
+    /// The layout [`sgemm_prepacked`] expects on this CPU for a `k×n` B.
+    pub fn new(k: usize, n: usize) -> PackedBLayout {
+        Self::for_isa(selected_isa(), k, n)
+    }
+
+    fn for_isa(isa: Isa, k: usize, n: usize) -> PackedBLayout {
+        let (nr, blk) = isa.shape();
+        PackedBLayout { k, n, isa, kc: even_block(k, blk.kc, 1), nr }
+    }
+
+    /// Floats the packed matrix occupies (`k × n` rounded up to whole panels).
+    pub fn len(&self) -> usize {
+        self.k * self.n.div_ceil(self.nr) * self.nr
+    }
+
+    /// Whether the packed matrix is empty (`k` or `n` is 0).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the layout was made for the micro-kernel this process runs.
+    pub fn is_current(&self) -> bool {
+        self.isa == selected_isa()
+    }
+}
+
+/// Packs `b` (`k×n`, element `(p, j)` at `b[p*rsb + j*csb]`) into `dst` in `layout`'s order.
+/// Errors if `dst` is not `layout.len()` floats long or `b` is too short.
+pub fn pack_b(layout: &PackedBLayout, b: &[f32], rsb: usize, csb: usize, dst: &mut [f32]) -> Result<(), String> {
+    let (k, n, kc_max, nr) = (layout.k, layout.n, layout.kc, layout.nr);
+    if dst.len() != layout.len() {
+        return Err(format!("packed B needs {} floats, got {}", layout.len(), dst.len()));
+    }
+    if min_len(k, n, rsb, csb).is_none_or(|l| b.len() < l) {
+        return Err(format!("B of {} floats is too short for {k}x{n} with strides ({rsb}, {csb})", b.len()));
+    }
+    let p = Problem { m: 0, n, k, alpha: 1.0, a: &[], rsa: 0, csa: 0, b, rsb, csb, beta: 0.0, ldc: n };
+    let n_pad = n.div_ceil(nr) * nr;
+    let pack = |pc: usize, slice: &mut [f32]| {
+        let kc = kc_max.min(k - pc);
+        for (q, panel) in slice.chunks_exact_mut(kc * nr).enumerate() {
+            let j0 = q * nr;
+            match layout.isa {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => <x86::Avx512 as MicroKernel>::pack_b(&p, j0, nr.min(n - j0), pc, kc, panel),
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => <x86::Avx2 as MicroKernel>::pack_b(&p, j0, nr.min(n - j0), pc, kc, panel),
+                Isa::Scalar => <ScalarKernel as MicroKernel>::pack_b(&p, j0, nr.min(n - j0), pc, kc, panel),
+            }
+        }
+    };
+    if k > 0 && n > 0 {
+        dst.par_chunks_mut(kc_max * n_pad).enumerate().for_each(|(s, slice)| pack(s * kc_max, slice));
+    }
+    Ok(())
+}
+
+/// Work items per thread when B is prepacked, so a thread the host delays costs at most a
+/// fraction of the product: the others take its remaining items.
+const ITEMS_PER_THREAD: usize = 4;
+
+/// `C = alpha * A·B (+ bias on every row)` with B packed by [`pack_b`] in `layout`.
+///
+/// `a` and `c` as in [`sgemm`] (`m×k` with strides `(rsa, csa)`; `m×n` row-major with row
+/// stride `ldc`); C is not read. `bias`, when given, has at least `n` values and is added
+/// to each row as the tile is written (no extra pass over C).
+///
+/// The whole product is one parallel region: items (a column block × a row range, several
+/// per thread) are handed out from an atomic counter, and each packs the A rows it needs.
+///
+/// Panics (like [`sgemm`]) when the operands are shorter than the dimensions require, or
+/// when `layout` was made for another micro-kernel ([`PackedBLayout::is_current`]).
+#[allow(clippy::too_many_arguments)]
+pub fn sgemm_prepacked(
+    m: usize,
+    alpha: f32,
+    a: &[f32],
+    rsa: usize,
+    csa: usize,
+    layout: &PackedBLayout,
+    b: &[f32],
+    bias: Option<&[f32]>,
+    c: &mut [f32],
+    ldc: usize,
+    threads: usize,
+) {
+    assert!(layout.is_current(), "sgemm_prepacked: B was packed for {}", layout.isa.name());
+    sgemm_prepacked_with(m, alpha, a, rsa, csa, layout, b, bias, c, ldc, threads)
+}
+
+/// [`sgemm_prepacked`] for any kernel this CPU supports (`layout.isa`).
+#[allow(clippy::too_many_arguments)]
+fn sgemm_prepacked_with(
+    m: usize,
+    alpha: f32,
+    a: &[f32],
+    rsa: usize,
+    csa: usize,
+    layout: &PackedBLayout,
+    b: &[f32],
+    bias: Option<&[f32]>,
+    c: &mut [f32],
+    ldc: usize,
+    threads: usize,
+) {
+    let (n, k) = (layout.n, layout.k);
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(layout.isa.supported(), "sgemm_prepacked: {} not supported by this CPU", layout.isa.name());
+    assert!(b.len() >= layout.len(), "sgemm_prepacked: packed B has {} floats, needs {}", b.len(), layout.len());
+    assert!(bias.is_none_or(|v| v.len() >= n), "sgemm_prepacked: bias shorter than n = {n}");
+    assert!(m == 1 || ldc >= n, "sgemm_prepacked: ldc ({ldc}) < n ({n})");
+    let c_len = min_len(m, n, ldc, 1).expect("sgemm_prepacked: C extent overflows usize");
+    assert!(c.len() >= c_len, "sgemm_prepacked: c.len() = {} < required {c_len}", c.len());
+    if k == 0 || alpha == 0.0 {
+        for i in 0..m {
+            let row = &mut c[i * ldc..i * ldc + n];
+            match bias {
+                Some(v) => row.copy_from_slice(&v[..n]),
+                None => row.fill(0.0),
+            }
+        }
+        return;
+    }
+    assert!(
+        min_len(m, k, rsa, csa).is_some_and(|l| a.len() >= l),
+        "sgemm_prepacked: `a` too short for {m}x{k} with strides ({rsa}, {csa})"
+    );
+    let p = Problem { m, n, k, alpha, a, rsa, csa, b: &[], rsb: 0, csb: 0, beta: 0.0, ldc };
+    let threads = if m.saturating_mul(n).saturating_mul(k) < PAR_THRESHOLD { 1 } else { threads.max(1) };
+    match layout.isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `layout.isa.supported()` was just asserted; `b` holds `layout.len()`
+        // floats (asserted).
+        Isa::Avx512 => unsafe { drive_prepacked::<x86::Avx512>(&p, layout.kc, b, bias, c, threads) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        Isa::Avx2 => unsafe { drive_prepacked::<x86::Avx2>(&p, layout.kc, b, bias, c, threads) },
+        // SAFETY: the scalar kernel has no CPU-feature requirement; `b` as above.
+        Isa::Scalar => unsafe { drive_prepacked::<ScalarKernel>(&p, layout.kc, b, bias, c, threads) },
+    }
+}
+
+/// The driver behind [`sgemm_prepacked`]. Requires `m, n, k > 0` and checked operands.
+///
+/// # Safety
+/// The CPU supports `K`'s target features and `bpack` holds `k × n.div_ceil(NR) × NR`
+/// floats in [`PackedBLayout`] order for slices of `kc_max`.
+unsafe fn drive_prepacked<K: MicroKernel>(
+    p: &Problem<'_>,
+    kc_max: usize,
+    bpack: &[f32],
+    bias: Option<&[f32]>,
+    c: &mut [f32],
+    threads: usize,
+) {
+    let (m, n, k) = (p.m, p.n, p.k);
+    let (mr, nr) = (K::MR, K::NR);
+    let blk = K::BLOCKING;
+    let n_pad = n.div_ceil(nr) * nr;
+    let n_panels = n_pad / nr;
+    let m_panels = m.div_ceil(mr);
+    // Column blocks (≤ NC wide) and row ranges, so that there are about ITEMS_PER_THREAD
+    // items per thread when the shape allows.
+    let want = if threads > 1 { threads * ITEMS_PER_THREAD } else { 1 };
+    let nb = n.div_ceil(blk.nc.max(nr)).max(want.min(n_panels));
+    let ncb = n.div_ceil(nb).next_multiple_of(nr);
+    let nb = n.div_ceil(ncb);
+    let ms = want.div_ceil(nb).min(m_panels).max(1);
+    let rows_per = m_panels.div_ceil(ms) * mr;
+    let ms = m.div_ceil(rows_per);
+    let items = nb * ms;
+    let mc_max = even_block(rows_per.min(m), blk.mc, mr);
+    let a_len = mc_max * kc_max;
+    let cptr = CPtr(c.as_mut_ptr());
+
+    let run_item = |t: usize, abuf: &mut [f32]| {
+        // Row ranges vary fastest, so consecutive items share a B column block.
+        let (jb, ib) = (t / ms, t % ms);
+        let j0 = jb * ncb;
+        let cols = ncb.min(n - j0);
+        let (q0, np) = (j0 / nr, cols.div_ceil(nr));
+        let r1 = ((ib + 1) * rows_per).min(m);
+        for ic in (ib * rows_per..r1).step_by(mc_max) {
+            let mc = mc_max.min(r1 - ic);
+            for pc in (0..k).step_by(kc_max) {
+                let kc = kc_max.min(k - pc);
+                let panel_len = kc * mr;
+                let apack = &mut abuf[..mc.div_ceil(mr) * panel_len];
+                for (q, dst) in apack.chunks_exact_mut(panel_len).enumerate() {
+                    let i0 = q * mr;
+                    K::pack_a(p, ic + i0, mr.min(mc - i0), pc, kc, dst);
+                }
+                let bslice = &bpack[pc * n_pad + q0 * kc * nr..][..np * kc * nr];
+                let last = pc + kc >= k;
+                let beta = if pc == 0 { 0.0 } else { 1.0 };
+                // SAFETY: `K` is supported (our precondition); `apack` holds the A panels
+                // of rows `ic..ic+mc` and `bslice` the `np` B panels of columns
+                // `j0..j0+cols`, both of depth `kc`; that C region lies inside `c` (checked by
+                // `sgemm_prepacked`) and only this item writes it.
+                unsafe {
+                    macro_kernel::<K>(
+                        kc,
+                        apack,
+                        mc,
+                        bslice,
+                        cols,
+                        cptr.get().add(ic * p.ldc + j0),
+                        p.ldc,
+                        p.alpha,
+                        beta,
+                        bias.filter(|_| last).map(|v| &v[j0..]),
+                    )
+                };
+            }
+        }
+    };
+
+    if threads > 1 && items > 1 {
+        let next = AtomicUsize::new(0);
+        (0..threads.min(items)).into_par_iter().for_each(|_| {
+            with_buf(&PACK_SHARED, a_len, |abuf| {
+                loop {
+                    let t = next.fetch_add(1, Ordering::Relaxed);
+                    if t >= items {
+                        break;
+                    }
+                    run_item(t, abuf);
+                }
+            })
+        });
+    } else {
+        with_buf(&PACK_SHARED, a_len, |abuf| (0..items).for_each(|t| run_item(t, abuf)));
+    }
+}
+
 /// Multiplies packed A (`rows` valid rows in MR-panels) by packed B (`cols` valid columns in
 /// NR-panels) into C at `c` (row stride `ldc`).
 ///
@@ -607,8 +875,10 @@ unsafe fn macro_kernel<K: MicroKernel>(
     ldc: usize,
     alpha: f32,
     beta: f32,
+    bias: Option<&[f32]>,
 ) {
     let (mr, nr) = (K::MR, K::NR);
+    debug_assert!(bias.is_none_or(|b| b.len() >= cols));
     debug_assert!(apack.len() >= rows.div_ceil(mr) * mr * kc);
     debug_assert!(bpack.len() >= cols.div_ceil(nr) * nr * kc);
     // Stack tile for edge tiles (large enough for every kernel: 12×32).
@@ -623,12 +893,21 @@ unsafe fn macro_kernel<K: MicroKernel>(
         if mv == mr && nv == nr {
             // SAFETY: full tile inside the region; panels have `kc` depth (see above).
             unsafe { K::run(kc, ap.as_ptr(), bp.as_ptr(), cij, ldc, alpha, beta) };
+            if let Some(bias) = bias {
+                let bias = &bias[j..j + nr];
+                for ii in 0..mr {
+                    // SAFETY: row `i+ii`, columns `j..j+nr` lie inside the region, which no
+                    // other thread accesses, and no other reference to it is live.
+                    let row = unsafe { std::slice::from_raw_parts_mut(cij.add(ii * ldc), nr) };
+                    row.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
+                }
+            }
         } else {
             // SAFETY: `tile` holds MR×NR floats at row stride NR; beta = 0 so it is not read.
             unsafe { K::run(kc, ap.as_ptr(), bp.as_ptr(), tile.as_mut_ptr(), nr, 1.0, 0.0) };
             for ii in 0..mv {
                 for jj in 0..nv {
-                    let v = alpha * tile[ii * nr + jj];
+                    let v = alpha * tile[ii * nr + jj] + bias.map_or(0.0, |b| b[j + jj]);
                     // SAFETY: (i+ii, j+jj) is inside the rows × cols region.
                     unsafe {
                         let dst = cij.add(ii * ldc + jj);
@@ -1095,6 +1374,74 @@ mod tests {
             let d = c.iter().zip(&want).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
             assert!(d <= 1e-4, "max diff {d}");
         }
+    }
+
+    /// B packed once (both B layouts a weight comes in), with and without a bias, on one
+    /// and several threads, against the f64 reference; C's padding is never written.
+    #[test]
+    fn prepacked_b_matches_reference() {
+        let shapes: &[(usize, usize, usize)] = &[
+            (1, 1, 1),
+            (7, 13, 5),
+            (13, 33, 7),
+            (100, 1, 37),
+            (1, 200, 3),
+            (65, 97, 300),
+            (130, 150, 70),
+            (301, 67, 1100),
+            (5, 600, 200),
+        ];
+        for &(m, n, k) in shapes {
+            let a0 = fill(m * k, (m * 31 + k) as u64);
+            let b0 = fill(k * n, (k * 17 + n) as u64 + 7);
+            let bias: Vec<f32> = fill(n, 5).iter().map(|x| 4.0 * x).collect();
+            let r = reference(m, n, k, &a0, &b0);
+            for isa in Isa::all_supported() {
+                let pl = PackedBLayout::for_isa(isa, k, n);
+                assert!(pl.len() >= k * n);
+                for lb in [Layout::RowMajor, Layout::ColMajor] {
+                    let (b, rsb, csb) = layout(&b0, k, n, lb);
+                    let mut packed = vec![f32::NAN; pl.len()];
+                    pack_b(&pl, &b, rsb, csb, &mut packed).unwrap();
+                    for threads in [1, 2, 3] {
+                        for with_bias in [false, true] {
+                            let ldc = n + 2;
+                            let mut c = vec![f32::NAN; m * ldc];
+                            let bv = with_bias.then_some(&bias[..]);
+                            sgemm_prepacked_with(m, 0.5, &a0, k, 1, &pl, &packed, bv, &mut c, ldc, threads);
+                            let tol = 1e-5 * (k as f64).sqrt();
+                            for i in 0..m {
+                                for j in 0..n {
+                                    let add = if with_bias { bias[j] as f64 } else { 0.0 };
+                                    let want = 0.5 * r.0[i * n + j] + add;
+                                    let got = c[i * ldc + j] as f64;
+                                    assert!(
+                                        (got - want).abs() <= tol * (0.5 * r.1[i * n + j] + add.abs() + 1e-30),
+                                        "{isa:?} m={m} n={n} k={k} {lb:?} threads={threads} bias={with_bias}: \
+                                     C[{i},{j}] = {got}, want {want}"
+                                    );
+                                }
+                                assert!(c[i * ldc + n..(i + 1) * ldc].iter().all(|x| x.is_nan()), "padding written");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(PackedBLayout::new(3, 4).is_current());
+    }
+
+    #[test]
+    fn prepacked_b_rejects_wrong_sizes() {
+        let layout = PackedBLayout::new(10, 20);
+        let b = fill(200, 1);
+        assert!(pack_b(&layout, &b, 20, 1, &mut vec![0.0; layout.len() + 1]).is_err());
+        assert!(pack_b(&layout, &b[..150], 20, 1, &mut vec![0.0; layout.len()]).is_err());
+        // k = 0: C is the bias (or zero) without reading A or B.
+        let l0 = PackedBLayout::new(0, 3);
+        let mut c = [f32::NAN; 6];
+        sgemm_prepacked(2, 1.0, &[], 1, 1, &l0, &[], Some(&[1.0, 2.0, 3.0]), &mut c, 3, 2);
+        assert_eq!(c, [1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
     }
 
     #[test]

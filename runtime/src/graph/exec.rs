@@ -256,9 +256,13 @@ impl CompiledGraph {
         } else {
             Schedule::sequential(&graph)
         };
-        // Constant inputs prepared for their kernels once (e.g. packed weights).
+        // Constant inputs prepared for their kernels once (e.g. packed weights). A constant
+        // the backend wants in another layout is rewritten here, before its upload, when
+        // this node is its only reader (its original bytes are then never uploaded).
+        let readers = graph.consumers();
         let mut prepacked = Vec::with_capacity(graph.nodes.len());
-        for n in &graph.nodes {
+        for ni in 0..graph.nodes.len() {
+            let n = &graph.nodes[ni];
             let consts: Vec<Option<&[u8]>> = n
                 .inputs
                 .iter()
@@ -272,10 +276,37 @@ impl CompiledGraph {
                 continue;
             }
             let ins: Vec<TensorMeta> = n.inputs.iter().map(|v| graph.meta(*v).clone()).collect();
-            prepacked
-                .push(rt.prepack(&n.op, &ins, &consts).map_err(|e| {
-                    Error::invalid(n.op.name(), format!("node {:?}: preparing constants: {e}", n.name))
-                })?);
+            let Some(p) = rt
+                .prepack(&n.op, &ins, &consts)
+                .map_err(|e| Error::invalid(n.op.name(), format!("node {:?}: preparing constants: {e}", n.name)))?
+            else {
+                prepacked.push(None);
+                continue;
+            };
+            let inputs = n.inputs.clone();
+            let relayout_ok = p.relayout.iter().all(|(i, bytes)| {
+                let Some(v) = inputs.get(*i) else { return false };
+                match &graph.values[v.0].kind {
+                    ValueKind::Constant(t) => {
+                        t.bytes.len() == bytes.len()
+                            && readers[v.0] == [super::ir::NodeId(ni)]
+                            && inputs.iter().filter(|x| *x == v).count() == 1
+                            && !graph.outputs.contains(v)
+                    }
+                    _ => false,
+                }
+            });
+            if !relayout_ok {
+                log::info!("node {:?}: a prepared constant has other readers; running without it", n.name);
+                prepacked.push(None);
+                continue;
+            }
+            for (i, bytes) in p.relayout {
+                if let ValueKind::Constant(t) = &mut graph.values[inputs[i].0].kind {
+                    t.bytes = Arc::new(bytes);
+                }
+            }
+            prepacked.push(Some(p.prepacked));
         }
         // Constants, uploaded once. What runs is the device copy (and anything prepacked):
         // each constant's host bytes are released right after its upload, so the weights
