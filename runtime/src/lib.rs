@@ -21,7 +21,9 @@ pub mod shape;
 pub mod stream;
 pub mod tensor;
 
-pub use backend::{Backend, DeviceInfo, DevicePtr, EventId, LaunchArgs, Prepacked, StreamId, TensorArg, UnitInfo};
+pub use backend::{
+    Backend, DeviceInfo, DevicePtr, EventId, Frozen, FrozenLaunch, LaunchArgs, Prepacked, StreamId, TensorArg, UnitInfo,
+};
 pub use config::{HwMapping, Optimizations, PoolConfig, Precision, ReuseStrategy, RuntimeConfig, Scheduling};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
