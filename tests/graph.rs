@@ -77,6 +77,7 @@ test_on_every_backend!(tiny_bert_graph_equals_eager, |b| {
         (false, true, true, ScheduleStrategy::Balanced),
     ] {
         let cg = CompiledGraph::compile(&rt, &bg.graph, options(fuse, reuse, parallel, strategy)).unwrap();
+        assert_eq!(cg.runs_frozen(), reuse, "fuse={fuse} reuse={reuse} parallel={parallel}");
         if fuse {
             let f = cg.fusion_stats();
             assert_eq!(f.attention, cfg.num_hidden_layers, "{f:?}");
@@ -138,6 +139,76 @@ test_on_every_backend!(arena_plans_are_tight_and_hazard_free, |b| {
         // And with every dead intermediate poisoned right after its last reader.
         let got = cg.run_poisoned(&[&input]).unwrap();
         assert!(max_diff(&got[0], &want[0]) < 1e-4, "poisoned, parallel={parallel}");
+    }
+});
+
+test_on_every_backend!(repeated_runs_patch_inputs_and_outputs, |b| {
+    let rt = common::runtime(&b);
+    // Two inputs, independent branches joined at the end; `a` is both an output and read
+    // by later nodes, `y` is returned as is, `y` and `a` are read through reshapes (views),
+    // and a constant feeds a MatMul.
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [8, 8]);
+    let y = g.input("y", DType::F32, [8, 8]);
+    let w =
+        g.constant("w", HostTensor::from_vec([8, 8], (0..64).map(|i| (i % 5) as f32 * 0.1 - 0.2).collect()).unwrap());
+    let a = g.op("a", Op::Relu, &[x]).unwrap();
+    let a2 = g.op("a2", Op::Scale { factor: 0.5 }, &[a]).unwrap();
+    let a3 = g.op("a3", Op::MatMul { trans_a: false, trans_b: false }, &[a2, w]).unwrap();
+    let yr = g.op("yr", Op::Reshape { shape: vec![64] }, &[y]).unwrap();
+    let b1 = g.op("b1", Op::Tanh, &[yr]).unwrap();
+    let b2 = g.op("b2", Op::Reshape { shape: vec![8, 8] }, &[b1]).unwrap();
+    let b3 = g.op("b3", Op::MatMul { trans_a: false, trans_b: true }, &[b2, w]).unwrap();
+    let ar = g.op("ar", Op::Reshape { shape: vec![64] }, &[a]).unwrap();
+    let ar2 = g.op("ar2", Op::Scale { factor: 2.0 }, &[ar]).unwrap();
+    let ar3 = g.op("ar3", Op::Reshape { shape: vec![8, 8] }, &[ar2]).unwrap();
+    let s = g.op("s", Op::Add, &[a3, b3]).unwrap();
+    let t = g.op("t", Op::Add, &[s, ar3]).unwrap();
+    g.output(t);
+    g.output(a);
+    g.output(y);
+    g.output(b3);
+    let input = |seed: usize| {
+        let v: Vec<f32> = (0..64).map(|i| (((i * 37 + seed * 11) % 23) as f32 - 11.0) * 0.07).collect();
+        rt.from_slice(&v, [8, 8], 0).unwrap()
+    };
+    for (parallel, max_streams) in [(false, 4), (true, 2)] {
+        let opts = CompileOptions { max_streams, ..options(false, true, parallel, ScheduleStrategy::Latency) };
+        let cg = CompiledGraph::compile(&rt, &g, opts).unwrap();
+        assert!(cg.runs_frozen(), "every node of this graph can be frozen");
+        if parallel {
+            assert!(cg.schedule().streams > 1, "the branches are independent");
+        }
+        let mut kept = Vec::new();
+        for run in 0..6 {
+            let (xi, yi) = (input(2 * run), input(2 * run + 1));
+            let want = eager(&rt, &g, &[&xi, &yi]);
+            let got = cg.run(&[&xi, &yi]).unwrap();
+            assert_eq!(got.len(), want.len());
+            for (k, (w, o)) in want.iter().zip(&got).enumerate() {
+                assert!(max_diff(w, o) < 1e-5, "parallel={parallel} run {run} output {k}");
+            }
+            assert!(got[2].shares_storage(&yi), "an input returned as an output is the input itself");
+            kept.push((want, got));
+        }
+        // Outputs are fresh on every run: earlier results are not overwritten later.
+        for (run, (want, got)) in kept.iter().enumerate() {
+            for (k, (w, o)) in want.iter().zip(got).enumerate() {
+                assert!(max_diff(w, o) < 1e-5, "parallel={parallel} run {run} output {k} changed later");
+            }
+        }
+        // A strided input takes the node-by-node path and gives the same result.
+        let (xi, yi) = (input(40), input(41));
+        let xt = xi.transpose(0, 1).unwrap();
+        let want = eager(&rt, &g, &[&xt, &yi]);
+        let got = cg.run(&[&xt, &yi]).unwrap();
+        for (w, o) in want.iter().zip(&got) {
+            assert!(max_diff(w, o) < 1e-5, "parallel={parallel} strided input");
+        }
+        // Bad inputs are errors, not panics.
+        let wrong = rt.zeros(DType::F32, [4, 16], 0).unwrap();
+        assert!(cg.run(&[&wrong, &yi]).is_err());
+        assert!(cg.run(&[&xi]).is_err());
     }
 });
 
@@ -259,3 +330,39 @@ fn graph_errors_name_the_node() {
     let g2 = Graph::new();
     assert!(g2.validate().is_err(), "a graph without outputs is rejected");
 }
+
+// Linear weights the CPU backend stores packed at compile time: a weight read by one
+// Linear only is rewritten in place; one shared by two Linears, or also read by another op,
+// keeps its layout. Every case must equal eager execution.
+test_on_every_backend!(packed_linear_weights_match_eager, |b| {
+    let rt = common::runtime(&b);
+    let vals = |len: usize, seed: usize| -> Vec<f32> {
+        (0..len).map(|i| ((i * 7919 + seed * 104_729) % 2001) as f32 / 1000.0 - 1.0).collect()
+    };
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [130, 96]);
+    let w1 = g.constant("w1", HostTensor::from_vec([64, 96], vals(64 * 96, 1)).unwrap());
+    let b1 = g.constant("b1", HostTensor::from_vec([64], vals(64, 2)).unwrap());
+    let w2 = g.constant("w2", HostTensor::from_vec([64, 64], vals(64 * 64, 3)).unwrap());
+    let w3 = g.constant("w3", HostTensor::from_vec([32, 64], vals(32 * 64, 4)).unwrap());
+    let h = g.op("fc1", Op::Linear, &[x, w1, b1]).unwrap();
+    let h = g.op("act", Op::Tanh, &[h]).unwrap();
+    let h2 = g.op("fc2a", Op::Linear, &[h, w2]).unwrap();
+    let h2 = g.op("fc2b", Op::Linear, &[h2, w2]).unwrap();
+    let y = g.op("fc3", Op::Linear, &[h2, w3]).unwrap();
+    let w3x2 = g.op("w3x2", Op::Add, &[w3, w3]).unwrap();
+    g.output(y);
+    g.output(w3x2);
+    let input = rt.from_slice(&vals(130 * 96, 5), [130, 96], 0).unwrap();
+    let want = eager(&rt, &g, &[&input]);
+    for (fuse, reuse, parallel) in [(true, true, true), (false, true, false), (true, false, false)] {
+        let cg = CompiledGraph::compile(&rt, &g, options(fuse, reuse, parallel, ScheduleStrategy::Latency)).unwrap();
+        for _ in 0..2 {
+            let got = cg.run(&[&input]).unwrap();
+            for (o, (a, b)) in got.iter().zip(&want).enumerate() {
+                let d = max_diff(a, b);
+                assert!(d <= 1e-3, "fuse={fuse} reuse={reuse} parallel={parallel}: output {o} max diff {d}");
+            }
+        }
+    }
+});

@@ -138,6 +138,32 @@ pub struct LaunchArgs {
     pub prepacked: Option<Prepacked>,
 }
 
+/// A compiled graph's node handed to [`Backend::freeze`]: the kernel and launch it runs on
+/// every run, except that some operands change address from run to run (the graph's
+/// inputs and outputs).
+#[derive(Clone, Debug)]
+pub struct FrozenLaunch {
+    pub kernel: KernelInfo,
+    /// The launch as it runs; the `ptr` of every patched operand is a placeholder.
+    /// `seq` is ignored (each launch gets its number when it is queued).
+    pub args: LaunchArgs,
+    /// `(operand, slot)`: operand `operand` (inputs first, then outputs) starts at
+    /// `addrs[slot]` of the run (see [`Backend::launch_frozen`]); its layout is the one in
+    /// `args`.
+    pub patches: Vec<(usize, usize)>,
+}
+
+/// What a backend made of a compiled graph's launches in [`Backend::freeze`]; handed back
+/// on every run.
+#[derive(Clone)]
+pub struct Frozen(pub std::sync::Arc<dyn std::any::Any + Send + Sync>);
+
+impl std::fmt::Debug for Frozen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Frozen(..)")
+    }
+}
+
 /// One compute backend and its devices. Object safe: the runtime holds `Arc<dyn Backend>`.
 #[allow(unsafe_code)] // declaring the contract; implementations live in the backends
 pub unsafe trait Backend: Send + Sync {
@@ -223,6 +249,40 @@ pub unsafe trait Backend: Send + Sync {
     /// Errors that can be detected before queueing are returned; later ones surface at
     /// the next synchronisation of the stream.
     fn launch(&self, device: usize, kernel: &KernelInfo, args: LaunchArgs, stream: StreamId) -> Result<()>;
+
+    /// Called once when a graph is compiled, with its nodes' launches in the order they
+    /// will be queued. A backend that can check the launches' fixed operands once here,
+    /// and keep them valid for as long as the returned value lives, returns
+    /// `Some`; the runtime then queues the nodes with [`launch_frozen`](Self::launch_frozen)
+    /// instead of one [`launch`](Self::launch) each. `None` (the default) makes the runtime
+    /// queue copies of the launches through [`launch_batch`](Self::launch_batch).
+    ///
+    /// The safety contract does not loosen: whatever `Frozen` and addresses
+    /// `launch_frozen` later receives, every operand range it touches must lie in a live
+    /// allocation (M1) kept alive while queued (M2) and outputs must not overlap (M3).
+    /// The usual way is to validate and pin the fixed operands here, for the life of the
+    /// `Frozen`, and only the patched ones per call.
+    fn freeze(&self, _device: usize, _launches: &[FrozenLaunch]) -> Result<Option<Frozen>> {
+        Ok(None)
+    }
+
+    /// Queues launches `nodes` (indices into the slice given to
+    /// [`freeze`](Self::freeze)) on `stream`, in order, as one submission: the patched
+    /// operands take their addresses from `addrs` and launch `nodes.start + i` gets
+    /// sequence number `first_seq + i`. Errors found before queueing are returned and
+    /// nothing is queued; later ones behave as for [`launch`](Self::launch). Only called
+    /// with a value this backend returned from `freeze`; the default refuses.
+    fn launch_frozen(
+        &self,
+        _device: usize,
+        _frozen: &Frozen,
+        _nodes: std::ops::Range<usize>,
+        _addrs: &[DevicePtr],
+        _first_seq: u64,
+        _stream: StreamId,
+    ) -> Result<()> {
+        Err(crate::error::Error::Backend { backend: self.name(), msg: "no frozen launches on this backend".into() })
+    }
 
     /// Queues several launches at once (one submission). The default queues them one by
     /// one; backends with a cheaper bulk path override it.

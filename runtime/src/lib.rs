@@ -22,7 +22,8 @@ pub mod stream;
 pub mod tensor;
 
 pub use backend::{
-    Backend, DeviceInfo, DevicePtr, EventId, LaunchArgs, Prepack, Prepacked, StreamId, TensorArg, UnitInfo,
+    Backend, DeviceInfo, DevicePtr, EventId, Frozen, FrozenLaunch, LaunchArgs, Prepack, Prepacked, StreamId, TensorArg,
+    UnitInfo,
 };
 pub use config::{HwMapping, Optimizations, PoolConfig, Precision, ReuseStrategy, RuntimeConfig, Scheduling};
 pub use dtype::{DType, Element};

@@ -94,6 +94,23 @@ pub struct MemoryInfo {
     pub used_bytes: usize,
 }
 
+/// An operand of a compiled node as [`Runtime::freeze_launch`] sees it.
+pub(crate) enum Operand<'a> {
+    /// The same tensor on every run (an arena slot, a constant or a view of one).
+    Fixed(&'a Tensor),
+    /// A tensor that changes from run to run (a graph input or output).
+    PerRun(&'a TensorMeta),
+}
+
+impl Operand<'_> {
+    fn meta(&self) -> TensorMeta {
+        match self {
+            Operand::Fixed(t) => t.meta(),
+            Operand::PerRun(m) => (*m).clone(),
+        }
+    }
+}
+
 /// One op with its operands, for [`Runtime::execute_batch`].
 #[derive(Clone, Debug)]
 pub struct Task {
@@ -694,6 +711,106 @@ impl Runtime {
         // The caller drops the temporaries after queueing the launch, so their release
         // events come after it on the stream.
         Ok((kernel, args, flops, bytes, owned.into_iter().flatten().collect()))
+    }
+
+    /// Validates one launch of a compiled graph's node once, the way [`prepare`] does on
+    /// every eager launch, and returns its kernel and launch template. Fixed operands are
+    /// checked in full (device, runtime, contiguity, overlap); a per-run operand only by
+    /// its metadata, and its template operand is contiguous at a placeholder address. An
+    /// error means the node cannot be frozen (e.g. a strided fixed input).
+    pub(crate) fn freeze_launch(
+        &self,
+        device: usize,
+        op: &Op,
+        inputs: &[Operand<'_>],
+        outputs: &[Operand<'_>],
+        threads: usize,
+        prepacked: Option<&crate::backend::Prepacked>,
+    ) -> Result<(KernelInfo, LaunchArgs, u64, u64)> {
+        let name = op.name();
+        let in_metas: Vec<TensorMeta> = inputs.iter().map(Operand::meta).collect();
+        let out_metas = op.infer(&in_metas)?;
+        if outputs.len() != out_metas.len() {
+            return Err(Error::invalid(name, format!("expects {} outputs, got {}", out_metas.len(), outputs.len())));
+        }
+        for (i, (o, m)) in outputs.iter().zip(&out_metas).enumerate() {
+            if o.meta() != *m {
+                return Err(Error::invalid(name, format!("output {i} must be {m}, got {}", o.meta())));
+            }
+        }
+        let fixed = inputs.iter().chain(outputs).filter_map(|o| match o {
+            Operand::Fixed(t) => Some(*t),
+            Operand::PerRun(_) => None,
+        });
+        for t in fixed {
+            if !Arc::ptr_eq(&t.storage.rt, &self.inner) || t.device() != device {
+                return Err(Error::invalid(name, format!("operand {} is not on device {device}", t.meta())));
+            }
+            if !t.is_contiguous() {
+                return Err(Error::invalid(name, format!("operand {} is not contiguous", t.meta())));
+            }
+        }
+        for (i, o) in outputs.iter().enumerate() {
+            let Operand::Fixed(o) = o else { continue };
+            let (os, oe) = o.byte_range();
+            let overlaps = |x: &Operand<'_>| match x {
+                Operand::Fixed(t) => {
+                    let (s, e) = t.byte_range();
+                    t.shares_storage(o) && s < oe && os < e && o.nbytes() > 0 && t.nbytes() > 0
+                }
+                Operand::PerRun(_) => false,
+            };
+            if inputs.iter().any(overlaps) || outputs.iter().enumerate().any(|(j, x)| j != i && overlaps(x)) {
+                return Err(Error::invalid(name, format!("output {i} ({}) overlaps another operand", o.meta())));
+            }
+        }
+        let kernel = self.select_for(op, &in_metas, &out_metas)?;
+        let arg = |o: &Operand<'_>| match o {
+            Operand::Fixed(t) => t.arg(),
+            Operand::PerRun(m) => crate::backend::TensorArg {
+                ptr: crate::backend::DevicePtr::NULL,
+                dtype: m.dtype,
+                layout: Arc::new(Layout::contiguous(m.shape.clone())),
+            },
+        };
+        let args = LaunchArgs {
+            op: op.clone(),
+            inputs: inputs.iter().map(arg).collect(),
+            outputs: outputs.iter().map(arg).collect(),
+            workspace: None,
+            seq: 0,
+            threads,
+            prepacked: prepacked.cloned(),
+        };
+        let flops = op.flops(&in_metas, &out_metas);
+        let bytes = op.bytes(&in_metas, &out_metas);
+        Ok((kernel, args, flops, bytes))
+    }
+
+    /// Reserves `n` consecutive launch sequence numbers; returns the first.
+    pub(crate) fn next_seqs(&self, n: u64) -> u64 {
+        self.inner.seq.fetch_add(n, Ordering::Relaxed) + 1
+    }
+
+    /// Adds timed work to the utilisation counters of `device`.
+    pub(crate) fn record_busy(
+        &self,
+        device: usize,
+        units: &[(crate::kernel::Unit, u64, u64, u64)],
+        busy: std::time::Duration,
+        launches: u64,
+    ) {
+        if launches == 0 {
+            return;
+        }
+        let mut prof = self.inner.profile.lock().unwrap_or_else(|p| p.into_inner());
+        for &(unit, n, flops, bytes) in units {
+            let e = prof.units.entry((device, unit.label)).or_insert((unit, Default::default()));
+            e.1.busy += busy.mul_f64(n as f64 / launches as f64);
+            e.1.flops += flops;
+            e.1.bytes += bytes;
+            e.1.launches += n;
+        }
     }
 
     /// Per-unit utilisation from the timed executions so far, against each unit's peak.
