@@ -782,10 +782,13 @@ unsafe fn drive_prepacked<K: MicroKernel>(
     let n_pad = n.div_ceil(nr) * nr;
     let n_panels = n_pad / nr;
     let m_panels = m.div_ceil(mr);
-    // Column blocks (≤ NC wide) and row ranges, so that there are about ITEMS_PER_THREAD
-    // items per thread when the shape allows.
+    // Column blocks (≤ NC wide, a multiple of `threads` of them when n allows), then row
+    // ranges, so that there are about ITEMS_PER_THREAD items per thread.
     let want = if threads > 1 { threads * ITEMS_PER_THREAD } else { 1 };
-    let nb = n.div_ceil(blk.nc.max(nr)).max(want.min(n_panels));
+    let mut nb = n.div_ceil(blk.nc.max(nr));
+    if threads > 1 {
+        nb = nb.next_multiple_of(threads).min(n_panels);
+    }
     let ncb = n.div_ceil(nb).next_multiple_of(nr);
     let nb = n.div_ceil(ncb);
     let ms = want.div_ceil(nb).min(m_panels).max(1);
