@@ -172,10 +172,9 @@ fn run_kernel_at<'a>(
                 // An empty slice with 8-byte alignment, so typed views of it work.
                 bytemuck::cast_slice::<u64, u8>(&[])
             } else {
-                // SAFETY: `launch` (or `freeze` and `launch_frozen`) checked that
-                // `start .. start + len` lies inside a live allocation of this device and
-                // pinned it until this job finishes; the bytes are only read here and no
-                // output overlaps them (checked too).
+                // `launch` (or `freeze` and `launch_frozen`) checked that no output overlaps.
+                // SAFETY: that check also put `start .. start + len` inside a live allocation
+                // of this device, pinned until this job finishes; the bytes are only read.
                 unsafe { std::slice::from_raw_parts(start as *const u8, len) }
             },
         }

@@ -43,10 +43,9 @@ impl Device {
             b.arg(x);
         }
         let cfg = LaunchConfig { grid_dim: grid, block_dim: block, shared_mem_bytes: smem };
-        // SAFETY: every pointer in `ptrs` is an operand address validated and pinned by
-        // `launch` (or 0 where the kernel ignores it), and `p` holds the shapes and strides
-        // computed from those operands' layouts, so the kernel (whose C signature is
-        // `(P, pointers...)` in this order, see `source`) stays inside them.
+        // The kernel's C signature is `(P, pointers...)` in this order (see `source`).
+        // SAFETY: each pointer in `ptrs` is an operand validated and pinned by `launch` (or 0
+        // where unused) and `p` holds those operands' shapes, so the kernel stays inside them.
         unsafe { b.launch(cfg) }.map_err(|e| CudaError::driver("cuLaunchKernel", e, None))?;
         Ok(())
     }

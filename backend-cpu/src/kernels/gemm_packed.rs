@@ -557,10 +557,10 @@ unsafe fn drive<K: MicroKernel>(p: &Problem<'_>, c: &mut [f32], threads: usize, 
                     let ip0 = ib * per_ms;
                     let ip1 = (ip0 + per_ms).min(m_panels);
                     let rows = (mc - ip0 * mr).min((ip1 - ip0) * mr);
-                    // SAFETY: `K` is supported (our precondition); the packed slices hold
-                    // `ip1-ip0` A-panels and `np` B-panels of `kc` depth; the C region rows
-                    // `ic+ip0*mr ..+rows`, columns `j0..j0+cols` lies inside `c` (checked by
-                    // `sgemm_with`) and is written by this task only.
+                    // The packed slices hold `ip1-ip0` A-panels and `np` B-panels of `kc`
+                    // depth; the C region is rows `ic+ip0*mr ..+rows`, columns `j0..j0+cols`.
+                    // SAFETY: `K` is supported (our precondition); that region lies inside
+                    // `c` (checked by `sgemm_with`) and is written by this task only.
                     unsafe {
                         macro_kernel::<K>(
                             kc,
@@ -578,23 +578,7 @@ unsafe fn drive<K: MicroKernel>(p: &Problem<'_>, c: &mut [f32], threads: usize, 
                 };
 
                 let b_len = ncb.min(n).div_ceil(nr) * nr * kc;
-                if threads > 1 && ntasks > 1 {
-                    let next = AtomicUsize::new(0);
-                    let jobs = threads.min(ntasks);
-                    (0..jobs).into_par_iter().for_each(|_| {
-                        with_buf(&PACK_PRIVATE, b_len, |bbuf| {
-                            loop {
-                                let t = next.fetch_add(1, Ordering::Relaxed);
-                                if t >= ntasks {
-                                    break;
-                                }
-                                run_task(t, bbuf);
-                            }
-                        })
-                    });
-                } else {
-                    with_buf(&PACK_PRIVATE, b_len, |bbuf| (0..ntasks).for_each(|t| run_task(t, bbuf)));
-                }
+                share_items(threads, ntasks, &PACK_PRIVATE, b_len, run_task);
             }
         }
     });
@@ -690,28 +674,9 @@ const ITEMS_PER_THREAD: usize = 4;
 /// per thread) are handed out from an atomic counter, and each packs the A rows it needs.
 ///
 /// Panics (like [`sgemm`]) when the operands are shorter than the dimensions require, or
-/// when `layout` was made for another micro-kernel ([`PackedBLayout::is_current`]).
+/// when `layout` was made for a micro-kernel this CPU cannot run.
 #[allow(clippy::too_many_arguments)]
 pub fn sgemm_prepacked(
-    m: usize,
-    alpha: f32,
-    a: &[f32],
-    rsa: usize,
-    csa: usize,
-    layout: &PackedBLayout,
-    b: &[f32],
-    bias: Option<&[f32]>,
-    c: &mut [f32],
-    ldc: usize,
-    threads: usize,
-) {
-    assert!(layout.is_current(), "sgemm_prepacked: B was packed for {}", layout.isa.name());
-    sgemm_prepacked_with(m, alpha, a, rsa, csa, layout, b, bias, c, ldc, threads)
-}
-
-/// [`sgemm_prepacked`] for any kernel this CPU supports (`layout.isa`).
-#[allow(clippy::too_many_arguments)]
-fn sgemm_prepacked_with(
     m: usize,
     alpha: f32,
     a: &[f32],
@@ -819,10 +784,10 @@ unsafe fn drive_prepacked<K: MicroKernel>(
                 let bslice = &bpack[pc * n_pad + q0 * kc * nr..][..np * kc * nr];
                 let last = pc + kc >= k;
                 let beta = if pc == 0 { 0.0 } else { 1.0 };
-                // SAFETY: `K` is supported (our precondition); `apack` holds the A panels
-                // of rows `ic..ic+mc` and `bslice` the `np` B panels of columns
-                // `j0..j0+cols`, both of depth `kc`; that C region lies inside `c` (checked by
-                // `sgemm_prepacked`) and only this item writes it.
+                // `apack` holds the A panels of rows `ic..ic+mc`, `bslice` the `np` B panels
+                // of columns `j0..j0+cols`, both of depth `kc`.
+                // SAFETY: `K` is supported (our precondition); the panels are as above; that
+                // C region lies inside `c` (checked by the caller), written by this item only.
                 unsafe {
                     macro_kernel::<K>(
                         kc,
@@ -841,21 +806,35 @@ unsafe fn drive_prepacked<K: MicroKernel>(
         }
     };
 
+    share_items(threads, items, &PACK_SHARED, a_len, run_item);
+}
+
+/// Runs `work(item, scratch)` for every item in `0..items`: on the calling thread when
+/// `threads <= 1`, otherwise on up to `threads` jobs of the current rayon pool that take
+/// items from one atomic counter. Each job gets a scratch buffer of `len` floats from the
+/// thread-local cache `key`.
+fn share_items(
+    threads: usize,
+    items: usize,
+    key: &'static std::thread::LocalKey<RefCell<AlignedBuf>>,
+    len: usize,
+    work: impl Fn(usize, &mut [f32]) + Sync,
+) {
     if threads > 1 && items > 1 {
         let next = AtomicUsize::new(0);
         (0..threads.min(items)).into_par_iter().for_each(|_| {
-            with_buf(&PACK_SHARED, a_len, |abuf| {
+            with_buf(key, len, |buf| {
                 loop {
                     let t = next.fetch_add(1, Ordering::Relaxed);
                     if t >= items {
                         break;
                     }
-                    run_item(t, abuf);
+                    work(t, buf);
                 }
             })
         });
     } else {
-        with_buf(&PACK_SHARED, a_len, |abuf| (0..items).for_each(|t| run_item(t, abuf)));
+        with_buf(key, len, |buf| (0..items).for_each(|t| work(t, buf)));
     }
 }
 
@@ -1411,7 +1390,7 @@ mod tests {
                             let ldc = n + 2;
                             let mut c = vec![f32::NAN; m * ldc];
                             let bv = with_bias.then_some(&bias[..]);
-                            sgemm_prepacked_with(m, 0.5, &a0, k, 1, &pl, &packed, bv, &mut c, ldc, threads);
+                            sgemm_prepacked(m, 0.5, &a0, k, 1, &pl, &packed, bv, &mut c, ldc, threads);
                             let tol = 1e-5 * (k as f64).sqrt();
                             for i in 0..m {
                                 for j in 0..n {
