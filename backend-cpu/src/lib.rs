@@ -452,9 +452,10 @@ unsafe impl Backend for CpuBackend {
     }
 
     /// Packs a Linear's constant weight once for the kernel that will run it: a bf16 weight
-    /// into the bf16 kernel's panels (kept beside the weight), an f32 weight into the f32
-    /// GEMM's panels, stored in place of the weight (same bytes when `n` fills whole
-    /// panels, which BERT-sized layers do).
+    /// into the bf16 kernel's panels, an f32 weight into the f32 GEMM's panels. The packed
+    /// bytes are stored in place of the weight when they are as many (`n` fills whole
+    /// panels, as BERT-sized layers do); otherwise a bf16 weight's panels are kept beside it
+    /// and an f32 weight is packed per call.
     fn prepack(
         &self,
         kernel: &KernelInfo,
@@ -472,7 +473,17 @@ unsafe impl Backend for CpuBackend {
         if kernel.unit == self.features.bf16_unit() && meta.dtype == DType::BF16 {
             let w: Vec<half::bf16> = bytes.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]])).collect();
             let packed = kernels::gemm_bf16::PackedWeight::pack(&w, n, k).map_err(backend_err)?;
-            log::debug!("prepacked a bf16 weight [{n}, {k}] ({} bytes)", packed.bytes());
+            drop(w);
+            if packed.bytes() == bytes.len() {
+                // Same size (n fills whole panels, k even): stored in place of the weight.
+                let relayout = packed.words_slice().iter().flat_map(|x| x.to_le_bytes()).collect();
+                log::debug!("prepacked a bf16 weight [{n}, {k}] in place");
+                return Ok(Some(runtime::Prepack {
+                    prepacked: runtime::Prepacked(Arc::new(kernels::gemm_bf16::PackedInPlace { n, k })),
+                    relayout: vec![(1, relayout)],
+                }));
+            }
+            log::debug!("prepacked a bf16 weight [{n}, {k}] ({} bytes beside it)", packed.bytes());
             return Ok(Some(runtime::Prepack::new(Arc::new(packed))));
         }
         let f32_fast = kernel.tier == runtime::Tier::HighPerformance && kernel.unit == self.features.matrix_unit();

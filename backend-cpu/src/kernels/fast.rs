@@ -545,10 +545,17 @@ pub fn linear_bf16(_op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult
     let x = load_f32(&ins[0])?;
     let (n, k) = (ins[1].dims[0], ins[1].dims[1]);
     let m = numel(&ins[0].dims[..ins[0].dims.len() - 1]);
-    let pre = ctx.prepacked.as_ref().and_then(|p| p.0.downcast_ref::<super::gemm_bf16::PackedWeight>());
+    let pre = ctx.prepacked.as_ref();
     let owned;
-    let packed = match pre {
+    let packed = match pre.and_then(|p| p.0.downcast_ref::<super::gemm_bf16::PackedWeight<'static>>()) {
         Some(p) if p.n == n && p.k == k => p,
+        // Stored packed in place of the weight (see `CpuBackend::prepack`).
+        _ if pre.and_then(|p| p.0.downcast_ref::<super::gemm_bf16::PackedInPlace>())
+            == Some(&super::gemm_bf16::PackedInPlace { n, k }) =>
+        {
+            owned = super::gemm_bf16::PackedWeight::view(ins[1].bytes, n, k)?;
+            &owned
+        }
         _ => {
             let w: &[half::bf16] =
                 bytemuck::try_cast_slice(&ins[1].bytes[..n * k * 2]).map_err(|e| format!("misaligned weight: {e}"))?;

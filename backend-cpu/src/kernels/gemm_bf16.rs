@@ -52,19 +52,48 @@ pub fn available() -> bool {
     }
 }
 
+/// Marks a `[n, k]` weight operand that holds [`PackedWeight`] words instead of the weight
+/// (a compiled graph stores it so, once).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PackedInPlace {
+    pub n: usize,
+    pub k: usize,
+}
+
 /// A `[n, k]` bf16 weight in k-pair panels of [`NR`] columns (zero padded).
 #[derive(Debug)]
-pub struct PackedWeight {
+pub struct PackedWeight<'a> {
     pub n: usize,
     pub k: usize,
     /// `k.div_ceil(2)`.
     kp: usize,
     /// `[n.div_ceil(NR)][kp][NR]` words `lo = w[j][2p]`, `hi = w[j][2p + 1]`.
-    data: Vec<u32>,
+    data: std::borrow::Cow<'a, [u32]>,
 }
 
-impl PackedWeight {
-    pub fn pack(w: &[bf16], n: usize, k: usize) -> Result<PackedWeight, String> {
+impl PackedWeight<'_> {
+    /// Words the packed `[n, k]` weight occupies.
+    pub fn words(n: usize, k: usize) -> usize {
+        n.div_ceil(NR) * k.div_ceil(2) * NR
+    }
+
+    /// A weight packed earlier (`packed.words()` of [`pack`](Self::pack)) read in place,
+    /// e.g. from device memory holding those words (little-endian).
+    pub fn view(bytes: &[u8], n: usize, k: usize) -> Result<PackedWeight<'_>, String> {
+        let len = Self::words(n, k) * 4;
+        let words: &[u32] = bytes
+            .get(..len)
+            .ok_or_else(|| format!("packed weight of {} bytes for [{n}, {k}] needs {len}", bytes.len()))
+            .and_then(|b| bytemuck::try_cast_slice(b).map_err(|e| format!("misaligned packed weight: {e}")))?;
+        Ok(PackedWeight { n, k, kp: k.div_ceil(2), data: std::borrow::Cow::Borrowed(words) })
+    }
+
+    /// The packed words (what [`view`](Self::view) reads back).
+    pub fn words_slice(&self) -> &[u32] {
+        &self.data
+    }
+
+    pub fn pack(w: &[bf16], n: usize, k: usize) -> Result<PackedWeight<'static>, String> {
         if w.len() < n * k {
             return Err(format!("weight of {} elements for [{n}, {k}]", w.len()));
         }
@@ -83,7 +112,7 @@ impl PackedWeight {
                 }
             });
         }
-        Ok(PackedWeight { n, k, kp, data })
+        Ok(PackedWeight { n, k, kp, data: std::borrow::Cow::Owned(data) })
     }
 
     /// Bytes held (for reports).
@@ -97,7 +126,7 @@ impl PackedWeight {
 pub fn gemm(
     m: usize,
     x: &[f32],
-    w: &PackedWeight,
+    w: &PackedWeight<'_>,
     c: &mut [f32],
     accumulate: bool,
     threads: usize,
@@ -144,7 +173,7 @@ pub fn gemm(
 }
 
 /// One thread's rows: blocks of k-pairs, then panels, then register tiles.
-fn block(m: usize, xb: &[u32], w: &PackedWeight, c: &mut [f32], accumulate: bool, amx: bool) {
+fn block(m: usize, xb: &[u32], w: &PackedWeight<'_>, c: &mut [f32], accumulate: bool, amx: bool) {
     let (n, kp) = (w.n, w.kp);
     #[cfg(target_arch = "x86_64")]
     let _tiles = amx.then(|| {
