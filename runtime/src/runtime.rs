@@ -613,13 +613,8 @@ impl Runtime {
         let name = op.name();
         let in_metas: Vec<TensorMeta> = inputs.iter().map(|t| t.meta()).collect();
         let out_metas = op.infer(&in_metas)?;
-        if outputs.len() != out_metas.len() {
-            return Err(Error::invalid(name, format!("expects {} outputs, got {}", out_metas.len(), outputs.len())));
-        }
-        for (i, (t, m)) in outputs.iter().zip(&out_metas).enumerate() {
-            if t.meta() != *m {
-                return Err(Error::invalid(name, format!("output {i} must be {m}, got {}", t.meta())));
-            }
+        check_output_metas(name, &out_metas, outputs.iter().map(|t| t.meta()))?;
+        for (i, t) in outputs.iter().enumerate() {
             if !t.is_contiguous() {
                 return Err(Error::invalid(name, format!("output {i} ({}) must be contiguous", t.meta())));
             }
@@ -652,11 +647,7 @@ impl Runtime {
         }
         // Aliasing: an output may not overlap an input or another output.
         for (i, o) in outputs.iter().enumerate() {
-            let (os, oe) = o.byte_range();
-            let overlaps = |t: &Tensor| {
-                let (s, e) = t.byte_range();
-                t.shares_storage(o) && s < oe && os < e && o.nbytes() > 0 && t.nbytes() > 0
-            };
+            let overlaps = |t: &Tensor| t.overlaps(o);
             if let Some(j) = inputs.iter().position(|t| overlaps(t)) {
                 return Err(Error::invalid(
                     name,
@@ -730,14 +721,7 @@ impl Runtime {
         let name = op.name();
         let in_metas: Vec<TensorMeta> = inputs.iter().map(Operand::meta).collect();
         let out_metas = op.infer(&in_metas)?;
-        if outputs.len() != out_metas.len() {
-            return Err(Error::invalid(name, format!("expects {} outputs, got {}", out_metas.len(), outputs.len())));
-        }
-        for (i, (o, m)) in outputs.iter().zip(&out_metas).enumerate() {
-            if o.meta() != *m {
-                return Err(Error::invalid(name, format!("output {i} must be {m}, got {}", o.meta())));
-            }
-        }
+        check_output_metas(name, &out_metas, outputs.iter().map(Operand::meta))?;
         let fixed = inputs.iter().chain(outputs).filter_map(|o| match o {
             Operand::Fixed(t) => Some(*t),
             Operand::PerRun(_) => None,
@@ -752,14 +736,7 @@ impl Runtime {
         }
         for (i, o) in outputs.iter().enumerate() {
             let Operand::Fixed(o) = o else { continue };
-            let (os, oe) = o.byte_range();
-            let overlaps = |x: &Operand<'_>| match x {
-                Operand::Fixed(t) => {
-                    let (s, e) = t.byte_range();
-                    t.shares_storage(o) && s < oe && os < e && o.nbytes() > 0 && t.nbytes() > 0
-                }
-                Operand::PerRun(_) => false,
-            };
+            let overlaps = |x: &Operand<'_>| matches!(x, Operand::Fixed(t) if t.overlaps(o));
             if inputs.iter().any(overlaps) || outputs.iter().enumerate().any(|(j, x)| j != i && overlaps(x)) {
                 return Err(Error::invalid(name, format!("output {i} ({}) overlaps another operand", o.meta())));
             }
@@ -861,4 +838,22 @@ pub(crate) fn relabel_async(inner: &Inner, device: usize, e: Error) -> Error {
         }
         (e, _) => e,
     }
+}
+
+/// The outputs a launch was given must be as many, and each of the dtype and shape, that
+/// the op infers.
+fn check_output_metas(
+    name: &'static str,
+    expected: &[TensorMeta],
+    given: impl ExactSizeIterator<Item = TensorMeta>,
+) -> Result<()> {
+    if given.len() != expected.len() {
+        return Err(Error::invalid(name, format!("expects {} outputs, got {}", expected.len(), given.len())));
+    }
+    for (i, (g, m)) in given.zip(expected).enumerate() {
+        if g != *m {
+            return Err(Error::invalid(name, format!("output {i} must be {m}, got {g}")));
+        }
+    }
+    Ok(())
 }

@@ -178,6 +178,12 @@ impl Tensor {
         (self.layout.offset * es, self.layout.span() * es)
     }
 
+    /// Whether both views are non-empty and cover some of the same bytes of one buffer.
+    pub(crate) fn overlaps(&self, other: &Tensor) -> bool {
+        let ((s, e), (os, oe)) = (self.byte_range(), other.byte_range());
+        self.shares_storage(other) && s < oe && os < e && self.nbytes() > 0 && other.nbytes() > 0
+    }
+
     /// A contiguous view of `shape` elements of `dtype` starting `byte_offset` bytes into
     /// this tensor's buffer (graph arenas carve their intermediates this way).
     pub fn view_bytes(&self, byte_offset: usize, dtype: DType, shape: impl Into<Shape>) -> Result<Tensor> {
