@@ -59,6 +59,7 @@ fn options(fuse: bool, reuse: bool, parallel: bool, strategy: ScheduleStrategy) 
         strategy,
         max_streams: 4,
         precision: Precision::F32,
+        max_arenas: runtime::graph::DEFAULT_MAX_ARENAS,
     }
 }
 

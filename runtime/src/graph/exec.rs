@@ -1,23 +1,24 @@
 //! Compiled graphs: kernel selection, fusion, a static memory plan and stream assignment
 //! done once; `run` many times.
 
+use super::arena::{Instance, InstanceSet, Lease, Slot, Take};
 use super::fusion::{self, FusionStats};
-use super::ir::{Graph, HostTensor, ValueId, ValueKind};
+use super::ir::{Graph, ValueId, ValueKind};
 use super::planner::{self, Buffer, MemoryPlan};
+use super::precision;
+use super::profile::{NodeProfile, RunProfile};
 use super::schedule::{Schedule, ScheduleStrategy};
-use crate::backend::{DevicePtr, Frozen, FrozenLaunch};
 use crate::config::{Precision, RuntimeConfig};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::Unit;
 use crate::op::TensorMeta;
-use crate::runtime::{Operand, Runtime, Target};
+use crate::runtime::{Runtime, Target};
 use crate::stream::{Event, Stream};
 use crate::tensor::Tensor;
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// What `compile` does; [`CompileOptions::from_config`] reads the optimisation switches.
 #[derive(Clone, Debug)]
@@ -34,56 +35,14 @@ pub struct CompileOptions {
     pub max_streams: usize,
     /// Store Linear weights in bf16 where the backend has a bf16 Linear kernel.
     pub precision: Precision,
+    /// Most runs of the graph in flight at once: each holds an arena (and streams, events
+    /// and frozen launches) of its own, made on first need and kept; a run beyond this
+    /// many waits for one to finish. At least 1.
+    pub max_arenas: usize,
 }
 
-/// Converts the f32 constant weights of Linear nodes to bf16 where the runtime would
-/// then run the node on a bf16 unit (a kernel whose unit label names bf16); a weight
-/// also read by other ops stays f32. Returns how many were converted.
-fn bf16_weights(rt: &Runtime, graph: &mut Graph) -> usize {
-    let consumers = graph.consumers();
-    let mut converted = 0;
-    for ni in 0..graph.nodes.len() {
-        let n = &graph.nodes[ni];
-        if !matches!(n.op, crate::op::Op::Linear) {
-            continue;
-        }
-        let w = n.inputs[1];
-        let ValueKind::Constant(t) = &graph.values[w.0].kind else { continue };
-        if t.dtype != DType::F32 || graph.meta(n.inputs[0]).dtype != DType::F32 {
-            continue;
-        }
-        if consumers[w.0].iter().any(|c| !matches!(graph.nodes[c.0].op, crate::op::Op::Linear)) {
-            continue;
-        }
-        let mut ins: Vec<TensorMeta> = n.inputs.iter().map(|v| graph.meta(*v).clone()).collect();
-        ins[1].dtype = DType::BF16;
-        match rt.select_kernel(&n.op, &ins) {
-            Ok(k) if k.unit.label.contains("bf16") => {}
-            Ok(k) => {
-                log::info!(
-                    "precision bf16: node {:?} keeps its f32 weight (no bf16 unit; {} would run)",
-                    n.name,
-                    k.name
-                );
-                continue;
-            }
-            Err(e) => {
-                log::info!("precision bf16: node {:?} keeps its f32 weight ({e})", n.name);
-                continue;
-            }
-        }
-        let bytes: Vec<u8> = t
-            .bytes
-            .chunks_exact(4)
-            .flat_map(|c| half::bf16::from_f32(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_bits().to_le_bytes())
-            .collect();
-        let ht = HostTensor { dtype: DType::BF16, shape: t.shape.clone(), bytes: Arc::new(bytes) };
-        graph.values[w.0].meta.dtype = DType::BF16;
-        graph.values[w.0].kind = ValueKind::Constant(ht);
-        converted += 1;
-    }
-    converted
-}
+/// [`CompileOptions::max_arenas`] unless set otherwise.
+pub const DEFAULT_MAX_ARENAS: usize = 4;
 
 impl CompileOptions {
     pub fn from_config(cfg: &RuntimeConfig, device: usize) -> CompileOptions {
@@ -95,171 +54,57 @@ impl CompileOptions {
             strategy: cfg.scheduling.into(),
             max_streams: cfg.max_streams,
             precision: cfg.precision,
+            max_arenas: DEFAULT_MAX_ARENAS,
         }
     }
-}
-
-/// Timing of one node in one run.
-#[derive(Clone, Debug)]
-pub struct NodeProfile {
-    pub name: String,
-    pub op: &'static str,
-    pub implementation: &'static str,
-    pub unit: Unit,
-    pub stream: usize,
-    /// Start relative to the run's start.
-    pub start: Duration,
-    pub elapsed: Duration,
-    pub flops: u64,
-    pub bytes: u64,
-}
-
-/// A profiled run.
-#[derive(Clone, Debug, Default)]
-pub struct RunProfile {
-    pub total: Duration,
-    pub nodes: Vec<NodeProfile>,
-}
-
-impl RunProfile {
-    /// Chrome-trace JSON (opens in Perfetto / chrome://tracing): one track per stream.
-    pub fn chrome_trace(&self) -> String {
-        let mut s = String::from("{\"traceEvents\":[\n");
-        let streams: std::collections::BTreeSet<usize> = self.nodes.iter().map(|n| n.stream).collect();
-        for st in &streams {
-            let _ = writeln!(
-                s,
-                "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":{st},\"args\":{{\"name\":\"stream {st}\"}}}},"
-            );
-        }
-        for (i, n) in self.nodes.iter().enumerate() {
-            let _ = write!(
-                s,
-                "{{\"name\":{},\"cat\":{},\"ph\":\"X\",\"pid\":1,\"tid\":{},\"ts\":{:.3},\"dur\":{:.3},\"args\":{{\"implementation\":{},\"unit\":{},\"flops\":{},\"bytes\":{}}}}}",
-                json_str(&n.name),
-                json_str(n.op),
-                n.stream,
-                n.start.as_secs_f64() * 1e6,
-                n.elapsed.as_secs_f64() * 1e6,
-                json_str(n.implementation),
-                json_str(n.unit.label),
-                n.flops,
-                n.bytes
-            );
-            s.push_str(if i + 1 < self.nodes.len() { ",\n" } else { "\n" });
-        }
-        s.push_str("],\"displayTimeUnit\":\"ms\"}\n");
-        s
-    }
-
-    /// Time, FLOPs and bytes per (op, implementation), largest time first.
-    pub fn by_op(&self) -> Vec<(String, Duration, u64, usize)> {
-        let mut m: HashMap<String, (Duration, u64, usize)> = HashMap::new();
-        for n in &self.nodes {
-            let e = m.entry(format!("{} [{}]", n.op, n.implementation)).or_default();
-            e.0 += n.elapsed;
-            e.1 += n.flops;
-            e.2 += 1;
-        }
-        let mut v: Vec<_> = m.into_iter().map(|(k, (d, f, c))| (k, d, f, c)).collect();
-        v.sort_by(|a, b| b.1.cmp(&a.1));
-        v
-    }
-}
-
-fn json_str(s: &str) -> String {
-    let mut o = String::with_capacity(s.len() + 2);
-    o.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(o, "\\u{:04x}", c as u32);
-            }
-            c => o.push(c),
-        }
-    }
-    o.push('"');
-    o
-}
-
-/// Where an intermediate lives during a run.
-enum Slot {
-    /// A view into the arena, made once at compile time.
-    Arena(Tensor),
-    /// Allocated at the start of every run (no reuse).
-    PerRun(TensorMeta),
 }
 
 /// A graph compiled for one device of one runtime.
+///
+/// `Send + Sync`: [`run`](Self::run) may be called from any number of threads at once.
+/// Each run takes an arena of its own from the graph's set (see
+/// [`CompileOptions::max_arenas`]), so concurrent runs overlap and never share
+/// intermediates, streams, events or frozen launches; constants and packed weights are
+/// shared, read-only.
 pub struct CompiledGraph {
-    rt: Runtime,
-    graph: Graph,
-    schedule: Schedule,
-    options: CompileOptions,
+    pub(super) rt: Runtime,
+    pub(super) graph: Graph,
+    pub(super) schedule: Schedule,
+    pub(super) options: CompileOptions,
     fusion: FusionStats,
-    constants: HashMap<ValueId, Tensor>,
-    slots: HashMap<ValueId, Slot>,
+    pub(super) constants: HashMap<ValueId, Tensor>,
+    /// Intermediates (arena buffers, in plan order).
+    inter: Vec<ValueId>,
     plan: Option<MemoryPlan>,
-    _arena: Option<Tensor>,
-    streams: Vec<Stream>,
-    /// An event per node, recorded after it when another stream reads its output.
-    done: Vec<Option<Event>>,
+    /// Which nodes record an event after them (another stream reads their output).
+    needs_event: Vec<bool>,
     /// Thread budget of each node (0 = all).
-    threads: Vec<usize>,
+    pub(super) threads: Vec<usize>,
     /// What the backend prepared from each node's constant inputs (packed weights).
-    prepacked: Vec<Option<crate::backend::Prepacked>>,
+    pub(super) prepacked: Vec<Option<crate::backend::Prepacked>>,
     /// Reshape outputs that are views of another value (their node runs no kernel).
-    aliases: HashMap<ValueId, ValueId>,
+    pub(super) aliases: HashMap<ValueId, ValueId>,
     /// Arena intermediates and the node that reads each last, when all of its readers run
     /// on one stream (used by `run_poisoned`).
     last_reader: Vec<(ValueId, usize)>,
-    /// The nodes' launches validated once, for `run` (absent when something about the
-    /// graph cannot be frozen, e.g. intermediates allocated per run).
-    fast: Option<FastPlan>,
+    /// Whether runs go through frozen launches (validated for the first arena; absent when
+    /// something about the graph cannot be frozen, e.g. intermediates allocated per run).
+    frozen: bool,
+    /// The run arenas (at least one once compiled).
+    instances: Option<InstanceSet>,
 }
 
-/// Where a graph output comes from on the fast path.
-enum OutputSrc {
-    /// Graph input `i`, returned as is.
-    Input(usize),
-    /// A constant, returned as is.
-    Constant(Tensor),
-    /// Per-run output `j` (address slot `inputs + j`).
-    PerRun(usize),
-}
-
-/// One step of a fast run, in submission order.
-enum Step {
-    /// Stream `stream` waits for the event after node `node`.
-    Wait { stream: usize, node: usize },
-    /// Launches `nodes` of the plan go to stream `stream` as one submission. `units`:
-    /// (unit, launches, FLOPs, bytes) of those launches, for the utilisation counters.
-    Launch { stream: usize, nodes: std::ops::Range<usize>, units: UnitCounts },
-    /// The event after node `node` is recorded on stream `stream`.
-    Record { stream: usize, node: usize },
-}
-
-/// (unit, launches, FLOPs, bytes) per unit of a batch of launches.
-type UnitCounts = Vec<(Unit, u64, u64, u64)>;
-/// A batch being laid out: its stream, first launch and unit counts.
-type OpenBatch = (usize, usize, UnitCounts);
-
-/// A compiled graph's launches, validated once. Arena slots and constants (and views of
-/// them) are fixed operands; graph inputs and outputs (and views of them) get their
-/// addresses per run from a table: inputs in graph order, then the per-run outputs.
-struct FastPlan {
-    /// In submission order (alias nodes run no kernel and have none).
-    launches: Vec<FrozenLaunch>,
-    /// The backend's own form of `launches`, when it has one.
-    frozen: Option<Frozen>,
-    steps: Vec<Step>,
-    /// Metadata of each per-run output.
-    per_run: Vec<TensorMeta>,
-    outputs: Vec<OutputSrc>,
-    /// The streams (schedule indices) that use each address slot.
-    slot_streams: Vec<Vec<usize>>,
+/// How many run arenas a compiled graph holds, for reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArenaStats {
+    /// Arenas alive now.
+    pub arenas: usize,
+    /// The most alive at once.
+    pub peak: usize,
+    /// The configured limit.
+    pub max: usize,
+    /// Bytes of all arenas together.
+    pub bytes: usize,
 }
 
 impl CompiledGraph {
@@ -281,7 +126,7 @@ impl CompiledGraph {
             (graph, FusionStats::default())
         };
         if options.precision == Precision::Bf16 {
-            let n = bf16_weights(rt, &mut graph);
+            let n = precision::bf16_weights(rt, &mut graph);
             log::info!("precision bf16: {n} Linear weights stored in bf16");
         }
         let device = options.device;
@@ -410,9 +255,7 @@ impl CompiledGraph {
                 Buffer { size: graph.meta(v).bytes(), def: pos[def], last: pos[last_node].max(pos[def]) }
             })
             .collect();
-        let mut slots = HashMap::new();
         let mut plan = None;
-        let mut arena = None;
         if options.memory_reuse {
             // Conflict: unless the last reader of one happens-before the writer of the other.
             let nodes_of: Vec<(usize, usize)> = inter
@@ -437,11 +280,6 @@ impl CompiledGraph {
             };
             let align = rt.config().pool.alignment.max(64);
             let p = planner::plan(&buffers, &conflict, align);
-            let a = rt.empty(DType::U8, [p.arena_bytes.max(1)], device)?;
-            for (k, &v) in inter.iter().enumerate() {
-                let m = graph.meta(v);
-                slots.insert(v, Slot::Arena(a.view_bytes(p.offsets[k], m.dtype, m.shape.clone())?));
-            }
             log::info!(
                 "compiled graph: {} nodes, arena {} bytes, load {} bytes (ratio {:.3}, {})",
                 graph.nodes.len(),
@@ -451,11 +289,6 @@ impl CompiledGraph {
                 p.strategy
             );
             plan = Some(p);
-            arena = Some(a);
-        } else {
-            for &v in &inter {
-                slots.insert(v, Slot::PerRun(graph.meta(v).clone()));
-            }
         }
         let last_reader: Vec<(ValueId, usize)> = if options.memory_reuse {
             inter
@@ -470,21 +303,12 @@ impl CompiledGraph {
         } else {
             Vec::new()
         };
-        let streams: Vec<Stream> = if schedule.streams > 1 {
-            (0..schedule.streams).map(|_| rt.stream(device)).collect::<Result<_>>()?
-        } else {
-            Vec::new()
-        };
         let mut needs_event = vec![false; graph.nodes.len()];
         for w in &schedule.waits {
             for p in w {
                 needs_event[p.0] = true;
             }
         }
-        let done = needs_event
-            .iter()
-            .map(|&n| if n { rt.event(device).map(Some) } else { Ok(None) })
-            .collect::<Result<_>>()?;
         // CPU thread budget. A small node that may run beside others gets its share of the
         // cores, fixed. A large one (est. >= WIDE_NODE_S, e.g. a projection GEMM) keeps the
         // whole device budget: it enters the device's thread pool, whose fixed set of
@@ -504,6 +328,7 @@ impl CompiledGraph {
         } else {
             vec![0; graph.nodes.len()]
         };
+        let max_arenas = options.max_arenas.max(1);
         let mut cg = CompiledGraph {
             rt: rt.clone(),
             graph,
@@ -511,153 +336,100 @@ impl CompiledGraph {
             options,
             fusion,
             constants,
-            slots,
+            inter,
             plan,
-            _arena: arena,
-            streams,
-            done,
+            needs_event,
             threads,
             prepacked,
             aliases: alias_of,
             last_reader,
-            fast: None,
+            frozen: false,
+            instances: None,
         };
+        let mut first = cg.new_instance()?;
         if cg.options.memory_reuse {
-            match cg.freeze() {
-                Ok(fp) => cg.fast = Some(fp),
+            match cg.freeze(&first) {
+                Ok(fp) => {
+                    first.fast = Some(fp);
+                    cg.frozen = true;
+                }
                 Err(e) => log::info!("compiled graph: runs node by node ({e})"),
             }
         }
+        cg.instances = Some(InstanceSet::new(first, max_arenas));
         Ok(cg)
     }
 
-    /// The schedule's stream `s` (the default stream when the graph uses one stream).
-    fn stream_at<'a>(&'a self, s: usize, default: &'a Stream) -> &'a Stream {
-        if self.streams.is_empty() { default } else { &self.streams[s] }
+    /// A run arena: the planned arena (or per-run slots), streams, events, and the frozen
+    /// launches when the graph runs frozen.
+    fn new_instance(&self) -> Result<Instance> {
+        let device = self.options.device;
+        let rt = &self.rt;
+        let mut slots = HashMap::with_capacity(self.inter.len());
+        let mut arena = None;
+        match &self.plan {
+            Some(p) => {
+                let a = rt.empty(DType::U8, [p.arena_bytes.max(1)], device)?;
+                for (k, &v) in self.inter.iter().enumerate() {
+                    let m = self.graph.meta(v);
+                    slots.insert(v, Slot::Arena(a.view_bytes(p.offsets[k], m.dtype, m.shape.clone())?));
+                }
+                arena = Some(a);
+            }
+            None => {
+                for &v in &self.inter {
+                    slots.insert(v, Slot::PerRun(self.graph.meta(v).clone()));
+                }
+            }
+        }
+        let streams: Vec<Stream> = if self.schedule.streams > 1 {
+            (0..self.schedule.streams).map(|_| rt.stream(device)).collect::<Result<_>>()?
+        } else {
+            Vec::new()
+        };
+        let done = self
+            .needs_event
+            .iter()
+            .map(|&n| if n { rt.event(device).map(Some) } else { Ok(None) })
+            .collect::<Result<_>>()?;
+        let mut inst = Instance { slots, arena, streams, done, fast: None };
+        if self.frozen {
+            inst.fast = Some(self.freeze(&inst)?);
+        }
+        Ok(inst)
     }
 
-    /// Validates every node's launch once and lays out the submission steps of a run.
-    fn freeze(&self) -> Result<FastPlan> {
-        let g = &self.graph;
-        let device = self.options.device;
-        let n_in = g.inputs.len();
-        // Per-run outputs: distinct node outputs among the graph outputs.
-        let mut per_run_ids: Vec<ValueId> = Vec::new();
-        let mut outputs = Vec::with_capacity(g.outputs.len());
-        for o in &g.outputs {
-            let src = if let Some(i) = g.inputs.iter().position(|x| x == o) {
-                OutputSrc::Input(i)
-            } else if let Some(t) = self.constants.get(o) {
-                OutputSrc::Constant(t.clone())
-            } else {
-                let j = per_run_ids.iter().position(|x| x == o).unwrap_or_else(|| {
-                    per_run_ids.push(*o);
-                    per_run_ids.len() - 1
-                });
-                OutputSrc::PerRun(j)
-            };
-            outputs.push(src);
-        }
-        let per_run: Vec<TensorMeta> = per_run_ids.iter().map(|v| g.meta(*v).clone()).collect();
-        // What each value is at run time: a fixed tensor or an address slot.
-        let slot_of = |v: ValueId| -> Option<usize> {
-            g.inputs.iter().position(|x| *x == v).or_else(|| per_run_ids.iter().position(|x| *x == v).map(|j| n_in + j))
-        };
-        let resolve = |v: ValueId| -> Result<(Option<Tensor>, Option<usize>)> {
-            let root = self.aliases.get(&v).copied().unwrap_or(v);
-            if let Some(k) = slot_of(root) {
-                return Ok((None, Some(k)));
-            }
-            let t = match (self.constants.get(&root), self.slots.get(&root)) {
-                (Some(t), _) | (None, Some(Slot::Arena(t))) => t,
-                _ => return Err(Error::invalid("Graph", format!("value {:?} has no fixed buffer", g.value(v).name))),
-            };
-            if root == v {
-                return Ok((Some(t.clone()), None));
-            }
-            let dims: Vec<isize> = g.meta(v).shape.dims().iter().map(|&d| d as isize).collect();
-            Ok((Some(t.reshape(&dims)?), None))
-        };
-        let default = self.rt.default_stream(device)?;
-        let mut launches = Vec::new();
-        let mut steps = Vec::new();
-        let mut slot_streams: Vec<Vec<usize>> = vec![Vec::new(); n_in + per_run.len()];
-        // The batch being built: its stream, first launch and unit totals.
-        let mut open: Option<OpenBatch> = None;
-        let close = |open: &mut Option<OpenBatch>, steps: &mut Vec<Step>, end: usize| {
-            if let Some((stream, start, units)) = open.take() {
-                steps.push(Step::Launch { stream, nodes: start..end, units });
-            }
-        };
-        for &nid in &self.schedule.order {
-            let n = &g.nodes[nid.0];
-            let s = if self.streams.is_empty() { 0 } else { self.schedule.stream_of[nid.0] };
-            let waits: Vec<usize> =
-                self.schedule.waits[nid.0].iter().filter(|p| self.done[p.0].is_some()).map(|p| p.0).collect();
-            if !waits.is_empty() || open.as_ref().is_some_and(|o| o.0 != s) {
-                close(&mut open, &mut steps, launches.len());
-            }
-            for p in waits {
-                steps.push(Step::Wait { stream: s, node: p });
-            }
-            let is_alias = n.outputs.first().is_some_and(|o| self.aliases.contains_key(o));
-            if !is_alias {
-                let mut fixed = Vec::new();
-                let mut slots = Vec::new();
-                for v in n.inputs.iter().chain(&n.outputs) {
-                    let (t, k) = resolve(*v)?;
-                    fixed.push(t);
-                    slots.push(k);
-                }
-                let metas: Vec<TensorMeta> = n.inputs.iter().chain(&n.outputs).map(|v| g.meta(*v).clone()).collect();
-                let operands: Vec<Operand<'_>> = fixed
-                    .iter()
-                    .zip(&metas)
-                    .map(|(t, m)| match t {
-                        Some(t) => Operand::Fixed(t),
-                        None => Operand::PerRun(m),
-                    })
-                    .collect();
-                let (ins, outs) = operands.split_at(n.inputs.len());
-                let (kernel, args, flops, bytes) = self
-                    .rt
-                    .freeze_launch(device, &n.op, ins, outs, self.threads[nid.0], self.prepacked[nid.0].as_ref())
-                    .map_err(|e| match e {
-                        Error::Invalid { op, msg } => Error::Invalid { op, msg: format!("node {:?}: {msg}", n.name) },
-                        other => other,
-                    })?;
-                let stream = self.stream_at(s, &default);
-                let target = Target::on(stream);
-                for t in fixed.iter().flatten() {
-                    t.storage.mark_use(target);
-                }
-                let patches: Vec<(usize, usize)> =
-                    slots.iter().enumerate().filter_map(|(i, k)| k.map(|k| (i, k))).collect();
-                for &(_, k) in &patches {
-                    if !slot_streams[k].contains(&s) {
-                        slot_streams[k].push(s);
+    /// An arena for one run: a free one, a new one while fewer than `max_arenas` exist, or
+    /// the next one returned. A new one that cannot be made (device memory, stream limit)
+    /// is not an error while another exists: the run waits for that one instead.
+    fn lease(&self) -> Result<Lease<'_>> {
+        let set = self.instances.as_ref().ok_or_else(|| Error::invalid("Graph", "not compiled"))?;
+        let mut may_make = true;
+        loop {
+            match set.take(may_make) {
+                Take::Got(l) => return Ok(l),
+                Take::Make => match self.new_instance() {
+                    Ok(inst) => {
+                        log::debug!("compiled graph: arena {} of at most {} made", set.stats().0, set.max());
+                        return Ok(set.adopt(inst));
                     }
-                }
-                let o = open.get_or_insert_with(|| (s, launches.len(), Vec::new()));
-                match o.2.iter_mut().find(|u| u.0 == kernel.unit) {
-                    Some(u) => {
-                        u.1 += 1;
-                        u.2 += flops;
-                        u.3 += bytes;
+                    Err(e) => {
+                        set.abandon();
+                        if set.stats().0 == 0 {
+                            return Err(e);
+                        }
+                        log::info!("compiled graph: no further arena ({e}); waiting for a free one");
+                        may_make = false;
                     }
-                    None => o.2.push((kernel.unit, 1, flops, bytes)),
-                }
-                launches.push(FrozenLaunch { kernel, args, patches });
-            }
-            if self.done[nid.0].is_some() {
-                close(&mut open, &mut steps, launches.len());
-                steps.push(Step::Record { stream: s, node: nid.0 });
+                },
             }
         }
-        close(&mut open, &mut steps, launches.len());
-        let ord = self.rt.inner.device(device)?.ordinal;
-        let frozen = self.rt.backend().freeze(ord, &launches)?;
-        Ok(FastPlan { launches, frozen, steps, per_run, outputs, slot_streams })
+    }
+
+    /// The run arenas: how many exist, the most at once, the limit and their bytes.
+    pub fn arena_stats(&self) -> ArenaStats {
+        let (arenas, peak, bytes) = self.instances.as_ref().map_or((0, 0, 0), InstanceSet::stats);
+        ArenaStats { arenas, peak, max: self.instances.as_ref().map_or(0, InstanceSet::max), bytes }
     }
 
     /// The graph as compiled (after fusion and precision changes). Its constants keep
@@ -680,7 +452,7 @@ impl CompiledGraph {
     /// True when `run` queues launches validated at compile time (the memory plan is on
     /// and every node could be frozen); false when it prepares every node on each run.
     pub fn runs_frozen(&self) -> bool {
-        self.fast.is_some()
+        self.frozen
     }
     /// Reshape nodes turned into views (they run no kernel).
     pub fn view_nodes(&self) -> usize {
@@ -719,9 +491,12 @@ impl CompiledGraph {
                 ));
             }
         }
-        if let Some(fp) = self.fast.as_ref().filter(|_| !profile && !poison)
-            && let Some(outs) = self.run_fast(fp, inputs)?
+        let lease = self.lease()?;
+        let inst = lease.get();
+        if let Some(fp) = inst.fast.as_ref().filter(|_| !profile && !poison)
+            && let Some(outs) = self.run_fast(inst, fp, inputs)?
         {
+            lease.finish();
             return Ok((outs, None));
         }
         let mut vals: HashMap<ValueId, Tensor> = HashMap::with_capacity(g.values.len());
@@ -732,7 +507,7 @@ impl CompiledGraph {
             vals.insert(*id, t.clone());
         }
         let device = self.options.device;
-        for (id, s) in &self.slots {
+        for (id, s) in &inst.slots {
             let t = match s {
                 Slot::Arena(t) => t.clone(),
                 Slot::PerRun(m) => self.rt.empty(m.dtype, m.shape.clone(), device)?,
@@ -747,12 +522,12 @@ impl CompiledGraph {
         }
         let default = self.rt.default_stream(device)?;
         let stream_of = |n: usize| -> &Stream {
-            if self.streams.is_empty() { &default } else { &self.streams[self.schedule.stream_of[n]] }
+            if inst.streams.is_empty() { &default } else { &inst.streams[self.schedule.stream_of[n]] }
         };
         // Make user streams wait for work queued before the run (e.g. input uploads).
-        let start_ev = if profile || !self.streams.is_empty() { Some(default.record()?) } else { None };
+        let start_ev = if profile || !inst.streams.is_empty() { Some(default.record()?) } else { None };
         if let Some(ev) = &start_ev {
-            for s in &self.streams {
+            for s in &inst.streams {
                 s.wait(ev)?;
             }
         }
@@ -762,7 +537,7 @@ impl CompiledGraph {
             let n = &g.nodes[nid.0];
             let stream = stream_of(nid.0);
             for p in &self.schedule.waits[nid.0] {
-                if let Some(ev) = &self.done[p.0] {
+                if let Some(ev) = &inst.done[p.0] {
                     stream.wait(ev)?;
                 }
             }
@@ -770,7 +545,7 @@ impl CompiledGraph {
                 let dims: Vec<isize> = g.meta(*out).shape.dims().iter().map(|&d| d as isize).collect();
                 let view = vals[&n.inputs[0]].reshape(&dims)?;
                 vals.insert(*out, view);
-                if let Some(ev) = &self.done[nid.0] {
+                if let Some(ev) = &inst.done[nid.0] {
                     ev.record(stream)?;
                 }
                 continue;
@@ -797,11 +572,11 @@ impl CompiledGraph {
                     }
                 }
             }
-            if let Some(ev) = &self.done[nid.0] {
+            if let Some(ev) = &inst.done[nid.0] {
                 ev.record(stream)?;
             }
         }
-        for s in &self.streams {
+        for s in &inst.streams {
             s.synchronize()?;
         }
         let total = t0.elapsed();
@@ -827,100 +602,9 @@ impl CompiledGraph {
             _ => None,
         };
         let outs = g.outputs.iter().map(|o| vals[o].clone()).collect();
+        drop(vals);
+        lease.finish();
         Ok((outs, prof))
-    }
-}
-
-impl CompiledGraph {
-    /// A run through the frozen launches: per-run addresses patched in, consecutive nodes
-    /// of a stream queued as one submission. `None` when the inputs need the node-by-node
-    /// path (an input that is strided, or not on this runtime's device: that path
-    /// materialises or reports it).
-    fn run_fast(&self, fp: &FastPlan, inputs: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
-        let device = self.options.device;
-        let rt_inner = &self.rt.inner;
-        if inputs.iter().any(|t| !t.is_contiguous() || t.device() != device || !Arc::ptr_eq(&t.storage.rt, rt_inner)) {
-            return Ok(None);
-        }
-        let per_run: Vec<Tensor> =
-            fp.per_run.iter().map(|m| self.rt.empty(m.dtype, m.shape.clone(), device)).collect::<Result<_>>()?;
-        let slot = |k: usize| -> &Tensor { if k < inputs.len() { inputs[k] } else { &per_run[k - inputs.len()] } };
-        let addrs: Vec<DevicePtr> = (0..inputs.len() + per_run.len()).map(|k| DevicePtr(slot(k).data_ptr())).collect();
-        let default = self.rt.default_stream(device)?;
-        if !self.streams.is_empty() {
-            // User streams wait for work queued before the run (e.g. input uploads).
-            let ev = default.record()?;
-            for s in &self.streams {
-                s.wait(&ev)?;
-            }
-        }
-        // Graph inputs and outputs are used by the streams that read or write them; the
-        // arena and constants were marked when the graph was compiled.
-        for (k, streams) in fp.slot_streams.iter().enumerate() {
-            for &s in streams {
-                slot(k).storage.mark_use(Target::on(self.stream_at(s, &default)));
-            }
-        }
-        let dev = rt_inner.device(device)?;
-        let backend = self.rt.backend();
-        let first_seq = self.rt.next_seqs(fp.launches.len() as u64);
-        for step in &fp.steps {
-            match step {
-                Step::Wait { stream, node } => {
-                    if let Some(ev) = &self.done[*node] {
-                        self.stream_at(*stream, &default).wait(ev)?;
-                    }
-                }
-                Step::Record { stream, node } => {
-                    if let Some(ev) = &self.done[*node] {
-                        ev.record(self.stream_at(*stream, &default))?;
-                    }
-                }
-                Step::Launch { stream, nodes, units } => {
-                    let stream = self.stream_at(*stream, &default);
-                    let start = Instant::now();
-                    let seq = first_seq + nodes.start as u64;
-                    match &fp.frozen {
-                        Some(f) => backend.launch_frozen(dev.ordinal, f, nodes.clone(), &addrs, seq, stream.id())?,
-                        None => {
-                            let batch = fp.launches[nodes.clone()]
-                                .iter()
-                                .enumerate()
-                                .map(|(i, l)| {
-                                    let mut args = l.args.clone();
-                                    args.seq = seq + i as u64;
-                                    let n_in = args.inputs.len();
-                                    for &(op, k) in &l.patches {
-                                        let a =
-                                            if op < n_in { &mut args.inputs[op] } else { &mut args.outputs[op - n_in] };
-                                        a.ptr = addrs[k];
-                                    }
-                                    (l.kernel, args)
-                                })
-                                .collect();
-                            backend.launch_batch(dev.ordinal, batch, stream.id())?;
-                        }
-                    }
-                    if !stream.is_async() {
-                        backend.synchronize_stream(dev.ordinal, stream.id())?;
-                        self.rt.record_busy(device, units, start.elapsed(), nodes.len() as u64);
-                    }
-                }
-            }
-        }
-        for s in &self.streams {
-            s.synchronize()?;
-        }
-        let outs = fp
-            .outputs
-            .iter()
-            .map(|o| match o {
-                OutputSrc::Input(i) => inputs[*i].clone(),
-                OutputSrc::Constant(t) => t.clone(),
-                OutputSrc::PerRun(j) => per_run[*j].clone(),
-            })
-            .collect();
-        Ok(Some(outs))
     }
 }
 

@@ -5,15 +5,24 @@
 //! * [`fusion`] — rewrites to the fused ops (Attention, BiasGelu, AddLayerNorm).
 //! * [`schedule`] — stream assignment and the happens-before relation it implies.
 //! * [`planner`] — offsets of intermediates in one arena.
-//! * [`exec`] — the compiled, executable plan, its profile and Chrome trace.
+//! * [`precision`] — compile-time precision rewrites (bf16 weights).
+//! * [`exec`] — compiling: kernel selection, constants, the plan; the node-by-node run.
+//! * [`arena`] — the per-graph set of run arenas that lets many threads run one graph.
+//! * [`frozen`] — launches validated once per arena and the batched run through them.
+//! * [`profile`] — per-node timings of a run and its Chrome trace.
 
+mod arena;
 pub mod exec;
+mod frozen;
 pub mod fusion;
 pub mod ir;
 pub mod planner;
+mod precision;
+pub mod profile;
 pub mod schedule;
 
-pub use exec::{CompileOptions, CompiledGraph, NodeProfile, RunProfile};
+pub use exec::{ArenaStats, CompileOptions, CompiledGraph, DEFAULT_MAX_ARENAS};
 pub use ir::{Graph, HostTensor, Node, NodeId, Value, ValueId, ValueKind};
 pub use planner::{Buffer, MemoryPlan};
+pub use profile::{NodeProfile, RunProfile};
 pub use schedule::{Schedule, ScheduleStrategy};

@@ -1,0 +1,225 @@
+//! One compiled graph run from several threads at once gives, for every input, the output
+//! of a serial run of that input; the graph's set of run arenas stays within its limit and
+//! waits (never fails) when the device cannot make another arena.
+//!
+//! Each case is generated once per backend — `cpu`, `acl_emu` (the Ascend backend over
+//! acl-emu) and `cuda` — so a failure names its backend; a backend that is absent prints
+//! why its case skipped.
+
+use npurt::models::bert::{self, BertConfig, Weights};
+use npurt::{Backend, DType, Op, Precision, RuntimeConfig, Tensor};
+use runtime::Runtime;
+use runtime::graph::{CompileOptions, CompiledGraph, Graph, HostTensor, ScheduleStrategy};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// `target/<profile>/libacl_emu.so` (built as a dev-dependency), or `$ACL_EMU_LIB`.
+fn emu_lib() -> Option<PathBuf> {
+    std::env::var_os("ACL_EMU_LIB").map(PathBuf::from).or_else(|| {
+        let exe = std::env::current_exe().ok()?;
+        let deps = exe.parent()?;
+        [deps.join("libacl_emu.so"), deps.parent()?.join("libacl_emu.so")].into_iter().find(|p| p.is_file())
+    })
+}
+
+/// The backend named `name`, or why it is absent.
+fn backend(name: &str) -> Result<Arc<dyn Backend>, String> {
+    match name {
+        "cpu" => npurt::cpu_backend(&RuntimeConfig::default()).map_err(|e| e.to_string()),
+        "acl_emu" => {
+            let emu = emu_lib().ok_or("libacl_emu.so not found next to the test binary (or set ACL_EMU_LIB)")?;
+            let lib = std::env::temp_dir().join(format!("npurt-concurrent-toolkit-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&lib);
+            std::fs::create_dir_all(&lib).map_err(|e| e.to_string())?;
+            for n in ["libascendcl.so", "libnnopbase.so", "libopapi.so"] {
+                std::os::unix::fs::symlink(&emu, lib.join(n)).map_err(|e| e.to_string())?;
+            }
+            let cfg = backend_acl::AclConfig { lib_dir: Some(lib), ..backend_acl::AclConfig::default() };
+            Ok(Arc::new(backend_acl::AclBackend::new(cfg).map_err(|e| e.to_string())?))
+        }
+        "cuda" => npurt::cuda_backend(&RuntimeConfig::default()).map_err(|e| e.to_string()),
+        other => Err(format!("unknown backend {other}")),
+    }
+}
+
+/// Cases of one binary take turns: they share the emulator and the machine's cores.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static M: OnceLock<Mutex<()>> = OnceLock::new();
+    M.get_or_init(|| Mutex::new(())).lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One `#[test]` per backend, in a module named after the case.
+macro_rules! on_every_backend {
+    ($name:ident, $body:expr) => {
+        mod $name {
+            use super::*;
+            fn run(bname: &str) {
+                let _turn = serial();
+                match backend(bname) {
+                    Ok(b) => ($body)(b),
+                    Err(why) => eprintln!("SKIP {} on {bname}: {why}", stringify!($name)),
+                }
+            }
+            #[test]
+            fn cpu() {
+                run("cpu");
+            }
+            #[test]
+            fn acl_emu() {
+                run("acl_emu");
+            }
+            #[test]
+            fn cuda() {
+                run("cuda");
+            }
+        }
+    };
+}
+
+fn options(parallel: bool, max_arenas: usize) -> CompileOptions {
+    CompileOptions {
+        device: 0,
+        fuse: true,
+        memory_reuse: true,
+        parallel,
+        strategy: ScheduleStrategy::Latency,
+        max_streams: 4,
+        precision: Precision::F32,
+        max_arenas,
+    }
+}
+
+/// MatMul / Add / Tanh over values that stay live across the chain, so the arena reuses
+/// bytes between many intermediates.
+fn chain() -> Graph {
+    let mut g = Graph::new();
+    let a = g.input("a", DType::F32, [32, 32]);
+    let w =
+        g.constant("w", HostTensor::from_vec([32, 32], (0..1024).map(|i| (i % 7) as f32 * 0.05).collect()).unwrap());
+    let mut live = vec![a];
+    for i in 0..12 {
+        let src = live[i % live.len()];
+        let other = live[(i * 5 + 1) % live.len()];
+        let m = g.op(&format!("mm{i}"), Op::MatMul { trans_a: false, trans_b: false }, &[src, w]).unwrap();
+        let s = g.op(&format!("add{i}"), Op::Add, &[m, other]).unwrap();
+        let t = g.op(&format!("tanh{i}"), Op::Tanh, &[s]).unwrap();
+        live.push(t);
+    }
+    g.output(*live.last().unwrap());
+    g
+}
+
+fn chain_input(rt: &Runtime, seed: usize) -> Vec<Tensor> {
+    let v: Vec<f32> = (0..1024).map(|i| (((i * 31 + seed * 17) % 23) as f32 - 11.0) * 0.07).collect();
+    vec![rt.from_slice(&v, [32, 32], 0).unwrap()]
+}
+
+fn bert_input(rt: &Runtime, seed: usize, s: usize, vocab: usize) -> Vec<Tensor> {
+    let ids: Vec<i64> = (0..s).map(|i| ((i * 7 + seed * 13 + 3) % vocab) as i64).collect();
+    let tt: Vec<i64> = (0..s).map(|i| ((i + seed) % 2) as i64).collect();
+    let mask: Vec<f32> = (0..s).map(|i| if i >= s - seed % 4 { 0.0 } else { 1.0 }).collect();
+    vec![
+        rt.from_slice(&ids, [1, s], 0).unwrap(),
+        rt.from_slice(&tt, [1, s], 0).unwrap(),
+        rt.from_slice(&mask, [1, s], 0).unwrap(),
+    ]
+}
+
+fn host(t: &Tensor) -> Vec<f32> {
+    t.to_ndarray::<f32>().unwrap().iter().copied().collect()
+}
+
+/// Runs `cg` from `threads` threads, `runs` times each, on inputs `make(rt, seed)` with a
+/// different seed per run, and counts outputs that differ from a serial run of the same
+/// input by more than `tol`. Every third run is a poisoned run (intermediates overwritten
+/// after their last reader), which must not disturb the others either.
+fn mismatches(
+    rt: &Runtime,
+    cg: &CompiledGraph,
+    threads: usize,
+    runs: usize,
+    tol: f32,
+    make: &(dyn Fn(&Runtime, usize) -> Vec<Tensor> + Sync),
+) -> usize {
+    let seeds = threads * runs;
+    let want: Vec<Vec<f32>> = (0..seeds)
+        .map(|seed| {
+            let ins = make(rt, seed);
+            host(&cg.run(&ins.iter().collect::<Vec<_>>()).unwrap()[0])
+        })
+        .collect();
+    let bad = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (want, bad) = (&want, &bad);
+            s.spawn(move || {
+                for r in 0..runs {
+                    let seed = r * threads + t;
+                    let ins = make(rt, seed);
+                    let refs: Vec<&Tensor> = ins.iter().collect();
+                    let out = if r % 3 == 2 { cg.run_poisoned(&refs) } else { cg.run(&refs) }.unwrap();
+                    let got = host(&out[0]);
+                    let d = got.iter().zip(&want[seed]).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+                    if d > tol || got.len() != want[seed].len() {
+                        eprintln!("thread {t} run {r}: max abs diff {d}");
+                        bad.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    bad.into_inner()
+}
+
+on_every_backend!(chain_runs_concurrently, |b: Arc<dyn Backend>| {
+    let rt = Runtime::with_backend(b, RuntimeConfig::default()).unwrap();
+    for parallel in [false, true] {
+        for max_arenas in [1, 2, 4] {
+            let cg = CompiledGraph::compile(&rt, &chain(), options(parallel, max_arenas)).unwrap();
+            assert!(cg.runs_frozen());
+            let bad = mismatches(&rt, &cg, 4, 12, 1e-5, &chain_input);
+            assert_eq!(bad, 0, "parallel={parallel} max_arenas={max_arenas}: {bad} of 48 concurrent runs wrong");
+            let st = cg.arena_stats();
+            assert!(st.arenas >= 1 && st.peak <= max_arenas && st.max == max_arenas, "{st:?}");
+            let one = cg.memory_plan().unwrap().arena_bytes.max(1);
+            assert!(st.bytes >= st.arenas * one, "{st:?}, one arena {one} bytes");
+        }
+    }
+});
+
+on_every_backend!(tiny_bert_runs_concurrently, |b: Arc<dyn Backend>| {
+    let rt = Runtime::with_backend(b, RuntimeConfig::default()).unwrap();
+    let cfg = BertConfig::tiny();
+    let s = 16;
+    let bg = bert::build(&cfg, Weights::Random(5), 1, s).unwrap();
+    let cg = CompiledGraph::compile(&rt, &bg.graph, options(true, 3)).unwrap();
+    let make = |rt: &Runtime, seed: usize| bert_input(rt, seed, s, cfg.vocab_size);
+    let bad = mismatches(&rt, &cg, 3, 6, 1e-4, &make);
+    assert_eq!(bad, 0, "{bad} of 18 concurrent tiny-BERT runs wrong");
+});
+
+// A second arena needs streams of its own; with the runtime's stream cap used up by the
+// first, concurrent runs wait for that one instead of failing.
+on_every_backend!(runs_wait_when_no_further_arena_can_be_made, |b: Arc<dyn Backend>| {
+    let rt = Runtime::with_backend(b, RuntimeConfig { max_streams: 2, ..RuntimeConfig::default() }).unwrap();
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [64, 64]);
+    let l = g.op("l", Op::Relu, &[x]).unwrap();
+    let r = g.op("r", Op::Tanh, &[x]).unwrap();
+    let y = g.op("y", Op::Add, &[l, r]).unwrap();
+    g.output(y);
+    let opts = CompileOptions { max_streams: 2, ..options(true, 4) };
+    let cg = CompiledGraph::compile(&rt, &g, opts).unwrap();
+    if cg.schedule().streams < 2 {
+        eprintln!("SKIP the stream-cap case: the schedule put the graph on one stream");
+        return;
+    }
+    let make = |rt: &Runtime, seed: usize| {
+        let v: Vec<f32> = (0..4096).map(|i| ((i + seed * 3) % 19) as f32 * 0.1 - 0.9).collect();
+        vec![rt.from_slice(&v, [64, 64], 0).unwrap()]
+    };
+    let bad = mismatches(&rt, &cg, 3, 5, 1e-6, &make);
+    assert_eq!(bad, 0);
+    let st = cg.arena_stats();
+    assert_eq!(st.arenas, 1, "the stream cap leaves room for one arena: {st:?}");
+});
