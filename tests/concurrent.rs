@@ -223,3 +223,51 @@ on_every_backend!(runs_wait_when_no_further_arena_can_be_made, |b: Arc<dyn Backe
     let st = cg.arena_stats();
     assert_eq!(st.arenas, 1, "the stream cap leaves room for one arena: {st:?}");
 });
+
+/// `npurt bench bert --concurrent N` on the CPU and, when the emulator is built, on the
+/// Ascend backend over acl-emu: it checks every run and reports `mismatches: 0`, and its
+/// JSON carries the counts.
+#[test]
+fn bench_bert_concurrent_reports_zero_mismatches() {
+    let _turn = serial();
+    let json = std::env::temp_dir().join(format!("npurt-concurrent-{}.json", std::process::id()));
+    let mut envs: Vec<(&str, Option<PathBuf>)> = vec![("cpu", None)];
+    match emu_lib() {
+        Some(emu) => {
+            let tk = std::env::temp_dir().join(format!("npurt-concurrent-cli-toolkit-{}", std::process::id()));
+            let lib = tk.join("lib64");
+            let _ = std::fs::remove_dir_all(&tk);
+            std::fs::create_dir_all(&lib).unwrap();
+            for n in ["libascendcl.so", "libnnopbase.so", "libopapi.so"] {
+                std::os::unix::fs::symlink(&emu, lib.join(n)).unwrap();
+            }
+            envs.push(("acl", Some(tk)));
+        }
+        None => eprintln!("SKIP the acl-emu leg: libacl_emu.so not found next to the test binary"),
+    }
+    for (backend, toolkit) in envs {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_npurt"));
+        c.args(["bench", "bert", "--model", "tiny", "--seq", "16", "--runs", "3", "--concurrent", "3", "--json"])
+            .arg(&json)
+            .args(["--backend", backend])
+            .env_remove("NPURT_ACL_LIB_DIR");
+        if let Some(tk) = &toolkit {
+            c.env("ASCEND_TOOLKIT_HOME", tk);
+        }
+        let o = c.output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(o.status.success(), "{backend}: {text}");
+        assert!(text.contains("mismatches: 0"), "{backend}: {text}");
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let c = &v["concurrent"];
+        assert_eq!((c["threads"].as_u64(), c["runs"].as_u64(), c["mismatches"].as_u64()), (Some(3), Some(9), Some(0)));
+        assert!(c["runs_per_s"].as_f64().is_some_and(|r| r > 0.0), "{v}");
+        assert_eq!(v["backend"].as_str(), Some(backend), "{v}");
+    }
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_npurt"))
+        .args(["bench", "bert", "--model", "tiny", "--concurrent", "0"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--concurrent"));
+}

@@ -312,28 +312,47 @@ fn utilisation(rt: &Runtime, p: &RunProfile) -> Vec<(String, f64, f64)> {
 }
 
 /// A compiled BERT ready to run, with its inputs.
-struct Prepared {
-    rt: Runtime,
-    cg: CompiledGraph,
-    inputs: Vec<Tensor>,
+pub(super) struct Prepared {
+    pub(super) rt: Runtime,
+    pub(super) cg: CompiledGraph,
+    pub(super) inputs: Vec<Tensor>,
 }
 
 fn prepare(base: &RuntimeConfig, cname: &str, bc: &BertConfig, batch: usize, seq: usize) -> Result<Prepared> {
+    prepare_with(base, cname, bc, batch, seq, runtime::graph::DEFAULT_MAX_ARENAS)
+}
+
+/// [`prepare`] with at most `max_arenas` runs of the graph in flight at once.
+pub(super) fn prepare_with(
+    base: &RuntimeConfig,
+    cname: &str,
+    bc: &BertConfig,
+    batch: usize,
+    seq: usize,
+    max_arenas: usize,
+) -> Result<Prepared> {
     let cfg = config_for(base, cname)?;
     let rt = Runtime::with_config(cfg.clone())?;
     let t_build = Instant::now();
     let bg = bert::build(bc, Weights::Random(42), batch, seq)?;
-    let cg = CompiledGraph::compile_owned(&rt, bg.graph, CompileOptions::from_config(&cfg, 0))?;
+    let options = CompileOptions { max_arenas, ..CompileOptions::from_config(&cfg, 0) };
+    let cg = CompiledGraph::compile_owned(&rt, bg.graph, options)?;
     log::info!("{cname}: built and compiled in {:.2} s", t_build.elapsed().as_secs_f64());
-    let ids: Vec<i64> = (0..batch * seq).map(|i| (101 + (i * 7919) % (bc.vocab_size - 101)) as i64).collect();
-    let tt = vec![0i64; batch * seq];
-    let mask = vec![1f32; batch * seq];
-    let inputs = vec![
-        rt.from_slice(&ids, [batch, seq], 0)?,
-        rt.from_slice(&tt, [batch, seq], 0)?,
-        rt.from_slice(&mask, [batch, seq], 0)?,
-    ];
+    let inputs = bert_inputs(&rt, bc, batch, seq, 0)?;
     Ok(Prepared { rt, cg, inputs })
+}
+
+/// Token ids, token types and attention mask; `seed` varies the ids and pads the end of
+/// the last sequence by `seed % 4` tokens (seed 0: no padding).
+pub(super) fn bert_inputs(rt: &Runtime, bc: &BertConfig, batch: usize, seq: usize, seed: usize) -> Result<Vec<Tensor>> {
+    // Token ids past BERT's special tokens (101..) where the vocabulary has room, else any id.
+    let (first, span) = if bc.vocab_size > 101 { (101, bc.vocab_size - 101) } else { (0, bc.vocab_size.max(1)) };
+    let n = batch * seq;
+    let ids: Vec<i64> = (0..n).map(|i| (first + (i * 7919 + seed * 104_729) % span) as i64).collect();
+    let tt = vec![0i64; n];
+    let pad = (seed % 4).min(seq.saturating_sub(1));
+    let mask: Vec<f32> = (0..n).map(|i| if i >= n - pad { 0.0 } else { 1.0 }).collect();
+    Ok(vec![rt.from_slice(&ids, [batch, seq], 0)?, rt.from_slice(&tt, [batch, seq], 0)?, rt.from_slice(&mask, [batch, seq], 0)?])
 }
 
 fn run_one(
@@ -495,6 +514,15 @@ fn bert_cmd(base: RuntimeConfig, args: Vec<String>) -> Result<()> {
     }
     if has(&args, "--serve") {
         return serve(&base, &bc, batch, seq);
+    }
+    if let Some(t) = flag(&args, "--concurrent") {
+        let threads: usize = t
+            .parse()
+            .ok()
+            .filter(|&n| n >= 1)
+            .ok_or_else(|| Error::Config(format!("--concurrent: expected a thread count >= 1, got {t:?}")))?;
+        let json = flag(&args, "--json");
+        return super::concurrent::run(&base, &bc, &model, batch, seq, runs, threads, json.as_deref());
     }
     // Child mode: one configuration, one JSON line (a fresh process per configuration, so
     // peak RSS belongs to that configuration alone).

@@ -3,6 +3,7 @@
 mod bench;
 mod chart;
 mod compare;
+mod concurrent;
 mod demo;
 mod embed;
 mod info;
@@ -24,6 +25,9 @@ commands:
              [--ablation] [--runs 5] [--json FILE] [--trace FILE] [--profile]
                             BERT latency, memory and utilisation (the ablation: none,
                             +pool, +reuse, +parallel, +mapping)
+  bench bert --concurrent N [--model M] [--seq S] [--runs R] [--json FILE]
+                            N threads run one compiled graph at once (R runs each);
+                            every output checked against a serial run of its input
   bench bert --accuracy [--model M] [--seq S]
                             final hidden states with bf16 weights against f32
   bench bert --compare-ort [--pairs bert-large:512,bert-large:128,bert-base:128]
