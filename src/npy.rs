@@ -1,7 +1,7 @@
 //! Reading and writing NumPy `.npy` files (C order; f32, f16, f64 read as f32, i32, i64,
 //! u8 and bool).
 
-use runtime::{DType, Error, Result};
+use runtime::{DType, Error, Result, size};
 use std::path::Path;
 
 /// An array read from a `.npy` file: dtype, shape and little-endian element bytes.
@@ -27,55 +27,137 @@ fn descr(d: DType) -> Option<&'static str> {
     })
 }
 
-/// Value of `key` in the header dict, as raw text up to the next top-level comma.
-fn field<'a>(header: &'a str, key: &str) -> Option<&'a str> {
-    let at = header.find(&format!("'{key}'"))?;
-    let rest = header[at + key.len() + 2..].trim_start().strip_prefix(':')?.trim_start();
-    if rest.starts_with('(') {
-        let end = rest.find(')')?;
-        Some(&rest[..=end])
-    } else {
-        let end = rest.find([',', '}']).unwrap_or(rest.len());
-        Some(rest[..end].trim())
+/// A value of the header dict: the Python literals a `.npy` header uses.
+enum Lit {
+    Str(String),
+    Bool(bool),
+    Tuple(Vec<usize>),
+}
+
+/// A recursive-descent reader of the header, a Python dict literal such as
+/// `{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }`.
+struct Header<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl Header<'_> {
+    fn peek(&mut self) -> Option<u8> {
+        while self.s.get(self.i).is_some_and(u8::is_ascii_whitespace) {
+            self.i += 1;
+        }
+        self.s.get(self.i).copied()
+    }
+    fn eat(&mut self, c: u8) -> bool {
+        let hit = self.peek() == Some(c);
+        self.i += usize::from(hit);
+        hit
+    }
+    fn expect(&mut self, c: u8) -> Result<(), String> {
+        if self.eat(c) { Ok(()) } else { Err(format!("expected '{}' at byte {}", c as char, self.i)) }
+    }
+    fn string(&mut self, quote: u8) -> Result<String, String> {
+        self.i += 1;
+        let len = self.s[self.i..].iter().position(|&c| c == quote || c == b'\\');
+        match len.map(|n| (n, self.s[self.i + n])) {
+            Some((n, q)) if q == quote => {
+                let v = String::from_utf8_lossy(&self.s[self.i..self.i + n]).into_owned();
+                self.i += n + 1;
+                Ok(v)
+            }
+            _ => Err("unterminated or escaped string".into()),
+        }
+    }
+    fn int(&mut self) -> Result<usize, String> {
+        self.peek();
+        let n = self.s[self.i..].iter().take_while(|c| c.is_ascii_digit()).count();
+        let text = std::str::from_utf8(&self.s[self.i..self.i + n]).unwrap_or("");
+        let v = text.parse().map_err(|_| format!("bad integer at byte {}", self.i))?;
+        self.i += n;
+        self.i += usize::from(self.s.get(self.i) == Some(&b'L')); // Python 2 long
+        Ok(v)
+    }
+    fn value(&mut self) -> Result<Lit, String> {
+        match self.peek() {
+            Some(q @ (b'\'' | b'"')) => self.string(q).map(Lit::Str),
+            Some(b'(') => {
+                self.i += 1;
+                let mut dims = Vec::new();
+                while !self.eat(b')') {
+                    dims.push(self.int()?);
+                    if !self.eat(b',') {
+                        self.expect(b')')?;
+                        if dims.len() == 1 {
+                            return Err("a one-element tuple needs a trailing comma".into());
+                        }
+                        break;
+                    }
+                }
+                Ok(Lit::Tuple(dims))
+            }
+            _ => {
+                for (word, v) in [("True", true), ("False", false)] {
+                    if self.s[self.i..].starts_with(word.as_bytes()) {
+                        self.i += word.len();
+                        return Ok(Lit::Bool(v));
+                    }
+                }
+                Err(format!("unexpected value at byte {}", self.i))
+            }
+        }
+    }
+    /// `(descr, fortran_order, shape)`; exactly these three keys, nothing after the dict.
+    fn parse(mut self) -> Result<(String, bool, Vec<usize>), String> {
+        let (mut descr, mut fortran, mut shape) = (None, None, None);
+        self.expect(b'{')?;
+        while !self.eat(b'}') {
+            let key = match self.peek() {
+                Some(q @ (b'\'' | b'"')) => self.string(q)?,
+                _ => return Err(format!("expected a string key at byte {}", self.i)),
+            };
+            self.expect(b':')?;
+            let fresh = match (key.as_str(), self.value()?) {
+                ("descr", Lit::Str(d)) => descr.replace(d).is_none(),
+                ("fortran_order", Lit::Bool(b)) => fortran.replace(b).is_none(),
+                ("shape", Lit::Tuple(t)) => shape.replace(t).is_none(),
+                _ => false,
+            };
+            if !fresh {
+                return Err(format!("key {key:?} is unknown, repeated or of the wrong type"));
+            }
+            if !self.eat(b',') {
+                self.expect(b'}')?;
+                break;
+            }
+        }
+        if self.peek().is_some() {
+            return Err("trailing data after the header dict".into());
+        }
+        match (descr, fortran, shape) {
+            (Some(d), Some(f), Some(s)) => Ok((d, f, s)),
+            _ => Err("the header needs 'descr', 'fortran_order' and 'shape'".into()),
+        }
     }
 }
 
-/// Parses `.npy` bytes.
+/// Parses `.npy` bytes. The data must be exactly as long as the header's shape needs.
 pub fn parse(bytes: &[u8], path: &str) -> Result<NpyArray> {
     if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
         return Err(bad(path, "not a .npy file (bad magic)"));
     }
-    let major = bytes[6];
-    let (hlen, start) = match major {
+    let (hlen, start) = match bytes[6] {
         1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-        2 | 3 => {
-            if bytes.len() < 12 {
-                return Err(bad(path, "truncated header"));
-            }
-            (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12)
-        }
+        2 | 3 if bytes.len() >= 12 => (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12),
+        2 | 3 => return Err(bad(path, "truncated header")),
         v => return Err(bad(path, format!("unsupported .npy version {v}"))),
     };
-    let header = bytes
-        .get(start..start + hlen)
-        .and_then(|h| std::str::from_utf8(h).ok())
-        .ok_or_else(|| bad(path, "truncated or non-UTF-8 header"))?;
-    let d = field(header, "descr").ok_or_else(|| bad(path, "header has no descr"))?.trim_matches(['\'', '"']);
-    let fortran = field(header, "fortran_order").ok_or_else(|| bad(path, "header has no fortran_order"))?;
-    if fortran.starts_with("True") {
+    let end = size::add(format_args!("{path}: header end"), start, hlen)?;
+    let header = bytes.get(start..end).ok_or_else(|| bad(path, "truncated header"))?;
+    let (d, fortran, shape) = Header { s: header, i: 0 }.parse().map_err(|e| bad(path, format!("bad header: {e}")))?;
+    if fortran {
         return Err(bad(path, "Fortran-order arrays are not supported; save with np.ascontiguousarray"));
     }
-    let shape_s = field(header, "shape").ok_or_else(|| bad(path, "header has no shape"))?;
-    let shape: Vec<usize> = shape_s
-        .trim_matches(['(', ')'])
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<usize>().map_err(|_| bad(path, format!("bad shape {shape_s}"))))
-        .collect::<Result<_>>()?;
-    let n: usize = shape.iter().product();
-    let body = &bytes[start + hlen..];
-    let (dtype, size, convert_f64) = match d {
+    let (dtype, file_size, convert_f64) = match d.as_str() {
         "<f4" => (DType::F32, 4, false),
         "<f2" => (DType::F16, 2, false),
         "<f8" => (DType::F32, 8, true),
@@ -86,17 +168,19 @@ pub fn parse(bytes: &[u8], path: &str) -> Result<NpyArray> {
             return Err(bad(path, format!("unsupported dtype {other:?} (use f32, f16, f64, i32, i64, u8, bool)")));
         }
     };
-    let need = n.checked_mul(size).ok_or_else(|| bad(path, "shape overflows"))?;
-    if body.len() < need {
-        return Err(bad(path, format!("data has {} bytes, shape {shape:?} needs {need}", body.len())));
+    size::bytes(format_args!("{path}: shape"), &shape, dtype)?;
+    let n = size::numel(format_args!("{path}: shape"), &shape)?;
+    let need = size::mul(format_args!("{path}: data bytes of {d}"), n, file_size)?;
+    let body = &bytes[end..];
+    if body.len() != need {
+        return Err(bad(path, format!("data has {} bytes, shape {shape:?} of {d} needs {need}", body.len())));
     }
     let data = if convert_f64 {
-        body[..need]
-            .chunks_exact(8)
+        body.chunks_exact(8)
             .flat_map(|c| (f64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32).to_le_bytes())
             .collect()
     } else {
-        body[..need].to_vec()
+        body.to_vec()
     };
     Ok(NpyArray { dtype, shape, data })
 }
@@ -107,9 +191,18 @@ pub fn read(path: impl AsRef<Path>) -> Result<NpyArray> {
     parse(&bytes, &p.display().to_string())
 }
 
-/// Serialises to `.npy` (version 1.0).
+/// Serialises to `.npy` (version 1.0); the data must be exactly as long as the shape needs.
 pub fn to_bytes(a: &NpyArray) -> Result<Vec<u8>> {
     let d = descr(a.dtype).ok_or_else(|| Error::Unsupported(format!("{} has no .npy dtype", a.dtype)))?;
+    let need = size::bytes("npy shape", &a.shape, a.dtype)?;
+    if a.data.len() != need {
+        return Err(Error::Io(format!(
+            "npy: {} bytes for {} {:?}, which needs {need}",
+            a.data.len(),
+            a.dtype,
+            a.shape
+        )));
+    }
     let shape = match a.shape.len() {
         0 => "()".to_string(),
         1 => format!("({},)", a.shape[0]),
@@ -120,9 +213,10 @@ pub fn to_bytes(a: &NpyArray) -> Result<Vec<u8>> {
     let total = 10 + header.len() + 1;
     header.push_str(&" ".repeat((64 - total % 64) % 64));
     header.push('\n');
+    let hlen = u16::try_from(header.len()).map_err(|_| Error::Io(format!("npy: a {}-byte header", header.len())))?;
     let mut out = Vec::with_capacity(10 + header.len() + a.data.len());
     out.extend_from_slice(b"\x93NUMPY\x01\x00");
-    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(&hlen.to_le_bytes());
     out.extend_from_slice(header.as_bytes());
     out.extend_from_slice(&a.data);
     Ok(out)

@@ -172,3 +172,194 @@ fn runtime_failures_are_errors_not_panics() {
 }
 
 type F16 = npurt::f16;
+
+// ---- sizes derived from user input ----
+
+use npurt::TensorMeta;
+use npurt::npy;
+use runtime::graph::{CompileOptions, CompiledGraph, Graph, HostTensor};
+
+fn is_overflow<T: std::fmt::Debug>(r: npurt::Result<T>) -> bool {
+    matches!(r, Err(Error::Overflow { .. }))
+}
+
+#[test]
+fn allocation_rejects_shapes_whose_size_overflows() {
+    let rt = npurt::Runtime::with_config(RuntimeConfig::default()).unwrap();
+    // 2 * 2^63 elements wraps to 0 and (2^62 + 1) * 4 * 4 bytes to 16.
+    let e = rt.empty(DType::F32, [2, 1 << 63], 0).unwrap_err();
+    assert_eq!(e.to_string(), "size overflow: tensor [2, 9223372036854775808] of f32 needs more than isize::MAX bytes");
+    assert!(is_overflow(rt.empty(DType::F32, [(1 << 62) + 1, 4], 0)));
+    assert!(is_overflow(rt.zeros(DType::F32, [1 << 62], 0)), "2^64 bytes");
+    assert!(is_overflow(rt.zeros(DType::I64, [1 << 32, 1 << 32], 0)));
+    assert!(is_overflow(rt.from_slice::<f32>(&[], [1 << 32, 1 << 32], 0)));
+    assert!(is_overflow(rt.from_slice::<f32>(&[], [1 << 62, 0, 1 << 62], 0)), "a zero dim does not excuse the others");
+    let one = ndarray::Array1::<f32>::zeros(1);
+    let wide = one.broadcast(ndarray::IxDyn(&[1 << 31, 1 << 31])).expect("ndarray accepts 2^62 elements");
+    assert!(is_overflow(rt.from_ndarray(&wide, 0)));
+    // Sizes that fit still work, empty ones included.
+    assert_eq!(rt.zeros(DType::F32, [0, 1 << 40], 0).unwrap().nbytes(), 0);
+    assert_eq!(rt.from_slice(&[1f32, 2., 3.], [3], 0).unwrap().nbytes(), 12);
+}
+
+#[test]
+fn views_and_reshapes_check_their_bounds() {
+    let rt = npurt::Runtime::with_config(RuntimeConfig::default()).unwrap();
+    let buf = rt.zeros(DType::U8, [64], 0).unwrap();
+    // byte_offset + bytes wraps past usize::MAX.
+    let e = buf.view_bytes(usize::MAX - 3, DType::F32, [4]).unwrap_err();
+    assert!(matches!(e, Error::Invalid { op: "Tensor", .. }), "{e}");
+    assert!(is_overflow(buf.view_bytes(0, DType::F32, [2, 1 << 63])));
+    assert!(is_overflow(buf.view_bytes(0, DType::F32, [(1 << 62) + 1, 4])));
+    assert!(buf.view_bytes(61, DType::F32, [1]).is_err(), "misaligned");
+    assert!(buf.view_bytes(1 << 40, DType::F32, [1]).is_err(), "past the end of the buffer");
+    assert_eq!(buf.view_bytes(60, DType::F32, [1]).unwrap().dims(), &[1]);
+    assert_eq!(buf.view_bytes(64, DType::F32, [0]).unwrap().numel(), 0);
+    let empty = rt.zeros(DType::F32, [0], 0).unwrap();
+    let e = empty.reshape(&[1 << 62, 0, 1 << 62]).unwrap_err();
+    assert!(matches!(&e, Error::Invalid { op: "Reshape", msg } if msg.contains("size overflow")), "{e}");
+    let e = rt.run(&Op::Reshape { shape: vec![1 << 62, 0, 1 << 62] }, &[&empty]).unwrap_err();
+    assert!(matches!(e, Error::Invalid { op: "Reshape", .. }), "{e}");
+    assert_eq!(empty.reshape(&[4, 0, 2]).unwrap().dims(), &[4, 0, 2]);
+}
+
+#[test]
+fn inferred_shapes_whose_size_overflows_are_invalid() {
+    use DType::*;
+    let m = |d: DType, s: &[usize]| TensorMeta::new(d, s);
+    let mm = Op::MatMul { trans_a: false, trans_b: false };
+    let cases: Vec<(Op, Vec<TensorMeta>, &str)> = vec![
+        (Op::Add, vec![m(F32, &[1 << 32, 1]), m(F32, &[1, 1 << 32])], "output 0"),
+        (Op::Mul, vec![m(F16, &[1 << 40, 1, 1]), m(F16, &[1 << 30, 1])], "output 0"),
+        (mm.clone(), vec![m(F32, &[1 << 40, 1]), m(F32, &[1, 1 << 40])], "output 0"),
+        (mm, vec![m(F32, &[1 << 31, 1, 2, 3]), m(F32, &[1 << 31, 3, 2])], "output 0"),
+        (Op::Linear, vec![m(F32, &[1 << 40, 1]), m(F32, &[1 << 40, 1])], "output 0"),
+        (Op::Gather { axis: 0 }, vec![m(F32, &[4, 1 << 30]), m(I64, &[1 << 40])], "output 0"),
+        (
+            Op::Attention { scale: None },
+            vec![m(F32, &[1, 1, 1 << 33, 1]), m(F32, &[1, 1, 1 << 33, 1]), m(F32, &[1, 1, 1 << 33, 1])],
+            "scores",
+        ),
+        (Op::Relu, vec![m(F32, &[2, 1 << 63])], "x [2, 9223372036854775808]"),
+        (Op::Add, vec![m(F32, &[3]), m(F32, &[(1 << 62) + 1, 4])], "b [4611686018427387905, 4]"),
+    ];
+    for (op, ins, names) in cases {
+        match op.infer(&ins) {
+            Err(Error::Invalid { op: name, msg }) => {
+                assert_eq!(name, op.name());
+                assert!(msg.starts_with("size overflow: ") && msg.contains(names), "{op:?}: {msg}");
+            }
+            other => panic!("{op:?} on {ins:?}: expected Error::Invalid, got {other:?}"),
+        }
+    }
+    // Cost functions saturate instead of overflowing.
+    let (a, b) = (m(F16, &[1 << 28, 1 << 28]), m(F16, &[1 << 28, 1 << 28]));
+    let mm = Op::MatMul { trans_a: false, trans_b: false };
+    let o = mm.infer(&[a.clone(), b.clone()]).unwrap();
+    assert_eq!(mm.flops(&[a.clone(), b], &o), u64::MAX);
+    let huge = m(F32, &[2, 1 << 63]);
+    assert_eq!(Op::Add.bytes(&[huge.clone(), huge.clone()], &[huge.clone()]), u64::MAX);
+    let q = m(F32, &[1 << 20, 1 << 20, 1 << 20, 1 << 20]);
+    assert_eq!(Op::Attention { scale: None }.flops(&[q.clone(), q.clone(), q.clone()], &[q]), u64::MAX);
+    assert_eq!(Op::Attention { scale: None }.flops(&[], &[]), 0);
+}
+
+#[test]
+fn graphs_check_the_sizes_of_inputs_constants_and_nodes() {
+    // A constant whose element count wraps to the length of its (empty) data.
+    assert!(is_overflow(HostTensor::from_vec([1 << 32, 1 << 32], Vec::<f32>::new())));
+    assert!(HostTensor::from_vec([2, 2], vec![0f32; 3]).is_err());
+    let mut g = Graph::new();
+    let a = g.input("a", DType::F32, [1 << 32, 1]);
+    let b = g.input("b", DType::F32, [1, 1 << 32]);
+    let e = g.op("sum", Op::Add, &[a, b]).unwrap_err();
+    assert!(e.to_string().contains("node \"sum\"") && e.to_string().contains("size overflow"), "{e}");
+
+    let rt = npurt::Runtime::with_config(RuntimeConfig::default()).unwrap();
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [2, 1 << 63]);
+    g.output(x);
+    let e = g.validate().unwrap_err();
+    assert!(matches!(&e, Error::Invalid { op: "Graph", msg } if msg.contains("input \"x\"")), "{e}");
+    assert!(CompiledGraph::compile(&rt, &g, CompileOptions::from_config(rt.config(), 0)).is_err());
+
+    // A constant whose bytes do not match its shape.
+    let mut g = Graph::new();
+    let short = HostTensor { dtype: DType::F32, shape: [4].into(), bytes: std::sync::Arc::new(vec![0u8; 3]) };
+    let c = g.constant("w", short);
+    let y = g.op("relu", Op::Relu, &[c]).unwrap();
+    g.output(y);
+    let e = g.validate().unwrap_err();
+    assert!(e.to_string().contains("constant \"w\""), "{e}");
+    let wide = HostTensor { dtype: DType::F32, shape: [1 << 62].into(), bytes: std::sync::Arc::new(Vec::new()) };
+    let mut g = Graph::new();
+    let c = g.constant("big", wide);
+    g.output(c);
+    assert!(g.validate().unwrap_err().to_string().contains("size overflow"));
+}
+
+/// A version 1.0 `.npy` file with this header text and data.
+fn npy_file(header: &str, data: &[u8]) -> Vec<u8> {
+    let mut v = b"\x93NUMPY\x01\x00".to_vec();
+    v.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    v.extend_from_slice(header.as_bytes());
+    v.extend_from_slice(data);
+    v
+}
+
+#[test]
+fn npy_shapes_and_data_lengths_are_checked() {
+    // The product wraps to 0, which 0 bytes of data used to satisfy.
+    let f = npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }\n", &[]);
+    let e = npy::parse(&f, "big.npy").unwrap_err();
+    assert!(matches!(&e, Error::Overflow { what } if what.contains("big.npy")), "{e}");
+    let f = npy_file("{'descr': '<f8', 'fortran_order': False, 'shape': (2305843009213693952,), }\n", &[]);
+    assert!(is_overflow(npy::parse(&f, "f64.npy")));
+    let hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }\n";
+    assert_eq!(npy::parse(&npy_file(hdr, &[0; 24]), "ok.npy").unwrap().shape, vec![2, 3]);
+    for len in [20, 28] {
+        let e = npy::parse(&npy_file(hdr, &vec![0; len]), "len.npy").unwrap_err();
+        assert!(matches!(&e, Error::Io(m) if m.contains("needs 24")), "{len} bytes: {e}");
+    }
+    // Writing checks the same.
+    let a = npy::NpyArray { dtype: DType::F32, shape: vec![2, 3], data: vec![0; 20] };
+    assert!(npy::to_bytes(&a).is_err());
+}
+
+#[test]
+fn npy_header_is_parsed_as_a_dict() {
+    let parse = |h: &str, data: &[u8]| npy::parse(&npy_file(h, data), "h.npy");
+    // Any key order, double quotes, spacing, a Python 2 long.
+    let a = parse("{\"shape\": ( 2 , 1L ), \"fortran_order\" : False, \"descr\": \"<i4\"}  \n", &[0; 8]).unwrap();
+    assert_eq!((a.dtype, a.shape), (DType::I32, vec![2, 1]));
+    assert_eq!(parse("{'descr': '|u1', 'fortran_order': False, 'shape': (), }", &[7]).unwrap().data, vec![7]);
+    let f64s: Vec<u8> = [1.5f64, -2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let a = parse("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }", &f64s).unwrap();
+    assert_eq!(a.data, [1.5f32, -2.0].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>());
+    let bad = [
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'shape': (3,)}",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'extra': 1}",
+        "{'descr': '<f4', 'fortran_order': False}",
+        "{'descr': '<f4', 'fortran_order': Falsey, 'shape': (2,)}",
+        "{'descr': '<f4', 'fortran_order': 0, 'shape': (2,)}",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (2)}",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (2, -1)}",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (2,}",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999999,)}",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (2,)} trailing",
+        "{'descr': '<f4' 'fortran_order': False, 'shape': (2,)}",
+        "{'descr': '<f4\\', 'fortran_order': False, 'shape': (2,)}",
+        "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,)}",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (2,)",
+        "'descr': '<f4', 'fortran_order': False, 'shape': (2,)}",
+    ];
+    for h in bad {
+        let e = parse(h, &[0; 8]).unwrap_err();
+        assert!(matches!(&e, Error::Io(m) if m.starts_with("h.npy: bad header")), "{h}: {e}");
+    }
+    assert!(parse("{'descr': '<f4', 'fortran_order': True, 'shape': (2,)}", &[0; 8]).is_err());
+    assert!(parse("{'descr': '>f4', 'fortran_order': False, 'shape': (2,)}", &[0; 8]).is_err());
+    // Truncated headers.
+    assert!(npy::parse(b"\x93NUMPY\x01\x00\xff\x00{}", "t.npy").is_err());
+    assert!(npy::parse(b"\x93NUMPY\x02\x00\x01", "t.npy").is_err());
+}

@@ -45,6 +45,11 @@ pub enum Error {
     /// Reading or writing a file (the CLI's .npy files).
     #[error("io: {0}")]
     Io(String),
+
+    /// An element count, byte size or offset derived from a shape, a stride, an offset or
+    /// a file header does not fit the address space (see [`crate::size`]).
+    #[error("size overflow: {what}")]
+    Overflow { what: String },
 }
 
 impl Error {

@@ -18,6 +18,7 @@ pub mod pool;
 pub mod report;
 pub mod runtime;
 pub mod shape;
+pub mod size;
 pub mod stream;
 pub mod tensor;
 

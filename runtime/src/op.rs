@@ -6,6 +6,7 @@
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::shape::Shape;
+use crate::size;
 use std::fmt;
 
 /// Which formula GELU uses.
@@ -238,8 +239,9 @@ impl TensorMeta {
     pub fn new(dtype: DType, shape: impl Into<Shape>) -> TensorMeta {
         TensorMeta { dtype, shape: shape.into() }
     }
+    /// Bytes of the operand (saturating; [`crate::size::bytes`] checks it).
     pub fn bytes(&self) -> usize {
-        self.shape.numel() * self.dtype.size()
+        self.shape.numel().saturating_mul(self.dtype.size())
     }
 }
 
@@ -332,8 +334,25 @@ impl Op {
         arity(self.kind())
     }
 
-    /// Validates the inputs and infers the outputs' dtypes and shapes.
+    /// Validates the inputs and infers the outputs' dtypes and shapes. An operand or an
+    /// output whose size overflows (see [`crate::size`]) is an [`Error::Invalid`] naming it.
     pub fn infer(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
+        let (kind, op) = (self.kind(), self.name());
+        for (i, m) in inputs.iter().enumerate() {
+            size::operand_bytes(op, operand_name(kind, i), m.shape.dims(), m.dtype)?;
+        }
+        let outs = self.infer_shapes(inputs)?;
+        for (i, m) in outs.iter().enumerate() {
+            if let Err(e) = size::bytes(format_args!("output {i}"), m.shape.dims(), m.dtype) {
+                let ins: Vec<String> =
+                    inputs.iter().enumerate().map(|(j, t)| format!("{} is {t}", operand_name(kind, j))).collect();
+                return Err(Error::invalid(op, format!("{e} ({})", ins.join(", "))));
+            }
+        }
+        Ok(outs)
+    }
+
+    fn infer_shapes(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
         let kind = self.kind();
         let op = kind.name();
         let (lo, hi) = arity(kind);
@@ -563,6 +582,7 @@ impl Op {
                         return Err(Error::invalid(op, format!("scale must be finite, got {s}")));
                     }
                 }
+                size::operand_bytes(op, "the scores", &[q.0[0], q.0[1], q.0[2], k.0[2]], x.dtype)?;
                 if inputs.len() == 4 {
                     let m = &inputs[3];
                     if m.dtype != DType::U8 && m.dtype != x.dtype {
@@ -593,9 +613,11 @@ impl Op {
         }
     }
 
-    /// Floating-point operations of one execution (a multiply-add counts as 2).
+    /// Floating-point operations of one execution (a multiply-add counts as 2); saturates
+    /// at `u64::MAX`.
     pub fn flops(&self, inputs: &[TensorMeta], outputs: &[TensorMeta]) -> u64 {
-        let on = outputs.first().map(|o| o.shape.numel() as u64).unwrap_or(0);
+        let p = |xs: &[u64]| xs.iter().fold(1u64, |a, &x| a.saturating_mul(x));
+        let on = outputs.first().map_or(0, |o| o.shape.numel() as u64);
         let inner = |i: usize, trans: bool| -> u64 {
             inputs.get(i).map_or(0, |t| {
                 let s = &t.shape;
@@ -609,37 +631,41 @@ impl Op {
             })
         };
         match self {
-            Op::MatMul { trans_a, .. } => 2 * on * inner(0, *trans_a),
-            Op::Gemm { trans_a, .. } => 2 * on * inner(0, *trans_a) + 2 * on,
-            Op::Linear => 2 * on * inner(0, false) + on,
+            Op::MatMul { trans_a, .. } => p(&[2, on, inner(0, *trans_a)]),
+            Op::Gemm { trans_a, .. } => p(&[2, on, inner(0, *trans_a)]).saturating_add(p(&[2, on])),
+            Op::Linear => p(&[2, on, inner(0, false)]).saturating_add(on),
             Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Relu | Op::Scale { .. } => on,
-            Op::Gelu(_) | Op::BiasGelu(_) => 8 * on,
-            Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt => 4 * on,
-            Op::Softmax { .. } => 5 * on,
-            Op::LayerNorm { .. } => 8 * on,
-            Op::AddLayerNorm { .. } => 9 * on,
-            Op::ReduceSum { .. } | Op::ReduceMean { .. } => inputs.first().map(|t| t.shape.numel() as u64).unwrap_or(0),
+            Op::Gelu(_) | Op::BiasGelu(_) | Op::LayerNorm { .. } => p(&[8, on]),
+            Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt => p(&[4, on]),
+            Op::Softmax { .. } => p(&[5, on]),
+            Op::AddLayerNorm { .. } => p(&[9, on]),
+            Op::ReduceSum { .. } | Op::ReduceMean { .. } => inputs.first().map_or(0, |t| t.shape.numel() as u64),
             Op::Attention { .. } => {
-                let (q, k) = (&inputs[0].shape, &inputs[1].shape);
+                let (Some(q), Some(k)) = (inputs.first().map(|t| &t.shape), inputs.get(1).map(|t| &t.shape)) else {
+                    return 0;
+                };
                 if q.rank() != 4 || k.rank() != 4 {
                     return 0;
                 }
                 let (b, h, s, d, t) = (q.0[0], q.0[1], q.0[2], q.0[3], k.0[2]);
-                let dv = outputs.first().map(|o| o.shape.last()).unwrap_or(d);
-                (2 * b * h * s * t * (d + dv) + 5 * b * h * s * t) as u64
+                let dv = outputs.first().map_or(d, |o| o.shape.last());
+                let scores = p(&[b as u64, h as u64, s as u64, t as u64]);
+                p(&[2, scores, (d as u64).saturating_add(dv as u64)]).saturating_add(p(&[5, scores]))
             }
             Op::Permute { .. } | Op::Reshape { .. } | Op::Gather { .. } | Op::Cast { .. } | Op::Copy => 0,
         }
     }
 
-    /// Bytes read and written by one execution, counting each operand once.
+    /// Bytes read and written by one execution, counting each operand once; saturates at
+    /// `u64::MAX`.
     pub fn bytes(&self, inputs: &[TensorMeta], outputs: &[TensorMeta]) -> u64 {
-        let read: usize = match self {
+        let sum = |ts: &mut dyn Iterator<Item = &TensorMeta>| ts.fold(0u64, |a, t| a.saturating_add(t.bytes() as u64));
+        let read = match self {
             // Gather reads only the selected rows.
-            Op::Gather { .. } => inputs.get(1).map_or(0, |i| i.bytes()) + outputs.first().map_or(0, |o| o.bytes()),
-            _ => inputs.iter().map(|t| t.bytes()).sum(),
+            Op::Gather { .. } => sum(&mut inputs.get(1).into_iter().chain(outputs.first())),
+            _ => sum(&mut inputs.iter()),
         };
-        (read + outputs.iter().map(|t| t.bytes()).sum::<usize>()) as u64
+        read.saturating_add(sum(&mut outputs.iter()))
     }
 }
 

@@ -261,10 +261,7 @@ impl Runtime {
     pub(crate) fn empty_for(&self, dtype: DType, shape: Shape, target: Target<'_>) -> Result<Tensor> {
         let device = target.device;
         let d = self.inner.device(device)?;
-        let bytes = shape
-            .numel()
-            .checked_mul(dtype.size())
-            .ok_or_else(|| Error::invalid("Tensor", format!("{dtype} {shape} overflows the address space")))?;
+        let bytes = shape.checked_bytes("tensor", dtype)?;
         let block = d.pool.alloc(bytes, target.id)?;
         let t = Tensor {
             storage: Arc::new(Storage {
@@ -316,6 +313,7 @@ impl Runtime {
     /// A tensor from a flat slice and a shape.
     pub fn from_slice<T: Element>(&self, data: &[T], shape: impl Into<Shape>, device: usize) -> Result<Tensor> {
         let shape = shape.into();
+        shape.checked_bytes("tensor", T::DTYPE)?;
         let a = ndarray::ArrayViewD::from_shape(ndarray::IxDyn(shape.dims()), data)
             .map_err(|e| Error::invalid("Tensor", format!("{} values do not fill {shape}: {e}", data.len())))?;
         self.from_ndarray(&a, device)

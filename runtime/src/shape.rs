@@ -1,5 +1,7 @@
 //! Shapes, strides and strided views.
 
+use crate::dtype::DType;
+use crate::error::Result;
 use std::fmt;
 
 /// The extent of each dimension of a tensor, outermost first.
@@ -19,9 +21,20 @@ impl Shape {
     pub fn rank(&self) -> usize {
         self.0.len()
     }
-    /// Number of elements (1 for a scalar, 0 if any dimension is 0).
+    /// Number of elements (1 for a scalar, 0 if any dimension is 0). Saturates at
+    /// `usize::MAX` instead of wrapping; a tensor's shape never does (allocation and
+    /// views check it with [`Shape::checked_bytes`]).
     pub fn numel(&self) -> usize {
-        self.0.iter().product()
+        self.0.iter().fold(1usize, |a, &d| a.saturating_mul(d))
+    }
+    /// Number of elements, or [`crate::Error::Overflow`] naming `what` (see [`crate::size`]).
+    pub fn checked_numel(&self, what: &str) -> Result<usize> {
+        crate::size::numel(what, &self.0)
+    }
+    /// Bytes of this many `dtype` elements, at most `isize::MAX`, or
+    /// [`crate::Error::Overflow`] naming `what` (see [`crate::size`]).
+    pub fn checked_bytes(&self, what: &str, dtype: DType) -> Result<usize> {
+        crate::size::bytes(what, &self.0, dtype)
     }
     /// Last dimension, or 1 for a scalar.
     pub fn last(&self) -> usize {
@@ -131,7 +144,7 @@ impl Layout {
             if d != 1 && self.strides[i] != acc {
                 return false;
             }
-            acc *= d;
+            acc = acc.saturating_mul(d);
         }
         true
     }
@@ -140,7 +153,13 @@ impl Layout {
         if self.numel() == 0 {
             return self.offset;
         }
-        self.offset + self.shape.0.iter().zip(&self.strides).map(|(d, s)| (d - 1) * s).sum::<usize>() + 1
+        let last = self
+            .shape
+            .0
+            .iter()
+            .zip(&self.strides)
+            .fold(0usize, |a, (d, s)| a.saturating_add((d - 1).saturating_mul(*s)));
+        self.offset.saturating_add(last).saturating_add(1)
     }
     /// A reshaped view; `None` when the layout is not contiguous.
     pub fn reshape(&self, shape: impl Into<Shape>) -> Option<Layout> {
@@ -204,14 +223,15 @@ impl Layout {
     }
     /// Element index (within the buffer) of the multi-index `idx`.
     pub fn index(&self, idx: &[usize]) -> usize {
-        self.offset + idx.iter().zip(&self.strides).map(|(i, s)| i * s).sum::<usize>()
+        idx.iter().zip(&self.strides).fold(self.offset, |a, (i, s)| a.saturating_add(i.saturating_mul(*s)))
     }
 }
 
 /// Iterates over every multi-index of `shape` in row-major order, calling `f` with the
-/// linear position and the index.
+/// linear position and the index. Does nothing for a shape whose element count
+/// overflows (no tensor has one).
 pub fn for_each_index(shape: &[usize], mut f: impl FnMut(usize, &[usize])) {
-    let n: usize = shape.iter().product();
+    let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).unwrap_or(0);
     if n == 0 {
         return;
     }
@@ -255,5 +275,21 @@ mod tests {
         let b = Layout::contiguous([3, 1]).broadcast_to(&Shape::from([2, 3, 5])).unwrap();
         assert_eq!(b.strides, vec![0, 1, 0]);
         assert_eq!(l.span(), 24);
+    }
+
+    #[test]
+    fn sizes_saturate_or_fail_instead_of_wrapping() {
+        let huge = Shape::from([2, 1 << 63]);
+        assert_eq!(huge.numel(), usize::MAX);
+        assert_eq!(Shape::from([usize::MAX, 2, 0]).numel(), 0);
+        assert!(huge.checked_numel("x").is_err());
+        let e = Shape::from([(1 << 62) + 1, 4]).checked_bytes("x", DType::F32).unwrap_err();
+        assert!(matches!(e, crate::Error::Overflow { .. }), "{e}");
+        assert_eq!(Shape::from([2, 3]).checked_bytes("x", DType::F16).unwrap(), 12);
+        let wide = Layout { shape: huge, strides: vec![1 << 63, 1], offset: 0 };
+        assert_eq!(wide.span(), usize::MAX);
+        let mut calls = 0;
+        for_each_index(&[1 << 32, 1 << 32], |_, _| calls += 1);
+        assert_eq!(calls, 0);
     }
 }

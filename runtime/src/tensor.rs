@@ -154,7 +154,7 @@ impl Tensor {
     }
     /// Bytes of the view's elements.
     pub fn nbytes(&self) -> usize {
-        self.numel() * self.dtype.size()
+        self.numel().saturating_mul(self.dtype.size())
     }
     /// Address of the first element of the view (device address space).
     pub fn data_ptr(&self) -> u64 {
@@ -175,7 +175,7 @@ impl Tensor {
     /// Byte range of the view inside its buffer.
     pub(crate) fn byte_range(&self) -> (usize, usize) {
         let es = self.dtype.size();
-        (self.layout.offset * es, self.layout.span() * es)
+        (self.layout.offset.saturating_mul(es), self.layout.span().saturating_mul(es))
     }
 
     /// Whether both views are non-empty and cover some of the same bytes of one buffer.
@@ -186,10 +186,13 @@ impl Tensor {
 
     /// A contiguous view of `shape` elements of `dtype` starting `byte_offset` bytes into
     /// this tensor's buffer (graph arenas carve their intermediates this way).
+    /// [`Error::Overflow`] when the view's size overflows, [`Error::Invalid`] when it does
+    /// not fit the buffer.
     pub fn view_bytes(&self, byte_offset: usize, dtype: DType, shape: impl Into<Shape>) -> Result<Tensor> {
         let shape = shape.into();
-        let bytes = shape.numel() * dtype.size();
-        if byte_offset % dtype.size() != 0 || byte_offset + bytes > self.storage.bytes {
+        let bytes = shape.checked_bytes("view", dtype)?;
+        let end = byte_offset.checked_add(bytes);
+        if !byte_offset.is_multiple_of(dtype.size()) || end.is_none_or(|e| e > self.storage.bytes) {
             return Err(Error::invalid(
                 "Tensor",
                 format!(
@@ -207,6 +210,7 @@ impl Tensor {
     pub fn reshape(&self, shape: &[isize]) -> Result<Tensor> {
         let s = crate::op::resolve_reshape(&self.layout.shape, shape)
             .ok_or_else(|| Error::invalid("Reshape", format!("cannot reshape x {} to {shape:?}", self.layout.shape)))?;
+        crate::size::operand_bytes("Reshape", "output", s.dims(), self.dtype)?;
         let layout = self.layout.reshape(s).ok_or_else(|| {
             Error::invalid("Reshape", format!("x {} is not contiguous; copy it first (Op::Copy)", self.layout.shape))
         })?;

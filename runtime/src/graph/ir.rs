@@ -22,8 +22,11 @@ pub struct HostTensor {
 }
 
 impl HostTensor {
+    /// A constant of `shape` holding `v`; [`Error::Overflow`] when the shape's size
+    /// overflows, [`Error::Invalid`] when `v` has another length.
     pub fn from_vec<T: Element>(shape: impl Into<Shape>, v: Vec<T>) -> Result<HostTensor> {
         let shape = shape.into();
+        shape.checked_bytes("constant", T::DTYPE)?;
         if shape.numel() != v.len() {
             return Err(Error::invalid("Constant", format!("{} values for shape {shape}", v.len())));
         }
@@ -125,13 +128,39 @@ impl Graph {
         self.outputs.push(v);
     }
 
-    /// Checks the whole graph: topological order, every node's shapes, outputs exist.
+    /// Checks the whole graph: topological order, every node's shapes, outputs exist;
+    /// every input's and constant's size fits (see [`crate::size`]) and each constant
+    /// holds exactly the bytes of its shape (so [`crate::CompiledGraph::graph`], whose
+    /// constants live on the device only, does not validate).
     pub fn validate(&self) -> Result<()> {
         let mut defined = vec![false; self.values.len()];
         for (i, v) in self.values.iter().enumerate() {
-            if matches!(v.kind, ValueKind::Input | ValueKind::Constant(_)) {
-                defined[i] = true;
+            let what = match &v.kind {
+                ValueKind::Input => "input",
+                ValueKind::Constant(_) => "constant",
+                ValueKind::Node(_) => continue,
+            };
+            let need = crate::size::operand_bytes(
+                "Graph",
+                format_args!("{what} {:?}", v.name),
+                v.meta.shape.dims(),
+                v.meta.dtype,
+            )?;
+            if let ValueKind::Constant(t) = &v.kind
+                && (t.meta() != v.meta || t.bytes.len() != need)
+            {
+                return Err(Error::invalid(
+                    "Graph",
+                    format!(
+                        "constant {:?} is {} with {} bytes, recorded as {}",
+                        v.name,
+                        t.meta(),
+                        t.bytes.len(),
+                        v.meta
+                    ),
+                ));
             }
+            defined[i] = true;
         }
         for n in &self.nodes {
             for v in &n.inputs {
@@ -182,21 +211,19 @@ impl Graph {
         c
     }
 
-    /// Total FLOPs of one run.
+    /// Total FLOPs of one run (saturating).
     pub fn flops(&self) -> u64 {
-        self.nodes
-            .iter()
-            .map(|n| {
-                let i: Vec<TensorMeta> = n.inputs.iter().map(|v| self.meta(*v).clone()).collect();
-                let o: Vec<TensorMeta> = n.outputs.iter().map(|v| self.meta(*v).clone()).collect();
-                n.op.flops(&i, &o)
-            })
-            .sum()
+        self.nodes.iter().fold(0u64, |acc, n| {
+            let i: Vec<TensorMeta> = n.inputs.iter().map(|v| self.meta(*v).clone()).collect();
+            let o: Vec<TensorMeta> = n.outputs.iter().map(|v| self.meta(*v).clone()).collect();
+            acc.saturating_add(n.op.flops(&i, &o))
+        })
     }
 
-    /// Bytes of all constants.
+    /// Bytes of all constants (saturating).
     pub fn constant_bytes(&self) -> usize {
-        self.values.iter().map(|v| if let ValueKind::Constant(_) = &v.kind { v.meta.bytes() } else { 0 }).sum()
+        let consts = self.values.iter().filter(|v| matches!(v.kind, ValueKind::Constant(_)));
+        consts.fold(0usize, |acc, v| acc.saturating_add(v.meta.bytes()))
     }
 
     /// A readable listing: one line per input, constant summary, node and output.
