@@ -10,17 +10,9 @@ use npurt::models::bert::{self, BertConfig, Weights};
 use npurt::{Backend, DType, Op, Precision, RuntimeConfig, Tensor};
 use runtime::Runtime;
 use runtime::graph::{CompileOptions, CompiledGraph, Graph, HostTensor, ScheduleStrategy};
+use npurt_test_support::emu::{emu_lib, serial};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
-
-/// `target/<profile>/libacl_emu.so` (built as a dev-dependency), or `$ACL_EMU_LIB`.
-fn emu_lib() -> Option<PathBuf> {
-    std::env::var_os("ACL_EMU_LIB").map(PathBuf::from).or_else(|| {
-        let exe = std::env::current_exe().ok()?;
-        let deps = exe.parent()?;
-        [deps.join("libacl_emu.so"), deps.parent()?.join("libacl_emu.so")].into_iter().find(|p| p.is_file())
-    })
-}
+use std::sync::Arc;
 
 /// The backend named `name`, or why it is absent.
 fn backend(name: &str) -> Result<Arc<dyn Backend>, String> {
@@ -40,12 +32,6 @@ fn backend(name: &str) -> Result<Arc<dyn Backend>, String> {
         "cuda" => npurt::cuda_backend(&RuntimeConfig::default()).map_err(|e| e.to_string()),
         other => Err(format!("unknown backend {other}")),
     }
-}
-
-/// Cases of one binary take turns: they share the emulator and the machine's cores.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static M: OnceLock<Mutex<()>> = OnceLock::new();
-    M.get_or_init(|| Mutex::new(())).lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// One `#[test]` per backend, in a module named after the case.

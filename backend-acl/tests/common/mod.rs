@@ -1,102 +1,11 @@
-//! Test harness: finds the acl-emu shared library, lays out a fake CANN toolkit whose
-//! `lib64/` libraries are the emulator, and talks to the emulator's control functions.
+//! Test harness: the acl-emu helpers of `npurt-test-support`, and the backend over a fake
+//! toolkit.
 #![allow(dead_code)]
 
+pub use npurt_test_support::emu::{Counters, Emu, emu_lib, emu_or_skip, fake_toolkit, serial};
+
 use backend_acl::{AclBackend, AclConfig};
-use std::ffi::CString;
-use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, OnceLock};
-
-/// The emulator library: `$ACL_EMU_LIB`, else next to the test binary
-/// (`target/<profile>/libacl_emu.so` or `.../deps/`), built because acl-emu is a
-/// dev-dependency and a workspace member.
-pub fn emu_lib() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("ACL_EMU_LIB") {
-        return Some(PathBuf::from(p));
-    }
-    let exe = std::env::current_exe().ok()?;
-    let deps = exe.parent()?;
-    [deps.join("libacl_emu.so"), deps.parent()?.join("libacl_emu.so")].into_iter().find(|p| p.is_file())
-}
-
-/// Prints why and returns `None` when the emulator is absent (the test then skips, visibly).
-pub fn emu_or_skip(test: &str) -> Option<PathBuf> {
-    let p = emu_lib();
-    if p.is_none() {
-        eprintln!("SKIP {test}: libacl_emu.so not found next to the test binary (build acl-emu or set ACL_EMU_LIB)");
-    }
-    p
-}
-
-/// `<tmp>/npurt-acl-toolkit-<pid>-<tag>/lib64/{libascendcl,libnnopbase,libopapi}.so -> emulator`.
-pub fn fake_toolkit(tag: &str, emu: &Path) -> PathBuf {
-    let root = std::env::temp_dir().join(format!("npurt-acl-toolkit-{}-{tag}", std::process::id()));
-    let lib = root.join("lib64");
-    std::fs::create_dir_all(&lib).expect("create fake toolkit");
-    for n in ["libascendcl.so", "libnnopbase.so", "libopapi.so"] {
-        let l = lib.join(n);
-        let _ = std::fs::remove_file(&l);
-        std::os::unix::fs::symlink(emu, &l).expect("symlink emulator");
-    }
-    root
-}
-
-/// The emulator's control functions (same library instance the backend loads).
-pub struct Emu {
-    lib: libloading::Library,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counters {
-    pub device_allocations: u64,
-    pub host_allocations: u64,
-    pub streams: u64,
-    pub events: u64,
-    pub executors: u64,
-    pub descriptors: u64,
-    pub device_bytes: u64,
-    pub device_refs: u64,
-}
-
-impl Emu {
-    pub fn open(path: &Path) -> Emu {
-        // SAFETY: the emulator is a Rust cdylib without special initialisers.
-        let lib = unsafe { libloading::Library::new(path) }.expect("open emulator");
-        Emu { lib }
-    }
-    pub fn configure(&self, spec: &str) -> i32 {
-        let c = CString::new(spec).unwrap();
-        // SAFETY: exported as `int aclEmuConfigure(const char *)`.
-        unsafe {
-            let f = self.lib.get::<unsafe extern "C" fn(*const std::ffi::c_char) -> i32>(b"aclEmuConfigure").unwrap();
-            f(c.as_ptr())
-        }
-    }
-    pub fn counters(&self) -> Counters {
-        let mut c = Counters::default();
-        // SAFETY: exported as `int aclEmuCounters(Counters *)` with this layout.
-        unsafe {
-            let f = self.lib.get::<unsafe extern "C" fn(*mut Counters) -> i32>(b"aclEmuCounters").unwrap();
-            assert_eq!(f(&mut c), 0);
-        }
-        c
-    }
-    pub fn calls(&self, name: &str) -> u64 {
-        let c = CString::new(name).unwrap();
-        // SAFETY: exported as `uint64_t aclEmuCallCount(const char *)`.
-        unsafe {
-            let f = self.lib.get::<unsafe extern "C" fn(*const std::ffi::c_char) -> u64>(b"aclEmuCallCount").unwrap();
-            f(c.as_ptr())
-        }
-    }
-}
-
-/// Tests of one binary share the emulator: they take turns.
-pub fn serial() -> MutexGuard<'static, ()> {
-    static M: OnceLock<Mutex<()>> = OnceLock::new();
-    M.get_or_init(|| Mutex::new(())).lock().unwrap_or_else(|p| p.into_inner())
-}
+use std::path::Path;
 
 pub fn backend(toolkit: &Path) -> Result<AclBackend, backend_acl::AclBackendError> {
     AclBackend::new(AclConfig { lib_dir: Some(toolkit.join("lib64")), ..AclConfig::default() })
