@@ -792,3 +792,6 @@ fn strided_input_copy_does_not_reuse_memory_pending_on_another_stream() {
 }
 
 use common::gate;
+
+#[path = "pool/small_limit.rs"]
+mod small_limit;

@@ -637,4 +637,105 @@ fn three_logical_devices() {
     assert!(rt.pool_stats(2).unwrap().in_use_bytes > 0);
 }
 
+// ---- 11. a failing job does not hang its stream ----
+
+/// `Add` launched straight through the backend with one input: no validation stands
+/// between the launch and the kernel, which indexes the missing operand and panics.
+#[test]
+fn a_panicking_kernel_on_a_user_stream_is_reported_and_the_stream_keeps_working() {
+    let rt = cpu_runtime();
+    let b = rt.backend().clone();
+    let Some(add) = b.kernels().iter().find(|k| k.name.starts_with("add.reference")).cloned() else {
+        panic!(
+            "the CPU backend has no reference Add kernel: {:?}",
+            b.kernels().iter().map(|k| k.name).collect::<Vec<_>>()
+        )
+    };
+    let s = rt.stream(0).unwrap();
+    let x = rt.from_slice(&[1f32, 2., 3., 4.], [4], 0).unwrap();
+    let out = rt.empty(DType::F32, [4], 0).unwrap();
+    let arg = |t: &Tensor| runtime::TensorArg {
+        ptr: DevicePtr(t.data_ptr()),
+        dtype: t.dtype(),
+        layout: Arc::new(runtime::Layout::contiguous(t.dims().to_vec())),
+    };
+    let args = runtime::LaunchArgs {
+        op: Op::Add,
+        inputs: vec![arg(&x)],
+        outputs: vec![arg(&out)],
+        workspace: None,
+        seq: 777,
+        threads: 1,
+        prepacked: None,
+    };
+    b.launch(0, &add, args, s.id()).expect("the launch is only queued");
+    // Work queued behind the failed job: an event and a stream waiting for it.
+    let ev = s.record().unwrap();
+    let s2 = rt.stream(0).unwrap();
+    s2.wait(&ev).unwrap();
+    let y2 = {
+        let _scope = rt.stream_scope(&s2);
+        rt.run(&Op::Scale { factor: 2.0 }, &[&x]).unwrap().remove(0)
+    };
+    let (sa, s2a) = (s.clone(), s2.clone());
+    let (r, r2) = sync_within(60, move || (sa.synchronize(), s2a.synchronize()));
+    match r {
+        Err(Error::Async { op, stream, seq, msg }) => {
+            assert_eq!(stream, s.to_string(), "the error names another stream");
+            assert!(msg.contains("panicked"), "{msg}");
+            // Named by the launch when the backend passes it on, else by its place in the stream.
+            match op.as_str() {
+                "Add" => assert_eq!(seq, 777),
+                o => assert_eq!((o, seq), (backend_cpu::stream::UNNAMED_JOB, 1)),
+            }
+        }
+        other => panic!("expected the panic as an asynchronous error, got {other:?}"),
+    }
+    r2.expect("the waiting stream did not fail");
+    assert!(ev.query().unwrap(), "the event behind the failed job was not reached");
+    assert_eq!(host(&y2).as_slice().unwrap(), &[2., 4., 6., 8.]);
+    s.synchronize().expect("the failure is reported once");
+    // The stream still runs work.
+    let y = {
+        let _scope = rt.stream_scope(&s);
+        rt.run(&Op::Relu, &[&rt.from_slice(&[-1f32, 5.], [2], 0).unwrap()]).unwrap().remove(0)
+    };
+    s.synchronize().unwrap();
+    assert_eq!(host(&y).as_slice().unwrap(), &[0., 5.]);
+}
+
+fn cpu_runtime() -> Runtime {
+    let b = npurt::cpu_backend(&RuntimeConfig::default()).expect("cpu backend");
+    Runtime::with_backend(b, RuntimeConfig::default()).expect("runtime")
+}
+
+/// Runs `f` on its own thread; fails (instead of hanging) if it has not returned in `secs` s.
+fn sync_within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let slot = Arc::new(std::sync::Mutex::new(None));
+    let out = slot.clone();
+    finishes_within(secs, "synchronize", move || {
+        *out.lock().unwrap() = Some(f());
+    });
+    let v = slot.lock().unwrap().take();
+    v.expect("the guarded closure returned")
+}
+
+#[test]
+fn events_and_streams_of_another_runtime_are_rejected_without_hanging() {
+    // Two runtimes, each over a CPU backend of its own.
+    let (a, b) = (cpu_runtime(), cpu_runtime());
+    let sb = b.stream(0).unwrap();
+    let ea = a.default_stream(0).unwrap().record().unwrap();
+    let e = ea.record(&sb).unwrap_err();
+    assert!(matches!(&e, Error::Device(m) if m.contains("another")), "{e:?}");
+    let e = sb.wait(&ea).unwrap_err();
+    assert!(matches!(&e, Error::Device(m) if m.contains("another runtime")), "{e:?}");
+    let eb = sb.record().unwrap();
+    assert!(eb.elapsed_since(&ea).is_err());
+    // The refused record left the event as it was: waiting for it returns.
+    let r = sync_within(60, move || ea.synchronize().and_then(|_| ea.query()));
+    assert!(r.unwrap(), "the event of the refused record is not complete");
+    sb.synchronize().unwrap();
+}
+
 use common::gate;

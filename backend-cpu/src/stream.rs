@@ -1,6 +1,14 @@
 //! Streams as in-order work queues served by one worker thread each, and events.
+//!
+//! A job that fails, by returning an error or by panicking, completes as failed: the
+//! worker catches the panic, keeps the first failure for the next [`WorkQueue::synchronize`]
+//! as [`runtime::Error::Async`] (op, stream, submission number and message) and goes on
+//! with the next job, so the stream stays usable and events recorded after the failed job
+//! are still reached.
 
 use crate::error::CpuError;
+use std::any::Any;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc::{Sender, channel};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -8,34 +16,92 @@ use std::time::Instant;
 
 pub type Job = Box<dyn FnOnce() -> Result<(), runtime::Error> + Send>;
 
+/// The op name given to a failed job submitted without one.
+pub const UNNAMED_JOB: &str = "queued job";
+
+/// A job with what its failure is reported as.
+struct Queued {
+    job: Job,
+    op: &'static str,
+    /// Submission number reported with a failure.
+    seq: u64,
+}
+
 #[derive(Default)]
 struct Progress {
     submitted: u64,
     completed: u64,
     /// First failure since the last synchronisation.
     error: Option<runtime::Error>,
+    /// The worker thread has exited; nothing queued will run any more.
+    stopped: bool,
 }
 
 /// A user stream: jobs run in submission order on a dedicated worker thread.
 pub struct WorkQueue {
     pub label: String,
-    tx: Mutex<Option<Sender<Job>>>,
+    tx: Mutex<Option<Sender<Queued>>>,
     state: Arc<(Mutex<Progress>, Condvar)>,
     worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// The text of a panic payload.
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
+}
+
+/// Runs one job; a panic or an error becomes the job's [`runtime::Error::Async`].
+fn run_job(q: Queued, stream: &str) -> Result<(), runtime::Error> {
+    let Queued { job, op, seq } = q;
+    match catch_unwind(AssertUnwindSafe(job)) {
+        Ok(Ok(())) => Ok(()),
+        // Already names its op, stream and submission.
+        Ok(Err(e @ runtime::Error::Async { .. })) => Err(e),
+        Ok(Err(e)) => {
+            Err(runtime::Error::Async { op: op.to_string(), stream: stream.to_string(), seq, msg: e.to_string() })
+        }
+        Err(payload) => {
+            let msg = format!("panicked: {}", panic_message(payload.as_ref()));
+            // Dropping the payload runs foreign code too; a panic there must not stop the worker.
+            let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
+            log::error!("{op} (submission #{seq}) on {stream} {msg}");
+            Err(runtime::Error::Async { op: op.to_string(), stream: stream.to_string(), seq, msg })
+        }
+    }
+}
+
+/// Marks the queue stopped when the worker thread exits, however it exits, so that
+/// `synchronize` never waits for jobs that will not run.
+struct Stopped(Arc<(Mutex<Progress>, Condvar)>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let (m, cv) = &*self.0;
+        m.lock().unwrap_or_else(|p| p.into_inner()).stopped = true;
+        cv.notify_all();
+    }
 }
 
 impl WorkQueue {
     /// A queue whose worker runs each job on its own thread; jobs choose their own
     /// thread pool (the device's, or the queue's single-thread one).
     pub fn new(label: String) -> Result<WorkQueue, CpuError> {
-        let (tx, rx) = channel::<Job>();
+        let (tx, rx) = channel::<Queued>();
         let state: Arc<(Mutex<Progress>, Condvar)> = Arc::default();
         let st = state.clone();
+        let stream = label.clone();
         let worker = std::thread::Builder::new()
             .name(label.clone())
             .spawn(move || {
-                for job in rx {
-                    let res = job();
+                let _stopped = Stopped(st.clone());
+                for q in rx {
+                    let res = run_job(q, &stream);
                     let (m, cv) = &*st;
                     let mut g = m.lock().unwrap_or_else(|p| p.into_inner());
                     if let Err(e) = res {
@@ -49,31 +115,58 @@ impl WorkQueue {
         Ok(WorkQueue { label, tx: Mutex::new(Some(tx)), state, worker: Mutex::new(Some(worker)) })
     }
 
-    /// Queues a job; returns its position (1-based) in the stream.
+    /// Queues a job; returns its position (1-based) in the stream. A failure of the job
+    /// that names no op is reported as [`UNNAMED_JOB`] with this position.
     pub fn submit(&self, job: Job) -> Result<u64, CpuError> {
+        self.enqueue(job, UNNAMED_JOB, None)
+    }
+
+    /// Queues a job that runs `op`, submission `seq` of the runtime; a failure of the job
+    /// that names no op (a panic, or an error other than [`runtime::Error::Async`]) is
+    /// reported with these. Returns the job's position (1-based) in the stream.
+    pub fn submit_op(&self, op: &'static str, seq: u64, job: Job) -> Result<u64, CpuError> {
+        self.enqueue(job, op, Some(seq))
+    }
+
+    fn enqueue(&self, job: Job, op: &'static str, seq: Option<u64>) -> Result<u64, CpuError> {
         let (m, _) = &*self.state;
         let mut g = m.lock().unwrap_or_else(|p| p.into_inner());
         let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
         let Some(tx) = tx.as_ref() else {
             return Err(CpuError::WorkerGone(self.label.clone()));
         };
-        tx.send(job).map_err(|_| CpuError::WorkerGone(self.label.clone()))?;
-        g.submitted += 1;
-        Ok(g.submitted)
+        let position = g.submitted + 1;
+        tx.send(Queued { job, op, seq: seq.unwrap_or(position) })
+            .map_err(|_| CpuError::WorkerGone(self.label.clone()))?;
+        g.submitted = position;
+        Ok(position)
     }
 
-    /// Waits until every job submitted so far has run; returns (and clears) the first error.
+    /// Waits until every job submitted so far has run; returns (and clears) the first
+    /// error. Never waits for a worker that has stopped: jobs it will not run are
+    /// reported as failed.
     pub fn synchronize(&self) -> Result<(), runtime::Error> {
         let (m, cv) = &*self.state;
         let mut g = m.lock().unwrap_or_else(|p| p.into_inner());
         let target = g.submitted;
-        while g.completed < target {
+        while g.completed < target && !g.stopped {
             g = cv.wait(g).unwrap_or_else(|p| p.into_inner());
         }
-        match g.error.take() {
-            Some(e) => Err(e),
-            None => Ok(()),
+        if let Some(e) = g.error.take() {
+            return Err(e);
         }
+        if g.completed < target {
+            let seq = g.completed + 1;
+            // Reported once: the lost jobs count as done.
+            g.completed = target;
+            return Err(runtime::Error::Async {
+                op: UNNAMED_JOB.to_string(),
+                stream: self.label.clone(),
+                seq,
+                msg: CpuError::WorkerGone(self.label.clone()).to_string(),
+            });
+        }
+        Ok(())
     }
 
     /// Stops accepting work, lets the worker drain and joins it.

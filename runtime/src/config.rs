@@ -83,14 +83,17 @@ impl Optimizations {
 /// Memory-pool settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PoolConfig {
-    /// Most bytes the pool may hold from the system; `None` = the device's memory.
+    /// Most bytes the pool may hold from the system; `None` = the device's memory. At
+    /// least [`PoolConfig::min_limit`]; below `segment_bytes`, small requests come from
+    /// segments the size of the limit.
     pub limit_bytes: Option<usize>,
-    /// Alignment of every block: a power of two >= 16.
+    /// Alignment of every block: a power of two in 16..=[`MAX_ALIGNMENT`].
     pub alignment: usize,
     /// Requests up to this size are carved from pooled segments; larger ones are
     /// allocated directly from the system.
     pub small_threshold: usize,
-    /// Size of each pooled segment for small requests.
+    /// Size of each pooled segment for small requests: a multiple of the alignment, at
+    /// least `small_threshold`, at most [`MAX_SEGMENT_BYTES`].
     pub segment_bytes: usize,
     pub reuse: bool,
     pub strategy: ReuseStrategy,
@@ -116,17 +119,19 @@ pub struct RuntimeConfig {
     pub backend: Option<String>,
     /// Visible device indices; `None` = all.
     pub devices: Option<Vec<usize>>,
-    /// Logical devices the CPU backend presents.
+    /// Logical devices the CPU backend presents, in 1..=[`MAX_CPU_DEVICES`].
     pub cpu_devices: usize,
     pub pool: PoolConfig,
-    /// Most user streams per device (graph scheduling and `Runtime::stream`).
+    /// Most user streams per device (graph scheduling and `Runtime::stream`), in
+    /// 1..=[`max_streams_bound`].
     pub max_streams: usize,
     pub scheduling: Scheduling,
-    /// Requests per batch in batched submission and the BERT driver.
+    /// Requests per batch in batched submission and the BERT driver, in
+    /// 1..=[`MAX_BATCH_SIZE`].
     pub batch_size: usize,
     pub hw_mapping: HwMapping,
     /// Compute-unit utilisation cap; on the CPU the number of worker threads per device
-    /// (`None` = all cores).
+    /// (`None` = all cores), in 1..=[`max_threads`] (`max(8 × available cores, 64)`).
     pub threads: Option<usize>,
     pub optimizations: Optimizations,
     /// Forces one implementation tier (validation runs); `None` = automatic.
@@ -179,48 +184,130 @@ fn parse_bool(s: &str) -> Option<bool> {
     }
 }
 
-impl RuntimeConfig {
-    /// Checks every value; the error names the knob and what it accepts.
+/// Largest accepted pool alignment (64 KiB, the largest common page size).
+pub const MAX_ALIGNMENT: usize = 64 << 10;
+/// Largest accepted pool segment (1 GiB).
+pub const MAX_SEGMENT_BYTES: usize = 1 << 30;
+/// Most logical devices the CPU backend may present.
+pub const MAX_CPU_DEVICES: usize = 64;
+/// Largest accepted `batch_size`.
+pub const MAX_BATCH_SIZE: usize = 1 << 16;
+/// Upper end of [`max_streams_bound`], whatever the core count.
+pub const MAX_STREAMS: usize = 1024;
+
+/// Cores this process may use (`std::thread::available_parallelism`, 1 if unknown).
+pub fn available_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Most worker threads per device `threads` accepts: `max(8 × available cores, 64)`
+/// (64 on a 2-core machine, 1024 on 128 cores). More only oversubscribes the cores.
+pub fn max_threads() -> usize {
+    available_cores().saturating_mul(8).max(64)
+}
+
+/// Most user streams per device `max_streams` accepts: `max(8 × available cores, 64)`,
+/// at most [`MAX_STREAMS`] (each CPU stream is served by its own threads).
+pub fn max_streams_bound() -> usize {
+    available_cores().saturating_mul(8).clamp(64, MAX_STREAMS)
+}
+
+impl PoolConfig {
+    /// Smallest block the pool hands out: one small size class (512 bytes, or the
+    /// alignment when it is larger). A limit below it could never serve a request.
+    pub fn min_limit(&self) -> usize {
+        self.alignment.max(512)
+    }
+
+    /// Checks every pool value; the error names the knob and what it accepts.
+    ///
+    /// * `alignment` (`NPURT_ALIGNMENT`): a power of two in 16..=[`MAX_ALIGNMENT`];
+    /// * `segment_bytes`: a multiple of the alignment in alignment..=[`MAX_SEGMENT_BYTES`],
+    ///   at least `small_threshold`;
+    /// * `limit_bytes` (`NPURT_POOL_LIMIT`): at least [`PoolConfig::min_limit`] bytes; a
+    ///   limit below the segment size is served by segments the size of the limit.
     pub fn validate(&self) -> Result<()> {
-        let a = self.pool.alignment;
-        if a < 16 || !a.is_power_of_two() {
-            return Err(Error::Config(format!("pool alignment must be a power of two >= 16, got {a}")));
+        let a = self.alignment;
+        if !(16..=MAX_ALIGNMENT).contains(&a) || !a.is_power_of_two() {
+            return Err(Error::Config(format!(
+                "pool alignment (NPURT_ALIGNMENT) must be a power of two in 16..={MAX_ALIGNMENT}, got {a}"
+            )));
         }
-        if self.pool.segment_bytes < self.pool.small_threshold {
+        if self.segment_bytes < self.small_threshold {
             return Err(Error::Config(format!(
                 "pool segment size ({}) must be at least the small-allocation threshold ({})",
-                self.pool.segment_bytes, self.pool.small_threshold
+                self.segment_bytes, self.small_threshold
             )));
         }
-        if self.pool.segment_bytes == 0 || self.pool.segment_bytes % a != 0 {
+        if self.segment_bytes == 0 || !self.segment_bytes.is_multiple_of(a) || self.segment_bytes > MAX_SEGMENT_BYTES {
             return Err(Error::Config(format!(
-                "pool segment size must be a non-zero multiple of the alignment {a}, got {}",
-                self.pool.segment_bytes
+                "pool segment size must be a non-zero multiple of the alignment {a}, at most {MAX_SEGMENT_BYTES}, got {}",
+                self.segment_bytes
             )));
         }
-        if self.pool.limit_bytes == Some(0) {
-            return Err(Error::Config("pool limit must be > 0 bytes".into()));
-        }
-        if self.max_streams == 0 || self.max_streams > 1024 {
-            return Err(Error::Config(format!("max_streams must be in 1..=1024, got {}", self.max_streams)));
-        }
-        if self.batch_size == 0 {
-            return Err(Error::Config("batch_size must be >= 1".into()));
-        }
-        if self.cpu_devices == 0 || self.cpu_devices > 64 {
-            return Err(Error::Config(format!("cpu_devices must be in 1..=64, got {}", self.cpu_devices)));
-        }
-        if self.threads == Some(0) {
-            return Err(Error::Config("threads must be >= 1".into()));
-        }
-        if let Some(b) = &self.backend {
-            if !matches!(b.as_str(), "cpu" | "cuda" | "acl" | "ascend" | "auto") {
-                return Err(Error::Config(format!("backend must be cpu, cuda, acl or auto, got {b:?}")));
+        if let Some(l) = self.limit_bytes {
+            let min = self.min_limit();
+            if l < min {
+                return Err(Error::Config(format!(
+                    "pool limit (NPURT_POOL_LIMIT) must be at least {min} bytes (one block), got {l}"
+                )));
             }
+        }
+        Ok(())
+    }
+}
+
+impl RuntimeConfig {
+    /// Checks every value; the error names the knob (and its environment variable) and
+    /// what it accepts:
+    ///
+    /// * the pool: see [`PoolConfig::validate`];
+    /// * `max_streams` (`NPURT_MAX_STREAMS`): 1..=[`max_streams_bound`];
+    /// * `threads` (`NPURT_THREADS`): 1..=[`max_threads`];
+    /// * `cpu_devices` (`NPURT_CPU_DEVICES`): 1..=[`MAX_CPU_DEVICES`];
+    /// * `batch_size`: 1..=[`MAX_BATCH_SIZE`];
+    /// * `devices` (`NPURT_DEVICES`): non-empty, no index twice (each must exist: checked
+    ///   against the backend when the runtime is made);
+    /// * `backend` (`NPURT_BACKEND`): `cpu`, `cuda`, `acl` (`ascend`) or `auto`.
+    pub fn validate(&self) -> Result<()> {
+        self.pool.validate()?;
+        let streams = max_streams_bound();
+        if self.max_streams == 0 || self.max_streams > streams {
+            return Err(Error::Config(format!(
+                "max_streams (NPURT_MAX_STREAMS) must be in 1..={streams} (8 per core, at least 64, at most {MAX_STREAMS}), got {}",
+                self.max_streams
+            )));
+        }
+        if self.batch_size == 0 || self.batch_size > MAX_BATCH_SIZE {
+            return Err(Error::Config(format!("batch_size must be in 1..={MAX_BATCH_SIZE}, got {}", self.batch_size)));
+        }
+        if self.cpu_devices == 0 || self.cpu_devices > MAX_CPU_DEVICES {
+            return Err(Error::Config(format!(
+                "cpu_devices (NPURT_CPU_DEVICES) must be in 1..={MAX_CPU_DEVICES}, got {}",
+                self.cpu_devices
+            )));
+        }
+        if let Some(t) = self.threads {
+            let max = max_threads();
+            if t == 0 || t > max {
+                return Err(Error::Config(format!(
+                    "threads (NPURT_THREADS) must be in 1..={max} (8 per available core, at least 64; {} cores), got {t}",
+                    available_cores()
+                )));
+            }
+        }
+        if let Some(b) = &self.backend
+            && !matches!(b.as_str(), "cpu" | "cuda" | "acl" | "ascend" | "auto")
+        {
+            return Err(Error::Config(format!("backend (NPURT_BACKEND) must be cpu, cuda, acl or auto, got {b:?}")));
         }
         if let Some(d) = &self.devices {
             if d.is_empty() {
-                return Err(Error::Config("device list is empty".into()));
+                return Err(Error::Config("device list (NPURT_DEVICES) is empty".into()));
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            if let Some(dup) = d.iter().find(|&&i| !seen.insert(i)) {
+                return Err(Error::Config(format!("device list (NPURT_DEVICES) names device {dup} twice: {d:?}")));
             }
         }
         Ok(())
@@ -256,7 +343,8 @@ impl RuntimeConfig {
                 Some(parse_bytes(&v).ok_or_else(|| bad("NPURT_POOL_LIMIT", &v, "a size such as 512M or 8G"))?);
         }
         if let Some(v) = get("NPURT_ALIGNMENT") {
-            self.pool.alignment = v.trim().parse().map_err(|_| bad("NPURT_ALIGNMENT", &v, "a power of two >= 16"))?;
+            self.pool.alignment =
+                v.trim().parse().map_err(|_| bad("NPURT_ALIGNMENT", &v, "a power of two in 16..=65536"))?;
         }
         if let Some(v) = get("NPURT_MEMORY_REUSE") {
             self.pool.reuse = parse_bool(&v).ok_or_else(|| bad("NPURT_MEMORY_REUSE", &v, "on or off"))?;
@@ -303,6 +391,19 @@ impl RuntimeConfig {
 mod tests {
     use super::*;
 
+    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+    }
+
+    /// The error of `c.validate()`, which must name `what`.
+    fn rejected(c: &RuntimeConfig, what: &str) -> String {
+        let e = c.validate().expect_err(&format!("{c:?} accepted"));
+        assert!(matches!(e, Error::Config(_)), "{e:?}");
+        let msg = e.to_string();
+        assert!(msg.contains(what), "{what}: {msg}");
+        msg
+    }
+
     #[test]
     fn rejects_bad_alignment_and_env() {
         let mut c = RuntimeConfig::default();
@@ -319,5 +420,142 @@ mod tests {
         .unwrap();
         assert_eq!(c.pool.limit_bytes, Some(64 << 20));
         assert_eq!(c.devices, Some(vec![0, 2]));
+    }
+
+    #[test]
+    fn the_defaults_are_valid() {
+        RuntimeConfig::default().validate().unwrap();
+        PoolConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn threads_are_capped_relative_to_the_core_count() {
+        let max = max_threads();
+        assert!(max >= 64 && max >= 8 * available_cores(), "{max}");
+        for ok in [1, available_cores(), 64, max] {
+            RuntimeConfig { threads: Some(ok), ..RuntimeConfig::default() }.validate().unwrap();
+        }
+        for bad in [0, max + 1, usize::MAX] {
+            let msg = rejected(&RuntimeConfig { threads: Some(bad), ..RuntimeConfig::default() }, "NPURT_THREADS");
+            assert!(msg.contains(&max.to_string()), "the bound is not stated: {msg}");
+        }
+        // The environment path: a count over the cap parses but does not validate.
+        for v in [(max + 1).to_string(), "100000".to_string()] {
+            let mut c = RuntimeConfig::default();
+            c.apply_overrides(env(&[("NPURT_THREADS", v.as_str())])).unwrap();
+            if c.threads.is_some_and(|t| t > max) {
+                rejected(&c, "NPURT_THREADS");
+            }
+        }
+        let mut c = RuntimeConfig::default();
+        c.apply_overrides(env(&[("NPURT_THREADS", max.to_string().as_str())])).unwrap();
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn max_streams_admit_sixteen_and_are_bounded() {
+        let bound = max_streams_bound();
+        assert!((64..=MAX_STREAMS).contains(&bound), "{bound}");
+        for ok in [1, 8, 16, 64, bound] {
+            RuntimeConfig { max_streams: ok, ..RuntimeConfig::default() }.validate().unwrap();
+        }
+        for bad in [0, bound + 1, MAX_STREAMS + 1] {
+            rejected(&RuntimeConfig { max_streams: bad, ..RuntimeConfig::default() }, "max_streams");
+        }
+        let mut c = RuntimeConfig::default();
+        c.apply_overrides(env(&[("NPURT_MAX_STREAMS", "16")])).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.max_streams, 16);
+    }
+
+    #[test]
+    fn alignment_is_a_power_of_two_up_to_64_kib() {
+        for ok in [16, 64, 128, 4096, MAX_ALIGNMENT] {
+            let mut c = RuntimeConfig::default();
+            c.pool.alignment = ok;
+            c.validate().unwrap();
+        }
+        for bad in [0, 8, 48, 100, MAX_ALIGNMENT * 2, 1 << 40] {
+            let mut c = RuntimeConfig::default();
+            c.pool.alignment = bad;
+            rejected(&c, "power of two");
+        }
+        let mut c = RuntimeConfig::default();
+        c.apply_overrides(env(&[("NPURT_ALIGNMENT", "64")])).unwrap();
+        c.validate().unwrap();
+        assert!(c.apply_overrides(env(&[("NPURT_ALIGNMENT", "-64")])).is_err());
+    }
+
+    #[test]
+    fn pool_limits_from_one_block_up_are_accepted() {
+        for (v, bytes) in [("2G", 2usize << 30), ("1M", 1 << 20), ("64k", 64 << 10), ("512", 512)] {
+            let mut c = RuntimeConfig::default();
+            c.apply_overrides(env(&[("NPURT_POOL_LIMIT", v)])).unwrap();
+            assert_eq!(c.pool.limit_bytes, Some(bytes), "{v}");
+            c.validate().unwrap_or_else(|e| panic!("{v}: {e}"));
+        }
+        for bad in [0, 1, 511] {
+            let mut c = RuntimeConfig::default();
+            c.pool.limit_bytes = Some(bad);
+            rejected(&c, "NPURT_POOL_LIMIT");
+        }
+        // The least limit follows a large alignment.
+        let mut c = RuntimeConfig::default();
+        c.pool.alignment = 4096;
+        c.pool.limit_bytes = Some(2048);
+        rejected(&c, "4096");
+        let mut c = RuntimeConfig::default();
+        for bad in ["lots", "1.5G", "-1M", "99999999999999999999G"] {
+            assert!(c.apply_overrides(env(&[("NPURT_POOL_LIMIT", bad)])).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn segment_and_threshold_are_checked() {
+        let seg = |segment_bytes: usize, small_threshold: usize| PoolConfig {
+            segment_bytes,
+            small_threshold,
+            ..PoolConfig::default()
+        };
+        seg(1088, 1040).validate().unwrap();
+        seg(MAX_SEGMENT_BYTES, 1 << 20).validate().unwrap();
+        seg(4096, 0).validate().unwrap();
+        for (s, t, what) in [
+            (0, 0, "segment size"),
+            (1000, 512, "multiple of the alignment"),
+            (MAX_SEGMENT_BYTES * 2, 1 << 20, "at most"),
+            (1 << 20, 2 << 20, "threshold"),
+        ] {
+            let e = seg(s, t).validate().unwrap_err().to_string();
+            assert!(e.contains(what), "{s}/{t}: {e}");
+        }
+    }
+
+    #[test]
+    fn device_counts_batches_and_lists_are_bounded() {
+        for ok in [1, 3, MAX_CPU_DEVICES] {
+            RuntimeConfig { cpu_devices: ok, ..RuntimeConfig::default() }.validate().unwrap();
+        }
+        for bad in [0, MAX_CPU_DEVICES + 1] {
+            rejected(&RuntimeConfig { cpu_devices: bad, ..RuntimeConfig::default() }, "NPURT_CPU_DEVICES");
+        }
+        for ok in [1, 32, MAX_BATCH_SIZE] {
+            RuntimeConfig { batch_size: ok, ..RuntimeConfig::default() }.validate().unwrap();
+        }
+        for bad in [0, MAX_BATCH_SIZE + 1] {
+            rejected(&RuntimeConfig { batch_size: bad, ..RuntimeConfig::default() }, "batch_size");
+        }
+        RuntimeConfig { devices: Some(vec![0, 2]), ..RuntimeConfig::default() }.validate().unwrap();
+        rejected(&RuntimeConfig { devices: Some(vec![]), ..RuntimeConfig::default() }, "empty");
+        rejected(&RuntimeConfig { devices: Some(vec![1, 0, 1]), ..RuntimeConfig::default() }, "device 1 twice");
+        let mut c = RuntimeConfig::default();
+        assert!(c.apply_overrides(env(&[("NPURT_DEVICES", "0,x")])).is_err());
+        rejected(&RuntimeConfig { backend: Some("tpu".into()), ..RuntimeConfig::default() }, "backend");
+        for bad in [("NPURT_SCHEDULING", "fast"), ("NPURT_HW_MAPPING", "gpu"), ("NPURT_PRECISION", "f8")] {
+            let e = RuntimeConfig::default().apply_overrides(env(&[bad])).unwrap_err().to_string();
+            assert!(e.contains(bad.0), "{e}");
+        }
+        let e = RuntimeConfig::default().apply_overrides(env(&[("NPURT_MEMORY_REUSE", "maybe")])).unwrap_err();
+        assert!(e.to_string().contains("NPURT_MEMORY_REUSE"), "{e}");
     }
 }

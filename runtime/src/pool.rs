@@ -1,8 +1,9 @@
 //! The caching memory pool: one per device, over the backend's raw allocation.
 //!
 //! * Requests up to `small_threshold` bytes are rounded to 512-byte size classes and
-//!   carved from pooled segments of `segment_bytes`; larger requests are rounded to
-//!   128 KiB classes and get a segment of their own straight from the system.
+//!   carved from pooled segments of `segment_bytes` (of the limit, when the limit is
+//!   smaller); larger requests are rounded to 128 KiB classes and get a segment of their
+//!   own straight from the system.
 //! * Freed blocks are split and coalesced with their free neighbours in the same segment.
 //! * Stream-aware reuse: a block freed while queued work may still use it carries the
 //!   events recorded after that work. It is handed out again only once those events have
@@ -164,15 +165,7 @@ impl Pool {
     /// A pool over `backend`'s device `device`. `caching = false` sends every request
     /// straight to the system and every free straight back.
     pub fn new(backend: Arc<dyn Backend>, device: usize, cfg: PoolConfig, caching: bool) -> Result<Pool> {
-        if cfg.alignment < 16 || !cfg.alignment.is_power_of_two() {
-            return Err(Error::Config(format!("pool alignment must be a power of two >= 16, got {}", cfg.alignment)));
-        }
-        if cfg.segment_bytes < cfg.small_threshold || cfg.segment_bytes % cfg.alignment != 0 {
-            return Err(Error::Config(format!(
-                "pool segment size {} must be >= the small threshold {} and a multiple of the alignment {}",
-                cfg.segment_bytes, cfg.small_threshold, cfg.alignment
-            )));
-        }
+        cfg.validate()?;
         let label = format!("{}:{device}", backend.name());
         Ok(Pool { backend, device, label, cfg, caching, inner: Mutex::new(Inner::default()) })
     }
@@ -488,11 +481,24 @@ impl Pool {
         Block { ptr: DevicePtr(addr), size: used, kind }
     }
 
+    /// Size of a pooled segment: `segment_bytes`, or under a smaller limit the limit
+    /// rounded down to whole size classes, so that small requests still share segments.
+    fn small_segment(&self) -> usize {
+        let seg = self.cfg.segment_bytes;
+        match self.cfg.limit_bytes {
+            Some(limit) if limit < seg => {
+                let class = SMALL_CLASS.max(self.cfg.alignment);
+                limit / class * class
+            }
+            _ => seg,
+        }
+    }
+
     /// Gets a new segment from the system and hands out a block from it.
     fn grow(&self, g: &mut Inner, size: usize, kind: BlockKind) -> Result<Block> {
         // A small class can exceed the segment size when the threshold is not a multiple
         // of the class granularity; such a request gets a segment of its own size.
-        let seg_size = if kind == BlockKind::Small && self.reusing() { self.cfg.segment_bytes.max(size) } else { size };
+        let seg_size = if kind == BlockKind::Small && self.reusing() { self.small_segment().max(size) } else { size };
         if let Some(limit) = self.cfg.limit_bytes {
             if g.total.checked_add(seg_size).is_none_or(|t| t > limit) {
                 return Err(Error::Device(format!(

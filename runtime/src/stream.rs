@@ -79,6 +79,9 @@ impl Stream {
     }
     /// Makes work queued on this stream from now on wait for `event`.
     pub fn wait(&self, event: &Event) -> Result<()> {
+        if !Arc::ptr_eq(&event.rt, &self.inner.rt) {
+            return Err(Error::Device(format!("{} cannot wait for an event of another runtime", self.inner.label)));
+        }
         if event.device != self.inner.device {
             return Err(Error::Device(format!(
                 "{} cannot wait for an event of device {}",
@@ -116,6 +119,15 @@ impl Event {
     }
     /// (Re-)records the event at the current end of `stream`.
     pub fn record(&self, stream: &Stream) -> Result<()> {
+        // Stream and event ids are the backend's: another runtime's stream would name an
+        // unrelated (or no) stream here, and a record that is never queued leaves the
+        // event's waiters waiting.
+        if !stream.same_runtime(&self.rt) {
+            return Err(Error::Device(format!(
+                "an event of one runtime cannot be recorded on {} of another",
+                stream.inner.label
+            )));
+        }
         if stream.inner.device != self.device {
             return Err(Error::Device(format!(
                 "an event of device {} cannot be recorded on {}",
@@ -133,8 +145,8 @@ impl Event {
     }
     /// Time from `start` to `self`; both must have completed.
     pub fn elapsed_since(&self, start: &Event) -> Result<Duration> {
-        if start.device != self.device {
-            return Err(Error::Device("events of different devices cannot be compared".into()));
+        if start.device != self.device || !Arc::ptr_eq(&start.rt, &self.rt) {
+            return Err(Error::Device("events of different devices or runtimes cannot be compared".into()));
         }
         self.rt.backend.elapsed(self.ordinal(), start.id, self.id)
     }
