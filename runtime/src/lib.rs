@@ -11,6 +11,7 @@ pub mod backend;
 pub mod config;
 pub mod dtype;
 pub mod error;
+mod execute;
 pub mod graph;
 pub mod kernel;
 pub mod op;
@@ -21,6 +22,7 @@ pub mod shape;
 pub mod size;
 pub mod stream;
 pub mod tensor;
+mod utilisation;
 
 pub use backend::{
     Backend, DeviceInfo, DevicePtr, EventId, Frozen, FrozenLaunch, LaunchArgs, Prepack, Prepacked, StreamId, TensorArg,

@@ -1,20 +1,23 @@
-//! The runtime: devices, pools, streams, tensors and eager execution over one backend.
+//! The runtime: devices, pools, streams and tensors over one backend.
+//!
+//! Eager execution on a [`Runtime`] (`execute`, `run`, `execute_batch` and the launch
+//! preparation compiled graphs reuse) is in `execute.rs`; the per-unit utilisation
+//! counters are in `utilisation.rs`.
 
-use crate::backend::{Backend, DeviceInfo, LaunchArgs, StreamId};
+use crate::backend::{Backend, DeviceInfo, StreamId};
 use crate::config::{HwMapping, RuntimeConfig};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::kernel::{self, KernelInfo, KernelQuery};
+use crate::kernel::{self, KernelInfo};
 use crate::op::{Op, TensorMeta};
 use crate::pool::{Pool, PoolStats};
-use crate::report::{ExecReport, Profile, Utilisation};
+use crate::report::Profile;
 use crate::shape::{Layout, Shape};
 use crate::stream::{self, Event, Stream, StreamInner, StreamScope};
 use crate::tensor::{Storage, Tensor};
 use ndarray::ArrayViewD;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 pub(crate) struct DeviceCtx {
     /// The backend's index of this device.
@@ -54,7 +57,7 @@ impl<'a> Target<'a> {
 }
 
 impl Target<'_> {
-    fn is_async(&self) -> bool {
+    pub(crate) fn is_async(&self) -> bool {
         self.user.is_some()
     }
 }
@@ -103,7 +106,7 @@ pub(crate) enum Operand<'a> {
 }
 
 impl Operand<'_> {
-    fn meta(&self) -> TensorMeta {
+    pub(crate) fn meta(&self) -> TensorMeta {
         match self {
             Operand::Fixed(t) => t.meta(),
             Operand::PerRun(m) => (*m).clone(),
@@ -418,410 +421,6 @@ impl Runtime {
         }
         Ok(())
     }
-
-    // ---- execution ----
-
-    /// Validates `op` on these inputs and returns the output metas.
-    pub fn infer(&self, op: &Op, inputs: &[&Tensor]) -> Result<Vec<TensorMeta>> {
-        let metas: Vec<TensorMeta> = inputs.iter().map(|t| t.meta()).collect();
-        op.infer(&metas)
-    }
-
-    /// Runs `op` on the current stream (synchronous on the default stream, queued on a
-    /// user stream), writing into `outputs`.
-    pub fn execute(&self, op: &Op, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<ExecReport> {
-        let device = inputs.first().or(outputs.first()).map_or(0, |t| t.device());
-        match stream::current_for(&self.inner).filter(|s| s.device() == device) {
-            Some(s) => self.execute_on(&s, op, inputs, outputs),
-            None => {
-                let d = self.inner.device(device)?;
-                self.execute_at(
-                    Target { device, id: d.default_stream, user: None, threads: 0, prepacked: None },
-                    op,
-                    inputs,
-                    outputs,
-                )
-            }
-        }
-    }
-
-    /// Allocates the outputs, runs `op` on the current stream and returns them.
-    pub fn run(&self, op: &Op, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
-        Ok(self.run_with_report(op, inputs)?.0)
-    }
-
-    /// [`Runtime::run`] that also returns the report.
-    pub fn run_with_report(&self, op: &Op, inputs: &[&Tensor]) -> Result<(Vec<Tensor>, ExecReport)> {
-        let device = inputs.first().map_or(0, |t| t.device());
-        let metas = self.infer(op, inputs)?;
-        let outs: Vec<Tensor> =
-            metas.into_iter().map(|m| self.empty(m.dtype, m.shape, device)).collect::<Result<_>>()?;
-        let refs: Vec<&Tensor> = outs.iter().collect();
-        let r = self.execute(op, inputs, &refs)?;
-        Ok((outs, r))
-    }
-
-    /// Runs `op` on `stream`.
-    pub fn execute_on(&self, stream: &Stream, op: &Op, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<ExecReport> {
-        if !stream.same_runtime(&self.inner) {
-            return Err(Error::invalid(op.name(), format!("{stream} belongs to another runtime")));
-        }
-        let target = Target::on(stream);
-        self.execute_at(target, op, inputs, outputs)
-    }
-
-    fn stream_label(&self, t: Target<'_>) -> Arc<str> {
-        match t.user {
-            Some(s) => s.inner.label.clone(),
-            None => self.inner.devices[t.device].default_label.clone(),
-        }
-    }
-
-    pub(crate) fn execute_at(
-        &self,
-        target: Target<'_>,
-        op: &Op,
-        inputs: &[&Tensor],
-        outputs: &[&Tensor],
-    ) -> Result<ExecReport> {
-        let (kernel, args, flops, bytes, temps) = self.prepare(target, op, inputs, outputs)?;
-        let dev = &self.inner.devices[target.device];
-        let seq = args.seq;
-        let start = Instant::now();
-        self.inner.backend.launch(dev.ordinal, &kernel, args, target.id)?;
-        let elapsed = if target.is_async() {
-            None
-        } else {
-            self.inner.backend.synchronize_stream(dev.ordinal, target.id)?;
-            Some(start.elapsed())
-        };
-        for t in inputs.iter().chain(outputs) {
-            t.storage.mark_use(target);
-        }
-        drop(temps);
-        let report = ExecReport {
-            op: op.name(),
-            implementation: kernel.name,
-            tier: kernel.tier,
-            device: dev.label.clone(),
-            unit: kernel.unit,
-            stream: self.stream_label(target),
-            seq,
-            elapsed,
-            flops,
-            bytes,
-        };
-        if elapsed.is_some() {
-            self.inner.profile.lock().unwrap_or_else(|p| p.into_inner()).record(target.device, &report);
-        }
-        Ok(report)
-    }
-
-    /// Validates every task, then submits them together on the current stream of the
-    /// first task's device. Nothing is submitted if any task is invalid.
-    pub fn execute_batch(&self, tasks: &[Task]) -> Result<Vec<ExecReport>> {
-        let Some(first) = tasks.first() else {
-            return Ok(Vec::new());
-        };
-        let device = first.inputs.first().or(first.outputs.first()).map_or(0, |t| t.device());
-        let stream = self.current_stream(device)?;
-        let target = Target::on(&stream);
-        let mut launches = Vec::with_capacity(tasks.len());
-        let mut reports = Vec::with_capacity(tasks.len());
-        let mut held = Vec::new();
-        let dev = &self.inner.devices[device];
-        for t in tasks {
-            let ins: Vec<&Tensor> = t.inputs.iter().collect();
-            let outs: Vec<&Tensor> = t.outputs.iter().collect();
-            let (kernel, args, flops, bytes, temps) = self.prepare(target, &t.op, &ins, &outs)?;
-            held.extend(temps);
-            reports.push(ExecReport {
-                op: t.op.name(),
-                implementation: kernel.name,
-                tier: kernel.tier,
-                device: dev.label.clone(),
-                unit: kernel.unit,
-                stream: self.stream_label(target),
-                seq: args.seq,
-                elapsed: None,
-                flops,
-                bytes,
-            });
-            launches.push((kernel, args));
-        }
-        let start = Instant::now();
-        self.inner.backend.launch_batch(dev.ordinal, launches, stream.id())?;
-        for t in tasks {
-            for x in t.inputs.iter().chain(&t.outputs) {
-                x.storage.mark_use(target);
-            }
-        }
-        drop(held);
-        if !stream.is_async() {
-            self.inner.backend.synchronize_stream(dev.ordinal, stream.id())?;
-            let per = start.elapsed() / tasks.len() as u32;
-            for r in &mut reports {
-                r.elapsed = Some(per);
-            }
-        }
-        Ok(reports)
-    }
-
-    /// Picks the kernel `execute` would use, without running anything.
-    pub fn select_kernel(&self, op: &Op, inputs: &[TensorMeta]) -> Result<KernelInfo> {
-        let outputs = op.infer(inputs)?;
-        self.select_for(op, inputs, &outputs)
-    }
-
-    /// Lets the backend prepare a compiled node's constant inputs for the kernel that
-    /// `execute` will choose (see [`Backend::prepack`]).
-    pub(crate) fn prepack(
-        &self,
-        op: &Op,
-        inputs: &[TensorMeta],
-        constants: &[Option<&[u8]>],
-    ) -> Result<Option<crate::backend::Prepack>> {
-        let outputs = op.infer(inputs)?;
-        let kernel = self.select_for(op, inputs, &outputs)?;
-        self.inner.backend.prepack(&kernel, op, inputs, constants)
-    }
-
-    fn select_for(&self, op: &Op, inputs: &[TensorMeta], outputs: &[TensorMeta]) -> Result<KernelInfo> {
-        let q = KernelQuery { op, inputs, outputs };
-        let kind = op.kind();
-        let order =
-            crate::op::OpKind::ALL.iter().position(|k| *k == kind).map_or(&[][..], |i| &self.inner.preference[i]);
-        kernel::select_in_order(
-            self.inner.backend.name(),
-            self.inner.backend.kernels(),
-            order,
-            &q,
-            self.inner.config.forced_tier,
-        )
-        .copied()
-    }
-
-    fn prepare(
-        &self,
-        target: Target<'_>,
-        op: &Op,
-        inputs: &[&Tensor],
-        outputs: &[&Tensor],
-    ) -> Result<(KernelInfo, LaunchArgs, u64, u64, Vec<Tensor>)> {
-        let name = op.name();
-        let in_metas: Vec<TensorMeta> = inputs.iter().map(|t| t.meta()).collect();
-        let out_metas = op.infer(&in_metas)?;
-        check_output_metas(name, &out_metas, outputs.iter().map(|t| t.meta()))?;
-        for (i, t) in outputs.iter().enumerate() {
-            if !t.is_contiguous() {
-                return Err(Error::invalid(name, format!("output {i} ({}) must be contiguous", t.meta())));
-            }
-        }
-        let dev = target.device;
-        let stream = self.stream_label(target);
-        for (i, t) in inputs.iter().enumerate() {
-            if !Arc::ptr_eq(&t.storage.rt, &self.inner) || t.device() != dev {
-                return Err(Error::invalid(
-                    name,
-                    format!(
-                        "input {i} ({}) is on {} but the stream is {stream}",
-                        t.meta(),
-                        self.device_label(t.device())
-                    ),
-                ));
-            }
-        }
-        for (i, t) in outputs.iter().enumerate() {
-            if !Arc::ptr_eq(&t.storage.rt, &self.inner) || t.device() != dev {
-                return Err(Error::invalid(
-                    name,
-                    format!(
-                        "output {i} ({}) is on {} but the stream is {stream}",
-                        t.meta(),
-                        self.device_label(t.device())
-                    ),
-                ));
-            }
-        }
-        // Aliasing: an output may not overlap an input or another output.
-        for (i, o) in outputs.iter().enumerate() {
-            let overlaps = |t: &Tensor| t.overlaps(o);
-            if let Some(j) = inputs.iter().position(|t| overlaps(t)) {
-                return Err(Error::invalid(
-                    name,
-                    format!(
-                        "output {i} ({}) overlaps input {j} ({}); in-place execution is not supported",
-                        o.meta(),
-                        inputs[j].meta()
-                    ),
-                ));
-            }
-            if let Some(j) = outputs.iter().enumerate().position(|(j, t)| j != i && overlaps(t)) {
-                return Err(Error::invalid(name, format!("outputs {i} and {j} overlap")));
-            }
-        }
-        // Kernels other than Copy read dense operands: materialise strided views first.
-        let mut owned = Vec::new();
-        if !matches!(op, Op::Copy) {
-            for t in inputs {
-                if !t.is_contiguous() {
-                    let c = self.empty_for(t.dtype, t.shape().clone(), target)?;
-                    self.execute_at(target, &Op::Copy, &[t], &[&c])?;
-                    owned.push(Some(c));
-                } else {
-                    owned.push(None);
-                }
-            }
-        }
-        let kernel = self.select_for(op, &in_metas, &out_metas)?;
-        let in_args = inputs
-            .iter()
-            .enumerate()
-            .map(|(i, t)| match owned.get(i) {
-                Some(Some(c)) => {
-                    c.storage.mark_use(target);
-                    c.arg()
-                }
-                _ => t.arg(),
-            })
-            .collect();
-        let seq = self.inner.seq.fetch_add(1, Ordering::Relaxed) + 1;
-        let args = LaunchArgs {
-            op: op.clone(),
-            inputs: in_args,
-            outputs: outputs.iter().map(|t| t.arg()).collect(),
-            workspace: None,
-            seq,
-            threads: target.threads,
-            prepacked: target.prepacked.cloned(),
-        };
-        let flops = op.flops(&in_metas, &out_metas);
-        let bytes = op.bytes(&in_metas, &out_metas);
-        // The caller drops the temporaries after queueing the launch, so their release
-        // events come after it on the stream.
-        Ok((kernel, args, flops, bytes, owned.into_iter().flatten().collect()))
-    }
-
-    /// Validates one launch of a compiled graph's node once, the way [`prepare`] does on
-    /// every eager launch, and returns its kernel and launch template. Fixed operands are
-    /// checked in full (device, runtime, contiguity, overlap); a per-run operand only by
-    /// its metadata, and its template operand is contiguous at a placeholder address. An
-    /// error means the node cannot be frozen (e.g. a strided fixed input).
-    pub(crate) fn freeze_launch(
-        &self,
-        device: usize,
-        op: &Op,
-        inputs: &[Operand<'_>],
-        outputs: &[Operand<'_>],
-        threads: usize,
-        prepacked: Option<&crate::backend::Prepacked>,
-    ) -> Result<(KernelInfo, LaunchArgs, u64, u64)> {
-        let name = op.name();
-        let in_metas: Vec<TensorMeta> = inputs.iter().map(Operand::meta).collect();
-        let out_metas = op.infer(&in_metas)?;
-        check_output_metas(name, &out_metas, outputs.iter().map(Operand::meta))?;
-        let fixed = inputs.iter().chain(outputs).filter_map(|o| match o {
-            Operand::Fixed(t) => Some(*t),
-            Operand::PerRun(_) => None,
-        });
-        for t in fixed {
-            if !Arc::ptr_eq(&t.storage.rt, &self.inner) || t.device() != device {
-                return Err(Error::invalid(name, format!("operand {} is not on device {device}", t.meta())));
-            }
-            if !t.is_contiguous() {
-                return Err(Error::invalid(name, format!("operand {} is not contiguous", t.meta())));
-            }
-        }
-        for (i, o) in outputs.iter().enumerate() {
-            let Operand::Fixed(o) = o else { continue };
-            let overlaps = |x: &Operand<'_>| matches!(x, Operand::Fixed(t) if t.overlaps(o));
-            if inputs.iter().any(overlaps) || outputs.iter().enumerate().any(|(j, x)| j != i && overlaps(x)) {
-                return Err(Error::invalid(name, format!("output {i} ({}) overlaps another operand", o.meta())));
-            }
-        }
-        let kernel = self.select_for(op, &in_metas, &out_metas)?;
-        let arg = |o: &Operand<'_>| match o {
-            Operand::Fixed(t) => t.arg(),
-            Operand::PerRun(m) => crate::backend::TensorArg {
-                ptr: crate::backend::DevicePtr::NULL,
-                dtype: m.dtype,
-                layout: Arc::new(Layout::contiguous(m.shape.clone())),
-            },
-        };
-        let args = LaunchArgs {
-            op: op.clone(),
-            inputs: inputs.iter().map(arg).collect(),
-            outputs: outputs.iter().map(arg).collect(),
-            workspace: None,
-            seq: 0,
-            threads,
-            prepacked: prepacked.cloned(),
-        };
-        let flops = op.flops(&in_metas, &out_metas);
-        let bytes = op.bytes(&in_metas, &out_metas);
-        Ok((kernel, args, flops, bytes))
-    }
-
-    /// Reserves `n` consecutive launch sequence numbers; returns the first.
-    pub(crate) fn next_seqs(&self, n: u64) -> u64 {
-        self.inner.seq.fetch_add(n, Ordering::Relaxed) + 1
-    }
-
-    /// Adds timed work to the utilisation counters of `device`.
-    pub(crate) fn record_busy(
-        &self,
-        device: usize,
-        units: &[(crate::kernel::Unit, u64, u64, u64)],
-        busy: std::time::Duration,
-        launches: u64,
-    ) {
-        if launches == 0 {
-            return;
-        }
-        let mut prof = self.inner.profile.lock().unwrap_or_else(|p| p.into_inner());
-        for &(unit, n, flops, bytes) in units {
-            let e = prof.units.entry((device, unit.label)).or_insert((unit, Default::default()));
-            e.1.busy += busy.mul_f64(n as f64 / launches as f64);
-            e.1.flops += flops;
-            e.1.bytes += bytes;
-            e.1.launches += n;
-        }
-    }
-
-    /// Per-unit utilisation from the timed executions so far, against each unit's peak.
-    pub fn utilisation(&self) -> Vec<Utilisation> {
-        let prof = self.inner.profile.lock().unwrap_or_else(|p| p.into_inner());
-        let mut out = Vec::new();
-        for ((device, _label), (unit, totals)) in prof.units.iter() {
-            let Some(d) = self.inner.devices.get(*device) else {
-                continue;
-            };
-            let peak = d.info.units.iter().find(|u| u.unit.label == unit.label);
-            let secs = totals.busy.as_secs_f64();
-            let (compute, bandwidth, method) = match (peak, secs > 0.0) {
-                (Some(p), true) => (
-                    (totals.flops as f64 / secs / p.peak_flops).min(1.0),
-                    (totals.bytes as f64 / secs / p.peak_bytes_per_s).min(1.0),
-                    format!("op FLOP/byte counts over measured time vs nominal peak ({})", p.source),
-                ),
-                _ => (0.0, 0.0, "no peak known for this unit".to_string()),
-            };
-            out.push(Utilisation {
-                device: d.label.to_string(),
-                unit: *unit,
-                totals: totals.clone(),
-                compute,
-                bandwidth,
-                method,
-            });
-        }
-        out
-    }
-
-    /// Clears the utilisation counters.
-    pub fn reset_profile(&self) {
-        *self.inner.profile.lock().unwrap_or_else(|p| p.into_inner()) = Profile::default();
-    }
 }
 
 pub(crate) fn relabel_async(inner: &Inner, device: usize, e: Error) -> Error {
@@ -836,22 +435,4 @@ pub(crate) fn relabel_async(inner: &Inner, device: usize, e: Error) -> Error {
         }
         (e, _) => e,
     }
-}
-
-/// The outputs a launch was given must be as many, and each of the dtype and shape, that
-/// the op infers.
-fn check_output_metas(
-    name: &'static str,
-    expected: &[TensorMeta],
-    given: impl ExactSizeIterator<Item = TensorMeta>,
-) -> Result<()> {
-    if given.len() != expected.len() {
-        return Err(Error::invalid(name, format!("expects {} outputs, got {}", expected.len(), given.len())));
-    }
-    for (i, (g, m)) in given.zip(expected).enumerate() {
-        if g != *m {
-            return Err(Error::invalid(name, format!("output {i} must be {m}, got {g}")));
-        }
-    }
-    Ok(())
 }

@@ -279,7 +279,7 @@ impl CompiledGraph {
                 !(before(i, j) || before(j, i))
             };
             let align = rt.config().pool.alignment.max(64);
-            let p = planner::plan(&buffers, &conflict, align);
+            let p = planner::plan(&buffers, &conflict, align)?;
             log::info!(
                 "compiled graph: {} nodes, arena {} bytes, load {} bytes (ratio {:.3}, {})",
                 graph.nodes.len(),

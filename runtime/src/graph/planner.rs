@@ -5,6 +5,13 @@
 //! tried — by size, by first use, by lifetime length — each placed first-fit at the lowest
 //! offset that does not collide with a conflicting buffer already placed; the smallest
 //! arena wins.
+//!
+//! Sizes, offsets and the arena's end are checked: a plan whose arena would exceed
+//! [`size::MAX_BYTES`] is an [`Error::Overflow`], although buffers that never conflict
+//! may sum to more than `usize::MAX`.
+
+use crate::error::{Error, Result};
+use crate::size;
 
 /// One buffer to place: its size and the positions (in the schedule's order) of the node
 /// that writes it first and the node that reads it last.
@@ -36,32 +43,41 @@ impl MemoryPlan {
     }
 }
 
-fn align_up(x: usize, a: usize) -> usize {
-    x.div_ceil(a) * a
+/// `x` rounded up to a multiple of `a` (non-zero).
+fn align_up(x: usize, a: usize) -> Result<usize> {
+    size::mul(format_args!("memory plan: a {x}-byte buffer aligned to {a} bytes"), x.div_ceil(a), a)
 }
 
-/// The most bytes live at once, with lifetimes as closed position intervals.
-pub fn load(buffers: &[Buffer], align: usize) -> usize {
-    let mut events: Vec<(usize, i64)> = Vec::new();
+/// The most bytes live at once, with lifetimes as closed position intervals. An
+/// [`Error::Overflow`] when an aligned size or that maximum does not fit in `usize`.
+pub fn load(buffers: &[Buffer], align: usize) -> Result<usize> {
+    let align = align.max(1);
+    // Positions are widened so that `last + 1` cannot wrap; the running sum is kept in
+    // `i128`, which holds the sum of the sizes of any slice of buffers.
+    let mut events: Vec<(u128, i128)> = Vec::with_capacity(2 * buffers.len());
     for b in buffers {
-        let s = align_up(b.size, align) as i64;
-        events.push((b.def, s));
-        events.push((b.last + 1, -s));
+        let s = align_up(b.size, align)? as i128;
+        events.push((b.def as u128, s));
+        events.push((b.last as u128 + 1, -s));
     }
     events.sort_by_key(|&(p, d)| (p, d));
-    let (mut cur, mut best) = (0i64, 0i64);
+    let (mut cur, mut best) = (0i128, 0i128);
     for (_, d) in events {
         cur += d;
         best = best.max(cur);
     }
-    best as usize
+    usize::try_from(best).map_err(|_| Error::Overflow {
+        what: format!("memory plan: {best} bytes of {} intermediates live at once", buffers.len()),
+    })
 }
 
 /// Places `buffers`; `conflict(i, j)` says whether buffers `i` and `j` may be live at
-/// the same time. Offsets are multiples of `align` (a power of two).
-pub fn plan(buffers: &[Buffer], conflict: &dyn Fn(usize, usize) -> bool, align: usize) -> MemoryPlan {
+/// the same time. Offsets are multiples of `align` (a power of two). An
+/// [`Error::Overflow`] when no ordering gives an arena of at most [`size::MAX_BYTES`].
+pub fn plan(buffers: &[Buffer], conflict: &dyn Fn(usize, usize) -> bool, align: usize) -> Result<MemoryPlan> {
     let align = align.max(1);
     let n = buffers.len();
+    let aligned: Vec<usize> = buffers.iter().map(|b| align_up(b.size, align)).collect::<Result<_>>()?;
     let lifetime = |b: &Buffer| b.last.saturating_sub(b.def);
     let mut orders: Vec<(&'static str, Vec<usize>)> = Vec::new();
     let mut by_size: Vec<usize> = (0..n).collect();
@@ -73,31 +89,72 @@ pub fn plan(buffers: &[Buffer], conflict: &dyn Fn(usize, usize) -> bool, align: 
     let mut by_life: Vec<usize> = (0..n).collect();
     by_life.sort_by_key(|&i| (std::cmp::Reverse(lifetime(&buffers[i])), std::cmp::Reverse(buffers[i].size), i));
     orders.push(("by-lifetime", by_life));
-    let bound = load(buffers, align);
+    let bound = load(buffers, align)?;
     let mut best: Option<MemoryPlan> = None;
     let mut candidates = Vec::new();
     let by_first = orders[1].1.clone();
-    let mut placements: Vec<(&'static str, Vec<usize>)> =
-        orders.into_iter().map(|(name, order)| (name, place(buffers, &order, conflict, align))).collect();
-    placements.push(("alternate-ends", place_two_ended(buffers, &by_first, conflict, align, bound)));
+    let mut placements: Vec<(&'static str, Option<Vec<usize>>)> =
+        orders.into_iter().map(|(name, order)| (name, place(&aligned, &order, conflict))).collect();
+    placements.push(("alternate-ends", place_two_ended(&aligned, &by_first, conflict, align, bound)));
     for (name, offsets) in placements {
-        let arena = (0..n).map(|i| offsets[i] + align_up(buffers[i].size, align)).max().unwrap_or(0);
+        // A placement whose end does not fit in `usize` is recorded as `usize::MAX`,
+        // which is above `MAX_BYTES` and so never accepted.
+        let arena = offsets.as_ref().and_then(|o| arena_end(o, &aligned)).unwrap_or(usize::MAX);
         candidates.push((name, arena));
+        let Some(offsets) = offsets.filter(|_| arena <= size::MAX_BYTES) else {
+            continue;
+        };
         if best.as_ref().is_none_or(|b| arena < b.arena_bytes) {
             best =
                 Some(MemoryPlan { offsets, arena_bytes: arena, load_bytes: 0, strategy: name, candidates: Vec::new() });
         }
     }
-    let mut p = best.unwrap_or(MemoryPlan {
-        offsets: Vec::new(),
-        arena_bytes: 0,
-        load_bytes: 0,
-        strategy: "empty",
-        candidates: Vec::new(),
-    });
+    let Some(mut p) = best else {
+        let smallest = candidates.iter().map(|c| c.1).min().unwrap_or(usize::MAX);
+        let need = if smallest == usize::MAX { "at least usize::MAX".to_string() } else { smallest.to_string() };
+        return Err(Error::Overflow {
+            what: format!("memory plan: the arena for {n} intermediates needs {need} bytes, more than isize::MAX"),
+        });
+    };
     p.load_bytes = bound;
     p.candidates = candidates;
-    p
+    Ok(p)
+}
+
+/// The highest end `offsets[i] + aligned[i]`; `None` when one does not fit in `usize`.
+fn arena_end(offsets: &[usize], aligned: &[usize]) -> Option<usize> {
+    offsets.iter().zip(aligned).try_fold(0usize, |m, (&o, &s)| Some(m.max(o.checked_add(s)?)))
+}
+
+/// The busy intervals `[offset, end)` of the placed buffers that conflict with `i`;
+/// `None` when an end does not fit in `usize`.
+fn busy_for(
+    i: usize,
+    placed: &[usize],
+    offsets: &[usize],
+    aligned: &[usize],
+    conflict: &dyn Fn(usize, usize) -> bool,
+) -> Option<Vec<(usize, usize)>> {
+    placed
+        .iter()
+        .filter(|&&j| conflict(i, j))
+        .map(|&j| Some((offsets[j], offsets[j].checked_add(aligned[j])?)))
+        .collect()
+}
+
+/// The lowest offset at or above 0 where `size` bytes fit between the busy intervals;
+/// `None` when the end of that offset does not fit in `usize`.
+fn first_fit(busy: &mut [(usize, usize)], size: usize) -> Option<usize> {
+    busy.sort_unstable();
+    let mut at = 0usize;
+    for &(s, e) in busy.iter() {
+        // `at + size` past `usize::MAX` cannot fit below `s`.
+        if at.checked_add(size).is_some_and(|end| end <= s) {
+            break;
+        }
+        at = at.max(e);
+    }
+    at.checked_add(size).map(|_| at)
 }
 
 /// Free gaps `[start, end)` below `limit` between the busy intervals (sorted, merged).
@@ -123,23 +180,20 @@ fn gaps(busy: &mut [(usize, usize)], limit: usize) -> Vec<(usize, usize)> {
 
 /// Placement in first-use order that alternates between the bottom and the top of an
 /// arena of `bound` bytes (the LOAD lower bound), so that chains of different sizes pack
-/// to exactly the bound; buffers that fit neither end go first-fit above.
+/// to exactly the bound; buffers that fit neither end go first-fit above. `aligned` holds
+/// the buffers' aligned sizes; `None` when an offset or an end does not fit in `usize`.
 fn place_two_ended(
-    buffers: &[Buffer],
+    aligned: &[usize],
     order: &[usize],
     conflict: &dyn Fn(usize, usize) -> bool,
     align: usize,
     bound: usize,
-) -> Vec<usize> {
-    let mut offsets = vec![usize::MAX; buffers.len()];
-    let mut placed: Vec<usize> = Vec::with_capacity(buffers.len());
+) -> Option<Vec<usize>> {
+    let mut offsets = vec![usize::MAX; aligned.len()];
+    let mut placed: Vec<usize> = Vec::with_capacity(aligned.len());
     for (k, &i) in order.iter().enumerate() {
-        let size = align_up(buffers[i].size, align);
-        let mut busy: Vec<(usize, usize)> = placed
-            .iter()
-            .filter(|&&j| conflict(i, j))
-            .map(|&j| (offsets[j], offsets[j] + align_up(buffers[j].size, align)))
-            .collect();
+        let size = aligned[i];
+        let mut busy = busy_for(i, &placed, &offsets, aligned, conflict)?;
         let free = gaps(&mut busy, bound);
         let low = free.iter().find(|(s, e)| e - s >= size).map(|(s, _)| *s);
         let high = free.iter().rev().find(|(s, e)| e - s >= size).map(|(_, e)| (e - size) / align * align);
@@ -147,47 +201,25 @@ fn place_two_ended(
         let pick = if k % 2 == 0 { low.or(high) } else { high.or(low) };
         offsets[i] = match pick {
             Some(o) => o,
-            None => {
-                // First fit, possibly above the bound.
-                busy.sort_unstable();
-                let mut at = 0;
-                for (s, e) in busy {
-                    if at + size <= s {
-                        break;
-                    }
-                    at = at.max(e);
-                }
-                at
-            }
+            // First fit, possibly above the bound.
+            None => first_fit(&mut busy, size)?,
         };
         placed.push(i);
     }
-    offsets
+    Some(offsets)
 }
 
-/// First-fit placement in the given order.
-fn place(buffers: &[Buffer], order: &[usize], conflict: &dyn Fn(usize, usize) -> bool, align: usize) -> Vec<usize> {
-    let mut offsets = vec![usize::MAX; buffers.len()];
-    let mut placed: Vec<usize> = Vec::with_capacity(buffers.len());
+/// First-fit placement in the given order. `aligned` holds the buffers' aligned sizes;
+/// `None` when an offset or an end does not fit in `usize`.
+fn place(aligned: &[usize], order: &[usize], conflict: &dyn Fn(usize, usize) -> bool) -> Option<Vec<usize>> {
+    let mut offsets = vec![usize::MAX; aligned.len()];
+    let mut placed: Vec<usize> = Vec::with_capacity(aligned.len());
     for &i in order {
-        let size = align_up(buffers[i].size, align);
-        let mut busy: Vec<(usize, usize)> = placed
-            .iter()
-            .filter(|&&j| conflict(i, j))
-            .map(|&j| (offsets[j], offsets[j] + align_up(buffers[j].size, align)))
-            .collect();
-        busy.sort_unstable();
-        let mut at = 0;
-        for (s, e) in busy {
-            if at + size <= s {
-                break;
-            }
-            at = at.max(e);
-        }
-        offsets[i] = at;
+        let mut busy = busy_for(i, &placed, &offsets, aligned, conflict)?;
+        offsets[i] = first_fit(&mut busy, aligned[i])?;
         placed.push(i);
     }
-    offsets
+    Some(offsets)
 }
 
 /// Interval conflict for a single stream: lifetimes `[def, last]` overlap.
@@ -198,16 +230,20 @@ pub fn interval_conflict(buffers: &[Buffer]) -> impl Fn(usize, usize) -> bool + 
     }
 }
 
-/// True when no two conflicting buffers overlap in the arena.
+/// True when no two conflicting buffers overlap in the arena (and every end fits in
+/// `usize`).
 pub fn is_valid(buffers: &[Buffer], offsets: &[usize], conflict: &dyn Fn(usize, usize) -> bool) -> bool {
     for i in 0..buffers.len() {
         for j in i + 1..buffers.len() {
             if buffers[i].size == 0 || buffers[j].size == 0 || !conflict(i, j) {
                 continue;
             }
-            let (a0, a1) = (offsets[i], offsets[i] + buffers[i].size);
-            let (b0, b1) = (offsets[j], offsets[j] + buffers[j].size);
-            if a0 < b1 && b0 < a1 {
+            let (Some(a1), Some(b1)) =
+                (offsets[i].checked_add(buffers[i].size), offsets[j].checked_add(buffers[j].size))
+            else {
+                return false;
+            };
+            if offsets[i] < b1 && offsets[j] < a1 {
                 return false;
             }
         }
@@ -278,7 +314,7 @@ mod tests {
         for n in [1, 2, 5, 30] {
             let bufs: Vec<Buffer> = (0..n).map(|i| Buffer { size: 64 * (1 + i % 3), def: i, last: i + 1 }).collect();
             let c = interval_conflict(&bufs);
-            let p = plan(&bufs, &c, 64);
+            let p = plan(&bufs, &c, 64).unwrap();
             assert!(is_valid(&bufs, &p.offsets, &c));
             assert_eq!(p.ratio(), 1.0, "{n}: arena {} load {}", p.arena_bytes, p.load_bytes);
         }
@@ -297,7 +333,7 @@ mod tests {
                 })
                 .collect();
             let c = interval_conflict(&bufs);
-            let p = plan(&bufs, &c, 1);
+            let p = plan(&bufs, &c, 1).unwrap();
             assert!(is_valid(&bufs, &p.offsets, &c), "{bufs:?} -> {:?}", p.offsets);
             let opt = brute_force(&bufs);
             assert!(p.arena_bytes >= opt, "beat the optimum? {bufs:?}");
@@ -306,5 +342,49 @@ mod tests {
         }
         // The heuristics are not optimal in general, but stay close on small cases.
         assert!(worst <= 1.5, "worst ratio to the optimum {worst}");
+    }
+
+    #[test]
+    fn sizes_summing_past_usize_max_are_checked() {
+        const BIG: usize = 1 << 61;
+        // Nine 2^61-byte buffers sum past usize::MAX; as a chain only two are live at
+        // once, so the plan fits.
+        let chain: Vec<Buffer> = (0..9).map(|i| Buffer { size: BIG, def: i, last: i + 1 }).collect();
+        let c = interval_conflict(&chain);
+        let p = plan(&chain, &c, 64).unwrap();
+        assert!(is_valid(&chain, &p.offsets, &c));
+        assert_eq!((p.arena_bytes, p.load_bytes), (2 * BIG, 2 * BIG));
+        // All live at once: the live bytes do not fit in usize.
+        let together: Vec<Buffer> = (0..9).map(|_| Buffer { size: BIG, def: 0, last: 1 }).collect();
+        let c = interval_conflict(&together);
+        assert!(matches!(load(&together, 64), Err(Error::Overflow { .. })));
+        let e = plan(&together, &c, 64).unwrap_err();
+        assert!(matches!(e, Error::Overflow { .. }), "{e}");
+        // 3 * 2^62 fits in usize but not in one allocation.
+        let three: Vec<Buffer> = (0..3).map(|_| Buffer { size: 1 << 62, def: 0, last: 0 }).collect();
+        let c = interval_conflict(&three);
+        assert_eq!(load(&three, 64).unwrap(), 3 << 62);
+        let e = plan(&three, &c, 64).unwrap_err();
+        assert!(e.to_string().contains("more than isize::MAX"), "{e}");
+        // Rounding a size up to the alignment overflows.
+        let huge = [Buffer { size: usize::MAX, def: 0, last: 0 }];
+        let c = interval_conflict(&huge);
+        assert!(matches!(plan(&huge, &c, 64), Err(Error::Overflow { .. })));
+        assert!(plan(&huge, &c, 1).unwrap_err().to_string().contains("at least usize::MAX bytes"));
+        // A last use at the final position does not wrap.
+        assert_eq!(load(&[Buffer { size: 8, def: usize::MAX, last: usize::MAX }], 8).unwrap(), 8);
+    }
+
+    #[test]
+    fn placements_whose_end_overflows_are_refused() {
+        let aligned = [1 << 63, 1 << 63];
+        let all = |_: usize, _: usize| true;
+        assert_eq!(place(&aligned, &[0, 1], &all), None);
+        assert_eq!(place_two_ended(&aligned, &[0, 1], &all, 1, usize::MAX), None);
+        assert_eq!(arena_end(&[usize::MAX], &[1]), None);
+        let bufs = [Buffer { size: 2, def: 0, last: 0 }, Buffer { size: 2, def: 0, last: 0 }];
+        assert!(!is_valid(&bufs, &[usize::MAX, 0], &all));
+        let none = |_: usize, _: usize| false;
+        assert_eq!(place(&aligned, &[0, 1], &none), Some(vec![0, 0]));
     }
 }

@@ -1,0 +1,114 @@
+//! Building an op from its kind and `key=value` attributes.
+
+use super::{GeluApprox, Op, OpKind};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+
+/// Builds an op from its kind and `key=value` attributes (the CLI and model loaders use
+/// this). Unknown keys are errors; missing keys take the defaults shown.
+///
+/// | op | attributes (default) |
+/// |---|---|
+/// | MatMul | `trans_a` (false), `trans_b` (false) |
+/// | Gemm | `trans_a`, `trans_b`, `alpha` (1), `beta` (1) |
+/// | GELU, BiasGelu | `approx` = `erf` \| `tanh` (erf) |
+/// | Softmax | `axis` (-1) |
+/// | LayerNorm, AddLayerNorm | `eps` (1e-5) |
+/// | Permute/Transpose | `perm` (comma list; default reverses the axes) |
+/// | Reshape | `shape` (comma list, one -1 allowed) |
+/// | Gather/Embedding | `axis` (0) |
+/// | Cast | `to` (f32) |
+/// | ReduceSum, ReduceMean | `axes` (comma list; empty = all), `keepdims` (false) |
+/// | Scale | `factor` (1) |
+/// | Attention | `scale` (1/sqrt(D)) |
+pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize) -> Result<Op> {
+    let op = kind.name();
+    let mut used = vec![false; attrs.len()];
+    let mut get = |k: &str| -> Option<String> {
+        attrs.iter().enumerate().find(|(_, (key, _))| key == k).map(|(i, (_, v))| {
+            used[i] = true;
+            v.clone()
+        })
+    };
+    fn parse<T: std::str::FromStr>(op: &'static str, k: &str, v: Option<String>, d: T) -> Result<T> {
+        match v {
+            None => Ok(d),
+            Some(s) => s.trim().parse().map_err(|_| Error::invalid(op, format!("attribute {k}={s:?} is malformed"))),
+        }
+    }
+    fn list<T: std::str::FromStr>(op: &'static str, k: &str, v: &str) -> Result<Vec<T>> {
+        v.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse().map_err(|_| Error::invalid(op, format!("attribute {k}: {s:?} is not a number"))))
+            .collect()
+    }
+    let approx = |v: Option<String>| -> Result<GeluApprox> {
+        match v.as_deref() {
+            None | Some("erf") => Ok(GeluApprox::Erf),
+            Some("tanh") => Ok(GeluApprox::Tanh),
+            Some(o) => Err(Error::invalid(op, format!("approx must be erf or tanh, got {o:?}"))),
+        }
+    };
+    let built = match kind {
+        OpKind::MatMul => Op::MatMul {
+            trans_a: parse(op, "trans_a", get("trans_a"), false)?,
+            trans_b: parse(op, "trans_b", get("trans_b"), false)?,
+        },
+        OpKind::Gemm => Op::Gemm {
+            trans_a: parse(op, "trans_a", get("trans_a"), false)?,
+            trans_b: parse(op, "trans_b", get("trans_b"), false)?,
+            alpha: parse(op, "alpha", get("alpha"), 1.0)?,
+            beta: parse(op, "beta", get("beta"), 1.0)?,
+        },
+        OpKind::Linear => Op::Linear,
+        OpKind::Add => Op::Add,
+        OpKind::Sub => Op::Sub,
+        OpKind::Mul => Op::Mul,
+        OpKind::Div => Op::Div,
+        OpKind::Relu => Op::Relu,
+        OpKind::Gelu => Op::Gelu(approx(get("approx"))?),
+        OpKind::BiasGelu => Op::BiasGelu(approx(get("approx"))?),
+        OpKind::Tanh => Op::Tanh,
+        OpKind::Erf => Op::Erf,
+        OpKind::Exp => Op::Exp,
+        OpKind::Sqrt => Op::Sqrt,
+        OpKind::Softmax => Op::Softmax { axis: parse(op, "axis", get("axis"), -1)? },
+        OpKind::LayerNorm => Op::LayerNorm { eps: parse(op, "eps", get("eps"), 1e-5)? },
+        OpKind::AddLayerNorm => Op::AddLayerNorm { eps: parse(op, "eps", get("eps"), 1e-5)? },
+        OpKind::Permute => Op::Permute {
+            perm: match get("perm") {
+                Some(v) => list(op, "perm", &v)?,
+                None => (0..rank_hint).rev().collect(),
+            },
+        },
+        OpKind::Reshape => Op::Reshape {
+            shape: list(op, "shape", &get("shape").ok_or_else(|| Error::invalid(op, "needs attribute shape=..."))?)?,
+        },
+        OpKind::Gather => Op::Gather { axis: parse(op, "axis", get("axis"), 0)? },
+        OpKind::Cast => {
+            let to = get("to").unwrap_or_else(|| "f32".into());
+            Op::Cast { to: DType::parse(&to).ok_or_else(|| Error::invalid(op, format!("unknown dtype {to:?}")))? }
+        }
+        OpKind::ReduceSum | OpKind::ReduceMean => {
+            let axes = match get("axes") {
+                Some(v) => list(op, "axes", &v)?,
+                None => Vec::new(),
+            };
+            let keepdims = parse(op, "keepdims", get("keepdims"), false)?;
+            if kind == OpKind::ReduceSum { Op::ReduceSum { axes, keepdims } } else { Op::ReduceMean { axes, keepdims } }
+        }
+        OpKind::Scale => Op::Scale { factor: parse(op, "factor", get("factor"), 1.0)? },
+        OpKind::Copy => Op::Copy,
+        OpKind::Attention => Op::Attention {
+            scale: match get("scale") {
+                Some(v) => Some(parse(op, "scale", Some(v), 1.0)?),
+                None => None,
+            },
+        },
+    };
+    if let Some(i) = used.iter().position(|u| !u) {
+        return Err(Error::invalid(op, format!("unknown attribute {:?}", attrs[i].0)));
+    }
+    Ok(built)
+}

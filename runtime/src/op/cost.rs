@@ -1,0 +1,78 @@
+//! The cost of one execution of an op: floating-point operations and bytes moved.
+
+use super::{Op, TensorMeta};
+
+impl Op {
+    /// Floating-point operations of one execution (a multiply-add counts as 2); saturates
+    /// at `u64::MAX`.
+    pub fn flops(&self, inputs: &[TensorMeta], outputs: &[TensorMeta]) -> u64 {
+        let p = |xs: &[u64]| xs.iter().fold(1u64, |a, &x| a.saturating_mul(x));
+        let on = outputs.first().map_or(0, |o| o.shape.numel() as u64);
+        let inner = |i: usize, trans: bool| -> u64 {
+            inputs.get(i).map_or(0, |t| {
+                let s = &t.shape;
+                if s.rank() < 2 {
+                    s.last() as u64
+                } else if trans {
+                    s.0[s.rank() - 2] as u64
+                } else {
+                    s.0[s.rank() - 1] as u64
+                }
+            })
+        };
+        match self {
+            Op::MatMul { trans_a, .. } => p(&[2, on, inner(0, *trans_a)]),
+            Op::Gemm { trans_a, .. } => p(&[2, on, inner(0, *trans_a)]).saturating_add(p(&[2, on])),
+            Op::Linear => p(&[2, on, inner(0, false)]).saturating_add(on),
+            Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Relu | Op::Scale { .. } => on,
+            Op::Gelu(_) | Op::BiasGelu(_) | Op::LayerNorm { .. } => p(&[8, on]),
+            Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt => p(&[4, on]),
+            Op::Softmax { .. } => p(&[5, on]),
+            Op::AddLayerNorm { .. } => p(&[9, on]),
+            Op::ReduceSum { .. } | Op::ReduceMean { .. } => inputs.first().map_or(0, |t| t.shape.numel() as u64),
+            Op::Attention { .. } => {
+                let (Some(q), Some(k)) = (inputs.first().map(|t| &t.shape), inputs.get(1).map(|t| &t.shape)) else {
+                    return 0;
+                };
+                if q.rank() != 4 || k.rank() != 4 {
+                    return 0;
+                }
+                let (b, h, s, d, t) = (q.0[0], q.0[1], q.0[2], q.0[3], k.0[2]);
+                let dv = outputs.first().map_or(d, |o| o.shape.last());
+                let scores = p(&[b as u64, h as u64, s as u64, t as u64]);
+                p(&[2, scores, (d as u64).saturating_add(dv as u64)]).saturating_add(p(&[5, scores]))
+            }
+            Op::Permute { .. } | Op::Reshape { .. } | Op::Gather { .. } | Op::Cast { .. } | Op::Copy => 0,
+        }
+    }
+
+    /// Bytes read and written by one execution, counting each operand once; saturates at
+    /// `u64::MAX`.
+    pub fn bytes(&self, inputs: &[TensorMeta], outputs: &[TensorMeta]) -> u64 {
+        let sum = |ts: &mut dyn Iterator<Item = &TensorMeta>| ts.fold(0u64, |a, t| a.saturating_add(t.bytes() as u64));
+        let read = match self {
+            // Gather reads only the selected rows.
+            Op::Gather { .. } => sum(&mut inputs.get(1).into_iter().chain(outputs.first())),
+            _ => sum(&mut inputs.iter()),
+        };
+        read.saturating_add(sum(&mut outputs.iter()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+
+    fn m(s: &[usize]) -> TensorMeta {
+        TensorMeta::new(DType::F32, s)
+    }
+
+    #[test]
+    fn flops_of_gemm() {
+        let op = Op::MatMul { trans_a: false, trans_b: false };
+        let i = [m(&[512, 1024]), m(&[1024, 4096])];
+        let o = op.infer(&i).unwrap();
+        assert_eq!(op.flops(&i, &o), 2 * 512 * 1024 * 4096);
+    }
+}

@@ -1,0 +1,370 @@
+//! Validation and shape inference of each op.
+
+use super::{Op, OpKind, TensorMeta, arity, operand_name};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::shape::Shape;
+use crate::size;
+
+impl Op {
+    /// Validates the inputs and infers the outputs' dtypes and shapes. An operand or an
+    /// output whose size overflows (see [`crate::size`]) is an [`Error::Invalid`] naming it.
+    pub fn infer(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
+        let (kind, op) = (self.kind(), self.name());
+        for (i, m) in inputs.iter().enumerate() {
+            size::operand_bytes(op, operand_name(kind, i), m.shape.dims(), m.dtype)?;
+        }
+        let outs = self.infer_shapes(inputs)?;
+        for (i, m) in outs.iter().enumerate() {
+            if let Err(e) = size::bytes(format_args!("output {i}"), m.shape.dims(), m.dtype) {
+                let ins: Vec<String> =
+                    inputs.iter().enumerate().map(|(j, t)| format!("{} is {t}", operand_name(kind, j))).collect();
+                return Err(Error::invalid(op, format!("{e} ({})", ins.join(", "))));
+            }
+        }
+        Ok(outs)
+    }
+
+    fn infer_shapes(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
+        let kind = self.kind();
+        let op = kind.name();
+        let (lo, hi) = arity(kind);
+        if inputs.len() < lo || inputs.len() > hi {
+            let want = if lo == hi { format!("{lo}") } else { format!("{lo} to {hi}") };
+            return Err(Error::invalid(op, format!("expects {want} inputs, got {}", inputs.len())));
+        }
+        let name = |i: usize| operand_name(kind, i);
+        let need_float = |i: usize| -> Result<()> {
+            if inputs[i].dtype.is_float() {
+                Ok(())
+            } else {
+                Err(Error::invalid(op, format!("{} must be f32, f16 or bf16, got {}", name(i), inputs[i])))
+            }
+        };
+        let same_dtype = |i: usize, j: usize| -> Result<()> {
+            if inputs[i].dtype == inputs[j].dtype {
+                Ok(())
+            } else {
+                Err(Error::invalid(
+                    op,
+                    format!("dtypes differ: {} is {}, {} is {}", name(i), inputs[i], name(j), inputs[j]),
+                ))
+            }
+        };
+        let out = |dtype: DType, shape: Shape| Ok(vec![TensorMeta { dtype, shape }]);
+        let x = &inputs[0];
+        match self {
+            Op::MatMul { trans_a, trans_b } => {
+                need_float(0)?;
+                same_dtype(0, 1)?;
+                let (a, b) = (&inputs[0].shape, &inputs[1].shape);
+                if a.rank() < 2 || b.rank() < 2 {
+                    return Err(Error::invalid(op, format!("operands must have rank >= 2: a is {a}, b is {b}")));
+                }
+                let (m, ka) = mat_dims(a, *trans_a);
+                let (kb, n) = mat_dims(b, *trans_b);
+                if ka != kb {
+                    return Err(Error::invalid(op, format!("inner dimensions differ: a is {a}, b is {b}")));
+                }
+                let ba = Shape(a.0[..a.rank() - 2].to_vec());
+                let bb = Shape(b.0[..b.rank() - 2].to_vec());
+                let mut batch = Shape::broadcast(&ba, &bb).ok_or_else(|| {
+                    Error::invalid(op, format!("batch dimensions do not broadcast: a is {a}, b is {b}"))
+                })?;
+                batch.0.extend([m, n]);
+                out(x.dtype, batch)
+            }
+            Op::Gemm { trans_a, trans_b, .. } => {
+                need_float(0)?;
+                same_dtype(0, 1)?;
+                let (a, b) = (&inputs[0].shape, &inputs[1].shape);
+                if a.rank() != 2 || b.rank() != 2 {
+                    return Err(Error::invalid(op, format!("operands must be 2-D: a is {a}, b is {b}")));
+                }
+                let (m, ka) = mat_dims(a, *trans_a);
+                let (kb, n) = mat_dims(b, *trans_b);
+                if ka != kb {
+                    return Err(Error::invalid(op, format!("inner dimensions differ: a is {a}, b is {b}")));
+                }
+                let o = Shape::from([m, n]);
+                if inputs.len() == 3 {
+                    same_dtype(0, 2)?;
+                    let c = &inputs[2].shape;
+                    if Shape::broadcast(c, &o).as_ref() != Some(&o) {
+                        return Err(Error::invalid(op, format!("c {c} does not broadcast to the output {o}")));
+                    }
+                }
+                out(x.dtype, o)
+            }
+            Op::Linear => {
+                need_float(0)?;
+                // Mixed precision: f32 activations with a bf16 weight (f32 accumulation).
+                if !(inputs[0].dtype == DType::F32 && inputs[1].dtype == DType::BF16) {
+                    same_dtype(0, 1)?;
+                }
+                let (xs, w) = (&inputs[0].shape, &inputs[1].shape);
+                if xs.rank() < 1 || w.rank() != 2 {
+                    return Err(Error::invalid(
+                        op,
+                        format!("x must have rank >= 1 and weight must be 2-D [N, K]: x is {xs}, weight is {w}"),
+                    ));
+                }
+                if xs.last() != w.0[1] {
+                    return Err(Error::invalid(op, format!("inner dimensions differ: x is {xs}, weight is {w}")));
+                }
+                if inputs.len() == 3 {
+                    same_dtype(0, 2)?;
+                    let b = &inputs[2].shape;
+                    if b.0 != [w.0[0]] {
+                        return Err(Error::invalid(op, format!("bias must be [{}], got {b}", w.0[0])));
+                    }
+                }
+                let mut o = xs.clone();
+                let last = o.rank() - 1;
+                o.0[last] = w.0[0];
+                out(x.dtype, o)
+            }
+            Op::Add | Op::Sub | Op::Mul | Op::Div => {
+                if inputs[0].dtype == DType::U8 {
+                    return Err(Error::invalid(op, format!("u8 operands are masks, not numbers: a is {}", inputs[0])));
+                }
+                same_dtype(0, 1)?;
+                let s = Shape::broadcast(&inputs[0].shape, &inputs[1].shape).ok_or_else(|| {
+                    Error::invalid(
+                        op,
+                        format!("shapes do not broadcast: a is {}, b is {}", inputs[0].shape, inputs[1].shape),
+                    )
+                })?;
+                out(x.dtype, s)
+            }
+            Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Scale { .. } => {
+                need_float(0)?;
+                if let Op::Scale { factor } = self {
+                    if !factor.is_finite() {
+                        return Err(Error::invalid(op, format!("factor must be finite, got {factor}")));
+                    }
+                }
+                out(x.dtype, x.shape.clone())
+            }
+            Op::Softmax { axis } => {
+                need_float(0)?;
+                if x.shape.axis(*axis).is_none() {
+                    return Err(Error::invalid(op, format!("axis {axis} is out of range for x {}", x.shape)));
+                }
+                out(x.dtype, x.shape.clone())
+            }
+            Op::LayerNorm { eps } | Op::AddLayerNorm { eps } => {
+                let first_param = if kind == OpKind::AddLayerNorm { 2 } else { 1 };
+                need_float(0)?;
+                for i in 1..inputs.len() {
+                    same_dtype(0, i)?;
+                }
+                if !(eps.is_finite() && *eps >= 0.0) {
+                    return Err(Error::invalid(op, format!("eps must be finite and >= 0, got {eps}")));
+                }
+                if x.shape.rank() < 1 {
+                    return Err(Error::invalid(op, format!("x must have rank >= 1, got {}", x.shape)));
+                }
+                if kind == OpKind::AddLayerNorm && inputs[1].shape != x.shape {
+                    return Err(Error::invalid(
+                        op,
+                        format!("residual must match x: x is {}, residual is {}", x.shape, inputs[1].shape),
+                    ));
+                }
+                let d = x.shape.last();
+                for i in first_param..inputs.len() {
+                    if inputs[i].shape.0 != [d] {
+                        return Err(Error::invalid(
+                            op,
+                            format!(
+                                "{} must be [{d}] (the last axis of x {}), got {}",
+                                name(i),
+                                x.shape,
+                                inputs[i].shape
+                            ),
+                        ));
+                    }
+                }
+                out(x.dtype, x.shape.clone())
+            }
+            Op::Permute { perm } => {
+                let r = x.shape.rank();
+                let mut seen = vec![false; r];
+                let valid = perm.len() == r && perm.iter().all(|&p| p < r && !std::mem::replace(&mut seen[p], true));
+                if !valid {
+                    return Err(Error::invalid(
+                        op,
+                        format!("perm {perm:?} is not a permutation of the {r} axes of x {}", x.shape),
+                    ));
+                }
+                out(x.dtype, Shape(perm.iter().map(|&p| x.shape.0[p]).collect()))
+            }
+            Op::Reshape { shape } => {
+                let s = resolve_reshape(&x.shape, shape)
+                    .ok_or_else(|| Error::invalid(op, format!("cannot reshape x {} to {shape:?}", x.shape)))?;
+                out(x.dtype, s)
+            }
+            Op::Gather { axis } => {
+                let idx = &inputs[1];
+                if !matches!(idx.dtype, DType::I32 | DType::I64) {
+                    return Err(Error::invalid(op, format!("indices must be i32 or i64, got {idx}")));
+                }
+                if *axis >= x.shape.rank() {
+                    return Err(Error::invalid(op, format!("axis {axis} is out of range for data {}", x.shape)));
+                }
+                let mut s = x.shape.0[..*axis].to_vec();
+                s.extend_from_slice(idx.shape.dims());
+                s.extend_from_slice(&x.shape.0[axis + 1..]);
+                out(x.dtype, Shape(s))
+            }
+            Op::Cast { to } => out(*to, x.shape.clone()),
+            Op::ReduceSum { axes, keepdims } | Op::ReduceMean { axes, keepdims } => {
+                need_float(0)?;
+                let norm = normalise_axes(&x.shape, axes).ok_or_else(|| {
+                    Error::invalid(op, format!("axes {axes:?} are out of range or repeated for x {}", x.shape))
+                })?;
+                let mut s = Vec::new();
+                for (i, &d) in x.shape.0.iter().enumerate() {
+                    if norm.contains(&i) {
+                        if *keepdims {
+                            s.push(1);
+                        }
+                    } else {
+                        s.push(d);
+                    }
+                }
+                out(x.dtype, Shape(s))
+            }
+            Op::Copy => out(x.dtype, x.shape.clone()),
+            Op::Attention { scale } => {
+                need_float(0)?;
+                same_dtype(0, 1)?;
+                same_dtype(0, 2)?;
+                let (q, k, v) = (&inputs[0].shape, &inputs[1].shape, &inputs[2].shape);
+                if q.rank() != 4 || k.rank() != 4 || v.rank() != 4 {
+                    return Err(Error::invalid(
+                        op,
+                        format!("q, k, v must be [B, H, S, D]: q is {q}, k is {k}, v is {v}"),
+                    ));
+                }
+                if q.0[..2] != k.0[..2] || k.0[..3] != v.0[..3] || q.0[3] != k.0[3] {
+                    return Err(Error::invalid(op, format!("q, k, v do not agree: q is {q}, k is {k}, v is {v}")));
+                }
+                if let Some(s) = scale {
+                    if !s.is_finite() {
+                        return Err(Error::invalid(op, format!("scale must be finite, got {s}")));
+                    }
+                }
+                size::operand_bytes(op, "the scores", &[q.0[0], q.0[1], q.0[2], k.0[2]], x.dtype)?;
+                if inputs.len() == 4 {
+                    let m = &inputs[3];
+                    if m.dtype != DType::U8 && m.dtype != x.dtype {
+                        return Err(Error::invalid(op, format!("mask must be u8 or {} like q, got {m}", x.dtype)));
+                    }
+                    let scores = Shape::from([q.0[0], q.0[1], q.0[2], k.0[2]]);
+                    if m.shape.rank() > 4 || Shape::broadcast(&m.shape, &scores).as_ref() != Some(&scores) {
+                        return Err(Error::invalid(
+                            op,
+                            format!("mask {} does not broadcast to the scores {scores}", m.shape),
+                        ));
+                    }
+                }
+                out(x.dtype, Shape::from([q.0[0], q.0[1], q.0[2], v.0[3]]))
+            }
+            Op::BiasGelu(_) => {
+                need_float(0)?;
+                same_dtype(0, 1)?;
+                let b = &inputs[1].shape;
+                if x.shape.rank() < 1 || b.0 != [x.shape.last()] {
+                    return Err(Error::invalid(
+                        op,
+                        format!("bias must be [{}] (the last axis of x {}), got {b}", x.shape.last(), x.shape),
+                    ));
+                }
+                out(x.dtype, x.shape.clone())
+            }
+        }
+    }
+}
+
+/// `(rows, cols)` of the last two dims, swapped when `trans`.
+fn mat_dims(s: &Shape, trans: bool) -> (usize, usize) {
+    let (r, c) = (s.0[s.rank() - 2], s.0[s.rank() - 1]);
+    if trans { (c, r) } else { (r, c) }
+}
+
+/// Resolves a reshape target with at most one `-1`.
+pub fn resolve_reshape(from: &Shape, to: &[isize]) -> Option<Shape> {
+    let n = from.numel();
+    let mut unknown = None;
+    let mut known = 1usize;
+    for (i, &d) in to.iter().enumerate() {
+        if d == -1 {
+            if unknown.replace(i).is_some() {
+                return None;
+            }
+        } else if d < 0 {
+            return None;
+        } else {
+            known = known.checked_mul(d as usize)?;
+        }
+    }
+    let mut dims: Vec<usize> = to.iter().map(|&d| d.max(0) as usize).collect();
+    match unknown {
+        Some(i) => {
+            if known == 0 || n % known != 0 {
+                return None;
+            }
+            dims[i] = n / known;
+        }
+        None if known != n => return None,
+        None => {}
+    }
+    Some(Shape(dims))
+}
+
+/// Normalises reduction axes (empty means all axes); `None` if out of range or repeated.
+pub fn normalise_axes(shape: &Shape, axes: &[isize]) -> Option<Vec<usize>> {
+    if axes.is_empty() {
+        return Some((0..shape.rank()).collect());
+    }
+    let mut out = Vec::new();
+    for &a in axes {
+        let a = shape.axis(a)?;
+        if out.contains(&a) {
+            return None;
+        }
+        out.push(a);
+    }
+    out.sort_unstable();
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(s: &[usize]) -> TensorMeta {
+        TensorMeta::new(DType::F32, s)
+    }
+
+    #[test]
+    fn matmul_error_names_operands() {
+        let e = Op::MatMul { trans_a: false, trans_b: false }.infer(&[m(&[1024, 1024]), m(&[512, 512])]).unwrap_err();
+        assert_eq!(e.to_string(), "MatMul: inner dimensions differ: a is [1024, 1024], b is [512, 512]");
+    }
+
+    #[test]
+    fn matmul_batched_broadcast() {
+        let o = Op::MatMul { trans_a: false, trans_b: true }.infer(&[m(&[2, 1, 5, 3]), m(&[4, 7, 3])]).unwrap();
+        assert_eq!(o[0].shape, Shape::from([2, 4, 5, 7]));
+    }
+
+    #[test]
+    fn reshape_and_gather() {
+        assert_eq!(resolve_reshape(&Shape::from([2, 6]), &[3, -1]), Some(Shape::from([3, 4])));
+        assert_eq!(resolve_reshape(&Shape::from([2, 6]), &[5, -1]), None);
+        let o = Op::Gather { axis: 0 }.infer(&[m(&[10, 4]), TensorMeta::new(DType::I64, [2, 3])]).unwrap();
+        assert_eq!(o[0].shape, Shape::from([2, 3, 4]));
+    }
+}
