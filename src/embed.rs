@@ -24,11 +24,12 @@
 //! ```
 
 use crate::models::bert::{self, BertConfig, Weights};
-use crate::models::safetensors;
-use runtime::graph::{CompileOptions, CompiledGraph, HostTensor};
-use runtime::{DType, Error, Result, Tensor, bf16, f16};
+use crate::models::safetensors::SafetensorsFile;
+use runtime::graph::{CompileOptions, CompiledGraph};
+use runtime::{Error, Result, Tensor};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokenizers::{PostProcessor, Tokenizer, TruncationParams};
 
@@ -52,20 +53,20 @@ impl Pooling {
     /// Parses a sentence-transformers `1_Pooling/config.json`.
     pub fn from_json(text: &str, origin: &str) -> Result<Pooling> {
         let v: serde_json::Value = serde_json::from_str(text).map_err(|e| Error::Io(format!("{origin}: {e}")))?;
-        let flag = |k: &str| v.get(k).and_then(|x| x.as_bool()).unwrap_or(false);
+        let flag = |k: &str| -> Result<bool> { Ok(json_bool(&v, k, origin)?.unwrap_or(false)) };
         for k in ["pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken"] {
-            if flag(k) {
+            if flag(k)? {
                 return Err(Error::Unsupported(format!("{origin}: {k} (supported: cls, max, mean, mean_sqrt_len)")));
             }
         }
-        if v.get("include_prompt").and_then(|x| x.as_bool()) == Some(false) {
+        if json_bool(&v, "include_prompt", origin)? == Some(false) {
             return Err(Error::Unsupported(format!("{origin}: include_prompt false")));
         }
         let p = Pooling {
-            cls: flag("pooling_mode_cls_token"),
-            max: flag("pooling_mode_max_tokens"),
-            mean: flag("pooling_mode_mean_tokens"),
-            mean_sqrt_len: flag("pooling_mode_mean_sqrt_len_tokens"),
+            cls: flag("pooling_mode_cls_token")?,
+            max: flag("pooling_mode_max_tokens")?,
+            mean: flag("pooling_mode_mean_tokens")?,
+            mean_sqrt_len: flag("pooling_mode_mean_sqrt_len_tokens")?,
         };
         if p.modes() == 0 {
             return Err(Error::Io(format!("{origin}: no pooling mode is enabled")));
@@ -194,7 +195,7 @@ pub struct Embedder {
     dir: PathBuf,
     tokenizer: Tokenizer,
     config: BertConfig,
-    weights: HashMap<String, HostTensor>,
+    weights: Arc<SafetensorsFile>,
     pooling: Pooling,
     normalize: bool,
     do_lower_case: bool,
@@ -213,14 +214,29 @@ fn read_json(path: &Path) -> Result<serde_json::Value> {
     serde_json::from_str(&read_text(path)?).map_err(|e| Error::Io(format!("{}: {e}", path.display())))
 }
 
-/// f16 / bf16 weights become f32 (the encoder computes in f32).
-fn to_f32(t: HostTensor) -> Result<HostTensor> {
-    let v: Vec<f32> = match t.dtype {
-        DType::F16 => bytemuck::pod_collect_to_vec::<u8, f16>(&t.bytes).iter().map(|x| x.to_f32()).collect(),
-        DType::BF16 => bytemuck::pod_collect_to_vec::<u8, bf16>(&t.bytes).iter().map(|x| x.to_f32()).collect(),
-        _ => return Ok(t),
-    };
-    HostTensor::from_vec(t.shape.clone(), v)
+fn bad_value(origin: &str, key: &str, expected: &str, found: &serde_json::Value) -> Error {
+    Error::Io(format!("{origin}: {key} must be {expected}, not {found}"))
+}
+
+/// The boolean `key` of `v` (`None` when absent); any other value is an error naming it.
+fn json_bool(v: &serde_json::Value, key: &str, origin: &str) -> Result<Option<bool>> {
+    match v.get(key) {
+        None => Ok(None),
+        Some(x) => x.as_bool().map(Some).ok_or_else(|| bad_value(origin, key, "true or false", x)),
+    }
+}
+
+/// The non-negative integer `key` of `v` (`None` when absent); any other value is an
+/// error naming it.
+fn json_uint(v: &serde_json::Value, key: &str, origin: &str) -> Result<Option<usize>> {
+    match v.get(key) {
+        None => Ok(None),
+        Some(x) => x
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| bad_value(origin, key, "a non-negative integer", x)),
+    }
 }
 
 impl Embedder {
@@ -254,10 +270,10 @@ impl Embedder {
         let sb_path = dir.join("sentence_bert_config.json");
         let (mut max_seq_length, do_lower_case) = if sb_path.is_file() {
             let v = read_json(&sb_path)?;
-            let m = v.get("max_seq_length").and_then(|x| x.as_u64()).map(|x| x as usize);
+            let origin = sb_path.display().to_string();
             (
-                m.unwrap_or(config.max_position_embeddings),
-                v.get("do_lower_case").and_then(|x| x.as_bool()).unwrap_or(false),
+                json_uint(&v, "max_seq_length", &origin)?.unwrap_or(config.max_position_embeddings),
+                json_bool(&v, "do_lower_case", &origin)?.unwrap_or(false),
             )
         } else {
             log::warn!("{}: absent; truncating to max_position_embeddings", sb_path.display());
@@ -278,6 +294,14 @@ impl Embedder {
         let tok_path = dir.join("tokenizer.json");
         let mut tokenizer =
             Tokenizer::from_file(&tok_path).map_err(|e| Error::Io(format!("{}: {e}", tok_path.display())))?;
+        let tokens = tokenizer.get_vocab_size(true);
+        if tokens > config.vocab_size {
+            return Err(Error::Io(format!(
+                "{}: {tokens} tokens, more than config.json vocab_size {}",
+                tok_path.display(),
+                config.vocab_size
+            )));
+        }
         let special = tokenizer.get_post_processor().map_or(0, |p| p.added_tokens(false));
         if max_seq_length <= special {
             return Err(Error::Config(format!(
@@ -292,13 +316,16 @@ impl Embedder {
         tokenizer.with_truncation(Some(trunc)).map_err(|e| Error::Config(format!("embed: truncation: {e}")))?;
         tokenizer.with_padding(None);
 
-        // Weights.
+        // Weights: mapped, and copied out for each graph build (the compiled graph keeps
+        // the device copy; the host copy is freed as it is uploaded).
         let st = dir.join("model.safetensors");
-        let weights: HashMap<String, HostTensor> =
-            safetensors::load(&st)?.into_iter().map(|(k, t)| Ok((k, to_f32(t)?))).collect::<Result<_>>()?;
-        // Fail now, not at the first text, if the weights do not fit the config.
-        bert::build(&config, Weights::Named(weights.clone()), 1, 1)
-            .map_err(|e| Error::Io(format!("{}: {e}", st.display())))?;
+        let weights = Arc::new(SafetensorsFile::open(&st)?);
+        // Fail now, not at the first text, if the weights do not fit the config or are not
+        // finite.
+        bert::build(&config, Weights::File(weights.clone()), 1, 1).map_err(|e| match e {
+            Error::Io(m) => Error::Io(format!("{}: {m}", st.display())),
+            e => Error::Io(format!("{}: {e}", st.display())),
+        })?;
 
         log::info!(
             "embedder: {} ({} layers, hidden {}, max_seq_length {max_seq_length}, pooling {pooling:?}, normalize {normalize})",
@@ -342,11 +369,12 @@ impl Embedder {
                     let sub = m.get("path").and_then(|p| p.as_str()).unwrap_or("1_Pooling");
                     let cfg = dir.join(sub).join("config.json");
                     let text = read_text(&cfg)?;
-                    let p = Pooling::from_json(&text, &cfg.display().to_string())?;
-                    let width = serde_json::from_str::<serde_json::Value>(&text)
-                        .ok()
-                        .and_then(|c| c.get("word_embedding_dimension").and_then(|x| x.as_u64()));
-                    if let Some(w) = width.filter(|&w| w as usize != hidden) {
+                    let origin = cfg.display().to_string();
+                    let p = Pooling::from_json(&text, &origin)?;
+                    let c: serde_json::Value =
+                        serde_json::from_str(&text).map_err(|e| Error::Io(format!("{origin}: {e}")))?;
+                    let width = json_uint(&c, "word_embedding_dimension", &origin)?;
+                    if let Some(w) = width.filter(|&w| w != hidden) {
                         return Err(Error::Io(format!(
                             "{}: word_embedding_dimension {w} but config.json hidden_size is {hidden}",
                             cfg.display()
@@ -535,13 +563,14 @@ impl Embedder {
         }
         let t = Instant::now();
         while self.graphs.len() >= self.options.max_cached_graphs && self.evict_oldest() {}
-        let bg = bert::build(&self.config, Weights::Named(self.weights.clone()), b, seq)?;
         let mut options = CompileOptions::from_config(self.rt.config(), self.options.device);
         // Each compiled graph holds its weights and user streams (a device has at most
         // `max_streams`): when the device runs out, drop cached graphs, oldest first, then
-        // fall back to a single-stream schedule.
+        // fall back to a single-stream schedule. The graph is built afresh for each try and
+        // handed over, so that its host weights are freed as they are uploaded.
         let graph = loop {
-            match CompiledGraph::compile(&self.rt, &bg.graph, options.clone()) {
+            let bg = bert::build(&self.config, Weights::File(self.weights.clone()), b, seq)?;
+            match CompiledGraph::compile_owned(&self.rt, bg.graph, options.clone()) {
                 Ok(g) => break g,
                 Err(e @ (Error::Device(_) | Error::OutOfMemory { .. })) => {
                     if self.evict_oldest() {

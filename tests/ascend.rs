@@ -112,3 +112,31 @@ fn a_host_with_no_device_falls_back() {
     assert!(!o.status.success());
     assert!(text(&o).contains("Ascend not available"), "{}", text(&o));
 }
+
+/// An injected `aclrtSynchronizeStream` failure on the default stream names the stream as
+/// the runtime does (`acl:0/default`), not by its raw ACL handle.
+#[test]
+fn a_failed_synchronize_names_the_default_stream() {
+    let Some(emu) = emu_or_skip("sync fault label") else { return };
+    let tk = toolkit("syncfault", Some(&emu));
+    let dir = tk.join("io");
+    std::fs::create_dir_all(&dir).unwrap();
+    let a = npurt::npy::NpyArray {
+        dtype: npurt::DType::F32,
+        shape: vec![4],
+        data: bytemuck::cast_slice(&[1f32, -2., 3., -4.]).to_vec(),
+    };
+    npurt::npy::write(&dir.join("a.npy"), &a).unwrap();
+    let out = dir.join("relu.npy");
+    let o = npurt(
+        &tk,
+        &[("NPURT_BACKEND", "acl"), ("ACL_EMU_FAIL", "aclrtSynchronizeStream:1:507011")],
+        &["op", "Relu", "--input", dir.join("a.npy").to_str().unwrap(), "--output", out.to_str().unwrap()],
+    );
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    let line =
+        t.lines().find(|l| l.contains("aclrtSynchronizeStream returned 507011")).unwrap_or_else(|| panic!("{t}"));
+    assert!(line.contains("failed on acl:0/default (submission #1)"), "{line}");
+    assert!(!t.contains("acl/stream0x"), "{t}");
+}

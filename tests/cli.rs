@@ -121,3 +121,58 @@ fn info_and_demo_run() {
     assert!(out.contains("allclose(rtol=1e-4, atol=1e-4) vs ndarray = true"), "{out}");
     assert!(out.contains("supports_zero_copy: true"), "{out}");
 }
+
+/// A pipe whose reading end is already closed: every write to it fails with EPIPE.
+fn closed_pipe() -> std::io::PipeWriter {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    writer
+}
+
+/// Writing to a closed pipe (`npurt info | head -1`, a stderr reader that went away)
+/// ends the process quietly, as other tools do, instead of a panic (exit 101).
+#[test]
+fn closed_pipes_end_the_process_quietly() {
+    // Exit status 141, as a shell reports a process ended by SIGPIPE.
+    let r = bin().arg("info").stdout(closed_pipe()).output().unwrap();
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(r.status.code(), Some(141), "{err}");
+    // An error message to a closed stderr: the error's own status.
+    let r = bin().args(["op", "Frobnicate"]).stderr(closed_pipe()).output().unwrap();
+    assert_eq!(r.status.code(), Some(1));
+    // Output to /dev/null is unaffected.
+    let r = bin().arg("info").stdout(std::process::Stdio::null()).output().unwrap();
+    assert!(r.status.success());
+}
+
+/// `bench bert --model DIR` with a small vocabulary: token ids stay inside it (the ids
+/// were `101 + i % (vocab - 101)`: a division by zero at 101, out of range below).
+#[test]
+fn bench_bert_runs_with_small_vocabularies() {
+    let dir = std::env::temp_dir().join(format!("npurt-cli-bert-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for vocab in [101usize, 50, 1, 102] {
+        let config = serde_json::json!({"vocab_size": vocab, "hidden_size": 32, "num_hidden_layers": 1,
+            "num_attention_heads": 4, "intermediate_size": 64, "max_position_embeddings": 64});
+        std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+        let r = bin()
+            .args(["bench", "bert", "--model"])
+            .arg(&dir)
+            .args(["--seq", "16", "--runs", "1", "--config", "+mapping", "--backend", "cpu"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(r.status.success(), "vocab {vocab}: {err}");
+        let line: serde_json::Value = serde_json::from_slice(&r.stdout).expect("one JSON line");
+        assert!(line["median_ms"].as_f64().is_some(), "{line}");
+    }
+    // An absurd vocabulary is refused before anything is allocated (it used to hang).
+    let config = serde_json::json!({"vocab_size": 1u64 << 62, "hidden_size": 32, "num_hidden_layers": 1,
+        "num_attention_heads": 4, "intermediate_size": 64, "max_position_embeddings": 64});
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let r = bin().args(["bench", "bert", "--model"]).arg(&dir).args(["--seq", "16", "--runs", "1"]).output().unwrap();
+    assert!(!r.status.success());
+    assert!(String::from_utf8_lossy(&r.stderr).contains("vocab_size"), "{}", String::from_utf8_lossy(&r.stderr));
+    std::fs::remove_dir_all(&dir).ok();
+}

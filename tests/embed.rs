@@ -299,3 +299,218 @@ fn cli_reports_usage_errors() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/model"));
 }
+
+/// A model directory made here: the tiny BERT of `BertConfig::tiny` with seeded random
+/// weights in `model.safetensors` (written by hand, as a Hugging Face export lays it out),
+/// a word-level `tokenizer.json` and no `modules.json` (mean pooling).
+mod generated {
+    use npurt::models::bert::{self, BertConfig, Weights};
+    use runtime::graph::ValueKind;
+    use std::path::{Path, PathBuf};
+
+    pub const CONFIG: &str = r#"{"vocab_size": 50, "hidden_size": 32, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "intermediate_size": 64, "max_position_embeddings": 64,
+        "type_vocab_size": 2, "layer_norm_eps": 1e-12, "hidden_act": "gelu"}"#;
+
+    const TOKENIZER: &str = r#"{"version": "1.0", "truncation": null, "padding": null,
+        "added_tokens": [], "normalizer": null, "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": null, "decoder": null,
+        "model": {"type": "WordLevel", "unk_token": "[UNK]",
+                  "vocab": {"[UNK]": 0, "[PAD]": 1, "hello": 2, "world": 3, "fox": 4}}}"#;
+
+    /// `(name, dtype, shape, bytes)` of every weight of the tiny encoder.
+    pub fn weights() -> Vec<(String, &'static str, Vec<usize>, Vec<u8>)> {
+        let g = bert::build(&BertConfig::tiny(), Weights::Random(7), 1, 4).unwrap();
+        g.graph
+            .values
+            .iter()
+            .filter(|v| v.name.contains(".weight") || v.name.contains(".bias"))
+            .filter_map(|v| match &v.kind {
+                ValueKind::Constant(t) => Some((v.name.clone(), "F32", t.shape.dims().to_vec(), t.bytes.to_vec())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A safetensors file of `tensors`, in order, with contiguous byte ranges.
+    pub fn safetensors(tensors: &[(String, &str, Vec<usize>, Vec<u8>)]) -> Vec<u8> {
+        let mut header = serde_json::Map::new();
+        let mut data = Vec::new();
+        for (name, dtype, shape, bytes) in tensors {
+            let offsets = [data.len(), data.len() + bytes.len()];
+            header.insert(name.clone(), serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": offsets}));
+            data.extend_from_slice(bytes);
+        }
+        let header = serde_json::Value::Object(header).to_string();
+        let mut f = (header.len() as u64).to_le_bytes().to_vec();
+        f.extend_from_slice(header.as_bytes());
+        f.extend_from_slice(&data);
+        f
+    }
+
+    /// `<tmp>/npurt-embed-<tag>-<pid>` holding `config` and `tensors`.
+    pub fn model_dir(tag: &str, config: &str, tensors: &[(String, &str, Vec<usize>, Vec<u8>)]) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("npurt-embed-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        write(&dir, "config.json", config.as_bytes());
+        write(&dir, "tokenizer.json", TOKENIZER.as_bytes());
+        write(&dir, "model.safetensors", &safetensors(tensors));
+        dir
+    }
+
+    pub fn write(dir: &Path, name: &str, bytes: &[u8]) {
+        std::fs::write(dir.join(name), bytes).unwrap();
+    }
+
+    /// `CONFIG` with `key` set to the JSON `value`.
+    pub fn config_with(key: &str, value: &str) -> String {
+        let mut v: serde_json::Value = serde_json::from_str(CONFIG).unwrap();
+        v[key] = serde_json::from_str(value).unwrap();
+        v.to_string()
+    }
+}
+
+fn cpu_runtime() -> npurt::Runtime {
+    let cfg = npurt::RuntimeConfig { backend: Some("cpu".into()), ..npurt::RuntimeConfig::default() };
+    npurt::Runtime::with_config(cfg).unwrap()
+}
+
+#[test]
+fn a_generated_model_directory_loads_through_the_memory_map() {
+    let rt = cpu_runtime();
+    let dir = generated::model_dir("ok", generated::CONFIG, &generated::weights());
+    let mut e = Embedder::from_dir(&rt, &dir).unwrap();
+    assert_eq!(e.dimension(), 32);
+    let v = e.embed(&["hello world", "fox", "hello unknown words"]).unwrap();
+    assert!(v.iter().all(|x| x.len() == 32 && x.iter().all(|f| f.is_finite())), "{v:?}");
+    assert_ne!(v[0], v[1]);
+    // The same weights as f16: converted to f32 when the graph is built.
+    let f16_weights: Vec<_> = generated::weights()
+        .into_iter()
+        .map(|(n, _, s, b)| {
+            let h: Vec<u8> = b
+                .chunks_exact(4)
+                .flat_map(|c| npurt::f16::from_f32(f32::from_le_bytes(c.try_into().unwrap())).to_le_bytes())
+                .collect();
+            (n, "F16", s, h)
+        })
+        .collect();
+    let dir16 = generated::model_dir("f16", generated::CONFIG, &f16_weights);
+    let v16 = Embedder::from_dir(&rt, &dir16).unwrap().embed(&["hello world"]).unwrap();
+    assert!(cosine(&v16[0], &v[0]) > 0.999, "{}", cosine(&v16[0], &v[0]));
+    std::fs::remove_dir_all(&dir).ok();
+    std::fs::remove_dir_all(&dir16).ok();
+}
+
+/// A NaN weight is an error at load time naming the tensor (not `null` embeddings).
+#[test]
+fn non_finite_weights_are_a_load_error_naming_the_tensor() {
+    let rt = cpu_runtime();
+    let name = "encoder.layer.0.attention.self.key.weight";
+    let mut w = generated::weights();
+    let t = w.iter_mut().find(|t| t.0 == name).unwrap();
+    t.3[8..12].copy_from_slice(&f32::NAN.to_le_bytes());
+    let dir = generated::model_dir("nan", generated::CONFIG, &w);
+    let err = Embedder::from_dir(&rt, &dir).err().expect("a NaN weight is an error");
+    assert!(err.to_string().contains(&format!("{name} holds NaN at element 2")), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_npurt"))
+        .args(["embed", "--backend", "cpu", "--model-dir"])
+        .arg(&dir)
+        .arg("hello")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains(name), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stdout.is_empty(), "no embedding printed: {}", String::from_utf8_lossy(&out.stdout));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Headers whose sizes overflow or that the data does not cover are errors, whether or
+/// not the tensor is used (a `[2^62, 32]` word embedding with no data used to hang).
+#[test]
+fn overflowing_safetensors_headers_are_load_errors() {
+    let rt = cpu_runtime();
+    let mut unused = generated::weights();
+    unused.push(("unused".into(), "U8", vec![1 << 62], Vec::new()));
+    let mut huge = generated::weights();
+    let we = huge.iter_mut().find(|t| t.0 == "embeddings.word_embeddings.weight").unwrap();
+    (we.2, we.3) = (vec![1 << 62, 32], Vec::new());
+    let mut short = generated::weights();
+    short[3].3.truncate(4);
+    for (tag, w, want) in [("unused", unused, "unused"), ("huge", huge, "overflow"), ("short", short, "invalid")] {
+        let dir = generated::model_dir(tag, generated::CONFIG, &w);
+        let err = Embedder::from_dir(&rt, &dir).err().unwrap_or_else(|| panic!("{tag}: accepted"));
+        let msg = err.to_string();
+        assert!(matches!(err, npurt::Error::Io(_)), "{tag}: {err:?}");
+        assert!(msg.contains("model.safetensors") && msg.to_lowercase().contains(want), "{tag}: {msg}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
+
+/// Config values that do not parse, or whose sizes are absurd, are errors naming the key
+/// (`vocab_size` 2^62 used to hang allocating random weights; a string `layer_norm_eps`
+/// silently became 1e-12).
+#[test]
+fn bad_config_values_are_errors_naming_the_key() {
+    let rt = cpu_runtime();
+    let cases = [
+        ("vocab_size", "4611686018427387904"),
+        ("layer_norm_eps", r#""abc""#),
+        ("hidden_size", r#""32""#),
+        ("num_hidden_layers", "-2"),
+        // Fewer than the tokenizer's 5 tokens.
+        ("vocab_size", "3"),
+    ];
+    for (key, value) in cases {
+        let dir = generated::model_dir(key, &generated::config_with(key, value), &generated::weights());
+        let err = Embedder::from_dir(&rt, &dir).err().unwrap_or_else(|| panic!("{key} = {value} accepted"));
+        assert!(err.to_string().contains(key), "{key} = {value}: {err}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+    // sentence_bert_config.json and 1_Pooling/config.json values, too.
+    let dir = generated::model_dir("sbert", generated::CONFIG, &generated::weights());
+    generated::write(&dir, "sentence_bert_config.json", br#"{"max_seq_length": "long"}"#);
+    let err = Embedder::from_dir(&rt, &dir).err().expect("a string max_seq_length");
+    assert!(err.to_string().contains("max_seq_length"), "{err}");
+    generated::write(&dir, "sentence_bert_config.json", br#"{"max_seq_length": 16, "do_lower_case": "yes"}"#);
+    let err = Embedder::from_dir(&rt, &dir).err().expect("a string do_lower_case");
+    assert!(err.to_string().contains("do_lower_case"), "{err}");
+    generated::write(&dir, "sentence_bert_config.json", br#"{"max_seq_length": 16}"#);
+    generated::write(
+        &dir,
+        "modules.json",
+        br#"[{"type": "sentence_transformers.models.Transformer"},
+        {"type": "sentence_transformers.models.Pooling", "path": "1_Pooling"}]"#,
+    );
+    std::fs::create_dir_all(dir.join("1_Pooling")).unwrap();
+    generated::write(&dir, "1_Pooling/config.json", br#"{"pooling_mode_mean_tokens": "true"}"#);
+    let err = Embedder::from_dir(&rt, &dir).err().expect("a string pooling flag");
+    assert!(err.to_string().contains("pooling_mode_mean_tokens"), "{err}");
+    generated::write(&dir, "1_Pooling/config.json", br#"{"pooling_mode_cls_token": true}"#);
+    let e = Embedder::from_dir(&rt, &dir).unwrap();
+    assert_eq!((e.max_seq_length(), e.pooling().cls), (16, true));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Finite weights whose sum overflows give a non-finite embedding: `npurt embed` fails
+/// saying so instead of printing `null`s.
+#[test]
+fn cli_refuses_to_print_non_finite_embeddings() {
+    let mut w = generated::weights();
+    for t in w.iter_mut().filter(|t| t.0.starts_with("embeddings.") && t.0.ends_with("_embeddings.weight")) {
+        t.3 = t.3.chunks_exact(4).flat_map(|_| 3e38f32.to_le_bytes()).collect();
+    }
+    let dir = generated::model_dir("overflow", generated::CONFIG, &w);
+    let out = Command::new(env!("CARGO_BIN_EXE_npurt"))
+        .args(["embed", "--backend", "cpu", "--model-dir"])
+        .arg(&dir)
+        .arg("hello")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("the encoder overflowed"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("null"));
+    std::fs::remove_dir_all(&dir).ok();
+}

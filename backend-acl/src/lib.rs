@@ -290,8 +290,8 @@ impl AclBackend {
                 events: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(1),
             };
-            let s = self.raw_create_stream()?;
-            lock(&dev.streams).insert(0, Arc::new(s));
+            let s = self.raw_create_stream(format!("acl:{d}/default"))?;
+            lock(&dev.streams).insert(DEFAULT_STREAM.0, Arc::new(s));
             Ok(dev)
         })();
         if r.is_err() {
@@ -405,7 +405,9 @@ impl AclBackend {
         self.api.check(call, code).map_err(|e| AclBackendError::call(op, e))
     }
 
-    fn raw_create_stream(&self) -> BResult<StreamRec> {
+    /// A new ACL stream; `label` names it in errors (`acl:<device>/default`,
+    /// `acl:<device>/stream<id>`, the runtime's names).
+    fn raw_create_stream(&self, label: String) -> BResult<StreamRec> {
         let mut s: aclrtStream = std::ptr::null_mut();
         let code = match self.api.optional(self.api.aclrtCreateStreamWithConfig()) {
             // SAFETY: valid out-pointer; priority is reserved (0); FAST_LAUNCH is a documented flag.
@@ -424,7 +426,7 @@ impl AclBackend {
             workspace: Mutex::new(Buf::default()),
             scratch: Mutex::new(Buf::default()),
             inflight: Mutex::new(Vec::new()),
-            label: format!("acl/stream{:#x}", s as usize),
+            label,
         })
     }
 
@@ -787,8 +789,8 @@ unsafe impl Backend for AclBackend {
     }
     fn create_stream(&self, device: usize) -> Result<StreamId> {
         let dev = self.bind(device)?;
-        let rec = self.raw_create_stream()?;
         let id = dev.next_id.fetch_add(1, Ordering::Relaxed);
+        let rec = self.raw_create_stream(format!("acl:{device}/stream{id}"))?;
         lock(&dev.streams).insert(id, Arc::new(rec));
         Ok(StreamId(id))
     }

@@ -2,9 +2,11 @@
 
 use super::Common;
 use npurt::models::bert::{self, BertConfig, Weights};
+use npurt::models::safetensors::SafetensorsFile;
 use npurt::{DType, Error, Op, Optimizations, Precision, Result, Runtime, RuntimeConfig, Tensor, Tier};
 use runtime::graph::{CompileOptions, CompiledGraph, RunProfile};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub fn run(common: Common) -> Result<()> {
@@ -267,14 +269,40 @@ fn config_for(base: &RuntimeConfig, name: &str) -> Result<RuntimeConfig> {
     Ok(c)
 }
 
-fn bert_config(args: &[String]) -> Result<BertConfig> {
+/// The model `--model` names: a preset (random weights), or a Hugging Face directory
+/// (`config.json`, and `model.safetensors` when present: its weights, memory-mapped) or a
+/// `config.json` file (random weights).
+pub(super) struct Model {
+    pub(super) config: BertConfig,
+    file: Option<Arc<SafetensorsFile>>,
+}
+
+impl Model {
+    /// Random weights from a fixed seed unless the directory has its own.
+    fn weights(&self) -> Weights {
+        match &self.file {
+            Some(f) => Weights::File(f.clone()),
+            None => Weights::Random(42),
+        }
+    }
+}
+
+fn bert_model(args: &[String]) -> Result<Model> {
     let model = flag(args, "--model").unwrap_or_else(|| "bert-large".into());
-    if let Some(c) = BertConfig::preset(&model) {
-        return Ok(c);
+    if let Some(config) = BertConfig::preset(&model) {
+        return Ok(Model { config, file: None });
     }
     let p = std::path::Path::new(&model);
     let file = if p.is_dir() { p.join("config.json") } else { p.to_path_buf() };
-    BertConfig::from_file(file)
+    let config = BertConfig::from_file(file)?;
+    let st = p.join("model.safetensors");
+    let file = if p.is_dir() && st.is_file() {
+        log::info!("weights from {}", st.display());
+        Some(Arc::new(SafetensorsFile::open(&st).map_err(|e| Error::Io(format!("{}: {e}", st.display())))?))
+    } else {
+        None
+    };
+    Ok(Model { config, file })
 }
 
 struct BertRun {
@@ -318,15 +346,15 @@ pub(super) struct Prepared {
     pub(super) inputs: Vec<Tensor>,
 }
 
-fn prepare(base: &RuntimeConfig, cname: &str, bc: &BertConfig, batch: usize, seq: usize) -> Result<Prepared> {
-    prepare_with(base, cname, bc, batch, seq, runtime::graph::DEFAULT_MAX_ARENAS)
+fn prepare(base: &RuntimeConfig, cname: &str, bm: &Model, batch: usize, seq: usize) -> Result<Prepared> {
+    prepare_with(base, cname, bm, batch, seq, runtime::graph::DEFAULT_MAX_ARENAS)
 }
 
 /// [`prepare`] with at most `max_arenas` runs of the graph in flight at once.
 pub(super) fn prepare_with(
     base: &RuntimeConfig,
     cname: &str,
-    bc: &BertConfig,
+    bm: &Model,
     batch: usize,
     seq: usize,
     max_arenas: usize,
@@ -334,17 +362,18 @@ pub(super) fn prepare_with(
     let cfg = config_for(base, cname)?;
     let rt = Runtime::with_config(cfg.clone())?;
     let t_build = Instant::now();
-    let bg = bert::build(bc, Weights::Random(42), batch, seq)?;
+    let bg = bert::build(&bm.config, bm.weights(), batch, seq)?;
     let options = CompileOptions { max_arenas, ..CompileOptions::from_config(&cfg, 0) };
     let cg = CompiledGraph::compile_owned(&rt, bg.graph, options)?;
     log::info!("{cname}: built and compiled in {:.2} s", t_build.elapsed().as_secs_f64());
-    let inputs = bert_inputs(&rt, bc, batch, seq, 0)?;
+    let inputs = bert_inputs(&rt, bm, batch, seq, 0)?;
     Ok(Prepared { rt, cg, inputs })
 }
 
 /// Token ids, token types and attention mask; `seed` varies the ids and pads the end of
 /// the last sequence by `seed % 4` tokens (seed 0: no padding).
-pub(super) fn bert_inputs(rt: &Runtime, bc: &BertConfig, batch: usize, seq: usize, seed: usize) -> Result<Vec<Tensor>> {
+pub(super) fn bert_inputs(rt: &Runtime, bm: &Model, batch: usize, seq: usize, seed: usize) -> Result<Vec<Tensor>> {
+    let bc = &bm.config;
     // Token ids past BERT's special tokens (101..) where the vocabulary has room, else any id.
     let (first, span) = if bc.vocab_size > 101 { (101, bc.vocab_size - 101) } else { (0, bc.vocab_size.max(1)) };
     let n = batch * seq;
@@ -352,18 +381,15 @@ pub(super) fn bert_inputs(rt: &Runtime, bc: &BertConfig, batch: usize, seq: usiz
     let tt = vec![0i64; n];
     let pad = (seed % 4).min(seq.saturating_sub(1));
     let mask: Vec<f32> = (0..n).map(|i| if i >= n - pad { 0.0 } else { 1.0 }).collect();
-    Ok(vec![rt.from_slice(&ids, [batch, seq], 0)?, rt.from_slice(&tt, [batch, seq], 0)?, rt.from_slice(&mask, [batch, seq], 0)?])
+    Ok(vec![
+        rt.from_slice(&ids, [batch, seq], 0)?,
+        rt.from_slice(&tt, [batch, seq], 0)?,
+        rt.from_slice(&mask, [batch, seq], 0)?,
+    ])
 }
 
-fn run_one(
-    base: &RuntimeConfig,
-    cname: &str,
-    bc: &BertConfig,
-    batch: usize,
-    seq: usize,
-    runs: usize,
-) -> Result<BertRun> {
-    let Prepared { rt, cg, inputs } = prepare(base, cname, bc, batch, seq)?;
+fn run_one(base: &RuntimeConfig, cname: &str, bm: &Model, batch: usize, seq: usize, runs: usize) -> Result<BertRun> {
+    let Prepared { rt, cg, inputs } = prepare(base, cname, bm, batch, seq)?;
     let refs: Vec<&Tensor> = inputs.iter().collect();
     let (_, profile) = cg.run_profiled(&refs)?; // warm-up, profiled
     let mut times = Vec::new();
@@ -391,11 +417,11 @@ fn run_one(
 
 /// `--accuracy`: the final hidden states with bf16 weights against f32 on the same
 /// weights and inputs (max |diff|, cosine over all values).
-fn accuracy(base: &RuntimeConfig, bc: &BertConfig, batch: usize, seq: usize) -> Result<()> {
+fn accuracy(base: &RuntimeConfig, bm: &Model, batch: usize, seq: usize) -> Result<()> {
     let mut outs = Vec::new();
     for p in [Precision::F32, Precision::Bf16] {
         let cfg = RuntimeConfig { precision: p, ..base.clone() };
-        let Prepared { cg, inputs, .. } = prepare(&cfg, "+mapping", bc, batch, seq)?;
+        let Prepared { cg, inputs, .. } = prepare(&cfg, "+mapping", bm, batch, seq)?;
         let refs: Vec<&Tensor> = inputs.iter().collect();
         let (o, profile) = cg.run_profiled(&refs)?;
         let mut units: Vec<&str> = profile.nodes.iter().filter(|n| n.op == "Linear").map(|n| n.unit.label).collect();
@@ -418,8 +444,8 @@ fn accuracy(base: &RuntimeConfig, bc: &BertConfig, batch: usize, seq: usize) -> 
 
 /// Child mode of `--compare-ort` (see compare.rs): the full configuration, compiled and
 /// warmed up, timed once per `run` line on stdin; one JSON line per reply.
-fn serve(base: &RuntimeConfig, bc: &BertConfig, batch: usize, seq: usize) -> Result<()> {
-    let Prepared { rt, cg, inputs } = prepare(base, "+mapping", bc, batch, seq)?;
+fn serve(base: &RuntimeConfig, bm: &Model, batch: usize, seq: usize) -> Result<()> {
+    let Prepared { rt, cg, inputs } = prepare(base, "+mapping", bm, batch, seq)?;
     let refs: Vec<&Tensor> = inputs.iter().collect();
     let (_, profile) = cg.run_profiled(&refs)?;
     let flops: u64 = profile.nodes.iter().map(|n| n.flops).sum();
@@ -504,16 +530,17 @@ fn bert_cmd(base: RuntimeConfig, args: Vec<String>) -> Result<()> {
     if has(&args, "--compare-ort") {
         return super::compare::run(base, args);
     }
-    let bc = bert_config(&args)?;
+    let bm = bert_model(&args)?;
+    let bc = &bm.config;
     let seq: usize = flag(&args, "--seq").and_then(|v| v.parse().ok()).unwrap_or(512);
     let batch: usize = flag(&args, "--batch").and_then(|v| v.parse().ok()).unwrap_or(1);
     let runs: usize = flag(&args, "--runs").and_then(|v| v.parse().ok()).unwrap_or(5).max(1);
     let model = flag(&args, "--model").unwrap_or_else(|| "bert-large".into());
     if has(&args, "--accuracy") {
-        return accuracy(&base, &bc, batch, seq);
+        return accuracy(&base, &bm, batch, seq);
     }
     if has(&args, "--serve") {
-        return serve(&base, &bc, batch, seq);
+        return serve(&base, &bm, batch, seq);
     }
     if let Some(t) = flag(&args, "--concurrent") {
         let threads: usize = t
@@ -522,12 +549,12 @@ fn bert_cmd(base: RuntimeConfig, args: Vec<String>) -> Result<()> {
             .filter(|&n| n >= 1)
             .ok_or_else(|| Error::Config(format!("--concurrent: expected a thread count >= 1, got {t:?}")))?;
         let json = flag(&args, "--json");
-        return super::concurrent::run(&base, &bc, &model, batch, seq, runs, threads, json.as_deref());
+        return super::concurrent::run(&base, &bm, &model, batch, seq, runs, threads, json.as_deref());
     }
     // Child mode: one configuration, one JSON line (a fresh process per configuration, so
     // peak RSS belongs to that configuration alone).
     if let Some(c) = flag(&args, "--config") {
-        let r = run_one(&base, &c, &bc, batch, seq, runs)?;
+        let r = run_one(&base, &c, &bm, batch, seq, runs)?;
         println!("{}", to_json(&r));
         return Ok(());
     }
@@ -590,7 +617,7 @@ fn bert_cmd(base: RuntimeConfig, args: Vec<String>) -> Result<()> {
         println!("wrote {path}");
     }
     if let Some(path) = flag(&args, "--trace") {
-        let r = run_one(&base, configs.last().copied().unwrap_or("+mapping"), &bc, batch, seq, 1)?;
+        let r = run_one(&base, configs.last().copied().unwrap_or("+mapping"), &bm, batch, seq, 1)?;
         std::fs::write(&path, r.profile.chrome_trace())?;
         println!("wrote {path} ({} nodes; open in https://ui.perfetto.dev)", r.profile.nodes.len());
         if has(&args, "--profile") {

@@ -1,8 +1,7 @@
 //! `npurt bench bert --concurrent N`: N threads run one compiled BERT at once, each on
 //! inputs of its own; every output is checked against a serial run of the same input.
 
-use super::bench::{Prepared, bert_inputs, prepare_with};
-use npurt::models::bert::BertConfig;
+use super::bench::{Model, Prepared, bert_inputs, prepare_with};
 use npurt::{Result, RuntimeConfig, Tensor};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
@@ -18,7 +17,7 @@ fn host(t: &Tensor) -> Result<Vec<f32>> {
 #[allow(clippy::too_many_arguments)]
 pub(super) fn run(
     base: &RuntimeConfig,
-    bc: &BertConfig,
+    bm: &Model,
     model: &str,
     batch: usize,
     seq: usize,
@@ -26,7 +25,7 @@ pub(super) fn run(
     threads: usize,
     json: Option<&str>,
 ) -> Result<()> {
-    let Prepared { rt, cg, inputs } = prepare_with(base, "+mapping", bc, batch, seq, threads)?;
+    let Prepared { rt, cg, inputs } = prepare_with(base, "+mapping", bm, batch, seq, threads)?;
     let total = threads
         .checked_mul(runs)
         .ok_or_else(|| npurt::Error::Config(format!("--concurrent {threads} × --runs {runs} overflows")))?;
@@ -35,7 +34,7 @@ pub(super) fn run(
     let mut cases = Vec::with_capacity(total);
     let t_serial = Instant::now();
     for seed in 0..total {
-        let ins = bert_inputs(&rt, bc, batch, seq, seed)?;
+        let ins = bert_inputs(&rt, bm, batch, seq, seed)?;
         let out = host(&cg.run(&ins.iter().collect::<Vec<_>>())?[0])?;
         cases.push((ins, out));
     }

@@ -141,6 +141,10 @@ impl Totals {
 
 fn emit(out: &mut impl Write, texts: &[String], embeddings: &[Vec<f32>]) -> Result<()> {
     for (t, e) in texts.iter().zip(embeddings) {
+        // JSON has no NaN or infinity (serde_json would print `null`).
+        if let Some(x) = e.iter().find(|x| !x.is_finite()) {
+            return Err(Error::invalid("embed", format!("the embedding of {t:?} holds {x}: the encoder overflowed")));
+        }
         let text = serde_json::to_string(t).map_err(|e| Error::Io(format!("JSON: {e}")))?;
         let emb = serde_json::to_string(e).map_err(|e| Error::Io(format!("JSON: {e}")))?;
         writeln!(out, "{{\"text\":{text},\"embedding\":{emb}}}")?;

@@ -5,10 +5,12 @@
 //! GELU); the fusion pass turns the attention, bias+GELU and residual+LayerNorm patterns
 //! into fused ops when hardware mapping is on.
 
+use super::safetensors::{SafetensorsError, SafetensorsFile};
 use runtime::graph::{Graph, HostTensor, ValueId};
-use runtime::{DType, Error, GeluApprox, Op, Result};
+use runtime::{DType, Error, GeluApprox, Op, Result, bf16, f16};
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 /// The fields of a Hugging Face BERT `config.json` the encoder needs.
 #[derive(Clone, Debug, PartialEq)]
@@ -79,35 +81,48 @@ impl BertConfig {
         }
     }
 
-    /// Parses a Hugging Face `config.json`.
+    /// Parses a Hugging Face `config.json`. A key that is present must hold a value of its
+    /// type and range ([`LIMITS`]); only an absent `type_vocab_size` (2), `layer_norm_eps`
+    /// (1e-12) or `hidden_act` (gelu) takes its default.
     pub fn from_json(text: &str) -> Result<BertConfig> {
-        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| Error::Io(format!("config.json: {e}")))?;
-        let get = |k: &str| -> Result<usize> {
-            v.get(k)
-                .and_then(|x| x.as_u64())
-                .map(|x| x as usize)
-                .ok_or_else(|| Error::Io(format!("config.json: missing {k}")))
+        Ok(Self::parse_json(text)?)
+    }
+
+    /// [`from_json`](Self::from_json) with the typed error.
+    pub fn parse_json(text: &str) -> std::result::Result<BertConfig, ConfigError> {
+        let v: serde_json::Value = serde_json::from_str(text)?;
+        let v = v.as_object().ok_or(ConfigError::NotAnObject)?;
+        let uint = |key: &'static str, default: Option<usize>| -> std::result::Result<usize, ConfigError> {
+            match v.get(key) {
+                None => default.ok_or(ConfigError::Missing { key }),
+                Some(x) => x
+                    .as_u64()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .ok_or_else(|| ConfigError::bad(key, "a non-negative integer", x)),
+            }
         };
-        let act = v.get("hidden_act").and_then(|a| a.as_str()).unwrap_or("gelu");
+        let act = match v.get("hidden_act") {
+            None => "gelu",
+            Some(a) => a.as_str().ok_or_else(|| ConfigError::bad("hidden_act", "a string", a))?,
+        };
         if act != "gelu" {
-            return Err(Error::Unsupported(format!("config.json: hidden_act {act:?} (only gelu)")));
+            return Err(ConfigError::Activation(act.to_string()));
         }
-        let c = BertConfig {
-            vocab_size: get("vocab_size")?,
-            hidden_size: get("hidden_size")?,
-            num_hidden_layers: get("num_hidden_layers")?,
-            num_attention_heads: get("num_attention_heads")?,
-            intermediate_size: get("intermediate_size")?,
-            max_position_embeddings: get("max_position_embeddings")?,
-            type_vocab_size: get("type_vocab_size").unwrap_or(2),
-            layer_norm_eps: v.get("layer_norm_eps").and_then(|x| x.as_f64()).unwrap_or(1e-12) as f32,
+        let layer_norm_eps = match v.get("layer_norm_eps") {
+            None => 1e-12,
+            Some(x) => x.as_f64().ok_or_else(|| ConfigError::bad("layer_norm_eps", "a number", x))? as f32,
         };
-        if c.num_attention_heads == 0 || c.hidden_size % c.num_attention_heads != 0 {
-            return Err(Error::Io(format!(
-                "config.json: hidden_size {} is not a multiple of num_attention_heads {}",
-                c.hidden_size, c.num_attention_heads
-            )));
-        }
+        let c = BertConfig {
+            vocab_size: uint("vocab_size", None)?,
+            hidden_size: uint("hidden_size", None)?,
+            num_hidden_layers: uint("num_hidden_layers", None)?,
+            num_attention_heads: uint("num_attention_heads", None)?,
+            intermediate_size: uint("intermediate_size", None)?,
+            max_position_embeddings: uint("max_position_embeddings", None)?,
+            type_vocab_size: uint("type_vocab_size", Some(2))?,
+            layer_norm_eps,
+        };
+        c.validate()?;
         Ok(c)
     }
 
@@ -117,12 +132,116 @@ impl BertConfig {
         BertConfig::from_json(&text)
     }
 
-    /// Parameters of the encoder.
+    /// Checks every size against [`LIMITS`], the head split, `layer_norm_eps` (finite, in
+    /// (0, 1]) and that the parameter count is at most [`MAX_PARAMETERS`] (computed with
+    /// checked arithmetic). [`build`] calls it, so nothing is allocated for a config that
+    /// fails it.
+    pub fn validate(&self) -> std::result::Result<(), ConfigError> {
+        for &(key, min, max) in LIMITS {
+            let value = self.get(key);
+            if value < min || value > max {
+                return Err(ConfigError::OutOfRange { key, value, min, max });
+            }
+        }
+        if self.hidden_size % self.num_attention_heads != 0 {
+            return Err(ConfigError::Heads { hidden: self.hidden_size, heads: self.num_attention_heads });
+        }
+        let eps = self.layer_norm_eps;
+        if !(eps.is_finite() && eps > 0.0 && eps <= 1.0) {
+            return Err(ConfigError::Eps(eps));
+        }
+        match self.checked_parameters() {
+            Some(p) if p <= MAX_PARAMETERS => Ok(()),
+            p => Err(ConfigError::TooLarge {
+                parameters: p.map_or_else(|| "more than usize::MAX".to_string(), |p| p.to_string()),
+            }),
+        }
+    }
+
+    fn get(&self, key: &str) -> usize {
+        match key {
+            "vocab_size" => self.vocab_size,
+            "hidden_size" => self.hidden_size,
+            "num_hidden_layers" => self.num_hidden_layers,
+            "num_attention_heads" => self.num_attention_heads,
+            "intermediate_size" => self.intermediate_size,
+            "max_position_embeddings" => self.max_position_embeddings,
+            "type_vocab_size" => self.type_vocab_size,
+            _ => 0,
+        }
+    }
+
+    /// Parameters of the encoder (saturating at `usize::MAX`).
     pub fn parameters(&self) -> usize {
-        let h = self.hidden_size;
-        let emb = (self.vocab_size + self.max_position_embeddings + self.type_vocab_size) * h + 2 * h;
-        let layer = 4 * (h * h + h) + 2 * (h * self.intermediate_size) + self.intermediate_size + h + 4 * h;
-        emb + self.num_hidden_layers * layer
+        self.checked_parameters().unwrap_or(usize::MAX)
+    }
+
+    /// Parameters of the encoder; `None` when the count overflows.
+    pub fn checked_parameters(&self) -> Option<usize> {
+        let (h, i) = (self.hidden_size, self.intermediate_size);
+        let rows = self.vocab_size.checked_add(self.max_position_embeddings)?.checked_add(self.type_vocab_size)?;
+        let emb = rows.checked_mul(h)?.checked_add(h.checked_mul(2)?)?;
+        let attn = h.checked_mul(h)?.checked_add(h)?.checked_mul(4)?;
+        let ffn = h.checked_mul(i)?.checked_mul(2)?.checked_add(i)?.checked_add(h)?;
+        let layer = attn.checked_add(ffn)?.checked_add(h.checked_mul(4)?)?;
+        emb.checked_add(self.num_hidden_layers.checked_mul(layer)?)
+    }
+}
+
+/// `(key, min, max)` of every size in `config.json`: far above any published BERT-family
+/// model, low enough that products of them cannot overflow.
+pub const LIMITS: &[(&str, usize, usize)] = &[
+    ("vocab_size", 1, 1 << 22),
+    ("hidden_size", 1, 1 << 16),
+    ("num_hidden_layers", 0, 1 << 10),
+    ("num_attention_heads", 1, 1 << 10),
+    ("intermediate_size", 1, 1 << 18),
+    ("max_position_embeddings", 1, 1 << 20),
+    ("type_vocab_size", 1, 1 << 16),
+];
+
+/// The largest encoder [`BertConfig::validate`] accepts (2^36 parameters, 256 GiB in f32).
+pub const MAX_PARAMETERS: usize = 1 << 36;
+
+/// Why a `config.json` (or a [`BertConfig`]) was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config.json: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("config.json: the top level is not an object")]
+    NotAnObject,
+    #[error("config.json: {key} is missing")]
+    Missing { key: &'static str },
+    #[error("config.json: {key} must be {expected}, not {found}")]
+    BadValue { key: &'static str, expected: &'static str, found: String },
+    #[error("config.json: {key} = {value} is outside {min}..={max}")]
+    OutOfRange { key: &'static str, value: usize, min: usize, max: usize },
+    #[error("config.json: layer_norm_eps = {0} must be finite and in (0, 1]")]
+    Eps(f32),
+    #[error("config.json: hidden_act {0:?} is not supported (only gelu)")]
+    Activation(String),
+    #[error("config.json: hidden_size {hidden} is not a multiple of num_attention_heads {heads}")]
+    Heads { hidden: usize, heads: usize },
+    #[error("config.json: {parameters} parameters exceed the limit of {MAX_PARAMETERS}")]
+    TooLarge { parameters: String },
+}
+
+impl ConfigError {
+    fn bad(key: &'static str, expected: &'static str, found: &serde_json::Value) -> ConfigError {
+        let mut found = found.to_string();
+        if found.len() > 40 {
+            found = format!("{}...", found.chars().take(40).collect::<String>());
+        }
+        ConfigError::BadValue { key, expected, found }
+    }
+}
+
+impl From<ConfigError> for Error {
+    fn from(e: ConfigError) -> Error {
+        match e {
+            ConfigError::Activation(_) => Error::Unsupported(e.to_string()),
+            _ => Error::Io(e.to_string()),
+        }
     }
 }
 
@@ -131,8 +250,72 @@ pub enum Weights {
     /// Hugging Face names (`embeddings.word_embeddings.weight`, `encoder.layer.0...`),
     /// with or without a `bert.` prefix.
     Named(HashMap<String, HostTensor>),
+    /// The same names in a memory-mapped safetensors file; each weight is copied out of
+    /// the map (floats converted to f32) when the graph is built, so a graph handed to
+    /// `CompiledGraph::compile_owned` holds one copy of the weights at a time.
+    File(Arc<SafetensorsFile>),
     /// Normal with std 0.02 (LayerNorm gamma 1), from this seed.
     Random(u64),
+}
+
+/// Why a weight was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum WeightError {
+    #[error("weights: {name} is missing")]
+    Missing { name: String },
+    #[error("weights: {name} is {found:?}, expected {expected:?}")]
+    Shape { name: String, found: Vec<usize>, expected: Vec<usize> },
+    #[error("weights: {name} is {dtype}, expected a float tensor")]
+    Dtype { name: String, dtype: String },
+    /// NaN or infinity: an encoder would turn it into NaN embeddings.
+    #[error("weights: {name} holds {value} at element {index} (weights must be finite)")]
+    NonFinite { name: String, index: usize, value: f32 },
+    #[error("weights: {name} {shape:?} needs more memory than can be allocated")]
+    Alloc { name: String, shape: Vec<usize> },
+    #[error(transparent)]
+    File(#[from] SafetensorsError),
+}
+
+impl From<WeightError> for Error {
+    fn from(e: WeightError) -> Error {
+        Error::Io(e.to_string())
+    }
+}
+
+/// The first element of `t` (f32, f16 or bf16) that is NaN or infinite.
+fn first_non_finite(t: &HostTensor) -> Option<(usize, f32)> {
+    fn scan<const N: usize>(bytes: &[u8], exp: u32, to_f32: impl Fn(u32) -> f32) -> Option<(usize, f32)> {
+        let word = |c: &[u8]| c.iter().rev().fold(0u32, |a, &b| (a << 8) | b as u32);
+        // A branch-free pass first (vectorises); the position only when something is there.
+        let any = bytes.chunks_exact(N).fold(false, |acc, c| acc | (word(c) & exp == exp));
+        if !any {
+            return None;
+        }
+        bytes.chunks_exact(N).position(|c| word(c) & exp == exp).map(|i| (i, to_f32(word(&bytes[i * N..(i + 1) * N]))))
+    }
+    match t.dtype {
+        DType::F32 => scan::<4>(&t.bytes, 0x7f80_0000, f32::from_bits),
+        DType::F16 => scan::<2>(&t.bytes, 0x7c00, |w| f16::from_bits(w as u16).to_f32()),
+        DType::BF16 => scan::<2>(&t.bytes, 0x7f80, |w| bf16::from_bits(w as u16).to_f32()),
+        _ => None,
+    }
+}
+
+/// `t` with f16 / bf16 values as f32 (the encoder computes in f32); f32 as it is.
+fn float_as_f32(name: &str, t: HostTensor) -> std::result::Result<HostTensor, WeightError> {
+    let widen = |v: Vec<f32>| HostTensor {
+        dtype: DType::F32,
+        shape: t.shape.clone(),
+        bytes: Arc::new(bytemuck::cast_slice(&v).to_vec()),
+    };
+    match t.dtype {
+        DType::F32 => Ok(t),
+        DType::F16 => Ok(widen(bytemuck::pod_collect_to_vec::<u8, f16>(&t.bytes).iter().map(|x| x.to_f32()).collect())),
+        DType::BF16 => {
+            Ok(widen(bytemuck::pod_collect_to_vec::<u8, bf16>(&t.bytes).iter().map(|x| x.to_f32()).collect()))
+        }
+        d => Err(WeightError::Dtype { name: name.to_string(), dtype: d.to_string() }),
+    }
 }
 
 /// A deterministic normal generator (xorshift + Box-Muller).
@@ -158,65 +341,108 @@ impl Normal {
     }
 }
 
-/// Fills `n` normal values in parallel chunks (deterministic for a seed).
-fn random_normal(seed: u64, n: usize, std: f32) -> Vec<f32> {
+/// `n` zeroed f32 values as little-endian bytes, or `None` when they cannot be allocated.
+fn zeroed_f32_bytes(n: usize) -> Option<Vec<u8>> {
+    let len = n.checked_mul(4)?;
+    let mut out = Vec::new();
+    out.try_reserve_exact(len).ok()?;
+    out.resize(len, 0);
+    Some(out)
+}
+
+/// Fills `n` normal values (as f32 little-endian bytes) in parallel chunks
+/// (deterministic for a seed).
+fn random_normal(seed: u64, n: usize, std: f32) -> Option<Vec<u8>> {
     const CHUNK: usize = 1 << 20;
     let chunks = n.div_ceil(CHUNK).max(1);
-    let mut out = vec![0f32; n];
+    let mut out = zeroed_f32_bytes(n)?;
     let threads = std::thread::available_parallelism().map_or(1, |t| t.get()).min(chunks);
     std::thread::scope(|s| {
-        let mut parts: Vec<(usize, &mut [f32])> = out.chunks_mut(CHUNK).enumerate().collect();
+        let mut parts: Vec<(usize, &mut [u8])> = out.chunks_mut(CHUNK * 4).enumerate().collect();
         let per = parts.len().div_ceil(threads.max(1));
         while !parts.is_empty() {
             let take = per.min(parts.len());
-            let batch: Vec<(usize, &mut [f32])> = parts.drain(..take).collect();
+            let batch: Vec<(usize, &mut [u8])> = parts.drain(..take).collect();
             s.spawn(move || {
                 for (i, c) in batch {
                     let mut g = Normal((seed ^ 0x9E37_79B9_7F4A_7C15).wrapping_mul(i as u64 * 2 + 1) | 1);
-                    let v = g.fill(c.len(), std);
-                    c.copy_from_slice(&v);
+                    let v = g.fill(c.len() / 4, std);
+                    for (dst, x) in c.chunks_exact_mut(4).zip(v) {
+                        dst.copy_from_slice(&x.to_le_bytes());
+                    }
                 }
             });
         }
     });
-    out
+    Some(out)
+}
+
+enum Source {
+    Named(HashMap<String, HostTensor>),
+    File(Arc<SafetensorsFile>),
+    Random(u64),
 }
 
 struct WeightSource {
-    named: Option<HashMap<String, HostTensor>>,
-    seed: u64,
+    source: Source,
     counter: u64,
 }
 
 impl WeightSource {
-    fn get(&mut self, name: &str, shape: &[usize], kind: Init) -> Result<HostTensor> {
-        self.counter += 1;
-        if let Some(m) = &self.named {
+    /// The names `name` may be stored under: with or without `bert.`, and LayerNorm
+    /// parameters also as `gamma` / `beta`.
+    fn candidates(name: &str) -> Vec<String> {
+        let mut v = vec![name.to_string(), format!("bert.{name}")];
+        if name.contains("LayerNorm") {
             let alt = name.replace(".weight", ".gamma").replace(".bias", ".beta");
-            let t = m
-                .get(name)
-                .or_else(|| m.get(&format!("bert.{name}")))
-                .or_else(|| {
-                    if name.contains("LayerNorm") {
-                        m.get(&alt).or_else(|| m.get(&format!("bert.{alt}")))
-                    } else {
-                        None
-                    }
-                })
-                .ok_or_else(|| Error::Io(format!("weights: {name} is missing")))?;
-            if t.shape.dims() != shape {
-                return Err(Error::Io(format!("weights: {name} is {:?}, expected {shape:?}", t.shape.dims())));
-            }
-            return Ok(t.clone());
+            v.push(format!("bert.{alt}"));
+            v.insert(2, alt);
         }
-        let n: usize = shape.iter().product();
-        let v = match kind {
-            Init::Normal => {
-                random_normal(self.seed.wrapping_add(self.counter.wrapping_mul(0x2545_F491_4F6C_DD1D)), n, 0.02)
+        v
+    }
+
+    fn get(&mut self, name: &str, shape: &[usize], kind: Init) -> std::result::Result<HostTensor, WeightError> {
+        self.counter += 1;
+        let missing = || WeightError::Missing { name: name.to_string() };
+        let check_shape = |found: &[usize]| {
+            if found == shape {
+                Ok(())
+            } else {
+                Err(WeightError::Shape { name: name.to_string(), found: found.to_vec(), expected: shape.to_vec() })
             }
-            Init::Ones => vec![1.0; n],
         };
-        HostTensor::from_vec(shape.to_vec(), v)
+        let t = match &self.source {
+            Source::Named(m) => {
+                let t = Self::candidates(name).iter().find_map(|k| m.get(k)).ok_or_else(missing)?;
+                check_shape(t.shape.dims())?;
+                t.clone()
+            }
+            Source::File(f) => {
+                let key = Self::candidates(name).into_iter().find(|k| f.contains(k)).ok_or_else(missing)?;
+                // The shape comes from the header: nothing is read for a mismatch.
+                check_shape(f.info(&key).map(|(_, s)| s).unwrap_or_default())?;
+                float_as_f32(name, f.tensor(&key)?)?
+            }
+            Source::Random(seed) => {
+                let alloc = || WeightError::Alloc { name: name.to_string(), shape: shape.to_vec() };
+                let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(alloc)?;
+                let bytes = match kind {
+                    Init::Normal => {
+                        random_normal(seed.wrapping_add(self.counter.wrapping_mul(0x2545_F491_4F6C_DD1D)), n, 0.02)
+                    }
+                    Init::Ones => zeroed_f32_bytes(n).map(|mut b| {
+                        b.chunks_exact_mut(4).for_each(|c| c.copy_from_slice(&1f32.to_le_bytes()));
+                        b
+                    }),
+                }
+                .ok_or_else(alloc)?;
+                return Ok(HostTensor { dtype: DType::F32, shape: shape.to_vec().into(), bytes: Arc::new(bytes) });
+            }
+        };
+        if let Some((index, value)) = first_non_finite(&t) {
+            return Err(WeightError::NonFinite { name: name.to_string(), index, value });
+        }
+        Ok(t)
     }
 }
 
@@ -245,6 +471,7 @@ pub struct BertGraph {
 /// Builds the encoder for `batch` sequences of `seq` tokens.
 pub fn build(config: &BertConfig, weights: Weights, batch: usize, seq: usize) -> Result<BertGraph> {
     let c = config;
+    c.validate()?;
     if seq == 0 || batch == 0 || seq > c.max_position_embeddings {
         return Err(Error::Config(format!(
             "batch {batch} x seq {seq}: need batch >= 1 and 1 <= seq <= {}",
@@ -253,10 +480,18 @@ pub fn build(config: &BertConfig, weights: Weights, batch: usize, seq: usize) ->
     }
     let (h, nh) = (c.hidden_size, c.num_attention_heads);
     let dh = h / nh;
-    let mut w = match weights {
-        Weights::Named(m) => WeightSource { named: Some(m), seed: 0, counter: 0 },
-        Weights::Random(seed) => WeightSource { named: None, seed, counter: 0 },
+    // The widest activations, [batch, heads, seq, seq] and [batch, seq, intermediate] in f32.
+    let bytes =
+        |width: usize| width.checked_mul(batch)?.checked_mul(seq)?.checked_mul(4).filter(|&b| b <= isize::MAX as usize);
+    if nh.checked_mul(seq).and_then(bytes).is_none() || bytes(c.intermediate_size).is_none() {
+        return Err(Error::Config(format!("batch {batch} x seq {seq}: the activations overflow the address space")));
+    }
+    let source = match weights {
+        Weights::Named(m) => Source::Named(m),
+        Weights::File(f) => Source::File(f),
+        Weights::Random(seed) => Source::Random(seed),
     };
+    let mut w = WeightSource { source, counter: 0 };
     let mut g = Graph::new();
     let ids = g.input("input_ids", DType::I64, [batch, seq]);
     let tt = g.input("token_type_ids", DType::I64, [batch, seq]);
@@ -360,4 +595,105 @@ pub fn build(config: &BertConfig, weights: Weights, batch: usize, seq: usize) ->
         attention_mask: mask,
         output: x,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINILM: &str = r#"{"vocab_size": 30522, "hidden_size": 384, "num_hidden_layers": 6,
+        "num_attention_heads": 12, "intermediate_size": 1536, "max_position_embeddings": 512}"#;
+
+    /// `MINILM` with `key` set to the JSON `value`.
+    fn with(key: &str, value: &str) -> String {
+        let mut v: serde_json::Value = serde_json::from_str(MINILM).unwrap();
+        v[key] = serde_json::from_str(value).unwrap();
+        v.to_string()
+    }
+
+    #[test]
+    fn absent_optional_keys_take_their_defaults() {
+        let c = BertConfig::from_json(MINILM).unwrap();
+        assert_eq!(c, BertConfig::minilm_l6());
+        assert_eq!(c.parameters(), BertConfig::minilm_l6().checked_parameters().unwrap());
+    }
+
+    #[test]
+    fn unparsable_values_are_errors_naming_the_key() {
+        for (key, value) in [
+            ("layer_norm_eps", r#""1e-12""#),
+            ("layer_norm_eps", "null"),
+            ("vocab_size", r#""30522""#),
+            ("vocab_size", "-1"),
+            ("hidden_size", "384.5"),
+            ("type_vocab_size", "true"),
+            ("hidden_act", "7"),
+        ] {
+            let e = BertConfig::parse_json(&with(key, value)).unwrap_err();
+            assert!(matches!(e, ConfigError::BadValue { key: k, .. } if k == key), "{key}={value}: {e}");
+            assert!(e.to_string().contains(key), "{e}");
+        }
+        let mut v: serde_json::Value = serde_json::from_str(MINILM).unwrap();
+        v.as_object_mut().unwrap().remove("hidden_size");
+        let e = BertConfig::parse_json(&v.to_string()).unwrap_err();
+        assert!(matches!(e, ConfigError::Missing { key: "hidden_size" }), "{e}");
+    }
+
+    /// Sizes that would overflow or exhaust memory are refused before anything is
+    /// allocated, naming the key.
+    #[test]
+    fn absurd_sizes_are_rejected() {
+        for (key, value) in [
+            ("vocab_size", "4611686018427387904"),
+            ("vocab_size", "0"),
+            ("hidden_size", "18446744073709551615"),
+            ("num_hidden_layers", "100000"),
+            ("intermediate_size", "0"),
+            ("max_position_embeddings", "4611686018427387904"),
+            ("type_vocab_size", "0"),
+        ] {
+            let e = BertConfig::parse_json(&with(key, value)).unwrap_err();
+            assert!(matches!(e, ConfigError::OutOfRange { key: k, .. } if k == key), "{key}={value}: {e}");
+        }
+        // Each size within its limit, the product not.
+        let big = BertConfig { vocab_size: 1 << 22, hidden_size: 1 << 16, ..BertConfig::minilm_l6() };
+        assert!(matches!(big.validate(), Err(ConfigError::Heads { .. })));
+        let big = BertConfig { num_attention_heads: 1 << 10, ..big };
+        assert!(matches!(big.validate(), Err(ConfigError::TooLarge { .. })), "{:?}", big.validate());
+        assert!(build(&big, Weights::Random(1), 1, 1).is_err());
+        for eps in [f32::NAN, 0.0, -1e-5, 2.0] {
+            let c = BertConfig { layer_norm_eps: eps, ..BertConfig::tiny() };
+            assert!(matches!(c.validate(), Err(ConfigError::Eps(_))), "{eps}");
+        }
+        assert!(build(&BertConfig::tiny(), Weights::Random(1), usize::MAX / 2, 2).is_err());
+    }
+
+    /// A NaN or infinite weight is an error naming the tensor.
+    #[test]
+    fn non_finite_weights_are_errors_naming_the_tensor() {
+        let c = BertConfig::tiny();
+        let g = build(&c, Weights::Random(3), 1, 4).unwrap();
+        let mut named: HashMap<String, HostTensor> = HashMap::new();
+        for v in &g.graph.values {
+            if let runtime::graph::ValueKind::Constant(t) = &v.kind {
+                named.insert(v.name.clone(), t.clone());
+            }
+        }
+        assert!(build(&c, Weights::Named(named.clone()), 1, 4).is_ok());
+        let name = "encoder.layer.1.intermediate.dense.weight";
+        for bad in [f32::NAN, f32::INFINITY] {
+            let mut m = named.clone();
+            let t = m.get_mut(name).unwrap();
+            let mut v: Vec<f32> = bytemuck::pod_collect_to_vec(&t.bytes);
+            v[5] = bad;
+            *t = HostTensor::from_vec(t.shape.clone(), v).unwrap();
+            let e = build(&c, Weights::Named(m), 1, 4).err().unwrap();
+            assert!(e.to_string().contains(&format!("{name} holds {bad} at element 5")), "{e}");
+        }
+        // f16 and bf16 too.
+        let h = HostTensor { dtype: DType::F16, shape: [3].into(), bytes: Arc::new(vec![0, 0, 0, 0x7e, 0, 0x3c]) };
+        assert_eq!(first_non_finite(&h).map(|x| x.0), Some(1));
+        let b = HostTensor { dtype: DType::BF16, shape: [2].into(), bytes: Arc::new(vec![0x80, 0x3f, 0x80, 0xff]) };
+        assert_eq!(first_non_finite(&b), Some((1, f32::NEG_INFINITY)));
+    }
 }
