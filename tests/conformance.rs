@@ -38,3 +38,107 @@ fn conformance_bf16() {
 fn conformance_integers() {
     check(&[DType::I32, DType::I64, DType::U8]);
 }
+
+/// Runs `op` on `ins` (f32 unless given) on `tier`; `None` when the tier has no kernel.
+fn on_tier(
+    b: &std::sync::Arc<dyn npurt::Backend>,
+    tier: npurt::Tier,
+    op: &npurt::Op,
+    ins: &[(DType, Vec<usize>, Vec<f64>)],
+) -> Option<npurt::Result<Vec<f64>>> {
+    let cfg = npurt::RuntimeConfig { forced_tier: Some(tier), ..npurt::RuntimeConfig::default() };
+    let rt = runtime::Runtime::with_backend(b.clone(), cfg).expect("runtime");
+    let up = |(d, s, v): &(DType, Vec<usize>, Vec<f64>)| match d {
+        DType::F32 => rt.from_slice(&v.iter().map(|&x| x as f32).collect::<Vec<_>>(), s.clone(), 0),
+        DType::I32 => rt.from_slice(&v.iter().map(|&x| x as i32).collect::<Vec<_>>(), s.clone(), 0),
+        DType::U8 => rt.from_slice(&v.iter().map(|&x| x as u8).collect::<Vec<_>>(), s.clone(), 0),
+        other => panic!("no upload for {other}"),
+    };
+    let ts: Vec<npurt::Tensor> = ins.iter().map(|i| up(i).expect("upload")).collect();
+    let refs: Vec<&npurt::Tensor> = ts.iter().collect();
+    match rt.run(op, &refs) {
+        Ok(o) => Some(npurt::conformance::download(&o[0])),
+        Err(npurt::Error::NoKernel { .. }) => None,
+        Err(e) => Some(Err(e)),
+    }
+}
+
+/// The documented answers (docs/OPS.md) on extreme inputs, on every tier of every backend
+/// present: agreement with the reference is not enough, the reference must be right too.
+#[test]
+fn extreme_inputs_give_the_documented_answers_on_every_tier() {
+    use npurt::{GeluApprox, Op, Tier};
+    let inf = f64::INFINITY;
+    let f = |s: &[usize], v: &[f64]| (DType::F32, s.to_vec(), v.to_vec());
+    let nan_eq = |g: &[f64], w: &[f64], tol: f64| {
+        g.len() == w.len()
+            && g.iter()
+                .zip(w)
+                .all(|(g, w)| (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= tol * w.abs().max(1.0))
+    };
+    let cases: Vec<(&str, Op, Vec<(DType, Vec<usize>, Vec<f64>)>, Vec<f64>)> = vec![
+        ("softmax of all -inf is NaN", Op::Softmax { axis: -1 }, vec![f(&[3], &[-inf, -inf, -inf])], vec![f64::NAN; 3]),
+        (
+            "layernorm of huge values is finite",
+            Op::LayerNorm { eps: 1e-5 },
+            vec![f(&[4], &[3e38, 3e38, -3e38, 1.0]), f(&[4], &[1.0; 4]), f(&[4], &[0.0; 4])],
+            vec![0.904_534_03, 0.904_534_03, -1.507_556_72, -0.301_511_34],
+        ),
+        (
+            "i32 MIN / -1 wraps, x / 0 is 0",
+            Op::Div,
+            vec![(DType::I32, vec![3], vec![i32::MIN as f64, 7.0, -7.0]), (DType::I32, vec![3], vec![-1.0, 0.0, 2.0])],
+            vec![i32::MIN as f64, 0.0, -3.0],
+        ),
+        (
+            "i32 Add wraps",
+            Op::Add,
+            vec![(DType::I32, vec![1], vec![i32::MAX as f64]), (DType::I32, vec![1], vec![1.0])],
+            vec![i32::MIN as f64],
+        ),
+        ("relu keeps NaN", Op::Relu, vec![f(&[3], &[f64::NAN, -1.0, 2.0])], vec![f64::NAN, 0.0, 2.0]),
+        ("exp at the ends", Op::Exp, vec![f(&[4], &[inf, -inf, 89.0, -200.0])], vec![inf, 0.0, inf, 0.0]),
+        ("gelu of -inf is NaN", Op::Gelu(GeluApprox::Erf), vec![f(&[2], &[-inf, inf])], vec![f64::NAN, inf]),
+        ("sqrt of a negative is NaN", Op::Sqrt, vec![f(&[2], &[-1.0, inf])], vec![f64::NAN, inf]),
+        (
+            "float to i32 saturates, NaN is 0",
+            Op::Cast { to: DType::I32 },
+            vec![f(&[4], &[f64::NAN, 3e9, -inf, -2.7])],
+            vec![0.0, i32::MAX as f64, i32::MIN as f64, -2.0],
+        ),
+        (
+            "sum accumulates wide",
+            Op::ReduceSum { axes: vec![], keepdims: false },
+            vec![f(&[3], &[3e38, 3e38, -3e38])],
+            vec![3e38],
+        ),
+        (
+            "attention of a fully masked row is 0",
+            Op::Attention { scale: None },
+            vec![
+                f(&[1, 1, 1, 2], &[1.0, 2.0]),
+                f(&[1, 1, 2, 2], &[1.0; 4]),
+                f(&[1, 1, 2, 2], &[inf, 1.0, 2.0, 3.0]),
+                (DType::U8, vec![1, 1, 1, 2], vec![0.0, 0.0]),
+            ],
+            vec![0.0, 0.0],
+        ),
+    ];
+    for (bname, b) in common::backends() {
+        for tier in [Tier::Reference, Tier::Generic, Tier::HighPerformance] {
+            for (what, op, ins, want) in &cases {
+                let Some(got) = on_tier(&b, tier, op, ins) else {
+                    eprintln!("SKIP {bname} [{tier}] {what}: no kernel");
+                    continue;
+                };
+                let got = got.unwrap_or_else(|e| panic!("{bname} [{tier}] {what}: {e}"));
+                assert!(nan_eq(&got, want, 1e-5), "{bname} [{tier}] {what}: got {got:?}, want {want:?}");
+            }
+            let gather = Op::Gather { axis: 0 };
+            let bad = [f(&[3], &[1.0, 2.0, 3.0]), (DType::I32, vec![2], vec![0.0, 3.0])];
+            if let Some(r) = on_tier(&b, tier, &gather, &bad) {
+                assert!(r.is_err(), "{bname} [{tier}]: gather index 3 of 3 gave {r:?}");
+            }
+        }
+    }
+}

@@ -1,8 +1,8 @@
 //! CUDA C source of the NVRTC kernels, generated per (tier, dtype).
 //!
 //! One module per tier and storage dtype: a shared prelude (parameter block, f16/bf16
-//! conversions written in PTX so no toolkit header is needed, saturating integer
-//! conversions, block reductions) and templated kernels, instantiated by `extern "C"`
+//! conversions written in PTX so no toolkit header is needed, saturating float-to-integer
+//! and wrapping integer-to-integer conversions, block reductions) and templated kernels, instantiated by `extern "C"`
 //! entry points named `npurt_<kernel>_<dtype>_<tier>`. Pure string generation: no GPU.
 
 use runtime::{DType, Tier};
@@ -190,6 +190,10 @@ struct b16 { unsigned short x; };
 
 #define NEG_INF_F (__uint_as_float(0xff800000u))
 #define NEG_INF_D (__longlong_as_double((ll)0xfff0000000000000ull))
+#define INF_F (__uint_as_float(0x7f800000u))
+#define INF_D (__longlong_as_double((ll)0x7ff0000000000000ull))
+#define NAN_F (__uint_as_float(0x7fc00000u))
+#define NAN_D (__longlong_as_double((ll)0x7ff8000000000000ull))
 
 __device__ __forceinline__ float h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 __device__ __forceinline__ unsigned short f2h(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
@@ -218,11 +222,20 @@ __device__ __forceinline__ u8 sat_u8(double v) {
     if (v >= 255.0) return 255;
     return (u8)v;
 }
-__device__ __forceinline__ int clamp_i32(ll v) { return v < -2147483648LL ? (-2147483647 - 1) : (v > 2147483647LL ? 2147483647 : (int)v); }
-__device__ __forceinline__ u8 clamp_u8(ll v) { return v < 0 ? 0 : (v > 255 ? 255 : (u8)v); }
+// Integer narrowing keeps the low bits (two's complement), as ONNX Cast defines it.
+__device__ __forceinline__ int wrap_i32(ll v) { return (int)(unsigned)(ull)v; }
+__device__ __forceinline__ u8 wrap_u8(ll v) { return (u8)(ull)v; }
+// double -> float rounded to odd (toward zero, then the last bit set when inexact): a
+// second rounding to f16/bf16 is then correctly rounded, as one rounding from double.
+__device__ __forceinline__ float d2f_odd(double v) {
+    float f = __double2float_rz(v);
+    if (f == f && (double)f != v) f = __uint_as_float(__float_as_uint(f) | 1u);
+    return f;
+}
 
 // Conversions of a storage type: f = to float, d = to double, l = to integer,
-// of/od/ol = from float/double/integer (rounding to nearest, integers saturate, NaN -> 0).
+// of/od/ol = from float/double/integer (rounding to nearest even; float to integer
+// truncates and saturates, NaN -> 0; integer to integer wraps).
 template <class T> struct Cv;
 template <> struct Cv<float> {
     static const bool is_int = false;
@@ -231,7 +244,7 @@ template <> struct Cv<float> {
     static __device__ __forceinline__ ll l(float v) { return sat_i64(v); }
     static __device__ __forceinline__ float of(float v) { return v; }
     static __device__ __forceinline__ float od(double v) { return (float)v; }
-    static __device__ __forceinline__ float ol(ll v) { return (float)(double)v; }
+    static __device__ __forceinline__ float ol(ll v) { return (float)v; }
 };
 template <> struct Cv<h16> {
     static const bool is_int = false;
@@ -239,7 +252,7 @@ template <> struct Cv<h16> {
     static __device__ __forceinline__ double d(h16 v) { return (double)h2f(v.x); }
     static __device__ __forceinline__ ll l(h16 v) { return sat_i64(h2f(v.x)); }
     static __device__ __forceinline__ h16 of(float v) { h16 r; r.x = f2h(v); return r; }
-    static __device__ __forceinline__ h16 od(double v) { h16 r; r.x = f2h((float)v); return r; }
+    static __device__ __forceinline__ h16 od(double v) { h16 r; r.x = f2h(d2f_odd(v)); return r; }
     static __device__ __forceinline__ h16 ol(ll v) { return od((double)v); }
 };
 template <> struct Cv<b16> {
@@ -248,7 +261,7 @@ template <> struct Cv<b16> {
     static __device__ __forceinline__ double d(b16 v) { return (double)b2f(v.x); }
     static __device__ __forceinline__ ll l(b16 v) { return sat_i64(b2f(v.x)); }
     static __device__ __forceinline__ b16 of(float v) { b16 r; r.x = f2b(v); return r; }
-    static __device__ __forceinline__ b16 od(double v) { b16 r; r.x = f2b((float)v); return r; }
+    static __device__ __forceinline__ b16 od(double v) { b16 r; r.x = f2b(d2f_odd(v)); return r; }
     static __device__ __forceinline__ b16 ol(ll v) { return od((double)v); }
 };
 template <> struct Cv<int> {
@@ -258,7 +271,7 @@ template <> struct Cv<int> {
     static __device__ __forceinline__ ll l(int v) { return v; }
     static __device__ __forceinline__ int of(float v) { return sat_i32(v); }
     static __device__ __forceinline__ int od(double v) { return sat_i32(v); }
-    static __device__ __forceinline__ int ol(ll v) { return clamp_i32(v); }
+    static __device__ __forceinline__ int ol(ll v) { return wrap_i32(v); }
 };
 template <> struct Cv<ll> {
     static const bool is_int = true;
@@ -276,7 +289,7 @@ template <> struct Cv<u8> {
     static __device__ __forceinline__ ll l(u8 v) { return v; }
     static __device__ __forceinline__ u8 of(float v) { return sat_u8(v); }
     static __device__ __forceinline__ u8 od(double v) { return sat_u8(v); }
-    static __device__ __forceinline__ u8 ol(ll v) { return clamp_u8(v); }
+    static __device__ __forceinline__ u8 ol(ll v) { return wrap_u8(v); }
 };
 
 __device__ __forceinline__ double m_erf(double x) { return erf(x); }
@@ -305,7 +318,7 @@ __device__ __forceinline__ ll gstride() { return (ll)gridDim.x * blockDim.x; }
 
 template <class F> __device__ __forceinline__ F unop(int op, F x, F factor) {
     switch (op) {
-        case 0: return x > F(0) ? x : F(0);
+        case 0: return x < F(0) ? F(0) : x;  // NaN propagates
         case 1: return F(0.5) * x * (F(1) + m_erf(x * F(0.70710678118654752440)));
         case 2: {
             const F c = F(0.79788456080286535588);
@@ -344,7 +357,7 @@ template <class T> __device__ __forceinline__ T bin_elem_ref(int op, T a, T b) {
     return Cv<T>::od(binf<double>(op, Cv<T>::d(a), Cv<T>::d(b)));
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
+template <class F> __device__ __forceinline__ F warp_sum(F v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
@@ -352,20 +365,21 @@ __device__ __forceinline__ float warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
-// Block-wide reductions (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
-__device__ float block_sum(float v, float* sh) {
+// Block-wide reductions (blockDim.x a multiple of 32, at most 1024); every thread gets the
+// result. Sums in f32 or f64 (statistics that must not overflow f32).
+template <class F> __device__ F block_sum(F v, F* sh) {
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
     v = warp_sum(v);
     __syncthreads();
     if (lane == 0) sh[w] = v;
     __syncthreads();
     if (w == 0) {
-        float t = lane < nw ? sh[lane] : 0.f;
+        F t = lane < nw ? sh[lane] : F(0);
         t = warp_sum(t);
         if (lane == 0) sh[0] = t;
     }
     __syncthreads();
-    float r = sh[0];
+    F r = sh[0];
     __syncthreads();
     return r;
 }
@@ -387,6 +401,10 @@ __device__ float block_max(float v, float* sh) {
 }
 
 template <class T> struct alignas(4 * sizeof(T)) V4 { T v[4]; };
+// Element j of (x + residual) for (Add)LayerNorm: the sum is formed in f32 on every tier.
+template <class T> __device__ __forceinline__ float ln_elem(const T* xr, const T* rr, bool res, ll j) {
+    return res ? Cv<T>::f(xr[j]) + Cv<T>::f(rr[j]) : Cv<T>::f(xr[j]);
+}
 "#;
 
 /// The templated kernels of every tier.
@@ -406,7 +424,8 @@ template <class T> __device__ void k_unary_ref(const P& p, const T* x, T* o) {
 template <class T> __device__ void k_bias_gelu_ref(const P& p, const T* x, const T* b, T* o) {
     ll i = gtid();
     if (i >= p.n) return;
-    o[i] = Cv<T>::od(unop<double>((int)p.i[0], Cv<T>::d(x[i]) + Cv<T>::d(b[i % p.i[2]]), 1.0));
+    // x + bias is formed in f32, as in the other tiers.
+    o[i] = Cv<T>::od(unop<double>((int)p.i[0], (double)(Cv<T>::f(x[i]) + Cv<T>::f(b[i % p.i[2]])), 1.0));
 }
 template <class T> __device__ void k_softmax_ref(const P& p, const T* x, T* o) {
     ll t = gtid();
@@ -427,17 +446,17 @@ template <class T> __device__ void k_layer_norm_ref(const P& p, const T* x, cons
     const T* xr = x + row * d;
     const T* rr = r + (res ? row * d : 0);
     double mean = 0.0;
-    for (ll j = 0; j < d; ++j) mean += Cv<T>::d(xr[j]) + (res ? Cv<T>::d(rr[j]) : 0.0);
+    for (ll j = 0; j < d; ++j) mean += (double)ln_elem<T>(xr, rr, res, j);
     mean /= (double)d;
     double var = 0.0;
     for (ll j = 0; j < d; ++j) {
-        double v = Cv<T>::d(xr[j]) + (res ? Cv<T>::d(rr[j]) : 0.0) - mean;
+        double v = (double)ln_elem<T>(xr, rr, res, j) - mean;
         var += v * v;
     }
     var /= (double)d;
     double inv = 1.0 / sqrt(var + p.f[0]);
     for (ll j = 0; j < d; ++j) {
-        double v = Cv<T>::d(xr[j]) + (res ? Cv<T>::d(rr[j]) : 0.0);
+        double v = (double)ln_elem<T>(xr, rr, res, j);
         o[row * d + j] = Cv<T>::od((v - mean) * inv * Cv<T>::d(g[j]) + Cv<T>::d(b[j]));
     }
 }
@@ -470,18 +489,20 @@ template <class T> __device__ void k_matmul_ref(const P& p, const T* a, const T*
     double acc = 0.0;
     for (ll k = 0; k < K; ++k) acc += Cv<T>::d(ab[m * p.i[3] + k * p.i[4]]) * Cv<T>::d(bb[k * p.i[5] + n * p.i[6]]);
     double v = p.f[0] * acc;
-    if (p.sc[2]) v += p.f[1] * Cv<T>::d(c[m * p.sc[0] + n * p.sc[1]]);
+    // beta = 0 leaves c unread (ONNX's reference); alpha = 0 still multiplies.
+    if (p.sc[2] && p.f[1] != 0.0) v += p.f[1] * Cv<T>::d(c[m * p.sc[0] + n * p.sc[1]]);
     o[t] = Cv<T>::od(v);
 }
 // i = [BH, S, T, D, Dv, mask mode, H]; mask strides over [B, H, S, T] in sc; f[0] = scale.
-template <class T> __device__ __forceinline__ double att_mask(const P& p, const void* m, ll bh, ll i, ll j, double s, bool* keep) {
-    *keep = true;
+// Masks are additive: a u8 mask adds -inf where it is 0 (a masked NaN score stays NaN).
+template <class T> __device__ __forceinline__ double att_mask(const P& p, const void* m, ll bh, ll i, ll j, double s) {
     if (p.i[5] == 0) return s;
     ll h = p.i[6];
     ll off = (bh / h) * p.sc[0] + (bh % h) * p.sc[1] + i * p.sc[2] + j * p.sc[3];
-    if (p.i[5] == 1) { *keep = ((const u8*)m)[off] != 0; return s; }
+    if (p.i[5] == 1) return ((const u8*)m)[off] != 0 ? s : s + NEG_INF_D;
     return s + Cv<T>::d(((const T*)m)[off]);
 }
+// A row with a NaN or +inf score is NaN; a row of only -inf scores (all keys masked) is 0.
 template <class T> __device__ void k_attention_ref(const P& p, const T* q, const T* k, const T* v, const void* mk, T* o) {
     ll t = gtid();
     if (t >= p.n) return;
@@ -489,28 +510,28 @@ template <class T> __device__ void k_attention_ref(const P& p, const T* q, const
     ll c = t % Dv, rest = t / Dv, i = rest % S, bh = rest / S;
     const T* qr = q + (bh * S + i) * D;
     double mx = NEG_INF_D;
+    bool nan = false;
     for (ll j = 0; j < Tn; ++j) {
         const T* kr = k + (bh * Tn + j) * D;
         double s = 0.0;
         for (ll d = 0; d < D; ++d) s += Cv<T>::d(qr[d]) * Cv<T>::d(kr[d]);
-        bool keep;
-        s = att_mask<T>(p, mk, bh, i, j, s * p.f[0], &keep);
-        if (keep) mx = fmax(mx, s);
+        s = att_mask<T>(p, mk, bh, i, j, s * p.f[0]);
+        if (s != s) nan = true;
+        else mx = fmax(mx, s);
     }
+    if (nan || mx == INF_D) { o[t] = Cv<T>::od(NAN_D); return; }
     if (mx == NEG_INF_D) { o[t] = Cv<T>::od(0.0); return; }
     double sum = 0.0, acc = 0.0;
     for (ll j = 0; j < Tn; ++j) {
         const T* kr = k + (bh * Tn + j) * D;
         double s = 0.0;
         for (ll d = 0; d < D; ++d) s += Cv<T>::d(qr[d]) * Cv<T>::d(kr[d]);
-        bool keep;
-        s = att_mask<T>(p, mk, bh, i, j, s * p.f[0], &keep);
-        if (!keep) continue;
+        s = att_mask<T>(p, mk, bh, i, j, s * p.f[0]);
         double e = exp(s - mx);
         sum += e;
         acc += e * Cv<T>::d(v[(bh * Tn + j) * Dv + c]);
     }
-    o[t] = Cv<T>::od(sum > 0.0 ? acc / sum : 0.0);
+    o[t] = Cv<T>::od(acc / sum);
 }
 template <class T> __device__ void k_copy_ref(const P& p, const T* x, T* o) {
     ll i = gtid();
@@ -533,7 +554,8 @@ template <class T, class I> __device__ void k_gather_ref(const P& p, const T* x,
     o[t] = x[(ou * len + j) * inner + r];
 }
 template <class TI, class TO> __device__ __forceinline__ TO cast_elem(TI v) {
-    if (Cv<TI>::is_int && Cv<TO>::is_int) return Cv<TO>::ol(Cv<TI>::l(v));
+    // Integer sources go through `ol`: wrapping to integers, one rounding to f32.
+    if (Cv<TI>::is_int) return Cv<TO>::ol(Cv<TI>::l(v));
     if (!Cv<TI>::is_int && !Cv<TO>::is_int) return Cv<TO>::of(Cv<TI>::f(v));
     return Cv<TO>::od(Cv<TI>::d(v));
 }
@@ -577,38 +599,40 @@ template <class T> __device__ void k_softmax_gen(const P& p, const T* x, T* o) {
             o[base + j * inner] = Cv<T>::of(expf(Cv<T>::f(x[base + j * inner]) - m) * inv);
     }
 }
+// Statistics in f64 (f32 values cannot overflow there), as on the CPU.
 template <class T> __device__ void k_layer_norm_gen(const P& p, const T* x, const T* r, const T* g, const T* b, T* o) {
-    __shared__ float sh[32];
+    __shared__ double sh[32];
     ll d = p.i[1];
     bool res = p.i[3] != 0;
     for (ll row = blockIdx.x; row < p.n; row += gridDim.x) {
         const T* xr = x + row * d;
         const T* rr = r + (res ? row * d : 0);
-        float s = 0.f;
-        for (ll j = threadIdx.x; j < d; j += blockDim.x) s += Cv<T>::f(xr[j]) + (res ? Cv<T>::f(rr[j]) : 0.f);
-        float mean = block_sum(s, sh) / (float)d;
-        float q = 0.f;
+        double s = 0.0;
+        for (ll j = threadIdx.x; j < d; j += blockDim.x) s += (double)ln_elem<T>(xr, rr, res, j);
+        double mean = block_sum(s, sh) / (double)d;
+        double q = 0.0;
         for (ll j = threadIdx.x; j < d; j += blockDim.x) {
-            float v = Cv<T>::f(xr[j]) + (res ? Cv<T>::f(rr[j]) : 0.f) - mean;
+            double v = (double)ln_elem<T>(xr, rr, res, j) - mean;
             q += v * v;
         }
-        float inv = rsqrtf(block_sum(q, sh) / (float)d + (float)p.f[0]);
+        double inv = 1.0 / sqrt(block_sum(q, sh) / (double)d + p.f[0]);
         for (ll j = threadIdx.x; j < d; j += blockDim.x) {
-            float v = Cv<T>::f(xr[j]) + (res ? Cv<T>::f(rr[j]) : 0.f);
-            o[row * d + j] = Cv<T>::of((v - mean) * inv * Cv<T>::f(g[j]) + Cv<T>::f(b[j]));
+            float nv = (float)(((double)ln_elem<T>(xr, rr, res, j) - mean) * inv);
+            o[row * d + j] = Cv<T>::of(nv * Cv<T>::f(g[j]) + Cv<T>::f(b[j]));
         }
     }
 }
 // One block per output element.
 template <class T> __device__ void k_reduce_gen(const P& p, const T* x, T* o) {
-    __shared__ float sh[32];
+    __shared__ double sh[32];
     ll cnt = p.i[1];
     for (ll t = blockIdx.x; t < p.n; t += gridDim.x) {
         ll base = offs(p, p.sa, t);
-        float s = 0.f;
-        for (ll r = threadIdx.x; r < cnt; r += blockDim.x) s += Cv<T>::f(x[base + red_offs(p, r)]);
+        // f64 accumulation, divided before rounding: [3e38, 3e38, -3e38] sums to 3e38.
+        double s = 0.0;
+        for (ll r = threadIdx.x; r < cnt; r += blockDim.x) s += Cv<T>::d(x[base + red_offs(p, r)]);
         s = block_sum(s, sh);
-        if (threadIdx.x == 0) o[t] = Cv<T>::of(p.i[2] ? s / (float)cnt : s);
+        if (threadIdx.x == 0) o[t] = Cv<T>::od(p.i[2] ? s / (double)cnt : s);
     }
 }
 // 16x16 shared-memory tiles; grid (ceil(N/16), ceil(M/16), batch), block (16, 16).
@@ -633,7 +657,7 @@ template <class T> __device__ void k_matmul_gen(const P& p, const T* a, const T*
     }
     if (m < M && n < N) {
         float v = (float)p.f[0] * acc;
-        if (p.sc[2]) v += (float)p.f[1] * Cv<T>::f(c[m * p.sc[0] + n * p.sc[1]]);
+        if (p.sc[2] && p.f[1] != 0.0) v += (float)p.f[1] * Cv<T>::f(c[m * p.sc[0] + n * p.sc[1]]);
         o[bt * M * N + m * N + n] = Cv<T>::of(v);
     }
 }
@@ -702,18 +726,19 @@ template <class T> __device__ void k_layer_norm_fast(const P& p, const T* x, con
     for (ll row = gtid() >> 5; row < p.n; row += warps) {
         const T* xr = x + row * d;
         const T* rr = r + (res ? row * d : 0);
-        float s = 0.f;
-        for (ll j = lane; j < d; j += 32) s += Cv<T>::f(xr[j]) + (res ? Cv<T>::f(rr[j]) : 0.f);
-        float mean = warp_sum(s) / (float)d;
-        float q = 0.f;
+        // Statistics in f64, as on the CPU: rows of huge values stay finite.
+        double s = 0.0;
+        for (ll j = lane; j < d; j += 32) s += (double)ln_elem<T>(xr, rr, res, j);
+        double mean = warp_sum(s) / (double)d;
+        double q = 0.0;
         for (ll j = lane; j < d; j += 32) {
-            float v = Cv<T>::f(xr[j]) + (res ? Cv<T>::f(rr[j]) : 0.f) - mean;
+            double v = (double)ln_elem<T>(xr, rr, res, j) - mean;
             q += v * v;
         }
-        float inv = rsqrtf(warp_sum(q) / (float)d + (float)p.f[0]);
+        double inv = 1.0 / sqrt(warp_sum(q) / (double)d + p.f[0]);
         for (ll j = lane; j < d; j += 32) {
-            float v = Cv<T>::f(xr[j]) + (res ? Cv<T>::f(rr[j]) : 0.f);
-            o[row * d + j] = Cv<T>::of((v - mean) * inv * Cv<T>::f(g[j]) + Cv<T>::f(b[j]));
+            float nv = (float)(((double)ln_elem<T>(xr, rr, res, j) - mean) * inv);
+            o[row * d + j] = Cv<T>::of(nv * Cv<T>::f(g[j]) + Cv<T>::f(b[j]));
         }
     }
 }
@@ -729,22 +754,24 @@ template <class T> __device__ void k_attention_fast(const P& p, const T* q, cons
         ll bh = row / S, i = row % S;
         for (ll d = threadIdx.x; d < D; d += blockDim.x) qs[d] = Cv<T>::f(q[row * D + d]);
         __syncthreads();
-        float mx = NEG_INF_F;
+        float mx = NEG_INF_F, nan = 0.f;
         for (ll j = threadIdx.x; j < Tn; j += blockDim.x) {
             const T* kr = k + (bh * Tn + j) * D;
             float s = 0.f;
             for (ll d = 0; d < D; ++d) s = fmaf(qs[d], Cv<T>::f(kr[d]), s);
-            bool keep;
-            float sv = (float)att_mask<T>(p, mk, bh, i, j, (double)(s * (float)p.f[0]), &keep);
-            sv = keep ? sv : NEG_INF_F;
+            float sv = (float)att_mask<T>(p, mk, bh, i, j, (double)(s * (float)p.f[0]));
             sc[j] = sv;
+            if (sv != sv) nan = 1.f;
             mx = fmaxf(mx, sv);
         }
         mx = block_max(mx, sh);
+        nan = block_max(nan, sh);
+        // NaN or +inf in the row: NaN; every key masked (max -inf): 0; as the other tiers.
+        bool bad = nan > 0.f || mx == INF_F, masked = !bad && mx == NEG_INF_F;
         float sum = 0.f;
-        if (mx != NEG_INF_F) {
+        if (!bad && !masked) {
             for (ll j = threadIdx.x; j < Tn; j += blockDim.x) {
-                float e = sc[j] == NEG_INF_F ? 0.f : expf(sc[j] - mx);
+                float e = expf(sc[j] - mx);
                 sc[j] = e;
                 sum += e;
             }
@@ -752,9 +779,9 @@ template <class T> __device__ void k_attention_fast(const P& p, const T* q, cons
         sum = block_sum(sum, sh);
         for (ll c = threadIdx.x; c < Dv; c += blockDim.x) {
             float acc = 0.f;
-            if (sum > 0.f)
+            if (!bad && !masked)
                 for (ll j = 0; j < Tn; ++j) acc = fmaf(sc[j], Cv<T>::f(v[(bh * Tn + j) * Dv + c]), acc);
-            o[row * Dv + c] = Cv<T>::of(sum > 0.f ? acc / sum : 0.f);
+            o[row * Dv + c] = Cv<T>::of(bad ? NAN_F : (masked ? 0.f : acc / sum));
         }
         __syncthreads();
     }

@@ -5,6 +5,10 @@
 //! produced by one GEMM, masked, scaled and normalised in place while still in L2, and
 //! consumed by the second GEMM. The full `s × t` score matrix is never materialised, and
 //! the blocks of all heads are the units of parallel work.
+//!
+//! Extreme rows, as the other tiers compute them: a row whose scores hold a NaN or +inf
+//! gives NaN; a row whose every score is -inf (all keys masked out) gives 0, whatever V
+//! holds. A u8 mask adds -inf where it is 0 (so a masked NaN score stays NaN).
 
 use super::blas;
 use super::common::*;
@@ -39,6 +43,8 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, ctx: &Ctx) -> KR
     let (bsz, h, s, d) = (ins[0].dims[0], ins[0].dims[1], ins[0].dims[2], ins[0].dims[3]);
     let (t, dv) = (ins[1].dims[2], ins[2].dims[3]);
     let scale = scale.unwrap_or(1.0 / (d as f32).sqrt());
+    // The GEMM skips its product for alpha = 0; `0 * score` keeps a non-finite score NaN.
+    let (alpha, post) = if scale == 0.0 { (1.0, Some(0.0f32)) } else { (scale, None) };
     let score_dims = [bsz, h, s, t];
     // u8 masks become 0 / -inf once (the mask is small: it broadcasts over heads).
     let mask_vals: Option<std::borrow::Cow<'_, [f32]>> = match ins.get(3) {
@@ -76,12 +82,22 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, ctx: &Ctx) -> KR
             let kh = &k[bh * t * d..(bh + 1) * t * d];
             let vh = &v[bh * t * dv..(bh + 1) * t * dv];
             scores.resize(rows * t, 0.0);
-            blas::sgemm(rows, t, d, scale, qb, d, 1, kh, 1, d, false, scores, t, 1)?;
+            blas::sgemm(rows, t, d, alpha, qb, d, 1, kh, 1, d, false, scores, t, 1)?;
+            let mut masked = [false; ROWS];
             for (r, row) in scores.chunks_mut(t).enumerate() {
+                if let Some(f) = post {
+                    row.iter_mut().for_each(|x| *x *= f);
+                }
                 let m = mask.map(|m| m.row(bi, hh, i0 + r, t));
-                softmax_in_place(isa, row, m);
+                masked[r] = softmax_in_place(isa, row, m);
             }
-            blas::sgemm(rows, dv, t, 1.0, scores, t, 1, vh, dv, 1, false, ob, dv, 1)
+            blas::sgemm(rows, dv, t, 1.0, scores, t, 1, vh, dv, 1, false, ob, dv, 1)?;
+            for (r, out_row) in ob.chunks_mut(dv).enumerate() {
+                if masked[r] {
+                    out_row.fill(0.0);
+                }
+            }
+            Ok(())
         };
         if ctx.threads > 1 && (bsz * h > 1 || s > ROWS) {
             o.par_chunks_mut(s * dv).enumerate().try_for_each(|(bh, oh)| {
@@ -101,35 +117,49 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, ctx: &Ctx) -> KR
     })
 }
 
-/// `row = softmax(row + mask)` in place; a row masked out entirely becomes zeros.
-/// The mask is `(values, stride)`; stride 0 broadcasts one value over the row.
-pub fn softmax_in_place(isa: Isa, row: &mut [f32], mask: Option<(&[f32], usize)>) {
+/// `row = softmax(row + mask)` in place, as attention needs it: a row masked out
+/// entirely (every value -inf, no NaN) becomes zeros and the call returns true; a row
+/// with NaN or +inf becomes NaN. The mask is `(values, stride)`; stride 0 broadcasts one
+/// value over the row.
+pub fn softmax_in_place(isa: Isa, row: &mut [f32], mask: Option<(&[f32], usize)>) -> bool {
+    softmax_dispatch(isa, row, mask, 0.0)
+}
+
+/// ONNX `Softmax` of one row in place: a row with NaN, +inf or only -inf is NaN
+/// throughout (`exp(x - max)` with `max` not finite), as in ONNX's reference and PyTorch.
+pub fn softmax_onnx(isa: Isa, row: &mut [f32]) {
+    softmax_dispatch(isa, row, None, f32::NAN);
+}
+
+/// `masked_fill` is what a row whose maximum is -inf becomes (unless it holds a NaN);
+/// returns true when the row was filled with it.
+fn softmax_dispatch(isa: Isa, row: &mut [f32], mask: Option<(&[f32], usize)>, masked_fill: f32) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         #[target_feature(enable = "avx512f,avx2,fma")]
-        fn avx512(row: &mut [f32], mask: Option<(&[f32], usize)>) {
-            softmax_body(row, mask)
+        fn avx512(row: &mut [f32], mask: Option<(&[f32], usize)>, fill: f32) -> bool {
+            softmax_body(row, mask, fill)
         }
         #[target_feature(enable = "avx2,fma")]
-        fn avx2(row: &mut [f32], mask: Option<(&[f32], usize)>) {
-            softmax_body(row, mask)
+        fn avx2(row: &mut [f32], mask: Option<(&[f32], usize)>, fill: f32) -> bool {
+            softmax_body(row, mask, fill)
         }
         match isa {
             // SAFETY: `Isa::Avx512` is only chosen when AVX-512F and FMA were detected on
             // this CPU at run time (features.rs).
-            Isa::Avx512 => return unsafe { avx512(row, mask) },
+            Isa::Avx512 => return unsafe { avx512(row, mask, masked_fill) },
             // SAFETY: `Isa::Avx2Fma` is only chosen when AVX2 and FMA were detected.
-            Isa::Avx2Fma => return unsafe { avx2(row, mask) },
+            Isa::Avx2Fma => return unsafe { avx2(row, mask, masked_fill) },
             Isa::Scalar => {}
         }
     }
-    softmax_body(row, mask)
+    softmax_body(row, mask, masked_fill)
 }
 
 const LANES: usize = 16;
 
 #[inline(always)]
-fn softmax_body(row: &mut [f32], mask: Option<(&[f32], usize)>) {
+fn softmax_body(row: &mut [f32], mask: Option<(&[f32], usize)>, masked_fill: f32) -> bool {
     match mask {
         Some((m, 1)) => row.iter_mut().zip(m).for_each(|(x, &a)| *x += a),
         Some((m, _)) => {
@@ -146,11 +176,14 @@ fn softmax_body(row: &mut [f32], mask: Option<(&[f32], usize)>) {
             acc[l] = if c[l] > acc[l] { c[l] } else { acc[l] };
         }
     }
+    // The max ignores NaN; a NaN element then makes its exp, the sum and the row NaN,
+    // and a +inf max gives exp(inf - inf) = NaN likewise.
     let mx = chunks.remainder().iter().chain(acc.iter()).copied().fold(f32::NEG_INFINITY, f32::max);
-    if mx == f32::NEG_INFINITY || mx.is_nan() {
-        let fill = if mx.is_nan() { f32::NAN } else { 0.0 };
-        row.fill(fill);
-        return;
+    if mx == f32::NEG_INFINITY {
+        // Only -inf and NaN: NaN if any NaN, else the row is masked out entirely.
+        let nan = row.iter().any(|x| x.is_nan());
+        row.fill(if nan { f32::NAN } else { masked_fill });
+        return !nan && masked_fill == 0.0;
     }
     let mut sums = [0f32; LANES];
     let mut chunks = row.chunks_exact_mut(LANES);
@@ -167,6 +200,7 @@ fn softmax_body(row: &mut [f32], mask: Option<(&[f32], usize)>) {
     }
     let inv = 1.0 / total;
     row.iter_mut().for_each(|x| *x *= inv);
+    false
 }
 
 #[cfg(test)]

@@ -154,7 +154,8 @@ pub fn store_f32(o: &mut Out, v: &[f32]) -> KResult {
     Ok(())
 }
 
-/// Writes i64 values to an integer output.
+/// Writes i64 values to an integer output, keeping the low bits (two's-complement
+/// wrapping, as ONNX `Cast` defines integer narrowing).
 pub fn store_i64(o: &mut Out, v: &[i64]) -> KResult {
     let n = o.numel();
     if v.len() != n {
@@ -207,13 +208,40 @@ pub fn gelu_tanh_f32(x: f32) -> f32 {
     0.5 * x * (1.0 + (C * (x + 0.044715 * x * x * x)).tanh())
 }
 
-/// Integer division as the op table defines it: truncating, `x / 0 = 0`.
+/// Integer division as the op table defines it: truncating toward zero, `x / 0 = 0`,
+/// and `MIN / -1` wraps to `MIN` (two's complement, as NumPy and C runtimes give).
 pub fn int_div(a: i64, b: i64) -> i64 {
     if b == 0 { 0 } else { a.wrapping_div(b) }
 }
 
-/// Element-wise cast of raw bytes between any two dtypes (saturating to integers,
-/// NaN to 0, round-to-nearest-even to floats). Shared by every tier so all agree.
+/// Integer `Add`/`Sub`/`Mul`/`Div` with broadcasting, exact and wrapping in the operands'
+/// dtype (i32 results are the low 32 bits of the i64 result), shared by every tier.
+pub fn int_binary(op: &runtime::Op, a: &In, b: &In, o: &mut Out) -> KResult {
+    use runtime::Op;
+    let (x, y) = (load_i64(a)?, load_i64(b)?);
+    let od = o.dims.to_vec();
+    let oa = gather_offsets(&od, &broadcast_strides(a.dims, &od));
+    let ob = gather_offsets(&od, &broadcast_strides(b.dims, &od));
+    let wide: Vec<i64> = oa
+        .iter()
+        .zip(&ob)
+        .map(|(&i, &j)| match op {
+            Op::Add => x[i].wrapping_add(y[j]),
+            Op::Sub => x[i].wrapping_sub(y[j]),
+            Op::Mul => x[i].wrapping_mul(y[j]),
+            _ => int_div(x[i], y[j]),
+        })
+        .collect();
+    // `i32::MIN / -1` is `2^31` in i64; its low 32 bits are `i32::MIN`, the wrapped quotient.
+    store_i64(o, &wide)
+}
+
+/// Element-wise cast of raw bytes between any two dtypes, as ONNX `Cast` defines it
+/// where it defines it: integer to integer keeps the low bits (two's complement:
+/// `200 -> -56` for i8); float to float rounds to nearest even (out of range gives
+/// ±inf); integer to float rounds to nearest even. Float to integer, which ONNX leaves
+/// undefined out of range, truncates toward zero and saturates, NaN giving 0. Shared by
+/// every tier so all agree.
 pub fn cast(x: &In, o: &mut Out) -> KResult {
     if x.dtype == o.dtype {
         let n = x.numel() * x.dtype.size();
@@ -221,17 +249,13 @@ pub fn cast(x: &In, o: &mut Out) -> KResult {
         return Ok(());
     }
     if x.dtype.is_int() && o.dtype.is_int() {
-        let v = load_i64(x)?;
+        return store_i64(o, &load_i64(x)?);
+    }
+    if x.dtype == DType::I64 && o.dtype == DType::F32 {
+        // Direct i64 -> f32 rounds once; through f64 it could round twice.
         let n = o.numel();
-        match o.dtype {
-            DType::I32 => cast_slice_mut!(o.bytes, i32, n)
-                .iter_mut()
-                .zip(&v)
-                .for_each(|(d, s)| *d = (*s).clamp(i32::MIN as i64, i32::MAX as i64) as i32),
-            DType::I64 => cast_slice_mut!(o.bytes, i64, n).copy_from_slice(&v),
-            DType::U8 => o.bytes[..n].iter_mut().zip(&v).for_each(|(d, s)| *d = (*s).clamp(0, 255) as u8),
-            _ => return Err(format!("internal: {} is not an integer dtype", o.dtype)),
-        }
+        let v = cast_slice!(x.bytes, i64, n);
+        cast_slice_mut!(o.bytes, f32, n).iter_mut().zip(v).for_each(|(d, &s)| *d = s as f32);
         return Ok(());
     }
     if x.dtype.is_float() && o.dtype.is_float() && x.dtype != DType::F32 && o.dtype != DType::F32 {
@@ -315,4 +339,57 @@ pub fn gather_sources(dims: &[usize], axis: usize, idx: &[usize]) -> Vec<usize> 
         }
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_cast(from: DType, bytes: &[u8], n: usize, to: DType) -> Vec<u8> {
+        let dims = [n];
+        let x = In { dtype: from, dims: &dims, strides: &[1], bytes };
+        let mut buf = vec![0u64; (n * to.size()).div_ceil(8)];
+        let out: &mut [u8] = bytemuck::cast_slice_mut(&mut buf);
+        let mut o = Out { dtype: to, dims: &dims, bytes: &mut out[..n * to.size()] };
+        cast(&x, &mut o).expect("cast");
+        o.bytes.to_vec()
+    }
+
+    #[test]
+    fn cast_wraps_integers_and_saturates_floats() {
+        let v: [i64; 5] = [(1 << 40) + 5, -1, 1 << 31, 300, -200];
+        let b: &[u8] = bytemuck::cast_slice(&v);
+        let i32s: Vec<i32> = bytemuck::cast_slice(&run_cast(DType::I64, b, 5, DType::I32)).to_vec();
+        assert_eq!(i32s, [5, -1, i32::MIN, 300, -200]);
+        assert_eq!(run_cast(DType::I64, b, 5, DType::U8), [5, 255, 0, 44, 56]);
+        let f: [f32; 8] = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 3e9, -3e9, 2.9, -2.9, 1e20];
+        let fb: &[u8] = bytemuck::cast_slice(&f);
+        let i32s: Vec<i32> = bytemuck::cast_slice(&run_cast(DType::F32, fb, 8, DType::I32)).to_vec();
+        assert_eq!(i32s, [0, i32::MAX, i32::MIN, i32::MAX, i32::MIN, 2, -2, i32::MAX]);
+        assert_eq!(run_cast(DType::F32, fb, 8, DType::U8), [0, 255, 0, 255, 0, 2, 0, 255]);
+        // i64 -> f32 rounds once: 2^60 + 2^36 + 1 is nearer 2^60 + 2^37 than 2^60.
+        let big = [(1i64 << 60) + (1 << 36) + 1];
+        let f32s: Vec<f32> =
+            bytemuck::cast_slice(&run_cast(DType::I64, bytemuck::cast_slice(&big), 1, DType::F32)).to_vec();
+        assert_eq!(f32s[0], ((1i64 << 60) + (1 << 37)) as f32);
+    }
+
+    #[test]
+    fn integer_arithmetic_wraps_and_division_by_zero_is_zero() {
+        let (a, b) = ([i32::MIN, i32::MAX, 7, -7, i32::MIN], [-1, 1, 0, 2, 1]);
+        let dims = [5];
+        let ia = In { dtype: DType::I32, dims: &dims, strides: &[1], bytes: bytemuck::cast_slice(&a) };
+        let ib = In { dtype: DType::I32, dims: &dims, strides: &[1], bytes: bytemuck::cast_slice(&b) };
+        let mut got = [0i32; 5];
+        for (op, want) in [
+            (runtime::Op::Div, [i32::MIN, i32::MAX, 0, -3, i32::MIN]),
+            (runtime::Op::Add, [i32::MAX, i32::MIN, 7, -5, i32::MIN + 1]),
+            (runtime::Op::Sub, [i32::MIN + 1, i32::MAX - 1, 7, -9, i32::MAX]),
+            (runtime::Op::Mul, [i32::MIN, i32::MAX, 0, -14, i32::MIN]),
+        ] {
+            let mut o = Out { dtype: DType::I32, dims: &dims, bytes: bytemuck::cast_slice_mut(&mut got) };
+            int_binary(&op, &ia, &ib, &mut o).expect("int_binary");
+            assert_eq!(got, want, "{op:?}");
+        }
+    }
 }

@@ -43,7 +43,8 @@ macro_rules! simd_map {
     };
 }
 
-simd_map!(relu_map, |x| x.max(0.0));
+// `x < 0 ? 0 : x`: NaN propagates, as ONNX `max(0, x)` (`f32::max` would give 0).
+simd_map!(relu_map, |x| if x < 0.0 { 0.0 } else { x });
 simd_map!(scale_map, |x, f: f32| x * f);
 simd_map!(sqrt_map, |x| x.sqrt());
 simd_map!(exp_map, |x| exp_approx(x));
@@ -52,22 +53,30 @@ simd_map!(gelu_tanh_map, |x| 0.5 * x * (1.0 + tanh_approx(0.797_884_6 * (x + 0.0
 simd_map!(erf_map, |x| erf_approx(x));
 simd_map!(gelu_erf_map, |x| 0.5 * x * (1.0 + erf_approx(x * std::f32::consts::FRAC_1_SQRT_2)));
 
+/// The clamp keeps `k = round(x log2 e)` in [-126, 128]: results below 2^-125 (x under
+/// about -86.99, where the exact result is at most 2.4e-38) are 0, results from
+/// `ln(f32::MAX)` = 88.7228 on overflow to +inf as the exact result does.
+const EXP_LO: f32 = -87.5;
+const EXP_HI: f32 = 89.0;
+
 /// `e^x` to within a few ulp, branch-free so loops vectorise: range reduction by
-/// `ln 2`, a degree-6 polynomial, and exponent assembly.
+/// `ln 2`, a degree-6 polynomial, and exponent assembly. Exact at the ends: `e^-inf = 0`,
+/// `e^x = +inf` from `ln(f32::MAX)` on, NaN stays NaN.
 #[inline(always)]
 pub fn exp_approx(x: f32) -> f32 {
-    let x = x.clamp(-87.33, 88.72);
+    let x = x.clamp(EXP_LO, EXP_HI);
     // Nearest-even rounding and no float-to-int cast: both map to vector instructions
     // (`round()` and `as i32` would leave the loop scalar).
     let k = (x * std::f32::consts::LOG2_E).round_ties_even();
     let r = x - k * 0.693_145_75 - k * 1.428_606_8e-6;
-    let p = 1.0
-        + r * (1.0 + r * (0.5 + r * (0.166_666_67 + r * (0.041_666_668 + r * (0.008_333_334 + r * 0.001_388_889)))));
-    // 2^k from its biased exponent: adding 2^23 to an integral float in [1, 254] puts the
-    // integer in the low mantissa bits.
-    let e = (k + 127.0).clamp(1.0, 254.0);
-    let bits = ((e + 8_388_608.0).to_bits() - 0x4B00_0000) << 23;
-    p * f32::from_bits(bits)
+    // 2 e^r (every coefficient doubled: exact), times 2^(k-1), so that k = 128 (results
+    // up to f32::MAX) needs no exponent 255, and k = -126 gives exponent 0, i.e. 0.
+    let p2 = 2.0
+        + r * (2.0 + r * (1.0 + r * (0.333_333_34 + r * (0.083_333_336 + r * (0.016_666_668 + r * 0.002_777_778)))));
+    // 2^(k-1) from its biased exponent k + 126 in [0, 254]: adding 2^23 to an integral
+    // float puts the integer in the low mantissa bits.
+    let bits = ((k + 126.0 + 8_388_608.0).to_bits().wrapping_sub(0x4B00_0000)) << 23;
+    p2 * f32::from_bits(bits)
 }
 
 /// `tanh x` through `exp`: `1 - 2 / (e^{2x} + 1)`, exact at the saturated ends.
@@ -158,6 +167,11 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
                 Some(c) if *beta != 0.0 => Some((load_f32(c)?.into_owned(), c.dims.to_vec())),
                 _ => None,
             };
+            if *alpha == 0.0 {
+                // ONNX computes `0 * (A @ B)`, NaN where the product is not finite; the
+                // GEMM would skip the product for alpha = 0.
+                return gemm_alpha_zero(&a, ad, *trans_a, &b, bd, *trans_b, cin, *beta, &mut outs[0], ctx.threads);
+            }
             with_f32_out(&mut outs[0], |c| {
                 let n = out_dims[1];
                 let acc = if let Some((cv, cd)) = &cin {
@@ -348,16 +362,17 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
             with_f32_out(&mut outs[0], |o| {
                 if trailing {
                     let row = numel(&shape.0[r - axes.len()..]);
-                    let cnt = row.max(1) as f32;
+                    let cnt = row.max(1) as f64;
                     if row == 0 {
                         o.fill(if mean { f32::NAN } else { 0.0 });
                         return Ok(());
                     }
+                    // f64 sums, divided before rounding: the mean of [3e38, 3e38] is 3e38.
                     let sums: Vec<f32> = x
                         .chunks(row)
                         .map(|c| {
-                            let s = c.iter().map(|&v| v as f64).sum::<f64>() as f32;
-                            if mean { s / cnt } else { s }
+                            let s = c.iter().map(|&v| v as f64).sum::<f64>();
+                            (if mean { s / cnt } else { s }) as f32
                         })
                         .collect();
                     o.copy_from_slice(&sums);
@@ -382,10 +397,15 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
     }
 }
 
+/// ONNX Softmax of one row: a row with NaN, +inf or only -inf is NaN throughout.
 fn softmax_row(isa: Isa, x: &[f32], out: &mut [f32]) {
     out.copy_from_slice(x);
-    super::attention::softmax_in_place(isa, out, None);
+    super::attention::softmax_onnx(isa, out);
 }
+
+/// Above this, `x - mean` of a row might overflow f32 or `1 / std` be subnormal, so the
+/// row is normalised in f64.
+const LN_F32_LIMIT: f64 = 1e36;
 
 fn layer_norm_row(x: &[f32], res: Option<&[f32]>, g: &[f32], b: &[f32], eps: f32, out: &mut [f32]) {
     let d = x.len();
@@ -397,13 +417,65 @@ fn layer_norm_row(x: &[f32], res: Option<&[f32]>, g: &[f32], b: &[f32], eps: f32
         }
         None => out.copy_from_slice(x),
     }
-    let mean = out.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
-    let var = out.iter().map(|&v| (v as f64 - mean) * (v as f64 - mean)).sum::<f64>() / d as f64;
-    let inv = (1.0 / (var + eps as f64).sqrt()) as f32;
-    let mean = mean as f32;
-    for i in 0..d {
-        out[i] = (out[i] - mean) * inv * g[i] + b[i];
+    let mean = sum_f64(out, |v| v) / d as f64;
+    let var = sum_f64(out, |v| (v - mean) * (v - mean)) / d as f64;
+    let inv = 1.0 / (var + eps as f64).sqrt();
+    // Every |x| is at most |mean| + sqrt(d var); false for NaN and inf too.
+    if mean.abs() + (var * d as f64).sqrt() < LN_F32_LIMIT {
+        // The mean as f32 plus a correction: `x - mean` stays accurate when |mean| >> std.
+        let (hi, inv32) = (mean as f32, inv as f32);
+        let lo = (mean - hi as f64) as f32;
+        for i in 0..d {
+            out[i] = ((out[i] - hi) - lo) * inv32 * g[i] + b[i];
+        }
+    } else {
+        for i in 0..d {
+            out[i] = ((out[i] as f64 - mean) * inv) as f32 * g[i] + b[i];
+        }
     }
+}
+
+/// `sum f(x as f64)` over `x` in eight independent f64 lanes (a single running sum is a
+/// dependency chain that does not vectorise).
+#[inline(always)]
+fn sum_f64(x: &[f32], f: impl Fn(f64) -> f64) -> f64 {
+    const L: usize = 8;
+    let mut acc = [0f64; L];
+    let mut chunks = x.chunks_exact(L);
+    for c in &mut chunks {
+        for l in 0..L {
+            acc[l] += f(c[l] as f64);
+        }
+    }
+    chunks.remainder().iter().map(|&v| f(v as f64)).sum::<f64>() + acc.iter().sum::<f64>()
+}
+
+/// Gemm with `alpha = 0`: `0 * (A @ B) + beta * C`, so a non-finite product gives NaN.
+#[allow(clippy::too_many_arguments)]
+fn gemm_alpha_zero(
+    a: &[f32],
+    ad: &[usize],
+    ta: bool,
+    b: &[f32],
+    bd: &[usize],
+    tb: bool,
+    cin: Option<(Vec<f32>, Vec<usize>)>,
+    beta: f32,
+    o: &mut Out,
+    threads: usize,
+) -> KResult {
+    let od = o.dims.to_vec();
+    with_f32_out(o, |c| {
+        batched_matmul(a, ad, ta, b, bd, tb, &od, 1.0, c, threads)?;
+        c.iter_mut().for_each(|v| *v *= 0.0);
+        if let Some((cv, cd)) = &cin {
+            let offs = gather_offsets(&od, &broadcast_strides(cd, &od));
+            for (d, off) in c.iter_mut().zip(offs) {
+                *d += beta * cv[off];
+            }
+        }
+        Ok(())
+    })
 }
 
 /// `c[i] = beta * src broadcast to out_dims`.
@@ -462,25 +534,6 @@ fn binary_f32(
             *d = f(a[i], b[j]);
         }
     }
-}
-
-/// Integer arithmetic (wrapping; `x / 0 = 0`), shared by the generic and fast tiers.
-pub fn int_binary(op: &Op, a: &In, b: &In, o: &mut Out) -> KResult {
-    let (x, y) = (load_i64(a)?, load_i64(b)?);
-    let od = o.dims.to_vec();
-    let oa = gather_offsets(&od, &broadcast_strides(a.dims, &od));
-    let ob = gather_offsets(&od, &broadcast_strides(b.dims, &od));
-    let v: Vec<i64> = oa
-        .iter()
-        .zip(&ob)
-        .map(|(&i, &j)| match op {
-            Op::Add => x[i].wrapping_add(y[j]),
-            Op::Sub => x[i].wrapping_sub(y[j]),
-            Op::Mul => x[i].wrapping_mul(y[j]),
-            _ => int_div(x[i], y[j]),
-        })
-        .collect();
-    store_i64(o, &v)
 }
 
 /// Batched matrix product with broadcast batch dims into the contiguous `c`.
@@ -624,4 +677,65 @@ fn permute(x: &In, o: &mut Out, perm: &[usize]) -> KResult {
         copy_rows(0, out);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `got` against `e^x` rounded to f32: the same infinity, 0 or nearly where the exact
+    /// result is under 2^-125, within 4 ulp elsewhere.
+    fn check_exp(x: f32, got: f32) {
+        let want = (x as f64).exp() as f32;
+        if want.is_infinite() || got.is_infinite() {
+            assert_eq!(got, want, "exp({x})");
+        } else if want < 2f32.powi(-125) {
+            // Results under 2^-125 are flushed to 0.
+            assert!(got == 0.0 || (got - want).abs() <= 2f32.powi(-125), "exp({x}) = {got}, want {want}");
+        } else {
+            assert!(((got - want) / want).abs() <= 4.0 * f32::EPSILON, "exp({x}) = {got}, want {want}");
+        }
+    }
+
+    #[test]
+    fn exp_approx_is_exact_at_the_ends_and_within_ulps_near_them() {
+        assert_eq!(exp_approx(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_approx(f32::INFINITY), f32::INFINITY);
+        assert!(exp_approx(f32::NAN).is_nan());
+        assert_eq!(exp_approx(0.0), 1.0);
+        // Every f32 near the overflow and the underflow thresholds, scalar and on the
+        // detected ISA's vector path.
+        let isa = crate::features::get().isa;
+        for (lo, hi) in [(86.0f32, 89.5f32), (-90.0, -85.0), (0.5, 0.75)] {
+            let mut xs = Vec::new();
+            let mut x = lo;
+            while x < hi {
+                xs.push(x);
+                x = f32::from_bits(if x >= 0.0 { x.to_bits() + 1 } else { x.to_bits() - 1 });
+            }
+            let mut ys = vec![0f32; xs.len()];
+            exp_map(isa, &xs, &mut ys);
+            for (&x, &y) in xs.iter().zip(&ys) {
+                check_exp(x, exp_approx(x));
+                check_exp(x, y);
+            }
+        }
+    }
+
+    #[test]
+    fn relu_keeps_nan_and_layer_norm_of_huge_rows_is_finite() {
+        let isa = crate::features::get().isa;
+        let src = [f32::NAN, -1.0, 2.0, f32::NEG_INFINITY, f32::INFINITY];
+        let mut dst = [0f32; 5];
+        relu_map(isa, &src, &mut dst);
+        assert!(dst[0].is_nan());
+        assert_eq!(&dst[1..], &[0.0, 2.0, 0.0, f32::INFINITY]);
+        let x = [3e38f32, 3e38, -3e38, 1.0];
+        let mut out = [0f32; 4];
+        layer_norm_row(&x, None, &[1.0; 4], &[0.0; 4], 1e-5, &mut out);
+        // Mean 7.5e37, std 2.487e38: (x - mean) / std.
+        for (o, want) in out.iter().zip([0.904_534, 0.904_534, -1.507_557, -0.301_511]) {
+            assert!((o - want).abs() < 1e-5, "{out:?}");
+        }
+    }
 }

@@ -1,5 +1,6 @@
-//! Generic tier: portable code over `ndarray` (f32 compute for floating dtypes), no
-//! explicit SIMD and no threads.
+//! Generic tier: portable code over `ndarray` (f32 compute for floating dtypes; f64 for
+//! sums that must not overflow: reductions and LayerNorm's statistics), no explicit SIMD
+//! and no threads.
 
 use super::common::*;
 use ndarray::{Array2, ArrayD, ArrayView2, Axis, IxDyn, Zip};
@@ -29,6 +30,9 @@ fn gelu(x: f32, approx: GeluApprox) -> f32 {
     }
 }
 
+/// Mean and variance in f64 (a row of f32 values cannot overflow there: `[3e38, 3e38,
+/// -3e38, 1]` normalises to finite values), then `(x - mean) / sqrt(var + eps)` in f64,
+/// `* gamma + beta` in f32.
 fn layer_norm(mut x: ArrayD<f32>, g: &ArrayD<f32>, b: &ArrayD<f32>, eps: f32) -> ArrayD<f32> {
     let last = Axis(x.ndim() - 1);
     let (Ok(g), Ok(b)) =
@@ -37,11 +41,12 @@ fn layer_norm(mut x: ArrayD<f32>, g: &ArrayD<f32>, b: &ArrayD<f32>, eps: f32) ->
         return x;
     };
     for mut row in x.lanes_mut(last) {
-        let d = row.len().max(1) as f32;
-        let mean = row.sum() / d;
-        let var = row.mapv(|v| (v - mean) * (v - mean)).sum() / d;
-        let inv = 1.0 / (var + eps).sqrt();
-        Zip::from(&mut row).and(g).and(b).for_each(|v, &g, &b| *v = (*v - mean) * inv * g + b);
+        let wide = row.mapv(f64::from);
+        let d = wide.len().max(1) as f64;
+        let mean = wide.sum() / d;
+        let var = wide.mapv(|v| (v - mean) * (v - mean)).sum() / d;
+        let inv = 1.0 / (var + eps as f64).sqrt();
+        Zip::from(&mut row).and(&wide).and(g).and(b).for_each(|v, &w, &g, &b| *v = ((w - mean) * inv) as f32 * g + b);
     }
     x
 }
@@ -75,7 +80,8 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             let am = mat(&a, 0, ad[0], ad[1], *trans_a)?;
             let bm = mat(&b, 0, bd[0], bd[1], *trans_b)?;
             let mut c = am.dot(&bm) * *alpha;
-            if let Some(ci) = ins.get(2) {
+            // `beta = 0` leaves `c` unread, as in ONNX's reference.
+            if let Some(ci) = ins.get(2).filter(|_| *beta != 0.0) {
                 let cv = arr(ci)?;
                 let cb = cv.broadcast(IxDyn(&od)).ok_or("internal: c does not broadcast")?;
                 Zip::from(c.view_mut().into_dyn()).and(&cb).for_each(|x, &y| *x += *beta * y);
@@ -97,7 +103,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
         }
         Op::Add | Op::Sub | Op::Mul | Op::Div => {
             if ins[0].dtype.is_int() {
-                return super::fast::int_binary(op, &ins[0], &ins[1], &mut outs[0]);
+                return int_binary(op, &ins[0], &ins[1], &mut outs[0]);
             }
             let (a, b) = (arr(&ins[0])?, arr(&ins[1])?);
             let r = match op {
@@ -111,7 +117,8 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
         Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Scale { .. } => {
             let x = arr(&ins[0])?;
             let y = match op {
-                Op::Relu => x.mapv(|v| v.max(0.0)),
+                // NaN propagates (`f32::max` would turn it into 0).
+                Op::Relu => x.mapv(|v| if v < 0.0 { 0.0 } else { v }),
                 Op::Gelu(a) => x.mapv(|v| gelu(v, *a)),
                 Op::Tanh => x.mapv(f32::tanh),
                 Op::Erf => x.mapv(libm::erff),
@@ -171,18 +178,20 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
         Op::ReduceSum { axes, keepdims: _ } | Op::ReduceMean { axes, keepdims: _ } => {
             let shape = runtime::Shape::new(ins[0].dims.to_vec());
             let mut axes = runtime::op::normalise_axes(&shape, axes).ok_or("bad axes")?;
-            let mut x = arr(&ins[0])?;
+            // f64 accumulation: a sum of f32 values cannot overflow there, so the result
+            // is the exact sum rounded once (`[3e38, 3e38, -3e38]` sums to 3e38).
+            let mut x = arr(&ins[0])?.mapv(f64::from);
             axes.sort_unstable();
+            let cnt: usize = axes.iter().map(|&a| ins[0].dims[a]).product();
             for &a in axes.iter().rev() {
-                x = if matches!(op, Op::ReduceMean { .. }) {
-                    // The mean over an empty axis is NaN, as in NumPy.
-                    x.mean_axis(Axis(a)).unwrap_or_else(|| x.sum_axis(Axis(a)).mapv(|_| f32::NAN))
-                } else {
-                    x.sum_axis(Axis(a))
-                };
+                x = x.sum_axis(Axis(a));
             }
-            let v: Vec<f32> = x.iter().copied().collect();
-            store_f32(&mut outs[0], &v)
+            if matches!(op, Op::ReduceMean { .. }) {
+                // The mean over an empty axis is 0 / 0 = NaN, as in NumPy.
+                x.mapv_inplace(|v| v / cnt as f64);
+            }
+            let v: Vec<f64> = x.iter().copied().collect();
+            store_f64(&mut outs[0], &v)
         }
         Op::Attention { scale } => {
             let (q, k, v) = (arr(&ins[0])?, arr(&ins[1])?, arr(&ins[2])?);
@@ -214,17 +223,29 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
                         ArrayView2::from_shape((s, t), &ms[bh * s * t..(bh + 1) * s * t]).map_err(|e| e.to_string())?;
                     sc += &mv;
                 }
-                for mut row in sc.rows_mut() {
+                let mut masked = Vec::new();
+                for (i, mut row) in sc.rows_mut().into_iter().enumerate() {
                     let m = row.fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+                    if row.iter().any(|x| x.is_nan()) || m == f32::INFINITY {
+                        // NaN in, or inf - inf: the softmax is NaN.
+                        row.fill(f32::NAN);
+                        continue;
+                    }
                     if m == f32::NEG_INFINITY {
+                        // Every key masked out: the output row is 0 whatever V holds.
                         row.fill(0.0);
+                        masked.push(i);
                         continue;
                     }
                     row.mapv_inplace(|x| (x - m).exp());
                     let sum = row.sum();
                     row.mapv_inplace(|x| x / sum);
                 }
-                out.extend(sc.dot(&vm).iter().copied());
+                let mut y = sc.dot(&vm);
+                for i in masked {
+                    y.row_mut(i).fill(0.0);
+                }
+                out.extend(y.iter().copied());
             }
             store_f32(&mut outs[0], &out)
         }

@@ -19,7 +19,8 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             for x in &mut v {
                 *x *= *alpha as f64;
             }
-            if let Some(c) = ins.get(2) {
+            // As ONNX's reference: `beta = 0` leaves `c` unread (a NaN in it stays out).
+            if let Some(c) = ins.get(2).filter(|_| *beta != 0.0) {
                 let cv = load_f64(c)?;
                 let offs = gather_offsets(&out_dims, &broadcast_strides(c.dims, &out_dims));
                 for (x, o) in v.iter_mut().zip(offs) {
@@ -49,10 +50,13 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             store_f64(&mut outs[0], &v)
         }
         Op::Add | Op::Sub | Op::Mul | Op::Div => {
+            if ins[0].dtype.is_int() {
+                // Exact integer arithmetic, wrapping in the dtype (f64 would round and saturate).
+                return int_binary(op, &ins[0], &ins[1], &mut outs[0]);
+            }
             let (a, b) = (load_f64(&ins[0])?, load_f64(&ins[1])?);
             let oa = gather_offsets(&out_dims, &broadcast_strides(ins[0].dims, &out_dims));
             let ob = gather_offsets(&out_dims, &broadcast_strides(ins[1].dims, &out_dims));
-            let int = ins[0].dtype.is_int();
             let v: Vec<f64> = oa
                 .iter()
                 .zip(&ob)
@@ -62,7 +66,6 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
                         Op::Add => x + y,
                         Op::Sub => x - y,
                         Op::Mul => x * y,
-                        _ if int => int_div(x as i64, y as i64) as f64,
                         _ => x / y,
                     }
                 })
@@ -72,7 +75,8 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
         Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Scale { .. } => {
             let x = load_f64(&ins[0])?;
             let f: Box<dyn Fn(f64) -> f64> = match op {
-                Op::Relu => Box::new(|v: f64| v.max(0.0)),
+                // ONNX `max(0, x)` with NaN propagating (`f64::max` would drop it).
+                Op::Relu => Box::new(|v: f64| if v < 0.0 { 0.0 } else { v }),
                 Op::Gelu(GeluApprox::Erf) => Box::new(gelu_erf_f64),
                 Op::Gelu(GeluApprox::Tanh) => Box::new(gelu_tanh_f64),
                 Op::Tanh => Box::new(f64::tanh),
@@ -117,7 +121,8 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
         Op::AddLayerNorm { eps } => {
             let mut x = load_f64(&ins[0])?;
             for (a, r) in x.iter_mut().zip(load_f64(&ins[1])?) {
-                *a += r;
+                // The sum is formed in f32, as the fused kernels of every tier form it.
+                *a = (*a + r) as f32 as f64;
             }
             let v = layer_norm(&x, &load_f64(&ins[2])?, &load_f64(&ins[3])?, *eps as f64);
             store_f64(&mut outs[0], &v)
@@ -127,7 +132,8 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             let b = load_f64(&ins[1])?;
             let d = b.len().max(1);
             let g = if *approx == GeluApprox::Erf { gelu_erf_f64 } else { gelu_tanh_f64 };
-            let v: Vec<f64> = x.iter().enumerate().map(|(i, &v)| g(v + b[i % d])).collect();
+            // `x + bias` is rounded to f32 before GELU, as every tier's fused kernel does.
+            let v: Vec<f64> = x.iter().enumerate().map(|(i, &v)| g((v + b[i % d]) as f32 as f64)).collect();
             store_f64(&mut outs[0], &v)
         }
         Op::Permute { perm } => {
@@ -188,28 +194,33 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
                         acc *= scale;
                         if let Some((dt, m, offs)) = &mask {
                             let mv = m[offs[(bh * s + i) * t + j]];
-                            if *dt == DType::U8 {
-                                if mv == 0.0 {
-                                    acc = f64::NEG_INFINITY;
-                                }
-                            } else {
-                                acc += mv;
-                            }
+                            // A u8 mask is additive too: 0 adds -inf (a NaN score stays NaN).
+                            acc += if *dt == DType::U8 { if mv == 0.0 { f64::NEG_INFINITY } else { 0.0 } } else { mv };
                         }
                         row[j] = acc;
                     }
+                    let o = &mut out[(bh * s + i) * dv..(bh * s + i + 1) * dv];
                     let mx = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    if row.iter().any(|r| r.is_nan()) || mx == f64::INFINITY {
+                        // Softmax of a row with NaN, or with +inf (inf - inf), is NaN.
+                        o.fill(f64::NAN);
+                        continue;
+                    }
+                    if mx == f64::NEG_INFINITY {
+                        // Every key masked out: the row attends to nothing and is 0.
+                        continue;
+                    }
                     let mut sum = 0.0;
                     for r in row.iter_mut() {
-                        *r = if mx == f64::NEG_INFINITY { 0.0 } else { (*r - mx).exp() };
+                        *r = (*r - mx).exp();
                         sum += *r;
                     }
-                    for c in 0..dv {
+                    for (c, oc) in o.iter_mut().enumerate() {
                         let mut acc = 0.0;
                         for j in 0..t {
                             acc += row[j] * v[(bh * t + j) * dv + c];
                         }
-                        out[(bh * s + i) * dv + c] = if sum > 0.0 { acc / sum } else { 0.0 };
+                        *oc = acc / sum;
                     }
                 }
             }
