@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 /// | Reshape | `shape` (comma list, one -1 allowed) |
 /// | Gather/Embedding | `axis` (0) |
 /// | Cast | `to` (f32) |
-/// | ReduceSum, ReduceMean | `axes` (comma list; empty = all), `keepdims` (false) |
+/// | ReduceSum, ReduceMean | `axes` (comma list; empty = all), `keepdims` (true, as ONNX) |
 /// | Scale | `factor` (1) |
 /// | Attention | `scale` (1/sqrt(D)) |
 pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize) -> Result<Op> {
@@ -34,6 +34,15 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
         match v {
             None => Ok(d),
             Some(s) => s.trim().parse().map_err(|_| Error::invalid(op, format!("attribute {k}={s:?} is malformed"))),
+        }
+    }
+    /// A flag as ONNX writes it (`0` / `1`) or as a word (`true` / `false`).
+    fn flag(op: &'static str, k: &str, v: Option<String>, d: bool) -> Result<bool> {
+        match v.as_deref().map(str::trim) {
+            None => Ok(d),
+            Some("1" | "true") => Ok(true),
+            Some("0" | "false") => Ok(false),
+            Some(s) => Err(Error::invalid(op, format!("attribute {k}={s:?} is malformed (0, 1, true or false)"))),
         }
     }
     fn list<T: std::str::FromStr>(op: &'static str, k: &str, v: &str) -> Result<Vec<T>> {
@@ -52,12 +61,12 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
     };
     let built = match kind {
         OpKind::MatMul => Op::MatMul {
-            trans_a: parse(op, "trans_a", get("trans_a"), false)?,
-            trans_b: parse(op, "trans_b", get("trans_b"), false)?,
+            trans_a: flag(op, "trans_a", get("trans_a"), false)?,
+            trans_b: flag(op, "trans_b", get("trans_b"), false)?,
         },
         OpKind::Gemm => Op::Gemm {
-            trans_a: parse(op, "trans_a", get("trans_a"), false)?,
-            trans_b: parse(op, "trans_b", get("trans_b"), false)?,
+            trans_a: flag(op, "trans_a", get("trans_a"), false)?,
+            trans_b: flag(op, "trans_b", get("trans_b"), false)?,
             alpha: parse(op, "alpha", get("alpha"), 1.0)?,
             beta: parse(op, "beta", get("beta"), 1.0)?,
         },
@@ -95,7 +104,7 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
                 Some(v) => list(op, "axes", &v)?,
                 None => Vec::new(),
             };
-            let keepdims = parse(op, "keepdims", get("keepdims"), false)?;
+            let keepdims = flag(op, "keepdims", get("keepdims"), true)?;
             if kind == OpKind::ReduceSum { Op::ReduceSum { axes, keepdims } } else { Op::ReduceMean { axes, keepdims } }
         }
         OpKind::Scale => Op::Scale { factor: parse(op, "factor", get("factor"), 1.0)? },
@@ -111,4 +120,18 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
         return Err(Error::invalid(op, format!("unknown attribute {:?}", attrs[i].0)));
     }
     Ok(built)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reductions_keep_dims_unless_told_otherwise_as_onnx() {
+        let op = op_from_attrs(OpKind::ReduceSum, &[], 2).unwrap();
+        assert!(matches!(op, Op::ReduceSum { keepdims: true, .. }), "{op:?}");
+        let attrs = [("keepdims".to_string(), "0".to_string())];
+        let op = op_from_attrs(OpKind::ReduceMean, &attrs, 2).unwrap();
+        assert!(matches!(op, Op::ReduceMean { keepdims: false, .. }), "{op:?}");
+    }
 }
