@@ -190,6 +190,9 @@ struct CachedGraph {
 }
 
 /// A sentence-transformers model on an npurt runtime. See the [module docs](self).
+///
+/// `Send` but used through `&mut self` (it caches a compiled graph per input shape): give
+/// each thread its own embedder, or share one behind a `Mutex`.
 pub struct Embedder {
     rt: runtime::Runtime,
     dir: PathBuf,

@@ -99,7 +99,8 @@ pub fn open_backend(config: &RuntimeConfig) -> Result<Arc<dyn Backend>> {
     }
 }
 
-/// The runtime users hold: [`runtime::Runtime`] over a discovered backend.
+/// The runtime users hold: [`runtime::Runtime`] over a discovered backend. `Send + Sync`,
+/// cheap to clone, as the runtime it wraps.
 #[derive(Clone, Debug)]
 pub struct Runtime(runtime::Runtime);
 

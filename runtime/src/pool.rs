@@ -141,6 +141,9 @@ struct Inner {
 }
 
 /// The caching allocator of one device.
+///
+/// `Send + Sync`: every method takes the pool's lock; allocations and frees from many
+/// threads are serialised, and the stats are a consistent snapshot.
 pub struct Pool {
     backend: Arc<dyn Backend>,
     device: usize,

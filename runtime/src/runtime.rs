@@ -123,6 +123,10 @@ pub struct Task {
 }
 
 /// Entry point: owns one backend's visible devices. Cheap to clone.
+///
+/// `Send + Sync`: clones and shared references may be used from any number of threads at
+/// once; allocation, eager execution, streams and events are all safe to call
+/// concurrently (each device's pool and queues take their own locks).
 #[derive(Clone)]
 pub struct Runtime {
     pub(crate) inner: Arc<Inner>,

@@ -32,6 +32,10 @@ impl Drop for StreamInner {
 }
 
 /// An in-order queue of work on one device. Cloning shares the same stream.
+///
+/// `Send + Sync`: several threads may queue work on one stream; each submission is queued
+/// whole, in the order the calls return. `synchronize` waits for everything queued before
+/// it and reports (once) the first failure since the last synchronisation.
 #[derive(Clone)]
 pub struct Stream {
     pub(crate) inner: Arc<StreamInner>,
@@ -96,6 +100,9 @@ impl Stream {
 }
 
 /// A marker in a stream, for cross-stream waits and timing.
+///
+/// `Send + Sync`: recording, waiting and querying may happen from different threads; a
+/// wait or query sees the latest record that had returned when it was called.
 pub struct Event {
     rt: Arc<Inner>,
     device: usize,
@@ -165,6 +172,8 @@ thread_local! {
 
 /// While alive, makes a stream the current one of this thread for its runtime. Scopes
 /// nest; dropping restores the previous stream.
+///
+/// Neither `Send` nor `Sync`: a scope belongs to the thread that made it.
 #[must_use = "the stream is current only while the scope guard lives"]
 pub struct StreamScope {
     _not_send: std::marker::PhantomData<*const ()>,

@@ -104,6 +104,11 @@ impl Drop for Storage {
 /// A view of device memory with a dtype and a layout. Cloning makes another view of the
 /// same buffer; the buffer returns to the pool when the last view is dropped and the
 /// queued work that uses it has finished.
+///
+/// `Send + Sync`: a tensor may be read by many threads at once (as an op input, copied to
+/// the host). Writing it (as an op output, `copy_from_*`) while another thread reads or
+/// writes it is ordered only by the streams the work goes to: the result is then that of
+/// some interleaving of whole ops, never torn memory or a freed buffer.
 #[derive(Clone)]
 pub struct Tensor {
     pub(crate) storage: Arc<Storage>,

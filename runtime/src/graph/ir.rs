@@ -63,6 +63,9 @@ pub struct Node {
 }
 
 /// A dataflow graph in topological order (nodes only read values defined earlier).
+///
+/// `Send + Sync`, plain data: building takes `&mut self`; shared references may be read
+/// (and compiled) from many threads at once.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Graph {
     pub values: Vec<Value>,
