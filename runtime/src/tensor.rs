@@ -106,9 +106,10 @@ impl Drop for Storage {
 /// queued work that uses it has finished.
 ///
 /// `Send + Sync`: a tensor may be read by many threads at once (as an op input, copied to
-/// the host). Writing it (as an op output, `copy_from_*`) while another thread reads or
-/// writes it is ordered only by the streams the work goes to: the result is then that of
-/// some interleaving of whole ops, never torn memory or a freed buffer.
+/// the host). Work that writes it (as an op output, `copy_from_*`) is ordered against other
+/// work on it only by the streams and events it goes through: two writers on different
+/// streams without an event between them leave its values unspecified, as on any device,
+/// but never touch memory outside it or a freed buffer.
 #[derive(Clone)]
 pub struct Tensor {
     pub(crate) storage: Arc<Storage>,
