@@ -1,7 +1,8 @@
-//! The `npurt` command-line tool: `info`, `demo`, `op` and `bench`.
+//! The `npurt` command-line tool: `info`, `demo`, `op`, `bench` and `embed`.
 
 mod cli;
 
+use clap::Parser;
 use std::io::Write;
 
 /// Exit status when output went to a closed pipe: what a shell reports for a process
@@ -30,8 +31,9 @@ fn quiet_on_broken_pipe() {
 fn main() {
     quiet_on_broken_pipe();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match cli::run(&args) {
+    // A usage error ends the process here, with clap's message naming the argument.
+    let args = cli::Cli::parse();
+    match cli::run(args) {
         Ok(()) => {}
         Err(e) => {
             // A failed write of the message (stderr closed) must not turn into a panic.

@@ -176,3 +176,178 @@ fn bench_bert_runs_with_small_vocabularies() {
     assert!(String::from_utf8_lossy(&r.stderr).contains("vocab_size"), "{}", String::from_utf8_lossy(&r.stderr));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Runs `npurt ARGS` and returns (exit status, stdout, stderr).
+fn npurt(args: &[&str]) -> (Option<i32>, String, String) {
+    let r = bin().args(args).output().unwrap();
+    (r.status.code(), String::from_utf8_lossy(&r.stdout).into_owned(), String::from_utf8_lossy(&r.stderr).into_owned())
+}
+
+/// A bad value or an unknown flag is an error that names it (a bad `--runs` used to
+/// become the default, a misspelt flag was ignored).
+#[test]
+fn bad_values_and_unknown_flags_are_errors_that_name_them() {
+    for args in [
+        &["bench", "--runs", "abc"][..],
+        &["bench", "gemm", "--runs", "abc"],
+        &["bench", "bert", "--runs", "abc"],
+        &["bench", "bert", "--runs", "0"],
+        &["bench", "bert", "--model", "tiny", "--seq", "-3"],
+        &["bench", "bert", "--bogus"],
+        &["bench", "gemm", "--peer", "blas"],
+        &["bench", "bert", "--config", "+bogus"],
+        &["bench", "bert", "--compare-ort", "--pairs", "bert-base"],
+        &["embed", "--model-dir", "x", "--batch", "many"],
+        &["op", "Relu", "--attr", "novalue"],
+        &["info", "--impl", "fastest"],
+        &["--precision", "f8", "info"],
+    ] {
+        let (code, out, err) = npurt(args);
+        assert_ne!(code, Some(0), "{args:?} succeeded: {out}");
+        let flag = args.iter().rev().find(|a| a.starts_with("--")).unwrap();
+        assert!(err.contains(flag), "{args:?}: the error does not name {flag}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?} printed: {out}");
+    }
+    // The bad value is quoted too.
+    let (_, _, err) = npurt(&["bench", "gemm", "--runs", "abc"]);
+    assert!(err.contains("'abc'"), "{err}");
+    // Benchmarks' modes exclude each other, and options of one mode need it.
+    for (args, named) in [
+        (&["bench", "bert", "--accuracy", "--serve"][..], "--serve"),
+        (&["bench", "bert", "--concurrent", "2", "--ablation"], "--ablation"),
+        (&["bench", "bert", "--pairs", "bert-base:128"], "--compare-ort"),
+        (&["bench", "bert", "--profile"], "--trace"),
+    ] {
+        let (code, _, err) = npurt(args);
+        assert_ne!(code, Some(0), "{args:?} succeeded");
+        assert!(err.contains(named), "{args:?}: the error does not name {named}: {err}");
+    }
+}
+
+/// Every subcommand documents every one of its options, and the runtime options.
+#[test]
+fn every_subcommand_has_help() {
+    let cases: &[(&[&str], &[&str])] = &[
+        (&[], &["info", "demo", "op", "bench", "embed"]),
+        (&["info"], &[]),
+        (&["demo"], &[]),
+        (&["op"], &["<OP>", "--input", "--output", "--attr"]),
+        (&["bench"], &["gemm", "bert"]),
+        (&["bench", "gemm"], &["--peer", "--runs", "--all-tiers"]),
+        (
+            &["bench", "bert"],
+            &[
+                "--model",
+                "--seq",
+                "--batch",
+                "--runs",
+                "--ablation",
+                "--json",
+                "--chart",
+                "--trace",
+                "--profile",
+                "--concurrent",
+                "--accuracy",
+                "--compare-ort",
+                "--pairs",
+                "--precisions",
+                "--ort-variants",
+                "--ort-threads",
+                "--pause-ms",
+                "--keep",
+                "--ort-workdir",
+                "--config",
+                "--serve",
+            ],
+        ),
+        (&["embed"], &["--model-dir", "--batch", "--pad-multiple", "--stats", "[TEXT]"]),
+    ];
+    for (path, names) in cases {
+        for help in ["--help", "-h"] {
+            let args: Vec<&str> = path.iter().copied().chain([help]).collect();
+            let (code, out, err) = npurt(&args);
+            assert_eq!(code, Some(0), "{args:?}: {err}");
+            let usage = ["Usage: npurt"].into_iter().chain(path.iter().copied()).collect::<Vec<_>>().join(" ");
+            assert!(out.contains(&usage), "{args:?}: no {usage:?} in\n{out}");
+            for name in names.iter().chain(&["--backend", "--impl", "--devices", "--precision"]) {
+                assert!(out.contains(name), "{args:?}: {name} is not documented:\n{out}");
+            }
+        }
+    }
+    // `help SUBCOMMAND` and no arguments at all print help too.
+    let (code, out, _) = npurt(&["help", "bench", "bert"]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("--ablation"), "{out}");
+    let (code, out, _) = npurt(&[]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("Usage: npurt"), "{out}");
+}
+
+/// The runtime options stand before or after the subcommand, at any depth.
+#[test]
+fn runtime_options_stand_before_or_after_the_subcommand() {
+    for args in [
+        &["--backend", "cpu", "info"][..],
+        &["info", "--backend", "cpu"],
+        &["--impl", "generic", "--devices", "2", "info", "--backend", "cpu"],
+    ] {
+        let (code, out, err) = npurt(args);
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        assert!(out.contains("backend in use: cpu"), "{args:?}: {out}");
+    }
+    let (_, out, _) = npurt(&["--devices", "2", "info", "--backend", "cpu"]);
+    assert!(out.contains("(2 device(s))"), "{out}");
+    for args in [
+        &["--backend", "cpu", "bench", "bert", "--model", "tiny", "--seq", "16", "--runs", "1", "--config", "none"][..],
+        &["bench", "--precision", "bf16", "bert", "--model", "tiny", "--seq", "16", "--runs", "1", "--config", "none"],
+        &["bench", "bert", "--model", "tiny", "--seq", "16", "--runs", "1", "--config", "none", "--impl", "reference"],
+    ] {
+        let (code, out, err) = npurt(args);
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        let line: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON line");
+        assert_eq!(line["config"].as_str(), Some("none"), "{line}");
+    }
+}
+
+/// `bench bert --ablation --json --chart`: five rows with every field, a PNG chart, and
+/// no progress bar when the output is not a terminal.
+#[test]
+fn bench_bert_ablation_writes_json_and_chart() {
+    let dir = std::env::temp_dir().join(format!("npurt-cli-ablation-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json, chart) = (dir.join("ablation.json"), dir.join("ablation.png"));
+    let r = bin()
+        .args(["bench", "bert", "--model", "tiny", "--seq", "16", "--runs", "1", "--ablation", "--backend", "cpu"])
+        .arg("--json")
+        .arg(&json)
+        .arg("--chart")
+        .arg(&chart)
+        .output()
+        .unwrap();
+    let (out, err) = (String::from_utf8_lossy(&r.stdout), String::from_utf8_lossy(&r.stderr));
+    assert!(r.status.success(), "{err}");
+    assert!(!err.contains("configuration") && !err.contains('\r') && !err.contains('\u{1b}'), "progress shown: {err}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!((v["model"].as_str(), v["seq"].as_u64(), v["runs"].as_u64()), (Some("tiny"), Some(16), Some(1)));
+    let rows = v["rows"].as_array().unwrap();
+    let configs: Vec<&str> = rows.iter().filter_map(|r| r["config"].as_str()).collect();
+    assert_eq!(configs, ["none", "+pool", "+reuse", "+parallel", "+mapping"]);
+    for row in rows {
+        for key in ["median_ms", "min_ms", "max_ms", "pool_peak_bytes", "rss_peak_bytes", "streams"] {
+            assert!(row[key].as_f64().is_some(), "{key} missing: {row}");
+        }
+        for key in ["arena_bytes", "load_bytes"] {
+            assert!(row.get(key).is_some(), "{key} missing: {row}");
+        }
+        let util = row["utilisation"].as_array().expect("utilisation");
+        assert!(util.iter().all(|u| u["unit"].is_string() && u["compute"].is_number() && u["bandwidth"].is_number()));
+        assert!(out.contains(row["config"].as_str().unwrap()), "{out}");
+    }
+    // The configurations with a memory plan report its arena.
+    assert!(rows[4]["arena_bytes"].as_u64().is_some_and(|b| b > 0), "{}", rows[4]);
+    let png = std::fs::read(&chart).unwrap();
+    let reader = png::Decoder::new(std::io::Cursor::new(png)).read_info().expect("a PNG");
+    assert_eq!((reader.info().width, reader.info().height), (900, 500));
+    std::fs::remove_dir_all(&dir).ok();
+}

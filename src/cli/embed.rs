@@ -4,74 +4,42 @@
 //! JSON line `{"text": ..., "embedding": [...]}` on standard output, in input order.
 //! `--stats` prints the latency of every batch and the throughput to standard error.
 
-use super::Common;
+use super::values::positive;
+use clap::Args;
 use npurt::embed::{BatchStats, EmbedOptions, Embedder};
-use npurt::{Error, Result, Runtime};
+use npurt::{Error, Result, Runtime, RuntimeConfig};
 use std::io::{BufRead, Write};
 use std::time::Duration;
 
-const HELP: &str = "\
-usage: npurt embed --model-dir DIR [--backend X] [--batch N] [--pad-multiple M] [--stats] [TEXT ...]
-
-  --model-dir DIR   a sentence-transformers model directory (config.json, model.safetensors,
-                    tokenizer.json, modules.json, 1_Pooling/config.json,
-                    sentence_bert_config.json), e.g. target/test-assets/all-MiniLM-L6-v2
-  --batch N         texts per forward pass (default 32)
-  --pad-multiple M  pad each batch to its longest text rounded up to a multiple of M
-                    (default 1: the longest); fewer distinct shapes, so fewer compiles
-  --stats           latency per batch and sentences/s on standard error
-  TEXT ...          texts to embed; without any, one text per line of standard input
-                    (`--` ends the options: later arguments are texts)";
+/// `npurt embed --model-dir DIR [--batch N] [--pad-multiple M] [--stats] [TEXT ...]`
+#[derive(Args)]
+pub struct EmbedArgs {
+    /// A sentence-transformers model directory (config.json, model.safetensors,
+    /// tokenizer.json, modules.json, 1_Pooling/config.json, sentence_bert_config.json),
+    /// e.g. target/test-assets/all-MiniLM-L6-v2
+    #[arg(long, value_name = "DIR")]
+    model_dir: String,
+    /// Texts per forward pass
+    #[arg(long, value_name = "N", default_value = "32", value_parser = positive, allow_negative_numbers = true)]
+    batch: usize,
+    /// Pad each batch to its longest text rounded up to a multiple of M (1: the longest);
+    /// fewer distinct shapes, so fewer compiles
+    #[arg(long, value_name = "M", default_value = "1", value_parser = positive, allow_negative_numbers = true)]
+    pad_multiple: usize,
+    /// Latency per batch and sentences/s on standard error
+    #[arg(long)]
+    stats: bool,
+    /// Texts to embed; without any, one text per line of standard input (`--` ends the
+    /// options: later arguments are texts)
+    #[arg(value_name = "TEXT")]
+    texts: Vec<String>,
+}
 
 /// Texts read from standard input are embedded this many batches (at least
 /// `STDIN_CHUNK_MIN` texts) at a time, so output starts before the input ends and memory
 /// stays bounded; within a chunk texts are sorted by length, so batches pad little.
 const STDIN_CHUNK_BATCHES: usize = 16;
 const STDIN_CHUNK_MIN: usize = 512;
-
-struct Args {
-    model_dir: String,
-    batch: usize,
-    pad_multiple: usize,
-    stats: bool,
-    texts: Vec<String>,
-}
-
-fn parse(rest: &[String]) -> Result<Option<Args>> {
-    let (mut model_dir, mut batch, mut pad_multiple, mut stats, mut texts) = (None, 32usize, 1usize, false, Vec::new());
-    let mut it = rest.iter();
-    while let Some(a) = it.next() {
-        let mut value = |name: &str| it.next().cloned().ok_or_else(|| Error::Config(format!("{name} needs a value")));
-        match a.as_str() {
-            "--model-dir" => model_dir = Some(value("--model-dir")?),
-            "--batch" => {
-                let v = value("--batch")?;
-                batch = v
-                    .parse()
-                    .ok()
-                    .filter(|&n: &usize| n >= 1)
-                    .ok_or_else(|| Error::Config(format!("--batch {v:?}: expected a count >= 1")))?;
-            }
-            "--pad-multiple" => {
-                let v = value("--pad-multiple")?;
-                pad_multiple = v
-                    .parse()
-                    .ok()
-                    .filter(|&n: &usize| n >= 1)
-                    .ok_or_else(|| Error::Config(format!("--pad-multiple {v:?}: expected a count >= 1")))?;
-            }
-            "--stats" => stats = true,
-            "-h" | "--help" => return Ok(None),
-            "--" => {
-                texts.extend(it.by_ref().cloned());
-            }
-            s if s.starts_with("--") => return Err(Error::Config(format!("embed: unknown option {s:?}\n\n{HELP}"))),
-            _ => texts.push(a.clone()),
-        }
-    }
-    let model_dir = model_dir.ok_or_else(|| Error::Config(format!("embed: --model-dir DIR is needed\n\n{HELP}")))?;
-    Ok(Some(Args { model_dir, batch, pad_multiple, stats, texts }))
-}
 
 /// Running totals for `--stats`.
 #[derive(Default)]
@@ -174,12 +142,8 @@ fn embed_chunk(
     emit(out, texts, &embeddings)
 }
 
-pub fn run(common: Common) -> Result<()> {
-    let Some(args) = parse(&common.rest)? else {
-        println!("{HELP}");
-        return Ok(());
-    };
-    let rt = Runtime::with_config(common.config)?;
+pub fn run(config: RuntimeConfig, args: EmbedArgs) -> Result<()> {
+    let rt = Runtime::with_config(config)?;
     let started = std::time::Instant::now();
     let mut e = Embedder::from_dir_with(
         &rt,

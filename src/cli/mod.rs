@@ -1,107 +1,129 @@
-//! Argument parsing and subcommand dispatch.
+//! The command line: one `clap` parser for every subcommand, and the dispatch.
+//!
+//! Options shared by every subcommand (`--backend`, `--impl`, `--devices`, `--precision`)
+//! are global: they may stand before or after the subcommand, and override the `NPURT_*`
+//! environment that [`RuntimeConfig::with_env`] reads.
 
 mod bench;
 mod chart;
-mod compare;
-mod concurrent;
 mod demo;
 mod embed;
 mod info;
 mod op;
+mod progress;
+mod values;
 
-use npurt::{Error, Result, Runtime, RuntimeConfig, Tier};
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use npurt::{Precision, Result, Runtime, RuntimeConfig, Tier};
 
-pub const USAGE: &str = "\
-usage: npurt <command> [options]
-
-commands:
-  info                      backends, devices, memory, units, build facts, CPU features
-  demo                      walk through the runtime's features with measured values
-  op <OP> --input A.npy [--input B.npy ...] --output C.npy [--attr key=value ...]
-                            run one op on .npy files
-  bench gemm [--peer numpy] [--runs N] [--all-tiers]
-                            f32 GEMM at the BERT shapes vs OpenBLAS through NumPy
-  bench bert [--model bert-large|bert-base|minilm-l6|DIR] [--seq 512] [--batch 1]
-             [--ablation] [--runs 5] [--json FILE] [--trace FILE] [--profile]
-                            BERT latency, memory and utilisation (the ablation: none,
-                            +pool, +reuse, +parallel, +mapping)
-  bench bert --concurrent N [--model M] [--seq S] [--runs R] [--json FILE]
-                            N threads run one compiled graph at once (R runs each);
-                            every output checked against a serial run of its input
-  bench bert --accuracy [--model M] [--seq S]
-                            final hidden states with bf16 weights against f32
-  bench bert --compare-ort [--pairs bert-large:512,bert-large:128,bert-base:128]
-             [--runs 5] [--precisions f32,bf16] [--ort-variants unfused,fused]
-             [--ort-threads 2] [--json FILE]
-                            npurt and ONNX Runtime (bench/peers/ort_bert.py) timed
-                            alternately on the same models; ratio per pair
-  embed --model-dir DIR [--batch N] [--stats] [TEXT ...]   sentence embeddings (texts from args or stdin lines)
-options (all commands):
-  --backend cpu|cuda|acl|auto   backend to use (default: best present; env NPURT_BACKEND)
-  --impl reference|generic|fast force an implementation tier (env NPURT_IMPL)
-  --devices N                   logical CPU devices (env NPURT_CPU_DEVICES)
-  --precision f32|bf16          compiled graphs' matrix products: bf16 stores Linear weights
-                                in bf16 and runs them on the bf16 unit (env NPURT_PRECISION)
-  -h, --help                    this text";
-
-/// Options shared by every subcommand, plus what is left for it.
-pub struct Common {
-    pub config: RuntimeConfig,
-    pub rest: Vec<String>,
+/// Neural-network operator runtime for Ascend NPUs, NVIDIA GPUs and the CPU.
+#[derive(Parser)]
+#[command(name = "npurt", version)]
+pub struct Cli {
+    #[command(flatten)]
+    global: Global,
+    #[command(subcommand)]
+    command: Option<Command>,
 }
 
-fn parse_common(args: &[String]) -> Result<Common> {
-    let mut config = RuntimeConfig::default().with_env()?;
-    let mut rest = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = |name: &str| it.next().cloned().ok_or_else(|| Error::Config(format!("{name} needs a value")));
-        match a.as_str() {
-            "--backend" => {
-                let v = value("--backend")?;
-                config.backend = if v == "auto" { None } else { Some(v) };
-            }
-            "--impl" => {
-                let v = value("--impl")?;
-                config.forced_tier = match v.as_str() {
-                    "auto" => None,
-                    _ => Some(Tier::parse(&v).ok_or_else(|| {
-                        Error::Config(format!("--impl {v:?}: expected reference, generic, fast or auto"))
-                    })?),
-                };
-            }
-            "--precision" => {
-                let v = value("--precision")?;
-                config.precision = npurt::Precision::parse(&v)
-                    .ok_or_else(|| Error::Config(format!("--precision {v:?}: expected f32 or bf16")))?;
-            }
-            "--devices" => {
-                let v = value("--devices")?;
-                config.cpu_devices = v.parse().map_err(|_| Error::Config(format!("--devices {v:?}: not a count")))?;
-            }
-            _ => rest.push(a.clone()),
-        }
+/// Runtime options, accepted before and after any subcommand.
+#[derive(Args)]
+#[command(next_help_heading = "Runtime options (before or after the subcommand)")]
+struct Global {
+    /// Backend to use (default: the best present; env NPURT_BACKEND)
+    #[arg(long, global = true, value_name = "BACKEND",
+          value_parser = ["cpu", "cuda", "acl", "ascend", "auto"])]
+    backend: Option<String>,
+    /// Force an implementation tier: reference, generic, fast or auto (env NPURT_IMPL)
+    #[arg(long = "impl", global = true, value_name = "TIER", value_parser = parse_tier)]
+    tier: Option<TierChoice>,
+    /// Logical CPU devices (env NPURT_CPU_DEVICES)
+    #[arg(long, global = true, value_name = "N")]
+    devices: Option<usize>,
+    /// Compiled graphs' matrix products: f32, or bf16 (Linear weights stored in bf16 and
+    /// run on the bf16 unit) (env NPURT_PRECISION)
+    #[arg(long, global = true, value_name = "f32|bf16", value_parser = parse_precision)]
+    precision: Option<Precision>,
+}
+
+/// `--impl`: a tier, or `auto` for the runtime's own choice.
+#[derive(Clone, Copy)]
+enum TierChoice {
+    Auto,
+    Forced(Tier),
+}
+
+fn parse_tier(s: &str) -> std::result::Result<TierChoice, String> {
+    if s.eq_ignore_ascii_case("auto") {
+        return Ok(TierChoice::Auto);
     }
-    config.validate()?;
-    Ok(Common { config, rest })
+    Tier::parse(s).map(TierChoice::Forced).ok_or_else(|| "expected reference, generic, fast or auto".into())
 }
 
-pub fn run(args: &[String]) -> Result<()> {
-    let Some(cmd) = args.first() else {
-        println!("{USAGE}");
+fn parse_precision(s: &str) -> std::result::Result<Precision, String> {
+    Precision::parse(s).ok_or_else(|| "expected f32 or bf16".into())
+}
+
+impl Global {
+    /// The configuration: defaults, then the environment, then these options.
+    fn config(&self) -> Result<RuntimeConfig> {
+        let mut config = RuntimeConfig::default().with_env()?;
+        if let Some(b) = &self.backend {
+            config.backend = if b == "auto" { None } else { Some(b.clone()) };
+        }
+        match self.tier {
+            Some(TierChoice::Auto) => config.forced_tier = None,
+            Some(TierChoice::Forced(t)) => config.forced_tier = Some(t),
+            None => {}
+        }
+        if let Some(p) = self.precision {
+            config.precision = p;
+        }
+        if let Some(d) = self.devices {
+            config.cpu_devices = d;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Backends, devices, memory, units, build facts, CPU features
+    Info,
+    /// Walk through the runtime's features with measured values
+    Demo,
+    /// Run one op on .npy files
+    Op(op::OpArgs),
+    /// Benchmarks: GEMM, and BERT latency, memory, utilisation and more
+    Bench(bench::BenchArgs),
+    /// Sentence embeddings from a sentence-transformers model directory (texts from the
+    /// arguments, or one per line of standard input)
+    Embed(embed::EmbedArgs),
+}
+
+/// Runs the parsed command line; without a subcommand, prints the help.
+pub fn run(cli: Cli) -> Result<()> {
+    let Some(command) = cli.command else {
+        println!("{}", Cli::command().render_help());
         return Ok(());
     };
-    if cmd == "-h" || cmd == "--help" || cmd == "help" {
-        println!("{USAGE}");
-        return Ok(());
+    let config = cli.global.config()?;
+    match command {
+        Command::Info => info::run(&Runtime::with_config(config)?),
+        Command::Demo => demo::run(&Runtime::with_config(config)?),
+        Command::Op(args) => op::run(config, args),
+        Command::Bench(args) => bench::run(config, args),
+        Command::Embed(args) => embed::run(config, args),
     }
-    let common = parse_common(&args[1..])?;
-    match cmd.as_str() {
-        "info" => info::run(&Runtime::with_config(common.config)?),
-        "demo" => demo::run(&Runtime::with_config(common.config)?),
-        "op" => op::run(common),
-        "bench" => bench::run(common),
-        "embed" => embed::run(common),
-        other => Err(Error::Config(format!("unknown command {other:?}\n\n{USAGE}"))),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
     }
 }

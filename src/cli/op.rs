@@ -1,8 +1,31 @@
 //! `npurt op`: one op on .npy files.
 
-use super::Common;
+use clap::Args;
 use npurt::npy::{self, NpyArray};
-use npurt::{DType, Error, OpKind, Result, Runtime, Tensor, bf16, f16};
+use npurt::{DType, Error, OpKind, Result, Runtime, RuntimeConfig, Tensor, bf16, f16};
+
+/// `npurt op OP --input A.npy [--input B.npy ...] [--output C.npy ...] [--attr key=value ...]`
+#[derive(Args)]
+pub struct OpArgs {
+    /// The op, by name (e.g. MatMul, Add, Softmax, LayerNorm)
+    #[arg(value_name = "OP")]
+    op: String,
+    /// An input .npy file, in the op's operand order (repeat for each input)
+    #[arg(short = 'i', long = "input", value_name = "FILE.npy")]
+    inputs: Vec<String>,
+    /// Where to write an output as .npy, in the op's output order (repeat for each
+    /// output); without any, the outputs' dtypes and shapes are printed
+    #[arg(short = 'o', long = "output", value_name = "FILE.npy")]
+    outputs: Vec<String>,
+    /// An attribute of the op, e.g. `axis=-1` or `eps=1e-5` (repeatable)
+    #[arg(long = "attr", value_name = "KEY=VALUE", value_parser = parse_attr)]
+    attrs: Vec<(String, String)>,
+}
+
+fn parse_attr(kv: &str) -> std::result::Result<(String, String), String> {
+    let (k, v) = kv.split_once('=').ok_or("expected key=value")?;
+    Ok((k.trim().to_string(), v.trim().to_string()))
+}
 
 fn upload(rt: &Runtime, a: &NpyArray) -> Result<Tensor> {
     let t = rt.empty(a.dtype, a.shape.clone(), 0)?;
@@ -44,34 +67,18 @@ fn download(t: &Tensor) -> Result<NpyArray> {
     Ok(NpyArray { dtype: t.dtype(), shape: t.dims().to_vec(), data })
 }
 
-pub fn run(common: Common) -> Result<()> {
-    let mut it = common.rest.iter();
-    let name = it.next().ok_or_else(|| Error::Config("op: which op? e.g. `npurt op MatMul ...`".into()))?;
-    let kind = OpKind::parse(name).ok_or_else(|| {
+pub fn run(config: RuntimeConfig, args: OpArgs) -> Result<()> {
+    let OpArgs { op: name, inputs, outputs, attrs } = args;
+    let kind = OpKind::parse(&name).ok_or_else(|| {
         Error::Config(format!(
             "unknown op {name:?}; known: {}",
             OpKind::ALL.iter().map(|k| k.name()).collect::<Vec<_>>().join(", ")
         ))
     })?;
-    let (mut inputs, mut outputs, mut attrs) = (Vec::new(), Vec::new(), Vec::new());
-    while let Some(a) = it.next() {
-        let mut value = || it.next().cloned().ok_or_else(|| Error::Config(format!("{a} needs a value")));
-        match a.as_str() {
-            "--input" | "-i" => inputs.push(value()?),
-            "--output" | "-o" => outputs.push(value()?),
-            "--attr" => {
-                let kv = value()?;
-                let (k, v) =
-                    kv.split_once('=').ok_or_else(|| Error::Config(format!("--attr {kv:?}: expected key=value")))?;
-                attrs.push((k.trim().to_string(), v.trim().to_string()));
-            }
-            other => return Err(Error::Config(format!("op: unexpected argument {other:?}"))),
-        }
-    }
     if inputs.is_empty() {
         return Err(Error::Config("op: at least one --input FILE.npy is needed".into()));
     }
-    let rt = Runtime::with_config(common.config)?;
+    let rt = Runtime::with_config(config)?;
     let arrays: Vec<NpyArray> = inputs.iter().map(npy::read).collect::<Result<_>>()?;
     let tensors: Vec<Tensor> = arrays.iter().map(|a| upload(&rt, a)).collect::<Result<_>>()?;
     let rank = tensors[0].dims().len();

@@ -1,7 +1,8 @@
 //! `npurt bench bert --concurrent N`: N threads run one compiled BERT at once, each on
 //! inputs of its own; every output is checked against a serial run of the same input.
 
-use super::bench::{Model, Prepared, bert_inputs, prepare_with};
+use super::common::{Model, Prepared, bert_inputs, prepare_with};
+use crate::cli::progress;
 use npurt::{Result, RuntimeConfig, Tensor};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
@@ -15,7 +16,7 @@ fn host(t: &Tensor) -> Result<Vec<f32>> {
 }
 
 #[allow(clippy::too_many_arguments)]
-pub(super) fn run(
+pub fn run(
     base: &RuntimeConfig,
     bm: &Model,
     model: &str,
@@ -30,6 +31,7 @@ pub(super) fn run(
         .checked_mul(runs)
         .ok_or_else(|| npurt::Error::Config(format!("--concurrent {threads} × --runs {runs} overflows")))?;
     drop(cg.run(&inputs.iter().collect::<Vec<_>>())?); // warm-up
+    let pb = progress::bar(total.saturating_mul(2) as u64, "serial runs");
     // Inputs and serial outputs, one per run (seed = run number).
     let mut cases = Vec::with_capacity(total);
     let t_serial = Instant::now();
@@ -37,14 +39,16 @@ pub(super) fn run(
         let ins = bert_inputs(&rt, bm, batch, seq, seed)?;
         let out = host(&cg.run(&ins.iter().collect::<Vec<_>>())?[0])?;
         cases.push((ins, out));
+        pb.inc(1);
     }
     let serial_s = t_serial.elapsed().as_secs_f64();
+    pb.set_message(format!("{threads} threads at once"));
     let mismatches = AtomicUsize::new(0);
     let t0 = Instant::now();
     let results: Vec<Result<()>> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|t| {
-                let (cases, cg, mismatches) = (&cases, &cg, &mismatches);
+                let (cases, cg, mismatches, pb) = (&cases, &cg, &mismatches, &pb);
                 s.spawn(move || -> Result<()> {
                     for r in 0..runs {
                         let (ins, want) = &cases[r * threads + t];
@@ -54,6 +58,7 @@ pub(super) fn run(
                             log::warn!("thread {t} run {r}: max |diff| {d:e} from the serial run");
                             mismatches.fetch_add(1, Ordering::Relaxed);
                         }
+                        pb.inc(1);
                     }
                     Ok(())
                 })
@@ -65,6 +70,7 @@ pub(super) fn run(
             .collect()
     });
     let wall = t0.elapsed().as_secs_f64();
+    pb.finish_and_clear();
     results.into_iter().collect::<Result<Vec<()>>>()?;
     let mismatches = mismatches.into_inner();
     let runs_per_s = total as f64 / wall.max(1e-12);

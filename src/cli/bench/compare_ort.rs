@@ -8,12 +8,83 @@
 //! so load from other jobs on a shared machine falls on all of them alike; each child
 //! reports its own peak RSS when told to quit.
 
-use super::bench::{flag, has, median};
-use npurt::{Error, Result, RuntimeConfig, Tier};
+use super::common::median;
+use super::gemm::{time_gemm, time_gemm_bf16};
+use crate::cli::progress;
+use crate::cli::values::{Csv, list, positive};
+use clap::Args;
+use indicatif::ProgressBar;
+use npurt::{Error, Precision, Result, RuntimeConfig, Tier};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
+
+/// The options of `npurt bench bert --compare-ort`.
+#[derive(Args)]
+#[command(next_help_heading = "With --compare-ort")]
+pub struct OrtArgs {
+    /// The models and sequence lengths to compare, as MODEL:SEQ,...
+    #[arg(long, value_name = "MODEL:SEQ,...", default_value = "bert-large:512,bert-large:128,bert-base:128",
+          value_parser = parse_pairs, requires = "compare_ort")]
+    pairs: Pairs,
+    /// npurt's precisions, one contender each (f32, bf16)
+    #[arg(long, value_name = "P,...", default_value = "f32", value_parser = parse_precisions, requires = "compare_ort")]
+    precisions: Precisions,
+    /// ONNX Runtime's graphs, one contender each per thread count (unfused, fused)
+    #[arg(long, value_name = "V,...", default_value = "unfused,fused", value_parser = parse_variants,
+          requires = "compare_ort")]
+    ort_variants: Csv,
+    /// ONNX Runtime's intra-op thread counts
+    #[arg(long, value_name = "N,...", default_value = "2", value_parser = parse_counts, requires = "compare_ort")]
+    ort_threads: Csv,
+    /// Pause before each timed run, milliseconds
+    #[arg(long, value_name = "MS", default_value = "200", requires = "compare_ort")]
+    pause_ms: u64,
+    /// Keep the ONNX models built in the temporary work directory
+    #[arg(long, requires = "compare_ort")]
+    keep: bool,
+    /// Where the ONNX models are built (and kept; default: a temporary directory)
+    #[arg(long, value_name = "DIR", requires = "compare_ort")]
+    ort_workdir: Option<PathBuf>,
+}
+
+/// `--pairs`: (model, sequence length) per pair.
+#[derive(Clone)]
+struct Pairs(Vec<(String, usize)>);
+
+fn parse_pairs(s: &str) -> std::result::Result<Pairs, String> {
+    let pair = |p: &str| {
+        let (m, seq) = p.split_once(':').ok_or_else(|| format!("expected MODEL:SEQ, got {p:?}"))?;
+        let seq = positive(seq).map_err(|e| format!("{p:?}: sequence length: {e}"))?;
+        Ok((m.trim().to_string(), seq))
+    };
+    list(s)?.0.iter().map(|p| pair(p)).collect::<std::result::Result<_, String>>().map(Pairs)
+}
+
+#[derive(Clone)]
+struct Precisions(Vec<Precision>);
+
+fn parse_precisions(s: &str) -> std::result::Result<Precisions, String> {
+    let one = |p: &String| Precision::parse(p).ok_or_else(|| format!("{p:?}: expected f32 or bf16"));
+    list(s)?.0.iter().map(one).collect::<std::result::Result<_, String>>().map(Precisions)
+}
+
+fn parse_variants(s: &str) -> std::result::Result<Csv, String> {
+    let v = list(s)?;
+    match v.0.iter().find(|x| !matches!(x.as_str(), "unfused" | "fused")) {
+        Some(bad) => Err(format!("{bad:?}: expected unfused or fused")),
+        None => Ok(v),
+    }
+}
+
+fn parse_counts(s: &str) -> std::result::Result<Csv, String> {
+    let v = list(s)?;
+    for x in &v.0 {
+        positive(x).map_err(|e| format!("{x:?}: {e}"))?;
+    }
+    Ok(v)
+}
 
 const ORT_MARK: &str = "@@ORT_BERT_RESULT ";
 
@@ -26,16 +97,18 @@ struct Contender {
     stdout: BufReader<ChildStdout>,
     ready: serde_json::Value,
     times: Vec<f64>,
+    /// Lines the child prints besides its records are echoed around this bar.
+    pb: ProgressBar,
 }
 
 impl Contender {
-    fn spawn(name: String, is_npurt: bool, mut cmd: Command) -> Result<Contender> {
+    fn spawn(name: String, is_npurt: bool, mut cmd: Command, pb: &ProgressBar) -> Result<Contender> {
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
         let mut child = cmd.spawn().map_err(|e| Error::Io(format!("{name}: cannot start: {e}")))?;
         let stdin = child.stdin.take().ok_or_else(|| Error::Io(format!("{name}: no stdin")))?;
         let stdout = BufReader::new(child.stdout.take().ok_or_else(|| Error::Io(format!("{name}: no stdout")))?);
-        let mut c =
-            Contender { name, is_npurt, child, stdin, stdout, ready: serde_json::Value::Null, times: Vec::new() };
+        let (ready, times, pb) = (serde_json::Value::Null, Vec::new(), pb.clone());
+        let mut c = Contender { name, is_npurt, child, stdin, stdout, ready, times, pb };
         c.ready = c.record()?;
         Ok(c)
     }
@@ -57,7 +130,7 @@ impl Contender {
             if let Some(v) = body.filter(|b| b.starts_with('{')).and_then(|b| serde_json::from_str(b.trim()).ok()) {
                 return Ok(v);
             }
-            println!("  | {}", line.trim_end());
+            self.pb.suspend(|| println!("  | {}", line.trim_end()));
         }
     }
 
@@ -96,36 +169,23 @@ fn ort_script() -> Result<PathBuf> {
     })
 }
 
-fn list(args: &[String], name: &str, default: &str) -> Vec<String> {
-    flag(args, name)
-        .unwrap_or_else(|| default.into())
-        .split(',')
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .collect()
-}
-
 fn mib(b: Option<u64>) -> String {
     b.map_or("?".into(), |b| format!("{:.0}", b as f64 / (1u64 << 20) as f64))
 }
 
-pub fn run(base: RuntimeConfig, args: Vec<String>) -> Result<()> {
-    let pairs = list(&args, "--pairs", "bert-large:512,bert-large:128,bert-base:128");
-    let rounds: usize = flag(&args, "--runs").and_then(|v| v.parse().ok()).unwrap_or(5).max(1);
-    let precisions = list(&args, "--precisions", "f32");
-    let ort_variants = list(&args, "--ort-variants", "unfused,fused");
-    let ort_threads = list(&args, "--ort-threads", "2");
-    let pause = Duration::from_millis(flag(&args, "--pause-ms").and_then(|v| v.parse().ok()).unwrap_or(200));
+pub fn run(base: &RuntimeConfig, rounds: usize, json: Option<&str>, args: &OrtArgs) -> Result<()> {
+    let (precisions, ort_variants, ort_threads) = (&args.precisions.0, &args.ort_variants.0, &args.ort_threads.0);
+    let pause = Duration::from_millis(args.pause_ms);
     let script = ort_script()?;
-    let keep = has(&args, "--keep");
-    let workdir = flag(&args, "--ort-workdir")
-        .map(PathBuf::from)
+    let workdir = args
+        .ort_workdir
+        .clone()
         .unwrap_or_else(|| std::env::temp_dir().join(format!("npurt-ort-{}", std::process::id())));
     let exe = std::env::current_exe()?;
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "npurt vs ONNX Runtime, alternated: {rounds} rounds per pair, npurt {}, ORT {} x {} threads; load average {}",
-        precisions.join("/"),
+        precisions.iter().map(|p| p.name()).collect::<Vec<_>>().join("/"),
         ort_variants.join("/"),
         ort_threads.join("/"),
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
@@ -133,29 +193,33 @@ pub fn run(base: RuntimeConfig, args: Vec<String>) -> Result<()> {
     // The GEMM ceiling the BERT figures are put against (same run, same machine).
     // Best of three medians: a ceiling, so the least disturbed measurement.
     let shape = (512, 1024, 4096, 1);
+    let contenders = precisions.len() + ort_variants.len() * ort_threads.len();
+    let per_pair = rounds.saturating_mul(contenders);
+    let pb = progress::bar(3 + args.pairs.0.len().saturating_mul(per_pair) as u64, "GEMM ceiling");
     let mut ceiling = 0f64;
     let mut ceiling_bf16 = 0f64;
     for _ in 0..3 {
-        ceiling = ceiling.max(super::bench::time_gemm(&base, Tier::HighPerformance, shape, 9)?);
-        ceiling_bf16 = ceiling_bf16.max(super::bench::time_gemm_bf16(&base, shape, 9).unwrap_or(0.0));
+        ceiling = ceiling.max(time_gemm(base, Tier::HighPerformance, shape, 9)?);
+        ceiling_bf16 = ceiling_bf16.max(time_gemm_bf16(base, shape, 9).unwrap_or(0.0));
+        pb.inc(1);
     }
-    println!(
-        "measured GEMM ceiling (npurt, 512x1024x4096, best of 3 medians of 9): f32 {ceiling:.1} GFLOP/s{}",
-        if ceiling_bf16 > 0.0 { format!(", bf16 {ceiling_bf16:.1} GFLOP/s") } else { String::new() }
-    );
+    pb.suspend(|| {
+        println!(
+            "measured GEMM ceiling (npurt, 512x1024x4096, best of 3 medians of 9): f32 {ceiling:.1} GFLOP/s{}",
+            if ceiling_bf16 > 0.0 { format!(", bf16 {ceiling_bf16:.1} GFLOP/s") } else { String::new() }
+        )
+    });
     let mut doc = Vec::new();
     let result = (|| -> Result<()> {
-        for pair in &pairs {
-            let (model, seq) = pair
-                .split_once(':')
-                .and_then(|(m, s)| Some((m.to_string(), s.parse::<usize>().ok()?)))
-                .ok_or_else(|| Error::Config(format!("--pairs: expected MODEL:SEQ, got {pair:?}")))?;
-            let dir = workdir.join(&model);
+        for (model, seq) in &args.pairs.0 {
+            let (model, seq) = (model.as_str(), *seq);
+            pb.set_message(format!("{model} seq {seq}"));
+            let dir = workdir.join(model);
             if !dir.join("fused.onnx").exists() || !dir.join("unfused.onnx").exists() {
-                println!("building {model} for ONNX Runtime in {} ...", dir.display());
+                pb.suspend(|| println!("building {model} for ONNX Runtime in {} ...", dir.display()));
                 let st = Command::new("python3")
                     .arg(&script)
-                    .args(["--model", &model, "--seq", &seq.to_string(), "--build", "--workdir"])
+                    .args(["--model", model, "--seq", &seq.to_string(), "--build", "--workdir"])
                     .arg(&dir)
                     .stdout(Stdio::null())
                     .status()
@@ -165,20 +229,22 @@ pub fn run(base: RuntimeConfig, args: Vec<String>) -> Result<()> {
                 }
             }
             let mut cs = Vec::new();
-            for p in &precisions {
+            for p in precisions {
                 let mut cmd = Command::new(&exe);
-                cmd.args(["bench", "bert", "--serve", "--model", &model, "--seq", &seq.to_string(), "--precision", p]);
-                if let Some(b) = &base.backend {
-                    cmd.args(["--backend", b]);
-                }
-                cs.push(Contender::spawn(format!("npurt {p}"), true, cmd)?);
+                let (seq, p) = (seq.to_string(), p.name());
+                cmd.args(["bench", "bert", "--serve", "--model", model, "--seq", &seq, "--precision", p]);
+                // The options this process runs under, whether from the command line or the environment.
+                cmd.args(["--backend", base.backend.as_deref().unwrap_or("auto")]);
+                cmd.args(["--impl", base.forced_tier.map_or("auto", |t| t.name())]);
+                cmd.args(["--devices", &base.cpu_devices.to_string()]);
+                cs.push(Contender::spawn(format!("npurt {p}"), true, cmd, &pb)?);
             }
-            for v in &ort_variants {
-                for t in &ort_threads {
+            for v in ort_variants {
+                for t in ort_threads {
                     let mut cmd = Command::new("python3");
-                    cmd.arg(&script).args(["--model", &model, "--seq", &seq.to_string(), "--serve", "--variant", v]);
+                    cmd.arg(&script).args(["--model", model, "--seq", &seq.to_string(), "--serve", "--variant", v]);
                     cmd.args(["--child-threads", t, "--workdir"]).arg(&dir);
-                    cs.push(Contender::spawn(format!("ORT {v} x{t}"), false, cmd)?);
+                    cs.push(Contender::spawn(format!("ORT {v} x{t}"), false, cmd, &pb)?);
                 }
             }
             for r in 0..rounds {
@@ -186,18 +252,20 @@ pub fn run(base: RuntimeConfig, args: Vec<String>) -> Result<()> {
                     let n = cs.len();
                     std::thread::sleep(pause);
                     cs[(i + r) % n].run_once()?;
+                    pb.inc(1);
                 }
             }
             let finished: Vec<_> = cs.into_iter().map(Contender::finish).collect::<Result<_>>()?;
-            report(&model, seq, (ceiling, ceiling_bf16), &finished, &mut doc);
+            pb.suspend(|| report(model, seq, (ceiling, ceiling_bf16), &finished, &mut doc));
         }
         Ok(())
     })();
-    if !keep && flag(&args, "--ort-workdir").is_none() {
+    pb.finish_and_clear();
+    if !args.keep && args.ort_workdir.is_none() {
         let _ = std::fs::remove_dir_all(&workdir);
     }
     result?;
-    if let Some(path) = flag(&args, "--json") {
+    if let Some(path) = json {
         let j = serde_json::json!({"gemm_ceiling_gflops": ceiling, "gemm_ceiling_bf16_gflops": ceiling_bf16, "rounds": rounds, "pairs": doc});
         std::fs::write(&path, serde_json::to_string_pretty(&j).unwrap_or_default())?;
         println!("wrote {path}");

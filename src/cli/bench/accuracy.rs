@@ -1,0 +1,35 @@
+//! `npurt bench bert --accuracy`: the final hidden states with bf16 weights against f32
+//! on the same weights and inputs (max |diff|, cosine over all values).
+
+use super::common::{Model, Prepared, prepare};
+use crate::cli::progress;
+use npurt::{Precision, Result, RuntimeConfig, Tensor};
+
+pub fn run(base: &RuntimeConfig, bm: &Model, batch: usize, seq: usize) -> Result<()> {
+    let pb = progress::bar(2, "accuracy");
+    let mut outs = Vec::new();
+    for p in [Precision::F32, Precision::Bf16] {
+        pb.set_message(format!("precision {}", p.name()));
+        let cfg = RuntimeConfig { precision: p, ..base.clone() };
+        let Prepared { cg, inputs, .. } = prepare(&cfg, "+mapping", bm, batch, seq)?;
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        let (o, profile) = cg.run_profiled(&refs)?;
+        let mut units: Vec<&str> = profile.nodes.iter().filter(|n| n.op == "Linear").map(|n| n.unit.label).collect();
+        units.dedup();
+        pb.suspend(|| println!("precision {}: Linear nodes ran on {}", p.name(), units.join(", ")));
+        outs.push(o[0].to_ndarray::<f32>()?.iter().copied().collect::<Vec<f32>>());
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    let (a, b) = (&outs[0], &outs[1]);
+    let max = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum();
+    let na: f64 = a.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+    println!(
+        "bf16 vs f32 final hidden states ({} values): max |diff| {max:.3e}, cosine {:.6}",
+        a.len(),
+        dot / (na * nb).max(f64::MIN_POSITIVE)
+    );
+    Ok(())
+}

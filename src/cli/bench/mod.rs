@@ -1,0 +1,35 @@
+//! `npurt bench`: one module per benchmark, and the pieces they share in `common`.
+
+mod accuracy;
+mod bert;
+mod common;
+mod compare_ort;
+mod concurrent;
+mod gemm;
+mod serve;
+
+use clap::{Args, Subcommand};
+use npurt::{Result, RuntimeConfig};
+
+/// `npurt bench gemm|bert [options]`
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    which: Which,
+}
+
+#[derive(Subcommand)]
+enum Which {
+    /// f32 GEMM at the BERT shapes, optionally against OpenBLAS through NumPy
+    Gemm(gemm::GemmArgs),
+    /// BERT latency, memory and utilisation (--ablation: none, +pool, +reuse, +parallel,
+    /// +mapping); or --concurrent, --accuracy, --compare-ort
+    Bert(Box<bert::BertArgs>),
+}
+
+pub fn run(config: RuntimeConfig, args: BenchArgs) -> Result<()> {
+    match args.which {
+        Which::Gemm(a) => gemm::run(config, a),
+        Which::Bert(a) => bert::run(config, *a),
+    }
+}
