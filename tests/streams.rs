@@ -639,11 +639,12 @@ fn three_logical_devices() {
 
 // ---- 11. a failing job does not hang its stream ----
 
-/// `Add` launched straight through the backend with one input: no validation stands
-/// between the launch and the kernel, which indexes the missing operand and panics.
+/// `Add` launched straight through the backend: with one input it is refused before
+/// anything runs; with two, an injected fault makes the kernel panic on the worker.
 #[test]
 fn a_panicking_kernel_on_a_user_stream_is_reported_and_the_stream_keeps_working() {
-    let rt = cpu_runtime();
+    let cpu = Arc::new(backend_cpu::CpuBackend::new(backend_cpu::CpuConfig::default()).expect("cpu backend"));
+    let rt = Runtime::with_backend(cpu.clone(), RuntimeConfig::default()).expect("runtime");
     let b = rt.backend().clone();
     let Some(add) = b.kernels().iter().find(|k| k.name.starts_with("add.reference")).cloned() else {
         panic!(
@@ -668,6 +669,10 @@ fn a_panicking_kernel_on_a_user_stream_is_reported_and_the_stream_keeps_working(
         threads: 1,
         prepacked: None,
     };
+    let e = b.launch(0, &add, args.clone(), s.id()).unwrap_err();
+    assert!(matches!(&e, Error::Invalid { op: "Add", msg } if msg.contains("expects 2 inputs")), "{e:?}");
+    cpu.inject_fault(add.name, 1, backend_cpu::Fault::Panic);
+    let args = runtime::LaunchArgs { inputs: vec![arg(&x), arg(&x)], ..args };
     b.launch(0, &add, args, s.id()).expect("the launch is only queued");
     // Work queued behind the failed job: an event and a stream waiting for it.
     let ev = s.record().unwrap();

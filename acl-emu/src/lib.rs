@@ -165,18 +165,31 @@ pub unsafe extern "C" fn aclrtSetDevice(deviceId: i32) -> aclError {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtResetDevice(deviceId: i32) -> aclError {
-    guard("aclrtResetDevice", |t| match t.device_refs.get_mut(&deviceId) {
-        Some(n) if *n > 0 => {
-            *n -= 1;
-            if *n == 0 {
-                t.device_refs.remove(&deviceId);
-                if let Some(s) = t.default_streams.remove(&deviceId) {
-                    let _ = s.synchronize();
+    guard_unlocked("aclrtResetDevice", || {
+        // The last reset takes the default stream out of the tables; its queued work
+        // (copies, fills, kernels) locks the tables, so it is drained after unlocking.
+        let stream = {
+            let mut t = lock(&emu().t);
+            match t.device_refs.get_mut(&deviceId) {
+                Some(n) if *n > 0 => {
+                    *n -= 1;
+                    if *n == 0 {
+                        t.device_refs.remove(&deviceId);
+                        t.default_streams.remove(&deviceId)
+                    } else {
+                        None
+                    }
                 }
+                _ => return fail(ACL_ERROR_RT_INVALID_DEVICEID, format!("device {deviceId} was not set")),
             }
-            Ok(())
+        };
+        if let Some(s) = stream {
+            if let Err(Fail(code, msg)) = s.synchronize() {
+                log::warn!("acl-emu: aclrtResetDevice({deviceId}): unreported default-stream failure {code}: {msg}");
+            }
+            s.shutdown();
         }
-        _ => fail(ACL_ERROR_RT_INVALID_DEVICEID, format!("device {deviceId} was not set")),
+        Ok(())
     })
 }
 
@@ -1504,7 +1517,11 @@ pub unsafe extern "C" fn aclEmuConfigure(spec: *const c_char) -> i32 {
             let mut nt = Tables::new(cfg)?;
             nt.initialized = initialized;
             nt.device_refs = refs.into_iter().filter(|(d, _)| (*d as usize) < nt.mem.len()).collect();
-            *t = nt;
+            let old = std::mem::replace(&mut *t, nt);
+            // Dropping the old default streams joins their workers, whose queued jobs lock
+            // the tables: only after unlocking.
+            drop(t);
+            drop(old);
         } else {
             t.cfg = cfg;
             t.calls.clear();

@@ -175,7 +175,7 @@ pub fn launch(
         .ok_or_else(|| AclBackendError::BadRequest(format!("kernel {} is not an Ascend kernel", kernel.name)))?;
     let op = args.op.name();
     // (M1) every operand inside a live allocation; aclnn bases 32-byte aligned.
-    let ranges: Vec<(u64, usize)> = args.inputs.iter().chain(&args.outputs).map(range).collect();
+    let ranges = args.validate(&t.infos[kernel.id])?;
     for (a, r) in args.inputs.iter().chain(&args.outputs).zip(&ranges) {
         if r.1 > 0 {
             b.check_range(device, r.0, r.1)?;

@@ -46,7 +46,7 @@ pub struct WorkQueue {
 }
 
 /// The text of a panic payload.
-fn panic_message(payload: &(dyn Any + Send)) -> String {
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_string()
     } else if let Some(s) = payload.downcast_ref::<String>() {
@@ -206,6 +206,25 @@ impl CpuEvent {
         let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
         g.recorded += 1;
         g.recorded
+    }
+    /// Records a generation whose completion `submit` queues (it is given the
+    /// generation). When `submit` fails the event is left as it was, so that nothing
+    /// waits for a generation no stream will reach; until it returns, waiters see the
+    /// event as it was before.
+    pub fn record_with<E>(&self, submit: impl FnOnce(u64) -> Result<(), E>) -> Result<(), E> {
+        let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let generation = g.recorded + 1;
+        submit(generation)?;
+        g.recorded = generation;
+        Ok(())
+    }
+    /// Records a generation reached at once (a record on a synchronous stream).
+    pub fn record_now(&self) {
+        let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        g.recorded += 1;
+        g.reached = g.recorded;
+        g.time = Some(Instant::now());
+        self.cv.notify_all();
     }
     /// Marks generation `gen` reached now.
     pub fn complete(&self, generation: u64) {

@@ -541,14 +541,6 @@ impl CudaBackend {
         self.devices.get(d).ok_or(CudaError::NoDevice(d))
     }
 
-    /// Byte range of an operand inside its allocation.
-    pub(crate) fn range(arg: &runtime::TensorArg) -> (u64, usize) {
-        let es = arg.dtype.size();
-        let start = arg.ptr.0 + (arg.layout.offset * es) as u64;
-        let len = if arg.layout.numel() == 0 { 0 } else { (arg.layout.span() - arg.layout.offset) * es };
-        (start, len)
-    }
-
     /// Queues a byte copy or fill on `stream`, keeping its memory alive (rule M2). The
     /// default stream waits for it before returning, as on the CPU.
     fn enqueue_bytes(
@@ -774,7 +766,7 @@ unsafe impl Backend for CudaBackend {
         let d = self.dev(device)?;
         let st = d.stream(stream)?;
         let n_in = args.inputs.len();
-        let ranges: Vec<(u64, usize)> = args.inputs.iter().chain(&args.outputs).map(Self::range).collect();
+        let ranges = args.validate(&entry.info)?;
         for (i, o) in ranges[n_in..].iter().enumerate() {
             if ranges[..n_in + i].iter().any(|r| overlaps(*o, *r)) {
                 return Err(

@@ -19,15 +19,23 @@
 //! * **(M4) own its handles.** Unknown or destroyed stream and event ids give an error.
 //! * **(M5) never panic across the call.** Driver and kernel failures become
 //!   [`crate::Error`] values (reported at the next synchronisation when asynchronous).
+//! * **(M6) check every launch against its op.** A launch runs only when its operands
+//!   are what the op's shape inference and the kernel's support predicate accept: as
+//!   many as the op takes, outputs of exactly the dtypes and shapes [`Op::infer`] gives,
+//!   dense outputs (and dense inputs, except for `Copy`), layouts whose extents fit the
+//!   address space. [`LaunchArgs::validate`] checks all of this for every backend and
+//!   returns the operands' byte ranges for the (M1) check.
 //!
 //! With these rules the runtime crate needs no `unsafe` code at all; every `unsafe` block
 //! lives in a backend, next to the memory it reasons about.
 
 use crate::dtype::DType;
-use crate::error::Result;
-use crate::kernel::{KernelInfo, Unit};
+use crate::error::{Error, Result};
+use crate::kernel::{KernelInfo, KernelQuery, Unit};
 use crate::op::{Op, TensorMeta};
 use crate::shape::Layout;
+use crate::size::MAX_BYTES;
+use std::cell::RefCell;
 use std::time::Duration;
 
 /// An address in a device's memory space. On host-memory backends it is a host address;
@@ -86,6 +94,35 @@ impl TensorArg {
     pub fn meta(&self) -> TensorMeta {
         TensorMeta { dtype: self.dtype, shape: self.layout.shape.clone() }
     }
+
+    /// The bytes this operand reaches, `(first byte, length)`: from `ptr` plus the layout's
+    /// offset up to the largest element its strides reach (length 0 when it has no
+    /// element). Every product and sum is checked; an error names the layout's fault.
+    pub fn byte_range(&self) -> std::result::Result<(u64, usize), String> {
+        let l = &*self.layout;
+        let es = self.dtype.size();
+        if l.strides.len() != l.shape.rank() {
+            return Err(format!("{} strides for {} dimensions", l.strides.len(), l.shape.rank()));
+        }
+        let overflow = || format!("offset {} and strides {:?} reach past the address space", l.offset, l.strides);
+        let start = l
+            .offset
+            .checked_mul(es)
+            .filter(|&o| o <= MAX_BYTES)
+            .and_then(|o| self.ptr.0.checked_add(o as u64))
+            .ok_or_else(overflow)?;
+        if l.shape.dims().contains(&0) {
+            return Ok((start, 0));
+        }
+        let mut last = 0usize;
+        for (&d, &s) in l.shape.dims().iter().zip(&l.strides) {
+            last = (d - 1).checked_mul(s).and_then(|x| last.checked_add(x)).ok_or_else(overflow)?;
+        }
+        let len =
+            last.checked_add(1).and_then(|n| n.checked_mul(es)).filter(|&n| n <= MAX_BYTES).ok_or_else(overflow)?;
+        start.checked_add(len as u64).ok_or_else(overflow)?;
+        Ok((start, len))
+    }
 }
 
 /// What a backend derived once from a node's constant inputs when a graph was compiled
@@ -138,6 +175,111 @@ pub struct LaunchArgs {
     pub prepacked: Option<Prepacked>,
 }
 
+impl LaunchArgs {
+    /// Checks this launch of `kernel` against its op (rule M6) and returns the byte range
+    /// of every operand (inputs, then outputs; see [`TensorArg::byte_range`]) for the
+    /// backend to check against its allocations (M1) and for overlaps (M3).
+    ///
+    /// Pass the backend's own description of the kernel (looked up by `id` and `name` in
+    /// its table), not the caller's copy: its support predicate is called. A predicate
+    /// must depend only on the query (and the hardware): signatures that passed lately are
+    /// remembered per thread and not inferred again. The workspace is not checked here.
+    /// Errors are [`Error::Invalid`] naming the op and the operand.
+    pub fn validate(&self, kernel: &KernelInfo) -> Result<Vec<(u64, usize)>> {
+        let op = self.op.name();
+        if kernel.op != self.op.kind() {
+            return Err(Error::invalid(op, format!("kernel {} implements {}", kernel.name, kernel.op)));
+        }
+        let mut ranges = Vec::with_capacity(self.inputs.len() + self.outputs.len());
+        let dense_inputs = !matches!(self.op, Op::Copy);
+        for (j, a) in self.inputs.iter().enumerate() {
+            ranges.push(operand_range(op, "input", j, a, dense_inputs)?);
+        }
+        for (j, a) in self.outputs.iter().enumerate() {
+            ranges.push(operand_range(op, "output", j, a, true)?);
+        }
+        let passed = |c: &RefCell<Passed>| c.try_borrow().is_ok_and(|p| p.iter().any(|s| s.matches(kernel, self)));
+        if !PASSED.with(passed) {
+            let signature = self.check_signature(kernel)?;
+            PASSED.with(|c| {
+                if let Ok(mut p) = c.try_borrow_mut() {
+                    if p.len() == PASSED_MAX {
+                        p.pop();
+                    }
+                    p.insert(0, signature);
+                }
+            });
+        }
+        Ok(ranges)
+    }
+
+    /// The op's shape inference and the kernel's predicate on this launch's dtypes and
+    /// shapes; the signature that passed.
+    fn check_signature(&self, kernel: &KernelInfo) -> Result<Signature> {
+        let op = self.op.name();
+        let ins: Vec<TensorMeta> = self.inputs.iter().map(TensorArg::meta).collect();
+        let outs = self.op.infer(&ins)?;
+        if outs.len() != self.outputs.len() {
+            return Err(Error::invalid(op, format!("expects {} outputs, got {}", outs.len(), self.outputs.len())));
+        }
+        for (i, (m, a)) in outs.iter().zip(&self.outputs).enumerate() {
+            if m.dtype != a.dtype || m.shape != a.layout.shape {
+                return Err(Error::invalid(op, format!("output {i} must be {m}, got {}", a.meta())));
+            }
+        }
+        (kernel.supports)(&KernelQuery { op: &self.op, inputs: &ins, outputs: &outs }).map_err(|why| {
+            Error::invalid(
+                op,
+                format!("kernel {} does not accept {}: {why}", kernel.name, crate::kernel::signature(&ins)),
+            )
+        })?;
+        Ok(Signature { supports: kernel.supports as usize, kernel: kernel.op, op: self.op.clone(), ins, outs })
+    }
+}
+
+/// The byte range of operand `j` of `op`, which must be dense when `dense` is set.
+#[inline]
+fn operand_range(op: &'static str, what: &str, j: usize, a: &TensorArg, dense: bool) -> Result<(u64, usize)> {
+    let r = a.byte_range().map_err(|e| Error::invalid(op, format!("{what} {j} ({}): {e}", a.meta())))?;
+    if dense && !a.layout.is_contiguous() {
+        return Err(Error::invalid(op, format!("{what} {j} ({}) must be contiguous", a.meta())));
+    }
+    Ok(r)
+}
+
+/// Dtypes and shapes of a launch that passed [`LaunchArgs::check_signature`] for a
+/// kernel (its kind and support predicate). The check is a pure function of these, so a
+/// launch equal in all of them passes too.
+struct Signature {
+    supports: usize,
+    kernel: crate::op::OpKind,
+    op: Op,
+    ins: Vec<TensorMeta>,
+    outs: Vec<TensorMeta>,
+}
+
+impl Signature {
+    fn matches(&self, kernel: &KernelInfo, args: &LaunchArgs) -> bool {
+        let same = |m: &[TensorMeta], a: &[TensorArg]| {
+            m.len() == a.len() && m.iter().zip(a).all(|(m, a)| m.dtype == a.dtype && m.shape == a.layout.shape)
+        };
+        self.kernel == kernel.op
+            && self.supports == kernel.supports as usize
+            && self.op == args.op
+            && same(&self.ins, &args.inputs)
+            && same(&self.outs, &args.outputs)
+    }
+}
+
+/// Signatures that passed lately on this thread, newest first: eager code launches the
+/// same few over and over, and inference allocates.
+type Passed = Vec<Signature>;
+const PASSED_MAX: usize = 16;
+
+thread_local! {
+    static PASSED: RefCell<Passed> = const { RefCell::new(Vec::new()) };
+}
+
 /// A compiled graph's node handed to [`Backend::freeze`]: the kernel and launch it runs on
 /// every run, except that some operands change address from run to run (the graph's
 /// inputs and outputs).
@@ -165,6 +307,11 @@ impl std::fmt::Debug for Frozen {
 }
 
 /// One compute backend and its devices. Object safe: the runtime holds `Arc<dyn Backend>`.
+///
+/// # Safety
+///
+/// Every method is safe to call with any arguments: an implementation upholds rules M1 to
+/// M6 of the [module documentation](self) for whatever safe code passes it.
 #[allow(unsafe_code)] // declaring the contract; implementations live in the backends
 pub unsafe trait Backend: Send + Sync {
     /// Short name: `cpu`, `cuda`, `acl`.
@@ -247,7 +394,8 @@ pub unsafe trait Backend: Send + Sync {
     }
     /// Queues `kernel` on `stream` (runs it before returning on a synchronous stream).
     /// Errors that can be detected before queueing are returned; later ones surface at
-    /// the next synchronisation of the stream.
+    /// the next synchronisation of the stream. `args` may be anything safe code can
+    /// build: the implementation checks them with [`LaunchArgs::validate`] (M6).
     fn launch(&self, device: usize, kernel: &KernelInfo, args: LaunchArgs, stream: StreamId) -> Result<()>;
 
     /// Called once when a graph is compiled, with its nodes' launches in the order they
@@ -291,5 +439,132 @@ pub unsafe trait Backend: Send + Sync {
             self.launch(device, &k, a, stream)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::{Tier, UnitClass};
+    use std::sync::Arc;
+
+    fn any(_: &KernelQuery<'_>) -> std::result::Result<(), String> {
+        Ok(())
+    }
+    fn f32_only(q: &KernelQuery<'_>) -> std::result::Result<(), String> {
+        if q.inputs.iter().all(|m| m.dtype == DType::F32) { Ok(()) } else { Err("f32 only".into()) }
+    }
+    fn kernel(op: crate::op::OpKind, supports: crate::kernel::SupportFn) -> KernelInfo {
+        let unit = Unit { class: UnitClass::Vector, label: "test" };
+        KernelInfo { name: "test.kernel", op, tier: Tier::Reference, unit, supports, id: 0 }
+    }
+    fn arg(ptr: u64, dtype: DType, dims: &[usize]) -> TensorArg {
+        TensorArg { ptr: DevicePtr(ptr), dtype, layout: Arc::new(Layout::contiguous(dims.to_vec())) }
+    }
+    fn launch(op: Op, inputs: Vec<TensorArg>, outputs: Vec<TensorArg>) -> LaunchArgs {
+        LaunchArgs { op, inputs, outputs, workspace: None, seq: 1, threads: 0, prepacked: None }
+    }
+    fn invalid(r: Result<Vec<(u64, usize)>>, needle: &str) {
+        match r {
+            Err(Error::Invalid { msg, .. }) => assert!(msg.contains(needle), "{msg:?} does not say {needle:?}"),
+            other => panic!("expected an invalid-launch error saying {needle:?}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_well_formed_launch_gives_the_operand_ranges() {
+        let add = kernel(crate::op::OpKind::Add, any);
+        let a = launch(
+            Op::Add,
+            vec![arg(0x1000, DType::F32, &[2, 3]), arg(0x2000, DType::F32, &[3])],
+            vec![arg(0x3000, DType::F32, &[2, 3])],
+        );
+        assert_eq!(a.validate(&add).unwrap(), vec![(0x1000, 24), (0x2000, 12), (0x3000, 24)]);
+        // A strided, offset input of Copy: from its first element to the last it reaches.
+        let mut x = arg(0x1000, DType::F16, &[3, 2]);
+        x.layout = Arc::new(Layout { shape: crate::shape::Shape::new(vec![3, 2]), strides: vec![1, 4], offset: 2 });
+        let copy = launch(Op::Copy, vec![x], vec![arg(0x4000, DType::F16, &[3, 2])]);
+        let r = copy.validate(&kernel(crate::op::OpKind::Copy, any)).unwrap();
+        assert_eq!(r[0], (0x1004, (2 + 4 + 1) * 2));
+        // Empty operands reach no byte.
+        let e = launch(Op::Relu, vec![arg(0x10, DType::F32, &[0, 4])], vec![arg(0x20, DType::F32, &[0, 4])]);
+        assert_eq!(e.validate(&kernel(crate::op::OpKind::Relu, any)).unwrap(), vec![(0x10, 0), (0x20, 0)]);
+    }
+
+    #[test]
+    fn launches_that_do_not_match_their_op_are_refused() {
+        let add = kernel(crate::op::OpKind::Add, any);
+        let x = || arg(0x1000, DType::F32, &[4]);
+        invalid(launch(Op::Add, vec![x()], vec![x()]).validate(&add), "expects 2 inputs, got 1");
+        invalid(launch(Op::Add, vec![x(), x()], vec![]).validate(&add), "expects 1 outputs, got 0");
+        invalid(launch(Op::Add, vec![x(), x()], vec![x(), x()]).validate(&add), "expects 1 outputs, got 2");
+        let wide = arg(0x1000, DType::F32, &[8]);
+        invalid(launch(Op::Add, vec![x(), x()], vec![wide]).validate(&add), "output 0 must be f32 [4]");
+        let f16 = arg(0x1000, DType::F16, &[4]);
+        invalid(launch(Op::Add, vec![x(), x()], vec![f16]).validate(&add), "output 0 must be f32 [4]");
+        let relu = kernel(crate::op::OpKind::Relu, any);
+        invalid(launch(Op::Relu, vec![], vec![x()]).validate(&relu), "expects 1 input");
+        invalid(launch(Op::Relu, vec![x(), x(), x(), x()], vec![x(); 8]).validate(&relu), "expects 1 input");
+        // MatMul with mismatched inner dimensions.
+        let mm = kernel(crate::op::OpKind::MatMul, any);
+        let (a, b) = (arg(0x1000, DType::F32, &[2, 3]), arg(0x2000, DType::F32, &[4, 5]));
+        let r =
+            launch(Op::MatMul { trans_a: false, trans_b: false }, vec![a, b], vec![arg(0x3000, DType::F32, &[2, 5])]);
+        assert!(matches!(r.validate(&mm), Err(Error::Invalid { op: "MatMul", .. })));
+        // The kernel of another op, and a signature the kernel does not accept.
+        invalid(launch(Op::Relu, vec![x()], vec![x()]).validate(&add), "implements Add");
+        let relu_f32 = kernel(crate::op::OpKind::Relu, f32_only);
+        let h = || arg(0x1000, DType::F16, &[4]);
+        invalid(launch(Op::Relu, vec![h()], vec![h()]).validate(&relu_f32), "does not accept f16 [4]: f32 only");
+    }
+
+    #[test]
+    fn signatures_that_passed_lately_are_matched_exactly() {
+        let (any_relu, f32_relu) = (kernel(crate::op::OpKind::Relu, any), kernel(crate::op::OpKind::Relu, f32_only));
+        let h = |n: usize| arg(0x1000, DType::F16, &[n]);
+        let ok = launch(Op::Relu, vec![h(4)], vec![h(4)]);
+        for _ in 0..2 {
+            ok.validate(&any_relu).unwrap();
+        }
+        // The same dtypes and shapes, judged by another predicate.
+        invalid(ok.validate(&f32_relu), "f32 only");
+        // Another output shape, dtype or op attribute is checked afresh.
+        invalid(launch(Op::Relu, vec![h(4)], vec![h(5)]).validate(&any_relu), "output 0 must be f16 [4]");
+        let f32_out = arg(0x1000, DType::F32, &[4]);
+        invalid(launch(Op::Relu, vec![h(4)], vec![f32_out]).validate(&any_relu), "output 0 must be f16 [4]");
+        let sm = kernel(crate::op::OpKind::Softmax, any);
+        let x = || arg(0x1000, DType::F32, &[2, 3]);
+        launch(Op::Softmax { axis: 1 }, vec![x()], vec![x()]).validate(&sm).unwrap();
+        let far = launch(Op::Softmax { axis: 2 }, vec![x()], vec![x()]);
+        assert!(matches!(far.validate(&sm), Err(Error::Invalid { op: "Softmax", .. })));
+        // Addresses and layouts are checked on every launch, matched or not.
+        let mut strided = h(4);
+        strided.layout = Arc::new(Layout { shape: crate::shape::Shape::new(vec![4]), strides: vec![3], offset: 0 });
+        invalid(launch(Op::Relu, vec![strided], vec![h(4)]).validate(&any_relu), "must be contiguous");
+        let past = TensorArg { ptr: DevicePtr(u64::MAX - 4), ..h(4) };
+        invalid(launch(Op::Relu, vec![past], vec![h(4)]).validate(&any_relu), "past the address space");
+    }
+
+    #[test]
+    fn layouts_are_checked_before_anything_reads_them() {
+        let relu = kernel(crate::op::OpKind::Relu, any);
+        let with = |strides: Vec<usize>, offset: usize, ptr: u64| {
+            let x = TensorArg {
+                ptr: DevicePtr(ptr),
+                dtype: DType::F32,
+                layout: Arc::new(Layout { shape: crate::shape::Shape::new(vec![4]), strides, offset }),
+            };
+            launch(Op::Relu, vec![x], vec![arg(0x100, DType::F32, &[4])])
+        };
+        invalid(with(vec![], 0, 0x1000).validate(&relu), "0 strides for 1 dimensions");
+        invalid(with(vec![1], usize::MAX / 2, 0x1000).validate(&relu), "past the address space");
+        invalid(with(vec![usize::MAX / 2], 0, 0x1000).validate(&relu), "past the address space");
+        invalid(with(vec![1], 0, u64::MAX - 8).validate(&relu), "past the address space");
+        // Non-Copy kernels read dense inputs; every output is dense.
+        invalid(with(vec![2], 0, 0x1000).validate(&relu), "input 0 (f32 [4]) must be contiguous");
+        let mut y = arg(0x100, DType::F32, &[4]);
+        y.layout = Arc::new(Layout { shape: crate::shape::Shape::new(vec![4]), strides: vec![0], offset: 0 });
+        let copy = launch(Op::Copy, vec![arg(0x1000, DType::F32, &[4])], vec![y]);
+        invalid(copy.validate(&kernel(crate::op::OpKind::Copy, any)), "output 0 (f32 [4]) must be contiguous");
     }
 }

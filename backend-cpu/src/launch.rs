@@ -1,0 +1,563 @@
+//! Kernel launches: each is checked against its op (`LaunchArgs::validate`, contract
+//! rule M6) and the device's allocations, then run on the calling thread, queued, run as
+//! part of a batch, or frozen once for a compiled graph and replayed.
+//!
+//! A kernel that panics fails its launch exactly as one that returns an error: the panic
+//! is caught around the kernel and becomes a [`runtime::Error::Async`] naming the op, the
+//! stream (`cpu:D/default` or `cpu:D/streamN`) and the submission number, returned at
+//! once on the default stream and at the next synchronisation on a user stream.
+//!
+//! Faults can be injected into launches ([`CpuBackend::inject_fault`]) for tests of
+//! failure handling.
+
+use crate::error::CpuError;
+use crate::kernels::{
+    self,
+    common::{Ctx, In, Out},
+};
+use crate::stream::panic_message;
+use crate::{CpuBackend, CpuDevice, DEFAULT_STREAM, lock, memory};
+use runtime::{DevicePtr, KernelInfo, LaunchArgs, Result, StreamId};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Output bytes up to which a launch runs inline without entering the device's thread
+/// pool (the hand-off costs more than the work).
+const INLINE_MAX_BYTES: u64 = 1 << 18;
+
+/// What an injected fault makes a launch do when it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The kernel panics (with a message naming the kernel).
+    Panic,
+    /// The kernel returns an error.
+    Error,
+}
+
+struct FaultRule {
+    prefix: String,
+    nth: u64,
+    seen: u64,
+    fault: Fault,
+}
+
+/// The faults armed with [`CpuBackend::inject_fault`]; one relaxed load per launch when
+/// none is.
+#[derive(Default)]
+pub(crate) struct Faults {
+    armed: AtomicBool,
+    rules: Mutex<Vec<FaultRule>>,
+}
+
+impl Faults {
+    /// The fault a launch of `kernel` being queued now gets; counts it against every rule.
+    fn take(&self, kernel: &str) -> Option<Fault> {
+        if !self.armed.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut rules = lock(&self.rules);
+        let mut hit = None;
+        rules.retain_mut(|r| {
+            if !kernel.starts_with(r.prefix.as_str()) {
+                return true;
+            }
+            r.seen += 1;
+            if r.seen < r.nth {
+                return true;
+            }
+            hit.get_or_insert(r.fault);
+            false
+        });
+        if rules.is_empty() {
+            self.armed.store(false, Ordering::Release);
+        }
+        hit
+    }
+}
+
+impl CpuBackend {
+    /// Makes the `nth` launch (1-based, counted from this call, in submission order) of a
+    /// kernel whose name starts with `kernel_prefix` fail with `fault` when it runs.
+    /// Launches of a batch and of a compiled graph count one by one. For tests of failure
+    /// handling; rules that have fired are forgotten.
+    pub fn inject_fault(&self, kernel_prefix: &str, nth: u64, fault: Fault) {
+        let mut rules = lock(&self.faults.rules);
+        rules.push(FaultRule { prefix: kernel_prefix.to_string(), nth: nth.max(1), seen: 0, fault });
+        self.faults.armed.store(true, Ordering::Release);
+    }
+}
+
+/// Runs a kernel (or a pool hand-off around it); a panic becomes an error message.
+fn guarded(go: impl FnOnce() -> std::result::Result<(), String>) -> std::result::Result<(), String> {
+    match catch_unwind(AssertUnwindSafe(go)) {
+        Ok(r) => r,
+        Err(payload) => {
+            let msg = format!("panicked: {}", panic_message(payload.as_ref()));
+            // Dropping the payload runs foreign code too; a panic there is not propagated.
+            let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
+            Err(msg)
+        }
+    }
+}
+
+/// Runs `f` on operands whose byte ranges `range(operand index, operand)` gives (inputs
+/// first, then outputs). Every range must have been validated and pinned by the caller.
+/// `ins` and `outs` are scratch space (empty before and after a normal return), so that a
+/// run of many launches can reuse one allocation.
+#[allow(clippy::too_many_arguments)]
+fn run_kernel_at<'a>(
+    f: kernels::KernelFn,
+    op: &runtime::Op,
+    inputs: &'a [runtime::TensorArg],
+    outputs: &'a [runtime::TensorArg],
+    range: impl Fn(usize, &runtime::TensorArg) -> (u64, usize),
+    ctx: &Ctx,
+    fault: Option<Fault>,
+    ins: &mut Vec<In<'a>>,
+    outs: &mut Vec<Out<'a>>,
+) -> std::result::Result<(), String> {
+    let n_in = inputs.len();
+    ins.extend(inputs.iter().enumerate().map(|(i, a)| {
+        let (start, len) = range(i, a);
+        In {
+            dtype: a.dtype,
+            dims: a.layout.dims(),
+            strides: &a.layout.strides,
+            bytes: if len == 0 {
+                // An empty slice with 8-byte alignment, so typed views of it work.
+                bytemuck::cast_slice::<u64, u8>(&[])
+            } else {
+                // `launch` (or `freeze` and `launch_frozen`) checked that no output overlaps.
+                // SAFETY: that check also put `start .. start + len` inside a live allocation
+                // of this device, pinned until this job finishes; the bytes are only read.
+                unsafe { std::slice::from_raw_parts(start as *const u8, len) }
+            },
+        }
+    }));
+    outs.extend(outputs.iter().enumerate().map(|(i, a)| {
+        let (start, len) = range(n_in + i, a);
+        Out {
+            dtype: a.dtype,
+            dims: a.layout.dims(),
+            bytes: if len == 0 {
+                bytemuck::cast_slice_mut::<u64, u8>(&mut [])
+            } else {
+                // SAFETY: as for inputs, plus: outputs overlap neither each other nor
+                // any input (checked in `launch`), so this is the only reference.
+                unsafe { std::slice::from_raw_parts_mut(start as *mut u8, len) }
+            },
+        }
+    }));
+    let r = if outs.iter().any(|o| o.bytes.len() < o.numel() * o.dtype.size()) {
+        Err("output operand is not contiguous".into())
+    } else {
+        match fault {
+            None => f(op, ins, outs, ctx),
+            Some(Fault::Panic) => panic!("injected fault in {}", op.name()),
+            Some(Fault::Error) => Err("injected fault".into()),
+        }
+    };
+    // No view of the operands outlives the launch.
+    ins.clear();
+    outs.clear();
+    r
+}
+
+pub(crate) fn overlaps(a: (u64, usize), b: (u64, usize)) -> bool {
+    a.1 > 0 && b.1 > 0 && a.0 < b.0 + b.1 as u64 && b.0 < a.0 + a.1 as u64
+}
+
+/// The error of a failed kernel: returned directly on the default stream, reported at
+/// the next synchronisation on a user stream.
+fn kernel_error(
+    kernel: &str,
+    op: &runtime::Op,
+    seq: u64,
+    device: usize,
+    stream: StreamId,
+    msg: String,
+) -> runtime::Error {
+    let stream = if stream == DEFAULT_STREAM {
+        format!("cpu:{device}/default")
+    } else {
+        format!("cpu:{device}/stream{}", stream.0)
+    };
+    runtime::Error::Async { op: op.name().to_string(), stream, seq, msg: format!("{kernel}: {msg}") }
+}
+
+/// A validated launch, ready to run on the calling thread or to be queued.
+pub(crate) struct Prepared {
+    f: kernels::KernelFn,
+    args: LaunchArgs,
+    /// Operand byte ranges (inputs, then outputs), checked and pinned.
+    ranges: Vec<(u64, usize)>,
+    ctx: Ctx,
+    kernel: &'static str,
+    device: usize,
+    stream: StreamId,
+    pool: Option<Arc<rayon::ThreadPool>>,
+    fault: Option<Fault>,
+    _pins: memory::Pins,
+}
+
+impl Prepared {
+    pub(crate) fn run(self) -> Result<()> {
+        let go = || {
+            let (mut ins, mut outs) = (Vec::new(), Vec::new());
+            let (a, o, ranges) = (&self.args.inputs, &self.args.outputs, &self.ranges);
+            let mut run = || {
+                let range = |j, _: &_| ranges[j];
+                run_kernel_at(self.f, &self.args.op, a, o, range, &self.ctx, self.fault, &mut ins, &mut outs)
+            };
+            match &self.pool {
+                Some(p) => p.install(run),
+                None => run(),
+            }
+        };
+        guarded(go)
+            .map_err(|msg| kernel_error(self.kernel, &self.args.op, self.args.seq, self.device, self.stream, msg))
+    }
+}
+
+/// A compiled graph's launches, validated once by `freeze`.
+struct CpuFrozen {
+    device: usize,
+    table: Arc<memory::AllocTable>,
+    nodes: Vec<FrozenNode>,
+    /// Bytes from each per-run address that the operands patched with it reach.
+    extent: Vec<usize>,
+    /// The allocations of the fixed operands, pinned for as long as the plan lives.
+    _pins: memory::Pins,
+}
+
+struct FrozenNode {
+    f: kernels::KernelFn,
+    kernel: &'static str,
+    args: LaunchArgs,
+    /// Operand byte ranges (inputs, then outputs); a patched operand's start is its
+    /// offset from the per-run address.
+    ranges: Vec<(u64, usize)>,
+    /// `(operand, address slot)`.
+    patches: Vec<(usize, usize)>,
+    inline: bool,
+    ctx: Ctx,
+}
+
+impl FrozenNode {
+    /// The operand ranges of this node for per-run addresses `addrs` (in `out`).
+    fn ranges_into(&self, addrs: &[DevicePtr], out: &mut Vec<(u64, usize)>) {
+        out.clear();
+        out.extend_from_slice(&self.ranges);
+        for &(op, k) in &self.patches {
+            // No overflow: `launch_frozen` pinned `addrs[k] .. addrs[k] + extent[k]`, which
+            // covers `offset + len` of every operand patched from slot k.
+            out[op].0 += addrs[k].0;
+        }
+    }
+}
+
+/// One run of frozen launches: which, where, and the faults injected into them.
+struct FrozenRun<'a> {
+    nodes: std::ops::Range<usize>,
+    addrs: &'a [DevicePtr],
+    first_seq: u64,
+    stream: StreamId,
+    /// Per node of the run, when a fault is armed; empty otherwise.
+    faults: &'a [Option<Fault>],
+}
+
+impl CpuFrozen {
+    /// Runs the launches in order on the calling thread; stops at the first failure, which
+    /// names that launch's op and submission number.
+    fn run(&self, run: FrozenRun<'_>, pool: &rayon::ThreadPool, solo: Option<&rayon::ThreadPool>) -> Result<()> {
+        let mut ranges = Vec::new();
+        let (mut ins, mut outs) = (Vec::new(), Vec::new());
+        for (i, n) in self.nodes[run.nodes].iter().enumerate() {
+            n.ranges_into(run.addrs, &mut ranges);
+            let fault = run.faults.get(i).copied().flatten();
+            let r = {
+                let ranges = &ranges;
+                let (ins, outs) = (&mut ins, &mut outs);
+                guarded(|| {
+                    let mut go = || {
+                        let (a, o) = (&n.args.inputs, &n.args.outputs);
+                        run_kernel_at(n.f, &n.args.op, a, o, |j, _| ranges[j], &n.ctx, fault, ins, outs)
+                    };
+                    if n.inline {
+                        go()
+                    } else if n.ctx.threads == 1 {
+                        match solo {
+                            Some(p) => p.install(go),
+                            None => go(),
+                        }
+                    } else {
+                        pool.install(go)
+                    }
+                })
+            };
+            // A panic skipped the clean-up in `run_kernel_at`.
+            ins.clear();
+            outs.clear();
+            let seq = run.first_seq + i as u64;
+            r.map_err(|msg| kernel_error(n.kernel, &n.args.op, seq, self.device, run.stream, msg))?;
+        }
+        Ok(())
+    }
+}
+
+impl CpuBackend {
+    /// Validates a launch: the kernel is ours, the launch fits its op and kernel, every
+    /// operand lies in a live allocation (which is pinned), and no output overlaps
+    /// another operand.
+    pub(crate) fn prepare_launch(
+        &self,
+        device: usize,
+        kernel: &KernelInfo,
+        args: LaunchArgs,
+        stream: StreamId,
+    ) -> Result<Prepared> {
+        let dev = self.dev(device)?;
+        let (f, own) = self.kernel_fn(kernel)?;
+        let ranges = args.validate(own)?;
+        let n_in = args.inputs.len();
+        for (i, o) in ranges[n_in..].iter().enumerate() {
+            if ranges[..n_in + i].iter().any(|r| overlaps(*o, *r)) {
+                return Err(
+                    CpuError::BadRequest(format!("{}: output {i} overlaps another operand", kernel.name)).into()
+                );
+            }
+        }
+        let pins = dev.table.pin(&ranges)?;
+        let out_bytes: u64 = ranges[n_in..].iter().map(|o| o.1 as u64).sum();
+        let (inline, threads) = self.placement(dev, &args.op, args.threads, out_bytes);
+        let pool = if inline {
+            None
+        } else if threads == 1 {
+            self.queue(device, stream)?.map(|q| q.solo.clone())
+        } else {
+            Some(dev.pool.clone())
+        };
+        let prepacked = args.prepacked.clone();
+        Ok(Prepared {
+            f,
+            args,
+            ranges,
+            ctx: Ctx { threads, features: self.features, prepacked },
+            kernel: own.name,
+            device,
+            stream,
+            pool,
+            fault: self.faults.take(own.name),
+            _pins: pins,
+        })
+    }
+
+    /// Runs a prepared launch now (default stream) or queues it, named by its op and
+    /// submission number (user stream).
+    pub(crate) fn enqueue(&self, device: usize, stream: StreamId, p: Prepared) -> Result<()> {
+        match self.queue(device, stream)? {
+            None => p.run(),
+            Some(q) => {
+                q.queue.submit_op(p.args.op.name(), p.args.seq, Box::new(move || p.run()))?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Validates every launch in full (as `prepare_launch` does; patched operands by their
+    /// offsets) and pins the fixed operands' allocations for the life of the plan;
+    /// `launch_frozen` then checks only the per-run addresses.
+    pub(crate) fn freeze_launches(
+        &self,
+        device: usize,
+        launches: &[runtime::FrozenLaunch],
+    ) -> Result<Option<runtime::Frozen>> {
+        let dev = self.dev(device)?;
+        let bad = |msg: String| -> runtime::Error { CpuError::BadRequest(msg).into() };
+        let mut nodes = Vec::with_capacity(launches.len());
+        let mut fixed: Vec<(u64, usize)> = Vec::new();
+        let mut extent: Vec<usize> = Vec::new();
+        for l in launches {
+            let (kernel, args) = (&l.kernel, &l.args);
+            let (f, own) = self.kernel_fn(kernel)?;
+            let ranges = args.validate(own)?;
+            let n_in = args.inputs.len();
+            let n_ops = ranges.len();
+            let mut patched = vec![false; n_ops];
+            for &(op, k) in &l.patches {
+                if op >= n_ops || patched[op] {
+                    return Err(bad(format!("{}: bad patch of operand {op}", kernel.name)));
+                }
+                patched[op] = true;
+                // A patched operand's range is relative to its per-run address.
+                let a = if op < n_in { &args.inputs[op] } else { &args.outputs[op - n_in] };
+                if a.ptr != DevicePtr::NULL {
+                    return Err(bad(format!("{}: patched operand {op} has an address", kernel.name)));
+                }
+                let (off, len) = ranges[op];
+                let end = usize::try_from(off)
+                    .ok()
+                    .and_then(|o| o.checked_add(len))
+                    .ok_or_else(|| bad(format!("{}: operand {op} is out of range", kernel.name)))?;
+                if extent.len() <= k {
+                    extent.resize(k + 1, 0);
+                }
+                extent[k] = extent[k].max(end);
+            }
+            // Fixed operands: outputs overlap no other fixed operand (patched ones are
+            // checked per run), and all lie in live allocations (pinned below).
+            for (i, o) in ranges.iter().enumerate().skip(n_in) {
+                if !patched[i] && ranges[..i].iter().enumerate().any(|(j, r)| !patched[j] && overlaps(*o, *r)) {
+                    return Err(bad(format!("{}: output {} overlaps another operand", kernel.name, i - n_in)));
+                }
+            }
+            fixed.extend(ranges.iter().enumerate().filter(|(i, _)| !patched[*i]).map(|(_, r)| *r));
+            let out_bytes: u64 = ranges[n_in..].iter().map(|o| o.1 as u64).sum();
+            let (inline, threads) = self.placement(dev, &args.op, args.threads, out_bytes);
+            nodes.push(FrozenNode {
+                f,
+                kernel: own.name,
+                args: args.clone(),
+                ranges,
+                patches: l.patches.clone(),
+                inline,
+                ctx: Ctx { threads, features: self.features, prepacked: args.prepacked.clone() },
+            });
+        }
+        let pins = dev.table.pin(&fixed)?;
+        Ok(Some(runtime::Frozen(Arc::new(CpuFrozen { device, table: dev.table.clone(), nodes, extent, _pins: pins }))))
+    }
+
+    /// Checks the per-run addresses of frozen launches `nodes` and runs them (default
+    /// stream) or queues them as one job named by the first launch (user stream).
+    pub(crate) fn launch_frozen_at(
+        &self,
+        device: usize,
+        frozen: &runtime::Frozen,
+        nodes: std::ops::Range<usize>,
+        addrs: &[DevicePtr],
+        first_seq: u64,
+        stream: StreamId,
+    ) -> Result<()> {
+        let dev = self.dev(device)?;
+        let bad = |msg: &str| -> runtime::Error { CpuError::BadRequest(msg.into()).into() };
+        let fz = frozen.0.clone().downcast::<CpuFrozen>().map_err(|_| bad("not a frozen plan of the CPU backend"))?;
+        if fz.device != device || !Arc::ptr_eq(&fz.table, &dev.table) {
+            return Err(bad("the frozen plan belongs to another device"));
+        }
+        if nodes.start > nodes.end || nodes.end > fz.nodes.len() || addrs.len() < fz.extent.len() {
+            return Err(bad("frozen launch: node range or address table does not fit the plan"));
+        }
+        // Per-run addresses: each covers every operand patched from it (slots beyond
+        // `extent` patch nothing).
+        let slots: Vec<(u64, usize)> = addrs.iter().zip(&fz.extent).map(|(a, &e)| (a.0, e)).collect();
+        let pins = dev.table.pin(&slots)?;
+        // Outputs of nodes with patched operands must not overlap their other operands.
+        let mut ranges = Vec::new();
+        for n in &fz.nodes[nodes.clone()] {
+            if n.patches.is_empty() {
+                continue;
+            }
+            n.ranges_into(addrs, &mut ranges);
+            let n_in = n.args.inputs.len();
+            for (i, o) in ranges.iter().enumerate().skip(n_in) {
+                if ranges.iter().enumerate().any(|(j, r)| j != i && overlaps(*o, *r)) {
+                    return Err(CpuError::BadRequest(format!(
+                        "{}: output {} overlaps another operand",
+                        n.kernel,
+                        i - n_in
+                    ))
+                    .into());
+                }
+            }
+        }
+        let faults: Vec<Option<Fault>> = if self.faults.armed.load(Ordering::Acquire) {
+            fz.nodes[nodes.clone()].iter().map(|n| self.faults.take(n.kernel)).collect()
+        } else {
+            Vec::new()
+        };
+        let first_op = fz.nodes.get(nodes.start).filter(|_| !nodes.is_empty()).map(|n| n.args.op.name());
+        match self.queue(device, stream)? {
+            None => {
+                let run = FrozenRun { nodes, addrs, first_seq, stream, faults: &faults };
+                let r = fz.run(run, &dev.pool, None);
+                drop(pins);
+                r
+            }
+            Some(q) => {
+                let Some(op) = first_op else { return Ok(()) };
+                let addrs = addrs.to_vec();
+                let pool = dev.pool.clone();
+                let solo = q.solo.clone();
+                q.queue.submit_op(
+                    op,
+                    first_seq,
+                    Box::new(move || {
+                        let _pins = pins;
+                        let run = FrozenRun { nodes, addrs: &addrs, first_seq, stream, faults: &faults };
+                        fz.run(run, &pool, Some(&solo))
+                    }),
+                )?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Validates every launch, then runs them (default stream) or queues them as one job
+    /// named by the first launch (user stream); each failure names its own launch.
+    pub(crate) fn launch_batch_at(
+        &self,
+        device: usize,
+        launches: Vec<(KernelInfo, LaunchArgs)>,
+        stream: StreamId,
+    ) -> Result<()> {
+        let mut jobs = Vec::with_capacity(launches.len());
+        for (k, a) in launches {
+            jobs.push(self.prepare_launch(device, &k, a, stream)?);
+        }
+        let Some((op, seq)) = jobs.first().map(|j| (j.args.op.name(), j.args.seq)) else { return Ok(()) };
+        // One submission for the whole batch: the jobs run back to back and the first
+        // failure is reported.
+        let run = move || {
+            let mut first = Ok(());
+            for j in jobs {
+                if let Err(e) = j.run()
+                    && first.is_ok()
+                {
+                    first = Err(e);
+                }
+            }
+            first
+        };
+        match self.queue(device, stream)? {
+            None => run(),
+            Some(q) => {
+                q.queue.submit_op(op, seq, Box::new(run))?;
+                Ok(())
+            }
+        }
+    }
+
+    /// This backend's function and description for `kernel`.
+    fn kernel_fn(&self, kernel: &KernelInfo) -> Result<(kernels::KernelFn, &'static KernelInfo)> {
+        let t = self.table;
+        match (t.fns.get(kernel.id), t.infos.get(kernel.id)) {
+            (Some(f), Some(own)) if own.name == kernel.name => Ok((*f, own)),
+            _ => Err(CpuError::BadRequest(format!("kernel {} is not a CPU kernel", kernel.name)).into()),
+        }
+    }
+
+    /// Where a launch runs: `(inline, threads)`. Small launches run on the submitting
+    /// thread (stream worker or caller); larger ones enter the device pool, or the
+    /// stream's one-thread pool when the budget is 1.
+    fn placement(&self, dev: &CpuDevice, op: &runtime::Op, budget: usize, out_bytes: u64) -> (bool, usize) {
+        let threads = if budget == 0 { dev.threads } else { budget.min(dev.threads) };
+        let matrix = matches!(
+            op.kind(),
+            runtime::OpKind::MatMul | runtime::OpKind::Gemm | runtime::OpKind::Linear | runtime::OpKind::Attention
+        );
+        let inline = dev.threads == 1 || (out_bytes <= INLINE_MAX_BYTES && !matrix);
+        (inline, if inline { 1 } else { threads })
+    }
+}
