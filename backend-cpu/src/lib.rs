@@ -310,7 +310,7 @@ unsafe impl Backend for CpuBackend {
         let qs: Vec<Arc<UserStream>> = lock(&self.dev(device)?.streams).values().cloned().collect();
         let mut first = Ok(());
         for q in qs {
-            if let Err(e) = q.queue.synchronize()
+            if let Err(e) = q.queue.wait_all()
                 && first.is_ok()
             {
                 first = Err(e);

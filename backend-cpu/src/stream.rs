@@ -169,6 +169,30 @@ impl WorkQueue {
         Ok(())
     }
 
+    /// Waits like [`synchronize`](Self::synchronize) but leaves the error in place: the
+    /// caller learns that the stream failed, and whoever synchronises the stream itself
+    /// still gets the error (a device-wide wait must not take it from a stream's owner).
+    pub fn wait_all(&self) -> Result<(), runtime::Error> {
+        let (m, cv) = &*self.state;
+        let mut g = m.lock().unwrap_or_else(|p| p.into_inner());
+        let target = g.submitted;
+        while g.completed < target && !g.stopped {
+            g = cv.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+        if let Some(e) = &g.error {
+            return Err(e.clone());
+        }
+        if g.completed < target {
+            return Err(runtime::Error::Async {
+                op: UNNAMED_JOB.to_string(),
+                stream: self.label.clone(),
+                seq: g.completed + 1,
+                msg: CpuError::WorkerGone(self.label.clone()).to_string(),
+            });
+        }
+        Ok(())
+    }
+
     /// Stops accepting work, lets the worker drain and joins it.
     pub fn shutdown(&self) {
         self.tx.lock().unwrap_or_else(|p| p.into_inner()).take();

@@ -351,7 +351,9 @@ pub unsafe trait Backend: Send + Sync {
     /// Waits for all work queued on `stream`; returns the first error raised by it since
     /// the last synchronisation.
     fn synchronize_stream(&self, device: usize, stream: StreamId) -> Result<()>;
-    /// Waits for all work on all streams of the device.
+    /// Waits for all work on all streams of the device; returns the first pending error of
+    /// any of them without clearing it, so that the stream's own synchronisation (its
+    /// owner's) still reports it.
     fn synchronize_device(&self, device: usize) -> Result<()>;
 
     fn create_event(&self, device: usize) -> Result<EventId>;

@@ -89,6 +89,12 @@ fn read_header(bytes: &[u8], path: &str) -> SResult<(usize, Metadata)> {
     // dtype and shape with checked arithmetic).
     let metadata: Metadata =
         serde_json::from_slice(header).map_err(|source| SafetensorsError::Header { path: path.to_string(), source })?;
+    // A shape the runtime could not hold is refused even when its zero dim makes it empty.
+    for (name, info) in metadata.tensors() {
+        if let Err(e) = runtime::size::numel(format_args!("tensor {name} {:?}", info.shape), &info.shape) {
+            return Err(framing(e.to_string()));
+        }
+    }
     let data_len = bytes.len() - data_start;
     if metadata.data_len() != data_len {
         return Err(framing(format!(

@@ -543,7 +543,15 @@ impl CompiledGraph {
             }
             if let Some(out) = n.outputs.first().filter(|o| self.aliases.contains_key(o)) {
                 let dims: Vec<isize> = g.meta(*out).shape.dims().iter().map(|&d| d as isize).collect();
-                let view = vals[&n.inputs[0]].reshape(&dims)?;
+                let src = &vals[&n.inputs[0]];
+                let view = if src.is_contiguous() {
+                    src.reshape(&dims)?
+                } else {
+                    // A strided graph input: the view needs its elements in order first.
+                    let dense = self.rt.empty(src.dtype(), src.shape().clone(), self.options.device)?;
+                    self.rt.execute_at(Target::on(stream), &crate::op::Op::Copy, &[src], &[&dense])?;
+                    dense.reshape(&dims)?
+                };
                 vals.insert(*out, view);
                 if let Some(ev) = &inst.done[nid.0] {
                     ev.record(stream)?;

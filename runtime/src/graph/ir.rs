@@ -180,8 +180,26 @@ impl Graph {
             }
             let metas: Vec<TensorMeta> = n.inputs.iter().map(|v| self.values[v.0].meta.clone()).collect();
             let outs = n.op.infer(&metas).map_err(|e| node_error(&n.name, e))?;
+            if n.outputs.len() != outs.len() {
+                return Err(Error::invalid(
+                    n.op.name(),
+                    format!("node {:?} records {} outputs but its op has {}", n.name, n.outputs.len(), outs.len()),
+                ));
+            }
             for (o, m) in n.outputs.iter().zip(&outs) {
-                if self.values[o.0].meta != *m {
+                let Some(value) = self.values.get(o.0) else {
+                    return Err(Error::invalid(
+                        n.op.name(),
+                        format!("node {:?} writes value {} that does not exist", n.name, o.0),
+                    ));
+                };
+                if defined[o.0] {
+                    return Err(Error::invalid(
+                        n.op.name(),
+                        format!("node {:?} writes value {:?} that is already defined", n.name, value.name),
+                    ));
+                }
+                if value.meta != *m {
                     return Err(Error::invalid(
                         n.op.name(),
                         format!("node {:?}: output recorded as {} but infers {m}", n.name, self.values[o.0].meta),

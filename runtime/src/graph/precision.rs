@@ -22,7 +22,13 @@ pub(super) fn bf16_weights(rt: &Runtime, graph: &mut Graph) -> usize {
         if t.dtype != DType::F32 || graph.meta(n.inputs[0]).dtype != DType::F32 {
             continue;
         }
-        if consumers[w.0].iter().any(|c| !matches!(graph.nodes[c.0].op, crate::op::Op::Linear)) {
+        // Every reader must be a Linear reading it as its weight only, and the graph must
+        // not return it: anything else would see bf16 where it expects f32.
+        let weight_only = |c: &super::ir::NodeId| {
+            let r = &graph.nodes[c.0];
+            matches!(r.op, crate::op::Op::Linear) && r.inputs.iter().enumerate().all(|(i, v)| *v != w || i == 1)
+        };
+        if !consumers[w.0].iter().all(weight_only) || graph.outputs.contains(&w) {
             continue;
         }
         let mut ins: Vec<TensorMeta> = n.inputs.iter().map(|v| graph.meta(*v).clone()).collect();
