@@ -8,9 +8,9 @@
 
 use npurt::models::bert::{self, BertConfig, Weights};
 use npurt::{Backend, DType, Op, Precision, RuntimeConfig, Tensor};
-use runtime::Runtime;
-use runtime::graph::{CompileOptions, CompiledGraph, Graph, HostTensor, ScheduleStrategy};
 use npurt_test_support::emu::{emu_lib, serial};
+use runtime::Runtime;
+use runtime::graph::{CompileOptions, CompiledGraph, Graph, ScheduleStrategy};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -75,24 +75,8 @@ fn options(parallel: bool, max_arenas: usize) -> CompileOptions {
     }
 }
 
-/// MatMul / Add / Tanh over values that stay live across the chain, so the arena reuses
-/// bytes between many intermediates.
 fn chain() -> Graph {
-    let mut g = Graph::new();
-    let a = g.input("a", DType::F32, [32, 32]);
-    let w =
-        g.constant("w", HostTensor::from_vec([32, 32], (0..1024).map(|i| (i % 7) as f32 * 0.05).collect()).unwrap());
-    let mut live = vec![a];
-    for i in 0..12 {
-        let src = live[i % live.len()];
-        let other = live[(i * 5 + 1) % live.len()];
-        let m = g.op(&format!("mm{i}"), Op::MatMul { trans_a: false, trans_b: false }, &[src, w]).unwrap();
-        let s = g.op(&format!("add{i}"), Op::Add, &[m, other]).unwrap();
-        let t = g.op(&format!("tanh{i}"), Op::Tanh, &[s]).unwrap();
-        live.push(t);
-    }
-    g.output(*live.last().unwrap());
-    g
+    npurt_test_support::graphs::live_chain(32, 12, (0..1024).map(|i| (i % 7) as f32 * 0.05).collect())
 }
 
 fn chain_input(rt: &Runtime, seed: usize) -> Vec<Tensor> {

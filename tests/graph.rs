@@ -112,19 +112,7 @@ test_on_every_backend!(arena_plans_are_tight_and_hazard_free, |b| {
     assert_eq!(p.ratio(), 1.0, "chain plan {p:?}");
     // Poisoned memory: a graph whose intermediates would be corrupted by any overlap. Run
     // it after filling the arena with NaN; results must match eager.
-    let mut g = Graph::new();
-    let a = g.input("a", DType::F32, [32, 32]);
-    let w = g.constant("w", HostTensor::from_vec([32, 32], (0..1024).map(|i| (i % 7) as f32 * 0.1).collect()).unwrap());
-    let mut live = vec![a];
-    for i in 0..12 {
-        let src = live[i % live.len()];
-        let other = live[(i * 5 + 1) % live.len()];
-        let m = g.op(&format!("mm{i}"), Op::MatMul { trans_a: false, trans_b: false }, &[src, w]).unwrap();
-        let s = g.op(&format!("add{i}"), Op::Add, &[m, other]).unwrap();
-        let t = g.op(&format!("tanh{i}"), Op::Tanh, &[s]).unwrap();
-        live.push(t);
-    }
-    g.output(*live.last().unwrap());
+    let g = npurt_test_support::graphs::live_chain(32, 12, (0..1024).map(|i| (i % 7) as f32 * 0.1).collect());
     let input = rt.from_slice(&(0..1024).map(|i| (i % 13) as f32 * 0.05).collect::<Vec<_>>(), [32, 32], 0).unwrap();
     let want = eager(&rt, &g, &[&input]);
     for parallel in [false, true] {

@@ -11,10 +11,10 @@
 
 use npurt::embed::Embedder;
 use npurt::models::bert::{self, BertConfig, Weights};
-use npurt::{Backend, DType, Error, Op, PoolConfig, RuntimeConfig, Tensor};
+use npurt::{Backend, Error, Op, PoolConfig, RuntimeConfig, Tensor};
 use npurt_test_support::emu::{Emu, emu_lib, fake_toolkit, serial};
 use runtime::Runtime;
-use runtime::graph::{CompileOptions, CompiledGraph, Graph, HostTensor};
+use runtime::graph::{CompileOptions, CompiledGraph, Graph};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -125,22 +125,8 @@ fn eager_chain(rt: &Runtime, device: usize, rng: &mut Rng, tally: &Tally) -> npu
     Ok(())
 }
 
-/// MatMul / Add / Tanh over values that stay live, so the arena reuses bytes.
 fn chain(w: &[f32]) -> Graph {
-    let mut g = Graph::new();
-    let a = g.input("a", DType::F32, [16, 16]);
-    let w = g.constant("w", HostTensor::from_vec([16, 16], w.to_vec()).unwrap());
-    let mut live = vec![a];
-    for i in 0..8 {
-        let src = live[i % live.len()];
-        let other = live[(i * 5 + 1) % live.len()];
-        let m = g.op(&format!("mm{i}"), Op::MatMul { trans_a: false, trans_b: false }, &[src, w]).unwrap();
-        let s = g.op(&format!("add{i}"), Op::Add, &[m, other]).unwrap();
-        let t = g.op(&format!("tanh{i}"), Op::Tanh, &[s]).unwrap();
-        live.push(t);
-    }
-    g.output(*live.last().unwrap());
-    g
+    npurt_test_support::graphs::live_chain(16, 8, w.to_vec())
 }
 
 fn options(device: usize) -> CompileOptions {

@@ -7,10 +7,10 @@ use acl_emu::state::{EmuStream, Fail};
 use acl_emu::*;
 use acl_sys::codes::*;
 use acl_sys::*;
+use npurt_test_support::finishes_within;
 use std::ffi::c_void;
 use std::ptr::{null, null_mut};
-use std::sync::{Mutex, mpsc};
-use std::time::Duration;
+use std::sync::Mutex;
 
 /// The emulator is one per process: tests that use its tables run one at a time.
 static EMU: Mutex<()> = Mutex::new(());
@@ -18,26 +18,6 @@ static EMU: Mutex<()> = Mutex::new(());
 /// Bytes of each queued fill: large enough that several are still queued when the call
 /// under test comes.
 const FILL: usize = 32 << 20;
-
-/// Runs `f` on its own thread and fails if it has not returned within `secs` seconds, so
-/// that a deadlock fails the test instead of hanging the run.
-fn finishes_within<T: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    let h = std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(v) => {
-            h.join().expect("the guarded thread");
-            v
-        }
-        Err(mpsc::RecvTimeoutError::Disconnected) => match h.join() {
-            Err(p) => std::panic::resume_unwind(p),
-            Ok(()) => panic!("{what}: returned nothing"),
-        },
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what}: hung (no progress for {secs} s)"),
-    }
-}
 
 /// Queues `n` fills of `FILL` bytes at `p` on the calling thread's default stream, the
 /// k-th with value k (1-based); says whether work was still pending after the last.

@@ -6,33 +6,13 @@
 //! waiting.
 
 use backend_cpu::{CpuBackend, CpuConfig, Fault};
+use npurt_test_support::finishes_within;
 use runtime::graph::{CompileOptions, CompiledGraph, Graph};
 use runtime::{
     Backend, DType, DevicePtr, Error, FrozenLaunch, KernelInfo, LaunchArgs, Layout, Op, OpKind, Runtime, RuntimeConfig,
     StreamId, Task, Tensor, TensorArg,
 };
-use std::sync::{Arc, mpsc};
-use std::time::Duration;
-
-/// Runs `f` on its own thread and fails if it has not returned within `secs` seconds: a
-/// hang guard, so that a deadlock fails the test instead of hanging the run.
-fn finishes_within<T: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    let h = std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(v) => {
-            h.join().expect("the guarded thread");
-            v
-        }
-        Err(mpsc::RecvTimeoutError::Disconnected) => match h.join() {
-            Err(p) => std::panic::resume_unwind(p),
-            Ok(()) => panic!("{what}: returned nothing"),
-        },
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what}: hung (no progress for {secs} s)"),
-    }
-}
+use std::sync::Arc;
 
 /// A runtime over a CPU backend that the test keeps a handle of (to inject faults).
 fn runtime() -> (Arc<CpuBackend>, Runtime) {

@@ -85,10 +85,8 @@ impl Emu {
         // SAFETY: exported as `int aclEmuCounters(Counters *)` with this layout; `c` is a
         // valid, writable record for the duration of the call.
         unsafe {
-            let f = self
-                .lib
-                .get::<unsafe extern "C" fn(*mut Counters) -> i32>(b"aclEmuCounters")
-                .expect("aclEmuCounters");
+            let f =
+                self.lib.get::<unsafe extern "C" fn(*mut Counters) -> i32>(b"aclEmuCounters").expect("aclEmuCounters");
             assert_eq!(f(&mut c), 0);
         }
         c

@@ -3,5 +3,31 @@
 //! * [`emu`] — the acl-emu harness: find the emulator library, lay out a fake CANN
 //!   toolkit whose libraries are the emulator, and call its control functions
 //!   (configuration, fault injection, counters of live objects).
+//! * [`graphs`] — graphs the tests of several crates build.
+//! * [`finishes_within`] — a deadlock fails the test instead of hanging the run.
 
 pub mod emu;
+pub mod graphs;
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Runs `f` on its own thread and fails if it has not returned within `secs` seconds, so
+/// that a deadlock fails the test instead of hanging the run.
+pub fn finishes_within<T: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    let h = std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(Duration::from_secs(secs)) {
+        Ok(v) => {
+            h.join().expect("the guarded thread");
+            v
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => match h.join() {
+            Err(p) => std::panic::resume_unwind(p),
+            Ok(()) => panic!("{what}: returned nothing"),
+        },
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what}: hung (no progress for {secs} s)"),
+    }
+}
