@@ -305,6 +305,19 @@ impl Embedder {
                 config.vocab_size
             )));
         }
+        // Every id the tokenizer can produce must index the embedding table.
+        if let Some((token, id)) = tokenizer
+            .get_vocab(true)
+            .into_iter()
+            .filter(|(_, id)| *id as usize >= config.vocab_size)
+            .min_by_key(|t| t.1)
+        {
+            return Err(Error::Io(format!(
+                "{}: token {token:?} has id {id}, past config.json vocab_size {}",
+                tok_path.display(),
+                config.vocab_size
+            )));
+        }
         let special = tokenizer.get_post_processor().map_or(0, |p| p.added_tokens(false));
         if max_seq_length <= special {
             return Err(Error::Config(format!(
@@ -312,6 +325,13 @@ impl Embedder {
             )));
         }
         let pad_id = tokenizer.get_padding().map(|p| p.pad_id).or_else(|| tokenizer.token_to_id("[PAD]")).unwrap_or(0);
+        if pad_id as usize >= config.vocab_size {
+            return Err(Error::Io(format!(
+                "{}: padding id {pad_id} is past config.json vocab_size {}",
+                tok_path.display(),
+                config.vocab_size
+            )));
+        }
         let trunc = match tokenizer.get_truncation() {
             Some(t) => TruncationParams { max_length: max_seq_length, stride: 0, ..t.clone() },
             None => TruncationParams { max_length: max_seq_length, ..TruncationParams::default() },

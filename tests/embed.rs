@@ -312,7 +312,7 @@ mod generated {
         "num_attention_heads": 4, "intermediate_size": 64, "max_position_embeddings": 64,
         "type_vocab_size": 2, "layer_norm_eps": 1e-12, "hidden_act": "gelu"}"#;
 
-    const TOKENIZER: &str = r#"{"version": "1.0", "truncation": null, "padding": null,
+    pub const TOKENIZER: &str = r#"{"version": "1.0", "truncation": null, "padding": null,
         "added_tokens": [], "normalizer": null, "pre_tokenizer": {"type": "Whitespace"},
         "post_processor": null, "decoder": null,
         "model": {"type": "WordLevel", "unk_token": "[UNK]",
@@ -512,5 +512,18 @@ fn cli_refuses_to_print_non_finite_embeddings() {
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("the encoder overflowed"), "{stderr}");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("null"));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A tokenizer id past `vocab_size` (the count of tokens is within it) is a load error
+/// naming the token, not a Gather failure when a text uses it.
+#[test]
+fn tokenizer_ids_past_the_vocabulary_are_load_errors_naming_the_token() {
+    let rt = cpu_runtime();
+    let dir = generated::model_dir("bad-id", generated::CONFIG, &generated::weights());
+    generated::write(&dir, "tokenizer.json", generated::TOKENIZER.replace("\"fox\": 4", "\"fox\": 60").as_bytes());
+    let e = Embedder::from_dir(&rt, &dir).err().expect("an id past vocab_size 50 is refused");
+    let msg = e.to_string();
+    assert!(msg.contains("\"fox\"") && msg.contains("60") && msg.contains("vocab_size 50"), "{msg}");
     std::fs::remove_dir_all(&dir).ok();
 }
