@@ -67,6 +67,13 @@ fn fused_attention(q: &KernelQuery<'_>) -> Result<(), String> {
 }
 
 fn dims_fit_i32(q: &KernelQuery<'_>) -> Result<(), String> {
+    // cuBLAS skips the product when alpha is 0, so 0 × NaN would give 0 where every other
+    // tier gives NaN (docs/OPS.md): the NVRTC kernels run that case.
+    if let runtime::Op::Gemm { alpha, .. } = q.op
+        && *alpha == 0.0
+    {
+        return Err("cuBLAS skips the product when alpha is 0".into());
+    }
     let big = q.inputs.iter().chain(q.outputs).flat_map(|m| m.shape.dims().iter()).any(|&d| d > i32::MAX as usize);
     if big { Err("a dimension exceeds cuBLAS's 32-bit sizes".into()) } else { ranks_ok(q) }
 }

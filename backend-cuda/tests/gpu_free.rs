@@ -404,3 +404,19 @@ fn peaks_from_the_architecture_table() {
     assert_eq!(info::arch_rates(8, 9).name, "Ada");
     assert_eq!(info::arch_rates(12, 0).tc_f16_flops, 4096);
 }
+
+/// cuBLAS skips the product when alpha is 0 (so 0 × NaN would be 0): its Gemm kernels
+/// decline that case and the NVRTC kernel, which multiplies, runs it.
+#[test]
+fn cublas_declines_gemm_with_alpha_zero() {
+    use runtime::{KernelQuery, TensorMeta};
+    let t = kernels::table(true, false);
+    let m = |s: &[usize]| TensorMeta::new(DType::F32, s.to_vec());
+    let (ins, outs) = ([m(&[4, 8]), m(&[8, 2])], [m(&[4, 2])]);
+    let gemm = |alpha: f32| Op::Gemm { trans_a: false, trans_b: false, alpha, beta: 0.0 };
+    let sg = t.iter().find(|e| e.info.name == "gemm.fast.cublas-sgemm").unwrap().info;
+    let tiled = t.iter().find(|e| e.info.name == "gemm.generic.tiled-16x16").unwrap().info;
+    assert!((sg.supports)(&KernelQuery { op: &gemm(0.0), inputs: &ins, outputs: &outs }).is_err());
+    assert!((sg.supports)(&KernelQuery { op: &gemm(0.5), inputs: &ins, outputs: &outs }).is_ok());
+    assert!((tiled.supports)(&KernelQuery { op: &gemm(0.0), inputs: &ins, outputs: &outs }).is_ok());
+}
