@@ -274,6 +274,9 @@ impl Embedder {
         let (mut max_seq_length, do_lower_case) = if sb_path.is_file() {
             let v = read_json(&sb_path)?;
             let origin = sb_path.display().to_string();
+            if !v.is_object() {
+                return Err(Error::Io(format!("{origin}: the top level is not an object")));
+            }
             (
                 json_uint(&v, "max_seq_length", &origin)?.unwrap_or(config.max_position_embeddings),
                 json_bool(&v, "do_lower_case", &origin)?.unwrap_or(false),

@@ -527,3 +527,19 @@ fn tokenizer_ids_past_the_vocabulary_are_load_errors_naming_the_token() {
     assert!(msg.contains("\"fox\"") && msg.contains("60") && msg.contains("vocab_size 50"), "{msg}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A `sentence_bert_config.json` whose top level is not an object is refused (it was
+/// silently ignored, defaults used), as `config.json` is.
+#[test]
+fn a_sentence_bert_config_that_is_not_an_object_is_a_load_error() {
+    let rt = cpu_runtime();
+    let dir = generated::model_dir("sb-top", generated::CONFIG, &generated::weights());
+    for top in ["[]", "7", "null"] {
+        generated::write(&dir, "sentence_bert_config.json", top.as_bytes());
+        let e = Embedder::from_dir(&rt, &dir).err().unwrap_or_else(|| panic!("{top} accepted"));
+        assert!(e.to_string().contains("not an object"), "{top}: {e}");
+    }
+    generated::write(&dir, "sentence_bert_config.json", br#"{"max_seq_length": 16}"#);
+    assert!(Embedder::from_dir(&rt, &dir).is_ok());
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -397,7 +397,8 @@ fn sentence_bert_config_values_are_ok_or_errors_naming_the_key() {
         }
         Ok(())
     });
-    assert!(counts.get("embedded") * 5 >= n, "too few directories loaded and embedded");
+    // Non-object top levels are refused, so about one case in six embeds.
+    assert!(counts.get("embedded") * 8 >= n, "too few directories loaded and embedded");
 }
 
 /// `tokenizer.json` with sections set to arbitrary values, or to plausible ones with
