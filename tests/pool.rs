@@ -5,6 +5,7 @@
 mod common;
 
 use npurt::{Backend, BlockKind, DType, Error, Op, PoolConfig, ReuseStrategy, RuntimeConfig};
+use npurt_test_support::rng::Rng;
 use runtime::{Block, Pool, PoolStats, StreamId};
 use std::sync::Arc;
 
@@ -23,20 +24,6 @@ fn pool(cfg: PoolConfig) -> (Arc<dyn Backend>, Pool) {
 
 fn default_stream(b: &Arc<dyn Backend>) -> StreamId {
     b.default_stream(0)
-}
-
-/// Deterministic xorshift64*, so failures reproduce.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
 }
 
 /// The invariants every snapshot must satisfy.

@@ -13,6 +13,7 @@ use npurt::embed::Embedder;
 use npurt::models::bert::{self, BertConfig, Weights};
 use npurt::{Backend, Error, Op, PoolConfig, RuntimeConfig, Tensor};
 use npurt_test_support::emu::{Emu, emu_lib, fake_toolkit, serial};
+use npurt_test_support::rng::Rng;
 use runtime::Runtime;
 use runtime::graph::{CompileOptions, CompiledGraph, Graph};
 use std::path::{Path, PathBuf};
@@ -23,23 +24,6 @@ use std::time::{Duration, Instant};
 const THREADS: usize = 8;
 /// The code acl-emu returns for injected faults; an error that carries it is expected.
 const FAULT_CODE: &str = "507899";
-
-/// A small deterministic generator (xorshift64*), one per thread.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| (self.below(2001) as f32 - 1000.0) / 1000.0).collect()
-    }
-}
 
 fn host(t: &Tensor) -> npurt::Result<Vec<f32>> {
     Ok(t.to_ndarray::<f32>()?.iter().copied().collect())

@@ -265,17 +265,6 @@ pub struct Progress {
     pub error: Option<Fail>,
 }
 
-/// The text of a panic payload.
-fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic without a message".to_string()
-    }
-}
-
 /// An asynchronous in-order queue served by one worker thread.
 pub struct EmuStream {
     pub device: i32,
@@ -294,7 +283,7 @@ impl EmuStream {
             .spawn(move || {
                 for job in rx {
                     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).unwrap_or_else(|payload| {
-                        let what = panic_text(payload.as_ref());
+                        let what = runtime::error::panic_message(payload.as_ref());
                         // Dropping the payload may panic as well; that must not stop the worker.
                         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload)));
                         fail(ACL_ERROR_RT_AICORE_EXCEPTION, format!("emulated kernel panicked: {what}"))

@@ -15,8 +15,8 @@ use crate::kernels::{
     self,
     common::{Ctx, In, Out},
 };
-use crate::stream::panic_message;
 use crate::{CpuBackend, CpuDevice, DEFAULT_STREAM, lock, memory};
+use runtime::error::panic_message;
 use runtime::{DevicePtr, KernelInfo, LaunchArgs, Result, StreamId};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};

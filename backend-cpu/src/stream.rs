@@ -7,7 +7,7 @@
 //! are still reached.
 
 use crate::error::CpuError;
-use std::any::Any;
+use runtime::error::panic_message;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc::{Sender, channel};
 use std::sync::{Arc, Condvar, Mutex};
@@ -43,17 +43,6 @@ pub struct WorkQueue {
     tx: Mutex<Option<Sender<Queued>>>,
     state: Arc<(Mutex<Progress>, Condvar)>,
     worker: Mutex<Option<JoinHandle<()>>>,
-}
-
-/// The text of a panic payload.
-pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic without a message".to_string()
-    }
 }
 
 /// Runs one job; a panic or an error becomes the job's [`runtime::Error::Async`].

@@ -63,3 +63,15 @@ impl From<std::io::Error> for Error {
         Error::Io(e.to_string())
     }
 }
+
+/// The text of a panic payload (`&str` or `String`; anything else is named as such), for
+/// backends that turn a caught kernel panic into an error.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
+}

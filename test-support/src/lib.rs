@@ -4,10 +4,12 @@
 //!   toolkit whose libraries are the emulator, and call its control functions
 //!   (configuration, fault injection, counters of live objects).
 //! * [`graphs`] — graphs the tests of several crates build.
+//! * [`rng`] — a deterministic generator for randomised tests.
 //! * [`finishes_within`] — a deadlock fails the test instead of hanging the run.
 
 pub mod emu;
 pub mod graphs;
+pub mod rng;
 
 use std::sync::mpsc;
 use std::time::Duration;
