@@ -3,7 +3,7 @@
 //!
 //! `cargo bench --bench runtime`
 
-use backend_cpu::kernels::common::{Ctx, In, Out};
+use npurt::cpu::kernels::common::{Ctx, In, Out};
 use divan::{Bencher, black_box, counter::BytesCount};
 use npurt::{DType, Op, PoolConfig, RuntimeConfig};
 
@@ -39,13 +39,13 @@ fn dispatch_through_runtime(bencher: Bencher) {
 fn kernel_alone(bencher: Bencher) {
     let x = vec![0f32; 16];
     let mut y = vec![0f32; 16];
-    let ctx = Ctx { threads: 1, features: backend_cpu::features::get(), prepacked: None };
+    let ctx = Ctx { threads: 1, features: npurt::cpu::features::get(), prepacked: None };
     let dims = [16usize];
     let strides = [1usize];
     bencher.bench_local(|| {
         let ins = [In { dtype: DType::F32, dims: &dims, strides: &strides, bytes: bytemuck::cast_slice(&x) }];
         let mut outs = [Out { dtype: DType::F32, dims: &dims, bytes: bytemuck::cast_slice_mut(&mut y) }];
-        backend_cpu::kernels::fast::run(black_box(&Op::Relu), &ins, &mut outs, &ctx).unwrap();
+        npurt::cpu::kernels::fast::run(black_box(&Op::Relu), &ins, &mut outs, &ctx).unwrap();
     });
 }
 

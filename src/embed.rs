@@ -52,7 +52,7 @@ impl Pooling {
 
     /// Parses a sentence-transformers `1_Pooling/config.json`.
     pub fn from_json(text: &str, origin: &str) -> Result<Pooling> {
-        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| Error::Io(format!("{origin}: {e}")))?;
+        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| Error::format_from(origin.to_string(), e))?;
         let flag = |k: &str| -> Result<bool> { Ok(json_bool(&v, k, origin)?.unwrap_or(false)) };
         for k in ["pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken"] {
             if flag(k)? {
@@ -69,7 +69,7 @@ impl Pooling {
             mean_sqrt_len: flag("pooling_mode_mean_sqrt_len_tokens")?,
         };
         if p.modes() == 0 {
-            return Err(Error::Io(format!("{origin}: no pooling mode is enabled")));
+            return Err(Error::format(format!("{origin}: no pooling mode is enabled")));
         }
         Ok(p)
     }
@@ -210,15 +210,15 @@ pub struct Embedder {
 }
 
 fn read_text(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|e| Error::Io(format!("{}: {e}", path.display())))
+    std::fs::read_to_string(path).map_err(|e| Error::io(path.display().to_string(), e))
 }
 
 fn read_json(path: &Path) -> Result<serde_json::Value> {
-    serde_json::from_str(&read_text(path)?).map_err(|e| Error::Io(format!("{}: {e}", path.display())))
+    serde_json::from_str(&read_text(path)?).map_err(|e| Error::format_from(path.display().to_string(), e))
 }
 
 fn bad_value(origin: &str, key: &str, expected: &str, found: &serde_json::Value) -> Error {
-    Error::Io(format!("{origin}: {key} must be {expected}, not {found}"))
+    Error::format(format!("{origin}: {key} must be {expected}, not {found}"))
 }
 
 /// The boolean `key` of `v` (`None` when absent); any other value is an error naming it.
@@ -262,7 +262,8 @@ impl Embedder {
         }
         rt.device_info(options.device)?;
         if !dir.is_dir() {
-            return Err(Error::Io(format!("{}: not a model directory", dir.display())));
+            let missing = std::io::Error::new(std::io::ErrorKind::NotFound, "not a model directory");
+            return Err(Error::io(dir.display().to_string(), missing));
         }
         let config = BertConfig::from_file(dir.join("config.json"))?;
 
@@ -275,7 +276,7 @@ impl Embedder {
             let v = read_json(&sb_path)?;
             let origin = sb_path.display().to_string();
             if !v.is_object() {
-                return Err(Error::Io(format!("{origin}: the top level is not an object")));
+                return Err(Error::format(format!("{origin}: the top level is not an object")));
             }
             (
                 json_uint(&v, "max_seq_length", &origin)?.unwrap_or(config.max_position_embeddings),
@@ -299,10 +300,10 @@ impl Embedder {
         // Tokenizer: our truncation, no padding (batches are padded here).
         let tok_path = dir.join("tokenizer.json");
         let mut tokenizer =
-            Tokenizer::from_file(&tok_path).map_err(|e| Error::Io(format!("{}: {e}", tok_path.display())))?;
+            Tokenizer::from_file(&tok_path).map_err(|e| Error::format(format!("{}: {e}", tok_path.display())))?;
         let tokens = tokenizer.get_vocab_size(true);
         if tokens > config.vocab_size {
-            return Err(Error::Io(format!(
+            return Err(Error::format(format!(
                 "{}: {tokens} tokens, more than config.json vocab_size {}",
                 tok_path.display(),
                 config.vocab_size
@@ -315,7 +316,7 @@ impl Embedder {
             .filter(|(_, id)| *id as usize >= config.vocab_size)
             .min_by_key(|t| t.1)
         {
-            return Err(Error::Io(format!(
+            return Err(Error::format(format!(
                 "{}: token {token:?} has id {id}, past config.json vocab_size {}",
                 tok_path.display(),
                 config.vocab_size
@@ -329,7 +330,7 @@ impl Embedder {
         }
         let pad_id = tokenizer.get_padding().map(|p| p.pad_id).or_else(|| tokenizer.token_to_id("[PAD]")).unwrap_or(0);
         if pad_id as usize >= config.vocab_size {
-            return Err(Error::Io(format!(
+            return Err(Error::format(format!(
                 "{}: padding id {pad_id} is past config.json vocab_size {}",
                 tok_path.display(),
                 config.vocab_size
@@ -349,8 +350,8 @@ impl Embedder {
         // Fail now, not at the first text, if the weights do not fit the config or are not
         // finite.
         bert::build(&config, Weights::File(weights.clone()), 1, 1).map_err(|e| match e {
-            Error::Io(m) => Error::Io(format!("{}: {m}", st.display())),
-            e => Error::Io(format!("{}: {e}", st.display())),
+            e @ (Error::Io { .. } | Error::Format { .. }) => Error::format_from(st.display().to_string(), e),
+            e => Error::format(format!("{}: {e}", st.display())),
         })?;
 
         log::info!(
@@ -383,7 +384,7 @@ impl Embedder {
             return Ok((Pooling::mean(), false));
         }
         let v = read_json(&path)?;
-        let modules = v.as_array().ok_or_else(|| Error::Io(format!("{}: not a list", path.display())))?;
+        let modules = v.as_array().ok_or_else(|| Error::format(format!("{}: not a list", path.display())))?;
         let mut pooling = None;
         let mut normalize = false;
         for (i, m) in modules.iter().enumerate() {
@@ -398,10 +399,10 @@ impl Embedder {
                     let origin = cfg.display().to_string();
                     let p = Pooling::from_json(&text, &origin)?;
                     let c: serde_json::Value =
-                        serde_json::from_str(&text).map_err(|e| Error::Io(format!("{origin}: {e}")))?;
+                        serde_json::from_str(&text).map_err(|e| Error::format_from(origin.to_string(), e))?;
                     let width = json_uint(&c, "word_embedding_dimension", &origin)?;
                     if let Some(w) = width.filter(|&w| w != hidden) {
-                        return Err(Error::Io(format!(
+                        return Err(Error::format(format!(
                             "{}: word_embedding_dimension {w} but config.json hidden_size is {hidden}",
                             cfg.display()
                         )));

@@ -22,7 +22,9 @@ pub mod npy;
 
 use std::sync::Arc;
 
-pub use backend_cpu;
+/// The CPU backend, for the CLI's CPU-only benchmarks (GEMM kernels, FMA peak) and
+/// `npurt info`'s feature report: the one place outside backend-cpu that names its items.
+pub use backend_cpu as cpu;
 pub use runtime::op as runtime_op;
 pub use runtime::{Backend, KernelInfo};
 pub use runtime::{

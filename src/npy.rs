@@ -13,7 +13,7 @@ pub struct NpyArray {
 }
 
 fn bad(path: &str, msg: impl std::fmt::Display) -> Error {
-    Error::Io(format!("{path}: {msg}"))
+    Error::format(format!("{path}: {msg}"))
 }
 
 fn descr(d: DType) -> Option<&'static str> {
@@ -196,7 +196,7 @@ pub fn to_bytes(a: &NpyArray) -> Result<Vec<u8>> {
     let d = descr(a.dtype).ok_or_else(|| Error::Unsupported(format!("{} has no .npy dtype", a.dtype)))?;
     let need = size::bytes("npy shape", &a.shape, a.dtype)?;
     if a.data.len() != need {
-        return Err(Error::Io(format!(
+        return Err(Error::format(format!(
             "npy: {} bytes for {} {:?}, which needs {need}",
             a.data.len(),
             a.dtype,
@@ -213,7 +213,7 @@ pub fn to_bytes(a: &NpyArray) -> Result<Vec<u8>> {
     let total = 10 + header.len() + 1;
     header.push_str(&" ".repeat((64 - total % 64) % 64));
     header.push('\n');
-    let hlen = u16::try_from(header.len()).map_err(|_| Error::Io(format!("npy: a {}-byte header", header.len())))?;
+    let hlen = u16::try_from(header.len()).map_err(|_| Error::format(format!("npy: a {}-byte header", header.len())))?;
     let mut out = Vec::with_capacity(10 + header.len() + a.data.len());
     out.extend_from_slice(b"\x93NUMPY\x01\x00");
     out.extend_from_slice(&hlen.to_le_bytes());

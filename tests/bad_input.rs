@@ -73,7 +73,7 @@ test_on_every_backend!(every_op_rejects_bad_input, |b| {
         let ins: Vec<Tensor> = sig.iter().map(|(d, s)| t(&rt, *d, s)).collect();
         let refs: Vec<&Tensor> = ins.iter().collect();
         match rt.run(&op, &refs) {
-            Err(Error::Invalid { op: name, msg }) => {
+            Err(Error::Invalid { op: name, msg, .. }) => {
                 assert_eq!(name, op.name(), "error names the op");
                 assert!(!msg.is_empty());
                 covered.insert(op.kind());
@@ -217,7 +217,7 @@ fn views_and_reshapes_check_their_bounds() {
     assert_eq!(buf.view_bytes(64, DType::F32, [0]).unwrap().numel(), 0);
     let empty = rt.zeros(DType::F32, [0], 0).unwrap();
     let e = empty.reshape(&[1 << 62, 0, 1 << 62]).unwrap_err();
-    assert!(matches!(&e, Error::Invalid { op: "Reshape", msg } if msg.contains("size overflow")), "{e}");
+    assert!(matches!(&e, Error::Invalid { op: "Reshape", msg, .. } if msg.contains("size overflow")), "{e}");
     let e = rt.run(&Op::Reshape { shape: vec![1 << 62, 0, 1 << 62] }, &[&empty]).unwrap_err();
     assert!(matches!(e, Error::Invalid { op: "Reshape", .. }), "{e}");
     assert_eq!(empty.reshape(&[4, 0, 2]).unwrap().dims(), &[4, 0, 2]);
@@ -245,7 +245,7 @@ fn inferred_shapes_whose_size_overflows_are_invalid() {
     ];
     for (op, ins, names) in cases {
         match op.infer(&ins) {
-            Err(Error::Invalid { op: name, msg }) => {
+            Err(Error::Invalid { op: name, msg, .. }) => {
                 assert_eq!(name, op.name());
                 assert!(msg.starts_with("size overflow: ") && msg.contains(names), "{op:?}: {msg}");
             }
@@ -280,7 +280,7 @@ fn graphs_check_the_sizes_of_inputs_constants_and_nodes() {
     let x = g.input("x", DType::F32, [2, 1 << 63]);
     g.output(x);
     let e = g.validate().unwrap_err();
-    assert!(matches!(&e, Error::Invalid { op: "Graph", msg } if msg.contains("input \"x\"")), "{e}");
+    assert!(matches!(&e, Error::Invalid { op: "Graph", msg, .. } if msg.contains("input \"x\"")), "{e}");
     assert!(CompiledGraph::compile(&rt, &g, CompileOptions::from_config(rt.config(), 0)).is_err());
 
     // A constant whose bytes do not match its shape.
@@ -319,7 +319,7 @@ fn npy_shapes_and_data_lengths_are_checked() {
     assert_eq!(npy::parse(&npy_file(hdr, &[0; 24]), "ok.npy").unwrap().shape, vec![2, 3]);
     for len in [20, 28] {
         let e = npy::parse(&npy_file(hdr, &vec![0; len]), "len.npy").unwrap_err();
-        assert!(matches!(&e, Error::Io(m) if m.contains("needs 24")), "{len} bytes: {e}");
+        assert!(matches!(&e, Error::Format { context: m, .. } if m.contains("needs 24")), "{len} bytes: {e}");
     }
     // Writing checks the same.
     let a = npy::NpyArray { dtype: DType::F32, shape: vec![2, 3], data: vec![0; 20] };
@@ -355,7 +355,7 @@ fn npy_header_is_parsed_as_a_dict() {
     ];
     for h in bad {
         let e = parse(h, &[0; 8]).unwrap_err();
-        assert!(matches!(&e, Error::Io(m) if m.starts_with("h.npy: bad header")), "{h}: {e}");
+        assert!(matches!(&e, Error::Format { context: m, .. } if m.starts_with("h.npy: bad header")), "{h}: {e}");
     }
     assert!(parse("{'descr': '<f4', 'fortran_order': True, 'shape': (2,)}", &[0; 8]).is_err());
     assert!(parse("{'descr': '>f4', 'fortran_order': False, 'shape': (2,)}", &[0; 8]).is_err());

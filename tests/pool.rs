@@ -394,7 +394,7 @@ fn the_limit_gives_out_of_memory_with_stats() {
     let a = p.alloc(3 * MIB, s).unwrap();
     let c = p.alloc(3 * MIB, s).unwrap();
     match p.alloc(3 * MIB, s) {
-        Err(Error::OutOfMemory { device, requested, stats }) => {
+        Err(Error::OutOfMemory { device, requested, stats, source }) => {
             assert_eq!(requested, 3 * MIB);
             assert!(device.contains("cpu"), "{device}");
             assert_eq!(stats.limit_bytes, Some(limit));
@@ -402,7 +402,7 @@ fn the_limit_gives_out_of_memory_with_stats() {
             assert_eq!(stats.total_bytes, 6 * MIB);
             assert_eq!(stats.in_use_bytes, 6 * MIB);
             check_stats(&stats, "oom");
-            let msg = Error::OutOfMemory { device, requested, stats }.to_string();
+            let msg = Error::OutOfMemory { device, requested, stats, source }.to_string();
             assert!(msg.contains("requested 3145728 bytes") && msg.contains("limit 8388608"), "{msg}");
         }
         other => panic!("expected out-of-memory, got {other:?}"),

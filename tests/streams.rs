@@ -281,12 +281,13 @@ test_on_every_backend!(a_failure_of_queued_work_surfaces_at_the_next_synchronize
     let (r, _out) = bad_gather(&rt, &s);
     assert!(r.elapsed.is_none());
     match s.synchronize() {
-        Err(Error::Async { op, stream, seq, msg }) => {
+        Err(Error::Async { op, stream, seq, source }) => {
+            let msg = source.to_string();
             assert_eq!(op, "Gather");
             assert_eq!(seq, r.seq, "the error names another submission");
             assert_eq!(stream, s.to_string(), "the error names another stream");
             assert!(msg.contains("99"), "{msg}");
-            let text = Error::Async { op, stream, seq, msg }.to_string();
+            let text = Error::Async { op, stream, seq, source }.to_string();
             assert!(text.contains(&format!("#{}", r.seq)), "{text}");
         }
         other => panic!("expected an asynchronous Gather error, got {other:?}"),
@@ -403,7 +404,7 @@ test_on_every_backend!(an_invalid_task_fails_the_whole_batch_before_anything_run
         rt.execute_batch(&tasks).unwrap_err()
     };
     match &e {
-        Error::Invalid { op, msg } => {
+        Error::Invalid { op, msg, .. } => {
             assert_eq!(*op, "MatMul");
             assert!(msg.contains("inner"), "{msg}");
         }
@@ -596,7 +597,7 @@ fn three_logical_devices() {
     // Mixing devices in one op is a validation error naming the operand.
     let e = rt.run(&Op::Add, &[&x0, &x1]).unwrap_err();
     match &e {
-        Error::Invalid { op, msg } => {
+        Error::Invalid { op, msg, .. } => {
             assert_eq!(*op, "Add");
             assert!(msg.contains("input 1"), "{msg}");
         }
@@ -649,7 +650,7 @@ fn a_panicking_kernel_on_a_user_stream_is_reported_and_the_stream_keeps_working(
     let Some(add) = b.kernels().iter().find(|k| k.name.starts_with("add.reference")).cloned() else {
         panic!(
             "the CPU backend has no reference Add kernel: {:?}",
-            b.kernels().iter().map(|k| k.name).collect::<Vec<_>>()
+            b.kernels().iter().map(|k| k.name.clone()).collect::<Vec<_>>()
         )
     };
     let s = rt.stream(0).unwrap();
@@ -670,8 +671,8 @@ fn a_panicking_kernel_on_a_user_stream_is_reported_and_the_stream_keeps_working(
         prepacked: None,
     };
     let e = b.launch(0, &add, args.clone(), s.id()).unwrap_err();
-    assert!(matches!(&e, Error::Invalid { op: "Add", msg } if msg.contains("expects 2 inputs")), "{e:?}");
-    cpu.inject_fault(add.name, 1, backend_cpu::Fault::Panic);
+    assert!(matches!(&e, Error::Invalid { op: "Add", msg, .. } if msg.contains("expects 2 inputs")), "{e:?}");
+    cpu.inject_fault(&add.name, 1, backend_cpu::Fault::Panic);
     let args = runtime::LaunchArgs { inputs: vec![arg(&x), arg(&x)], ..args };
     b.launch(0, &add, args, s.id()).expect("the launch is only queued");
     // Work queued behind the failed job: an event and a stream waiting for it.
@@ -685,7 +686,8 @@ fn a_panicking_kernel_on_a_user_stream_is_reported_and_the_stream_keeps_working(
     let (sa, s2a) = (s.clone(), s2.clone());
     let (r, r2) = sync_within(60, move || (sa.synchronize(), s2a.synchronize()));
     match r {
-        Err(Error::Async { op, stream, seq, msg }) => {
+        Err(Error::Async { op, stream, seq, source }) => {
+            let msg = source.to_string();
             assert_eq!(stream, s.to_string(), "the error names another stream");
             assert!(msg.contains("panicked"), "{msg}");
             // Named by the launch when the backend passes it on, else by its place in the stream.

@@ -1,7 +1,10 @@
-//! The emulated devices: configuration, fault injection, device memory (reserved,
-//! inaccessible address space translated to host buffers), streams as asynchronous
-//! in-order queues, events, and the outstanding-object counters.
+//! The emulated devices: device memory (reserved, inaccessible address space translated
+//! to host buffers), streams as asynchronous in-order queues, events, the tables of live
+//! objects with the outstanding-object counters, and the per-thread device and error text.
 
+use crate::config::Config;
+use crate::descriptors::{Executor, TensorDesc};
+use crate::error::{Fail, R, fail};
 use acl_sys::codes::*;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -12,139 +15,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-/// A failure: status code and message (kept for `aclGetRecentErrMsg`).
-#[derive(Clone, Debug)]
-pub struct Fail(pub i32, pub String);
-
-pub type R<T> = Result<T, Fail>;
-
-pub fn fail<T>(code: i32, msg: impl Into<String>) -> R<T> {
-    Err(Fail(code, msg.into()))
-}
-
+/// Locks `m`, ignoring poisoning (a panicking emulated kernel must not wedge the tables).
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-// ---------------------------------------------------------------- configuration ----
-
-/// `ACL_EMU_FAIL=name:nth:code[,name:nth:code...]`: the nth call (1-based, counted
-/// from the last reset) of `name` fails with `code`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct FaultRule {
-    pub symbol: String,
-    pub nth: u64,
-    pub code: i32,
-}
-
-#[derive(Clone, Debug)]
-pub struct Config {
-    pub devices: usize,
-    pub capacity: u64,
-    pub soc: String,
-    pub faults: Vec<FaultRule>,
-    /// Workspace bytes the matmul-family, reduction and norm ops ask for.
-    pub workspace: u64,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config { devices: 1, capacity: 1 << 30, soc: "Ascend910A".into(), faults: Vec::new(), workspace: 4096 }
-    }
-}
-
-pub fn parse_size(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let (num, mul) = match s.chars().last()? {
-        'k' | 'K' => (&s[..s.len() - 1], 1u64 << 10),
-        'm' | 'M' => (&s[..s.len() - 1], 1 << 20),
-        'g' | 'G' => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    num.trim().parse::<u64>().ok()?.checked_mul(mul)
-}
-
-pub fn parse_faults(s: &str) -> Result<Vec<FaultRule>, String> {
-    s.split(',')
-        .map(str::trim)
-        .filter(|r| !r.is_empty())
-        .map(|r| {
-            let p: Vec<&str> = r.split(':').collect();
-            if p.len() != 3 {
-                return Err(format!("fault rule {r:?} is not name:nth:code"));
-            }
-            let nth = p[1].parse::<u64>().map_err(|_| format!("fault rule {r:?}: bad call number"))?;
-            let code = p[2].parse::<i32>().map_err(|_| format!("fault rule {r:?}: bad code"))?;
-            if nth == 0 {
-                return Err(format!("fault rule {r:?}: calls are counted from 1"));
-            }
-            Ok(FaultRule { symbol: p[0].to_string(), nth, code })
-        })
-        .collect()
-}
-
-impl Config {
-    /// Defaults overridden by `ACL_EMU_DEVICES`, `ACL_EMU_MEMORY`, `ACL_EMU_SOC`,
-    /// `ACL_EMU_FAIL`, `ACL_EMU_WORKSPACE` (malformed values are logged and ignored).
-    pub fn from_env() -> Config {
-        let mut c = Config::default();
-        let get = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-        if let Some(v) = get("ACL_EMU_DEVICES") {
-            match v.trim().parse() {
-                Ok(n) => c.devices = n,
-                Err(_) => log::warn!("acl-emu: ignoring ACL_EMU_DEVICES={v:?}"),
-            }
-        }
-        if let Some(v) = get("ACL_EMU_MEMORY") {
-            match parse_size(&v) {
-                Some(n) => c.capacity = n,
-                None => log::warn!("acl-emu: ignoring ACL_EMU_MEMORY={v:?}"),
-            }
-        }
-        if let Some(v) = get("ACL_EMU_SOC") {
-            c.soc = v.trim().to_string();
-        }
-        if let Some(v) = get("ACL_EMU_WORKSPACE") {
-            match parse_size(&v) {
-                Some(n) => c.workspace = n,
-                None => log::warn!("acl-emu: ignoring ACL_EMU_WORKSPACE={v:?}"),
-            }
-        }
-        if let Some(v) = get("ACL_EMU_FAIL") {
-            match parse_faults(&v) {
-                Ok(f) => c.faults = f,
-                Err(e) => log::warn!("acl-emu: ignoring ACL_EMU_FAIL: {e}"),
-            }
-        }
-        c
-    }
-
-    /// Applies `key=value;key=value` (keys: devices, memory, soc, fail, workspace).
-    pub fn apply(&mut self, spec: &str) -> Result<(), String> {
-        for kv in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
-            let (k, v) = kv.split_once('=').ok_or_else(|| format!("{kv:?} is not key=value"))?;
-            match k.trim() {
-                "devices" => self.devices = v.trim().parse().map_err(|_| format!("devices={v:?}"))?,
-                "memory" => self.capacity = parse_size(v).ok_or_else(|| format!("memory={v:?}"))?,
-                "soc" => self.soc = v.trim().to_string(),
-                "fail" => self.faults = parse_faults(v)?,
-                "workspace" => self.workspace = parse_size(v).ok_or_else(|| format!("workspace={v:?}"))?,
-                other => return Err(format!("unknown key {other:?}")),
-            }
-        }
-        if self.devices > 64 {
-            return Err("at most 64 emulated devices".into());
-        }
-        Ok(())
-    }
-
-    /// Atlas training (910 family): no BF16, no aclnnExp, FP32 matmul only as FP16.
-    pub fn is_910(&self) -> bool {
-        matches!(
-            self.soc.as_str(),
-            "Ascend910A" | "Ascend910B" | "Ascend910ProA" | "Ascend910ProB" | "Ascend910PremiumA"
-        )
-    }
 }
 
 // ---------------------------------------------------------------- device memory ----
@@ -399,9 +272,9 @@ pub struct Tables {
     /// Default (NULL) stream of each device, created on first use.
     pub default_streams: HashMap<i32, Arc<EmuStream>>,
     pub events: HashMap<u64, Arc<EmuEvent>>,
-    pub executors: HashMap<u64, crate::ops::Executor>,
+    pub executors: HashMap<u64, Executor>,
     pub consumed: HashSet<u64>,
-    pub tensors: HashMap<u64, crate::ops::TensorDesc>,
+    pub tensors: HashMap<u64, TensorDesc>,
     pub scalars: HashMap<u64, (acl_sys::aclDataType, f64)>,
     pub int_arrays: HashMap<u64, Vec<i64>>,
     pub calls: HashMap<String, u64>,

@@ -3,7 +3,8 @@
 //! (which that work locks), and a panicking job is reported with its message. Driven
 //! through the exported functions' Rust items.
 
-use acl_emu::state::{EmuStream, Fail};
+use acl_emu::error::Fail;
+use acl_emu::state::EmuStream;
 use acl_emu::*;
 use acl_sys::codes::*;
 use acl_sys::*;

@@ -47,7 +47,7 @@ macro_rules! api {
 
         #[allow(non_snake_case)]
         pub(crate) struct Slots {
-            $( $name: std::sync::OnceLock<Result<pfn::$name, crate::LoadError>>, )*
+            $( pub(crate) $name: std::sync::OnceLock<Result<pfn::$name, crate::LoadError>>, )*
         }
 
         #[allow(non_snake_case)]

@@ -6,8 +6,10 @@
 //!   resolved table [`Api`] (`api.aclrtMalloc()?` resolves once and caches).
 //! * [`Api::load`]: library discovery (explicit directory, `ASCEND_TOOLKIT_HOME`,
 //!   `ASCEND_HOME_PATH`, `/usr/local/Ascend/ascend-toolkit/latest`, the system loader).
-//! * [`AclError`] / [`Api::check`]: a status code turned into a typed error carrying
-//!   the code, its name, the calling function and the text of `aclGetRecentErrMsg`.
+//! * [`result`]: the checked layer, one function per call npurt makes: it resolves the
+//!   symbol, calls it, and turns a failure into an [`AclError`] carrying the code, its
+//!   name, the calling function and the text of `aclGetRecentErrMsg`; out-parameters
+//!   come back as return values.
 //!
 //! No policy lives here: no allocation logic, no retries, no device selection.
 //!
@@ -21,12 +23,13 @@
 pub mod codes;
 mod elf;
 pub mod fns;
+pub mod result;
 pub mod types;
 
 pub use fns::{LibKind, OPTIONAL, SYMBOLS, pfn};
 pub use types::*;
 
-use std::ffi::{CStr, OsStr};
+use std::ffi::OsStr;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -45,28 +48,75 @@ pub enum LoadError {
 }
 
 /// A failed ACL or aclnn call.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AclError {
-    pub code: i32,
-    /// Name of the code (facts sheet §B.2/§C.3), e.g. `ACL_ERROR_RT_MEMORY_ALLOCATION`.
-    pub name: &'static str,
-    /// The C function that returned it.
-    pub call: &'static str,
-    /// `aclGetRecentErrMsg()`, copied right after the failure (may be absent).
-    pub message: Option<String>,
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AclError {
+    /// The call returned a failure status (a descriptor creator that returned NULL is
+    /// reported with `ACLNN_ERR_INNER_NULLPTR`, see [`result::aclnn`]).
+    #[error("{call} returned {code} ({name}){}", detail(.message))]
+    Status {
+        code: i32,
+        /// Name of the code (facts sheet §B.2/§C.3), e.g. `ACL_ERROR_RT_MEMORY_ALLOCATION`.
+        name: &'static str,
+        /// The C function that returned it.
+        call: &'static str,
+        /// `aclGetRecentErrMsg()`, copied right after the failure (may be absent).
+        message: Option<String>,
+    },
+    /// A call that returns a pointer and no status returned NULL (`aclrtGetSocName`).
+    #[error("{call} returned NULL: {}", .message.as_deref().unwrap_or_default())]
+    Null {
+        call: &'static str,
+        /// `aclGetRecentErrMsg()`, copied right after the failure (may be absent).
+        message: Option<String>,
+    },
+    /// The loaded libraries do not export the function.
+    #[error(transparent)]
+    Missing(#[from] LoadError),
 }
 
-impl fmt::Display for AclError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} returned {} ({})", self.call, self.code, self.name)?;
-        if let Some(m) = self.message.as_deref().filter(|m| !m.trim().is_empty()) {
-            write!(f, ": {}", m.trim())?;
-        }
-        Ok(())
+/// `": message"` (trimmed) when there is a non-blank message.
+fn detail(message: &Option<String>) -> String {
+    match message.as_deref().map(str::trim).filter(|m| !m.is_empty()) {
+        Some(m) => format!(": {m}"),
+        None => String::new(),
     }
 }
 
-impl std::error::Error for AclError {}
+impl AclError {
+    /// A failure status of `call`, with the code's name.
+    pub fn status(code: i32, call: &'static str, message: Option<String>) -> AclError {
+        AclError::Status { code, name: codes::name(code), call, message }
+    }
+
+    /// The status code, for [`AclError::Status`].
+    pub fn code(&self) -> Option<i32> {
+        match self {
+            AclError::Status { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// The C function that failed (`None` for a missing symbol).
+    pub fn call(&self) -> Option<&'static str> {
+        match self {
+            AclError::Status { call, .. } | AclError::Null { call, .. } => Some(call),
+            AclError::Missing(_) => None,
+        }
+    }
+
+    /// `aclGetRecentErrMsg()` as copied after the failure.
+    pub fn message(&self) -> Option<&str> {
+        match self {
+            AclError::Status { message, .. } | AclError::Null { message, .. } => message.as_deref(),
+            AclError::Missing(_) => None,
+        }
+    }
+
+    /// True when the function is not exported (an optional symbol's absence).
+    pub fn is_missing(&self) -> bool {
+        matches!(self, AclError::Missing(_))
+    }
+}
 
 /// Where to look for the CANN libraries.
 #[derive(Clone, Debug, Default)]
@@ -334,27 +384,31 @@ impl Api {
         Ok(())
     }
 
-    /// `aclGetRecentErrMsg()`, copied (the library's buffer is reused by the next call).
+    /// `aclGetRecentErrMsg()`, copied (see [`result::recent_error_message`]).
     pub fn recent_error_message(&self) -> Option<String> {
-        let f = self.aclGetRecentErrMsg().ok()?;
-        // SAFETY: `aclGetRecentErrMsg` takes no arguments and returns NULL or a
-        // NUL-terminated string owned by the library, valid until its next call on this
-        // thread; it is copied before anything else runs.
-        let p = unsafe { f() };
-        if p.is_null() {
-            return None;
-        }
-        // SAFETY: non-NULL, NUL-terminated per the contract above.
-        let s = unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
-        if s.is_empty() { None } else { Some(s) }
+        result::recent_error_message(self)
     }
 
-    /// `Ok` for status 0, else an [`AclError`] naming `call` with the recent message.
+    /// `Ok` for status 0, else an [`AclError`] naming `call` with the recent message
+    /// (see [`result::check`]).
     pub fn check(&self, call: &'static str, code: i32) -> Result<(), AclError> {
-        if code == codes::ACL_SUCCESS {
-            return Ok(());
+        result::check(self, call, code)
+    }
+
+    /// An `Api` over the running program itself (which exports no CANN symbol) whose
+    /// entries the tests fill with fake functions.
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> Api {
+        let lib = libloading::Library::from(libloading::os::unix::Library::this());
+        let none = || LoadError::LibraryNotFound { library: "test".into(), searched: Vec::new() };
+        Api {
+            runtime: Loaded { label: "<test program>".into(), lib },
+            nnopbase: Err(none()),
+            opapi: Err(none()),
+            _deps: Vec::new(),
+            origin: "test".into(),
+            slots: fns::Slots::new(),
         }
-        Err(AclError { code, name: codes::name(code), call, message: self.recent_error_message() })
     }
 }
 
@@ -466,8 +520,17 @@ mod tests {
 
     #[test]
     fn error_display_carries_everything() {
-        let e = AclError { code: 207001, name: codes::name(207001), call: "aclrtMalloc", message: Some("oom ".into()) };
+        let e = AclError::status(207001, "aclrtMalloc", Some("oom ".into()));
         assert_eq!(e.to_string(), "aclrtMalloc returned 207001 (ACL_ERROR_RT_MEMORY_ALLOCATION): oom");
+        assert_eq!((e.code(), e.call(), e.message()), (Some(207001), Some("aclrtMalloc"), Some("oom ")));
+        let e = AclError::status(207001, "aclrtMalloc", Some("  ".into()));
+        assert_eq!(e.to_string(), "aclrtMalloc returned 207001 (ACL_ERROR_RT_MEMORY_ALLOCATION)");
+        let e = AclError::Null { call: "aclrtGetSocName", message: None };
+        assert_eq!(e.to_string(), "aclrtGetSocName returned NULL: ");
+        let load = LoadError::SymbolMissing { symbol: "aclnnAdd".into(), libraries: vec!["libopapi.so".into()] };
+        let e = AclError::from(load.clone());
+        assert_eq!(e.to_string(), load.to_string());
+        assert!(e.is_missing() && e.code().is_none() && e.call().is_none());
     }
 }
 

@@ -1,5 +1,6 @@
 //! Errors of the CPU backend.
 
+use runtime::backend::allocations::BadAddress;
 use thiserror::Error;
 
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -8,8 +9,10 @@ pub enum CpuError {
     AllocFailed { bytes: usize, align: usize },
     #[error("invalid allocation request: {0}")]
     BadRequest(String),
-    #[error("address range {addr:#x}+{len} is not inside a live allocation of cpu:{device}")]
-    BadAddress { device: usize, addr: u64, len: usize },
+    /// An address range outside every live allocation of the device (rule M1), or a free
+    /// of an address that is not a live allocation's base.
+    #[error("{0}")]
+    BadAddress(#[from] BadAddress),
     #[error("device cpu:{0} does not exist")]
     NoDevice(usize),
     #[error("unknown stream {0} on cpu:{1}")]
@@ -18,14 +21,41 @@ pub enum CpuError {
     NoEvent(u64, usize),
     #[error("event {0} has not completed (or was never recorded)")]
     EventNotReady(u64),
-    #[error("kernel {kernel}: {msg}")]
-    Kernel { kernel: &'static str, msg: String },
+    /// A kernel failed on operands that passed validation.
+    #[error("{kernel}: {source}")]
+    Kernel {
+        kernel: std::borrow::Cow<'static, str>,
+        #[source]
+        source: runtime::KernelError,
+    },
+    /// A kernel panicked; the panic was caught and the stream stays usable.
+    #[error("{kernel}: panicked: {msg}")]
+    Panicked { kernel: std::borrow::Cow<'static, str>, msg: String },
+    /// A failure injected with `CpuBackend::inject_fault`.
+    #[error("{kernel}: injected fault")]
+    Injected { kernel: std::borrow::Cow<'static, str> },
+    /// An output operand's bytes do not cover its elements.
+    #[error("{kernel}: output operand is not contiguous")]
+    NotContiguous { kernel: std::borrow::Cow<'static, str> },
+    /// A queued job (not a kernel) panicked.
+    #[error("panicked: {0}")]
+    JobPanicked(String),
     #[error("the worker thread of {0} has stopped")]
     WorkerGone(String),
 }
 
 impl From<CpuError> for runtime::Error {
+    /// A failed host allocation is [`runtime::Error::OutOfMemory`]; everything else is
+    /// [`runtime::Error::Backend`]. The `CpuError` is the source either way.
     fn from(e: CpuError) -> runtime::Error {
-        runtime::Error::Backend { backend: "cpu", msg: e.to_string() }
+        match e {
+            CpuError::AllocFailed { bytes, .. } => runtime::Error::OutOfMemory {
+                device: "cpu".into(),
+                requested: bytes,
+                stats: Box::default(),
+                source: Some(std::sync::Arc::new(e)),
+            },
+            e => runtime::Error::backend("cpu", e),
+        }
     }
 }

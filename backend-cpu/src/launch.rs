@@ -10,12 +10,15 @@
 //! Faults can be injected into launches ([`CpuBackend::inject_fault`]) for tests of
 //! failure handling.
 
+use crate::CpuBackend;
+use crate::device::{CpuDevice, DEFAULT_STREAM, lock};
 use crate::error::CpuError;
 use crate::kernels::{
     self,
     common::{Ctx, In, Out},
 };
-use crate::{CpuBackend, CpuDevice, DEFAULT_STREAM, lock, memory};
+use crate::memory;
+use runtime::backend::allocations::overlapping_output;
 use runtime::error::panic_message;
 use runtime::{DevicePtr, KernelInfo, LaunchArgs, Result, StreamId};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -88,15 +91,29 @@ impl CpuBackend {
     }
 }
 
-/// Runs a kernel (or a pool hand-off around it); a panic becomes an error message.
-fn guarded(go: impl FnOnce() -> std::result::Result<(), String>) -> std::result::Result<(), String> {
+/// How one kernel run failed, before it is named with its kernel, op and stream.
+enum Failure {
+    Kernel(runtime::KernelError),
+    Panicked(String),
+    Injected,
+    NotContiguous,
+}
+
+impl From<runtime::KernelError> for Failure {
+    fn from(e: runtime::KernelError) -> Failure {
+        Failure::Kernel(e)
+    }
+}
+
+/// Runs a kernel (or a pool hand-off around it); a panic becomes a [`Failure`].
+fn guarded(go: impl FnOnce() -> std::result::Result<(), Failure>) -> std::result::Result<(), Failure> {
     match catch_unwind(AssertUnwindSafe(go)) {
         Ok(r) => r,
         Err(payload) => {
-            let msg = format!("panicked: {}", panic_message(payload.as_ref()));
+            let msg = panic_message(payload.as_ref());
             // Dropping the payload runs foreign code too; a panic there is not propagated.
             let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
-            Err(msg)
+            Err(Failure::Panicked(msg))
         }
     }
 }
@@ -116,7 +133,7 @@ fn run_kernel_at<'a>(
     fault: Option<Fault>,
     ins: &mut Vec<In<'a>>,
     outs: &mut Vec<Out<'a>>,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), Failure> {
     let n_in = inputs.len();
     ins.extend(inputs.iter().enumerate().map(|(i, a)| {
         let (start, len) = range(i, a);
@@ -150,12 +167,12 @@ fn run_kernel_at<'a>(
         }
     }));
     let r = if outs.iter().any(|o| o.bytes.len() < o.numel() * o.dtype.size()) {
-        Err("output operand is not contiguous".into())
+        Err(Failure::NotContiguous)
     } else {
         match fault {
-            None => f(op, ins, outs, ctx),
+            None => f(op, ins, outs, ctx).map_err(Failure::Kernel),
             Some(Fault::Panic) => panic!("injected fault in {}", op.name()),
-            Some(Fault::Error) => Err("injected fault".into()),
+            Some(Fault::Error) => Err(Failure::Injected),
         }
     };
     // No view of the operands outlives the launch.
@@ -164,26 +181,29 @@ fn run_kernel_at<'a>(
     r
 }
 
-pub(crate) fn overlaps(a: (u64, usize), b: (u64, usize)) -> bool {
-    a.1 > 0 && b.1 > 0 && a.0 < b.0 + b.1 as u64 && b.0 < a.0 + a.1 as u64
-}
-
 /// The error of a failed kernel: returned directly on the default stream, reported at
 /// the next synchronisation on a user stream.
 fn kernel_error(
-    kernel: &str,
+    kernel: &'static str,
     op: &runtime::Op,
     seq: u64,
     device: usize,
     stream: StreamId,
-    msg: String,
+    failure: Failure,
 ) -> runtime::Error {
     let stream = if stream == DEFAULT_STREAM {
         format!("cpu:{device}/default")
     } else {
         format!("cpu:{device}/stream{}", stream.0)
     };
-    runtime::Error::Async { op: op.name().to_string(), stream, seq, msg: format!("{kernel}: {msg}") }
+    let kernel = std::borrow::Cow::Borrowed(kernel);
+    let source = match failure {
+        Failure::Kernel(source) => CpuError::Kernel { kernel, source },
+        Failure::Panicked(msg) => CpuError::Panicked { kernel, msg },
+        Failure::Injected => CpuError::Injected { kernel },
+        Failure::NotContiguous => CpuError::NotContiguous { kernel },
+    };
+    runtime::Error::Async { op: op.name().to_string(), stream, seq, source: Arc::new(source) }
 }
 
 /// A validated launch, ready to run on the calling thread or to be queued.
@@ -215,15 +235,14 @@ impl Prepared {
                 None => run(),
             }
         };
-        guarded(go)
-            .map_err(|msg| kernel_error(self.kernel, &self.args.op, self.args.seq, self.device, self.stream, msg))
+        guarded(go).map_err(|f| kernel_error(self.kernel, &self.args.op, self.args.seq, self.device, self.stream, f))
     }
 }
 
 /// A compiled graph's launches, validated once by `freeze`.
 struct CpuFrozen {
     device: usize,
-    table: Arc<memory::AllocTable>,
+    table: Arc<memory::Table>,
     nodes: Vec<FrozenNode>,
     /// Bytes from each per-run address that the operands patched with it reach.
     extent: Vec<usize>,
@@ -300,7 +319,7 @@ impl CpuFrozen {
             ins.clear();
             outs.clear();
             let seq = run.first_seq + i as u64;
-            r.map_err(|msg| kernel_error(n.kernel, &n.args.op, seq, self.device, run.stream, msg))?;
+            r.map_err(|f| kernel_error(n.kernel, &n.args.op, seq, self.device, run.stream, f))?;
         }
         Ok(())
     }
@@ -321,14 +340,10 @@ impl CpuBackend {
         let (f, own) = self.kernel_fn(kernel)?;
         let ranges = args.validate(own)?;
         let n_in = args.inputs.len();
-        for (i, o) in ranges[n_in..].iter().enumerate() {
-            if ranges[..n_in + i].iter().any(|r| overlaps(*o, *r)) {
-                return Err(
-                    CpuError::BadRequest(format!("{}: output {i} overlaps another operand", kernel.name)).into()
-                );
-            }
+        if let Some(i) = overlapping_output(&ranges, n_in, |_| false) {
+            return Err(CpuError::BadRequest(format!("{}: output {i} overlaps another operand", kernel.name)).into());
         }
-        let pins = dev.table.pin(&ranges)?;
+        let pins = dev.table.pin(&ranges).map_err(CpuError::from)?;
         let out_bytes: u64 = ranges[n_in..].iter().map(|o| o.1 as u64).sum();
         let (inline, threads) = self.placement(dev, &args.op, args.threads, out_bytes);
         let pool = if inline {
@@ -344,11 +359,11 @@ impl CpuBackend {
             args,
             ranges,
             ctx: Ctx { threads, features: self.features, prepacked },
-            kernel: own.name,
+            kernel: own.name.as_ref(),
             device,
             stream,
             pool,
-            fault: self.faults.take(own.name),
+            fault: self.faults.take(&own.name),
             _pins: pins,
         })
     }
@@ -407,17 +422,15 @@ impl CpuBackend {
             }
             // Fixed operands: outputs overlap no other fixed operand (patched ones are
             // checked per run), and all lie in live allocations (pinned below).
-            for (i, o) in ranges.iter().enumerate().skip(n_in) {
-                if !patched[i] && ranges[..i].iter().enumerate().any(|(j, r)| !patched[j] && overlaps(*o, *r)) {
-                    return Err(bad(format!("{}: output {} overlaps another operand", kernel.name, i - n_in)));
-                }
+            if let Some(i) = overlapping_output(&ranges, n_in, |i| patched[i]) {
+                return Err(bad(format!("{}: output {i} overlaps another operand", kernel.name)));
             }
             fixed.extend(ranges.iter().enumerate().filter(|(i, _)| !patched[*i]).map(|(_, r)| *r));
             let out_bytes: u64 = ranges[n_in..].iter().map(|o| o.1 as u64).sum();
             let (inline, threads) = self.placement(dev, &args.op, args.threads, out_bytes);
             nodes.push(FrozenNode {
                 f,
-                kernel: own.name,
+                kernel: own.name.as_ref(),
                 args: args.clone(),
                 ranges,
                 patches: l.patches.clone(),
@@ -425,7 +438,7 @@ impl CpuBackend {
                 ctx: Ctx { threads, features: self.features, prepacked: args.prepacked.clone() },
             });
         }
-        let pins = dev.table.pin(&fixed)?;
+        let pins = dev.table.pin(&fixed).map_err(CpuError::from)?;
         Ok(Some(runtime::Frozen(Arc::new(CpuFrozen { device, table: dev.table.clone(), nodes, extent, _pins: pins }))))
     }
 
@@ -452,7 +465,7 @@ impl CpuBackend {
         // Per-run addresses: each covers every operand patched from it (slots beyond
         // `extent` patch nothing).
         let slots: Vec<(u64, usize)> = addrs.iter().zip(&fz.extent).map(|(a, &e)| (a.0, e)).collect();
-        let pins = dev.table.pin(&slots)?;
+        let pins = dev.table.pin(&slots).map_err(CpuError::from)?;
         // Outputs of nodes with patched operands must not overlap their other operands.
         let mut ranges = Vec::new();
         for n in &fz.nodes[nodes.clone()] {
@@ -460,16 +473,8 @@ impl CpuBackend {
                 continue;
             }
             n.ranges_into(addrs, &mut ranges);
-            let n_in = n.args.inputs.len();
-            for (i, o) in ranges.iter().enumerate().skip(n_in) {
-                if ranges.iter().enumerate().any(|(j, r)| j != i && overlaps(*o, *r)) {
-                    return Err(CpuError::BadRequest(format!(
-                        "{}: output {} overlaps another operand",
-                        n.kernel,
-                        i - n_in
-                    ))
-                    .into());
-                }
+            if let Some(i) = overlapping_output(&ranges, n.args.inputs.len(), |_| false) {
+                return Err(CpuError::BadRequest(format!("{}: output {i} overlaps another operand", n.kernel)).into());
             }
         }
         let faults: Vec<Option<Fault>> = if self.faults.armed.load(Ordering::Acquire) {
@@ -541,10 +546,9 @@ impl CpuBackend {
 
     /// This backend's function and description for `kernel`.
     fn kernel_fn(&self, kernel: &KernelInfo) -> Result<(kernels::KernelFn, &'static KernelInfo)> {
-        let t = self.table;
-        match (t.fns.get(kernel.id), t.infos.get(kernel.id)) {
-            (Some(f), Some(own)) if own.name == kernel.name => Ok((*f, own)),
-            _ => Err(CpuError::BadRequest(format!("kernel {} is not a CPU kernel", kernel.name)).into()),
+        match self.table.resolve(kernel) {
+            Some((own, f)) => Ok((*f, own)),
+            None => Err(CpuError::BadRequest(format!("kernel {} is not a CPU kernel", kernel.name)).into()),
         }
     }
 

@@ -1,143 +1,177 @@
-//! Aligned host allocations and the table that checks every address handed to the
-//! backend (safety rules (M1) and (M2) of the `Backend` contract).
+//! Aligned host allocations, recorded in each device's allocation table (the core's
+//! [`AllocTable`](allocations::AllocTable), rules (M1) and (M2) of the `Backend`
+//! contract) with the `Layout` that gives them back, and the copies, fills and host
+//! mappings checked against that table.
 
+use crate::CpuBackend;
 use crate::error::CpuError;
+use runtime::backend::allocations::{self, Release, overlaps};
+use runtime::{Backend, DevicePtr, Result, StreamId};
 use std::alloc::Layout;
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
 
-struct Allocation {
-    layout: Layout,
-    /// Queued launches currently using this allocation.
-    pins: usize,
-    /// `free` was called; the memory goes back once `pins` reaches 0.
-    freed: bool,
+/// Gives a host block back to the global allocator.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostMemory;
+
+impl Release for HostMemory {
+    type Record = Layout;
+
+    fn release(&self, base: u64, _size: usize, layout: Layout) {
+        // SAFETY: the table releases each block it was given exactly once, and [`alloc`]
+        // gives it only blocks returned by `std::alloc::alloc` with exactly this layout,
+        // stored as the block's record.
+        unsafe { std::alloc::dealloc(base as *mut u8, layout) }
+    }
 }
 
 /// All live allocations of one logical device.
-#[derive(Default)]
-pub struct AllocTable {
-    map: Mutex<BTreeMap<u64, Allocation>>,
-    device: usize,
+pub type Table = allocations::AllocTable<HostMemory>;
+
+/// Keeps the allocations of a queued copy or launch alive; unpins them on drop.
+pub type Pins = allocations::Pins<HostMemory>;
+
+/// An empty table for device `cpu:{device}`.
+pub fn table(device: usize) -> Table {
+    Table::new(format!("cpu:{device}"), HostMemory)
 }
 
-/// Keeps a set of allocations alive while a launch uses them; unpins on drop.
-pub struct Pins {
-    table: Arc<AllocTable>,
-    bases: Vec<u64>,
+/// Allocates `bytes` aligned to `align` (power of two) and records the block in `table`.
+pub fn alloc(table: &Table, bytes: usize, align: usize) -> std::result::Result<u64, CpuError> {
+    if bytes == 0 {
+        return Err(CpuError::BadRequest("zero-byte allocation".into()));
+    }
+    let layout = Layout::from_size_align(bytes, align)
+        .map_err(|e| CpuError::BadRequest(format!("{bytes} bytes aligned to {align}: {e}")))?;
+    // SAFETY: the layout has a non-zero size (checked above).
+    let p = unsafe { std::alloc::alloc(layout) };
+    if p.is_null() {
+        return Err(CpuError::AllocFailed { bytes, align });
+    }
+    table.insert(p as u64, bytes, layout)?;
+    Ok(p as u64)
 }
 
-impl Drop for Pins {
-    fn drop(&mut self) {
-        let mut m = self.table.lock();
-        for b in &self.bases {
-            let release = match m.get_mut(b) {
-                Some(a) => {
-                    a.pins -= 1;
-                    a.freed && a.pins == 0
-                }
-                None => false,
-            };
-            if release {
-                if let Some(a) = m.remove(b) {
-                    dealloc(*b, a.layout);
-                }
-            }
+impl CpuBackend {
+    /// `Backend::copy_to_device`: `src` into the checked range at `dst`, now.
+    pub(crate) fn copy_in(&self, device: usize, src: &[u8], dst: DevicePtr) -> Result<()> {
+        if src.is_empty() {
+            return Ok(());
         }
-    }
-}
-
-fn dealloc(base: u64, layout: Layout) {
-    // SAFETY: `base` was returned by `std::alloc::alloc` with exactly this layout (it is
-    // the key of the entry that stored the layout) and is removed from the table here, so
-    // it is deallocated once.
-    unsafe { std::alloc::dealloc(base as *mut u8, layout) }
-}
-
-impl AllocTable {
-    pub fn new(device: usize) -> AllocTable {
-        AllocTable { map: Mutex::new(BTreeMap::new()), device }
+        let _pins = self.dev(device)?.table.pin(&[(dst.0, src.len())]).map_err(CpuError::from)?;
+        // SAFETY: the destination range was validated and pinned just above; `src` is a
+        // distinct host slice (device memory is never handed out as a Rust reference
+        // outside a kernel or `map_host` call).
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.0 as *mut u8, src.len()) };
+        Ok(())
     }
 
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<u64, Allocation>> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    /// `Backend::copy_to_host`: the checked range at `src` into `dst`, once `stream` has
+    /// finished its queued work.
+    pub(crate) fn copy_out(&self, device: usize, src: DevicePtr, dst: &mut [u8], stream: StreamId) -> Result<()> {
+        if let Some(q) = self.queue(device, stream)? {
+            q.queue.synchronize()?;
+        }
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let _pins = self.dev(device)?.table.pin(&[(src.0, dst.len())]).map_err(CpuError::from)?;
+        // SAFETY: the source range was validated and pinned just above; `dst` is a
+        // distinct, exclusively borrowed host slice.
+        unsafe { std::ptr::copy_nonoverlapping(src.0 as *const u8, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
     }
 
-    /// Allocates `bytes` aligned to `align` (power of two).
-    pub fn alloc(&self, bytes: usize, align: usize) -> Result<u64, CpuError> {
+    /// `Backend::copy_on_device`: run now (default stream) or queued, the ranges pinned
+    /// until it has run.
+    pub(crate) fn copy_within(
+        &self,
+        device: usize,
+        src: DevicePtr,
+        dst: DevicePtr,
+        bytes: usize,
+        stream: StreamId,
+    ) -> Result<()> {
         if bytes == 0 {
-            return Err(CpuError::BadRequest("zero-byte allocation".into()));
+            return Ok(());
         }
-        let layout = Layout::from_size_align(bytes, align)
-            .map_err(|e| CpuError::BadRequest(format!("{bytes} bytes aligned to {align}: {e}")))?;
-        // SAFETY: the layout has a non-zero size (checked above).
-        let p = unsafe { std::alloc::alloc(layout) };
-        if p.is_null() {
-            return Err(CpuError::AllocFailed { bytes, align });
+        if overlaps((src.0, bytes), (dst.0, bytes)) {
+            return Err(CpuError::BadRequest("device copy ranges overlap".into()).into());
         }
-        self.lock().insert(p as u64, Allocation { layout, pins: 0, freed: false });
-        Ok(p as u64)
-    }
-
-    /// Frees an allocation, or defers it until the launches using it are done.
-    pub fn free(&self, base: u64) -> Result<(), CpuError> {
-        let mut m = self.lock();
-        match m.get_mut(&base) {
-            Some(a) if !a.freed => {
-                if a.pins == 0 {
-                    if let Some(a) = m.remove(&base) {
-                        dealloc(base, a.layout);
-                    }
-                } else {
-                    a.freed = true;
-                }
+        let pins = self.dev(device)?.table.pin(&[(src.0, bytes), (dst.0, bytes)]).map_err(CpuError::from)?;
+        self.submit(
+            device,
+            stream,
+            Box::new(move || {
+                let _pins = pins;
+                // SAFETY: both ranges were validated and pinned when the copy was queued
+                // and they do not overlap (checked above).
+                unsafe { std::ptr::copy_nonoverlapping(src.0 as *const u8, dst.0 as *mut u8, bytes) };
                 Ok(())
-            }
-            _ => Err(CpuError::BadAddress { device: self.device, addr: base, len: 0 }),
-        }
+            }),
+        )
     }
 
-    /// Checks that `addr .. addr + len` lies in one live allocation; returns its base.
-    fn check(m: &BTreeMap<u64, Allocation>, device: usize, addr: u64, len: usize) -> Result<u64, CpuError> {
-        let bad = CpuError::BadAddress { device, addr, len };
-        let (&base, a) = m.range(..=addr).next_back().ok_or(bad.clone())?;
-        let end = addr.checked_add(len as u64).ok_or(bad.clone())?;
-        if a.freed || end > base + a.layout.size() as u64 {
-            return Err(bad);
+    /// `Backend::memset`: run now (default stream) or queued, the range pinned until it
+    /// has run.
+    pub(crate) fn fill(&self, device: usize, dst: DevicePtr, value: u8, bytes: usize, stream: StreamId) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
         }
-        Ok(base)
+        let pins = self.dev(device)?.table.pin(&[(dst.0, bytes)]).map_err(CpuError::from)?;
+        self.submit(
+            device,
+            stream,
+            Box::new(move || {
+                let _pins = pins;
+                // SAFETY: the range was validated and pinned when the fill was queued.
+                unsafe { std::ptr::write_bytes(dst.0 as *mut u8, value, bytes) };
+                Ok(())
+            }),
+        )
     }
 
-    /// Verifies every `(addr, len)` range and pins the allocations they fall in.
-    /// Empty ranges (`len == 0`) are not checked.
-    pub fn pin(self: &Arc<Self>, ranges: &[(u64, usize)]) -> Result<Pins, CpuError> {
-        let mut m = self.lock();
-        let mut bases = Vec::with_capacity(ranges.len());
-        for &(addr, len) in ranges {
-            if len == 0 {
-                continue;
-            }
-            bases.push(Self::check(&m, self.device, addr, len)?);
+    /// `Backend::map_host`: `f` on the checked range, after the device's queued work.
+    pub(crate) fn map_range(
+        &self,
+        device: usize,
+        ptr: DevicePtr,
+        len: usize,
+        f: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<bool> {
+        self.synchronize_device(device)?;
+        if len == 0 {
+            f(&mut []);
+            return Ok(true);
         }
-        for b in &bases {
-            if let Some(a) = m.get_mut(b) {
-                a.pins += 1;
-            }
-        }
-        Ok(Pins { table: self.clone(), bases })
-    }
-
-    /// Bytes currently allocated.
-    pub fn allocated_bytes(&self) -> usize {
-        self.lock().values().map(|a| a.layout.size()).sum()
+        let _pins = self.dev(device)?.table.pin(&[(ptr.0, len)]).map_err(CpuError::from)?;
+        // SAFETY: the range was validated and is pinned for the duration of `f`; device
+        // work queued before this call has finished (synchronised above).
+        let bytes = unsafe { std::slice::from_raw_parts_mut(ptr.0 as *mut u8, len) };
+        f(bytes);
+        Ok(true)
     }
 }
 
-impl Drop for AllocTable {
-    fn drop(&mut self) {
-        let m = std::mem::take(&mut *self.lock());
-        for (b, a) in m {
-            dealloc(b, a.layout);
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_freed_block_goes_back_after_its_last_pin_and_bad_addresses_keep_their_source() {
+        let t = Arc::new(table(3));
+        let a = alloc(&t, 100, 64).unwrap();
+        assert_eq!(a % 64, 0);
+        let pins = t.pin(&[(a, 100)]).unwrap();
+        t.free(a).unwrap();
+        assert_eq!(t.len(), 1, "still pinned");
+        let e = CpuError::from(t.free(a).unwrap_err());
+        assert_eq!(e.to_string(), format!("address range {a:#x}+0 is not inside a live allocation of cpu:3"));
+        assert!(e.source().is_some_and(|s| s.is::<allocations::BadAddress>()));
+        drop(pins);
+        assert!(t.is_empty());
+        assert!(matches!(alloc(&t, 0, 16), Err(CpuError::BadRequest(_))));
+        assert!(matches!(alloc(&t, 16, 3), Err(CpuError::BadRequest(_))));
     }
 }

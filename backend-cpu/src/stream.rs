@@ -53,14 +53,15 @@ fn run_job(q: Queued, stream: &str) -> Result<(), runtime::Error> {
         // Already names its op, stream and submission.
         Ok(Err(e @ runtime::Error::Async { .. })) => Err(e),
         Ok(Err(e)) => {
-            Err(runtime::Error::Async { op: op.to_string(), stream: stream.to_string(), seq, msg: e.to_string() })
+            Err(runtime::Error::Async { op: op.to_string(), stream: stream.to_string(), seq, source: Arc::new(e) })
         }
         Err(payload) => {
-            let msg = format!("panicked: {}", panic_message(payload.as_ref()));
+            let msg = panic_message(payload.as_ref());
             // Dropping the payload runs foreign code too; a panic there must not stop the worker.
             let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
-            log::error!("{op} (submission #{seq}) on {stream} {msg}");
-            Err(runtime::Error::Async { op: op.to_string(), stream: stream.to_string(), seq, msg })
+            log::error!("{op} (submission #{seq}) on {stream} panicked: {msg}");
+            let source = Arc::new(CpuError::JobPanicked(msg));
+            Err(runtime::Error::Async { op: op.to_string(), stream: stream.to_string(), seq, source })
         }
     }
 }
@@ -152,7 +153,7 @@ impl WorkQueue {
                 op: UNNAMED_JOB.to_string(),
                 stream: self.label.clone(),
                 seq,
-                msg: CpuError::WorkerGone(self.label.clone()).to_string(),
+                source: Arc::new(CpuError::WorkerGone(self.label.clone())),
             });
         }
         Ok(())
@@ -176,7 +177,7 @@ impl WorkQueue {
                 op: UNNAMED_JOB.to_string(),
                 stream: self.label.clone(),
                 seq: g.completed + 1,
-                msg: CpuError::WorkerGone(self.label.clone()).to_string(),
+                source: Arc::new(CpuError::WorkerGone(self.label.clone())),
             });
         }
         Ok(())

@@ -157,7 +157,7 @@ fn the_backends_own_kernel_description_decides_not_the_callers_copy() {
     let w = rt.from_slice(&[1f32; 12], [3, 4], 0).unwrap();
     let y = rt.from_slice(&[7f32; 6], [2, 3], 0).unwrap();
     let e = b.launch(0, &forged, launch(Op::Linear, vec![arg(&x), arg(&w)], vec![arg(&y)]), StreamId(0)).unwrap_err();
-    assert!(matches!(&e, Error::Invalid { op: "Linear", msg } if msg.contains("does not accept")), "{e:?}");
+    assert!(matches!(&e, Error::Invalid { op: "Linear", msg, .. } if msg.contains("does not accept")), "{e:?}");
     assert_eq!(values(&y), vec![7.0; 6]);
     // A kernel of another op is refused as well.
     let relu = kernels_of(b.as_ref(), OpKind::Relu).remove(0);
@@ -177,13 +177,16 @@ fn batches_and_frozen_plans_are_checked_in_full_before_anything_runs() {
     let bad = launch(Op::Relu, vec![arg(&x)], vec![arg(&z)]);
     let user = rt.stream(0).unwrap();
     for stream in [StreamId(0), user.id()] {
-        let e = b.launch_batch(0, vec![(relu, good.clone()), (relu, bad.clone())], stream).unwrap_err();
+        let e = b.launch_batch(0, vec![(relu.clone(), good.clone()), (relu.clone(), bad.clone())], stream).unwrap_err();
         assert!(e.to_string().contains("output 0 must be f32 [4]"), "{e}");
     }
     user.synchronize().unwrap();
     assert_eq!(values(&y), vec![7.0; 4], "a batch with a bad launch ran its good one");
-    let frozen =
-        |args: &LaunchArgs, patches: Vec<(usize, usize)>| FrozenLaunch { kernel: relu, args: args.clone(), patches };
+    let frozen = |args: &LaunchArgs, patches: Vec<(usize, usize)>| FrozenLaunch {
+        kernel: relu.clone(),
+        args: args.clone(),
+        patches,
+    };
     let e = b.freeze(0, &[frozen(&good, vec![]), frozen(&bad, vec![])]).unwrap_err();
     assert!(e.to_string().contains("output 0 must be f32 [4]"), "{e}");
     // A patched operand is checked by its layout at freeze time too.
@@ -200,7 +203,8 @@ fn batches_and_frozen_plans_are_checked_in_full_before_anything_runs() {
 /// The asynchronous error of an injected fault: op, stream, submission, message.
 fn expect_fault(r: runtime::Result<()>, op: &str, stream: &str, seq: Option<u64>, msg: &str) {
     match r {
-        Err(Error::Async { op: o, stream: s, seq: q, msg: m }) => {
+        Err(Error::Async { op: o, stream: s, seq: q, source: m_src }) => {
+            let m = m_src.to_string();
             assert_eq!((o.as_str(), s.as_str()), (op, stream), "{m}");
             if let Some(seq) = seq {
                 assert_eq!(q, seq, "the error names another submission");
@@ -287,7 +291,8 @@ fn a_failing_node_of_a_compiled_graph_is_named_and_the_graph_runs_again() {
             move || cg.run(&[&input]).map(drop)
         });
         match e {
-            Err(Error::Async { op, msg, .. }) => {
+            Err(Error::Async { op, source, .. }) => {
+                let msg = source.to_string();
                 assert_eq!(op, "Scale", "{msg}");
                 assert!(msg.contains("injected fault"), "{msg}");
             }

@@ -31,7 +31,8 @@ fn a_panicking_job_is_reported_at_synchronize_and_the_queue_keeps_working() {
     q.submit(counter_job(&ran)).unwrap();
     let q2 = q.clone();
     match finishes_within(60, "synchronize after a panic", move || q2.synchronize()) {
-        Err(Error::Async { op, stream, seq, msg }) => {
+        Err(Error::Async { op, stream, seq, source }) => {
+            let msg = source.to_string();
             assert_eq!(op, UNNAMED_JOB);
             assert_eq!(stream, "cpu:0/stream7");
             assert_eq!(seq, 2, "the error names another submission");
@@ -53,11 +54,12 @@ fn a_named_job_reports_its_op_and_runtime_submission_number() {
     let pos = q.submit_op("Gather", 41, Box::new(|| panic!("{} out of range", 99))).unwrap();
     assert_eq!(pos, 1, "the position in the stream");
     // A plain error (not already asynchronous) gets the job's name too.
-    q.submit_op("Relu", 42, Box::new(|| Err(Error::Backend { backend: "cpu", msg: "not reported".into() }))).unwrap();
+    q.submit_op("Relu", 42, Box::new(|| Err(Error::backend_msg("cpu", "not reported")))).unwrap();
     let q2 = q.clone();
     let e = finishes_within(60, "synchronize", move || q2.synchronize()).unwrap_err();
     match &e {
-        Error::Async { op, stream, seq, msg } => {
+        Error::Async { op, stream, seq, source } => {
+            let msg = source.to_string();
             assert_eq!((op.as_str(), stream.as_str(), *seq), ("Gather", "cpu:1/stream3", 41));
             assert!(msg.contains("99 out of range"), "{msg}");
         }
@@ -67,9 +69,10 @@ fn a_named_job_reports_its_op_and_runtime_submission_number() {
     assert!(text.contains("Gather") && text.contains("cpu:1/stream3") && text.contains("#41"), "{text}");
     // Only the first failure since the last synchronisation is kept.
     q.synchronize().expect("the second failure is not reported after the first");
-    q.submit_op("Relu", 43, Box::new(|| Err(Error::Backend { backend: "cpu", msg: "bad input".into() }))).unwrap();
+    q.submit_op("Relu", 43, Box::new(|| Err(Error::backend_msg("cpu", "bad input")))).unwrap();
     match q.synchronize() {
-        Err(Error::Async { op, stream, seq, msg }) => {
+        Err(Error::Async { op, stream, seq, source }) => {
+            let msg = source.to_string();
             assert_eq!((op.as_str(), stream.as_str(), seq), ("Relu", "cpu:1/stream3", 43));
             assert!(msg.contains("bad input"), "{msg}");
         }
@@ -80,11 +83,17 @@ fn a_named_job_reports_its_op_and_runtime_submission_number() {
 #[test]
 fn an_asynchronous_error_of_a_job_is_reported_as_it_is() {
     let q = queue("cpu:0/stream1");
-    let own = Error::Async { op: "MatMul".into(), stream: "cpu:0/stream1".into(), seq: 9, msg: "kernel: boom".into() };
+    let own = Error::Async {
+        op: "MatMul".into(),
+        stream: "cpu:0/stream1".into(),
+        seq: 9,
+        source: Arc::new(runtime::Message("kernel: boom".into())),
+    };
     let e = own.clone();
     q.submit_op("Add", 5, Box::new(move || Err(e))).unwrap();
     match q.synchronize() {
-        Err(Error::Async { op, seq, msg, .. }) => {
+        Err(Error::Async { op, seq, source, .. }) => {
+            let msg = source.to_string();
             assert_eq!((op.as_str(), seq, msg.as_str()), ("MatMul", 9, "kernel: boom"))
         }
         other => panic!("expected the job's own error, got {other:?}"),
@@ -105,7 +114,8 @@ fn a_panic_payload_that_panics_when_dropped_does_not_stop_the_worker() {
     q.submit(Box::new(|| std::panic::panic_any(Bomb))).unwrap();
     let q2 = q.clone();
     match finishes_within(60, "synchronize", move || q2.synchronize()) {
-        Err(Error::Async { seq, msg, .. }) => {
+        Err(Error::Async { seq, source, .. }) => {
+            let msg = source.to_string();
             assert_eq!(seq, 1);
             assert!(msg.contains("panicked"), "{msg}");
         }
@@ -154,7 +164,7 @@ fn events_and_waits_behind_a_panicking_job_complete() {
     assert_eq!(ran.load(Ordering::SeqCst), 1);
     assert!(ev.is_complete() && ev.time().is_some(), "the event behind the failed job was not reached");
     match producer_result {
-        Err(Error::Async { seq: 1, msg, .. }) => assert!(msg.contains("producer fault"), "{msg}"),
+        Err(Error::Async { seq: 1, source, .. }) => assert!(source.to_string().contains("producer fault"), "{source}"),
         other => panic!("expected the producer's panic, got {other:?}"),
     }
 }

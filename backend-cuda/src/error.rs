@@ -1,5 +1,7 @@
 //! Errors of the CUDA backend and their mapping onto [`runtime::Error`].
 
+use runtime::backend::allocations::BadAddress;
+use std::sync::{Mutex, MutexGuard};
 use thiserror::Error;
 
 /// Every failure the CUDA backend reports.
@@ -25,16 +27,36 @@ pub enum CudaError {
     Panic { call: &'static str, msg: String },
     #[error("invalid request: {0}")]
     BadRequest(String),
-    #[error("address range {addr:#x}+{len} is not inside a live allocation of cuda:{device}")]
-    BadAddress { device: usize, addr: u64, len: usize },
+    /// An address range outside every live allocation of the device (rule M1), or a free
+    /// of an address that is not a live allocation's base; the table's error is the source.
+    #[error("{0}")]
+    BadAddress(#[from] BadAddress),
     #[error("device cuda:{0} does not exist")]
     NoDevice(usize),
     #[error("unknown stream {0} on cuda:{1}")]
     NoStream(u64, usize),
     #[error("unknown event {0} on cuda:{1}")]
     NoEvent(u64, usize),
-    #[error("kernel {kernel}: {msg}")]
-    Kernel { kernel: &'static str, msg: String },
+    /// A kernel reported an index outside its axis (through the device's error word).
+    #[error("an index is out of range for the gathered axis")]
+    IndexOutOfRange,
+    /// Queued work of `op` (submission `seq`) failed on the default stream.
+    #[error("{op} (submission #{seq}): {source}")]
+    Queued {
+        op: String,
+        seq: u64,
+        #[source]
+        source: Box<CudaError>,
+    },
+    /// A launch of kernel `kernel` failed.
+    #[error("{op} (submission #{seq}): {kernel}: {source}")]
+    Launch {
+        op: &'static str,
+        seq: u64,
+        kernel: std::borrow::Cow<'static, str>,
+        #[source]
+        source: Box<CudaError>,
+    },
 }
 
 impl CudaError {
@@ -68,9 +90,26 @@ impl From<CudaError> for runtime::Error {
                 runtime::Error::Device(e.to_string())
             }
             CudaError::NotAvailable(_) => runtime::Error::Unsupported(e.to_string()),
-            _ => runtime::Error::Backend { backend: "cuda", msg: e.to_string() },
+            CudaError::OutOfMemory { device, bytes } => runtime::Error::OutOfMemory {
+                device: format!("cuda:{device}"),
+                requested: bytes,
+                stats: Box::default(),
+                source: Some(std::sync::Arc::new(e)),
+            },
+            e => runtime::Error::backend("cuda", e),
         }
     }
+}
+
+/// Maps a failed driver call `call` to [`CudaError::Driver`] (for `map_err`).
+pub(crate) fn drv(call: &'static str) -> impl Fn(cudarc::driver::DriverError) -> CudaError {
+    move |e| CudaError::driver(call, e, None)
+}
+
+/// Locks `m`, taking the data of a poisoned lock as it is (a panic elsewhere was contained
+/// and must not disable the device).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Runs `f`, turning a panic inside it (cudarc panics on a missing library or symbol)

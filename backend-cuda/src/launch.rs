@@ -1,13 +1,15 @@
-//! Enqueuing one table entry: parameter blocks, launch shapes, cuBLAS calls.
+//! Enqueuing one table entry: operand checks and pins, parameter blocks, launch shapes,
+//! cuBLAS calls.
 
-use crate::error::CudaError;
-use crate::kernels::{Entry, Impl};
+use crate::device::{CudaBackend, DEFAULT_STREAM, Device, StreamState};
+use crate::error::{CudaError, guard, lock};
+use crate::kernels::Impl;
+use crate::kernels::source::{Kern, entry_name};
 use crate::plan::{self, KParams, MatmulPlan};
-use crate::source::{Kern, entry_name};
-use crate::{Device, StreamState, lock};
 use cudarc::cublas::sys as bsys;
 use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg, result};
-use runtime::{DType, LaunchArgs, Op, Tier};
+use runtime::backend::allocations::overlapping_output;
+use runtime::{DType, KernelInfo, LaunchArgs, Op, Result, StreamId, Tier};
 use std::sync::atomic::Ordering;
 
 // SAFETY: `KParams` is `#[repr(C)]`, made of `i64` / `f64` fields only, and mirrors
@@ -36,7 +38,7 @@ impl Device {
         grid: (u32, u32, u32),
         block: (u32, u32, u32),
         smem: u32,
-    ) -> Result<(), CudaError> {
+    ) -> std::result::Result<(), CudaError> {
         let mut b = st.launch_builder(f);
         b.arg(p);
         for x in ptrs {
@@ -59,7 +61,7 @@ impl Device {
         k: Kern,
         p: &KParams,
         ptrs: &[u64],
-    ) -> Result<(), CudaError> {
+    ) -> std::result::Result<(), CudaError> {
         if p.n <= 0 {
             return Ok(());
         }
@@ -81,7 +83,7 @@ impl Device {
         p: &KParams,
         items: i64,
         ptrs: &[u64],
-    ) -> Result<(), CudaError> {
+    ) -> std::result::Result<(), CudaError> {
         if items <= 0 || p.n <= 0 {
             return Ok(());
         }
@@ -103,7 +105,7 @@ impl Device {
         block: u32,
         smem: u32,
         ptrs: &[u64],
-    ) -> Result<(), CudaError> {
+    ) -> std::result::Result<(), CudaError> {
         if rows <= 0 {
             return Ok(());
         }
@@ -122,7 +124,7 @@ impl Device {
         p: &KParams,
         rows: i64,
         ptrs: &[u64],
-    ) -> Result<(), CudaError> {
+    ) -> std::result::Result<(), CudaError> {
         if rows <= 0 {
             return Ok(());
         }
@@ -131,8 +133,8 @@ impl Device {
         self.launch_fn(st, &f, p, ptrs, (g, 1, 1), (BLOCK, 1, 1), 0)
     }
 
-    /// Enqueues `e` for `args` on `ss` (operands already validated and pinned).
-    pub(crate) fn run(&self, e: &Entry, args: &LaunchArgs, ss: &StreamState) -> Result<(), CudaError> {
+    /// Enqueues `imp` for `args` on `ss` (operands already validated and pinned).
+    pub(crate) fn run(&self, imp: Impl, args: &LaunchArgs, ss: &StreamState) -> std::result::Result<(), CudaError> {
         let st = &ss.cu;
         let ins = &args.inputs;
         let out = args.outputs.first().ok_or_else(|| bad("no output"))?;
@@ -142,7 +144,7 @@ impl Device {
         let o = addr(out);
         let a = |i: usize| ins.get(i).map_or(0, addr);
         let es = dt.size();
-        match (e.imp, &args.op) {
+        match (imp, &args.op) {
             (Impl::Memcpy, op) => {
                 let x = &ins[0];
                 if matches!(op, Op::Copy) && !x.layout.is_contiguous() {
@@ -307,7 +309,7 @@ impl Device {
         b: u64,
         c: Option<(u64, &[usize])>,
         out: u64,
-    ) -> Result<(), CudaError> {
+    ) -> std::result::Result<(), CudaError> {
         let total = mp.batch() * mp.m * mp.n;
         if total == 0 {
             return Ok(());
@@ -384,6 +386,50 @@ impl Device {
 
     fn tf32(&self) -> bool {
         self.tf32_allowed
+    }
+}
+
+impl CudaBackend {
+    /// Validates `args` for `kernel` (rules M1, M3), pins its operands and queues the
+    /// kernel on `stream` (`Backend::launch`).
+    pub(crate) fn launch_kernel(
+        &self,
+        device: usize,
+        kernel: &KernelInfo,
+        args: LaunchArgs,
+        stream: StreamId,
+    ) -> Result<()> {
+        let (info, &imp) = self
+            .kernels
+            .resolve(kernel)
+            .ok_or_else(|| CudaError::BadRequest(format!("kernel {} is not a CUDA kernel", kernel.name)))?;
+        let d = self.dev(device)?;
+        let st = d.stream(stream)?;
+        let n_in = args.inputs.len();
+        let ranges = args.validate(info)?;
+        if let Some(i) = overlapping_output(&ranges, n_in, |_| false) {
+            return Err(CudaError::BadRequest(format!("{}: output {i} overlaps another operand", kernel.name)).into());
+        }
+        if args.outputs.iter().any(|o| !o.layout.is_contiguous()) {
+            return Err(CudaError::BadRequest(format!("{}: outputs must be contiguous", kernel.name)).into());
+        }
+        let pins = d.table.pin(&ranges).map_err(CudaError::from)?;
+        d.bind()?;
+        let user = stream != DEFAULT_STREAM;
+        if user {
+            d.reap();
+        }
+        let ran = guard("kernel launch", || d.run(imp, &args, &st));
+        // Part of the work may have been queued even when a later step failed: keep the
+        // memory alive until the stream says it is done, in every case (M2).
+        d.retire(&st, user, pins, args.op.name(), args.seq)?;
+        ran.map_err(|e| match e {
+            e @ CudaError::OutOfMemory { .. } => e.into(),
+            e => {
+                let (op, seq, kernel) = (args.op.name(), args.seq, kernel.name.clone());
+                runtime::Error::backend("cuda", CudaError::Launch { op, seq, kernel, source: Box::new(e) })
+            }
+        })
     }
 }
 

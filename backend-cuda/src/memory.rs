@@ -1,93 +1,41 @@
-//! Raw device allocations, the table that checks every address handed to the backend
-//! (rules (M1) and (M2) of the `Backend` contract), and pinned host staging buffers.
+//! Raw device allocations and their entry in the device's allocation table (rules (M1)
+//! and (M2) of the `Backend` contract, checked by
+//! [`runtime::backend::allocations::AllocTable`]), and host<->device copies through
+//! pinned, double-buffered staging buffers. Device-to-device copies and fills are queued
+//! on streams (`stream.rs`).
 
-use crate::error::CudaError;
-use cudarc::driver::{CudaContext, result};
-use std::collections::BTreeMap;
+use crate::error::{CudaError, drv, lock};
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream, result};
+use runtime::backend::allocations::{AllocTable, Release};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Alignment `cuMemAlloc` guarantees.
 pub const DRIVER_ALIGNMENT: usize = 256;
 
-struct Allocation {
-    /// What `cuMemAlloc` returned (the key is this rounded up to the alignment).
-    raw: u64,
-    /// Usable bytes from the key.
-    size: usize,
-    /// Queued work currently using this allocation.
-    pins: usize,
-    /// `free` was called; the memory goes back once `pins` reaches 0.
-    freed: bool,
+/// The label of device `ordinal` in allocation-table errors (`cuda:0`).
+pub fn device_label(ordinal: usize) -> String {
+    format!("cuda:{ordinal}")
 }
 
-/// All live allocations of one device.
-pub struct AllocTable {
-    map: Mutex<BTreeMap<u64, Allocation>>,
-    device: usize,
+/// Gives a block of the allocation table back to the driver (`cuMemFree`) in the
+/// device's context. The table's record of a block is the raw pointer `cuMemAlloc`
+/// returned (the block's base is that pointer rounded up to the requested alignment).
+pub struct CudaRelease {
     ctx: Arc<CudaContext>,
-}
-
-/// Keeps a set of allocations alive while queued work uses them; unpins on drop.
-pub struct Pins {
-    table: Arc<AllocTable>,
-    bases: Vec<u64>,
-}
-
-impl Drop for Pins {
-    fn drop(&mut self) {
-        let mut release = Vec::new();
-        {
-            let mut m = self.table.lock();
-            for b in &self.bases {
-                let done = match m.get_mut(b) {
-                    Some(a) => {
-                        a.pins = a.pins.saturating_sub(1);
-                        a.freed && a.pins == 0
-                    }
-                    None => false,
-                };
-                if done {
-                    if let Some(a) = m.remove(b) {
-                        release.push(a.raw);
-                    }
-                }
-            }
-        }
-        for raw in release {
-            self.table.release(raw);
-        }
-    }
-}
-
-/// Checks that `addr .. addr + len` lies inside one live block of `m` (keyed by base
-/// address; `live_size` gives a block's size, or `None` once it is freed); returns the
-/// block's base.
-pub fn locate<V>(
-    m: &BTreeMap<u64, V>,
-    live_size: impl Fn(&V) -> Option<usize>,
     device: usize,
-    addr: u64,
-    len: usize,
-) -> Result<u64, CudaError> {
-    let bad = CudaError::BadAddress { device, addr, len };
-    let (&base, v) = m.range(..=addr).next_back().ok_or(bad.clone())?;
-    let end = addr.checked_add(len as u64).ok_or(bad.clone())?;
-    match live_size(v) {
-        Some(size) if end <= base + size as u64 => Ok(base),
-        _ => Err(bad),
+}
+
+impl CudaRelease {
+    pub fn new(ctx: Arc<CudaContext>, device: usize) -> CudaRelease {
+        CudaRelease { ctx, device }
     }
 }
 
-impl AllocTable {
-    pub fn new(device: usize, ctx: Arc<CudaContext>) -> AllocTable {
-        AllocTable { map: Mutex::new(BTreeMap::new()), device, ctx }
-    }
+impl Release for CudaRelease {
+    type Record = u64;
 
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<u64, Allocation>> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn release(&self, raw: u64) {
+    fn release(&self, _base: u64, _size: usize, raw: u64) {
         if let Err(e) = self.ctx.bind_to_thread() {
             log::error!("cuda:{}: binding the context to free {raw:#x}: {e}", self.device);
             return;
@@ -98,96 +46,34 @@ impl AllocTable {
             log::error!("cuda:{}: cuMemFree({raw:#x}) failed: {e}", self.device);
         }
     }
-
-    /// Allocates `bytes` (> 0) aligned to `align` (a power of two).
-    pub fn alloc(&self, bytes: usize, align: usize) -> Result<u64, CudaError> {
-        if bytes == 0 {
-            return Err(CudaError::BadRequest("zero-byte allocation".into()));
-        }
-        if !align.is_power_of_two() {
-            return Err(CudaError::BadRequest(format!("alignment {align} is not a power of two")));
-        }
-        let align = align.max(DRIVER_ALIGNMENT);
-        let extra = align - DRIVER_ALIGNMENT;
-        let total = bytes
-            .checked_add(extra)
-            .ok_or_else(|| CudaError::BadRequest(format!("{bytes} bytes aligned to {align} overflow")))?;
-        self.ctx.bind_to_thread().map_err(|e| CudaError::driver("cuCtxSetCurrent", e, None))?;
-        // SAFETY: a plain allocation of `total` > 0 bytes in the current context.
-        let raw = unsafe { result::malloc_sync(total) }
-            .map_err(|e| CudaError::driver("cuMemAlloc", e, Some((self.device, bytes))))?;
-        let base = (raw + align as u64 - 1) & !(align as u64 - 1);
-        if base + bytes as u64 > raw + total as u64 {
-            self.release(raw);
-            return Err(CudaError::BadRequest(format!("driver returned a misaligned block {raw:#x}")));
-        }
-        self.lock().insert(base, Allocation { raw, size: bytes, pins: 0, freed: false });
-        Ok(base)
-    }
-
-    /// Frees an allocation, or defers it until the work using it is done.
-    pub fn free(&self, base: u64) -> Result<(), CudaError> {
-        let raw = {
-            let mut m = self.lock();
-            match m.get_mut(&base) {
-                Some(a) if !a.freed => {
-                    if a.pins > 0 {
-                        a.freed = true;
-                        return Ok(());
-                    }
-                    m.remove(&base).map(|a| a.raw)
-                }
-                _ => return Err(CudaError::BadAddress { device: self.device, addr: base, len: 0 }),
-            }
-        };
-        if let Some(raw) = raw {
-            self.release(raw);
-        }
-        Ok(())
-    }
-
-    /// Verifies every `(addr, len)` range and pins the allocations they fall in.
-    /// Empty ranges are not checked.
-    pub fn pin(self: &Arc<Self>, ranges: &[(u64, usize)]) -> Result<Pins, CudaError> {
-        let mut m = self.lock();
-        let mut bases = Vec::with_capacity(ranges.len());
-        for &(addr, len) in ranges {
-            if len == 0 {
-                continue;
-            }
-            let base = locate(&m, |a: &Allocation| (!a.freed).then_some(a.size), self.device, addr, len)?;
-            bases.push(base);
-        }
-        for b in &bases {
-            if let Some(a) = m.get_mut(b) {
-                a.pins += 1;
-            }
-        }
-        Ok(Pins { table: self.clone(), bases })
-    }
-
-    /// Bytes currently allocated (including deferred frees).
-    pub fn allocated_bytes(&self) -> usize {
-        self.lock().values().map(|a| a.size).sum()
-    }
-
-    /// Live allocations.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
-impl Drop for AllocTable {
-    fn drop(&mut self) {
-        let m = std::mem::take(&mut *self.lock());
-        for (_, a) in m {
-            self.release(a.raw);
-        }
+/// Allocates `bytes` (> 0) aligned to `align` (a power of two) with `cuMemAlloc` in the
+/// table's device and records the block in `table`; returns its base.
+pub fn alloc(table: &AllocTable<CudaRelease>, bytes: usize, align: usize) -> Result<u64, CudaError> {
+    if bytes == 0 {
+        return Err(CudaError::BadRequest("zero-byte allocation".into()));
     }
+    if !align.is_power_of_two() {
+        return Err(CudaError::BadRequest(format!("alignment {align} is not a power of two")));
+    }
+    let align = align.max(DRIVER_ALIGNMENT);
+    let extra = align - DRIVER_ALIGNMENT;
+    let total = bytes
+        .checked_add(extra)
+        .ok_or_else(|| CudaError::BadRequest(format!("{bytes} bytes aligned to {align} overflow")))?;
+    let r = table.releaser();
+    r.ctx.bind_to_thread().map_err(|e| CudaError::driver("cuCtxSetCurrent", e, None))?;
+    // SAFETY: a plain allocation of `total` > 0 bytes in the current context.
+    let raw = unsafe { result::malloc_sync(total) }
+        .map_err(|e| CudaError::driver("cuMemAlloc", e, Some((r.device, bytes))))?;
+    let base = (raw + align as u64 - 1) & !(align as u64 - 1);
+    if base + bytes as u64 > raw + total as u64 {
+        r.release(base, total, raw);
+        return Err(CudaError::BadRequest(format!("driver returned a misaligned block {raw:#x}")));
+    }
+    table.insert(base, bytes, raw)?;
+    Ok(base)
 }
 
 /// A page-locked host buffer for asynchronous copies.
@@ -234,5 +120,141 @@ impl Drop for Pinned {
         if let Err(e) = unsafe { result::free_host(self.ptr as *mut std::ffi::c_void) } {
             log::error!("cuMemFreeHost failed: {e}");
         }
+    }
+}
+
+/// A pinned buffer split in two halves, each with the event of the last copy through it.
+struct Staging {
+    buf: Pinned,
+    events: [CudaEvent; 2],
+}
+
+/// A device's path for host<->device copies: the pinned staging buffer (made on first
+/// use; pageable copies when it cannot be made) and the stream the copies run on.
+pub(crate) struct HostCopies {
+    staging: Mutex<Option<Staging>>,
+    staging_bytes: usize,
+    copy_stream: Arc<CudaStream>,
+    ctx: Arc<CudaContext>,
+    ordinal: usize,
+}
+
+impl HostCopies {
+    pub(crate) fn new(
+        ctx: Arc<CudaContext>,
+        ordinal: usize,
+        staging_bytes: usize,
+        copy_stream: Arc<CudaStream>,
+    ) -> Self {
+        HostCopies { staging: Mutex::new(None), staging_bytes, copy_stream, ctx, ordinal }
+    }
+
+    fn bind(&self) -> Result<(), CudaError> {
+        self.ctx.bind_to_thread().map_err(drv("cuCtxSetCurrent"))
+    }
+
+    fn staging(&self) -> Option<MutexGuard<'_, Option<Staging>>> {
+        let mut g = lock(&self.staging);
+        if g.is_none() {
+            let made = Pinned::new(self.ctx.clone(), self.staging_bytes).and_then(|buf| {
+                let ev =
+                    || self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING)).map_err(drv("cuEventCreate"));
+                Ok(Staging { buf, events: [ev()?, ev()?] })
+            });
+            match made {
+                Ok(s) => *g = Some(s),
+                Err(e) => {
+                    log::warn!("cuda:{}: no pinned staging buffer ({e}); copying from pageable memory", self.ordinal);
+                    return None;
+                }
+            }
+        }
+        Some(g)
+    }
+
+    /// Host to device through the pinned buffer, double buffered; synchronous.
+    pub(crate) fn upload(&self, src: &[u8], dst: u64) -> std::result::Result<(), CudaError> {
+        self.bind()?;
+        let Some(mut g) = self.staging() else {
+            // SAFETY: `dst .. dst + len` was validated and pinned by the caller; the copy is
+            // synchronous, so `src` outlives it.
+            return unsafe { result::memcpy_htod_sync(dst, src) }.map_err(drv("cuMemcpyHtoD"));
+        };
+        let Some(st) = g.as_mut() else { return Err(CudaError::BadRequest("staging buffer vanished".into())) };
+        let half = st.buf.len() / 2;
+        let base = st.buf.as_ptr();
+        let cs = self.copy_stream.cu_stream();
+        for (k, chunk) in src.chunks(half).enumerate() {
+            let slot = k % 2;
+            if k >= 2 {
+                st.events[slot].synchronize().map_err(drv("cuEventSynchronize"))?;
+            }
+            // SAFETY: `base + slot * half` has `half` >= chunk.len() bytes of the pinned
+            // buffer; the copy that last read this half has completed (event above).
+            let host = unsafe { base.add(slot * half) };
+            // SAFETY: distinct buffers (pageable source, pinned destination), length checked.
+            unsafe { std::ptr::copy_nonoverlapping(chunk.as_ptr(), host, chunk.len()) };
+            // SAFETY: the device range lies inside the validated destination; the pinned
+            // half stays untouched until its event completes.
+            unsafe {
+                cudarc::driver::sys::cuMemcpyHtoDAsync_v2(
+                    dst + (k * half) as u64,
+                    host as *const std::ffi::c_void,
+                    chunk.len(),
+                    cs,
+                )
+                .result()
+                .map_err(drv("cuMemcpyHtoDAsync"))?;
+            }
+            st.events[slot].record(&self.copy_stream).map_err(drv("cuEventRecord"))?;
+        }
+        self.copy_stream.synchronize().map_err(drv("cuStreamSynchronize"))
+    }
+
+    /// Device to host through the pinned buffer, double buffered; synchronous.
+    pub(crate) fn download(&self, src: u64, dst: &mut [u8]) -> std::result::Result<(), CudaError> {
+        self.bind()?;
+        let Some(mut g) = self.staging() else {
+            // SAFETY: the source range was validated and pinned by the caller; synchronous.
+            return unsafe { result::memcpy_dtoh_sync(dst, src) }.map_err(drv("cuMemcpyDtoH"));
+        };
+        let Some(st) = g.as_mut() else { return Err(CudaError::BadRequest("staging buffer vanished".into())) };
+        let half = st.buf.len() / 2;
+        let base = st.buf.as_ptr();
+        let cs = self.copy_stream.cu_stream();
+        let n = dst.len();
+        let chunks = n.div_ceil(half);
+        let drain = |k: usize, dst: &mut [u8], st: &Staging| -> std::result::Result<(), CudaError> {
+            let slot = k % 2;
+            st.events[slot].synchronize().map_err(drv("cuEventSynchronize"))?;
+            let (lo, hi) = (k * half, ((k + 1) * half).min(n));
+            // SAFETY: the copy into this half has completed (event above); the lengths match.
+            unsafe { std::ptr::copy_nonoverlapping(base.add(slot * half), dst[lo..hi].as_mut_ptr(), hi - lo) };
+            Ok(())
+        };
+        for k in 0..chunks {
+            let slot = k % 2;
+            let (lo, hi) = (k * half, ((k + 1) * half).min(n));
+            // SAFETY: the source range lies inside the validated allocation; the pinned half
+            // was drained (below, one step behind) before being reused.
+            unsafe {
+                cudarc::driver::sys::cuMemcpyDtoHAsync_v2(
+                    base.add(slot * half) as *mut std::ffi::c_void,
+                    src + lo as u64,
+                    hi - lo,
+                    cs,
+                )
+                .result()
+                .map_err(drv("cuMemcpyDtoHAsync"))?;
+            }
+            st.events[slot].record(&self.copy_stream).map_err(drv("cuEventRecord"))?;
+            if k >= 1 {
+                drain(k - 1, dst, st)?;
+            }
+        }
+        if chunks > 0 {
+            drain(chunks - 1, dst, st)?;
+        }
+        Ok(())
     }
 }

@@ -34,7 +34,7 @@ pub fn options(cc: (i32, i32), tier: Tier, output: Output) -> Vec<String> {
             ["--fmad=true", "--prec-div=true", "--prec-sqrt=true", "--extra-device-vectorization"].map(String::from),
         ),
     }
-    v.push(format!("-DNPURT_TIER_{}", crate::source::tier_tag(tier).to_ascii_uppercase()));
+    v.push(format!("-DNPURT_TIER_{}", crate::kernels::source::tier_tag(tier).to_ascii_uppercase()));
     v
 }
 
@@ -140,9 +140,9 @@ pub fn module_image(cc: (i32, i32), tier: Tier, dtype: DType, output: Output) ->
     if let Some(i) = c.get(&key) {
         return Ok(i.clone());
     }
-    let src = crate::source::module_source(tier, dtype)
+    let src = crate::kernels::source::module_source(tier, dtype)
         .ok_or_else(|| CudaError::BadRequest(format!("no {} kernels for {dtype}", tier.name())))?;
-    let name = crate::source::module_name(tier, dtype);
+    let name = crate::kernels::source::module_name(tier, dtype);
     let t0 = std::time::Instant::now();
     let img = Arc::new(compile(&name, &src, &options(cc, tier, output), output)?);
     log::debug!("nvrtc: compiled {name} for sm_{}{} ({output:?}) in {:.2?}", cc.0, cc.1, t0.elapsed());

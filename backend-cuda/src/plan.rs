@@ -7,7 +7,7 @@ use runtime::{GeluApprox, Op};
 pub const MAX_RANK: usize = 8;
 
 /// The parameter block passed by value to every generated kernel; mirrors `struct P` in
-/// the CUDA prelude (see [`crate::source`]). Field meaning depends on the kernel.
+/// the CUDA prelude (see [`crate::kernels::source`]). Field meaning depends on the kernel.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct KParams {

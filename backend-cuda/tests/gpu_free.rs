@@ -4,8 +4,13 @@
 use backend_cuda::kernels::{self, Impl};
 use backend_cuda::plan::{self, KParams, MatmulPlan};
 use backend_cuda::{CudaBackend, CudaError, info, memory, nvrtc, probe, source};
-use runtime::{DType, GeluApprox, Op, OpKind, Tier, UnitClass};
-use std::collections::{BTreeMap, HashSet};
+use runtime::{DType, GeluApprox, KernelInfo, KernelTable, Op, OpKind, Tier, UnitClass};
+use std::collections::HashSet;
+
+/// Every entry of a kernel table with its implementation, in table order.
+fn entries(t: &KernelTable<Impl>) -> Vec<(&KernelInfo, Impl)> {
+    (0..t.infos().len()).map(|i| t.get(i).map(|(k, imp)| (k, *imp)).unwrap()).collect()
+}
 
 #[test]
 fn probing_never_panics_and_explains_a_missing_gpu() {
@@ -76,9 +81,10 @@ fn driver_errors_map_to_typed_errors() {
 
     let rt: runtime::Error = other.into();
     match rt {
-        runtime::Error::Backend { backend, msg } => {
+        runtime::Error::Backend { backend, source } => {
             assert_eq!(backend, "cuda");
-            assert!(msg.contains("ILLEGAL_ADDRESS"));
+            assert!(source.to_string().contains("ILLEGAL_ADDRESS"));
+            assert!(source.downcast_ref::<CudaError>().is_some(), "the CudaError is the source");
         }
         e => panic!("expected a backend error, got {e:?}"),
     }
@@ -172,20 +178,17 @@ fn nvrtc_options_follow_tier_and_architecture() {
 #[test]
 fn kernel_table_covers_every_op_with_a_reference() {
     for (blas, tf32) in [(false, false), (true, false), (true, true)] {
-        let t = kernels::table(blas, tf32);
-        let names: HashSet<&str> = t.iter().map(|e| e.info.name).collect();
+        let t = entries(kernels::table(blas, tf32));
+        let names: HashSet<&str> = t.iter().map(|(k, _)| k.name.as_ref()).collect();
         assert_eq!(names.len(), t.len(), "names are unique");
-        for (i, e) in t.iter().enumerate() {
-            assert_eq!(e.info.id, i);
+        for (i, (k, _)) in t.iter().enumerate() {
+            assert_eq!(k.id, i);
         }
         for kind in OpKind::ALL {
-            assert!(
-                t.iter().any(|e| e.info.op == kind && e.info.tier == Tier::Reference),
-                "{kind}: no reference kernel"
-            );
+            assert!(t.iter().any(|(k, _)| k.op == kind && k.tier == Tier::Reference), "{kind}: no reference kernel");
         }
-        let mm: Vec<_> = t.iter().filter(|e| e.info.op == OpKind::MatMul).collect();
-        let blas_n = mm.iter().filter(|e| e.imp == Impl::Blas).count();
+        let mm: Vec<_> = t.iter().filter(|(k, _)| k.op == OpKind::MatMul).collect();
+        let blas_n = mm.iter().filter(|(_, imp)| *imp == Impl::Blas).count();
         assert_eq!(
             blas_n,
             if !blas {
@@ -197,21 +200,21 @@ fn kernel_table_covers_every_op_with_a_reference() {
             }
         );
         if blas {
-            let tc = mm.iter().find(|e| e.imp == Impl::Blas && e.info.unit.class == UnitClass::Cube).unwrap();
-            assert_eq!(tc.info.tier, Tier::HighPerformance);
-            assert!(tc.info.name.starts_with("matmul.fast.cublas"));
+            let (tc, _) = mm.iter().find(|(k, imp)| *imp == Impl::Blas && k.unit.class == UnitClass::Cube).unwrap();
+            assert_eq!(tc.tier, Tier::HighPerformance);
+            assert!(tc.name.starts_with("matmul.fast.cublas"));
         }
     }
-    let t = kernels::table(true, true);
-    assert!(t.iter().any(|e| e.info.name == "matmul.fast.cublas-tf32"));
-    assert!(t.iter().any(|e| e.info.name == "attention.fast.fused-block-per-query"));
+    let t = kernels::table(true, true).infos();
+    assert!(t.iter().any(|k| k.name == "matmul.fast.cublas-tf32"));
+    assert!(t.iter().any(|k| k.name == "attention.fast.fused-block-per-query"));
 }
 
 #[test]
 fn support_predicates_decline_what_kernels_cannot_do() {
     use runtime::{KernelQuery, TensorMeta};
-    let t = kernels::table(true, false);
-    let find = |name: &str| t.iter().find(|e| e.info.name == name).unwrap().info;
+    let t = kernels::table(true, false).infos();
+    let find = |name: &str| t.iter().find(|k| k.name == name).unwrap().clone();
     let m = |d: DType, s: &[usize]| TensorMeta::new(d, s.to_vec());
     // Vectorised binary: equal shapes only.
     let add = find("add.fast.vec4");
@@ -355,20 +358,33 @@ fn row_op_params() {
     assert_eq!(plan::grid_1d(1 << 20, 256, 100), (100, 256));
 }
 
+/// The allocation table the backend uses (the runtime's, labelled as the backend labels
+/// a device), with a releaser that needs no GPU; its errors map into `CudaError`.
 #[test]
 fn address_checks() {
-    let mut m: BTreeMap<u64, (usize, bool)> = BTreeMap::new();
-    m.insert(0x1000, (256, false));
-    m.insert(0x2000, (512, true));
-    let live = |v: &(usize, bool)| (!v.1).then_some(v.0);
-    assert_eq!(memory::locate(&m, live, 0, 0x1000, 256), Ok(0x1000));
-    assert_eq!(memory::locate(&m, live, 0, 0x10f0, 16), Ok(0x1000));
-    assert!(memory::locate(&m, live, 0, 0x10f0, 17).is_err(), "runs past the end");
-    assert!(memory::locate(&m, live, 0, 0x0fff, 1).is_err(), "before every block");
-    assert!(memory::locate(&m, live, 0, 0x2000, 1).is_err(), "freed block");
-    assert!(memory::locate(&m, live, 0, u64::MAX - 1, 8).is_err(), "overflow");
-    let e = memory::locate(&m, live, 3, 0x5000, 4).unwrap_err();
+    use runtime::backend::allocations::{AllocTable, BadAddress, Release};
+    use std::error::Error as _;
+    struct Keep;
+    impl Release for Keep {
+        type Record = ();
+        fn release(&self, _base: u64, _size: usize, _record: ()) {}
+    }
+    let t = std::sync::Arc::new(AllocTable::new(memory::device_label(0), Keep));
+    t.insert(0x1000, 256, ()).unwrap();
+    t.insert(0x2000, 512, ()).unwrap();
+    // Freed while queued work still pins it: in the table, but no longer live.
+    let _pinned = t.pin(&[(0x2000, 1)]).unwrap();
+    t.free(0x2000).unwrap();
+    assert_eq!(t.locate(0x1000, 256), Ok(0x1000));
+    assert_eq!(t.locate(0x10f0, 16), Ok(0x1000));
+    assert!(t.locate(0x10f0, 17).is_err(), "runs past the end");
+    assert!(t.locate(0x0fff, 1).is_err(), "before every block");
+    assert!(t.locate(0x2000, 1).is_err(), "freed block");
+    assert!(t.locate(u64::MAX - 1, 8).is_err(), "overflow");
+    let t3 = AllocTable::new(memory::device_label(3), Keep);
+    let e = CudaError::from(t3.locate(0x5000, 4).unwrap_err());
     assert_eq!(e.to_string(), "address range 0x5000+4 is not inside a live allocation of cuda:3");
+    assert!(e.source().is_some_and(|s| s.downcast_ref::<BadAddress>().is_some()), "the table's error is the source");
 }
 
 #[test]
@@ -410,12 +426,12 @@ fn peaks_from_the_architecture_table() {
 #[test]
 fn cublas_declines_gemm_with_alpha_zero() {
     use runtime::{KernelQuery, TensorMeta};
-    let t = kernels::table(true, false);
+    let t = kernels::table(true, false).infos();
     let m = |s: &[usize]| TensorMeta::new(DType::F32, s.to_vec());
     let (ins, outs) = ([m(&[4, 8]), m(&[8, 2])], [m(&[4, 2])]);
     let gemm = |alpha: f32| Op::Gemm { trans_a: false, trans_b: false, alpha, beta: 0.0 };
-    let sg = t.iter().find(|e| e.info.name == "gemm.fast.cublas-sgemm").unwrap().info;
-    let tiled = t.iter().find(|e| e.info.name == "gemm.generic.tiled-16x16").unwrap().info;
+    let sg = t.iter().find(|k| k.name == "gemm.fast.cublas-sgemm").unwrap().clone();
+    let tiled = t.iter().find(|k| k.name == "gemm.generic.tiled-16x16").unwrap().clone();
     assert!((sg.supports)(&KernelQuery { op: &gemm(0.0), inputs: &ins, outputs: &outs }).is_err());
     assert!((sg.supports)(&KernelQuery { op: &gemm(0.5), inputs: &ins, outputs: &outs }).is_ok());
     assert!((tiled.supports)(&KernelQuery { op: &gemm(0.0), inputs: &ins, outputs: &outs }).is_ok());

@@ -1,6 +1,7 @@
 //! Runtime configuration: every knob, its validation and its environment overrides.
 
 use crate::error::{Error, Result};
+pub use crate::kernel::HwMapping;
 use crate::kernel::Tier;
 
 /// How the pool picks a cached block for a request.
@@ -20,17 +21,6 @@ pub enum Scheduling {
     /// Fewer, fuller streams; more requests in flight.
     Throughput,
     Balanced,
-}
-
-/// Hardware-mapping strategy used when choosing among implementations.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HwMapping {
-    /// Best tier first, whatever the unit.
-    Auto,
-    /// Matrix units (Ascend Cube, tensor cores, FMA GEMM) first.
-    CubePrefer,
-    /// Vector units first.
-    VectorPrefer,
 }
 
 /// Precision of the matrix products in compiled graphs.

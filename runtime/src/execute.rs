@@ -7,8 +7,9 @@ use crate::error::{Error, Result};
 use crate::kernel::{self, KernelInfo, KernelQuery};
 use crate::op::{Op, TensorMeta};
 use crate::report::ExecReport;
-use crate::runtime::{Operand, Runtime, Target, Task};
+use crate::runtime::{Runtime, Task};
 use crate::shape::Layout;
+use crate::stream::Target;
 use crate::stream::{self, Stream};
 use crate::tensor::Tensor;
 use std::sync::Arc;
@@ -96,7 +97,7 @@ impl Runtime {
         drop(temps);
         let report = ExecReport {
             op: op.name(),
-            implementation: kernel.name,
+            implementation: kernel.name.clone(),
             tier: kernel.tier,
             device: dev.label.clone(),
             unit: kernel.unit,
@@ -132,7 +133,7 @@ impl Runtime {
             held.extend(temps);
             reports.push(ExecReport {
                 op: t.op.name(),
-                implementation: kernel.name,
+                implementation: kernel.name.clone(),
                 tier: kernel.tier,
                 device: dev.label.clone(),
                 unit: kernel.unit,
@@ -193,7 +194,7 @@ impl Runtime {
             &q,
             self.inner.config.forced_tier,
         )
-        .copied()
+        .cloned()
     }
 
     fn prepare(
@@ -361,6 +362,16 @@ impl Runtime {
     pub(crate) fn next_seqs(&self, n: u64) -> u64 {
         self.inner.seq.fetch_add(n, Ordering::Relaxed) + 1
     }
+
+    /// The backend's index of logical device `device`.
+    pub(crate) fn ordinal(&self, device: usize) -> Result<usize> {
+        Ok(self.inner.device(device)?.ordinal)
+    }
+
+    /// True when `t` was allocated by this runtime (or a clone of it).
+    pub(crate) fn owns(&self, t: &Tensor) -> bool {
+        t.runtime_is(&self.inner)
+    }
 }
 
 /// The outputs a launch was given must be as many, and each of the dtype and shape, that
@@ -379,4 +390,21 @@ fn check_output_metas(
         }
     }
     Ok(())
+}
+
+/// An operand of a compiled node as [`Runtime::freeze_launch`] sees it.
+pub(crate) enum Operand<'a> {
+    /// The same tensor on every run (an arena slot, a constant or a view of one).
+    Fixed(&'a Tensor),
+    /// A tensor that changes from run to run (a graph input or output).
+    PerRun(&'a TensorMeta),
+}
+
+impl Operand<'_> {
+    pub(crate) fn meta(&self) -> TensorMeta {
+        match self {
+            Operand::Fixed(t) => t.meta(),
+            Operand::PerRun(m) => (*m).clone(),
+        }
+    }
 }

@@ -1,9 +1,20 @@
 //! Kernel descriptions, implementation tiers, hardware units and implementation selection.
 
-use crate::config::HwMapping;
 use crate::error::{Error, Result};
 use crate::op::{Op, OpKind, TensorMeta};
+use std::borrow::Cow;
 use std::fmt;
+
+/// Hardware-mapping strategy used when choosing among implementations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HwMapping {
+    /// Best tier first, whatever the unit.
+    Auto,
+    /// Matrix units (Ascend Cube, tensor cores, FMA GEMM) first.
+    CubePrefer,
+    /// Vector units first.
+    VectorPrefer,
+}
 
 /// How an implementation is meant to be used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -84,14 +95,56 @@ pub struct KernelQuery<'a> {
     pub outputs: &'a [TensorMeta],
 }
 
+/// Why a kernel failed on operands that passed validation. Kernels return it; the
+/// backend wraps it (with the op, the kernel and the stream) into a [`crate::Error`],
+/// keeping it as the `source()`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum KernelError {
+    /// An operand's bytes are not aligned for its element type.
+    #[error("misaligned {what}: {reason}")]
+    Misaligned { what: &'static str, reason: String },
+    /// An operand (or a packed constant) holds fewer elements than its shape needs.
+    #[error("{what} holds {got} elements where {needed} are needed")]
+    TooShort { what: &'static str, needed: usize, got: usize },
+    /// An index operand names a position outside its axis.
+    #[error("index {index} is out of range for an axis of length {len}")]
+    IndexOutOfRange { index: i64, len: usize },
+    /// The kernel needs a CPU or device feature this machine lacks.
+    #[error("this machine lacks {0}")]
+    MissingFeature(&'static str),
+    /// An operand's shape does not fit the kernel's view of it.
+    #[error("shape: {0}")]
+    Shape(#[from] ndarray::ShapeError),
+    /// The kernel was reached with a signature its table entry does not cover: a bug
+    /// in the kernel table, not in the caller's operands.
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl KernelError {
+    pub fn misaligned(what: &'static str, reason: impl fmt::Display) -> KernelError {
+        KernelError::Misaligned { what, reason: reason.to_string() }
+    }
+}
+
+impl From<&'static str> for KernelError {
+    /// An invariant the kernel's table entry guarantees did not hold.
+    fn from(what: &'static str) -> KernelError {
+        KernelError::Internal(what.to_string())
+    }
+}
+
+/// What every kernel returns.
+pub type KernelResult = std::result::Result<(), KernelError>;
+
 /// A predicate: `Ok(())` when the kernel can run this signature, else why not.
 pub type SupportFn = fn(&KernelQuery<'_>) -> Result<(), String>;
 
 /// One implementation a backend offers.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct KernelInfo {
-    /// Unique within the backend, e.g. `matmul.f32.gemm-avx2`.
-    pub name: &'static str,
+    /// Unique within the backend, e.g. `matmul.fast.avx2-fma`.
+    pub name: Cow<'static, str>,
     pub op: OpKind,
     pub tier: Tier,
     pub unit: Unit,
@@ -109,6 +162,78 @@ impl fmt::Debug for KernelInfo {
             .field("tier", &self.tier)
             .field("unit", &self.unit)
             .finish()
+    }
+}
+
+/// A backend's kernel table: the [`KernelInfo`]s the runtime selects among and, beside
+/// each, the backend's own implementation handle `I` (a function, an enum naming the
+/// vendor call, ...). Every backend declares its table with [`KernelTable::add`], which
+/// names a kernel `<op>.<tier>.<label>` and numbers it (`KernelInfo::id` = its index).
+///
+/// Built once per process or per configuration and then only read: `Send`/`Sync` when
+/// `I` is.
+pub struct KernelTable<I> {
+    infos: Vec<KernelInfo>,
+    impls: Vec<I>,
+}
+
+impl<I> Default for KernelTable<I> {
+    fn default() -> Self {
+        KernelTable { infos: Vec::new(), impls: Vec::new() }
+    }
+}
+
+impl<I> KernelTable<I> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a kernel named `<op>.<tier>.<label>` (`op` in lower case, e.g.
+    /// `matmul.fast.avx512-fma`). Earlier entries of the same op and tier are preferred
+    /// by [`select`] when both support a query.
+    pub fn add(&mut self, op: OpKind, tier: Tier, unit: Unit, label: &str, supports: SupportFn, imp: I) -> &mut Self {
+        let name = format!("{}.{}.{label}", op.name().to_ascii_lowercase(), tier.name());
+        let id = self.infos.len();
+        debug_assert!(self.infos.iter().all(|k| k.name != name), "duplicate kernel name {name}");
+        self.infos.push(KernelInfo { name: Cow::Owned(name), op, tier, unit, supports, id });
+        self.impls.push(imp);
+        self
+    }
+
+    /// Adds a kernel with a name of the backend's own choosing (unique within the table),
+    /// for backends whose kernel names predate the `<op>.<tier>.<label>` scheme.
+    pub fn add_named(
+        &mut self,
+        name: impl Into<Cow<'static, str>>,
+        op: OpKind,
+        tier: Tier,
+        unit: Unit,
+        supports: SupportFn,
+        imp: I,
+    ) -> &mut Self {
+        let name = name.into();
+        let id = self.infos.len();
+        debug_assert!(self.infos.iter().all(|k| k.name != name), "duplicate kernel name {name}");
+        self.infos.push(KernelInfo { name, op, tier, unit, supports, id });
+        self.impls.push(imp);
+        self
+    }
+
+    /// The kernels, in table order (`infos()[i].id == i`): what `Backend::kernels` returns.
+    pub fn infos(&self) -> &[KernelInfo] {
+        &self.infos
+    }
+
+    /// The implementation behind kernel `id`, with its description; `None` for an id this
+    /// table did not hand out.
+    pub fn get(&self, id: usize) -> Option<(&KernelInfo, &I)> {
+        Some((self.infos.get(id)?, self.impls.get(id)?))
+    }
+
+    /// Looks `kernel` up by id and checks that it is this table's entry (same name), so a
+    /// `KernelInfo` from another backend or a forged one is refused.
+    pub fn resolve(&self, kernel: &KernelInfo) -> Option<(&KernelInfo, &I)> {
+        self.get(kernel.id).filter(|(k, _)| k.name == kernel.name && k.op == kernel.op)
     }
 }
 

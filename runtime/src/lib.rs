@@ -9,6 +9,7 @@
 
 pub mod backend;
 pub mod config;
+mod context;
 pub mod dtype;
 pub mod error;
 mod execute;
@@ -16,6 +17,7 @@ pub mod graph;
 pub mod kernel;
 pub mod op;
 pub mod pool;
+pub mod reference;
 pub mod report;
 pub mod runtime;
 pub mod shape;
@@ -28,11 +30,11 @@ pub use backend::{
     Backend, DeviceInfo, DevicePtr, EventId, Frozen, FrozenLaunch, LaunchArgs, Prepack, Prepacked, StreamId, TensorArg,
     UnitInfo,
 };
-pub use config::{HwMapping, Optimizations, PoolConfig, Precision, ReuseStrategy, RuntimeConfig, Scheduling};
+pub use config::{Optimizations, PoolConfig, Precision, ReuseStrategy, RuntimeConfig, Scheduling};
 pub use dtype::{DType, Element};
-pub use error::{Error, Result};
+pub use error::{Error, Message, Operand, Result, Source};
 pub use graph::{CompileOptions, CompiledGraph, Graph, HostTensor};
-pub use kernel::{KernelInfo, KernelQuery, Tier, Unit, UnitClass};
+pub use kernel::{HwMapping, KernelError, KernelInfo, KernelQuery, KernelResult, KernelTable, Tier, Unit, UnitClass};
 pub use op::{GeluApprox, Op, OpKind, TensorMeta};
 pub use pool::{Block, BlockKind, Pool, PoolStats};
 pub use report::{ExecReport, Utilisation};

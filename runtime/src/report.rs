@@ -11,7 +11,7 @@ use std::time::Duration;
 pub struct ExecReport {
     pub op: &'static str,
     /// Name of the implementation that ran.
-    pub implementation: &'static str,
+    pub implementation: std::borrow::Cow<'static, str>,
     pub tier: Tier,
     /// `backend:index`, e.g. `cpu:0`.
     pub device: Arc<str>,

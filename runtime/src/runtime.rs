@@ -4,85 +4,21 @@
 //! preparation compiled graphs reuse) is in `execute.rs`; the per-unit utilisation
 //! counters are in `utilisation.rs`.
 
-use crate::backend::{Backend, DeviceInfo, StreamId};
+use crate::backend::{Backend, DeviceInfo};
 use crate::config::{HwMapping, RuntimeConfig};
+use crate::context::{DeviceCtx, Inner};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::kernel::{self, KernelInfo};
-use crate::op::{Op, TensorMeta};
+use crate::op::Op;
 use crate::pool::{Pool, PoolStats};
 use crate::report::Profile;
 use crate::shape::{Layout, Shape};
-use crate::stream::{self, Event, Stream, StreamInner, StreamScope};
+use crate::stream::{self, Event, Stream, StreamInner, StreamScope, Target};
 use crate::tensor::{Storage, Tensor};
 use ndarray::ArrayViewD;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-
-pub(crate) struct DeviceCtx {
-    /// The backend's index of this device.
-    pub(crate) ordinal: usize,
-    pub(crate) info: DeviceInfo,
-    pub(crate) pool: Pool,
-    pub(crate) default_stream: StreamId,
-    pub(crate) user_streams: AtomicUsize,
-    /// `backend:index`.
-    pub(crate) label: Arc<str>,
-    /// `backend:index/default`.
-    pub(crate) default_label: Arc<str>,
-}
-
-/// Where an execution goes: the device's default stream or a user stream.
-#[derive(Clone, Copy)]
-pub(crate) struct Target<'a> {
-    pub(crate) device: usize,
-    pub(crate) id: StreamId,
-    pub(crate) user: Option<&'a Stream>,
-    /// Intra-op thread budget (0 = all).
-    pub(crate) threads: usize,
-    /// What the backend prepared for this node when its graph was compiled.
-    pub(crate) prepacked: Option<&'a crate::backend::Prepacked>,
-}
-
-impl<'a> Target<'a> {
-    pub(crate) fn on(stream: &'a Stream) -> Target<'a> {
-        Target {
-            device: stream.device(),
-            id: stream.id(),
-            user: stream.is_async().then_some(stream),
-            threads: 0,
-            prepacked: None,
-        }
-    }
-}
-
-impl Target<'_> {
-    pub(crate) fn is_async(&self) -> bool {
-        self.user.is_some()
-    }
-}
-
-pub(crate) struct Inner {
-    pub(crate) backend: Arc<dyn Backend>,
-    pub(crate) config: RuntimeConfig,
-    pub(crate) devices: Vec<DeviceCtx>,
-    pub(crate) seq: AtomicU64,
-    pub(crate) profile: Mutex<Profile>,
-    /// Kernel indices per op kind in preference order for the configured mapping.
-    pub(crate) preference: Vec<Vec<usize>>,
-}
-
-impl Inner {
-    pub(crate) fn device(&self, d: usize) -> Result<&DeviceCtx> {
-        self.devices.get(d).ok_or_else(|| {
-            Error::Device(format!(
-                "device {d} does not exist ({} has {} visible)",
-                self.backend.name(),
-                self.devices.len()
-            ))
-        })
-    }
-}
 
 /// Memory figures of one device.
 #[derive(Clone, Debug)]
@@ -95,23 +31,6 @@ pub struct MemoryInfo {
     pub pool_bytes: usize,
     /// Bytes in tensors.
     pub used_bytes: usize,
-}
-
-/// An operand of a compiled node as [`Runtime::freeze_launch`] sees it.
-pub(crate) enum Operand<'a> {
-    /// The same tensor on every run (an arena slot, a constant or a view of one).
-    Fixed(&'a Tensor),
-    /// A tensor that changes from run to run (a graph input or output).
-    PerRun(&'a TensorMeta),
-}
-
-impl Operand<'_> {
-    pub(crate) fn meta(&self) -> TensorMeta {
-        match self {
-            Operand::Fixed(t) => t.meta(),
-            Operand::PerRun(m) => (*m).clone(),
-        }
-    }
 }
 
 /// One op with its operands, for [`Runtime::execute_batch`].
@@ -415,7 +334,7 @@ impl Runtime {
     /// Rewrites a backend's stream label (`backend:ordinal/...`) to the runtime's
     /// (`backend:logical/...`) in asynchronous errors.
     pub(crate) fn relabel(&self, device: usize, e: Error) -> Error {
-        relabel_async(&self.inner, device, e)
+        self.inner.relabel_async(device, e)
     }
 
     /// Waits for all work on every device.
@@ -424,19 +343,5 @@ impl Runtime {
             self.synchronize(d)?;
         }
         Ok(())
-    }
-}
-
-pub(crate) fn relabel_async(inner: &Inner, device: usize, e: Error) -> Error {
-    match (e, inner.devices.get(device)) {
-        (Error::Async { op, stream, seq, msg }, Some(d)) => {
-            let backend_prefix = format!("{}:{}/", inner.backend.name(), d.ordinal);
-            let stream = match stream.strip_prefix(&backend_prefix) {
-                Some(rest) => format!("{}/{rest}", d.label),
-                None => stream,
-            };
-            Error::Async { op, stream, seq, msg }
-        }
-        (e, _) => e,
     }
 }

@@ -1,8 +1,8 @@
 //! Streams, events and the scoped current stream, as users see them.
 
 use crate::backend::{EventId, StreamId};
+use crate::context::Inner;
 use crate::error::{Error, Result};
-use crate::runtime::Inner;
 use std::cell::RefCell;
 use std::fmt;
 use std::sync::Arc;
@@ -73,7 +73,7 @@ impl Stream {
             .rt
             .backend
             .synchronize_stream(self.ordinal(), self.inner.id)
-            .map_err(|e| crate::runtime::relabel_async(&self.inner.rt, self.inner.device, e))
+            .map_err(|e| self.inner.rt.relabel_async(self.inner.device, e))
     }
     /// Records a new event at the current end of the stream.
     pub fn record(&self) -> Result<Event> {
@@ -197,4 +197,34 @@ impl Drop for StreamScope {
 /// The innermost scoped stream of this thread that belongs to `rt`.
 pub(crate) fn current_for(rt: &Arc<Inner>) -> Option<Stream> {
     CURRENT.with(|c| c.borrow().iter().rev().find(|s| s.same_runtime(rt)).cloned())
+}
+
+/// Where an execution goes: the device's default stream or a user stream.
+#[derive(Clone, Copy)]
+pub(crate) struct Target<'a> {
+    pub(crate) device: usize,
+    pub(crate) id: StreamId,
+    pub(crate) user: Option<&'a Stream>,
+    /// Intra-op thread budget (0 = all).
+    pub(crate) threads: usize,
+    /// What the backend prepared for this node when its graph was compiled.
+    pub(crate) prepacked: Option<&'a crate::backend::Prepacked>,
+}
+
+impl<'a> Target<'a> {
+    pub(crate) fn on(stream: &'a Stream) -> Target<'a> {
+        Target {
+            device: stream.device(),
+            id: stream.id(),
+            user: stream.is_async().then_some(stream),
+            threads: 0,
+            prepacked: None,
+        }
+    }
+}
+
+impl Target<'_> {
+    pub(crate) fn is_async(&self) -> bool {
+        self.user.is_some()
+    }
 }

@@ -1,14 +1,14 @@
 //! Tensors: pool-allocated device buffers with a dtype and a strided layout.
 
 use crate::backend::{StreamId, TensorArg};
+use crate::context::Inner;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::op::TensorMeta;
 use crate::pool::Block;
-use crate::runtime::Inner;
-use crate::runtime::Target;
 use crate::shape::{Layout, Shape};
 use crate::stream::StreamInner;
+use crate::stream::Target;
 use ndarray::{ArrayD, ArrayViewD, ArrayViewMutD, IxDyn, ShapeBuilder};
 use std::fmt;
 use std::sync::{Arc, Mutex, Weak};
@@ -136,6 +136,18 @@ fn to_bytes<T: Element>(v: &[T]) -> &[u8] {
 }
 
 impl Tensor {
+    /// Records that work queued on `target` uses this tensor's memory, so the pool does
+    /// not hand it out again before that work is done (compiled graphs mark their arena,
+    /// constants, inputs and outputs this way).
+    pub(crate) fn mark_use(&self, target: Target<'_>) {
+        self.storage.mark_use(target);
+    }
+
+    /// True when this tensor belongs to the runtime sharing `rt`.
+    pub(crate) fn runtime_is(&self, rt: &Arc<Inner>) -> bool {
+        Arc::ptr_eq(&self.storage.rt, rt)
+    }
+
     pub fn dtype(&self) -> DType {
         self.dtype
     }
@@ -253,12 +265,10 @@ impl Tensor {
     /// its failures).
     pub fn to_ndarray<T: Element>(&self) -> Result<ArrayD<T>> {
         self.check_dtype::<T>("to_ndarray")?;
-        if !self.is_contiguous() {
-            let rt = crate::runtime::Runtime { inner: self.storage.rt.clone() };
-            let c = rt.run(&crate::op::Op::Copy, &[self])?;
-            return c[0].to_ndarray();
-        }
         self.storage.settle()?;
+        if !self.is_contiguous() {
+            return self.gather_to_host();
+        }
         let mut v = vec![T::default(); self.numel()];
         if !v.is_empty() {
             let dev = &self.storage.rt.devices[self.storage.device];
@@ -269,6 +279,28 @@ impl Tensor {
                 bytemuck::cast_slice_mut(&mut v),
                 stream,
             )?;
+        }
+        ArrayD::from_shape_vec(IxDyn(self.dims()), v).map_err(|e| Error::invalid("Tensor", format!("to_ndarray: {e}")))
+    }
+
+    /// A strided view to a host array: the bytes the view reaches come to the host and
+    /// are gathered there with the reference tier's strided copy (the same element order
+    /// a device `Copy` gives).
+    fn gather_to_host<T: Element>(&self) -> Result<ArrayD<T>> {
+        let n = self.numel();
+        let mut v = vec![T::default(); n];
+        if n > 0 {
+            let (start, end) = self.byte_range();
+            let mut span = vec![0u64; (end - start).div_ceil(8)];
+            let bytes = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut span)[..end - start];
+            let dev = &self.storage.rt.devices[self.storage.device];
+            let stream = self.storage.rt.backend.default_stream(dev.ordinal);
+            self.storage.rt.backend.copy_to_host(dev.ordinal, self.storage.block.ptr.offset(start), bytes, stream)?;
+            let x = crate::reference::In { dtype: self.dtype, dims: self.dims(), strides: &self.layout.strides, bytes };
+            let mut o =
+                crate::reference::Out { dtype: self.dtype, dims: self.dims(), bytes: bytemuck::cast_slice_mut(&mut v) };
+            crate::reference::operands::strided_copy(&x, &mut o)
+                .map_err(|e| Error::invalid("Tensor", format!("to_ndarray: {e}")))?;
         }
         ArrayD::from_shape_vec(IxDyn(self.dims()), v).map_err(|e| Error::invalid("Tensor", format!("to_ndarray: {e}")))
     }
@@ -320,7 +352,7 @@ impl Tensor {
     }
 
     /// Queues a fill of the view's bytes with `value` on `target`'s stream.
-    pub(crate) fn fill_byte(&self, value: u8, target: crate::runtime::Target<'_>) -> Result<()> {
+    pub(crate) fn fill_byte(&self, value: u8, target: Target<'_>) -> Result<()> {
         if self.nbytes() == 0 || !self.is_contiguous() {
             return Ok(());
         }

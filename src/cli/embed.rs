@@ -113,8 +113,8 @@ fn emit(out: &mut impl Write, texts: &[String], embeddings: &[Vec<f32>]) -> Resu
         if let Some(x) = e.iter().find(|x| !x.is_finite()) {
             return Err(Error::invalid("embed", format!("the embedding of {t:?} holds {x}: the encoder overflowed")));
         }
-        let text = serde_json::to_string(t).map_err(|e| Error::Io(format!("JSON: {e}")))?;
-        let emb = serde_json::to_string(e).map_err(|e| Error::Io(format!("JSON: {e}")))?;
+        let text = serde_json::to_string(t).map_err(|e| Error::format_from("JSON", e))?;
+        let emb = serde_json::to_string(e).map_err(|e| Error::format_from("JSON", e))?;
         writeln!(out, "{{\"text\":{text},\"embedding\":{emb}}}")?;
     }
     out.flush()?;
@@ -172,7 +172,7 @@ pub fn run(config: RuntimeConfig, args: EmbedArgs) -> Result<()> {
         let chunk = args.batch.saturating_mul(STDIN_CHUNK_BATCHES).max(STDIN_CHUNK_MIN);
         let mut pending = Vec::with_capacity(chunk.min(4096));
         for line in std::io::stdin().lock().lines() {
-            let line = line.map_err(|e| Error::Io(format!("standard input: {e}")))?;
+            let line = line.map_err(|e| Error::io("standard input", e))?;
             pending.push(line.strip_suffix('\r').map(str::to_string).unwrap_or(line));
             if pending.len() >= chunk {
                 embed_chunk(&mut e, &pending, &mut totals, args.stats, &mut out)?;

@@ -38,7 +38,7 @@ pub fn run(rt: &Runtime) -> Result<()> {
         }
     }
     println!("target CPU features assumed at build: {}", build_info::TARGET_FEATURES.replace(',', " "));
-    let f = backend_cpu::features::get();
+    let f = npurt::cpu::features::get();
     println!("host CPU: {} ({} logical cores, {:.0} MHz)", f.model, f.cores, f.mhz);
     println!("CPU features detected at run time: {}", f.detected.join(" "));
     println!("high-performance CPU kernels use: {:?} (GEMM unit {})", f.isa, f.matrix_unit().label);

@@ -33,7 +33,7 @@ fn upload(rt: &Runtime, a: &NpyArray) -> Result<Tensor> {
         ($t:ty) => {{
             let v: Vec<$t> = bytemuck::pod_collect_to_vec(&a.data);
             let arr = npurt::ndarray::ArrayD::from_shape_vec(a.shape.clone(), v)
-                .map_err(|e| Error::Io(format!("input: {e}")))?;
+                .map_err(|e| Error::format_from("input", e))?;
             t.copy_from_ndarray(&arr.view())?;
         }};
     }

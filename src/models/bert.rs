@@ -128,7 +128,7 @@ impl BertConfig {
 
     pub fn from_file(path: impl AsRef<Path>) -> Result<BertConfig> {
         let p = path.as_ref();
-        let text = std::fs::read_to_string(p).map_err(|e| Error::Io(format!("{}: {e}", p.display())))?;
+        let text = std::fs::read_to_string(p).map_err(|e| Error::io(p.display().to_string(), e))?;
         BertConfig::from_json(&text)
     }
 
@@ -240,7 +240,7 @@ impl From<ConfigError> for Error {
     fn from(e: ConfigError) -> Error {
         match e {
             ConfigError::Activation(_) => Error::Unsupported(e.to_string()),
-            _ => Error::Io(e.to_string()),
+            _ => Error::format_from(String::new(), e),
         }
     }
 }
@@ -278,7 +278,7 @@ pub enum WeightError {
 
 impl From<WeightError> for Error {
     fn from(e: WeightError) -> Error {
-        Error::Io(e.to_string())
+        Error::format_from(String::new(), e)
     }
 }
 

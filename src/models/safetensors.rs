@@ -46,8 +46,13 @@ pub enum SafetensorsError {
 }
 
 impl From<SafetensorsError> for runtime::Error {
+    /// A failed read is [`runtime::Error::Io`] (keeping the `io::Error`); malformed
+    /// content is [`runtime::Error::Format`] with this error as its source.
     fn from(e: SafetensorsError) -> runtime::Error {
-        runtime::Error::Io(e.to_string())
+        match e {
+            SafetensorsError::Io { path, source } => runtime::Error::io(path, source),
+            e => runtime::Error::format_from(String::new(), e),
+        }
     }
 }
 
@@ -296,7 +301,7 @@ mod tests {
         for h in cases {
             let f = file(h, &[0u8; 4]);
             let e = parse(&f, "mem").expect_err(h);
-            assert!(e.to_string().starts_with("io: mem: "), "{h}: {e}");
+            assert!(e.to_string().starts_with("format: mem: "), "{h}: {e}");
         }
         // A header length past the file, or past usize.
         let mut f = file("{}", &[]);

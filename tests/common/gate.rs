@@ -288,7 +288,7 @@ unsafe impl Backend for Gate {
         self.inner.workspace_size(kernel, args)
     }
     fn launch(&self, device: usize, kernel: &KernelInfo, args: LaunchArgs, stream: StreamId) -> Result<()> {
-        match self.hold(device, stream, Held::Launch(*kernel, args)) {
+        match self.hold(device, stream, Held::Launch(kernel.clone(), args)) {
             None => Ok(()),
             Some(Held::Launch(k, a)) => self.inner.launch(device, &k, a, stream),
             Some(_) => unreachable!(),

@@ -223,7 +223,7 @@ fn build(steps: &[Step], k: Dims) -> Graph {
                 ids.truncate(hi.max(lo).max(1));
                 match g.op(&fresh(&mut n, "n"), op.clone(), &ids) {
                     Ok(v) => vals.push(v),
-                    Err(Error::Invalid { op: o, msg }) => assert_eq!(o, op.name(), "{msg}"),
+                    Err(Error::Invalid { op: o, msg, .. }) => assert_eq!(o, op.name(), "{msg}"),
                     Err(e) => panic!("{op:?}: an error of the wrong kind: {e:?}"),
                 }
             }

@@ -199,13 +199,13 @@ fn bert_config_values_are_ok_or_errors_naming_the_key() {
                 }
             }
         }
-        // From a file: the same answer, the error as `npurt::Error::Io` or `Unsupported`.
+        // From a file: the same answer, the error as `npurt::Error::Format` or `Unsupported`.
         let dir = TempDir::new("config");
         let p = dir.write("config.json", text.as_bytes());
         match (BertConfig::from_file(&p), BertConfig::parse_json(&text)) {
             (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
-            (Err(Error::Io(a) | Error::Unsupported(a)), Err(b)) => {
-                prop_assert!(a.contains(&b.to_string()), "{} / {}", a, b)
+            (Err(a @ (Error::Format { .. } | Error::Unsupported(_))), Err(b)) => {
+                prop_assert!(a.to_string().contains(&b.to_string()), "{} / {}", a, b)
             }
             (a, b) => prop_assert!(false, "from_file {:?} but parse_json {:?}", a, b),
         }
@@ -289,7 +289,8 @@ fn load_and_embed(rt: &npurt::Runtime, dir: &TempDir, counts: &crate::Counts) ->
                 matches!(
                     err,
                     Error::Invalid { .. }
-                        | Error::Io(_)
+                        | Error::Io { .. }
+                        | Error::Format { .. }
                         | Error::Config(_)
                         | Error::Unsupported(_)
                         | Error::Backend { .. }
@@ -304,7 +305,13 @@ fn load_and_embed(rt: &npurt::Runtime, dir: &TempDir, counts: &crate::Counts) ->
 
 /// The error's message, checked to be one of the loader's typed errors.
 fn typed(e: &Error) -> String {
-    assert!(matches!(e, Error::Io(_) | Error::Config(_) | Error::Unsupported(_) | Error::Invalid { .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            Error::Io { .. } | Error::Format { .. } | Error::Config(_) | Error::Unsupported(_) | Error::Invalid { .. }
+        ),
+        "{e:?}"
+    );
     e.to_string()
 }
 

@@ -29,7 +29,7 @@ fn parse_checked(bytes: &[u8]) -> Option<NpyArray> {
             assert!(e.to_string().contains("fuzz.npy"), "{e}");
             None
         }
-        Err(Error::Io(msg)) => {
+        Err(Error::Format { context: msg, .. }) => {
             assert!(msg.starts_with("fuzz.npy: "), "{msg}");
             None
         }

@@ -178,7 +178,7 @@ pub fn infer_checked(op: &Op, metas: &[TensorMeta]) -> Option<Vec<TensorMeta>> {
             let _ = (op.flops(metas, &outs), op.bytes(metas, &outs));
             Some(outs)
         }
-        Err(Error::Invalid { op: name, msg }) => {
+        Err(Error::Invalid { op: name, msg, .. }) => {
             assert_eq!(name, op.name(), "{msg}");
             assert!(!msg.is_empty());
             None

@@ -125,8 +125,9 @@ fn parse_checked(bytes: &[u8]) -> Result<HashMap<String, HostTensor>, String> {
             }
             Ok(m)
         }
-        Err(npurt::Error::Io(msg)) => {
-            assert!(msg.starts_with("fuzz.safetensors: "), "{msg}");
+        Err(e @ npurt::Error::Format { .. }) => {
+            let msg = e.to_string();
+            assert!(msg.starts_with("format: fuzz.safetensors: "), "{msg}");
             Err(msg)
         }
         Err(e) => panic!("an untyped error for a safetensors file: {e:?}"),

@@ -12,7 +12,7 @@
 
 use super::blas;
 use super::common::*;
-use crate::features::Isa;
+use super::simd_math::softmax_in_place;
 use rayon::prelude::*;
 use runtime::DType;
 
@@ -66,7 +66,7 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, ctx: &Ctx) -> KR
         _ => None,
     };
     let mask = mask.as_ref();
-    super::fast::with_f32_out(out, |o| {
+    with_f32_out(out, |o| {
         if s * dv == 0 {
             return Ok(());
         }
@@ -115,125 +115,4 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, ctx: &Ctx) -> KR
             Ok(())
         }
     })
-}
-
-/// `row = softmax(row + mask)` in place, as attention needs it: a row masked out
-/// entirely (every value -inf, no NaN) becomes zeros and the call returns true; a row
-/// with NaN or +inf becomes NaN. The mask is `(values, stride)`; stride 0 broadcasts one
-/// value over the row.
-pub fn softmax_in_place(isa: Isa, row: &mut [f32], mask: Option<(&[f32], usize)>) -> bool {
-    softmax_dispatch(isa, row, mask, 0.0)
-}
-
-/// ONNX `Softmax` of one row in place: a row with NaN, +inf or only -inf is NaN
-/// throughout (`exp(x - max)` with `max` not finite), as in ONNX's reference and PyTorch.
-pub fn softmax_onnx(isa: Isa, row: &mut [f32]) {
-    softmax_dispatch(isa, row, None, f32::NAN);
-}
-
-/// `masked_fill` is what a row whose maximum is -inf becomes (unless it holds a NaN);
-/// returns true when the row was filled with it.
-fn softmax_dispatch(isa: Isa, row: &mut [f32], mask: Option<(&[f32], usize)>, masked_fill: f32) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f,avx2,fma")]
-        fn avx512(row: &mut [f32], mask: Option<(&[f32], usize)>, fill: f32) -> bool {
-            softmax_body(row, mask, fill)
-        }
-        #[target_feature(enable = "avx2,fma")]
-        fn avx2(row: &mut [f32], mask: Option<(&[f32], usize)>, fill: f32) -> bool {
-            softmax_body(row, mask, fill)
-        }
-        match isa {
-            // SAFETY: `Isa::Avx512` is only chosen when AVX-512F and FMA were detected on
-            // this CPU at run time (features.rs).
-            Isa::Avx512 => return unsafe { avx512(row, mask, masked_fill) },
-            // SAFETY: `Isa::Avx2Fma` is only chosen when AVX2 and FMA were detected.
-            Isa::Avx2Fma => return unsafe { avx2(row, mask, masked_fill) },
-            Isa::Scalar => {}
-        }
-    }
-    softmax_body(row, mask, masked_fill)
-}
-
-const LANES: usize = 16;
-
-#[inline(always)]
-fn softmax_body(row: &mut [f32], mask: Option<(&[f32], usize)>, masked_fill: f32) -> bool {
-    match mask {
-        Some((m, 1)) => row.iter_mut().zip(m).for_each(|(x, &a)| *x += a),
-        Some((m, _)) => {
-            let a = m[0];
-            row.iter_mut().for_each(|x| *x += a);
-        }
-        None => {}
-    }
-    // Lane-wise max and sum (plain folds over f32 do not vectorise).
-    let mut acc = [f32::NEG_INFINITY; LANES];
-    let mut chunks = row.chunks_exact(LANES);
-    for c in &mut chunks {
-        for l in 0..LANES {
-            acc[l] = if c[l] > acc[l] { c[l] } else { acc[l] };
-        }
-    }
-    // The max ignores NaN; a NaN element then makes its exp, the sum and the row NaN,
-    // and a +inf max gives exp(inf - inf) = NaN likewise.
-    let mx = chunks.remainder().iter().chain(acc.iter()).copied().fold(f32::NEG_INFINITY, f32::max);
-    if mx == f32::NEG_INFINITY {
-        // Only -inf and NaN: NaN if any NaN, else the row is masked out entirely.
-        let nan = row.iter().any(|x| x.is_nan());
-        row.fill(if nan { f32::NAN } else { masked_fill });
-        return !nan && masked_fill == 0.0;
-    }
-    let mut sums = [0f32; LANES];
-    let mut chunks = row.chunks_exact_mut(LANES);
-    for c in &mut chunks {
-        for l in 0..LANES {
-            c[l] = super::fast::exp_approx(c[l] - mx);
-            sums[l] += c[l];
-        }
-    }
-    let mut total: f32 = sums.iter().sum();
-    for x in chunks.into_remainder() {
-        *x = super::fast::exp_approx(*x - mx);
-        total += *x;
-    }
-    let inv = 1.0 / total;
-    row.iter_mut().for_each(|x| *x *= inv);
-    false
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn naive(row: &[f32], mask: &[f32]) -> Vec<f32> {
-        let x: Vec<f64> = row.iter().zip(mask).map(|(&a, &b)| a as f64 + b as f64).collect();
-        let m = x.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        if m == f64::NEG_INFINITY {
-            return vec![0.0; row.len()];
-        }
-        let e: Vec<f64> = x.iter().map(|v| (v - m).exp()).collect();
-        let s: f64 = e.iter().sum();
-        e.iter().map(|v| (v / s) as f32).collect()
-    }
-
-    #[test]
-    fn softmax_matches_f64_on_every_isa_and_length() {
-        let isas = [Isa::Scalar, crate::features::get().isa];
-        for n in [1, 7, 16, 17, 33, 512, 515] {
-            let row: Vec<f32> = (0..n).map(|i| ((i * 37 % 11) as f32 - 5.0) * 0.7).collect();
-            let mask: Vec<f32> = (0..n).map(|i| if i % 5 == 4 { f32::NEG_INFINITY } else { 0.0 }).collect();
-            for isa in isas {
-                let mut a = row.clone();
-                softmax_in_place(isa, &mut a, Some((&mask, 1)));
-                for (x, y) in a.iter().zip(naive(&row, &mask)) {
-                    assert!((x - y).abs() < 1e-6, "n={n} {isa:?}: {x} vs {y}");
-                }
-                let mut b = row.clone();
-                softmax_in_place(isa, &mut b, Some((&[f32::NEG_INFINITY], 0)));
-                assert!(b.iter().all(|&x| x == 0.0), "a row masked out entirely is zeros");
-            }
-        }
-    }
 }

@@ -21,7 +21,7 @@ pub fn sgemm(
     c: &mut [f32],
     ldc: usize,
     threads: usize,
-) -> Result<(), String> {
+) -> Result<(), runtime::KernelError> {
     if m == 0 || n == 0 {
         return Ok(());
     }
@@ -29,7 +29,7 @@ pub fn sgemm(
         if rows == 0 || cols == 0 { 0 } else { (rows - 1) * rs + (cols - 1) * cs + 1 }
     };
     if a.len() < need(m, k, rsa, csa) || b.len() < need(k, n, rsb, csb) || c.len() < need(m, n, ldc, 1) {
-        return Err(format!("sgemm operands too short for {m}x{k}x{n}"));
+        return Err(runtime::KernelError::Internal(format!("sgemm operands too short for {m}x{k}x{n}")));
     }
     if k == 0 {
         if !accumulate {

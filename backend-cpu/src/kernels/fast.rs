@@ -3,6 +3,7 @@
 
 use super::blas;
 use super::common::*;
+use super::simd_math::{erf_approx, exp_approx, softmax_onnx, tanh_approx};
 use crate::features::Isa;
 use rayon::prelude::*;
 use runtime::{GeluApprox, Op};
@@ -53,62 +54,6 @@ simd_map!(gelu_tanh_map, |x| 0.5 * x * (1.0 + tanh_approx(0.797_884_6 * (x + 0.0
 simd_map!(erf_map, |x| erf_approx(x));
 simd_map!(gelu_erf_map, |x| 0.5 * x * (1.0 + erf_approx(x * std::f32::consts::FRAC_1_SQRT_2)));
 
-/// The clamp keeps `k = round(x log2 e)` in [-126, 128]: results below 2^-125 (x under
-/// about -86.99, where the exact result is at most 2.4e-38) are 0, results from
-/// `ln(f32::MAX)` = 88.7228 on overflow to +inf as the exact result does.
-const EXP_LO: f32 = -87.5;
-const EXP_HI: f32 = 89.0;
-
-/// `e^x` to within a few ulp, branch-free so loops vectorise: range reduction by
-/// `ln 2`, a degree-6 polynomial, and exponent assembly. Exact at the ends: `e^-inf = 0`,
-/// `e^x = +inf` from `ln(f32::MAX)` on, NaN stays NaN.
-#[inline(always)]
-pub fn exp_approx(x: f32) -> f32 {
-    let x = x.clamp(EXP_LO, EXP_HI);
-    // Nearest-even rounding and no float-to-int cast: both map to vector instructions
-    // (`round()` and `as i32` would leave the loop scalar).
-    let k = (x * std::f32::consts::LOG2_E).round_ties_even();
-    let r = x - k * 0.693_145_75 - k * 1.428_606_8e-6;
-    // 2 e^r (every coefficient doubled: exact), times 2^(k-1), so that k = 128 (results
-    // up to f32::MAX) needs no exponent 255, and k = -126 gives exponent 0, i.e. 0.
-    let p2 = 2.0
-        + r * (2.0 + r * (1.0 + r * (0.333_333_34 + r * (0.083_333_336 + r * (0.016_666_668 + r * 0.002_777_778)))));
-    // 2^(k-1) from its biased exponent k + 126 in [0, 254]: adding 2^23 to an integral
-    // float puts the integer in the low mantissa bits.
-    let bits = ((k + 126.0 + 8_388_608.0).to_bits().wrapping_sub(0x4B00_0000)) << 23;
-    p2 * f32::from_bits(bits)
-}
-
-/// `tanh x` through `exp`: `1 - 2 / (e^{2x} + 1)`, exact at the saturated ends.
-#[inline(always)]
-pub fn tanh_approx(x: f32) -> f32 {
-    let x = x.clamp(-9.0, 9.0);
-    if x.abs() < 0.1 {
-        // Odd Taylor series: avoids the cancellation of the exp form near zero.
-        let x2 = x * x;
-        return x * (1.0 + x2 * (-0.333_333_34 + x2 * (0.133_333_33 + x2 * (-0.053_968_254 + x2 * 0.021_869_488))));
-    }
-    1.0 - 2.0 / (exp_approx(2.0 * x) + 1.0)
-}
-
-/// `erf x` with the Abramowitz–Stegun 7.1.26-style rational form refined to ~1e-7
-/// absolute error (computed in f32 with a polynomial in `t = 1/(1+p|x|)`).
-#[inline(always)]
-pub fn erf_approx(x: f32) -> f32 {
-    // For small |x| a Taylor series is more accurate than the rational form.
-    let a = x.abs();
-    if a < 0.5 {
-        let x2 = x * x;
-        return x
-            * (1.128_379_2 + x2 * (-0.376_126_4 + x2 * (0.112_837_9 + x2 * (-0.026_866_17 + x2 * 0.005_223_778))));
-    }
-    let t = 1.0 / (1.0 + 0.327_591_1 * a);
-    let y = 1.0
-        - t * (0.254_829_6 + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152_1 + t * 1.061_405_4))))
-            * exp_approx(-a * a);
-    y.copysign(x)
-}
-
 /// True when a kernel may fork: it runs inside a thread pool and the work is large.
 fn parallel(n: usize) -> bool {
     n >= PAR_MIN && rayon::current_thread_index().is_some() && rayon::current_num_threads() > 1
@@ -132,21 +77,6 @@ fn par_rows(out: &mut [f32], row: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
     } else {
         out.par_chunks_mut(row).enumerate().for_each(|(i, r)| f(i, r));
     }
-}
-
-fn store(o: &mut Out, v: Vec<f32>) -> KResult {
-    store_f32(o, &v)
-}
-
-/// Runs `f` on an f32 output buffer: in place when the output is f32, else through a
-/// temporary that is rounded into the output afterwards.
-pub(crate) fn with_f32_out(o: &mut Out, f: impl FnOnce(&mut [f32]) -> KResult) -> KResult {
-    if let Some(s) = o.f32s_mut() {
-        return f(s);
-    }
-    let mut tmp = vec![0f32; o.numel()];
-    f(&mut tmp)?;
-    store(o, tmp)
 }
 
 pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
@@ -194,7 +124,9 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
             let packed = ctx.prepacked.as_ref().and_then(|p| p.0.downcast_ref::<super::gemm_packed::PackedBLayout>());
             if let Some(layout) = packed {
                 if layout.k != k || layout.n != n || !layout.is_current() || w.len() < layout.len() {
-                    return Err(format!("packed weight {layout:?} does not fit [{n}, {k}] on this CPU"));
+                    return Err(KernelError::Internal(format!(
+                        "packed weight {layout:?} does not fit [{n}, {k}] on this CPU"
+                    )));
                 }
                 let bias = match ins.get(2) {
                     Some(b) => Some(load_f32(b)?),
@@ -353,7 +285,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
         Op::Cast { .. } => cast(&ins[0], &mut outs[0]),
         Op::ReduceSum { axes, .. } | Op::ReduceMean { axes, .. } => {
             let shape = runtime::Shape::new(ins[0].dims.to_vec());
-            let axes = runtime::op::normalise_axes(&shape, axes).ok_or("bad axes")?;
+            let axes = runtime::op::normalise_axes(&shape, axes).ok_or("axes out of range")?;
             let x = load_f32(&ins[0])?;
             let mean = matches!(op, Op::ReduceMean { .. });
             // Fast path: reducing a trailing block of axes = row sums.
@@ -400,7 +332,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
 /// ONNX Softmax of one row: a row with NaN, +inf or only -inf is NaN throughout.
 fn softmax_row(isa: Isa, x: &[f32], out: &mut [f32]) {
     out.copy_from_slice(x);
-    super::attention::softmax_onnx(isa, out);
+    softmax_onnx(isa, out);
 }
 
 /// Above this, `x - mean` of a row might overflow f32 or `1 / std` be subnormal, so the
@@ -610,8 +542,8 @@ pub fn linear_bf16(_op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult
             &owned
         }
         _ => {
-            let w: &[half::bf16] =
-                bytemuck::try_cast_slice(&ins[1].bytes[..n * k * 2]).map_err(|e| format!("misaligned weight: {e}"))?;
+            let w: &[half::bf16] = bytemuck::try_cast_slice(&ins[1].bytes[..n * k * 2])
+                .map_err(|e| KernelError::misaligned("bf16 weight", e))?;
             owned = super::gemm_bf16::PackedWeight::pack(w, n, k)?;
             &owned
         }

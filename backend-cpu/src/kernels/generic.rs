@@ -6,20 +6,20 @@ use super::common::*;
 use ndarray::{Array2, ArrayD, ArrayView2, Axis, IxDyn, Zip};
 use runtime::{DType, GeluApprox, Op};
 
-fn arr(x: &In) -> Result<ArrayD<f32>, String> {
+fn arr(x: &In) -> Result<ArrayD<f32>, KernelError> {
     let v = load_f32(x)?.into_owned();
-    ArrayD::from_shape_vec(IxDyn(x.dims), v).map_err(|e| e.to_string())
+    Ok(ArrayD::from_shape_vec(IxDyn(x.dims), v)?)
 }
 
 fn put(o: &mut Out, a: ArrayD<f32>) -> KResult {
     let a = a.as_standard_layout().into_owned();
-    let s = a.as_slice().ok_or("internal: non-contiguous result")?;
+    let s = a.as_slice().ok_or("non-contiguous result")?;
     store_f32(o, s)
 }
 
-fn mat(x: &ArrayD<f32>, batch_off: usize, r: usize, c: usize, t: bool) -> Result<Array2<f32>, String> {
-    let s = x.as_slice().ok_or("internal: non-contiguous operand")?;
-    let v = ArrayView2::from_shape((r, c), &s[batch_off..batch_off + r * c]).map_err(|e| e.to_string())?;
+fn mat(x: &ArrayD<f32>, batch_off: usize, r: usize, c: usize, t: bool) -> Result<Array2<f32>, KernelError> {
+    let s = x.as_slice().ok_or("non-contiguous operand")?;
+    let v = ArrayView2::from_shape((r, c), &s[batch_off..batch_off + r * c])?;
     Ok(if t { v.t().to_owned() } else { v.to_owned() })
 }
 
@@ -83,7 +83,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             // `beta = 0` leaves `c` unread, as in ONNX's reference.
             if let Some(ci) = ins.get(2).filter(|_| *beta != 0.0) {
                 let cv = arr(ci)?;
-                let cb = cv.broadcast(IxDyn(&od)).ok_or("internal: c does not broadcast")?;
+                let cb = cv.broadcast(IxDyn(&od)).ok_or("c does not broadcast")?;
                 Zip::from(c.view_mut().into_dyn()).and(&cb).for_each(|x, &y| *x += *beta * y);
             }
             put(&mut outs[0], c.into_dyn())
@@ -97,7 +97,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             let mut y = xm.dot(&wm);
             if let Some(b) = ins.get(2) {
                 let bv = arr(b)?;
-                y += &bv.view().into_dimensionality::<ndarray::Ix1>().map_err(|e| e.to_string())?;
+                y += &bv.view().into_dimensionality::<ndarray::Ix1>()?;
             }
             store_f32(&mut outs[0], y.as_standard_layout().as_slice().ok_or("layout")?)
         }
@@ -125,7 +125,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
                 Op::Exp => x.mapv(f32::exp),
                 Op::Sqrt => x.mapv(f32::sqrt),
                 Op::Scale { factor } => x * *factor,
-                _ => return Err("internal: not unary".into()),
+                _ => return Err(KernelError::Internal("not a unary op".into())),
             };
             put(&mut outs[0], y)
         }
@@ -156,8 +156,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
         }
         Op::Permute { perm } => {
             // Data movement is exact for every dtype: permute element indices.
-            let idx = ArrayD::from_shape_vec(IxDyn(ins[0].dims), (0..ins[0].numel()).collect::<Vec<usize>>())
-                .map_err(|e| e.to_string())?;
+            let idx = ArrayD::from_shape_vec(IxDyn(ins[0].dims), (0..ins[0].numel()).collect::<Vec<usize>>())?;
             let p = idx.permuted_axes(IxDyn(perm));
             let src: Vec<usize> = p.iter().copied().collect();
             move_elements(&ins[0], &mut outs[0], &src);
@@ -167,8 +166,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
         Op::Gather { axis } => {
             let n = ins[0].dims[*axis];
             let idx = resolve_indices(&ins[1], n)?;
-            let pos = ArrayD::from_shape_vec(IxDyn(ins[0].dims), (0..ins[0].numel()).collect::<Vec<usize>>())
-                .map_err(|e| e.to_string())?;
+            let pos = ArrayD::from_shape_vec(IxDyn(ins[0].dims), (0..ins[0].numel()).collect::<Vec<usize>>())?;
             let sel = pos.select(Axis(*axis), &idx);
             let src: Vec<usize> = sel.iter().copied().collect();
             move_elements(&ins[0], &mut outs[0], &src);
@@ -177,7 +175,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
         Op::Cast { .. } => cast(&ins[0], &mut outs[0]),
         Op::ReduceSum { axes, keepdims: _ } | Op::ReduceMean { axes, keepdims: _ } => {
             let shape = runtime::Shape::new(ins[0].dims.to_vec());
-            let mut axes = runtime::op::normalise_axes(&shape, axes).ok_or("bad axes")?;
+            let mut axes = runtime::op::normalise_axes(&shape, axes).ok_or("axes out of range")?;
             // f64 accumulation: a sum of f32 values cannot overflow there, so the result
             // is the exact sum rounded once (`[3e38, 3e38, -3e38]` sums to 3e38).
             let mut x = arr(&ins[0])?.mapv(f64::from);
@@ -207,7 +205,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
                     } else {
                         mv
                     };
-                    Some(mv.broadcast(sd.clone()).ok_or("internal: mask broadcast")?.to_owned())
+                    Some(mv.broadcast(sd.clone()).ok_or("mask broadcast")?.to_owned())
                 }
                 None => None,
             };
@@ -219,8 +217,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
                 let mut sc = qm.dot(&km) * scale;
                 if let Some(m) = &mask {
                     let ms = m.as_slice().ok_or("layout")?;
-                    let mv =
-                        ArrayView2::from_shape((s, t), &ms[bh * s * t..(bh + 1) * s * t]).map_err(|e| e.to_string())?;
+                    let mv = ArrayView2::from_shape((s, t), &ms[bh * s * t..(bh + 1) * s * t])?;
                     sc += &mv;
                 }
                 let mut masked = Vec::new();

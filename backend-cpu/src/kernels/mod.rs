@@ -1,9 +1,14 @@
 //! The CPU kernel table: three implementations of every op of the table.
 //!
-//! * `reference` — plain loops, f64 accumulation: the ground truth ([`reference`]).
+//! * `reference` — plain loops, f64 accumulation: the ground truth, shared with every
+//!   backend's host tier ([`runtime::reference`]).
 //! * `generic` — portable `ndarray` code, f32 compute ([`generic`]).
 //! * `fast` — SIMD paths picked from the detected CPU features, `gemm` for matrix
 //!   products, multi-threaded ([`fast`]).
+//!
+//! Beside the tiers: [`common`] (operands, context), [`simd_math`] (the `exp`/`tanh`/`erf`
+//! approximations and row softmax the fast tier and [`attention`] share), and the matrix
+//! products [`blas`], [`gemm_packed`] (f32) and [`gemm_bf16`] (bf16).
 
 pub mod attention;
 pub mod blas;
@@ -12,11 +17,11 @@ pub mod fast;
 pub mod gemm_bf16;
 pub mod gemm_packed;
 pub mod generic;
-pub mod reference;
+pub mod simd_math;
 
 use crate::features::CpuFeatures;
 use common::{Ctx, In, KResult, Out};
-use runtime::{KernelInfo, KernelQuery, OpKind, Tier, Unit};
+use runtime::{KernelQuery, KernelTable, OpKind, Tier};
 use std::sync::OnceLock;
 
 /// The entry point every kernel shares.
@@ -57,49 +62,33 @@ fn bf16_linear(q: &KernelQuery<'_>) -> Result<(), String> {
     }
 }
 
-fn name(kind: OpKind, tier: Tier, unit: Unit) -> &'static str {
-    // Built once per process (the table is a static), so leaking is bounded.
-    Box::leak(format!("{}.{}.{}", kind.name().to_ascii_lowercase(), tier.name(), unit.label).into_boxed_str())
+/// The reference tier: the core's reference kernels (they need no context).
+pub fn reference(op: &runtime::Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
+    runtime::reference::run(op, ins, outs)
 }
 
-/// The kernel table and the functions behind it (index = `KernelInfo::id`).
-pub struct Table {
-    pub infos: Vec<KernelInfo>,
-    pub fns: Vec<KernelFn>,
-}
+/// The kernel table (`KernelInfo::id` indexes the functions), built once per process
+/// for the detected features.
+pub type Table = KernelTable<KernelFn>;
 
 pub fn table(f: &CpuFeatures) -> &'static Table {
     static T: OnceLock<Table> = OnceLock::new();
     T.get_or_init(|| {
-        let mut infos = Vec::new();
-        let mut fns: Vec<KernelFn> = Vec::new();
+        let mut t = Table::new();
         for kind in OpKind::ALL {
             let fast_unit = if is_matrix(kind) { f.matrix_unit() } else { f.vector_unit() };
             let fast_support: runtime::kernel::SupportFn = if kind == OpKind::Attention { fast_attention } else { any };
-            let tiers: [(Tier, Unit, KernelFn, runtime::kernel::SupportFn); 3] = [
-                (Tier::HighPerformance, fast_unit, fast::run, fast_support),
-                (Tier::Generic, f.baseline_unit(), generic::run, any),
-                (Tier::Reference, f.scalar_unit(), reference::run, any),
-            ];
             if kind == OpKind::Linear {
                 // Before the f32 fast kernel: chosen whenever the weight is bf16.
                 let unit = f.bf16_unit();
-                let kname = Box::leak(format!("linear.fast.{}", unit.label).into_boxed_str());
-                infos.push(KernelInfo {
-                    name: kname,
-                    op: kind,
-                    tier: Tier::HighPerformance,
-                    unit,
-                    supports: bf16_linear,
-                    id: fns.len(),
-                });
-                fns.push(fast::linear_bf16);
+                t.add(kind, Tier::HighPerformance, unit, unit.label, bf16_linear, fast::linear_bf16);
             }
-            for (tier, unit, func, supports) in tiers {
-                infos.push(KernelInfo { name: name(kind, tier, unit), op: kind, tier, unit, supports, id: fns.len() });
-                fns.push(func);
-            }
+            t.add(kind, Tier::HighPerformance, fast_unit, fast_unit.label, fast_support, fast::run);
+            let unit = f.baseline_unit();
+            t.add(kind, Tier::Generic, unit, unit.label, any, generic::run);
+            let unit = f.scalar_unit();
+            t.add(kind, Tier::Reference, unit, unit.label, any, reference);
         }
-        Table { infos, fns }
+        t
     })
 }

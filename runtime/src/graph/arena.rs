@@ -7,7 +7,7 @@
 //! Instances are made on demand up to the set's limit and kept for later runs; when all of
 //! them are taken (or the device cannot make another), a run waits for one to come back.
 
-use super::frozen::FastPlan;
+use super::fast_plan::FastPlan;
 use super::ir::ValueId;
 use crate::op::TensorMeta;
 use crate::stream::{Event, Stream};

@@ -13,7 +13,8 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::Unit;
 use crate::op::TensorMeta;
-use crate::runtime::{Runtime, Target};
+use crate::runtime::Runtime;
+use crate::stream::Target;
 use crate::stream::{Event, Stream};
 use crate::tensor::Tensor;
 use std::collections::HashMap;
@@ -532,7 +533,7 @@ impl CompiledGraph {
             }
         }
         let t0 = Instant::now();
-        let mut marks: Vec<(usize, Event, Event, &'static str, Unit, u64, u64)> = Vec::new();
+        let mut marks: Vec<(usize, Event, Event, std::borrow::Cow<'static, str>, Unit, u64, u64)> = Vec::new();
         for &nid in &self.schedule.order {
             let n = &g.nodes[nid.0];
             let stream = stream_of(nid.0);
@@ -565,7 +566,9 @@ impl CompiledGraph {
             target.threads = self.threads[nid.0];
             target.prepacked = self.prepacked[nid.0].as_ref();
             let r = self.rt.execute_at(target, &n.op, &ins, &outs).map_err(|e| match e {
-                Error::Invalid { op, msg } => Error::Invalid { op, msg: format!("node {:?}: {msg}", n.name) },
+                Error::Invalid { op, msg, operands } => {
+                    Error::Invalid { op, msg: format!("node {:?}: {msg}", n.name), operands }
+                }
                 other => other,
             })?;
             if let Some(b) = before {

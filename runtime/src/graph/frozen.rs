@@ -3,57 +3,15 @@
 
 use super::arena::{Instance, Slot};
 use super::exec::CompiledGraph;
+use super::fast_plan::{FastPlan, OpenBatch, OutputSrc, Step};
 use super::ir::ValueId;
-use crate::backend::{DevicePtr, Frozen, FrozenLaunch};
+use crate::backend::{DevicePtr, FrozenLaunch};
 use crate::error::{Error, Result};
-use crate::kernel::Unit;
+use crate::execute::Operand;
 use crate::op::TensorMeta;
-use crate::runtime::{Operand, Target};
+use crate::stream::Target;
 use crate::tensor::Tensor;
-use std::sync::Arc;
 use std::time::Instant;
-
-/// Where a graph output comes from on the fast path.
-pub(super) enum OutputSrc {
-    /// Graph input `i`, returned as is.
-    Input(usize),
-    /// A constant, returned as is.
-    Constant(Tensor),
-    /// Per-run output `j` (address slot `inputs + j`).
-    PerRun(usize),
-}
-
-/// One step of a fast run, in submission order.
-pub(super) enum Step {
-    /// Stream `stream` waits for the event after node `node`.
-    Wait { stream: usize, node: usize },
-    /// Launches `nodes` of the plan go to stream `stream` as one submission. `units`:
-    /// (unit, launches, FLOPs, bytes) of those launches, for the utilisation counters.
-    Launch { stream: usize, nodes: std::ops::Range<usize>, units: UnitCounts },
-    /// The event after node `node` is recorded on stream `stream`.
-    Record { stream: usize, node: usize },
-}
-
-/// (unit, launches, FLOPs, bytes) per unit of a batch of launches.
-type UnitCounts = Vec<(Unit, u64, u64, u64)>;
-/// A batch being laid out: its stream, first launch and unit counts.
-type OpenBatch = (usize, usize, UnitCounts);
-
-/// A compiled graph's launches, validated once. Arena slots and constants (and views of
-/// them) are fixed operands; graph inputs and outputs (and views of them) get their
-/// addresses per run from a table: inputs in graph order, then the per-run outputs.
-pub(super) struct FastPlan {
-    /// In submission order (alias nodes run no kernel and have none).
-    launches: Vec<FrozenLaunch>,
-    /// The backend's own form of `launches`, when it has one.
-    frozen: Option<Frozen>,
-    steps: Vec<Step>,
-    /// Metadata of each per-run output.
-    per_run: Vec<TensorMeta>,
-    outputs: Vec<OutputSrc>,
-    /// The streams (schedule indices) that use each address slot.
-    slot_streams: Vec<Vec<usize>>,
-}
 
 impl CompiledGraph {
     /// Validates every node's launch once and lays out the submission steps of a run.
@@ -143,13 +101,15 @@ impl CompiledGraph {
                     .rt
                     .freeze_launch(device, &n.op, ins, outs, self.threads[nid.0], self.prepacked[nid.0].as_ref())
                     .map_err(|e| match e {
-                        Error::Invalid { op, msg } => Error::Invalid { op, msg: format!("node {:?}: {msg}", n.name) },
+                        Error::Invalid { op, msg, operands } => {
+                            Error::Invalid { op, msg: format!("node {:?}: {msg}", n.name), operands }
+                        }
                         other => other,
                     })?;
                 let stream = inst.stream_at(s, &default);
                 let target = Target::on(stream);
                 for t in fixed.iter().flatten() {
-                    t.storage.mark_use(target);
+                    t.mark_use(target);
                 }
                 let patches: Vec<(usize, usize)> =
                     slots.iter().enumerate().filter_map(|(i, k)| k.map(|k| (i, k))).collect();
@@ -175,8 +135,7 @@ impl CompiledGraph {
             }
         }
         close(&mut open, &mut steps, launches.len());
-        let ord = self.rt.inner.device(device)?.ordinal;
-        let frozen = self.rt.backend().freeze(ord, &launches)?;
+        let frozen = self.rt.backend().freeze(self.rt.ordinal(device)?, &launches)?;
         Ok(FastPlan { launches, frozen, steps, per_run, outputs, slot_streams })
     }
 
@@ -186,8 +145,7 @@ impl CompiledGraph {
     /// materialises or reports it).
     pub(super) fn run_fast(&self, inst: &Instance, fp: &FastPlan, inputs: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
         let device = self.options.device;
-        let rt_inner = &self.rt.inner;
-        if inputs.iter().any(|t| !t.is_contiguous() || t.device() != device || !Arc::ptr_eq(&t.storage.rt, rt_inner)) {
+        if inputs.iter().any(|t| !t.is_contiguous() || t.device() != device || !self.rt.owns(t)) {
             return Ok(None);
         }
         let per_run: Vec<Tensor> =
@@ -206,10 +164,10 @@ impl CompiledGraph {
         // arena and constants were marked when the graph was compiled.
         for (k, streams) in fp.slot_streams.iter().enumerate() {
             for &s in streams {
-                slot(k).storage.mark_use(Target::on(inst.stream_at(s, &default)));
+                slot(k).mark_use(Target::on(inst.stream_at(s, &default)));
             }
         }
-        let dev = rt_inner.device(device)?;
+        let ordinal = self.rt.ordinal(device)?;
         let backend = self.rt.backend();
         let first_seq = self.rt.next_seqs(fp.launches.len() as u64);
         for step in &fp.steps {
@@ -229,7 +187,7 @@ impl CompiledGraph {
                     let start = Instant::now();
                     let seq = first_seq + nodes.start as u64;
                     match &fp.frozen {
-                        Some(f) => backend.launch_frozen(dev.ordinal, f, nodes.clone(), &addrs, seq, stream.id())?,
+                        Some(f) => backend.launch_frozen(ordinal, f, nodes.clone(), &addrs, seq, stream.id())?,
                         None => {
                             let batch = fp.launches[nodes.clone()]
                                 .iter()
@@ -243,14 +201,14 @@ impl CompiledGraph {
                                             if op < n_in { &mut args.inputs[op] } else { &mut args.outputs[op - n_in] };
                                         a.ptr = addrs[k];
                                     }
-                                    (l.kernel, args)
+                                    (l.kernel.clone(), args)
                                 })
                                 .collect();
-                            backend.launch_batch(dev.ordinal, batch, stream.id())?;
+                            backend.launch_batch(ordinal, batch, stream.id())?;
                         }
                     }
                     if !stream.is_async() {
-                        backend.synchronize_stream(dev.ordinal, stream.id())?;
+                        backend.synchronize_stream(ordinal, stream.id())?;
                         self.rt.record_busy(device, units, start.elapsed(), nodes.len() as u64);
                     }
                 }

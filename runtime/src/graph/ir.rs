@@ -277,7 +277,7 @@ impl fmt::Display for Graph {
 
 fn node_error(node: &str, e: Error) -> Error {
     match e {
-        Error::Invalid { op, msg } => Error::Invalid { op, msg: format!("node {node:?}: {msg}") },
+        Error::Invalid { op, msg, operands } => Error::Invalid { op, msg: format!("node {node:?}: {msg}"), operands },
         other => other,
     }
 }

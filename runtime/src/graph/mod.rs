@@ -8,11 +8,13 @@
 //! * [`precision`] — compile-time precision rewrites (bf16 weights).
 //! * [`exec`] — compiling: kernel selection, constants, the plan; the node-by-node run.
 //! * [`arena`] — the per-graph set of run arenas that lets many threads run one graph.
-//! * [`frozen`] — launches validated once per arena and the batched run through them.
+//! * [`frozen`] — launches validated once per arena and the batched run through them;
+//!   [`fast_plan`] — what such a run replays.
 //! * [`profile`] — per-node timings of a run and its Chrome trace.
 
 mod arena;
 pub mod exec;
+mod fast_plan;
 mod frozen;
 pub mod fusion;
 pub mod ir;

@@ -10,7 +10,7 @@ use std::time::Duration;
 pub struct NodeProfile {
     pub name: String,
     pub op: &'static str,
-    pub implementation: &'static str,
+    pub implementation: std::borrow::Cow<'static, str>,
     pub unit: Unit,
     pub stream: usize,
     /// Start relative to the run's start.

@@ -1,6 +1,6 @@
 //! Building an op from its kind and `key=value` attributes.
 
-use super::{GeluApprox, Op, OpKind};
+use super::table::{GeluApprox, Op, OpKind};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 

@@ -1,6 +1,6 @@
 //! The cost of one execution of an op: floating-point operations and bytes moved.
 
-use super::{Op, TensorMeta};
+use super::table::{Op, TensorMeta};
 
 impl Op {
     /// Floating-point operations of one execution (a multiply-add counts as 2); saturates

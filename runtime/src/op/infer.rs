@@ -1,6 +1,6 @@
 //! Validation and shape inference of each op.
 
-use super::{Op, OpKind, TensorMeta, arity, operand_name};
+use super::table::{Op, OpKind, TensorMeta, arity, operand_name};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::shape::Shape;
@@ -14,7 +14,7 @@ impl Op {
         for (i, m) in inputs.iter().enumerate() {
             size::operand_bytes(op, operand_name(kind, i), m.shape.dims(), m.dtype)?;
         }
-        let outs = self.infer_shapes(inputs)?;
+        let outs = self.infer_shapes(inputs).map_err(|e| e.with_operands(inputs.iter().map(TensorMeta::operand)))?;
         for (i, m) in outs.iter().enumerate() {
             if let Err(e) = size::bytes(format_args!("output {i}"), m.shape.dims(), m.dtype) {
                 let ins: Vec<String> =

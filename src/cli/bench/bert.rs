@@ -210,11 +210,11 @@ fn latency(base: &RuntimeConfig, args: &BertArgs, bm: &Model) -> Result<()> {
         cmd.args(["--devices", &base.cpu_devices.to_string()]);
         let o = cmd.output()?;
         if !o.status.success() {
-            return Err(Error::Io(format!("configuration {c} failed: {}", String::from_utf8_lossy(&o.stderr))));
+            return Err(Error::format(format!("configuration {c} failed: {}", String::from_utf8_lossy(&o.stderr))));
         }
         let line = String::from_utf8_lossy(&o.stdout);
         let v: serde_json::Value =
-            serde_json::from_str(line.trim()).map_err(|e| Error::Io(format!("{c}: {e}: {line}")))?;
+            serde_json::from_str(line.trim()).map_err(|e| Error::format_from(format!("{c}: {line}"), e))?;
         if let Some(row) = row_text(&v) {
             pb.suspend(|| println!("{row}"));
         }
@@ -274,7 +274,7 @@ fn write_chart(path: &str, title: &str, rows: &[serde_json::Value]) -> Result<()
                 .collect(),
         },
     ];
-    let png = chart::bar_chart_png(title, &labels, &series, 900, 500).map_err(|e| Error::Io(format!("{path}: {e}")))?;
+    let png = chart::bar_chart_png(title, &labels, &series, 900, 500).map_err(|e| Error::format(format!("{path}: {e}")))?;
     std::fs::write(path, png)?;
     Ok(())
 }

@@ -64,7 +64,7 @@ impl Model {
         let st = p.join("model.safetensors");
         let file = if p.is_dir() && st.is_file() {
             log::info!("weights from {}", st.display());
-            Some(Arc::new(SafetensorsFile::open(&st).map_err(|e| Error::Io(format!("{}: {e}", st.display())))?))
+            Some(Arc::new(SafetensorsFile::open(&st)?))
         } else {
             None
         };

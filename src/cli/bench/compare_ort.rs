@@ -104,9 +104,9 @@ struct Contender {
 impl Contender {
     fn spawn(name: String, is_npurt: bool, mut cmd: Command, pb: &ProgressBar) -> Result<Contender> {
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
-        let mut child = cmd.spawn().map_err(|e| Error::Io(format!("{name}: cannot start: {e}")))?;
-        let stdin = child.stdin.take().ok_or_else(|| Error::Io(format!("{name}: no stdin")))?;
-        let stdout = BufReader::new(child.stdout.take().ok_or_else(|| Error::Io(format!("{name}: no stdout")))?);
+        let mut child = cmd.spawn().map_err(|e| Error::io(format!("{name}: cannot start"), e))?;
+        let stdin = child.stdin.take().ok_or_else(|| Error::format(format!("{name}: no stdin")))?;
+        let stdout = BufReader::new(child.stdout.take().ok_or_else(|| Error::format(format!("{name}: no stdout")))?);
         let (ready, times, pb) = (serde_json::Value::Null, Vec::new(), pb.clone());
         let mut c = Contender { name, is_npurt, child, stdin, stdout, ready, times, pb };
         c.ready = c.record()?;
@@ -120,7 +120,7 @@ impl Contender {
             line.clear();
             if self.stdout.read_line(&mut line)? == 0 {
                 let st = self.child.wait().ok();
-                return Err(Error::Io(format!("{} ended without a result (exit status {st:?})", self.name)));
+                return Err(Error::format(format!("{} ended without a result (exit status {st:?})", self.name)));
             }
             let body = if self.is_npurt {
                 Some(line.trim())
@@ -144,7 +144,7 @@ impl Contender {
     fn run_once(&mut self) -> Result<f64> {
         self.send("run")?;
         let v = self.record()?;
-        let ms = v["ms"].as_f64().ok_or_else(|| Error::Io(format!("{}: unexpected reply {v}", self.name)))?;
+        let ms = v["ms"].as_f64().ok_or_else(|| Error::format(format!("{}: unexpected reply {v}", self.name)))?;
         self.times.push(ms);
         Ok(ms)
     }
@@ -165,7 +165,7 @@ fn ort_script() -> Result<PathBuf> {
         Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/peers/ort_bert.py")),
     ];
     candidates.into_iter().flatten().find(|p| p.exists()).ok_or_else(|| {
-        Error::Io("bench/peers/ort_bert.py not found (run from the repository root or set NPURT_ORT_SCRIPT)".into())
+        Error::Unsupported("bench/peers/ort_bert.py not found (run from the repository root or set NPURT_ORT_SCRIPT)".into())
     })
 }
 
@@ -223,9 +223,9 @@ pub fn run(base: &RuntimeConfig, rounds: usize, json: Option<&str>, args: &OrtAr
                     .arg(&dir)
                     .stdout(Stdio::null())
                     .status()
-                    .map_err(|e| Error::Io(format!("python3: {e}")))?;
+                    .map_err(|e| Error::io("python3", e))?;
                 if !st.success() {
-                    return Err(Error::Io(format!("building the ONNX models for {model} failed ({st})")));
+                    return Err(Error::format(format!("building the ONNX models for {model} failed ({st})")));
                 }
             }
             let mut cs = Vec::new();

@@ -102,7 +102,7 @@ pub fn run(
     }
     if mismatches > 0 {
         let msg = format!("{mismatches} of {total} concurrent runs differ from the serial run");
-        return Err(npurt::Error::Backend { backend: rt.backend_name(), msg });
+        return Err(npurt::Error::backend_msg(rt.backend_name(), msg));
     }
     Ok(())
 }

@@ -76,7 +76,7 @@ pub fn time_gemm(cfg: &RuntimeConfig, tier: Tier, s: Shape, runs: usize) -> Resu
 /// The bf16 unit on a Linear-shaped product (`x[m×k] · wᵀ`, `w` packed once, as a
 /// compiled graph does); `None` where the CPU has no AVX-512-BF16 or the shape is batched.
 pub fn time_gemm_bf16(cfg: &RuntimeConfig, s: Shape, runs: usize) -> Option<f64> {
-    use backend_cpu::kernels::gemm_bf16;
+    use npurt::cpu::kernels::gemm_bf16;
     let (m, k, n, b) = s;
     if b != 1 || !gemm_bf16::available() {
         return None;
@@ -86,7 +86,7 @@ pub fn time_gemm_bf16(cfg: &RuntimeConfig, s: Shape, runs: usize) -> Option<f64>
         (0..n * k).map(|i| npurt::bf16::from_f32(((i * 104_729) % 1000) as f32 / 1000.0 - 0.5)).collect();
     let pw = gemm_bf16::PackedWeight::pack(&w, n, k).ok()?;
     let mut c = vec![0f32; m * n];
-    let threads = cfg.threads.unwrap_or(backend_cpu::features::get().cores);
+    let threads = cfg.threads.unwrap_or(npurt::cpu::features::get().cores);
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().ok()?;
     pool.install(|| {
         gemm_bf16::gemm(m, &x, &pw, &mut c, false, threads).ok()?;
@@ -103,7 +103,7 @@ pub fn time_gemm_bf16(cfg: &RuntimeConfig, s: Shape, runs: usize) -> Option<f64>
 /// The f32 Linear-shaped product (`x[m×k] · wᵀ`) with the weight packed once, as a
 /// compiled graph runs it; `None` for batched shapes.
 fn time_gemm_prepacked(cfg: &RuntimeConfig, s: Shape, runs: usize) -> Option<f64> {
-    use backend_cpu::kernels::gemm_packed;
+    use npurt::cpu::kernels::gemm_packed;
     let (m, k, n, b) = s;
     if b != 1 {
         return None;
@@ -114,7 +114,7 @@ fn time_gemm_prepacked(cfg: &RuntimeConfig, s: Shape, runs: usize) -> Option<f64
     let mut packed = vec![0f32; layout.len()];
     gemm_packed::pack_b(&layout, &w, 1, k, &mut packed).ok()?;
     let mut c = vec![0f32; m * n];
-    let threads = cfg.threads.unwrap_or(backend_cpu::features::get().cores);
+    let threads = cfg.threads.unwrap_or(npurt::cpu::features::get().cores);
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().ok()?;
     pool.install(|| {
         let mut once = || gemm_packed::sgemm_prepacked(m, 1.0, &x, k, 1, &layout, &packed, None, &mut c, n, threads);
@@ -133,7 +133,7 @@ fn time_gemm_prepacked(cfg: &RuntimeConfig, s: Shape, runs: usize) -> Option<f64
 fn numpy_peer(runs: usize) -> Result<(BTreeMap<String, f64>, String)> {
     let script = std::path::Path::new("bench/peers/numpy_gemm.py");
     if !script.exists() {
-        return Err(Error::Io("bench/peers/numpy_gemm.py not found (run from the repository root)".into()));
+        return Err(Error::Unsupported("bench/peers/numpy_gemm.py not found (run from the repository root)".into()));
     }
     let out_json = std::env::temp_dir().join(format!("npurt-numpy-{}.json", std::process::id()));
     let o = std::process::Command::new("python3")
@@ -144,13 +144,13 @@ fn numpy_peer(runs: usize) -> Result<(BTreeMap<String, f64>, String)> {
         .arg(&out_json)
         .env_remove("OPENBLAS_CORETYPE")
         .output()
-        .map_err(|e| Error::Io(format!("python3: {e}")))?;
+        .map_err(|e| Error::io("python3", e))?;
     let text = String::from_utf8_lossy(&o.stdout).to_string();
     if !o.status.success() {
-        return Err(Error::Io(format!("numpy peer failed: {}{}", text, String::from_utf8_lossy(&o.stderr))));
+        return Err(Error::format(format!("numpy peer failed: {}{}", text, String::from_utf8_lossy(&o.stderr))));
     }
     let j: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&out_json)?).map_err(|e| Error::Io(e.to_string()))?;
+        serde_json::from_slice(&std::fs::read(&out_json)?).map_err(|e| Error::format_from("numpy peer", e))?;
     let _ = std::fs::remove_file(&out_json);
     let mut m = BTreeMap::new();
     if let Some(arr) = j.get("results").and_then(|r| r.as_array()) {
@@ -175,7 +175,7 @@ pub fn run(cfg: RuntimeConfig, args: GemmArgs) -> Result<()> {
     let numpy = args.peer == Some(Peer::Numpy);
     let tiers: Vec<Tier> =
         if args.all_tiers { vec![Tier::HighPerformance, Tier::Generic] } else { vec![Tier::HighPerformance] };
-    let f = backend_cpu::features::get();
+    let f = npurt::cpu::features::get();
     println!("GEMM f32, median of {runs} runs, {} threads, ISA {:?}", cfg.threads.unwrap_or(f.cores), f.isa);
     let steps = (tiers.len() + 2) * SHAPES.len() + if numpy { 2 } else { 0 };
     let pb = progress::bar(steps as u64, "GEMM");

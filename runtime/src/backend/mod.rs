@@ -29,6 +29,8 @@
 //! With these rules the runtime crate needs no `unsafe` code at all; every `unsafe` block
 //! lives in a backend, next to the memory it reasons about.
 
+pub mod allocations;
+
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{KernelInfo, KernelQuery, Unit};
@@ -431,7 +433,7 @@ pub unsafe trait Backend: Send + Sync {
         _first_seq: u64,
         _stream: StreamId,
     ) -> Result<()> {
-        Err(crate::error::Error::Backend { backend: self.name(), msg: "no frozen launches on this backend".into() })
+        Err(crate::error::Error::Unsupported(format!("{}: no frozen launches on this backend", self.name())))
     }
 
     /// Queues several launches at once (one submission). The default queues them one by
@@ -458,7 +460,7 @@ mod tests {
     }
     fn kernel(op: crate::op::OpKind, supports: crate::kernel::SupportFn) -> KernelInfo {
         let unit = Unit { class: UnitClass::Vector, label: "test" };
-        KernelInfo { name: "test.kernel", op, tier: Tier::Reference, unit, supports, id: 0 }
+        KernelInfo { name: "test.kernel".into(), op, tier: Tier::Reference, unit, supports, id: 0 }
     }
     fn arg(ptr: u64, dtype: DType, dims: &[usize]) -> TensorArg {
         TensorArg { ptr: DevicePtr(ptr), dtype, layout: Arc::new(Layout::contiguous(dims.to_vec())) }

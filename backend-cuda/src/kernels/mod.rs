@@ -1,10 +1,12 @@
 //! The CUDA kernel table: which implementations exist per op, their tier, unit and
-//! support predicate. Launching lives in [`crate::launch`].
+//! support predicate, declared with [`runtime::KernelTable`]. The NVRTC sources are in
+//! [`source`]; launching lives in `launch.rs`.
+
+pub mod source;
 
 use crate::info::{CUDA_CORES, CUDA_CORES_FP64, TENSOR_CORES};
-use runtime::{DType, KernelInfo, KernelQuery, Op, OpKind, Tier, Unit};
-use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use runtime::{DType, KernelQuery, KernelTable, Op, OpKind, Tier, Unit};
+use std::sync::OnceLock;
 
 /// How a table entry runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,13 +17,6 @@ pub enum Impl {
     Blas,
     /// A device-to-device copy (`cuMemcpyDtoDAsync`), strided kernel when not contiguous.
     Memcpy,
-}
-
-/// One implementation.
-#[derive(Clone, Copy, Debug)]
-pub struct Entry {
-    pub info: KernelInfo,
-    pub imp: Impl,
 }
 
 /// Most shared memory the fused attention kernel asks for (bytes).
@@ -111,10 +106,6 @@ fn tiled_matmul(q: &KernelQuery<'_>) -> Result<(), String> {
     ranks_ok(q)
 }
 
-fn leak(s: String) -> &'static str {
-    Box::leak(s.into_boxed_str())
-}
-
 fn unit_of(kind: OpKind, imp: Impl) -> Unit {
     match imp {
         Impl::Blas => TENSOR_CORES,
@@ -128,47 +119,41 @@ fn unit_of(kind: OpKind, imp: Impl) -> Unit {
 }
 
 /// The table for a backend with (or without) cuBLAS, with tf32 allowed or not. Built
-/// once per configuration per process (names are leaked once).
-pub fn table(blas: bool, tf32: bool) -> &'static [Entry] {
-    static T: OnceLock<Mutex<HashMap<(bool, bool), &'static [Entry]>>> = OnceLock::new();
-    let mut m = T.get_or_init(|| Mutex::new(HashMap::new())).lock().unwrap_or_else(|p| p.into_inner());
-    *m.entry((blas, tf32)).or_insert_with(|| Box::leak(build(blas, tf32).into_boxed_slice()))
+/// once per configuration per process.
+pub fn table(blas: bool, tf32: bool) -> &'static KernelTable<Impl> {
+    static T: [OnceLock<KernelTable<Impl>>; 4] = [OnceLock::new(), OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    T[usize::from(blas) * 2 + usize::from(tf32)].get_or_init(|| build(blas, tf32))
 }
 
-fn build(blas: bool, tf32: bool) -> Vec<Entry> {
+fn build(blas: bool, tf32: bool) -> KernelTable<Impl> {
     use Tier::*;
     type S = runtime::kernel::SupportFn;
-    let mut v: Vec<Entry> = Vec::new();
-    let mut add = |kind: OpKind, tier: Tier, imp: Impl, unit: Unit, label: &str, supports: S| {
-        let name = leak(format!("{}.{}.{label}", kind.name().to_ascii_lowercase(), tier.name()));
-        let id = v.len();
-        v.push(Entry { info: KernelInfo { name, op: kind, tier, unit, supports, id }, imp });
-    };
+    let mut t = KernelTable::new();
     for kind in OpKind::ALL {
-        let std3 = |add: &mut dyn FnMut(OpKind, Tier, Impl, Unit, &str, S), fast: S| {
+        let std3 = |t: &mut KernelTable<Impl>, fast: S| {
             let n = Impl::Nvrtc(HighPerformance);
-            add(kind, HighPerformance, n, unit_of(kind, n), "vec4", fast);
+            t.add(kind, HighPerformance, unit_of(kind, n), "vec4", fast, n);
             let g = Impl::Nvrtc(Generic);
-            add(kind, Generic, g, unit_of(kind, g), "grid-stride", any);
+            t.add(kind, Generic, unit_of(kind, g), "grid-stride", any, g);
             let r = Impl::Nvrtc(Reference);
-            add(kind, Reference, r, unit_of(kind, r), "thread-per-element", any);
+            t.add(kind, Reference, unit_of(kind, r), "thread-per-element", any, r);
         };
         let r = Impl::Nvrtc(Reference);
         match kind {
             OpKind::MatMul | OpKind::Gemm | OpKind::Linear => {
                 if blas {
                     if tf32 {
-                        add(kind, HighPerformance, Impl::Blas, TENSOR_CORES, "cublas-tf32", blas_tc);
+                        t.add(kind, HighPerformance, TENSOR_CORES, "cublas-tf32", blas_tc, Impl::Blas);
                     } else {
-                        add(kind, HighPerformance, Impl::Blas, CUDA_CORES, "cublas-sgemm", blas_f32);
-                        add(kind, HighPerformance, Impl::Blas, TENSOR_CORES, "cublas-tensor-op", blas_half);
+                        t.add(kind, HighPerformance, CUDA_CORES, "cublas-sgemm", blas_f32, Impl::Blas);
+                        t.add(kind, HighPerformance, TENSOR_CORES, "cublas-tensor-op", blas_half, Impl::Blas);
                     }
                 }
                 let g = Impl::Nvrtc(Generic);
-                add(kind, Generic, g, unit_of(kind, g), "tiled-16x16", tiled_matmul);
-                add(kind, Reference, r, unit_of(kind, r), "thread-per-element", any);
+                t.add(kind, Generic, unit_of(kind, g), "tiled-16x16", tiled_matmul, g);
+                t.add(kind, Reference, unit_of(kind, r), "thread-per-element", any, r);
             }
-            OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div => std3(&mut add, same_shape),
+            OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div => std3(&mut t, same_shape),
             OpKind::Relu
             | OpKind::Gelu
             | OpKind::Tanh
@@ -176,34 +161,36 @@ fn build(blas: bool, tf32: bool) -> Vec<Entry> {
             | OpKind::Exp
             | OpKind::Sqrt
             | OpKind::Scale
-            | OpKind::BiasGelu => std3(&mut add, any),
+            | OpKind::BiasGelu => std3(&mut t, any),
             OpKind::Softmax | OpKind::LayerNorm | OpKind::AddLayerNorm => {
                 let f = Impl::Nvrtc(HighPerformance);
                 let fs: S = if kind == OpKind::Softmax { last_axis_softmax } else { any };
-                add(kind, HighPerformance, f, unit_of(kind, f), "warp-per-row", fs);
+                t.add(kind, HighPerformance, unit_of(kind, f), "warp-per-row", fs, f);
                 let g = Impl::Nvrtc(Generic);
-                add(kind, Generic, g, unit_of(kind, g), "block-per-row", any);
-                add(kind, Reference, r, unit_of(kind, r), "thread-per-row", any);
+                t.add(kind, Generic, unit_of(kind, g), "block-per-row", any, g);
+                t.add(kind, Reference, unit_of(kind, r), "thread-per-row", any, r);
             }
             OpKind::ReduceSum | OpKind::ReduceMean => {
                 let g = Impl::Nvrtc(Generic);
-                add(kind, Generic, g, unit_of(kind, g), "block-per-output", any);
-                add(kind, Reference, r, unit_of(kind, r), "thread-per-output", any);
+                t.add(kind, Generic, unit_of(kind, g), "block-per-output", any, g);
+                t.add(kind, Reference, unit_of(kind, r), "thread-per-output", any, r);
             }
             OpKind::Attention => {
                 let f = Impl::Nvrtc(HighPerformance);
-                add(kind, HighPerformance, f, unit_of(kind, f), "fused-block-per-query", fused_attention);
-                add(kind, Reference, r, unit_of(kind, r), "thread-per-element", any);
+                t.add(kind, HighPerformance, unit_of(kind, f), "fused-block-per-query", fused_attention, f);
+                t.add(kind, Reference, unit_of(kind, r), "thread-per-element", any, r);
             }
             OpKind::Copy => {
-                add(kind, HighPerformance, Impl::Memcpy, CUDA_CORES, "memcpy", any);
-                add(kind, Reference, r, unit_of(kind, r), "strided", any);
+                t.add(kind, HighPerformance, CUDA_CORES, "memcpy", any, Impl::Memcpy);
+                t.add(kind, Reference, unit_of(kind, r), "strided", any, r);
             }
-            OpKind::Reshape => add(kind, Reference, Impl::Memcpy, CUDA_CORES, "memcpy", any),
+            OpKind::Reshape => {
+                t.add(kind, Reference, CUDA_CORES, "memcpy", any, Impl::Memcpy);
+            }
             OpKind::Permute | OpKind::Gather | OpKind::Cast => {
-                add(kind, Reference, r, unit_of(kind, r), "thread-per-element", any)
+                t.add(kind, Reference, unit_of(kind, r), "thread-per-element", any, r);
             }
         }
     }
-    v
+    t
 }

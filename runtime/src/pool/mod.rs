@@ -23,60 +23,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+pub mod stats;
+pub use stats::PoolStats;
+
 const SMALL_CLASS: usize = 512;
 const LARGE_CLASS: usize = 128 << 10;
-
-/// A snapshot of the pool's accounting.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct PoolStats {
-    /// Bytes the pool holds from the system (segments).
-    pub total_bytes: usize,
-    /// Bytes in blocks handed out (size classes, so >= what was requested).
-    pub in_use_bytes: usize,
-    /// Bytes held but not handed out: `total - in_use` (free plus pending blocks).
-    pub cached_bytes: usize,
-    /// Bytes of large requests served directly from the system, currently in use.
-    pub system_bytes: usize,
-    /// Highest `in_use_bytes` seen.
-    pub peak_in_use_bytes: usize,
-    /// Highest `total_bytes` seen.
-    pub peak_total_bytes: usize,
-    /// Largest block that could be handed out now without asking the system.
-    pub largest_free_block: usize,
-    /// `1 - largest_free_block / free bytes` (0 when nothing is free).
-    pub fragmentation: f64,
-    /// Blocks waiting for queued work before they can be reused.
-    pub pending_blocks: usize,
-    pub segments: usize,
-    /// Calls to the backend's allocator so far.
-    pub system_allocations: u64,
-    /// Requests served from the cache so far.
-    pub cache_hits: u64,
-    /// Requests served so far.
-    pub allocations: u64,
-    /// The configured limit, if any.
-    pub limit_bytes: Option<usize>,
-}
-
-impl fmt::Display for PoolStats {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "pool: total {} B, in use {} B, cached {} B, from system {} B, peak {} B, largest free {} B, fragmentation {:.2}",
-            self.total_bytes,
-            self.in_use_bytes,
-            self.cached_bytes,
-            self.system_bytes,
-            self.peak_in_use_bytes,
-            self.largest_free_block,
-            self.fragmentation
-        )?;
-        if let Some(l) = self.limit_bytes {
-            write!(f, ", limit {l} B")?;
-        }
-        Ok(())
-    }
-}
 
 /// Where a block came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -225,6 +176,7 @@ impl Pool {
                 device: self.label.clone(),
                 requested: bytes,
                 stats: Box::new(self.stats_locked(&g)),
+                source: None,
             });
         };
         self.collect_pending(&mut g, false);
@@ -249,10 +201,17 @@ impl Pool {
                 self.release_locked(&mut g);
                 self.grow(&mut g, size, kind).map_err(|e| {
                     log::warn!("{}: out of memory for {bytes} bytes: {e}", self.label);
+                    // The backend's own out-of-memory (or whatever refused the memory)
+                    // stays the source; the pool adds its stats.
+                    let source: Option<crate::error::Source> = match e {
+                        Error::OutOfMemory { source, .. } => source,
+                        other => Some(std::sync::Arc::new(other)),
+                    };
                     Error::OutOfMemory {
                         device: self.label.clone(),
                         requested: bytes,
                         stats: Box::new(self.stats_locked(&g)),
+                        source,
                     }
                 })
             }

@@ -43,7 +43,16 @@
 //!
 //! AVX-512 parts (Skylake-SP and later, Zen 4/5) have ≥ 1 MiB of L2 per core; the AVX2 sizes
 //! also fit a Zen 3 core (32 KiB L1d, 512 KiB L2).
+//!
+//! Files: `layout.rs` holds the problem, the blocking, the micro-kernel contract and the
+//! packing; `x86.rs` the AVX2 and AVX-512 micro-kernels; this file the kernel choice, the
+//! drivers, the portable kernel and B packed once.
 
+mod layout;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use layout::{Blocking, MicroKernel, Problem, even_block, impl_packing, pack_a_panel, pack_b_panel};
 use std::cell::RefCell;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -182,76 +191,8 @@ fn selected_isa() -> Isa {
     })
 }
 
-// ---------------------------------------------------------------------------------------------
-// Problem description and blocking
-// ---------------------------------------------------------------------------------------------
-
-struct Problem<'a> {
-    m: usize,
-    n: usize,
-    k: usize,
-    alpha: f32,
-    a: &'a [f32],
-    rsa: usize,
-    csa: usize,
-    b: &'a [f32],
-    rsb: usize,
-    csb: usize,
-    beta: f32,
-    ldc: usize,
-}
-
-/// Cache-blocking sizes (upper bounds; actual blocks are split evenly below them).
-#[derive(Clone, Copy, Debug)]
-struct Blocking {
-    mc: usize,
-    kc: usize,
-    nc: usize,
-}
-
 /// Problems smaller than this (`m·n·k`) run single-threaded.
 const PAR_THRESHOLD: usize = 64 * 64 * 64;
-
-/// A register-blocked micro-kernel.
-trait MicroKernel {
-    const MR: usize;
-    const NR: usize;
-    const BLOCKING: Blocking;
-
-    /// `C[0..MR, 0..NR] = alpha * Σ_p A[p] ⊗ B[p] + beta * C` (C not read when `beta == 0`).
-    ///
-    /// # Safety
-    /// * the CPU supports the kernel's target features;
-    /// * `a` is valid for reads of `kc*MR` floats, `b` for `kc*NR` floats;
-    /// * `c` is valid for reads and writes of rows `0..MR`, columns `0..NR` at row stride
-    ///   `ldc`, and no other thread accesses that tile concurrently.
-    unsafe fn run(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, alpha: f32, beta: f32);
-
-    /// [`pack_a_panel`] with `MR = Self::MR`.
-    fn pack_a(p: &Problem<'_>, i0: usize, rows: usize, p0: usize, kc: usize, dst: &mut [f32]);
-    /// [`pack_b_panel`] with `NR = Self::NR`.
-    fn pack_b(p: &Problem<'_>, j0: usize, cols: usize, p0: usize, kc: usize, dst: &mut [f32]);
-}
-
-/// Implements the packing methods of [`MicroKernel`] for concrete `MR`/`NR`.
-macro_rules! impl_packing {
-    ($mr:expr, $nr:expr) => {
-        fn pack_a(p: &Problem<'_>, i0: usize, rows: usize, p0: usize, kc: usize, dst: &mut [f32]) {
-            pack_a_panel::<$mr>(p, i0, rows, p0, kc, dst)
-        }
-        fn pack_b(p: &Problem<'_>, j0: usize, cols: usize, p0: usize, kc: usize, dst: &mut [f32]) {
-            pack_b_panel::<$nr>(p, j0, cols, p0, kc, dst)
-        }
-    };
-}
-
-/// Even split of `len` into blocks of at most `max`, each a multiple of `align` (except
-/// possibly the last). Returns the block size (>= 1).
-fn even_block(len: usize, max: usize, align: usize) -> usize {
-    let max = max.max(align);
-    let nblocks = len.div_ceil(max).max(1);
-    len.div_ceil(nblocks).next_multiple_of(align).max(align)
-}
 
 // ---------------------------------------------------------------------------------------------
 // Entry with validation and dispatch
@@ -386,80 +327,6 @@ fn with_buf<R>(
         _ => {
             let mut buf = AlignedBuf::with_len(len);
             (f.take().expect("called once"))(&mut buf.as_mut_slice()[..len])
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Packing
-// ---------------------------------------------------------------------------------------------
-
-/// Packs rows `i0..i0+rows` (rows <= MR), columns `p0..p0+kc` of A into one MR-panel:
-/// `dst[p*MR + i] = A[i0+i, p0+p]`, zero for `i >= rows`.
-fn pack_a_panel<const MR: usize>(p: &Problem<'_>, i0: usize, rows: usize, p0: usize, kc: usize, dst: &mut [f32]) {
-    let dst = &mut dst[..kc * MR];
-    let (a, rsa, csa) = (p.a, p.rsa, p.csa);
-    if rows == MR && csa == 1 {
-        // Row-major A: MR sequential read streams, one contiguous MR-vector written per p.
-        let base = i0 * rsa + p0;
-        let src: [&[f32]; MR] = std::array::from_fn(|i| &a[base + i * rsa..][..kc]);
-        for (pp, d) in dst.chunks_exact_mut(MR).enumerate() {
-            for i in 0..MR {
-                d[i] = src[i][pp];
-            }
-        }
-    } else if rsa == 1 {
-        // Column-major A (transposed view): each packed row is a contiguous copy.
-        for (pp, d) in dst.chunks_exact_mut(MR).enumerate() {
-            let s = &a[(p0 + pp) * csa + i0..][..rows];
-            d[..rows].copy_from_slice(s);
-            d[rows..].fill(0.0);
-        }
-    } else {
-        for (pp, d) in dst.chunks_exact_mut(MR).enumerate() {
-            let col = (p0 + pp) * csa;
-            for (i, x) in d.iter_mut().enumerate() {
-                *x = if i < rows { a[(i0 + i) * rsa + col] } else { 0.0 };
-            }
-        }
-    }
-}
-
-/// Packs columns `j0..j0+cols` (cols <= NR), rows `p0..p0+kc` of B into one NR-panel:
-/// `dst[p*NR + j] = B[p0+p, j0+j]`, zero for `j >= cols`.
-fn pack_b_panel<const NR: usize>(p: &Problem<'_>, j0: usize, cols: usize, p0: usize, kc: usize, dst: &mut [f32]) {
-    let dst = &mut dst[..kc * NR];
-    let (b, rsb, csb) = (p.b, p.rsb, p.csb);
-    if csb == 1 {
-        // Row-major B: each packed row is a contiguous copy.
-        for (pp, d) in dst.chunks_exact_mut(NR).enumerate() {
-            let s = &b[(p0 + pp) * rsb + j0..][..cols];
-            d[..cols].copy_from_slice(s);
-            d[cols..].fill(0.0);
-        }
-    } else if rsb == 1 {
-        // Column-major B (transposed view): NR sequential read streams.
-        if cols == NR {
-            let base = p0 + j0 * csb;
-            let src: [&[f32]; NR] = std::array::from_fn(|j| &b[base + j * csb..][..kc]);
-            for (pp, d) in dst.chunks_exact_mut(NR).enumerate() {
-                for j in 0..NR {
-                    d[j] = src[j][pp];
-                }
-            }
-        } else {
-            for (pp, d) in dst.chunks_exact_mut(NR).enumerate() {
-                for (j, x) in d.iter_mut().enumerate() {
-                    *x = if j < cols { b[p0 + pp + (j0 + j) * csb] } else { 0.0 };
-                }
-            }
-        }
-    } else {
-        for (pp, d) in dst.chunks_exact_mut(NR).enumerate() {
-            let row = (p0 + pp) * rsb;
-            for (j, x) in d.iter_mut().enumerate() {
-                *x = if j < cols { b[row + (j0 + j) * csb] } else { 0.0 };
-            }
         }
     }
 }
@@ -631,13 +498,26 @@ impl PackedBLayout {
 
 /// Packs `b` (`k×n`, element `(p, j)` at `b[p*rsb + j*csb]`) into `dst` in `layout`'s order.
 /// Errors if `dst` is not `layout.len()` floats long or `b` is too short.
-pub fn pack_b(layout: &PackedBLayout, b: &[f32], rsb: usize, csb: usize, dst: &mut [f32]) -> Result<(), String> {
+pub fn pack_b(
+    layout: &PackedBLayout,
+    b: &[f32],
+    rsb: usize,
+    csb: usize,
+    dst: &mut [f32],
+) -> Result<(), runtime::KernelError> {
     let (k, n, kc_max, nr) = (layout.k, layout.n, layout.kc, layout.nr);
     if dst.len() != layout.len() {
-        return Err(format!("packed B needs {} floats, got {}", layout.len(), dst.len()));
+        return Err(runtime::KernelError::Internal(format!(
+            "packed B needs {} floats, got {}",
+            layout.len(),
+            dst.len()
+        )));
     }
     if min_len(k, n, rsb, csb).is_none_or(|l| b.len() < l) {
-        return Err(format!("B of {} floats is too short for {k}x{n} with strides ({rsb}, {csb})", b.len()));
+        return Err(runtime::KernelError::Internal(format!(
+            "B of {} floats is too short for {k}x{n} with strides ({rsb}, {csb})",
+            b.len()
+        )));
     }
     let p = Problem { m: 0, n, k, alpha: 1.0, a: &[], rsa: 0, csa: 0, b, rsb, csb, beta: 0.0, ldc: n };
     let n_pad = n.div_ceil(nr) * nr;
@@ -943,139 +823,6 @@ impl MicroKernel for ScalarKernel {
                     *dst = if beta == 0.0 { alpha * v } else { alpha * v + beta * *dst };
                 }
             }
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-mod x86 {
-    use super::{Blocking, MicroKernel, Problem, pack_a_panel, pack_b_panel};
-    use std::arch::x86_64::*;
-
-    /// Defines a `#[target_feature]` micro-kernel with `MR` rows and `NV` vectors of `LANES`
-    /// floats per row; the accumulator array is fully unrolled into registers by LLVM.
-    macro_rules! simd_kernel {
-        ($name:ident, $feat:literal, $vt:ty, $lanes:expr, $mr:expr, $nv:expr,
-         $zero:ident, $loadu:ident, $storeu:ident, $set1:ident, $fmadd:ident, $mul:ident) => {
-            /// # Safety
-            /// CPU supports the target features; `a`: `kc*MR` floats, `b`: `kc*NR` floats
-            /// readable; `c`: MR×NR tile at stride `ldc` readable (if `beta != 0`) and writable.
-            #[target_feature(enable = $feat)]
-            unsafe fn $name(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, alpha: f32, beta: f32) {
-                const MR: usize = $mr;
-                const NV: usize = $nv;
-                const L: usize = $lanes;
-                const NR: usize = NV * L;
-                for i in 0..MR {
-                    // SAFETY: prefetch is only a hint; the address is inside the C tile.
-                    unsafe {
-                        _mm_prefetch::<_MM_HINT_T0>(c.add(i * ldc).cast::<i8>());
-                        _mm_prefetch::<_MM_HINT_T0>(c.add(i * ldc + NR - 1).cast::<i8>());
-                    }
-                }
-                let mut acc: [[$vt; NV]; MR] = [[$zero(); NV]; MR];
-                let mut pa = a;
-                let mut pb = b;
-                for _ in 0..kc {
-                    let mut bv: [$vt; NV] = [$zero(); NV];
-                    for (j, v) in bv.iter_mut().enumerate() {
-                        // SAFETY: `pb` points at one packed row of NR floats (kc rows in all).
-                        *v = unsafe { $loadu(pb.add(j * L)) };
-                    }
-                    for (i, row) in acc.iter_mut().enumerate() {
-                        // SAFETY: `pa` points at one packed column of MR floats.
-                        let ai = $set1(unsafe { *pa.add(i) });
-                        for (acc_ij, &bj) in row.iter_mut().zip(bv.iter()) {
-                            *acc_ij = $fmadd(ai, bj, *acc_ij);
-                        }
-                    }
-                    // SAFETY: advancing within (or one past the end of) the packed panels.
-                    unsafe {
-                        pa = pa.add(MR);
-                        pb = pb.add(NR);
-                    }
-                }
-                let va = $set1(alpha);
-                if beta == 0.0 {
-                    for (i, row) in acc.iter().enumerate() {
-                        for (j, &v) in row.iter().enumerate() {
-                            // SAFETY: (i, j*L..j*L+L) lies in the writable MR×NR tile.
-                            unsafe { $storeu(c.add(i * ldc + j * L), $mul(v, va)) };
-                        }
-                    }
-                } else {
-                    let vb = $set1(beta);
-                    for (i, row) in acc.iter().enumerate() {
-                        for (j, &v) in row.iter().enumerate() {
-                            // SAFETY: (i, j*L..j*L+L) lies in the readable/writable tile.
-                            unsafe {
-                                let cp = c.add(i * ldc + j * L);
-                                $storeu(cp, $fmadd(v, va, $mul($loadu(cp), vb)));
-                            }
-                        }
-                    }
-                }
-            }
-        };
-    }
-
-    simd_kernel!(
-        kernel_avx2_6x16,
-        "avx2,fma",
-        __m256,
-        8,
-        6,
-        2,
-        _mm256_setzero_ps,
-        _mm256_loadu_ps,
-        _mm256_storeu_ps,
-        _mm256_set1_ps,
-        _mm256_fmadd_ps,
-        _mm256_mul_ps
-    );
-
-    simd_kernel!(
-        kernel_avx512_12x32,
-        "avx512f",
-        __m512,
-        16,
-        12,
-        2,
-        _mm512_setzero_ps,
-        _mm512_loadu_ps,
-        _mm512_storeu_ps,
-        _mm512_set1_ps,
-        _mm512_fmadd_ps,
-        _mm512_mul_ps
-    );
-
-    /// AVX2 + FMA, 6×16.
-    pub(super) struct Avx2;
-
-    impl MicroKernel for Avx2 {
-        const MR: usize = 6;
-        const NR: usize = 16;
-        const BLOCKING: Blocking = Blocking { mc: 3072, kc: 384, nc: 256 };
-        impl_packing!(6, 16);
-
-        unsafe fn run(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, alpha: f32, beta: f32) {
-            // SAFETY: forwarded contract (CPU has AVX2+FMA, pointers valid).
-            unsafe { kernel_avx2_6x16(kc, a, b, c, ldc, alpha, beta) }
-        }
-    }
-
-    /// AVX-512F, 12×32.
-    pub(super) struct Avx512;
-
-    impl MicroKernel for Avx512 {
-        const MR: usize = 12;
-        const NR: usize = 32;
-        const BLOCKING: Blocking = Blocking { mc: 3072, kc: 512, nc: 384 };
-        impl_packing!(12, 32);
-
-        unsafe fn run(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, alpha: f32, beta: f32) {
-            // SAFETY: forwarded contract (CPU has AVX-512F, pointers valid).
-            unsafe { kernel_avx512_12x32(kc, a, b, c, ldc, alpha, beta) }
         }
     }
 }

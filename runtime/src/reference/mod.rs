@@ -1,11 +1,24 @@
-//! Reference tier: plain loops with f64 accumulation. The ground truth every other
-//! implementation is checked against; correctness over speed.
+//! The reference kernels: plain loops with f64 accumulation, on host memory. The ground
+//! truth every other implementation is checked against (correctness over speed), and
+//! the host tier of every backend: the CPU backend's reference tier, the Ascend
+//! backend's host fallback and acl-emu all run these.
+//!
+//! Callers give operands that passed [`crate::LaunchArgs::validate`] (or [`crate::Op::infer`]):
+//! inputs contiguous except for `Copy`, outputs contiguous.
 
-use super::common::*;
-use runtime::{DType, GeluApprox, Op};
+pub mod math;
+pub mod operands;
+
+use crate::dtype::DType;
+use crate::kernel::{KernelError, KernelResult};
+use crate::op::{GeluApprox, Op};
+use math::*;
+use operands::*;
+
+pub use operands::{In, Out};
 
 /// Runs `op` with plain loops.
-pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
+pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> KernelResult {
     let out_dims = outs[0].dims.to_vec();
     match op {
         Op::MatMul { trans_a, trans_b } => {
@@ -87,13 +100,15 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
                     let f = *factor as f64;
                     Box::new(move |v: f64| v * f)
                 }
-                _ => return Err("internal: not unary".into()),
+                _ => return Err(KernelError::Internal("not a unary op".into())),
             };
             let v: Vec<f64> = x.into_iter().map(f).collect();
             store_f64(&mut outs[0], &v)
         }
         Op::Softmax { axis } => {
-            let ax = runtime::Shape::new(ins[0].dims.to_vec()).axis(*axis).ok_or("axis out of range")?;
+            let ax = crate::shape::Shape::new(ins[0].dims.to_vec())
+                .axis(*axis)
+                .ok_or_else(|| KernelError::Internal("axis out of range".into()))?;
             let mut x = load_f64(&ins[0])?;
             let (outer, n, inner) = split_axis(ins[0].dims, ax);
             for o in 0..outer {
@@ -150,15 +165,16 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
         }
         Op::Cast { .. } => cast(&ins[0], &mut outs[0]),
         Op::ReduceSum { axes, .. } | Op::ReduceMean { axes, .. } => {
-            let shape = runtime::Shape::new(ins[0].dims.to_vec());
-            let axes = runtime::op::normalise_axes(&shape, axes).ok_or("bad axes")?;
+            let shape = crate::shape::Shape::new(ins[0].dims.to_vec());
+            let axes = crate::op::normalise_axes(&shape, axes)
+                .ok_or_else(|| KernelError::Internal("axes out of range".into()))?;
             let x = load_f64(&ins[0])?;
             // Output index: the input index with reduced axes dropped.
             let kept: Vec<usize> = (0..shape.rank()).filter(|a| !axes.contains(a)).collect();
             let kept_dims: Vec<usize> = kept.iter().map(|&a| shape.0[a]).collect();
-            let ks = runtime::Shape::new(kept_dims).contiguous_strides();
+            let ks = crate::shape::Shape::new(kept_dims).contiguous_strides();
             let mut acc = vec![0.0; outs[0].numel()];
-            runtime::shape::for_each_index(&shape.0, |lin, idx| {
+            crate::shape::for_each_index(&shape.0, |lin, idx| {
                 let o: usize = kept.iter().zip(&ks).map(|(&a, s)| idx[a] * s).sum();
                 acc[o] += x[lin];
             });

@@ -1,0 +1,270 @@
+//! The aclnn calls npurt makes (facts sheet §C, §D): descriptors, executors and the two
+//! phases of each operator.
+//!
+//! Descriptors are host objects over device memory: creating one copies its arrays and
+//! never dereferences the device address. The creators return NULL on failure; that is
+//! reported as [`AclError::Status`] with `ACLNN_ERR_INNER_NULLPTR` (561103), the code
+//! nnopbase itself gives a NULL object, and the recent message.
+//!
+//! Phase 1 (`aclnnXxxGetWorkspaceSize`) returns `(workspace bytes, executor)`; phase 2
+//! (`aclnnXxx`) queues the operator on a stream and consumes a one-shot executor.
+//!
+//! # Safety
+//!
+//! Besides the module-wide contract of [`crate::result`]: descriptors passed to an
+//! operator are live (or NULL where the operator documents the parameter as optional),
+//! and the device memory they describe stays allocated until the stream has run the
+//! operator. An executor from phase 1 is used by exactly one phase-2 call, or made
+//! repeatable and destroyed (the one documented way to release it unlaunched, §C.4).
+
+#![allow(non_snake_case)]
+// The C prototypes take that many parameters.
+#![allow(clippy::too_many_arguments)]
+
+use super::{check, recent_error_message};
+use crate::codes;
+use crate::types::*;
+use crate::{AclError, Api};
+use std::ffi::c_void;
+
+/// A NULL returned by a descriptor creator, as an error.
+fn null_object(api: &Api, call: &'static str) -> AclError {
+    let code = codes::ACLNN_ERR_INNER_NULLPTR;
+    AclError::Status { code, name: codes::name(code), call, message: recent_error_message(api) }
+}
+
+/// `aclCreateTensor(viewDims, viewDimsNum, dataType, stride, offset, format, storageDims,
+/// storageDimsNum, tensorData)`: dims, strides and offset in elements.
+///
+/// # Safety
+/// `viewDims` and `stride` hold `viewDimsNum` elements, `storageDims` holds
+/// `storageDimsNum`, all readable for the call (which copies them). `tensorData` is a
+/// device address the tensor may be used to read or write later.
+pub unsafe fn create_tensor(
+    api: &Api,
+    viewDims: *const i64,
+    viewDimsNum: u64,
+    dataType: aclDataType,
+    stride: *const i64,
+    offset: i64,
+    format: aclFormat,
+    storageDims: *const i64,
+    storageDimsNum: u64,
+    tensorData: *mut c_void,
+) -> Result<*mut aclTensor, AclError> {
+    let f = api.aclCreateTensor()?;
+    // SAFETY: the caller's contract on the arrays; the device address is not dereferenced.
+    let t =
+        unsafe { f(viewDims, viewDimsNum, dataType, stride, offset, format, storageDims, storageDimsNum, tensorData) };
+    if t.is_null() {
+        return Err(null_object(api, "aclCreateTensor"));
+    }
+    Ok(t)
+}
+
+/// `aclDestroyTensor(tensor)`: frees the descriptor, never the device memory.
+///
+/// # Safety
+/// `tensor` came from [`create_tensor`], is destroyed once, and no call still to return
+/// uses it.
+pub unsafe fn destroy_tensor(api: &Api, tensor: *const aclTensor) -> Result<(), AclError> {
+    let f = api.aclDestroyTensor()?;
+    // SAFETY: the caller's contract on `tensor`.
+    let code = unsafe { f(tensor) };
+    check(api, "aclDestroyTensor", code)
+}
+
+/// `aclCreateScalar(value, dataType)`: the host value is copied.
+///
+/// # Safety
+/// `value` points to a readable host value of `dataType`.
+pub unsafe fn create_scalar(api: &Api, value: *mut c_void, dataType: aclDataType) -> Result<*mut aclScalar, AclError> {
+    let f = api.aclCreateScalar()?;
+    // SAFETY: the caller's contract on `value`.
+    let s = unsafe { f(value, dataType) };
+    if s.is_null() {
+        return Err(null_object(api, "aclCreateScalar"));
+    }
+    Ok(s)
+}
+
+/// `aclDestroyScalar(scalar)`.
+///
+/// # Safety
+/// `scalar` came from [`create_scalar`], is destroyed once, and no call still to return
+/// uses it.
+pub unsafe fn destroy_scalar(api: &Api, scalar: *const aclScalar) -> Result<(), AclError> {
+    let f = api.aclDestroyScalar()?;
+    // SAFETY: the caller's contract on `scalar`.
+    let code = unsafe { f(scalar) };
+    check(api, "aclDestroyScalar", code)
+}
+
+/// `aclCreateIntArray(value, size)`: the values are copied.
+///
+/// # Safety
+/// `value` holds `size` readable elements.
+pub unsafe fn create_int_array(api: &Api, value: *const i64, size: u64) -> Result<*mut aclIntArray, AclError> {
+    let f = api.aclCreateIntArray()?;
+    // SAFETY: the caller's contract on `value`.
+    let a = unsafe { f(value, size) };
+    if a.is_null() {
+        return Err(null_object(api, "aclCreateIntArray"));
+    }
+    Ok(a)
+}
+
+/// `aclDestroyIntArray(array)`.
+///
+/// # Safety
+/// `array` came from [`create_int_array`], is destroyed once, and no call still to
+/// return uses it.
+pub unsafe fn destroy_int_array(api: &Api, array: *const aclIntArray) -> Result<(), AclError> {
+    let f = api.aclDestroyIntArray()?;
+    // SAFETY: the caller's contract on `array`.
+    let code = unsafe { f(array) };
+    check(api, "aclDestroyIntArray", code)
+}
+
+/// `aclSetAclOpExecutorRepeatable(executor)`: phase 2 may then run many times, and the
+/// executor lives until [`destroy_executor`].
+///
+/// # Safety
+/// `executor` is a live executor from phase 1.
+pub unsafe fn set_executor_repeatable(api: &Api, executor: *mut aclOpExecutor) -> Result<(), AclError> {
+    let f = api.aclSetAclOpExecutorRepeatable()?;
+    // SAFETY: the caller's contract on `executor`.
+    let code = unsafe { f(executor) };
+    check(api, "aclSetAclOpExecutorRepeatable", code)
+}
+
+/// `aclDestroyAclOpExecutor(executor)`: only for executors made repeatable.
+///
+/// # Safety
+/// `executor` was made repeatable, is destroyed once, and no queued work still needs it.
+pub unsafe fn destroy_executor(api: &Api, executor: *mut aclOpExecutor) -> Result<(), AclError> {
+    let f = api.aclDestroyAclOpExecutor()?;
+    // SAFETY: the caller's contract on `executor`.
+    let code = unsafe { f(executor) };
+    check(api, "aclDestroyAclOpExecutor", code)
+}
+
+/// Declares phase 1 and phase 2 of each operator. Phase 1 takes the C parameters up to
+/// (not including) `workspaceSize, executor`; phase 2 always takes
+/// `(workspace, workspaceSize, executor, stream)`.
+macro_rules! two_phase {
+    ($( $phase1:ident, $phase2:ident => $c1:ident, $c2:ident ( $( $arg:ident : $ty:ty ),* $(,)? ); )*) => {$(
+        #[doc = concat!("`", stringify!($c1), "(", $(stringify!($arg), ", ",)* "&workspaceSize, &executor)`: ",
+            "phase 1 of `", stringify!($c2), "`, returning `(workspaceSize, executor)`.")]
+        ///
+        /// # Safety
+        /// The descriptors are live (NULL only where the operator documents the parameter
+        /// as optional). The executor returned is used by exactly one phase-2 call, or
+        /// made repeatable and destroyed.
+        pub unsafe fn $phase1(api: &Api, $( $arg: $ty ),*) -> Result<(u64, *mut aclOpExecutor), AclError> {
+            let f = api.$c1()?;
+            let mut workspace_size = 0u64;
+            let mut executor: *mut aclOpExecutor = std::ptr::null_mut();
+            // SAFETY: the caller's contract on the descriptors; valid out-pointers.
+            let code = unsafe { f($( $arg, )* &mut workspace_size, &mut executor) };
+            check(api, stringify!($c1), code)?;
+            Ok((workspace_size, executor))
+        }
+
+        #[doc = concat!("`", stringify!($c2), "(workspace, workspaceSize, executor, stream)`: phase 2, ",
+            "queues the operator on `stream`.")]
+        ///
+        /// # Safety
+        #[doc = concat!("`executor` comes from [`", stringify!($phase1), "`] and is used once (unless made ",
+            "repeatable); `workspace` is device memory of at least `workspaceSize` bytes (NULL when 0) and it, ",
+            "like the memory the descriptors describe, stays allocated until the stream has run the operator; ",
+            "`stream` is a live stream of the current device.")]
+        pub unsafe fn $phase2(
+            api: &Api,
+            workspace: *mut c_void,
+            workspaceSize: u64,
+            executor: *mut aclOpExecutor,
+            stream: aclrtStream,
+        ) -> Result<(), AclError> {
+            let f = api.$c2()?;
+            // SAFETY: the caller's contract on the executor, the workspace and the stream.
+            let code = unsafe { f(workspace, workspaceSize, executor, stream) };
+            check(api, stringify!($c2), code)
+        }
+    )*};
+}
+
+two_phase! {
+    matmul_get_workspace_size, matmul => aclnnMatmulGetWorkspaceSize, aclnnMatmul(
+        self_: *const aclTensor, mat2: *const aclTensor, out: *mut aclTensor, cubeMathType: i8,
+    );
+    addmm_get_workspace_size, addmm => aclnnAddmmGetWorkspaceSize, aclnnAddmm(
+        self_: *const aclTensor, mat1: *const aclTensor, mat2: *const aclTensor, beta: *const aclScalar,
+        alpha: *const aclScalar, out: *mut aclTensor, cubeMathType: i8,
+    );
+    add_get_workspace_size, add => aclnnAddGetWorkspaceSize, aclnnAdd(
+        self_: *const aclTensor, other: *const aclTensor, alpha: *const aclScalar, out: *mut aclTensor,
+    );
+    sub_get_workspace_size, sub => aclnnSubGetWorkspaceSize, aclnnSub(
+        self_: *const aclTensor, other: *const aclTensor, alpha: *const aclScalar, out: *mut aclTensor,
+    );
+    mul_get_workspace_size, mul => aclnnMulGetWorkspaceSize, aclnnMul(
+        self_: *const aclTensor, other: *const aclTensor, out: *mut aclTensor,
+    );
+    div_get_workspace_size, div => aclnnDivGetWorkspaceSize, aclnnDiv(
+        self_: *const aclTensor, other: *const aclTensor, out: *mut aclTensor,
+    );
+    adds_get_workspace_size, adds => aclnnAddsGetWorkspaceSize, aclnnAdds(
+        self_: *const aclTensor, other: *const aclScalar, alpha: *const aclScalar, out: *mut aclTensor,
+    );
+    muls_get_workspace_size, muls => aclnnMulsGetWorkspaceSize, aclnnMuls(
+        self_: *const aclTensor, other: *const aclScalar, out: *mut aclTensor,
+    );
+    relu_get_workspace_size, relu => aclnnReluGetWorkspaceSize, aclnnRelu(
+        self_: *const aclTensor, out: *const aclTensor,
+    );
+    gelu_get_workspace_size, gelu => aclnnGeluGetWorkspaceSize, aclnnGelu(
+        self_: *const aclTensor, out: *mut aclTensor,
+    );
+    gelu_v2_get_workspace_size, gelu_v2 => aclnnGeluV2GetWorkspaceSize, aclnnGeluV2(
+        x: *const aclTensor, approximate: i64, y: *mut aclTensor,
+    );
+    tanh_get_workspace_size, tanh => aclnnTanhGetWorkspaceSize, aclnnTanh(
+        self_: *const aclTensor, out: *mut aclTensor,
+    );
+    erf_get_workspace_size, erf => aclnnErfGetWorkspaceSize, aclnnErf(
+        self_: *const aclTensor, out: *mut aclTensor,
+    );
+    exp_get_workspace_size, exp => aclnnExpGetWorkspaceSize, aclnnExp(
+        self_: *const aclTensor, out: *mut aclTensor,
+    );
+    sqrt_get_workspace_size, sqrt => aclnnSqrtGetWorkspaceSize, aclnnSqrt(
+        self_: *const aclTensor, out: *mut aclTensor,
+    );
+    softmax_get_workspace_size, softmax => aclnnSoftmaxGetWorkspaceSize, aclnnSoftmax(
+        self_: *const aclTensor, dim: i64, out: *mut aclTensor,
+    );
+    layer_norm_get_workspace_size, layer_norm => aclnnLayerNormGetWorkspaceSize, aclnnLayerNorm(
+        input: *const aclTensor, normalizedShape: *const aclIntArray, weightOptional: *const aclTensor,
+        biasOptional: *const aclTensor, eps: f64, out: *mut aclTensor, meanOutOptional: *mut aclTensor,
+        rstdOutOptional: *mut aclTensor,
+    );
+    permute_get_workspace_size, permute => aclnnPermuteGetWorkspaceSize, aclnnPermute(
+        self_: *const aclTensor, dims: *const aclIntArray, out: *mut aclTensor,
+    );
+    cast_get_workspace_size, cast => aclnnCastGetWorkspaceSize, aclnnCast(
+        self_: *const aclTensor, dtype: aclDataType, out: *mut aclTensor,
+    );
+    reduce_sum_get_workspace_size, reduce_sum => aclnnReduceSumGetWorkspaceSize, aclnnReduceSum(
+        self_: *const aclTensor, dims: *const aclIntArray, keepDims: bool, dtype: aclDataType, out: *mut aclTensor,
+    );
+    mean_get_workspace_size, mean => aclnnMeanGetWorkspaceSize, aclnnMean(
+        self_: *const aclTensor, dim: *const aclIntArray, keepDim: bool, dtype: aclDataType, out: *mut aclTensor,
+    );
+    inplace_copy_get_workspace_size, inplace_copy => aclnnInplaceCopyGetWorkspaceSize, aclnnInplaceCopy(
+        selfRef: *mut aclTensor, src: *const aclTensor,
+    );
+    index_select_get_workspace_size, index_select => aclnnIndexSelectGetWorkspaceSize, aclnnIndexSelect(
+        self_: *const aclTensor, dim: i64, index: *const aclTensor, out: *mut aclTensor,
+    );
+}

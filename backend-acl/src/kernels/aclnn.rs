@@ -1,0 +1,488 @@
+//! The aclnn tier: descriptors over the operands, the two phases of each operator, and
+//! the composition of the ops aclnn has no single operator for.
+//!
+//! A [`Call`] owns the descriptors of one op (destroyed when it drops, after phase 2
+//! returned: descriptors may go before the stream has run) and queues phase 2 of each
+//! operator on the stream, with the stream's workspace.
+
+use crate::error::AclBackendError;
+use crate::stream::{self, StreamRec};
+use acl_sys::result::aclnn as nn;
+use acl_sys::{AclError, Api, aclDataType, aclIntArray, aclOpExecutor, aclScalar, aclTensor, aclrtStream};
+use runtime::{DType, GeluApprox, LaunchArgs, Op, TensorArg};
+use std::ffi::c_void;
+
+type BResult<T> = std::result::Result<T, AclBackendError>;
+
+/// Phase 2 of every operator: `(workspace, workspaceSize, executor, stream)`.
+type Phase2 = unsafe fn(&Api, *mut c_void, u64, *mut aclOpExecutor, aclrtStream) -> Result<(), AclError>;
+
+fn acl_dtype(d: DType) -> aclDataType {
+    match d {
+        DType::F32 => acl_sys::ACL_FLOAT,
+        DType::F16 => acl_sys::ACL_FLOAT16,
+        DType::BF16 => acl_sys::ACL_BF16,
+        DType::I32 => acl_sys::ACL_INT32,
+        DType::I64 => acl_sys::ACL_INT64,
+        DType::U8 => acl_sys::ACL_UINT8,
+    }
+}
+
+/// One op's aclnn objects; destroyed (after phase 2 returned) when dropped.
+struct Call<'a> {
+    api: &'a Api,
+    rec: &'a StreamRec,
+    op: &'static str,
+    tensors: Vec<*mut aclTensor>,
+    scalars: Vec<*mut aclScalar>,
+    arrays: Vec<*mut aclIntArray>,
+}
+
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        let api = self.api;
+        for t in self.tensors.drain(..) {
+            // SAFETY: created by aclCreateTensor in this call and destroyed once (a failed
+            // destroy released nothing and is retried once); the launch that used it has
+            // returned (descriptors may go before the sync).
+            if unsafe { nn::destroy_tensor(api, t) }.is_err() {
+                // SAFETY: as above.
+                let _ = unsafe { nn::destroy_tensor(api, t) };
+            }
+        }
+        for s in self.scalars.drain(..) {
+            // SAFETY: as above, for scalars.
+            if unsafe { nn::destroy_scalar(api, s) }.is_err() {
+                // SAFETY: as above.
+                let _ = unsafe { nn::destroy_scalar(api, s) };
+            }
+        }
+        for a in self.arrays.drain(..) {
+            // SAFETY: as above, for int arrays.
+            if unsafe { nn::destroy_int_array(api, a) }.is_err() {
+                // SAFETY: as above.
+                let _ = unsafe { nn::destroy_int_array(api, a) };
+            }
+        }
+    }
+}
+
+/// A view: base address, dims, strides and offset in elements.
+#[derive(Clone)]
+struct View {
+    base: u64,
+    dtype: DType,
+    dims: Vec<usize>,
+    strides: Vec<usize>,
+    offset: usize,
+}
+
+impl View {
+    fn of(a: &TensorArg) -> View {
+        View {
+            base: a.ptr.0,
+            dtype: a.dtype,
+            dims: a.layout.dims().to_vec(),
+            strides: a.layout.strides.clone(),
+            offset: a.layout.offset,
+        }
+    }
+    fn contiguous(base: u64, dtype: DType, dims: &[usize]) -> View {
+        View {
+            base,
+            dtype,
+            dims: dims.to_vec(),
+            strides: runtime::Shape::new(dims.to_vec()).contiguous_strides(),
+            offset: 0,
+        }
+    }
+    /// Same memory, new dims (the operand is contiguous).
+    fn reshaped(&self, dims: &[usize]) -> View {
+        View { dims: dims.to_vec(), strides: runtime::Shape::new(dims.to_vec()).contiguous_strides(), ..self.clone() }
+    }
+    /// Swaps the last two dims (a transposed view, no copy).
+    fn t(&self, yes: bool) -> View {
+        let mut v = self.clone();
+        let r = v.dims.len();
+        if yes && r >= 2 {
+            v.dims.swap(r - 2, r - 1);
+            v.strides.swap(r - 2, r - 1);
+        }
+        v
+    }
+}
+
+impl<'a> Call<'a> {
+    fn new(api: &'a Api, rec: &'a StreamRec, op: &'static str) -> Call<'a> {
+        Call { api, rec, op, tensors: Vec::new(), scalars: Vec::new(), arrays: Vec::new() }
+    }
+
+    fn err(&self, e: AclError) -> AclBackendError {
+        AclBackendError::call(Some(self.op), e)
+    }
+
+    fn tensor(&mut self, v: &View) -> BResult<*mut aclTensor> {
+        let dims: Vec<i64> = v.dims.iter().map(|&d| d as i64).collect();
+        let strides: Vec<i64> = v.strides.iter().map(|&s| s as i64).collect();
+        let n: usize = v.dims.iter().product();
+        let span = if n == 0 {
+            0
+        } else {
+            v.offset + v.dims.iter().zip(&v.strides).map(|(d, s)| (d - 1) * s).sum::<usize>() + 1
+        };
+        let storage = [span as i64];
+        // SAFETY: `dims` and `strides` hold the same number of elements and, like
+        // `storage`, live across the call, which copies them; `base` is a validated,
+        // 32-byte aligned device address (never dereferenced on the host).
+        let t = unsafe {
+            nn::create_tensor(
+                self.api,
+                dims.as_ptr(),
+                dims.len() as u64,
+                acl_dtype(v.dtype),
+                strides.as_ptr(),
+                v.offset as i64,
+                acl_sys::ACL_FORMAT_ND,
+                storage.as_ptr(),
+                1,
+                v.base as *mut c_void,
+            )
+        }
+        .map_err(|e| self.err(e))?;
+        self.tensors.push(t);
+        Ok(t)
+    }
+
+    fn scalar_f32(&mut self, v: f32) -> BResult<*mut aclScalar> {
+        self.scalar_raw((&v as *const f32).cast_mut().cast(), acl_sys::ACL_FLOAT)
+    }
+    fn scalar_i64(&mut self, v: i64) -> BResult<*mut aclScalar> {
+        self.scalar_raw((&v as *const i64).cast_mut().cast(), acl_sys::ACL_INT64)
+    }
+    fn scalar_for(&mut self, d: DType, v: f64) -> BResult<*mut aclScalar> {
+        if d.is_int() { self.scalar_i64(v as i64) } else { self.scalar_f32(v as f32) }
+    }
+    fn scalar_raw(&mut self, p: *mut c_void, dt: aclDataType) -> BResult<*mut aclScalar> {
+        // SAFETY: `p` points to a live host value of type `dt`, copied by the call.
+        let s = unsafe { nn::create_scalar(self.api, p, dt) }.map_err(|e| self.err(e))?;
+        self.scalars.push(s);
+        Ok(s)
+    }
+    fn ints(&mut self, v: &[i64]) -> BResult<*mut aclIntArray> {
+        // SAFETY: `v` is live across the call, which copies it.
+        let a = unsafe { nn::create_int_array(self.api, v.as_ptr(), v.len() as u64) }.map_err(|e| self.err(e))?;
+        self.arrays.push(a);
+        Ok(a)
+    }
+
+    /// Phase 1's result `p1`, the workspace, then phase 2 `p2` on the stream.
+    fn run(&mut self, p1: Result<(u64, *mut aclOpExecutor), AclError>, p2: Phase2) -> BResult<()> {
+        let (ws, ex) = p1.map_err(|e| self.err(e))?;
+        let wptr = match stream::buffer(self.api, self.op, self.rec, &self.rec.workspace, ws as usize) {
+            Ok(p) => p,
+            Err(e) => {
+                discard(self.api, ex);
+                return Err(e);
+            }
+        };
+        // SAFETY: `ex` came from phase 1 just above and is used once; the workspace holds
+        // at least `ws` bytes and stays allocated until the stream has run (it is only
+        // replaced after synchronising the stream); the descriptors' memory lives as long.
+        if let Err(e) = unsafe { p2(self.api, wptr as *mut c_void, ws, ex, self.rec.raw()) } {
+            // A failed launch may leave the executor alive; releasing it is harmless
+            // when it was consumed (the repeatable call then fails and nothing is destroyed).
+            discard(self.api, ex);
+            return Err(self.err(e));
+        }
+        Ok(())
+    }
+}
+
+/// An executor whose phase 2 will not run: made repeatable and destroyed, the one
+/// documented way to release it (facts §C.4).
+fn discard(api: &Api, ex: *mut aclOpExecutor) {
+    if ex.is_null() {
+        return;
+    }
+    // SAFETY: `ex` is a live executor from phase 1 that was never launched.
+    if unsafe { nn::set_executor_repeatable(api, ex) }.is_ok() {
+        // SAFETY: made repeatable just above; destroyed once.
+        let _ = unsafe { nn::destroy_executor(api, ex) };
+    }
+}
+
+fn cube_math(is_910: bool, d: DType) -> i8 {
+    if d == DType::F32 && is_910 {
+        acl_sys::cube_math::ALLOW_FP32_DOWN_PRECISION
+    } else {
+        acl_sys::cube_math::KEEP_DTYPE
+    }
+}
+
+// Every operator below: the descriptors passed to phase 1 are owned by the `Call` and
+// live until it drops, after phase 2 returned; optional outputs are NULL where the
+// operator documents them so.
+
+fn matmul(c: &mut Call, a: &View, bm: &View, out: &View, cube: i8) -> BResult<()> {
+    let (ta, tb, to) = (c.tensor(a)?, c.tensor(bm)?, c.tensor(out)?);
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::matmul_get_workspace_size(c.api, ta, tb, to, cube) };
+    c.run(p1, nn::matmul)
+}
+
+fn addmm(c: &mut Call, bias: &View, a: &View, bm: &View, beta: f32, alpha: f32, out: &View, cube: i8) -> BResult<()> {
+    let (tc, ta, tb, to) = (c.tensor(bias)?, c.tensor(a)?, c.tensor(bm)?, c.tensor(out)?);
+    let (sb, sa) = (c.scalar_f32(beta)?, c.scalar_f32(alpha)?);
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::addmm_get_workspace_size(c.api, tc, ta, tb, sb, sa, to, cube) };
+    c.run(p1, nn::addmm)
+}
+
+fn add_sub(c: &mut Call, sub: bool, x: &View, y: &View, out: &View) -> BResult<()> {
+    let (tx, ty, to) = (c.tensor(x)?, c.tensor(y)?, c.tensor(out)?);
+    let al = c.scalar_for(x.dtype, 1.0)?;
+    if sub {
+        // SAFETY: live descriptors owned by `c`.
+        let p1 = unsafe { nn::sub_get_workspace_size(c.api, tx, ty, al, to) };
+        c.run(p1, nn::sub)
+    } else {
+        // SAFETY: live descriptors owned by `c`.
+        let p1 = unsafe { nn::add_get_workspace_size(c.api, tx, ty, al, to) };
+        c.run(p1, nn::add)
+    }
+}
+
+fn mul_div(c: &mut Call, div: bool, x: &View, y: &View, out: &View) -> BResult<()> {
+    let (tx, ty, to) = (c.tensor(x)?, c.tensor(y)?, c.tensor(out)?);
+    if div {
+        // SAFETY: live descriptors owned by `c`.
+        let p1 = unsafe { nn::div_get_workspace_size(c.api, tx, ty, to) };
+        c.run(p1, nn::div)
+    } else {
+        // SAFETY: live descriptors owned by `c`.
+        let p1 = unsafe { nn::mul_get_workspace_size(c.api, tx, ty, to) };
+        c.run(p1, nn::mul)
+    }
+}
+
+fn muls(c: &mut Call, x: &View, factor: f32, out: &View) -> BResult<()> {
+    let (tx, to) = (c.tensor(x)?, c.tensor(out)?);
+    let s = c.scalar_f32(factor)?;
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::muls_get_workspace_size(c.api, tx, s, to) };
+    c.run(p1, nn::muls)
+}
+
+fn gelu(c: &mut Call, x: &View, approx: GeluApprox, out: &View) -> BResult<()> {
+    let (tx, to) = (c.tensor(x)?, c.tensor(out)?);
+    match approx {
+        GeluApprox::Tanh => {
+            // SAFETY: live descriptors owned by `c`.
+            let p1 = unsafe { nn::gelu_get_workspace_size(c.api, tx, to) };
+            c.run(p1, nn::gelu)
+        }
+        GeluApprox::Erf => {
+            // SAFETY: live descriptors owned by `c`; approximate 0 = erf.
+            let p1 = unsafe { nn::gelu_v2_get_workspace_size(c.api, tx, 0, to) };
+            c.run(p1, nn::gelu_v2)
+        }
+    }
+}
+
+/// Relu, Tanh, Erf, Exp or Sqrt.
+fn unary(c: &mut Call, op: &Op, x: &View, out: &View) -> BResult<()> {
+    let (tx, to) = (c.tensor(x)?, c.tensor(out)?);
+    let (p1, p2): (_, Phase2) = match op {
+        // SAFETY: live descriptors owned by `c`.
+        Op::Relu => (unsafe { nn::relu_get_workspace_size(c.api, tx, to) }, nn::relu),
+        // SAFETY: as above.
+        Op::Tanh => (unsafe { nn::tanh_get_workspace_size(c.api, tx, to) }, nn::tanh),
+        // SAFETY: as above.
+        Op::Erf => (unsafe { nn::erf_get_workspace_size(c.api, tx, to) }, nn::erf),
+        // SAFETY: as above.
+        Op::Exp => (unsafe { nn::exp_get_workspace_size(c.api, tx, to) }, nn::exp),
+        // SAFETY: as above.
+        _ => (unsafe { nn::sqrt_get_workspace_size(c.api, tx, to) }, nn::sqrt),
+    };
+    c.run(p1, p2)
+}
+
+fn softmax(c: &mut Call, x: &View, axis: i64, out: &View) -> BResult<()> {
+    let (tx, to) = (c.tensor(x)?, c.tensor(out)?);
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::softmax_get_workspace_size(c.api, tx, axis, to) };
+    c.run(p1, nn::softmax)
+}
+
+fn layer_norm(c: &mut Call, x: &View, g: &View, be: &View, eps: f32, out: &View) -> BResult<()> {
+    let d = *x.dims.last().unwrap_or(&0) as i64;
+    let (tx, tg, tb, to) = (c.tensor(x)?, c.tensor(g)?, c.tensor(be)?, c.tensor(out)?);
+    let ns = c.ints(&[d])?;
+    let null = std::ptr::null_mut();
+    // SAFETY: live descriptors owned by `c`; mean and rstd outputs are optional (NULL).
+    let p1 = unsafe { nn::layer_norm_get_workspace_size(c.api, tx, ns, tg, tb, eps as f64, to, null, null) };
+    c.run(p1, nn::layer_norm)
+}
+
+fn permute(c: &mut Call, x: &View, perm: &[usize], out: &View) -> BResult<()> {
+    let (tx, to) = (c.tensor(x)?, c.tensor(out)?);
+    let p: Vec<i64> = perm.iter().map(|&p| p as i64).collect();
+    let dims = c.ints(&p)?;
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::permute_get_workspace_size(c.api, tx, dims, to) };
+    c.run(p1, nn::permute)
+}
+
+fn cast(c: &mut Call, x: &View, to: DType, out: &View) -> BResult<()> {
+    let (tx, tout) = (c.tensor(x)?, c.tensor(out)?);
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::cast_get_workspace_size(c.api, tx, acl_dtype(to), tout) };
+    c.run(p1, nn::cast)
+}
+
+fn reduce(c: &mut Call, mean: bool, x: &View, axes: &[i64], keep: bool, out: &View) -> BResult<()> {
+    let (tx, to) = (c.tensor(x)?, c.tensor(out)?);
+    let dims = c.ints(axes)?;
+    let dt = acl_dtype(out.dtype);
+    if mean {
+        // SAFETY: live descriptors owned by `c`.
+        let p1 = unsafe { nn::mean_get_workspace_size(c.api, tx, dims, keep, dt, to) };
+        c.run(p1, nn::mean)
+    } else {
+        // SAFETY: live descriptors owned by `c`.
+        let p1 = unsafe { nn::reduce_sum_get_workspace_size(c.api, tx, dims, keep, dt, to) };
+        c.run(p1, nn::reduce_sum)
+    }
+}
+
+fn inplace_copy(c: &mut Call, dst: &View, src: &View) -> BResult<()> {
+    let (td, ts) = (c.tensor(dst)?, c.tensor(src)?);
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::inplace_copy_get_workspace_size(c.api, td, ts) };
+    c.run(p1, nn::inplace_copy)
+}
+
+fn align512(n: usize) -> usize {
+    n.div_ceil(512) * 512
+}
+
+/// Gather along `axis` through IndexSelect, which needs indices in [0, n) where the op
+/// table allows [-n, n): selects from the data laid twice along the axis, with the
+/// indices shifted by n (aclnnAdds), both in the stream's scratch buffer.
+fn gather(c: &mut Call, x: &View, idx: &View, axis: usize, out: &View) -> BResult<()> {
+    let n = x.dims[axis];
+    let ni: usize = idx.dims.iter().product();
+    let mut d2 = x.dims.clone();
+    d2[axis] = 2 * n;
+    let data_bytes = align512(d2.iter().product::<usize>() * x.dtype.size());
+    let s = stream::buffer(c.api, c.op, c.rec, &c.rec.scratch, data_bytes + align512(ni * idx.dtype.size()))?;
+    let doubled = View::contiguous(s, x.dtype, &d2);
+    let mut half = doubled.clone();
+    half.dims[axis] = n;
+    inplace_copy(c, &half, x)?;
+    half.offset = n * doubled.strides[axis];
+    inplace_copy(c, &half, x)?;
+    let shifted = View::contiguous(s + data_bytes as u64, idx.dtype, &[ni]);
+    {
+        let (ti, ts) = (c.tensor(&idx.reshaped(&[ni]))?, c.tensor(&shifted)?);
+        let (sn, one) = (c.scalar_i64(n as i64)?, c.scalar_i64(1)?);
+        // SAFETY: live descriptors owned by `c`.
+        let p1 = unsafe { nn::adds_get_workspace_size(c.api, ti, sn, one, ts) };
+        c.run(p1, nn::adds)?;
+    }
+    let mut od = x.dims[..axis].to_vec();
+    od.push(ni);
+    od.extend_from_slice(&x.dims[axis + 1..]);
+    let (td, ti, to) = (c.tensor(&doubled)?, c.tensor(&shifted)?, c.tensor(&out.reshaped(&od))?);
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::index_select_get_workspace_size(c.api, td, axis as i64, ti, to) };
+    c.run(p1, nn::index_select)
+}
+
+/// Device-to-device bytes through aclnnInplaceCopy on u8 views (for unaligned copies):
+/// `src` and `dst` are (32-byte aligned base, byte offset).
+pub(crate) fn byte_copy(api: &Api, rec: &StreamRec, src: (u64, u64), dst: (u64, u64), bytes: usize) -> BResult<()> {
+    let mut c = Call::new(api, rec, "Copy");
+    let s = View { base: src.0, dtype: DType::U8, dims: vec![bytes], strides: vec![1], offset: src.1 as usize };
+    let d = View { base: dst.0, dtype: DType::U8, dims: vec![bytes], strides: vec![1], offset: dst.1 as usize };
+    inplace_copy(&mut c, &d, &s)?;
+    rec.queued("Copy", 0);
+    Ok(())
+}
+
+/// Queues `args.op` on the stream as aclnn calls (`is_910`: the SoC computes FP32
+/// matrix products in FP16, cubeMathType 1).
+pub(super) fn run(api: &Api, rec: &StreamRec, is_910: bool, args: &LaunchArgs) -> BResult<()> {
+    let op = args.op.name();
+    let mut c = Call::new(api, rec, op);
+    let ins: Vec<View> = args.inputs.iter().map(View::of).collect();
+    let out = View::of(&args.outputs[0]);
+    let x = &ins[0];
+    // A contiguous intermediate in the stream's scratch buffer.
+    let scratch = |dims: &[usize], dtype: DType| -> BResult<View> {
+        let s = stream::buffer(api, op, rec, &rec.scratch, dims.iter().product::<usize>() * dtype.size())?;
+        Ok(View::contiguous(s, dtype, dims))
+    };
+    match &args.op {
+        Op::MatMul { trans_a, trans_b } => {
+            matmul(&mut c, &x.t(*trans_a), &ins[1].t(*trans_b), &out, cube_math(is_910, x.dtype))
+        }
+        Op::Gemm { trans_a, trans_b, alpha, beta } => {
+            let (a, bm) = (x.t(*trans_a), ins[1].t(*trans_b));
+            let cube = cube_math(is_910, x.dtype);
+            match ins.get(2) {
+                Some(bias) => addmm(&mut c, bias, &a, &bm, *beta, *alpha, &out, cube),
+                None if *alpha == 1.0 => matmul(&mut c, &a, &bm, &out, cube),
+                None => {
+                    let tmp = scratch(&out.dims, out.dtype)?;
+                    matmul(&mut c, &a, &bm, &tmp, cube)?;
+                    muls(&mut c, &tmp, *alpha, &out)
+                }
+            }
+        }
+        Op::Linear => {
+            let k = *x.dims.last().unwrap_or(&0);
+            let m = x.dims.iter().product::<usize>() / k.max(1);
+            let n = ins[1].dims[0];
+            let a = x.reshaped(&[m, k]);
+            let w = ins[1].t(true);
+            let o = out.reshaped(&[m, n]);
+            let cube = cube_math(is_910, x.dtype);
+            match ins.get(2) {
+                Some(bias) => addmm(&mut c, bias, &a, &w, 1.0, 1.0, &o, cube),
+                None => matmul(&mut c, &a, &w, &o, cube),
+            }
+        }
+        Op::Add | Op::Sub => add_sub(&mut c, matches!(args.op, Op::Sub), x, &ins[1], &out),
+        Op::Mul | Op::Div => mul_div(&mut c, matches!(args.op, Op::Div), x, &ins[1], &out),
+        Op::Relu | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt => unary(&mut c, &args.op, x, &out),
+        Op::Gelu(a) => gelu(&mut c, x, *a, &out),
+        Op::Scale { factor } => muls(&mut c, x, *factor, &out),
+        Op::Softmax { axis } => softmax(&mut c, x, *axis as i64, &out),
+        Op::LayerNorm { eps } => layer_norm(&mut c, x, &ins[1], &ins[2], *eps, &out),
+        Op::Permute { perm } => permute(&mut c, x, perm, &out),
+        Op::Reshape { .. } => inplace_copy(&mut c, &out, &x.reshaped(&out.dims)),
+        Op::Copy => inplace_copy(&mut c, &out, x),
+        Op::Cast { to } => cast(&mut c, x, *to, &out),
+        Op::ReduceSum { axes, keepdims } | Op::ReduceMean { axes, keepdims } => {
+            let shape = runtime::Shape::new(x.dims.clone());
+            let ax = runtime::op::normalise_axes(&shape, axes)
+                .ok_or_else(|| AclBackendError::BadRequest(format!("{op}: bad axes {axes:?}")))?;
+            let axv: Vec<i64> = ax.iter().map(|&a| a as i64).collect();
+            reduce(&mut c, matches!(args.op, Op::ReduceMean { .. }), x, &axv, *keepdims, &out)
+        }
+        Op::Gather { axis } => gather(&mut c, x, &ins[1], *axis, &out),
+        Op::BiasGelu(a) => {
+            let tmp = scratch(&out.dims, out.dtype)?;
+            add_sub(&mut c, false, x, &ins[1], &tmp)?;
+            gelu(&mut c, &tmp, *a, &out)
+        }
+        Op::AddLayerNorm { eps } => {
+            // aclnnAddLayerNorm is not available on the 910: Add then LayerNorm.
+            let tmp = scratch(&out.dims, out.dtype)?;
+            add_sub(&mut c, false, x, &ins[1], &tmp)?;
+            layer_norm(&mut c, &tmp, &ins[2], &ins[3], *eps, &out)
+        }
+        Op::Attention { .. } => Err(AclBackendError::BadRequest("Attention has no aclnn mapping yet".into())),
+    }
+}

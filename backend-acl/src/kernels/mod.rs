@@ -1,0 +1,215 @@
+//! The kernel table of the Ascend backend and its launches.
+//!
+//! Every op has two kernels:
+//! * tier `fast` ([`aclnn`]): aclnn two-phase calls (phase 1 `aclnnXxxGetWorkspaceSize`,
+//!   the workspace from the stream's buffer, phase 2 `aclnnXxx` on the stream), on the
+//!   Cube (matrix products), Vector (element-wise, norms, softmax, reductions, casts,
+//!   gathers) or Scalar (shape-only moves) unit, declining what the SoC cannot run;
+//! * tier `reference` ([`host`]): the runtime's reference kernels on host copies of the
+//!   operands (synchronous), the ground truth, and what runs whatever the SoC cannot.
+
+mod aclnn;
+mod host;
+
+pub(crate) use aclnn::byte_copy;
+
+use crate::device::Dev;
+use crate::error::AclBackendError;
+use crate::probe::{CUBE, HOST, SCALAR, VECTOR, is_910_family};
+use crate::{AclConfig, Fp32Matmul};
+use acl_sys::Api;
+use runtime::backend::allocations::overlapping_output;
+use runtime::{DType, KernelInfo, KernelQuery, LaunchArgs, Op, OpKind, StreamId, Tier, Unit};
+
+/// How a kernel runs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Impl {
+    /// aclnn calls queued on the stream.
+    Aclnn,
+    /// The host reference tier on copies.
+    Host,
+}
+
+/// The kernels, numbered by their position, and beside each how it runs.
+///
+/// The Ascend kernel names (`matmul.aclnn.cube`, `matmul.host.reference`, ...) predate
+/// the `<op>.<tier>.<label>` scheme of `runtime::KernelTable::add` and are kept as they
+/// are (`KernelTable::add_named`).
+#[derive(Default)]
+pub struct Table {
+    kernels: runtime::KernelTable<Impl>,
+    /// The SoC is of the Atlas training (910) family (FP32 matrix products compute in
+    /// FP16 there).
+    is_910: bool,
+}
+
+fn unit_of(k: OpKind) -> Unit {
+    match k {
+        OpKind::MatMul | OpKind::Gemm | OpKind::Linear | OpKind::Attention => CUBE,
+        OpKind::Permute | OpKind::Reshape | OpKind::Copy => SCALAR,
+        _ => VECTOR,
+    }
+}
+
+macro_rules! names {
+    ($($k:ident => $f:literal, $h:literal;)*) => {
+        /// (aclnn kernel, host kernel) names of an op.
+        fn names(k: OpKind) -> (&'static str, &'static str) {
+            match k { $(OpKind::$k => ($f, $h),)* }
+        }
+    };
+}
+
+names! {
+    MatMul => "matmul.aclnn.cube", "matmul.host.reference";
+    Gemm => "gemm.aclnn-addmm.cube", "gemm.host.reference";
+    Linear => "linear.aclnn-addmm.cube", "linear.host.reference";
+    Add => "add.aclnn.vector", "add.host.reference";
+    Sub => "sub.aclnn.vector", "sub.host.reference";
+    Mul => "mul.aclnn.vector", "mul.host.reference";
+    Div => "div.aclnn.vector", "div.host.reference";
+    Relu => "relu.aclnn.vector", "relu.host.reference";
+    Gelu => "gelu.aclnn.vector", "gelu.host.reference";
+    Tanh => "tanh.aclnn.vector", "tanh.host.reference";
+    Erf => "erf.aclnn.vector", "erf.host.reference";
+    Exp => "exp.aclnn.vector", "exp.host.reference";
+    Sqrt => "sqrt.aclnn.vector", "sqrt.host.reference";
+    Softmax => "softmax.aclnn.vector", "softmax.host.reference";
+    LayerNorm => "layernorm.aclnn.vector", "layernorm.host.reference";
+    Permute => "permute.aclnn.scalar", "permute.host.reference";
+    Reshape => "reshape.aclnn-copy.scalar", "reshape.host.reference";
+    Gather => "gather.aclnn-indexselect.vector", "gather.host.reference";
+    Cast => "cast.aclnn.vector", "cast.host.reference";
+    ReduceSum => "reducesum.aclnn.vector", "reducesum.host.reference";
+    ReduceMean => "reducemean.aclnn.vector", "reducemean.host.reference";
+    Scale => "scale.aclnn-muls.vector", "scale.host.reference";
+    Copy => "copy.aclnn-inplacecopy.scalar", "copy.host.reference";
+    Attention => "attention.aclnn.cube", "attention.host.reference";
+    BiasGelu => "biasgelu.aclnn-add-gelu.vector", "biasgelu.host.reference";
+    AddLayerNorm => "addlayernorm.aclnn-add-layernorm.vector", "addlayernorm.host.reference";
+}
+
+struct Policy {
+    bf16: bool,
+    is_910: bool,
+    f32_cube: bool,
+}
+
+fn check(q: &KernelQuery<'_>, p: Policy) -> Result<(), String> {
+    let all = q.inputs.iter().chain(q.outputs);
+    if !p.bf16 && all.clone().any(|m| m.dtype == DType::BF16) {
+        return Err("BF16 is not supported on Atlas training (910) SoCs".into());
+    }
+    if all.clone().any(|m| m.shape.rank() > 8) {
+        return Err("aclnn takes at most 8 dimensions".into());
+    }
+    let out_empty = q.outputs.iter().all(|o| o.shape.numel() == 0);
+    if !out_empty && q.inputs.iter().any(|i| i.shape.numel() == 0) {
+        return Err("empty operands with a non-empty result are left to the host tier".into());
+    }
+    let x = &q.inputs[0];
+    match q.op {
+        Op::MatMul { .. } | Op::Gemm { .. } | Op::Linear if x.dtype == DType::F32 && p.is_910 && !p.f32_cube => {
+            Err("FP32 on the 910's Cube computes in FP16 (cubeMathType 1); set fp32_matmul = Fp16 to allow it".into())
+        }
+        Op::Attention { .. } => Err("no aclnn composition for Attention yet".into()),
+        Op::Div if x.dtype.is_int() => Err("aclnnDiv is true division; integer division is not mapped".into()),
+        Op::Exp if p.is_910 => Err("aclnnExp is not supported on Atlas training (910) per the CANN docs".into()),
+        Op::Cast { to: DType::U8 } if x.dtype != DType::U8 => {
+            Err("saturating casts to u8 are not documented for aclnnCast".into())
+        }
+        Op::ReduceSum { .. } | Op::ReduceMean { .. } if x.shape.rank() == 0 => Err("0-D reductions".into()),
+        _ => Ok(()),
+    }
+}
+
+fn sup_910_exact(q: &KernelQuery<'_>) -> Result<(), String> {
+    check(q, Policy { bf16: false, is_910: true, f32_cube: false })
+}
+fn sup_910_fp16(q: &KernelQuery<'_>) -> Result<(), String> {
+    check(q, Policy { bf16: false, is_910: true, f32_cube: true })
+}
+fn sup_a2(q: &KernelQuery<'_>) -> Result<(), String> {
+    check(q, Policy { bf16: true, is_910: false, f32_cube: true })
+}
+fn sup_host(_: &KernelQuery<'_>) -> Result<(), String> {
+    Ok(())
+}
+
+impl Table {
+    /// The table for SoC `soc` (device 0's) under `cfg`.
+    pub fn build(soc: &str, cfg: &AclConfig) -> Table {
+        let is_910 = is_910_family(soc);
+        let fast: runtime::kernel::SupportFn = match (is_910, cfg.fp32_matmul) {
+            (true, Fp32Matmul::Exact) => sup_910_exact,
+            (true, Fp32Matmul::Fp16) => sup_910_fp16,
+            (false, _) => sup_a2,
+        };
+        let mut t = Table { is_910, ..Table::default() };
+        for k in OpKind::ALL {
+            let (fname, hname) = names(k);
+            t.kernels.add_named(fname, k, Tier::HighPerformance, unit_of(k), fast, Impl::Aclnn);
+            t.kernels.add_named(hname, k, Tier::Reference, HOST, sup_host, Impl::Host);
+        }
+        t
+    }
+
+    /// The kernels, in table order (`infos()[i].id == i`): what `Backend::kernels` returns.
+    pub fn infos(&self) -> &[KernelInfo] {
+        self.kernels.infos()
+    }
+
+    /// `kernel`'s entry and implementation, when it is this table's (same id, name, op).
+    pub fn resolve(&self, kernel: &KernelInfo) -> Option<(&KernelInfo, Impl)> {
+        self.kernels.resolve(kernel).map(|(k, i)| (k, *i))
+    }
+}
+
+/// Runs `kernel` on device `device` of `devs` (of backend `instance`): checks the
+/// operands (M1: each inside a live allocation, aclnn bases 32-byte aligned; M3:
+/// outputs overlap nothing), binds the thread, then queues the aclnn calls on `stream`
+/// or runs the host tier.
+pub(crate) fn launch(
+    api: &Api,
+    instance: u64,
+    devs: &[Dev],
+    device: usize,
+    table: &Table,
+    kernel: &KernelInfo,
+    args: &LaunchArgs,
+    stream: StreamId,
+) -> runtime::Result<()> {
+    let (info, imp) = table
+        .resolve(kernel)
+        .ok_or_else(|| AclBackendError::BadRequest(format!("kernel {} is not an Ascend kernel", kernel.name)))?;
+    let op = args.op.name();
+    let ranges = args.validate(info)?;
+    let dev = devs.get(device).ok_or(AclBackendError::NoDevice(device))?;
+    for (a, r) in args.inputs.iter().chain(&args.outputs).zip(&ranges) {
+        if r.1 > 0 {
+            dev.allocs.locate(r.0, r.1).map_err(AclBackendError::from)?;
+            if imp == Impl::Aclnn && a.ptr.0 % 32 != 0 {
+                return Err(AclBackendError::Unaligned { what: "operand base", addr: a.ptr.0, align: 32 }.into());
+            }
+        }
+    }
+    if let Some(i) = overlapping_output(&ranges, args.inputs.len(), |_| false) {
+        return Err(AclBackendError::BadRequest(format!("{op}: output {i} overlaps another operand")).into());
+    }
+    dev.bind(api, instance)?;
+    let rec = dev.stream(stream)?;
+    if args.outputs.iter().all(|o| o.layout.numel() == 0) {
+        return Ok(());
+    }
+    let r = match imp {
+        Impl::Host => host::run(api, &rec, args),
+        Impl::Aclnn => {
+            let r = aclnn::run(api, &rec, table.is_910, args);
+            if r.is_ok() {
+                rec.queued(op, args.seq);
+            }
+            r
+        }
+    };
+    Ok(r.map_err(|e| e.in_op(op))?)
+}

@@ -1,0 +1,234 @@
+//! Device memory: `aclrtMalloc` blocks recorded in the device's allocation table
+//! (`runtime::backend::allocations`, contract rule M1), and the synchronous host copies.
+//!
+//! Blocks start 64-byte aligned (aclrtMalloc's guarantee); larger alignments
+//! over-allocate, so a block's address in the table (the user's) may differ from the
+//! raw address `aclrtFree` takes, which the table keeps as the block's record. The table
+//! gives a block back through [`AclRelease`]. `aclrtFree` does not wait for queued work
+//! (facts §A.6): callers synchronise the device's busy streams before freeing (M2).
+//!
+//! Host copies are synchronous `aclrtMemcpy` from pageable memory: asynchronous copies
+//! are only safe from pinned buffers (facts §G).
+
+use crate::error::AclBackendError;
+use acl_sys::{AclError, Api, aclrtStream, result};
+use runtime::DevicePtr;
+use runtime::backend::allocations::{AllocTable, Release};
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+type BResult<T> = std::result::Result<T, AclBackendError>;
+
+/// A device's allocation table: user address -> (usable bytes, raw aclrtMalloc address).
+pub(crate) type Allocations = AllocTable<AclRelease>;
+
+/// A block whose `aclrtFree` failed twice.
+struct Unreleased {
+    /// The block's address in the table.
+    base: u64,
+    raw: u64,
+    /// The failure, until the `free` that caused it reports it.
+    err: Option<AclError>,
+}
+
+/// Gives a block back with `aclrtFree` (retried once). A block that still cannot be
+/// freed is kept: its `free` reports the failure, and the device's teardown tries again.
+pub(crate) struct AclRelease {
+    api: Arc<Api>,
+    failed: Mutex<Vec<Unreleased>>,
+}
+
+impl AclRelease {
+    pub(crate) fn new(api: Arc<Api>) -> AclRelease {
+        AclRelease { api, failed: Mutex::new(Vec::new()) }
+    }
+
+    fn failed(&self) -> MutexGuard<'_, Vec<Unreleased>> {
+        self.failed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The unreported failure of the block at `base`, if its release failed.
+    fn take_failure(&self, base: u64) -> Option<AclError> {
+        self.failed().iter_mut().find(|u| u.base == base && u.err.is_some()).and_then(|u| u.err.take())
+    }
+
+    /// Tries once more to free every block whose release failed (device teardown).
+    pub(crate) fn retry_failed(&self) {
+        let failed = std::mem::take(&mut *self.failed());
+        for u in failed {
+            if let Err(e) = free_raw(&self.api, u.raw) {
+                log::error!("acl: a block at {:#x} could not be freed: {e}", u.base);
+            }
+        }
+    }
+}
+
+impl Drop for AclRelease {
+    fn drop(&mut self) {
+        for u in self.failed().iter() {
+            log::error!("acl: the block at {:#x} was never freed", u.base);
+        }
+    }
+}
+
+impl Release for AclRelease {
+    type Record = u64;
+    fn release(&self, base: u64, _size: usize, raw: u64) {
+        if let Err(err) = free_raw(&self.api, raw) {
+            self.failed().push(Unreleased { base, raw, err: Some(err) });
+        }
+    }
+}
+
+/// `aclrtMalloc` of at least one byte on the current device; failures name `op`.
+pub(crate) fn malloc(api: &Api, op: Option<&'static str>, bytes: usize) -> BResult<u64> {
+    let p = result::malloc(api, bytes.max(1), acl_sys::ACL_MEM_MALLOC_HUGE_FIRST)
+        .map_err(|e| AclBackendError::call(op, e))?;
+    Ok(p as u64)
+}
+
+/// `aclrtFree`, retried once (teardown must not leak on one transient failure).
+fn free_raw(api: &Api, raw: u64) -> Result<(), AclError> {
+    // SAFETY: `raw` came from aclrtMalloc, is freed once, and no queued work uses it
+    // (callers synchronise the streams that may use it first).
+    let first = unsafe { result::free(api, raw as *mut c_void) };
+    let Err(e) = first else { return Ok(()) };
+    log::warn!("acl: {e}; retrying once");
+    // SAFETY: as above; the first attempt failed, so the block is still ours.
+    unsafe { result::free(api, raw as *mut c_void) }
+}
+
+/// [`free_raw`] for blocks outside the table (stream workspaces and scratch buffers).
+pub(crate) fn free(api: &Api, raw: u64) -> BResult<()> {
+    Ok(free_raw(api, raw)?)
+}
+
+/// Refuses an allocation request the device cannot represent.
+pub(crate) fn check_request(bytes: usize, align: usize) -> BResult<()> {
+    if bytes == 0 || !align.is_power_of_two() {
+        return Err(AclBackendError::BadRequest(format!("allocation of {bytes} bytes aligned to {align}")));
+    }
+    Ok(())
+}
+
+/// A block of `bytes` aligned to `align` on device `device` (bound to the thread),
+/// recorded in `allocs`. Out of device memory is `runtime::Error::OutOfMemory`.
+pub(crate) fn alloc(
+    api: &Api,
+    allocs: &Allocations,
+    device: usize,
+    bytes: usize,
+    align: usize,
+) -> runtime::Result<DevicePtr> {
+    // aclrtMalloc starts are 64-byte aligned; larger alignments over-allocate.
+    let extra = if align > 64 { align } else { 0 };
+    let total = bytes.checked_add(extra).ok_or_else(|| AclBackendError::BadRequest("size overflow".into()))?;
+    let raw = malloc(api, None, total).map_err(|e| match e.code() {
+        Some(acl_sys::codes::ACL_ERROR_RT_MEMORY_ALLOCATION) | Some(acl_sys::codes::ACL_ERROR_RT_DEVICE_OOM) => {
+            runtime::Error::OutOfMemory {
+                device: format!("acl:{device}"),
+                requested: bytes,
+                stats: Box::default(),
+                source: Some(Arc::new(e)),
+            }
+        }
+        _ => e.into(),
+    })?;
+    let user = if extra > 0 { raw.div_ceil(align as u64) * align as u64 } else { raw };
+    allocs.insert(user, bytes, raw).map_err(AclBackendError::from)?;
+    Ok(DevicePtr(user))
+}
+
+/// Frees the block at `ptr` (its streams were synchronised by the caller); a failed
+/// `aclrtFree` is reported here.
+pub(crate) fn free_block(allocs: &Allocations, ptr: DevicePtr) -> BResult<()> {
+    allocs.free(ptr.0)?;
+    match allocs.releaser().take_failure(ptr.0) {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
+}
+
+/// Host to device, synchronously, into a range inside one live block.
+pub(crate) fn copy_to_device(api: &Api, allocs: &Allocations, src: &[u8], dst: DevicePtr) -> BResult<()> {
+    allocs.locate(dst.0, src.len())?;
+    h2d(api, src, dst.0)
+}
+
+/// Device to host, synchronously, from a range inside one live block (queued work that
+/// writes it has been waited for by the caller).
+pub(crate) fn copy_to_host(api: &Api, allocs: &Allocations, src: DevicePtr, dst: &mut [u8]) -> BResult<()> {
+    allocs.locate(src.0, dst.len())?;
+    d2h(api, src.0, dst)
+}
+
+/// `aclrtMemcpy` host to device; `dst .. + src.len()` is validated device memory.
+pub(crate) fn h2d(api: &Api, src: &[u8], dst: u64) -> BResult<()> {
+    // SAFETY: the destination range is validated device memory (callers); the source is
+    // a live host slice of that length.
+    Ok(unsafe {
+        result::memcpy(
+            api,
+            dst as *mut c_void,
+            src.len(),
+            src.as_ptr().cast(),
+            src.len(),
+            acl_sys::ACL_MEMCPY_HOST_TO_DEVICE,
+        )
+    }?)
+}
+
+/// `aclrtMemcpy` device to host; `src .. + dst.len()` is validated device memory.
+pub(crate) fn d2h(api: &Api, src: u64, dst: &mut [u8]) -> BResult<()> {
+    // SAFETY: the source range is validated device memory (callers); the destination is
+    // an exclusively borrowed host slice of that length.
+    Ok(unsafe {
+        result::memcpy(
+            api,
+            dst.as_mut_ptr().cast(),
+            dst.len(),
+            src as *const c_void,
+            dst.len(),
+            acl_sys::ACL_MEMCPY_DEVICE_TO_HOST,
+        )
+    }?)
+}
+
+/// A stream-ordered device-to-device copy of `bytes` between validated, 64-byte
+/// aligned ranges (the on-chip rule of facts §A.8).
+pub(crate) fn d2d_async(api: &Api, src: u64, dst: u64, bytes: usize, stream: aclrtStream) -> BResult<()> {
+    // SAFETY: both ranges are validated device memory (callers), 64-byte aligned, and
+    // stay allocated while the copy is queued (frees synchronise the stream first); the
+    // stream is live.
+    Ok(unsafe {
+        result::memcpy_async(
+            api,
+            dst as *mut c_void,
+            bytes,
+            src as *const c_void,
+            bytes,
+            acl_sys::ACL_MEMCPY_DEVICE_TO_DEVICE,
+            stream,
+        )
+    }?)
+}
+
+/// A stream-ordered fill of a validated device range. A release without
+/// `aclrtMemsetAsync` gives [`AclError::Missing`] (inside `AclBackendError::Call`).
+pub(crate) fn memset_async(api: &Api, dst: u64, value: u8, bytes: usize, stream: aclrtStream) -> BResult<()> {
+    // SAFETY: the range is validated device memory that stays allocated while the fill
+    // is queued; the stream is live.
+    Ok(unsafe { result::memset_async(api, dst as *mut c_void, bytes, value as i32, bytes, stream) }?)
+}
+
+/// A synchronous fill of a validated device range (earlier work on the stream that
+/// orders it has finished: callers synchronise first).
+pub(crate) fn memset(api: &Api, dst: u64, value: u8, bytes: usize) -> BResult<()> {
+    // SAFETY: the range is validated device memory.
+    Ok(unsafe { result::memset(api, dst as *mut c_void, bytes, value as i32, bytes) }?)
+}
+
+/// Free bytes of the bound device's HBM.
+pub(crate) fn free_bytes(api: &Api) -> Option<u64> {
+    result::get_mem_info(api, acl_sys::ACL_HBM_MEM).ok().map(|(free, _)| free as u64)
+}

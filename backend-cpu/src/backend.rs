@@ -1,0 +1,344 @@
+//! The CPU backend: its devices, and its implementation of the [`Backend`] trait. Copies,
+//! fills and host mappings run in [`memory`](crate::memory), launches in `launch`; streams
+//! and events are the [`stream`](crate::stream) queues and events each device record holds.
+
+use crate::device::{CpuDevice, DEFAULT_STREAM, UserStream, lock};
+use crate::error::CpuError;
+use crate::stream::{CpuEvent, Job};
+use crate::{CpuConfig, features, kernels, launch, memory};
+use runtime::{Backend, DeviceInfo, DevicePtr, EventId, KernelInfo, LaunchArgs, Result, StreamId, UnitInfo};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// The CPU backend.
+pub struct CpuBackend {
+    devices: Vec<CpuDevice>,
+    pub(crate) table: &'static kernels::Table,
+    pub(crate) features: &'static features::CpuFeatures,
+    pub(crate) faults: launch::Faults,
+}
+
+impl CpuBackend {
+    /// The backend with `cfg.devices` logical devices over the host's cores.
+    pub fn new(cfg: CpuConfig) -> std::result::Result<CpuBackend, CpuError> {
+        if cfg.devices == 0 {
+            return Err(CpuError::BadRequest("at least one CPU device is needed".into()));
+        }
+        let features = features::get();
+        let threads = cfg.threads.unwrap_or(features.cores).max(1);
+        let mut devices = Vec::with_capacity(cfg.devices);
+        for d in 0..cfg.devices {
+            devices.push(CpuDevice::new(d, threads)?);
+        }
+        log::debug!("cpu backend: {} device(s), {threads} thread(s) each, ISA {:?}", cfg.devices, features.isa);
+        Ok(CpuBackend { devices, table: kernels::table(features), features, faults: Default::default() })
+    }
+
+    /// The CPU features detected at start-up, which chose the kernels.
+    pub fn features(&self) -> &'static features::CpuFeatures {
+        self.features
+    }
+
+    /// Device `d`'s record.
+    pub(crate) fn dev(&self, d: usize) -> std::result::Result<&CpuDevice, CpuError> {
+        self.devices.get(d).ok_or(CpuError::NoDevice(d))
+    }
+
+    /// The user stream `s` of device `d`; `None` for the default stream.
+    pub(crate) fn queue(&self, d: usize, s: StreamId) -> std::result::Result<Option<Arc<UserStream>>, CpuError> {
+        if s == DEFAULT_STREAM {
+            return Ok(None);
+        }
+        let dev = self.dev(d)?;
+        lock(&dev.streams).get(&s.0).cloned().map(Some).ok_or(CpuError::NoStream(s.0, d))
+    }
+
+    /// Event `e` of device `d`.
+    pub(crate) fn event(&self, d: usize, e: EventId) -> std::result::Result<Arc<CpuEvent>, CpuError> {
+        lock(&self.dev(d)?.events).get(&e.0).cloned().ok_or(CpuError::NoEvent(e.0, d))
+    }
+
+    /// Runs `job` now (default stream) or queues it (user stream).
+    pub(crate) fn submit(&self, d: usize, s: StreamId, job: Job) -> Result<()> {
+        match self.queue(d, s)? {
+            None => job(),
+            Some(q) => {
+                q.queue.submit(job)?;
+                Ok(())
+            }
+        }
+    }
+}
+
+// SAFETY: every method validates its addresses against the device's allocation table
+// and pins what queued work uses (contract rules M1, M2), launches refuse overlapping
+// outputs (M3), unknown handles are errors (M4), kernel failures and panics are returned
+// as values (M5), and every launch is checked against its op and kernel (M6, in
+// `launch`). Unsynchronised access to one buffer from two streams is a data race on
+// the user's side, exactly as on a GPU; the runtime's stream-aware pool never creates one.
+unsafe impl Backend for CpuBackend {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+    fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+    fn device_info(&self, device: usize) -> Result<DeviceInfo> {
+        let dev = self.dev(device)?;
+        let f = self.features;
+        let hz = f.mhz * 1e6;
+        let cores = dev.threads.min(f.cores) as f64;
+        let bw = cores * 10e9;
+        let src = format!("{cores} cores x {:.0} MHz x lanes x 2 FMA pipes x 2 flops; 10 GB/s per core assumed", f.mhz);
+        let unit = |unit, lanes: f64, fma: f64| UnitInfo {
+            unit,
+            peak_flops: cores * hz * lanes * fma,
+            peak_bytes_per_s: bw,
+            source: src.clone(),
+        };
+        Ok(DeviceInfo {
+            name: format!("cpu:{device} ({})", f.model),
+            memory_bytes: f.mem_total,
+            units: {
+                let mut u = vec![
+                    unit(f.matrix_unit(), f.lanes(), 4.0),
+                    unit(f.vector_unit(), f.lanes(), 4.0),
+                    unit(f.baseline_unit(), 4.0, 2.0),
+                    unit(f.scalar_unit(), 1.0, 2.0),
+                ];
+                if f.avx512bf16 {
+                    let (per_cycle, how) = f.bf16_flops_per_cycle();
+                    u.push(UnitInfo {
+                        unit: f.bf16_unit(),
+                        peak_flops: cores * hz * per_cycle,
+                        peak_bytes_per_s: bw,
+                        source: format!("{cores} cores x {:.0} MHz x {how}", f.mhz),
+                    });
+                }
+                u
+            },
+            host_shared: true,
+            min_alignment: 16,
+        })
+    }
+    fn memory_free(&self, _device: usize) -> Option<u64> {
+        features::mem_available()
+    }
+
+    fn alloc(&self, device: usize, bytes: usize, align: usize) -> Result<DevicePtr> {
+        let a = memory::alloc(&self.dev(device)?.table, bytes, align.max(16))?;
+        Ok(DevicePtr(a))
+    }
+    fn free(&self, device: usize, ptr: DevicePtr) -> Result<()> {
+        Ok(self.dev(device)?.table.free(ptr.0).map_err(CpuError::from)?)
+    }
+    fn copy_to_device(&self, device: usize, src: &[u8], dst: DevicePtr) -> Result<()> {
+        self.copy_in(device, src, dst)
+    }
+    fn copy_to_host(&self, device: usize, src: DevicePtr, dst: &mut [u8], stream: StreamId) -> Result<()> {
+        self.copy_out(device, src, dst, stream)
+    }
+    fn copy_on_device(
+        &self,
+        device: usize,
+        src: DevicePtr,
+        dst: DevicePtr,
+        bytes: usize,
+        stream: StreamId,
+    ) -> Result<()> {
+        self.copy_within(device, src, dst, bytes, stream)
+    }
+    fn memset(&self, device: usize, dst: DevicePtr, value: u8, bytes: usize, stream: StreamId) -> Result<()> {
+        self.fill(device, dst, value, bytes, stream)
+    }
+    fn map_host(&self, device: usize, ptr: DevicePtr, len: usize, f: &mut dyn FnMut(&mut [u8])) -> Result<bool> {
+        self.map_range(device, ptr, len, f)
+    }
+
+    fn default_stream(&self, _device: usize) -> StreamId {
+        DEFAULT_STREAM
+    }
+    fn create_stream(&self, device: usize) -> Result<StreamId> {
+        let dev = self.dev(device)?;
+        let id = dev.next_id.fetch_add(1, Ordering::Relaxed);
+        let s = UserStream::new(device, id)?;
+        lock(&dev.streams).insert(id, Arc::new(s));
+        Ok(StreamId(id))
+    }
+    fn destroy_stream(&self, device: usize, stream: StreamId) -> Result<()> {
+        if stream == DEFAULT_STREAM {
+            return Ok(());
+        }
+        let q = lock(&self.dev(device)?.streams).remove(&stream.0).ok_or(CpuError::NoStream(stream.0, device))?;
+        let r = q.queue.synchronize();
+        q.queue.shutdown();
+        if let Err(e) = &r {
+            log::warn!("destroying cpu:{device}/stream{}: unreported failure: {e}", stream.0);
+        }
+        Ok(())
+    }
+    fn synchronize_stream(&self, device: usize, stream: StreamId) -> Result<()> {
+        match self.queue(device, stream)? {
+            None => Ok(()),
+            Some(q) => q.queue.synchronize(),
+        }
+    }
+    fn synchronize_device(&self, device: usize) -> Result<()> {
+        let qs: Vec<Arc<UserStream>> = lock(&self.dev(device)?.streams).values().cloned().collect();
+        let mut first = Ok(());
+        for q in qs {
+            if let Err(e) = q.queue.wait_all()
+                && first.is_ok()
+            {
+                first = Err(e);
+            }
+        }
+        first
+    }
+
+    fn create_event(&self, device: usize) -> Result<EventId> {
+        let dev = self.dev(device)?;
+        let id = dev.next_id.fetch_add(1, Ordering::Relaxed);
+        lock(&dev.events).insert(id, Arc::new(CpuEvent::default()));
+        Ok(EventId(id))
+    }
+    fn destroy_event(&self, device: usize, event: EventId) -> Result<()> {
+        lock(&self.dev(device)?.events).remove(&event.0).ok_or(CpuError::NoEvent(event.0, device))?;
+        Ok(())
+    }
+    fn record_event(&self, device: usize, event: EventId, stream: StreamId) -> Result<()> {
+        let ev = self.event(device, event)?;
+        // A record that is not queued leaves the event as it was: nothing may wait for a
+        // generation that no stream will reach.
+        match self.queue(device, stream)? {
+            None => ev.record_now(),
+            Some(q) => ev.record_with(|generation| {
+                let ev = ev.clone();
+                let job: Job = Box::new(move || {
+                    ev.complete(generation);
+                    Ok(())
+                });
+                q.queue.submit(job).map(drop)
+            })?,
+        }
+        Ok(())
+    }
+    fn wait_event(&self, device: usize, stream: StreamId, event: EventId) -> Result<()> {
+        let ev = self.event(device, event)?;
+        let target = ev.target();
+        self.submit(
+            device,
+            stream,
+            Box::new(move || {
+                ev.wait_for(target);
+                Ok(())
+            }),
+        )
+    }
+    fn query_event(&self, device: usize, event: EventId) -> Result<bool> {
+        Ok(self.event(device, event)?.is_complete())
+    }
+    fn synchronize_event(&self, device: usize, event: EventId) -> Result<()> {
+        let ev = self.event(device, event)?;
+        ev.wait_for(ev.target());
+        Ok(())
+    }
+    fn elapsed(&self, device: usize, start: EventId, end: EventId) -> Result<Duration> {
+        let (s, e) = (self.event(device, start)?, self.event(device, end)?);
+        match (s.time(), e.time()) {
+            (Some(a), Some(b)) => Ok(b.saturating_duration_since(a)),
+            (None, _) => Err(CpuError::EventNotReady(start.0).into()),
+            (_, None) => Err(CpuError::EventNotReady(end.0).into()),
+        }
+    }
+
+    fn kernels(&self) -> &[KernelInfo] {
+        self.table.infos()
+    }
+
+    /// Packs a Linear's constant weight once for the kernel that will run it: a bf16 weight
+    /// into the bf16 kernel's panels, an f32 weight into the f32 GEMM's panels. The packed
+    /// bytes are stored in place of the weight when they are as many (`n` fills whole
+    /// panels, as BERT-sized layers do); otherwise a bf16 weight's panels are kept beside it
+    /// and an f32 weight is packed per call.
+    fn prepack(
+        &self,
+        kernel: &KernelInfo,
+        _op: &runtime::Op,
+        inputs: &[runtime::TensorMeta],
+        constants: &[Option<&[u8]>],
+    ) -> Result<Option<runtime::Prepack>> {
+        use runtime::DType;
+        let (Some(Some(bytes)), Some(meta)) = (constants.get(1), inputs.get(1)) else { return Ok(None) };
+        if kernel.op != runtime::OpKind::Linear || meta.shape.rank() != 2 {
+            return Ok(None);
+        }
+        let (n, k) = (meta.shape.dims()[0], meta.shape.dims()[1]);
+        let kname = kernel.name.clone();
+        let backend_err = move |source| -> runtime::Error { CpuError::Kernel { kernel: kname.clone(), source }.into() };
+        if kernel.unit == self.features.bf16_unit() && meta.dtype == DType::BF16 {
+            let w: Vec<half::bf16> = bytes.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]])).collect();
+            let packed = kernels::gemm_bf16::PackedWeight::pack(&w, n, k).map_err(backend_err)?;
+            drop(w);
+            if packed.bytes() == bytes.len() {
+                // Same size (n fills whole panels, k even): stored in place of the weight.
+                let relayout = packed.words_slice().iter().flat_map(|x| x.to_le_bytes()).collect();
+                log::debug!("prepacked a bf16 weight [{n}, {k}] in place");
+                return Ok(Some(runtime::Prepack {
+                    prepacked: runtime::Prepacked(Arc::new(kernels::gemm_bf16::PackedInPlace { n, k })),
+                    relayout: vec![(1, relayout)],
+                }));
+            }
+            log::debug!("prepacked a bf16 weight [{n}, {k}] ({} bytes beside it)", packed.bytes());
+            return Ok(Some(runtime::Prepack::new(Arc::new(packed))));
+        }
+        let f32_fast = kernel.tier == runtime::Tier::HighPerformance && kernel.unit == self.features.matrix_unit();
+        if f32_fast && meta.dtype == DType::F32 && kernels::blas::use_packed() {
+            let layout = kernels::gemm_packed::PackedBLayout::new(k, n);
+            if layout.len() != n * k || bytes.len() != n * k * 4 {
+                log::debug!("f32 weight [{n}, {k}] does not fill whole panels; packed per call");
+                return Ok(None);
+            }
+            let w: Vec<f32> = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            let mut packed = vec![0f32; layout.len()];
+            // The weight is [n, k] row-major: B = wᵀ has strides (1, k).
+            kernels::gemm_packed::pack_b(&layout, &w, 1, k, &mut packed).map_err(backend_err)?;
+            drop(w);
+            let relayout = packed.iter().flat_map(|x| x.to_le_bytes()).collect();
+            log::debug!("prepacked an f32 weight [{n}, {k}] in place");
+            return Ok(Some(runtime::Prepack {
+                prepacked: runtime::Prepacked(Arc::new(layout)),
+                relayout: vec![(1, relayout)],
+            }));
+        }
+        Ok(None)
+    }
+
+    fn launch(&self, device: usize, kernel: &KernelInfo, args: LaunchArgs, stream: StreamId) -> Result<()> {
+        let p = self.prepare_launch(device, kernel, args, stream)?;
+        self.enqueue(device, stream, p)
+    }
+
+    /// Validates every launch in full and pins its fixed operands for the life of the
+    /// plan; `launch_frozen` then checks only the per-run addresses.
+    fn freeze(&self, device: usize, launches: &[runtime::FrozenLaunch]) -> Result<Option<runtime::Frozen>> {
+        self.freeze_launches(device, launches)
+    }
+
+    fn launch_frozen(
+        &self,
+        device: usize,
+        frozen: &runtime::Frozen,
+        nodes: std::ops::Range<usize>,
+        addrs: &[DevicePtr],
+        first_seq: u64,
+        stream: StreamId,
+    ) -> Result<()> {
+        self.launch_frozen_at(device, frozen, nodes, addrs, first_seq, stream)
+    }
+
+    fn launch_batch(&self, device: usize, launches: Vec<(KernelInfo, LaunchArgs)>, stream: StreamId) -> Result<()> {
+        self.launch_batch_at(device, launches, stream)
+    }
+}

@@ -1,0 +1,161 @@
+//! What the GEMM's parts share: the problem, the cache blocking, the micro-kernel
+//! contract ([`MicroKernel`]), and the packing of A and B into the micro-kernels' panels.
+
+// ---------------------------------------------------------------------------------------------
+// Problem description and blocking
+// ---------------------------------------------------------------------------------------------
+
+/// One product `C = alpha * A·B + beta * C`: its dimensions and scalars, A and B with
+/// their strides, and C's row stride (see [`sgemm`](super::sgemm)).
+pub(super) struct Problem<'a> {
+    pub(super) m: usize,
+    pub(super) n: usize,
+    pub(super) k: usize,
+    pub(super) alpha: f32,
+    pub(super) a: &'a [f32],
+    pub(super) rsa: usize,
+    pub(super) csa: usize,
+    pub(super) b: &'a [f32],
+    pub(super) rsb: usize,
+    pub(super) csb: usize,
+    pub(super) beta: f32,
+    pub(super) ldc: usize,
+}
+
+/// Cache-blocking sizes (upper bounds; actual blocks are split evenly below them).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Blocking {
+    pub(super) mc: usize,
+    pub(super) kc: usize,
+    pub(super) nc: usize,
+}
+
+/// A register-blocked micro-kernel.
+pub(super) trait MicroKernel {
+    const MR: usize;
+    const NR: usize;
+    const BLOCKING: Blocking;
+
+    /// `C[0..MR, 0..NR] = alpha * Σ_p A[p] ⊗ B[p] + beta * C` (C not read when `beta == 0`).
+    ///
+    /// # Safety
+    /// * the CPU supports the kernel's target features;
+    /// * `a` is valid for reads of `kc*MR` floats, `b` for `kc*NR` floats;
+    /// * `c` is valid for reads and writes of rows `0..MR`, columns `0..NR` at row stride
+    ///   `ldc`, and no other thread accesses that tile concurrently.
+    unsafe fn run(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, alpha: f32, beta: f32);
+
+    /// [`pack_a_panel`] with `MR = Self::MR`.
+    fn pack_a(p: &Problem<'_>, i0: usize, rows: usize, p0: usize, kc: usize, dst: &mut [f32]);
+    /// [`pack_b_panel`] with `NR = Self::NR`.
+    fn pack_b(p: &Problem<'_>, j0: usize, cols: usize, p0: usize, kc: usize, dst: &mut [f32]);
+}
+
+/// Implements the packing methods of [`MicroKernel`] for concrete `MR`/`NR`.
+macro_rules! impl_packing {
+    ($mr:expr, $nr:expr) => {
+        fn pack_a(p: &Problem<'_>, i0: usize, rows: usize, p0: usize, kc: usize, dst: &mut [f32]) {
+            pack_a_panel::<$mr>(p, i0, rows, p0, kc, dst)
+        }
+        fn pack_b(p: &Problem<'_>, j0: usize, cols: usize, p0: usize, kc: usize, dst: &mut [f32]) {
+            pack_b_panel::<$nr>(p, j0, cols, p0, kc, dst)
+        }
+    };
+}
+pub(super) use impl_packing;
+
+/// Even split of `len` into blocks of at most `max`, each a multiple of `align` (except
+/// possibly the last). Returns the block size (>= 1).
+pub(super) fn even_block(len: usize, max: usize, align: usize) -> usize {
+    let max = max.max(align);
+    let nblocks = len.div_ceil(max).max(1);
+    len.div_ceil(nblocks).next_multiple_of(align).max(align)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packing
+// ---------------------------------------------------------------------------------------------
+
+/// Packs rows `i0..i0+rows` (rows <= MR), columns `p0..p0+kc` of A into one MR-panel:
+/// `dst[p*MR + i] = A[i0+i, p0+p]`, zero for `i >= rows`.
+pub(super) fn pack_a_panel<const MR: usize>(
+    p: &Problem<'_>,
+    i0: usize,
+    rows: usize,
+    p0: usize,
+    kc: usize,
+    dst: &mut [f32],
+) {
+    let dst = &mut dst[..kc * MR];
+    let (a, rsa, csa) = (p.a, p.rsa, p.csa);
+    if rows == MR && csa == 1 {
+        // Row-major A: MR sequential read streams, one contiguous MR-vector written per p.
+        let base = i0 * rsa + p0;
+        let src: [&[f32]; MR] = std::array::from_fn(|i| &a[base + i * rsa..][..kc]);
+        for (pp, d) in dst.chunks_exact_mut(MR).enumerate() {
+            for i in 0..MR {
+                d[i] = src[i][pp];
+            }
+        }
+    } else if rsa == 1 {
+        // Column-major A (transposed view): each packed row is a contiguous copy.
+        for (pp, d) in dst.chunks_exact_mut(MR).enumerate() {
+            let s = &a[(p0 + pp) * csa + i0..][..rows];
+            d[..rows].copy_from_slice(s);
+            d[rows..].fill(0.0);
+        }
+    } else {
+        for (pp, d) in dst.chunks_exact_mut(MR).enumerate() {
+            let col = (p0 + pp) * csa;
+            for (i, x) in d.iter_mut().enumerate() {
+                *x = if i < rows { a[(i0 + i) * rsa + col] } else { 0.0 };
+            }
+        }
+    }
+}
+
+/// Packs columns `j0..j0+cols` (cols <= NR), rows `p0..p0+kc` of B into one NR-panel:
+/// `dst[p*NR + j] = B[p0+p, j0+j]`, zero for `j >= cols`.
+pub(super) fn pack_b_panel<const NR: usize>(
+    p: &Problem<'_>,
+    j0: usize,
+    cols: usize,
+    p0: usize,
+    kc: usize,
+    dst: &mut [f32],
+) {
+    let dst = &mut dst[..kc * NR];
+    let (b, rsb, csb) = (p.b, p.rsb, p.csb);
+    if csb == 1 {
+        // Row-major B: each packed row is a contiguous copy.
+        for (pp, d) in dst.chunks_exact_mut(NR).enumerate() {
+            let s = &b[(p0 + pp) * rsb + j0..][..cols];
+            d[..cols].copy_from_slice(s);
+            d[cols..].fill(0.0);
+        }
+    } else if rsb == 1 {
+        // Column-major B (transposed view): NR sequential read streams.
+        if cols == NR {
+            let base = p0 + j0 * csb;
+            let src: [&[f32]; NR] = std::array::from_fn(|j| &b[base + j * csb..][..kc]);
+            for (pp, d) in dst.chunks_exact_mut(NR).enumerate() {
+                for j in 0..NR {
+                    d[j] = src[j][pp];
+                }
+            }
+        } else {
+            for (pp, d) in dst.chunks_exact_mut(NR).enumerate() {
+                for (j, x) in d.iter_mut().enumerate() {
+                    *x = if j < cols { b[p0 + pp + (j0 + j) * csb] } else { 0.0 };
+                }
+            }
+        }
+    } else {
+        for (pp, d) in dst.chunks_exact_mut(NR).enumerate() {
+            let row = (p0 + pp) * rsb;
+            for (j, x) in d.iter_mut().enumerate() {
+                *x = if j < cols { b[row + (j0 + j) * csb] } else { 0.0 };
+            }
+        }
+    }
+}

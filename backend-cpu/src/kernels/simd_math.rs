@@ -1,0 +1,182 @@
+//! The f32 math the fast tier's kernels share: branch-free `exp`, `tanh` and `erf`
+//! approximations that vectorise inside the SIMD loops that call them, and row softmax
+//! compiled per ISA (AVX-512, AVX2+FMA, baseline) and dispatched on the detected one.
+
+use crate::features::Isa;
+
+/// The clamp keeps `k = round(x log2 e)` in [-126, 128]: results below 2^-125 (x under
+/// about -86.99, where the exact result is at most 2.4e-38) are 0, results from
+/// `ln(f32::MAX)` = 88.7228 on overflow to +inf as the exact result does.
+const EXP_LO: f32 = -87.5;
+const EXP_HI: f32 = 89.0;
+
+/// `e^x` to within a few ulp, branch-free so loops vectorise: range reduction by
+/// `ln 2`, a degree-6 polynomial, and exponent assembly. Exact at the ends: `e^-inf = 0`,
+/// `e^x = +inf` from `ln(f32::MAX)` on, NaN stays NaN.
+#[inline(always)]
+pub fn exp_approx(x: f32) -> f32 {
+    let x = x.clamp(EXP_LO, EXP_HI);
+    // Nearest-even rounding and no float-to-int cast: both map to vector instructions
+    // (`round()` and `as i32` would leave the loop scalar).
+    let k = (x * std::f32::consts::LOG2_E).round_ties_even();
+    let r = x - k * 0.693_145_75 - k * 1.428_606_8e-6;
+    // 2 e^r (every coefficient doubled: exact), times 2^(k-1), so that k = 128 (results
+    // up to f32::MAX) needs no exponent 255, and k = -126 gives exponent 0, i.e. 0.
+    let p2 = 2.0
+        + r * (2.0 + r * (1.0 + r * (0.333_333_34 + r * (0.083_333_336 + r * (0.016_666_668 + r * 0.002_777_778)))));
+    // 2^(k-1) from its biased exponent k + 126 in [0, 254]: adding 2^23 to an integral
+    // float puts the integer in the low mantissa bits.
+    let bits = ((k + 126.0 + 8_388_608.0).to_bits().wrapping_sub(0x4B00_0000)) << 23;
+    p2 * f32::from_bits(bits)
+}
+
+/// `tanh x` through `exp`: `1 - 2 / (e^{2x} + 1)`, exact at the saturated ends.
+#[inline(always)]
+pub fn tanh_approx(x: f32) -> f32 {
+    let x = x.clamp(-9.0, 9.0);
+    if x.abs() < 0.1 {
+        // Odd Taylor series: avoids the cancellation of the exp form near zero.
+        let x2 = x * x;
+        return x * (1.0 + x2 * (-0.333_333_34 + x2 * (0.133_333_33 + x2 * (-0.053_968_254 + x2 * 0.021_869_488))));
+    }
+    1.0 - 2.0 / (exp_approx(2.0 * x) + 1.0)
+}
+
+/// `erf x` with the Abramowitz–Stegun 7.1.26-style rational form refined to ~1e-7
+/// absolute error (computed in f32 with a polynomial in `t = 1/(1+p|x|)`).
+#[inline(always)]
+pub fn erf_approx(x: f32) -> f32 {
+    // For small |x| a Taylor series is more accurate than the rational form.
+    let a = x.abs();
+    if a < 0.5 {
+        let x2 = x * x;
+        return x
+            * (1.128_379_2 + x2 * (-0.376_126_4 + x2 * (0.112_837_9 + x2 * (-0.026_866_17 + x2 * 0.005_223_778))));
+    }
+    let t = 1.0 / (1.0 + 0.327_591_1 * a);
+    let y = 1.0
+        - t * (0.254_829_6 + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152_1 + t * 1.061_405_4))))
+            * exp_approx(-a * a);
+    y.copysign(x)
+}
+
+/// `row = softmax(row + mask)` in place, as attention needs it: a row masked out
+/// entirely (every value -inf, no NaN) becomes zeros and the call returns true; a row
+/// with NaN or +inf becomes NaN. The mask is `(values, stride)`; stride 0 broadcasts one
+/// value over the row.
+pub fn softmax_in_place(isa: Isa, row: &mut [f32], mask: Option<(&[f32], usize)>) -> bool {
+    softmax_dispatch(isa, row, mask, 0.0)
+}
+
+/// ONNX `Softmax` of one row in place: a row with NaN, +inf or only -inf is NaN
+/// throughout (`exp(x - max)` with `max` not finite), as in ONNX's reference and PyTorch.
+pub fn softmax_onnx(isa: Isa, row: &mut [f32]) {
+    softmax_dispatch(isa, row, None, f32::NAN);
+}
+
+/// `masked_fill` is what a row whose maximum is -inf becomes (unless it holds a NaN);
+/// returns true when the row was filled with it.
+fn softmax_dispatch(isa: Isa, row: &mut [f32], mask: Option<(&[f32], usize)>, masked_fill: f32) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx2,fma")]
+        fn avx512(row: &mut [f32], mask: Option<(&[f32], usize)>, fill: f32) -> bool {
+            softmax_body(row, mask, fill)
+        }
+        #[target_feature(enable = "avx2,fma")]
+        fn avx2(row: &mut [f32], mask: Option<(&[f32], usize)>, fill: f32) -> bool {
+            softmax_body(row, mask, fill)
+        }
+        match isa {
+            // SAFETY: `Isa::Avx512` is only chosen when AVX-512F and FMA were detected on
+            // this CPU at run time (features.rs).
+            Isa::Avx512 => return unsafe { avx512(row, mask, masked_fill) },
+            // SAFETY: `Isa::Avx2Fma` is only chosen when AVX2 and FMA were detected.
+            Isa::Avx2Fma => return unsafe { avx2(row, mask, masked_fill) },
+            Isa::Scalar => {}
+        }
+    }
+    softmax_body(row, mask, masked_fill)
+}
+
+const LANES: usize = 16;
+
+#[inline(always)]
+fn softmax_body(row: &mut [f32], mask: Option<(&[f32], usize)>, masked_fill: f32) -> bool {
+    match mask {
+        Some((m, 1)) => row.iter_mut().zip(m).for_each(|(x, &a)| *x += a),
+        Some((m, _)) => {
+            let a = m[0];
+            row.iter_mut().for_each(|x| *x += a);
+        }
+        None => {}
+    }
+    // Lane-wise max and sum (plain folds over f32 do not vectorise).
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let mut chunks = row.chunks_exact(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            acc[l] = if c[l] > acc[l] { c[l] } else { acc[l] };
+        }
+    }
+    // The max ignores NaN; a NaN element then makes its exp, the sum and the row NaN,
+    // and a +inf max gives exp(inf - inf) = NaN likewise.
+    let mx = chunks.remainder().iter().chain(acc.iter()).copied().fold(f32::NEG_INFINITY, f32::max);
+    if mx == f32::NEG_INFINITY {
+        // Only -inf and NaN: NaN if any NaN, else the row is masked out entirely.
+        let nan = row.iter().any(|x| x.is_nan());
+        row.fill(if nan { f32::NAN } else { masked_fill });
+        return !nan && masked_fill == 0.0;
+    }
+    let mut sums = [0f32; LANES];
+    let mut chunks = row.chunks_exact_mut(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            c[l] = exp_approx(c[l] - mx);
+            sums[l] += c[l];
+        }
+    }
+    let mut total: f32 = sums.iter().sum();
+    for x in chunks.into_remainder() {
+        *x = exp_approx(*x - mx);
+        total += *x;
+    }
+    let inv = 1.0 / total;
+    row.iter_mut().for_each(|x| *x *= inv);
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive(row: &[f32], mask: &[f32]) -> Vec<f32> {
+        let x: Vec<f64> = row.iter().zip(mask).map(|(&a, &b)| a as f64 + b as f64).collect();
+        let m = x.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        if m == f64::NEG_INFINITY {
+            return vec![0.0; row.len()];
+        }
+        let e: Vec<f64> = x.iter().map(|v| (v - m).exp()).collect();
+        let s: f64 = e.iter().sum();
+        e.iter().map(|v| (v / s) as f32).collect()
+    }
+
+    #[test]
+    fn softmax_matches_f64_on_every_isa_and_length() {
+        let isas = [Isa::Scalar, crate::features::get().isa];
+        for n in [1, 7, 16, 17, 33, 512, 515] {
+            let row: Vec<f32> = (0..n).map(|i| ((i * 37 % 11) as f32 - 5.0) * 0.7).collect();
+            let mask: Vec<f32> = (0..n).map(|i| if i % 5 == 4 { f32::NEG_INFINITY } else { 0.0 }).collect();
+            for isa in isas {
+                let mut a = row.clone();
+                softmax_in_place(isa, &mut a, Some((&mask, 1)));
+                for (x, y) in a.iter().zip(naive(&row, &mask)) {
+                    assert!((x - y).abs() < 1e-6, "n={n} {isa:?}: {x} vs {y}");
+                }
+                let mut b = row.clone();
+                softmax_in_place(isa, &mut b, Some((&[f32::NEG_INFINITY], 0)));
+                assert!(b.iter().all(|&x| x == 0.0), "a row masked out entirely is zeros");
+            }
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! The bookkeeping every backend needs for rules (M1)–(M3) of the [`crate::Backend`]
+//! contract, written once: the table of a device's live allocations, the pins that keep
+//! an allocation alive while queued work uses it, and the overlap check of a launch's
+//! operands.
+//!
+//! The table does not allocate: a backend allocates, then [`AllocTable::insert`]s the
+//! block with whatever it needs to give it back (a `Layout`, the driver's raw pointer).
+//! The table calls [`Release::release`] exactly once per inserted block: when it is freed
+//! and unpinned, or when the table is dropped.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use thiserror::Error;
+
+/// How a backend gives a block back to its allocator.
+///
+/// The table calls `release` once per block it was given, after the block was freed
+/// and no [`Pins`] hold it any more (or when the table is dropped), never while the
+/// table's lock is held. `release` is therefore free to call the driver.
+pub trait Release: Send + Sync {
+    /// What the backend keeps per block to give it back.
+    type Record: Send;
+    fn release(&self, base: u64, size: usize, record: Self::Record);
+}
+
+/// An address range that is not inside one live allocation of the device, or a free of
+/// an address that is not a live allocation's base.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("address range {addr:#x}+{len} is not inside a live allocation of {device}")]
+pub struct BadAddress {
+    pub device: String,
+    pub addr: u64,
+    pub len: usize,
+}
+
+struct Entry<R> {
+    size: usize,
+    /// Queued launches currently using this block.
+    pins: usize,
+    /// `free` was called; the block goes back once `pins` reaches 0.
+    freed: bool,
+    record: Option<R>,
+}
+
+/// The live allocations of one device, keyed by base address.
+///
+/// `Send + Sync`: every method takes `&self` and holds one internal lock for the
+/// duration of its bookkeeping; concurrent `insert`, `free`, `pin` and `locate` calls
+/// from many threads are serialised and each sees a consistent table.
+pub struct AllocTable<R: Release> {
+    map: Mutex<BTreeMap<u64, Entry<R::Record>>>,
+    device: String,
+    releaser: R,
+}
+
+/// Keeps the allocations of one launch alive; unpins them on drop (and releases the
+/// ones that were freed meanwhile). `Send + Sync`.
+pub struct Pins<R: Release> {
+    table: Arc<AllocTable<R>>,
+    bases: Vec<u64>,
+}
+
+impl<R: Release> AllocTable<R> {
+    /// An empty table for the device labelled `device` (e.g. `cpu:0`).
+    pub fn new(device: impl Into<String>, releaser: R) -> AllocTable<R> {
+        AllocTable { map: Mutex::new(BTreeMap::new()), device: device.into(), releaser }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<u64, Entry<R::Record>>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn bad(&self, addr: u64, len: usize) -> BadAddress {
+        BadAddress { device: self.device.clone(), addr, len }
+    }
+
+    /// The releaser given to [`new`](Self::new).
+    pub fn releaser(&self) -> &R {
+        &self.releaser
+    }
+
+    /// Records a block of `size` usable bytes at `base`, just allocated by the backend.
+    /// A `base` already in the table (which an allocator never hands out twice) is
+    /// refused, and `record` is released at once.
+    pub fn insert(&self, base: u64, size: usize, record: R::Record) -> Result<(), BadAddress> {
+        let mut m = self.lock();
+        if m.contains_key(&base) {
+            drop(m);
+            self.releaser.release(base, size, record);
+            return Err(self.bad(base, size));
+        }
+        m.insert(base, Entry { size, pins: 0, freed: false, record: Some(record) });
+        Ok(())
+    }
+
+    /// Frees the block at `base`: released now, or once the launches pinning it are done.
+    pub fn free(&self, base: u64) -> Result<(), BadAddress> {
+        let mut m = self.lock();
+        let now = match m.get_mut(&base) {
+            Some(e) if !e.freed => {
+                e.freed = true;
+                e.pins == 0
+            }
+            _ => return Err(self.bad(base, 0)),
+        };
+        let taken = if now { m.remove(&base) } else { None };
+        drop(m);
+        if let Some(Entry { size, record: Some(r), .. }) = taken {
+            self.releaser.release(base, size, r);
+        }
+        Ok(())
+    }
+
+    fn locate_in(&self, m: &BTreeMap<u64, Entry<R::Record>>, addr: u64, len: usize) -> Result<u64, BadAddress> {
+        let (&base, e) = m.range(..=addr).next_back().ok_or_else(|| self.bad(addr, len))?;
+        let end = addr.checked_add(len as u64).ok_or_else(|| self.bad(addr, len))?;
+        let limit = base.checked_add(e.size as u64).ok_or_else(|| self.bad(addr, len))?;
+        if e.freed || end > limit {
+            return Err(self.bad(addr, len));
+        }
+        Ok(base)
+    }
+
+    /// The base of the live block that holds all of `addr .. addr + len` (rule M1).
+    pub fn locate(&self, addr: u64, len: usize) -> Result<u64, BadAddress> {
+        let m = self.lock();
+        self.locate_in(&m, addr, len)
+    }
+
+    /// Checks every `(addr, len)` range (rule M1) and pins the blocks they fall in
+    /// (rule M2) until the returned [`Pins`] is dropped. Empty ranges are not checked.
+    /// Nothing is pinned when any range fails.
+    pub fn pin(self: &Arc<Self>, ranges: &[(u64, usize)]) -> Result<Pins<R>, BadAddress> {
+        let mut m = self.lock();
+        let mut bases = Vec::with_capacity(ranges.len());
+        for &(addr, len) in ranges {
+            if len > 0 {
+                bases.push(self.locate_in(&m, addr, len)?);
+            }
+        }
+        for b in &bases {
+            if let Some(e) = m.get_mut(b) {
+                e.pins += 1;
+            }
+        }
+        Ok(Pins { table: self.clone(), bases })
+    }
+
+    /// Usable bytes of the live (not yet freed) blocks.
+    pub fn allocated_bytes(&self) -> usize {
+        self.lock().values().filter(|e| !e.freed).map(|e| e.size).sum()
+    }
+
+    /// Blocks in the table, including freed ones still pinned.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+}
+
+impl<R: Release> Drop for Pins<R> {
+    fn drop(&mut self) {
+        let mut done = Vec::new();
+        {
+            let mut m = self.table.lock();
+            for b in &self.bases {
+                let last = match m.get_mut(b) {
+                    Some(e) => {
+                        e.pins = e.pins.saturating_sub(1);
+                        e.freed && e.pins == 0
+                    }
+                    None => false,
+                };
+                if last {
+                    if let Some(e) = m.remove(b) {
+                        done.push((*b, e));
+                    }
+                }
+            }
+        }
+        for (base, e) in done {
+            if let Some(r) = e.record {
+                self.table.releaser.release(base, e.size, r);
+            }
+        }
+    }
+}
+
+impl<R: Release> Drop for AllocTable<R> {
+    fn drop(&mut self) {
+        let m = std::mem::take(&mut *self.lock());
+        for (base, e) in m {
+            if let Some(r) = e.record {
+                self.releaser.release(base, e.size, r);
+            }
+        }
+    }
+}
+
+/// True when two non-empty byte ranges `(start, len)` share a byte.
+pub fn overlaps(a: (u64, usize), b: (u64, usize)) -> bool {
+    a.1 > 0 && b.1 > 0 && a.0 < b.0.saturating_add(b.1 as u64) && b.0 < a.0.saturating_add(a.1 as u64)
+}
+
+/// Rule M3: with `ranges` = a launch's inputs then its outputs (`n_inputs` of them
+/// inputs), the index of the first output that overlaps another operand, if any.
+/// `skip(i)` leaves operand `i` out of the check (operands patched per run, whose
+/// addresses are not known yet).
+pub fn overlapping_output(ranges: &[(u64, usize)], n_inputs: usize, skip: impl Fn(usize) -> bool) -> Option<usize> {
+    (n_inputs..ranges.len())
+        .find(|&i| !skip(i) && ranges.iter().enumerate().any(|(j, r)| j != i && !skip(j) && overlaps(ranges[i], *r)))
+        .map(|i| i - n_inputs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[derive(Default)]
+    struct Count(AtomicUsize, Mutex<Vec<u64>>);
+    impl Release for Arc<Count> {
+        type Record = u64;
+        fn release(&self, base: u64, _size: usize, record: u64) {
+            assert_eq!(base, record, "the record stored with the block comes back");
+            self.0.fetch_add(1, Ordering::SeqCst);
+            self.1.lock().unwrap().push(base);
+        }
+    }
+
+    fn table() -> (Arc<AllocTable<Arc<Count>>>, Arc<Count>) {
+        let c = Arc::new(Count::default());
+        (Arc::new(AllocTable::new("test:0", c.clone())), c)
+    }
+
+    #[test]
+    fn ranges_must_lie_in_one_live_block() {
+        let (t, _) = table();
+        t.insert(0x1000, 256, 0x1000).unwrap();
+        t.insert(0x2000, 16, 0x2000).unwrap();
+        assert_eq!(t.locate(0x1000, 256), Ok(0x1000));
+        assert_eq!(t.locate(0x10f0, 16), Ok(0x1000));
+        assert!(t.locate(0x10f0, 17).is_err(), "runs past the block");
+        assert!(t.locate(0x0fff, 1).is_err(), "before every block");
+        assert!(t.locate(0x1100, 1).is_err(), "in the gap");
+        assert!(t.locate(u64::MAX, 2).is_err(), "end overflows");
+        let e = t.locate(0x1100, 4).unwrap_err();
+        assert_eq!(e.to_string(), "address range 0x1100+4 is not inside a live allocation of test:0");
+        assert!(t.insert(0x1000, 8, 0x1000).is_err(), "a base already in the table");
+    }
+
+    #[test]
+    fn a_pinned_block_is_released_after_its_last_pin() {
+        let (t, c) = table();
+        t.insert(0x1000, 64, 0x1000).unwrap();
+        let p1 = t.pin(&[(0x1000, 64), (0x1010, 0)]).unwrap();
+        let p2 = t.pin(&[(0x1020, 8)]).unwrap();
+        t.free(0x1000).unwrap();
+        assert!(t.free(0x1000).is_err(), "a second free is refused");
+        assert!(t.pin(&[(0x1000, 1)]).is_err(), "a freed block cannot be pinned");
+        assert_eq!(t.allocated_bytes(), 0);
+        assert_eq!(t.len(), 1, "still held by the pins");
+        drop(p1);
+        assert_eq!(c.0.load(Ordering::SeqCst), 0);
+        drop(p2);
+        assert_eq!(c.0.load(Ordering::SeqCst), 1);
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn a_failed_pin_pins_nothing_and_drop_releases_the_rest() {
+        let (t, c) = table();
+        t.insert(0x1000, 64, 0x1000).unwrap();
+        t.insert(0x2000, 64, 0x2000).unwrap();
+        assert!(t.pin(&[(0x1000, 8), (0x3000, 8)]).is_err());
+        t.free(0x1000).unwrap();
+        assert_eq!(c.0.load(Ordering::SeqCst), 1, "no pin was left behind");
+        drop(t);
+        assert_eq!(*c.1.lock().unwrap(), vec![0x1000, 0x2000]);
+    }
+
+    #[test]
+    fn concurrent_pins_and_frees_release_each_block_once() {
+        let (t, c) = table();
+        std::thread::scope(|s| {
+            for th in 0..4u64 {
+                let t = t.clone();
+                s.spawn(move || {
+                    for i in 0..200u64 {
+                        let base = 0x10_0000 * (th + 1) + i * 0x100;
+                        t.insert(base, 0x100, base).unwrap();
+                        let p = t.pin(&[(base, 0x100)]).unwrap();
+                        t.free(base).unwrap();
+                        drop(p);
+                    }
+                });
+            }
+        });
+        assert_eq!(c.0.load(Ordering::SeqCst), 800);
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn outputs_may_not_overlap_other_operands() {
+        assert!(overlaps((0, 8), (4, 8)));
+        assert!(!overlaps((0, 8), (8, 8)));
+        assert!(!overlaps((0, 0), (0, 8)), "empty ranges overlap nothing");
+        let r = [(0, 16), (16, 16), (32, 16), (8, 4)];
+        assert_eq!(overlapping_output(&r, 2, |_| false), Some(1), "output 1 overlaps input 0");
+        assert_eq!(overlapping_output(&r, 2, |i| i == 3), None);
+        assert_eq!(overlapping_output(&r[..3], 2, |_| false), None);
+    }
+}

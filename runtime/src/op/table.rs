@@ -1,0 +1,339 @@
+//! The op table itself: the [`Op`] enum with its attributes, its kinds and names, the
+//! operands' names and counts, and [`TensorMeta`].
+
+use crate::dtype::DType;
+use crate::shape::Shape;
+use std::fmt;
+
+/// Which formula GELU uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GeluApprox {
+    /// `0.5 x (1 + erf(x / sqrt 2))`
+    Erf,
+    /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`
+    Tanh,
+}
+
+/// An operator with its attributes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// `a @ b` for 2-D or batched operands (batch dims broadcast); optional transposes of
+    /// the last two dims.
+    MatMul {
+        trans_a: bool,
+        trans_b: bool,
+    },
+    /// `alpha * op(a) @ op(b) + beta * c`, 2-D; `c` (optional third input) broadcasts to
+    /// the output.
+    Gemm {
+        trans_a: bool,
+        trans_b: bool,
+        alpha: f32,
+        beta: f32,
+    },
+    /// `x @ w^T + bias`: x `[.., K]`, w `[N, K]`, optional bias `[N]`.
+    Linear,
+    Add,
+    Sub,
+    Mul,
+    /// Division; integer division by zero yields 0.
+    Div,
+    Relu,
+    Gelu(GeluApprox),
+    Tanh,
+    Erf,
+    Exp,
+    Sqrt,
+    Softmax {
+        axis: isize,
+    },
+    /// Normalises over the last axis: inputs x, gamma `[D]`, beta `[D]`.
+    LayerNorm {
+        eps: f32,
+    },
+    /// Output dim `i` is input dim `perm[i]`.
+    Permute {
+        perm: Vec<usize>,
+    },
+    /// New shape; one entry may be -1.
+    Reshape {
+        shape: Vec<isize>,
+    },
+    /// Takes slices of `data` along `axis` at `indices` (i32/i64). Embedding is
+    /// `Gather { axis: 0 }` on a `[vocab, dim]` table.
+    Gather {
+        axis: usize,
+    },
+    Cast {
+        to: DType,
+    },
+    ReduceSum {
+        axes: Vec<isize>,
+        keepdims: bool,
+    },
+    ReduceMean {
+        axes: Vec<isize>,
+        keepdims: bool,
+    },
+    /// `x * factor`.
+    Scale {
+        factor: f32,
+    },
+    Copy,
+    /// Scaled dot-product attention: q `[B, H, S, D]`, k `[B, H, T, D]`, v `[B, H, T, Dv]`,
+    /// optional mask broadcastable to `[B, H, S, T]`: u8 (non-zero keeps) or float
+    /// (added to the scores). `scale` defaults to `1/sqrt(D)`.
+    Attention {
+        scale: Option<f32>,
+    },
+    /// `gelu(x + bias)`, bias `[N]` on the last axis.
+    BiasGelu(GeluApprox),
+    /// `layernorm(x + residual)`: inputs x, residual, gamma, beta.
+    AddLayerNorm {
+        eps: f32,
+    },
+}
+
+/// The op's identity without attributes; kernels are registered per kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OpKind {
+    MatMul,
+    Gemm,
+    Linear,
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Relu,
+    Gelu,
+    Tanh,
+    Erf,
+    Exp,
+    Sqrt,
+    Softmax,
+    LayerNorm,
+    Permute,
+    Reshape,
+    Gather,
+    Cast,
+    ReduceSum,
+    ReduceMean,
+    Scale,
+    Copy,
+    Attention,
+    BiasGelu,
+    AddLayerNorm,
+}
+
+impl OpKind {
+    pub const ALL: [OpKind; 26] = [
+        OpKind::MatMul,
+        OpKind::Gemm,
+        OpKind::Linear,
+        OpKind::Add,
+        OpKind::Sub,
+        OpKind::Mul,
+        OpKind::Div,
+        OpKind::Relu,
+        OpKind::Gelu,
+        OpKind::Tanh,
+        OpKind::Erf,
+        OpKind::Exp,
+        OpKind::Sqrt,
+        OpKind::Softmax,
+        OpKind::LayerNorm,
+        OpKind::Permute,
+        OpKind::Reshape,
+        OpKind::Gather,
+        OpKind::Cast,
+        OpKind::ReduceSum,
+        OpKind::ReduceMean,
+        OpKind::Scale,
+        OpKind::Copy,
+        OpKind::Attention,
+        OpKind::BiasGelu,
+        OpKind::AddLayerNorm,
+    ];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            OpKind::MatMul => "MatMul",
+            OpKind::Gemm => "Gemm",
+            OpKind::Linear => "Linear",
+            OpKind::Add => "Add",
+            OpKind::Sub => "Sub",
+            OpKind::Mul => "Mul",
+            OpKind::Div => "Div",
+            OpKind::Relu => "ReLU",
+            OpKind::Gelu => "GELU",
+            OpKind::Tanh => "Tanh",
+            OpKind::Erf => "Erf",
+            OpKind::Exp => "Exp",
+            OpKind::Sqrt => "Sqrt",
+            OpKind::Softmax => "Softmax",
+            OpKind::LayerNorm => "LayerNorm",
+            OpKind::Permute => "Permute",
+            OpKind::Reshape => "Reshape",
+            OpKind::Gather => "Gather",
+            OpKind::Cast => "Cast",
+            OpKind::ReduceSum => "ReduceSum",
+            OpKind::ReduceMean => "ReduceMean",
+            OpKind::Scale => "Scale",
+            OpKind::Copy => "Copy",
+            OpKind::Attention => "Attention",
+            OpKind::BiasGelu => "BiasGelu",
+            OpKind::AddLayerNorm => "AddLayerNorm",
+        }
+    }
+
+    /// Looks a kind up by name, case-insensitively; accepts `Transpose` and `Embedding`.
+    pub fn parse(s: &str) -> Option<OpKind> {
+        let l = s.to_ascii_lowercase();
+        match l.as_str() {
+            "transpose" => return Some(OpKind::Permute),
+            "embedding" => return Some(OpKind::Gather),
+            _ => {}
+        }
+        OpKind::ALL.into_iter().find(|k| k.name().to_ascii_lowercase() == l)
+    }
+
+    /// Ops whose inputs are all element-wise maps to the output (no reduction).
+    pub const fn is_elementwise(self) -> bool {
+        matches!(
+            self,
+            OpKind::Add
+                | OpKind::Sub
+                | OpKind::Mul
+                | OpKind::Div
+                | OpKind::Relu
+                | OpKind::Gelu
+                | OpKind::Tanh
+                | OpKind::Erf
+                | OpKind::Exp
+                | OpKind::Sqrt
+                | OpKind::Scale
+                | OpKind::Cast
+                | OpKind::Copy
+        )
+    }
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What validation needs to know about an operand.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TensorMeta {
+    pub dtype: DType,
+    pub shape: Shape,
+}
+
+impl TensorMeta {
+    pub fn new(dtype: DType, shape: impl Into<Shape>) -> TensorMeta {
+        TensorMeta { dtype, shape: shape.into() }
+    }
+    /// Bytes of the operand (saturating; [`crate::size::bytes`] checks it).
+    pub fn bytes(&self) -> usize {
+        self.shape.numel().saturating_mul(self.dtype.size())
+    }
+}
+
+impl TensorMeta {
+    /// This operand as an [`crate::error::Error::Invalid`] names it.
+    pub fn operand(&self) -> crate::error::Operand {
+        crate::error::Operand { dtype: self.dtype, dims: self.shape.dims().to_vec() }
+    }
+}
+
+impl fmt::Display for TensorMeta {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.dtype, self.shape)
+    }
+}
+
+/// `(min, max)` number of inputs of each op.
+pub(super) fn arity(kind: OpKind) -> (usize, usize) {
+    match kind {
+        OpKind::MatMul => (2, 2),
+        OpKind::Gemm => (2, 3),
+        OpKind::Linear => (2, 3),
+        OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div => (2, 2),
+        OpKind::LayerNorm => (3, 3),
+        OpKind::Gather => (2, 2),
+        OpKind::Attention => (3, 4),
+        OpKind::BiasGelu => (2, 2),
+        OpKind::AddLayerNorm => (4, 4),
+        _ => (1, 1),
+    }
+}
+
+/// Names of the operands in error messages.
+pub(super) fn operand_name(kind: OpKind, i: usize) -> &'static str {
+    let names: &[&str] = match kind {
+        OpKind::MatMul => &["a", "b"],
+        OpKind::Gemm => &["a", "b", "c"],
+        OpKind::Linear => &["x", "weight", "bias"],
+        OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div => &["a", "b"],
+        OpKind::LayerNorm => &["x", "gamma", "beta"],
+        OpKind::Gather => &["data", "indices"],
+        OpKind::Attention => &["q", "k", "v", "mask"],
+        OpKind::BiasGelu => &["x", "bias"],
+        OpKind::AddLayerNorm => &["x", "residual", "gamma", "beta"],
+        _ => &["x"],
+    };
+    names.get(i).copied().unwrap_or("operand")
+}
+
+impl Op {
+    pub fn kind(&self) -> OpKind {
+        match self {
+            Op::MatMul { .. } => OpKind::MatMul,
+            Op::Gemm { .. } => OpKind::Gemm,
+            Op::Linear => OpKind::Linear,
+            Op::Add => OpKind::Add,
+            Op::Sub => OpKind::Sub,
+            Op::Mul => OpKind::Mul,
+            Op::Div => OpKind::Div,
+            Op::Relu => OpKind::Relu,
+            Op::Gelu(_) => OpKind::Gelu,
+            Op::Tanh => OpKind::Tanh,
+            Op::Erf => OpKind::Erf,
+            Op::Exp => OpKind::Exp,
+            Op::Sqrt => OpKind::Sqrt,
+            Op::Softmax { .. } => OpKind::Softmax,
+            Op::LayerNorm { .. } => OpKind::LayerNorm,
+            Op::Permute { .. } => OpKind::Permute,
+            Op::Reshape { .. } => OpKind::Reshape,
+            Op::Gather { .. } => OpKind::Gather,
+            Op::Cast { .. } => OpKind::Cast,
+            Op::ReduceSum { .. } => OpKind::ReduceSum,
+            Op::ReduceMean { .. } => OpKind::ReduceMean,
+            Op::Scale { .. } => OpKind::Scale,
+            Op::Copy => OpKind::Copy,
+            Op::Attention { .. } => OpKind::Attention,
+            Op::BiasGelu(_) => OpKind::BiasGelu,
+            Op::AddLayerNorm { .. } => OpKind::AddLayerNorm,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.kind().name()
+    }
+
+    /// `Transpose` of two axes of a rank-`rank` tensor.
+    pub fn transpose(rank: usize, a: usize, b: usize) -> Op {
+        let mut perm: Vec<usize> = (0..rank).collect();
+        if a < rank && b < rank {
+            perm.swap(a, b);
+        }
+        Op::Permute { perm }
+    }
+
+    /// Number of inputs this op accepts, as `(min, max)`.
+    pub fn arity(&self) -> (usize, usize) {
+        arity(self.kind())
+    }
+}

@@ -1,0 +1,78 @@
+//! `modgraph [--edges] [<package-dir>...]`: prints the import cycles between the modules of
+//! each crate (`src/lib.rs`, `src/main.rs`) of the packages named, or of every package of
+//! the workspace around the current directory; with `--edges`, every edge too. Exits 1
+//! when there is a cycle, 2 when a crate cannot be read.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use npurt_modgraph::{CrateGraph, Error, format_cycle, read_package, read_workspace};
+
+const USAGE: &str = "usage: modgraph [--edges] [<package-dir>...]";
+
+/// The nearest folder at or above `dir` whose Cargo.toml has a `[workspace]` table.
+fn workspace_root(dir: &Path) -> Option<PathBuf> {
+    dir.ancestors()
+        .find(|d| {
+            std::fs::read_to_string(d.join("Cargo.toml"))
+                .is_ok_and(|t| t.parse::<toml::Table>().is_ok_and(|m| m.contains_key("workspace")))
+        })
+        .map(Path::to_path_buf)
+}
+
+fn read(dirs: &[String]) -> Result<Vec<CrateGraph>, Error> {
+    if dirs.is_empty() {
+        let cwd = std::env::current_dir().map_err(|source| Error::Io { path: ".".into(), source })?;
+        let root = workspace_root(&cwd).unwrap_or(cwd);
+        return read_workspace(&root);
+    }
+    let mut crates = Vec::new();
+    for dir in dirs {
+        crates.extend(read_package(Path::new(dir), dir)?);
+    }
+    Ok(crates)
+}
+
+fn main() -> ExitCode {
+    let mut edges = false;
+    let mut dirs = Vec::new();
+    for arg in std::env::args().skip(1) {
+        match arg.as_str() {
+            "--edges" => edges = true,
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            a if a.starts_with('-') => {
+                eprintln!("modgraph: unknown option {a}\n{USAGE}");
+                return ExitCode::from(2);
+            }
+            _ => dirs.push(arg),
+        }
+    }
+    let crates = match read(&dirs) {
+        Ok(c) => c,
+        Err(e) => {
+            let mut msg = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                msg += &format!(": {s}");
+                source = s.source();
+            }
+            eprintln!("modgraph: {msg}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut total = 0;
+    for c in &crates {
+        let cycles = c.cycles();
+        total += cycles.len();
+        println!("{}: {} modules, {} edges, {} cycles", c.label, c.modules.len(), c.edges.len(), cycles.len());
+        if edges {
+            c.edges.iter().for_each(|(from, to)| println!("  edge  {from} -> {to}"));
+        }
+        cycles.iter().for_each(|cycle| println!("  cycle {}", format_cycle(cycle)));
+    }
+    println!("{total} cycles in {} crates", crates.len());
+    if total == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
