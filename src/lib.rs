@@ -15,7 +15,6 @@
 //! ```
 
 pub mod build_info;
-pub mod conformance;
 pub mod embed;
 pub mod models;
 pub mod npy;

@@ -6,7 +6,7 @@ use npurt::DType;
 
 fn check(dtypes: &[DType]) {
     for (name, b) in common::backends() {
-        let s = npurt::conformance::run(b, dtypes, 7).expect("conformance run");
+        let s = npurt_test_support::conformance::run(b, dtypes, 7).expect("conformance run");
         for skip in &s.skipped {
             eprintln!("SKIP {name}: {skip}");
         }
@@ -57,7 +57,7 @@ fn on_tier(
     let ts: Vec<npurt::Tensor> = ins.iter().map(|i| up(i).expect("upload")).collect();
     let refs: Vec<&npurt::Tensor> = ts.iter().collect();
     match rt.run(op, &refs) {
-        Ok(o) => Some(npurt::conformance::download(&o[0])),
+        Ok(o) => Some(npurt_test_support::conformance::download(&o[0])),
         Err(npurt::Error::NoKernel { .. }) => None,
         Err(e) => Some(Err(e)),
     }

@@ -13,7 +13,7 @@ fn check(tag: &str, dtypes: &[DType]) {
     assert_eq!(ctl.configure("fail=;workspace=4K"), 0);
     let tk = common::fake_toolkit(tag, &emu);
     let b = Arc::new(common::backend(&tk).expect("acl backend over acl-emu"));
-    let s = npurt::conformance::run(b.clone(), dtypes, 7).expect("conformance run");
+    let s = npurt_test_support::conformance::run(b.clone(), dtypes, 7).expect("conformance run");
     for skip in s.skipped.iter().take(40) {
         eprintln!("SKIP acl: {skip}");
     }

@@ -20,7 +20,7 @@ fn gpu(test: &str) -> Option<Arc<dyn Backend>> {
 
 fn check(test: &str, dtypes: &[DType]) {
     let Some(b) = gpu(test) else { return };
-    let s = npurt::conformance::run(b, dtypes, 7).expect("conformance run");
+    let s = npurt_test_support::conformance::run(b, dtypes, 7).expect("conformance run");
     for skip in &s.skipped {
         eprintln!("SKIP cuda: {skip}");
     }

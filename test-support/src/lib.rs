@@ -1,5 +1,7 @@
 //! Helpers shared by the tests of npurt's crates, so that no test copies them.
 //!
+//! * [`conformance`] — the conformance suite: every op × dtype × tier against the
+//!   reference tier, run by each backend's tests.
 //! * [`emu`] — the acl-emu harness: find the emulator library, lay out a fake CANN
 //!   toolkit whose libraries are the emulator, and call its control functions
 //!   (configuration, fault injection, counters of live objects).
@@ -7,6 +9,7 @@
 //! * [`rng`] — a deterministic generator for randomised tests.
 //! * [`finishes_within`] — a deadlock fails the test instead of hanging the run.
 
+pub mod conformance;
 pub mod emu;
 pub mod graphs;
 pub mod rng;

@@ -5,8 +5,7 @@
 //! magnitudes, integer overflow) and inputs every tier must refuse ([`error_cases`]).
 //! Written once; each backend's tests call [`run`] with their backend.
 
-use crate::{Backend, DType, Error, GeluApprox, Op, Result, RuntimeConfig, Tensor, Tier};
-use runtime::Runtime;
+use runtime::{Backend, DType, Element, Error, GeluApprox, Op, Result, Runtime, RuntimeConfig, Tensor, Tier, bf16, f16};
 use std::sync::Arc;
 
 /// One case: an op and its host inputs (dtype, shape, values as f64).
@@ -488,14 +487,14 @@ pub fn error_cases(dtype: DType) -> Vec<Case> {
 fn upload(rt: &Runtime, dtype: DType, shape: &[usize], v: &[f64]) -> Result<Tensor> {
     macro_rules! up {
         ($t:ty) => {{
-            let vals: Vec<$t> = v.iter().map(|&x| <$t as crate::Element>::from_f64(x)).collect();
+            let vals: Vec<$t> = v.iter().map(|&x| <$t as Element>::from_f64(x)).collect();
             rt.from_slice(&vals, shape.to_vec(), 0)
         }};
     }
     match dtype {
         DType::F32 => up!(f32),
-        DType::F16 => up!(half::f16),
-        DType::BF16 => up!(half::bf16),
+        DType::F16 => up!(f16),
+        DType::BF16 => up!(bf16),
         DType::I32 => up!(i32),
         DType::I64 => up!(i64),
         DType::U8 => up!(u8),
@@ -506,13 +505,13 @@ fn upload(rt: &Runtime, dtype: DType, shape: &[usize], v: &[f64]) -> Result<Tens
 pub fn download(t: &Tensor) -> Result<Vec<f64>> {
     macro_rules! down {
         ($t:ty) => {
-            t.to_ndarray::<$t>()?.iter().map(|v| crate::Element::to_f64(*v)).collect()
+            t.to_ndarray::<$t>()?.iter().map(|v| Element::to_f64(*v)).collect()
         };
     }
     Ok(match t.dtype() {
         DType::F32 => down!(f32),
-        DType::F16 => down!(half::f16),
-        DType::BF16 => down!(half::bf16),
+        DType::F16 => down!(f16),
+        DType::BF16 => down!(bf16),
         DType::I32 => down!(i32),
         DType::I64 => down!(i64),
         DType::U8 => down!(u8),
