@@ -3,8 +3,8 @@
 //!
 //! `cargo bench --bench runtime`
 
-use npurt::cpu::kernels::common::{Ctx, In, Out};
 use divan::{Bencher, black_box, counter::BytesCount};
+use npurt::cpu::kernels::common::{Ctx, In, Out};
 use npurt::{DType, Op, PoolConfig, RuntimeConfig};
 
 fn main() {

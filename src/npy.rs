@@ -213,7 +213,8 @@ pub fn to_bytes(a: &NpyArray) -> Result<Vec<u8>> {
     let total = 10 + header.len() + 1;
     header.push_str(&" ".repeat((64 - total % 64) % 64));
     header.push('\n');
-    let hlen = u16::try_from(header.len()).map_err(|_| Error::format(format!("npy: a {}-byte header", header.len())))?;
+    let hlen =
+        u16::try_from(header.len()).map_err(|_| Error::format(format!("npy: a {}-byte header", header.len())))?;
     let mut out = Vec::with_capacity(10 + header.len() + a.data.len());
     out.extend_from_slice(b"\x93NUMPY\x01\x00");
     out.extend_from_slice(&hlen.to_le_bytes());

@@ -209,8 +209,12 @@ pub fn run(rt: &Runtime) -> Result<()> {
     let ah = a.to_ndarray::<f32>()?;
     let bh = b.to_ndarray::<f32>()?;
     let (a2, b2) = (
-        ah.view().into_dimensionality::<npurt::ndarray::Ix2>().map_err(|e| npurt::Error::invalid("MatMul", e.to_string()))?,
-        bh.view().into_dimensionality::<npurt::ndarray::Ix2>().map_err(|e| npurt::Error::invalid("MatMul", e.to_string()))?,
+        ah.view()
+            .into_dimensionality::<npurt::ndarray::Ix2>()
+            .map_err(|e| npurt::Error::invalid("MatMul", e.to_string()))?,
+        bh.view()
+            .into_dimensionality::<npurt::ndarray::Ix2>()
+            .map_err(|e| npurt::Error::invalid("MatMul", e.to_string()))?,
     );
     let expect = a2.dot(&b2);
     let max_err = host.iter().zip(expect.iter()).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);

@@ -274,7 +274,8 @@ fn write_chart(path: &str, title: &str, rows: &[serde_json::Value]) -> Result<()
                 .collect(),
         },
     ];
-    let png = chart::bar_chart_png(title, &labels, &series, 900, 500).map_err(|e| Error::format(format!("{path}: {e}")))?;
+    let png =
+        chart::bar_chart_png(title, &labels, &series, 900, 500).map_err(|e| Error::format(format!("{path}: {e}")))?;
     std::fs::write(path, png)?;
     Ok(())
 }

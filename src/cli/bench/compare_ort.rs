@@ -165,7 +165,9 @@ fn ort_script() -> Result<PathBuf> {
         Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/peers/ort_bert.py")),
     ];
     candidates.into_iter().flatten().find(|p| p.exists()).ok_or_else(|| {
-        Error::Unsupported("bench/peers/ort_bert.py not found (run from the repository root or set NPURT_ORT_SCRIPT)".into())
+        Error::Unsupported(
+            "bench/peers/ort_bert.py not found (run from the repository root or set NPURT_ORT_SCRIPT)".into(),
+        )
     })
 }
 
