@@ -65,7 +65,7 @@ fn invalid_calls() -> Vec<(Op, Vec<(DType, Vec<usize>)>)> {
     ]
 }
 
-test_on_every_backend!(every_op_rejects_bad_input, |b| {
+on_every_backend!(every_op_rejects_bad_input, |b| {
     let rt = common::runtime(&b);
     let calls = invalid_calls();
     let mut covered = std::collections::BTreeSet::new();
@@ -85,7 +85,7 @@ test_on_every_backend!(every_op_rejects_bad_input, |b| {
     assert!(missing.is_empty(), "ops without a bad-input case: {missing:?}");
 });
 
-test_on_every_backend!(error_message_names_shapes, |b| {
+on_every_backend!(error_message_names_shapes, |b| {
     let rt = common::runtime(&b);
     let a = t(&rt, DType::F32, &[1024, 1024]);
     let c = t(&rt, DType::F32, &[512, 512]);
@@ -93,7 +93,7 @@ test_on_every_backend!(error_message_names_shapes, |b| {
     assert_eq!(e.to_string(), "MatMul: inner dimensions differ: a is [1024, 1024], b is [512, 512]");
 });
 
-test_on_every_backend!(outputs_are_validated, |b| {
+on_every_backend!(outputs_are_validated, |b| {
     let rt = common::runtime(&b);
     let x = t(&rt, DType::F32, &[4, 4]);
     let wrong_shape = t(&rt, DType::F32, &[4, 5]);
@@ -110,7 +110,7 @@ test_on_every_backend!(outputs_are_validated, |b| {
     assert!(matches!(rt.execute(&Op::Relu, &[&x], &[&tr]), Err(Error::Invalid { .. })));
 });
 
-test_on_every_backend!(aliasing_is_rejected, |b| {
+on_every_backend!(aliasing_is_rejected, |b| {
     let rt = common::runtime(&b);
     let x = t(&rt, DType::F32, &[8]);
     let e = rt.execute(&Op::Relu, &[&x], &[&x]).unwrap_err();
@@ -124,7 +124,7 @@ test_on_every_backend!(aliasing_is_rejected, |b| {
     rt.execute(&Op::Add, &[&w, &w], &[&ok]).expect("distinct output is fine");
 });
 
-test_on_every_backend!(devices_and_runtimes_are_checked, |b| {
+on_every_backend!(devices_and_runtimes_are_checked, |b| {
     let rt = common::runtime(&b);
     let other = common::runtime(&b);
     let x = t(&rt, DType::F32, &[3]);

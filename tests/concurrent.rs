@@ -6,60 +6,20 @@
 //! acl-emu) and `cuda` — so a failure names its backend; a backend that is absent prints
 //! why its case skipped.
 
+mod common;
+
 use npurt::models::bert::{self, BertConfig, Weights};
 use npurt::{Backend, DType, Op, Precision, RuntimeConfig, Tensor};
-use npurt_test_support::emu::{emu_lib, serial};
+use npurt_test_support::emu::{emu_lib, fake_toolkit, serial};
+use npurt_test_support::per_backend::Runs;
 use runtime::Runtime;
 use runtime::graph::{CompileOptions, CompiledGraph, Graph, ScheduleStrategy};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// The backend named `name`, or why it is absent.
-fn backend(name: &str) -> Result<Arc<dyn Backend>, String> {
-    match name {
-        "cpu" => npurt::cpu_backend(&RuntimeConfig::default()).map_err(|e| e.to_string()),
-        "acl_emu" => {
-            let emu = emu_lib().ok_or("libacl_emu.so not found next to the test binary (or set ACL_EMU_LIB)")?;
-            let lib = std::env::temp_dir().join(format!("npurt-concurrent-toolkit-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&lib);
-            std::fs::create_dir_all(&lib).map_err(|e| e.to_string())?;
-            for n in ["libascendcl.so", "libnnopbase.so", "libopapi.so"] {
-                std::os::unix::fs::symlink(&emu, lib.join(n)).map_err(|e| e.to_string())?;
-            }
-            let cfg = backend_acl::AclConfig { lib_dir: Some(lib), ..backend_acl::AclConfig::default() };
-            Ok(Arc::new(backend_acl::AclBackend::new(cfg).map_err(|e| e.to_string())?))
-        }
-        "cuda" => npurt::cuda_backend(&RuntimeConfig::default()).map_err(|e| e.to_string()),
-        other => Err(format!("unknown backend {other}")),
-    }
-}
-
-/// One `#[test]` per backend, in a module named after the case.
-macro_rules! on_every_backend {
-    ($name:ident, $body:expr) => {
-        mod $name {
-            use super::*;
-            fn run(bname: &str) {
-                let _turn = serial();
-                match backend(bname) {
-                    Ok(b) => ($body)(b),
-                    Err(why) => eprintln!("SKIP {} on {bname}: {why}", stringify!($name)),
-                }
-            }
-            #[test]
-            fn cpu() {
-                run("cpu");
-            }
-            #[test]
-            fn acl_emu() {
-                run("acl_emu");
-            }
-            #[test]
-            fn cuda() {
-                run("cuda");
-            }
-        }
-    };
+/// Every case takes turns on every backend: each runs several threads at once.
+fn serial_runs() -> Runs {
+    Runs::all().serial()
 }
 
 fn options(parallel: bool, max_arenas: usize) -> CompileOptions {
@@ -141,7 +101,7 @@ fn mismatches(
     bad.into_inner()
 }
 
-on_every_backend!(chain_runs_concurrently, |b: Arc<dyn Backend>| {
+on_every_backend!(chain_runs_concurrently, serial_runs(), |b: Arc<dyn Backend>| {
     let rt = Runtime::with_backend(b, RuntimeConfig::default()).unwrap();
     for parallel in [false, true] {
         for max_arenas in [1, 2, 4] {
@@ -157,7 +117,7 @@ on_every_backend!(chain_runs_concurrently, |b: Arc<dyn Backend>| {
     }
 });
 
-on_every_backend!(tiny_bert_runs_concurrently, |b: Arc<dyn Backend>| {
+on_every_backend!(tiny_bert_runs_concurrently, serial_runs(), |b: Arc<dyn Backend>| {
     let rt = Runtime::with_backend(b, RuntimeConfig::default()).unwrap();
     let cfg = BertConfig::tiny();
     let s = 16;
@@ -170,7 +130,7 @@ on_every_backend!(tiny_bert_runs_concurrently, |b: Arc<dyn Backend>| {
 
 // A second arena needs streams of its own; with the runtime's stream cap used up by the
 // first, concurrent runs wait for that one instead of failing.
-on_every_backend!(runs_wait_when_no_further_arena_can_be_made, |b: Arc<dyn Backend>| {
+on_every_backend!(runs_wait_when_no_further_arena_can_be_made, serial_runs(), |b: Arc<dyn Backend>| {
     let rt = Runtime::with_backend(b, RuntimeConfig { max_streams: 2, ..RuntimeConfig::default() }).unwrap();
     let mut g = Graph::new();
     let x = g.input("x", DType::F32, [64, 64]);
@@ -203,16 +163,7 @@ fn bench_bert_concurrent_reports_zero_mismatches() {
     let json = std::env::temp_dir().join(format!("npurt-concurrent-{}.json", std::process::id()));
     let mut envs: Vec<(&str, Option<PathBuf>)> = vec![("cpu", None)];
     match emu_lib() {
-        Some(emu) => {
-            let tk = std::env::temp_dir().join(format!("npurt-concurrent-cli-toolkit-{}", std::process::id()));
-            let lib = tk.join("lib64");
-            let _ = std::fs::remove_dir_all(&tk);
-            std::fs::create_dir_all(&lib).unwrap();
-            for n in ["libascendcl.so", "libnnopbase.so", "libopapi.so"] {
-                std::os::unix::fs::symlink(&emu, lib.join(n)).unwrap();
-            }
-            envs.push(("acl", Some(tk)));
-        }
+        Some(emu) => envs.push(("acl", Some(fake_toolkit("concurrent-cli", &emu)))),
         None => eprintln!("SKIP the acl-emu leg: libacl_emu.so not found next to the test binary"),
     }
     for (backend, toolkit) in envs {

@@ -1,47 +1,36 @@
-//! Every op x dtype x tier against the reference, on every backend present.
+//! Every op x dtype x tier against the reference, one test per backend
+//! (`<case>::cpu`, `<case>::acl_emu`, `<case>::cuda`); a backend that is absent prints why.
 
 mod common;
 
-use npurt::DType;
+use npurt::{Backend, DType};
+use std::sync::Arc;
 
-fn check(dtypes: &[DType]) {
-    for (name, b) in common::backends() {
-        let s = npurt_test_support::conformance::run(b, dtypes, 7).expect("conformance run");
-        for skip in &s.skipped {
-            eprintln!("SKIP {name}: {skip}");
-        }
-        for m in s.mismatches.iter().take(20) {
-            eprintln!("MISMATCH {name} [{}] {}: {}", m.tier, m.case, m.detail);
-        }
-        assert!(s.checked > 0, "{name}: nothing was checked");
-        assert!(s.mismatches.is_empty(), "{name}: {} mismatches in {} checks", s.mismatches.len(), s.checked);
-        eprintln!("{name} {dtypes:?}: {} checks, {} skipped, 0 mismatches", s.checked, s.skipped.len());
+fn check(b: Arc<dyn Backend>, dtypes: &[DType]) {
+    let name = b.name();
+    let s = npurt_test_support::conformance::run(b, dtypes, 7).expect("conformance run");
+    for skip in &s.skipped {
+        eprintln!("SKIP {name}: {skip}");
     }
+    for m in s.mismatches.iter().take(20) {
+        eprintln!("MISMATCH {name} [{}] {}: {}", m.tier, m.case, m.detail);
+    }
+    assert!(s.checked > 0, "{name}: nothing was checked");
+    assert!(s.mismatches.is_empty(), "{name}: {} mismatches in {} checks", s.mismatches.len(), s.checked);
+    eprintln!("{name} {dtypes:?}: {} checks, {} skipped, 0 mismatches", s.checked, s.skipped.len());
 }
 
-#[test]
-fn conformance_f32() {
-    check(&[DType::F32]);
-}
+on_every_backend!(conformance_f32, |b| check(b, &[DType::F32]));
 
-#[test]
-fn conformance_f16() {
-    check(&[DType::F16]);
-}
+on_every_backend!(conformance_f16, |b| check(b, &[DType::F16]));
 
-#[test]
-fn conformance_bf16() {
-    check(&[DType::BF16]);
-}
+on_every_backend!(conformance_bf16, |b| check(b, &[DType::BF16]));
 
-#[test]
-fn conformance_integers() {
-    check(&[DType::I32, DType::I64, DType::U8]);
-}
+on_every_backend!(conformance_integers, |b| check(b, &[DType::I32, DType::I64, DType::U8]));
 
 /// Runs `op` on `ins` (f32 unless given) on `tier`; `None` when the tier has no kernel.
 fn on_tier(
-    b: &std::sync::Arc<dyn npurt::Backend>,
+    b: &Arc<dyn Backend>,
     tier: npurt::Tier,
     op: &npurt::Op,
     ins: &[(DType, Vec<usize>, Vec<f64>)],
@@ -63,11 +52,11 @@ fn on_tier(
     }
 }
 
-/// The documented answers (docs/OPS.md) on extreme inputs, on every tier of every backend
-/// present: agreement with the reference is not enough, the reference must be right too.
-#[test]
-fn extreme_inputs_give_the_documented_answers_on_every_tier() {
+// The documented answers (docs/OPS.md) on extreme inputs, on every tier of every backend
+// present: agreement with the reference is not enough, the reference must be right too.
+on_every_backend!(extreme_inputs_give_the_documented_answers_on_every_tier, |b: Arc<dyn Backend>| {
     use npurt::{GeluApprox, Op, Tier};
+    let bname = b.name();
     let inf = f64::INFINITY;
     let f = |s: &[usize], v: &[f64]| (DType::F32, s.to_vec(), v.to_vec());
     let nan_eq = |g: &[f64], w: &[f64], tol: f64| {
@@ -124,21 +113,19 @@ fn extreme_inputs_give_the_documented_answers_on_every_tier() {
             vec![0.0, 0.0],
         ),
     ];
-    for (bname, b) in common::backends() {
-        for tier in [Tier::Reference, Tier::Generic, Tier::HighPerformance] {
-            for (what, op, ins, want) in &cases {
-                let Some(got) = on_tier(&b, tier, op, ins) else {
-                    eprintln!("SKIP {bname} [{tier}] {what}: no kernel");
-                    continue;
-                };
-                let got = got.unwrap_or_else(|e| panic!("{bname} [{tier}] {what}: {e}"));
-                assert!(nan_eq(&got, want, 1e-5), "{bname} [{tier}] {what}: got {got:?}, want {want:?}");
-            }
-            let gather = Op::Gather { axis: 0 };
-            let bad = [f(&[3], &[1.0, 2.0, 3.0]), (DType::I32, vec![2], vec![0.0, 3.0])];
-            if let Some(r) = on_tier(&b, tier, &gather, &bad) {
-                assert!(r.is_err(), "{bname} [{tier}]: gather index 3 of 3 gave {r:?}");
-            }
+    for tier in [Tier::Reference, Tier::Generic, Tier::HighPerformance] {
+        for (what, op, ins, want) in &cases {
+            let Some(got) = on_tier(&b, tier, op, ins) else {
+                eprintln!("SKIP {bname} [{tier}] {what}: no kernel");
+                continue;
+            };
+            let got = got.unwrap_or_else(|e| panic!("{bname} [{tier}] {what}: {e}"));
+            assert!(nan_eq(&got, want, 1e-5), "{bname} [{tier}] {what}: got {got:?}, want {want:?}");
+        }
+        let gather = Op::Gather { axis: 0 };
+        let bad = [f(&[3], &[1.0, 2.0, 3.0]), (DType::I32, vec![2], vec![0.0, 3.0])];
+        if let Some(r) = on_tier(&b, tier, &gather, &bad) {
+            assert!(r.is_err(), "{bname} [{tier}]: gather index 3 of 3 gave {r:?}");
         }
     }
-}
+});

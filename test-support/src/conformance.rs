@@ -5,7 +5,9 @@
 //! magnitudes, integer overflow) and inputs every tier must refuse ([`error_cases`]).
 //! Written once; each backend's tests call [`run`] with their backend.
 
-use runtime::{Backend, DType, Element, Error, GeluApprox, Op, Result, Runtime, RuntimeConfig, Tensor, Tier, bf16, f16};
+use runtime::{
+    Backend, DType, Element, Error, GeluApprox, Op, Result, Runtime, RuntimeConfig, Tensor, Tier, bf16, f16,
+};
 use std::sync::Arc;
 
 /// One case: an op and its host inputs (dtype, shape, values as f64).

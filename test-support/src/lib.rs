@@ -6,12 +6,15 @@
 //!   toolkit whose libraries are the emulator, and call its control functions
 //!   (configuration, fault injection, counters of live objects).
 //! * [`graphs`] — graphs the tests of several crates build.
+//! * [`per_backend!`] — one `#[test]` per backend (`cpu`, `acl_emu`, `cuda`) for a case
+//!   written once, over a backend maker the test crate provides.
 //! * [`rng`] — a deterministic generator for randomised tests.
 //! * [`finishes_within`] — a deadlock fails the test instead of hanging the run.
 
 pub mod conformance;
 pub mod emu;
 pub mod graphs;
+pub mod per_backend;
 pub mod rng;
 
 use std::sync::mpsc;
