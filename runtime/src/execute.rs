@@ -143,7 +143,7 @@ impl Runtime {
                 flops,
                 bytes,
             });
-            launches.push((kernel, args));
+            launches.push((kernel.clone(), args));
         }
         let start = Instant::now();
         self.inner.backend.launch_batch(dev.ordinal, launches, stream.id())?;
@@ -166,7 +166,7 @@ impl Runtime {
     /// Picks the kernel `execute` would use, without running anything.
     pub fn select_kernel(&self, op: &Op, inputs: &[TensorMeta]) -> Result<KernelInfo> {
         let outputs = op.infer(inputs)?;
-        self.select_for(op, inputs, &outputs)
+        self.select_for(op, inputs, &outputs).cloned()
     }
 
     /// Lets the backend prepare a compiled node's constant inputs for the kernel that
@@ -182,7 +182,8 @@ impl Runtime {
         self.inner.backend.prepack(&kernel, op, inputs, constants)
     }
 
-    fn select_for(&self, op: &Op, inputs: &[TensorMeta], outputs: &[TensorMeta]) -> Result<KernelInfo> {
+    /// The chosen kernel, borrowed from the backend's table (no copy per launch).
+    fn select_for(&self, op: &Op, inputs: &[TensorMeta], outputs: &[TensorMeta]) -> Result<&KernelInfo> {
         let q = KernelQuery { op, inputs, outputs };
         let kind = op.kind();
         let order =
@@ -194,7 +195,6 @@ impl Runtime {
             &q,
             self.inner.config.forced_tier,
         )
-        .cloned()
     }
 
     fn prepare(
@@ -203,7 +203,7 @@ impl Runtime {
         op: &Op,
         inputs: &[&Tensor],
         outputs: &[&Tensor],
-    ) -> Result<(KernelInfo, LaunchArgs, u64, u64, Vec<Tensor>)> {
+    ) -> Result<(&KernelInfo, LaunchArgs, u64, u64, Vec<Tensor>)> {
         let name = op.name();
         let in_metas: Vec<TensorMeta> = inputs.iter().map(|t| t.meta()).collect();
         let out_metas = op.infer(&in_metas)?;
@@ -355,7 +355,7 @@ impl Runtime {
         };
         let flops = op.flops(&in_metas, &out_metas);
         let bytes = op.bytes(&in_metas, &out_metas);
-        Ok((kernel, args, flops, bytes))
+        Ok((kernel.clone(), args, flops, bytes))
     }
 
     /// Reserves `n` consecutive launch sequence numbers; returns the first.

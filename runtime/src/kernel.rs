@@ -193,11 +193,7 @@ impl<I> KernelTable<I> {
     /// by [`select`] when both support a query.
     pub fn add(&mut self, op: OpKind, tier: Tier, unit: Unit, label: &str, supports: SupportFn, imp: I) -> &mut Self {
         let name = format!("{}.{}.{label}", op.name().to_ascii_lowercase(), tier.name());
-        let id = self.infos.len();
-        debug_assert!(self.infos.iter().all(|k| k.name != name), "duplicate kernel name {name}");
-        self.infos.push(KernelInfo { name: Cow::Owned(name), op, tier, unit, supports, id });
-        self.impls.push(imp);
-        self
+        self.add_named(name, op, tier, unit, supports, imp)
     }
 
     /// Adds a kernel with a name of the backend's own choosing (unique within the table),
