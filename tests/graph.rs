@@ -5,7 +5,6 @@ mod common;
 
 use npurt::models::bert::{self, BertConfig, Weights};
 use npurt::{DType, Op, Precision, RuntimeConfig, Scheduling, Tensor};
-use npurt_test_support::per_backend::Runs;
 use runtime::Runtime;
 use runtime::graph::{CompileOptions, CompiledGraph, Graph, HostTensor, ScheduleStrategy, ValueId, ValueKind};
 use std::collections::HashMap;
@@ -132,20 +131,7 @@ on_every_backend!(arena_plans_are_tight_and_hazard_free, |b| {
     }
 });
 
-// On the Ascend backend over acl-emu, under CPU load, about one compile in five of the
-// parallel (two-stream) plan gives wrong outputs 0 and 3 (those downstream of `b3`, the
-// MatMul of the constant `w` on the second stream) on every run of that compiled graph,
-// the node-by-node path for strided inputs included: the case skips there until that race
-// is fixed.
-fn repeated_runs() -> Runs {
-    Runs::all().skip(
-        "acl_emu",
-        "intermittently wrong on the two-stream plan (outputs downstream of the MatMul of a constant \
-         on the second stream), about one compile in five under CPU load",
-    )
-}
-
-on_every_backend!(repeated_runs_patch_inputs_and_outputs, repeated_runs(), |b| {
+on_every_backend!(repeated_runs_patch_inputs_and_outputs, |b| {
     let rt = common::runtime(&b);
     // Two inputs, independent branches joined at the end; `a` is both an output and read
     // by later nodes, `y` is returned as is, `y` and `a` are read through reshapes (views),

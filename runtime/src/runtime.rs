@@ -213,13 +213,17 @@ impl Runtime {
         self.empty_for(dtype, shape, Target { device, id: d.default_stream, user: None, threads: 0, prepacked: None })
     }
 
-    /// A zero-filled tensor.
+    /// A zero-filled tensor. The fill runs on the default stream and is complete on return,
+    /// like every default-stream op. (A backend's default stream may itself be a device
+    /// queue, as on Ascend: the fill is recorded as a use of the buffer, so its block is not
+    /// handed to a host write while the fill is still queued.)
     pub fn zeros(&self, dtype: DType, shape: impl Into<Shape>, device: usize) -> Result<Tensor> {
         let t = self.empty_host(dtype, shape.into(), device)?;
         if t.nbytes() > 0 {
             let d = self.inner.device(device)?;
-            let s = d.default_stream;
-            self.inner.backend.memset(d.ordinal, t.storage.block.ptr, 0, t.nbytes(), s)?;
+            let target = Target { device, id: d.default_stream, user: None, threads: 0, prepacked: None };
+            t.fill_byte(0, target)?;
+            self.inner.backend.synchronize_stream(d.ordinal, d.default_stream)?;
         }
         Ok(t)
     }

@@ -75,10 +75,18 @@ impl Stream {
             .synchronize_stream(self.ordinal(), self.inner.id)
             .map_err(|e| self.inner.rt.relabel_async(self.inner.device, e))
     }
-    /// Records a new event at the current end of the stream.
+    /// Records a new event at the current end of the stream. On the default stream the
+    /// event is complete on return, like every default-stream operation.
     pub fn record(&self) -> Result<Event> {
         let ev = Event::new_on(&self.inner.rt, self.inner.device)?;
         ev.record(self)?;
+        Ok(ev)
+    }
+    /// [`record`](Self::record) without waiting, on any stream: for the runtime's own
+    /// ordering of the default stream against user streams (compiled graphs, profiles).
+    pub(crate) fn record_queued(&self) -> Result<Event> {
+        let ev = Event::new_on(&self.inner.rt, self.inner.device)?;
+        ev.record_queued(self)?;
         Ok(ev)
     }
     /// Makes work queued on this stream from now on wait for `event`.
@@ -124,8 +132,18 @@ impl Event {
     fn ordinal(&self) -> usize {
         self.rt.devices[self.device].ordinal
     }
-    /// (Re-)records the event at the current end of `stream`.
+    /// (Re-)records the event at the current end of `stream`. On a default stream the
+    /// event is complete on return (a backend whose default stream is a device queue, as
+    /// on Ascend, is waited for).
     pub fn record(&self, stream: &Stream) -> Result<()> {
+        self.record_queued(stream)?;
+        if !stream.is_async() {
+            self.synchronize()?;
+        }
+        Ok(())
+    }
+    /// [`record`](Self::record) without waiting on the default stream.
+    pub(crate) fn record_queued(&self, stream: &Stream) -> Result<()> {
         // Stream and event ids are the backend's: another runtime's stream would name an
         // unrelated (or no) stream here, and a record that is never queued leaves the
         // event's waiters waiting.

@@ -526,7 +526,7 @@ impl CompiledGraph {
             if inst.streams.is_empty() { &default } else { &inst.streams[self.schedule.stream_of[n]] }
         };
         // Make user streams wait for work queued before the run (e.g. input uploads).
-        let start_ev = if profile || !inst.streams.is_empty() { Some(default.record()?) } else { None };
+        let start_ev = if profile || !inst.streams.is_empty() { Some(default.record_queued()?) } else { None };
         if let Some(ev) = &start_ev {
             for s in &inst.streams {
                 s.wait(ev)?;
@@ -555,13 +555,13 @@ impl CompiledGraph {
                 };
                 vals.insert(*out, view);
                 if let Some(ev) = &inst.done[nid.0] {
-                    ev.record(stream)?;
+                    ev.record_queued(stream)?;
                 }
                 continue;
             }
             let ins: Vec<&Tensor> = n.inputs.iter().map(|v| &vals[v]).collect();
             let outs: Vec<&Tensor> = n.outputs.iter().map(|v| &vals[v]).collect();
-            let before = if profile { Some(stream.record()?) } else { None };
+            let before = if profile { Some(stream.record_queued()?) } else { None };
             let mut target = Target::on(stream);
             target.threads = self.threads[nid.0];
             target.prepacked = self.prepacked[nid.0].as_ref();
@@ -572,7 +572,7 @@ impl CompiledGraph {
                 other => other,
             })?;
             if let Some(b) = before {
-                marks.push((nid.0, b, stream.record()?, r.implementation, r.unit, r.flops, r.bytes));
+                marks.push((nid.0, b, stream.record_queued()?, r.implementation, r.unit, r.flops, r.bytes));
             }
             if poison {
                 for (v, last) in &self.last_reader {
@@ -584,7 +584,7 @@ impl CompiledGraph {
                 }
             }
             if let Some(ev) = &inst.done[nid.0] {
-                ev.record(stream)?;
+                ev.record_queued(stream)?;
             }
         }
         for s in &inst.streams {

@@ -155,7 +155,7 @@ impl CompiledGraph {
         let default = self.rt.default_stream(device)?;
         if !inst.streams.is_empty() {
             // User streams wait for work queued before the run (e.g. input uploads).
-            let ev = default.record()?;
+            let ev = default.record_queued()?;
             for s in &inst.streams {
                 s.wait(&ev)?;
             }
@@ -179,7 +179,7 @@ impl CompiledGraph {
                 }
                 Step::Record { stream, node } => {
                     if let Some(ev) = &inst.done[*node] {
-                        ev.record(inst.stream_at(*stream, &default))?;
+                        ev.record_queued(inst.stream_at(*stream, &default))?;
                     }
                 }
                 Step::Launch { stream, nodes, units } => {
