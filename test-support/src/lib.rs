@@ -5,7 +5,11 @@
 //! * [`emu`] — the acl-emu harness: find the emulator library, lay out a fake CANN
 //!   toolkit whose libraries are the emulator, and call its control functions
 //!   (configuration, fault injection, counters of live objects).
+//! * [`gate`] — a wrapper backend that holds user streams blocked, so "work still
+//!   queued" is a deterministic state.
 //! * [`graphs`] — graphs the tests of several crates build.
+//! * [`host_backend`] — a minimal backend (host buffers, reference kernels, work run at
+//!   once) for the runtime's own pool and stream tests.
 //! * [`per_backend!`] — one `#[test]` per backend (`cpu`, `acl_emu`, `cuda`) for a case
 //!   written once, over a backend maker the test crate provides.
 //! * [`rng`] — a deterministic generator for randomised tests.
@@ -13,7 +17,9 @@
 
 pub mod conformance;
 pub mod emu;
+pub mod gate;
 pub mod graphs;
+pub mod host_backend;
 pub mod per_backend;
 pub mod rng;
 

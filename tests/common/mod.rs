@@ -4,7 +4,7 @@
 //! skipped.
 #![allow(dead_code)]
 
-pub mod gate;
+pub use npurt_test_support::gate;
 
 use npurt::{Backend, RuntimeConfig};
 use std::sync::Arc;

@@ -2,22 +2,22 @@
 //! the limit and out-of-memory, cache release, and stream-aware reuse (pool level and
 //! tensor level).
 
-mod common;
-
-use npurt::{Backend, BlockKind, DType, Error, Op, PoolConfig, ReuseStrategy, RuntimeConfig};
 use npurt_test_support::rng::Rng;
+use runtime::{Backend, BlockKind, DType, Error, Op, PoolConfig, ReuseStrategy, RuntimeConfig};
 use runtime::{Block, Pool, PoolStats, StreamId};
 use std::sync::Arc;
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
 
-fn cpu() -> Arc<dyn Backend> {
-    npurt::cpu_backend(&RuntimeConfig::default()).expect("cpu backend")
+/// The runtime's minimal test backend: the pool and the tensors above it are tested
+/// against nothing but the runtime.
+fn host() -> Arc<dyn Backend> {
+    npurt_test_support::host_backend::HostBackend::shared()
 }
 
 fn pool(cfg: PoolConfig) -> (Arc<dyn Backend>, Pool) {
-    let b = cpu();
+    let b = host();
     let p = Pool::new(b.clone(), 0, cfg, true).expect("pool");
     (b, p)
 }
@@ -80,7 +80,7 @@ fn freed_block_is_reused_without_a_system_allocation() {
 #[test]
 fn without_reuse_every_request_goes_to_the_system_and_frees_go_back() {
     for (reuse, caching) in [(false, true), (true, false), (false, false)] {
-        let b = cpu();
+        let b = host();
         let p = Pool::new(b.clone(), 0, PoolConfig { reuse, ..PoolConfig::default() }, caching).unwrap();
         let s = default_stream(&b);
         let ctx = format!("reuse {reuse}, caching {caching}");
@@ -332,7 +332,7 @@ fn a_request_too_big_for_the_address_space_is_an_error_not_a_panic() {
     }
     check_stats(&p.stats(), "after huge requests");
     // And through the runtime.
-    let rt = common::runtime(&b);
+    let rt = runtime::Runtime::with_backend(b.clone(), RuntimeConfig::default()).expect("runtime");
     assert!(rt.empty(DType::U8, [usize::MAX], 0).is_err());
 }
 
@@ -377,9 +377,9 @@ fn alignment_that_is_not_a_power_of_two_is_rejected() {
         let e = cfg.validate().unwrap_err();
         assert!(matches!(e, Error::Config(_)), "{bad}: {e:?}");
         assert!(e.to_string().contains("power of two"), "{bad}: {e}");
-        let e = npurt::Runtime::with_config(cfg.clone()).unwrap_err();
+        let e = runtime::Runtime::with_backend(host(), cfg.clone()).unwrap_err();
         assert!(e.to_string().contains("power of two"), "{bad}: {e}");
-        let e = Pool::new(cpu(), 0, cfg.pool.clone(), true).unwrap_err();
+        let e = Pool::new(host(), 0, cfg.pool.clone(), true).unwrap_err();
         assert!(e.to_string().contains("power of two"), "{bad}: {e}");
     }
 }
@@ -396,7 +396,7 @@ fn the_limit_gives_out_of_memory_with_stats() {
     match p.alloc(3 * MIB, s) {
         Err(Error::OutOfMemory { device, requested, stats, source }) => {
             assert_eq!(requested, 3 * MIB);
-            assert!(device.contains("cpu"), "{device}");
+            assert!(device.contains("host"), "{device}");
             assert_eq!(stats.limit_bytes, Some(limit));
             assert!(stats.total_bytes <= limit, "{stats:?}");
             assert_eq!(stats.total_bytes, 6 * MIB);
@@ -442,7 +442,7 @@ fn the_limit_gives_out_of_memory_with_stats() {
 fn the_limit_through_the_runtime() {
     let mut cfg = RuntimeConfig::default();
     cfg.pool.limit_bytes = Some(8 * MIB);
-    let rt = npurt::Runtime::with_config(cfg).unwrap();
+    let rt = runtime::Runtime::with_backend(host(), cfg).unwrap();
     let a = rt.empty(DType::F32, [MIB / 4 * 3], 0).unwrap(); // 3 MiB
     let e = rt.empty(DType::F32, [MIB / 4 * 6], 0).unwrap_err(); // 6 MiB more
     match e {
@@ -495,7 +495,7 @@ fn release_cached_returns_the_bytes_it_released() {
 
 #[test]
 fn release_cached_through_the_runtime() {
-    let rt = npurt::Runtime::with_config(RuntimeConfig::default()).unwrap();
+    let rt = runtime::Runtime::with_backend(host(), RuntimeConfig::default()).unwrap();
     // A large tensor (a segment of its own) stays alive; everything else goes back.
     let keep = rt.zeros(DType::F32, [512 * 1024], 0).unwrap();
     for n in [10usize, 1000, 300_000, 1_000_000] {
@@ -522,7 +522,7 @@ fn tight_pool(b: &Arc<dyn Backend>) -> Pool {
 
 #[test]
 fn a_block_pending_on_a_stream_is_reused_only_when_safe() {
-    let g = gate::Gate::new(cpu());
+    let g = gate::Gate::new(host());
     let b: Arc<dyn Backend> = g.clone();
     let p = tight_pool(&b);
     let a = b.create_stream(0).unwrap();
@@ -581,7 +581,7 @@ fn a_block_pending_on_a_stream_is_reused_only_when_safe() {
 
 #[test]
 fn same_stream_reuse_does_not_free_the_rest_of_a_pending_block() {
-    let g = gate::Gate::new(cpu());
+    let g = gate::Gate::new(host());
     let b: Arc<dyn Backend> = g.clone();
     let cfg = PoolConfig { small_threshold: 128 * KIB, segment_bytes: 128 * KIB, ..PoolConfig::default() };
     let p = Pool::new(b.clone(), 0, cfg, true).unwrap();
@@ -618,7 +618,7 @@ fn same_stream_reuse_does_not_free_the_rest_of_a_pending_block() {
 
 #[test]
 fn a_same_stream_owner_that_never_uses_the_block_does_not_release_it_early() {
-    let g = gate::Gate::new(cpu());
+    let g = gate::Gate::new(host());
     let b: Arc<dyn Backend> = g.clone();
     let p = tight_pool(&b);
     let a = b.create_stream(0).unwrap();
@@ -647,7 +647,7 @@ fn a_same_stream_owner_that_never_uses_the_block_does_not_release_it_early() {
 // ---- 10. stream-aware reuse (tensor level) ----
 
 fn gated_runtime(tight: bool) -> (Arc<gate::Gate>, runtime::Runtime) {
-    let g = gate::Gate::new(cpu());
+    let g = gate::Gate::new(host());
     let b: Arc<dyn Backend> = g.clone();
     let mut cfg = RuntimeConfig::default();
     if tight {
@@ -778,7 +778,7 @@ fn strided_input_copy_does_not_reuse_memory_pending_on_another_stream() {
     assert!(out_s.to_ndarray::<f32>().unwrap().iter().all(|v| *v == 0.0));
 }
 
-use common::gate;
+use npurt_test_support::gate;
 
 #[path = "pool/small_limit.rs"]
 mod small_limit;

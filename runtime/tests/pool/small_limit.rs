@@ -61,7 +61,7 @@ fn a_limit_that_is_no_class_multiple_rounds_the_segment_down() {
     let again = p.alloc(300, s).expect("the freed block is reused");
     p.free(again, vec![]).unwrap();
     // A limit below one block could never serve anything: rejected up front.
-    let e = Pool::new(cpu(), 0, PoolConfig { limit_bytes: Some(511), ..PoolConfig::default() }, true).unwrap_err();
+    let e = Pool::new(host(), 0, PoolConfig { limit_bytes: Some(511), ..PoolConfig::default() }, true).unwrap_err();
     assert!(matches!(e, Error::Config(_)) && e.to_string().contains("limit"), "{e}");
 }
 
@@ -70,7 +70,7 @@ fn a_one_mib_limit_through_the_runtime_runs_ops() {
     let mut cfg = RuntimeConfig::default();
     cfg.apply_overrides(|k| (k == "NPURT_POOL_LIMIT").then(|| "1M".to_string())).unwrap();
     assert_eq!(cfg.pool.limit_bytes, Some(MIB));
-    let rt = npurt::Runtime::with_config(cfg).expect("a 1 MiB pool limit is valid");
+    let rt = runtime::Runtime::with_backend(host(), cfg).expect("a 1 MiB pool limit is valid");
     let x = rt.from_slice(&[1f32, -2., 3., -4., 5., -6.], [2, 3], 0).unwrap();
     let y = rt.run(&Op::Relu, &[&x]).expect("Relu under a 1 MiB pool limit").remove(0);
     assert_eq!(y.to_ndarray::<f32>().unwrap().as_slice().unwrap(), &[1., 0., 3., 0., 5., 0.]);

@@ -14,7 +14,7 @@
 //! minute they panic, which flags a runtime that synchronised where it should not have.
 //! Frees issued while the gate is closed are forwarded after the held work.
 
-use npurt::{Backend, DeviceInfo, Error, KernelInfo, Result};
+use runtime::{Backend, DeviceInfo, Error, KernelInfo, Result};
 use runtime::{DevicePtr, EventId, LaunchArgs, StreamId};
 use std::collections::HashSet;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
