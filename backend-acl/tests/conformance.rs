@@ -3,7 +3,7 @@
 
 mod common;
 
-use npurt::DType;
+use runtime::DType;
 use std::sync::Arc;
 
 fn check(tag: &str, dtypes: &[DType]) {

@@ -3,7 +3,7 @@
 //! line saying why it skipped and passes.
 
 use backend_cuda::CudaBackend;
-use npurt::{Backend, DType, Op, RuntimeConfig};
+use runtime::{Backend, DType, Op, RuntimeConfig};
 use std::sync::{Arc, OnceLock};
 
 /// The backend, probed once per test binary; `None` (after one SKIP line) without a GPU.
@@ -149,7 +149,7 @@ fn cuda_big_matmul_matches_the_reference_tier() {
     let fast = rt(b.clone());
     let reference = runtime::Runtime::with_backend(
         b,
-        RuntimeConfig { forced_tier: Some(npurt::Tier::Reference), ..RuntimeConfig::default() },
+        RuntimeConfig { forced_tier: Some(runtime::Tier::Reference), ..RuntimeConfig::default() },
     )
     .unwrap();
     let (m, k, n) = (300, 517, 129);
