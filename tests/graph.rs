@@ -310,6 +310,43 @@ fn bf16_precision_stays_close_to_f32() {
     assert!(cos > 0.999 && d < 0.1, "bf16 vs f32: cosine {cos}, max diff {d}");
 }
 
+// Precision f16: Linear weights stored in fp16 where the backend runs an fp16 weight above
+// its reference tier (every Linear on the CPU); the output stays within fp16's tolerance
+// of f32's. `Auto` compiles as the device's own precision (f32 on these backends).
+on_every_backend!(f16_precision_stays_close_to_f32, |b| {
+    let rt = common::runtime(&b);
+    let cfg = BertConfig::tiny();
+    let bg = bert::build(&cfg, Weights::Random(7), 2, 16).unwrap();
+    let ins = bert_inputs(&rt, 2, 16, cfg.vocab_size);
+    let refs: Vec<&Tensor> = ins.iter().collect();
+    let f32_opts = options(true, true, true, ScheduleStrategy::Latency);
+    let auto =
+        CompiledGraph::compile(&rt, &bg.graph, CompileOptions { precision: Precision::Auto, ..f32_opts.clone() })
+            .unwrap();
+    assert_eq!(auto.options().precision, Precision::F32, "auto on {}", b.name());
+    let want = auto.run(&refs).unwrap();
+    let cg = CompiledGraph::compile(&rt, &bg.graph, CompileOptions { precision: Precision::F16, ..f32_opts }).unwrap();
+    let linears = cg.graph().nodes.iter().filter(|n| matches!(n.op, Op::Linear)).count();
+    let f16_weights = cg
+        .graph()
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.op, Op::Linear) && cg.graph().meta(n.inputs[1]).dtype == DType::F16)
+        .count();
+    if b.name() == "cpu" {
+        assert!(linears > 0);
+        assert_eq!(f16_weights, linears, "every Linear weight is fp16 on the CPU");
+    }
+    println!("{}: {f16_weights} of {linears} Linear weights in fp16", b.name());
+    let got = cg.run(&refs).unwrap();
+    let (x, y) = (want[0].to_ndarray::<f32>().unwrap(), got[0].to_ndarray::<f32>().unwrap());
+    let dot: f64 = x.iter().zip(y.iter()).map(|(a, b)| *a as f64 * *b as f64).sum();
+    let nx: f64 = x.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
+    let ny: f64 = y.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
+    let cos = dot / (nx * ny);
+    assert!(cos > 0.999, "f16 vs f32 on {}: cosine {cos}", b.name());
+});
+
 #[test]
 fn graph_errors_name_the_node() {
     let mut g = Graph::new();

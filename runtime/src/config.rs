@@ -32,6 +32,15 @@ pub enum Precision {
     /// unit with f32 accumulation, activations kept in f32. Nodes for which the backend
     /// has no bf16 unit (no kernel whose unit label names bf16) keep their f32 weights.
     Bf16,
+    /// Linear weights stored in fp16 once at compile time (half the bytes), products with
+    /// fp16 weights and f32 accumulation, activations, LayerNorm and Softmax statistics in
+    /// f32. A node the backend can only run with fp16 weights on its reference tier keeps
+    /// its f32 weight. On a CPU without AVX-512-FP16 the weights are widened to f32 as each
+    /// product reads them (F16C): fp16's rounding, f32's arithmetic.
+    F16,
+    /// The precision the device computes well, chosen per device when a graph is compiled
+    /// ([`Precision::resolve`]).
+    Auto,
 }
 
 impl Precision {
@@ -39,6 +48,8 @@ impl Precision {
         match s.to_ascii_lowercase().as_str() {
             "f32" | "fp32" => Some(Precision::F32),
             "bf16" => Some(Precision::Bf16),
+            "f16" | "fp16" | "half" => Some(Precision::F16),
+            "auto" => Some(Precision::Auto),
             _ => None,
         }
     }
@@ -46,6 +57,19 @@ impl Precision {
         match self {
             Precision::F32 => "f32",
             Precision::Bf16 => "bf16",
+            Precision::F16 => "f16",
+            Precision::Auto => "auto",
+        }
+    }
+    /// What `Auto` means on a device of `backend`: f32 on the CPU and on CUDA, whose
+    /// f32 products run at full speed. (The Ascend 910's Cube computes in fp16; its
+    /// backend answers f32 until every op of a compiled graph has an fp16 aclnn kernel,
+    /// so that an fp16 graph never falls to the host tier.) Any other precision is
+    /// returned as it is.
+    pub fn resolve(self, _backend: &str) -> Precision {
+        match self {
+            Precision::Auto => Precision::F32,
+            p => p,
         }
     }
 }
@@ -144,7 +168,7 @@ impl Default for RuntimeConfig {
             threads: None,
             optimizations: Optimizations::ALL_ON,
             forced_tier: None,
-            precision: Precision::F32,
+            precision: Precision::Auto,
         }
     }
 }
@@ -364,7 +388,8 @@ impl RuntimeConfig {
             };
         }
         if let Some(v) = get("NPURT_PRECISION") {
-            self.precision = Precision::parse(&v).ok_or_else(|| bad("NPURT_PRECISION", &v, "f32 or bf16"))?;
+            self.precision =
+                Precision::parse(&v).ok_or_else(|| bad("NPURT_PRECISION", &v, "f32, f16, bf16 or auto"))?;
         }
         if let Some(v) = get("NPURT_IMPL") {
             self.forced_tier = if v == "auto" {

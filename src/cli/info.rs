@@ -17,6 +17,8 @@ pub fn run(rt: &Runtime) -> Result<()> {
     println!("features enabled: {}", if build_info::FEATURES.is_empty() { "(none)" } else { build_info::FEATURES });
     println!("backends compiled in: {}", npurt::compiled_backends().join(", "));
     println!("backend in use: {} ({} device(s))", rt.backend_name(), rt.device_count());
+    let p = rt.config().precision;
+    println!("precision of compiled graphs: {} (runs as {} here)", p.name(), p.resolve(rt.backend_name()).name());
     for d in 0..rt.device_count() {
         let info = rt.device_info(d)?;
         let mem = rt.memory_info(d)?;
@@ -42,6 +44,12 @@ pub fn run(rt: &Runtime) -> Result<()> {
     println!("host CPU: {} ({} logical cores, {:.0} MHz)", f.model, f.cores, f.mhz);
     println!("CPU features detected at run time: {}", f.detected.join(" "));
     println!("high-performance CPU kernels use: {:?} (GEMM unit {})", f.isa, f.matrix_unit().label);
+    let bf16 = if npurt::cpu::kernels::gemm_bf16::available() {
+        format!("bf16 native ({})", f.bf16_unit().label)
+    } else {
+        "bf16 keeps f32 weights (no AVX-512-BF16)".to_string()
+    };
+    println!("CPU precisions: f32 native; {bf16}; f16 widened to f32 (no fp16 arithmetic kernels)");
     let mut per_tier = std::collections::BTreeMap::new();
     for k in rt.kernels() {
         *per_tier.entry(k.tier).or_insert(0) += 1;

@@ -40,9 +40,9 @@ struct Global {
     /// Logical CPU devices (env NPURT_CPU_DEVICES)
     #[arg(long, global = true, value_name = "N")]
     devices: Option<usize>,
-    /// Compiled graphs' matrix products: f32, or bf16 (Linear weights stored in bf16 and
-    /// run on the bf16 unit) (env NPURT_PRECISION)
-    #[arg(long, global = true, value_name = "f32|bf16", value_parser = parse_precision)]
+    /// Compiled graphs' matrix products: f32; f16 or bf16 (Linear weights stored in fp16 /
+    /// bf16, f32 accumulation); auto (the device's own: f32 on the CPU) (env NPURT_PRECISION)
+    #[arg(long, global = true, value_name = "f32|f16|bf16|auto", value_parser = parse_precision)]
     precision: Option<Precision>,
 }
 
@@ -61,7 +61,7 @@ fn parse_tier(s: &str) -> std::result::Result<TierChoice, String> {
 }
 
 fn parse_precision(s: &str) -> std::result::Result<Precision, String> {
-    Precision::parse(s).ok_or_else(|| "expected f32 or bf16".into())
+    Precision::parse(s).ok_or_else(|| "expected f32, f16, bf16 or auto".into())
 }
 
 impl Global {

@@ -117,6 +117,15 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
             })
         }
         Op::Linear => {
+            if ins[1].dtype == runtime::DType::F16 {
+                static ONCE: std::sync::Once = std::sync::Once::new();
+                ONCE.call_once(|| {
+                    log::warn!(
+                        "precision f16 on the CPU: fp16 weights are widened to f32 for each product \
+                         (no fp16 arithmetic on this backend); half the weight memory, slower than f32"
+                    )
+                });
+            }
             let (x, w) = (load_f32(&ins[0])?, load_f32(&ins[1])?);
             let (n, k) = (ins[1].dims[0], ins[1].dims[1]);
             let m = numel(&ins[0].dims[..ins[0].dims.len() - 1]);

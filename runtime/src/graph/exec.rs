@@ -34,7 +34,8 @@ pub struct CompileOptions {
     pub parallel: bool,
     pub strategy: ScheduleStrategy,
     pub max_streams: usize,
-    /// Store Linear weights in bf16 where the backend has a bf16 Linear kernel.
+    /// Precision of the Linear weights ([`Precision`]); `Auto` is resolved for the
+    /// device when the graph is compiled, and [`CompiledGraph::options`] holds the result.
     pub precision: Precision,
     /// Most runs of the graph in flight at once: each holds an arena (and streams, events
     /// and frozen launches) of its own, made on first need and kept; a run beyond this
@@ -117,8 +118,9 @@ impl CompiledGraph {
     /// [`compile`](Self::compile) taking the graph: its constants' host bytes are freed as
     /// they are uploaded (peak memory about one copy of the weights, not two), unless the
     /// caller still shares them.
-    pub fn compile_owned(rt: &Runtime, graph: Graph, options: CompileOptions) -> Result<CompiledGraph> {
+    pub fn compile_owned(rt: &Runtime, graph: Graph, mut options: CompileOptions) -> Result<CompiledGraph> {
         graph.validate()?;
+        options.precision = options.precision.resolve(rt.backend_name());
         let (mut graph, fusion) = if options.fuse {
             let fused = fusion::fuse(&graph)?;
             drop(graph);
@@ -126,9 +128,16 @@ impl CompiledGraph {
         } else {
             (graph, FusionStats::default())
         };
-        if options.precision == Precision::Bf16 {
-            let n = precision::bf16_weights(rt, &mut graph);
-            log::info!("precision bf16: {n} Linear weights stored in bf16");
+        match options.precision {
+            Precision::Bf16 => {
+                let n = precision::low_precision_weights(rt, &mut graph, DType::BF16);
+                log::info!("precision bf16: {n} Linear weights stored in bf16");
+            }
+            Precision::F16 => {
+                let n = precision::low_precision_weights(rt, &mut graph, DType::F16);
+                log::info!("precision f16: {n} Linear weights stored in fp16");
+            }
+            Precision::F32 | Precision::Auto => {}
         }
         let device = options.device;
         rt.device_info(device)?;

@@ -6,11 +6,13 @@ use crate::op::TensorMeta;
 use crate::runtime::Runtime;
 use std::sync::Arc;
 
-/// Converts the f32 constant weights of Linear nodes to bf16 where the runtime would
-/// then run the node on a bf16 unit (a kernel whose unit label names bf16); a weight
-/// also read by other ops stays f32. Returns how many were converted.
-pub(super) fn bf16_weights(rt: &Runtime, graph: &mut Graph) -> usize {
+/// Converts the f32 constant weights of Linear nodes to `dtype` (bf16 or fp16) where the
+/// backend would then run the node well: for bf16 on a bf16 unit (a kernel whose unit
+/// label names bf16), for fp16 on any kernel above the reference tier. A weight also read
+/// by other ops stays f32. Returns how many were converted.
+pub(super) fn low_precision_weights(rt: &Runtime, graph: &mut Graph, dtype: DType) -> usize {
     let consumers = graph.consumers();
+    let tag = dtype.name();
     let mut converted = 0;
     for ni in 0..graph.nodes.len() {
         let n = &graph.nodes[ni];
@@ -23,7 +25,7 @@ pub(super) fn bf16_weights(rt: &Runtime, graph: &mut Graph) -> usize {
             continue;
         }
         // Every reader must be a Linear reading it as its weight only, and the graph must
-        // not return it: anything else would see bf16 where it expects f32.
+        // not return it: anything else would see bf16 / fp16 where it expects f32.
         let weight_only = |c: &super::ir::NodeId| {
             let r = &graph.nodes[c.0];
             matches!(r.op, crate::op::Op::Linear) && r.inputs.iter().enumerate().all(|(i, v)| *v != w || i == 1)
@@ -32,29 +34,30 @@ pub(super) fn bf16_weights(rt: &Runtime, graph: &mut Graph) -> usize {
             continue;
         }
         let mut ins: Vec<TensorMeta> = n.inputs.iter().map(|v| graph.meta(*v).clone()).collect();
-        ins[1].dtype = DType::BF16;
+        ins[1].dtype = dtype;
+        let good = |k: &crate::kernel::KernelInfo| match dtype {
+            DType::BF16 => k.unit.label.contains("bf16"),
+            _ => k.tier != crate::kernel::Tier::Reference,
+        };
         match rt.select_kernel(&n.op, &ins) {
-            Ok(k) if k.unit.label.contains("bf16") => {}
+            Ok(k) if good(&k) => {}
             Ok(k) => {
-                log::info!(
-                    "precision bf16: node {:?} keeps its f32 weight (no bf16 unit; {} would run)",
-                    n.name,
-                    k.name
-                );
+                log::info!("precision {tag}: node {:?} keeps its f32 weight ({} would run)", n.name, k.name);
                 continue;
             }
             Err(e) => {
-                log::info!("precision bf16: node {:?} keeps its f32 weight ({e})", n.name);
+                log::info!("precision {tag}: node {:?} keeps its f32 weight ({e})", n.name);
                 continue;
             }
         }
-        let bytes: Vec<u8> = t
-            .bytes
-            .chunks_exact(4)
-            .flat_map(|c| half::bf16::from_f32(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_bits().to_le_bytes())
-            .collect();
-        let ht = HostTensor { dtype: DType::BF16, shape: t.shape.clone(), bytes: Arc::new(bytes) };
-        graph.values[w.0].meta.dtype = DType::BF16;
+        let floats = t.bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+        let bytes: Vec<u8> = if dtype == DType::BF16 {
+            floats.flat_map(|v| half::bf16::from_f32(v).to_bits().to_le_bytes()).collect()
+        } else {
+            floats.flat_map(|v| half::f16::from_f32(v).to_bits().to_le_bytes()).collect()
+        };
+        let ht = HostTensor { dtype, shape: t.shape.clone(), bytes: Arc::new(bytes) };
+        graph.values[w.0].meta.dtype = dtype;
         graph.values[w.0].kind = ValueKind::Constant(ht);
         converted += 1;
     }

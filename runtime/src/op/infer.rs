@@ -98,8 +98,9 @@ impl Op {
             }
             Op::Linear => {
                 need_float(0)?;
-                // Mixed precision: f32 activations with a bf16 weight (f32 accumulation).
-                if !(inputs[0].dtype == DType::F32 && inputs[1].dtype == DType::BF16) {
+                // Mixed precision: f32 activations with a bf16 or fp16 weight (f32
+                // accumulation).
+                if !(inputs[0].dtype == DType::F32 && matches!(inputs[1].dtype, DType::BF16 | DType::F16)) {
                     same_dtype(0, 1)?;
                 }
                 let (xs, w) = (&inputs[0].shape, &inputs[1].shape);

@@ -1,14 +1,20 @@
-//! `npurt bench bert --accuracy`: the final hidden states with bf16 weights against f32
-//! on the same weights and inputs (max |diff|, cosine over all values).
+//! `npurt bench bert --accuracy`: the final hidden states with fp16 or bf16 weights
+//! (`--precision`; bf16 when it names f32 or auto) against f32 on the same weights and
+//! inputs (max |diff|, cosine over all values), printed and, with `--json FILE`, written
+//! as `{"precision", "cosine", "max_abs_diff", "values"}`.
 
 use super::common::{Model, Prepared, prepare};
 use crate::cli::progress;
 use npurt::{Precision, Result, RuntimeConfig, Tensor};
 
-pub fn run(base: &RuntimeConfig, bm: &Model, batch: usize, seq: usize) -> Result<()> {
+pub fn run(base: &RuntimeConfig, bm: &Model, batch: usize, seq: usize, json: Option<&str>) -> Result<()> {
+    let low = match base.precision {
+        p @ (Precision::F16 | Precision::Bf16) => p,
+        Precision::F32 | Precision::Auto => Precision::Bf16,
+    };
     let pb = progress::bar(2, "accuracy");
     let mut outs = Vec::new();
-    for p in [Precision::F32, Precision::Bf16] {
+    for p in [Precision::F32, low] {
         pb.set_message(format!("precision {}", p.name()));
         let cfg = RuntimeConfig { precision: p, ..base.clone() };
         let Prepared { cg, inputs, .. } = prepare(&cfg, "+mapping", bm, batch, seq)?;
@@ -26,10 +32,21 @@ pub fn run(base: &RuntimeConfig, bm: &Model, batch: usize, seq: usize) -> Result
     let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum();
     let na: f64 = a.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
     let nb: f64 = b.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+    let cosine = dot / (na * nb).max(f64::MIN_POSITIVE);
     println!(
-        "bf16 vs f32 final hidden states ({} values): max |diff| {max:.3e}, cosine {:.6}",
-        a.len(),
-        dot / (na * nb).max(f64::MIN_POSITIVE)
+        "{} vs f32 final hidden states ({} values): max |diff| {max:.3e}, cosine {cosine:.6}",
+        low.name(),
+        a.len()
     );
+    if let Some(path) = json {
+        let doc = serde_json::json!({
+            "precision": low.name(),
+            "cosine": cosine,
+            "max_abs_diff": max,
+            "values": a.len(),
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default())
+            .map_err(|e| npurt::Error::io(format!("writing {path}"), e))?;
+    }
     Ok(())
 }

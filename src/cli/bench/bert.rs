@@ -36,7 +36,7 @@ pub struct BertArgs {
     #[arg(long, conflicts_with = "mode")]
     ablation: bool,
     /// Write the results as JSON to FILE
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["accuracy", "serve", "config"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["serve", "config"])]
     json: Option<String>,
     /// Write a bar chart of latency and peak RSS per configuration to FILE (PNG)
     #[arg(long, value_name = "FILE", conflicts_with = "mode")]
@@ -82,7 +82,7 @@ pub fn run(base: RuntimeConfig, args: BertArgs) -> Result<()> {
     let bm = Model::open(&args.model)?;
     let (batch, seq, runs) = (args.batch, args.seq, args.runs);
     if args.accuracy {
-        return accuracy::run(&base, &bm, batch, seq);
+        return accuracy::run(&base, &bm, batch, seq, args.json.as_deref());
     }
     if args.serve {
         return serve::run(&base, &bm, batch, seq);
@@ -110,6 +110,8 @@ struct BertRun {
     arena: Option<(usize, usize)>,
     streams: usize,
     util: Vec<(String, f64, f64)>,
+    /// The precision the graph was compiled with (`auto` resolved for the device).
+    precision: &'static str,
     profile: RunProfile,
 }
 
@@ -136,6 +138,7 @@ fn run_one(base: &RuntimeConfig, cname: &str, bm: &Model, batch: usize, seq: usi
         arena: cg.memory_plan().map(|p| (p.arena_bytes, p.load_bytes)),
         streams: cg.schedule().streams,
         util: utilisation(&rt, &profile),
+        precision: cg.options().precision.name(),
         profile,
     })
 }
@@ -151,6 +154,7 @@ fn to_json(r: &BertRun) -> serde_json::Value {
         "arena_bytes": r.arena.map(|a| a.0),
         "load_bytes": r.arena.map(|a| a.1),
         "streams": r.streams,
+        "precision": r.precision,
         "utilisation": r.util.iter().map(|(u, c, b)| serde_json::json!({"unit": u, "compute": c, "bandwidth": b})).collect::<Vec<_>>(),
     })
 }
