@@ -1,0 +1,313 @@
+"""Compiled models: the graph builder, compiled graphs, BERT and sentence embeddings."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _native
+from ._dtypes import numpy_dtype, runtime_name
+from ._errors import ValidationError
+from ._results import MIB
+from ._runtime import Runtime, _attr, default_runtime
+from ._tensor import ShapeLike, Tensor, _shape
+
+
+class Value:
+    """A value of a :class:`Graph`: an input, a constant or a node's output."""
+
+    __slots__ = ("id", "name", "dtype_name", "shape")
+
+    def __init__(self, id: int, name: str, dtype_name: str, shape: Sequence[int]) -> None:  # noqa: A002
+        self.id = id
+        self.name = name
+        self.dtype_name = dtype_name
+        self.shape = tuple(shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return numpy_dtype(self.dtype_name)
+
+    def __repr__(self) -> str:
+        return f"Value(#{self.id} {self.name!r}: {self.dtype_name} {list(self.shape)})"
+
+
+class Graph:
+    """A graph under construction: inputs, constants from NumPy, nodes by op name with
+    attributes, outputs. Shapes are checked as nodes are added (errors name the node).
+
+    >>> g = npurt.Graph()
+    >>> x = g.input("x", (4, 8))
+    >>> w = g.constant("w", np.ones((8, 2), np.float32))
+    >>> y = g.node("Relu", [g.node("MatMul", [x, w])])
+    >>> g.output(y)
+    >>> cg = g.compile()
+    """
+
+    def __init__(self, *, runtime: Optional[Runtime] = None) -> None:
+        self._owner = runtime if runtime is not None else default_runtime()
+        self._g = _native.Graph()
+        self._count = 0
+
+    def _value(self, vid: int) -> Value:
+        name, dt, shape = self._g.value(vid)
+        return Value(vid, name, dt, shape)
+
+    def input(self, name: str, shape: ShapeLike, dtype: Any = np.float32) -> Value:
+        """Adds a graph input."""
+        return self._value(self._g.input(str(name), runtime_name(dtype), list(_shape(shape))))
+
+    def constant(self, name: str, array: Any) -> Value:
+        """Adds a constant holding a copy of ``array`` (float64 is stored as float32)."""
+        a = np.asarray(array)
+        if a.dtype == np.float64:
+            a = a.astype(np.float32)
+        return self._value(self._g.constant(str(name), np.ascontiguousarray(a)))
+
+    def node(self, op_type: str, inputs: Sequence[Value], name: Optional[str] = None,
+             **attrs: Any) -> Union[Value, Tuple[Value, ...]]:
+        """Adds a node of ``op_type`` (as :func:`npurt.execute` names ops) with attributes;
+        its output value (a tuple for several)."""
+        ids = []
+        for v in inputs:
+            if not isinstance(v, Value):
+                raise ValidationError(f"Graph.node: inputs must be graph values, got {type(v).__name__}")
+            ids.append(v.id)
+        self._count += 1
+        nm = name if name is not None else f"{op_type.lower()}_{self._count}"
+        outs = [self._value(o) for o in self._g.node(nm, str(op_type), ids, [(k, _attr(x)) for k, x in attrs.items()])]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    op = node
+
+    def output(self, *values: Value) -> None:
+        """Marks values as graph outputs (in order)."""
+        for v in values:
+            self._g.output(v.id)
+
+    def compile(self, device: Optional[int] = None, precision: Optional[str] = None,
+                streams: Optional[int] = None) -> "CompiledGraph":
+        """Compiles the graph (fusion, kernel selection, static memory plan, streams) for
+        ``device`` (default: the current device). ``precision``: ``"f32"`` or ``"bf16"``
+        (Linear weights in bf16 where the backend has a bf16 unit); ``streams``: most
+        streams the schedule uses (1 = serial). The GIL is released while compiling."""
+        rt = self._owner
+        n = rt._rt()
+        return CompiledGraph(self._g.compile(n, rt._device(device), rt._compile_opts(precision, streams)), rt)
+
+    def __repr__(self) -> str:
+        return f"npurt.Graph({self._g.num_nodes()} nodes)"
+
+
+class MemoryPlan:
+    """A compiled graph's static memory plan: ``arena_bytes`` (the arena holding every
+    intermediate), ``load_bytes`` (the most bytes live at once: a lower bound),
+    ``ratio`` (= arena / LOAD), ``strategy`` (the ordering chosen) and ``candidates``."""
+
+    def __init__(self, d: Dict[str, Any]) -> None:
+        self.arena_bytes: int = d["arena_bytes"]
+        self.load_bytes: int = d["load_bytes"]
+        self.ratio: float = d["ratio"]
+        self.strategy: str = d["strategy"]
+        self.candidates: List[Tuple[str, int]] = list(d["candidates"])
+        self.buffers: int = d["buffers"]
+
+    @property
+    def arena_mb(self) -> float:
+        return self.arena_bytes / MIB
+
+    @property
+    def load_mb(self) -> float:
+        return self.load_bytes / MIB
+
+    def __repr__(self) -> str:
+        return (f"MemoryPlan(arena_mb={self.arena_mb:.3f}, load_mb={self.load_mb:.3f}, ratio={self.ratio:.3f}, "
+                f"strategy={self.strategy!r})")
+
+
+class Profile:
+    """Per-node timings of one run: ``total_ms``, ``nodes`` (dicts with name, op,
+    implementation, unit, stream, start_ms, elapsed_ms, flops, bytes), ``by_op``
+    (``(op, ms, flops, count)``) and :meth:`chrome_trace`."""
+
+    def __init__(self, d: Dict[str, Any]) -> None:
+        self.total_ms: float = d["total_ms"]
+        self.nodes: List[Dict[str, Any]] = list(d["nodes"])
+        self.by_op: List[Tuple[str, float, int, int]] = list(d["by_op"])
+        self._trace: str = d["trace"]
+
+    def chrome_trace(self) -> str:
+        """The run as a Chrome trace (JSON text for chrome://tracing or Perfetto)."""
+        return self._trace
+
+    def __repr__(self) -> str:
+        return f"Profile(total_ms={self.total_ms:.3f}, nodes={len(self.nodes)})"
+
+
+class CompiledGraph:
+    """A compiled graph. :meth:`run` may be called from several Python threads at once
+    (the GIL is released; each run takes an arena of its own), with the results of
+    serial runs."""
+
+    def __init__(self, native: Any, owner: Runtime) -> None:
+        self._cg = native
+        self._owner = owner
+        self._native_rt = native.runtime()
+        self._inputs = [(n, dt, tuple(s)) for n, dt, s in native.inputs()]
+        self._outputs = [(n, dt, tuple(s)) for n, dt, s in native.outputs()]
+
+    @property
+    def input_names(self) -> List[str]:
+        """The inputs, in the order :meth:`run` takes them."""
+        return [n for n, _, _ in self._inputs]
+
+    @property
+    def input_shapes(self) -> List[Tuple[int, ...]]:
+        return [s for _, _, s in self._inputs]
+
+    @property
+    def input_dtypes(self) -> List[np.dtype]:
+        return [numpy_dtype(dt) for _, dt, _ in self._inputs]
+
+    @property
+    def output_names(self) -> List[str]:
+        return [n for n, _, _ in self._outputs]
+
+    @property
+    def output_shapes(self) -> List[Tuple[int, ...]]:
+        return [s for _, _, s in self._outputs]
+
+    @property
+    def device(self) -> int:
+        return int(self._cg.device)
+
+    def _arguments(self, inputs: Union[Sequence[Any], Mapping[str, Any]]) -> List[Any]:
+        names = self.input_names
+        if isinstance(inputs, Mapping):
+            missing = [n for n in names if n not in inputs]
+            extra = [k for k in inputs if k not in names]
+            if missing or extra:
+                raise ValidationError(f"CompiledGraph.run: inputs are {names}; missing {missing}, unknown {extra}")
+            inputs = [inputs[n] for n in names]
+        if isinstance(inputs, (Tensor, np.ndarray)):
+            inputs = [inputs]
+        inputs = list(inputs)
+        if len(inputs) != len(names):
+            raise ValidationError(f"CompiledGraph.run: {len(names)} input(s) {names}, {len(inputs)} given")
+        out = []
+        for (name, dt, shape), x in zip(self._inputs, inputs):
+            if isinstance(x, Tensor):
+                out.append(x._t)
+                continue
+            a = np.asarray(x)
+            want = numpy_dtype(dt)
+            if tuple(a.shape) != shape:
+                raise ValidationError(f"CompiledGraph.run: input {name!r} is {list(shape)}, got {list(a.shape)}")
+            if a.dtype != want:
+                if a.dtype.kind in "biuf" and want.kind in "iuf":
+                    a = a.astype(want)
+                else:
+                    raise ValidationError(f"CompiledGraph.run: input {name!r} is {want}, got {a.dtype}")
+            t = Tensor._wrap(self._native_rt.empty(dt, list(shape), self.device, False, None), self._owner)
+            t.from_numpy(a)
+            out.append(t._t)
+        return out
+
+    def run(self, inputs: Union[Sequence[Any], Mapping[str, Any]]) -> List[Tensor]:
+        """Runs the graph: ``inputs`` are Tensors or NumPy arrays in :attr:`input_names`
+        order, or a dict by name (arrays are converted to the input's dtype, so an int64
+        attention mask is accepted for a float32 one). Returns the output tensors."""
+        return [Tensor._wrap(t, self._owner) for t in self._cg.run(self._arguments(inputs))]
+
+    __call__ = run
+
+    @property
+    def memory_plan(self) -> Optional[MemoryPlan]:
+        """The static memory plan (``None`` when memory reuse is off)."""
+        d = self._cg.memory_plan()
+        return None if d is None else MemoryPlan(dict(d))
+
+    def profile(self, inputs: Optional[Union[Sequence[Any], Mapping[str, Any]]] = None) -> Profile:
+        """Runs once with per-node timings (zero inputs unless ``inputs`` are given)."""
+        if inputs is None:
+            inputs = [np.zeros(s, numpy_dtype(dt)) for _, dt, s in self._inputs]
+        return Profile(dict(self._cg.profile(self._arguments(inputs))))
+
+    def fusion(self) -> Dict[str, int]:
+        """Nodes the fusion pass made: ``attention``, ``bias_gelu``, ``add_layer_norm``."""
+        return dict(self._cg.fusion())
+
+    def __repr__(self) -> str:
+        return f"npurt.CompiledGraph(inputs={self.input_names}, outputs={self.output_names}, device={self.device})"
+
+
+def bert(preset_or_model_dir: str, batch: int = 1, seq: int = 128, precision: Optional[str] = None,
+         device: Optional[int] = None, *, streams: Optional[int] = None, runtime: Optional[Runtime] = None,
+         seed: int = 42) -> CompiledGraph:
+    """A compiled BERT encoder.
+
+    ``preset_or_model_dir``: ``"bert-large"``, ``"bert-base"`` or ``"minilm-l6"`` (seeded
+    random weights), or a Hugging Face directory (``config.json`` and its
+    ``model.safetensors`` weights). Inputs ``input_ids`` (int64), ``token_type_ids``
+    (int64) and ``attention_mask`` (float32 1/0; int64 accepted), each ``[batch, seq]``;
+    the output is the last hidden state ``[batch, seq, hidden]``. The GIL is released
+    while building and compiling.
+    """
+    rt = runtime if runtime is not None else default_runtime()
+    b = _config_int("batch", batch)
+    s = _config_int("seq", seq)
+    model = os.fspath(preset_or_model_dir)
+    n = rt._rt()
+    native = _native.bert(n, model, b, s, rt._device(device), rt._compile_opts(precision, streams), seed)
+    return CompiledGraph(native, rt)
+
+
+def _config_int(name: str, v: Any) -> int:
+    from ._config import _int
+
+    return _int(name, v, 1)
+
+
+class Embedder:
+    """Sentence embeddings from a sentence-transformers model directory (``config.json``,
+    ``model.safetensors``, ``tokenizer.json``, ``modules.json``, pooling config): the same
+    pipeline as the Rust embedder (tokenise, BERT, pooling, L2 normalisation)."""
+
+    def __init__(self, model_dir: Union[str, "os.PathLike[str]"], batch_size: int = 32, *, device: Optional[int] = None,
+                 runtime: Optional[Runtime] = None) -> None:
+        rt = runtime if runtime is not None else default_runtime()
+        self._owner = rt
+        self._e = _native.Embedder(rt._rt(), os.fspath(model_dir), _config_int("batch_size", batch_size),
+                                   rt._device(device))
+
+    @property
+    def dimension(self) -> int:
+        """Length of each embedding."""
+        return int(self._e.dimension)
+
+    @property
+    def max_seq_length(self) -> int:
+        """Tokens per text after truncation."""
+        return int(self._e.max_seq_length)
+
+    @property
+    def batch_size(self) -> int:
+        return int(self._e.batch_size)
+
+    def embed(self, texts: Union[str, Sequence[str]]) -> np.ndarray:
+        """Embeddings of ``texts`` as a ``[len(texts), dimension]`` float32 array (rows
+        L2-normalised when the model normalises). The GIL is released while embedding;
+        Ctrl-C takes effect between batches."""
+        if isinstance(texts, str):
+            texts = [texts]
+        texts = list(texts)
+        if not all(isinstance(t, str) for t in texts):
+            raise ValidationError("Embedder.embed takes a list of strings")
+        if not texts:
+            return np.zeros((0, self.dimension), np.float32)
+        return self._e.embed(texts)
+
+    def __repr__(self) -> str:
+        return f"npurt.Embedder(dimension={self.dimension}, max_seq_length={self.max_seq_length})"

@@ -1,0 +1,65 @@
+//! `npurt._native`: the runtime's Python bindings. The pure-Python package `npurt`
+//! wraps these objects into the documented API (module functions, `npurt.Runtime`,
+//! `npurt.Tensor`, ...).
+
+mod config;
+mod dlpack;
+mod embed;
+mod errors;
+mod execute;
+mod graph;
+
+mod runtime;
+mod stream;
+mod tensor;
+
+use pyo3::prelude::*;
+
+/// Backends compiled into this build, in fallback order.
+#[pyfunction]
+fn compiled_backends() -> Vec<&'static str> {
+    npurt::compiled_backends()
+}
+
+/// Turns on the runtime's log (the `RUST_LOG` / `NPURT_LOG` filter, default `warn`).
+#[pyfunction]
+fn init_logging() {
+    let env =
+        env_logger::Env::default().filter_or("NPURT_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()));
+    let _ = env_logger::Builder::from_env(env).try_init();
+}
+
+/// Checks a settings dictionary as a runtime would (without opening a backend).
+#[pyfunction]
+#[pyo3(signature = (settings, env = true))]
+fn validate_config(py: Python<'_>, settings: &Bound<'_, pyo3::types::PyDict>, env: bool) -> PyResult<()> {
+    config::build(py, settings, env).map(|_| ())
+}
+
+/// Most user streams per device a runtime accepts on this machine.
+#[pyfunction]
+fn max_streams_bound() -> usize {
+    ::runtime::config::max_streams_bound()
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<runtime::PyRuntime>()?;
+    m.add_class::<tensor::PyTensor>()?;
+    m.add_class::<stream::PyStream>()?;
+    m.add_class::<stream::PyEvent>()?;
+    m.add_class::<execute::PyReport>()?;
+    m.add_class::<graph::PyGraph>()?;
+    m.add_class::<graph::PyCompiledGraph>()?;
+    m.add_class::<embed::PyEmbedder>()?;
+    m.add_function(wrap_pyfunction!(execute::execute, m)?)?;
+    m.add_function(wrap_pyfunction!(execute::execute_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(execute::op_names, m)?)?;
+    m.add_function(wrap_pyfunction!(graph::bert, m)?)?;
+    m.add_function(wrap_pyfunction!(compiled_backends, m)?)?;
+    m.add_function(wrap_pyfunction!(init_logging, m)?)?;
+    m.add_function(wrap_pyfunction!(validate_config, m)?)?;
+    m.add_function(wrap_pyfunction!(max_streams_bound, m)?)?;
+    m.add("DLPACK_DEVICE_CPU", dlpack::DEVICE_CPU)?;
+    Ok(())
+}

@@ -1,0 +1,180 @@
+//! `_native.Tensor`: a runtime tensor with NumPy copies in and out and host views.
+
+use crate::errors::{self, nogil};
+use npurt::{DType, Tensor, bf16, f16};
+use numpy::{PyArray, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+
+/// A dtype by its runtime name (`f32`, `f16`, `bf16`, `i32`, `i64`, `u8`).
+pub(crate) fn dtype(py: Python<'_>, name: &str) -> PyResult<DType> {
+    DType::parse(name).ok_or_else(|| errors::invalid(py, "Tensor", format!("unsupported dtype {name:?}")))
+}
+
+/// A runtime tensor together with the runtime that owns it.
+#[pyclass(name = "Tensor", module = "npurt._native", frozen)]
+pub struct PyTensor {
+    pub(crate) t: Tensor,
+    pub(crate) rt: npurt::Runtime,
+}
+
+impl PyTensor {
+    pub(crate) fn new(t: Tensor, rt: &npurt::Runtime) -> PyTensor {
+        PyTensor { t, rt: rt.clone() }
+    }
+}
+
+/// Copies `arr` (a C-contiguous array of the tensor's element type) into `t`.
+fn copy_in<T: npurt::Element + numpy::Element>(py: Python<'_>, t: &Tensor, arr: &Bound<'_, PyAny>) -> PyResult<()> {
+    let a: PyReadonlyArrayDyn<'_, T> =
+        arr.extract().map_err(|_| errors::invalid(py, "from_numpy", format!("expected an array of {}", t.dtype())))?;
+    if a.shape() != t.dims() {
+        return Err(errors::invalid(
+            py,
+            "from_numpy",
+            format!("shape {:?} does not match the tensor's {:?}", a.shape(), t.dims()),
+        ));
+    }
+    let s = a.as_slice().map_err(|_| errors::invalid(py, "from_numpy", "the array is not C-contiguous"))?;
+    let bytes: &[u8] = bytemuck::cast_slice(s);
+    nogil(py, || t.copy_from_bytes(bytes))
+}
+
+/// A NumPy copy of `t`.
+fn copy_out<'py, T: npurt::Element + numpy::Element>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>> {
+    let a = nogil(py, || t.to_ndarray::<T>())?;
+    Ok(PyArray::from_owned_array(py, a).into_any())
+}
+
+/// The host address of `t`'s first element, after its queued work has finished.
+fn host_address<T: npurt::Element>(t: &Tensor) -> npurt::Result<usize> {
+    t.with_host_view_mut::<T, usize>(|mut v| v.as_mut_ptr() as usize)
+}
+
+#[pymethods]
+impl PyTensor {
+    #[getter]
+    fn shape(&self) -> Vec<usize> {
+        self.t.dims().to_vec()
+    }
+    /// Element strides (in elements).
+    #[getter]
+    fn strides(&self) -> Vec<usize> {
+        self.t.layout().strides.clone()
+    }
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.t.dtype().name()
+    }
+    #[getter]
+    fn device(&self) -> usize {
+        self.t.device()
+    }
+    #[getter]
+    fn device_label(&self) -> String {
+        self.rt.device_label(self.t.device())
+    }
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.t.nbytes()
+    }
+    #[getter]
+    fn numel(&self) -> usize {
+        self.t.numel()
+    }
+    fn data_ptr(&self) -> u64 {
+        self.t.data_ptr()
+    }
+    fn is_contiguous(&self) -> bool {
+        self.t.is_contiguous()
+    }
+    fn supports_zero_copy(&self) -> bool {
+        self.t.supports_zero_copy()
+    }
+    fn shares_storage(&self, other: &PyTensor) -> bool {
+        self.t.shares_storage(&other.t)
+    }
+    /// Identifies the runtime the tensor belongs to (see `Runtime.id`).
+    #[getter]
+    fn runtime_id(&self) -> usize {
+        crate::runtime::id_of(&self.rt)
+    }
+    /// The runtime the tensor belongs to.
+    fn runtime(&self) -> crate::runtime::PyRuntime {
+        crate::runtime::PyRuntime { rt: self.rt.clone() }
+    }
+
+    /// Copies a C-contiguous NumPy array of the tensor's element type (float32 for a bf16
+    /// tensor) into the tensor.
+    fn copy_from(&self, py: Python<'_>, arr: &Bound<'_, PyAny>) -> PyResult<()> {
+        match self.t.dtype() {
+            DType::F32 => copy_in::<f32>(py, &self.t, arr),
+            DType::F16 => copy_in::<f16>(py, &self.t, arr),
+            DType::I32 => copy_in::<i32>(py, &self.t, arr),
+            DType::I64 => copy_in::<i64>(py, &self.t, arr),
+            DType::U8 => copy_in::<u8>(py, &self.t, arr),
+            DType::BF16 => {
+                let a: PyReadonlyArrayDyn<'_, f32> = arr
+                    .extract()
+                    .map_err(|_| errors::invalid(py, "from_numpy", "a bf16 tensor takes a float32 array"))?;
+                if a.shape() != self.t.dims() {
+                    return Err(errors::invalid(
+                        py,
+                        "from_numpy",
+                        format!("shape {:?} does not match the tensor's {:?}", a.shape(), self.t.dims()),
+                    ));
+                }
+                let v = a.as_array().mapv(bf16::from_f32);
+                nogil(py, || self.t.copy_from_ndarray(&v.view()))
+            }
+        }
+    }
+
+    /// A NumPy copy (a bf16 tensor comes back as float32).
+    fn to_numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        match self.t.dtype() {
+            DType::F32 => copy_out::<f32>(py, &self.t),
+            DType::F16 => copy_out::<f16>(py, &self.t),
+            DType::I32 => copy_out::<i32>(py, &self.t),
+            DType::I64 => copy_out::<i64>(py, &self.t),
+            DType::U8 => copy_out::<u8>(py, &self.t),
+            DType::BF16 => {
+                let a = nogil(py, || self.t.to_ndarray::<bf16>())?;
+                Ok(PyArray::from_owned_array(py, a.mapv(f32::from)).into_any())
+            }
+        }
+    }
+
+    /// `(address, byte strides)` of the tensor's memory on the host, after its queued
+    /// work has finished: for zero-copy views (`__array_interface__`) and DLPack.
+    fn host_view(&self, py: Python<'_>) -> PyResult<(usize, Vec<isize>)> {
+        let t = &self.t;
+        let addr = nogil(py, || match t.dtype() {
+            DType::F32 => host_address::<f32>(t),
+            DType::F16 => host_address::<f16>(t),
+            DType::BF16 => host_address::<bf16>(t),
+            DType::I32 => host_address::<i32>(t),
+            DType::I64 => host_address::<i64>(t),
+            DType::U8 => host_address::<u8>(t),
+        })?;
+        let es = t.dtype().size() as isize;
+        Ok((addr, t.layout().strides.iter().map(|&s| s as isize * es).collect()))
+    }
+
+    /// A view with a new shape (one entry may be -1); shares memory.
+    fn reshape(&self, py: Python<'_>, shape: Vec<isize>) -> PyResult<PyTensor> {
+        let t = errors::check(py, self.t.reshape(&shape))?;
+        Ok(PyTensor::new(t, &self.rt))
+    }
+
+    /// The DLPack capsule of the tensor (zero-copy devices only): DLPack 1.0's versioned
+    /// capsule when `versioned`, else the legacy one.
+    #[pyo3(signature = (versioned = false))]
+    fn dlpack<'py>(&self, py: Python<'py>, versioned: bool) -> PyResult<Bound<'py, PyAny>> {
+        let (addr, _) = self.host_view(py)?;
+        crate::dlpack::capsule(py, &self.t, addr, versioned)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("{:?}", self.t)
+    }
+}

@@ -1,0 +1,111 @@
+"""Every op of the op table with small operands and its NumPy reference.
+
+Shared by the CPU tests and the script run on the Ascend backend over acl-emu.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Dict, List, Tuple
+
+import numpy as np
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def layernorm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    x = x.astype(np.float64)
+    m = x.mean(-1, keepdims=True)
+    v = ((x - m) ** 2).mean(-1, keepdims=True)
+    return (x - m) / np.sqrt(v + eps) * g + b
+
+
+def softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    x = x.astype(np.float64)
+    e = np.exp(x - x.max(axis, keepdims=True))
+    return e / e.sum(axis, keepdims=True)
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Any = None) -> np.ndarray:
+    s = q.astype(np.float64) @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = np.where(mask != 0, s, -np.inf) if mask.dtype == np.uint8 else s + mask
+    return softmax(s, -1) @ v
+
+
+Case = Tuple[str, List[np.ndarray], Dict[str, Any], Callable[..., np.ndarray]]
+
+
+def cases(seed: int = 0) -> List[Case]:
+    """``(op_type, inputs, attrs, reference)`` for every op, op names as users spell them."""
+    r = np.random.default_rng(seed)
+
+    def f(*shape: int) -> np.ndarray:
+        return r.standard_normal(shape).astype(np.float32)
+
+    a, b = f(8, 16), f(16, 12)
+    x = f(4, 6)
+    y = f(4, 6)
+    pos = (np.abs(f(4, 6)) + 0.1).astype(np.float32)
+    g, beta = f(6), f(6)
+    q, k, v = f(1, 2, 5, 8), f(1, 2, 7, 8), f(1, 2, 7, 8)
+    mask = (r.random((1, 1, 5, 7)) > 0.3).astype(np.uint8)
+    mask[..., 0] = 1
+    table = f(10, 6)
+    idx = np.array([[1, 3], [9, 0]], np.int64)
+    bias = f(6)
+    c = f(8, 12)
+    return [
+        ("MatMul", [a, b], {}, lambda a, b: a.astype(np.float64) @ b),
+        ("MatMul", [a, b.T.copy()], {"trans_b": True}, lambda a, bt: a.astype(np.float64) @ bt.T),
+        ("Gemm", [a, b, c], {"alpha": 0.5, "beta": 2.0}, lambda a, b, c: 0.5 * (a.astype(np.float64) @ b) + 2 * c),
+        ("Linear", [a, f(12, 16), f(12)], {}, lambda x, w, bb: x.astype(np.float64) @ w.T + bb),
+        ("Add", [x, y], {}, lambda x, y: x + y),
+        ("Sub", [x, y], {}, lambda x, y: x - y),
+        ("Mul", [x, y], {}, lambda x, y: x * y),
+        ("Div", [x, pos], {}, lambda x, y: x / y),
+        ("Relu", [x], {}, lambda x: np.maximum(x, 0)),
+        ("Gelu", [x], {}, gelu),
+        ("GELU", [x], {"approx": "tanh"}, gelu_tanh),
+        ("Tanh", [x], {}, np.tanh),
+        ("Erf", [x], {}, lambda x: _erf(x.astype(np.float64))),
+        ("Exp", [x], {}, np.exp),
+        ("Sqrt", [pos], {}, np.sqrt),
+        ("Softmax", [x], {"axis": -1}, lambda x: softmax(x, -1)),
+        ("Softmax", [x], {"axis": 0}, lambda x: softmax(x, 0)),
+        ("LayerNorm", [x, g, beta], {"eps": 1e-5}, lambda x, g, b: layernorm(x, g, b, 1e-5)),
+        ("Transpose", [f(2, 3, 4)], {"perm": (2, 0, 1)}, lambda t: np.transpose(t, (2, 0, 1))),
+        ("Permute", [x], {}, lambda t: t.T),
+        ("Reshape", [x], {"shape": (3, -1)}, lambda t: t.reshape(3, -1)),
+        ("Gather", [table, idx], {"axis": 0}, lambda t, i: t[i]),
+        ("Cast", [x], {"to": np.float16}, lambda t: t.astype(np.float16)),
+        ("Cast", [np.array([1, -2, 3], np.int64)], {"to": "float32"}, lambda t: t.astype(np.float32)),
+        ("ReduceSum", [x], {"axes": (1,), "keepdims": False}, lambda t: t.astype(np.float64).sum(1)),
+        ("ReduceMean", [x], {"axes": (0,)}, lambda t: t.astype(np.float64).mean(0, keepdims=True)),
+        ("Scale", [x], {"factor": 2.5}, lambda t: 2.5 * t),
+        ("Copy", [x], {}, lambda t: t),
+        ("Attention", [q, k, v], {}, attention),
+        ("Attention", [q, k, v, mask], {}, attention),
+        ("BiasGelu", [x, bias], {}, lambda t, bb: gelu(t + bb)),
+        ("AddLayerNorm", [x, y, g, beta], {"eps": 1e-5}, lambda t, rr, g, b: layernorm(t + rr, g, b, 1e-5)),
+    ]
+
+
+def tolerance(op: str, dtype: np.dtype, fp16_products: bool = False) -> float:
+    """Absolute-and-relative tolerance of an op's result. ``fp16_products``: the device
+    computes f32 matrix products in fp16 (Ascend 910A), so those compare at fp16 accuracy."""
+    if dtype == np.float16:
+        return 2e-3
+    if fp16_products and op.lower() in ("matmul", "gemm", "linear", "attention"):
+        return 3e-2
+    return 1e-4

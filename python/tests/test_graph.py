@@ -1,0 +1,123 @@
+"""Compiled graphs against eager results, and BERT run from several threads at once."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import npurt
+
+
+def build_mlp(rt: npurt.Runtime, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray, g: np.ndarray, beta: np.ndarray):
+    gr = rt.Graph()
+    x = gr.input("x", (4, 16))
+    h = gr.node("Linear", [x, gr.constant("w1", w1), gr.constant("b1", b1)])
+    h = gr.node("Gelu", [h])
+    h = gr.node("MatMul", [h, gr.constant("w2", w2)])
+    y = gr.node("LayerNorm", [h, gr.constant("g", g), gr.constant("beta", beta)], eps=1e-5)
+    gr.output(y, gr.node("ReduceMean", [y], axes=(1,), keepdims=False))
+    return gr
+
+
+def test_graph_against_eager(rt: npurt.Runtime) -> None:
+    r = np.random.default_rng(0)
+    w1, b1 = r.standard_normal((32, 16)).astype(np.float32), r.standard_normal(32).astype(np.float32)
+    w2 = r.standard_normal((32, 8)).astype(np.float32)
+    g, beta = r.standard_normal(8).astype(np.float32), r.standard_normal(8).astype(np.float32)
+    xs = r.standard_normal((4, 16)).astype(np.float32)
+    gr = build_mlp(rt, w1, b1, w2, g, beta)
+    assert "nodes" in repr(gr)
+    cg = gr.compile()
+    assert cg.input_names == ["x"] and len(cg.output_names) == 2
+    out, mean = cg.run([xs])
+    h = rt.execute("Linear", [xs, w1, b1]).output
+    h = rt.execute("Gelu", [h]).output
+    h = rt.execute("MatMul", [h, w2]).output
+    y = rt.execute("LayerNorm", [h, g, beta], eps=1e-5).output
+    np.testing.assert_allclose(out.to_numpy(), y.to_numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(mean.to_numpy(), y.to_numpy().mean(1), rtol=1e-4, atol=1e-4)
+    # Dict inputs and Tensor inputs give the same.
+    np.testing.assert_array_equal(cg.run({"x": xs})[0].to_numpy(), out.to_numpy())
+    np.testing.assert_array_equal(cg.run([rt.asarray(xs)])[0].to_numpy(), out.to_numpy())
+    with pytest.raises(npurt.ValidationError):
+        cg.run([np.zeros((3, 16), np.float32)])
+    with pytest.raises(npurt.ValidationError):
+        cg.run({"y": xs})
+    plan = cg.memory_plan
+    assert plan is not None and plan.arena_bytes >= plan.load_bytes > 0 and plan.ratio >= 1.0
+    prof = cg.profile([xs])
+    assert prof.total_ms > 0 and prof.nodes and "traceEvents" in prof.chrome_trace()
+    assert isinstance(cg.fusion(), dict)
+
+
+def test_graph_errors_name_the_node(rt: npurt.Runtime) -> None:
+    gr = rt.Graph()
+    a = gr.input("a", (2, 3))
+    with pytest.raises(npurt.ValidationError, match="bad"):
+        gr.node("MatMul", [a, a], name="bad")
+
+
+def test_compile_options(rt: npurt.Runtime) -> None:
+    gr = rt.Graph()
+    a = gr.input("a", (8, 8))
+    gr.output(gr.node("Relu", [gr.node("MatMul", [a, a])]))
+    for kw in ({"streams": 1}, {"streams": 2}, {"precision": "bf16"}, {"device": 1}):
+        cg = gr.compile(**kw)
+        x = np.eye(8, dtype=np.float32)
+        np.testing.assert_allclose(cg.run([x])[0].to_numpy(), x, atol=1e-2)
+    with pytest.raises(ValueError):
+        gr.compile(precision="fp8")
+
+
+@pytest.fixture(scope="module")
+def minilm(rt: npurt.Runtime) -> npurt.CompiledGraph:
+    return rt.bert("minilm-l6", batch=2, seq=16)
+
+
+def bert_inputs(seed: int, batch: int = 2, seq: int = 16):
+    r = np.random.default_rng(seed)
+    ids = r.integers(101, 30000, (batch, seq)).astype(np.int64)
+    tt = np.zeros((batch, seq), np.int64)
+    mask = np.ones((batch, seq), np.int64)
+    mask[1, seq - 3:] = 0
+    return [ids, tt, mask]
+
+
+def test_bert_inputs_and_outputs(minilm: npurt.CompiledGraph) -> None:
+    assert minilm.input_names == ["input_ids", "token_type_ids", "attention_mask"]
+    assert minilm.input_dtypes == [np.int64, np.int64, np.float32]
+    assert minilm.input_shapes == [(2, 16)] * 3
+    out = minilm.run(bert_inputs(0))[0]
+    assert out.shape == (2, 16, 384)
+    a = out.to_numpy()
+    assert np.isfinite(a).all()
+    # A float mask gives what the int64 one does.
+    ids, tt, mask = bert_inputs(0)
+    np.testing.assert_array_equal(minilm.run([ids, tt, mask.astype(np.float32)])[0].to_numpy(), a)
+    with pytest.raises(ValueError):
+        npurt.bert("no-such-model")
+
+
+def test_four_threads_run_one_compiled_bert(minilm: npurt.CompiledGraph) -> None:
+    feeds = [bert_inputs(i) for i in range(4)]
+    serial = [minilm.run(f)[0].to_numpy() for f in feeds]
+    results: list = [None] * 4
+    errors: list = []
+
+    def work(i: int) -> None:
+        try:
+            for _ in range(2):
+                results[i] = minilm.run(feeds[i])[0].to_numpy()
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors
+    for got, want in zip(results, serial):
+        np.testing.assert_array_equal(got, want)

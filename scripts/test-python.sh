@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Builds and tests the Python package from scratch: a fresh virtual environment under
+# target/, `pip install ./python pytest` (maturin builds the extension, sharing target/python
+# with the cargo builds), then `pytest python/tests`. The Ascend tests use libacl_emu.so
+# (built here when cargo is present; they skip with the reason otherwise); the embedding
+# test uses target/test-assets from scripts/fetch-test-assets.sh (skips without it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY="${PYTHON:-python3}"
+VENV="target/python-venv"
+export CARGO_TARGET_DIR="$PWD/target/python"
+
+rm -rf "$VENV"
+"$PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install --quiet --upgrade pip
+"$VENV/bin/python" -m pip install --quiet ./python pytest
+
+if command -v cargo >/dev/null 2>&1; then
+    # The emulator the Ascend tests load (the workspace's own target/debug, as cargo test uses).
+    env -u CARGO_TARGET_DIR cargo build --quiet -p acl-emu || echo "test-python: acl-emu did not build; the Ascend tests will skip"
+fi
+
+# From outside the source tree, so `import npurt` is the installed package.
+cd python/tests
+"../../$VENV/bin/python" -c "import npurt; print('npurt', npurt.__version__, 'backends', npurt.compiled_backends()); print(npurt.execute('Relu', [npurt.Tensor((2, 2))]))"
+exec "../../$VENV/bin/python" -m pytest -q -rs . "$@"
