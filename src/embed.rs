@@ -599,7 +599,7 @@ impl Embedder {
             let bg = bert::build(&self.config, Weights::File(self.weights.clone()), b, seq)?;
             match CompiledGraph::compile_owned(&self.rt, bg.graph, options.clone()) {
                 Ok(g) => break g,
-                Err(e @ (Error::Device(_) | Error::OutOfMemory { .. })) => {
+                Err(e @ (Error::Device { .. } | Error::OutOfMemory { .. })) => {
                     if self.evict_oldest() {
                         log::debug!("embedder: {e}; dropped the least recently used graph");
                     } else if options.parallel {

@@ -107,7 +107,7 @@ impl From<AclBackendError> for runtime::Error {
         match &e {
             AclBackendError::Unavailable(_) => runtime::Error::Unsupported(e.to_string()),
             AclBackendError::NoDevice(_) | AclBackendError::NoStream(..) | AclBackendError::NoEvent(..) => {
-                runtime::Error::Device(e.to_string())
+                runtime::Error::device(e.to_string())
             }
             _ => runtime::Error::backend("acl", e),
         }

@@ -87,7 +87,7 @@ impl From<CudaError> for runtime::Error {
     fn from(e: CudaError) -> runtime::Error {
         match e {
             CudaError::NoDevice(_) | CudaError::NoStream(..) | CudaError::NoEvent(..) => {
-                runtime::Error::Device(e.to_string())
+                runtime::Error::device(e.to_string())
             }
             CudaError::NotAvailable(_) => runtime::Error::Unsupported(e.to_string()),
             CudaError::OutOfMemory { device, bytes } => runtime::Error::OutOfMemory {

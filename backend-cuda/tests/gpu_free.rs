@@ -88,7 +88,7 @@ fn driver_errors_map_to_typed_errors() {
         }
         e => panic!("expected a backend error, got {e:?}"),
     }
-    assert!(matches!(runtime::Error::from(CudaError::NoStream(3, 0)), runtime::Error::Device(_)));
+    assert!(matches!(runtime::Error::from(CudaError::NoStream(3, 0)), runtime::Error::Device { .. }));
     assert!(matches!(runtime::Error::from(CudaError::NotAvailable("x".into())), runtime::Error::Unsupported(_)));
     let blas = CudaError::cublas(
         "cublasGemmEx",

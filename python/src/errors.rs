@@ -34,7 +34,7 @@ fn kind_of(e: &Error) -> &'static str {
     match e {
         Error::Invalid { .. } | Error::Config(_) | Error::Overflow { .. } => "ValidationError",
         Error::OutOfMemory { .. } => "OutOfMemoryError",
-        Error::Async { .. } | Error::Backend { .. } | Error::Device(_) => "DeviceError",
+        Error::Async { .. } | Error::Backend { .. } | Error::Device { .. } => "DeviceError",
         Error::NoKernel { .. } | Error::Unsupported(_) | Error::Io { .. } | Error::Format { .. } => "Error",
     }
 }

@@ -38,11 +38,10 @@ pub(crate) struct Inner {
 impl Inner {
     pub(crate) fn device(&self, d: usize) -> Result<&DeviceCtx> {
         self.devices.get(d).ok_or_else(|| {
-            Error::Device(format!(
-                "device {d} does not exist ({} has {} visible)",
-                self.backend.name(),
-                self.devices.len()
-            ))
+            Error::on_device(
+                d,
+                format!("device {d} does not exist ({} has {} visible)", self.backend.name(), self.devices.len()),
+            )
         })
     }
 

@@ -49,8 +49,10 @@ pub enum Error {
     /// A backend or driver call failed; `source` is the backend's own error.
     Backend { backend: &'static str, source: Source },
 
-    /// A device index, stream or event that does not exist (or belongs elsewhere).
-    Device(String),
+    /// A device index, stream or event that does not exist (or belongs elsewhere), a
+    /// stream limit reached, a block freed twice. `device` is the runtime's device index
+    /// and `stream` the stream's name, where the failing call had them.
+    Device { device: Option<usize>, stream: Option<String>, msg: String },
 
     /// A request the chosen backend cannot serve (e.g. a zero-copy view on a GPU).
     Unsupported(String),
@@ -87,7 +89,7 @@ impl fmt::Display for Error {
                 write!(f, "{op} failed on {stream} (submission #{seq}): {source}")
             }
             Error::Backend { backend, source } => write!(f, "{backend}: {source}"),
-            Error::Device(m) => write!(f, "device error: {m}"),
+            Error::Device { msg, .. } => write!(f, "device error: {msg}"),
             Error::Unsupported(m) => write!(f, "unsupported: {m}"),
             Error::Io { context, source } if context.is_empty() => write!(f, "io: {source}"),
             Error::Io { context, source } => write!(f, "io: {context}: {source}"),
@@ -147,6 +149,21 @@ impl Error {
     /// A backend's failure, keeping the backend's error as the source.
     pub fn backend(backend: &'static str, source: impl std::error::Error + Send + Sync + 'static) -> Error {
         Error::Backend { backend, source: Arc::new(source) }
+    }
+
+    /// [`Error::Device`] with neither a device nor a stream to name.
+    pub fn device(msg: impl Into<String>) -> Error {
+        Error::Device { device: None, stream: None, msg: msg.into() }
+    }
+
+    /// [`Error::Device`] about device `device`.
+    pub fn on_device(device: usize, msg: impl Into<String>) -> Error {
+        Error::Device { device: Some(device), stream: None, msg: msg.into() }
+    }
+
+    /// [`Error::Device`] about `stream` of device `device`.
+    pub fn on_stream(device: usize, stream: impl Into<String>, msg: impl Into<String>) -> Error {
+        Error::Device { device: Some(device), stream: Some(stream.into()), msg: msg.into() }
     }
 
     /// A backend's failure described only by a message.

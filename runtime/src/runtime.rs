@@ -77,7 +77,7 @@ impl Runtime {
             None => (0..n).collect(),
         };
         if visible.is_empty() {
-            return Err(Error::Device(format!("{} has no devices", backend.name())));
+            return Err(Error::device(format!("{} has no devices", backend.name())));
         }
         let mut devices = Vec::new();
         for (logical, &ordinal) in visible.iter().enumerate() {
@@ -292,7 +292,10 @@ impl Runtime {
         let max = self.inner.config.max_streams;
         if d.user_streams.fetch_add(1, Ordering::Relaxed) >= max {
             d.user_streams.fetch_sub(1, Ordering::Relaxed);
-            return Err(Error::Device(format!("{}: max_streams ({max}) user streams already exist", d.label)));
+            return Err(Error::on_device(
+                device,
+                format!("{}: max_streams ({max}) user streams already exist", d.label),
+            ));
         }
         let id = match self.inner.backend.create_stream(d.ordinal) {
             Ok(id) => id,

@@ -92,13 +92,18 @@ impl Stream {
     /// Makes work queued on this stream from now on wait for `event`.
     pub fn wait(&self, event: &Event) -> Result<()> {
         if !Arc::ptr_eq(&event.rt, &self.inner.rt) {
-            return Err(Error::Device(format!("{} cannot wait for an event of another runtime", self.inner.label)));
+            return Err(Error::on_stream(
+                self.inner.device,
+                self.inner.label.to_string(),
+                format!("{} cannot wait for an event of another runtime", self.inner.label),
+            ));
         }
         if event.device != self.inner.device {
-            return Err(Error::Device(format!(
-                "{} cannot wait for an event of device {}",
-                self.inner.label, event.device
-            )));
+            return Err(Error::on_stream(
+                self.inner.device,
+                self.inner.label.to_string(),
+                format!("{} cannot wait for an event of device {}", self.inner.label, event.device),
+            ));
         }
         self.inner.rt.backend.wait_event(self.ordinal(), self.inner.id, event.id)
     }
@@ -148,16 +153,18 @@ impl Event {
         // unrelated (or no) stream here, and a record that is never queued leaves the
         // event's waiters waiting.
         if !stream.same_runtime(&self.rt) {
-            return Err(Error::Device(format!(
-                "an event of one runtime cannot be recorded on {} of another",
-                stream.inner.label
-            )));
+            return Err(Error::on_stream(
+                stream.inner.device,
+                stream.inner.label.to_string(),
+                format!("an event of one runtime cannot be recorded on {} of another", stream.inner.label),
+            ));
         }
         if stream.inner.device != self.device {
-            return Err(Error::Device(format!(
-                "an event of device {} cannot be recorded on {}",
-                self.device, stream.inner.label
-            )));
+            return Err(Error::on_stream(
+                stream.inner.device,
+                stream.inner.label.to_string(),
+                format!("an event of device {} cannot be recorded on {}", self.device, stream.inner.label),
+            ));
         }
         self.rt.backend.record_event(self.ordinal(), self.id, stream.inner.id)
     }
@@ -171,7 +178,7 @@ impl Event {
     /// Time from `start` to `self`; both must have completed.
     pub fn elapsed_since(&self, start: &Event) -> Result<Duration> {
         if start.device != self.device || !Arc::ptr_eq(&start.rt, &self.rt) {
-            return Err(Error::Device("events of different devices or runtimes cannot be compared".into()));
+            return Err(Error::on_device(self.device, "events of different devices or runtimes cannot be compared"));
         }
         self.rt.backend.elapsed(self.ordinal(), start.id, self.id)
     }

@@ -273,7 +273,7 @@ unsafe impl Backend for Gate {
         {
             let g = self.lock();
             if g.pending_events.contains(&(device, start)) || g.pending_events.contains(&(device, end)) {
-                return Err(Error::Device("gate: event has not completed".into()));
+                return Err(Error::device("gate: event has not completed"));
             }
         }
         self.inner.elapsed(device, start, end)

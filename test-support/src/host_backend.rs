@@ -138,14 +138,14 @@ impl HostBackend {
     }
 
     fn device(&self, device: usize) -> Result<()> {
-        if device == 0 { Ok(()) } else { Err(Error::Device(format!("host backend has no device {device}"))) }
+        if device == 0 { Ok(()) } else { Err(Error::device(format!("host backend has no device {device}"))) }
     }
     fn stream(&self, device: usize, s: StreamId) -> Result<()> {
         self.device(device)?;
         if s == self.default_stream(0) || lock(&self.streams).contains(&s.0) {
             Ok(())
         } else {
-            Err(Error::Device(format!("host:0 has no stream {}", s.0)))
+            Err(Error::device(format!("host:0 has no stream {}", s.0)))
         }
     }
     fn bad(e: BadAddress) -> Error {
@@ -333,7 +333,7 @@ unsafe impl Backend for HostBackend {
         if lock(&self.streams).remove(&stream.0) {
             Ok(())
         } else {
-            Err(Error::Device(format!("host:0 has no stream {}", stream.0)))
+            Err(Error::device(format!("host:0 has no stream {}", stream.0)))
         }
     }
     fn synchronize_stream(&self, device: usize, stream: StreamId) -> Result<()> {
@@ -367,12 +367,12 @@ unsafe impl Backend for HostBackend {
         lock(&self.events)
             .remove(&event.0)
             .map(|_| ())
-            .ok_or_else(|| Error::Device(format!("host:0 has no event {}", event.0)))
+            .ok_or_else(|| Error::device(format!("host:0 has no event {}", event.0)))
     }
     fn record_event(&self, device: usize, event: EventId, stream: StreamId) -> Result<()> {
         self.stream(device, stream)?;
         let mut ev = lock(&self.events);
-        let e = ev.get_mut(&event.0).ok_or_else(|| Error::Device(format!("host:0 has no event {}", event.0)))?;
+        let e = ev.get_mut(&event.0).ok_or_else(|| Error::device(format!("host:0 has no event {}", event.0)))?;
         e.at = Some(Instant::now());
         Ok(())
     }
@@ -382,14 +382,14 @@ unsafe impl Backend for HostBackend {
         lock(&self.events)
             .contains_key(&event.0)
             .then_some(())
-            .ok_or_else(|| Error::Device(format!("host:0 has no event {}", event.0)))
+            .ok_or_else(|| Error::device(format!("host:0 has no event {}", event.0)))
     }
     fn query_event(&self, device: usize, event: EventId) -> Result<bool> {
         self.device(device)?;
         lock(&self.events)
             .contains_key(&event.0)
             .then_some(true)
-            .ok_or_else(|| Error::Device(format!("host:0 has no event {}", event.0)))
+            .ok_or_else(|| Error::device(format!("host:0 has no event {}", event.0)))
     }
     fn synchronize_event(&self, device: usize, event: EventId) -> Result<()> {
         self.query_event(device, event).map(|_| ())
@@ -399,9 +399,9 @@ unsafe impl Backend for HostBackend {
         let ev = lock(&self.events);
         let at = |e: EventId| -> Result<Instant> {
             ev.get(&e.0)
-                .ok_or_else(|| Error::Device(format!("host:0 has no event {}", e.0)))?
+                .ok_or_else(|| Error::device(format!("host:0 has no event {}", e.0)))?
                 .at
-                .ok_or_else(|| Error::Device(format!("event {} was never recorded", e.0)))
+                .ok_or_else(|| Error::device(format!("event {} was never recorded", e.0)))
         };
         Ok(at(end)?.saturating_duration_since(at(start)?))
     }

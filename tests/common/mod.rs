@@ -4,6 +4,7 @@
 //! skipped.
 #![allow(dead_code)]
 
+#[allow(unused_imports)]
 pub use npurt_test_support::gate;
 
 use npurt::{Backend, RuntimeConfig};

@@ -225,10 +225,10 @@ impl Pool {
         let mut g = self.lock();
         let addr = block.ptr.0;
         let Some(e) = g.blocks.get_mut(&addr) else {
-            return Err(Error::Device(format!("{}: free of unknown block {:#x}", self.label, addr)));
+            return Err(Error::on_device(self.device, format!("{}: free of unknown block {:#x}", self.label, addr)));
         };
         let State::Used { inherited } = &mut e.state else {
-            return Err(Error::Device(format!("{}: double free of block {:#x}", self.label, addr)));
+            return Err(Error::on_device(self.device, format!("{}: double free of block {:#x}", self.label, addr)));
         };
         let mut events = events;
         events.append(inherited);
@@ -463,10 +463,10 @@ impl Pool {
         let seg_size = if kind == BlockKind::Small && self.reusing() { self.small_segment().max(size) } else { size };
         if let Some(limit) = self.cfg.limit_bytes {
             if g.total.checked_add(seg_size).is_none_or(|t| t > limit) {
-                return Err(Error::Device(format!(
-                    "pool limit {limit} B reached ({} B held, {seg_size} B more needed)",
-                    g.total
-                )));
+                return Err(Error::on_device(
+                    self.device,
+                    format!("pool limit {limit} B reached ({} B held, {seg_size} B more needed)", g.total),
+                ));
             }
         }
         let ptr = self.backend.alloc(self.device, seg_size, self.cfg.alignment)?;
