@@ -270,6 +270,15 @@ fn bert_base_compiles_and_runs() {
     assert!(parsed["traceEvents"].as_array().unwrap().len() > prof.nodes.len());
 }
 
+/// Cosine similarity of two f32 tensors' values.
+fn cosine(a: &Tensor, b: &Tensor) -> f64 {
+    let (x, y) = (a.to_ndarray::<f32>().unwrap(), b.to_ndarray::<f32>().unwrap());
+    let dot: f64 = x.iter().zip(y.iter()).map(|(a, b)| *a as f64 * *b as f64).sum();
+    let nx: f64 = x.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
+    let ny: f64 = y.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
+    dot / (nx * ny)
+}
+
 /// Precision bf16: Linear weights become bf16 and run on the bf16 unit where the CPU has
 /// one (weights packed once at compile time); elsewhere they stay f32. Either way the
 /// output stays close to f32's.
@@ -301,11 +310,7 @@ fn bf16_precision_stays_close_to_f32() {
         println!("this CPU has no AVX-512-BF16: checking that the weights stay f32");
         assert_eq!(bf16_weights, 0);
     }
-    let (x, y) = (want[0].to_ndarray::<f32>().unwrap(), got[0].to_ndarray::<f32>().unwrap());
-    let dot: f64 = x.iter().zip(y.iter()).map(|(a, b)| *a as f64 * *b as f64).sum();
-    let nx: f64 = x.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
-    let ny: f64 = y.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
-    let cos = dot / (nx * ny);
+    let cos = cosine(&want[0], &got[0]);
     let d = max_diff(&want[0], &got[0]);
     assert!(cos > 0.999 && d < 0.1, "bf16 vs f32: cosine {cos}, max diff {d}");
 }
@@ -339,11 +344,7 @@ on_every_backend!(f16_precision_stays_close_to_f32, |b| {
     }
     println!("{}: {f16_weights} of {linears} Linear weights in fp16", b.name());
     let got = cg.run(&refs).unwrap();
-    let (x, y) = (want[0].to_ndarray::<f32>().unwrap(), got[0].to_ndarray::<f32>().unwrap());
-    let dot: f64 = x.iter().zip(y.iter()).map(|(a, b)| *a as f64 * *b as f64).sum();
-    let nx: f64 = x.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
-    let ny: f64 = y.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
-    let cos = dot / (nx * ny);
+    let cos = cosine(&want[0], &got[0]);
     assert!(cos > 0.999, "f16 vs f32 on {}: cosine {cos}", b.name());
 });
 
