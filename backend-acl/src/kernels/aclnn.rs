@@ -440,6 +440,30 @@ pub(super) fn run(api: &Api, rec: &StreamRec, is_910: bool, args: &LaunchArgs) -
                 }
             }
         }
+        Op::Linear if x.dtype == DType::F32 && ins[1].dtype == DType::F16 => {
+            // An fp16 weight (precision f16): x (and the bias) cast to fp16 in the stream's
+            // scratch buffer, the product on the Cube in fp16 (the Cube accumulates in
+            // f32), the result cast back to f32.
+            let k = *x.dims.last().unwrap_or(&0);
+            let m = x.dims.iter().product::<usize>() / k.max(1);
+            let n = ins[1].dims[0];
+            let (xb, ob) = (align512(m * k * 2), align512(m * n * 2));
+            let s = stream::buffer(api, op, rec, &rec.scratch, xb + ob + align512(n * 2))?;
+            let x16 = View::contiguous(s, DType::F16, &[m, k]);
+            let o16 = View::contiguous(s + xb as u64, DType::F16, &[m, n]);
+            cast(&mut c, &x.reshaped(&[m, k]), DType::F16, &x16)?;
+            let w = ins[1].t(true);
+            let keep = acl_sys::cube_math::KEEP_DTYPE;
+            match ins.get(2) {
+                Some(bias) => {
+                    let b16 = View::contiguous(s + (xb + ob) as u64, DType::F16, &[n]);
+                    cast(&mut c, bias, DType::F16, &b16)?;
+                    addmm(&mut c, &b16, &x16, &w, 1.0, 1.0, &o16, keep)?;
+                }
+                None => matmul(&mut c, &x16, &w, &o16, keep)?,
+            }
+            cast(&mut c, &o16, DType::F32, &out.reshaped(&[m, n]))
+        }
         Op::Linear => {
             let k = *x.dims.last().unwrap_or(&0);
             let m = x.dims.iter().product::<usize>() / k.max(1);

@@ -109,6 +109,8 @@ fn check(q: &KernelQuery<'_>, p: Policy) -> Result<(), String> {
     }
     let x = &q.inputs[0];
     match q.op {
+        // An fp16 weight makes the product fp16 by choice (precision f16): allowed.
+        Op::Linear if x.dtype == DType::F32 && q.inputs[1].dtype == DType::F16 => Ok(()),
         Op::MatMul { .. } | Op::Gemm { .. } | Op::Linear if x.dtype == DType::F32 && p.is_910 && !p.f32_cube => {
             Err("FP32 on the 910's Cube computes in FP16 (cubeMathType 1); set fp32_matmul = Fp16 to allow it".into())
         }
