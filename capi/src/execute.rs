@@ -1,0 +1,152 @@
+//! `npurt_execute`: one op by name, with `key=value` attributes, on a stream; and
+//! `npurt_report`, what it did.
+
+use crate::error::{CResult, Fail, guard, npurt_status};
+use crate::ffi::{fill_chars, handle, opt_str_arg, slice_arg, str_arg, write};
+use crate::options::pairs;
+use crate::runtime::npurt_runtime;
+use crate::stream::npurt_stream;
+use crate::tensor::{into_handle, npurt_tensor, tensor_list};
+use crate::types::{npurt_tier, npurt_unit_class, tier_to_c, unit_class_to_c};
+use npurt::{ExecReport, OpKind, Tensor};
+use std::ffi::c_char;
+
+/// What one `npurt_execute` did. A plain struct the caller owns.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct npurt_report {
+    /// The implementation that ran, NUL-terminated (truncated to fit).
+    pub implementation: [c_char; 96],
+    /// The unit it ran on (e.g. `"cpu-fma"`), NUL-terminated (truncated to fit).
+    pub unit: [c_char; 32],
+    /// `NPURT_UNIT_CUBE`, `NPURT_UNIT_VECTOR` or `NPURT_UNIT_SCALAR`.
+    pub unit_class: npurt_unit_class,
+    /// `NPURT_TIER_REFERENCE`, `NPURT_TIER_GENERIC` or `NPURT_TIER_FAST`.
+    pub tier: npurt_tier,
+    /// The device index.
+    pub device: i32,
+    /// Wall time of the call when it ran synchronously (default stream); -1 when it was
+    /// queued on a user stream (time it with events).
+    pub elapsed_ms: f64,
+    /// Floating-point operations of the op.
+    pub flops: u64,
+    /// Bytes the op reads and writes.
+    pub bytes: u64,
+}
+
+impl npurt_report {
+    fn from_report(r: &ExecReport, device: usize) -> npurt_report {
+        let mut out = npurt_report {
+            implementation: [0; 96],
+            unit: [0; 32],
+            unit_class: unit_class_to_c(r.unit.class),
+            tier: tier_to_c(r.tier),
+            device: i32::try_from(device).unwrap_or(i32::MAX),
+            elapsed_ms: r.elapsed.map_or(-1.0, |d| d.as_secs_f64() * 1e3),
+            flops: r.flops,
+            bytes: r.bytes,
+        };
+        fill_chars(&mut out.implementation, &r.implementation);
+        fill_chars(&mut out.unit, r.unit.label);
+        out
+    }
+}
+
+/// The op `name` (ONNX spellings accepted) with the attributes `attrs`.
+fn parse_op(name: &str, attrs: Option<&str>, rank: usize) -> CResult<npurt::Op> {
+    let kind = OpKind::parse(name).ok_or_else(|| {
+        let known: Vec<&str> = OpKind::ALL.iter().map(|k| k.name()).collect();
+        Fail::arg(format!("unknown op {name:?}; known: {}", known.join(", ")))
+    })?;
+    let attrs = pairs(attrs, "attrs")?;
+    Ok(npurt::runtime_op::op_from_attrs(kind, &attrs, rank)?)
+}
+
+/// Runs the op `op` (by name; ONNX spellings accepted) on `inputs`. `attrs` is NULL or
+/// `"key=value;..."` (e.g. `"trans_b=true"`, `"axis=-1"`, `"perm=0,2,1"`). Each of the
+/// `n_outputs` entries of `outputs` is an existing tensor, written in place (its dtype and
+/// shape must be the op's), or NULL: a new tensor is made and stored there, owned by the
+/// caller (written only on success). `n_outputs` must be the op's output count. `stream`
+/// NULL runs on the default stream and returns when the op is done; a user stream queues
+/// the op and returns (its failures surface at `npurt_stream_synchronize`). `report` is
+/// NULL or filled.
+///
+/// # Safety
+/// `rt` is NULL or a live runtime; `op` and `attrs` NULL or NUL-terminated; `inputs`
+/// points to `n_inputs` tensor pointers and `outputs` to `n_outputs` tensor pointers (each
+/// NULL or live; NULL arrays only with a count of 0); `stream` NULL or a live stream;
+/// `report` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npurt_execute(
+    rt: *mut npurt_runtime,
+    op: *const c_char,
+    attrs: *const c_char,
+    inputs: *const *const npurt_tensor,
+    n_inputs: usize,
+    outputs: *mut *mut npurt_tensor,
+    n_outputs: usize,
+    stream: *mut npurt_stream,
+    report: *mut npurt_report,
+) -> npurt_status {
+    guard(|| {
+        // SAFETY: `rt` is NULL or live (the caller's contract).
+        let rt = &unsafe { handle(rt, "runtime") }?.rt;
+        // SAFETY: NUL-terminated or NULL (the caller's contract).
+        let name = unsafe { str_arg(op, "op") }?;
+        // SAFETY: as above.
+        let attrs = unsafe { opt_str_arg(attrs, "attrs") }?;
+        // SAFETY: `inputs` holds `n_inputs` pointers, each NULL or live.
+        let ins = unsafe { tensor_list(inputs, n_inputs, "inputs") }?;
+        // SAFETY: `outputs` holds `n_outputs` pointers, each NULL or live.
+        let out_slots = unsafe { slice_arg(outputs.cast_const(), n_outputs, "outputs") }?;
+        let given: Vec<Option<&Tensor>> = out_slots
+            .iter()
+            // SAFETY: each entry is NULL or a live tensor (the caller's contract).
+            .map(|&p| unsafe { p.as_ref() }.map(|h| &h.t))
+            .collect();
+        // SAFETY: NULL or live (the caller's contract).
+        let stream = unsafe { stream.as_ref() }.map(|s| &s.stream);
+        let rank = ins.first().map_or(0, |t| t.dims().len());
+        let op = parse_op(name, attrs, rank)?;
+        let metas = rt.infer(&op, &ins)?;
+        if metas.len() != n_outputs {
+            return Err(Fail::arg(format!("{} has {} output(s), n_outputs is {n_outputs}", op.name(), metas.len())));
+        }
+        let device = ins.first().map(|t| t.device()).or_else(|| stream.map(|s| s.device())).unwrap_or(0);
+        if let Some(s) = stream
+            && s.device() != device
+        {
+            return Err(Fail::arg(format!(
+                "{}: the stream is on device {} but the inputs on {device}",
+                op.name(),
+                s.device()
+            )));
+        }
+        // New outputs come from the pool for the stream the op runs on.
+        let scope = stream.map(|s| rt.stream_scope(s));
+        let mut made: Vec<Option<Tensor>> = Vec::with_capacity(n_outputs);
+        for (g, m) in given.iter().zip(&metas) {
+            made.push(match g {
+                Some(_) => None,
+                None => Some(rt.empty(m.dtype, m.shape.clone(), device)?),
+            });
+        }
+        let outs: Vec<&Tensor> = given.iter().zip(&made).filter_map(|(g, m)| g.or(m.as_ref())).collect();
+        let r = match stream {
+            Some(s) => rt.execute_on(s, &op, &ins, &outs)?,
+            None => rt.execute(&op, &ins, &outs)?,
+        };
+        drop(scope);
+        if !report.is_null() {
+            // SAFETY: non-NULL and writable by the caller's contract.
+            unsafe { write(report, npurt_report::from_report(&r, device)) };
+        }
+        for (i, m) in made.into_iter().enumerate() {
+            if let Some(t) = m {
+                // SAFETY: `outputs` holds `n_outputs > i` writable slots (the caller's contract).
+                unsafe { write(outputs.add(i), into_handle(t)) };
+            }
+        }
+        Ok(())
+    })
+}
