@@ -32,6 +32,7 @@ fn options(parallel: bool, max_arenas: usize) -> CompileOptions {
         max_streams: 4,
         precision: Precision::F32,
         max_arenas,
+        deny_host_tier: false,
     }
 }
 

@@ -60,6 +60,7 @@ fn options(fuse: bool, reuse: bool, parallel: bool, strategy: ScheduleStrategy) 
         max_streams: 4,
         precision: Precision::F32,
         max_arenas: runtime::graph::DEFAULT_MAX_ARENAS,
+        deny_host_tier: false,
     }
 }
 
@@ -347,6 +348,35 @@ on_every_backend!(f16_precision_stays_close_to_f32, |b| {
     let got = cg.run(&refs).unwrap();
     let cos = cosine(&want[0], &got[0]);
     assert!(cos > 0.999, "f16 vs f32 on {}: cosine {cos}", b.name());
+});
+
+// A graph that would put nodes on a device backend's host tier lists them with the reason
+// (none on the CPU, whose reference tier is not a host tier); `deny_host_tier` makes that
+// an error naming the node.
+on_every_backend!(host_tier_nodes_are_listed_and_can_be_refused, |b| {
+    let rt = common::runtime(&b);
+    let cfg = BertConfig::tiny();
+    let bg = bert::build(&cfg, Weights::Random(9), 1, 16).unwrap();
+    let opts = options(true, true, false, ScheduleStrategy::Latency);
+    let cg = CompiledGraph::compile(&rt, &bg.graph, opts.clone()).unwrap();
+    let listed = cg.host_tier().to_vec();
+    for h in &listed {
+        println!("{}: host tier: {} ({}): {}", b.name(), h.node, h.op, h.reason);
+        assert!(cg.graph().nodes.iter().any(|n| n.name == h.node && n.op.name() == h.op), "{h:?}");
+        assert!(h.reason.contains(".aclnn") || h.reason.contains("no other kernel"), "{h:?}");
+    }
+    match b.name() {
+        "cpu" => assert!(listed.is_empty(), "{listed:?}"),
+        // Fused Attention has no aclnn composition yet.
+        "acl" => assert!(listed.iter().any(|h| h.op == "Attention"), "{listed:?}"),
+        _ => {}
+    }
+    let denied = CompiledGraph::compile(&rt, &bg.graph, CompileOptions { deny_host_tier: true, ..opts });
+    match (listed.first(), denied) {
+        (None, Ok(_)) => {}
+        (Some(h), Err(e)) => assert!(e.to_string().contains(&format!("{:?}", h.node)), "{e}"),
+        (first, other) => panic!("listed {first:?}, deny_host_tier gave {:?}", other.err()),
+    }
 });
 
 #[test]

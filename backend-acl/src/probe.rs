@@ -18,7 +18,7 @@ pub const VECTOR: Unit = Unit { class: UnitClass::Vector, label: "Vector" };
 /// The scalar unit (shape-only moves).
 pub const SCALAR: Unit = Unit { class: UnitClass::Scalar, label: "Scalar" };
 /// The host reference tier, reached through copies.
-pub const HOST: Unit = Unit { class: UnitClass::Scalar, label: "host" };
+pub const HOST: Unit = runtime::graph::HOST_UNIT;
 
 /// Symbols without which the backend cannot work.
 const REQUIRED: &[&str] = &[

@@ -295,6 +295,7 @@ fn options() -> impl Strategy<Value = CompileOptions> {
             max_streams,
             precision: if bf16 { Precision::Bf16 } else { Precision::F32 },
             max_arenas,
+            deny_host_tier: false,
         },
     )
 }

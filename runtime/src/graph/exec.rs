@@ -3,6 +3,7 @@
 
 use super::arena::{Instance, InstanceSet, Lease, Slot, Take};
 use super::fusion::{self, FusionStats};
+use super::host_tier::HostTierNode;
 use super::ir::{Graph, ValueId, ValueKind};
 use super::planner::{self, Buffer, MemoryPlan};
 use super::precision;
@@ -41,6 +42,9 @@ pub struct CompileOptions {
     /// and frozen launches) of its own, made on first need and kept; a run beyond this
     /// many waits for one to finish. At least 1.
     pub max_arenas: usize,
+    /// Refuse to compile a graph any node of which would run on a device backend's host
+    /// tier ([`CompiledGraph::host_tier`]); the error names the node and why.
+    pub deny_host_tier: bool,
 }
 
 /// [`CompileOptions::max_arenas`] unless set otherwise.
@@ -57,6 +61,7 @@ impl CompileOptions {
             max_streams: cfg.max_streams,
             precision: cfg.precision,
             max_arenas: DEFAULT_MAX_ARENAS,
+            deny_host_tier: false,
         }
     }
 }
@@ -94,6 +99,8 @@ pub struct CompiledGraph {
     frozen: bool,
     /// The run arenas (at least one once compiled).
     instances: Option<InstanceSet>,
+    /// Nodes that run on the host tier, and why.
+    host_tier: Vec<HostTierNode>,
 }
 
 /// How many run arenas a compiled graph holds, for reports.
@@ -151,6 +158,30 @@ impl CompiledGraph {
             let f = n.op.flops(&ins, &outs) as f64;
             let b = n.op.bytes(&ins, &outs) as f64;
             cost.push(f / 50e9 + b / 10e9 + 2e-6);
+        }
+        let host_tier = super::host_tier::find(rt, &graph);
+        if let Some(h) = host_tier.first() {
+            log::warn!(
+                "{} node(s) run on the host tier of {}, the first {:?} ({}): {}",
+                host_tier.len(),
+                rt.backend_name(),
+                h.node,
+                h.op,
+                h.reason
+            );
+        }
+        for h in &host_tier {
+            log::info!("node {:?} ({}) runs on the host tier: {}", h.node, h.op, h.reason);
+        }
+        if let (true, Some(h)) = (options.deny_host_tier, host_tier.first()) {
+            return Err(Error::Unsupported(format!(
+                "node {:?} ({}) would run on the host tier of {} ({} such nodes): {}",
+                h.node,
+                h.op,
+                rt.backend_name(),
+                host_tier.len(),
+                h.reason
+            )));
         }
         let schedule = if options.parallel {
             Schedule::build(&graph, options.strategy, options.max_streams, &cost)
@@ -355,6 +386,7 @@ impl CompiledGraph {
             last_reader,
             frozen: false,
             instances: None,
+            host_tier,
         };
         let mut first = cg.new_instance()?;
         if cg.options.memory_reuse {
@@ -455,6 +487,11 @@ impl CompiledGraph {
     }
     pub fn fusion_stats(&self) -> &FusionStats {
         &self.fusion
+    }
+    /// The nodes that run on a device backend's host tier (reference kernels on host
+    /// copies), each with why the faster kernels declined; empty on the CPU backend.
+    pub fn host_tier(&self) -> &[HostTierNode] {
+        &self.host_tier
     }
     pub fn options(&self) -> &CompileOptions {
         &self.options

@@ -17,6 +17,7 @@ pub mod exec;
 mod fast_plan;
 mod frozen;
 pub mod fusion;
+pub mod host_tier;
 pub mod ir;
 pub mod planner;
 mod precision;
@@ -24,6 +25,7 @@ pub mod profile;
 pub mod schedule;
 
 pub use exec::{ArenaStats, CompileOptions, CompiledGraph, DEFAULT_MAX_ARENAS};
+pub use host_tier::{HOST_UNIT, HostTierNode};
 pub use ir::{Graph, HostTensor, Node, NodeId, Value, ValueId, ValueKind};
 pub use planner::{Buffer, MemoryPlan};
 pub use profile::{NodeProfile, RunProfile};

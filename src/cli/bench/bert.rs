@@ -112,6 +112,8 @@ struct BertRun {
     util: Vec<(String, f64, f64)>,
     /// The precision the graph was compiled with (`auto` resolved for the device).
     precision: &'static str,
+    /// Nodes on a device backend's host tier: (node, op, why).
+    host_tier: Vec<runtime::graph::HostTierNode>,
     profile: RunProfile,
 }
 
@@ -139,6 +141,7 @@ fn run_one(base: &RuntimeConfig, cname: &str, bm: &Model, batch: usize, seq: usi
         streams: cg.schedule().streams,
         util: utilisation(&rt, &profile),
         precision: cg.options().precision.name(),
+        host_tier: cg.host_tier().to_vec(),
         profile,
     })
 }
@@ -155,6 +158,8 @@ fn to_json(r: &BertRun) -> serde_json::Value {
         "load_bytes": r.arena.map(|a| a.1),
         "streams": r.streams,
         "precision": r.precision,
+        "host_tier_nodes": r.host_tier.len(),
+        "host_tier": r.host_tier.iter().map(|h| serde_json::json!({"node": h.node, "op": h.op, "reason": h.reason})).collect::<Vec<_>>(),
         "utilisation": r.util.iter().map(|(u, c, b)| serde_json::json!({"unit": u, "compute": c, "bandwidth": b})).collect::<Vec<_>>(),
     })
 }
@@ -221,6 +226,15 @@ fn latency(base: &RuntimeConfig, args: &BertArgs, bm: &Model) -> Result<()> {
             serde_json::from_str(line.trim()).map_err(|e| Error::format_from(format!("{c}: {line}"), e))?;
         if let Some(row) = row_text(&v) {
             pb.suspend(|| println!("{row}"));
+        }
+        if let Some(nodes) = v["host_tier"].as_array().filter(|a| !a.is_empty()) {
+            pb.suspend(|| {
+                println!("{:<10} {} node(s) on the host tier:", "", nodes.len());
+                for h in nodes {
+                    let field = |k: &str| h[k].as_str().unwrap_or("?").to_string();
+                    println!("{:<12} {} ({}): {}", "", field("node"), field("op"), field("reason"));
+                }
+            });
         }
         pb.inc(1);
         rows.push(v);
