@@ -24,6 +24,7 @@
 #![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
 
 pub mod aclnn;
+pub mod compute;
 pub mod config;
 pub mod control;
 pub mod descriptors;

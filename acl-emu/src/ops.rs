@@ -320,7 +320,7 @@ fn run(ex: Executor, ws: u64, ws_size: u64) -> R<()> {
                 Out { dtype: *dt, dims, bytes: &mut raw::bytemuck_cast_mut(b)[..n] }
             })
             .collect();
-        runtime::reference::run(&ex.op, &ins, &mut outs)
+        crate::compute::run(&ex.op, &ins, &mut outs)
             .map_err(|m| Fail(ACL_ERROR_RT_AICORE_EXCEPTION, format!("{}: {m}", ex.phase2)))?;
     }
     let mut t = lock(&e.t);
