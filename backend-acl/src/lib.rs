@@ -39,9 +39,11 @@ use std::path::PathBuf;
 /// How FP32 matrix products are run where the Cube has no FP32 path (Atlas training).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fp32Matmul {
-    /// Decline FP32 on the Cube: the host reference tier runs it (exact, slow).
+    /// Decline FP32 on the Cube: the host reference tier runs it (exact, slow). Opt-in
+    /// (`NPURT_ACL_FP32_MATMUL=exact`).
     Exact,
-    /// `cubeMathType = 1`: the 910 computes FP32 inputs as FP16 (reported in the kernel name).
+    /// `cubeMathType = 1`: the 910 computes FP32 inputs as FP16 (the kernel is named
+    /// `*.aclnn-fp16compute.cube` and a one-time warning says so). The default.
     Fp16,
 }
 
@@ -55,13 +57,13 @@ pub struct AclConfig {
 
 impl Default for AclConfig {
     fn default() -> Self {
-        AclConfig { lib_dir: None, fp32_matmul: Fp32Matmul::Exact }
+        AclConfig { lib_dir: None, fp32_matmul: Fp32Matmul::Fp16 }
     }
 }
 
 impl AclConfig {
     /// Defaults overridden by `NPURT_ACL_LIB_DIR` and `NPURT_ACL_FP32_MATMUL`
-    /// (`exact` | `fp16`).
+    /// (`exact` | `fp16`, the default).
     pub fn from_env() -> Result<AclConfig, AclBackendError> {
         let mut c = AclConfig::default();
         if let Some(d) = std::env::var_os("NPURT_ACL_LIB_DIR").filter(|d| !d.is_empty()) {
@@ -69,8 +71,8 @@ impl AclConfig {
         }
         if let Ok(v) = std::env::var("NPURT_ACL_FP32_MATMUL") {
             c.fp32_matmul = match v.trim() {
-                "exact" | "" => Fp32Matmul::Exact,
-                "fp16" => Fp32Matmul::Fp16,
+                "exact" => Fp32Matmul::Exact,
+                "fp16" | "" => Fp32Matmul::Fp16,
                 o => {
                     return Err(AclBackendError::BadRequest(format!(
                         "NPURT_ACL_FP32_MATMUL must be exact or fp16, got {o:?}"

@@ -62,12 +62,12 @@ impl Precision {
         }
     }
     /// What `Auto` means on a device of `backend`: f32 on the CPU and on CUDA, whose
-    /// f32 products run at full speed. (The Ascend 910's Cube computes in fp16; its
-    /// backend answers f32 until every op of a compiled graph has an fp16 aclnn kernel,
-    /// so that an fp16 graph never falls to the host tier.) Any other precision is
-    /// returned as it is.
-    pub fn resolve(self, _backend: &str) -> Precision {
+    /// f32 products run at full speed; f16 on Ascend (`acl`), whose Cube computes in fp16
+    /// (the 910 has no f32 or bf16 path on it, the 910B computes f32 at a fraction of its
+    /// fp16 rate). Any other precision is returned as it is.
+    pub fn resolve(self, backend: &str) -> Precision {
         match self {
+            Precision::Auto if backend == "acl" => Precision::F16,
             Precision::Auto => Precision::F32,
             p => p,
         }

@@ -34,7 +34,14 @@ fn acl_emu() -> Result<Arc<dyn Backend>, String> {
         Ok(fake_toolkit("root-tests", &emu))
     });
     let lib = toolkit.clone()?.join("lib64");
-    let cfg = backend_acl::AclConfig { lib_dir: Some(lib), ..backend_acl::AclConfig::default() };
+    // Exact f32 products (the host tier on the 910): the whole-stack cases compare f32
+    // results tightly. The 910's FP16 computation of f32 products (the default) is covered
+    // by tests/ascend_models.rs.
+    let cfg = backend_acl::AclConfig {
+        lib_dir: Some(lib),
+        fp32_matmul: backend_acl::Fp32Matmul::Exact,
+        ..backend_acl::AclConfig::default()
+    };
     Ok(Arc::new(backend_acl::AclBackend::new(cfg).map_err(|e| e.to_string())?))
 }
 
@@ -53,9 +60,68 @@ fn cuda() -> Result<Arc<dyn Backend>, String> {
     Err("the cuda feature is off in this build".into())
 }
 
+/// The Ascend backend over acl-emu emulating SoC `soc`, with the backend's default
+/// configuration (f32 products on a 910's Cube in FP16), the emulator's control handle, and
+/// this binary's turn on the emulator (held until drop, which restores the default SoC).
+#[cfg(feature = "acl")]
+pub struct AclEmu {
+    pub backend: Arc<dyn Backend>,
+    pub ctl: npurt_test_support::emu::Emu,
+    _turn: std::sync::MutexGuard<'static, ()>,
+}
+
+#[cfg(feature = "acl")]
+impl AclEmu {
+    /// `None` (with a printed SKIP) when the emulator library was not built.
+    pub fn on(soc: &str, test: &str) -> Option<AclEmu> {
+        use npurt_test_support::emu::{Emu, emu_or_skip, fake_toolkit, serial};
+        let emu = emu_or_skip(test)?;
+        let turn = serial();
+        let ctl = Emu::open(&emu);
+        assert_eq!(ctl.configure(&format!("soc={soc};fail=")), 0, "configure the emulator as {soc}");
+        let lib = fake_toolkit(&format!("soc-{soc}"), &emu).join("lib64");
+        let cfg = backend_acl::AclConfig { lib_dir: Some(lib), ..backend_acl::AclConfig::default() };
+        let backend: Arc<dyn Backend> = Arc::new(backend_acl::AclBackend::new(cfg).expect("acl backend over acl-emu"));
+        Some(AclEmu { backend, ctl, _turn: turn })
+    }
+
+    /// Drops the backend and returns the emulator's outstanding objects, which must all be
+    /// zero once every runtime over it is gone.
+    pub fn finish(self) -> npurt_test_support::emu::Counters {
+        let AclEmu { backend, ctl, _turn } = self;
+        drop(backend);
+        let c = ctl.counters();
+        assert_eq!(ctl.configure("soc=Ascend910A;fail="), 0, "restore the default SoC");
+        c
+    }
+}
+
 /// A runtime over `backend` with the default configuration.
 pub fn runtime(backend: &Arc<dyn Backend>) -> runtime::Runtime {
     runtime::Runtime::with_backend(backend.clone(), RuntimeConfig::default()).expect("runtime")
+}
+
+/// BERT inputs `[b, s]`: token ids below `vocab`, alternating token types, and an
+/// attention mask that pads the second sequence after 3/4 of its length.
+pub fn bert_inputs(rt: &runtime::Runtime, b: usize, s: usize, vocab: usize) -> Vec<npurt::Tensor> {
+    let ids: Vec<i64> = (0..b * s).map(|i| ((i * 7 + 3) % vocab) as i64).collect();
+    let tt: Vec<i64> = (0..b * s).map(|i| ((i / s + i) % 2) as i64).collect();
+    let mask: Vec<f32> = (0..b * s).map(|i| if i / s == 1 && i % s >= 3 * s / 4 { 0.0 } else { 1.0 }).collect();
+    vec![
+        rt.from_slice(&ids, [b, s], 0).unwrap(),
+        rt.from_slice(&tt, [b, s], 0).unwrap(),
+        rt.from_slice(&mask, [b, s], 0).unwrap(),
+    ]
+}
+
+/// Cosine similarity of two f32 tensors, accumulated in f64.
+pub fn cosine(a: &npurt::Tensor, b: &npurt::Tensor) -> f64 {
+    let (x, y) = (a.to_ndarray::<f32>().unwrap(), b.to_ndarray::<f32>().unwrap());
+    assert_eq!(x.shape(), y.shape());
+    let dot: f64 = x.iter().zip(y.iter()).map(|(a, b)| *a as f64 * *b as f64).sum();
+    let nx: f64 = x.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
+    let ny: f64 = y.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
+    dot / (nx * ny)
 }
 
 /// `on_every_backend!(case, [runs,] |b| ...)`: [`npurt_test_support::per_backend!`] over

@@ -26,6 +26,9 @@ use runtime::{DType, KernelInfo, KernelQuery, LaunchArgs, Op, OpKind, StreamId, 
 pub enum Impl {
     /// aclnn calls queued on the stream.
     Aclnn,
+    /// aclnn calls with FP32 operands that the 910's Cube computes in FP16
+    /// (`cubeMathType = 1`); the first launch warns once.
+    AclnnFp16Compute,
     /// The host reference tier on copies.
     Host,
 }
@@ -84,9 +87,21 @@ names! {
     ReduceMean => "reducemean.aclnn.vector", "reducemean.host.reference";
     Scale => "scale.aclnn-muls.vector", "scale.host.reference";
     Copy => "copy.aclnn-inplacecopy.scalar", "copy.host.reference";
-    Attention => "attention.aclnn.cube", "attention.host.reference";
+    Attention => "attention.aclnn-composed.cube", "attention.host.reference";
     BiasGelu => "biasgelu.aclnn-add-gelu.vector", "biasgelu.host.reference";
     AddLayerNorm => "addlayernorm.aclnn-add-layernorm.vector", "addlayernorm.host.reference";
+}
+
+/// The name of the kernel that runs op `k`'s FP32 products on the 910's Cube in FP16, for
+/// the ops that have a matrix product.
+fn fp16_compute_name(k: OpKind) -> Option<&'static str> {
+    Some(match k {
+        OpKind::MatMul => "matmul.aclnn-fp16compute.cube",
+        OpKind::Gemm => "gemm.aclnn-addmm-fp16compute.cube",
+        OpKind::Linear => "linear.aclnn-addmm-fp16compute.cube",
+        OpKind::Attention => "attention.aclnn-composed-fp16compute.cube",
+        _ => return None,
+    })
 }
 
 struct Policy {
@@ -111,8 +126,12 @@ fn check(q: &KernelQuery<'_>, p: Policy) -> Result<(), String> {
     match q.op {
         // An fp16 weight makes the product fp16 by choice (precision f16): allowed.
         Op::Linear if x.dtype == DType::F32 && q.inputs[1].dtype == DType::F16 => Ok(()),
-        Op::MatMul { .. } | Op::Gemm { .. } | Op::Linear if x.dtype == DType::F32 && p.is_910 && !p.f32_cube => {
-            Err("FP32 on the 910's Cube computes in FP16 (cubeMathType 1); set fp32_matmul = Fp16 to allow it".into())
+        Op::MatMul { .. } | Op::Gemm { .. } | Op::Linear | Op::Attention { .. }
+            if x.dtype == DType::F32 && p.is_910 && !p.f32_cube =>
+        {
+            Err("FP32 on the 910's Cube computes in FP16 (cubeMathType 1): the fp16compute kernel takes it, \
+                 unless NPURT_ACL_FP32_MATMUL=exact"
+                .into())
         }
         Op::Attention { .. } => Err("no aclnn composition for Attention yet".into()),
         Op::Div if x.dtype.is_int() => Err("aclnnDiv is true division; integer division is not mapped".into()),
@@ -128,7 +147,12 @@ fn check(q: &KernelQuery<'_>, p: Policy) -> Result<(), String> {
 fn sup_910_exact(q: &KernelQuery<'_>) -> Result<(), String> {
     check(q, Policy { bf16: false, is_910: true, f32_cube: false })
 }
-fn sup_910_fp16(q: &KernelQuery<'_>) -> Result<(), String> {
+/// The 910's Cube with FP32 operands computed in FP16: only the FP32 products the exact
+/// kernel declines.
+fn sup_910_fp16compute(q: &KernelQuery<'_>) -> Result<(), String> {
+    if q.inputs[0].dtype != DType::F32 || sup_910_exact(q).is_ok() {
+        return Err("only FP32 matrix products, which this kernel computes in FP16".into());
+    }
     check(q, Policy { bf16: false, is_910: true, f32_cube: true })
 }
 fn sup_a2(q: &KernelQuery<'_>) -> Result<(), String> {
@@ -142,15 +166,15 @@ impl Table {
     /// The table for SoC `soc` (device 0's) under `cfg`.
     pub fn build(soc: &str, cfg: &AclConfig) -> Table {
         let is_910 = is_910_family(soc);
-        let fast: runtime::kernel::SupportFn = match (is_910, cfg.fp32_matmul) {
-            (true, Fp32Matmul::Exact) => sup_910_exact,
-            (true, Fp32Matmul::Fp16) => sup_910_fp16,
-            (false, _) => sup_a2,
-        };
+        let fast: runtime::kernel::SupportFn = if is_910 { sup_910_exact } else { sup_a2 };
+        let fp16_compute = is_910 && cfg.fp32_matmul == Fp32Matmul::Fp16;
         let mut t = Table { is_910, ..Table::default() };
         for k in OpKind::ALL {
             let (fname, hname) = names(k);
             t.kernels.add_named(fname, k, Tier::HighPerformance, unit_of(k), fast, Impl::Aclnn);
+            if let Some(n) = fp16_compute.then(|| fp16_compute_name(k)).flatten() {
+                t.kernels.add_named(n, k, Tier::HighPerformance, CUBE, sup_910_fp16compute, Impl::AclnnFp16Compute);
+            }
             t.kernels.add_named(hname, k, Tier::Reference, HOST, sup_host, Impl::Host);
         }
         t
@@ -190,7 +214,7 @@ pub(crate) fn launch(
     for (a, r) in args.inputs.iter().chain(&args.outputs).zip(&ranges) {
         if r.1 > 0 {
             dev.allocs.locate(r.0, r.1).map_err(AclBackendError::from)?;
-            if imp == Impl::Aclnn && a.ptr.0 % 32 != 0 {
+            if imp != Impl::Host && a.ptr.0 % 32 != 0 {
                 return Err(AclBackendError::Unaligned { what: "operand base", addr: a.ptr.0, align: 32 }.into());
             }
         }
@@ -205,7 +229,10 @@ pub(crate) fn launch(
     }
     let r = match imp {
         Impl::Host => host::run(api, &rec, args),
-        Impl::Aclnn => {
+        Impl::Aclnn | Impl::AclnnFp16Compute => {
+            if imp == Impl::AclnnFp16Compute {
+                warn_fp16_compute(op);
+            }
             let r = aclnn::run(api, &rec, table.is_910, args);
             if r.is_ok() {
                 rec.queued(op, args.seq);
@@ -214,4 +241,15 @@ pub(crate) fn launch(
         }
     };
     Ok(r.map_err(|e| e.in_op(op))?)
+}
+
+/// Says once per process that FP32 matrix products compute in FP16 on this SoC.
+fn warn_fp16_compute(op: &str) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        log::warn!(
+            "{op}: FP32 matrix products run on the 910's Cube in FP16 (cubeMathType 1, kernels named \
+             *-fp16compute); NPURT_ACL_FP32_MATMUL=exact keeps them exact on the host"
+        );
+    });
 }

@@ -127,7 +127,13 @@ impl CompiledGraph {
     /// caller still shares them.
     pub fn compile_owned(rt: &Runtime, graph: Graph, mut options: CompileOptions) -> Result<CompiledGraph> {
         graph.validate()?;
-        options.precision = options.precision.resolve(rt.backend_name());
+        if options.precision == Precision::Auto {
+            options.precision = Precision::Auto.resolve(rt.backend_name());
+            static ANNOUNCED: std::sync::Once = std::sync::Once::new();
+            ANNOUNCED.call_once(|| {
+                log::info!("precision auto: {} on {}", options.precision.name(), rt.backend_name());
+            });
+        }
         let (mut graph, fusion) = if options.fuse {
             let fused = fusion::fuse(&graph)?;
             drop(graph);
