@@ -74,3 +74,14 @@ pub fn runtime_include_candidates() -> Vec<PathBuf> {
     }
     c
 }
+
+/// The include flags for a runtime include directory: the directory itself (for
+/// `#include "acl/acl_base.h"`) and its `acl/` (CANN's headers also include each other
+/// without the prefix, e.g. `error_codes/rt_error_codes.h`).
+pub fn runtime_include_args(inc: &std::path::Path) -> Vec<String> {
+    let mut a = vec![format!("-I{}", inc.display())];
+    if inc.join("acl").is_dir() {
+        a.push(format!("-I{}", inc.join("acl").display()));
+    }
+    a
+}
