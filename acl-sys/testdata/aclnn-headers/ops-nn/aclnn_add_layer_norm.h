@@ -1,0 +1,28 @@
+/*
+ * npurt test header for aclnnAddLayerNorm, laid out like an operator header of CANN's
+ * operator repositories (op_api/aclnn_add_layer_norm.h): aclnn/aclnn_base.h for the types and
+ * aclnn_util.h for ACLNN_API. Prototypes from ../shared/ascend/ACL_API_FACTS.md, section D.
+ */
+#ifndef NPURT_TESTDATA_ACLNN_ADD_LAYER_NORM_H
+#define NPURT_TESTDATA_ACLNN_ADD_LAYER_NORM_H
+
+#include "aclnn/aclnn_base.h"
+#include "aclnn_util.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+ACLNN_API aclnnStatus aclnnAddLayerNormGetWorkspaceSize(const aclTensor *x1, const aclTensor *x2,
+    const aclTensor *gamma, const aclTensor *beta, const aclTensor *biasOptional, double epsilon,
+    bool additionalOutput, const aclTensor *yOut, const aclTensor *meanOut,
+    const aclTensor *rstdOut, const aclTensor *xOut, uint64_t *workspaceSize,
+    aclOpExecutor **executor);
+ACLNN_API aclnnStatus aclnnAddLayerNorm(void *workspace, uint64_t workspaceSize,
+    aclOpExecutor *executor, aclrtStream stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

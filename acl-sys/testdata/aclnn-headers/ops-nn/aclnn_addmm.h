@@ -1,0 +1,26 @@
+/*
+ * npurt test header for aclnnAddmm, laid out like an operator header of CANN's
+ * operator repositories (op_api/aclnn_addmm.h): aclnn/aclnn_base.h for the types and
+ * aclnn_util.h for ACLNN_API. Prototypes from ../shared/ascend/ACL_API_FACTS.md, section D.
+ */
+#ifndef NPURT_TESTDATA_ACLNN_ADDMM_H
+#define NPURT_TESTDATA_ACLNN_ADDMM_H
+
+#include "aclnn/aclnn_base.h"
+#include "aclnn_util.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+ACLNN_API aclnnStatus aclnnAddmmGetWorkspaceSize(const aclTensor *self, const aclTensor *mat1,
+    const aclTensor *mat2, const aclScalar *beta, const aclScalar *alpha, aclTensor *out,
+    int8_t cubeMathType, uint64_t *workspaceSize, aclOpExecutor **executor);
+ACLNN_API aclnnStatus aclnnAddmm(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

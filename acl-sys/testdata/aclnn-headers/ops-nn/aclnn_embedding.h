@@ -1,0 +1,26 @@
+/*
+ * npurt test header for aclnnEmbedding, laid out like an operator header of CANN's
+ * operator repositories (op_api/aclnn_embedding.h): aclnn/aclnn_base.h for the types and
+ * aclnn_util.h for ACLNN_API. Prototypes from ../shared/ascend/ACL_API_FACTS.md, section D.
+ */
+#ifndef NPURT_TESTDATA_ACLNN_EMBEDDING_H
+#define NPURT_TESTDATA_ACLNN_EMBEDDING_H
+
+#include "aclnn/aclnn_base.h"
+#include "aclnn_util.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+ACLNN_API aclnnStatus aclnnEmbeddingGetWorkspaceSize(const aclTensor *weight,
+    const aclTensor *indices, const aclTensor *out, uint64_t *workspaceSize,
+    aclOpExecutor **executor);
+ACLNN_API aclnnStatus aclnnEmbedding(void *workspace, uint64_t workspaceSize,
+    aclOpExecutor *executor, const aclrtStream stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

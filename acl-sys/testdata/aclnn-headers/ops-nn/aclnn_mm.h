@@ -1,0 +1,25 @@
+/*
+ * npurt test header for aclnnMm, laid out like an operator header of CANN's
+ * operator repositories (op_api/aclnn_mm.h): aclnn/aclnn_base.h for the types and
+ * aclnn_util.h for ACLNN_API. Prototypes from ../shared/ascend/ACL_API_FACTS.md, section D.
+ */
+#ifndef NPURT_TESTDATA_ACLNN_MM_H
+#define NPURT_TESTDATA_ACLNN_MM_H
+
+#include "aclnn/aclnn_base.h"
+#include "aclnn_util.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+ACLNN_API aclnnStatus aclnnMmGetWorkspaceSize(const aclTensor *self, const aclTensor *mat2,
+    aclTensor *out, int8_t cubeMathType, uint64_t *workspaceSize, aclOpExecutor **executor);
+ACLNN_API aclnnStatus aclnnMm(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,25 @@
+/*
+ * npurt test header for aclnnSoftmax, laid out like an operator header of CANN's
+ * operator repositories (op_api/aclnn_softmax.h): aclnn/aclnn_base.h for the types and
+ * aclnn_util.h for ACLNN_API. Prototypes from ../shared/ascend/ACL_API_FACTS.md, section D.
+ */
+#ifndef NPURT_TESTDATA_ACLNN_SOFTMAX_H
+#define NPURT_TESTDATA_ACLNN_SOFTMAX_H
+
+#include "aclnn/aclnn_base.h"
+#include "aclnn_util.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+ACLNN_API aclnnStatus aclnnSoftmaxGetWorkspaceSize(const aclTensor *self, int64_t dim,
+    aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+ACLNN_API aclnnStatus aclnnSoftmax(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
