@@ -167,6 +167,33 @@ on_every_backend!(last_hidden_state_matches_sentence_transformers, |b| {
     assert!(d <= 1e-5, "padding changed the hidden state by {d}");
 });
 
+/// On Ascend (910 and 910B over acl-emu) with the defaults — precision auto, which is fp16
+/// there — the embeddings stay within cosine 0.999 of sentence-transformers' f32 ones.
+#[cfg(feature = "acl")]
+#[test]
+fn embeddings_on_ascend_in_fp16_stay_close_to_the_reference() {
+    let Some((dir, r)) = assets() else { return };
+    for soc in ["Ascend910A", "Ascend910B2"] {
+        let Some(emu) = common::AclEmu::on(soc, "embeddings_on_ascend_in_fp16_stay_close_to_the_reference") else {
+            return;
+        };
+        {
+            let rt = runtime::Runtime::with_backend(emu.backend.clone(), npurt::RuntimeConfig::default()).unwrap();
+            let mut e = Embedder::from_dir(&rt, &dir).unwrap();
+            e.set_batch_size(8).unwrap();
+            let texts: Vec<&str> = r.cases.iter().map(|c| c.text.as_str()).collect();
+            let got = e.embed(&texts).unwrap();
+            for (c, g) in r.cases.iter().zip(&got) {
+                let cos = cosine(g, &c.embedding);
+                eprintln!("{soc} fp16: cosine 1 - {:.2e} for {:?}", 1.0 - cos, c.text.chars().take(40).collect::<String>());
+                assert!(cos >= 0.999, "{soc}: cosine {cos} for {:?}", c.text);
+            }
+        }
+        let c = emu.finish();
+        assert_eq!((c.device_allocations, c.streams, c.executors), (0, 0, 0), "{c:?}");
+    }
+}
+
 /// Precision bf16 (Linear weights in bf16 on the CPU's bf16 unit) keeps the embeddings
 /// within cosine 0.9999 of the reference; where the CPU has no bf16 unit the weights stay
 /// f32 and the embeddings match as closely as f32 does.

@@ -96,9 +96,12 @@ impl AclEmu {
     }
 }
 
-/// A runtime over `backend` with the default configuration.
+/// A runtime over `backend` with the default configuration, except that compiled graphs
+/// and embedders run in f32 (`auto` would be fp16 on Ascend): the whole-stack cases compare
+/// f32 results tightly. The fp16 default on Ascend is covered by tests/ascend_models.rs.
 pub fn runtime(backend: &Arc<dyn Backend>) -> runtime::Runtime {
-    runtime::Runtime::with_backend(backend.clone(), RuntimeConfig::default()).expect("runtime")
+    let cfg = RuntimeConfig { precision: npurt::Precision::F32, ..RuntimeConfig::default() };
+    runtime::Runtime::with_backend(backend.clone(), cfg).expect("runtime")
 }
 
 /// BERT inputs `[b, s]`: token ids below `vocab`, alternating token types, and an
