@@ -61,7 +61,7 @@ pub fn create(t: &mut Tables, mut ex: Executor) -> R<u64> {
             Src::Fill(dt, dims, _) => TensorMeta::new(*dt, dims.clone()),
         });
     }
-    let inferred = ex.op.infer(&metas).map_err(|e| Fail(ACLNN_ERR_PARAM_INVALID, format!("{}: {e}", ex.phase2)))?;
+    let inferred = ex.kernel.infer(&metas).map_err(|e| Fail(ACLNN_ERR_PARAM_INVALID, format!("{}: {e}", ex.phase2)))?;
     let outs: Vec<TensorMeta> = ex.outputs.iter().map(|(_, d)| d.meta()).collect::<R<_>>()?;
     if inferred != outs {
         return fail(
@@ -320,7 +320,8 @@ fn run(ex: Executor, ws: u64, ws_size: u64) -> R<()> {
                 Out { dtype: *dt, dims, bytes: &mut raw::bytemuck_cast_mut(b)[..n] }
             })
             .collect();
-        crate::compute::run(&ex.op, &ins, &mut outs)
+        ex.kernel
+            .run(&ins, &mut outs)
             .map_err(|m| Fail(ACL_ERROR_RT_AICORE_EXCEPTION, format!("{}: {m}", ex.phase2)))?;
     }
     let mut t = lock(&e.t);

@@ -1,7 +1,7 @@
 //! The list of exported ACL/aclnn symbol names, and the compile-time check that every
 //! exported symbol has exactly the type acl-sys declares for it.
 
-use crate::aclnn::{basics::*, copy::*, elementwise::*, gather::*, matmul::*, norm::*, reduce::*};
+use crate::aclnn::{basics::*, copy::*, elementwise::*, gather::*, masking::*, matmul::*, norm::*, reduce::*};
 use crate::rt::{context::*, device::*, event::*, init::*, memory::*, stream::*};
 use acl_sys::pfn;
 
@@ -105,6 +105,12 @@ const _: () = {
         aclnnMuls,
         aclnnAddsGetWorkspaceSize,
         aclnnAdds,
+        aclnnAmaxGetWorkspaceSize,
+        aclnnAmax,
+        aclnnEqScalarGetWorkspaceSize,
+        aclnnEqScalar,
+        aclnnInplaceMaskedFillScalarGetWorkspaceSize,
+        aclnnInplaceMaskedFillScalar,
     );
 };
 

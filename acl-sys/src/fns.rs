@@ -551,6 +551,30 @@ api! {
     ) -> aclnnStatus;
     [OpApi] fn aclnnMuls(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
         -> aclnnStatus;
+    // Amax, EqScalar and InplaceMaskedFillScalar: prototypes from hicann/ops-math
+    // (math/reduce_max/op_host/op_api/aclnn_amax.h, math/equal/op_host/op_api/aclnn_eq_scalar.h,
+    // conversion/masked_fill/op_host/op_api/aclnn_masked_fill_scalar.h); libopapi.so or
+    // the split libopapi_math.so.
+    [OpApi] fn aclnnAmaxGetWorkspaceSize(
+        self_: *const aclTensor, dim: *const aclIntArray, keepDim: bool, out: *mut aclTensor,
+        workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnAmax(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
+    [OpApi] fn aclnnEqScalarGetWorkspaceSize(
+        self_: *const aclTensor, other: *const aclScalar, out: *mut aclTensor, workspaceSize: *mut u64,
+        executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnEqScalar(
+        workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnInplaceMaskedFillScalarGetWorkspaceSize(
+        selfRef: *mut aclTensor, mask: *const aclTensor, value: *const aclScalar, workspaceSize: *mut u64,
+        executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnInplaceMaskedFillScalar(
+        workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
+    ) -> aclnnStatus;
     /// Doc-only prototype (not compiled against a header by the facts sheet).
     [OpApi] fn aclnnRmsNormGetWorkspaceSize(
         x: *const aclTensor, gamma: *const aclTensor, epsilon: f64, yOut: *const aclTensor, rstdOut: *const aclTensor,

@@ -1,14 +1,13 @@
 //! aclnn basics: tensor, scalar and int-array descriptors, executors (repeatable or
 //! one-shot), and the helpers every operator's phase 1 and phase 2 share.
 
-use crate::descriptors::{Executor, Src, TensorDesc};
+use crate::descriptors::{Executor, Kernel, Src, TensorDesc};
 use crate::error::{Fail, R, fail};
 use crate::ffi::{guard, guard_handle, h, put, read_array};
 use crate::ops;
 use crate::state::*;
 use acl_sys::codes::*;
 use acl_sys::*;
-use runtime::Op;
 use std::ffi::c_void;
 
 #[unsafe(no_mangle)]
@@ -176,11 +175,18 @@ pub(crate) fn int_array(t: &Tables, h: u64, what: &str) -> R<Vec<i64>> {
     t.int_arrays.get(&h).cloned().ok_or_else(|| Fail(ACLNN_ERR_PARAM_INVALID, format!("{what}: unknown aclIntArray")))
 }
 
-/// A one-shot executor for `phase2` of `op`, asking for `ws` workspace bytes.
-pub(crate) fn ex(phase2: &'static str, op: Op, inputs: Vec<Src>, outputs: Vec<(u64, TensorDesc)>, ws: u64) -> Executor {
+/// A one-shot executor for `phase2` computing `kernel` (a runtime `Op` or a
+/// [`Kernel`]), asking for `ws` workspace bytes.
+pub(crate) fn ex(
+    phase2: &'static str,
+    kernel: impl Into<Kernel>,
+    inputs: Vec<Src>,
+    outputs: Vec<(u64, TensorDesc)>,
+    ws: u64,
+) -> Executor {
     Executor {
         phase2,
-        op,
+        kernel: kernel.into(),
         inputs,
         outputs,
         workspace: ws,

@@ -5,6 +5,7 @@ pub mod basics;
 pub mod copy;
 pub mod elementwise;
 pub mod gather;
+pub mod masking;
 pub mod matmul;
 pub mod norm;
 pub mod reduce;

@@ -267,4 +267,14 @@ two_phase! {
     index_select_get_workspace_size, index_select => aclnnIndexSelectGetWorkspaceSize, aclnnIndexSelect(
         self_: *const aclTensor, dim: i64, index: *const aclTensor, out: *mut aclTensor,
     );
+    amax_get_workspace_size, amax => aclnnAmaxGetWorkspaceSize, aclnnAmax(
+        self_: *const aclTensor, dim: *const aclIntArray, keepDim: bool, out: *mut aclTensor,
+    );
+    eq_scalar_get_workspace_size, eq_scalar => aclnnEqScalarGetWorkspaceSize, aclnnEqScalar(
+        self_: *const aclTensor, other: *const aclScalar, out: *mut aclTensor,
+    );
+    inplace_masked_fill_scalar_get_workspace_size, inplace_masked_fill_scalar =>
+        aclnnInplaceMaskedFillScalarGetWorkspaceSize, aclnnInplaceMaskedFillScalar(
+        selfRef: *mut aclTensor, mask: *const aclTensor, value: *const aclScalar,
+    );
 }
