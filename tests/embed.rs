@@ -185,7 +185,11 @@ fn embeddings_on_ascend_in_fp16_stay_close_to_the_reference() {
             let got = e.embed(&texts).unwrap();
             for (c, g) in r.cases.iter().zip(&got) {
                 let cos = cosine(g, &c.embedding);
-                eprintln!("{soc} fp16: cosine 1 - {:.2e} for {:?}", 1.0 - cos, c.text.chars().take(40).collect::<String>());
+                eprintln!(
+                    "{soc} fp16: cosine 1 - {:.2e} for {:?}",
+                    1.0 - cos,
+                    c.text.chars().take(40).collect::<String>()
+                );
                 assert!(cos >= 0.999, "{soc}: cosine {cos} for {:?}", c.text);
             }
         }

@@ -87,7 +87,8 @@ fn oom_at_the_emulated_capacity_is_a_typed_error() {
     assert_eq!(ctl.configure("memory=1G"), 0);
 }
 
-/// MatMul, Add, ReLU on the default stream, Softmax and Gather on a user stream.
+/// MatMul, Add, ReLU on the default stream, Softmax and Gather on a user stream, then a
+/// masked Attention.
 fn workload(tk: &std::path::Path) -> Result<Vec<f32>, String> {
     let b: Arc<dyn Backend> = Arc::new(common::backend(tk).map_err(|e| e.to_string())?);
     let rt = Runtime::with_backend(b, RuntimeConfig::default()).map_err(|e| e.to_string())?;
@@ -107,9 +108,17 @@ fn workload(tk: &std::path::Path) -> Result<Vec<f32>, String> {
         st.synchronize().map_err(e)?;
         g
     };
-    let c = rt.run(&Op::Cast { to: DType::F32 }, &[&out]).map_err(e)?.remove(0);
-    let v = c.to_ndarray::<f32>().map_err(e)?.into_raw_vec_and_offset().0;
-    Ok(v)
+    // Fused Attention (aclnn composition) whose second query row has every key masked.
+    let q = rt.from_slice(&h(&[1., 0., 0., 1.]), [1, 1, 2, 2], 0).map_err(e)?;
+    let v = rt.from_slice(&h(&[1., 2., 3., 4.]), [1, 1, 2, 2], 0).map_err(e)?;
+    let mask = rt.from_slice(&h(&[0., 0., f32::NEG_INFINITY, f32::NEG_INFINITY]), [1, 1, 2, 2], 0).map_err(e)?;
+    let att = rt.run(&Op::Attention { scale: None }, &[&q, &q, &v, &mask]).map_err(e)?.remove(0);
+    let mut all = Vec::new();
+    for t in [&out, &att] {
+        let c = rt.run(&Op::Cast { to: DType::F32 }, &[t]).map_err(e)?.remove(0);
+        all.extend(c.to_ndarray::<f32>().map_err(e)?.into_raw_vec_and_offset().0);
+    }
+    Ok(all)
 }
 
 #[test]
@@ -122,7 +131,10 @@ fn every_acl_call_failed_once_in_turn() {
     let clean = workload(&tk).expect("fault-free run");
     // [[1,2,3],[4,5,6]] @ w = [[4,-1],[10,-1]]; x2, relu -> [[8,0],[20,0]];
     // softmax rows -> [[~1, ~0.0003], [1, ~0]]; gather rows 1 and -2 -> row1, row0.
-    assert_eq!(clean.len(), 4);
+    // Attention: row 0 = softmax([1/sqrt 2, 0]) . v = [1.6604, 2.6604]; row 1 masked = 0.
+    assert_eq!(clean.len(), 8);
+    assert!((clean[4] - 1.6604).abs() < 2e-3 && (clean[5] - 2.6604).abs() < 2e-3, "{clean:?}");
+    assert_eq!(&clean[6..], &[0.0, 0.0], "a fully masked row is 0");
     assert!((clean[0] - 1.0).abs() < 1e-3 && clean[1].abs() < 1e-3, "{clean:?}");
     assert!((clean[2] - 0.99966).abs() < 1e-3 && (clean[3] - 0.000335).abs() < 1e-4, "{clean:?}");
     let used: Vec<(&str, u64)> =
@@ -134,7 +146,7 @@ fn every_acl_call_failed_once_in_turn() {
             assert_eq!(ctl.configure(&format!("fail={sym}:{nth}:507899")), 0);
             let r = workload(&tk);
             match &r {
-                Ok(v) => assert_eq!(v.len(), 4, "{sym}#{nth}"),
+                Ok(v) => assert_eq!(v.len(), 8, "{sym}#{nth}"),
                 Err(msg) => {
                     failures += 1;
                     assert!(
@@ -180,4 +192,12 @@ const ACLNN: &[&str] = &[
     "aclnnIndexSelect",
     "aclnnCastGetWorkspaceSize",
     "aclnnCast",
+    "aclnnMulsGetWorkspaceSize",
+    "aclnnMuls",
+    "aclnnAmaxGetWorkspaceSize",
+    "aclnnAmax",
+    "aclnnEqScalarGetWorkspaceSize",
+    "aclnnEqScalar",
+    "aclnnInplaceMaskedFillScalarGetWorkspaceSize",
+    "aclnnInplaceMaskedFillScalar",
 ];

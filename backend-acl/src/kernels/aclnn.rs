@@ -122,6 +122,11 @@ impl<'a> Call<'a> {
     }
 
     fn tensor(&mut self, v: &View) -> BResult<*mut aclTensor> {
+        self.tensor_as(v, acl_dtype(v.dtype))
+    }
+
+    /// A descriptor of `v` with the ACL dtype `dt` (e.g. `ACL_BOOL` over u8 storage).
+    fn tensor_as(&mut self, v: &View, dt: aclDataType) -> BResult<*mut aclTensor> {
         let dims: Vec<i64> = v.dims.iter().map(|&d| d as i64).collect();
         let strides: Vec<i64> = v.strides.iter().map(|&s| s as i64).collect();
         let n: usize = v.dims.iter().product();
@@ -139,7 +144,7 @@ impl<'a> Call<'a> {
                 self.api,
                 dims.as_ptr(),
                 dims.len() as u64,
-                acl_dtype(v.dtype),
+                dt,
                 strides.as_ptr(),
                 v.offset as i64,
                 acl_sys::ACL_FORMAT_ND,
@@ -362,6 +367,64 @@ fn inplace_copy(c: &mut Call, dst: &View, src: &View) -> BResult<()> {
     c.run(p1, nn::inplace_copy)
 }
 
+/// The operands of a fused Attention.
+struct Attention<'v> {
+    q: &'v View,
+    k: &'v View,
+    v: &'v View,
+    /// Additive, broadcast to the scores.
+    mask: Option<&'v View>,
+    scale: f32,
+}
+
+/// Where a composed Attention keeps its intermediates (contiguous, in the stream's
+/// scratch buffer).
+struct AttentionScratch {
+    /// Two score buffers `[B, H, S, T]`, used in turn.
+    pair: [View; 2],
+    /// The row maxima of the masked scores, `[B, H, S, 1]`.
+    row_max: View,
+    /// Whether a row's scores are all -inf, `[B, H, S, 1]` (bool over u8 storage).
+    masked: View,
+}
+
+/// Attention composed of aclnn operators: `q · kᵀ` on the Cube (k transposed through its
+/// strides, no copy), scaled (aclnnMuls), the mask added (aclnnAdd, broadcast), the
+/// softmax over the last axis and the product with v into `out`. A row whose scores are
+/// all -inf (every key masked) attends to nothing and is 0, where the softmax alone would
+/// give NaN: its row maximum (aclnnAmax) equals -inf (aclnnEqScalar), and those rows of
+/// `out` are zeroed (aclnnInplaceMaskedFillScalar). A row with a NaN or +inf score has a
+/// NaN or +inf maximum and stays NaN.
+fn attention(c: &mut Call, a: &Attention, sc: &AttentionScratch, out: &View, cube: i8) -> BResult<()> {
+    let pair = &sc.pair;
+    matmul(c, a.q, &a.k.t(true), &pair[0], cube)?;
+    muls(c, &pair[0], a.scale, &pair[1])?;
+    let mut cur = 1;
+    if let Some(m) = a.mask {
+        add_sub(c, false, &pair[1], m, &pair[0])?;
+        cur = 0;
+    }
+    {
+        let (ts, tm) = (c.tensor(&pair[cur])?, c.tensor(&sc.row_max)?);
+        let last = c.ints(&[3])?;
+        // SAFETY: live descriptors owned by `c`.
+        let p1 = unsafe { nn::amax_get_workspace_size(c.api, ts, last, true, tm) };
+        c.run(p1, nn::amax)?;
+        let (tm, tb) = (c.tensor(&sc.row_max)?, c.tensor_as(&sc.masked, acl_sys::ACL_BOOL)?);
+        let ninf = c.scalar_f32(f32::NEG_INFINITY)?;
+        // SAFETY: live descriptors owned by `c`.
+        let p1 = unsafe { nn::eq_scalar_get_workspace_size(c.api, tm, ninf, tb) };
+        c.run(p1, nn::eq_scalar)?;
+    }
+    softmax(c, &pair[cur], -1, &pair[1 - cur])?;
+    matmul(c, &pair[1 - cur], a.v, out, cube)?;
+    let (to, tb) = (c.tensor(out)?, c.tensor_as(&sc.masked, acl_sys::ACL_BOOL)?);
+    let zero = c.scalar_for(out.dtype, 0.0)?;
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::inplace_masked_fill_scalar_get_workspace_size(c.api, to, tb, zero) };
+    c.run(p1, nn::inplace_masked_fill_scalar)
+}
+
 fn align512(n: usize) -> usize {
     n.div_ceil(512) * 512
 }
@@ -507,6 +570,23 @@ pub(super) fn run(api: &Api, rec: &StreamRec, is_910: bool, args: &LaunchArgs) -
             add_sub(&mut c, false, x, &ins[1], &tmp)?;
             layer_norm(&mut c, &tmp, &ins[2], &ins[3], *eps, &out)
         }
-        Op::Attention { .. } => Err(AclBackendError::BadRequest("Attention has no aclnn mapping yet".into())),
+        Op::Attention { scale } => {
+            let d = *x.dims.last().unwrap_or(&1);
+            let scale = scale.unwrap_or(1.0 / (d.max(1) as f32).sqrt());
+            let (b, h, s, t) = (x.dims[0], x.dims[1], x.dims[2], ins[1].dims[2]);
+            let bytes = align512(b * h * s * t * x.dtype.size());
+            let (row_max, full) = (align512(b * h * s * x.dtype.size()), align512(b * h * s));
+            let base = stream::buffer(api, op, rec, &rec.scratch, 2 * bytes + row_max + full)?;
+            let scratch = AttentionScratch {
+                pair: [
+                    View::contiguous(base, x.dtype, &[b, h, s, t]),
+                    View::contiguous(base + bytes as u64, x.dtype, &[b, h, s, t]),
+                ],
+                row_max: View::contiguous(base + 2 * bytes as u64, x.dtype, &[b, h, s, 1]),
+                masked: View::contiguous(base + (2 * bytes + row_max) as u64, DType::U8, &[b, h, s, 1]),
+            };
+            let parts = Attention { q: x, k: &ins[1], v: &ins[2], mask: ins.get(3), scale };
+            attention(&mut c, &parts, &scratch, &out, cube_math(is_910, x.dtype))
+        }
     }
 }

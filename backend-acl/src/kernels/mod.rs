@@ -133,7 +133,9 @@ fn check(q: &KernelQuery<'_>, p: Policy) -> Result<(), String> {
                  unless NPURT_ACL_FP32_MATMUL=exact"
                 .into())
         }
-        Op::Attention { .. } => Err("no aclnn composition for Attention yet".into()),
+        Op::Attention { .. } if q.inputs.get(3).is_some_and(|m| m.dtype == DType::U8) => {
+            Err("u8 (keep/drop) masks have no aclnn composition; an additive float mask has".into())
+        }
         Op::Div if x.dtype.is_int() => Err("aclnnDiv is true division; integer division is not mapped".into()),
         Op::Exp if p.is_910 => Err("aclnnExp is not supported on Atlas training (910) per the CANN docs".into()),
         Op::Cast { to: DType::U8 } if x.dtype != DType::U8 => {
