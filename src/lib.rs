@@ -55,9 +55,37 @@ pub fn cuda_backend(_config: &RuntimeConfig) -> Result<Arc<dyn Backend>> {
 /// `NPURT_ACL_LIB_DIR`, `ASCEND_TOOLKIT_HOME`, `ASCEND_HOME_PATH`, the default toolkit
 /// path, the system loader).
 #[cfg(feature = "acl")]
-pub fn acl_backend(_config: &RuntimeConfig) -> Result<Arc<dyn Backend>> {
+pub fn acl_backend(config: &RuntimeConfig) -> Result<Arc<dyn Backend>> {
+    Ok(open_acl(config)?.backend)
+}
+
+/// What acl-emu counted and modelled under the Ascend backend (see [`Runtime::acl_emulator`]).
+#[cfg(feature = "acl")]
+pub use backend_acl::{Emulator as AclEmulator, RunCounters as AclRunCounters};
+
+/// A backend, and the emulator under it when it is Ascend over acl-emu.
+struct Opened {
+    backend: Arc<dyn Backend>,
+    #[cfg(feature = "acl")]
+    emulator: Option<AclEmulator>,
+}
+
+impl Opened {
+    fn plain(backend: Arc<dyn Backend>) -> Opened {
+        Opened {
+            backend,
+            #[cfg(feature = "acl")]
+            emulator: None,
+        }
+    }
+}
+
+#[cfg(feature = "acl")]
+fn open_acl(_config: &RuntimeConfig) -> Result<Opened> {
     let c = backend_acl::AclConfig::from_env()?;
-    Ok(Arc::new(backend_acl::AclBackend::new(c)?))
+    let b = backend_acl::AclBackend::new(c)?;
+    let emulator = b.emulator();
+    Ok(Opened { backend: Arc::new(b), emulator })
 }
 
 /// The CPU backend as configured by `config`.
@@ -69,13 +97,17 @@ pub fn cpu_backend(config: &RuntimeConfig) -> Result<Arc<dyn Backend>> {
 
 /// Opens the backend `config` names, or the best one present.
 pub fn open_backend(config: &RuntimeConfig) -> Result<Arc<dyn Backend>> {
+    Ok(open(config)?.backend)
+}
+
+fn open(config: &RuntimeConfig) -> Result<Opened> {
     let wanted = config.backend.as_deref().filter(|b| *b != "auto");
     match wanted {
-        Some("cpu") => cpu_backend(config),
+        Some("cpu") => cpu_backend(config).map(Opened::plain),
         #[cfg(feature = "acl")]
-        Some("acl" | "ascend") => acl_backend(config),
+        Some("acl" | "ascend") => open_acl(config),
         #[cfg(feature = "cuda")]
-        Some("cuda") => cuda_backend(config),
+        Some("cuda") => cuda_backend(config).map(Opened::plain),
         #[allow(unreachable_patterns)]
         Some(other @ ("cuda" | "acl" | "ascend")) => Err(Error::Unsupported(format!(
             "backend {other:?} is not compiled into this build (compiled: {})",
@@ -86,16 +118,16 @@ pub fn open_backend(config: &RuntimeConfig) -> Result<Arc<dyn Backend>> {
             // Fallback order: Ascend -> CUDA -> CPU, one log line per backend passed over.
             log::info!("no backend requested; trying {} in order", compiled_backends().join(" -> "));
             #[cfg(feature = "acl")]
-            match acl_backend(config) {
+            match open_acl(config) {
                 Ok(b) => return Ok(b),
                 Err(e) => log::info!("npurt: {e}; trying the next backend"),
             }
             #[cfg(feature = "cuda")]
             match cuda_backend(config) {
-                Ok(b) => return Ok(b),
+                Ok(b) => return Ok(Opened::plain(b)),
                 Err(e) => log::info!("npurt: {e}; falling back to the CPU backend"),
             }
-            cpu_backend(config)
+            cpu_backend(config).map(Opened::plain)
         }
     }
 }
@@ -103,12 +135,16 @@ pub fn open_backend(config: &RuntimeConfig) -> Result<Arc<dyn Backend>> {
 /// The runtime users hold: [`runtime::Runtime`] over a discovered backend. `Send + Sync`,
 /// cheap to clone, as the runtime it wraps.
 #[derive(Clone, Debug)]
-pub struct Runtime(runtime::Runtime);
+pub struct Runtime {
+    inner: runtime::Runtime,
+    #[cfg(feature = "acl")]
+    acl_emulator: Option<AclEmulator>,
+}
 
 impl std::ops::Deref for Runtime {
     type Target = runtime::Runtime;
     fn deref(&self) -> &runtime::Runtime {
-        &self.0
+        &self.inner
     }
 }
 
@@ -121,13 +157,25 @@ impl Runtime {
     /// Exactly this configuration (no environment overrides).
     pub fn with_config(config: RuntimeConfig) -> Result<Runtime> {
         config.validate()?;
-        let backend = open_backend(&config)?;
+        let opened = open(&config)?;
+        let backend = opened.backend;
         log::info!("npurt: using the {} backend ({} device(s))", backend.name(), backend.device_count());
-        Ok(Runtime(runtime::Runtime::with_backend(backend, config)?))
+        Ok(Runtime {
+            inner: runtime::Runtime::with_backend(backend, config)?,
+            #[cfg(feature = "acl")]
+            acl_emulator: opened.emulator,
+        })
     }
 
     /// The backend-neutral runtime inside.
     pub fn inner(&self) -> &runtime::Runtime {
-        &self.0
+        &self.inner
+    }
+
+    /// acl-emu's run counters and modelled clock, when the backend is Ascend over the
+    /// emulator; `None` on any other backend and on a real CANN host.
+    #[cfg(feature = "acl")]
+    pub fn acl_emulator(&self) -> Option<&AclEmulator> {
+        self.acl_emulator.as_ref()
     }
 }

@@ -140,3 +140,46 @@ fn a_failed_synchronize_names_the_default_stream() {
     assert!(line.contains("failed on acl:0/default (submission #1)"), "{line}");
     assert!(!t.contains("acl/stream0x"), "{t}");
 }
+
+/// `npurt bench bert` over the emulator reports what the emulator counted during the last
+/// timed run and a modelled latency (labelled so); on the CPU the object is null.
+#[test]
+fn bench_bert_over_the_emulator_reports_its_counters_and_a_modelled_latency() {
+    let Some(emu) = emu_or_skip("bench bert emulator counters") else { return };
+    let tk = toolkit("bench", Some(&emu));
+    let run = |backend: &str| {
+        let json = tk.join(format!("bert-{backend}.json"));
+        let args = ["bench", "bert", "--model", "tiny", "--seq", "16", "--runs", "2", "--json", json.to_str().unwrap()];
+        let o = npurt(&tk, &[("NPURT_BACKEND", backend)], &args);
+        assert!(o.status.success(), "{}", text(&o));
+        let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        (text(&o), doc["rows"][0].clone())
+    };
+    let (t, row) = run("acl");
+    let e = &row["emulator"];
+    assert!(e.is_object(), "an emulator object over acl-emu: {row}");
+    for k in [
+        "phase1_calls",
+        "phase2_calls",
+        "h2d_copies",
+        "d2h_copies",
+        "h2d_bytes",
+        "d2h_bytes",
+        "allocations",
+        "replays",
+        "modelled_latency_ms",
+    ] {
+        assert!(e.get(k).is_some_and(|v| v.is_number()), "{k} in {e}");
+    }
+    assert!(e["phase2_calls"].as_u64().unwrap() > 0, "the run launched aclnn kernels: {e}");
+    assert_eq!(e["replays"].as_u64(), Some(0), "no graph capture yet: {e}");
+    assert!(e["modelled_latency_ms"].as_f64().unwrap() > 0.0, "{e}");
+    // Existing fields are still there.
+    assert!(row["median_ms"].is_number() && row["host_tier_nodes"].is_number(), "{row}");
+    let line = t.lines().find(|l| l.contains("acl-emu, last timed run")).unwrap_or_else(|| panic!("{t}"));
+    assert!(line.contains("modelled latency") && line.contains("modelled, not measured"), "{line}");
+
+    let (t, row) = run("cpu");
+    assert!(row["emulator"].is_null(), "no emulator object on the CPU: {row}");
+    assert!(!t.contains("acl-emu, last timed run"), "{t}");
+}

@@ -1,16 +1,20 @@
 //! The emulator's own control symbols: `aclEmuConfigure` (devices, memory, SoC, workspace
-//! size and fault-injection rules at run time), `aclEmuCounters` (outstanding objects) and
-//! `aclEmuCallCount` (calls of a symbol).
+//! size and fault-injection rules at run time), `aclEmuCounters` (outstanding objects),
+//! `aclEmuCallCount` (calls of a symbol), and `aclEmuGetRunCounters` /
+//! `aclEmuResetRunCounters` (what a run did: aclnn phases, copies, allocations,
+//! synchronisations, and its modelled device time).
 
 use crate::error::{Fail, fail};
 use crate::ffi::{put, status};
 use crate::state::*;
 use acl_sys::codes::*;
+use acl_sys::fns::aclEmuRunCounters;
 use std::ffi::{CStr, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// Reconfigures the emulator: `key=value;...` with keys `devices`, `memory`, `soc`,
-/// `fail`, `workspace`. Call counts are reset. Changing devices, memory or the SoC
+/// `fail`, `workspace`. Call counts are reset (the run counters too when the change is
+/// structural). Changing devices, memory or the SoC
 /// requires that nothing is outstanding (returns ACL_ERROR_INVALID_PARAM otherwise).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclEmuConfigure(spec: *const c_char) -> i32 {
@@ -67,4 +71,33 @@ pub unsafe extern "C" fn aclEmuCallCount(name: *const c_char) -> u64 {
     // SAFETY: C contract: a NUL-terminated string.
     let n = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
     lock(&emu().t).calls.get(&n).copied().unwrap_or(0)
+}
+
+/// Writes the run counters (`size` must be `sizeof(aclEmuRunCounters)`): aclnn phase-1
+/// and phase-2 calls, copies and their bytes, allocations, synchronisations, replays and
+/// the modelled times since the last [`aclEmuResetRunCounters`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclEmuGetRunCounters(counters: *mut aclEmuRunCounters, size: usize) -> i32 {
+    status(catch_unwind(AssertUnwindSafe(|| {
+        let want = std::mem::size_of::<aclEmuRunCounters>();
+        if size != want {
+            return fail(
+                ACL_ERROR_INVALID_PARAM,
+                format!("aclEmuGetRunCounters: the record is {want} bytes, the caller's is {size}"),
+            );
+        }
+        let c = lock(&emu().t).run_counters();
+        // SAFETY: C contract: NULL or writable for `size` bytes (checked equal to the record's).
+        unsafe { put(counters, c) }
+    })))
+}
+
+/// Zeroes the run counters and restarts the modelled elapsed time at the latest modelled
+/// instant (work queued from now on starts no earlier).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclEmuResetRunCounters() -> i32 {
+    status(catch_unwind(AssertUnwindSafe(|| {
+        lock(&emu().t).reset_run();
+        Ok(())
+    })))
 }

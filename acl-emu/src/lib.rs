@@ -19,17 +19,25 @@
 //!   (the 3rd call of aclrtMalloc fails with 207001); the same at run time through
 //!   `aclEmuConfigure("devices=2;memory=64M;fail=...")`;
 //! * `aclEmuCounters` reports outstanding allocations, streams, events, executors and
-//!   descriptors; `aclEmuCallCount(name)` how often a symbol was called.
+//!   descriptors; `aclEmuCallCount(name)` how often a symbol was called;
+//! * `aclEmuGetRunCounters` what was done since `aclEmuResetRunCounters`: aclnn phase-1
+//!   and phase-2 calls, copies by direction with their bytes, allocations,
+//!   synchronisations, replays, and the **modelled** device time ([`model`], [`clock`]):
+//!   each kernel advances its stream's clock by a roofline estimate for the SoC, each copy
+//!   by its bytes over PCIe or HBM, events carry modelled timestamps, so
+//!   `aclrtEventElapsedTime` returns modelled milliseconds.
 
 #![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
 
 pub mod aclnn;
+pub mod clock;
 pub mod compute;
 pub mod config;
 pub mod control;
 pub mod descriptors;
 pub mod error;
 mod ffi;
+pub mod model;
 pub mod ops;
 pub mod rt;
 pub mod signatures;

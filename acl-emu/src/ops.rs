@@ -1,14 +1,15 @@
 //! aclnn execution in the emulator: the two-phase protocol with its real error codes
-//! (phase 1 stores a validated executor, phase 2 queues it on a stream), and the
-//! computation through the runtime's reference kernels.
+//! (phase 1 stores a validated executor, phase 2 queues it on a stream and moves the
+//! stream's modelled clock by the kernel's roofline cost), and the computation through
+//! the runtime's reference kernels.
 
-use crate::descriptors::{Executor, Src, TensorDesc};
+use crate::descriptors::{Executor, Kernel, Src, TensorDesc};
 use crate::error::{Fail, R, fail};
 use crate::state::*;
 use acl_sys::ACL_BF16;
 use acl_sys::codes::*;
 use runtime::reference::{In, Out};
-use runtime::{DType, TensorMeta};
+use runtime::{DType, Op, TensorMeta};
 
 /// Phase 1: validates operands against the op table and the SoC, stores an executor.
 pub fn create(t: &mut Tables, mut ex: Executor) -> R<u64> {
@@ -150,7 +151,29 @@ pub fn launch(t: &mut Tables, name: &'static str, ws: u64, ws_size: u64, exec: u
         t.executors.remove(&exec)
     };
     let Some(ex) = ex else { return fail(ACLNN_ERR_INNER_NULLPTR, format!("{name}: executor vanished")) };
-    s.submit(Box::new(move || run(ex, ws, ws_size)))
+    let cost = modelled_cost(t, &ex);
+    s.submit(Box::new(move || run(ex, ws, ws_size)))?;
+    t.timeline.run_on(&s.clock, cost);
+    Ok(())
+}
+
+/// The roofline cost of one launch of `ex` on the configured SoC.
+fn modelled_cost(t: &Tables, ex: &Executor) -> crate::model::Cost {
+    let ins: Vec<TensorMeta> = ex
+        .inputs
+        .iter()
+        .filter_map(|s| match s {
+            Src::Tensor(_, d) => d.meta().ok(),
+            Src::Fill(dt, dims, _) => Some(TensorMeta::new(*dt, dims.clone())),
+        })
+        .collect();
+    let outs: Vec<TensorMeta> = ex.outputs.iter().filter_map(|(_, d)| d.meta().ok()).collect();
+    match &ex.kernel {
+        Kernel::Op(op) => t.soc.kernel(op, &ins, &outs, ex.fp16_compute),
+        // Reductions, comparisons and fills: memory-bound Vector work, costed as a copy of
+        // their operands.
+        _ => t.soc.kernel(&Op::Copy, &ins, &outs, false),
+    }
 }
 
 fn words(n: usize) -> Vec<u64> {

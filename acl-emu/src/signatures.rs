@@ -2,6 +2,7 @@
 //! exported symbol has exactly the type acl-sys declares for it.
 
 use crate::aclnn::{basics::*, copy::*, elementwise::*, gather::*, masking::*, matmul::*, norm::*, reduce::*};
+use crate::control::{aclEmuGetRunCounters, aclEmuResetRunCounters};
 use crate::rt::{context::*, device::*, event::*, init::*, memory::*, stream::*};
 use acl_sys::pfn;
 
@@ -11,6 +12,8 @@ const _: () = {
         ($($f:ident),* $(,)?) => { $( let _: pfn::$f = $f; )* };
     }
     same!(
+        aclEmuGetRunCounters,
+        aclEmuResetRunCounters,
         aclInit,
         aclFinalize,
         aclGetRecentErrMsg,

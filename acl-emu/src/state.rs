@@ -1,11 +1,15 @@
 //! The emulated devices: device memory (reserved, inaccessible address space translated
 //! to host buffers), streams as asynchronous in-order queues, events, the tables of live
-//! objects with the outstanding-object counters, and the per-thread device and error text.
+//! objects with the outstanding-object counters, the run counters and the modelled
+//! timeline, and the per-thread device and error text.
 
+use crate::clock::Timeline;
 use crate::config::Config;
 use crate::descriptors::{Executor, TensorDesc};
 use crate::error::{Fail, R, fail};
+use crate::model::Soc;
 use acl_sys::codes::*;
+use acl_sys::fns::aclEmuRunCounters;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::CString;
@@ -13,7 +17,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Sender, channel};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
-use std::time::Instant;
 
 /// Locks `m`, ignoring poisoning (a panicking emulated kernel must not wedge the tables).
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -144,6 +147,8 @@ pub struct EmuStream {
     tx: Mutex<Option<Sender<Job>>>,
     pub state: Arc<(Mutex<Progress>, Condvar)>,
     worker: Mutex<Option<JoinHandle<()>>>,
+    /// The stream's modelled clock, picoseconds (changed only with the tables locked).
+    pub clock: AtomicU64,
 }
 
 impl EmuStream {
@@ -171,7 +176,13 @@ impl EmuStream {
                 }
             })
             .map_err(|e| Fail(ACL_ERROR_RT_NO_STREAM_RESOURCE, format!("cannot start a stream thread: {e}")))?;
-        Ok(Arc::new(EmuStream { device, tx: Mutex::new(Some(tx)), state, worker: Mutex::new(Some(worker)) }))
+        Ok(Arc::new(EmuStream {
+            device,
+            tx: Mutex::new(Some(tx)),
+            state,
+            worker: Mutex::new(Some(worker)),
+            clock: AtomicU64::new(0),
+        }))
     }
 
     pub fn submit(&self, job: Job) -> R<()> {
@@ -221,7 +232,8 @@ impl Drop for EmuStream {
 pub struct EventState {
     pub recorded: u64,
     pub reached: u64,
-    pub time: Option<Instant>,
+    /// Modelled timestamp of the latest record, picoseconds.
+    pub modelled_ps: Option<u64>,
 }
 
 #[derive(Default)]
@@ -235,7 +247,6 @@ impl EmuEvent {
         let mut g = lock(&self.state);
         if generation > g.reached {
             g.reached = generation;
-            g.time = Some(Instant::now());
         }
         self.cv.notify_all();
     }
@@ -281,6 +292,13 @@ pub struct Tables {
     pub initialized: bool,
     /// aclrtSetDevice reference counts.
     pub device_refs: HashMap<i32, u64>,
+    /// The modelled figures of the configured SoC.
+    pub soc: Soc,
+    /// The modelled clocks (host, horizon, last reset) and busy times.
+    pub timeline: Timeline,
+    /// Calls, copies, allocations... since the last `aclEmuResetRunCounters` (the modelled
+    /// times are filled in from `timeline` when read).
+    pub run: aclEmuRunCounters,
 }
 
 pub struct Emu {
@@ -331,6 +349,9 @@ impl Tables {
     fn empty(cfg: Config) -> Tables {
         Tables {
             soc_c: CString::new(cfg.soc.clone()).unwrap_or_default(),
+            soc: Soc::of(&cfg.soc),
+            timeline: Timeline::default(),
+            run: aclEmuRunCounters::default(),
             cfg,
             mem: Vec::new(),
             host: HashMap::new(),
@@ -369,8 +390,36 @@ impl Tables {
         }
     }
 
-    /// Counts a call and applies the fault rules.
+    /// What was counted and modelled since the last reset.
+    pub fn run_counters(&self) -> aclEmuRunCounters {
+        let ns = |ps: u64| ps / 1000;
+        aclEmuRunCounters {
+            modelled_ns: ns(self.timeline.elapsed_ps()),
+            modelled_cube_ns: ns(self.timeline.cube_ps),
+            modelled_vector_ns: ns(self.timeline.vector_ps),
+            modelled_copy_ns: ns(self.timeline.copy_ps),
+            ..self.run
+        }
+    }
+
+    /// Zeroes the run counters; the modelled elapsed time restarts from the latest instant.
+    pub fn reset_run(&mut self) {
+        self.run = aclEmuRunCounters::default();
+        self.timeline.reset();
+    }
+
+    /// Counts a call (in the run counters too: aclnn phase 1 and 2, synchronisations) and
+    /// applies the fault rules.
     pub fn enter(&mut self, name: &str) -> R<()> {
+        if let Some(op) = name.strip_prefix("aclnn").filter(|op| !matches!(*op, "Init" | "Finalize")) {
+            if op.ends_with("GetWorkspaceSize") {
+                self.run.phase1_calls += 1;
+            } else {
+                self.run.phase2_calls += 1;
+            }
+        } else if name.starts_with("aclrtSynchronize") {
+            self.run.synchronizations += 1;
+        }
         let n = self.calls.entry(name.to_string()).or_insert(0);
         *n += 1;
         let n = *n;

@@ -17,6 +17,7 @@
 //! | `aclrtMallocAlign32` | `aclrtMalloc` |
 //! | `aclrtGetLastError`, `aclrtPeekAtLastError` | `aclGetRecentErrMsg` |
 //! | `aclnnInit` / `aclnnFinalize` | `aclInit` / `aclFinalize` |
+//! | `aclEmuGetRunCounters`, `aclEmuResetRunCounters` (acl-emu only, never in CANN) | no counters: a real host |
 //! | `aclFinalizeReference` | `aclFinalize` |
 //! | everything else marked optional | the feature is reported as unavailable |
 
@@ -592,6 +593,54 @@ api! {
     [OpApi] fn aclnnAddLayerNorm(
         workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
     ) -> aclnnStatus;
+
+    // ---- acl-emu only (never exported by CANN): what the emulator counted and modelled ----
+    /// Fills `*counters` (`size` must be `sizeof(aclEmuRunCounters)`); see [`aclEmuRunCounters`].
+    [Runtime] fn aclEmuGetRunCounters(counters: *mut aclEmuRunCounters, size: usize) -> aclError;
+    /// Zeroes the run counters and starts the modelled elapsed time from the current modelled instant.
+    [Runtime] fn aclEmuResetRunCounters() -> aclError;
+}
+
+/// What acl-emu counted and modelled since its last `aclEmuResetRunCounters` (or since it
+/// started): the record `aclEmuGetRunCounters` fills. Sixteen `uint64_t`, in this order.
+/// Emulator only: a real CANN host exports neither function.
+///
+/// Times are *modelled*, not measured: each aclnn kernel advances its stream's clock by a
+/// roofline estimate for the emulated SoC, each copy by its bytes over PCIe or HBM
+/// bandwidth (acl-emu's `model` module; the constants are in docs/ASCEND.md).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct aclEmuRunCounters {
+    /// `aclnn*GetWorkspaceSize` calls (failed ones included).
+    pub phase1_calls: u64,
+    /// aclnn launches (`aclnnX(workspace, size, executor, stream)`; failed ones included).
+    pub phase2_calls: u64,
+    /// Host-to-device copies accepted (`aclrtMemcpy` and `aclrtMemcpyAsync`).
+    pub h2d_copies: u64,
+    /// Device-to-host copies accepted.
+    pub d2h_copies: u64,
+    /// Device-to-device copies accepted.
+    pub d2d_copies: u64,
+    pub h2d_bytes: u64,
+    pub d2h_bytes: u64,
+    pub d2d_bytes: u64,
+    /// Successful `aclrtMalloc*` and `aclrtMallocHost` calls.
+    pub allocations: u64,
+    /// Bytes those allocations asked for.
+    pub allocated_bytes: u64,
+    /// `aclrtSynchronize*` calls (stream, event, device).
+    pub synchronizations: u64,
+    /// Replays of captured graphs (0 until the emulator implements capture).
+    pub replays: u64,
+    /// Modelled device time from the reset to the latest modelled instant any stream or
+    /// the host reached, in nanoseconds.
+    pub modelled_ns: u64,
+    /// Modelled busy time of kernels on the Cube (matrix products), summed over streams.
+    pub modelled_cube_ns: u64,
+    /// Modelled busy time of kernels on the Vector units (everything else), summed.
+    pub modelled_vector_ns: u64,
+    /// Modelled time of copies and fills, summed.
+    pub modelled_copy_ns: u64,
 }
 
 /// Symbols whose absence is normal on some CANN releases (facts sheet: no link-time
@@ -673,4 +722,6 @@ pub const OPTIONAL: &[&str] = &[
     "aclnnRmsNorm",
     "aclnnAddLayerNormGetWorkspaceSize",
     "aclnnAddLayerNorm",
+    "aclEmuGetRunCounters",
+    "aclEmuResetRunCounters",
 ];

@@ -66,6 +66,11 @@ impl AclBackend {
         self.api.origin().to_string()
     }
 
+    /// acl-emu's run counters and modelled clock; `None` over a real CANN host.
+    pub fn emulator(&self) -> Option<crate::emulator::Emulator> {
+        crate::emulator::Emulator::probe(&self.api)
+    }
+
     fn dev(&self, d: usize) -> BResult<&Dev> {
         self.devs.get(d).ok_or(AclBackendError::NoDevice(d))
     }

@@ -23,6 +23,7 @@
 
 mod backend;
 mod device;
+pub mod emulator;
 pub mod error;
 mod kernels;
 mod memory;
@@ -30,6 +31,7 @@ mod probe;
 mod stream;
 
 pub use backend::AclBackend;
+pub use emulator::{Emulator, RunCounters};
 pub use error::{AclBackendError, Unavailable};
 pub use probe::is_910_family;
 pub use stream::DEFAULT_STREAM;

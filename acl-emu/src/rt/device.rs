@@ -134,11 +134,13 @@ pub unsafe extern "C" fn aclrtSynchronizeDevice() -> aclError {
             v
         };
         let mut first = Ok(());
-        for s in streams {
+        for s in &streams {
             if let Err(e) = s.synchronize() {
                 first = first.and(Err(e));
             }
         }
+        let at = streams.iter().map(|s| s.clock.load(std::sync::atomic::Ordering::Relaxed)).max().unwrap_or(0);
+        lock(&emu().t).timeline.host_waits(at);
         first
     })
 }

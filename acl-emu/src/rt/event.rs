@@ -1,4 +1,6 @@
 //! Events: creation, recording on a stream, status, synchronization and elapsed time.
+//! A record takes the stream's modelled instant, so the elapsed time between two events
+//! is modelled device time (`crate::clock`), not the host's.
 
 use crate::error::{Fail, R, fail};
 use crate::ffi::{guard, guard_unlocked, h, put};
@@ -47,10 +49,14 @@ pub unsafe extern "C" fn aclrtRecordEvent(event: aclrtEvent, stream: aclrtStream
             g.recorded += 1;
             g.recorded
         };
+        let done = ev.clone();
         s.submit(Box::new(move || {
-            ev.complete(generation);
+            done.complete(generation);
             Ok(())
-        }))
+        }))?;
+        let at = t.timeline.mark(&s.clock);
+        lock(&ev.state).modelled_ps = Some(at);
+        Ok(())
     })
 }
 
@@ -75,6 +81,10 @@ pub unsafe extern "C" fn aclrtSynchronizeEvent(event: aclrtEvent) -> aclError {
         let ev = lock(&emu().t).event(h(event))?;
         let target = lock(&ev.state).recorded;
         ev.wait_for(target);
+        let at = lock(&ev.state).modelled_ps;
+        if let Some(at) = at {
+            lock(&emu().t).timeline.host_waits(at);
+        }
         Ok(())
     })
 }
@@ -82,16 +92,17 @@ pub unsafe extern "C" fn aclrtSynchronizeEvent(event: aclrtEvent) -> aclError {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtEventElapsedTime(ms: *mut f32, startEvent: aclrtEvent, endEvent: aclrtEvent) -> aclError {
     guard("aclrtEventElapsedTime", |t| {
-        let time = |e: aclrtEvent| -> R<std::time::Instant> {
+        // Modelled timestamps, picoseconds.
+        let time = |e: aclrtEvent| -> R<u64> {
             let ev = t.event(h(e))?;
             let g = lock(&ev.state);
-            match g.time {
+            match g.modelled_ps {
                 Some(x) if g.reached >= g.recorded && g.recorded > 0 => Ok(x),
                 _ => fail(ACL_ERROR_RT_EVENT_NOT_COMPLETE, "event not recorded or not complete"),
             }
         };
         let (a, b) = (time(startEvent)?, time(endEvent)?);
-        let v = if b >= a { (b - a).as_secs_f64() * 1e3 } else { -((a - b).as_secs_f64() * 1e3) };
+        let v = (b as f64 - a as f64) / 1e9;
         // SAFETY: C contract: `ms` is NULL or writable.
         unsafe { put(ms, v as f32) }
     })

@@ -1,7 +1,9 @@
-//! Device and pinned host memory: allocation, information, copies and fills.
+//! Device and pinned host memory: allocation, information, copies and fills, each
+//! counted in the run counters and, for copies and fills, costed on the modelled clock.
 
 use crate::error::{Fail, R, fail};
 use crate::ffi::{guard, h, put};
+use crate::model::CopyDir;
 use crate::state::*;
 use acl_sys::codes::*;
 use acl_sys::*;
@@ -21,6 +23,8 @@ pub unsafe extern "C" fn aclrtMalloc(devPtr: *mut *mut c_void, size: usize, poli
         }
         let d = t.current()? as usize;
         let a = t.mem[d].alloc(size as u64)?;
+        t.run.allocations += 1;
+        t.run.allocated_bytes += size as u64;
         // SAFETY: C contract: `devPtr` is writable (non-NULL checked above).
         unsafe { put(devPtr, a as usize as *mut c_void) }
     })
@@ -69,6 +73,8 @@ pub unsafe extern "C" fn aclrtMallocHost(hostPtr: *mut *mut c_void, size: usize)
             return fail(ACL_ERROR_BAD_ALLOC, "host allocation failed");
         }
         t.host.insert(p as u64, layout);
+        t.run.allocations += 1;
+        t.run.allocated_bytes += size as u64;
         // SAFETY: C contract: `hostPtr` is writable (non-NULL checked).
         unsafe { put(hostPtr, p as *mut c_void) }
     })
@@ -106,6 +112,21 @@ fn copy_sides(t: &Tables, dst: u64, src: u64, count: u64, kind: aclrtMemcpyKind)
         return fail(ACL_ERROR_INVALID_PARAM, format!("kind {:?} but the source is device memory", kind.name()));
     }
     Ok((dd, sd))
+}
+
+/// Counts an accepted copy of `n` bytes between the sides `copy_sides` found; its
+/// direction for the model (`None` for host to host).
+fn count_copy(t: &mut Tables, n: u64, dd: bool, sd: bool) -> Option<CopyDir> {
+    let r = &mut t.run;
+    let (dir, copies, bytes) = match (dd, sd) {
+        (true, false) => (CopyDir::HostToDevice, &mut r.h2d_copies, &mut r.h2d_bytes),
+        (false, true) => (CopyDir::DeviceToHost, &mut r.d2h_copies, &mut r.d2h_bytes),
+        (true, true) => (CopyDir::DeviceToDevice, &mut r.d2d_copies, &mut r.d2d_bytes),
+        (false, false) => return None,
+    };
+    *copies += 1;
+    *bytes += n;
+    Some(dir)
 }
 
 /// Copies between (translated) device memory and host memory.
@@ -157,7 +178,12 @@ pub unsafe extern "C" fn aclrtMemcpy(
         t.current()?;
         let (dd, sd) = copy_sides(t, h(dst), h(src), count as u64, kind)?;
         // SAFETY: C contract: host pointers are valid for `count` bytes.
-        unsafe { do_copy(t, h(dst), h(src), count as u64, dd, sd) }
+        unsafe { do_copy(t, h(dst), h(src), count as u64, dd, sd) }?;
+        if let Some(dir) = count_copy(t, count as u64, dd, sd) {
+            let cost = t.soc.copy(dir, count as u64);
+            t.timeline.host_runs(cost);
+        }
+        Ok(())
     })
 }
 
@@ -194,7 +220,12 @@ pub unsafe extern "C" fn aclrtMemcpyAsync(
             // SAFETY: the host side is pinned memory from aclrtMallocHost, which the caller
             // keeps alive until the stream has run the copy (the C API's contract).
             unsafe { do_copy(&mut t, d, s, n, dd, sd) }
-        }))
+        }))?;
+        if let Some(dir) = count_copy(t, n, dd, sd) {
+            let cost = t.soc.copy(dir, n);
+            t.timeline.run_on(&st.clock, cost);
+        }
+        Ok(())
     })
 }
 
@@ -209,6 +240,8 @@ pub unsafe extern "C" fn aclrtMemset(devPtr: *mut c_void, maxCount: usize, value
         if let Some(b) = t.mem[d].bytes_mut(a, count as u64) {
             b.fill(value as u8);
         }
+        let cost = t.soc.fill(count as u64);
+        t.timeline.host_runs(cost);
         Ok(())
     })
 }
@@ -235,6 +268,9 @@ pub unsafe extern "C" fn aclrtMemsetAsync(
                 b.fill(value as u8);
             }
             Ok(())
-        }))
+        }))?;
+        let cost = t.soc.fill(n);
+        t.timeline.run_on(&st.clock, cost);
+        Ok(())
     })
 }

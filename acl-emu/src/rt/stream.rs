@@ -5,6 +5,7 @@ use crate::ffi::{guard, guard_unlocked, h, put};
 use crate::state::*;
 use acl_sys::codes::*;
 use acl_sys::*;
+use std::sync::atomic::Ordering;
 
 fn create_stream(t: &mut Tables, out: *mut aclrtStream) -> R<()> {
     let d = t.current()?;
@@ -51,7 +52,9 @@ pub unsafe extern "C" fn aclrtDestroyStream(stream: aclrtStream) -> aclError {
 pub unsafe extern "C" fn aclrtSynchronizeStream(stream: aclrtStream) -> aclError {
     guard_unlocked("aclrtSynchronizeStream", || {
         let s = lock(&emu().t).stream(h(stream))?;
-        s.synchronize()
+        let r = s.synchronize();
+        lock(&emu().t).timeline.host_waits(s.clock.load(Ordering::Relaxed));
+        r
     })
 }
 
@@ -70,10 +73,17 @@ pub unsafe extern "C" fn aclrtStreamWaitEvent(stream: aclrtStream, event: aclrtE
     guard("aclrtStreamWaitEvent", |t| {
         let ev = t.event(h(event))?;
         let s = t.stream(h(stream))?;
-        let target = lock(&ev.state).recorded;
+        let (target, at) = {
+            let g = lock(&ev.state);
+            (g.recorded, g.modelled_ps)
+        };
         s.submit(Box::new(move || {
             ev.wait_for(target);
             Ok(())
-        }))
+        }))?;
+        if let Some(at) = at.filter(|_| target > 0) {
+            t.timeline.wait_on(&s.clock, at);
+        }
+        Ok(())
     })
 }

@@ -10,7 +10,8 @@
 //!
 //! * this module: errors, init, devices, contexts, streams, events, memory (§A);
 //! * [`aclnn`]: tensor / scalar / int-array descriptors, executors and the two phases of
-//!   every operator (§C, §D).
+//!   every operator (§C, §D);
+//! * [`emulator`]: acl-emu's run counters and modelled clock (absent on a real host).
 //!
 //! # Safety
 //!
@@ -26,6 +27,7 @@
 #![allow(non_snake_case)]
 
 pub mod aclnn;
+pub mod emulator;
 
 use crate::codes;
 use crate::types::*;

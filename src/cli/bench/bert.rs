@@ -1,14 +1,16 @@
 //! `npurt bench bert`: BERT latency, memory and utilisation, per configuration of the
 //! ablation (each in a process of its own), with an optional chart and trace; the other
 //! BERT benchmarks (`--accuracy`, `--concurrent`, `--compare-ort`, `--serve`) are chosen
-//! by a flag and live in modules of their own.
+//! by a flag and live in modules of their own. Over acl-emu, each configuration also
+//! reports what the emulator counted during its last timed run, and that run's modelled
+//! device latency.
 
 use super::common::{CONFIGS, Model, Prepared, peak_rss, prepare, utilisation};
 use super::{accuracy, compare_ort, concurrent, serve};
 use crate::cli::values::positive;
 use crate::cli::{chart, progress};
 use clap::{ArgGroup, Args};
-use npurt::{Error, Result, RuntimeConfig, Tensor};
+use npurt::{Error, Result, Runtime, RuntimeConfig, Tensor};
 use runtime::graph::RunProfile;
 use std::time::{Duration, Instant};
 
@@ -115,6 +117,110 @@ struct BertRun {
     /// Nodes on a device backend's host tier: (node, op, why).
     host_tier: Vec<runtime::graph::HostTierNode>,
     profile: RunProfile,
+    /// What acl-emu counted and modelled during the last timed run (`None`: not over it).
+    emulator: Option<EmulatorRun>,
+}
+
+/// The emulator's counters of one run, and its modelled latency (not a measurement).
+#[derive(Clone, Copy, Debug, Default)]
+struct EmulatorRun {
+    phase1_calls: u64,
+    phase2_calls: u64,
+    h2d_copies: u64,
+    d2h_copies: u64,
+    d2d_copies: u64,
+    h2d_bytes: u64,
+    d2h_bytes: u64,
+    d2d_bytes: u64,
+    allocations: u64,
+    synchronizations: u64,
+    replays: u64,
+    modelled_latency_ms: f64,
+}
+
+/// Zeroes the emulator's counters and restarts its modelled clock; false when the
+/// runtime is not over acl-emu.
+#[cfg(feature = "acl")]
+fn emulator_reset(rt: &Runtime) -> Result<bool> {
+    match rt.acl_emulator() {
+        Some(e) => {
+            e.reset()?;
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
+/// What the emulator counted since [`emulator_reset`].
+#[cfg(feature = "acl")]
+fn emulator_read(rt: &Runtime) -> Result<Option<EmulatorRun>> {
+    let Some(e) = rt.acl_emulator() else { return Ok(None) };
+    let c = e.counters()?;
+    Ok(Some(EmulatorRun {
+        phase1_calls: c.phase1_calls,
+        phase2_calls: c.phase2_calls,
+        h2d_copies: c.h2d_copies,
+        d2h_copies: c.d2h_copies,
+        d2d_copies: c.d2d_copies,
+        h2d_bytes: c.h2d_bytes,
+        d2h_bytes: c.d2h_bytes,
+        d2d_bytes: c.d2d_bytes,
+        allocations: c.allocations,
+        synchronizations: c.synchronizations,
+        replays: c.replays,
+        modelled_latency_ms: c.modelled_latency_ms(),
+    }))
+}
+
+#[cfg(not(feature = "acl"))]
+fn emulator_reset(_rt: &Runtime) -> Result<bool> {
+    Ok(false)
+}
+
+#[cfg(not(feature = "acl"))]
+fn emulator_read(_rt: &Runtime) -> Result<Option<EmulatorRun>> {
+    Ok(None)
+}
+
+fn emulator_json(e: &EmulatorRun) -> serde_json::Value {
+    serde_json::json!({
+        "phase1_calls": e.phase1_calls,
+        "phase2_calls": e.phase2_calls,
+        "h2d_copies": e.h2d_copies,
+        "d2h_copies": e.d2h_copies,
+        "d2d_copies": e.d2d_copies,
+        "h2d_bytes": e.h2d_bytes,
+        "d2h_bytes": e.d2h_bytes,
+        "d2d_bytes": e.d2d_bytes,
+        "allocations": e.allocations,
+        "synchronizations": e.synchronizations,
+        "replays": e.replays,
+        "modelled_latency_ms": e.modelled_latency_ms,
+    })
+}
+
+/// The emulator's line under a row of the table, from a child's JSON; `None` when the
+/// configuration did not run over acl-emu.
+fn emulator_text(v: &serde_json::Value) -> Option<String> {
+    let e = v.get("emulator").filter(|e| e.is_object())?;
+    let n = |k: &str| e[k].as_u64().unwrap_or(0);
+    let kib = |k: &str| e[k].as_u64().unwrap_or(0) as f64 / 1024.0;
+    Some(format!(
+        "{:<10} acl-emu, last timed run: aclnn {} phase-1 + {} phase-2 calls; H2D {} copies ({:.1} KiB), D2H {} ({:.1} KiB), D2D {} ({:.1} KiB); {} allocations, {} synchronisations, {} replays; modelled latency {:.3} ms (modelled, not measured)",
+        "",
+        n("phase1_calls"),
+        n("phase2_calls"),
+        n("h2d_copies"),
+        kib("h2d_bytes"),
+        n("d2h_copies"),
+        kib("d2h_bytes"),
+        n("d2d_copies"),
+        kib("d2d_bytes"),
+        n("allocations"),
+        n("synchronizations"),
+        n("replays"),
+        e["modelled_latency_ms"].as_f64().unwrap_or(f64::NAN),
+    ))
 }
 
 fn run_one(base: &RuntimeConfig, cname: &str, bm: &Model, batch: usize, seq: usize, runs: usize) -> Result<BertRun> {
@@ -122,11 +228,20 @@ fn run_one(base: &RuntimeConfig, cname: &str, bm: &Model, batch: usize, seq: usi
     let refs: Vec<&Tensor> = inputs.iter().collect();
     let (_, profile) = cg.run_profiled(&refs)?; // warm-up, profiled
     let mut times = Vec::new();
-    for _ in 0..runs.max(1) {
+    let mut emulator = None;
+    let runs = runs.max(1);
+    for i in 0..runs {
+        // The emulator's counters cover the last timed run alone (read before its outputs
+        // are dropped).
+        let last = i + 1 == runs && emulator_reset(&rt)?;
         let t0 = Instant::now();
         let out = cg.run(&refs)?;
+        let t = t0.elapsed();
+        if last {
+            emulator = emulator_read(&rt)?;
+        }
         drop(out);
-        times.push(t0.elapsed());
+        times.push(t);
     }
     times.sort();
     let stats = rt.pool_stats(0)?;
@@ -143,6 +258,7 @@ fn run_one(base: &RuntimeConfig, cname: &str, bm: &Model, batch: usize, seq: usi
         precision: cg.options().precision.name(),
         host_tier: cg.host_tier().to_vec(),
         profile,
+        emulator,
     })
 }
 
@@ -161,6 +277,7 @@ fn to_json(r: &BertRun) -> serde_json::Value {
         "host_tier_nodes": r.host_tier.len(),
         "host_tier": r.host_tier.iter().map(|h| serde_json::json!({"node": h.node, "op": h.op, "reason": h.reason})).collect::<Vec<_>>(),
         "utilisation": r.util.iter().map(|(u, c, b)| serde_json::json!({"unit": u, "compute": c, "bandwidth": b})).collect::<Vec<_>>(),
+        "emulator": r.emulator.as_ref().map(emulator_json),
     })
 }
 
@@ -226,6 +343,9 @@ fn latency(base: &RuntimeConfig, args: &BertArgs, bm: &Model) -> Result<()> {
             serde_json::from_str(line.trim()).map_err(|e| Error::format_from(format!("{c}: {line}"), e))?;
         if let Some(row) = row_text(&v) {
             pb.suspend(|| println!("{row}"));
+        }
+        if let Some(line) = emulator_text(&v) {
+            pb.suspend(|| println!("{line}"));
         }
         if let Some(nodes) = v["host_tier"].as_array().filter(|a| !a.is_empty()) {
             pb.suspend(|| {

@@ -1,0 +1,231 @@
+//! The modelled device: per-SoC peak rates and the roofline cost of a kernel, a copy or a
+//! fill, in picoseconds. Everything here is a *model* (docs/ASCEND.md, "The modelled
+//! clock", cites every constant); nothing is measured.
+//!
+//! A kernel costs `max(FLOPs / peak of its unit for its dtype, bytes / HBM bandwidth)`
+//! plus [`LAUNCH_PS`]; its unit is the Cube for matrix products and the Vector units for
+//! everything else. FLOPs and bytes are the runtime's own counts (`Op::flops`,
+//! `Op::bytes`). A host↔device copy costs its bytes over PCIe, a device-to-device copy
+//! its bytes read and written over HBM, a fill its bytes over HBM, each plus
+//! [`COPY_PS`].
+
+use runtime::{DType, Op, TensorMeta};
+
+/// Fixed cost of one kernel launch on a stream: 3 µs (an assumption of the order of a
+/// GPU kernel launch; Huawei publishes no figure).
+pub const LAUNCH_PS: u64 = 3_000_000;
+/// Fixed cost of one copy or fill: 5 µs (assumption: DMA setup, as for a launch).
+pub const COPY_PS: u64 = 5_000_000;
+/// Fixed cost of replaying one captured graph: 10 µs (assumption; kept for when the
+/// emulator implements capture).
+pub const REPLAY_PS: u64 = 10_000_000;
+/// Launch cost of each kernel inside a replayed capture: 1 µs instead of [`LAUNCH_PS`]
+/// (assumption; kept for capture).
+pub const REPLAYED_LAUNCH_PS: u64 = 1_000_000;
+
+/// MACs of one Cube per cycle in FP16 / BF16: 16 x 16 x 16 (platform ini `cube_m/n/k_size`,
+/// Hot Chips 31 "4096 FP16 MACs").
+const CUBE_MACS: f64 = 4096.0;
+/// FP16 lanes of one Vector unit per cycle: 128 (platform ini `vec_calc_size`; the
+/// 2048-bit vector unit of Hot Chips 31); FP32 has half as many.
+const VECTOR_LANES_FP16: f64 = 128.0;
+/// PCIe 4.0 x16, one direction: 16 GT/s x 16 lanes x 128/130 / 8 bits.
+const PCIE4_X16: f64 = 16e9 * 16.0 * 128.0 / 130.0 / 8.0;
+/// Ascend 910: four HBM2 stacks x 1024 bits x 2.4 Gb/s = 1228.8 GB/s.
+const HBM_910: f64 = 4.0 * 1024.0 * 2.4e9 / 8.0;
+/// Atlas A2 (910B): 1.6 TB/s as commonly published (third-party; no Huawei datasheet).
+const HBM_A2: f64 = 1.6e12;
+
+/// The unit a kernel runs on, in the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    Cube,
+    Vector,
+    /// Copies and fills (DMA).
+    Copy,
+}
+
+/// A modelled duration and the unit that spends it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cost {
+    pub ps: u64,
+    pub unit: Unit,
+}
+
+/// Where a copy goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CopyDir {
+    HostToDevice,
+    DeviceToHost,
+    DeviceToDevice,
+}
+
+/// One SoC's figures.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Soc {
+    /// The `aclrtGetSocName` string the figures were chosen for.
+    pub name: String,
+    /// Cube cores (AI cores on the 910 family).
+    pub cube_cores: u32,
+    /// Vector units: one per AI core on the 910 family, the AIV cores on Atlas A2.
+    pub vector_cores: u32,
+    /// Cube and vector clock, MHz (platform ini `cube_freq`).
+    pub mhz: u32,
+    /// Whether the Cube takes BF16 (ini `support_bf16`).
+    pub bf16: bool,
+    /// Whether the Cube has an FP32 path (Atlas A2); the 910 computes FP32 as FP16.
+    pub cube_fp32: bool,
+    /// HBM bandwidth, bytes/s.
+    pub hbm: f64,
+    /// Host link bandwidth per direction, bytes/s.
+    pub pcie: f64,
+}
+
+impl Soc {
+    /// The figures of `name`; an unknown SoC gets the Ascend910A's (logged at debug).
+    pub fn of(name: &str) -> Soc {
+        // (cube cores, vector cores, MHz, bf16 and FP32 cube, HBM): facts sheet §F, from
+        // the CANN platform ini files.
+        let (cube, vector, mhz, a2, hbm) = match name {
+            "Ascend910A" => (32, 32, 1000, false, HBM_910),
+            "Ascend910B" => (30, 30, 900, false, HBM_910),
+            "Ascend910ProA" => (32, 32, 1100, false, HBM_910),
+            "Ascend910ProB" => (30, 30, 1150, false, HBM_910),
+            "Ascend910PremiumA" => (32, 32, 1220, false, HBM_910),
+            "Ascend910B1" => (24, 48, 1850, true, HBM_A2),
+            "Ascend910B2" | "Ascend910B2C" => (24, 48, 1800, true, HBM_A2),
+            "Ascend910B3" => (20, 40, 1800, true, HBM_A2),
+            "Ascend910B4" => (20, 40, 1500, true, HBM_A2),
+            other => {
+                log::debug!("acl-emu: no modelled figures for SoC {other:?}; using the Ascend910A's");
+                (32, 32, 1000, false, HBM_910)
+            }
+        };
+        Soc {
+            name: name.to_string(),
+            cube_cores: cube,
+            vector_cores: vector,
+            mhz,
+            bf16: a2,
+            cube_fp32: a2,
+            hbm,
+            pcie: PCIE4_X16,
+        }
+    }
+
+    fn hz(&self) -> f64 {
+        self.mhz as f64 * 1e6
+    }
+
+    /// Cube peak, FLOP/s (a MAC is 2 FLOPs) for products computed in `dt`: FP16 and BF16
+    /// at the full rate; FP32 (Atlas A2 only) at a quarter of it (an assumption: no public
+    /// figure); integer types as FP16.
+    pub fn cube_flops(&self, dt: DType) -> f64 {
+        let fp16 = self.cube_cores as f64 * CUBE_MACS * 2.0 * self.hz();
+        match dt {
+            DType::F32 if self.cube_fp32 => fp16 / 4.0,
+            _ => fp16,
+        }
+    }
+
+    /// Vector peak, FLOP/s, for elements of `dt`: 128 lanes a cycle for 2-byte types,
+    /// 64 for 4- and 8-byte types.
+    pub fn vector_flops(&self, dt: DType) -> f64 {
+        let lanes = if dt.size() <= 2 { VECTOR_LANES_FP16 } else { VECTOR_LANES_FP16 / 2.0 };
+        self.vector_cores as f64 * lanes * self.hz()
+    }
+
+    /// The modelled duration of one execution of `op` on these operands. `fp16_compute`:
+    /// FP32 products the Cube computes in FP16 (cubeMathType 1 on the 910).
+    pub fn kernel(&self, op: &Op, inputs: &[TensorMeta], outputs: &[TensorMeta], fp16_compute: bool) -> Cost {
+        let flops = op.flops(inputs, outputs) as f64;
+        let bytes = op.bytes(inputs, outputs) as f64;
+        let cube = matches!(op, Op::MatMul { .. } | Op::Gemm { .. } | Op::Linear | Op::Attention { .. });
+        let (unit, peak) = if cube {
+            let dt = inputs.first().map_or(DType::F16, |m| m.dtype);
+            let dt = if fp16_compute && dt == DType::F32 { DType::F16 } else { dt };
+            (Unit::Cube, self.cube_flops(dt))
+        } else {
+            // The widest element decides the lanes (an FP32 operand halves them).
+            let widest = inputs.iter().chain(outputs).map(|m| m.dtype).max_by_key(|d| d.size()).unwrap_or(DType::F16);
+            (Unit::Vector, self.vector_flops(widest))
+        };
+        let secs = (flops / peak).max(bytes / self.hbm);
+        Cost { ps: ps(secs).saturating_add(LAUNCH_PS), unit }
+    }
+
+    /// The modelled duration of a copy of `bytes`.
+    pub fn copy(&self, dir: CopyDir, bytes: u64) -> Cost {
+        let secs = match dir {
+            CopyDir::HostToDevice | CopyDir::DeviceToHost => bytes as f64 / self.pcie,
+            CopyDir::DeviceToDevice => 2.0 * bytes as f64 / self.hbm,
+        };
+        Cost { ps: ps(secs).saturating_add(COPY_PS), unit: Unit::Copy }
+    }
+
+    /// The modelled duration of a fill of `bytes` of device memory.
+    pub fn fill(&self, bytes: u64) -> Cost {
+        Cost { ps: ps(bytes as f64 / self.hbm).saturating_add(COPY_PS), unit: Unit::Copy }
+    }
+}
+
+/// Seconds as whole picoseconds, rounded up; saturates.
+fn ps(secs: f64) -> u64 {
+    let v = (secs * 1e12).ceil();
+    if v.is_nan() || v <= 0.0 {
+        0
+    } else if v >= u64::MAX as f64 {
+        u64::MAX
+    } else {
+        v as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(dt: DType, s: &[usize]) -> TensorMeta {
+        TensorMeta::new(dt, s.to_vec())
+    }
+
+    #[test]
+    fn peaks_follow_the_platform_figures() {
+        let a = Soc::of("Ascend910A");
+        // 32 cores x 4096 MACs x 2 x 1 GHz = 262.1 TFLOP/s.
+        assert!((a.cube_flops(DType::F16) - 262.144e12).abs() < 1e6);
+        assert!((a.vector_flops(DType::F16) - 4.096e12).abs() < 1e6);
+        assert!((a.vector_flops(DType::F32) - 2.048e12).abs() < 1e6);
+        assert!((a.hbm - 1228.8e9).abs() < 1.0);
+        let b = Soc::of("Ascend910B2");
+        assert!((b.cube_flops(DType::F16) - 353.894e12).abs() < 1e9);
+        assert!(b.cube_flops(DType::F32) < b.cube_flops(DType::F16));
+        assert_eq!(Soc::of("NoSuchSoc").cube_flops(DType::F16), a.cube_flops(DType::F16));
+    }
+
+    #[test]
+    fn a_large_product_is_compute_bound_and_a_large_add_bandwidth_bound() {
+        let soc = Soc::of("Ascend910A");
+        let op = Op::MatMul { trans_a: false, trans_b: false };
+        let (i, o) = ([m(DType::F16, &[4096, 4096]), m(DType::F16, &[4096, 4096])], [m(DType::F16, &[4096, 4096])]);
+        let c = soc.kernel(&op, &i, &o, false);
+        assert_eq!(c.unit, Unit::Cube);
+        let compute = 2.0 * 4096f64.powi(3) / soc.cube_flops(DType::F16);
+        assert_eq!(c.ps, ps(compute) + LAUNCH_PS);
+        let add = soc.kernel(&Op::Add, &i, &o, false);
+        assert_eq!(add.unit, Unit::Vector);
+        assert_eq!(add.ps, ps(3.0 * 4096.0 * 4096.0 * 2.0 / soc.hbm) + LAUNCH_PS);
+        // An empty op costs the launch alone.
+        let e = [m(DType::F16, &[0])];
+        assert_eq!(soc.kernel(&Op::Relu, &e, &e, false).ps, LAUNCH_PS);
+    }
+
+    #[test]
+    fn copies_go_over_pcie_or_hbm() {
+        let soc = Soc::of("Ascend910A");
+        let mib = 1u64 << 20;
+        assert_eq!(soc.copy(CopyDir::HostToDevice, mib).ps, ps(mib as f64 / PCIE4_X16) + COPY_PS);
+        assert_eq!(soc.copy(CopyDir::DeviceToDevice, mib).ps, ps(2.0 * mib as f64 / soc.hbm) + COPY_PS);
+        assert_eq!(soc.fill(0).ps, COPY_PS);
+    }
+}
