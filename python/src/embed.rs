@@ -1,6 +1,6 @@
 //! `_native.Embedder`: sentence embeddings from a sentence-transformers model directory.
 
-use crate::errors::{check, guard, nogil, nogil_interruptible};
+use crate::errors::{check, guard, nogil_interruptible};
 use crate::runtime::PyRuntime;
 use npurt::embed::{EmbedOptions, Embedder};
 use numpy::PyArray2;
@@ -23,7 +23,7 @@ impl PyEmbedder {
         guard(py, "Embedder.__init__", || {
             let r = &rt.rt;
             let options = EmbedOptions { batch_size, device, ..EmbedOptions::default() };
-            let e = nogil(py, || Embedder::from_dir_with(r, model_dir, options))?;
+            let e = nogil_interruptible(py, || Embedder::from_dir_with(r, model_dir, options))?;
             Ok(PyEmbedder { dimension: e.dimension(), max_seq_length: e.max_seq_length(), e: Mutex::new(e) })
         })
     }

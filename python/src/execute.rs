@@ -1,6 +1,6 @@
 //! Eager execution from Python: ops by name with attributes, single and batched.
 
-use crate::errors::{guard, nogil};
+use crate::errors::{guard, nogil_interruptible};
 use crate::stream::PyStream;
 use crate::tensor::PyTensor;
 use npurt::runtime_op::op_from_attrs;
@@ -117,7 +117,7 @@ fn optional(v: Option<Vec<Option<PyRef<'_, PyTensor>>>>) -> Vec<Option<Tensor>> 
 
 /// Runs `op_type` on `inputs`, writing `outputs` (entries `None` or missing are
 /// allocated), on `stream` (or the device's default stream). Returns the report and the
-/// outputs.
+/// outputs. A Ctrl-C that arrived meanwhile is raised as the call returns.
 #[pyfunction]
 #[pyo3(signature = (op_type, inputs, outputs, attrs, stream = None))]
 pub(crate) fn execute(
@@ -137,7 +137,7 @@ pub(crate) fn execute(
         let given = optional(outputs);
         let s = stream.as_ref().map(|s| s.s.clone());
         let rank = ins.first().map_or(0, |t| t.dims().len());
-        let (report, outs) = nogil(py, || {
+        let (report, outs) = nogil_interruptible(py, || {
             let op = parse_op(op_type, &attrs, rank)?;
             let outs = operands(r, &op, &ins, &given, s.as_ref())?;
             let in_refs: Vec<&Tensor> = ins.iter().collect();
@@ -153,7 +153,9 @@ pub(crate) fn execute(
 }
 
 /// Validates every task `(op_type, inputs, outputs or None, attrs)`, then submits them
-/// together on `stream` (or the default stream). Nothing runs if a task is invalid.
+/// together on `stream` (or the default stream). Nothing runs if a task is invalid. A
+/// Ctrl-C that arrived meanwhile is raised as the call returns (the submission is one
+/// unit: it is not split to look for signals between its tasks).
 #[pyfunction]
 #[pyo3(signature = (tasks, stream = None))]
 pub(crate) fn execute_batch(
@@ -171,7 +173,7 @@ pub(crate) fn execute_batch(
         let r = &r;
         let specs: Vec<Spec> = tasks.into_iter().map(|(n, i, o, a)| (n, tensors(&i), optional(o), a)).collect();
         let s = stream.as_ref().map(|s| s.s.clone());
-        let done = nogil(py, || {
+        let done = nogil_interruptible(py, || {
             let mut batch = Vec::with_capacity(specs.len());
             for (name, ins, given, attrs) in &specs {
                 let op = parse_op(name, attrs, ins.first().map_or(0, |t| t.dims().len()))?;

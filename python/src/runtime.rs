@@ -145,7 +145,7 @@ impl PyRuntime {
         guard(py, "Runtime.to_device", || {
             let src = &t.t;
             let rt = &self.rt;
-            let out = nogil(py, || rt.to_device(src, device))?;
+            let out = nogil_interruptible(py, || rt.to_device(src, device))?;
             Ok(PyTensor::new(out, rt))
         })
     }

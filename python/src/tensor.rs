@@ -1,6 +1,6 @@
 //! `_native.Tensor`: a runtime tensor with NumPy copies in and out and host views.
 
-use crate::errors::{self, guard, nogil};
+use crate::errors::{self, guard, nogil, nogil_interruptible};
 use npurt::{DType, Tensor, bf16, f16};
 use numpy::{PyArray, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
@@ -36,12 +36,12 @@ fn copy_in<T: npurt::Element + numpy::Element>(py: Python<'_>, t: &Tensor, arr: 
     }
     let s = a.as_slice().map_err(|_| errors::invalid(py, "from_numpy", "the array is not C-contiguous"))?;
     let bytes: &[u8] = bytemuck::cast_slice(s);
-    nogil(py, || t.copy_from_bytes(bytes))
+    nogil_interruptible(py, || t.copy_from_bytes(bytes))
 }
 
 /// A NumPy copy of `t`.
 fn copy_out<'py, T: npurt::Element + numpy::Element>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>> {
-    let a = nogil(py, || t.to_ndarray::<T>())?;
+    let a = nogil_interruptible(py, || t.to_ndarray::<T>())?;
     Ok(PyArray::from_owned_array(py, a).into_any())
 }
 
@@ -124,7 +124,7 @@ impl PyTensor {
                     ));
                 }
                 let v = a.as_array().mapv(bf16::from_f32);
-                nogil(py, || self.t.copy_from_ndarray(&v.view()))
+                nogil_interruptible(py, || self.t.copy_from_ndarray(&v.view()))
             }
         })
     }
@@ -138,7 +138,7 @@ impl PyTensor {
             DType::I64 => copy_out::<i64>(py, &self.t),
             DType::U8 => copy_out::<u8>(py, &self.t),
             DType::BF16 => {
-                let a = nogil(py, || self.t.to_ndarray::<bf16>())?;
+                let a = nogil_interruptible(py, || self.t.to_ndarray::<bf16>())?;
                 Ok(PyArray::from_owned_array(py, a.mapv(f32::from)).into_any())
             }
         })
