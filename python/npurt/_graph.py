@@ -90,9 +90,15 @@ class Graph:
     def compile(self, device: Optional[int] = None, precision: Optional[str] = None,
                 streams: Optional[int] = None) -> "CompiledGraph":
         """Compiles the graph (fusion, kernel selection, static memory plan, streams) for
-        ``device`` (default: the current device). ``precision``: ``"f32"`` or ``"bf16"``
-        (Linear weights in bf16 where the backend has a bf16 unit); ``streams``: most
-        streams the schedule uses (1 = serial). The GIL is released while compiling."""
+        ``device`` (default: the current device).
+
+        ``precision`` (default: the runtime's ``precision`` setting, else ``"auto"``):
+        ``"f32"``/``"fp32"`` (the graph's own dtypes), ``"bf16"`` (Linear weights in bf16
+        where the backend has a bf16 unit), ``"f16"``/``"fp16"``/``"half"`` (Linear weights
+        in fp16, f32 accumulation; activations, LayerNorm and Softmax statistics in f32) or
+        ``"auto"`` (f32 on the CPU and CUDA); anything else raises ``ValueError``.
+        ``streams``: most streams the schedule uses (1 = serial). The GIL is released while
+        compiling; a Ctrl-C meanwhile raises ``KeyboardInterrupt`` when compiling ends."""
         rt = self._owner
         n = rt._rt()
         return CompiledGraph(self._g.compile(n, rt._device(device), rt._compile_opts(precision, streams)), rt)

@@ -36,7 +36,7 @@ _CONFIG_KWARGS = {
     "hardware_mapping_strategy": _config.hw_mapping,
     "threads": lambda v: {"threads": _config._int("threads", v, 1)},
     "cpu_devices": lambda v: {"cpu_devices": _config._int("cpu_devices", v, 1, 64)},
-    "precision": lambda v: {"precision": _config._choice("precision", v, ("f32", "bf16"))},
+    "precision": lambda v: {"precision": _config.precision(v)},
     "impl": lambda v: {"impl": _config._choice("impl", v, ("auto", "fast", "generic", "reference"))},
 }
 
@@ -255,8 +255,11 @@ class Runtime:
     ``parallel_scheduling`` (bools), ``hardware_mapping`` (``"default"`` or
     ``"optimized"``), ``pool_size_mb``, ``memory_reuse_strategy``, ``alignment``,
     ``max_streams``, ``scheduling``, ``batch_size``, ``hardware_mapping_strategy``,
-    ``threads``, ``cpu_devices``, ``precision`` (``"f32"``/``"bf16"``), ``impl``
-    (force a tier) and ``env`` (default True: ``NPURT_*`` variables first, then these).
+    ``threads``, ``cpu_devices``, ``precision`` (the default of compiled graphs:
+    ``"f32"``/``"fp32"``, ``"bf16"``, ``"f16"``/``"fp16"``/``"half"`` or ``"auto"``),
+    ``impl`` (force a tier), ``cube_utilization`` and ``vector_utilization`` (as
+    :meth:`set_compute_unit_utilization`) and ``env`` (default True: ``NPURT_*``
+    variables first, then these).
 
     Every method of the module API exists here with the same name and arguments. Raises
     :class:`npurt.BackendUnavailableError` when the backend cannot be opened.
@@ -663,7 +666,7 @@ class Runtime:
             o["scheduling"] = self._settings["scheduling"]
         p = precision if precision is not None else self._settings.get("precision")
         if p is not None:
-            o["precision"] = _config._choice("precision", p, ("f32", "fp32", "bf16"))
+            o["precision"] = _config.precision(p)
         if streams is not None:
             o["streams"] = _config._int("streams", streams, 1, _native.max_streams_bound())
         return o

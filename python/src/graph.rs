@@ -57,8 +57,13 @@ fn options(py: Python<'_>, rt: &npurt::Runtime, device: usize, o: &Bound<'_, PyD
     }
     if let Some(v) = o.get_item("precision")?.filter(|v| !v.is_none()) {
         let s: String = v.extract()?;
-        c.precision = Precision::parse(&s)
-            .ok_or_else(|| errors::invalid(py, "compile", format!("precision must be f32 or bf16, got {s:?}")))?;
+        c.precision = Precision::parse(&s).ok_or_else(|| {
+            errors::invalid(
+                py,
+                "compile",
+                format!("precision must be one of f32, fp32, bf16, f16, fp16, half, auto; got {s:?}"),
+            )
+        })?;
     }
     if let Some(v) = o.get_item("streams")?.filter(|v| !v.is_none()) {
         let n: usize = v.extract()?;
@@ -305,8 +310,8 @@ impl PyCompiledGraph {
 }
 
 /// A BERT encoder compiled on `rt`: a preset (`bert-large`, `bert-base`, `minilm-l6`,
-/// seeded random weights) or a Hugging Face model directory (`config.json` and its
-/// `model.safetensors`).
+/// `tiny`: seeded random weights) or a Hugging Face model directory (`config.json` and
+/// its `model.safetensors`, both required).
 #[pyfunction]
 #[pyo3(signature = (rt, model, batch, seq, device, opts, seed = 42))]
 #[allow(clippy::too_many_arguments)] // the Python signature
@@ -331,17 +336,23 @@ pub(crate) fn bert(
                     let p = std::path::Path::new(&name);
                     if !p.is_dir() {
                         return Err(Error::Config(format!(
-                            "bert: {name:?} is neither a preset (bert-large, bert-base, minilm-l6) nor a model directory"
+                            "bert: {name:?} is neither a preset (bert-large, bert-base, minilm-l6, tiny) nor a model \
+                             directory"
                         )));
                     }
                     let c = BertConfig::from_file(p.join("config.json"))?;
                     let st = p.join("model.safetensors");
-                    let w = if st.is_file() {
-                        Weights::File(Arc::new(SafetensorsFile::open(&st)?))
-                    } else {
-                        Weights::Random(seed)
-                    };
-                    (c, w)
+                    if !st.is_file() {
+                        // A model directory without its weights is an error, not random
+                        // weights (only the presets have those).
+                        let missing = std::io::Error::new(
+                            std::io::ErrorKind::NotFound,
+                            "the model's weights are missing (a model directory needs its model.safetensors; \
+                             only the presets use random weights)",
+                        );
+                        return Err(Error::io(st.display().to_string(), missing));
+                    }
+                    (c, Weights::File(Arc::new(SafetensorsFile::open(&st)?)))
                 }
             };
             let bg = bert_model::build(&config, weights, batch, seq)?;

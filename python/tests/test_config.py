@@ -126,3 +126,27 @@ def test_runtime_kwargs() -> None:
         npurt.Runtime(backend="cpu", turbo=True)
     with pytest.raises(ValueError):
         npurt.Runtime(backend="tpu")
+
+
+PRECISIONS = ["f32", "fp32", "bf16", "f16", "fp16", "half", "auto", "F16", "Half"]
+
+
+@pytest.mark.parametrize("p", PRECISIONS)
+def test_every_runtime_precision_is_accepted(p: str) -> None:
+    r = npurt.Runtime(backend="cpu", env=False, precision=p)
+    canonical = {"fp32": "f32", "fp16": "f16", "half": "f16"}.get(p.lower(), p.lower())
+    assert r.config()["precision"] == canonical
+    assert r._rt().config()["precision"] == canonical
+
+
+@pytest.mark.parametrize("p", ["fp8", "int8", "f64", "", "bfloat16", 16])
+def test_unknown_precisions_are_rejected(p) -> None:
+    with pytest.raises(ValueError, match="precision"):
+        npurt.Runtime(backend="cpu", env=False, precision=p)
+    r = npurt.Runtime(backend="cpu", env=False)
+    g = r.Graph()
+    g.output(g.node("Relu", [g.input("x", (2,))]))
+    with pytest.raises(ValueError, match="precision"):
+        g.compile(precision=p)
+    with pytest.raises(ValueError, match="precision"):
+        r.bert("tiny", seq=8, precision=p)
