@@ -249,19 +249,23 @@ class CompiledGraph:
         return f"npurt.CompiledGraph(inputs={self.input_names}, outputs={self.output_names}, device={self.device})"
 
 
-def bert(preset_or_model_dir: str, batch: int = 1, seq: int = 128, precision: Optional[str] = None,
-         device: Optional[int] = None, *, streams: Optional[int] = None, runtime: Optional[Runtime] = None,
-         seed: int = 42) -> CompiledGraph:
+def bert(preset_or_model_dir: Union[str, "os.PathLike[str]"], batch: Optional[int] = None, seq: int = 128,
+         precision: Optional[str] = None, device: Optional[int] = None, *, streams: Optional[int] = None,
+         runtime: Optional[Runtime] = None, seed: int = 42) -> CompiledGraph:
     """A compiled BERT encoder.
 
-    ``preset_or_model_dir``: ``"bert-large"``, ``"bert-base"`` or ``"minilm-l6"`` (seeded
-    random weights), or a Hugging Face directory (``config.json`` and its
-    ``model.safetensors`` weights). Inputs ``input_ids`` (int64), ``token_type_ids``
-    (int64) and ``attention_mask`` (float32 1/0; int64 accepted), each ``[batch, seq]``;
-    the output is the last hidden state ``[batch, seq, hidden]``. The GIL is released
-    while building and compiling.
+    ``preset_or_model_dir``: ``"bert-large"``, ``"bert-base"``, ``"minilm-l6"`` or
+    ``"tiny"`` (seeded random weights), or a Hugging Face directory with ``config.json``
+    and its ``model.safetensors`` weights (a directory without the weights raises
+    :class:`npurt.Error` naming the missing file). ``batch`` defaults to the value of
+    :func:`npurt.set_batch_size`, else 1. ``precision`` as :meth:`Graph.compile` takes it.
+    Inputs ``input_ids`` (int64), ``token_type_ids`` (int64) and ``attention_mask``
+    (float32 1/0; int64 accepted), each ``[batch, seq]``; the output is the last hidden
+    state ``[batch, seq, hidden]``. The GIL is released while building and compiling.
     """
     rt = runtime if runtime is not None else default_runtime()
+    if batch is None:
+        batch = rt._settings.get("batch_size", 1)
     b = _config_int("batch", batch)
     s = _config_int("seq", seq)
     model = os.fspath(preset_or_model_dir)
@@ -281,10 +285,16 @@ class Embedder:
     ``model.safetensors``, ``tokenizer.json``, ``modules.json``, pooling config): the same
     pipeline as the Rust embedder (tokenise, BERT, pooling, L2 normalisation)."""
 
-    def __init__(self, model_dir: Union[str, "os.PathLike[str]"], batch_size: int = 32, *, device: Optional[int] = None,
-                 runtime: Optional[Runtime] = None) -> None:
+    ``batch_size`` (texts per forward pass) defaults to the value of
+    :func:`npurt.set_batch_size`, else 32.
+    """
+
+    def __init__(self, model_dir: Union[str, "os.PathLike[str]"], batch_size: Optional[int] = None, *,
+                 device: Optional[int] = None, runtime: Optional[Runtime] = None) -> None:
         rt = runtime if runtime is not None else default_runtime()
         self._owner = rt
+        if batch_size is None:
+            batch_size = rt._settings.get("batch_size", 32)
         self._e = _native.Embedder(rt._rt(), os.fspath(model_dir), _config_int("batch_size", batch_size),
                                    rt._device(device))
 
@@ -316,4 +326,5 @@ class Embedder:
         return self._e.embed(texts)
 
     def __repr__(self) -> str:
-        return f"npurt.Embedder(dimension={self.dimension}, max_seq_length={self.max_seq_length})"
+        return (f"npurt.Embedder(dimension={self.dimension}, max_seq_length={self.max_seq_length}, "
+                f"batch_size={self.batch_size})")

@@ -620,9 +620,17 @@ class Runtime:
         self._apply(_config.scheduling(strategy))
 
     def set_batch_size(self, size: int) -> None:
-        """Requests per batch in batched submission (``size`` >= 1). Applies to graphs and
-        embedders made afterwards (the runtime is kept)."""
+        """The default batch of models made afterwards (``size`` in 1..65536): the texts
+        per forward pass of an :class:`npurt.Embedder` made without ``batch_size``, and the
+        ``batch`` of a :func:`npurt.bert` graph made without ``batch``. Models made before
+        keep their batch; the runtime is kept (tensors and streams are unaffected)."""
         self._apply(_config.batch_size(size))
+
+    def get_batch_size(self) -> Optional[int]:
+        """The batch size last set (by :meth:`set_batch_size` or ``Runtime(batch_size=)``),
+        or ``None`` when none was: then ``bert`` uses 1 and ``Embedder`` 32."""
+        v = self._settings.get("batch_size")
+        return None if v is None else int(v)
 
     def set_hardware_mapping_strategy(self, strategy: str) -> None:
         """Kernel preference: ``"auto"``, ``"cube_prefer"`` or ``"vector_prefer"``. Needs a
@@ -647,15 +655,17 @@ class Runtime:
 
         return Graph(runtime=self)
 
-    def bert(self, preset_or_model_dir: str, batch: int = 1, seq: int = 128, precision: Optional[str] = None,
-             device: Optional[int] = None, streams: Optional[int] = None) -> Any:
-        """:func:`npurt.bert` on this runtime."""
+    def bert(self, preset_or_model_dir: str, batch: Optional[int] = None, seq: int = 128,
+             precision: Optional[str] = None, device: Optional[int] = None, streams: Optional[int] = None) -> Any:
+        """:func:`npurt.bert` on this runtime (``batch`` defaults to :meth:`set_batch_size`'s
+        value, else 1)."""
         from ._graph import bert
 
         return bert(preset_or_model_dir, batch, seq, precision, device, streams=streams, runtime=self)
 
-    def Embedder(self, model_dir: str, batch_size: int = 32, device: Optional[int] = None) -> Any:
-        """:class:`npurt.Embedder` on this runtime."""
+    def Embedder(self, model_dir: str, batch_size: Optional[int] = None, device: Optional[int] = None) -> Any:
+        """:class:`npurt.Embedder` on this runtime (``batch_size`` defaults to
+        :meth:`set_batch_size`'s value, else 32)."""
         from ._graph import Embedder
 
         return Embedder(model_dir, batch_size, device=device, runtime=self)

@@ -128,6 +128,30 @@ def test_runtime_kwargs() -> None:
         npurt.Runtime(backend="tpu")
 
 
+def test_set_batch_size_is_the_default_batch_of_models_made_afterwards(tmp_path) -> None:
+    import tiny_model
+
+    r = npurt.Runtime(backend="cpu", env=False)
+    model = tiny_model.write(tmp_path / "tiny")
+    assert r.get_batch_size() is None
+    assert r.bert("tiny", seq=8).input_shapes[0] == (1, 8)
+    assert r.Embedder(model).batch_size == 32
+    before = r.Embedder(model)
+    r.set_batch_size(size=3)
+    assert r.get_batch_size() == 3 and r.config()["batch_size"] == 3
+    assert r.bert("tiny", seq=8).input_shapes == [(3, 8)] * 3
+    assert r.Embedder(model).batch_size == 3
+    # Given values win; models made before keep theirs.
+    assert r.bert("tiny", batch=2, seq=8).input_shapes[0] == (2, 8)
+    assert r.Embedder(model, batch_size=5).batch_size == 5
+    assert before.batch_size == 32
+    # As a Runtime keyword too.
+    r2 = npurt.Runtime(backend="cpu", env=False, batch_size=4)
+    assert r2.bert("tiny", seq=8).input_shapes[0] == (4, 8)
+    doc = " ".join((npurt.set_batch_size.__doc__ or "").split())
+    assert "Embedder" in doc and "bert" in doc and "batch_size" in doc
+
+
 PRECISIONS = ["f32", "fp32", "bf16", "f16", "fp16", "half", "auto", "F16", "Half"]
 
 
