@@ -282,8 +282,10 @@ def _config_int(name: str, v: Any) -> int:
 
 class Embedder:
     """Sentence embeddings from a sentence-transformers model directory (``config.json``,
-    ``model.safetensors``, ``tokenizer.json``, ``modules.json``, pooling config): the same
-    pipeline as the Rust embedder (tokenise, BERT, pooling, L2 normalisation)."""
+    ``model.safetensors``, ``tokenizer.json``, ``modules.json``, pooling config): the
+    pipeline of the Rust embedder (tokenise, BERT, pooling, and the L2 normalisation
+    when ``modules.json`` has a Normalize module), then every row L2-normalised here, so
+    rows have unit length for every model.
 
     ``batch_size`` (texts per forward pass) defaults to the value of
     :func:`npurt.set_batch_size`, else 32.
@@ -312,10 +314,20 @@ class Embedder:
     def batch_size(self) -> int:
         return int(self._e.batch_size)
 
-    def embed(self, texts: Union[str, Sequence[str]]) -> np.ndarray:
-        """Embeddings of ``texts`` as a ``[len(texts), dimension]`` float32 array (rows
-        L2-normalised when the model normalises). The GIL is released while embedding;
-        Ctrl-C takes effect between batches."""
+    @property
+    def model_normalizes(self) -> bool:
+        """Whether the model's own pipeline ends with a Normalize module."""
+        return bool(self._e.normalizes)
+
+    def embed(self, texts: Union[str, Sequence[str]], *, normalize: bool = True) -> np.ndarray:
+        """Embeddings of ``texts`` as a ``[len(texts), dimension]`` float32 array.
+
+        Rows are L2-normalised (unit length) whether or not the model's ``modules.json``
+        has a Normalize module; ``normalize=False`` returns the model pipeline's own output
+        (the pooled vectors, normalised only when the model says so). The GIL is released
+        while embedding; a Ctrl-C raises ``KeyboardInterrupt`` when the current batch of
+        ``batch_size`` texts ends, before the next starts.
+        """
         if isinstance(texts, str):
             texts = [texts]
         texts = list(texts)
@@ -323,7 +335,11 @@ class Embedder:
             raise ValidationError("Embedder.embed takes a list of strings")
         if not texts:
             return np.zeros((0, self.dimension), np.float32)
-        return self._e.embed(texts)
+        rows = self._e.embed(texts)
+        if normalize and not self.model_normalizes:  # else the pipeline already did, in f64
+            norms = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float64))
+            rows = (rows / np.maximum(norms, 1e-12)[:, None]).astype(np.float32)
+        return rows
 
     def __repr__(self) -> str:
         return (f"npurt.Embedder(dimension={self.dimension}, max_seq_length={self.max_seq_length}, "

@@ -13,6 +13,7 @@ pub struct PyEmbedder {
     e: Mutex<Embedder>,
     dimension: usize,
     max_seq_length: usize,
+    normalizes: bool,
 }
 
 #[pymethods]
@@ -24,7 +25,12 @@ impl PyEmbedder {
             let r = &rt.rt;
             let options = EmbedOptions { batch_size, device, ..EmbedOptions::default() };
             let e = nogil_interruptible(py, || Embedder::from_dir_with(r, model_dir, options))?;
-            Ok(PyEmbedder { dimension: e.dimension(), max_seq_length: e.max_seq_length(), e: Mutex::new(e) })
+            Ok(PyEmbedder {
+                dimension: e.dimension(),
+                max_seq_length: e.max_seq_length(),
+                normalizes: e.normalizes(),
+                e: Mutex::new(e),
+            })
         })
     }
     #[getter]
@@ -35,12 +41,18 @@ impl PyEmbedder {
     fn max_seq_length(&self) -> usize {
         self.max_seq_length
     }
+    /// Whether the model's pipeline ends with a Normalize module (`modules.json`).
+    #[getter]
+    fn normalizes(&self) -> bool {
+        self.normalizes
+    }
     #[getter]
     fn batch_size(&self, py: Python<'_>) -> PyResult<usize> {
         guard(py, "Embedder.batch_size", || Ok(self.lock().batch_size()))
     }
-    /// Embeddings of `texts`, `[len(texts), dimension]` float32, one batch of texts per
-    /// pass; a Ctrl-C during a pass is raised when the pass ends, before the next one starts.
+    /// Embeddings of `texts`, `[len(texts), dimension]` float32, as the model's pipeline
+    /// makes them, one batch of texts per pass; a Ctrl-C during a pass is raised when the
+    /// pass ends, before the next one starts.
     fn embed<'py>(&self, py: Python<'py>, texts: Vec<String>) -> PyResult<Bound<'py, PyArray2<f32>>> {
         guard(py, "Embedder.embed", || {
             let chunk = self.lock().batch_size().max(1);
