@@ -105,11 +105,13 @@ class Stream:
         self._s.wait(event._e)
 
     def __enter__(self) -> "Stream":
-        self._owner._push(self)
+        """As ``stream_scope(self)``: this thread's current stream, and its device the
+        current device, until the block ends."""
+        self._owner._enter(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._owner._pop(self)
+        self._owner._exit(self)
 
     def __repr__(self) -> str:
         return f"npurt.Stream({self.label}, async={self.is_async})"
@@ -330,15 +332,36 @@ class Runtime:
             st = self._local.streams = []
         return st
 
-    def _push(self, s: Stream) -> None:
+    def _enter(self, s: Stream) -> None:
+        """Makes ``s`` this thread's current stream and its device the current device,
+        remembering the device to restore."""
         self._stack().append(s)
+        self._prev_devices().append(getattr(self._local, "device", None))
+        self._local.device = s.device
 
-    def _pop(self, s: Stream) -> None:
+    def _exit(self, s: Stream) -> None:
+        """Leaves the innermost scope of ``s``: the stream and the device current before it
+        come back."""
         st = self._stack()
+        prev = self._prev_devices()
         for i in range(len(st) - 1, -1, -1):
             if st[i] is s:
                 del st[i]
+                device = prev.pop(i)
+                if device is None:
+                    try:
+                        del self._local.device
+                    except AttributeError:
+                        pass
+                else:
+                    self._local.device = device
                 return
+
+    def _prev_devices(self) -> List[Optional[int]]:
+        pd = getattr(self._local, "prev_devices", None)
+        if pd is None:
+            pd = self._local.prev_devices = []
+        return pd
 
     def _stream_for(self, runtime_id: int, device: int) -> Any:
         """The innermost scoped stream of this thread for that runtime and device."""
@@ -525,17 +548,11 @@ class Runtime:
         back on exit, also on exceptions."""
         if not isinstance(stream, Stream):
             raise ValidationError(f"stream_scope takes an npurt.Stream, got {type(stream).__name__}")
-        prev = getattr(self._local, "device", None)
-        self._push(stream)
-        self._local.device = stream.device
+        self._enter(stream)
         try:
             yield stream
         finally:
-            self._pop(stream)
-            if prev is None:
-                del self._local.device
-            else:
-                self._local.device = prev
+            self._exit(stream)
 
     def current_stream(self, device: Optional[int] = None) -> Stream:
         """This thread's current stream on ``device``: the innermost scoped one, else the
