@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 import weakref
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -655,10 +656,25 @@ class Runtime:
         self._apply(_config.hw_mapping(strategy))
 
     def set_compute_unit_utilization(self, cube: float = 1.0, vector: float = 1.0) -> None:
-        """Caps the compute units used, as fractions in (0, 1]: on the CPU backend the
-        larger fraction of the cores becomes each device's worker threads. Needs a new
-        runtime: applies to tensors created afterwards."""
-        self._apply(_config.utilization(cube, vector))
+        """Caps the compute the runtime uses, as fractions in (0, 1].
+
+        * CPU backend: the cores have no separate Cube and Vector units, so the two
+          fractions are not applied separately: ``max(cube, vector)`` × the cores this
+          process may run on (rounded, at least 1) becomes each device's worker-thread
+          count (the ``threads`` setting); 1.0 for both means all cores.
+        * Ascend and CUDA backends: no effect on the device. Neither CANN's nor the CUDA
+          driver's API, as the runtime uses them, can reserve a share of the AI Cores or
+          SMs, so kernels still use the whole device; a fraction below 1 there warns
+          (``RuntimeWarning``) and is only recorded.
+
+        Both fractions are kept and returned by :meth:`get_compute_unit_utilization`.
+        Needs a new runtime: applies to tensors created afterwards.
+        """
+        change = _config.utilization(cube, vector)
+        if min(float(cube), float(vector)) < 1.0 and self.backend != "cpu":
+            warnings.warn(f"set_compute_unit_utilization: the {self.backend} backend cannot cap its device's compute "
+                          f"units; cube={cube}, vector={vector} are recorded only", RuntimeWarning, stacklevel=2)
+        self._apply(change)
 
     def get_compute_unit_utilization(self) -> Tuple[float, float]:
         """The ``(cube, vector)`` fractions last set."""

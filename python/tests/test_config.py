@@ -174,3 +174,19 @@ def test_unknown_precisions_are_rejected(p) -> None:
         g.compile(precision=p)
     with pytest.raises(ValueError, match="precision"):
         r.bert("tiny", seq=8, precision=p)
+
+
+def test_compute_unit_utilization_caps_cpu_threads_and_says_so() -> None:
+    import os
+
+    r = npurt.Runtime(backend="cpu", env=False)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    r.set_compute_unit_utilization(cube=0.5, vector=0.25)
+    assert r.config()["threads"] == max(1, round(0.5 * cores))
+    assert r.get_compute_unit_utilization() == (0.5, 0.25)
+    r.set_compute_unit_utilization(cube=1.0, vector=1.0)
+    assert r.config()["threads"] is None
+    for f in (npurt.set_compute_unit_utilization, npurt.Runtime.set_compute_unit_utilization):
+        doc = " ".join((f.__doc__ or "").split())
+        for words in ("CPU backend", "max(cube, vector)", "worker-thread count", "Ascend and CUDA", "no effect"):
+            assert words in doc, (f, words)
