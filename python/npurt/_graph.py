@@ -28,6 +28,7 @@ class Value:
 
     @property
     def dtype(self) -> np.dtype:
+        """The NumPy dtype of the value (float32 for bf16)."""
         return numpy_dtype(self.dtype_name)
 
     def __repr__(self) -> str:
@@ -122,10 +123,12 @@ class MemoryPlan:
 
     @property
     def arena_mb(self) -> float:
+        """``arena_bytes`` in MiB."""
         return self.arena_bytes / MIB
 
     @property
     def load_mb(self) -> float:
+        """``load_bytes`` in MiB."""
         return self.load_bytes / MIB
 
     def __repr__(self) -> str:
@@ -171,22 +174,27 @@ class CompiledGraph:
 
     @property
     def input_shapes(self) -> List[Tuple[int, ...]]:
+        """The inputs' shapes, in :attr:`input_names` order."""
         return [s for _, _, s in self._inputs]
 
     @property
     def input_dtypes(self) -> List[np.dtype]:
+        """The inputs' NumPy dtypes, in :attr:`input_names` order."""
         return [numpy_dtype(dt) for _, dt, _ in self._inputs]
 
     @property
     def output_names(self) -> List[str]:
+        """The outputs, in the order :meth:`run` returns them."""
         return [n for n, _, _ in self._outputs]
 
     @property
     def output_shapes(self) -> List[Tuple[int, ...]]:
+        """The outputs' shapes."""
         return [s for _, _, s in self._outputs]
 
     @property
     def device(self) -> int:
+        """The device the graph runs on."""
         return int(self._cg.device)
 
     def _arguments(self, inputs: Union[Sequence[Any], Mapping[str, Any]]) -> List[Any]:
@@ -312,6 +320,7 @@ class Embedder:
 
     @property
     def batch_size(self) -> int:
+        """Texts per forward pass."""
         return int(self._e.batch_size)
 
     @property

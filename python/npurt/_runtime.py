@@ -82,6 +82,7 @@ class Stream:
 
     @property
     def device(self) -> int:
+        """The stream's device."""
         return int(self._s.device)
 
     @property
@@ -91,6 +92,7 @@ class Stream:
 
     @property
     def label(self) -> str:
+        """The stream's name, e.g. ``cpu:0/stream1`` (as ``ExecutionResult.stream``)."""
         return str(self._s.label)
 
     def synchronize(self) -> None:
@@ -140,6 +142,7 @@ class Event:
 
     @property
     def device(self) -> int:
+        """The event's device."""
         return int(self._e.device)
 
     def record(self, stream: Optional[Stream] = None) -> "Event":
@@ -438,11 +441,14 @@ class Runtime:
         """``npurt.Tensor(shape, dtype, device)`` on this runtime."""
         return self.empty(shape, dtype, device)
 
-    def asarray(self, array: Any, device: Optional[int] = None) -> Tensor:
-        """A tensor holding a copy of ``array`` (float64 becomes float32, bool uint8)."""
-        if isinstance(array, Tensor):
-            return array if device is None or array.device == device else array.to(device)
-        a = np.asarray(array)
+    def asarray(self, ndarray: Any, device: Optional[int] = None) -> Tensor:
+        """A tensor holding a copy of ``ndarray`` (a NumPy array or anything
+        ``np.asarray`` takes; float64 becomes float32, bool uint8) on ``device`` (default:
+        the current device). An ``npurt.Tensor`` comes back as itself, or copied to
+        ``device``."""
+        if isinstance(ndarray, Tensor):
+            return ndarray if device is None or ndarray.device == device else ndarray.to(device)
+        a = np.asarray(ndarray)
         if a.dtype == np.float64:
             a = a.astype(np.float32)
         elif a.dtype == np.bool_:

@@ -80,6 +80,7 @@ class Tensor:
 
     @property
     def ndim(self) -> int:
+        """The number of dimensions."""
         return len(self._t.shape)
 
     @property
@@ -122,6 +123,7 @@ class Tensor:
         return bool(self._t.supports_zero_copy())
 
     def is_contiguous(self) -> bool:
+        """True when the elements are dense in row-major order."""
         return bool(self._t.is_contiguous())
 
     # ---- host data ----
