@@ -4,24 +4,31 @@
 # with the cargo builds), then `pytest python/tests`. The Ascend tests use libacl_emu.so
 # (built here when cargo is present; they skip with the reason otherwise); the embedding
 # test uses target/test-assets from scripts/fetch-test-assets.sh (skips without it).
+#
+# Overrides: CARGO_TARGET_DIR (where maturin builds; default target/python), NPURT_PY_VENV
+# (the virtual environment, made afresh; default target/python-venv), ACL_EMU_LIB (an
+# emulator already built: then none is built here). Arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY="${PYTHON:-python3}"
-VENV="target/python-venv"
-export CARGO_TARGET_DIR="$PWD/target/python"
+VENV="${NPURT_PY_VENV:-target/python-venv}"
+case "$VENV" in /*) ;; *) VENV="$PWD/$VENV" ;; esac
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target/python}"
 
 rm -rf "$VENV"
 "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
 "$VENV/bin/python" -m pip install --quiet ./python pytest
 
-if command -v cargo >/dev/null 2>&1; then
+if [ -n "${ACL_EMU_LIB:-}" ]; then
+    echo "test-python: using the emulator $ACL_EMU_LIB"
+elif command -v cargo >/dev/null 2>&1; then
     # The emulator the Ascend tests load (the workspace's own target/debug, as cargo test uses).
     env -u CARGO_TARGET_DIR cargo build --quiet -p acl-emu || echo "test-python: acl-emu did not build; the Ascend tests will skip"
 fi
 
 # From outside the source tree, so `import npurt` is the installed package.
 cd python/tests
-"../../$VENV/bin/python" -c "import npurt; print('npurt', npurt.__version__, 'backends', npurt.compiled_backends()); print(npurt.execute('Relu', [npurt.Tensor((2, 2))]))"
-exec "../../$VENV/bin/python" -m pytest -q -rs . "$@"
+"$VENV/bin/python" -c "import npurt; print('npurt', npurt.__version__, 'backends', npurt.compiled_backends()); print(npurt.execute('Relu', [npurt.Tensor((2, 2))]))"
+exec "$VENV/bin/python" -m pytest -q -rs . "$@"

@@ -27,6 +27,11 @@ REUSE_STRATEGIES = {
 SCHEDULING = ("latency", "throughput", "balanced")
 HW_MAPPING = ("auto", "cube_prefer", "vector_prefer")
 OPTIMIZATION_KEYS = ("memory_pool", "memory_reuse", "parallel_scheduling", "hardware_mapping")
+#: What the runtime's ``Precision::parse`` accepts (case-insensitive): ``f32``/``fp32``
+#: (everything in the graph's dtypes), ``bf16`` (Linear weights in bf16), ``f16``/``fp16``/
+#: ``half`` (Linear weights in fp16, f32 accumulation) and ``auto`` (what the device
+#: computes well: f32 on the CPU and CUDA).
+PRECISIONS = ("f32", "fp32", "bf16", "f16", "fp16", "half", "auto")
 
 
 def _bool(name: str, v: Any) -> bool:
@@ -112,6 +117,13 @@ def scheduling(strategy: Any) -> Dict[str, Any]:
 
 def batch_size(size: Any) -> Dict[str, Any]:
     return {"batch_size": _int("batch size", size, 1, 1 << 16)}
+
+
+def precision(v: Any) -> str:
+    """The runtime's name (``f32``, ``bf16``, ``f16`` or ``auto``) of a precision among
+    :data:`PRECISIONS`; anything else raises ``ValueError``."""
+    p = _choice("precision", v, PRECISIONS)
+    return {"fp32": "f32", "fp16": "f16", "half": "f16"}.get(p, p)
 
 
 def hw_mapping(strategy: Any) -> Dict[str, Any]:

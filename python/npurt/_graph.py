@@ -28,6 +28,7 @@ class Value:
 
     @property
     def dtype(self) -> np.dtype:
+        """The NumPy dtype of the value (float32 for bf16)."""
         return numpy_dtype(self.dtype_name)
 
     def __repr__(self) -> str:
@@ -90,9 +91,15 @@ class Graph:
     def compile(self, device: Optional[int] = None, precision: Optional[str] = None,
                 streams: Optional[int] = None) -> "CompiledGraph":
         """Compiles the graph (fusion, kernel selection, static memory plan, streams) for
-        ``device`` (default: the current device). ``precision``: ``"f32"`` or ``"bf16"``
-        (Linear weights in bf16 where the backend has a bf16 unit); ``streams``: most
-        streams the schedule uses (1 = serial). The GIL is released while compiling."""
+        ``device`` (default: the current device).
+
+        ``precision`` (default: the runtime's ``precision`` setting, else ``"auto"``):
+        ``"f32"``/``"fp32"`` (the graph's own dtypes), ``"bf16"`` (Linear weights in bf16
+        where the backend has a bf16 unit), ``"f16"``/``"fp16"``/``"half"`` (Linear weights
+        in fp16, f32 accumulation; activations, LayerNorm and Softmax statistics in f32) or
+        ``"auto"`` (f32 on the CPU and CUDA); anything else raises ``ValueError``.
+        ``streams``: most streams the schedule uses (1 = serial). The GIL is released while
+        compiling; a Ctrl-C meanwhile raises ``KeyboardInterrupt`` when compiling ends."""
         rt = self._owner
         n = rt._rt()
         return CompiledGraph(self._g.compile(n, rt._device(device), rt._compile_opts(precision, streams)), rt)
@@ -116,10 +123,12 @@ class MemoryPlan:
 
     @property
     def arena_mb(self) -> float:
+        """``arena_bytes`` in MiB."""
         return self.arena_bytes / MIB
 
     @property
     def load_mb(self) -> float:
+        """``load_bytes`` in MiB."""
         return self.load_bytes / MIB
 
     def __repr__(self) -> str:
@@ -165,22 +174,27 @@ class CompiledGraph:
 
     @property
     def input_shapes(self) -> List[Tuple[int, ...]]:
+        """The inputs' shapes, in :attr:`input_names` order."""
         return [s for _, _, s in self._inputs]
 
     @property
     def input_dtypes(self) -> List[np.dtype]:
+        """The inputs' NumPy dtypes, in :attr:`input_names` order."""
         return [numpy_dtype(dt) for _, dt, _ in self._inputs]
 
     @property
     def output_names(self) -> List[str]:
+        """The outputs, in the order :meth:`run` returns them."""
         return [n for n, _, _ in self._outputs]
 
     @property
     def output_shapes(self) -> List[Tuple[int, ...]]:
+        """The outputs' shapes."""
         return [s for _, _, s in self._outputs]
 
     @property
     def device(self) -> int:
+        """The device the graph runs on."""
         return int(self._cg.device)
 
     def _arguments(self, inputs: Union[Sequence[Any], Mapping[str, Any]]) -> List[Any]:
@@ -243,19 +257,23 @@ class CompiledGraph:
         return f"npurt.CompiledGraph(inputs={self.input_names}, outputs={self.output_names}, device={self.device})"
 
 
-def bert(preset_or_model_dir: str, batch: int = 1, seq: int = 128, precision: Optional[str] = None,
-         device: Optional[int] = None, *, streams: Optional[int] = None, runtime: Optional[Runtime] = None,
-         seed: int = 42) -> CompiledGraph:
+def bert(preset_or_model_dir: Union[str, "os.PathLike[str]"], batch: Optional[int] = None, seq: int = 128,
+         precision: Optional[str] = None, device: Optional[int] = None, *, streams: Optional[int] = None,
+         runtime: Optional[Runtime] = None, seed: int = 42) -> CompiledGraph:
     """A compiled BERT encoder.
 
-    ``preset_or_model_dir``: ``"bert-large"``, ``"bert-base"`` or ``"minilm-l6"`` (seeded
-    random weights), or a Hugging Face directory (``config.json`` and its
-    ``model.safetensors`` weights). Inputs ``input_ids`` (int64), ``token_type_ids``
-    (int64) and ``attention_mask`` (float32 1/0; int64 accepted), each ``[batch, seq]``;
-    the output is the last hidden state ``[batch, seq, hidden]``. The GIL is released
-    while building and compiling.
+    ``preset_or_model_dir``: ``"bert-large"``, ``"bert-base"``, ``"minilm-l6"`` or
+    ``"tiny"`` (seeded random weights), or a Hugging Face directory with ``config.json``
+    and its ``model.safetensors`` weights (a directory without the weights raises
+    :class:`npurt.Error` naming the missing file). ``batch`` defaults to the value of
+    :func:`npurt.set_batch_size`, else 1. ``precision`` as :meth:`Graph.compile` takes it.
+    Inputs ``input_ids`` (int64), ``token_type_ids`` (int64) and ``attention_mask``
+    (float32 1/0; int64 accepted), each ``[batch, seq]``; the output is the last hidden
+    state ``[batch, seq, hidden]``. The GIL is released while building and compiling.
     """
     rt = runtime if runtime is not None else default_runtime()
+    if batch is None:
+        batch = rt._settings.get("batch_size", 1)
     b = _config_int("batch", batch)
     s = _config_int("seq", seq)
     model = os.fspath(preset_or_model_dir)
@@ -272,13 +290,21 @@ def _config_int(name: str, v: Any) -> int:
 
 class Embedder:
     """Sentence embeddings from a sentence-transformers model directory (``config.json``,
-    ``model.safetensors``, ``tokenizer.json``, ``modules.json``, pooling config): the same
-    pipeline as the Rust embedder (tokenise, BERT, pooling, L2 normalisation)."""
+    ``model.safetensors``, ``tokenizer.json``, ``modules.json``, pooling config): the
+    pipeline of the Rust embedder (tokenise, BERT, pooling, and the L2 normalisation
+    when ``modules.json`` has a Normalize module), then every row L2-normalised here, so
+    rows have unit length for every model.
 
-    def __init__(self, model_dir: Union[str, "os.PathLike[str]"], batch_size: int = 32, *, device: Optional[int] = None,
-                 runtime: Optional[Runtime] = None) -> None:
+    ``batch_size`` (texts per forward pass) defaults to the value of
+    :func:`npurt.set_batch_size`, else 32.
+    """
+
+    def __init__(self, model_dir: Union[str, "os.PathLike[str]"], batch_size: Optional[int] = None, *,
+                 device: Optional[int] = None, runtime: Optional[Runtime] = None) -> None:
         rt = runtime if runtime is not None else default_runtime()
         self._owner = rt
+        if batch_size is None:
+            batch_size = rt._settings.get("batch_size", 32)
         self._e = _native.Embedder(rt._rt(), os.fspath(model_dir), _config_int("batch_size", batch_size),
                                    rt._device(device))
 
@@ -294,12 +320,23 @@ class Embedder:
 
     @property
     def batch_size(self) -> int:
+        """Texts per forward pass."""
         return int(self._e.batch_size)
 
-    def embed(self, texts: Union[str, Sequence[str]]) -> np.ndarray:
-        """Embeddings of ``texts`` as a ``[len(texts), dimension]`` float32 array (rows
-        L2-normalised when the model normalises). The GIL is released while embedding;
-        Ctrl-C takes effect between batches."""
+    @property
+    def model_normalizes(self) -> bool:
+        """Whether the model's own pipeline ends with a Normalize module."""
+        return bool(self._e.normalizes)
+
+    def embed(self, texts: Union[str, Sequence[str]], *, normalize: bool = True) -> np.ndarray:
+        """Embeddings of ``texts`` as a ``[len(texts), dimension]`` float32 array.
+
+        Rows are L2-normalised (unit length) whether or not the model's ``modules.json``
+        has a Normalize module; ``normalize=False`` returns the model pipeline's own output
+        (the pooled vectors, normalised only when the model says so). The GIL is released
+        while embedding; a Ctrl-C raises ``KeyboardInterrupt`` when the current batch of
+        ``batch_size`` texts ends, before the next starts.
+        """
         if isinstance(texts, str):
             texts = [texts]
         texts = list(texts)
@@ -307,7 +344,12 @@ class Embedder:
             raise ValidationError("Embedder.embed takes a list of strings")
         if not texts:
             return np.zeros((0, self.dimension), np.float32)
-        return self._e.embed(texts)
+        rows = self._e.embed(texts)
+        if normalize and not self.model_normalizes:  # else the pipeline already did, in f64
+            norms = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float64))
+            rows = (rows / np.maximum(norms, 1e-12)[:, None]).astype(np.float32)
+        return rows
 
     def __repr__(self) -> str:
-        return f"npurt.Embedder(dimension={self.dimension}, max_seq_length={self.max_seq_length})"
+        return (f"npurt.Embedder(dimension={self.dimension}, max_seq_length={self.max_seq_length}, "
+                f"batch_size={self.batch_size})")

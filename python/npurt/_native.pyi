@@ -46,7 +46,11 @@ class Runtime:
     def reset_utilisation(self) -> None: ...
 
 class Tensor:
-    """A runtime tensor and the runtime owning it."""
+    """A runtime tensor and the runtime owning it (``npurt.Tensor`` wraps one).
+
+    Its memory comes from the runtime's pool on one device and returns there when the
+    last reference (this object, views, DLPack capsules, queued work) is gone.
+    """
 
     @property
     def shape(self) -> List[int]: ...
@@ -82,6 +86,10 @@ class Tensor:
         """A DLPack capsule sharing the tensor's memory (zero-copy devices only)."""
 
 class Stream:
+    """A runtime stream of one device (``npurt.Stream`` wraps one): the device's
+    synchronous default stream, or an asynchronous user stream whose work runs in order
+    and whose failures are reported by :meth:`synchronize`."""
+
     @property
     def device(self) -> int: ...
     @property
@@ -90,21 +98,31 @@ class Stream:
     def runtime_id(self) -> int: ...
     @property
     def label(self) -> str: ...
-    def synchronize(self) -> None: ...
-    def record(self) -> Event: ...
-    def wait(self, event: Event) -> None: ...
+    def synchronize(self) -> None:
+        """Waits for the work queued on this stream (GIL released) and raises its first
+        failure; a Ctrl-C meanwhile raises ``KeyboardInterrupt`` when the wait ends."""
+    def record(self) -> Event:
+        """A new event recorded at the current end of this stream."""
+    def wait(self, event: Event) -> None:
+        """Makes later work on this stream wait for ``event``."""
 
 class Event:
+    """A marker in a stream (``npurt.Event`` wraps one): cross-stream waits and timing."""
+
     @property
     def device(self) -> int: ...
-    def record(self, stream: Stream) -> None: ...
-    def query(self) -> bool: ...
-    def synchronize(self) -> None: ...
+    def record(self, stream: Stream) -> None:
+        """(Re-)records the event at the current end of ``stream``."""
+    def query(self) -> bool:
+        """True when the work before the record point has finished."""
+    def synchronize(self) -> None:
+        """Waits until the work before the record point has finished (GIL released)."""
     def elapsed_ms(self, end: Event) -> float:
         """Milliseconds from this event to ``end``."""
 
 class Report:
-    """What one execution did."""
+    """What one execution did (the runtime's ``ExecReport``; ``npurt.ExecutionResult``
+    is built from it)."""
 
     op: str
     implementation: str
@@ -133,8 +151,14 @@ def init_logging() -> None: ...
 def validate_config(settings: Dict[str, Any], env: bool = True) -> None:
     """Checks settings as a runtime would, without opening a backend."""
 def max_streams_bound() -> int: ...
+def _inject_panic(name: Optional[str]) -> None:
+    """For tests: every guarded native call named ``name`` (e.g. ``"Graph.node"``) panics
+    inside its guard, raising ``npurt.Error``, until ``_inject_panic(None)``."""
 
 class Graph:
+    """A graph under construction (``npurt.Graph`` wraps one): values are numbered in the
+    order they are made; shapes are checked as nodes are added."""
+
     def __init__(self) -> None: ...
     def input(self, name: str, dtype_name: str, shape: Sequence[int]) -> int: ...
     def constant(self, name: str, arr: np.ndarray) -> int: ...
@@ -143,9 +167,15 @@ class Graph:
     def value(self, value: int) -> Tuple[str, str, List[int]]: ...
     def num_nodes(self) -> int: ...
     def dump(self) -> str: ...
-    def compile(self, rt: Runtime, device: int, opts: Dict[str, Any]) -> CompiledGraph: ...
+    def compile(self, rt: Runtime, device: int, opts: Dict[str, Any]) -> CompiledGraph:
+        """Compiles for ``device`` of ``rt``; ``opts``: ``fuse``, ``memory_reuse``,
+        ``parallel``, ``scheduling``, ``precision``, ``streams``, ``max_arenas`` (GIL
+        released)."""
 
 class CompiledGraph:
+    """A compiled graph (``npurt.CompiledGraph`` wraps one); :meth:`run` may be called
+    from many threads at once, each run with an arena of its own."""
+
     @property
     def device(self) -> int: ...
     def runtime(self) -> Runtime: ...
@@ -162,11 +192,19 @@ def bert(rt: Runtime, model: str, batch: int, seq: int, device: int, opts: Dict[
     """A compiled BERT encoder from a preset or a Hugging Face directory."""
 
 class Embedder:
+    """The runtime's sentence embedder over a sentence-transformers model directory
+    (``npurt.Embedder`` wraps one and L2-normalises its rows)."""
+
     def __init__(self, rt: Runtime, model_dir: str, batch_size: int = 32, device: int = 0) -> None: ...
     @property
     def dimension(self) -> int: ...
     @property
     def max_seq_length(self) -> int: ...
     @property
+    def normalizes(self) -> bool:
+        """Whether the model's ``modules.json`` ends with a Normalize module."""
+    @property
     def batch_size(self) -> int: ...
-    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """``[len(texts), dimension]`` float32 rows as the model's pipeline makes them, one
+        batch per pass; a Ctrl-C is raised between passes."""

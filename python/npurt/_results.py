@@ -86,6 +86,7 @@ class MemoryInfo:
         self.free_mb = None if free is None else free / MIB
 
     def as_dict(self) -> Dict[str, Any]:
+        """Every figure as a dictionary."""
         return dict(self.__dict__)
 
     def __repr__(self) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 import weakref
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -36,7 +37,7 @@ _CONFIG_KWARGS = {
     "hardware_mapping_strategy": _config.hw_mapping,
     "threads": lambda v: {"threads": _config._int("threads", v, 1)},
     "cpu_devices": lambda v: {"cpu_devices": _config._int("cpu_devices", v, 1, 64)},
-    "precision": lambda v: {"precision": _config._choice("precision", v, ("f32", "bf16"))},
+    "precision": lambda v: {"precision": _config.precision(v)},
     "impl": lambda v: {"impl": _config._choice("impl", v, ("auto", "fast", "generic", "reference"))},
 }
 
@@ -81,6 +82,7 @@ class Stream:
 
     @property
     def device(self) -> int:
+        """The stream's device."""
         return int(self._s.device)
 
     @property
@@ -90,6 +92,7 @@ class Stream:
 
     @property
     def label(self) -> str:
+        """The stream's name, e.g. ``cpu:0/stream1`` (as ``ExecutionResult.stream``)."""
         return str(self._s.label)
 
     def synchronize(self) -> None:
@@ -105,11 +108,13 @@ class Stream:
         self._s.wait(event._e)
 
     def __enter__(self) -> "Stream":
-        self._owner._push(self)
+        """As ``stream_scope(self)``: this thread's current stream, and its device the
+        current device, until the block ends."""
+        self._owner._enter(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._owner._pop(self)
+        self._owner._exit(self)
 
     def __repr__(self) -> str:
         return f"npurt.Stream({self.label}, async={self.is_async})"
@@ -137,6 +142,7 @@ class Event:
 
     @property
     def device(self) -> int:
+        """The event's device."""
         return int(self._e.device)
 
     def record(self, stream: Optional[Stream] = None) -> "Event":
@@ -255,8 +261,11 @@ class Runtime:
     ``parallel_scheduling`` (bools), ``hardware_mapping`` (``"default"`` or
     ``"optimized"``), ``pool_size_mb``, ``memory_reuse_strategy``, ``alignment``,
     ``max_streams``, ``scheduling``, ``batch_size``, ``hardware_mapping_strategy``,
-    ``threads``, ``cpu_devices``, ``precision`` (``"f32"``/``"bf16"``), ``impl``
-    (force a tier) and ``env`` (default True: ``NPURT_*`` variables first, then these).
+    ``threads``, ``cpu_devices``, ``precision`` (the default of compiled graphs:
+    ``"f32"``/``"fp32"``, ``"bf16"``, ``"f16"``/``"fp16"``/``"half"`` or ``"auto"``),
+    ``impl`` (force a tier), ``cube_utilization`` and ``vector_utilization`` (as
+    :meth:`set_compute_unit_utilization`) and ``env`` (default True: ``NPURT_*``
+    variables first, then these).
 
     Every method of the module API exists here with the same name and arguments. Raises
     :class:`npurt.BackendUnavailableError` when the backend cannot be opened.
@@ -327,15 +336,36 @@ class Runtime:
             st = self._local.streams = []
         return st
 
-    def _push(self, s: Stream) -> None:
+    def _enter(self, s: Stream) -> None:
+        """Makes ``s`` this thread's current stream and its device the current device,
+        remembering the device to restore."""
         self._stack().append(s)
+        self._prev_devices().append(getattr(self._local, "device", None))
+        self._local.device = s.device
 
-    def _pop(self, s: Stream) -> None:
+    def _exit(self, s: Stream) -> None:
+        """Leaves the innermost scope of ``s``: the stream and the device current before it
+        come back."""
         st = self._stack()
+        prev = self._prev_devices()
         for i in range(len(st) - 1, -1, -1):
             if st[i] is s:
                 del st[i]
+                device = prev.pop(i)
+                if device is None:
+                    try:
+                        del self._local.device
+                    except AttributeError:
+                        pass
+                else:
+                    self._local.device = device
                 return
+
+    def _prev_devices(self) -> List[Optional[int]]:
+        pd = getattr(self._local, "prev_devices", None)
+        if pd is None:
+            pd = self._local.prev_devices = []
+        return pd
 
     def _stream_for(self, runtime_id: int, device: int) -> Any:
         """The innermost scoped stream of this thread for that runtime and device."""
@@ -411,11 +441,14 @@ class Runtime:
         """``npurt.Tensor(shape, dtype, device)`` on this runtime."""
         return self.empty(shape, dtype, device)
 
-    def asarray(self, array: Any, device: Optional[int] = None) -> Tensor:
-        """A tensor holding a copy of ``array`` (float64 becomes float32, bool uint8)."""
-        if isinstance(array, Tensor):
-            return array if device is None or array.device == device else array.to(device)
-        a = np.asarray(array)
+    def asarray(self, ndarray: Any, device: Optional[int] = None) -> Tensor:
+        """A tensor holding a copy of ``ndarray`` (a NumPy array or anything
+        ``np.asarray`` takes; float64 becomes float32, bool uint8) on ``device`` (default:
+        the current device). An ``npurt.Tensor`` comes back as itself, or copied to
+        ``device``."""
+        if isinstance(ndarray, Tensor):
+            return ndarray if device is None or ndarray.device == device else ndarray.to(device)
+        a = np.asarray(ndarray)
         if a.dtype == np.float64:
             a = a.astype(np.float32)
         elif a.dtype == np.bool_:
@@ -522,17 +555,11 @@ class Runtime:
         back on exit, also on exceptions."""
         if not isinstance(stream, Stream):
             raise ValidationError(f"stream_scope takes an npurt.Stream, got {type(stream).__name__}")
-        prev = getattr(self._local, "device", None)
-        self._push(stream)
-        self._local.device = stream.device
+        self._enter(stream)
         try:
             yield stream
         finally:
-            self._pop(stream)
-            if prev is None:
-                del self._local.device
-            else:
-                self._local.device = prev
+            self._exit(stream)
 
     def current_stream(self, device: Optional[int] = None) -> Stream:
         """This thread's current stream on ``device``: the innermost scoped one, else the
@@ -617,9 +644,17 @@ class Runtime:
         self._apply(_config.scheduling(strategy))
 
     def set_batch_size(self, size: int) -> None:
-        """Requests per batch in batched submission (``size`` >= 1). Applies to graphs and
-        embedders made afterwards (the runtime is kept)."""
+        """The default batch of models made afterwards (``size`` in 1..65536): the texts
+        per forward pass of an :class:`npurt.Embedder` made without ``batch_size``, and the
+        ``batch`` of a :func:`npurt.bert` graph made without ``batch``. Models made before
+        keep their batch; the runtime is kept (tensors and streams are unaffected)."""
         self._apply(_config.batch_size(size))
+
+    def get_batch_size(self) -> Optional[int]:
+        """The batch size last set (by :meth:`set_batch_size` or ``Runtime(batch_size=)``),
+        or ``None`` when none was: then ``bert`` uses 1 and ``Embedder`` 32."""
+        v = self._settings.get("batch_size")
+        return None if v is None else int(v)
 
     def set_hardware_mapping_strategy(self, strategy: str) -> None:
         """Kernel preference: ``"auto"``, ``"cube_prefer"`` or ``"vector_prefer"``. Needs a
@@ -627,10 +662,25 @@ class Runtime:
         self._apply(_config.hw_mapping(strategy))
 
     def set_compute_unit_utilization(self, cube: float = 1.0, vector: float = 1.0) -> None:
-        """Caps the compute units used, as fractions in (0, 1]: on the CPU backend the
-        larger fraction of the cores becomes each device's worker threads. Needs a new
-        runtime: applies to tensors created afterwards."""
-        self._apply(_config.utilization(cube, vector))
+        """Caps the compute the runtime uses, as fractions in (0, 1].
+
+        * CPU backend: the cores have no separate Cube and Vector units, so the two
+          fractions are not applied separately: ``max(cube, vector)`` × the cores this
+          process may run on (rounded, at least 1) becomes each device's worker-thread
+          count (the ``threads`` setting); 1.0 for both means all cores.
+        * Ascend and CUDA backends: no effect on the device. Neither CANN's nor the CUDA
+          driver's API, as the runtime uses them, can reserve a share of the AI Cores or
+          SMs, so kernels still use the whole device; a fraction below 1 there warns
+          (``RuntimeWarning``) and is only recorded.
+
+        Both fractions are kept and returned by :meth:`get_compute_unit_utilization`.
+        Needs a new runtime: applies to tensors created afterwards.
+        """
+        change = _config.utilization(cube, vector)
+        if min(float(cube), float(vector)) < 1.0 and self.backend != "cpu":
+            warnings.warn(f"set_compute_unit_utilization: the {self.backend} backend cannot cap its device's compute "
+                          f"units; cube={cube}, vector={vector} are recorded only", RuntimeWarning, stacklevel=2)
+        self._apply(change)
 
     def get_compute_unit_utilization(self) -> Tuple[float, float]:
         """The ``(cube, vector)`` fractions last set."""
@@ -644,15 +694,17 @@ class Runtime:
 
         return Graph(runtime=self)
 
-    def bert(self, preset_or_model_dir: str, batch: int = 1, seq: int = 128, precision: Optional[str] = None,
-             device: Optional[int] = None, streams: Optional[int] = None) -> Any:
-        """:func:`npurt.bert` on this runtime."""
+    def bert(self, preset_or_model_dir: str, batch: Optional[int] = None, seq: int = 128,
+             precision: Optional[str] = None, device: Optional[int] = None, streams: Optional[int] = None) -> Any:
+        """:func:`npurt.bert` on this runtime (``batch`` defaults to :meth:`set_batch_size`'s
+        value, else 1)."""
         from ._graph import bert
 
         return bert(preset_or_model_dir, batch, seq, precision, device, streams=streams, runtime=self)
 
-    def Embedder(self, model_dir: str, batch_size: int = 32, device: Optional[int] = None) -> Any:
-        """:class:`npurt.Embedder` on this runtime."""
+    def Embedder(self, model_dir: str, batch_size: Optional[int] = None, device: Optional[int] = None) -> Any:
+        """:class:`npurt.Embedder` on this runtime (``batch_size`` defaults to
+        :meth:`set_batch_size`'s value, else 32)."""
         from ._graph import Embedder
 
         return Embedder(model_dir, batch_size, device=device, runtime=self)
@@ -663,7 +715,7 @@ class Runtime:
             o["scheduling"] = self._settings["scheduling"]
         p = precision if precision is not None else self._settings.get("precision")
         if p is not None:
-            o["precision"] = _config._choice("precision", p, ("f32", "fp32", "bf16"))
+            o["precision"] = _config.precision(p)
         if streams is not None:
             o["streams"] = _config._int("streams", streams, 1, _native.max_streams_bound())
         return o

@@ -80,6 +80,7 @@ class Tensor:
 
     @property
     def ndim(self) -> int:
+        """The number of dimensions."""
         return len(self._t.shape)
 
     @property
@@ -122,6 +123,7 @@ class Tensor:
         return bool(self._t.supports_zero_copy())
 
     def is_contiguous(self) -> bool:
+        """True when the elements are dense in row-major order."""
         return bool(self._t.is_contiguous())
 
     # ---- host data ----
@@ -173,11 +175,26 @@ class Tensor:
         return np.asarray(_HostView(self, iface))
 
     def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
-        """NumPy conversion: a copy, or the zero-copy view when ``copy=False``."""
-        a = self.as_numpy() if copy is False else self.to_numpy()
+        """NumPy conversion (``np.asarray(t)``, NumPy 2's ``copy=`` protocol).
+
+        ``copy=None`` or ``True``: a copy (:meth:`to_numpy`). ``copy=False``: the zero-copy
+        view of :meth:`as_numpy`; where no view is possible (a device without shared
+        memory, a bf16 tensor, a ``dtype`` other than the tensor's) it raises
+        :class:`npurt.ValidationError`, a ``ValueError`` as NumPy's protocol asks.
+        """
+        if copy is False:
+            if not self.supports_zero_copy():
+                raise ValidationError(f"__array__(copy=False): {self.device_label} does not share memory with the "
+                                      "host, so no view without a copy exists; use to_numpy()", op="__array__")
+            if self.dtype_name == "bf16":
+                raise ValidationError("__array__(copy=False): NumPy has no bfloat16 dtype, so a bf16 tensor has no "
+                                      "view; use to_numpy() (a float32 copy)", op="__array__")
+            if dtype is not None and np.dtype(dtype) != self.dtype:
+                raise ValidationError(f"__array__(copy=False): a {self.dtype} tensor viewed as {np.dtype(dtype)} "
+                                      "needs a copy", op="__array__")
+            return self.as_numpy()
+        a = self.to_numpy()
         if dtype is not None and np.dtype(dtype) != a.dtype:
-            if copy is False:
-                raise ValueError("a dtype conversion needs a copy")
             a = a.astype(dtype)
         return a
 

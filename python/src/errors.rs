@@ -7,6 +7,8 @@
 use npurt::Error;
 use pyo3::prelude::*;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Builds an instance of `npurt._errors.<kind>` carrying the message and, where known,
 /// the op, the stream and the submission number.
@@ -79,6 +81,45 @@ pub(crate) fn invalid(py: Python<'_>, op: &str, msg: impl Into<String>) -> PyErr
     raise(py, "ValidationError", format!("{op}: {}", msg.into()), Some(op.to_string()), None, None)
 }
 
+/// Whether a panic is armed for a named call (`_native._inject_panic`, for tests).
+static ARMED: AtomicBool = AtomicBool::new(false);
+/// The name of the call whose next guarded run panics.
+static TARGET: Mutex<Option<String>> = Mutex::new(None);
+
+/// Arms (`Some(name)`) or clears (`None`) a panic at the start of the guarded call `name`
+/// (e.g. `"Graph.node"`), so that tests can check that each native call is guarded.
+pub(crate) fn inject_panic(name: Option<String>) {
+    let mut t = TARGET.lock().unwrap_or_else(|p| p.into_inner());
+    ARMED.store(name.is_some(), Ordering::SeqCst);
+    *t = name;
+}
+
+/// Panics when the call `name` is the armed one (one relaxed load otherwise).
+fn injected(name: &str) {
+    if ARMED.load(Ordering::Relaxed) {
+        let hit = TARGET.lock().unwrap_or_else(|p| p.into_inner()).as_deref() == Some(name);
+        if hit {
+            panic!("injected panic in {name}");
+        }
+    }
+}
+
+/// Runs the body of the native call `name` with the GIL held and panics caught: a panic
+/// becomes `npurt.Error` ("internal error"), never PyO3's `PanicException`. Every native
+/// method and function runs under this (or under [`nogil`], which it may call inside).
+pub(crate) fn guard<T, F>(py: Python<'_>, name: &'static str, f: F) -> PyResult<T>
+where
+    F: FnOnce() -> PyResult<T>,
+{
+    match catch_unwind(AssertUnwindSafe(|| {
+        injected(name);
+        f()
+    })) {
+        Ok(r) => r,
+        Err(p) => Err(panicked(py, &*p)),
+    }
+}
+
 /// Runs `f` with the GIL released and panics caught; runtime errors become exceptions.
 pub(crate) fn nogil<T, F>(py: Python<'_>, f: F) -> PyResult<T>
 where
@@ -92,7 +133,9 @@ where
     }
 }
 
-/// [`nogil`] for long calls: a Ctrl-C that arrived meanwhile raises `KeyboardInterrupt`.
+/// [`nogil`] for long calls: a Ctrl-C (or any signal whose Python handler raises) that
+/// arrived meanwhile is raised (`KeyboardInterrupt`) as the call returns, in place of
+/// its result. The work itself is not cancelled: it ran to its end.
 pub(crate) fn nogil_interruptible<T, F>(py: Python<'_>, f: F) -> PyResult<T>
 where
     T: Send,

@@ -1,6 +1,6 @@
 //! Eager execution from Python: ops by name with attributes, single and batched.
 
-use crate::errors::nogil;
+use crate::errors::{guard, nogil_interruptible};
 use crate::stream::PyStream;
 use crate::tensor::PyTensor;
 use npurt::runtime_op::op_from_attrs;
@@ -44,8 +44,10 @@ impl From<&ExecReport> for PyReport {
 
 #[pymethods]
 impl PyReport {
-    fn __repr__(&self) -> String {
-        format!("Report({} via {} on {})", self.op, self.implementation, self.device)
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        guard(py, "Report.__repr__", || {
+            Ok(format!("Report({} via {} on {})", self.op, self.implementation, self.device))
+        })
     }
 }
 
@@ -115,7 +117,7 @@ fn optional(v: Option<Vec<Option<PyRef<'_, PyTensor>>>>) -> Vec<Option<Tensor>> 
 
 /// Runs `op_type` on `inputs`, writing `outputs` (entries `None` or missing are
 /// allocated), on `stream` (or the device's default stream). Returns the report and the
-/// outputs.
+/// outputs. A Ctrl-C that arrived meanwhile is raised as the call returns.
 #[pyfunction]
 #[pyo3(signature = (op_type, inputs, outputs, attrs, stream = None))]
 pub(crate) fn execute(
@@ -126,30 +128,34 @@ pub(crate) fn execute(
     attrs: Vec<(String, String)>,
     stream: Option<PyRef<'_, PyStream>>,
 ) -> PyResult<Outcome> {
-    let Some(first) = inputs.first() else {
-        return Err(crate::errors::invalid(py, op_type, "at least one input is needed"));
-    };
-    let r = &first.rt.clone();
-    let ins = tensors(&inputs);
-    let given = optional(outputs);
-    let s = stream.as_ref().map(|s| s.s.clone());
-    let rank = ins.first().map_or(0, |t| t.dims().len());
-    let (report, outs) = nogil(py, || {
-        let op = parse_op(op_type, &attrs, rank)?;
-        let outs = operands(r, &op, &ins, &given, s.as_ref())?;
-        let in_refs: Vec<&Tensor> = ins.iter().collect();
-        let out_refs: Vec<&Tensor> = outs.iter().collect();
-        let report = match &s {
-            Some(s) => r.execute_on(s, &op, &in_refs, &out_refs)?,
-            None => r.execute(&op, &in_refs, &out_refs)?,
+    guard(py, "execute", || {
+        let Some(first) = inputs.first() else {
+            return Err(crate::errors::invalid(py, op_type, "at least one input is needed"));
         };
-        Ok((report, outs))
-    })?;
-    Ok((PyReport::from(&report), outs.into_iter().map(|t| PyTensor::new(t, r)).collect()))
+        let r = &first.rt.clone();
+        let ins = tensors(&inputs);
+        let given = optional(outputs);
+        let s = stream.as_ref().map(|s| s.s.clone());
+        let rank = ins.first().map_or(0, |t| t.dims().len());
+        let (report, outs) = nogil_interruptible(py, || {
+            let op = parse_op(op_type, &attrs, rank)?;
+            let outs = operands(r, &op, &ins, &given, s.as_ref())?;
+            let in_refs: Vec<&Tensor> = ins.iter().collect();
+            let out_refs: Vec<&Tensor> = outs.iter().collect();
+            let report = match &s {
+                Some(s) => r.execute_on(s, &op, &in_refs, &out_refs)?,
+                None => r.execute(&op, &in_refs, &out_refs)?,
+            };
+            Ok((report, outs))
+        })?;
+        Ok((PyReport::from(&report), outs.into_iter().map(|t| PyTensor::new(t, r)).collect()))
+    })
 }
 
 /// Validates every task `(op_type, inputs, outputs or None, attrs)`, then submits them
-/// together on `stream` (or the default stream). Nothing runs if a task is invalid.
+/// together on `stream` (or the default stream). Nothing runs if a task is invalid. A
+/// Ctrl-C that arrived meanwhile is raised as the call returns (the submission is one
+/// unit: it is not split to look for signals between its tasks).
 #[pyfunction]
 #[pyo3(signature = (tasks, stream = None))]
 pub(crate) fn execute_batch(
@@ -157,36 +163,38 @@ pub(crate) fn execute_batch(
     tasks: Vec<PyTask<'_>>,
     stream: Option<PyRef<'_, PyStream>>,
 ) -> PyResult<Vec<Outcome>> {
-    let Some(r) = tasks.iter().find_map(|t| t.1.first().map(|x| x.rt.clone())) else {
-        if tasks.is_empty() {
-            return Ok(Vec::new());
-        }
-        return Err(crate::errors::invalid(py, "execute_batch", "every task needs at least one input"));
-    };
-    let r = &r;
-    let specs: Vec<Spec> = tasks.into_iter().map(|(n, i, o, a)| (n, tensors(&i), optional(o), a)).collect();
-    let s = stream.as_ref().map(|s| s.s.clone());
-    let done = nogil(py, || {
-        let mut batch = Vec::with_capacity(specs.len());
-        for (name, ins, given, attrs) in &specs {
-            let op = parse_op(name, attrs, ins.first().map_or(0, |t| t.dims().len()))?;
-            let outs = operands(r, &op, ins, given, s.as_ref())?;
-            batch.push(Task { op, inputs: ins.clone(), outputs: outs });
-        }
-        let reports = {
-            let _scope = s.as_ref().map(|s| r.stream_scope(s));
-            r.execute_batch(&batch)?
+    guard(py, "execute_batch", || {
+        let Some(r) = tasks.iter().find_map(|t| t.1.first().map(|x| x.rt.clone())) else {
+            if tasks.is_empty() {
+                return Ok(Vec::new());
+            }
+            return Err(crate::errors::invalid(py, "execute_batch", "every task needs at least one input"));
         };
-        Ok(reports.into_iter().zip(batch).map(|(rep, t)| (rep, t.outputs)).collect::<Vec<_>>())
-    })?;
-    Ok(done
-        .into_iter()
-        .map(|(rep, outs)| (PyReport::from(&rep), outs.into_iter().map(|t| PyTensor::new(t, r)).collect()))
-        .collect())
+        let r = &r;
+        let specs: Vec<Spec> = tasks.into_iter().map(|(n, i, o, a)| (n, tensors(&i), optional(o), a)).collect();
+        let s = stream.as_ref().map(|s| s.s.clone());
+        let done = nogil_interruptible(py, || {
+            let mut batch = Vec::with_capacity(specs.len());
+            for (name, ins, given, attrs) in &specs {
+                let op = parse_op(name, attrs, ins.first().map_or(0, |t| t.dims().len()))?;
+                let outs = operands(r, &op, ins, given, s.as_ref())?;
+                batch.push(Task { op, inputs: ins.clone(), outputs: outs });
+            }
+            let reports = {
+                let _scope = s.as_ref().map(|s| r.stream_scope(s));
+                r.execute_batch(&batch)?
+            };
+            Ok(reports.into_iter().zip(batch).map(|(rep, t)| (rep, t.outputs)).collect::<Vec<_>>())
+        })?;
+        Ok(done
+            .into_iter()
+            .map(|(rep, outs)| (PyReport::from(&rep), outs.into_iter().map(|t| PyTensor::new(t, r)).collect()))
+            .collect())
+    })
 }
 
 /// The canonical names of the op table.
 #[pyfunction]
-pub(crate) fn op_names() -> Vec<&'static str> {
-    OpKind::ALL.iter().map(|k| k.name()).collect()
+pub(crate) fn op_names(py: Python<'_>) -> PyResult<Vec<&'static str>> {
+    guard(py, "op_names", || Ok(OpKind::ALL.iter().map(|k| k.name()).collect()))
 }

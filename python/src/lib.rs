@@ -15,31 +15,44 @@ mod tensor;
 
 use pyo3::prelude::*;
 
+use errors::guard;
+
 /// Backends compiled into this build, in fallback order.
 #[pyfunction]
-fn compiled_backends() -> Vec<&'static str> {
-    npurt::compiled_backends()
+fn compiled_backends(py: Python<'_>) -> PyResult<Vec<&'static str>> {
+    guard(py, "compiled_backends", || Ok(npurt::compiled_backends()))
 }
 
 /// Turns on the runtime's log (the `RUST_LOG` / `NPURT_LOG` filter, default `warn`).
 #[pyfunction]
-fn init_logging() {
-    let env =
-        env_logger::Env::default().filter_or("NPURT_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()));
-    let _ = env_logger::Builder::from_env(env).try_init();
+fn init_logging(py: Python<'_>) -> PyResult<()> {
+    guard(py, "init_logging", || {
+        let env = env_logger::Env::default()
+            .filter_or("NPURT_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()));
+        let _ = env_logger::Builder::from_env(env).try_init();
+        Ok(())
+    })
 }
 
 /// Checks a settings dictionary as a runtime would (without opening a backend).
 #[pyfunction]
 #[pyo3(signature = (settings, env = true))]
 fn validate_config(py: Python<'_>, settings: &Bound<'_, pyo3::types::PyDict>, env: bool) -> PyResult<()> {
-    config::build(py, settings, env).map(|_| ())
+    guard(py, "validate_config", || config::build(py, settings, env).map(|_| ()))
 }
 
 /// Most user streams per device a runtime accepts on this machine.
 #[pyfunction]
-fn max_streams_bound() -> usize {
-    ::runtime::config::max_streams_bound()
+fn max_streams_bound(py: Python<'_>) -> PyResult<usize> {
+    guard(py, "max_streams_bound", || Ok(::runtime::config::max_streams_bound()))
+}
+
+/// For tests: every guarded call named `name` (e.g. `"Graph.node"`, `"Runtime.config"`)
+/// panics inside its guard from now until `_inject_panic(None)`.
+#[pyfunction]
+#[pyo3(signature = (name))]
+fn _inject_panic(name: Option<String>) {
+    errors::inject_panic(name);
 }
 
 #[pymodule]
@@ -60,6 +73,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(init_logging, m)?)?;
     m.add_function(wrap_pyfunction!(validate_config, m)?)?;
     m.add_function(wrap_pyfunction!(max_streams_bound, m)?)?;
+    m.add_function(wrap_pyfunction!(_inject_panic, m)?)?;
     m.add("DLPACK_DEVICE_CPU", dlpack::DEVICE_CPU)?;
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! `_native.Tensor`: a runtime tensor with NumPy copies in and out and host views.
 
-use crate::errors::{self, nogil};
+use crate::errors::{self, guard, nogil, nogil_interruptible};
 use npurt::{DType, Tensor, bf16, f16};
 use numpy::{PyArray, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
@@ -36,12 +36,12 @@ fn copy_in<T: npurt::Element + numpy::Element>(py: Python<'_>, t: &Tensor, arr: 
     }
     let s = a.as_slice().map_err(|_| errors::invalid(py, "from_numpy", "the array is not C-contiguous"))?;
     let bytes: &[u8] = bytemuck::cast_slice(s);
-    nogil(py, || t.copy_from_bytes(bytes))
+    nogil_interruptible(py, || t.copy_from_bytes(bytes))
 }
 
 /// A NumPy copy of `t`.
 fn copy_out<'py, T: npurt::Element + numpy::Element>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>> {
-    let a = nogil(py, || t.to_ndarray::<T>())?;
+    let a = nogil_interruptible(py, || t.to_ndarray::<T>())?;
     Ok(PyArray::from_owned_array(py, a).into_any())
 }
 
@@ -53,60 +53,60 @@ fn host_address<T: npurt::Element>(t: &Tensor) -> npurt::Result<usize> {
 #[pymethods]
 impl PyTensor {
     #[getter]
-    fn shape(&self) -> Vec<usize> {
-        self.t.dims().to_vec()
+    fn shape(&self, py: Python<'_>) -> PyResult<Vec<usize>> {
+        guard(py, "Tensor.shape", || Ok(self.t.dims().to_vec()))
     }
     /// Element strides (in elements).
     #[getter]
-    fn strides(&self) -> Vec<usize> {
-        self.t.layout().strides.clone()
+    fn strides(&self, py: Python<'_>) -> PyResult<Vec<usize>> {
+        guard(py, "Tensor.strides", || Ok(self.t.layout().strides.clone()))
     }
     #[getter]
-    fn dtype(&self) -> &'static str {
-        self.t.dtype().name()
+    fn dtype(&self, py: Python<'_>) -> PyResult<&'static str> {
+        guard(py, "Tensor.dtype", || Ok(self.t.dtype().name()))
     }
     #[getter]
-    fn device(&self) -> usize {
-        self.t.device()
+    fn device(&self, py: Python<'_>) -> PyResult<usize> {
+        guard(py, "Tensor.device", || Ok(self.t.device()))
     }
     #[getter]
-    fn device_label(&self) -> String {
-        self.rt.device_label(self.t.device())
+    fn device_label(&self, py: Python<'_>) -> PyResult<String> {
+        guard(py, "Tensor.device_label", || Ok(self.rt.device_label(self.t.device())))
     }
     #[getter]
-    fn nbytes(&self) -> usize {
-        self.t.nbytes()
+    fn nbytes(&self, py: Python<'_>) -> PyResult<usize> {
+        guard(py, "Tensor.nbytes", || Ok(self.t.nbytes()))
     }
     #[getter]
-    fn numel(&self) -> usize {
-        self.t.numel()
+    fn numel(&self, py: Python<'_>) -> PyResult<usize> {
+        guard(py, "Tensor.numel", || Ok(self.t.numel()))
     }
-    fn data_ptr(&self) -> u64 {
-        self.t.data_ptr()
+    fn data_ptr(&self, py: Python<'_>) -> PyResult<u64> {
+        guard(py, "Tensor.data_ptr", || Ok(self.t.data_ptr()))
     }
-    fn is_contiguous(&self) -> bool {
-        self.t.is_contiguous()
+    fn is_contiguous(&self, py: Python<'_>) -> PyResult<bool> {
+        guard(py, "Tensor.is_contiguous", || Ok(self.t.is_contiguous()))
     }
-    fn supports_zero_copy(&self) -> bool {
-        self.t.supports_zero_copy()
+    fn supports_zero_copy(&self, py: Python<'_>) -> PyResult<bool> {
+        guard(py, "Tensor.supports_zero_copy", || Ok(self.t.supports_zero_copy()))
     }
-    fn shares_storage(&self, other: &PyTensor) -> bool {
-        self.t.shares_storage(&other.t)
+    fn shares_storage(&self, py: Python<'_>, other: &PyTensor) -> PyResult<bool> {
+        guard(py, "Tensor.shares_storage", || Ok(self.t.shares_storage(&other.t)))
     }
     /// Identifies the runtime the tensor belongs to (see `Runtime.id`).
     #[getter]
-    fn runtime_id(&self) -> usize {
-        crate::runtime::id_of(&self.rt)
+    fn runtime_id(&self, py: Python<'_>) -> PyResult<usize> {
+        guard(py, "Tensor.runtime_id", || Ok(crate::runtime::id_of(&self.rt)))
     }
     /// The runtime the tensor belongs to.
-    fn runtime(&self) -> crate::runtime::PyRuntime {
-        crate::runtime::PyRuntime { rt: self.rt.clone() }
+    fn runtime(&self, py: Python<'_>) -> PyResult<crate::runtime::PyRuntime> {
+        guard(py, "Tensor.runtime", || Ok(crate::runtime::PyRuntime { rt: self.rt.clone() }))
     }
 
     /// Copies a C-contiguous NumPy array of the tensor's element type (float32 for a bf16
     /// tensor) into the tensor.
     fn copy_from(&self, py: Python<'_>, arr: &Bound<'_, PyAny>) -> PyResult<()> {
-        match self.t.dtype() {
+        guard(py, "Tensor.copy_from", || match self.t.dtype() {
             DType::F32 => copy_in::<f32>(py, &self.t, arr),
             DType::F16 => copy_in::<f16>(py, &self.t, arr),
             DType::I32 => copy_in::<i32>(py, &self.t, arr),
@@ -124,29 +124,57 @@ impl PyTensor {
                     ));
                 }
                 let v = a.as_array().mapv(bf16::from_f32);
-                nogil(py, || self.t.copy_from_ndarray(&v.view()))
+                nogil_interruptible(py, || self.t.copy_from_ndarray(&v.view()))
             }
-        }
+        })
     }
 
     /// A NumPy copy (a bf16 tensor comes back as float32).
     fn to_numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        match self.t.dtype() {
+        guard(py, "Tensor.to_numpy", || match self.t.dtype() {
             DType::F32 => copy_out::<f32>(py, &self.t),
             DType::F16 => copy_out::<f16>(py, &self.t),
             DType::I32 => copy_out::<i32>(py, &self.t),
             DType::I64 => copy_out::<i64>(py, &self.t),
             DType::U8 => copy_out::<u8>(py, &self.t),
             DType::BF16 => {
-                let a = nogil(py, || self.t.to_ndarray::<bf16>())?;
+                let a = nogil_interruptible(py, || self.t.to_ndarray::<bf16>())?;
                 Ok(PyArray::from_owned_array(py, a.mapv(f32::from)).into_any())
             }
-        }
+        })
     }
 
     /// `(address, byte strides)` of the tensor's memory on the host, after its queued
     /// work has finished: for zero-copy views (`__array_interface__`) and DLPack.
     fn host_view(&self, py: Python<'_>) -> PyResult<(usize, Vec<isize>)> {
+        guard(py, "Tensor.host_view", || self.host_view_of(py))
+    }
+
+    /// A view with a new shape (one entry may be -1); shares memory.
+    fn reshape(&self, py: Python<'_>, shape: Vec<isize>) -> PyResult<PyTensor> {
+        guard(py, "Tensor.reshape", || {
+            let t = errors::check(py, self.t.reshape(&shape))?;
+            Ok(PyTensor::new(t, &self.rt))
+        })
+    }
+
+    /// The DLPack capsule of the tensor (zero-copy devices only): DLPack 1.0's versioned
+    /// capsule when `versioned`, else the legacy one.
+    #[pyo3(signature = (versioned = false))]
+    fn dlpack<'py>(&self, py: Python<'py>, versioned: bool) -> PyResult<Bound<'py, PyAny>> {
+        guard(py, "Tensor.dlpack", || {
+            let (addr, _) = self.host_view_of(py)?;
+            crate::dlpack::capsule(py, &self.t, addr, versioned)
+        })
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        guard(py, "Tensor.__repr__", || Ok(format!("{:?}", self.t)))
+    }
+}
+
+impl PyTensor {
+    fn host_view_of(&self, py: Python<'_>) -> PyResult<(usize, Vec<isize>)> {
         let t = &self.t;
         let addr = nogil(py, || match t.dtype() {
             DType::F32 => host_address::<f32>(t),
@@ -158,23 +186,5 @@ impl PyTensor {
         })?;
         let es = t.dtype().size() as isize;
         Ok((addr, t.layout().strides.iter().map(|&s| s as isize * es).collect()))
-    }
-
-    /// A view with a new shape (one entry may be -1); shares memory.
-    fn reshape(&self, py: Python<'_>, shape: Vec<isize>) -> PyResult<PyTensor> {
-        let t = errors::check(py, self.t.reshape(&shape))?;
-        Ok(PyTensor::new(t, &self.rt))
-    }
-
-    /// The DLPack capsule of the tensor (zero-copy devices only): DLPack 1.0's versioned
-    /// capsule when `versioned`, else the legacy one.
-    #[pyo3(signature = (versioned = false))]
-    fn dlpack<'py>(&self, py: Python<'py>, versioned: bool) -> PyResult<Bound<'py, PyAny>> {
-        let (addr, _) = self.host_view(py)?;
-        crate::dlpack::capsule(py, &self.t, addr, versioned)
-    }
-
-    fn __repr__(&self) -> String {
-        format!("{:?}", self.t)
     }
 }

@@ -126,3 +126,67 @@ def test_runtime_kwargs() -> None:
         npurt.Runtime(backend="cpu", turbo=True)
     with pytest.raises(ValueError):
         npurt.Runtime(backend="tpu")
+
+
+def test_set_batch_size_is_the_default_batch_of_models_made_afterwards(tmp_path) -> None:
+    import tiny_model
+
+    r = npurt.Runtime(backend="cpu", env=False)
+    model = tiny_model.write(tmp_path / "tiny")
+    assert r.get_batch_size() is None
+    assert r.bert("tiny", seq=8).input_shapes[0] == (1, 8)
+    assert r.Embedder(model).batch_size == 32
+    before = r.Embedder(model)
+    r.set_batch_size(size=3)
+    assert r.get_batch_size() == 3 and r.config()["batch_size"] == 3
+    assert r.bert("tiny", seq=8).input_shapes == [(3, 8)] * 3
+    assert r.Embedder(model).batch_size == 3
+    # Given values win; models made before keep theirs.
+    assert r.bert("tiny", batch=2, seq=8).input_shapes[0] == (2, 8)
+    assert r.Embedder(model, batch_size=5).batch_size == 5
+    assert before.batch_size == 32
+    # As a Runtime keyword too.
+    r2 = npurt.Runtime(backend="cpu", env=False, batch_size=4)
+    assert r2.bert("tiny", seq=8).input_shapes[0] == (4, 8)
+    doc = " ".join((npurt.set_batch_size.__doc__ or "").split())
+    assert "Embedder" in doc and "bert" in doc and "batch_size" in doc
+
+
+PRECISIONS = ["f32", "fp32", "bf16", "f16", "fp16", "half", "auto", "F16", "Half"]
+
+
+@pytest.mark.parametrize("p", PRECISIONS)
+def test_every_runtime_precision_is_accepted(p: str) -> None:
+    r = npurt.Runtime(backend="cpu", env=False, precision=p)
+    canonical = {"fp32": "f32", "fp16": "f16", "half": "f16"}.get(p.lower(), p.lower())
+    assert r.config()["precision"] == canonical
+    assert r._rt().config()["precision"] == canonical
+
+
+@pytest.mark.parametrize("p", ["fp8", "int8", "f64", "", "bfloat16", 16])
+def test_unknown_precisions_are_rejected(p) -> None:
+    with pytest.raises(ValueError, match="precision"):
+        npurt.Runtime(backend="cpu", env=False, precision=p)
+    r = npurt.Runtime(backend="cpu", env=False)
+    g = r.Graph()
+    g.output(g.node("Relu", [g.input("x", (2,))]))
+    with pytest.raises(ValueError, match="precision"):
+        g.compile(precision=p)
+    with pytest.raises(ValueError, match="precision"):
+        r.bert("tiny", seq=8, precision=p)
+
+
+def test_compute_unit_utilization_caps_cpu_threads_and_says_so() -> None:
+    import os
+
+    r = npurt.Runtime(backend="cpu", env=False)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    r.set_compute_unit_utilization(cube=0.5, vector=0.25)
+    assert r.config()["threads"] == max(1, round(0.5 * cores))
+    assert r.get_compute_unit_utilization() == (0.5, 0.25)
+    r.set_compute_unit_utilization(cube=1.0, vector=1.0)
+    assert r.config()["threads"] is None
+    for f in (npurt.set_compute_unit_utilization, npurt.Runtime.set_compute_unit_utilization):
+        doc = " ".join((f.__doc__ or "").split())
+        for words in ("CPU backend", "max(cube, vector)", "worker-thread count", "Ascend and CUDA", "no effect"):
+            assert words in doc, (f, words)

@@ -48,3 +48,27 @@ def test_embedder_matches_reference(rt: npurt.Runtime) -> None:
 def test_embedder_missing_dir(rt: npurt.Runtime, tmp_path: pathlib.Path) -> None:
     with pytest.raises(npurt.Error):
         rt.Embedder(tmp_path / "absent")
+
+
+def test_rows_are_unit_length_without_a_normalize_module(rt: npurt.Runtime, tmp_path: pathlib.Path) -> None:
+    import tiny_model
+
+    texts = ["hello world", "the quick brown fox jumps over the lazy dog", "fox", "zebra unknown words"]
+    e = rt.Embedder(tiny_model.write(tmp_path / "plain"), batch_size=3)
+    assert not e.model_normalizes
+    raw = e.embed(texts, normalize=False)
+    assert raw.dtype == np.float32 and raw.shape == (4, 32)
+    norms = np.linalg.norm(raw.astype(np.float64), axis=1)
+    assert np.all(np.abs(norms - 1.0) > 0.1), norms  # the model alone does not normalise
+    rows = e.embed(texts)
+    assert rows.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(rows.astype(np.float64), axis=1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(rows, raw / norms[:, None], rtol=1e-6, atol=1e-7)
+
+    # A model with a Normalize module: its own rows are unit length and kept as they are.
+    n = rt.Embedder(tiny_model.write(tmp_path / "normalizing", normalize=True), batch_size=3)
+    assert n.model_normalizes
+    own = n.embed(texts, normalize=False)
+    np.testing.assert_allclose(np.linalg.norm(own.astype(np.float64), axis=1), 1.0, atol=1e-6)
+    np.testing.assert_array_equal(n.embed(texts), own)
+    np.testing.assert_allclose(own, rows, rtol=1e-5, atol=1e-6)

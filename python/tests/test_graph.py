@@ -121,3 +121,61 @@ def test_four_threads_run_one_compiled_bert(minilm: npurt.CompiledGraph) -> None
     assert not errors, errors
     for got, want in zip(results, serial):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.fixture()
+def own() -> npurt.Runtime:
+    """A runtime of the test's own: the module's runtime has its user streams taken by the
+    compiled BERT that four threads ran at once (each concurrent run keeps its streams)."""
+    return npurt.Runtime(backend="cpu", env=False)
+
+
+def test_bert_model_dir_without_weights_is_an_error(own: npurt.Runtime, tmp_path) -> None:
+    import tiny_model
+
+    rt = own
+    d = tiny_model.write(tmp_path / "no-weights", with_weights=False)
+    with pytest.raises(npurt.Error, match="model.safetensors") as e:
+        rt.bert(d, batch=1, seq=8)
+    assert str(d) in str(e.value)
+    # With its weights the directory compiles, and its weights are used (not random ones).
+    d2 = tiny_model.write(tmp_path / "with-weights")
+    ids = (np.arange(8, dtype=np.int64) % 12).reshape(1, 8)
+    feed = [ids, np.zeros_like(ids), np.ones((1, 8), np.float32)]
+    a = rt.bert(d2, batch=1, seq=8).run(feed)[0].to_numpy()
+    b = npurt.bert(d2, batch=1, seq=8, runtime=rt, seed=1).run(feed)[0].to_numpy()
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, rt.bert("tiny", batch=1, seq=8).run(feed)[0].to_numpy())
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a = a.astype(np.float64).ravel()
+    b = b.astype(np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+@pytest.mark.parametrize("p", ["f16", "fp16", "half"])
+def test_f16_precision_stays_close_to_f32(own: npurt.Runtime, p: str) -> None:
+    rt = own
+    r = np.random.default_rng(5)
+    gr = rt.Graph()
+    x = gr.input("x", (16, 64))
+    w1, b1 = r.standard_normal((128, 64)).astype(np.float32) / 8, r.standard_normal(128).astype(np.float32)
+    w2, b2 = r.standard_normal((64, 128)).astype(np.float32) / 11, r.standard_normal(64).astype(np.float32)
+    h = gr.node("Gelu", [gr.node("Linear", [x, gr.constant("w1", w1), gr.constant("b1", b1)])])
+    gr.output(gr.node("Linear", [h, gr.constant("w2", w2), gr.constant("b2", b2)]))
+    xs = r.standard_normal((16, 64)).astype(np.float32)
+    f32 = gr.compile(precision="f32").run([xs])[0].to_numpy()
+    half = gr.compile(precision=p).run([xs])[0].to_numpy()
+    assert cosine(half, f32) >= 0.999
+    assert not np.array_equal(half, f32), "f16 weights should round the products"
+
+    ids = (np.arange(32, dtype=np.int64) * 7 % 50).reshape(2, 16)
+    feed = [ids, np.zeros_like(ids), np.ones((2, 16), np.float32)]
+    ref = rt.bert("tiny", batch=2, seq=16, precision="f32").run(feed)[0].to_numpy()
+    got = rt.bert("tiny", batch=2, seq=16, precision=p).run(feed)[0].to_numpy()
+    assert cosine(got, ref) >= 0.999
+    # The runtime's setting is the default of compiled graphs.
+    r16 = npurt.Runtime(backend="cpu", env=False, precision=p)
+    got2 = r16.bert("tiny", batch=2, seq=16).run(feed)[0].to_numpy()
+    np.testing.assert_array_equal(got2, got)

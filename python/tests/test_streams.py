@@ -114,3 +114,26 @@ def test_four_threads_on_four_streams_give_serial_results(rt: npurt.Runtime) -> 
     assert not errors, errors
     for got, want in zip(results, serial):
         np.testing.assert_array_equal(got, want)
+
+
+def test_with_stream_sets_the_current_device_like_stream_scope(rt: npurt.Runtime) -> None:
+    assert rt.get_device_count() >= 2
+    s1 = rt.Stream(device=1)
+    assert rt.get_device() == 0
+    with s1:
+        assert rt.get_device() == 1 and rt.current_stream() is s1
+        t = rt.Tensor((4,))
+        assert t.device == 1
+        with rt.stream_scope(rt.Stream(device=0)):
+            assert rt.get_device() == 0
+        assert rt.get_device() == 1
+    assert rt.get_device() == 0 and not rt.current_stream().is_async
+    # Restored on exceptions, and an explicit set_device comes back.
+    rt.set_device(1)
+    s0 = rt.Stream(device=0)
+    with pytest.raises(KeyError):
+        with s0:
+            assert rt.get_device() == 0
+            raise KeyError("inside")
+    assert rt.get_device() == 1
+    rt.set_device(0)

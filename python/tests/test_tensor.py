@@ -132,3 +132,25 @@ def test_repr_and_reshape(rt: npurt.Runtime) -> None:
     r = t.reshape(2, -1)
     assert r.shape == (2, 3)
     np.testing.assert_array_equal(r.to_numpy(), np.arange(6).reshape(2, 3))
+
+
+def test_array_copy_false_without_a_view_is_a_value_error(rt: npurt.Runtime) -> None:
+    t = rt.asarray(np.arange(6, dtype=np.float32).reshape(2, 3))
+    v = np.asarray(t, copy=False) if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else t.__array__(copy=False)
+    v[0, 0] = 42
+    assert t.to_numpy()[0, 0] == 42
+    b = rt.Tensor((2, 3), dtype="bfloat16")
+    b.from_numpy(np.ones((2, 3), np.float32))
+    with pytest.raises(ValueError, match="copy") as e:
+        b.__array__(copy=False)
+    assert isinstance(e.value, npurt.Error)
+    with pytest.raises(ValueError):
+        t.__array__(dtype=np.float16, copy=False)
+    if np.lib.NumpyVersion(np.__version__) >= "2.0.0":
+        with pytest.raises(ValueError):
+            np.asarray(b, copy=False)
+        with pytest.raises(ValueError):
+            np.asarray(t, dtype=np.float64, copy=False)
+    # Copies still work.
+    np.testing.assert_array_equal(np.asarray(b), np.ones((2, 3), np.float32))
+    np.testing.assert_array_equal(t.__array__(dtype=np.float64), t.to_numpy().astype(np.float64))
