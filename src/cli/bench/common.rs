@@ -45,6 +45,11 @@ pub fn config_for(base: &RuntimeConfig, name: &str) -> Result<RuntimeConfig> {
     Ok(c)
 }
 
+/// Whether the runtime's backend has kernels of the generic tier.
+fn has_generic_tier(rt: &Runtime) -> bool {
+    rt.kernels().iter().any(|k| k.tier == Tier::Generic)
+}
+
 /// The model `--model` names: a preset (random weights), or a Hugging Face directory
 /// (`config.json`, and `model.safetensors` when present: its weights, memory-mapped) or a
 /// `config.json` file (random weights).
@@ -125,8 +130,15 @@ pub fn prepare_with(
     seq: usize,
     max_arenas: usize,
 ) -> Result<Prepared> {
-    let cfg = config_for(base, cname)?;
-    let rt = Runtime::with_config(cfg.clone())?;
+    let mut cfg = config_for(base, cname)?;
+    let mut rt = Runtime::with_config(cfg.clone())?;
+    if cfg.forced_tier == Some(Tier::Generic) && base.forced_tier.is_none() && !has_generic_tier(&rt) {
+        // A device whose kernels are all its own (Ascend's aclnn) has no portable tier:
+        // "default" mapping there means its kernels without fusion.
+        log::info!("{cname}: {} has no generic kernels; running its own, unfused", rt.backend_name());
+        cfg.forced_tier = None;
+        rt = Runtime::with_config(cfg.clone())?;
+    }
     let t_build = Instant::now();
     let bg = bert::build(&bm.config, bm.weights(), batch, seq)?;
     let options = CompileOptions { max_arenas, ..CompileOptions::from_config(&cfg, 0) };
