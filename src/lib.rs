@@ -62,8 +62,11 @@ pub fn acl_backend(_config: &RuntimeConfig) -> Result<Arc<dyn Backend>> {
 
 /// The CPU backend as configured by `config`.
 pub fn cpu_backend(config: &RuntimeConfig) -> Result<Arc<dyn Backend>> {
-    let b =
-        backend_cpu::CpuBackend::new(backend_cpu::CpuConfig { devices: config.cpu_devices, threads: config.threads })?;
+    let b = backend_cpu::CpuBackend::new(backend_cpu::CpuConfig {
+        devices: config.cpu_devices,
+        threads: config.threads,
+        ..backend_cpu::CpuConfig::default()
+    })?;
     Ok(Arc::new(b))
 }
 

@@ -40,10 +40,15 @@ pub fn run(rt: &Runtime) -> Result<()> {
         }
     }
     println!("target CPU features assumed at build: {}", build_info::TARGET_FEATURES.replace(',', " "));
-    let f = npurt::cpu::features::get();
+    let f = npurt::cpu::features::select(None).map_err(npurt::cpu::CpuError::from)?;
     println!("host CPU: {} ({} logical cores, {:.0} MHz)", f.model, f.cores, f.mhz);
     println!("CPU features detected at run time: {}", f.detected.join(" "));
-    println!("high-performance CPU kernels use: {:?} (GEMM unit {})", f.isa, f.matrix_unit().label);
+    let how = if f.forced {
+        format!("forced by {}; the CPU runs up to {}", npurt::cpu::features::ISA_ENV, f.widest)
+    } else {
+        "the widest this CPU runs; not forced".to_string()
+    };
+    println!("CPU ISA in use: {} ({how}; GEMM unit {})", f.isa, f.matrix_unit().label);
     let bf16 = if npurt::cpu::kernels::gemm_bf16::available() {
         format!("bf16 native ({})", f.bf16_unit().label)
     } else {
