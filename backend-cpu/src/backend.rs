@@ -129,6 +129,9 @@ unsafe impl Backend for CpuBackend {
     fn memory_free(&self, _device: usize) -> Option<u64> {
         features::mem_available()
     }
+    fn slow_precision(&self, _device: usize, dtype: runtime::DType) -> Option<String> {
+        self.features.slow_precision(dtype)
+    }
 
     fn alloc(&self, device: usize, bytes: usize, align: usize) -> Result<DevicePtr> {
         let a = memory::alloc(&self.dev(device)?.table, bytes, align.max(16))?;

@@ -1,8 +1,8 @@
 //! What the host CPU can do, detected at run time, and its nominal peak rates; the
 //! instruction-set path the kernels take (the widest detected, or one forced with
-//! `NPURT_CPU_ISA` / [`crate::CpuConfig::isa`]).
+//! `NPURT_CPU_ISA` / [`crate::CpuConfig::isa`]); which precisions run natively.
 
-use runtime::{Unit, UnitClass};
+use runtime::{DType, Unit, UnitClass};
 use std::sync::OnceLock;
 use thiserror::Error;
 
@@ -265,6 +265,16 @@ fn detect() -> CpuFeatures {
     }
 }
 
+/// How products with weights in one dtype run on this CPU (see [`CpuFeatures::precisions`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrecisionSupport {
+    pub dtype: DType,
+    /// `Ok(how)`: on the CPU's own support for it, e.g. `"AVX-512-BF16 dot products"`;
+    /// `Err(why not)`: a slower path, naming the feature the CPU lacks (or that the forced
+    /// ISA leaves unused).
+    pub native: Result<&'static str, String>,
+}
+
 impl CpuFeatures {
     /// Whether this CPU runs `isa`'s code; the error names the first missing feature.
     pub fn check(&self, isa: Isa) -> Result<(), IsaError> {
@@ -276,6 +286,42 @@ impl CpuFeatures {
                 widest: self.widest.name(),
             }),
         }
+    }
+
+    /// How f32, f16 and bf16 products run here: f32 on the FMA path, fp16 weights widened by
+    /// F16C, bf16 on AMX tiles or AVX-512-BF16 dot products.
+    pub fn precisions(&self) -> Vec<PrecisionSupport> {
+        let f32_how = match self.isa {
+            Isa::Avx512 => "AVX-512 FMA",
+            Isa::Avx2Fma => "AVX2 FMA",
+            Isa::Scalar => "scalar code",
+        };
+        let f16 = if self.f16c {
+            Ok("F16C widening to f32, then f32 FMA: half the weight memory, not faster than f32")
+        } else {
+            Err("this CPU has no F16C: fp16 weights are widened to f32 in software".to_string())
+        };
+        let detected_bf16 = self.detected.contains(&"avx512bf16");
+        let bf16 = if self.amx_bf16 {
+            Ok("AMX-BF16 tiles")
+        } else if self.avx512bf16 {
+            Ok("AVX-512-BF16 dot products")
+        } else if detected_bf16 {
+            Err(format!("the CPU ISA is forced to {}: AVX-512-BF16 is not used", self.isa))
+        } else {
+            Err("this CPU has no AVX-512-BF16 or AMX-BF16".to_string())
+        };
+        vec![
+            PrecisionSupport { dtype: DType::F32, native: Ok(f32_how) },
+            PrecisionSupport { dtype: DType::F16, native: f16 },
+            PrecisionSupport { dtype: DType::BF16, native: bf16 },
+        ]
+    }
+
+    /// Why products with `dtype` weights run slower than f32 here (the missing feature), or
+    /// `None` when they run natively (or `dtype` is not a float precision).
+    pub fn slow_precision(&self, dtype: DType) -> Option<String> {
+        self.precisions().into_iter().find(|p| p.dtype == dtype).and_then(|p| p.native.err())
     }
 
     /// Unit of the matrix kernels (FMA GEMM).

@@ -84,6 +84,7 @@ per_isa! {
     threaded_matmul_and_gemm_match_the_reference => super::threaded_products;
     prepacked_linear_in_a_compiled_graph_matches_the_reference => super::prepacked_linear;
     element_wise_fast_kernels_match_the_reference => super::element_wise;
+    bf16_is_reported_slow_below_avx512 => super::bf16_support;
 }
 
 /// MatMul and Gemm large enough to run on both threads, and a batched MatMul, on the
@@ -198,6 +199,23 @@ fn element_wise(isa: Isa) {
             assert_close(&format!("{isa} {op:?} on {len}"), &floats(&got[0]), &want, 2e-5);
         }
     }
+}
+
+/// Below AVX-512 the bf16 kernel declines and the backend says why bf16 is slow; on
+/// AVX-512 it is native exactly where the CPU has AVX-512-BF16 (or AMX-BF16).
+fn bf16_support(isa: Isa) {
+    let Some(b) = forced(isa) else { return };
+    let f = b.features();
+    let note = b.slow_precision(0, DType::BF16);
+    let has_bf16 = backend_cpu::features::get().avx512bf16;
+    match (isa, has_bf16) {
+        (Isa::Avx512, true) => assert_eq!(note, None),
+        (Isa::Avx512, false) => assert!(note.as_deref().is_some_and(|n| n.contains("no AVX-512-BF16")), "{note:?}"),
+        (_, true) => assert!(note.as_deref().is_some_and(|n| n.contains("forced to")), "{note:?}"),
+        (_, false) => assert!(note.is_some(), "{isa}"),
+    }
+    assert_eq!(f.avx512bf16 || f.amx_bf16, note.is_none());
+    assert_eq!(b.slow_precision(0, DType::F32), None);
 }
 
 #[test]
