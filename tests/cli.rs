@@ -195,6 +195,8 @@ fn bad_values_and_unknown_flags_are_errors_that_name_them() {
         &["bench", "bert", "--model", "tiny", "--seq", "-3"],
         &["bench", "bert", "--bogus"],
         &["bench", "gemm", "--peer", "blas"],
+        &["bench", "peak", "--isa", "avx1024"],
+        &["bench", "peak", "--runs", "0"],
         &["bench", "bert", "--config", "+bogus"],
         &["bench", "bert", "--compare-ort", "--pairs", "bert-base"],
         &["embed", "--model-dir", "x", "--batch", "many"],
@@ -233,8 +235,9 @@ fn every_subcommand_has_help() {
         (&["info"], &[]),
         (&["demo"], &[]),
         (&["op"], &["<OP>", "--input", "--output", "--attr"]),
-        (&["bench"], &["gemm", "bert"]),
+        (&["bench"], &["gemm", "peak", "bert"]),
         (&["bench", "gemm"], &["--peer", "--runs", "--all-tiers"]),
+        (&["bench", "peak"], &["--isa", "--threads", "--runs", "--ms", "--json"]),
         (
             &["bench", "bert"],
             &[
@@ -350,4 +353,42 @@ fn bench_bert_ablation_writes_json_and_chart() {
     let reader = png::Decoder::new(std::io::Cursor::new(png)).read_info().expect("a PNG");
     assert_eq!((reader.info().width, reader.info().height), (900, 500));
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The paths `bench peak` can measure on this CPU (`avx512`, `avx2`), widest first.
+fn fma_paths() -> Vec<&'static str> {
+    npurt::cpu::peak::measurable().into_iter().map(|i| i.name()).collect()
+}
+
+/// `bench peak --json`: a row per path and thread count (1 and all), each with a positive
+/// median among its runs; the scalar path has no FMA loop and says so.
+#[test]
+fn bench_peak_writes_one_row_per_path_and_thread_count() {
+    let paths = fma_paths();
+    if paths.is_empty() {
+        println!("SKIP bench peak: this CPU has neither AVX2+FMA nor AVX-512");
+        return;
+    }
+    let file = std::env::temp_dir().join(format!("npurt-peak-{}.json", std::process::id()));
+    let r = bin()
+        .args(["bench", "peak", "--runs", "3", "--ms", "5", "--threads", "2", "--json"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&file);
+    let rows = j["rows"].as_array().unwrap();
+    let got: Vec<(String, u64)> =
+        rows.iter().map(|r| (r["isa"].as_str().unwrap().to_string(), r["threads"].as_u64().unwrap())).collect();
+    let want: Vec<(String, u64)> = paths.iter().flat_map(|p| [(p.to_string(), 1), (p.to_string(), 2)]).collect();
+    assert_eq!(got, want);
+    for r in rows {
+        let runs: Vec<f64> = r["runs_gflops"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        assert_eq!(runs.len(), 3);
+        assert!(runs.iter().all(|g| *g > 0.0) && runs.contains(&r["gflops"].as_f64().unwrap()), "{r}");
+    }
+    let (code, _, err) = npurt(&["bench", "peak", "--isa", "scalar"]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("no FMA") && !err.contains("panicked"), "{err}");
 }

@@ -9,7 +9,8 @@
 //! Files: [`CpuBackend`] and its `Backend` methods in `backend.rs`, the per-device
 //! records in `device.rs`, allocations and copies in [`memory`], streams and events in
 //! [`stream`], launch checks, batches and frozen launches in `launch.rs`, the detected
-//! CPU and the instruction-set path in use in [`features`], errors in [`error`].
+//! CPU and the instruction-set path in use in [`features`], the FMA peak measurement in
+//! [`peak`], errors in [`error`].
 
 mod backend;
 mod device;
@@ -18,6 +19,7 @@ pub mod features;
 pub mod kernels;
 mod launch;
 pub mod memory;
+pub mod peak;
 pub mod stream;
 
 pub use backend::CpuBackend;
