@@ -195,6 +195,8 @@ fn bad_values_and_unknown_flags_are_errors_that_name_them() {
         &["bench", "bert", "--model", "tiny", "--seq", "-3"],
         &["bench", "bert", "--bogus"],
         &["bench", "gemm", "--peer", "blas"],
+        &["bench", "gemm", "--isa", "sse9"],
+        &["bench", "gemm", "--peak", "-5"],
         &["bench", "peak", "--isa", "avx1024"],
         &["bench", "peak", "--runs", "0"],
         &["bench", "bert", "--config", "+bogus"],
@@ -236,7 +238,7 @@ fn every_subcommand_has_help() {
         (&["demo"], &[]),
         (&["op"], &["<OP>", "--input", "--output", "--attr"]),
         (&["bench"], &["gemm", "peak", "bert"]),
-        (&["bench", "gemm"], &["--peer", "--runs", "--all-tiers"]),
+        (&["bench", "gemm"], &["--peer", "--runs", "--all-tiers", "--isa", "--peak", "--json"]),
         (&["bench", "peak"], &["--isa", "--threads", "--runs", "--ms", "--json"]),
         (
             &["bench", "bert"],
@@ -391,4 +393,57 @@ fn bench_peak_writes_one_row_per_path_and_thread_count() {
     let (code, _, err) = npurt(&["bench", "peak", "--isa", "scalar"]);
     assert_ne!(code, Some(0));
     assert!(err.contains("no FMA") && !err.contains("panicked"), "{err}");
+}
+
+/// `bench gemm --isa avx2 --peak G --json`: every row measured on the forced path, with
+/// its median time and its share of the given peak; `info` shows the forced path and a
+/// path the CPU lacks or an unknown name is refused with the reason.
+#[test]
+fn bench_gemm_on_a_forced_path_reports_percent_of_peak() {
+    if !fma_paths().contains(&"avx2") {
+        println!("SKIP bench gemm --isa avx2: this CPU has no AVX2+FMA");
+        return;
+    }
+    let file = std::env::temp_dir().join(format!("npurt-gemm-{}.json", std::process::id()));
+    let r = bin()
+        .args(["bench", "gemm", "--isa", "avx2", "--runs", "1", "--peak", "50", "--json"])
+        .arg(&file)
+        .env("NPURT_BACKEND", "cpu")
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let out = String::from_utf8_lossy(&r.stdout);
+    assert!(out.contains("ISA avx2") && out.contains("%)"), "{out}");
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(
+        (j["isa"].as_str(), j["isa_forced"].as_bool(), j["peak_gflops"].as_f64()),
+        (Some("avx2"), Some(true), Some(50.0))
+    );
+    let rows = j["rows"].as_array().unwrap();
+    assert_eq!(rows.iter().filter(|r| r["variant"] == "fast").count(), 8, "{j}");
+    assert!(rows.iter().all(|r| r["variant"] != "bf16"), "no bf16 below avx512: {j}");
+    for r in rows {
+        assert_eq!(r["isa"].as_str(), Some("avx2"), "{r}");
+        let (g, ms, pct) =
+            (r["gflops"].as_f64().unwrap(), r["median_ms"].as_f64().unwrap(), r["pct_of_peak"].as_f64().unwrap());
+        assert!(g > 0.0 && ms > 0.0, "{r}");
+        assert!((pct - 2.0 * g).abs() < 1e-9 * pct.max(1.0), "{r}");
+        let flops = 2.0 * ["m", "k", "n", "batch"].iter().map(|d| r[*d].as_f64().unwrap()).product::<f64>();
+        assert!((flops / (ms * 1e6) - g).abs() < 1e-6 * g, "{r}");
+    }
+
+    let info = |isa: &str| bin().arg("info").env("NPURT_BACKEND", "cpu").env("NPURT_CPU_ISA", isa).output().unwrap();
+    let r = info("avx2");
+    let out = String::from_utf8_lossy(&r.stdout);
+    assert!(r.status.success() && out.contains("CPU ISA in use: avx2 (forced by NPURT_CPU_ISA"), "{out}");
+    assert!(out.contains("avx2-fma"), "{out}");
+    let r = info("sse9");
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success() && err.contains("unknown CPU ISA \"sse9\"") && !err.contains("panicked"), "{err}");
+    if !fma_paths().contains(&"avx512") {
+        let r = info("avx512");
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(!r.status.success() && err.contains("lacks avx512f"), "{err}");
+    }
 }

@@ -21,7 +21,8 @@ pub struct BenchArgs {
 
 #[derive(Subcommand)]
 enum Which {
-    /// f32 GEMM at the BERT shapes, optionally against OpenBLAS through NumPy
+    /// f32 GEMM at the BERT shapes, as GFLOP/s and % of the FMA peak, optionally against
+    /// OpenBLAS through NumPy
     Gemm(gemm::GemmArgs),
     /// The machine's FMA peak (GFLOP/s) on 1 thread and on all threads, per ISA path
     Peak(peak::PeakArgs),
