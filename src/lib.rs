@@ -90,8 +90,11 @@ fn open_acl(_config: &RuntimeConfig) -> Result<Opened> {
 
 /// The CPU backend as configured by `config`.
 pub fn cpu_backend(config: &RuntimeConfig) -> Result<Arc<dyn Backend>> {
-    let b =
-        backend_cpu::CpuBackend::new(backend_cpu::CpuConfig { devices: config.cpu_devices, threads: config.threads })?;
+    let b = backend_cpu::CpuBackend::new(backend_cpu::CpuConfig {
+        devices: config.cpu_devices,
+        threads: config.threads,
+        ..backend_cpu::CpuConfig::default()
+    })?;
     Ok(Arc::new(b))
 }
 

@@ -195,6 +195,10 @@ fn bad_values_and_unknown_flags_are_errors_that_name_them() {
         &["bench", "bert", "--model", "tiny", "--seq", "-3"],
         &["bench", "bert", "--bogus"],
         &["bench", "gemm", "--peer", "blas"],
+        &["bench", "gemm", "--isa", "sse9"],
+        &["bench", "gemm", "--peak", "-5"],
+        &["bench", "peak", "--isa", "avx1024"],
+        &["bench", "peak", "--runs", "0"],
         &["bench", "bert", "--config", "+bogus"],
         &["bench", "bert", "--compare-ort", "--pairs", "bert-base"],
         &["embed", "--model-dir", "x", "--batch", "many"],
@@ -233,8 +237,9 @@ fn every_subcommand_has_help() {
         (&["info"], &[]),
         (&["demo"], &[]),
         (&["op"], &["<OP>", "--input", "--output", "--attr"]),
-        (&["bench"], &["gemm", "bert"]),
-        (&["bench", "gemm"], &["--peer", "--runs", "--all-tiers"]),
+        (&["bench"], &["gemm", "peak", "bert"]),
+        (&["bench", "gemm"], &["--peer", "--runs", "--all-tiers", "--isa", "--peak", "--json"]),
+        (&["bench", "peak"], &["--isa", "--threads", "--runs", "--ms", "--json"]),
         (
             &["bench", "bert"],
             &[
@@ -350,4 +355,95 @@ fn bench_bert_ablation_writes_json_and_chart() {
     let reader = png::Decoder::new(std::io::Cursor::new(png)).read_info().expect("a PNG");
     assert_eq!((reader.info().width, reader.info().height), (900, 500));
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The paths `bench peak` can measure on this CPU (`avx512`, `avx2`), widest first.
+fn fma_paths() -> Vec<&'static str> {
+    npurt::cpu::peak::measurable().into_iter().map(|i| i.name()).collect()
+}
+
+/// `bench peak --json`: a row per path and thread count (1 and all), each with a positive
+/// median among its runs; the scalar path has no FMA loop and says so.
+#[test]
+fn bench_peak_writes_one_row_per_path_and_thread_count() {
+    let paths = fma_paths();
+    if paths.is_empty() {
+        println!("SKIP bench peak: this CPU has neither AVX2+FMA nor AVX-512");
+        return;
+    }
+    let file = std::env::temp_dir().join(format!("npurt-peak-{}.json", std::process::id()));
+    let r = bin()
+        .args(["bench", "peak", "--runs", "3", "--ms", "5", "--threads", "2", "--json"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&file);
+    let rows = j["rows"].as_array().unwrap();
+    let got: Vec<(String, u64)> =
+        rows.iter().map(|r| (r["isa"].as_str().unwrap().to_string(), r["threads"].as_u64().unwrap())).collect();
+    let want: Vec<(String, u64)> = paths.iter().flat_map(|p| [(p.to_string(), 1), (p.to_string(), 2)]).collect();
+    assert_eq!(got, want);
+    for r in rows {
+        let runs: Vec<f64> = r["runs_gflops"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        assert_eq!(runs.len(), 3);
+        assert!(runs.iter().all(|g| *g > 0.0) && runs.contains(&r["gflops"].as_f64().unwrap()), "{r}");
+    }
+    let (code, _, err) = npurt(&["bench", "peak", "--isa", "scalar"]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("no FMA") && !err.contains("panicked"), "{err}");
+}
+
+/// `bench gemm --isa avx2 --peak G --json`: every row measured on the forced path, with
+/// its median time and its share of the given peak; `info` shows the forced path and a
+/// path the CPU lacks or an unknown name is refused with the reason.
+#[test]
+fn bench_gemm_on_a_forced_path_reports_percent_of_peak() {
+    if !fma_paths().contains(&"avx2") {
+        println!("SKIP bench gemm --isa avx2: this CPU has no AVX2+FMA");
+        return;
+    }
+    let file = std::env::temp_dir().join(format!("npurt-gemm-{}.json", std::process::id()));
+    let r = bin()
+        .args(["bench", "gemm", "--isa", "avx2", "--runs", "1", "--peak", "50", "--json"])
+        .arg(&file)
+        .env("NPURT_BACKEND", "cpu")
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let out = String::from_utf8_lossy(&r.stdout);
+    assert!(out.contains("ISA avx2") && out.contains("%)"), "{out}");
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(
+        (j["isa"].as_str(), j["isa_forced"].as_bool(), j["peak_gflops"].as_f64()),
+        (Some("avx2"), Some(true), Some(50.0))
+    );
+    let rows = j["rows"].as_array().unwrap();
+    assert_eq!(rows.iter().filter(|r| r["variant"] == "fast").count(), 8, "{j}");
+    assert!(rows.iter().all(|r| r["variant"] != "bf16"), "no bf16 below avx512: {j}");
+    for r in rows {
+        assert_eq!(r["isa"].as_str(), Some("avx2"), "{r}");
+        let (g, ms, pct) =
+            (r["gflops"].as_f64().unwrap(), r["median_ms"].as_f64().unwrap(), r["pct_of_peak"].as_f64().unwrap());
+        assert!(g > 0.0 && ms > 0.0, "{r}");
+        assert!((pct - 2.0 * g).abs() < 1e-9 * pct.max(1.0), "{r}");
+        let flops = 2.0 * ["m", "k", "n", "batch"].iter().map(|d| r[*d].as_f64().unwrap()).product::<f64>();
+        assert!((flops / (ms * 1e6) - g).abs() < 1e-6 * g, "{r}");
+    }
+
+    let info = |isa: &str| bin().arg("info").env("NPURT_BACKEND", "cpu").env("NPURT_CPU_ISA", isa).output().unwrap();
+    let r = info("avx2");
+    let out = String::from_utf8_lossy(&r.stdout);
+    assert!(r.status.success() && out.contains("CPU ISA in use: avx2 (forced by NPURT_CPU_ISA"), "{out}");
+    assert!(out.contains("avx2-fma"), "{out}");
+    let r = info("sse9");
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success() && err.contains("unknown CPU ISA \"sse9\"") && !err.contains("panicked"), "{err}");
+    if !fma_paths().contains(&"avx512") {
+        let r = info("avx512");
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(!r.status.success() && err.contains("lacks avx512f"), "{err}");
+    }
 }

@@ -25,17 +25,21 @@ impl CpuBackend {
         if cfg.devices == 0 {
             return Err(CpuError::BadRequest("at least one CPU device is needed".into()));
         }
-        let features = features::get();
+        let features = features::select(cfg.isa)?;
+        if features.forced {
+            log::info!("cpu backend: ISA forced to {} (the CPU runs up to {})", features.isa, features.widest);
+        }
         let threads = cfg.threads.unwrap_or(features.cores).max(1);
         let mut devices = Vec::with_capacity(cfg.devices);
         for d in 0..cfg.devices {
             devices.push(CpuDevice::new(d, threads)?);
         }
-        log::debug!("cpu backend: {} device(s), {threads} thread(s) each, ISA {:?}", cfg.devices, features.isa);
+        log::debug!("cpu backend: {} device(s), {threads} thread(s) each, ISA {}", cfg.devices, features.isa);
         Ok(CpuBackend { devices, table: kernels::table(features), features, faults: Default::default() })
     }
 
-    /// The CPU features detected at start-up, which chose the kernels.
+    /// The CPU features detected at start-up with the instruction-set path in use (forced
+    /// or detected), which chose the kernels.
     pub fn features(&self) -> &'static features::CpuFeatures {
         self.features
     }
@@ -124,6 +128,9 @@ unsafe impl Backend for CpuBackend {
     }
     fn memory_free(&self, _device: usize) -> Option<u64> {
         features::mem_available()
+    }
+    fn slow_precision(&self, _device: usize, dtype: runtime::DType) -> Option<String> {
+        self.features.slow_precision(dtype)
     }
 
     fn alloc(&self, device: usize, bytes: usize, align: usize) -> Result<DevicePtr> {
@@ -295,7 +302,7 @@ unsafe impl Backend for CpuBackend {
         }
         let f32_fast = kernel.tier == runtime::Tier::HighPerformance && kernel.unit == self.features.matrix_unit();
         if f32_fast && meta.dtype == DType::F32 && kernels::blas::use_packed() {
-            let layout = kernels::gemm_packed::PackedBLayout::new(k, n);
+            let layout = kernels::gemm_packed::PackedBLayout::for_cpu(self.features.isa, k, n);
             if layout.len() != n * k || bytes.len() != n * k * 4 {
                 log::debug!("f32 weight [{n}, {k}] does not fill whole panels; packed per call");
                 return Ok(None);

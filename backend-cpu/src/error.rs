@@ -42,6 +42,10 @@ pub enum CpuError {
     JobPanicked(String),
     #[error("the worker thread of {0} has stopped")]
     WorkerGone(String),
+    /// A forced instruction-set path (`NPURT_CPU_ISA`, `CpuConfig::isa`) that is unknown or
+    /// that this CPU cannot run.
+    #[error("{0}")]
+    Isa(#[from] crate::features::IsaError),
 }
 
 impl From<CpuError> for runtime::Error {

@@ -1,22 +1,95 @@
-//! What the host CPU can do, detected at run time, and its nominal peak rates.
+//! What the host CPU can do, detected at run time, and its nominal peak rates; the
+//! instruction-set path the kernels take (the widest detected, or one forced with
+//! `NPURT_CPU_ISA` / [`crate::CpuConfig::isa`]); which precisions run natively.
 
-use runtime::{Unit, UnitClass};
+use runtime::{DType, Unit, UnitClass};
 use std::sync::OnceLock;
+use thiserror::Error;
 
 /// Instruction-set level chosen for the high-performance kernels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Isa {
     Scalar,
     Avx2Fma,
     Avx512,
 }
 
+/// The environment variable that forces an [`Isa`] (`avx512`, `avx2`, `scalar`; `auto` or
+/// empty: the widest detected).
+pub const ISA_ENV: &str = "NPURT_CPU_ISA";
+
+/// A requested [`Isa`] that is unknown or that this CPU cannot run.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum IsaError {
+    #[error("unknown CPU ISA {0:?}: expected avx512, avx2, scalar or auto")]
+    Unknown(String),
+    #[error("CPU ISA {requested} was requested but this CPU lacks {missing} (the widest it runs is {widest})")]
+    Unsupported { requested: &'static str, missing: String, widest: &'static str },
+}
+
+impl Isa {
+    /// Every path, widest first.
+    pub const ALL: [Isa; 3] = [Isa::Avx512, Isa::Avx2Fma, Isa::Scalar];
+
+    /// The name `NPURT_CPU_ISA` and `--isa` use: `avx512`, `avx2`, `scalar`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Avx512 => "avx512",
+            Isa::Avx2Fma => "avx2",
+            Isa::Scalar => "scalar",
+        }
+    }
+
+    /// Parses a name of [`Isa::name`] (case-insensitive; `avx2fma`, `avx2-fma`,
+    /// `avx512f` and `avx-512` are accepted too); `auto` and the empty string give `None`.
+    pub fn parse(s: &str) -> Result<Option<Isa>, IsaError> {
+        let t = s.trim().to_ascii_lowercase();
+        Ok(Some(match t.as_str() {
+            "" | "auto" => return Ok(None),
+            "avx512" | "avx512f" | "avx-512" | "avx512-fma" => Isa::Avx512,
+            "avx2" | "avx2fma" | "avx2-fma" => Isa::Avx2Fma,
+            "scalar" => Isa::Scalar,
+            _ => return Err(IsaError::Unknown(s.to_string())),
+        }))
+    }
+
+    /// The x86 features the path's code is compiled for.
+    pub fn required(self) -> &'static [&'static str] {
+        match self {
+            Isa::Avx512 => &["avx512f", "avx2", "fma"],
+            Isa::Avx2Fma => &["avx2", "fma"],
+            Isa::Scalar => &[],
+        }
+    }
+
+    /// f32 lanes per vector register.
+    pub fn lanes(self) -> usize {
+        match self {
+            Isa::Avx512 => 16,
+            Isa::Avx2Fma => 8,
+            Isa::Scalar => 1,
+        }
+    }
+}
+
+impl std::fmt::Display for Isa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct CpuFeatures {
+    /// The path the kernels take: the widest detected, or the forced one.
     pub isa: Isa,
+    /// `isa` was forced (`NPURT_CPU_ISA` or [`crate::CpuConfig::isa`]) rather than detected.
+    pub forced: bool,
+    /// The widest path this CPU runs (what `isa` is when not forced).
+    pub widest: Isa,
+    /// AVX-512-BF16 dot products, used (false when the ISA is forced below AVX-512).
     pub avx512bf16: bool,
     /// AMX tiles with bf16 dot products, enabled for this process by the OS
-    /// (`NPURT_AMX=0` turns their use off).
+    /// (`NPURT_AMX=0` turns their use off; false when the ISA is forced below AVX-512).
     pub amx_bf16: bool,
     pub f16c: bool,
     /// Every feature of interest that was detected, for `npurt info`.
@@ -27,9 +100,53 @@ pub struct CpuFeatures {
     pub mem_total: u64,
 }
 
+/// What this CPU has, with the widest path it runs (nothing forced).
 pub fn get() -> &'static CpuFeatures {
     static F: OnceLock<CpuFeatures> = OnceLock::new();
     F.get_or_init(detect)
+}
+
+/// The path `NPURT_CPU_ISA` asks for (`None` when unset, empty or `auto`).
+pub fn isa_from_env() -> Result<Option<Isa>, IsaError> {
+    match std::env::var(ISA_ENV) {
+        Ok(v) => Isa::parse(&v),
+        Err(_) => Ok(None),
+    }
+}
+
+/// The features the kernels use for `requested`: that path, forced, or else the path
+/// `NPURT_CPU_ISA` forces, or else the widest detected. An unknown name or a path this CPU
+/// cannot run is an error (never a silent fallback).
+pub fn select(requested: Option<Isa>) -> Result<&'static CpuFeatures, IsaError> {
+    match requested {
+        Some(isa) => forced(isa),
+        None => match isa_from_env()? {
+            Some(isa) => forced(isa),
+            None => Ok(get()),
+        },
+    }
+}
+
+/// [`get`] with the kernels' path forced to `isa`; an error names the missing feature.
+pub fn forced(isa: Isa) -> Result<&'static CpuFeatures, IsaError> {
+    static F: [OnceLock<CpuFeatures>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    let base = get();
+    base.check(isa)?;
+    let slot = match isa {
+        Isa::Avx512 => &F[0],
+        Isa::Avx2Fma => &F[1],
+        Isa::Scalar => &F[2],
+    };
+    Ok(slot.get_or_init(|| {
+        let below = isa < Isa::Avx512;
+        CpuFeatures {
+            isa,
+            forced: true,
+            avx512bf16: base.avx512bf16 && !below,
+            amx_bf16: base.amx_bf16 && !below,
+            ..base.clone()
+        }
+    }))
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -55,13 +172,8 @@ fn x86() -> (Isa, bool, bool, Vec<&'static str>) {
         "avx512vnni"
     );
     let has = |f: &str| d.contains(&f);
-    let isa = if has("avx512f") && has("fma") {
-        Isa::Avx512
-    } else if has("avx2") && has("fma") {
-        Isa::Avx2Fma
-    } else {
-        Isa::Scalar
-    };
+    // The widest path whose every required feature was detected (`Scalar` needs none).
+    let isa = Isa::ALL.into_iter().find(|i| i.required().iter().all(|f| has(f))).unwrap_or(Isa::Scalar);
     (isa, has("avx512bf16"), has("f16c"), d)
 }
 
@@ -140,6 +252,8 @@ fn detect() -> CpuFeatures {
     let mhz = cpuinfo_field("cpu MHz").and_then(|v| v.parse().ok()).filter(|m: &f64| *m > 100.0).unwrap_or(2000.0);
     CpuFeatures {
         isa,
+        forced: false,
+        widest: isa,
         avx512bf16,
         amx_bf16,
         f16c,
@@ -151,7 +265,65 @@ fn detect() -> CpuFeatures {
     }
 }
 
+/// How products with weights in one dtype run on this CPU (see [`CpuFeatures::precisions`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrecisionSupport {
+    pub dtype: DType,
+    /// `Ok(how)`: on the CPU's own support for it, e.g. `"AVX-512-BF16 dot products"`;
+    /// `Err(why not)`: a slower path, naming the feature the CPU lacks (or that the forced
+    /// ISA leaves unused).
+    pub native: Result<&'static str, String>,
+}
+
 impl CpuFeatures {
+    /// Whether this CPU runs `isa`'s code; the error names the first missing feature.
+    pub fn check(&self, isa: Isa) -> Result<(), IsaError> {
+        match isa.required().iter().find(|f| !self.detected.contains(f)) {
+            None => Ok(()),
+            Some(missing) => Err(IsaError::Unsupported {
+                requested: isa.name(),
+                missing: missing.to_string(),
+                widest: self.widest.name(),
+            }),
+        }
+    }
+
+    /// How f32, f16 and bf16 products run here: f32 on the FMA path, fp16 weights widened by
+    /// F16C, bf16 on AMX tiles or AVX-512-BF16 dot products.
+    pub fn precisions(&self) -> Vec<PrecisionSupport> {
+        let f32_how = match self.isa {
+            Isa::Avx512 => "AVX-512 FMA",
+            Isa::Avx2Fma => "AVX2 FMA",
+            Isa::Scalar => "scalar code",
+        };
+        let f16 = if self.f16c {
+            Ok("F16C widening to f32, then f32 FMA: half the weight memory, not faster than f32")
+        } else {
+            Err("this CPU has no F16C: fp16 weights are widened to f32 in software".to_string())
+        };
+        let detected_bf16 = self.detected.contains(&"avx512bf16");
+        let bf16 = if self.amx_bf16 {
+            Ok("AMX-BF16 tiles")
+        } else if self.avx512bf16 {
+            Ok("AVX-512-BF16 dot products")
+        } else if detected_bf16 {
+            Err(format!("the CPU ISA is forced to {}: AVX-512-BF16 is not used", self.isa))
+        } else {
+            Err("this CPU has no AVX-512-BF16 or AMX-BF16".to_string())
+        };
+        vec![
+            PrecisionSupport { dtype: DType::F32, native: Ok(f32_how) },
+            PrecisionSupport { dtype: DType::F16, native: f16 },
+            PrecisionSupport { dtype: DType::BF16, native: bf16 },
+        ]
+    }
+
+    /// Why products with `dtype` weights run slower than f32 here (the missing feature), or
+    /// `None` when they run natively (or `dtype` is not a float precision).
+    pub fn slow_precision(&self, dtype: DType) -> Option<String> {
+        self.precisions().into_iter().find(|p| p.dtype == dtype).and_then(|p| p.native.err())
+    }
+
     /// Unit of the matrix kernels (FMA GEMM).
     pub fn matrix_unit(&self) -> Unit {
         let label = match self.isa {
@@ -192,10 +364,6 @@ impl CpuFeatures {
     }
     /// f32 lanes per vector register.
     pub fn lanes(&self) -> f64 {
-        match self.isa {
-            Isa::Avx512 => 16.0,
-            Isa::Avx2Fma => 8.0,
-            Isa::Scalar => 1.0,
-        }
+        self.isa.lanes() as f64
     }
 }

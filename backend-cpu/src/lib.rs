@@ -9,7 +9,8 @@
 //! Files: [`CpuBackend`] and its `Backend` methods in `backend.rs`, the per-device
 //! records in `device.rs`, allocations and copies in [`memory`], streams and events in
 //! [`stream`], launch checks, batches and frozen launches in `launch.rs`, the detected
-//! CPU in [`features`], errors in [`error`].
+//! CPU and the instruction-set path in use in [`features`], the FMA peak measurement in
+//! [`peak`], errors in [`error`].
 
 mod backend;
 mod device;
@@ -18,11 +19,13 @@ pub mod features;
 pub mod kernels;
 mod launch;
 pub mod memory;
+pub mod peak;
 pub mod stream;
 
 pub use backend::CpuBackend;
 pub use device::DEFAULT_STREAM;
 pub use error::CpuError;
+pub use features::{Isa, IsaError};
 pub use launch::Fault;
 
 /// How the CPU backend presents the host.
@@ -32,10 +35,14 @@ pub struct CpuConfig {
     pub devices: usize,
     /// Worker threads per device for intra-op parallelism (`None` = all cores).
     pub threads: Option<usize>,
+    /// The instruction-set path every kernel takes, even where the CPU has a wider one
+    /// (`None`: the one `NPURT_CPU_ISA` names, else the widest detected). A path this CPU
+    /// cannot run makes [`CpuBackend::new`] fail with [`CpuError::Isa`].
+    pub isa: Option<Isa>,
 }
 
 impl Default for CpuConfig {
     fn default() -> Self {
-        CpuConfig { devices: 1, threads: None }
+        CpuConfig { devices: 1, threads: None, isa: None }
     }
 }

@@ -16,7 +16,9 @@ use std::sync::Arc;
 
 /// A runtime over a CPU backend that the test keeps a handle of (to inject faults).
 fn runtime() -> (Arc<CpuBackend>, Runtime) {
-    let cpu = Arc::new(CpuBackend::new(CpuConfig { devices: 1, threads: Some(2) }).expect("cpu backend"));
+    let cpu = Arc::new(
+        CpuBackend::new(CpuConfig { devices: 1, threads: Some(2), ..CpuConfig::default() }).expect("cpu backend"),
+    );
     let b: Arc<dyn Backend> = cpu.clone();
     (cpu, Runtime::with_backend(b, RuntimeConfig::default()).expect("runtime"))
 }

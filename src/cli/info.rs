@@ -40,16 +40,22 @@ pub fn run(rt: &Runtime) -> Result<()> {
         }
     }
     println!("target CPU features assumed at build: {}", build_info::TARGET_FEATURES.replace(',', " "));
-    let f = npurt::cpu::features::get();
+    let f = npurt::cpu::features::select(None).map_err(npurt::cpu::CpuError::from)?;
     println!("host CPU: {} ({} logical cores, {:.0} MHz)", f.model, f.cores, f.mhz);
     println!("CPU features detected at run time: {}", f.detected.join(" "));
-    println!("high-performance CPU kernels use: {:?} (GEMM unit {})", f.isa, f.matrix_unit().label);
-    let bf16 = if npurt::cpu::kernels::gemm_bf16::available() {
-        format!("bf16 native ({})", f.bf16_unit().label)
+    let how = if f.forced {
+        format!("forced by {}; the CPU runs up to {}", npurt::cpu::features::ISA_ENV, f.widest)
     } else {
-        "bf16 keeps f32 weights (no AVX-512-BF16)".to_string()
+        "the widest this CPU runs; not forced".to_string()
     };
-    println!("CPU precisions: f32 native; {bf16}; f16 widened to f32 (no fp16 arithmetic kernels)");
+    println!("CPU ISA in use: {} ({how}; GEMM unit {})", f.isa, f.matrix_unit().label);
+    println!("CPU precisions (native: on this CPU's own support for them):");
+    for p in f.precisions() {
+        match &p.native {
+            Ok(how) => println!("  {:<5} native ({how})", p.dtype.name()),
+            Err(why) => println!("  {:<5} not native: {why}", p.dtype.name()),
+        }
+    }
     let mut per_tier = std::collections::BTreeMap::new();
     for k in rt.kernels() {
         *per_tier.entry(k.tier).or_insert(0) += 1;

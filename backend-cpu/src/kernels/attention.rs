@@ -82,7 +82,7 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, ctx: &Ctx) -> KR
             let kh = &k[bh * t * d..(bh + 1) * t * d];
             let vh = &v[bh * t * dv..(bh + 1) * t * dv];
             scores.resize(rows * t, 0.0);
-            blas::sgemm(rows, t, d, alpha, qb, d, 1, kh, 1, d, false, scores, t, 1)?;
+            blas::sgemm(isa, rows, t, d, alpha, qb, d, 1, kh, 1, d, false, scores, t, 1)?;
             let mut masked = [false; ROWS];
             for (r, row) in scores.chunks_mut(t).enumerate() {
                 if let Some(f) = post {
@@ -91,7 +91,7 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, ctx: &Ctx) -> KR
                 let m = mask.map(|m| m.row(bi, hh, i0 + r, t));
                 masked[r] = softmax_in_place(isa, row, m);
             }
-            blas::sgemm(rows, dv, t, 1.0, scores, t, 1, vh, dv, 1, false, ob, dv, 1)?;
+            blas::sgemm(isa, rows, dv, t, 1.0, scores, t, 1, vh, dv, 1, false, ob, dv, 1)?;
             for (r, out_row) in ob.chunks_mut(dv).enumerate() {
                 if masked[r] {
                     out_row.fill(0.0);

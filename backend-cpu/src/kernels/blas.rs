@@ -4,9 +4,12 @@
 /// `c = alpha * op(a) @ op(b) + (if accumulate { c } else { 0 })` for one matrix.
 ///
 /// `a` is `m x k` read with strides `(rsa, csa)`, `b` is `k x n` with `(rsb, csb)`, `c`
-/// is row-major `m x n` with row stride `ldc`.
+/// is row-major `m x n` with row stride `ldc`. npurt's packed GEMM runs the micro-kernel of
+/// the path `isa` (the backend's, possibly forced); the `gemm` crate (`NPURT_GEMM=gemm`)
+/// picks its own, so a forced path narrower than the CPU's widest always takes the former.
 #[allow(clippy::too_many_arguments)]
 pub fn sgemm(
+    isa: crate::features::Isa,
     m: usize,
     n: usize,
     k: usize,
@@ -39,9 +42,9 @@ pub fn sgemm(
         }
         return Ok(());
     }
-    if use_packed() {
+    if use_packed() || isa != crate::features::get().widest {
         let beta = if accumulate { 1.0 } else { 0.0 };
-        super::gemm_packed::sgemm(m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, ldc, threads);
+        super::gemm_packed::sgemm_on(isa, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, ldc, threads);
         return Ok(());
     }
     let par = if threads > 1 && m * n * k >= 64 * 64 * 64 {

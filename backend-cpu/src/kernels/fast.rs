@@ -87,7 +87,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
             let (a, b) = (load_f32(&ins[0])?, load_f32(&ins[1])?);
             let (ad, bd) = (ins[0].dims, ins[1].dims);
             with_f32_out(&mut outs[0], |c| {
-                batched_matmul(&a, ad, *trans_a, &b, bd, *trans_b, &out_dims, 1.0, c, ctx.threads)
+                batched_matmul(isa, &a, ad, *trans_a, &b, bd, *trans_b, &out_dims, 1.0, c, ctx.threads)
             })
         }
         Op::Gemm { trans_a, trans_b, alpha, beta } => {
@@ -100,7 +100,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
             if *alpha == 0.0 {
                 // ONNX computes `0 * (A @ B)`, NaN where the product is not finite; the
                 // GEMM would skip the product for alpha = 0.
-                return gemm_alpha_zero(&a, ad, *trans_a, &b, bd, *trans_b, cin, *beta, &mut outs[0], ctx.threads);
+                return gemm_alpha_zero(isa, &a, ad, *trans_a, &b, bd, *trans_b, cin, *beta, &mut outs[0], ctx.threads);
             }
             with_f32_out(&mut outs[0], |c| {
                 let n = out_dims[1];
@@ -113,7 +113,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
                 let (m, k) = if *trans_a { (ad[1], ad[0]) } else { (ad[0], ad[1]) };
                 let (rsa, csa) = if *trans_a { (1, ad[1]) } else { (ad[1], 1) };
                 let (rsb, csb) = if *trans_b { (1, bd[1]) } else { (bd[1], 1) };
-                blas::sgemm(m, n, k, *alpha, &a, rsa, csa, &b, rsb, csb, acc, c, n, ctx.threads)
+                blas::sgemm(isa, m, n, k, *alpha, &a, rsa, csa, &b, rsb, csb, acc, c, n, ctx.threads)
             })
         }
         Op::Linear => {
@@ -132,7 +132,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
             // A compiled graph's weight may be stored packed (see `CpuBackend::prepack`).
             let packed = ctx.prepacked.as_ref().and_then(|p| p.0.downcast_ref::<super::gemm_packed::PackedBLayout>());
             if let Some(layout) = packed {
-                if layout.k != k || layout.n != n || !layout.is_current() || w.len() < layout.len() {
+                if layout.k != k || layout.n != n || !layout.is_for(isa) || w.len() < layout.len() {
                     return Err(KernelError::Internal(format!(
                         "packed weight {layout:?} does not fit [{n}, {k}] on this CPU"
                     )));
@@ -166,7 +166,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
                 if let Some(b) = &bias {
                     par_rows(c, n, |_, r| r.copy_from_slice(b));
                 }
-                blas::sgemm(m, n, k, 1.0, &x, k, 1, &w, 1, k, bias.is_some(), c, n, ctx.threads)
+                blas::sgemm(isa, m, n, k, 1.0, &x, k, 1, &w, 1, k, bias.is_some(), c, n, ctx.threads)
             })
         }
         Op::Add | Op::Sub | Op::Mul | Op::Div => {
@@ -394,6 +394,7 @@ fn sum_f64(x: &[f32], f: impl Fn(f64) -> f64) -> f64 {
 /// Gemm with `alpha = 0`: `0 * (A @ B) + beta * C`, so a non-finite product gives NaN.
 #[allow(clippy::too_many_arguments)]
 fn gemm_alpha_zero(
+    isa: Isa,
     a: &[f32],
     ad: &[usize],
     ta: bool,
@@ -407,7 +408,7 @@ fn gemm_alpha_zero(
 ) -> KResult {
     let od = o.dims.to_vec();
     with_f32_out(o, |c| {
-        batched_matmul(a, ad, ta, b, bd, tb, &od, 1.0, c, threads)?;
+        batched_matmul(isa, a, ad, ta, b, bd, tb, &od, 1.0, c, threads)?;
         c.iter_mut().for_each(|v| *v *= 0.0);
         if let Some((cv, cd)) = &cin {
             let offs = gather_offsets(&od, &broadcast_strides(cd, &od));
@@ -477,9 +478,11 @@ fn binary_f32(
     }
 }
 
-/// Batched matrix product with broadcast batch dims into the contiguous `c`.
+/// Batched matrix product with broadcast batch dims into the contiguous `c`, on the
+/// GEMM of the path `isa`.
 #[allow(clippy::too_many_arguments)]
 pub fn batched_matmul(
+    isa: Isa,
     a: &[f32],
     ad: &[usize],
     ta: bool,
@@ -509,6 +512,7 @@ pub fn batched_matmul(
         let a0 = oa[bi] * ar * ac;
         let b0 = ob[bi] * br * bc;
         blas::sgemm(
+            isa,
             m,
             n,
             k,

@@ -53,7 +53,7 @@ fn fast_attention(q: &KernelQuery<'_>) -> Result<(), String> {
 fn bf16_linear(q: &KernelQuery<'_>) -> Result<(), String> {
     use runtime::DType;
     if !gemm_bf16::available() {
-        return Err("this CPU has no AVX-512-BF16".into());
+        return Err("this CPU has no AVX-512-BF16 or AMX-BF16".into());
     }
     let d: Vec<DType> = q.inputs.iter().map(|m| m.dtype).collect();
     match d.as_slice() {
@@ -67,13 +67,26 @@ pub fn reference(op: &runtime::Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> 
     runtime::reference::run(op, ins, outs)
 }
 
+/// The bf16 Linear under an ISA forced below AVX-512: declines, saying why.
+fn bf16_linear_forced_off(_: &KernelQuery<'_>) -> Result<(), String> {
+    if !gemm_bf16::available() {
+        return Err("this CPU has no AVX-512-BF16 or AMX-BF16".into());
+    }
+    Err("the CPU ISA is forced below avx512 (NPURT_CPU_ISA / CpuConfig::isa): AVX-512-BF16 is not used".into())
+}
+
 /// The kernel table (`KernelInfo::id` indexes the functions), built once per process
-/// for the detected features.
+/// and instruction-set path (the units' labels name the path).
 pub type Table = KernelTable<KernelFn>;
 
 pub fn table(f: &CpuFeatures) -> &'static Table {
-    static T: OnceLock<Table> = OnceLock::new();
-    T.get_or_init(|| {
+    static T: [OnceLock<Table>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    let slot = match f.isa {
+        crate::features::Isa::Avx512 => &T[0],
+        crate::features::Isa::Avx2Fma => &T[1],
+        crate::features::Isa::Scalar => &T[2],
+    };
+    slot.get_or_init(|| {
         let mut t = Table::new();
         for kind in OpKind::ALL {
             let fast_unit = if is_matrix(kind) { f.matrix_unit() } else { f.vector_unit() };
@@ -81,7 +94,9 @@ pub fn table(f: &CpuFeatures) -> &'static Table {
             if kind == OpKind::Linear {
                 // Before the f32 fast kernel: chosen whenever the weight is bf16.
                 let unit = f.bf16_unit();
-                t.add(kind, Tier::HighPerformance, unit, unit.label, bf16_linear, fast::linear_bf16);
+                let support: runtime::kernel::SupportFn =
+                    if f.isa == crate::features::Isa::Avx512 { bf16_linear } else { bf16_linear_forced_off };
+                t.add(kind, Tier::HighPerformance, unit, unit.label, support, fast::linear_bf16);
             }
             t.add(kind, Tier::HighPerformance, fast_unit, fast_unit.label, fast_support, fast::run);
             let unit = f.baseline_unit();

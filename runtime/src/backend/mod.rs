@@ -375,6 +375,14 @@ pub unsafe trait Backend: Send + Sync {
         None
     }
 
+    /// Why products with `dtype` weights (a compiled graph's `bf16` / `f16` precision) run
+    /// slower on `device` than in f32 — the hardware feature it lacks, e.g. "this CPU has
+    /// no AVX-512-BF16 or AMX-BF16" — or `None` when they run natively or the backend does
+    /// not say (the default).
+    fn slow_precision(&self, _device: usize, _dtype: DType) -> Option<String> {
+        None
+    }
+
     /// Every implementation this backend offers.
     fn kernels(&self) -> &[KernelInfo];
     /// Called once per node when a graph is compiled, with the host bytes of the node's

@@ -10,10 +10,15 @@ use std::sync::Arc;
 /// backend would then run the node well: for bf16 on a bf16 unit (a kernel whose unit
 /// label names bf16), for fp16 on any kernel above the reference tier. A weight also read
 /// by other ops stays f32. Returns how many were converted.
+///
+/// Where the backend says `dtype` is not native on its first visible device
+/// ([`crate::Backend::slow_precision`]: e.g. bf16 on a CPU without AVX-512-BF16 or AMX),
+/// one warning per graph names the missing feature and what became of the weights.
 pub(super) fn low_precision_weights(rt: &Runtime, graph: &mut Graph, dtype: DType) -> usize {
     let consumers = graph.consumers();
     let tag = dtype.name();
     let mut converted = 0;
+    let mut candidates = 0;
     for ni in 0..graph.nodes.len() {
         let n = &graph.nodes[ni];
         if !matches!(n.op, crate::op::Op::Linear) {
@@ -33,6 +38,7 @@ pub(super) fn low_precision_weights(rt: &Runtime, graph: &mut Graph, dtype: DTyp
         if !consumers[w.0].iter().all(weight_only) || graph.outputs.contains(&w) {
             continue;
         }
+        candidates += 1;
         let mut ins: Vec<TensorMeta> = n.inputs.iter().map(|v| graph.meta(*v).clone()).collect();
         ins[1].dtype = dtype;
         let good = |k: &crate::kernel::KernelInfo| match dtype {
@@ -61,5 +67,22 @@ pub(super) fn low_precision_weights(rt: &Runtime, graph: &mut Graph, dtype: DTyp
         graph.values[w.0].kind = ValueKind::Constant(ht);
         converted += 1;
     }
+    if candidates > 0 {
+        warn_if_not_native(rt, dtype, converted, candidates);
+    }
     converted
+}
+
+/// The one warning of [`low_precision_weights`] when the backend says `dtype` is slow.
+fn warn_if_not_native(rt: &Runtime, dtype: DType, converted: usize, candidates: usize) {
+    let inner = &rt.inner;
+    let Some(ordinal) = inner.devices.first().map(|d| d.ordinal) else { return };
+    let Some(why) = inner.backend.slow_precision(ordinal, dtype) else { return };
+    let tag = dtype.name();
+    let what = if converted == 0 {
+        format!("all {candidates} Linear weights stay f32, the fastest correct path here")
+    } else {
+        format!("{converted} of {candidates} Linear weights stored in {tag}, computed through f32 (slower than f32)")
+    };
+    log::warn!("precision {tag} is not native on the {} backend: {why}; {what}", inner.backend.name());
 }

@@ -1,15 +1,19 @@
 //! `npurt bench gemm`: f32 GEMM at the BERT shapes, per tier, with the weight prepacked
-//! and on the bf16 unit, optionally against OpenBLAS through NumPy in the same run.
+//! and on the bf16 unit, optionally against OpenBLAS through NumPy in the same run; every
+//! figure also as a percentage of the FMA peak measured at the start (`bench peak`).
 
 use super::common::median;
+use super::peak::parse_isa;
 use crate::cli::progress;
 use crate::cli::values::positive;
 use clap::{Args, ValueEnum};
+use npurt::cpu::Isa;
 use npurt::{DType, Error, Op, Result, Runtime, RuntimeConfig, Tensor, Tier};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
-/// `npurt bench gemm [--peer numpy] [--runs N] [--all-tiers]`
+/// `npurt bench gemm [--peer numpy] [--runs N] [--all-tiers] [--isa ISA] [--peak GFLOPS] [--json FILE]`
 #[derive(Args)]
 pub struct GemmArgs {
     /// Time a peer in the same run, before and after npurt
@@ -21,6 +25,24 @@ pub struct GemmArgs {
     /// The generic tier too, next to the high-performance one
     #[arg(long)]
     all_tiers: bool,
+    /// Run npurt's kernels on this path even where the CPU has a wider one: avx512, avx2 or
+    /// scalar (default: NPURT_CPU_ISA, else the widest)
+    #[arg(long, value_name = "ISA", value_parser = parse_isa)]
+    isa: Option<Isa>,
+    /// The FMA peak (GFLOP/s, all threads) the percentages refer to, instead of measuring
+    /// it at the start of the run
+    #[arg(long, value_name = "GFLOPS", value_parser = positive_f64, allow_negative_numbers = true)]
+    peak: Option<f64>,
+    /// Also write the figures as JSON to FILE
+    #[arg(long, value_name = "FILE")]
+    json: Option<String>,
+}
+
+fn positive_f64(s: &str) -> std::result::Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err("expected a positive number".into()),
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -52,6 +74,25 @@ fn shape_name(s: Shape) -> String {
 /// GFLOP/s of an eager f32 MatMul on `tier`, the median of `runs` after one warm-up.
 pub fn time_gemm(cfg: &RuntimeConfig, tier: Tier, s: Shape, runs: usize) -> Result<f64> {
     let rt = Runtime::with_config(RuntimeConfig { forced_tier: Some(tier), ..cfg.clone() })?;
+    time_gemm_on(&rt, s, runs)
+}
+
+/// The runtime an eager column runs on: the configured backend, or the CPU backend forced
+/// to `isa`.
+fn eager_runtime(cfg: &RuntimeConfig, tier: Tier, isa: Option<Isa>) -> Result<runtime::Runtime> {
+    let cfg = RuntimeConfig { forced_tier: Some(tier), ..cfg.clone() };
+    match isa {
+        None => Ok(Runtime::with_config(cfg)?.inner().clone()),
+        Some(isa) => {
+            let c = npurt::cpu::CpuConfig { devices: cfg.cpu_devices, threads: cfg.threads, isa: Some(isa) };
+            let b = npurt::cpu::CpuBackend::new(c)?;
+            runtime::Runtime::with_backend(Arc::new(b), cfg)
+        }
+    }
+}
+
+/// [`time_gemm`] on `rt`.
+fn time_gemm_on(rt: &runtime::Runtime, s: Shape, runs: usize) -> Result<f64> {
     let (m, k, n, b) = s;
     let dims = |r: usize, c: usize| if b == 1 { vec![r, c] } else { vec![b, r, c] };
     let fill = |d: Vec<usize>| -> Result<Tensor> {
@@ -74,11 +115,13 @@ pub fn time_gemm(cfg: &RuntimeConfig, tier: Tier, s: Shape, runs: usize) -> Resu
 }
 
 /// The bf16 unit on a Linear-shaped product (`x[m×k] · wᵀ`, `w` packed once, as a
-/// compiled graph does); `None` where the CPU has no AVX-512-BF16 or the shape is batched.
+/// compiled graph does); `None` where the CPU has no AVX-512-BF16, the CPU backend is
+/// forced below AVX-512, or the shape is batched.
 pub fn time_gemm_bf16(cfg: &RuntimeConfig, s: Shape, runs: usize) -> Option<f64> {
     use npurt::cpu::kernels::gemm_bf16;
     let (m, k, n, b) = s;
-    if b != 1 || !gemm_bf16::available() {
+    let below_avx512 = npurt::cpu::features::select(None).map_or(true, |f| f.isa < Isa::Avx512);
+    if b != 1 || !gemm_bf16::available() || below_avx512 {
         return None;
     }
     let x: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
@@ -101,8 +144,8 @@ pub fn time_gemm_bf16(cfg: &RuntimeConfig, s: Shape, runs: usize) -> Option<f64>
 }
 
 /// The f32 Linear-shaped product (`x[m×k] · wᵀ`) with the weight packed once, as a
-/// compiled graph runs it; `None` for batched shapes.
-fn time_gemm_prepacked(cfg: &RuntimeConfig, s: Shape, runs: usize) -> Option<f64> {
+/// compiled graph runs it, on the micro-kernel of `isa`; `None` for batched shapes.
+fn time_gemm_prepacked(cfg: &RuntimeConfig, isa: Isa, s: Shape, runs: usize) -> Option<f64> {
     use npurt::cpu::kernels::gemm_packed;
     let (m, k, n, b) = s;
     if b != 1 {
@@ -110,7 +153,7 @@ fn time_gemm_prepacked(cfg: &RuntimeConfig, s: Shape, runs: usize) -> Option<f64
     }
     let x: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
     let w: Vec<f32> = (0..n * k).map(|i| ((i * 104_729) % 1000) as f32 / 1000.0 - 0.5).collect();
-    let layout = gemm_packed::PackedBLayout::new(k, n);
+    let layout = gemm_packed::PackedBLayout::for_cpu(isa, k, n);
     let mut packed = vec![0f32; layout.len()];
     gemm_packed::pack_b(&layout, &w, 1, k, &mut packed).ok()?;
     let mut c = vec![0f32; m * n];
@@ -170,13 +213,65 @@ fn numpy_peer(runs: usize) -> Result<(BTreeMap<String, f64>, String)> {
     Ok((m, blas))
 }
 
+/// The peak the percentages refer to: `--peak`, else measured now on `isa` and `threads`
+/// (`None` on the scalar path, which has no FMA loop).
+fn reference_peak(args: &GemmArgs, isa: Isa, threads: usize) -> Result<Option<(f64, &'static str)>> {
+    if let Some(p) = args.peak {
+        return Ok(Some((p, "given")));
+    }
+    if npurt::cpu::peak::accumulators(isa).is_none() {
+        return Ok(None);
+    }
+    let p = super::peak::measure(isa, threads, 5, 100)?;
+    Ok(Some((p.gflops, "measured")))
+}
+
+/// `GF/s (pct %)` of one figure, 21 characters wide.
+fn cell(g: Option<f64>, peak: Option<f64>) -> String {
+    match (g, peak) {
+        (Some(g), Some(p)) => format!("{g:>8.1} GF/s ({:>3.0} %)", 100.0 * g / p),
+        (Some(g), None) => format!("{g:>8.1} GF/s       "),
+        (None, _) => format!("{:>21}", "-"),
+    }
+}
+
+/// A row of the JSON document: one variant at one shape.
+fn json_row(s: Shape, variant: &str, isa: Option<Isa>, gflops: f64, peak: Option<f64>) -> serde_json::Value {
+    let flops = 2.0 * (s.0 * s.1 * s.2 * s.3) as f64;
+    serde_json::json!({
+        "shape": shape_name(s),
+        "m": s.0, "k": s.1, "n": s.2, "batch": s.3,
+        "variant": variant,
+        "isa": isa.map(Isa::name),
+        "gflops": gflops,
+        "median_ms": flops / gflops / 1e6,
+        "pct_of_peak": peak.map(|p| 100.0 * gflops / p),
+    })
+}
+
 pub fn run(cfg: RuntimeConfig, args: GemmArgs) -> Result<()> {
     let runs = args.runs;
     let numpy = args.peer == Some(Peer::Numpy);
     let tiers: Vec<Tier> =
         if args.all_tiers { vec![Tier::HighPerformance, Tier::Generic] } else { vec![Tier::HighPerformance] };
-    let f = npurt::cpu::features::get();
-    println!("GEMM f32, median of {runs} runs, {} threads, ISA {:?}", cfg.threads.unwrap_or(f.cores), f.isa);
+    let f = npurt::cpu::features::select(args.isa).map_err(npurt::cpu::CpuError::from)?;
+    let isa = f.isa;
+    let threads = cfg.threads.unwrap_or(f.cores);
+    let eager: Vec<runtime::Runtime> =
+        tiers.iter().map(|&t| eager_runtime(&cfg, t, args.isa)).collect::<Result<_>>()?;
+    let on_cpu = eager.iter().all(|rt| rt.backend_name() == "cpu");
+    let forced = if f.forced { format!(" (forced; the CPU runs up to {})", f.widest) } else { String::new() };
+    println!("GEMM f32, median of {runs} runs, {threads} threads, ISA {isa}{forced}");
+    let peak = reference_peak(&args, isa, threads)?;
+    match peak {
+        Some((p, how)) => println!("FMA peak ({how}, {isa}, {threads} threads): {p:.1} GFLOP/s; (%) = share of it"),
+        None => println!("no FMA peak on the {isa} path (give --peak GFLOPS for percentages)"),
+    }
+    let peak = peak.map(|p| p.0);
+    if !on_cpu {
+        println!("eager columns run on the {} backend: no percentage of the CPU's peak", eager[0].backend_name());
+    }
+    let eager_peak = if on_cpu { peak } else { None };
     let steps = (tiers.len() + 2) * SHAPES.len() + if numpy { 2 } else { 0 };
     let pb = progress::bar(steps as u64, "GEMM");
     // Peer before and after ours, so drift on a shared machine shows up.
@@ -191,15 +286,19 @@ pub fn run(cfg: RuntimeConfig, args: GemmArgs) -> Result<()> {
     };
     let p1 = peer(&pb)?;
     let mut ours: Vec<Vec<f64>> = Vec::new();
-    for &t in &tiers {
+    for (t, rt) in tiers.iter().zip(&eager) {
         pb.set_message(format!("npurt {t}"));
-        ours.push(SHAPES.iter().map(|&s| time_gemm(&cfg, t, s, runs).inspect(|_| pb.inc(1))).collect::<Result<_>>()?);
+        ours.push(SHAPES.iter().map(|&s| time_gemm_on(rt, s, runs).inspect(|_| pb.inc(1))).collect::<Result<_>>()?);
     }
     pb.set_message("f32 prepacked");
     let pre: Vec<Option<f64>> =
-        SHAPES.iter().map(|&s| time_gemm_prepacked(&cfg, s, runs)).inspect(|_| pb.inc(1)).collect();
+        SHAPES.iter().map(|&s| time_gemm_prepacked(&cfg, isa, s, runs)).inspect(|_| pb.inc(1)).collect();
     pb.set_message("bf16");
-    let bf16: Vec<Option<f64>> = SHAPES.iter().map(|&s| time_gemm_bf16(&cfg, s, runs)).inspect(|_| pb.inc(1)).collect();
+    let bf16: Vec<Option<f64>> = if isa == Isa::Avx512 {
+        SHAPES.iter().map(|&s| time_gemm_bf16(&cfg, s, runs)).inspect(|_| pb.inc(1)).collect()
+    } else {
+        SHAPES.iter().map(|_| None).inspect(|_| pb.inc(1)).collect()
+    };
     let p2 = peer(&pb)?;
     pb.finish_and_clear();
     if let Some((_, blas)) = &p1 {
@@ -207,43 +306,62 @@ pub fn run(cfg: RuntimeConfig, args: GemmArgs) -> Result<()> {
     }
     print!("{:<18}", "shape");
     for t in &tiers {
-        print!(" {:>14}", format!("npurt {t}"));
+        print!(" {:>21}", format!("npurt {t}"));
     }
-    print!(" {:>15}", "f32 prepacked");
+    print!(" {:>21}", "f32 prepacked");
     if p1.is_some() {
-        print!(" {:>14} {:>8} {:>8}", "OpenBLAS", "ratio", "pre/BLAS");
+        print!(" {:>21} {:>8} {:>8}", "OpenBLAS", "ratio", "pre/BLAS");
     }
     let has_bf16 = bf16.iter().any(Option::is_some);
     if has_bf16 {
-        print!(" {:>14}", "npurt bf16");
+        print!(" {:>21}", "npurt bf16");
     }
     println!();
+    let mut rows = Vec::new();
     for (i, &s) in SHAPES.iter().enumerate() {
         let name = shape_name(s);
         print!("{name:<18}");
-        for o in &ours {
-            print!(" {:>10.1} GF/s", o[i]);
+        for (t, o) in tiers.iter().zip(&ours) {
+            print!(" {}", cell(Some(o[i]), eager_peak));
+            let variant = if *t == Tier::HighPerformance { "fast" } else { "generic" };
+            rows.push(json_row(s, variant, on_cpu.then_some(isa), o[i], eager_peak));
         }
-        match pre[i] {
-            Some(g) => print!(" {g:>10.1} GF/s"),
-            None => print!(" {:>15}", "-"),
+        print!(" {}", cell(pre[i], peak));
+        if let Some(g) = pre[i] {
+            rows.push(json_row(s, "prepacked", Some(isa), g, peak));
         }
         if let (Some((a, _)), Some((b, _))) = (&p1, &p2) {
             let mut v: Vec<f64> = [a.get(&name), b.get(&name)].into_iter().flatten().copied().collect();
             let peer_g = median(&mut v);
-            print!(" {:>10.1} GF/s {:>7.2}x", peer_g, ours[0][i] / peer_g);
+            print!(" {} {:>7.2}x", cell(Some(peer_g), peak), ours[0][i] / peer_g);
             match pre[i] {
                 Some(g) => print!(" {:>7.2}x", g / peer_g),
                 None => print!(" {:>8}", "-"),
             }
+            rows.push(json_row(s, "openblas", None, peer_g, peak));
         }
         if has_bf16 {
-            match bf16[i] {
-                Some(g) => print!(" {g:>10.1} GF/s"),
-                None => print!(" {:>14}", "-"),
+            // bf16 against the f32 FMA peak: above 100 % where bf16 dot products beat it.
+            print!(" {}", cell(bf16[i], peak));
+            if let Some(g) = bf16[i] {
+                rows.push(json_row(s, "bf16", Some(isa), g, peak));
             }
         }
         println!();
+    }
+    if let Some(path) = &args.json {
+        let doc = serde_json::json!({
+            "cpu": f.model,
+            "isa": isa.name(),
+            "isa_forced": f.forced,
+            "threads": threads,
+            "runs": runs,
+            "peak_gflops": peak,
+            "peak_source": if args.peak.is_some() { "given" } else { "measured" },
+            "rows": rows,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default())
+            .map_err(|e| Error::io(path.clone(), e))?;
     }
     Ok(())
 }

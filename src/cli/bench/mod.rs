@@ -6,12 +6,13 @@ mod common;
 mod compare_ort;
 mod concurrent;
 mod gemm;
+mod peak;
 mod serve;
 
 use clap::{Args, Subcommand};
 use npurt::{Result, RuntimeConfig};
 
-/// `npurt bench gemm|bert [options]`
+/// `npurt bench gemm|peak|bert [options]`
 #[derive(Args)]
 pub struct BenchArgs {
     #[command(subcommand)]
@@ -20,8 +21,11 @@ pub struct BenchArgs {
 
 #[derive(Subcommand)]
 enum Which {
-    /// f32 GEMM at the BERT shapes, optionally against OpenBLAS through NumPy
+    /// f32 GEMM at the BERT shapes, as GFLOP/s and % of the FMA peak, optionally against
+    /// OpenBLAS through NumPy
     Gemm(gemm::GemmArgs),
+    /// The machine's FMA peak (GFLOP/s) on 1 thread and on all threads, per ISA path
+    Peak(peak::PeakArgs),
     /// BERT latency, memory and utilisation (--ablation: none, +pool, +reuse, +parallel,
     /// +mapping); or --concurrent, --accuracy, --compare-ort
     Bert(Box<bert::BertArgs>),
@@ -30,6 +34,7 @@ enum Which {
 pub fn run(config: RuntimeConfig, args: BenchArgs) -> Result<()> {
     match args.which {
         Which::Gemm(a) => gemm::run(config, a),
+        Which::Peak(a) => peak::run(config, a),
         Which::Bert(a) => bert::run(config, *a),
     }
 }

@@ -109,6 +109,31 @@ pub fn sgemm(
     sgemm_with(selected_isa(), None, &p, c, threads);
 }
 
+/// [`sgemm`] on the micro-kernel of the instruction-set path `isa` (a backend whose path
+/// is forced, `NPURT_CPU_ISA`). Panics, like [`sgemm`], when this CPU cannot run `isa`
+/// ([`crate::features::CpuFeatures::check`] says so beforehand).
+#[allow(clippy::too_many_arguments)]
+pub fn sgemm_on(
+    isa: crate::features::Isa,
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    a: &[f32],
+    rsa: usize,
+    csa: usize,
+    b: &[f32],
+    rsb: usize,
+    csb: usize,
+    beta: f32,
+    c: &mut [f32],
+    ldc: usize,
+    threads: usize,
+) {
+    let p = Problem { m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, ldc };
+    sgemm_with(Isa::from_cpu(isa), None, &p, c, threads);
+}
+
 /// Which micro-kernel [`sgemm`] uses on this machine: `"avx512-fma"`, `"avx2-fma"` or
 /// `"scalar"`.
 pub fn isa() -> &'static str {
@@ -129,6 +154,18 @@ enum Isa {
 }
 
 impl Isa {
+    /// The micro-kernel of the CPU backend's instruction-set path.
+    fn from_cpu(isa: crate::features::Isa) -> Isa {
+        use crate::features::Isa as Cpu;
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Cpu::Avx512 => Isa::Avx512,
+            #[cfg(target_arch = "x86_64")]
+            Cpu::Avx2Fma => Isa::Avx2,
+            _ => Isa::Scalar,
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             #[cfg(target_arch = "x86_64")]
@@ -475,6 +512,12 @@ impl PackedBLayout {
         Self::for_isa(selected_isa(), k, n)
     }
 
+    /// The layout [`sgemm_prepacked`] expects for a `k×n` B on the micro-kernel of the
+    /// instruction-set path `isa` (which may be narrower than this CPU's widest).
+    pub fn for_cpu(isa: crate::features::Isa, k: usize, n: usize) -> PackedBLayout {
+        Self::for_isa(Isa::from_cpu(isa), k, n)
+    }
+
     fn for_isa(isa: Isa, k: usize, n: usize) -> PackedBLayout {
         let (nr, blk) = isa.shape();
         PackedBLayout { k, n, isa, kc: even_block(k, blk.kc, 1), nr }
@@ -493,6 +536,11 @@ impl PackedBLayout {
     /// Whether the layout was made for the micro-kernel this process runs.
     pub fn is_current(&self) -> bool {
         self.isa == selected_isa()
+    }
+
+    /// Whether the layout was made for the micro-kernel of the path `isa`.
+    pub fn is_for(&self, isa: crate::features::Isa) -> bool {
+        self.isa == Isa::from_cpu(isa)
     }
 }
 
