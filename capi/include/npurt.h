@@ -346,10 +346,12 @@ npurt_status npurt_embedder_new(struct npurt_runtime *rt,
 
 /**
  * Embeds `n` texts (UTF-8, NUL-terminated) into `out`, row after row: `n * dim` floats,
- * each row L2-normalised when the model normalises. A size query: `*dim` (when `dim`
- * is not NULL) is set to the embedding dimension in every case where the embedder is
- * valid; with `out == NULL` or `out_len == 0` nothing runs and `NPURT_OK` is returned;
- * with `out_len < n * dim` (counted in floats), `NPURT_ERR_INVALID_ARGUMENT`.
+ * each row L2-normalised (by the model's Normalize module, or here when the model has
+ * none). `texts` is checked first (NULL only when `n` is 0, no entry NULL, each UTF-8);
+ * then, as a size query, `*dim` (when `dim` is not NULL) is set to the embedding
+ * dimension in exactly three cases: `out == NULL` or `out_len == 0` (nothing runs,
+ * `NPURT_OK`), `out_len < n * dim` counted in floats (`NPURT_ERR_INVALID_ARGUMENT`), and
+ * success. Any other failure leaves `*dim` and `out` untouched.
  *
  * # Safety
  * `e` is NULL or a live embedder; `texts` holds `n` pointers to NUL-terminated strings
