@@ -385,6 +385,20 @@ const char *npurt_last_error(void);
  */
 const char *npurt_status_name(npurt_status status);
 
+#if defined(NPURT_DEBUG_HOOKS)
+/**
+ * A test hook, present only in a library built with the cargo feature `debug-hooks`
+ * (`cargo build -p npurt-capi --features debug-hooks`; the header declares it when
+ * `NPURT_DEBUG_HOOKS` is defined): panics inside npurt with `msg` (NULL: a fixed text),
+ * so that a C test sees what a bug in npurt becomes at the boundary: `NPURT_ERR_INTERNAL`,
+ * with `"internal error (panic): MSG"` as the last error.
+ *
+ * # Safety
+ * `msg` is NULL or a NUL-terminated string.
+ */
+npurt_status npurt_debug_panic(const char *msg);
+#endif
+
 /**
  * Runs the op `op` (by name; ONNX spellings accepted) on `inputs`. `attrs` is NULL or
  * `"key=value;..."` (e.g. `"trans_b=true"`, `"axis=-1"`, `"perm=0,2,1"`). Each of the
