@@ -346,10 +346,12 @@ npurt_status npurt_embedder_new(struct npurt_runtime *rt,
 
 /**
  * Embeds `n` texts (UTF-8, NUL-terminated) into `out`, row after row: `n * dim` floats,
- * each row L2-normalised when the model normalises. A size query: `*dim` (when `dim`
- * is not NULL) is set to the embedding dimension in every case where the embedder is
- * valid; with `out == NULL` or `out_len == 0` nothing runs and `NPURT_OK` is returned;
- * with `out_len < n * dim` (counted in floats), `NPURT_ERR_INVALID_ARGUMENT`.
+ * each row L2-normalised (by the model's Normalize module, or here when the model has
+ * none). `texts` is checked first (NULL only when `n` is 0, no entry NULL, each UTF-8);
+ * then, as a size query, `*dim` (when `dim` is not NULL) is set to the embedding
+ * dimension in exactly three cases: `out == NULL` or `out_len == 0` (nothing runs,
+ * `NPURT_OK`), `out_len < n * dim` counted in floats (`NPURT_ERR_INVALID_ARGUMENT`), and
+ * success. Any other failure leaves `*dim` and `out` untouched.
  *
  * # Safety
  * `e` is NULL or a live embedder; `texts` holds `n` pointers to NUL-terminated strings
@@ -382,6 +384,20 @@ const char *npurt_last_error(void);
  * for a value that is no status. Never NULL.
  */
 const char *npurt_status_name(npurt_status status);
+
+#if defined(NPURT_DEBUG_HOOKS)
+/**
+ * A test hook, present only in a library built with the cargo feature `debug-hooks`
+ * (`cargo build -p npurt-capi --features debug-hooks`; the header declares it when
+ * `NPURT_DEBUG_HOOKS` is defined): panics inside npurt with `msg` (NULL: a fixed text),
+ * so that a C test sees what a bug in npurt becomes at the boundary: `NPURT_ERR_INTERNAL`,
+ * with `"internal error (panic): MSG"` as the last error.
+ *
+ * # Safety
+ * `msg` is NULL or a NUL-terminated string.
+ */
+npurt_status npurt_debug_panic(const char *msg);
+#endif
 
 /**
  * Runs the op `op` (by name; ONNX spellings accepted) on `inputs`. `attrs` is NULL or

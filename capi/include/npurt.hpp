@@ -1,15 +1,17 @@
 // npurt.hpp: header-only C++17 wrapper of npurt.h: RAII handles (move-only, freed by
 // their destructors) and exceptions (npurt::Error, carrying the status and the message).
+// Element types: float, int32_t, int64_t, uint8_t, npurt::f16 and npurt::bf16.
 //
 //     npurt::Runtime rt("backend=cpu");
-//     auto a = rt.tensor<float>({2, 2}, {1, 2, 3, 4});
-//     auto c = rt.execute("MatMul", {&a, &a})[0];
-//     std::vector<float> v = c.to_host<float>();
+//     auto a = rt.tensor({2, 2}, {1, 2, 3, 4});  // float unless the data says otherwise
+//     auto c = std::move(rt.execute("MatMul", {&a, &a})[0]);
+//     std::vector<float> v = c.to_host<float>();  // {7, 10, 15, 22}
 #ifndef NPURT_HPP
 #define NPURT_HPP
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
@@ -35,6 +37,90 @@ class Error : public std::runtime_error {
 inline void check(npurt_status s) {
     if (s != NPURT_OK) throw Error(s, npurt_last_error());
 }
+
+/// An IEEE 754 half-precision element (NPURT_F16): its 16 bits. C++17 has no half type;
+/// from_float rounds to nearest even, to_float is exact.
+struct f16 {
+    uint16_t bits = 0;
+
+    static f16 from_bits(uint16_t b) noexcept {
+        f16 h;
+        h.bits = b;
+        return h;
+    }
+    static f16 from_float(float x) noexcept {
+        uint32_t u;
+        std::memcpy(&u, &x, sizeof u);
+        const uint32_t sign = (u >> 16) & 0x8000u;
+        const uint32_t mag = u & 0x7fffffffu;
+        if (mag >= 0x7f800000u) // inf, or NaN (kept quiet)
+            return from_bits(static_cast<uint16_t>(sign | 0x7c00u | (mag > 0x7f800000u ? 0x200u : 0u)));
+        if (mag >= 0x477ff000u) // rounds past the largest half (65504)
+            return from_bits(static_cast<uint16_t>(sign | 0x7c00u));
+        if (mag < 0x38800000u) { // below the smallest normal half: subnormal or zero
+            if (mag < 0x33000000u) return from_bits(static_cast<uint16_t>(sign));
+            const uint32_t e = mag >> 23, m = (mag & 0x7fffffu) | 0x800000u;
+            const uint32_t shift = 126u - e; // 14..24
+            uint32_t h = m >> shift;
+            const uint32_t rest = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+            if (rest > half || (rest == half && (h & 1u))) h++;
+            return from_bits(static_cast<uint16_t>(sign | h));
+        }
+        uint32_t h = ((mag >> 13) - (112u << 10));
+        const uint32_t rest = mag & 0x1fffu;
+        if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++;
+        return from_bits(static_cast<uint16_t>(sign | h));
+    }
+    float to_float() const noexcept {
+        const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+        const uint32_t e = (bits >> 10) & 0x1fu, m = bits & 0x3ffu;
+        uint32_t u;
+        if (e == 0x1fu) {
+            u = sign | 0x7f800000u | (m << 13);
+        } else if (e != 0) {
+            u = sign | ((e + 112u) << 23) | (m << 13);
+        } else if (m == 0) {
+            u = sign;
+        } else { // subnormal: m x 2^-24, exact in float
+            float f = static_cast<float>(m) * (1.0f / 16777216.0f);
+            return sign ? -f : f;
+        }
+        float f;
+        std::memcpy(&f, &u, sizeof f);
+        return f;
+    }
+    friend bool operator==(f16 a, f16 b) noexcept { return a.bits == b.bits; }
+    friend bool operator!=(f16 a, f16 b) noexcept { return a.bits != b.bits; }
+};
+
+/// A bfloat16 element (NPURT_BF16): the upper 16 bits of a float. from_float rounds to
+/// nearest even, to_float is exact.
+struct bf16 {
+    uint16_t bits = 0;
+
+    static bf16 from_bits(uint16_t b) noexcept {
+        bf16 h;
+        h.bits = b;
+        return h;
+    }
+    static bf16 from_float(float x) noexcept {
+        uint32_t u;
+        std::memcpy(&u, &x, sizeof u);
+        if ((u & 0x7fffffffu) > 0x7f800000u) return from_bits(static_cast<uint16_t>((u >> 16) | 0x40u)); // NaN
+        u += 0x7fffu + ((u >> 16) & 1u);
+        return from_bits(static_cast<uint16_t>(u >> 16));
+    }
+    float to_float() const noexcept {
+        const uint32_t u = static_cast<uint32_t>(bits) << 16;
+        float f;
+        std::memcpy(&f, &u, sizeof f);
+        return f;
+    }
+    friend bool operator==(bf16 a, bf16 b) noexcept { return a.bits == b.bits; }
+    friend bool operator!=(bf16 a, bf16 b) noexcept { return a.bits != b.bits; }
+};
+
+static_assert(sizeof(f16) == 2 && sizeof(bf16) == 2, "npurt::f16 and npurt::bf16 are 16-bit elements");
 
 namespace detail {
 /// A move-only owner of one handle, freed with `Free`.
@@ -64,6 +150,8 @@ template <typename T, void (*Free)(T *)> class Handle {
 
 template <typename E> constexpr npurt_dtype dtype_of();
 template <> constexpr npurt_dtype dtype_of<float>() { return NPURT_F32; }
+template <> constexpr npurt_dtype dtype_of<f16>() { return NPURT_F16; }
+template <> constexpr npurt_dtype dtype_of<bf16>() { return NPURT_BF16; }
 template <> constexpr npurt_dtype dtype_of<int32_t>() { return NPURT_I32; }
 template <> constexpr npurt_dtype dtype_of<int64_t>() { return NPURT_I64; }
 template <> constexpr npurt_dtype dtype_of<uint8_t>() { return NPURT_U8; }
@@ -203,8 +291,9 @@ class Runtime : public detail::Handle<npurt_runtime, npurt_runtime_free> {
         check(npurt_tensor_new(p_, dtype, shape.data(), shape.size(), device, &t));
         return Tensor(t);
     }
-    /// A tensor holding a copy of `data` (its length must fill `shape`).
-    template <typename E>
+    /// A tensor holding a copy of `data` (its length must fill `shape`). The element type
+    /// is the data's; a braced list (`rt.tensor({2, 2}, {1, 2, 3, 4})`) makes a float tensor.
+    template <typename E = float>
     Tensor tensor(const std::vector<int64_t> &shape, const std::vector<E> &data, int32_t device = 0) {
         npurt_tensor *t = nullptr;
         check(npurt_tensor_from_host(p_, detail::dtype_of<E>(), shape.data(), shape.size(), data.data(),

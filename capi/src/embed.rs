@@ -1,6 +1,6 @@
 //! `npurt_embedder`: sentence embeddings from a sentence-transformers model directory.
 
-use crate::error::{Fail, guard, guard_void, npurt_status};
+use crate::error::{CResult, Fail, NPURT_ERR_INTERNAL, guard, guard_void, npurt_status};
 use crate::ffi::{handle, out_ptr, slice_arg, str_arg, write};
 use crate::runtime::npurt_runtime;
 use npurt::embed::Embedder;
@@ -40,10 +40,12 @@ pub unsafe extern "C" fn npurt_embedder_new(
 }
 
 /// Embeds `n` texts (UTF-8, NUL-terminated) into `out`, row after row: `n * dim` floats,
-/// each row L2-normalised when the model normalises. A size query: `*dim` (when `dim`
-/// is not NULL) is set to the embedding dimension in every case where the embedder is
-/// valid; with `out == NULL` or `out_len == 0` nothing runs and `NPURT_OK` is returned;
-/// with `out_len < n * dim` (counted in floats), `NPURT_ERR_INVALID_ARGUMENT`.
+/// each row L2-normalised (by the model's Normalize module, or here when the model has
+/// none). `texts` is checked first (NULL only when `n` is 0, no entry NULL, each UTF-8);
+/// then, as a size query, `*dim` (when `dim` is not NULL) is set to the embedding
+/// dimension in exactly three cases: `out == NULL` or `out_len == 0` (nothing runs,
+/// `NPURT_OK`), `out_len < n * dim` counted in floats (`NPURT_ERR_INVALID_ARGUMENT`), and
+/// success. Any other failure leaves `*dim` and `out` untouched.
 ///
 /// # Safety
 /// `e` is NULL or a live embedder; `texts` holds `n` pointers to NUL-terminated strings
@@ -61,48 +63,72 @@ pub unsafe extern "C" fn npurt_embed(
     guard(|| {
         // SAFETY: NULL or live (the caller's contract).
         let h = unsafe { handle(e, "embedder") }?;
+        // SAFETY: `texts` holds `n` pointers (the caller's contract).
+        let strs = unsafe { text_list(texts, n) }?;
         let mut emb = h.e.lock().unwrap_or_else(|p| p.into_inner());
         let d = emb.dimension();
-        if !dim.is_null() {
-            // SAFETY: non-NULL and writable by the caller's contract.
-            unsafe { write(dim, d) };
-        }
+        let set_dim = || {
+            if !dim.is_null() {
+                // SAFETY: non-NULL and writable by the caller's contract.
+                unsafe { write(dim, d) };
+            }
+        };
         if out.is_null() || out_len == 0 {
+            set_dim();
             return Ok(());
         }
         let need = n.checked_mul(d).ok_or_else(|| Fail::arg(format!("{n} texts x {d} floats overflow")))?;
         if out_len < need {
+            set_dim();
             return Err(Fail::arg(format!("out_len is {out_len} floats, {n} texts x {d} = {need} needed")));
         }
-        // SAFETY: `texts` holds `n` pointers (the caller's contract).
-        let ptrs = unsafe { slice_arg(texts, n, "texts") }?;
-        let mut strs = Vec::with_capacity(n);
-        for (i, &p) in ptrs.iter().enumerate() {
+        let rows = if n == 0 { Vec::new() } else { emb.embed(&strs)? };
+        let normalized = emb.normalizes();
+        drop(emb);
+        let mut flat = Vec::with_capacity(need);
+        for r in &rows {
+            if r.len() != d {
+                return Err(Fail::new(NPURT_ERR_INTERNAL, format!("a row has {} floats, not {d}", r.len())));
+            }
+            let start = flat.len();
+            flat.extend_from_slice(r);
+            if !normalized {
+                l2_normalize(&mut flat[start..]);
+            }
+        }
+        // SAFETY: `out` is writable for `out_len >= need == flat.len()` floats.
+        unsafe { std::ptr::copy_nonoverlapping(flat.as_ptr(), out, flat.len()) };
+        set_dim();
+        Ok(())
+    })
+}
+
+/// The `n` texts behind `texts`, each checked (not NULL, UTF-8).
+///
+/// # Safety
+/// `texts` is NULL (only when `n` is 0) or holds `n` pointers, each NULL or
+/// NUL-terminated.
+unsafe fn text_list<'a>(texts: *const *const c_char, n: usize) -> CResult<Vec<&'a str>> {
+    // SAFETY: as the caller guarantees.
+    let ptrs = unsafe { slice_arg(texts, n, "texts") }?;
+    ptrs.iter()
+        .enumerate()
+        .map(|(i, &p)| {
             if p.is_null() {
                 return Err(Fail::arg(format!("texts[{i}] is NULL")));
             }
             // SAFETY: non-NULL and NUL-terminated (the caller's contract).
             let s = unsafe { CStr::from_ptr(p) };
-            strs.push(s.to_str().map_err(|err| Fail::arg(format!("texts[{i}] is not UTF-8: {err}")))?);
-        }
-        if n == 0 {
-            return Ok(());
-        }
-        let rows = emb.embed(&strs)?;
-        let mut flat = Vec::with_capacity(need);
-        for r in &rows {
-            if r.len() != d {
-                return Err(Fail::new(
-                    crate::error::NPURT_ERR_INTERNAL,
-                    format!("a row has {} floats, not {d}", r.len()),
-                ));
-            }
-            flat.extend_from_slice(r);
-        }
-        // SAFETY: `out` is writable for `out_len >= need == flat.len()` floats.
-        unsafe { std::ptr::copy_nonoverlapping(flat.as_ptr(), out, flat.len()) };
-        Ok(())
-    })
+            s.to_str().map_err(|err| Fail::arg(format!("texts[{i}] is not UTF-8: {err}")))
+        })
+        .collect()
+}
+
+/// Scales `v` to unit L2 norm, as sentence-transformers' Normalize module does (a zero
+/// row stays zero).
+fn l2_normalize(v: &mut [f32]) {
+    let norm = v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>().sqrt().max(1e-12);
+    v.iter_mut().for_each(|x| *x = (f64::from(*x) / norm) as f32);
 }
 
 /// Frees an embedder (NULL is accepted).
@@ -118,4 +144,36 @@ pub unsafe extern "C" fn npurt_embedder_free(e: *mut npurt_embedder) {
         // SAFETY: came from Box::into_raw in npurt_embedder_new; freed once.
         drop(unsafe { Box::from_raw(e) });
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_are_scaled_to_unit_length() {
+        let mut v = [3.0f32, 4.0];
+        l2_normalize(&mut v);
+        assert_eq!(v, [0.6, 0.8]);
+        let mut z = [0.0f32; 3];
+        l2_normalize(&mut z);
+        assert_eq!(z, [0.0; 3]);
+    }
+
+    #[test]
+    fn texts_are_checked_before_anything_runs() {
+        let a = c"a";
+        let ok = [a.as_ptr()];
+        // SAFETY: one valid pointer.
+        assert_eq!(unsafe { text_list(ok.as_ptr(), 1) }.unwrap(), ["a"]);
+        // SAFETY: NULL with a count of 0 is allowed.
+        assert!(unsafe { text_list(std::ptr::null(), 0) }.unwrap().is_empty());
+        // SAFETY: NULL with a count is refused before anything is read.
+        let e = unsafe { text_list(std::ptr::null(), 2) }.unwrap_err();
+        assert!(e.msg.contains("texts is NULL"), "{}", e.msg);
+        let with_null = [a.as_ptr(), std::ptr::null()];
+        // SAFETY: two pointers, the second NULL (refused).
+        let e = unsafe { text_list(with_null.as_ptr(), 2) }.unwrap_err();
+        assert_eq!(e.msg, "texts[1] is NULL");
+    }
 }

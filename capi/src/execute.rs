@@ -150,3 +150,45 @@ pub unsafe extern "C" fn npurt_execute(
         Ok(())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each ONNX operator name of an op the table has, in ONNX's spelling and in other
+    /// cases, is the op npurt runs.
+    #[test]
+    fn onnx_operator_names_are_accepted() {
+        let onnx = [
+            ("MatMul", OpKind::MatMul),
+            ("Gemm", OpKind::Gemm),
+            ("Add", OpKind::Add),
+            ("Sub", OpKind::Sub),
+            ("Mul", OpKind::Mul),
+            ("Div", OpKind::Div),
+            ("Relu", OpKind::Relu),
+            ("Gelu", OpKind::Gelu),
+            ("Tanh", OpKind::Tanh),
+            ("Erf", OpKind::Erf),
+            ("Exp", OpKind::Exp),
+            ("Sqrt", OpKind::Sqrt),
+            ("Softmax", OpKind::Softmax),
+            ("LayerNormalization", OpKind::LayerNorm),
+            ("Transpose", OpKind::Permute),
+            ("Reshape", OpKind::Reshape),
+            ("Gather", OpKind::Gather),
+            ("Cast", OpKind::Cast),
+            ("ReduceSum", OpKind::ReduceSum),
+            ("ReduceMean", OpKind::ReduceMean),
+            ("Identity", OpKind::Copy),
+        ];
+        for (name, kind) in onnx {
+            for spelling in [name.to_string(), name.to_ascii_lowercase(), name.to_ascii_uppercase()] {
+                let attrs = if kind == OpKind::Reshape { Some("shape=2,3") } else { None };
+                let op = parse_op(&spelling, attrs, 2).unwrap_or_else(|e| panic!("{spelling}: {}", e.msg));
+                assert_eq!(op.kind(), kind, "{spelling}");
+            }
+        }
+        assert!(parse_op("Frobnicate", None, 2).is_err());
+    }
+}

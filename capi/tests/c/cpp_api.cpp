@@ -75,6 +75,39 @@ int main() {
     auto hidden = std::move(g.run({&ids, &types, &mask})[0]);
     REQUIRE(hidden.shape() == (std::vector<int64_t>{1, 3, 32}));
 
+    // A braced list of numbers makes a float tensor.
+    auto f = rt.tensor({2, 2}, {1, 2, 3, 4});
+    REQUIRE(f.dtype() == NPURT_F32);
+    REQUIRE(f.to_host<float>() == (std::vector<float>{1, 2, 3, 4}));
+
+    // Half-precision elements: npurt::f16 and npurt::bf16, converted by Cast.
+    const std::vector<float> hv = {1.5f, -2.0f, 65504.0f, 0.000061035156f, 5.9604645e-8f, 0.0f};
+    std::vector<npurt::f16> h;
+    for (float v : hv) h.push_back(npurt::f16::from_float(v));
+    REQUIRE(npurt::f16::from_float(1.0f).bits == 0x3c00 && npurt::f16::from_float(-2.0f).bits == 0xc000);
+    REQUIRE(npurt::f16::from_float(1e6f).bits == 0x7c00);       // past the largest half: infinity
+    REQUIRE(npurt::f16::from_float(1.0f + 1.0f / 2048).bits == 0x3c00); // ties round to even
+    REQUIRE(npurt::f16::from_float(1.0f + 3.0f / 2048).bits == 0x3c02);
+    auto th = rt.tensor<npurt::f16>({2, 3}, h);
+    REQUIRE(th.dtype() == NPURT_F16);
+    auto hf = std::move(rt.execute("Cast", {&th}, "to=f32")[0]);
+    REQUIRE(hf.to_host<float>() == hv);
+    auto back = std::move(rt.execute("Cast", {&hf}, "to=f16")[0]);
+    REQUIRE(back.to_host<npurt::f16>() == h);
+    for (size_t i = 0; i < h.size(); i++) REQUIRE(h[i].to_float() == hv[i]);
+    const std::vector<float> bv = {1.0f, -0.5f, 3.0e38f, 1.0e-30f};
+    std::vector<npurt::bf16> b16;
+    for (float v : bv) b16.push_back(npurt::bf16::from_float(v));
+    REQUIRE(npurt::bf16::from_float(1.0f).bits == 0x3f80);
+    auto tb16 = rt.tensor<npurt::bf16>({4}, b16);
+    REQUIRE(tb16.dtype() == NPURT_BF16);
+    auto bf = std::move(rt.execute("Cast", {&tb16}, "to=f32")[0]);
+    std::vector<float> bfv = bf.to_host<float>();
+    for (size_t i = 0; i < bv.size(); i++) {
+        REQUIRE(bfv[i] == b16[i].to_float());
+        REQUIRE(std::fabs(bfv[i] - bv[i]) <= std::fabs(bv[i]) / 256);
+    }
+
     // Handles move; the moved-from one frees nothing.
     npurt::Tensor moved = std::move(a);
     REQUIRE(!a && moved);

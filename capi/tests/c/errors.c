@@ -1,7 +1,9 @@
 /* Every error code on purpose, with its message; out-parameters untouched on failure.
  * Usage: errors MODEL_DIR, a directory whose config.json asks for a ReLU activation. The
  * harness runs it with NPURT_ACL_LIB_DIR pointing at an empty directory, so that the
- * Ascend backend is unavailable. */
+ * Ascend backend is unavailable, and compiles it with NPURT_DEBUG_HOOKS defined against a
+ * library built with the debug-hooks feature, whose npurt_debug_panic() panics inside
+ * npurt on purpose (NPURT_ERR_INTERNAL). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,7 +81,7 @@ int main(int argc, char **argv) {
            NPURT_ERR_INVALID_ARGUMENT, "holds 24 bytes");
 
     /* The backend asked for is not present. */
-    EXPECT(npurt_runtime_new("backend=acl", &r2), NPURT_ERR_BACKEND_UNAVAILABLE, NULL);
+    EXPECT(npurt_runtime_new("backend=acl", &r2), NPURT_ERR_BACKEND_UNAVAILABLE, "Ascend not available");
     if (r2 != sentinel) failures++;
 
     /* Bad shapes, unknown op, bad attributes. */
@@ -99,7 +101,10 @@ int main(int argc, char **argv) {
     const int64_t s32[2] = {3, 2};
     npurt_tensor *wrong = NULL;
     EXPECT(npurt_tensor_new(rt, NPURT_F32, s32, 2, 0, &wrong), NPURT_OK, NULL);
-    EXPECT(npurt_execute(rt, "Add", NULL, ab, 2, &wrong, 1, NULL, NULL), NPURT_ERR_VALIDATION, NULL);
+    npurt_tensor *const wrong_was = wrong;
+    EXPECT(npurt_execute(rt, "Add", NULL, ab, 2, &wrong, 1, NULL, NULL), NPURT_ERR_VALIDATION,
+           "Add: output 0 must be f32 [2, 3], got f32 [3, 2]");
+    if (wrong != wrong_was) failures++;
     /* The transposed product is fine; the ONNX spelling of an op is accepted. */
     EXPECT(npurt_execute(rt, "MatMul", "trans_b=true", ab, 2, &c, 1, NULL, NULL), NPURT_OK, NULL);
     npurt_tensor *p = NULL;
@@ -157,6 +162,19 @@ int main(int argc, char **argv) {
     EXPECT(npurt_get_memory_info(small_rt, 0, &mem), NPURT_OK, NULL);
     if (mem.limit_bytes != 1u << 20) failures++;
     npurt_runtime_free(small_rt);
+
+    /* A bug in npurt (a panic) is NPURT_ERR_INTERNAL with the panic's message, and the
+     * library goes on working. */
+#ifdef NPURT_DEBUG_HOOKS
+    EXPECT(npurt_debug_panic("the kernel table is empty"), NPURT_ERR_INTERNAL,
+           "internal error (panic): the kernel table is empty");
+    EXPECT(npurt_debug_panic(NULL), NPURT_ERR_INTERNAL, "internal error (panic): npurt_debug_panic");
+    n = -7;
+    EXPECT(npurt_device_count(rt, &n), NPURT_OK, NULL);
+    if (n != 1) failures++;
+#else
+    printf("SKIP NPURT_ERR_INTERNAL: built without NPURT_DEBUG_HOOKS\n");
+#endif
 
     npurt_tensor_free(a);
     npurt_tensor_free(b);
