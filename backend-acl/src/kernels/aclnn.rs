@@ -362,6 +362,32 @@ fn inplace_copy(c: &mut Call, dst: &View, src: &View) -> BResult<()> {
     c.run(p1, nn::inplace_copy)
 }
 
+/// The operands of a fused Attention.
+struct Attention<'v> {
+    q: &'v View,
+    k: &'v View,
+    v: &'v View,
+    /// Additive, broadcast to the scores.
+    mask: Option<&'v View>,
+    scale: f32,
+}
+
+/// Attention composed of aclnn operators, alternating between the two score buffers
+/// `pair` (`[B, H, S, T]`, contiguous): `q · kᵀ` on the Cube (k transposed through its
+/// strides, no copy), scaled (aclnnMuls), the mask added (aclnnAdd, broadcast), the
+/// softmax over the last axis, and the product with v into `out`.
+fn attention(c: &mut Call, a: &Attention, pair: &[View; 2], out: &View, cube: i8) -> BResult<()> {
+    matmul(c, a.q, &a.k.t(true), &pair[0], cube)?;
+    muls(c, &pair[0], a.scale, &pair[1])?;
+    let mut cur = 1;
+    if let Some(m) = a.mask {
+        add_sub(c, false, &pair[1], m, &pair[0])?;
+        cur = 0;
+    }
+    softmax(c, &pair[cur], -1, &pair[1 - cur])?;
+    matmul(c, &pair[1 - cur], a.v, out, cube)
+}
+
 fn align512(n: usize) -> usize {
     n.div_ceil(512) * 512
 }
@@ -507,6 +533,18 @@ pub(super) fn run(api: &Api, rec: &StreamRec, is_910: bool, args: &LaunchArgs) -
             add_sub(&mut c, false, x, &ins[1], &tmp)?;
             layer_norm(&mut c, &tmp, &ins[2], &ins[3], *eps, &out)
         }
-        Op::Attention { .. } => Err(AclBackendError::BadRequest("Attention has no aclnn mapping yet".into())),
+        Op::Attention { scale } => {
+            let d = *x.dims.last().unwrap_or(&1);
+            let scale = scale.unwrap_or(1.0 / (d.max(1) as f32).sqrt());
+            let (b, h, s, t) = (x.dims[0], x.dims[1], x.dims[2], ins[1].dims[2]);
+            let bytes = align512(b * h * s * t * x.dtype.size());
+            let base = stream::buffer(api, op, rec, &rec.scratch, 2 * bytes)?;
+            let pair = [
+                View::contiguous(base, x.dtype, &[b, h, s, t]),
+                View::contiguous(base + bytes as u64, x.dtype, &[b, h, s, t]),
+            ];
+            let parts = Attention { q: x, k: &ins[1], v: &ins[2], mask: ins.get(3), scale };
+            attention(&mut c, &parts, &pair, &out, cube_math(is_910, x.dtype))
+        }
     }
 }
