@@ -1,7 +1,7 @@
 //! The list of exported ACL/aclnn symbol names, and the compile-time check that every
 //! exported symbol has exactly the type acl-sys declares for it.
 
-use crate::aclnn::{basics::*, copy::*, elementwise::*, gather::*, matmul::*, norm::*, reduce::*};
+use crate::aclnn::{basics::*, copy::*, elementwise::*, executor::*, gather::*, matmul::*, norm::*, reduce::*};
 use crate::rt::{context::*, device::*, event::*, init::*, memory::*, stream::*};
 use acl_sys::pfn;
 
@@ -53,6 +53,9 @@ const _: () = {
         aclDestroyIntArray,
         aclSetAclOpExecutorRepeatable,
         aclDestroyAclOpExecutor,
+        aclSetInputTensorAddr,
+        aclSetOutputTensorAddr,
+        aclSetTensorAddr,
         aclnnMatmulGetWorkspaceSize,
         aclnnMatmul,
         aclnnBatchMatMulGetWorkspaceSize,
@@ -152,4 +155,7 @@ pub const EXPORTED: &[&str] = &[
     "aclDestroyIntArray",
     "aclSetAclOpExecutorRepeatable",
     "aclDestroyAclOpExecutor",
+    "aclSetInputTensorAddr",
+    "aclSetOutputTensorAddr",
+    "aclSetTensorAddr",
 ];
