@@ -1,7 +1,9 @@
 //! The list of exported ACL/aclnn symbol names, and the compile-time check that every
 //! exported symbol has exactly the type acl-sys declares for it.
 
-use crate::aclnn::{basics::*, copy::*, elementwise::*, gather::*, masking::*, matmul::*, norm::*, reduce::*};
+use crate::aclnn::{
+    basics::*, copy::*, elementwise::*, executor::*, gather::*, masking::*, matmul::*, norm::*, reduce::*,
+};
 use crate::control::{aclEmuGetRunCounters, aclEmuResetRunCounters};
 use crate::rt::{context::*, device::*, event::*, init::*, memory::*, stream::*};
 use acl_sys::pfn;
@@ -56,6 +58,9 @@ const _: () = {
         aclDestroyIntArray,
         aclSetAclOpExecutorRepeatable,
         aclDestroyAclOpExecutor,
+        aclSetInputTensorAddr,
+        aclSetOutputTensorAddr,
+        aclSetTensorAddr,
         aclnnMatmulGetWorkspaceSize,
         aclnnMatmul,
         aclnnBatchMatMulGetWorkspaceSize,
@@ -161,4 +166,7 @@ pub const EXPORTED: &[&str] = &[
     "aclDestroyIntArray",
     "aclSetAclOpExecutorRepeatable",
     "aclDestroyAclOpExecutor",
+    "aclSetInputTensorAddr",
+    "aclSetOutputTensorAddr",
+    "aclSetTensorAddr",
 ];

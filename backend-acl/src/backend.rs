@@ -4,6 +4,7 @@
 use crate::AclConfig;
 use crate::device::{self, Dev};
 use crate::error::{AclBackendError, Unavailable};
+use crate::frozen::{self, FrozenRun};
 use crate::kernels::{self, Table};
 use crate::memory;
 use crate::probe;
@@ -107,6 +108,8 @@ impl std::fmt::Debug for AclBackend {
 // frees synchronise streams with queued work first and stream buffers are only
 // released after synchronising their stream (M2); launches refuse overlapping outputs
 // (M3); unknown stream/event ids are errors (M4); ACL failures become values (M5).
+// Frozen plans pin their fixed operands for their life, check the per-run ones on every
+// run, and release their own device objects only after synchronising their streams.
 // Device memory is never dereferenced on the host: it moves only through aclrtMemcpy.
 unsafe impl Backend for AclBackend {
     fn name(&self) -> &'static str {
@@ -309,5 +312,24 @@ unsafe impl Backend for AclBackend {
     }
     fn launch(&self, device: usize, kernel: &KernelInfo, args: LaunchArgs, stream: StreamId) -> Result<()> {
         kernels::launch(&self.api, self.instance, &self.devs, device, &self.table, kernel, &args, stream)
+    }
+
+    /// Checks the launches once and pins their fixed operands; each aclnn node's
+    /// executors are recorded at its first run and reused after (see `crate::frozen`).
+    fn freeze(&self, device: usize, launches: &[runtime::FrozenLaunch]) -> Result<Option<runtime::Frozen>> {
+        frozen::freeze(&self.api, self.instance, &self.devs, device, &self.table, launches)
+    }
+
+    fn launch_frozen(
+        &self,
+        device: usize,
+        frozen: &runtime::Frozen,
+        nodes: std::ops::Range<usize>,
+        addrs: &[DevicePtr],
+        first_seq: u64,
+        stream: StreamId,
+    ) -> Result<()> {
+        let run = FrozenRun { device, frozen, nodes, addrs, first_seq, stream };
+        frozen::launch(&self.api, self.instance, &self.devs, &self.table, run)
     }
 }

@@ -1,5 +1,7 @@
 //! What each device owns: its default context, SoC and description, allocation table,
-//! streams and events; binding the calling thread to it; opening and teardown.
+//! streams and events, and the objects that must be released before it is reset
+//! ([`DeviceOwned`]: frozen plans); binding the calling thread to it; opening and
+//! teardown.
 //!
 //! The calling thread is bound to a device (`aclrtSetCurrentContext` with the device's
 //! default context) before every ACL call on it, once per thread and device: a
@@ -14,7 +16,7 @@ use runtime::{DeviceInfo, EventId, StreamId};
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 type BResult<T> = std::result::Result<T, AclBackendError>;
 
@@ -32,6 +34,15 @@ pub(crate) fn unbind(instance: u64) {
     });
 }
 
+/// Something made on a device that may outlive the backend's handle to it (a frozen plan
+/// lives as long as the runtime's arena that holds it) and must be released before the
+/// device is reset.
+pub(crate) trait DeviceOwned: Send + Sync {
+    /// Releases its device objects now, if it still holds any. Called at the device's
+    /// teardown, with the device's streams drained and the calling thread bound to it.
+    fn release(&self, api: &Api);
+}
+
 /// One open device.
 pub(crate) struct Dev {
     pub id: i32,
@@ -39,10 +50,36 @@ pub(crate) struct Dev {
     ctx: usize,
     pub soc: String,
     pub info: DeviceInfo,
-    pub allocs: Allocations,
+    /// Shared with the pins of frozen plans (their fixed operands).
+    pub allocs: Arc<Allocations>,
     pub streams: Mutex<HashMap<u64, Arc<StreamRec>>>,
     events: Mutex<HashMap<u64, EventRec>>,
     next_id: AtomicU64,
+    /// Released at teardown if still alive then (see [`DeviceOwned`]).
+    owned: Mutex<Vec<Weak<dyn DeviceOwned>>>,
+}
+
+/// What binds a thread to a device later, without the device record: a frozen plan's
+/// teardown. Only valid while the device is open, which the plan's [`DeviceOwned`]
+/// registration guarantees for as long as it holds device objects.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Binding {
+    instance: u64,
+    id: i32,
+    ctx: usize,
+}
+
+impl Binding {
+    /// Binds the calling thread to the device (once per thread, device and backend).
+    pub(crate) fn bind(&self, api: &Api) -> BResult<()> {
+        if BOUND.with(|b| b.get()) != (self.instance, self.id) {
+            // SAFETY: `ctx` is the live default context of this device (made by
+            // aclrtSetDevice in `Dev::open`, released only by `Dev::close`).
+            unsafe { result::set_current_context(api, self.ctx as aclrtContext) }?;
+            BOUND.with(|b| b.set((self.instance, self.id)));
+        }
+        Ok(())
+    }
 }
 
 impl Dev {
@@ -62,10 +99,11 @@ impl Dev {
                 ctx: ctx as usize,
                 soc,
                 info,
-                allocs: Allocations::new(format!("acl:{d}"), AclRelease::new(api.clone())),
+                allocs: Arc::new(Allocations::new(format!("acl:{d}"), AclRelease::new(api.clone()))),
                 streams: Mutex::new(HashMap::new()),
                 events: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(1),
+                owned: Mutex::new(Vec::new()),
             };
             let s = stream::create(api, format!("acl:{d}/default"))?;
             lock(&dev.streams).insert(DEFAULT_STREAM.0, Arc::new(s));
@@ -85,13 +123,19 @@ impl Dev {
 
     /// Binds the calling thread to this device (once per thread, device and backend).
     pub(crate) fn bind(&self, api: &Api, instance: u64) -> BResult<()> {
-        if BOUND.with(|b| b.get()) != (instance, self.id) {
-            // SAFETY: `ctx` is the live default context of this device (made by
-            // aclrtSetDevice in `open`, released only by `close`).
-            unsafe { result::set_current_context(api, self.ctx as aclrtContext) }?;
-            BOUND.with(|b| b.set((instance, self.id)));
-        }
-        Ok(())
+        self.binding(instance).bind(api)
+    }
+
+    /// What binds a thread to this device (of backend `instance`) later.
+    pub(crate) fn binding(&self, instance: u64) -> Binding {
+        Binding { instance, id: self.id, ctx: self.ctx }
+    }
+
+    /// Registers `o` to be released at the device's teardown if it is still alive then.
+    pub(crate) fn adopt(&self, o: Weak<dyn DeviceOwned>) {
+        let mut v = lock(&self.owned);
+        v.retain(|w| w.strong_count() > 0);
+        v.push(o);
     }
 
     /// A fresh stream or event id.
@@ -139,10 +183,15 @@ impl Dev {
     }
 
     /// Releases everything the device owns, in the order CANN requires (facts §A.x):
-    /// queued work, events, streams, memory, then `aclrtResetDevice` (retried once).
-    /// The calling thread is bound to the device.
+    /// queued work, what frozen plans still hold (executors, descriptors, memory, pins),
+    /// events, streams, memory, then `aclrtResetDevice` (retried once). The calling thread
+    /// is bound to the device.
     pub(crate) fn close(self, api: &Api) {
         self.drain(api);
+        let owned = std::mem::take(&mut *lock(&self.owned));
+        for o in owned.iter().filter_map(Weak::upgrade) {
+            o.release(api);
+        }
         let events: Vec<EventRec> = lock(&self.events).drain().map(|(_, v)| v).collect();
         for e in events {
             // A failed destroy released nothing: retried once.

@@ -10,6 +10,9 @@
 //!   pinned buffers).
 //! * Streams and events (`stream`): `aclrtCreateStreamWithConfig`, falling back to
 //!   `aclrtCreateStream`; each stream owns a workspace and a scratch buffer.
+//! * Frozen plans (`frozen`): a compiled graph's launches per run arena, whose aclnn
+//!   executors are recorded once (phase 1, made repeatable) and relaunched every run with
+//!   only the graph's input and output addresses patched.
 //! * Kernels (`kernels`): every op of the table through aclnn two-phase calls (tier
 //!   `fast`, units Cube / Vector / Scalar), and a host reference tier (the runtime's
 //!   reference kernels on copies) that is the ground truth and the implementation chosen
@@ -25,6 +28,7 @@ mod backend;
 mod device;
 pub mod emulator;
 pub mod error;
+mod frozen;
 mod kernels;
 mod memory;
 mod probe;

@@ -48,6 +48,9 @@ pub(crate) struct StreamRec {
     /// (op, submission) queued since the last synchronisation, named by async errors.
     pub inflight: Mutex<Vec<(&'static str, u64)>>,
     pub label: String,
+    /// Set once the stream is destroyed (after synchronising it). Held while destroying,
+    /// so that whoever holds it sees a stream that is either live or done with all work.
+    pub gone: Mutex<bool>,
 }
 
 impl StreamRec {
@@ -85,6 +88,7 @@ pub(crate) fn create(api: &Api, label: String) -> BResult<StreamRec> {
         scratch: Mutex::new(Buf::default()),
         inflight: Mutex::new(Vec::new()),
         label,
+        gone: Mutex::new(false),
     })
 }
 
@@ -116,6 +120,15 @@ pub(crate) fn sync(api: &Api, rec: &StreamRec) -> runtime::Result<()> {
 /// [`sync`] as a backend error (for the backend's own waits).
 pub(crate) fn sync_backend(api: &Api, rec: &StreamRec) -> BResult<()> {
     sync(api, rec).map_err(AclBackendError::Stream)
+}
+
+/// [`sync_keeping_errors`] unless the stream was destroyed, which synchronised it (a
+/// frozen plan's teardown: the streams that ran it may be gone).
+pub(crate) fn sync_if_live(api: &Api, rec: &StreamRec) {
+    let gone = lock(&rec.gone);
+    if !*gone {
+        sync_keeping_errors(api, rec);
+    }
 }
 
 /// [`sync`] on behalf of someone else: a failure is kept for the stream's next one.
@@ -162,7 +175,9 @@ fn free_buffers(api: &Api, rec: &StreamRec) {
 /// Synchronises the stream (its failure is dropped: nobody can synchronise it again),
 /// frees its buffers and destroys it (retried once).
 pub(crate) fn destroy(api: &Api, rec: &StreamRec) -> BResult<()> {
+    let mut gone = lock(&rec.gone);
     let _ = sync(api, rec);
+    *gone = true;
     free_buffers(api, rec);
     // SAFETY: a live stream, synchronised, no longer reachable from the device's table.
     match unsafe { result::destroy_stream(api, rec.raw()) } {

@@ -203,7 +203,8 @@ fn run_checked(exe: &Path, run: Run<'_>) -> Output {
     assert!(vo.status.success(), "{name} under valgrind failed ({}):\n{t}", vo.status);
     assert!(t.contains(&format!("OK {name}")), "{name} did not finish under valgrind:\n{t}");
     assert!(t.contains("ERROR SUMMARY: 0 errors"), "{name}: valgrind reports errors:\n{t}");
-    let none_lost = |kind: &str| t.contains(&format!("{kind} lost: 0 bytes")) || t.contains("All heap blocks were freed");
+    let none_lost =
+        |kind: &str| t.contains(&format!("{kind} lost: 0 bytes")) || t.contains("All heap blocks were freed");
     assert!(
         none_lost("definitely") && none_lost("indirectly") && none_lost("possibly"),
         "{name}: valgrind reports leaks:\n{t}"
@@ -404,7 +405,10 @@ fn tiny_model_dir() -> PathBuf {
             let x = if *ones { 1.0f32 } else { ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.2 };
             data.extend_from_slice(&x.to_le_bytes());
         }
-        header.insert(name.clone(), serde_json::json!({"dtype": "F32", "shape": shape, "data_offsets": [start, data.len()]}));
+        header.insert(
+            name.clone(),
+            serde_json::json!({"dtype": "F32", "shape": shape, "data_offsets": [start, data.len()]}),
+        );
     }
     let header = serde_json::Value::Object(header).to_string();
     let mut file = (header.len() as u64).to_le_bytes().to_vec();

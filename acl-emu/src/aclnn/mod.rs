@@ -1,9 +1,11 @@
-//! The aclnn symbols: descriptor objects and executors ([`basics`]), and the operators'
+//! The aclnn symbols: descriptor objects and executors ([`basics`]), the address setters
+//! of repeatable executors ([`executor`]), and the operators'
 //! two phases (`aclnnXGetWorkspaceSize`, `aclnnX`) by family.
 
 pub mod basics;
 pub mod copy;
 pub mod elementwise;
+pub mod executor;
 pub mod gather;
 pub mod masking;
 pub mod matmul;

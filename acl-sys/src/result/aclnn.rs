@@ -149,6 +149,45 @@ pub unsafe fn destroy_executor(api: &Api, executor: *mut aclOpExecutor) -> Resul
     check(api, "aclDestroyAclOpExecutor", code)
 }
 
+/// `aclSetInputTensorAddr(executor, index, tensor, addr)`: input tensor `index` (counted
+/// over the operator's input tensors in prototype order, scalars and int arrays not
+/// counted) of a repeatable executor reads `addr` from its next phase 2 on.
+///
+/// # Safety
+/// `executor` was made repeatable and is live; `tensor` is the live descriptor passed
+/// as that input at phase 1; `addr` is 32-byte aligned device memory that holds the
+/// view and stays allocated while launches reading it are queued.
+pub unsafe fn set_input_tensor_addr(
+    api: &Api,
+    executor: *mut aclOpExecutor,
+    index: usize,
+    tensor: *mut aclTensor,
+    addr: *mut c_void,
+) -> Result<(), AclError> {
+    let f = api.aclSetInputTensorAddr()?;
+    // SAFETY: the caller's contract on the executor, the descriptor and the address.
+    let code = unsafe { f(executor, index, tensor, addr) };
+    check(api, "aclSetInputTensorAddr", code)
+}
+
+/// `aclSetOutputTensorAddr(executor, index, tensor, addr)`: as
+/// [`set_input_tensor_addr`], for output tensor `index`.
+///
+/// # Safety
+/// As for [`set_input_tensor_addr`].
+pub unsafe fn set_output_tensor_addr(
+    api: &Api,
+    executor: *mut aclOpExecutor,
+    index: usize,
+    tensor: *mut aclTensor,
+    addr: *mut c_void,
+) -> Result<(), AclError> {
+    let f = api.aclSetOutputTensorAddr()?;
+    // SAFETY: the caller's contract on the executor, the descriptor and the address.
+    let code = unsafe { f(executor, index, tensor, addr) };
+    check(api, "aclSetOutputTensorAddr", code)
+}
+
 /// Declares phase 1 and phase 2 of each operator. Phase 1 takes the C parameters up to
 /// (not including) `workspaceSize, executor`; phase 2 always takes
 /// `(workspace, workspaceSize, executor, stream)`.

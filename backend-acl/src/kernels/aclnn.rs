@@ -1,9 +1,17 @@
 //! The aclnn tier: descriptors over the operands, the two phases of each operator, and
 //! the composition of the ops aclnn has no single operator for.
 //!
-//! A [`Call`] owns the descriptors of one op (destroyed when it drops, after phase 2
-//! returned: descriptors may go before the stream has run) and queues phase 2 of each
-//! operator on the stream, with the stream's workspace.
+//! A [`Call`] owns the descriptors of one op and runs its operators one of two ways:
+//! * one-shot ([`run`]: eager launches, and the nodes of frozen plans whose ops cannot
+//!   reuse executors): phase 2 right after each phase 1, with the stream's workspace, and
+//!   intermediates in the stream's scratch buffer; descriptors are destroyed when the
+//!   `Call` drops, after phase 2 returned (they may go before the stream has run);
+//! * recording ([`record`]: a frozen plan's node, at its first run): each executor is made
+//!   repeatable (`aclSetAclOpExecutorRepeatable`) and kept with the descriptors in a
+//!   [`Recorded`], intermediates get device memory of their own (fixed for the
+//!   executors' life), and every tensor that views a launch operand is noted with its
+//!   executor and index, so that later runs only patch the addresses that changed
+//!   ([`Recorded::patch`]) and call phase 2 ([`Recorded::launch`]).
 
 use crate::error::AclBackendError;
 use crate::stream::{self, StreamRec};
@@ -28,7 +36,177 @@ fn acl_dtype(d: DType) -> aclDataType {
     }
 }
 
-/// One op's aclnn objects; destroyed (after phase 2 returned) when dropped.
+/// A repeatable executor of a recorded op: its phase 2 and the workspace it asked for.
+struct Exec {
+    ex: *mut aclOpExecutor,
+    ws: u64,
+    p2: Phase2,
+}
+
+/// An operator tensor that views a launch operand: it follows the operand's address.
+struct Patch {
+    /// Index into [`Recorded::execs`].
+    exec: usize,
+    output: bool,
+    /// Over the operator's input (or output) tensors, in the order of its C prototype.
+    index: usize,
+    tensor: *mut aclTensor,
+    /// The launch operand (inputs first, then outputs).
+    operand: usize,
+    /// The address the executor holds.
+    addr: u64,
+}
+
+/// One op's repeatable executors, in launch order, with everything they use: their
+/// descriptors (which must outlive them, facts §C.4 rule 8) and the device memory of the
+/// op's intermediates and constants. Released by [`Recorded::release`] once no queued
+/// work uses it.
+pub(crate) struct Recorded {
+    op: &'static str,
+    execs: Vec<Exec>,
+    patches: Vec<Patch>,
+    tensors: Vec<*mut aclTensor>,
+    scalars: Vec<*mut aclScalar>,
+    arrays: Vec<*mut aclIntArray>,
+    /// aclrtMalloc blocks (outside the allocation table): (address, bytes).
+    mem: Vec<(u64, usize)>,
+}
+
+// SAFETY: the handles are host objects of the aclnn library, usable from any thread;
+// a `Recorded` is only reached through its owner's mutex, one thread at a time.
+unsafe impl Send for Recorded {}
+
+impl Recorded {
+    fn new(op: &'static str) -> Recorded {
+        Recorded {
+            op,
+            execs: Vec::new(),
+            patches: Vec::new(),
+            tensors: Vec::new(),
+            scalars: Vec::new(),
+            arrays: Vec::new(),
+            mem: Vec::new(),
+        }
+    }
+
+    /// The workspace bytes the largest of its executors asked for (they run in order on one
+    /// stream, so they share one workspace).
+    pub(crate) fn workspace(&self) -> u64 {
+        self.execs.iter().map(|e| e.ws).max().unwrap_or(0)
+    }
+
+    /// Executors, and bytes of device memory of its own.
+    pub(crate) fn size(&self) -> (usize, usize) {
+        (self.execs.len(), self.mem.iter().map(|m| m.1).sum())
+    }
+
+    /// Keeps only the patches of the operands `patched` says change from run to run.
+    pub(crate) fn keep_patches(&mut self, patched: impl Fn(usize) -> bool) {
+        self.patches.retain(|p| patched(p.operand));
+    }
+
+    /// Points every tensor that views an operand at the operand's address for this run,
+    /// `addr(operand)` (`aclSetInputTensorAddr` / `aclSetOutputTensorAddr`, only where it
+    /// changed). Each address is a validated, 32-byte aligned operand base.
+    pub(crate) fn patch(&mut self, api: &Api, addr: impl Fn(usize) -> u64) -> BResult<()> {
+        let op = self.op;
+        for p in &mut self.patches {
+            let a = addr(p.operand);
+            if a == p.addr {
+                continue;
+            }
+            let ex = self.execs[p.exec].ex;
+            // SAFETY: `ex` is a live repeatable executor of this record and `p.tensor` the
+            // live descriptor given to it at position `index` of its phase 1; `a` is a
+            // 32-byte aligned device address validated by the caller to hold the operand,
+            // whose memory stays allocated while queued work uses it (M2).
+            let r = unsafe {
+                if p.output {
+                    nn::set_output_tensor_addr(api, ex, p.index, p.tensor, a as *mut c_void)
+                } else {
+                    nn::set_input_tensor_addr(api, ex, p.index, p.tensor, a as *mut c_void)
+                }
+            };
+            r.map_err(|e| AclBackendError::call(Some(op), e))?;
+            p.addr = a;
+        }
+        Ok(())
+    }
+
+    /// Phase 2 of every executor, in order, on the stream, with the workspace at `ws`
+    /// (at least [`workspace`](Self::workspace) bytes).
+    pub(crate) fn launch(&self, api: &Api, rec: &StreamRec, ws: u64) -> BResult<()> {
+        for e in &self.execs {
+            let w = if e.ws == 0 { std::ptr::null_mut() } else { ws as *mut c_void };
+            // SAFETY: `e.ex` is a live repeatable executor; its descriptors live as long as
+            // this record; the workspace holds at least `e.ws` bytes and, like the record's
+            // own memory, is released only after the streams that ran it are synchronised.
+            unsafe { (e.p2)(api, w, e.ws, e.ex, rec.raw()) }
+                .map_err(|err| AclBackendError::call(Some(self.op), err))?;
+        }
+        Ok(())
+    }
+
+    /// Destroys the executors, then the descriptors, and frees the memory. No queued work
+    /// may use any of them any more (the caller synchronised the streams that ran them).
+    pub(crate) fn release(mut self, api: &Api) {
+        for e in self.execs.drain(..) {
+            // SAFETY: made repeatable when recorded, destroyed once, no work queued with
+            // it (caller); a failed destroy released nothing and is retried once.
+            if unsafe { nn::destroy_executor(api, e.ex) }.is_err() {
+                // SAFETY: as above.
+                if let Err(err) = unsafe { nn::destroy_executor(api, e.ex) } {
+                    log::error!("acl: {}: {err}", self.op);
+                }
+            }
+        }
+        destroy_descriptors(api, &mut self.tensors, &mut self.scalars, &mut self.arrays);
+        for (p, _) in self.mem.drain(..) {
+            if let Err(e) = crate::memory::free(api, p) {
+                log::error!("acl: {}: freeing its memory: {e}", self.op);
+            }
+        }
+    }
+}
+
+/// Destroys descriptors (each once; a failed destroy released nothing and is retried
+/// once) that no executor or pending call uses any more.
+fn destroy_descriptors(
+    api: &Api,
+    tensors: &mut Vec<*mut aclTensor>,
+    scalars: &mut Vec<*mut aclScalar>,
+    arrays: &mut Vec<*mut aclIntArray>,
+) {
+    for t in tensors.drain(..) {
+        // SAFETY: created by aclCreateTensor and destroyed once; no call still to return,
+        // and no executor still alive, uses it (descriptors may go before the sync).
+        if unsafe { nn::destroy_tensor(api, t) }.is_err() {
+            // SAFETY: as above.
+            let _ = unsafe { nn::destroy_tensor(api, t) };
+        }
+    }
+    for s in scalars.drain(..) {
+        // SAFETY: as above, for scalars.
+        if unsafe { nn::destroy_scalar(api, s) }.is_err() {
+            // SAFETY: as above.
+            let _ = unsafe { nn::destroy_scalar(api, s) };
+        }
+    }
+    for a in arrays.drain(..) {
+        // SAFETY: as above, for int arrays.
+        if unsafe { nn::destroy_int_array(api, a) }.is_err() {
+            // SAFETY: as above.
+            let _ = unsafe { nn::destroy_int_array(api, a) };
+        }
+    }
+}
+
+/// A tensor of the operator being put together: its descriptor, whether it is an output,
+/// and the launch operand it views with that operand's address.
+type Pending = (*mut aclTensor, bool, Option<(usize, u64)>);
+
+/// One op's aclnn objects; destroyed (after phase 2 returned) when dropped, unless
+/// recorded ([`Call::finish`]).
 struct Call<'a> {
     api: &'a Api,
     rec: &'a StreamRec,
@@ -36,34 +214,19 @@ struct Call<'a> {
     tensors: Vec<*mut aclTensor>,
     scalars: Vec<*mut aclScalar>,
     arrays: Vec<*mut aclIntArray>,
+    /// The tensors of the operator being put together.
+    pending: Vec<Pending>,
+    /// Recording (see the module documentation); `None`: one-shot.
+    recording: Option<Recorded>,
 }
 
 impl Drop for Call<'_> {
     fn drop(&mut self) {
-        let api = self.api;
-        for t in self.tensors.drain(..) {
-            // SAFETY: created by aclCreateTensor in this call and destroyed once (a failed
-            // destroy released nothing and is retried once); the launch that used it has
-            // returned (descriptors may go before the sync).
-            if unsafe { nn::destroy_tensor(api, t) }.is_err() {
-                // SAFETY: as above.
-                let _ = unsafe { nn::destroy_tensor(api, t) };
-            }
+        // A recording that failed: its executors go first (they use the descriptors).
+        if let Some(r) = self.recording.take() {
+            r.release(self.api);
         }
-        for s in self.scalars.drain(..) {
-            // SAFETY: as above, for scalars.
-            if unsafe { nn::destroy_scalar(api, s) }.is_err() {
-                // SAFETY: as above.
-                let _ = unsafe { nn::destroy_scalar(api, s) };
-            }
-        }
-        for a in self.arrays.drain(..) {
-            // SAFETY: as above, for int arrays.
-            if unsafe { nn::destroy_int_array(api, a) }.is_err() {
-                // SAFETY: as above.
-                let _ = unsafe { nn::destroy_int_array(api, a) };
-            }
-        }
+        destroy_descriptors(self.api, &mut self.tensors, &mut self.scalars, &mut self.arrays);
     }
 }
 
@@ -75,6 +238,9 @@ struct View {
     dims: Vec<usize>,
     strides: Vec<usize>,
     offset: usize,
+    /// The launch operand this views (inputs first, then outputs); `None` for
+    /// intermediates. Derived views keep it: their base is the operand's.
+    operand: Option<usize>,
 }
 
 impl View {
@@ -85,7 +251,12 @@ impl View {
             dims: a.layout.dims().to_vec(),
             strides: a.layout.strides.clone(),
             offset: a.layout.offset,
+            operand: None,
         }
+    }
+    /// Launch operand `j` (inputs first, then outputs).
+    fn operand(a: &TensorArg, j: usize) -> View {
+        View { operand: Some(j), ..View::of(a) }
     }
     fn contiguous(base: u64, dtype: DType, dims: &[usize]) -> View {
         View {
@@ -94,6 +265,7 @@ impl View {
             dims: dims.to_vec(),
             strides: runtime::Shape::new(dims.to_vec()).contiguous_strides(),
             offset: 0,
+            operand: None,
         }
     }
     /// Same memory, new dims (the operand is contiguous).
@@ -113,20 +285,86 @@ impl View {
 }
 
 impl<'a> Call<'a> {
-    fn new(api: &'a Api, rec: &'a StreamRec, op: &'static str) -> Call<'a> {
-        Call { api, rec, op, tensors: Vec::new(), scalars: Vec::new(), arrays: Vec::new() }
+    fn new(api: &'a Api, rec: &'a StreamRec, op: &'static str, record: bool) -> Call<'a> {
+        Call {
+            api,
+            rec,
+            op,
+            tensors: Vec::new(),
+            scalars: Vec::new(),
+            arrays: Vec::new(),
+            pending: Vec::new(),
+            recording: record.then(|| Recorded::new(op)),
+        }
     }
 
     fn err(&self, e: AclError) -> AclBackendError {
         AclBackendError::call(Some(self.op), e)
     }
 
-    fn tensor(&mut self, v: &View) -> BResult<*mut aclTensor> {
-        self.tensor_as(v, acl_dtype(v.dtype))
+    fn recording(&self) -> bool {
+        self.recording.is_some()
     }
 
-    /// A descriptor of `v` with the ACL dtype `dt` (e.g. `ACL_BOOL` over u8 storage).
-    fn tensor_as(&mut self, v: &View, dt: aclDataType) -> BResult<*mut aclTensor> {
+    /// The recorded executors with their descriptors (which the `Call` no longer destroys).
+    fn finish(mut self) -> Option<Recorded> {
+        let mut r = self.recording.take()?;
+        r.tensors = std::mem::take(&mut self.tensors);
+        r.scalars = std::mem::take(&mut self.scalars);
+        r.arrays = std::mem::take(&mut self.arrays);
+        Some(r)
+    }
+
+    /// `bytes` of device memory for an intermediate, 512-byte aligned: the stream's scratch
+    /// buffer (one-shot: one buffer per composition, requested once), or a block of the
+    /// recording's own, fixed for the executors' life.
+    fn scratch(&mut self, bytes: usize) -> BResult<u64> {
+        match &mut self.recording {
+            None => stream::buffer(self.api, self.op, self.rec, &self.rec.scratch, bytes),
+            Some(r) => {
+                let p = crate::memory::malloc(self.api, Some(self.op), bytes)?;
+                r.mem.push((p, bytes.max(1)));
+                Ok(p)
+            }
+        }
+    }
+
+    /// A recording's own device copy of `bytes` (a constant its operators read).
+    fn upload(&mut self, bytes: &[u8]) -> BResult<u64> {
+        if self.recording.is_none() {
+            return Err(AclBackendError::BadRequest(format!(
+                "{}: constants are only uploaded when recording",
+                self.op
+            )));
+        }
+        let p = self.scratch(bytes.len())?;
+        // The block is new: no queued work uses it.
+        crate::memory::h2d(self.api, bytes, p)?;
+        Ok(p)
+    }
+
+    /// An input tensor of the operator being put together.
+    fn tensor(&mut self, v: &View) -> BResult<*mut aclTensor> {
+        self.descriptor(v, acl_dtype(v.dtype), false)
+    }
+
+    /// An output tensor of the operator being put together.
+    fn output(&mut self, v: &View) -> BResult<*mut aclTensor> {
+        self.descriptor(v, acl_dtype(v.dtype), true)
+    }
+
+    /// An input tensor of bools (`ACL_BOOL`) over `v`'s u8 storage.
+    fn bool_tensor(&mut self, v: &View) -> BResult<*mut aclTensor> {
+        self.descriptor(v, acl_sys::ACL_BOOL, false)
+    }
+
+    /// An output tensor of bools (`ACL_BOOL`) over `v`'s u8 storage.
+    fn bool_output(&mut self, v: &View) -> BResult<*mut aclTensor> {
+        self.descriptor(v, acl_sys::ACL_BOOL, true)
+    }
+
+    /// A tensor of ACL dtype `dt` over `v`.
+    fn descriptor(&mut self, v: &View, dt: aclDataType, output: bool) -> BResult<*mut aclTensor> {
         let dims: Vec<i64> = v.dims.iter().map(|&d| d as i64).collect();
         let strides: Vec<i64> = v.strides.iter().map(|&s| s as i64).collect();
         let n: usize = v.dims.iter().product();
@@ -155,6 +393,7 @@ impl<'a> Call<'a> {
         }
         .map_err(|e| self.err(e))?;
         self.tensors.push(t);
+        self.pending.push((t, output, v.operand.map(|j| (j, v.base))));
         Ok(t)
     }
 
@@ -180,9 +419,14 @@ impl<'a> Call<'a> {
         Ok(a)
     }
 
-    /// Phase 1's result `p1`, the workspace, then phase 2 `p2` on the stream.
+    /// Phase 1's result `p1`, then (one-shot) the workspace and phase 2 `p2` on the
+    /// stream, or (recording) the executor made repeatable and kept with `p2`.
     fn run(&mut self, p1: Result<(u64, *mut aclOpExecutor), AclError>, p2: Phase2) -> BResult<()> {
+        let pending = std::mem::take(&mut self.pending);
         let (ws, ex) = p1.map_err(|e| self.err(e))?;
+        if self.recording.is_some() {
+            return self.keep(ws, ex, p2, pending);
+        }
         let wptr = match stream::buffer(self.api, self.op, self.rec, &self.rec.workspace, ws as usize) {
             Ok(p) => p,
             Err(e) => {
@@ -198,6 +442,30 @@ impl<'a> Call<'a> {
             // when it was consumed (the repeatable call then fails and nothing is destroyed).
             discard(self.api, ex);
             return Err(self.err(e));
+        }
+        Ok(())
+    }
+
+    /// Recording: makes `ex` repeatable and keeps it, noting which of its tensors
+    /// (`pending`, in the order of the operator's C prototype) view launch operands.
+    fn keep(&mut self, ws: u64, ex: *mut aclOpExecutor, p2: Phase2, pending: Vec<Pending>) -> BResult<()> {
+        // SAFETY: `ex` is a live executor from phase 1, never launched (facts §C.4 rule 7:
+        // right after phase 1).
+        if let Err(e) = unsafe { nn::set_executor_repeatable(self.api, ex) } {
+            discard(self.api, ex);
+            return Err(self.err(e));
+        }
+        let Some(r) = self.recording.as_mut() else { return Ok(()) };
+        let exec = r.execs.len();
+        r.execs.push(Exec { ex, ws, p2 });
+        let (mut inputs, mut outputs) = (0, 0);
+        for (tensor, output, operand) in pending {
+            let n = if output { &mut outputs } else { &mut inputs };
+            let index = *n;
+            *n += 1;
+            if let Some((operand, addr)) = operand {
+                r.patches.push(Patch { exec, output, index, tensor, operand, addr });
+            }
         }
         Ok(())
     }
@@ -229,14 +497,14 @@ fn cube_math(is_910: bool, d: DType) -> i8 {
 // operator documents them so.
 
 fn matmul(c: &mut Call, a: &View, bm: &View, out: &View, cube: i8) -> BResult<()> {
-    let (ta, tb, to) = (c.tensor(a)?, c.tensor(bm)?, c.tensor(out)?);
+    let (ta, tb, to) = (c.tensor(a)?, c.tensor(bm)?, c.output(out)?);
     // SAFETY: live descriptors owned by `c`.
     let p1 = unsafe { nn::matmul_get_workspace_size(c.api, ta, tb, to, cube) };
     c.run(p1, nn::matmul)
 }
 
 fn addmm(c: &mut Call, bias: &View, a: &View, bm: &View, beta: f32, alpha: f32, out: &View, cube: i8) -> BResult<()> {
-    let (tc, ta, tb, to) = (c.tensor(bias)?, c.tensor(a)?, c.tensor(bm)?, c.tensor(out)?);
+    let (tc, ta, tb, to) = (c.tensor(bias)?, c.tensor(a)?, c.tensor(bm)?, c.output(out)?);
     let (sb, sa) = (c.scalar_f32(beta)?, c.scalar_f32(alpha)?);
     // SAFETY: live descriptors owned by `c`.
     let p1 = unsafe { nn::addmm_get_workspace_size(c.api, tc, ta, tb, sb, sa, to, cube) };
@@ -244,7 +512,7 @@ fn addmm(c: &mut Call, bias: &View, a: &View, bm: &View, beta: f32, alpha: f32, 
 }
 
 fn add_sub(c: &mut Call, sub: bool, x: &View, y: &View, out: &View) -> BResult<()> {
-    let (tx, ty, to) = (c.tensor(x)?, c.tensor(y)?, c.tensor(out)?);
+    let (tx, ty, to) = (c.tensor(x)?, c.tensor(y)?, c.output(out)?);
     let al = c.scalar_for(x.dtype, 1.0)?;
     if sub {
         // SAFETY: live descriptors owned by `c`.
@@ -258,7 +526,7 @@ fn add_sub(c: &mut Call, sub: bool, x: &View, y: &View, out: &View) -> BResult<(
 }
 
 fn mul_div(c: &mut Call, div: bool, x: &View, y: &View, out: &View) -> BResult<()> {
-    let (tx, ty, to) = (c.tensor(x)?, c.tensor(y)?, c.tensor(out)?);
+    let (tx, ty, to) = (c.tensor(x)?, c.tensor(y)?, c.output(out)?);
     if div {
         // SAFETY: live descriptors owned by `c`.
         let p1 = unsafe { nn::div_get_workspace_size(c.api, tx, ty, to) };
@@ -271,7 +539,7 @@ fn mul_div(c: &mut Call, div: bool, x: &View, y: &View, out: &View) -> BResult<(
 }
 
 fn muls(c: &mut Call, x: &View, factor: f32, out: &View) -> BResult<()> {
-    let (tx, to) = (c.tensor(x)?, c.tensor(out)?);
+    let (tx, to) = (c.tensor(x)?, c.output(out)?);
     let s = c.scalar_f32(factor)?;
     // SAFETY: live descriptors owned by `c`.
     let p1 = unsafe { nn::muls_get_workspace_size(c.api, tx, s, to) };
@@ -279,7 +547,7 @@ fn muls(c: &mut Call, x: &View, factor: f32, out: &View) -> BResult<()> {
 }
 
 fn gelu(c: &mut Call, x: &View, approx: GeluApprox, out: &View) -> BResult<()> {
-    let (tx, to) = (c.tensor(x)?, c.tensor(out)?);
+    let (tx, to) = (c.tensor(x)?, c.output(out)?);
     match approx {
         GeluApprox::Tanh => {
             // SAFETY: live descriptors owned by `c`.
@@ -296,7 +564,7 @@ fn gelu(c: &mut Call, x: &View, approx: GeluApprox, out: &View) -> BResult<()> {
 
 /// Relu, Tanh, Erf, Exp or Sqrt.
 fn unary(c: &mut Call, op: &Op, x: &View, out: &View) -> BResult<()> {
-    let (tx, to) = (c.tensor(x)?, c.tensor(out)?);
+    let (tx, to) = (c.tensor(x)?, c.output(out)?);
     let (p1, p2): (_, Phase2) = match op {
         // SAFETY: live descriptors owned by `c`.
         Op::Relu => (unsafe { nn::relu_get_workspace_size(c.api, tx, to) }, nn::relu),
@@ -313,7 +581,7 @@ fn unary(c: &mut Call, op: &Op, x: &View, out: &View) -> BResult<()> {
 }
 
 fn softmax(c: &mut Call, x: &View, axis: i64, out: &View) -> BResult<()> {
-    let (tx, to) = (c.tensor(x)?, c.tensor(out)?);
+    let (tx, to) = (c.tensor(x)?, c.output(out)?);
     // SAFETY: live descriptors owned by `c`.
     let p1 = unsafe { nn::softmax_get_workspace_size(c.api, tx, axis, to) };
     c.run(p1, nn::softmax)
@@ -321,7 +589,7 @@ fn softmax(c: &mut Call, x: &View, axis: i64, out: &View) -> BResult<()> {
 
 fn layer_norm(c: &mut Call, x: &View, g: &View, be: &View, eps: f32, out: &View) -> BResult<()> {
     let d = *x.dims.last().unwrap_or(&0) as i64;
-    let (tx, tg, tb, to) = (c.tensor(x)?, c.tensor(g)?, c.tensor(be)?, c.tensor(out)?);
+    let (tx, tg, tb, to) = (c.tensor(x)?, c.tensor(g)?, c.tensor(be)?, c.output(out)?);
     let ns = c.ints(&[d])?;
     let null = std::ptr::null_mut();
     // SAFETY: live descriptors owned by `c`; mean and rstd outputs are optional (NULL).
@@ -330,7 +598,7 @@ fn layer_norm(c: &mut Call, x: &View, g: &View, be: &View, eps: f32, out: &View)
 }
 
 fn permute(c: &mut Call, x: &View, perm: &[usize], out: &View) -> BResult<()> {
-    let (tx, to) = (c.tensor(x)?, c.tensor(out)?);
+    let (tx, to) = (c.tensor(x)?, c.output(out)?);
     let p: Vec<i64> = perm.iter().map(|&p| p as i64).collect();
     let dims = c.ints(&p)?;
     // SAFETY: live descriptors owned by `c`.
@@ -339,14 +607,14 @@ fn permute(c: &mut Call, x: &View, perm: &[usize], out: &View) -> BResult<()> {
 }
 
 fn cast(c: &mut Call, x: &View, to: DType, out: &View) -> BResult<()> {
-    let (tx, tout) = (c.tensor(x)?, c.tensor(out)?);
+    let (tx, tout) = (c.tensor(x)?, c.output(out)?);
     // SAFETY: live descriptors owned by `c`.
     let p1 = unsafe { nn::cast_get_workspace_size(c.api, tx, acl_dtype(to), tout) };
     c.run(p1, nn::cast)
 }
 
 fn reduce(c: &mut Call, mean: bool, x: &View, axes: &[i64], keep: bool, out: &View) -> BResult<()> {
-    let (tx, to) = (c.tensor(x)?, c.tensor(out)?);
+    let (tx, to) = (c.tensor(x)?, c.output(out)?);
     let dims = c.ints(axes)?;
     let dt = acl_dtype(out.dtype);
     if mean {
@@ -360,8 +628,17 @@ fn reduce(c: &mut Call, mean: bool, x: &View, axes: &[i64], keep: bool, out: &Vi
     }
 }
 
+/// Not for recordings: CANN does not allow repeatable executors for in-place copies
+/// (facts §C.2, aclSetAclOpExecutorRepeatable), so the ops composed of it are one-shot
+/// in frozen plans too (see [`repeatable`]).
 fn inplace_copy(c: &mut Call, dst: &View, src: &View) -> BResult<()> {
-    let (td, ts) = (c.tensor(dst)?, c.tensor(src)?);
+    if c.recording() {
+        return Err(AclBackendError::BadRequest(format!(
+            "{}: aclnnInplaceCopy cannot have a repeatable executor",
+            c.op
+        )));
+    }
+    let (td, ts) = (c.output(dst)?, c.tensor(src)?);
     // SAFETY: live descriptors owned by `c`.
     let p1 = unsafe { nn::inplace_copy_get_workspace_size(c.api, td, ts) };
     c.run(p1, nn::inplace_copy)
@@ -377,8 +654,7 @@ struct Attention<'v> {
     scale: f32,
 }
 
-/// Where a composed Attention keeps its intermediates (contiguous, in the stream's
-/// scratch buffer).
+/// Where a composed Attention keeps its intermediates (contiguous).
 struct AttentionScratch {
     /// Two score buffers `[B, H, S, T]`, used in turn.
     pair: [View; 2],
@@ -405,12 +681,12 @@ fn attention(c: &mut Call, a: &Attention, sc: &AttentionScratch, out: &View, cub
         cur = 0;
     }
     {
-        let (ts, tm) = (c.tensor(&pair[cur])?, c.tensor(&sc.row_max)?);
+        let (ts, tm) = (c.tensor(&pair[cur])?, c.output(&sc.row_max)?);
         let last = c.ints(&[3])?;
         // SAFETY: live descriptors owned by `c`.
         let p1 = unsafe { nn::amax_get_workspace_size(c.api, ts, last, true, tm) };
         c.run(p1, nn::amax)?;
-        let (tm, tb) = (c.tensor(&sc.row_max)?, c.tensor_as(&sc.masked, acl_sys::ACL_BOOL)?);
+        let (tm, tb) = (c.tensor(&sc.row_max)?, c.bool_output(&sc.masked)?);
         let ninf = c.scalar_f32(f32::NEG_INFINITY)?;
         // SAFETY: live descriptors owned by `c`.
         let p1 = unsafe { nn::eq_scalar_get_workspace_size(c.api, tm, ninf, tb) };
@@ -418,7 +694,8 @@ fn attention(c: &mut Call, a: &Attention, sc: &AttentionScratch, out: &View, cub
     }
     softmax(c, &pair[cur], -1, &pair[1 - cur])?;
     matmul(c, &pair[1 - cur], a.v, out, cube)?;
-    let (to, tb) = (c.tensor(out)?, c.tensor_as(&sc.masked, acl_sys::ACL_BOOL)?);
+    // `out` is read and written in place: the prototype lists it as the first input.
+    let (to, tb) = (c.tensor(out)?, c.bool_tensor(&sc.masked)?);
     let zero = c.scalar_for(out.dtype, 0.0)?;
     // SAFETY: live descriptors owned by `c`.
     let p1 = unsafe { nn::inplace_masked_fill_scalar_get_workspace_size(c.api, to, tb, zero) };
@@ -429,16 +706,57 @@ fn align512(n: usize) -> usize {
     n.div_ceil(512) * 512
 }
 
+/// `out = x.index_select(axis, index)` (aclnnIndexSelect; `index` 1-D, in [0, n)).
+fn index_select(c: &mut Call, x: &View, axis: usize, index: &View, out: &View) -> BResult<()> {
+    let ni = index.dims.iter().product::<usize>();
+    let mut od = x.dims[..axis].to_vec();
+    od.push(ni);
+    od.extend_from_slice(&x.dims[axis + 1..]);
+    let (td, ti, to) = (c.tensor(x)?, c.tensor(index)?, c.output(&out.reshaped(&od))?);
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::index_select_get_workspace_size(c.api, td, axis as i64, ti, to) };
+    c.run(p1, nn::index_select)
+}
+
+/// `out = x + v` for a scalar `v` (aclnnAdds, alpha 1).
+fn adds(c: &mut Call, x: &View, v: f64, out: &View) -> BResult<()> {
+    let (tx, to) = (c.tensor(x)?, c.output(out)?);
+    let (sv, one) = (c.scalar_for(x.dtype, v)?, c.scalar_for(x.dtype, 1.0)?);
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::adds_get_workspace_size(c.api, tx, sv, one, to) };
+    c.run(p1, nn::adds)
+}
+
 /// Gather along `axis` through IndexSelect, which needs indices in [0, n) where the op
-/// table allows [-n, n): selects from the data laid twice along the axis, with the
-/// indices shifted by n (aclnnAdds), both in the stream's scratch buffer.
+/// table allows [-n, n). Both ways shift the indices by n (aclnnAdds) first.
+///
+/// One-shot: selects from the data laid twice along the axis (two aclnnInplaceCopy), in
+/// the stream's scratch buffer. Recording: InplaceCopy cannot be repeatable, and the data
+/// may change from run to run; instead the shifted indices select, from a constant
+/// table `[0, 1, .., n-1, 0, 1, .., n-1]` uploaded once into the recording's memory,
+/// the index in [0, n) (a first aclnnIndexSelect), which then selects from the data.
 fn gather(c: &mut Call, x: &View, idx: &View, axis: usize, out: &View) -> BResult<()> {
     let n = x.dims[axis];
     let ni: usize = idx.dims.iter().product();
+    let idx_bytes = align512(ni * idx.dtype.size());
+    if c.recording() {
+        let table: Vec<u8> = match idx.dtype {
+            DType::I32 => (0..2 * n).flat_map(|j| ((j % n.max(1)) as i32).to_le_bytes()).collect(),
+            DType::I64 => (0..2 * n).flat_map(|j| ((j % n.max(1)) as i64).to_le_bytes()).collect(),
+            d => return Err(AclBackendError::BadRequest(format!("{}: {d} indices", c.op))),
+        };
+        let t = c.upload(&table)?;
+        let s = c.scratch(2 * idx_bytes)?;
+        let shifted = View::contiguous(s, idx.dtype, &[ni]);
+        let wrapped = View::contiguous(s + idx_bytes as u64, idx.dtype, &[ni]);
+        adds(c, &idx.reshaped(&[ni]), n as f64, &shifted)?;
+        index_select(c, &View::contiguous(t, idx.dtype, &[2 * n]), 0, &shifted, &wrapped)?;
+        return index_select(c, x, axis, &wrapped, out);
+    }
     let mut d2 = x.dims.clone();
     d2[axis] = 2 * n;
     let data_bytes = align512(d2.iter().product::<usize>() * x.dtype.size());
-    let s = stream::buffer(c.api, c.op, c.rec, &c.rec.scratch, data_bytes + align512(ni * idx.dtype.size()))?;
+    let s = c.scratch(data_bytes + idx_bytes)?;
     let doubled = View::contiguous(s, x.dtype, &d2);
     let mut half = doubled.clone();
     half.dims[axis] = n;
@@ -446,60 +764,80 @@ fn gather(c: &mut Call, x: &View, idx: &View, axis: usize, out: &View) -> BResul
     half.offset = n * doubled.strides[axis];
     inplace_copy(c, &half, x)?;
     let shifted = View::contiguous(s + data_bytes as u64, idx.dtype, &[ni]);
-    {
-        let (ti, ts) = (c.tensor(&idx.reshaped(&[ni]))?, c.tensor(&shifted)?);
-        let (sn, one) = (c.scalar_i64(n as i64)?, c.scalar_i64(1)?);
-        // SAFETY: live descriptors owned by `c`.
-        let p1 = unsafe { nn::adds_get_workspace_size(c.api, ti, sn, one, ts) };
-        c.run(p1, nn::adds)?;
-    }
-    let mut od = x.dims[..axis].to_vec();
-    od.push(ni);
-    od.extend_from_slice(&x.dims[axis + 1..]);
-    let (td, ti, to) = (c.tensor(&doubled)?, c.tensor(&shifted)?, c.tensor(&out.reshaped(&od))?);
-    // SAFETY: live descriptors owned by `c`.
-    let p1 = unsafe { nn::index_select_get_workspace_size(c.api, td, axis as i64, ti, to) };
-    c.run(p1, nn::index_select)
+    adds(c, &idx.reshaped(&[ni]), n as f64, &shifted)?;
+    index_select(c, &doubled, axis, &shifted, out)
 }
 
 /// Device-to-device bytes through aclnnInplaceCopy on u8 views (for unaligned copies):
 /// `src` and `dst` are (32-byte aligned base, byte offset).
 pub(crate) fn byte_copy(api: &Api, rec: &StreamRec, src: (u64, u64), dst: (u64, u64), bytes: usize) -> BResult<()> {
-    let mut c = Call::new(api, rec, "Copy");
-    let s = View { base: src.0, dtype: DType::U8, dims: vec![bytes], strides: vec![1], offset: src.1 as usize };
-    let d = View { base: dst.0, dtype: DType::U8, dims: vec![bytes], strides: vec![1], offset: dst.1 as usize };
+    let mut c = Call::new(api, rec, "Copy", false);
+    let view = |(base, offset): (u64, u64)| View {
+        base,
+        dtype: DType::U8,
+        dims: vec![bytes],
+        strides: vec![1],
+        offset: offset as usize,
+        operand: None,
+    };
+    let (s, d) = (view(src), view(dst));
     inplace_copy(&mut c, &d, &s)?;
     rec.queued("Copy", 0);
     Ok(())
 }
 
-/// Queues `args.op` on the stream as aclnn calls (`is_910`: the SoC computes FP32
-/// matrix products in FP16, cubeMathType 1).
-pub(super) fn run(api: &Api, rec: &StreamRec, is_910: bool, args: &LaunchArgs) -> BResult<()> {
+/// Whether a frozen plan may record `op`'s executors (make them repeatable): not the
+/// ops composed of aclnnInplaceCopy (Reshape, Copy), which CANN excludes from repeatable
+/// executors; those stay one-shot, with their phase 1 on every run.
+pub(crate) fn repeatable(op: &Op) -> bool {
+    !matches!(op, Op::Reshape { .. } | Op::Copy)
+}
+
+/// Queues `args.op` on the stream as aclnn calls, one-shot (`is_910`: the SoC computes
+/// FP32 matrix products in FP16, cubeMathType 1).
+pub(crate) fn run(api: &Api, rec: &StreamRec, is_910: bool, args: &LaunchArgs) -> BResult<()> {
+    let mut c = Call::new(api, rec, args.op.name(), false);
+    compose(&mut c, is_910, args)
+}
+
+/// Records `args.op`'s operators as repeatable executors (see the module documentation),
+/// without launching them; `rec` is the stream of the first run (only named in errors).
+pub(crate) fn record(api: &Api, rec: &StreamRec, is_910: bool, args: &LaunchArgs) -> BResult<Recorded> {
     let op = args.op.name();
-    let mut c = Call::new(api, rec, op);
-    let ins: Vec<View> = args.inputs.iter().map(View::of).collect();
-    let out = View::of(&args.outputs[0]);
+    if !repeatable(&args.op) {
+        return Err(AclBackendError::BadRequest(format!("{op}: no repeatable executors for this op")));
+    }
+    let mut c = Call::new(api, rec, op, true);
+    compose(&mut c, is_910, args)?;
+    c.finish().ok_or_else(|| AclBackendError::BadRequest(format!("{op}: nothing recorded")))
+}
+
+/// `args.op` as aclnn operators on `c`.
+fn compose(c: &mut Call, is_910: bool, args: &LaunchArgs) -> BResult<()> {
+    let op = args.op.name();
+    let n_in = args.inputs.len();
+    let ins: Vec<View> = args.inputs.iter().enumerate().map(|(j, a)| View::operand(a, j)).collect();
+    let out = View::operand(&args.outputs[0], n_in);
     let x = &ins[0];
-    // A contiguous intermediate in the stream's scratch buffer.
-    let scratch = |dims: &[usize], dtype: DType| -> BResult<View> {
-        let s = stream::buffer(api, op, rec, &rec.scratch, dims.iter().product::<usize>() * dtype.size())?;
+    // A contiguous intermediate.
+    let scratch = |c: &mut Call, dims: &[usize], dtype: DType| -> BResult<View> {
+        let s = c.scratch(dims.iter().product::<usize>() * dtype.size())?;
         Ok(View::contiguous(s, dtype, dims))
     };
     match &args.op {
         Op::MatMul { trans_a, trans_b } => {
-            matmul(&mut c, &x.t(*trans_a), &ins[1].t(*trans_b), &out, cube_math(is_910, x.dtype))
+            matmul(c, &x.t(*trans_a), &ins[1].t(*trans_b), &out, cube_math(is_910, x.dtype))
         }
         Op::Gemm { trans_a, trans_b, alpha, beta } => {
             let (a, bm) = (x.t(*trans_a), ins[1].t(*trans_b));
             let cube = cube_math(is_910, x.dtype);
             match ins.get(2) {
-                Some(bias) => addmm(&mut c, bias, &a, &bm, *beta, *alpha, &out, cube),
-                None if *alpha == 1.0 => matmul(&mut c, &a, &bm, &out, cube),
+                Some(bias) => addmm(c, bias, &a, &bm, *beta, *alpha, &out, cube),
+                None if *alpha == 1.0 => matmul(c, &a, &bm, &out, cube),
                 None => {
-                    let tmp = scratch(&out.dims, out.dtype)?;
-                    matmul(&mut c, &a, &bm, &tmp, cube)?;
-                    muls(&mut c, &tmp, *alpha, &out)
+                    let tmp = scratch(c, &out.dims, out.dtype)?;
+                    matmul(c, &a, &bm, &tmp, cube)?;
+                    muls(c, &tmp, *alpha, &out)
                 }
             }
         }
@@ -511,21 +849,21 @@ pub(super) fn run(api: &Api, rec: &StreamRec, is_910: bool, args: &LaunchArgs) -
             let m = x.dims.iter().product::<usize>() / k.max(1);
             let n = ins[1].dims[0];
             let (xb, ob) = (align512(m * k * 2), align512(m * n * 2));
-            let s = stream::buffer(api, op, rec, &rec.scratch, xb + ob + align512(n * 2))?;
+            let s = c.scratch(xb + ob + align512(n * 2))?;
             let x16 = View::contiguous(s, DType::F16, &[m, k]);
             let o16 = View::contiguous(s + xb as u64, DType::F16, &[m, n]);
-            cast(&mut c, &x.reshaped(&[m, k]), DType::F16, &x16)?;
+            cast(c, &x.reshaped(&[m, k]), DType::F16, &x16)?;
             let w = ins[1].t(true);
             let keep = acl_sys::cube_math::KEEP_DTYPE;
             match ins.get(2) {
                 Some(bias) => {
                     let b16 = View::contiguous(s + (xb + ob) as u64, DType::F16, &[n]);
-                    cast(&mut c, bias, DType::F16, &b16)?;
-                    addmm(&mut c, &b16, &x16, &w, 1.0, 1.0, &o16, keep)?;
+                    cast(c, bias, DType::F16, &b16)?;
+                    addmm(c, &b16, &x16, &w, 1.0, 1.0, &o16, keep)?;
                 }
-                None => matmul(&mut c, &x16, &w, &o16, keep)?,
+                None => matmul(c, &x16, &w, &o16, keep)?,
             }
-            cast(&mut c, &o16, DType::F32, &out.reshaped(&[m, n]))
+            cast(c, &o16, DType::F32, &out.reshaped(&[m, n]))
         }
         Op::Linear => {
             let k = *x.dims.last().unwrap_or(&0);
@@ -536,48 +874,48 @@ pub(super) fn run(api: &Api, rec: &StreamRec, is_910: bool, args: &LaunchArgs) -
             let o = out.reshaped(&[m, n]);
             let cube = cube_math(is_910, x.dtype);
             match ins.get(2) {
-                Some(bias) => addmm(&mut c, bias, &a, &w, 1.0, 1.0, &o, cube),
-                None => matmul(&mut c, &a, &w, &o, cube),
+                Some(bias) => addmm(c, bias, &a, &w, 1.0, 1.0, &o, cube),
+                None => matmul(c, &a, &w, &o, cube),
             }
         }
-        Op::Add | Op::Sub => add_sub(&mut c, matches!(args.op, Op::Sub), x, &ins[1], &out),
-        Op::Mul | Op::Div => mul_div(&mut c, matches!(args.op, Op::Div), x, &ins[1], &out),
-        Op::Relu | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt => unary(&mut c, &args.op, x, &out),
-        Op::Gelu(a) => gelu(&mut c, x, *a, &out),
-        Op::Scale { factor } => muls(&mut c, x, *factor, &out),
-        Op::Softmax { axis } => softmax(&mut c, x, *axis as i64, &out),
-        Op::LayerNorm { eps } => layer_norm(&mut c, x, &ins[1], &ins[2], *eps, &out),
-        Op::Permute { perm } => permute(&mut c, x, perm, &out),
-        Op::Reshape { .. } => inplace_copy(&mut c, &out, &x.reshaped(&out.dims)),
-        Op::Copy => inplace_copy(&mut c, &out, x),
-        Op::Cast { to } => cast(&mut c, x, *to, &out),
+        Op::Add | Op::Sub => add_sub(c, matches!(args.op, Op::Sub), x, &ins[1], &out),
+        Op::Mul | Op::Div => mul_div(c, matches!(args.op, Op::Div), x, &ins[1], &out),
+        Op::Relu | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt => unary(c, &args.op, x, &out),
+        Op::Gelu(a) => gelu(c, x, *a, &out),
+        Op::Scale { factor } => muls(c, x, *factor, &out),
+        Op::Softmax { axis } => softmax(c, x, *axis as i64, &out),
+        Op::LayerNorm { eps } => layer_norm(c, x, &ins[1], &ins[2], *eps, &out),
+        Op::Permute { perm } => permute(c, x, perm, &out),
+        Op::Reshape { .. } => inplace_copy(c, &out, &x.reshaped(&out.dims)),
+        Op::Copy => inplace_copy(c, &out, x),
+        Op::Cast { to } => cast(c, x, *to, &out),
         Op::ReduceSum { axes, keepdims } | Op::ReduceMean { axes, keepdims } => {
             let shape = runtime::Shape::new(x.dims.clone());
             let ax = runtime::op::normalise_axes(&shape, axes)
                 .ok_or_else(|| AclBackendError::BadRequest(format!("{op}: bad axes {axes:?}")))?;
             let axv: Vec<i64> = ax.iter().map(|&a| a as i64).collect();
-            reduce(&mut c, matches!(args.op, Op::ReduceMean { .. }), x, &axv, *keepdims, &out)
+            reduce(c, matches!(args.op, Op::ReduceMean { .. }), x, &axv, *keepdims, &out)
         }
-        Op::Gather { axis } => gather(&mut c, x, &ins[1], *axis, &out),
+        Op::Gather { axis } => gather(c, x, &ins[1], *axis, &out),
         Op::BiasGelu(a) => {
-            let tmp = scratch(&out.dims, out.dtype)?;
-            add_sub(&mut c, false, x, &ins[1], &tmp)?;
-            gelu(&mut c, &tmp, *a, &out)
+            let tmp = scratch(c, &out.dims, out.dtype)?;
+            add_sub(c, false, x, &ins[1], &tmp)?;
+            gelu(c, &tmp, *a, &out)
         }
         Op::AddLayerNorm { eps } => {
             // aclnnAddLayerNorm is not available on the 910: Add then LayerNorm.
-            let tmp = scratch(&out.dims, out.dtype)?;
-            add_sub(&mut c, false, x, &ins[1], &tmp)?;
-            layer_norm(&mut c, &tmp, &ins[2], &ins[3], *eps, &out)
+            let tmp = scratch(c, &out.dims, out.dtype)?;
+            add_sub(c, false, x, &ins[1], &tmp)?;
+            layer_norm(c, &tmp, &ins[2], &ins[3], *eps, &out)
         }
         Op::Attention { scale } => {
             let d = *x.dims.last().unwrap_or(&1);
             let scale = scale.unwrap_or(1.0 / (d.max(1) as f32).sqrt());
             let (b, h, s, t) = (x.dims[0], x.dims[1], x.dims[2], ins[1].dims[2]);
             let bytes = align512(b * h * s * t * x.dtype.size());
-            let (row_max, full) = (align512(b * h * s * x.dtype.size()), align512(b * h * s));
-            let base = stream::buffer(api, op, rec, &rec.scratch, 2 * bytes + row_max + full)?;
-            let scratch = AttentionScratch {
+            let row_max = align512(b * h * s * x.dtype.size());
+            let base = c.scratch(2 * bytes + row_max + align512(b * h * s))?;
+            let sc = AttentionScratch {
                 pair: [
                     View::contiguous(base, x.dtype, &[b, h, s, t]),
                     View::contiguous(base + bytes as u64, x.dtype, &[b, h, s, t]),
@@ -586,7 +924,7 @@ pub(super) fn run(api: &Api, rec: &StreamRec, is_910: bool, args: &LaunchArgs) -
                 masked: View::contiguous(base + (2 * bytes + row_max) as u64, DType::U8, &[b, h, s, 1]),
             };
             let parts = Attention { q: x, k: &ins[1], v: &ins[2], mask: ins.get(3), scale };
-            attention(&mut c, &parts, &scratch, &out, cube_math(is_910, x.dtype))
+            attention(c, &parts, &sc, &out, cube_math(is_910, x.dtype))
         }
     }
 }

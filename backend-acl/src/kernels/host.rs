@@ -31,7 +31,7 @@ fn bytes_mut(w: &mut [u64], n: usize) -> &mut [u8] {
 
 /// Copies the inputs to the host (8-byte aligned buffers), runs the reference kernel and
 /// copies the outputs back (their ranges were validated by the launch).
-pub(super) fn run(api: &Api, rec: &StreamRec, args: &LaunchArgs) -> BResult<()> {
+pub(crate) fn run(api: &Api, rec: &StreamRec, args: &LaunchArgs) -> BResult<()> {
     stream::sync_backend(api, rec)?;
     let words = |n: usize| vec![0u64; n.div_ceil(8)];
     let mut in_bufs = Vec::new();

@@ -11,7 +11,8 @@
 mod aclnn;
 mod host;
 
-pub(crate) use aclnn::byte_copy;
+pub(crate) use aclnn::{Recorded, byte_copy, record, repeatable, run as run_aclnn};
+pub(crate) use host::run as run_host;
 
 use crate::device::Dev;
 use crate::error::AclBackendError;
@@ -187,6 +188,11 @@ impl Table {
         self.kernels.infos()
     }
 
+    /// The SoC computes FP32 matrix products in FP16 (cubeMathType 1).
+    pub fn is_910(&self) -> bool {
+        self.is_910
+    }
+
     /// `kernel`'s entry and implementation, when it is this table's (same id, name, op).
     pub fn resolve(&self, kernel: &KernelInfo) -> Option<(&KernelInfo, Impl)> {
         self.kernels.resolve(kernel).map(|(k, i)| (k, *i))
@@ -246,7 +252,7 @@ pub(crate) fn launch(
 }
 
 /// Says once per process that FP32 matrix products compute in FP16 on this SoC.
-fn warn_fp16_compute(op: &str) {
+pub(crate) fn warn_fp16_compute(op: &str) {
     static WARNED: std::sync::Once = std::sync::Once::new();
     WARNED.call_once(|| {
         log::warn!(

@@ -1,0 +1,171 @@
+//! New addresses for the tensors of a repeatable executor (facts §C.2, §C.4 rule 7):
+//! `aclSetInputTensorAddr`, `aclSetOutputTensorAddr` and `aclSetTensorAddr`.
+//!
+//! The executor keeps its operands' descriptors by value (phase 1 copied them), and each
+//! phase 2 queues a copy of the executor: a new address reaches the next phase 2, never
+//! work already queued. The descriptor behind the handle gets the address too (the
+//! documentation: "the device memory address recorded in the aclTensor is updated").
+//!
+//! Checks, with CANN's codes: the executor or the tensor NULL or unknown (561103); the
+//! executor not made repeatable (161002); `addr` NULL (161001) or not 32-byte aligned
+//! (161002); `index` out of range, or naming a tensor that was NULL at phase 1 (161002).
+//! Stricter than CANN, so that tests catch a wrong index: `tensor` must be the descriptor
+//! passed at that position in phase 1, and the view at `addr` must lie inside one live
+//! allocation of the executor's device (161002).
+
+use crate::descriptors::{Executor, Src, TensorDesc};
+use crate::error::{Fail, R, fail};
+use crate::ffi::{guard, h};
+use crate::state::Tables;
+use acl_sys::codes::*;
+use acl_sys::{aclOpExecutor, aclTensor, aclnnStatus};
+use std::ffi::c_void;
+
+/// Which tensors `index` counts.
+#[derive(Clone, Copy)]
+enum Side {
+    Input,
+    Output,
+    /// Inputs, then outputs (`aclSetTensorAddr`).
+    Both,
+}
+
+/// Where a tensor of the operator sits in the executor.
+enum Slot {
+    Input(usize),
+    Output(usize),
+}
+
+/// The position in `ex.inputs` of each input tensor the operator's C prototype lists, in
+/// the prototype's order; `None` for an optional tensor that was NULL at phase 1.
+fn input_slots(ex: &Executor) -> Vec<Option<usize>> {
+    match ex.phase2 {
+        // aclnnAddmm(self, mat1, mat2, ...) is stored in Gemm's order [mat1, mat2, self].
+        "aclnnAddmm" => vec![Some(2), Some(0), Some(1)],
+        // aclnnAdds(self, other: aclScalar, ...): the stored fill is the scalar.
+        "aclnnAdds" => vec![Some(0)],
+        _ => ex.inputs.iter().enumerate().map(|(i, s)| matches!(s, Src::Tensor(..)).then_some(i)).collect(),
+    }
+}
+
+fn slot(ex: &Executor, side: Side, index: usize) -> R<Slot> {
+    let ins = input_slots(ex);
+    let (n_in, n_out) = (ins.len(), ex.outputs.len());
+    let (input, i) = match side {
+        Side::Input => (true, index),
+        Side::Output => (false, index),
+        Side::Both if index < n_in => (true, index),
+        Side::Both => (false, index - n_in),
+    };
+    let count = if input { n_in } else { n_out };
+    if i >= count {
+        let what = if input { "input" } else { "output" };
+        return fail(ACLNN_ERR_PARAM_INVALID, format!("{what} index {i} is out of range: the operator has {count}"));
+    }
+    if !input {
+        return Ok(Slot::Output(i));
+    }
+    match ins[i] {
+        Some(p) => Ok(Slot::Input(p)),
+        None => fail(ACLNN_ERR_PARAM_INVALID, format!("input {i} was NULL at phase 1: its address cannot be set")),
+    }
+}
+
+fn set_addr(t: &mut Tables, side: Side, executor: u64, index: usize, tensor: u64, addr: u64) -> R<()> {
+    if executor == 0 || tensor == 0 {
+        return fail(ACLNN_ERR_INNER_NULLPTR, "executor or tensor is NULL");
+    }
+    let ex = t
+        .executors
+        .get(&executor)
+        .ok_or_else(|| Fail(ACLNN_ERR_INNER_NULLPTR, format!("unknown executor {executor:#x}")))?;
+    if !ex.repeatable {
+        return fail(
+            ACLNN_ERR_PARAM_INVALID,
+            format!("{}: the executor is not repeatable (call aclSetAclOpExecutorRepeatable first)", ex.phase2),
+        );
+    }
+    if addr == 0 {
+        return fail(ACLNN_ERR_PARAM_NULLPTR, "addr is NULL");
+    }
+    if !addr.is_multiple_of(32) {
+        return fail(ACLNN_ERR_PARAM_INVALID, format!("addr {addr:#x} is not 32-byte aligned"));
+    }
+    let at = slot(ex, side, index)?;
+    let (held, desc): (u64, &TensorDesc) = match at {
+        Slot::Input(p) => match &ex.inputs[p] {
+            Src::Tensor(hd, d) => (*hd, d),
+            Src::Fill(..) => return fail(ACLNN_ERR_PARAM_INVALID, format!("input {index} was NULL at phase 1")),
+        },
+        Slot::Output(p) => (ex.outputs[p].0, &ex.outputs[p].1),
+    };
+    if held != tensor {
+        return fail(
+            ACLNN_ERR_PARAM_INVALID,
+            format!("{}: aclTensor {tensor:#x} is not the tensor at index {index} ({held:#x})", ex.phase2),
+        );
+    }
+    let moved = TensorDesc { addr, ..desc.clone() };
+    let (s, e) = moved.span();
+    if e > s {
+        let inside = t.device_of_addr(s).is_some_and(|d| d as i32 == ex.device && t.mem[d].find(s, e - s).is_some());
+        if !inside {
+            return fail(
+                ACLNN_ERR_PARAM_INVALID,
+                format!(
+                    "{}: bytes {s:#x}..{e:#x} are not inside one live allocation of device {}",
+                    ex.phase2, ex.device
+                ),
+            );
+        }
+    }
+    let ex = t.executors.get_mut(&executor).ok_or_else(|| Fail(ACLNN_ERR_INNER_NULLPTR, "executor vanished".into()))?;
+    // The tensor moves wherever the executor holds it: an in-place operator
+    // (aclnnInplaceMaskedFillScalar's selfRef) reads and writes the same descriptor.
+    for s in &mut ex.inputs {
+        if let Src::Tensor(hd, d) = s {
+            if *hd == tensor {
+                d.addr = addr;
+            }
+        }
+    }
+    for (hd, d) in &mut ex.outputs {
+        if *hd == tensor {
+            d.addr = addr;
+        }
+    }
+    if let Some(d) = t.tensors.get_mut(&tensor) {
+        d.addr = addr;
+    }
+    Ok(())
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclSetInputTensorAddr(
+    executor: *mut aclOpExecutor,
+    index: usize,
+    tensor: *mut aclTensor,
+    addr: *mut c_void,
+) -> aclnnStatus {
+    guard("aclSetInputTensorAddr", |t| set_addr(t, Side::Input, h(executor.cast()), index, h(tensor.cast()), h(addr)))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclSetOutputTensorAddr(
+    executor: *mut aclOpExecutor,
+    index: usize,
+    tensor: *mut aclTensor,
+    addr: *mut c_void,
+) -> aclnnStatus {
+    guard("aclSetOutputTensorAddr", |t| set_addr(t, Side::Output, h(executor.cast()), index, h(tensor.cast()), h(addr)))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclSetTensorAddr(
+    executor: *mut aclOpExecutor,
+    index: usize,
+    tensor: *mut aclTensor,
+    addr: *mut c_void,
+) -> aclnnStatus {
+    guard("aclSetTensorAddr", |t| set_addr(t, Side::Both, h(executor.cast()), index, h(tensor.cast()), h(addr)))
+}

@@ -1,0 +1,376 @@
+//! Frozen plans: a compiled graph's launches for one run arena, checked once
+//! (`Backend::freeze`), and their runs (`Backend::launch_frozen`), with aclnn executors
+//! reused from run to run.
+//!
+//! Each node runs one of three ways:
+//! * **reused** (every aclnn op but those composed of aclnnInplaceCopy): at the node's
+//!   first run, its operators' phase 1 runs once with that run's addresses and each
+//!   executor is made repeatable ([`kernels::record`]); every run (the first included)
+//!   then points the tensors that view the graph's inputs and outputs (the patched
+//!   operands) at this run's addresses, where they changed (`aclSetInputTensorAddr` /
+//!   `aclSetOutputTensorAddr`), and calls phase 2. Runs after the first make no phase-1
+//!   call;
+//! * **one-shot** (Reshape and Copy, composed of aclnnInplaceCopy, which CANN excludes
+//!   from repeatable executors): the eager path on this run's addresses, phase 1 included;
+//! * **host**: the host reference tier on this run's addresses.
+//!
+//! What a plan holds on the device — executors, their descriptors (which must outlive
+//! them), the recorded ops' own memory (intermediates and constants, at addresses fixed
+//! for the executors' life), one workspace per stream the plan ran on (nodes of one stream
+//! run in order and share it; nodes on different streams may run at once and never
+//! do), and the pins of the fixed operands (arena and constants) — belongs to the plan,
+//! one per arena, so concurrent runs (different arenas) never share an executor. It is
+//! released when the plan is dropped, after synchronising every stream the plan queued
+//! work on that is still alive (a destroyed stream was synchronised by its destruction),
+//! or at the device's teardown if that comes first ([`DeviceOwned`]).
+
+use crate::device::{Binding, Dev, DeviceOwned};
+use crate::error::AclBackendError;
+use crate::kernels::{self, Impl, Recorded, Table};
+use crate::memory::{self, AclRelease};
+use crate::stream::{self, Buf, StreamRec, lock};
+use acl_sys::Api;
+use runtime::backend::allocations::{Pins, overlapping_output};
+use runtime::{DevicePtr, Frozen, FrozenLaunch, LaunchArgs, StreamId};
+use std::sync::{Arc, Mutex, Weak};
+
+type BResult<T> = std::result::Result<T, AclBackendError>;
+
+/// How a node runs (see the module documentation).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Way {
+    Reused,
+    OneShot,
+    Host,
+}
+
+/// One launch of the plan.
+struct Node {
+    way: Way,
+    /// FP32 products on the 910's Cube in FP16 (warned about once).
+    fp16_compute: bool,
+    /// The launch as frozen: patched operands at address 0.
+    args: LaunchArgs,
+    /// Operand byte ranges (inputs, then outputs); a patched operand's start is its offset
+    /// from its per-run address.
+    ranges: Vec<(u64, usize)>,
+    /// The address slot of each patched operand.
+    slot: Vec<Option<usize>>,
+    /// Some output has an element (otherwise the node runs nothing).
+    runs: bool,
+}
+
+impl Node {
+    /// The address of patched operand `j` in a run with slot addresses `addrs`.
+    fn addr(&self, j: usize, addrs: &[DevicePtr]) -> u64 {
+        match self.slot.get(j).copied().flatten() {
+            Some(k) => addrs[k].0,
+            None => {
+                let n_in = self.args.inputs.len();
+                let a = if j < n_in { &self.args.inputs[j] } else { &self.args.outputs[j - n_in] };
+                a.ptr.0
+            }
+        }
+    }
+
+    /// The launch with this run's addresses.
+    fn args_at(&self, addrs: &[DevicePtr], seq: u64) -> LaunchArgs {
+        let mut a = self.args.clone();
+        a.seq = seq;
+        let n_in = a.inputs.len();
+        for (j, k) in self.slot.iter().enumerate() {
+            if let Some(k) = k {
+                let t = if j < n_in { &mut a.inputs[j] } else { &mut a.outputs[j - n_in] };
+                t.ptr = addrs[*k];
+            }
+        }
+        a
+    }
+
+    /// The operand ranges in a run with slot addresses `addrs` (in `out`).
+    fn ranges_at(&self, addrs: &[DevicePtr], out: &mut Vec<(u64, usize)>) {
+        out.clear();
+        out.extend_from_slice(&self.ranges);
+        for (j, k) in self.slot.iter().enumerate() {
+            if let Some(k) = k {
+                // No overflow: the launch located `addrs[k] .. + extent`, which covers
+                // `offset + len` of every operand patched from slot k.
+                out[j].0 += addrs[*k].0;
+            }
+        }
+    }
+}
+
+/// What a plan holds on the device; released once.
+struct Held {
+    /// Per node, its recorded executors once it has run (reused nodes).
+    recorded: Vec<Option<Recorded>>,
+    /// The recorded nodes' workspace on each stream they ran on.
+    workspaces: Vec<(Arc<StreamRec>, Mutex<Buf>)>,
+    /// Streams the plan queued work on.
+    used: Vec<Arc<StreamRec>>,
+    _pins: Pins<AclRelease>,
+}
+
+impl Held {
+    /// Releases everything; no queued work uses any of it (the caller synchronised the
+    /// streams, or the device's teardown drained them), the thread is bound to the device.
+    fn release(self, api: &Api) {
+        let (mut execs, mut bytes) = (0, 0);
+        for r in self.recorded.into_iter().flatten() {
+            let (e, b) = r.size();
+            execs += e;
+            bytes += b;
+            r.release(api);
+        }
+        let mut ws = 0;
+        for (_, m) in self.workspaces {
+            let b = m.into_inner().unwrap_or_else(|p| p.into_inner());
+            if b.ptr != 0 {
+                ws += b.size;
+                if let Err(e) = memory::free(api, b.ptr) {
+                    log::error!("acl: freeing a frozen plan's workspace: {e}");
+                }
+            }
+        }
+        log::debug!("acl: frozen plan released: {execs} executors, {bytes} bytes of its own memory, {ws} of workspace");
+    }
+}
+
+/// The part of a plan the device can reach at its teardown.
+struct Shared {
+    held: Mutex<Option<Held>>,
+}
+
+impl DeviceOwned for Shared {
+    fn release(&self, api: &Api) {
+        let mut g = lock(&self.held);
+        if let Some(h) = g.take() {
+            h.release(api);
+        }
+    }
+}
+
+/// The Ascend backend's form of a compiled graph's launches (one per arena).
+pub(crate) struct AclFrozen {
+    /// The backend instance and device it was made for.
+    instance: u64,
+    device: usize,
+    nodes: Vec<Node>,
+    /// Per address slot: the bytes its operands reach from the run's address, and
+    /// whether an aclnn node reads it (32-byte alignment).
+    slots: Vec<(usize, bool)>,
+    shared: Arc<Shared>,
+    api: Arc<Api>,
+    binding: Binding,
+}
+
+impl Drop for AclFrozen {
+    fn drop(&mut self) {
+        // Held while releasing: a concurrent device teardown waits, then finds nothing.
+        let mut g = lock(&self.shared.held);
+        let Some(held) = g.take() else { return };
+        if let Err(e) = self.binding.bind(&self.api) {
+            log::error!("acl: releasing a frozen plan: {e}");
+        }
+        for r in &held.used {
+            stream::sync_if_live(&self.api, r);
+        }
+        held.release(&self.api);
+    }
+}
+
+fn bad(msg: String) -> AclBackendError {
+    AclBackendError::BadRequest(msg)
+}
+
+/// Checks every launch in full (as `kernels::launch` does; patched operands by their
+/// offsets), pins the fixed operands' allocations for the plan's life, and decides how
+/// each node runs. Nothing is made on the device until the first run.
+pub(crate) fn freeze(
+    api: &Arc<Api>,
+    instance: u64,
+    devs: &[Dev],
+    device: usize,
+    table: &Table,
+    launches: &[FrozenLaunch],
+) -> runtime::Result<Option<Frozen>> {
+    let dev = devs.get(device).ok_or(AclBackendError::NoDevice(device))?;
+    let mut nodes = Vec::with_capacity(launches.len());
+    let mut fixed: Vec<(u64, usize)> = Vec::new();
+    let mut slots: Vec<(usize, bool)> = Vec::new();
+    for l in launches {
+        let name = &l.kernel.name;
+        let (info, imp) =
+            table.resolve(&l.kernel).ok_or_else(|| bad(format!("kernel {name} is not an Ascend kernel")))?;
+        let args = &l.args;
+        let ranges = args.validate(info)?;
+        let n_in = args.inputs.len();
+        let operand = |j: usize| if j < n_in { &args.inputs[j] } else { &args.outputs[j - n_in] };
+        let mut slot = vec![None; ranges.len()];
+        for &(j, k) in &l.patches {
+            if j >= ranges.len() || slot[j].is_some() {
+                return Err(bad(format!("{name}: bad patch of operand {j}")).into());
+            }
+            if operand(j).ptr != DevicePtr::NULL {
+                return Err(bad(format!("{name}: patched operand {j} has an address")).into());
+            }
+            slot[j] = Some(k);
+            let (off, len) = ranges[j];
+            let end = usize::try_from(off)
+                .ok()
+                .and_then(|o| o.checked_add(len))
+                .ok_or_else(|| bad(format!("{name}: operand {j} is out of range")))?;
+            if slots.len() <= k {
+                slots.resize(k + 1, (0, false));
+            }
+            slots[k].0 = slots[k].0.max(end);
+            slots[k].1 |= imp != Impl::Host;
+        }
+        for (j, r) in ranges.iter().enumerate() {
+            if slot[j].is_some() || r.1 == 0 {
+                continue;
+            }
+            let a = operand(j).ptr.0;
+            if imp != Impl::Host && !a.is_multiple_of(32) {
+                return Err(AclBackendError::Unaligned { what: "operand base", addr: a, align: 32 }.into());
+            }
+            fixed.push(*r);
+        }
+        if let Some(i) = overlapping_output(&ranges, n_in, |j| slot[j].is_some()) {
+            return Err(bad(format!("{}: output {i} overlaps another operand", args.op.name())).into());
+        }
+        let way = match imp {
+            Impl::Host => Way::Host,
+            _ if kernels::repeatable(&args.op) => Way::Reused,
+            _ => Way::OneShot,
+        };
+        let runs = args.outputs.iter().any(|o| o.layout.numel() > 0);
+        nodes.push(Node { way, fp16_compute: imp == Impl::AclnnFp16Compute, args: args.clone(), ranges, slot, runs });
+    }
+    let pins = dev.allocs.pin(&fixed).map_err(AclBackendError::from)?;
+    let held =
+        Held { recorded: nodes.iter().map(|_| None).collect(), workspaces: Vec::new(), used: Vec::new(), _pins: pins };
+    let shared = Arc::new(Shared { held: Mutex::new(Some(held)) });
+    let weak: Weak<Shared> = Arc::downgrade(&shared);
+    dev.adopt(weak);
+    let fz = AclFrozen { instance, device, nodes, slots, shared, api: api.clone(), binding: dev.binding(instance) };
+    Ok(Some(Frozen(Arc::new(fz))))
+}
+
+/// Runs launches `nodes` of a plan on `stream` with slot addresses `addrs`: checks the
+/// per-run addresses (M1: inside live allocations, 32-byte aligned where aclnn reads
+/// them; M3: outputs overlap nothing), then queues each node its way.
+pub(crate) fn launch(api: &Api, instance: u64, devs: &[Dev], table: &Table, run: FrozenRun<'_>) -> runtime::Result<()> {
+    let FrozenRun { device, frozen, nodes, addrs, first_seq, stream } = run;
+    let fz =
+        frozen.0.downcast_ref::<AclFrozen>().ok_or_else(|| bad("not a frozen plan of the Ascend backend".into()))?;
+    if fz.instance != instance || fz.device != device {
+        return Err(bad("the frozen plan belongs to another backend or device".into()).into());
+    }
+    if nodes.start > nodes.end || nodes.end > fz.nodes.len() || addrs.len() < fz.slots.len() {
+        return Err(bad("frozen launch: node range or address table does not fit the plan".into()).into());
+    }
+    let dev = devs.get(device).ok_or(AclBackendError::NoDevice(device))?;
+    for (&(len, aligned), a) in fz.slots.iter().zip(addrs) {
+        if len == 0 {
+            continue;
+        }
+        dev.allocs.locate(a.0, len).map_err(AclBackendError::from)?;
+        if aligned && !a.0.is_multiple_of(32) {
+            return Err(AclBackendError::Unaligned { what: "operand base", addr: a.0, align: 32 }.into());
+        }
+    }
+    let mut ranges = Vec::new();
+    for n in &fz.nodes[nodes.clone()] {
+        if n.slot.iter().all(Option::is_none) {
+            continue;
+        }
+        n.ranges_at(addrs, &mut ranges);
+        if let Some(i) = overlapping_output(&ranges, n.args.inputs.len(), |_| false) {
+            return Err(bad(format!("{}: output {i} overlaps another operand", n.args.op.name())).into());
+        }
+    }
+    dev.bind(api, instance)?;
+    let rec = dev.stream(stream)?;
+    let mut g = lock(&fz.shared.held);
+    let held = g.as_mut().ok_or_else(|| bad("the frozen plan was released with its device".into()))?;
+    if !held.used.iter().any(|r| Arc::ptr_eq(r, &rec)) {
+        held.used.push(rec.clone());
+    }
+    for (i, idx) in nodes.enumerate() {
+        let n = &fz.nodes[idx];
+        if !n.runs {
+            continue;
+        }
+        let seq = first_seq + i as u64;
+        let op = n.args.op.name();
+        if n.fp16_compute {
+            kernels::warn_fp16_compute(op);
+        }
+        let r = match n.way {
+            Way::Host => kernels::run_host(api, &rec, &n.args_at(addrs, seq)),
+            Way::OneShot => kernels::run_aclnn(api, &rec, table.is_910(), &n.args_at(addrs, seq)),
+            Way::Reused => reused(api, &rec, table.is_910(), held, idx, n, addrs),
+        };
+        r.map_err(|e| e.in_op(op))?;
+        if n.way != Way::Host {
+            rec.queued(op, seq);
+        }
+    }
+    Ok(())
+}
+
+/// The arguments of [`launch`] that describe the run.
+pub(crate) struct FrozenRun<'a> {
+    pub device: usize,
+    pub frozen: &'a Frozen,
+    pub nodes: std::ops::Range<usize>,
+    pub addrs: &'a [DevicePtr],
+    pub first_seq: u64,
+    pub stream: StreamId,
+}
+
+/// A reused node: recorded at its first run, then patched to this run's addresses and
+/// launched with the plan's workspace for this stream.
+fn reused(
+    api: &Api,
+    rec: &Arc<StreamRec>,
+    is_910: bool,
+    held: &mut Held,
+    idx: usize,
+    n: &Node,
+    addrs: &[DevicePtr],
+) -> BResult<()> {
+    let Held { recorded, workspaces, .. } = held;
+    let r = match &mut recorded[idx] {
+        Some(r) => r,
+        slot @ None => {
+            let mut r = kernels::record(api, rec, is_910, &n.args_at(addrs, 0))?;
+            r.keep_patches(|j| n.slot.get(j).is_some_and(Option::is_some));
+            slot.insert(r)
+        }
+    };
+    let ws = workspace(api, n.args.op.name(), workspaces, rec, r.workspace() as usize)?;
+    r.patch(api, |j| n.addr(j, addrs))?;
+    r.launch(api, rec, ws)
+}
+
+/// The plan's workspace on the stream of `rec`, of at least `bytes` (grown after
+/// synchronising that stream, which may still run the plan's earlier nodes with it).
+fn workspace(
+    api: &Api,
+    op: &'static str,
+    workspaces: &mut Vec<(Arc<StreamRec>, Mutex<Buf>)>,
+    rec: &Arc<StreamRec>,
+    bytes: usize,
+) -> BResult<u64> {
+    let i = match workspaces.iter().position(|(s, _)| Arc::ptr_eq(s, rec)) {
+        Some(i) => i,
+        None => {
+            workspaces.push((rec.clone(), Mutex::new(Buf::default())));
+            workspaces.len() - 1
+        }
+    };
+    stream::buffer(api, op, rec, &workspaces[i].1, bytes)
+}

@@ -1,0 +1,255 @@
+//! Reused executors over acl-emu: the emulator's address setters follow the facts sheet
+//! (§C.2, §C.4 rule 7), and compiled graphs whose nodes are compositions of several aclnn
+//! operators (intermediates of their own, Gather with negative indices) give, run after
+//! run, what a node-by-node run gives, with no phase 1 after the first run except for
+//! the ops CANN excludes from repeatable executors.
+
+mod common;
+
+use acl_sys::codes::*;
+use acl_sys::*;
+use backend_acl::{AclBackend, AclConfig, Fp32Matmul};
+use runtime::graph::{CompileOptions, CompiledGraph, Graph, HostTensor, ScheduleStrategy};
+use runtime::{Backend, DType, GeluApprox, Op, Precision, Runtime, RuntimeConfig, Tensor};
+use std::ffi::c_void;
+use std::ptr::null_mut;
+use std::sync::Arc;
+
+#[test]
+fn address_setters_follow_the_facts() {
+    let Some(emu) = common::emu_or_skip("address_setters_follow_the_facts") else { return };
+    let _g = common::serial();
+    let ctl = common::Emu::open(&emu);
+    assert_eq!(ctl.configure("fail="), 0);
+    let tk = common::fake_toolkit("setters", &emu);
+    let api = Api::load(&LoadConfig { lib_dir: Some(tk.join("lib64")), no_system_loader: true }).expect("load");
+    // SAFETY: the emulator's functions have exactly these prototypes (checked at its
+    // compile time); every pointer passed below is valid for the call.
+    unsafe {
+        let _ = api.aclInit().unwrap()(std::ptr::null());
+        assert_eq!(api.aclrtSetDevice().unwrap()(0), 0);
+        let mut p: *mut c_void = null_mut();
+        assert_eq!(api.aclrtMalloc().unwrap()(&mut p, 16384, ACL_MEM_MALLOC_HUGE_FIRST), 0);
+        let at = |o: usize| (p as usize + o) as *mut c_void;
+        let mut s: aclrtStream = null_mut();
+        assert_eq!(api.aclrtCreateStream().unwrap()(&mut s), 0);
+        let put = |o: usize, v: &[f32]| {
+            let b: &[u8] = std::slice::from_raw_parts(v.as_ptr().cast(), v.len() * 4);
+            assert_eq!(
+                api.aclrtMemcpy().unwrap()(at(o), b.len(), b.as_ptr().cast(), b.len(), ACL_MEMCPY_HOST_TO_DEVICE),
+                0
+            );
+        };
+        let get = |o: usize| {
+            let mut v = [0f32; 4];
+            let b = v.as_mut_ptr().cast::<c_void>();
+            assert_eq!(api.aclrtMemcpy().unwrap()(b, 16, at(o), 16, ACL_MEMCPY_DEVICE_TO_HOST), 0);
+            v
+        };
+        let tensor = |dims: &[i64], o: usize| {
+            let strides: Vec<i64> = if dims.len() == 2 { vec![dims[1], 1] } else { vec![1] };
+            api.aclCreateTensor().unwrap()(
+                dims.as_ptr(),
+                dims.len() as u64,
+                ACL_FLOAT,
+                strides.as_ptr(),
+                0,
+                ACL_FORMAT_ND,
+                dims.as_ptr(),
+                dims.len() as u64,
+                at(o),
+            )
+        };
+        put(0, &[1., -2., 3., -4.]);
+        put(1536, &[-5., 6., -7., 8.]);
+        let (x, y) = (tensor(&[4], 0), tensor(&[4], 512));
+        let (relu1, relu2) = (api.aclnnReluGetWorkspaceSize().unwrap(), api.aclnnRelu().unwrap());
+        let set_in = api.aclSetInputTensorAddr().unwrap();
+        let set_out = api.aclSetOutputTensorAddr().unwrap();
+        let set_any = api.aclSetTensorAddr().unwrap();
+        let (mut ws, mut ex) = (0u64, null_mut());
+        // Not repeatable: refused.
+        assert_eq!(relu1(x, y, &mut ws, &mut ex), 0);
+        assert_eq!(set_in(ex, 0, x, at(1536)), ACLNN_ERR_PARAM_INVALID);
+        assert_eq!(relu2(null_mut(), ws, ex, s), 0);
+        // Repeatable: phase 2 after new addresses reads and writes them.
+        assert_eq!(relu1(x, y, &mut ws, &mut ex), 0);
+        assert_eq!(api.aclSetAclOpExecutorRepeatable().unwrap()(ex), 0);
+        assert_eq!(relu2(null_mut(), ws, ex, s), 0);
+        assert_eq!(set_in(ex, 0, x, at(1536)), 0);
+        assert_eq!(set_out(ex, 0, y, at(1024)), 0);
+        assert_eq!(relu2(null_mut(), ws, ex, s), 0);
+        assert_eq!(api.aclrtSynchronizeStream().unwrap()(s), 0);
+        assert_eq!(get(512), [1., 0., 3., 0.], "the first launch kept its addresses");
+        assert_eq!(get(1024), [0., 6., 0., 8.], "the second launch used the new ones");
+        // aclSetTensorAddr counts inputs, then outputs.
+        assert_eq!(set_any(ex, 1, y, at(512)), 0);
+        assert_eq!(set_any(ex, 0, x, at(0)), 0);
+        assert_eq!(relu2(null_mut(), ws, ex, s), 0);
+        assert_eq!(api.aclrtSynchronizeStream().unwrap()(s), 0);
+        assert_eq!(get(512), [1., 0., 3., 0.]);
+        // The checks, with CANN's codes.
+        assert_eq!(set_in(ex, 1, x, at(0)), ACLNN_ERR_PARAM_INVALID, "index out of range");
+        assert_eq!(set_out(ex, 1, y, at(0)), ACLNN_ERR_PARAM_INVALID, "index out of range");
+        assert_eq!(set_any(ex, 2, y, at(0)), ACLNN_ERR_PARAM_INVALID, "index out of range");
+        assert_eq!(set_in(ex, 0, y, at(0)), ACLNN_ERR_PARAM_INVALID, "not the tensor at that index");
+        assert_eq!(set_in(ex, 0, x, at(2)), ACLNN_ERR_PARAM_INVALID, "not 32-byte aligned");
+        assert_eq!(set_in(ex, 0, x, null_mut()), ACLNN_ERR_PARAM_NULLPTR, "NULL address");
+        assert_eq!(set_in(null_mut(), 0, x, at(0)), ACLNN_ERR_INNER_NULLPTR, "NULL executor");
+        assert_eq!(set_in(ex, 0, null_mut(), at(0)), ACLNN_ERR_INNER_NULLPTR, "NULL tensor");
+        assert_eq!(set_in(ex, 0, x, at(16384 - 32 + 64)), ACLNN_ERR_PARAM_INVALID, "past the allocation");
+        assert_eq!(api.aclDestroyAclOpExecutor().unwrap()(ex), 0);
+        // Addmm's inputs in prototype order: self (the bias), mat1, mat2.
+        let (c, a, b, o) = (tensor(&[2], 2048), tensor(&[2, 2], 2560), tensor(&[2, 2], 3072), tensor(&[2, 2], 3584));
+        let one = 1f32;
+        let sc = api.aclCreateScalar().unwrap()((&one as *const f32).cast_mut().cast(), ACL_FLOAT);
+        assert_eq!(api.aclnnAddmmGetWorkspaceSize().unwrap()(c, a, b, sc, sc, o, 1, &mut ws, &mut ex), 0);
+        assert_eq!(api.aclSetAclOpExecutorRepeatable().unwrap()(ex), 0);
+        assert_eq!(set_in(ex, 0, c, at(4096)), 0);
+        assert_eq!(set_in(ex, 1, a, at(4608)), 0);
+        assert_eq!(set_in(ex, 2, b, at(5120)), 0);
+        assert_eq!(set_in(ex, 0, a, at(4608)), ACLNN_ERR_PARAM_INVALID);
+        assert_eq!(set_in(ex, 3, a, at(4608)), ACLNN_ERR_PARAM_INVALID);
+        assert_eq!(api.aclDestroyAclOpExecutor().unwrap()(ex), 0);
+        // An optional tensor that was NULL at phase 1 cannot get an address.
+        let d = [4i64];
+        let ns = api.aclCreateIntArray().unwrap()(d.as_ptr(), 1);
+        let ln1 = api.aclnnLayerNormGetWorkspaceSize().unwrap();
+        let (lx, lo) = (tensor(&[1, 4], 0), tensor(&[1, 4], 512));
+        assert_eq!(ln1(lx, ns, null_mut(), null_mut(), 1e-5, lo, null_mut(), null_mut(), &mut ws, &mut ex), 0);
+        assert_eq!(api.aclSetAclOpExecutorRepeatable().unwrap()(ex), 0);
+        assert_eq!(set_in(ex, 1, lx, at(0)), ACLNN_ERR_PARAM_INVALID, "weight was NULL");
+        assert_eq!(set_in(ex, 0, lx, at(1536)), 0);
+        assert_eq!(api.aclDestroyAclOpExecutor().unwrap()(ex), 0);
+        assert!(ctl.calls("aclSetInputTensorAddr") >= 10 && ctl.calls("aclSetOutputTensorAddr") >= 2);
+        // And a fault injected into a setter fails that call.
+        assert_eq!(ctl.configure("fail=aclSetOutputTensorAddr:1:507899"), 0);
+        assert_eq!(relu1(x, y, &mut ws, &mut ex), 0);
+        assert_eq!(api.aclSetAclOpExecutorRepeatable().unwrap()(ex), 0);
+        assert_eq!(set_out(ex, 0, y, at(1024)), 507899);
+        assert_eq!(set_out(ex, 0, y, at(1024)), 0);
+        assert_eq!(api.aclDestroyAclOpExecutor().unwrap()(ex), 0);
+        assert_eq!(ctl.configure("fail="), 0);
+        for t in [x, y, c, a, b, o, lx, lo] {
+            assert_eq!(api.aclDestroyTensor().unwrap()(t), 0);
+        }
+        assert_eq!(api.aclDestroyScalar().unwrap()(sc), 0);
+        assert_eq!(api.aclDestroyIntArray().unwrap()(ns), 0);
+        assert_eq!(api.aclrtDestroyStream().unwrap()(s), 0);
+        assert_eq!(api.aclrtFree().unwrap()(p), 0);
+        assert_eq!(api.aclrtResetDevice().unwrap()(0), 0);
+    }
+    let c = ctl.counters();
+    assert_eq!((c.device_allocations, c.executors, c.descriptors, c.streams), (0, 0, 0, 0), "{c:?}");
+}
+
+const PHASE1: &[&str] = &[
+    "aclnnAddGetWorkspaceSize",
+    "aclnnAddmmGetWorkspaceSize",
+    "aclnnAddsGetWorkspaceSize",
+    "aclnnCastGetWorkspaceSize",
+    "aclnnGeluV2GetWorkspaceSize",
+    "aclnnIndexSelectGetWorkspaceSize",
+    "aclnnInplaceCopyGetWorkspaceSize",
+    "aclnnLayerNormGetWorkspaceSize",
+    "aclnnMatmulGetWorkspaceSize",
+    "aclnnMulsGetWorkspaceSize",
+];
+
+fn phase1(ctl: &common::Emu) -> (u64, u64) {
+    (PHASE1.iter().map(|n| ctl.calls(n)).sum(), ctl.calls("aclnnInplaceCopyGetWorkspaceSize"))
+}
+
+fn consts(n: usize, seed: usize) -> Vec<f32> {
+    (0..n).map(|i| (((i * 37 + seed * 11) % 29) as f32 - 14.0) * 0.05).collect()
+}
+
+/// Gather (negative indices) from a constant table, a Linear, a Gemm with alpha and no
+/// bias, BiasGelu and Add+LayerNorm (intermediates of their own), and a Reshape output
+/// (aclnnInplaceCopy: one-shot).
+fn graph() -> Graph {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [4, 8]);
+    let idx = g.input("idx", DType::I64, [3]);
+    let table = g.constant("table", HostTensor::from_vec([5, 8], consts(40, 1)).unwrap());
+    let w = g.constant("w", HostTensor::from_vec([6, 8], consts(48, 2)).unwrap());
+    let bias = g.constant("bias", HostTensor::from_vec([6], consts(6, 3)).unwrap());
+    let w2 = g.constant("w2", HostTensor::from_vec([6, 8], consts(48, 4)).unwrap());
+    let gamma = g.constant("gamma", HostTensor::from_vec([6], consts(6, 5)).unwrap());
+    let beta = g.constant("beta", HostTensor::from_vec([6], consts(6, 6)).unwrap());
+    let rows = g.op("rows", Op::Gather { axis: 0 }, &[table, idx]).unwrap();
+    let lin = g.op("lin", Op::Linear, &[x, w, bias]).unwrap();
+    let gemm = Op::Gemm { trans_a: false, trans_b: true, alpha: 0.5, beta: 1.0 };
+    let gm = g.op("gemm", gemm, &[x, w2]).unwrap();
+    let act = g.op("act", Op::BiasGelu(GeluApprox::Erf), &[lin, bias]).unwrap();
+    let ln = g.op("ln", Op::AddLayerNorm { eps: 1e-5 }, &[act, gm, gamma, beta]).unwrap();
+    let flat = g.op("flat", Op::Reshape { shape: vec![24] }, &[ln]).unwrap();
+    g.output(rows);
+    g.output(flat);
+    g
+}
+
+fn options(reuse: bool, precision: Precision) -> CompileOptions {
+    CompileOptions {
+        device: 0,
+        fuse: false,
+        memory_reuse: reuse,
+        parallel: false,
+        strategy: ScheduleStrategy::Throughput,
+        max_streams: 1,
+        precision,
+        max_arenas: 2,
+        deny_host_tier: false,
+    }
+}
+
+fn host(t: &Tensor) -> Vec<f32> {
+    t.to_ndarray::<f32>().unwrap().iter().copied().collect()
+}
+
+#[test]
+fn composed_nodes_reuse_their_executors() {
+    let Some(emu) = common::emu_or_skip("composed_nodes_reuse_their_executors") else { return };
+    let _g = common::serial();
+    let ctl = common::Emu::open(&emu);
+    assert_eq!(ctl.configure("soc=Ascend910B2;fail="), 0);
+    let tk = common::fake_toolkit("reuse", &emu);
+    for precision in [Precision::F32, Precision::F16] {
+        let cfg = AclConfig { lib_dir: Some(tk.join("lib64")), fp32_matmul: Fp32Matmul::Fp16 };
+        let b: Arc<dyn Backend> = Arc::new(AclBackend::new(cfg).unwrap());
+        {
+            let rt = Runtime::with_backend(b, RuntimeConfig::default()).unwrap();
+            let g = graph();
+            let cg = CompiledGraph::compile(&rt, &g, options(true, precision)).unwrap();
+            assert!(cg.runs_frozen() && cg.host_tier().is_empty(), "{:?}", cg.host_tier());
+            let plain = CompiledGraph::compile(&rt, &g, options(false, precision)).unwrap();
+            let table = consts(40, 1);
+            let mut keep = Vec::new();
+            for run in 0..3i64 {
+                let x = rt.from_slice(&consts(32, 7 + run as usize), [4, 8], 0).unwrap();
+                let idx = rt.from_slice(&[-1 - run, run, -5 + run], [3], 0).unwrap();
+                let before = phase1(&ctl);
+                let got = cg.run(&[&x, &idx]).unwrap();
+                let after = phase1(&ctl);
+                let want = plain.run(&[&x, &idx]).unwrap();
+                // Rows -1-run, run and -5+run of the table.
+                let rows: Vec<f32> =
+                    [4 - run, run, run].iter().flat_map(|&r| table[r as usize * 8..][..8].to_vec()).collect();
+                assert_eq!(host(&got[0]), rows, "{precision:?} run {run}: gathered rows");
+                let (a, w) = (host(&got[1]), host(&want[1]));
+                let d = a.iter().zip(&w).map(|(p, q)| (p - q).abs()).fold(0.0, f32::max);
+                assert!(d < 1e-5, "{precision:?} run {run}: max diff {d} from the node-by-node run");
+                if run > 0 {
+                    // Only the Reshape (aclnnInplaceCopy) calls phase 1 again.
+                    assert_eq!((after.0 - before.0, after.1 - before.1), (1, 1), "{precision:?} run {run}");
+                } else {
+                    assert!(after.0 - before.0 > 10, "{precision:?}: the first run records");
+                }
+                keep.push((x, idx, got));
+            }
+        }
+        let c = ctl.counters();
+        assert_eq!((c.device_allocations, c.executors, c.descriptors, c.streams), (0, 0, 0, 0), "{c:?}");
+    }
+    assert_eq!(ctl.configure("soc=Ascend910A;fail="), 0);
+}

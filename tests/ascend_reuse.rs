@@ -1,0 +1,255 @@
+//! Compiled graphs on Ascend reuse their aclnn executors (over acl-emu): each node's phase 1
+//! runs once per arena, at its first run; later runs only patch the graph's input and
+//! output addresses into the repeatable executors and call phase 2. Concurrent runs use
+//! different arenas, so different executors; failures of the executor calls are typed
+//! errors naming the call, and nothing leaks once the runtime is gone.
+#![cfg(feature = "acl")]
+
+mod common;
+
+use common::AclEmu;
+use npurt::models::bert::{self, BertConfig, Weights};
+use npurt::{Precision, Tensor};
+use npurt_test_support::emu::Emu;
+use runtime::Runtime;
+use runtime::graph::{CompileOptions, CompiledGraph, ScheduleStrategy};
+
+/// Every phase-1 entry point acl-sys declares.
+const PHASE1: &[&str] = &[
+    "aclnnAddGetWorkspaceSize",
+    "aclnnAddLayerNormGetWorkspaceSize",
+    "aclnnAddmmGetWorkspaceSize",
+    "aclnnAddsGetWorkspaceSize",
+    "aclnnBatchMatMulGetWorkspaceSize",
+    "aclnnCastGetWorkspaceSize",
+    "aclnnDivGetWorkspaceSize",
+    "aclnnEmbeddingGetWorkspaceSize",
+    "aclnnErfGetWorkspaceSize",
+    "aclnnExpGetWorkspaceSize",
+    "aclnnGeluGetWorkspaceSize",
+    "aclnnGeluV2GetWorkspaceSize",
+    "aclnnIndexSelectGetWorkspaceSize",
+    "aclnnInplaceCopyGetWorkspaceSize",
+    "aclnnLayerNormGetWorkspaceSize",
+    "aclnnMatmulGetWorkspaceSize",
+    "aclnnMeanGetWorkspaceSize",
+    "aclnnMmGetWorkspaceSize",
+    "aclnnMulGetWorkspaceSize",
+    "aclnnMulsGetWorkspaceSize",
+    "aclnnNegGetWorkspaceSize",
+    "aclnnPermuteGetWorkspaceSize",
+    "aclnnReduceSumGetWorkspaceSize",
+    "aclnnReluGetWorkspaceSize",
+    "aclnnRmsNormGetWorkspaceSize",
+    "aclnnRsqrtGetWorkspaceSize",
+    "aclnnSiluGetWorkspaceSize",
+    "aclnnSoftmaxGetWorkspaceSize",
+    "aclnnSqrtGetWorkspaceSize",
+    "aclnnSubGetWorkspaceSize",
+    "aclnnTanhGetWorkspaceSize",
+];
+
+/// Phase-1 calls, phase-2 calls (the same names without `GetWorkspaceSize`) and address
+/// setter calls since the emulator was last configured.
+fn calls(ctl: &Emu) -> (u64, u64, u64) {
+    let p1 = PHASE1.iter().map(|n| ctl.calls(n)).sum();
+    let p2 = PHASE1.iter().map(|n| ctl.calls(n.trim_end_matches("GetWorkspaceSize"))).sum();
+    let set = ctl.calls("aclSetInputTensorAddr") + ctl.calls("aclSetOutputTensorAddr");
+    (p1, p2, set)
+}
+
+fn options(reuse: bool, parallel: bool) -> CompileOptions {
+    CompileOptions {
+        device: 0,
+        fuse: true,
+        memory_reuse: reuse,
+        parallel,
+        strategy: ScheduleStrategy::Latency,
+        max_streams: 4,
+        precision: Precision::F32,
+        max_arenas: 4,
+        deny_host_tier: false,
+    }
+}
+
+/// BERT inputs `[b, s]` that differ with `seed`: token ids (some near the vocabulary's
+/// end), token types and a padding mask.
+fn inputs(rt: &Runtime, seed: usize, b: usize, s: usize, vocab: usize) -> Vec<Tensor> {
+    let ids: Vec<i64> = (0..b * s).map(|i| ((i * 7 + seed * 13 + 3) % vocab) as i64).collect();
+    let tt: Vec<i64> = (0..b * s).map(|i| ((i + seed) % 2) as i64).collect();
+    let mask: Vec<f32> = (0..b * s).map(|i| if i % s >= s - (seed % 4) { 0.0 } else { 1.0 }).collect();
+    vec![
+        rt.from_slice(&ids, [b, s], 0).unwrap(),
+        rt.from_slice(&tt, [b, s], 0).unwrap(),
+        rt.from_slice(&mask, [b, s], 0).unwrap(),
+    ]
+}
+
+fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+    let (x, y) = (a.to_ndarray::<f32>().unwrap(), b.to_ndarray::<f32>().unwrap());
+    assert_eq!(x.shape(), y.shape());
+    x.iter().zip(y.iter()).map(|(p, q)| (p - q).abs()).fold(0.0, f32::max)
+}
+
+fn assert_nothing_left(emu: AclEmu, what: &str) {
+    let c = emu.finish();
+    assert_eq!(
+        (c.device_allocations, c.host_allocations, c.streams, c.events, c.executors, c.descriptors, c.device_refs),
+        (0, 0, 0, 0, 0, 0, 0),
+        "{what} leaked: {c:?}"
+    );
+}
+
+// Three runs on different inputs equal a node-by-node run (one-shot aclnn calls) of the
+// same inputs; from the second run on, no phase 1 at all, only address patches and phase 2.
+#[test]
+fn tiny_bert_reuses_its_executors() {
+    for (soc, parallel) in [("Ascend910A", false), ("Ascend910B2", true)] {
+        let Some(emu) = AclEmu::on(soc, "tiny_bert_reuses_its_executors") else { return };
+        {
+            let rt = common::runtime(&emu.backend);
+            let cfg = BertConfig::tiny();
+            let (b, s) = (2, 16);
+            let bg = bert::build(&cfg, Weights::Random(3), b, s).unwrap();
+            let cg = CompiledGraph::compile(&rt, &bg.graph, options(true, parallel)).unwrap();
+            assert!(cg.runs_frozen(), "{soc}");
+            let plain = CompiledGraph::compile(&rt, &bg.graph, options(false, parallel)).unwrap();
+            assert!(!plain.runs_frozen());
+            let mut counts = Vec::new();
+            // Earlier runs' tensors stay alive, so that every run gets new addresses.
+            let mut keep = Vec::new();
+            for seed in 0..3 {
+                let ins = inputs(&rt, seed, b, s, cfg.vocab_size);
+                let refs: Vec<&Tensor> = ins.iter().collect();
+                let before = calls(&emu.ctl);
+                let got = cg.run(&refs).unwrap();
+                let after = calls(&emu.ctl);
+                counts.push((after.0 - before.0, after.1 - before.1, after.2 - before.2));
+                let want = plain.run(&refs).unwrap();
+                let d = max_diff(&got[0], &want[0]);
+                assert!(d < 1e-4, "{soc} run {seed}: max diff {d} from the node-by-node run");
+                keep.push((ins, got));
+            }
+            println!("{soc}: (phase 1, phase 2, address patches) per run: {counts:?}");
+            assert!(counts[0].0 > 0 && counts[0].1 > 0, "{soc}: the first run records: {counts:?}");
+            for (k, c) in counts.iter().enumerate().skip(1) {
+                assert_eq!(c.0, 0, "{soc}: run {k} made phase-1 calls: {counts:?}");
+                assert_eq!(c.1, counts[0].1, "{soc}: run {k} launched another set of operators: {counts:?}");
+                assert!(c.2 > 0, "{soc}: run {k} patched no address: {counts:?}");
+            }
+        }
+        assert_nothing_left(emu, soc);
+    }
+}
+
+// Two threads run one compiled graph at once, on two arenas (two sets of executors): each
+// gets what a serial run of its input gives, and neither arena records again.
+#[test]
+fn concurrent_runs_use_their_own_executors() {
+    let Some(emu) = AclEmu::on("Ascend910A", "concurrent_runs_use_their_own_executors") else { return };
+    {
+        let rt = common::runtime(&emu.backend);
+        let cfg = BertConfig::tiny();
+        let (b, s) = (1, 16);
+        let bg = bert::build(&cfg, Weights::Random(11), b, s).unwrap();
+        let cg = CompiledGraph::compile(&rt, &bg.graph, options(true, true)).unwrap();
+        let make = |seed: usize| inputs(&rt, seed, b, s, cfg.vocab_size);
+        let serial: Vec<Tensor> =
+            (0..8).map(|seed| cg.run(&make(seed).iter().collect::<Vec<_>>()).unwrap().remove(0)).collect();
+        let barrier = std::sync::Barrier::new(2);
+        let results: Vec<Vec<(usize, Tensor)>> = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..2)
+                .map(|t| {
+                    let (cg, barrier, make) = (&cg, &barrier, &make);
+                    sc.spawn(move || {
+                        let mut out = Vec::new();
+                        for r in 0..4 {
+                            let seed = r * 2 + t;
+                            let ins = make(seed);
+                            barrier.wait();
+                            out.push((seed, cg.run(&ins.iter().collect::<Vec<_>>()).unwrap().remove(0)));
+                        }
+                        out
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let st = cg.arena_stats();
+        assert!(st.peak >= 2, "the two threads never ran at once: {st:?}");
+        for (seed, got) in results.into_iter().flatten() {
+            let d = max_diff(&got, &serial[seed]);
+            assert!(d < 1e-5, "input {seed}: max diff {d} from its serial run");
+        }
+        // Every arena has recorded its executors: further runs make no phase-1 call.
+        let before = calls(&emu.ctl);
+        std::thread::scope(|sc| {
+            for t in 0..2 {
+                let (cg, make) = (&cg, &make);
+                sc.spawn(move || cg.run(&make(t).iter().collect::<Vec<_>>()).unwrap());
+            }
+        });
+        let after = calls(&emu.ctl);
+        let fresh = cg.arena_stats().arenas > st.arenas;
+        assert!(fresh || after.0 == before.0, "phase-1 calls on arenas that had run: {before:?} -> {after:?}");
+    }
+    assert_nothing_left(emu, "concurrent runs");
+}
+
+// A failure of each executor call — making it repeatable and phase 1 (first run),
+// patching an input or an output address and phase 2 (later runs) — is a typed error
+// naming the call; the next run works. A failed destroy (at teardown) is retried. Nothing
+// is left once the runtime is gone.
+#[test]
+fn executor_call_faults_are_typed_errors_and_leak_nothing() {
+    let cases = [
+        ("aclSetAclOpExecutorRepeatable", Some(0)),
+        ("aclnnIndexSelectGetWorkspaceSize", Some(0)),
+        ("aclSetInputTensorAddr", Some(1)),
+        ("aclSetOutputTensorAddr", Some(1)),
+        ("aclnnIndexSelect", Some(2)),
+        ("aclDestroyAclOpExecutor", None),
+    ];
+    for (sym, fail_at_run) in cases {
+        let Some(emu) = AclEmu::on("Ascend910A", "executor_call_faults") else { return };
+        {
+            let rt = common::runtime(&emu.backend);
+            let cfg = BertConfig::tiny();
+            let (b, s) = (1, 8);
+            let bg = bert::build(&cfg, Weights::Random(2), b, s).unwrap();
+            let cg = CompiledGraph::compile(&rt, &bg.graph, options(true, false)).unwrap();
+            let want = CompiledGraph::compile(&rt, &bg.graph, options(false, false)).unwrap();
+            // Earlier runs' tensors stay alive, so that every run gets new addresses.
+            let mut keep = Vec::new();
+            for run in 0..3 {
+                let ins = inputs(&rt, run, b, s, cfg.vocab_size);
+                let refs: Vec<&Tensor> = ins.iter().collect();
+                if Some(run) == fail_at_run {
+                    assert_eq!(emu.ctl.configure(&format!("fail={sym}:1:507899")), 0);
+                }
+                let r = cg.run(&refs);
+                if Some(run) == fail_at_run {
+                    let e = r.expect_err(&format!("{sym}: the injected fault must fail the run"));
+                    let msg = e.to_string();
+                    assert!(msg.contains(sym) && msg.contains("507899"), "{sym}: error does not name the call: {msg}");
+                    let acl = std::error::Error::source(&e)
+                        .and_then(|s| s.downcast_ref::<backend_acl::AclBackendError>())
+                        .unwrap_or_else(|| panic!("{sym}: not an Ascend backend error: {e:?}"));
+                    assert!(matches!(acl, backend_acl::AclBackendError::Call { .. }), "{sym}: {acl:?}");
+                    assert_eq!(acl.code(), Some(507899), "{sym}");
+                    assert_eq!(emu.ctl.configure("fail="), 0);
+                } else {
+                    let got = r.unwrap_or_else(|e| panic!("{sym}: run {run}: {e}"));
+                    let d = max_diff(&got[0], &want.run(&refs).unwrap()[0]);
+                    assert!(d < 1e-4, "{sym}: run {run}: max diff {d}");
+                    keep.push(got);
+                }
+                keep.push(ins);
+            }
+            if fail_at_run.is_none() {
+                assert_eq!(emu.ctl.configure(&format!("fail={sym}:1:507899")), 0);
+            }
+        }
+        assert_nothing_left(emu, sym);
+    }
+}
