@@ -332,6 +332,20 @@ extern "C" {
  */
 const char *npurt_version(void);
 
+#if defined(NPURT_DEBUG_HOOKS)
+/**
+ * A test hook, present only in a library built with the cargo feature `debug-hooks`
+ * (`cargo build -p npurt-capi --features debug-hooks`; the header declares it when
+ * `NPURT_DEBUG_HOOKS` is defined): panics inside npurt with `msg` (NULL: a fixed text),
+ * so that a C test sees what a bug in npurt becomes at the boundary: `NPURT_ERR_INTERNAL`,
+ * with `"internal error (panic): MSG"` as the last error.
+ *
+ * # Safety
+ * `msg` is NULL or a NUL-terminated string.
+ */
+npurt_status npurt_debug_panic(const char *msg);
+#endif
+
 /**
  * Opens a sentence-transformers model directory (`config.json`, `model.safetensors`,
  * `tokenizer.json`, and the pooling / normalisation modules when present).
@@ -384,20 +398,6 @@ const char *npurt_last_error(void);
  * for a value that is no status. Never NULL.
  */
 const char *npurt_status_name(npurt_status status);
-
-#if defined(NPURT_DEBUG_HOOKS)
-/**
- * A test hook, present only in a library built with the cargo feature `debug-hooks`
- * (`cargo build -p npurt-capi --features debug-hooks`; the header declares it when
- * `NPURT_DEBUG_HOOKS` is defined): panics inside npurt with `msg` (NULL: a fixed text),
- * so that a C test sees what a bug in npurt becomes at the boundary: `NPURT_ERR_INTERNAL`,
- * with `"internal error (panic): MSG"` as the last error.
- *
- * # Safety
- * `msg` is NULL or a NUL-terminated string.
- */
-npurt_status npurt_debug_panic(const char *msg);
-#endif
 
 /**
  * Runs the op `op` (by name; ONNX spellings accepted) on `inputs`. `attrs` is NULL or

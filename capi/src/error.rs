@@ -130,24 +130,6 @@ pub extern "C" fn npurt_status_name(status: npurt_status) -> *const c_char {
     name.as_ptr()
 }
 
-/// A test hook, present only in a library built with the cargo feature `debug-hooks`
-/// (`cargo build -p npurt-capi --features debug-hooks`; the header declares it when
-/// `NPURT_DEBUG_HOOKS` is defined): panics inside npurt with `msg` (NULL: a fixed text),
-/// so that a C test sees what a bug in npurt becomes at the boundary: `NPURT_ERR_INTERNAL`,
-/// with `"internal error (panic): MSG"` as the last error.
-///
-/// # Safety
-/// `msg` is NULL or a NUL-terminated string.
-#[cfg(feature = "debug-hooks")]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn npurt_debug_panic(msg: *const c_char) -> npurt_status {
-    guard(|| {
-        // SAFETY: NULL or NUL-terminated (the caller's contract).
-        let msg = unsafe { crate::ffi::opt_str_arg(msg, "msg") }?.unwrap_or("npurt_debug_panic");
-        panic!("{msg}")
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

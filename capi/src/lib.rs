@@ -10,6 +10,8 @@
 
 #![allow(non_camel_case_types)]
 
+#[cfg(feature = "debug-hooks")]
+mod debug;
 mod embed;
 mod error;
 mod execute;
@@ -21,6 +23,8 @@ mod stream;
 mod tensor;
 mod types;
 
+#[cfg(feature = "debug-hooks")]
+pub use debug::*;
 pub use embed::*;
 pub use error::{
     NPURT_ERR_BACKEND_UNAVAILABLE, NPURT_ERR_DEVICE, NPURT_ERR_INTERNAL, NPURT_ERR_INVALID_ARGUMENT,
