@@ -4,8 +4,7 @@
 use crate::error::{Fail, R};
 use acl_sys::codes::*;
 use acl_sys::{ACL_BF16, ACL_BOOL, ACL_FLOAT, ACL_FLOAT16, ACL_INT32, ACL_INT64, ACL_UINT8, aclDataType};
-use runtime::reference::{In, Out};
-use runtime::{DType, KernelResult, Op, TensorMeta};
+use runtime::{DType, TensorMeta};
 
 /// A tensor descriptor (aclCreateTensor): view dims, strides and offset in elements.
 #[derive(Clone, Debug)]
@@ -94,54 +93,7 @@ pub enum Src {
     Fill(DType, Vec<usize>, f64),
 }
 
-/// What an executor computes: a runtime op through the reference kernels, or one of the
-/// aclnn operators the runtime has no op for, computed by the emulator itself
-/// ([`crate::aclnn::masking`]).
-#[derive(Clone, Debug)]
-pub enum Kernel {
-    Op(Op),
-    /// aclnnAmax: the maximum over `axes` (ascending, distinct, in range), NaN
-    /// propagating; `keep` keeps them as 1.
-    Amax {
-        axes: Vec<usize>,
-        keep: bool,
-    },
-    /// aclnnEqScalar: 1 where `self == value` (the scalar rounded to self's dtype), else
-    /// 0, written as `out`.
-    EqScalar {
-        value: f64,
-        out: DType,
-    },
-    /// aclnnInplaceMaskedFillScalar: `value` where the bool mask (broadcast to selfRef)
-    /// is true. Inputs `[selfRef, mask]`, output `selfRef`.
-    MaskedFill {
-        value: f64,
-    },
-}
-
-impl From<Op> for Kernel {
-    fn from(op: Op) -> Kernel {
-        Kernel::Op(op)
-    }
-}
-
-impl Kernel {
-    /// The outputs the inputs give, or why they are invalid.
-    pub fn infer(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>, String> {
-        match self {
-            Kernel::Op(op) => op.infer(inputs).map_err(|e| e.to_string()),
-            k => crate::aclnn::masking::infer(k, inputs),
-        }
-    }
-
-    /// Computes the kernel on contiguous inputs into contiguous outputs (a stream job).
-    pub fn run(&self, ins: &[In], outs: &mut [Out]) -> KernelResult {
-        match self {
-            Kernel::Op(op) => crate::compute::run(op, ins, outs),
-            k => crate::aclnn::masking::run(k, ins, outs),
-        }
-    }
-}
+pub use crate::kernel::Kernel;
 
 #[derive(Clone, Debug)]
 pub struct Executor {

@@ -37,6 +37,7 @@ pub mod control;
 pub mod descriptors;
 pub mod error;
 mod ffi;
+pub mod kernel;
 pub mod model;
 pub mod ops;
 pub mod rt;
