@@ -162,9 +162,9 @@ fn fma_loop(isa: Isa, iterations: u64, m: f32) -> f32 {
     match isa {
         // SAFETY: `measure` checked that this CPU has AVX-512F (and AVX2, FMA) before any
         // run; the loop touches no memory.
-        Isa::Avx512 => return unsafe { x86::fma_avx512(iterations, m) },
+        Isa::Avx512 => return unsafe { x86::fma_avx512::<AVX512_ACCUMULATORS>(iterations, m) },
         // SAFETY: `measure` checked AVX2 and FMA; the loop touches no memory.
-        Isa::Avx2Fma => return unsafe { x86::fma_avx2(iterations, m) },
+        Isa::Avx2Fma => return unsafe { x86::fma_avx2::<AVX2_ACCUMULATORS>(iterations, m) },
         Isa::Scalar => {}
     }
     let _ = (isa, iterations);
@@ -173,16 +173,15 @@ fn fma_loop(isa: Isa, iterations: u64, m: f32) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{AVX2_ACCUMULATORS, AVX512_ACCUMULATORS};
     use std::arch::x86_64::*;
 
-    /// `acc = acc * m + c` on independent ymm accumulators; `m` just under 1 and `c`
+    /// `acc = acc * m + c` on `N` independent ymm accumulators; `m` just under 1 and `c`
     /// small keep every value near 1 (no overflow, no denormals).
     #[target_feature(enable = "avx2,fma")]
-    pub(super) fn fma_avx2(iterations: u64, m: f32) -> f32 {
+    pub(super) fn fma_avx2<const N: usize>(iterations: u64, m: f32) -> f32 {
         let mv = _mm256_set1_ps(m);
         let cv = _mm256_set1_ps(1.0 - m);
-        let mut acc = [_mm256_set1_ps(1.0); AVX2_ACCUMULATORS];
+        let mut acc = [_mm256_set1_ps(1.0); N];
         for _ in 0..iterations {
             for a in acc.iter_mut() {
                 *a = _mm256_fmadd_ps(*a, mv, cv);
@@ -200,10 +199,10 @@ mod x86 {
 
     /// The AVX-512 loop: as [`fma_avx2`] on zmm accumulators.
     #[target_feature(enable = "avx512f,avx2,fma")]
-    pub(super) fn fma_avx512(iterations: u64, m: f32) -> f32 {
+    pub(super) fn fma_avx512<const N: usize>(iterations: u64, m: f32) -> f32 {
         let mv = _mm512_set1_ps(m);
         let cv = _mm512_set1_ps(1.0 - m);
-        let mut acc = [_mm512_set1_ps(1.0); AVX512_ACCUMULATORS];
+        let mut acc = [_mm512_set1_ps(1.0); N];
         for _ in 0..iterations {
             for a in acc.iter_mut() {
                 *a = _mm512_fmadd_ps(*a, mv, cv);
