@@ -117,14 +117,12 @@ fn suppressions() -> PathBuf {
 
 /// How a program runs under valgrind.
 #[derive(Default)]
-enum Valgrind<'a> {
+enum Valgrind {
     /// With the plain run's arguments.
     #[default]
     Same,
     /// With these arguments instead (a shorter input).
     Args(Vec<String>),
-    /// Not at all, for this reason.
-    Skip(&'a str),
 }
 
 /// How one program runs: arguments and environment.
@@ -132,7 +130,7 @@ enum Valgrind<'a> {
 struct Run<'a> {
     args: Vec<String>,
     env: Vec<(&'a str, String)>,
-    valgrind: Valgrind<'a>,
+    valgrind: Valgrind,
 }
 
 /// Variables that would change what a program does; removed from its environment.
@@ -173,10 +171,6 @@ fn run_checked(exe: &Path, run: Run<'_>) -> Output {
     assert!(o.status.success(), "{name} failed ({}):\n{}", o.status, text(&o));
     assert!(text(&o).contains(&format!("OK {name}")), "{name} did not finish:\n{}", text(&o));
     let args = match &run.valgrind {
-        Valgrind::Skip(why) => {
-            eprintln!("SKIP {name} under valgrind: {why}");
-            return o;
-        }
         Valgrind::Same => &run.args,
         Valgrind::Args(a) => a,
     };

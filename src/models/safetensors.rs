@@ -94,9 +94,15 @@ fn read_header(bytes: &[u8], path: &str) -> SResult<(usize, Metadata)> {
     // dtype and shape with checked arithmetic).
     let metadata: Metadata =
         serde_json::from_slice(header).map_err(|source| SafetensorsError::Header { path: path.to_string(), source })?;
-    // A shape the runtime could not hold is refused even when its zero dim makes it empty.
+    // A shape the runtime could not hold is refused even when its zero dim makes it empty:
+    // its element count, and its bytes in the dtype it loads as.
     for (name, info) in metadata.tensors() {
-        if let Err(e) = runtime::size::numel(format_args!("tensor {name} {:?}", info.shape), &info.shape) {
+        let what = format_args!("tensor {name} {:?}", info.shape);
+        let r = match runtime_dtype(info.dtype) {
+            Some(dt) => runtime::size::bytes(what, &info.shape, dt).map(drop),
+            None => runtime::size::numel(what, &info.shape).map(drop),
+        };
+        if let Err(e) = r {
             return Err(framing(e.to_string()));
         }
     }
@@ -287,6 +293,8 @@ mod tests {
             r#"{"unused":{"dtype":"U8","shape":[4611686018427387904],"data_offsets":[0,0]}}"#,
             // [2^62, 384] with no data.
             r#"{"w":{"dtype":"F32","shape":[4611686018427387904,384],"data_offsets":[0,0]}}"#,
+            // Empty, but 2^62 f32 elements per row need 2^64 bytes.
+            r#"{"e":{"dtype":"F32","shape":[0,4611686018427387904],"data_offsets":[0,0]}}"#,
             // Ranges overlapping, reversed, or past the data.
             r#"{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}}"#,
             r#"{"a":{"dtype":"U8","shape":[4],"data_offsets":[4,0]}}"#,
