@@ -147,14 +147,15 @@ fn a_failed_synchronize_names_the_default_stream() {
 fn bench_bert_over_the_emulator_reports_its_counters_and_a_modelled_latency() {
     let Some(emu) = emu_or_skip("bench bert emulator counters") else { return };
     let tk = toolkit("bench", Some(&emu));
-    let run = |backend: &str| {
-        let json = tk.join(format!("bert-{backend}.json"));
-        let args = ["bench", "bert", "--model", "tiny", "--seq", "16", "--runs", "2", "--json", json.to_str().unwrap()];
-        let o = npurt(&tk, &[("NPURT_BACKEND", backend)], &args);
+    let run_with = |backend: &str, capture: &str| {
+        let json = tk.join(format!("bert-{backend}-{capture}.json"));
+        let args = ["bench", "bert", "--model", "tiny", "--seq", "16", "--runs", "3", "--json", json.to_str().unwrap()];
+        let o = npurt(&tk, &[("NPURT_BACKEND", backend), ("NPURT_ACL_GRAPH_CAPTURE", capture)], &args);
         assert!(o.status.success(), "{}", text(&o));
         let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         (text(&o), doc["rows"][0].clone())
     };
+    let run = |backend: &str| run_with(backend, "auto");
     let (t, row) = run("acl");
     let e = &row["emulator"];
     assert!(e.is_object(), "an emulator object over acl-emu: {row}");
@@ -171,8 +172,13 @@ fn bench_bert_over_the_emulator_reports_its_counters_and_a_modelled_latency() {
     ] {
         assert!(e.get(k).is_some_and(|v| v.is_number()), "{k} in {e}");
     }
-    assert!(e["phase2_calls"].as_u64().unwrap() > 0, "the run launched aclnn kernels: {e}");
-    assert_eq!(e["replays"].as_u64(), Some(0), "no graph capture yet: {e}");
+    // Captured by default: the third run replays what the second recorded.
+    assert!(e["replays"].as_u64().unwrap() > 0, "the run replayed its capture: {e}");
+    assert_eq!((e["phase1_calls"].as_u64(), e["phase2_calls"].as_u64()), (Some(0), Some(0)), "{e}");
+    let (_, off) = run_with("acl", "off");
+    let e = &off["emulator"];
+    assert!(e["phase2_calls"].as_u64().unwrap() > 0, "without capture the run launches aclnn kernels: {e}");
+    assert_eq!(e["replays"].as_u64(), Some(0), "NPURT_ACL_GRAPH_CAPTURE=off: {e}");
     assert!(e["modelled_latency_ms"].as_f64().unwrap() > 0.0, "{e}");
     // Existing fields are still there.
     assert!(row["median_ms"].is_number() && row["host_tier_nodes"].is_number(), "{row}");

@@ -58,6 +58,8 @@ fn calls(ctl: &Emu) -> (u64, u64, u64) {
     (p1, p2, set)
 }
 
+/// Compile options with graph capture off: these cases test the executors' reuse by
+/// per-node launches (capture has cases of its own below).
 fn options(reuse: bool, parallel: bool) -> CompileOptions {
     CompileOptions {
         device: 0,
@@ -69,6 +71,7 @@ fn options(reuse: bool, parallel: bool) -> CompileOptions {
         precision: Precision::F32,
         max_arenas: 4,
         deny_host_tier: false,
+        graph_capture: runtime::GraphCapture::Off,
     }
 }
 
@@ -94,8 +97,17 @@ fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
 fn assert_nothing_left(emu: AclEmu, what: &str) {
     let c = emu.finish();
     assert_eq!(
-        (c.device_allocations, c.host_allocations, c.streams, c.events, c.executors, c.descriptors, c.device_refs),
-        (0, 0, 0, 0, 0, 0, 0),
+        (
+            c.device_allocations,
+            c.host_allocations,
+            c.streams,
+            c.events,
+            c.executors,
+            c.descriptors,
+            c.device_refs,
+            c.models
+        ),
+        (0, 0, 0, 0, 0, 0, 0, 0),
         "{what} leaked: {c:?}"
     );
 }
@@ -235,7 +247,11 @@ fn executor_call_faults_are_typed_errors_and_leak_nothing() {
                     let acl = std::error::Error::source(&e)
                         .and_then(|s| s.downcast_ref::<backend_acl::AclBackendError>())
                         .unwrap_or_else(|| panic!("{sym}: not an Ascend backend error: {e:?}"));
-                    assert!(matches!(acl, backend_acl::AclBackendError::Call { .. }), "{sym}: {acl:?}");
+                    let backend_acl::AclBackendError::InNode { node, source } = acl else {
+                        panic!("{sym}: the error names no node: {acl:?}")
+                    };
+                    assert!(msg.contains(node.as_str()) && !node.is_empty(), "{sym}: {msg}");
+                    assert!(matches!(**source, backend_acl::AclBackendError::Call { .. }), "{sym}: {acl:?}");
                     assert_eq!(acl.code(), Some(507899), "{sym}");
                     assert_eq!(emu.ctl.configure("fail="), 0);
                 } else {
@@ -251,5 +267,130 @@ fn executor_call_faults_are_typed_errors_and_leak_nothing() {
             }
         }
         assert_nothing_left(emu, sym);
+    }
+}
+
+fn captured(parallel: bool, mode: runtime::GraphCapture) -> CompileOptions {
+    CompileOptions { graph_capture: mode, ..options(true, parallel) }
+}
+
+/// Per run: phase-1 calls, phase-2 calls, address patches, replays, host-to-device and
+/// device-to-host copies.
+type RunCounts = (u64, u64, u64, u64, u64, u64);
+
+fn run_counts(emu: &AclEmu, before: (u64, u64, u64), after: (u64, u64, u64)) -> RunCounts {
+    let c = emu.run.counters().unwrap();
+    (after.0 - before.0, after.1 - before.1, after.2 - before.2, c.replays, c.h2d_copies, c.d2h_copies)
+}
+
+// With capture on, the first run records the executors (node by node), the second
+// captures the launches and replays them, and every later run is one replay: no aclnn
+// call, no address patch, no copy between host and device. Each run equals the node-by-node
+// run of its inputs, although every run's inputs and outputs sit at new addresses.
+#[test]
+fn tiny_bert_is_captured_once_and_replayed() {
+    for (soc, parallel) in [("Ascend910A", false), ("Ascend910B2", true)] {
+        let Some(emu) = AclEmu::on(soc, "tiny_bert_is_captured_once_and_replayed") else { return };
+        {
+            let rt = common::runtime(&emu.backend);
+            let cfg = BertConfig::tiny();
+            let (b, s) = (2, 16);
+            let bg = bert::build(&cfg, Weights::Random(3), b, s).unwrap();
+            let cg = CompiledGraph::compile(&rt, &bg.graph, captured(parallel, runtime::GraphCapture::On)).unwrap();
+            let plain = CompiledGraph::compile(&rt, &bg.graph, options(false, parallel)).unwrap();
+            let mut counts = Vec::new();
+            let mut keep = Vec::new();
+            for seed in 0..5 {
+                let ins = inputs(&rt, seed, b, s, cfg.vocab_size);
+                let refs: Vec<&Tensor> = ins.iter().collect();
+                rt.synchronize(0).unwrap();
+                emu.run.reset().unwrap();
+                let before = calls(&emu.ctl);
+                let got = cg.run(&refs).unwrap();
+                let after = calls(&emu.ctl);
+                counts.push(run_counts(&emu, before, after));
+                let want = plain.run(&refs).unwrap();
+                let d = max_diff(&got[0], &want[0]);
+                assert!(d < 1e-4, "{soc} run {seed}: max diff {d} from the node-by-node run");
+                keep.push((ins, got));
+            }
+            println!("{soc}: (phase 1, phase 2, patches, replays, H2D, D2H) per run: {counts:?}");
+            // One replay per run on one stream; with parallel scheduling, one per stretch of
+            // nodes a stream runs between two cross-stream waits.
+            let (launches, replays) = (counts[0].1, counts[1].3);
+            assert!(counts[0].0 > 0 && launches > 0 && counts[0].3 == 0, "{soc}: run 0 records: {counts:?}");
+            assert!(replays == 1 || (parallel && replays > 1), "{soc}: {counts:?}");
+            assert_eq!((counts[1].0, counts[1].1), (0, launches), "{soc}: run 1 captures: {counts:?}");
+            for (k, c) in counts.iter().enumerate().skip(2) {
+                assert_eq!(*c, (0, 0, 0, replays, 0, 0), "{soc}: run {k} is not one replay: {counts:?}");
+            }
+            // Streams, events and arenas are the graph's; a fresh input tensor each run.
+            assert!(parallel || cg.arena_stats().arenas == 1, "{:?}", cg.arena_stats());
+        }
+        assert_nothing_left(emu, soc);
+    }
+}
+
+// A failure of each capture call is a typed error naming the call and the nodes with
+// capture on, and the next run works; with capture `auto` the same failure makes the
+// graph fall back to node-by-node launches, with correct results. A failed destroy at
+// teardown is retried. Nothing is left once the runtime is gone.
+#[test]
+fn capture_faults_are_typed_errors_or_fall_back() {
+    let cases = [
+        ("aclmdlRICaptureBegin", Some(1)),
+        ("aclmdlRICaptureEnd", Some(1)),
+        ("aclmdlRIExecuteAsync", Some(1)),
+        ("aclmdlRIExecuteAsync", Some(2)),
+        ("aclmdlRIDestroy", None),
+    ];
+    for mode in [runtime::GraphCapture::On, runtime::GraphCapture::Auto] {
+        for (sym, fail_at_run) in cases {
+            let Some(emu) = AclEmu::on("Ascend910A", "capture_faults") else { return };
+            {
+                let rt = common::runtime(&emu.backend);
+                let cfg = BertConfig::tiny();
+                let (b, s) = (1, 8);
+                let bg = bert::build(&cfg, Weights::Random(2), b, s).unwrap();
+                let cg = CompiledGraph::compile(&rt, &bg.graph, captured(false, mode)).unwrap();
+                let want = CompiledGraph::compile(&rt, &bg.graph, options(false, false)).unwrap();
+                let mut keep = Vec::new();
+                for run in 0..4 {
+                    let ins = inputs(&rt, run, b, s, cfg.vocab_size);
+                    let refs: Vec<&Tensor> = ins.iter().collect();
+                    if Some(run) == fail_at_run {
+                        assert_eq!(emu.ctl.configure(&format!("fail={sym}:1:507899")), 0);
+                    }
+                    let r = cg.run(&refs);
+                    let faulted = Some(run) == fail_at_run;
+                    if faulted {
+                        assert_eq!(emu.ctl.configure("fail="), 0);
+                    }
+                    if faulted && mode == runtime::GraphCapture::On {
+                        let e = r.expect_err(&format!("{sym}: the injected fault must fail the run"));
+                        let msg = e.to_string();
+                        assert!(
+                            msg.contains(sym) && msg.contains("507899"),
+                            "{sym}: error does not name the call: {msg}"
+                        );
+                        assert!(msg.contains("node") && msg.contains("captured"), "{sym}: no node named: {msg}");
+                        let acl = std::error::Error::source(&e)
+                            .and_then(|s| s.downcast_ref::<backend_acl::AclBackendError>())
+                            .unwrap_or_else(|| panic!("{sym}: not an Ascend backend error: {e:?}"));
+                        assert_eq!(acl.code(), Some(507899), "{sym}");
+                    } else {
+                        let got = r.unwrap_or_else(|e| panic!("{sym} ({mode:?}): run {run}: {e}"));
+                        let d = max_diff(&got[0], &want.run(&refs).unwrap()[0]);
+                        assert!(d < 1e-4, "{sym} ({mode:?}): run {run}: max diff {d}");
+                        keep.push(got);
+                    }
+                    keep.push(ins);
+                }
+                if fail_at_run.is_none() {
+                    assert_eq!(emu.ctl.configure(&format!("fail={sym}:1:507899")), 0);
+                }
+            }
+            assert_nothing_left(emu, sym);
+        }
     }
 }

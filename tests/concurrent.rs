@@ -33,6 +33,7 @@ fn options(parallel: bool, max_arenas: usize) -> CompileOptions {
         precision: Precision::F32,
         max_arenas,
         deny_host_tier: false,
+        graph_capture: runtime::GraphCapture::Auto,
     }
 }
 

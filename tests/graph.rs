@@ -51,6 +51,7 @@ fn options(fuse: bool, reuse: bool, parallel: bool, strategy: ScheduleStrategy) 
         precision: Precision::F32,
         max_arenas: runtime::graph::DEFAULT_MAX_ARENAS,
         deny_host_tier: false,
+        graph_capture: runtime::GraphCapture::Auto,
     }
 }
 

@@ -49,6 +49,13 @@ impl Timeline {
         (start, end)
     }
 
+    /// Fixed overhead on the stream (a replay's own cost), counted in no unit's busy time.
+    pub fn advance(&mut self, stream: &AtomicU64, ps: u64) {
+        let end = stream.load(Ordering::Relaxed).max(self.host).saturating_add(ps);
+        stream.store(end, Ordering::Relaxed);
+        self.reach(end);
+    }
+
     /// A point on the stream (an event record): the instant the stream reaches it.
     pub fn mark(&mut self, stream: &AtomicU64) -> u64 {
         self.run_on(stream, Cost { ps: 0, unit: Unit::Copy }).1

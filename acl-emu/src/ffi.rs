@@ -33,6 +33,17 @@ pub(crate) fn guard(name: &'static str, f: impl FnOnce(&mut Tables) -> R<()>) ->
     })))
 }
 
+/// Like [`guard`], but `f` runs even when the call fails on entry (an injected fault),
+/// and is handed that failure: for calls that must leave the state consistent whatever
+/// they return (a capture ends even when ending it fails).
+pub(crate) fn guard_always(name: &'static str, f: impl FnOnce(&mut Tables, R<()>) -> R<()>) -> i32 {
+    status(catch_unwind(AssertUnwindSafe(|| {
+        let mut t = lock(&emu().t);
+        let entry = t.enter(name);
+        f(&mut t, entry)
+    })))
+}
+
 /// Like [`guard`] but `f` locks by itself (for calls that block).
 pub(crate) fn guard_unlocked(name: &'static str, f: impl FnOnce() -> R<()>) -> i32 {
     status(catch_unwind(AssertUnwindSafe(|| {

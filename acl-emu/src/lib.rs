@@ -46,6 +46,6 @@ pub mod state;
 
 pub use aclnn::{basics::*, copy::*, elementwise::*, gather::*, matmul::*, norm::*, reduce::*};
 pub use control::*;
-pub use rt::{context::*, device::*, event::*, init::*, memory::*, stream::*};
+pub use rt::{capture::*, context::*, device::*, event::*, init::*, memory::*, stream::*};
 pub use signatures::EXPORTED;
 pub use state::Counters;

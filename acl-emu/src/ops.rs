@@ -152,6 +152,11 @@ pub fn launch(t: &mut Tables, name: &'static str, ws: u64, ws_size: u64, exec: u
     };
     let Some(ex) = ex else { return fail(ACLNN_ERR_INNER_NULLPTR, format!("{name}: executor vanished")) };
     let cost = modelled_cost(t, &ex);
+    if let Some((_, tasks)) = t.captures.get_mut(&stream) {
+        // Recorded, not run: the replays run it (`aclmdlRIExecuteAsync`).
+        tasks.push(Captured { exec: ex, ws, ws_size, cost });
+        return Ok(());
+    }
     s.submit(Box::new(move || run(ex, ws, ws_size)))?;
     t.timeline.run_on(&s.clock, cost);
     Ok(())
@@ -267,7 +272,7 @@ fn fill(dt: DType, n: usize, v: f64) -> Vec<u64> {
 }
 
 /// Executes an executor on the stream's worker thread.
-fn run(ex: Executor, ws: u64, ws_size: u64) -> R<()> {
+pub(crate) fn run(ex: Executor, ws: u64, ws_size: u64) -> R<()> {
     let e = emu();
     // Read the operands (and scribble over the workspace: a caller that aliases it
     // with live data sees garbage, as on hardware).

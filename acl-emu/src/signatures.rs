@@ -5,7 +5,7 @@ use crate::aclnn::{
     basics::*, copy::*, elementwise::*, executor::*, gather::*, masking::*, matmul::*, norm::*, reduce::*,
 };
 use crate::control::{aclEmuGetRunCounters, aclEmuResetRunCounters};
-use crate::rt::{context::*, device::*, event::*, init::*, memory::*, stream::*};
+use crate::rt::{capture::*, context::*, device::*, event::*, init::*, memory::*, stream::*};
 use acl_sys::pfn;
 
 /// The exported symbols have exactly the types acl-sys declares.
@@ -14,6 +14,11 @@ const _: () = {
         ($($f:ident),* $(,)?) => { $( let _: pfn::$f = $f; )* };
     }
     same!(
+        aclmdlRICaptureBegin,
+        aclmdlRICaptureGetInfo,
+        aclmdlRICaptureEnd,
+        aclmdlRIExecuteAsync,
+        aclmdlRIDestroy,
         aclEmuGetRunCounters,
         aclEmuResetRunCounters,
         aclInit,
@@ -124,6 +129,11 @@ const _: () = {
 
 /// Names of the ACL/aclnn symbols this library exports (for tests and docs).
 pub const EXPORTED: &[&str] = &[
+    "aclmdlRICaptureBegin",
+    "aclmdlRICaptureGetInfo",
+    "aclmdlRICaptureEnd",
+    "aclmdlRIExecuteAsync",
+    "aclmdlRIDestroy",
     "aclInit",
     "aclFinalize",
     "aclGetRecentErrMsg",

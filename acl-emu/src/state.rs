@@ -7,7 +7,7 @@ use crate::clock::Timeline;
 use crate::config::Config;
 use crate::descriptors::{Executor, TensorDesc};
 use crate::error::{Fail, R, fail};
-use crate::model::Soc;
+use crate::model::{Cost, Soc};
 use acl_sys::codes::*;
 use acl_sys::fns::aclEmuRunCounters;
 use std::cell::RefCell;
@@ -149,6 +149,9 @@ pub struct EmuStream {
     worker: Mutex<Option<JoinHandle<()>>>,
     /// The stream's modelled clock, picoseconds (changed only with the tables locked).
     pub clock: AtomicU64,
+    /// Being captured (`aclmdlRICaptureBegin`): aclnn launches are recorded instead of
+    /// queued, and any other stream-ordered work is refused.
+    pub capturing: std::sync::atomic::AtomicBool,
 }
 
 impl EmuStream {
@@ -182,10 +185,17 @@ impl EmuStream {
             state,
             worker: Mutex::new(Some(worker)),
             clock: AtomicU64::new(0),
+            capturing: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
     pub fn submit(&self, job: Job) -> R<()> {
+        if self.capturing.load(Ordering::Relaxed) {
+            return fail(
+                ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                "the stream is being captured: acl-emu captures aclnn launches only",
+            );
+        }
         let (m, _) = &*self.state;
         let mut g = lock(m);
         let tx = lock(&self.tx);
@@ -272,6 +282,25 @@ pub struct Counters {
     pub descriptors: u64,
     pub device_bytes: u64,
     pub device_refs: u64,
+    /// Model runtime instances made by `aclmdlRICaptureEnd` and not yet destroyed.
+    pub models: u64,
+}
+
+/// One aclnn launch recorded by a capture: the executor as it was at the launch (a copy,
+/// so that a one-shot executor consumed by the launch replays too), its workspace and
+/// its modelled cost as a plain launch.
+#[derive(Clone)]
+pub struct Captured {
+    pub exec: Executor,
+    pub ws: u64,
+    pub ws_size: u64,
+    pub cost: Cost,
+}
+
+/// A model runtime instance: the launches one capture recorded, for one device.
+pub struct Model {
+    pub device: i32,
+    pub tasks: Vec<Captured>,
 }
 
 pub struct Tables {
@@ -289,6 +318,11 @@ pub struct Tables {
     pub scalars: HashMap<u64, (acl_sys::aclDataType, f64)>,
     pub int_arrays: HashMap<u64, Vec<i64>>,
     pub calls: HashMap<String, u64>,
+    /// Streams being captured: the instance handle `aclmdlRICaptureEnd` will hand out, and
+    /// the launches recorded so far.
+    pub captures: HashMap<u64, (u64, Vec<Captured>)>,
+    /// Model runtime instances (`aclmdlRI`) by handle.
+    pub models: HashMap<u64, Model>,
     pub initialized: bool,
     /// aclrtSetDevice reference counts.
     pub device_refs: HashMap<i32, u64>,
@@ -338,6 +372,7 @@ pub const TAG_TENSOR: u64 = 0x7E00_0000_0000;
 pub const TAG_SCALAR: u64 = 0x5C00_0000_0000;
 pub const TAG_INTARRAY: u64 = 0x1A00_0000_0000;
 pub const TAG_CONTEXT: u64 = 0xC700_0000_0000;
+pub const TAG_MODEL: u64 = 0x3D00_0000_0000;
 
 impl Emu {
     pub fn handle(&self, tag: u64) -> u64 {
@@ -364,6 +399,8 @@ impl Tables {
             scalars: HashMap::new(),
             int_arrays: HashMap::new(),
             calls: HashMap::new(),
+            captures: HashMap::new(),
+            models: HashMap::new(),
             initialized: false,
             device_refs: HashMap::new(),
         }
@@ -387,6 +424,7 @@ impl Tables {
             descriptors: (self.tensors.len() + self.scalars.len() + self.int_arrays.len()) as u64,
             device_bytes: self.mem.iter().map(|m| m.used).sum(),
             device_refs: self.device_refs.values().sum(),
+            models: self.models.len() as u64,
         }
     }
 

@@ -49,6 +49,8 @@ pub const ENUMS: &[&str] = &[
     "aclrtDevAttr",
     "aclrtMemAccessFlags",
     "aclrtMemPoolAttr",
+    "aclmdlRICaptureMode",
+    "aclmdlRICaptureStatus",
 ];
 
 /// Attributes of every generated module.

@@ -35,7 +35,7 @@ pub fn check(fns_src: &str) -> Option<String> {
     };
     let acl = if inc.join("acl/acl_rt.h").is_file() { inc.join("acl") } else { inc.clone() };
     let mut wrapper = String::new();
-    for h in ["acl_base_rt.h", "acl_rt.h", "acl_rt_allocator.h", "acl_rt_memory_soma.h"] {
+    for h in ["acl_base_rt.h", "acl_rt.h", "acl_rt_allocator.h", "acl_rt_memory_soma.h", "acl_mdl.h"] {
         if acl.join(h).is_file() {
             wrapper.push_str(&format!("#include \"{}\"\n", acl.join(h).display()));
         }

@@ -19,6 +19,7 @@
 //! | `aclnnInit` / `aclnnFinalize` | `aclInit` / `aclFinalize` |
 //! | `aclEmuGetRunCounters`, `aclEmuResetRunCounters` (acl-emu only, never in CANN) | no counters: a real host |
 //! | `aclFinalizeReference` | `aclFinalize` |
+//! | `aclmdlRICapture*`, `aclmdlRIExecuteAsync`, `aclmdlRIDestroy` | per-node launches (no graph capture) |
 //! | everything else marked optional | the feature is reported as unavailable |
 
 #![allow(non_snake_case)]
@@ -148,6 +149,19 @@ api! {
     /// Note: the output pointer comes first.
     [Runtime] fn aclrtEventElapsedTime(ms: *mut f32, startEvent: aclrtEvent, endEvent: aclrtEvent) -> aclError;
     [Runtime] fn aclrtEventGetTimestamp(event: aclrtEvent, timestamp: *mut u64) -> aclError;
+
+    // ---- stream capture into a model runtime instance (acl_mdl.h; acl_rt.h since CANN 8.5) ----
+    /// Starts capturing `stream`: work queued on it until `aclmdlRICaptureEnd` is recorded
+    /// into a model runtime instance instead of running.
+    [Runtime] fn aclmdlRICaptureBegin(stream: aclrtStream, mode: aclmdlRICaptureMode) -> aclError;
+    [Runtime] fn aclmdlRICaptureGetInfo(
+        stream: aclrtStream, status: *mut aclmdlRICaptureStatus, modelRI: *mut aclmdlRI,
+    ) -> aclError;
+    /// Ends the capture of `stream` and hands out what was recorded.
+    [Runtime] fn aclmdlRICaptureEnd(stream: aclrtStream, modelRI: *mut aclmdlRI) -> aclError;
+    /// Queues a replay of everything `modelRI` recorded on `stream`.
+    [Runtime] fn aclmdlRIExecuteAsync(modelRI: aclmdlRI, stream: aclrtStream) -> aclError;
+    [Runtime] fn aclmdlRIDestroy(modelRI: aclmdlRI) -> aclError;
 
     // ---- A.6 device memory ----
     [Runtime] fn aclrtMalloc(devPtr: *mut *mut c_void, size: usize, policy: aclrtMemMallocPolicy) -> aclError;
@@ -630,7 +644,7 @@ pub struct aclEmuRunCounters {
     pub allocated_bytes: u64,
     /// `aclrtSynchronize*` calls (stream, event, device).
     pub synchronizations: u64,
-    /// Replays of captured graphs (0 until the emulator implements capture).
+    /// `aclmdlRIExecuteAsync` calls accepted (replays of captured graphs).
     pub replays: u64,
     /// Modelled device time from the reset to the latest modelled instant any stream or
     /// the host reached, in nanoseconds.
@@ -678,6 +692,11 @@ pub const OPTIONAL: &[&str] = &[
     "aclrtQueryEvent",
     "aclrtSynchronizeEventWithTimeout",
     "aclrtEventGetTimestamp",
+    "aclmdlRICaptureBegin",
+    "aclmdlRICaptureGetInfo",
+    "aclmdlRICaptureEnd",
+    "aclmdlRIExecuteAsync",
+    "aclmdlRIDestroy",
     "aclrtMallocAlign32",
     "aclrtMallocCached",
     "aclrtFreeWithDevSync",

@@ -27,6 +27,8 @@ pub type aclrtAllocator = *mut c_void;
 pub type aclrtAllocatorBlock = *mut c_void;
 pub type aclrtAllocatorAddr = *mut c_void;
 pub type aclrtMemPool = *mut c_void;
+/// A model runtime instance: what `aclmdlRICaptureEnd` makes of a captured stream (`acl_mdl.h`).
+pub type aclmdlRI = *mut c_void;
 
 macro_rules! opaque {
     ($($(#[$m:meta])* $name:ident),* $(,)?) => {$(
@@ -160,6 +162,23 @@ acl_enum!(
 acl_enum!(
     /// `aclrtEventRecordedStatus` (current query: COMPLETE is 1).
     aclrtEventRecordedStatus { ACL_EVENT_RECORDED_STATUS_NOT_READY = 0, ACL_EVENT_RECORDED_STATUS_COMPLETE = 1 }
+);
+
+acl_enum!(
+    /// `aclmdlRICaptureMode`: which threads may call the non-stream-ordered functions
+    /// (`aclrtMemcpy`, `aclrtMemset`, …) while a stream is being captured.
+    aclmdlRICaptureMode {
+        ACL_MODEL_RI_CAPTURE_MODE_GLOBAL = 0, ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL = 1,
+        ACL_MODEL_RI_CAPTURE_MODE_RELAXED = 2,
+    }
+);
+
+acl_enum!(
+    /// `aclmdlRICaptureStatus`
+    aclmdlRICaptureStatus {
+        ACL_MODEL_RI_CAPTURE_STATUS_NONE = 0, ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE = 1,
+        ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED = 2,
+    }
 );
 
 acl_enum!(

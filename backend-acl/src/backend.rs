@@ -315,9 +315,15 @@ unsafe impl Backend for AclBackend {
     }
 
     /// Checks the launches once and pins their fixed operands; each aclnn node's
-    /// executors are recorded at its first run and reused after (see `crate::frozen`).
-    fn freeze(&self, device: usize, launches: &[runtime::FrozenLaunch]) -> Result<Option<runtime::Frozen>> {
-        frozen::freeze(&self.api, self.instance, &self.devs, device, &self.table, launches)
+    /// executors are recorded at its first run and reused after, and each run's launches
+    /// are captured and replayed where `capture` allows (see `crate::frozen`).
+    fn freeze(
+        &self,
+        device: usize,
+        launches: &[runtime::FrozenLaunch],
+        capture: runtime::GraphCapture,
+    ) -> Result<Option<runtime::Frozen>> {
+        frozen::freeze(&self.api, self.instance, &self.devs, device, &self.table, launches, capture)
     }
 
     fn launch_frozen(

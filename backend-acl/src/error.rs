@@ -36,6 +36,14 @@ pub enum AclBackendError {
     /// stream's queued work) reported a failure of that work.
     #[error("{0}")]
     Stream(#[source] runtime::Error),
+    /// A failure in one node of a compiled graph (its name), or in the capture of a run
+    /// of nodes (the first one's name and the range).
+    #[error("node {node}: {source}")]
+    InNode {
+        node: String,
+        #[source]
+        source: Box<AclBackendError>,
+    },
     /// The host reference tier could not compute the op.
     #[error("{op}: host reference: {source}")]
     HostReference {
@@ -83,6 +91,7 @@ impl AclBackendError {
     pub fn code(&self) -> Option<i32> {
         match self {
             AclBackendError::Call { err, .. } => err.code(),
+            AclBackendError::InNode { source, .. } => source.code(),
             _ => None,
         }
     }

@@ -24,6 +24,8 @@
 //! work on that is still alive (a destroyed stream was synchronised by its destruction),
 //! or at the device's teardown if that comes first ([`DeviceOwned`]).
 
+mod capture;
+
 use crate::device::{Binding, Dev, DeviceOwned};
 use crate::error::AclBackendError;
 use crate::kernels::{self, Impl, Recorded, Table};
@@ -31,7 +33,7 @@ use crate::memory::{self, AclRelease};
 use crate::stream::{self, Buf, StreamRec, lock};
 use acl_sys::Api;
 use runtime::backend::allocations::{Pins, overlapping_output};
-use runtime::{DevicePtr, Frozen, FrozenLaunch, LaunchArgs, StreamId};
+use runtime::{DevicePtr, Frozen, FrozenLaunch, GraphCapture, LaunchArgs, StreamId};
 use std::sync::{Arc, Mutex, Weak};
 
 type BResult<T> = std::result::Result<T, AclBackendError>;
@@ -58,6 +60,8 @@ struct Node {
     slot: Vec<Option<usize>>,
     /// Some output has an element (otherwise the node runs nothing).
     runs: bool,
+    /// The graph node's name, for errors.
+    label: String,
 }
 
 impl Node {
@@ -109,6 +113,8 @@ struct Held {
     workspaces: Vec<(Arc<StreamRec>, Mutex<Buf>)>,
     /// Streams the plan queued work on.
     used: Vec<Arc<StreamRec>>,
+    /// Captured runs of nodes and their staging buffers.
+    capture: capture::Captures,
     _pins: Pins<AclRelease>,
 }
 
@@ -133,7 +139,11 @@ impl Held {
                 }
             }
         }
-        log::debug!("acl: frozen plan released: {execs} executors, {bytes} bytes of its own memory, {ws} of workspace");
+        let staged = self.capture.release(api);
+        log::debug!(
+            "acl: frozen plan released: {execs} executors, {bytes} bytes of its own memory, {ws} of workspace, \
+             {staged} of capture staging"
+        );
     }
 }
 
@@ -194,6 +204,7 @@ pub(crate) fn freeze(
     device: usize,
     table: &Table,
     launches: &[FrozenLaunch],
+    capture: GraphCapture,
 ) -> runtime::Result<Option<Frozen>> {
     let dev = devs.get(device).ok_or(AclBackendError::NoDevice(device))?;
     let mut nodes = Vec::with_capacity(launches.len());
@@ -246,11 +257,14 @@ pub(crate) fn freeze(
             _ => Way::OneShot,
         };
         let runs = args.outputs.iter().any(|o| o.layout.numel() > 0);
-        nodes.push(Node { way, fp16_compute: imp == Impl::AclnnFp16Compute, args: args.clone(), ranges, slot, runs });
+        let fp16_compute = imp == Impl::AclnnFp16Compute;
+        nodes.push(Node { way, fp16_compute, args: args.clone(), ranges, slot, runs, label: l.label.clone() });
     }
+    let host_node = nodes.iter().find(|n| n.way == Way::Host && n.runs).map(|n| n.label.as_str());
+    let capture = capture::Captures::new(api, capture, host_node)?;
     let pins = dev.allocs.pin(&fixed).map_err(AclBackendError::from)?;
-    let held =
-        Held { recorded: nodes.iter().map(|_| None).collect(), workspaces: Vec::new(), used: Vec::new(), _pins: pins };
+    let recorded = nodes.iter().map(|_| None).collect();
+    let held = Held { recorded, workspaces: Vec::new(), used: Vec::new(), capture, _pins: pins };
     let shared = Arc::new(Shared { held: Mutex::new(Some(held)) });
     let weak: Weak<Shared> = Arc::downgrade(&shared);
     dev.adopt(weak);
@@ -298,6 +312,47 @@ pub(crate) fn launch(api: &Api, instance: u64, devs: &[Dev], table: &Table, run:
     if !held.used.iter().any(|r| Arc::ptr_eq(r, &rec)) {
         held.used.push(rec.clone());
     }
+    let is_910 = table.is_910();
+    let Held { recorded, workspaces, capture, .. } = held;
+    let mut each = |addrs: &[DevicePtr]| {
+        run_nodes(api, is_910, fz, (&mut *recorded, &mut *workspaces), &rec, nodes.clone(), addrs, first_seq)
+    };
+    let touches = || {
+        let mut t = Vec::new();
+        for n in fz.nodes[nodes.clone()].iter().filter(|n| n.runs) {
+            for (j, k) in n.slot.iter().enumerate() {
+                // No overflow: `freeze` checked `offset + len` of every patched operand.
+                let end = n.ranges[j].0 as usize + n.ranges[j].1;
+                t.extend(k.map(|k| (k, end, j < n.args.inputs.len())));
+            }
+        }
+        t
+    };
+    let label = fz.nodes.get(nodes.start).map_or("", |n| n.label.as_str());
+    let run = capture::CaptureRun { dev, rec: &rec, nodes: nodes.clone(), addrs, first_seq, label };
+    if !capture::run(api, capture, run, &touches, &mut each)? {
+        each(addrs)?;
+    }
+    Ok(())
+}
+
+/// A plan's executors and workspaces, as [`run_nodes`] uses them.
+type Reuse<'a> = (&'a mut Vec<Option<Recorded>>, &'a mut Vec<(Arc<StreamRec>, Mutex<Buf>)>);
+
+/// Queues launches `nodes` of the plan on the stream of `rec`, each its way, with slot
+/// addresses `addrs`; a failure names the node.
+#[allow(clippy::too_many_arguments)]
+fn run_nodes(
+    api: &Api,
+    is_910: bool,
+    fz: &AclFrozen,
+    reuse: Reuse<'_>,
+    rec: &Arc<StreamRec>,
+    nodes: std::ops::Range<usize>,
+    addrs: &[DevicePtr],
+    first_seq: u64,
+) -> BResult<()> {
+    let (recorded, workspaces) = reuse;
     for (i, idx) in nodes.enumerate() {
         let n = &fz.nodes[idx];
         if !n.runs {
@@ -309,11 +364,11 @@ pub(crate) fn launch(api: &Api, instance: u64, devs: &[Dev], table: &Table, run:
             kernels::warn_fp16_compute(op);
         }
         let r = match n.way {
-            Way::Host => kernels::run_host(api, &rec, &n.args_at(addrs, seq)),
-            Way::OneShot => kernels::run_aclnn(api, &rec, table.is_910(), &n.args_at(addrs, seq)),
-            Way::Reused => reused(api, &rec, table.is_910(), held, idx, n, addrs),
+            Way::Host => kernels::run_host(api, rec, &n.args_at(addrs, seq)),
+            Way::OneShot => kernels::run_aclnn(api, rec, is_910, &n.args_at(addrs, seq)),
+            Way::Reused => reused(api, rec, is_910, (&mut *recorded, &mut *workspaces), idx, n, addrs),
         };
-        r.map_err(|e| e.in_op(op))?;
+        r.map_err(|e| AclBackendError::InNode { node: format!("{:?}", n.label), source: Box::new(e.in_op(op)) })?;
         if n.way != Way::Host {
             rec.queued(op, seq);
         }
@@ -337,12 +392,12 @@ fn reused(
     api: &Api,
     rec: &Arc<StreamRec>,
     is_910: bool,
-    held: &mut Held,
+    reuse: Reuse<'_>,
     idx: usize,
     n: &Node,
     addrs: &[DevicePtr],
 ) -> BResult<()> {
-    let Held { recorded, workspaces, .. } = held;
+    let (recorded, workspaces) = reuse;
     let r = match &mut recorded[idx] {
         Some(r) => r,
         slot @ None => {

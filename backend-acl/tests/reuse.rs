@@ -200,6 +200,8 @@ fn options(reuse: bool, precision: Precision) -> CompileOptions {
         precision,
         max_arenas: 2,
         deny_host_tier: false,
+        // Per-node launches: what this file tests (capture: tests/ascend_reuse.rs).
+        graph_capture: runtime::GraphCapture::Off,
     }
 }
 

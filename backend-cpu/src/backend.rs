@@ -329,7 +329,13 @@ unsafe impl Backend for CpuBackend {
 
     /// Validates every launch in full and pins its fixed operands for the life of the
     /// plan; `launch_frozen` then checks only the per-run addresses.
-    fn freeze(&self, device: usize, launches: &[runtime::FrozenLaunch]) -> Result<Option<runtime::Frozen>> {
+    /// The CPU has no graph capture: `_capture` is ignored.
+    fn freeze(
+        &self,
+        device: usize,
+        launches: &[runtime::FrozenLaunch],
+        _capture: runtime::GraphCapture,
+    ) -> Result<Option<runtime::Frozen>> {
         self.freeze_launches(device, launches)
     }
 

@@ -188,16 +188,18 @@ fn batches_and_frozen_plans_are_checked_in_full_before_anything_runs() {
         kernel: relu.clone(),
         args: args.clone(),
         patches,
+        label: "relu".into(),
     };
-    let e = b.freeze(0, &[frozen(&good, vec![]), frozen(&bad, vec![])]).unwrap_err();
+    let e = b.freeze(0, &[frozen(&good, vec![]), frozen(&bad, vec![])], runtime::GraphCapture::Auto).unwrap_err();
     assert!(e.to_string().contains("output 0 must be f32 [4]"), "{e}");
     // A patched operand is checked by its layout at freeze time too.
     let mut placeholder = bad.clone();
     placeholder.outputs[0].ptr = DevicePtr::NULL;
-    let e = b.freeze(0, &[frozen(&placeholder, vec![(1, 0)])]).unwrap_err();
+    let e = b.freeze(0, &[frozen(&placeholder, vec![(1, 0)])], runtime::GraphCapture::Auto).unwrap_err();
     assert!(e.to_string().contains("output 0 must be f32 [4]"), "{e}");
     // The good plan runs.
-    let plan = b.freeze(0, &[frozen(&good, vec![])]).unwrap().expect("the CPU backend freezes");
+    let plan =
+        b.freeze(0, &[frozen(&good, vec![])], runtime::GraphCapture::Auto).unwrap().expect("the CPU backend freezes");
     b.launch_frozen(0, &plan, 0..1, &[], 1, StreamId(0)).unwrap();
     assert_eq!(values(&y), vec![0., 2., 0., 4.]);
 }

@@ -152,6 +152,36 @@ pub struct RuntimeConfig {
     pub forced_tier: Option<Tier>,
     /// Precision of compiled graphs' matrix products (env `NPURT_PRECISION`).
     pub precision: Precision,
+    /// Whether compiled graphs are captured once and replayed where the backend can
+    /// (env `NPURT_ACL_GRAPH_CAPTURE`: `on`, `off` or `auto`, the default).
+    pub graph_capture: GraphCapture,
+}
+
+/// Graph capture of compiled graphs ([`RuntimeConfig::graph_capture`],
+/// [`crate::graph::CompileOptions::graph_capture`]): each arena's launches recorded once
+/// by the device runtime (`aclmdlRICaptureBegin`/`End` on Ascend) and replayed as one
+/// submission per run. Backends without capture ignore it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum GraphCapture {
+    /// Capture where the device runtime offers it; where it does not, or capture fails,
+    /// run node by node (one log line says why).
+    #[default]
+    Auto,
+    /// Capture, and fail a run that cannot be captured.
+    On,
+    /// Never capture.
+    Off,
+}
+
+impl GraphCapture {
+    pub fn parse(s: &str) -> Option<GraphCapture> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => Some(GraphCapture::Auto),
+            "on" | "1" | "true" => Some(GraphCapture::On),
+            "off" | "0" | "false" => Some(GraphCapture::Off),
+            _ => None,
+        }
+    }
 }
 
 impl Default for RuntimeConfig {
@@ -169,6 +199,7 @@ impl Default for RuntimeConfig {
             optimizations: Optimizations::ALL_ON,
             forced_tier: None,
             precision: Precision::Auto,
+            graph_capture: GraphCapture::Auto,
         }
     }
 }
@@ -391,6 +422,10 @@ impl RuntimeConfig {
             self.precision =
                 Precision::parse(&v).ok_or_else(|| bad("NPURT_PRECISION", &v, "f32, f16, bf16 or auto"))?;
         }
+        if let Some(v) = get("NPURT_ACL_GRAPH_CAPTURE") {
+            self.graph_capture =
+                GraphCapture::parse(&v).ok_or_else(|| bad("NPURT_ACL_GRAPH_CAPTURE", &v, "on, off or auto"))?;
+        }
         if let Some(v) = get("NPURT_IMPL") {
             self.forced_tier = if v == "auto" {
                 None
@@ -566,7 +601,12 @@ mod tests {
         let mut c = RuntimeConfig::default();
         assert!(c.apply_overrides(env(&[("NPURT_DEVICES", "0,x")])).is_err());
         rejected(&RuntimeConfig { backend: Some("tpu".into()), ..RuntimeConfig::default() }, "backend");
-        for bad in [("NPURT_SCHEDULING", "fast"), ("NPURT_HW_MAPPING", "gpu"), ("NPURT_PRECISION", "f8")] {
+        for bad in [
+            ("NPURT_SCHEDULING", "fast"),
+            ("NPURT_HW_MAPPING", "gpu"),
+            ("NPURT_PRECISION", "f8"),
+            ("NPURT_ACL_GRAPH_CAPTURE", "sometimes"),
+        ] {
             let e = RuntimeConfig::default().apply_overrides(env(&[bad])).unwrap_err().to_string();
             assert!(e.contains(bad.0), "{e}");
         }

@@ -30,7 +30,7 @@ pub use backend::{
     Backend, DeviceInfo, DevicePtr, EventId, Frozen, FrozenLaunch, LaunchArgs, Prepack, Prepacked, StreamId, TensorArg,
     UnitInfo,
 };
-pub use config::{Optimizations, PoolConfig, Precision, ReuseStrategy, RuntimeConfig, Scheduling};
+pub use config::{GraphCapture, Optimizations, PoolConfig, Precision, ReuseStrategy, RuntimeConfig, Scheduling};
 pub use dtype::{DType, Element};
 pub use error::{Error, Message, Operand, Result, Source};
 pub use graph::{CompileOptions, CompiledGraph, Graph, HostTensor};

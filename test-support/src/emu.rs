@@ -52,6 +52,8 @@ pub struct Counters {
     pub descriptors: u64,
     pub device_bytes: u64,
     pub device_refs: u64,
+    /// Captured model runtime instances not yet destroyed.
+    pub models: u64,
 }
 
 /// The emulator's control functions (the same library instance the backend loads, as

@@ -67,6 +67,8 @@ fn cuda() -> Result<Arc<dyn Backend>, String> {
 pub struct AclEmu {
     pub backend: Arc<dyn Backend>,
     pub ctl: npurt_test_support::emu::Emu,
+    /// The emulator's run counters, through the backend.
+    pub run: backend_acl::Emulator,
     _turn: std::sync::MutexGuard<'static, ()>,
 }
 
@@ -81,15 +83,17 @@ impl AclEmu {
         assert_eq!(ctl.configure(&format!("soc={soc};fail=")), 0, "configure the emulator as {soc}");
         let lib = fake_toolkit(&format!("soc-{soc}"), &emu).join("lib64");
         let cfg = backend_acl::AclConfig { lib_dir: Some(lib), ..backend_acl::AclConfig::default() };
-        let backend: Arc<dyn Backend> = Arc::new(backend_acl::AclBackend::new(cfg).expect("acl backend over acl-emu"));
-        Some(AclEmu { backend, ctl, _turn: turn })
+        let acl = backend_acl::AclBackend::new(cfg).expect("acl backend over acl-emu");
+        let run = acl.emulator().expect("acl-emu exports its run counters");
+        let backend: Arc<dyn Backend> = Arc::new(acl);
+        Some(AclEmu { backend, ctl, run, _turn: turn })
     }
 
     /// Drops the backend and returns the emulator's outstanding objects, which must all be
     /// zero once every runtime over it is gone.
     pub fn finish(self) -> npurt_test_support::emu::Counters {
-        let AclEmu { backend, ctl, _turn } = self;
-        drop(backend);
+        let AclEmu { backend, ctl, run, _turn } = self;
+        drop((backend, run));
         let c = ctl.counters();
         assert_eq!(ctl.configure("soc=Ascend910A;fail="), 0, "restore the default SoC");
         c

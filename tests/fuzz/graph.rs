@@ -296,6 +296,7 @@ fn options() -> impl Strategy<Value = CompileOptions> {
             precision: if bf16 { Precision::Bf16 } else { Precision::F32 },
             max_arenas,
             deny_host_tier: false,
+            graph_capture: runtime::GraphCapture::Auto,
         },
     )
 }

@@ -40,6 +40,8 @@ pub unsafe extern "C" fn aclrtDestroyStream(stream: aclrtStream) -> aclError {
     guard_unlocked("aclrtDestroyStream", || {
         let s = {
             let mut t = lock(&emu().t);
+            // A capture in progress ends with its stream; what it recorded is dropped.
+            t.captures.remove(&h(stream));
             t.streams.remove(&h(stream)).ok_or_else(|| Fail(ACL_ERROR_RT_PARAM_INVALID, "unknown stream".into()))?
         };
         let _ = s.synchronize();

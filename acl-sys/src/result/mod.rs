@@ -11,6 +11,7 @@
 //! * this module: errors, init, devices, contexts, streams, events, memory (§A);
 //! * [`aclnn`]: tensor / scalar / int-array descriptors, executors and the two phases of
 //!   every operator (§C, §D);
+//! * [`capture`]: stream capture into model runtime instances and their replay;
 //! * [`emulator`]: acl-emu's run counters and modelled clock (absent on a real host).
 //!
 //! # Safety
@@ -27,6 +28,7 @@
 #![allow(non_snake_case)]
 
 pub mod aclnn;
+pub mod capture;
 pub mod emulator;
 
 use crate::codes;

@@ -31,6 +31,7 @@
 
 pub mod allocations;
 
+use crate::config::GraphCapture;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{KernelInfo, KernelQuery, Unit};
@@ -295,6 +296,8 @@ pub struct FrozenLaunch {
     /// `addrs[slot]` of the run (see [`Backend::launch_frozen`]); its layout is the one in
     /// `args`.
     pub patches: Vec<(usize, usize)>,
+    /// The graph node's name, for errors.
+    pub label: String,
 }
 
 /// What a backend made of a compiled graph's launches in [`Backend::freeze`]; handed back
@@ -422,7 +425,12 @@ pub unsafe trait Backend: Send + Sync {
     /// allocation (M1) kept alive while queued (M2) and outputs must not overlap (M3).
     /// The usual way is to validate and pin the fixed operands here, for the life of the
     /// `Frozen`, and only the patched ones per call.
-    fn freeze(&self, _device: usize, _launches: &[FrozenLaunch]) -> Result<Option<Frozen>> {
+    ///
+    /// `capture` says whether the backend may record the launches of a run once and
+    /// replay them on later runs ([`GraphCapture`]); a backend without capture ignores it.
+    /// With [`GraphCapture::On`], a run that cannot be captured fails instead of running
+    /// node by node.
+    fn freeze(&self, _device: usize, _launches: &[FrozenLaunch], _capture: GraphCapture) -> Result<Option<Frozen>> {
         Ok(None)
     }
 

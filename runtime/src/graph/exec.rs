@@ -9,7 +9,7 @@ use super::planner::{self, Buffer, MemoryPlan};
 use super::precision;
 use super::profile::{NodeProfile, RunProfile};
 use super::schedule::{Schedule, ScheduleStrategy};
-use crate::config::{Precision, RuntimeConfig};
+use crate::config::{GraphCapture, Precision, RuntimeConfig};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::Unit;
@@ -45,6 +45,9 @@ pub struct CompileOptions {
     /// Refuse to compile a graph any node of which would run on a device backend's host
     /// tier ([`CompiledGraph::host_tier`]); the error names the node and why.
     pub deny_host_tier: bool,
+    /// Capture each arena's launches once and replay them per run, where the backend can
+    /// ([`GraphCapture`]).
+    pub graph_capture: GraphCapture,
 }
 
 /// [`CompileOptions::max_arenas`] unless set otherwise.
@@ -62,6 +65,7 @@ impl CompileOptions {
             precision: cfg.precision,
             max_arenas: DEFAULT_MAX_ARENAS,
             deny_host_tier: false,
+            graph_capture: cfg.graph_capture,
         }
     }
 }

@@ -127,7 +127,7 @@ impl CompiledGraph {
                     }
                     None => o.2.push((kernel.unit, 1, flops, bytes)),
                 }
-                launches.push(FrozenLaunch { kernel, args, patches });
+                launches.push(FrozenLaunch { kernel, args, patches, label: n.name.clone() });
             }
             if inst.done[nid.0].is_some() {
                 close(&mut open, &mut steps, launches.len());
@@ -135,7 +135,7 @@ impl CompiledGraph {
             }
         }
         close(&mut open, &mut steps, launches.len());
-        let frozen = self.rt.backend().freeze(self.rt.ordinal(device)?, &launches)?;
+        let frozen = self.rt.backend().freeze(self.rt.ordinal(device)?, &launches, self.options.graph_capture)?;
         Ok(FastPlan { launches, frozen, steps, per_run, outputs, slot_streams })
     }
 
