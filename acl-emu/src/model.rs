@@ -16,11 +16,11 @@ use runtime::{DType, Op, TensorMeta};
 pub const LAUNCH_PS: u64 = 3_000_000;
 /// Fixed cost of one copy or fill: 5 µs (assumption: DMA setup, as for a launch).
 pub const COPY_PS: u64 = 5_000_000;
-/// Fixed cost of replaying one captured graph: 10 µs (assumption; kept for when the
-/// emulator implements capture).
+/// Fixed cost of replaying one captured graph (`aclmdlRIExecuteAsync`): 10 µs
+/// (assumption: one submission of a task list, no per-kernel host work).
 pub const REPLAY_PS: u64 = 10_000_000;
 /// Launch cost of each kernel inside a replayed capture: 1 µs instead of [`LAUNCH_PS`]
-/// (assumption; kept for capture).
+/// (assumption: the device's scheduler walks the task list).
 pub const REPLAYED_LAUNCH_PS: u64 = 1_000_000;
 
 /// MACs of one Cube per cycle in FP16 / BF16: 16 x 16 x 16 (platform ini `cube_m/n/k_size`,

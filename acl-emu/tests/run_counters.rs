@@ -227,7 +227,7 @@ fn counters_move_as_the_calls_made_and_reset_to_zero() {
     assert_eq!((c.d2h_copies, c.d2h_bytes), (2, 512 + 4096));
     assert_eq!((c.d2d_copies, c.d2d_bytes), (1, 2048));
     assert_eq!(c.synchronizations, 1);
-    assert_eq!(c.replays, 0, "no graph capture yet");
+    assert_eq!(c.replays, 0, "nothing was captured");
     assert!(c.modelled_ns > 0 && c.modelled_cube_ns > 0 && c.modelled_vector_ns > 0 && c.modelled_copy_ns > 0, "{c:?}");
 
     emulator::reset_run_counters(api).unwrap();
@@ -320,5 +320,95 @@ fn kernels_on_one_stream_add_up_and_streams_advance_independently() {
         }
         result::destroy_stream(api, s1).unwrap();
         result::destroy_stream(api, s2).unwrap();
+    }
+}
+
+/// f16 values as bytes, and back.
+fn f16_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|&x| half::f16::from_f32(x).to_le_bytes()).collect()
+}
+fn f16_values(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect()
+}
+
+// A capture records the launches without running them; each replay runs them again on the
+// data then in place, counts one replay and costs the replay's modelled time; the capture
+// protocol is checked with CANN's codes; work other than aclnn launches is refused on a
+// stream being captured, and a capture ends with its stream.
+#[test]
+fn captured_launches_replay_in_order() {
+    let _one = serial();
+    let Some(api) = api("captured_launches_replay_in_order") else { return };
+    let buf = Dev::new(api, 1 << 16);
+    let s = result::create_stream(api).unwrap();
+    let (x, y, z) = (buf.at(0), buf.at(4096), buf.at(8192));
+    let put = |at: u64, v: &[f32]| {
+        let b = f16_bytes(v);
+        // SAFETY: `at` is inside `buf` with room for `b`; the host buffer is live for the call.
+        unsafe {
+            result::memcpy(api, at as *mut c_void, b.len(), b.as_ptr().cast(), b.len(), ACL_MEMCPY_HOST_TO_DEVICE)
+        }
+        .unwrap();
+    };
+    let get = |at: u64| {
+        let mut b = vec![0u8; 8];
+        // SAFETY: as above, device to host.
+        unsafe { result::memcpy(api, b.as_mut_ptr().cast(), 8, at as *const c_void, 8, ACL_MEMCPY_DEVICE_TO_HOST) }
+            .unwrap();
+        f16_values(&b)
+    };
+    let code = |r: Result<(), AclError>| r.err().and_then(|e| e.code());
+    put(x, &[-1.0, 2.0, -3.0, 4.0]);
+    put(y, &[9.0; 4]);
+    put(z, &[9.0; 4]);
+    // SAFETY (this block): `s` is a live stream; every range is inside `buf`, which
+    // outlives the stream's work; instances are destroyed once.
+    unsafe {
+        let cap = |st| result::capture::capture_begin(api, st, ACL_MODEL_RI_CAPTURE_MODE_RELAXED);
+        assert_eq!(code(cap(null_mut())), Some(codes::ACL_ERROR_INVALID_PARAM), "the default stream");
+        let bad_mode = result::capture::capture_begin(api, s, aclmdlRICaptureMode(7));
+        assert_eq!(code(bad_mode), Some(codes::ACL_ERROR_INVALID_PARAM));
+        assert_eq!(code(result::capture::capture_end(api, s).map(drop)), Some(codes::ACL_ERROR_RT_STREAM_NOT_CAPTURED));
+        cap(s).unwrap();
+        assert_eq!(code(cap(s)), Some(codes::ACL_ERROR_RT_STREAM_CAPTURED), "captured twice");
+        let (st, ri) = result::capture::capture_get_info(api, s).unwrap();
+        assert_eq!(st, ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE);
+        assert!(!ri.is_null());
+        relu(api, 4, x, y, s);
+        relu(api, 4, y, z, s);
+        let copy =
+            result::memcpy_async(api, z as *mut c_void, 8, x as *const c_void, 8, ACL_MEMCPY_DEVICE_TO_DEVICE, s);
+        assert_eq!(code(copy), Some(codes::ACL_ERROR_RT_FEATURE_NOT_SUPPORT), "only aclnn launches are captured");
+        let ri = result::capture::capture_end(api, s).unwrap();
+        result::synchronize_stream(api, s).unwrap();
+        assert_eq!((get(y), get(z)), (vec![9.0; 4], vec![9.0; 4]), "captured, not run");
+        let st = result::capture::capture_get_info(api, s).unwrap().0;
+        assert_eq!(st, ACL_MODEL_RI_CAPTURE_STATUS_NONE);
+
+        emulator::reset_run_counters(api).unwrap();
+        result::capture::execute_async(api, ri, s).unwrap();
+        result::synchronize_stream(api, s).unwrap();
+        let c = counters(api);
+        assert_eq!((get(y), get(z)), (vec![0.0, 2.0, 0.0, 4.0], vec![0.0, 2.0, 0.0, 4.0]));
+        assert_eq!((c.replays, c.phase1_calls, c.phase2_calls), (1, 0, 0), "{c:?}");
+        let launch = acl_emu::model::REPLAYED_LAUNCH_PS + relu_ps(4) - acl_emu::model::LAUNCH_PS;
+        let want = acl_emu::model::REPLAY_PS + 2 * launch;
+        assert!(c.modelled_ns.abs_diff(want / 1000) <= 1, "modelled {} ns, want {} ns", c.modelled_ns, want / 1000);
+        // A replay reads the data in place at its turn, in order.
+        put(x, &[5.0, -6.0, 7.0, -8.0]);
+        result::capture::execute_async(api, ri, s).unwrap();
+        result::synchronize_stream(api, s).unwrap();
+        assert_eq!(get(z), vec![5.0, 0.0, 7.0, 0.0]);
+        assert_eq!(counters(api).replays, 2);
+        result::capture::destroy(api, ri).unwrap();
+        let again = result::capture::destroy(api, ri);
+        assert_eq!(code(again), Some(codes::ACL_ERROR_RT_PARAM_INVALID), "destroyed twice");
+        assert_eq!(code(result::capture::execute_async(api, ri, s)), Some(codes::ACL_ERROR_RT_PARAM_INVALID));
+        // A capture ends with its stream.
+        let s2 = result::create_stream(api).unwrap();
+        cap(s2).unwrap();
+        relu(api, 4, x, y, s2);
+        result::destroy_stream(api, s2).unwrap();
+        result::destroy_stream(api, s).unwrap();
     }
 }
