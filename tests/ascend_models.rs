@@ -57,16 +57,37 @@ fn model_runs_on_the_npu(test: &str, soc: &str, cfg: &BertConfig, batch: usize, 
             "attention.aclnn-composed.cube"
         };
         assert!(attention.iter().all(|k| *k == expect), "{soc}: {attention:?}");
-        let second = cg.run(&refs).expect("second run");
-        let cos = cosine(&first[0], &second[0]);
-        assert!(cos > 0.999_999, "{soc}: two runs differ (cosine {cos})");
+        // Frozen runs: the first records the executors, the second captures the graph, the
+        // later ones replay it: no aclnn call, no copy between host and device, the same
+        // number of replays each (one per stretch of a stream between cross-stream waits).
+        let mut per_run = Vec::new();
+        for k in 0..4 {
+            emu.run.reset().expect("reset the run counters");
+            let out = cg.run(&refs).expect("frozen run");
+            rt.synchronize(0).expect("synchronize");
+            let c = emu.run.counters().expect("run counters");
+            per_run.push((c.phase1_calls, c.phase2_calls, c.replays, c.h2d_copies, c.d2h_copies));
+            let cos = cosine(&first[0], &out[0]);
+            assert!(cos > 0.999_999, "{soc}: frozen run {k} differs from the first (cosine {cos})");
+        }
+        println!("{test}: {soc}: (phase 1, phase 2, replays, H2D, D2H) per frozen run: {per_run:?}");
+        assert!(per_run[0].0 > 0 && per_run[1].0 == 0 && per_run[1].1 > 0, "{soc}: {per_run:?}");
+        let replays = per_run[1].2;
+        assert!(replays >= 1 && (replays == 1 || cg.schedule().streams > 1), "{soc}: {per_run:?}");
+        for r in &per_run[2..] {
+            assert_eq!(*r, (0, 0, replays, 0, 0), "{soc}: a run after the capture: {per_run:?}");
+        }
         let want_t = rt.from_slice(want.as_slice().expect("contiguous"), want.shape().to_vec(), 0).expect("upload");
         let cos = cosine(&want_t, &first[0]);
         println!("{test}: {soc}: 1 - cosine = {:.2e} against the CPU's f32", 1.0 - cos);
         assert!(cos >= 0.999, "{soc}: fp16 on the NPU vs f32 on the CPU: cosine {cos}");
     }
     let c = emu.finish();
-    assert_eq!((c.device_allocations, c.streams, c.events, c.executors, c.descriptors), (0, 0, 0, 0, 0), "{c:?}");
+    assert_eq!(
+        (c.device_allocations, c.streams, c.events, c.executors, c.descriptors, c.models),
+        (0, 0, 0, 0, 0, 0),
+        "{c:?}"
+    );
 }
 
 #[test]
