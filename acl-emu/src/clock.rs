@@ -49,10 +49,19 @@ impl Timeline {
         (start, end)
     }
 
-    /// Fixed overhead on the stream (a replay's own cost), counted in no unit's busy time.
-    pub fn advance(&mut self, stream: &AtomicU64, ps: u64) {
-        let end = stream.load(Ordering::Relaxed).max(self.host).saturating_add(ps);
+    /// The instant work queued now on the stream starts.
+    pub fn start_of(&self, stream: &AtomicU64) -> u64 {
+        stream.load(Ordering::Relaxed).max(self.host)
+    }
+
+    /// Work on the stream that ends at `end` (a replay, whose span the caller worked
+    /// out), keeping its units busy for `busy`.
+    pub fn run_until(&mut self, stream: &AtomicU64, end: u64, busy: &[Cost]) {
+        let end = end.max(self.start_of(stream));
         stream.store(end, Ordering::Relaxed);
+        for c in busy {
+            self.busy(*c);
+        }
         self.reach(end);
     }
 

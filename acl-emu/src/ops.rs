@@ -152,9 +152,10 @@ pub fn launch(t: &mut Tables, name: &'static str, ws: u64, ws_size: u64, exec: u
     };
     let Some(ex) = ex else { return fail(ACLNN_ERR_INNER_NULLPTR, format!("{name}: executor vanished")) };
     let cost = modelled_cost(t, &ex);
-    if let Some((_, tasks)) = t.captures.get_mut(&stream) {
+    if let Some(c) = t.captures.get(&stream).and_then(|ri| t.capturing.get_mut(ri)) {
         // Recorded, not run: the replays run it (`aclmdlRIExecuteAsync`).
-        tasks.push(Captured { exec: ex, ws, ws_size, cost });
+        let lane = c.lanes.iter().position(|&l| l == stream).unwrap_or(0);
+        c.tasks.push(Task::Kernel { lane, launch: Captured { exec: ex, ws, ws_size, cost } });
         return Ok(());
     }
     s.submit(Box::new(move || run(ex, ws, ws_size)))?;

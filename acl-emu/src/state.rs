@@ -297,10 +297,32 @@ pub struct Captured {
     pub cost: Cost,
 }
 
-/// A model runtime instance: the launches one capture recorded, for one device.
+/// What a capture records, in submission order. `lane`: the captured stream it was
+/// queued on (0: the stream the capture began on); `token`: an event record inside the
+/// capture, which later waits name.
+#[derive(Clone)]
+pub enum Task {
+    Kernel { lane: usize, launch: Captured },
+    Record { lane: usize, token: usize },
+    Wait { lane: usize, token: usize },
+}
+
+/// A capture in progress: the streams it has drawn in (lanes; the first began it), what
+/// they recorded, and the token of each event recorded inside it (its latest record).
+pub struct Capturing {
+    pub device: i32,
+    pub lanes: Vec<u64>,
+    pub tasks: Vec<Task>,
+    pub tokens: usize,
+    pub events: HashMap<u64, usize>,
+}
+
+/// A model runtime instance: what one capture recorded, for one device.
 pub struct Model {
     pub device: i32,
-    pub tasks: Vec<Captured>,
+    pub tasks: Vec<Task>,
+    pub lanes: usize,
+    pub tokens: usize,
 }
 
 pub struct Tables {
@@ -318,9 +340,11 @@ pub struct Tables {
     pub scalars: HashMap<u64, (acl_sys::aclDataType, f64)>,
     pub int_arrays: HashMap<u64, Vec<i64>>,
     pub calls: HashMap<String, u64>,
-    /// Streams being captured: the instance handle `aclmdlRICaptureEnd` will hand out, and
-    /// the launches recorded so far.
-    pub captures: HashMap<u64, (u64, Vec<Captured>)>,
+    /// Streams being captured, with the capture each belongs to (the instance handle
+    /// `aclmdlRICaptureEnd` will hand out).
+    pub captures: HashMap<u64, u64>,
+    /// Captures in progress, by that handle.
+    pub capturing: HashMap<u64, Capturing>,
     /// Model runtime instances (`aclmdlRI`) by handle.
     pub models: HashMap<u64, Model>,
     pub initialized: bool,
@@ -400,6 +424,7 @@ impl Tables {
             int_arrays: HashMap::new(),
             calls: HashMap::new(),
             captures: HashMap::new(),
+            capturing: HashMap::new(),
             models: HashMap::new(),
             initialized: false,
             device_refs: HashMap::new(),

@@ -404,6 +404,37 @@ fn captured_launches_replay_in_order() {
         let again = result::capture::destroy(api, ri);
         assert_eq!(code(again), Some(codes::ACL_ERROR_RT_PARAM_INVALID), "destroyed twice");
         assert_eq!(code(result::capture::execute_async(api, ri, s)), Some(codes::ACL_ERROR_RT_PARAM_INVALID));
+        // A stream that waits on an event recorded in the capture joins it; the capture ends
+        // only once it has joined back. Its work replays in order with the first stream's.
+        let (s2, fork, join) = (
+            result::create_stream(api).unwrap(),
+            result::create_event(api).unwrap(),
+            result::create_event(api).unwrap(),
+        );
+        put(x, &[-1.0, 2.0, -3.0, 4.0]);
+        cap(s).unwrap();
+        result::record_event(api, fork, s).unwrap();
+        result::stream_wait_event(api, s2, fork).unwrap();
+        assert_eq!(result::capture::capture_get_info(api, s2).unwrap().0, ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE);
+        relu(api, 4, x, y, s2);
+        assert_eq!(code(result::capture::capture_end(api, s).map(drop)), Some(codes::ACL_ERROR_RT_STREAM_UNJOINED));
+        assert_eq!(result::capture::capture_get_info(api, s2).unwrap().0, ACL_MODEL_RI_CAPTURE_STATUS_NONE);
+        cap(s).unwrap();
+        result::record_event(api, fork, s).unwrap();
+        result::stream_wait_event(api, s2, fork).unwrap();
+        relu(api, 4, x, y, s2);
+        result::record_event(api, join, s2).unwrap();
+        result::stream_wait_event(api, s, join).unwrap();
+        relu(api, 4, y, z, s);
+        let ri = result::capture::capture_end(api, s).unwrap();
+        put(z, &[9.0; 4]);
+        result::capture::execute_async(api, ri, s).unwrap();
+        result::synchronize_stream(api, s).unwrap();
+        assert_eq!(get(z), vec![0.0, 2.0, 0.0, 4.0], "the joined stream's relu ran before the first stream's");
+        result::capture::destroy(api, ri).unwrap();
+        result::destroy_stream(api, s2).unwrap();
+        result::destroy_event(api, fork).unwrap();
+        result::destroy_event(api, join).unwrap();
         // A capture ends with its stream.
         let s2 = result::create_stream(api).unwrap();
         cap(s2).unwrap();

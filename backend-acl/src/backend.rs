@@ -338,4 +338,9 @@ unsafe impl Backend for AclBackend {
         let run = FrozenRun { device, frozen, nodes, addrs, first_seq, stream };
         frozen::launch(&self.api, self.instance, &self.devs, &self.table, run)
     }
+
+    /// A captured plan's run: staged, recorded once, then replayed (see `crate::frozen`).
+    fn launch_frozen_run(&self, device: usize, frozen: &runtime::Frozen, run: runtime::FrozenRun<'_>) -> Result<bool> {
+        frozen::launch_run(&self.api, self.instance, &self.devs, &self.table, device, frozen, run)
+    }
 }

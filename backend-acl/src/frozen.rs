@@ -33,7 +33,7 @@ use crate::memory::{self, AclRelease};
 use crate::stream::{self, Buf, StreamRec, lock};
 use acl_sys::Api;
 use runtime::backend::allocations::{Pins, overlapping_output};
-use runtime::{DevicePtr, Frozen, FrozenLaunch, GraphCapture, LaunchArgs, StreamId};
+use runtime::{DevicePtr, Frozen, FrozenLaunch, FrozenStep, GraphCapture, LaunchArgs, StreamId};
 use std::sync::{Arc, Mutex, Weak};
 
 type BResult<T> = std::result::Result<T, AclBackendError>;
@@ -272,39 +272,50 @@ pub(crate) fn freeze(
     Ok(Some(Frozen(Arc::new(fz))))
 }
 
-/// Runs launches `nodes` of a plan on `stream` with slot addresses `addrs`: checks the
-/// per-run addresses (M1: inside live allocations, 32-byte aligned where aclnn reads
-/// them; M3: outputs overlap nothing), then queues each node its way.
-pub(crate) fn launch(api: &Api, instance: u64, devs: &[Dev], table: &Table, run: FrozenRun<'_>) -> runtime::Result<()> {
-    let FrozenRun { device, frozen, nodes, addrs, first_seq, stream } = run;
+/// The plan behind `frozen`, checked to be this backend's and device's, and the device.
+fn plan<'a>(frozen: &'a Frozen, instance: u64, devs: &'a [Dev], device: usize) -> BResult<(&'a AclFrozen, &'a Dev)> {
     let fz =
         frozen.0.downcast_ref::<AclFrozen>().ok_or_else(|| bad("not a frozen plan of the Ascend backend".into()))?;
     if fz.instance != instance || fz.device != device {
-        return Err(bad("the frozen plan belongs to another backend or device".into()).into());
+        return Err(bad("the frozen plan belongs to another backend or device".into()));
     }
+    Ok((fz, devs.get(device).ok_or(AclBackendError::NoDevice(device))?))
+}
+
+/// Checks a run's addresses for launches `nodes` (M1: inside live allocations, 32-byte
+/// aligned where aclnn reads them; M3: outputs overlap nothing).
+fn check_addrs(fz: &AclFrozen, dev: &Dev, nodes: std::ops::Range<usize>, addrs: &[DevicePtr]) -> BResult<()> {
     if nodes.start > nodes.end || nodes.end > fz.nodes.len() || addrs.len() < fz.slots.len() {
-        return Err(bad("frozen launch: node range or address table does not fit the plan".into()).into());
+        return Err(bad("frozen launch: node range or address table does not fit the plan".into()));
     }
-    let dev = devs.get(device).ok_or(AclBackendError::NoDevice(device))?;
     for (&(len, aligned), a) in fz.slots.iter().zip(addrs) {
         if len == 0 {
             continue;
         }
-        dev.allocs.locate(a.0, len).map_err(AclBackendError::from)?;
+        dev.allocs.locate(a.0, len)?;
         if aligned && !a.0.is_multiple_of(32) {
-            return Err(AclBackendError::Unaligned { what: "operand base", addr: a.0, align: 32 }.into());
+            return Err(AclBackendError::Unaligned { what: "operand base", addr: a.0, align: 32 });
         }
     }
     let mut ranges = Vec::new();
-    for n in &fz.nodes[nodes.clone()] {
+    for n in &fz.nodes[nodes] {
         if n.slot.iter().all(Option::is_none) {
             continue;
         }
         n.ranges_at(addrs, &mut ranges);
         if let Some(i) = overlapping_output(&ranges, n.args.inputs.len(), |_| false) {
-            return Err(bad(format!("{}: output {i} overlaps another operand", n.args.op.name())).into());
+            return Err(bad(format!("{}: output {i} overlaps another operand", n.args.op.name())));
         }
     }
+    Ok(())
+}
+
+/// Runs launches `nodes` of a plan on `stream` with slot addresses `addrs`: checks the
+/// per-run addresses, then queues each node its way.
+pub(crate) fn launch(api: &Api, instance: u64, devs: &[Dev], table: &Table, run: FrozenRun<'_>) -> runtime::Result<()> {
+    let FrozenRun { device, frozen, nodes, addrs, first_seq, stream } = run;
+    let (fz, dev) = plan(frozen, instance, devs, device)?;
+    check_addrs(fz, dev, nodes.clone(), addrs)?;
     dev.bind(api, instance)?;
     let rec = dev.stream(stream)?;
     let mut g = lock(&fz.shared.held);
@@ -312,14 +323,64 @@ pub(crate) fn launch(api: &Api, instance: u64, devs: &[Dev], table: &Table, run:
     if !held.used.iter().any(|r| Arc::ptr_eq(r, &rec)) {
         held.used.push(rec.clone());
     }
-    let is_910 = table.is_910();
+    let Held { recorded, workspaces, .. } = held;
+    run_nodes(api, table.is_910(), fz, (recorded, workspaces), &rec, nodes, addrs, first_seq)?;
+    Ok(())
+}
+
+/// A whole run of a plan ([`runtime::Backend::launch_frozen_run`]): taken when the plan is
+/// captured (see [`capture`]), left to the runtime (`Ok(false)`) otherwise.
+pub(crate) fn launch_run(
+    api: &Api,
+    instance: u64,
+    devs: &[Dev],
+    table: &Table,
+    device: usize,
+    frozen: &Frozen,
+    run: runtime::FrozenRun<'_>,
+) -> runtime::Result<bool> {
+    let (fz, dev) = plan(frozen, instance, devs, device)?;
+    if !lock(&fz.shared.held).as_ref().is_some_and(|h| h.capture.enabled()) {
+        return Ok(false);
+    }
+    check_addrs(fz, dev, 0..fz.nodes.len(), run.addrs)?;
+    for st in run.steps {
+        let (s, e) = match st {
+            FrozenStep::Launch { stream, nodes } => {
+                if nodes.start > nodes.end || nodes.end > fz.nodes.len() {
+                    return Err(bad("frozen run: a step's node range does not fit the plan".into()).into());
+                }
+                (*stream, None)
+            }
+            FrozenStep::Record { stream, event } | FrozenStep::Wait { stream, event } => (*stream, Some(*event)),
+        };
+        if s >= run.streams.len() || e.is_some_and(|e| e >= run.events.len()) {
+            return Err(bad("frozen run: a step names a stream or event the run does not have".into()).into());
+        }
+    }
+    dev.bind(api, instance)?;
+    let recs: Vec<Arc<StreamRec>> = run.streams.iter().map(|s| dev.stream(*s)).collect::<BResult<_>>()?;
+    let mut g = lock(&fz.shared.held);
+    let held = g.as_mut().ok_or_else(|| bad("the frozen plan was released with its device".into()))?;
+    for r in &recs {
+        if !held.used.iter().any(|u| Arc::ptr_eq(u, r)) {
+            held.used.push(r.clone());
+        }
+    }
     let Held { recorded, workspaces, capture, .. } = held;
-    let mut each = |addrs: &[DevicePtr]| {
-        run_nodes(api, is_910, fz, (&mut *recorded, &mut *workspaces), &rec, nodes.clone(), addrs, first_seq)
+    let mut steps = RunSteps {
+        api,
+        is_910: table.is_910(),
+        fz,
+        dev,
+        reuse: (recorded, workspaces),
+        recs: &recs,
+        events: run.events,
+        first_seq: run.first_seq,
     };
     let touches = || {
         let mut t = Vec::new();
-        for n in fz.nodes[nodes.clone()].iter().filter(|n| n.runs) {
+        for n in fz.nodes.iter().filter(|n| n.runs) {
             for (j, k) in n.slot.iter().enumerate() {
                 // No overflow: `freeze` checked `offset + len` of every patched operand.
                 let end = n.ranges[j].0 as usize + n.ranges[j].1;
@@ -328,12 +389,44 @@ pub(crate) fn launch(api: &Api, instance: u64, devs: &[Dev], table: &Table, run:
         }
         t
     };
-    let label = fz.nodes.get(nodes.start).map_or("", |n| n.label.as_str());
-    let run = capture::CaptureRun { dev, rec: &rec, nodes: nodes.clone(), addrs, first_seq, label };
-    if !capture::run(api, capture, run, &touches, &mut each)? {
-        each(addrs)?;
+    let label = fz.nodes.first().map_or("", |n| n.label.as_str());
+    let whole =
+        capture::WholeRun { dev, recs: &recs, steps: run.steps, addrs: run.addrs, first_seq: run.first_seq, label };
+    Ok(capture::run(api, capture, whole, &touches, &mut steps)?)
+}
+
+/// The plan's side of a whole run's steps.
+struct RunSteps<'a> {
+    api: &'a Api,
+    is_910: bool,
+    fz: &'a AclFrozen,
+    dev: &'a Dev,
+    reuse: Reuse<'a>,
+    recs: &'a [Arc<StreamRec>],
+    events: &'a [runtime::EventId],
+    first_seq: u64,
+}
+
+impl capture::Steps for RunSteps<'_> {
+    fn launch(&mut self, stream: usize, nodes: std::ops::Range<usize>, addrs: &[DevicePtr]) -> BResult<()> {
+        let reuse = (&mut *self.reuse.0, &mut *self.reuse.1);
+        let seq = self.first_seq + nodes.start as u64;
+        run_nodes(self.api, self.is_910, self.fz, reuse, &self.recs[stream], nodes, addrs, seq)
     }
-    Ok(())
+    fn record(&mut self, stream: usize, event: usize) -> BResult<()> {
+        let id = self.events[event];
+        let (h, _) = self.dev.event(id)?;
+        stream::record(self.api, h as acl_sys::aclrtEvent, &self.recs[stream])?;
+        self.dev.set_recorded(id);
+        Ok(())
+    }
+    fn wait(&mut self, stream: usize, event: usize) -> BResult<()> {
+        let (h, recorded) = self.dev.event(self.events[event])?;
+        if recorded {
+            stream::wait(self.api, &self.recs[stream], h as acl_sys::aclrtEvent)?;
+        }
+        Ok(())
+    }
 }
 
 /// A plan's executors and workspaces, as [`run_nodes`] uses them.
@@ -376,7 +469,7 @@ fn run_nodes(
     Ok(())
 }
 
-/// The arguments of [`launch`] that describe the run.
+/// The arguments of [`launch`] that describe the launches.
 pub(crate) struct FrozenRun<'a> {
     pub device: usize,
     pub frozen: &'a Frozen,

@@ -27,8 +27,8 @@ pub mod tensor;
 mod utilisation;
 
 pub use backend::{
-    Backend, DeviceInfo, DevicePtr, EventId, Frozen, FrozenLaunch, LaunchArgs, Prepack, Prepacked, StreamId, TensorArg,
-    UnitInfo,
+    Backend, DeviceInfo, DevicePtr, EventId, Frozen, FrozenLaunch, FrozenRun, FrozenStep, LaunchArgs, Prepack,
+    Prepacked, StreamId, TensorArg, UnitInfo,
 };
 pub use config::{GraphCapture, Optimizations, PoolConfig, Precision, ReuseStrategy, RuntimeConfig, Scheduling};
 pub use dtype::{DType, Element};

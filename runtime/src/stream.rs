@@ -137,6 +137,10 @@ impl Event {
     fn ordinal(&self) -> usize {
         self.rt.devices[self.device].ordinal
     }
+    /// The backend's handle.
+    pub(crate) fn id(&self) -> EventId {
+        self.id
+    }
     /// (Re-)records the event at the current end of `stream`. On a default stream the
     /// event is complete on return (a backend whose default stream is a device queue, as
     /// on Ascend, is waited for).

@@ -44,6 +44,9 @@ pub unsafe extern "C" fn aclrtRecordEvent(event: aclrtEvent, stream: aclrtStream
     guard("aclrtRecordEvent", |t| {
         let ev = t.event(h(event))?;
         let s = t.stream(h(stream))?;
+        if super::capture::record_event(t, h(stream), h(event)).is_some() {
+            return Ok(()); // recorded in the stream's capture (see `capture`)
+        }
         let generation = {
             let mut g = lock(&ev.state);
             g.recorded += 1;

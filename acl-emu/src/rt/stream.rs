@@ -40,8 +40,8 @@ pub unsafe extern "C" fn aclrtDestroyStream(stream: aclrtStream) -> aclError {
     guard_unlocked("aclrtDestroyStream", || {
         let s = {
             let mut t = lock(&emu().t);
-            // A capture in progress ends with its stream; what it recorded is dropped.
-            t.captures.remove(&h(stream));
+            // A capture this stream began ends with it; what it recorded is dropped.
+            super::capture::stream_destroyed(&mut t, h(stream));
             t.streams.remove(&h(stream)).ok_or_else(|| Fail(ACL_ERROR_RT_PARAM_INVALID, "unknown stream".into()))?
         };
         let _ = s.synchronize();
@@ -75,6 +75,9 @@ pub unsafe extern "C" fn aclrtStreamWaitEvent(stream: aclrtStream, event: aclrtE
     guard("aclrtStreamWaitEvent", |t| {
         let ev = t.event(h(event))?;
         let s = t.stream(h(stream))?;
+        if super::capture::wait_event(t, h(stream), h(event))? {
+            return Ok(()); // recorded in a capture (see `capture`)
+        }
         let (target, at) = {
             let g = lock(&ev.state);
             (g.recorded, g.modelled_ps)

@@ -1,82 +1,84 @@
-//! Graph capture of a frozen plan: the launches a run queues on a stream for a range of
-//! nodes, recorded once into a model runtime instance (`aclmdlRICaptureBegin` /
-//! `aclmdlRICaptureEnd`) and replayed on later runs with one `aclmdlRIExecuteAsync`.
+//! Graph capture of a frozen plan: a whole run — every stream's launches and the event
+//! records and waits between them — recorded once into a model runtime instance
+//! (`aclmdlRICaptureBegin` / `aclmdlRICaptureEnd`) and replayed on later runs with one
+//! `aclmdlRIExecuteAsync`.
 //!
 //! A replay reads and writes the addresses its launches had when they were recorded, but
-//! a graph's inputs and outputs move from run to run. So each captured range owns a
-//! *staging* buffer per address slot it touches: every run copies the range's inputs from
-//! this run's addresses into staging (device to device, on the stream, before the
-//! replay), the launches are recorded against staging only, and the range's outputs are
-//! copied out after it. The copies stay outside the capture.
+//! a graph's inputs and outputs move from run to run. So the plan owns a *staging* buffer
+//! per address slot: every run copies the inputs from this run's addresses into staging
+//! (device to device, on the run's first stream, before the work), the launches use
+//! staging only, and the outputs are copied out after the work. The copies stay outside
+//! the capture.
 //!
-//! Per range (nodes and stream, as the runtime's steps fix them), runs go:
-//! 1. **warm-up**: the nodes run one by one on staging; this records each node's
-//!    executors and sizes the workspaces, which may allocate and synchronise (not
-//!    allowed while capturing);
-//! 2. **capture**: the nodes' phase 2 calls are recorded, then replayed once;
-//! 3. **replay**: every later run.
+//! The run starts and ends on its first stream (the *origin*): the other streams wait for
+//! an event recorded on the origin after the copies in (the *fork*), and the origin waits
+//! for an event recorded on each of them at the end (the *joins*). In a capture, the fork
+//! draws the other streams into the capture and the joins bring them back, as CANN
+//! requires before `aclmdlRICaptureEnd`.
+//!
+//! Runs go:
+//! 1. **warm-up**: the steps run as queued work, on staging; this records each node's
+//!    executors and sizes the workspaces, which may allocate and synchronise (not allowed
+//!    while capturing);
+//! 2. **capture**: the same steps recorded on the origin's capture, then one replay;
+//! 3. **replay**: every later run, one `aclmdlRIExecuteAsync` on the origin.
 //!
 //! A plan is captured when [`GraphCapture`] allows it, the runtime exports the capture
 //! symbols and no node runs on the host tier (host work cannot be recorded). With
 //! `Auto`, a capture or replay that fails turns capture off for the plan, with one log
-//! line, and the range runs node by node; with `On` the failure is the run's error.
+//! line, and the run goes node by node; with `On` the failure is the run's error.
 
 use crate::device::Dev;
 use crate::error::AclBackendError;
 use crate::kernels;
 use crate::memory;
-use crate::stream::StreamRec;
-use acl_sys::{ACL_MODEL_RI_CAPTURE_MODE_RELAXED, Api, aclmdlRI, result};
-use runtime::{DevicePtr, GraphCapture};
+use crate::stream::{self, StreamRec};
+use acl_sys::{ACL_MODEL_RI_CAPTURE_MODE_RELAXED, Api, aclmdlRI, aclrtEvent, result};
+use runtime::{DevicePtr, FrozenStep, GraphCapture};
 use std::ops::Range;
 use std::sync::Arc;
 
 type BResult<T> = std::result::Result<T, AclBackendError>;
 
-/// The symbols capture needs; all optional in CANN.
-const SYMBOLS: [&str; 4] = ["aclmdlRICaptureBegin", "aclmdlRICaptureEnd", "aclmdlRIExecuteAsync", "aclmdlRIDestroy"];
-
 /// Whether the runtime exports every capture symbol; the first missing one otherwise.
 fn missing_symbol(api: &Api) -> Option<&'static str> {
     let have = [
-        api.aclmdlRICaptureBegin().is_ok(),
-        api.aclmdlRICaptureEnd().is_ok(),
-        api.aclmdlRIExecuteAsync().is_ok(),
-        api.aclmdlRIDestroy().is_ok(),
+        ("aclmdlRICaptureBegin", api.aclmdlRICaptureBegin().is_ok()),
+        ("aclmdlRICaptureEnd", api.aclmdlRICaptureEnd().is_ok()),
+        ("aclmdlRIExecuteAsync", api.aclmdlRIExecuteAsync().is_ok()),
+        ("aclmdlRIDestroy", api.aclmdlRIDestroy().is_ok()),
     ];
-    SYMBOLS.iter().zip(have).find(|(_, ok)| !ok).map(|(s, _)| *s)
+    have.iter().find(|(_, ok)| !ok).map(|(s, _)| *s)
 }
 
-/// One address slot a captured range touches.
+/// One address slot of the plan, staged.
 struct Stage {
     slot: usize,
     /// The staging buffer (aclrtMalloc'd, so 64-byte aligned).
     ptr: u64,
-    /// Bytes copied in before the range (its nodes read them) and out after (they write them).
+    /// Bytes copied in before the run (some node reads them) and out after (some node
+    /// writes them).
     copy_in: usize,
     copy_out: usize,
 }
 
-/// Where a range stands (see the module documentation).
+/// Where the plan's runs stand (see the module documentation).
 enum Phase {
     WarmUp,
     Capture,
     Replay(usize),
 }
 
-struct RangeCapture {
-    nodes: Range<usize>,
-    stream: Arc<StreamRec>,
-    stages: Vec<Stage>,
-    phase: Phase,
-}
-
-/// A plan's captures.
+/// A plan's capture.
 pub(super) struct Captures {
     mode: GraphCapture,
     /// Why the plan is not captured (`None`: it is).
     off: Option<String>,
-    ranges: Vec<RangeCapture>,
+    /// Made at the first captured run.
+    stages: Option<Vec<Stage>>,
+    phase: Phase,
+    /// Fork and join events (the fork first), made as the streams need them.
+    events: Vec<usize>,
 }
 
 impl Captures {
@@ -95,7 +97,7 @@ impl Captures {
         if let (GraphCapture::Auto, Some(why)) = (mode, &off) {
             log::debug!("acl: compiled graph not captured: {why}");
         }
-        Ok(Captures { mode, off, ranges: Vec::new() })
+        Ok(Captures { mode, off, stages: None, phase: Phase::WarmUp, events: Vec::new() })
     }
 
     pub(super) fn enabled(&self) -> bool {
@@ -112,122 +114,172 @@ impl Captures {
         Ok(())
     }
 
-    /// Replays recorded and staging buffers made; destroyed and freed when the plan is
-    /// released (its streams synchronised).
+    /// Destroys the recorded instance and frees staging buffers and events; the caller
+    /// synchronised every stream that used them. Returns the staging bytes.
     pub(super) fn release(self, api: &Api) -> usize {
-        let mut staged = 0;
-        for r in self.ranges {
-            if let Phase::Replay(ri) = r.phase {
-                // SAFETY: an instance made by aclmdlRICaptureEnd, destroyed once (a second
-                // attempt only after the first failed); the streams that replayed it were
-                // synchronised by the caller.
-                let destroy = || unsafe { result::capture::destroy(api, ri as aclmdlRI) };
+        if let Phase::Replay(ri) = self.phase {
+            // SAFETY: an instance made by aclmdlRICaptureEnd, destroyed once (a second
+            // attempt only after the first failed); its replays are done.
+            let destroy = || unsafe { result::capture::destroy(api, ri as aclmdlRI) };
+            if let Err(e) = destroy() {
+                log::warn!("acl: destroying a captured graph: {e}; retrying once");
                 if let Err(e) = destroy() {
-                    log::warn!("acl: destroying a captured graph: {e}; retrying once");
-                    if let Err(e) = destroy() {
-                        log::error!("acl: destroying a captured graph: {e}");
-                    }
+                    log::error!("acl: destroying a captured graph: {e}");
                 }
             }
-            for s in r.stages {
-                staged += s.copy_in.max(s.copy_out);
-                if let Err(e) = memory::free(api, s.ptr) {
-                    log::error!("acl: freeing a capture's staging buffer: {e}");
-                }
+        }
+        for e in self.events {
+            if let Err(e) = stream::destroy_event(api, e as aclrtEvent) {
+                log::error!("acl: destroying a capture's event: {e}");
+            }
+        }
+        let mut staged = 0;
+        for s in self.stages.into_iter().flatten() {
+            staged += s.copy_in.max(s.copy_out);
+            if let Err(e) = memory::free(api, s.ptr) {
+                log::error!("acl: freeing a capture's staging buffer: {e}");
             }
         }
         staged
     }
 }
 
-/// The arguments of [`run`] that describe the launch.
-pub(super) struct CaptureRun<'a> {
+/// Where the plan's nodes reach through the address slots: `(slot, bytes from the slot's
+/// address, read)`, one per patched operand (`read`: an input).
+pub(super) type Touches = Vec<(usize, usize, bool)>;
+
+/// What a run's steps do, queued as they say (the plan's side of a run).
+pub(super) trait Steps {
+    /// Queues launches `nodes` on stream `stream` of the run with slot addresses `addrs`.
+    fn launch(&mut self, stream: usize, nodes: Range<usize>, addrs: &[DevicePtr]) -> BResult<()>;
+    /// Records the run's event `event` on stream `stream`.
+    fn record(&mut self, stream: usize, event: usize) -> BResult<()>;
+    /// Stream `stream` waits for the run's event `event`.
+    fn wait(&mut self, stream: usize, event: usize) -> BResult<()>;
+}
+
+/// A whole run of the plan, as [`run`] takes it.
+pub(super) struct WholeRun<'a> {
     pub dev: &'a Dev,
-    pub rec: &'a Arc<StreamRec>,
-    pub nodes: Range<usize>,
+    /// The run's streams; the first is the origin.
+    pub recs: &'a [Arc<StreamRec>],
+    pub steps: &'a [FrozenStep],
     pub addrs: &'a [DevicePtr],
     pub first_seq: u64,
     /// The first node's name, for errors.
     pub label: &'a str,
 }
 
-/// Where the nodes of a range reach through the address slots: `(slot, bytes from the
-/// slot's address, read)`, one per patched operand (`read`: an input).
-pub(super) type Touches = Vec<(usize, usize, bool)>;
-
-/// Runs `nodes` of the plan on the stream through its capture; `Ok(false)` when the plan
-/// is not captured (the caller runs the nodes itself). `touches` says which slots the
-/// range reads and writes (asked once per range); `each` runs the range's nodes one by
-/// one with the slot addresses it is given.
+/// Queues a whole run through the plan's capture; `Ok(false)` when the plan is not
+/// captured (nothing was queued: the caller runs the steps itself). `touches` says which
+/// slots the plan reads and writes (asked once).
 pub(super) fn run(
     api: &Api,
     caps: &mut Captures,
-    run: CaptureRun<'_>,
+    run: WholeRun<'_>,
     touches: &dyn Fn() -> Touches,
-    each: &mut dyn FnMut(&[DevicePtr]) -> BResult<()>,
+    steps: &mut dyn Steps,
 ) -> BResult<bool> {
-    let CaptureRun { dev, rec, nodes, addrs, first_seq, label } = run;
+    let WholeRun { dev, recs, steps: plan, addrs, first_seq, label } = run;
+    let Some(origin) = recs.first() else { return Ok(false) };
     if !caps.enabled() {
         return Ok(false);
     }
-    let i = match caps.ranges.iter().position(|r| r.nodes == nodes && Arc::ptr_eq(&r.stream, rec)) {
-        Some(i) => i,
-        None => match stages(api, touches()) {
-            Ok(stages) => {
-                let stream = rec.clone();
-                caps.ranges.push(RangeCapture { nodes: nodes.clone(), stream, stages, phase: Phase::WarmUp });
-                caps.ranges.len() - 1
-            }
+    if caps.stages.is_none() {
+        match stages(api, touches()) {
+            Ok(s) => caps.stages = Some(s),
             Err(e) => {
                 caps.give_up(e)?;
                 return Ok(false);
             }
-        },
-    };
+        }
+    }
+    while caps.events.len() < recs.len() {
+        match stream::create_event(api) {
+            Ok(e) => caps.events.push(e.handle),
+            Err(e) => {
+                caps.give_up(e)?;
+                return Ok(false);
+            }
+        }
+    }
+    let stages = caps.stages.as_deref().unwrap_or_default();
     let mut staged = addrs.to_vec();
-    for s in &caps.ranges[i].stages {
+    for s in stages {
         if s.copy_in > 0 {
-            copy(api, dev, rec, addrs[s.slot].0, s.ptr, s.copy_in)?;
+            copy(api, dev, origin, addrs[s.slot].0, s.ptr, s.copy_in)?;
         }
         staged[s.slot] = DevicePtr(s.ptr);
     }
+    let events = caps.events.clone();
+    let mut body = || queue(api, recs, &events, plan, &staged, steps);
     let what = |e: AclBackendError| AclBackendError::InNode {
-        node: format!("{label:?} (and the rest of nodes {}..{}, captured)", nodes.start, nodes.end),
+        node: format!("{label:?} (and the rest of the graph, captured)"),
         source: Box::new(e),
     };
-    match caps.ranges[i].phase {
+    match caps.phase {
         Phase::WarmUp => {
-            each(&staged)?;
-            caps.ranges[i].phase = Phase::Capture;
+            body()?;
+            caps.phase = Phase::Capture;
         }
-        Phase::Capture => match record(api, rec, &staged, each) {
+        Phase::Capture => match record(api, origin, &mut body) {
             Ok(ri) => {
-                caps.ranges[i].phase = Phase::Replay(ri);
-                if let Err(e) = replay(api, rec, ri, first_seq) {
+                caps.phase = Phase::Replay(ri);
+                if let Err(e) = replay(api, origin, ri, first_seq) {
                     caps.give_up(what(e))?;
-                    each(&staged)?;
+                    body()?;
                 }
             }
             Err(Recording::Node(e)) => return Err(e),
             Err(Recording::Capture(e)) => {
                 caps.give_up(what(e))?;
-                // Nothing of the range ran: run it now, node by node.
-                each(&staged)?;
+                // Nothing of the run ran: run it now, node by node.
+                body()?;
             }
         },
         Phase::Replay(ri) => {
-            if let Err(e) = replay(api, rec, ri, first_seq) {
+            if let Err(e) = replay(api, origin, ri, first_seq) {
                 caps.give_up(what(e))?;
-                each(&staged)?;
+                body()?;
             }
         }
     }
-    for s in &caps.ranges[i].stages {
+    for s in caps.stages.as_deref().unwrap_or_default() {
         if s.copy_out > 0 {
-            copy(api, dev, rec, s.ptr, addrs[s.slot].0, s.copy_out)?;
+            copy(api, dev, origin, s.ptr, addrs[s.slot].0, s.copy_out)?;
         }
     }
     Ok(true)
+}
+
+/// The run's work: the fork, the steps, the joins.
+fn queue(
+    api: &Api,
+    recs: &[Arc<StreamRec>],
+    events: &[usize],
+    plan: &[FrozenStep],
+    staged: &[DevicePtr],
+    steps: &mut dyn Steps,
+) -> BResult<()> {
+    let (origin, others) = recs.split_first().expect("a run has a stream");
+    if !others.is_empty() {
+        stream::record(api, events[0] as aclrtEvent, origin)?;
+        for r in others {
+            stream::wait(api, r, events[0] as aclrtEvent)?;
+        }
+    }
+    for st in plan {
+        match st {
+            FrozenStep::Launch { stream, nodes } => steps.launch(*stream, nodes.clone(), staged)?,
+            FrozenStep::Record { stream, event } => steps.record(*stream, *event)?,
+            FrozenStep::Wait { stream, event } => steps.wait(*stream, *event)?,
+        }
+    }
+    for (r, e) in others.iter().zip(&events[1..]) {
+        stream::record(api, *e as aclrtEvent, r)?;
+        stream::wait(api, origin, *e as aclrtEvent)?;
+    }
+    Ok(())
 }
 
 /// How a capture failed: in a node's own call (the run's error whatever the mode), or
@@ -237,22 +289,17 @@ enum Recording {
     Capture(AclBackendError),
 }
 
-/// Records the range's launches: begin, each node's phase 2, end.
-fn record(
-    api: &Api,
-    rec: &Arc<StreamRec>,
-    staged: &[DevicePtr],
-    each: &mut dyn FnMut(&[DevicePtr]) -> BResult<()>,
-) -> Result<usize, Recording> {
+/// Records the run on the origin's capture: begin, the work, end.
+fn record(api: &Api, origin: &StreamRec, body: &mut dyn FnMut() -> BResult<()>) -> Result<usize, Recording> {
     // RELAXED: other threads (other arenas' runs, uploads) keep using the synchronous
     // calls while this stream is captured; this thread makes none until the end.
-    // SAFETY: a live stream of the bound device, not being captured (ranges are captured
-    // one at a time, under the plan's lock).
-    unsafe { result::capture::capture_begin(api, rec.raw(), ACL_MODEL_RI_CAPTURE_MODE_RELAXED) }
+    // SAFETY: a live stream of the bound device, not being captured (a plan's runs are
+    // serialised by its lock).
+    unsafe { result::capture::capture_begin(api, origin.raw(), ACL_MODEL_RI_CAPTURE_MODE_RELAXED) }
         .map_err(|e| Recording::Capture(e.into()))?;
-    let r = each(staged);
+    let r = body();
     // SAFETY: the stream this thread began capturing above.
-    let end = unsafe { result::capture::capture_end(api, rec.raw()) };
+    let end = unsafe { result::capture::capture_end(api, origin.raw()) };
     match (r, end) {
         (Ok(()), Ok(ri)) => Ok(ri as usize),
         (r, end) => {
@@ -280,12 +327,12 @@ fn replay(api: &Api, rec: &StreamRec, ri: usize, seq: u64) -> BResult<()> {
     Ok(())
 }
 
-/// The slots the range touches, with a staging buffer each.
+/// The slots the plan touches, with a staging buffer each.
 fn stages(api: &Api, touches: Touches) -> BResult<Vec<Stage>> {
     let mut stages: Vec<Stage> = Vec::new();
     for (k, end, read) in touches {
-        let s = match stages.iter_mut().find(|s| s.slot == k) {
-            Some(s) => s,
+        let s = match stages.iter_mut().position(|s| s.slot == k) {
+            Some(i) => &mut stages[i],
             None => {
                 stages.push(Stage { slot: k, ptr: 0, copy_in: 0, copy_out: 0 });
                 stages.last_mut().expect("just pushed")

@@ -300,6 +300,30 @@ pub struct FrozenLaunch {
     pub label: String,
 }
 
+/// One step of a frozen run, in submission order ([`Backend::launch_frozen_run`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FrozenStep {
+    /// Launches `nodes` of the plan go to stream `stream`, in order.
+    Launch { stream: usize, nodes: std::ops::Range<usize> },
+    /// Event `event` is recorded on stream `stream`.
+    Record { stream: usize, event: usize },
+    /// Stream `stream` waits for event `event` (recorded by an earlier step).
+    Wait { stream: usize, event: usize },
+}
+
+/// A whole frozen run handed to [`Backend::launch_frozen_run`].
+#[derive(Clone, Copy, Debug)]
+pub struct FrozenRun<'a> {
+    pub steps: &'a [FrozenStep],
+    /// The run's streams by index; the run starts and ends on `streams[0]`.
+    pub streams: &'a [StreamId],
+    /// The run's events by index.
+    pub events: &'a [EventId],
+    /// Per-run addresses, as for [`Backend::launch_frozen`].
+    pub addrs: &'a [DevicePtr],
+    pub first_seq: u64,
+}
+
 /// What a backend made of a compiled graph's launches in [`Backend::freeze`]; handed back
 /// on every run.
 #[derive(Clone)]
@@ -450,6 +474,18 @@ pub unsafe trait Backend: Send + Sync {
         _stream: StreamId,
     ) -> Result<()> {
         Err(crate::error::Error::Unsupported(format!("{}: no frozen launches on this backend", self.name())))
+    }
+
+    /// Queues a whole run of a plan from [`freeze`](Self::freeze): the steps, in order,
+    /// with the dependencies they state. `Ok(false)` (the default) leaves the run to the
+    /// runtime, which then queues each step itself (launches through
+    /// [`launch_frozen`](Self::launch_frozen)). A backend that takes it (to replay a
+    /// captured run, say) returns `Ok(true)` once the run's work is queued so that it ends
+    /// on `streams[0]`: later work on `streams[0]` sees every output written, and the
+    /// graph's inputs and outputs may be read and written by `streams[0]` as well as by
+    /// the streams of their steps. The events need not be recorded.
+    fn launch_frozen_run(&self, _device: usize, _frozen: &Frozen, _run: FrozenRun<'_>) -> Result<bool> {
+        Ok(false)
     }
 
     /// Queues several launches at once (one submission). The default queues them one by

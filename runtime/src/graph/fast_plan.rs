@@ -2,7 +2,7 @@
 //! arena, the submission steps between streams, and where each output comes from.
 //! Built and run by `frozen`; held by each arena `Instance`.
 
-use crate::backend::{Frozen, FrozenLaunch};
+use crate::backend::{Frozen, FrozenLaunch, FrozenStep};
 use crate::kernel::Unit;
 use crate::op::TensorMeta;
 use crate::tensor::Tensor;
@@ -42,6 +42,9 @@ pub(super) struct FastPlan {
     /// The backend's own form of `launches`, when it has one.
     pub(super) frozen: Option<Frozen>,
     pub(super) steps: Vec<Step>,
+    /// `steps` as the backend takes a whole run ([`crate::Backend::launch_frozen_run`]):
+    /// events indexed by the node they follow.
+    pub(super) run_steps: Vec<FrozenStep>,
     /// Metadata of each per-run output.
     pub(super) per_run: Vec<TensorMeta>,
     pub(super) outputs: Vec<OutputSrc>,

@@ -5,7 +5,7 @@ use super::arena::{Instance, Slot};
 use super::exec::CompiledGraph;
 use super::fast_plan::{FastPlan, OpenBatch, OutputSrc, Step};
 use super::ir::ValueId;
-use crate::backend::{DevicePtr, FrozenLaunch};
+use crate::backend::{DevicePtr, EventId, FrozenLaunch, FrozenRun, FrozenStep};
 use crate::error::{Error, Result};
 use crate::execute::Operand;
 use crate::op::TensorMeta;
@@ -136,7 +136,15 @@ impl CompiledGraph {
         }
         close(&mut open, &mut steps, launches.len());
         let frozen = self.rt.backend().freeze(self.rt.ordinal(device)?, &launches, self.options.graph_capture)?;
-        Ok(FastPlan { launches, frozen, steps, per_run, outputs, slot_streams })
+        let run_steps = steps
+            .iter()
+            .map(|st| match st {
+                Step::Wait { stream, node } => FrozenStep::Wait { stream: *stream, event: *node },
+                Step::Record { stream, node } => FrozenStep::Record { stream: *stream, event: *node },
+                Step::Launch { stream, nodes, .. } => FrozenStep::Launch { stream: *stream, nodes: nodes.clone() },
+            })
+            .collect();
+        Ok(FastPlan { launches, frozen, steps, run_steps, per_run, outputs, slot_streams })
     }
 
     /// A run through the frozen launches: per-run addresses patched in, consecutive nodes
@@ -160,16 +168,29 @@ impl CompiledGraph {
                 s.wait(&ev)?;
             }
         }
-        // Graph inputs and outputs are used by the streams that read or write them; the
+        // Graph inputs and outputs are used by the streams that read or write them, and by
+        // the run's first stream (a backend taking the whole run may stage them there); the
         // arena and constants were marked when the graph was compiled.
+        let first = inst.stream_at(0, &default);
         for (k, streams) in fp.slot_streams.iter().enumerate() {
-            for &s in streams {
+            slot(k).mark_use(Target::on(first));
+            for &s in streams.iter().filter(|&&s| s != 0) {
                 slot(k).mark_use(Target::on(inst.stream_at(s, &default)));
             }
         }
         let ordinal = self.rt.ordinal(device)?;
         let backend = self.rt.backend();
         let first_seq = self.rt.next_seqs(fp.launches.len() as u64);
+        if let Some(f) = &fp.frozen {
+            let streams: Vec<_> = (0..inst.streams.len().max(1)).map(|s| inst.stream_at(s, &default).id()).collect();
+            // Node-indexed; a node without an event is never named by a step.
+            let events: Vec<EventId> =
+                inst.done.iter().map(|e| e.as_ref().map_or(EventId(u64::MAX), |e| e.id())).collect();
+            let run = FrozenRun { steps: &fp.run_steps, streams: &streams, events: &events, addrs: &addrs, first_seq };
+            if backend.launch_frozen_run(ordinal, f, run)? {
+                return self.finish_fast(inst, fp, inputs, per_run).map(Some);
+            }
+        }
         for step in &fp.steps {
             match step {
                 Step::Wait { stream, node } => {
@@ -214,10 +235,21 @@ impl CompiledGraph {
                 }
             }
         }
+        self.finish_fast(inst, fp, inputs, per_run).map(Some)
+    }
+
+    /// The end of a frozen run: the schedule's streams waited for, the outputs.
+    fn finish_fast(
+        &self,
+        inst: &Instance,
+        fp: &FastPlan,
+        inputs: &[&Tensor],
+        per_run: Vec<Tensor>,
+    ) -> Result<Vec<Tensor>> {
         for s in &inst.streams {
             s.synchronize()?;
         }
-        let outs = fp
+        Ok(fp
             .outputs
             .iter()
             .map(|o| match o {
@@ -225,7 +257,6 @@ impl CompiledGraph {
                 OutputSrc::Constant(t) => t.clone(),
                 OutputSrc::PerRun(j) => per_run[*j].clone(),
             })
-            .collect();
-        Ok(Some(outs))
+            .collect())
     }
 }
