@@ -84,7 +84,7 @@ impl Runtime {
         let dev = &self.inner.devices[target.device];
         let seq = args.seq;
         let start = Instant::now();
-        self.inner.backend.launch(dev.ordinal, &kernel, args, target.id)?;
+        self.inner.backend.launch(dev.ordinal, kernel, args, target.id)?;
         let elapsed = if target.is_async() {
             None
         } else {
@@ -179,7 +179,7 @@ impl Runtime {
     ) -> Result<Option<crate::backend::Prepack>> {
         let outputs = op.infer(inputs)?;
         let kernel = self.select_for(op, inputs, &outputs)?;
-        self.inner.backend.prepack(&kernel, op, inputs, constants)
+        self.inner.backend.prepack(kernel, op, inputs, constants)
     }
 
     /// The chosen kernel, borrowed from the backend's table (no copy per launch).

@@ -280,11 +280,11 @@ pub fn select_in_order<'k>(
     let mut reasons = Vec::new();
     for &i in order {
         let Some(k) = kernels.get(i) else { continue };
-        if let Some(t) = forced {
-            if k.tier != t {
-                reasons.push(format!("{} ({}): tier {} is not the forced {}", k.name, k.tier, k.tier, t));
-                continue;
-            }
+        if let Some(t) = forced
+            && k.tier != t
+        {
+            reasons.push(format!("{} ({}): tier {} is not the forced {}", k.name, k.tier, k.tier, t));
+            continue;
         }
         match (k.supports)(query) {
             Ok(()) => {

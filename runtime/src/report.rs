@@ -45,10 +45,10 @@ impl fmt::Display for ExecReport {
             Some(d) => write!(f, ": {:.3} ms", d.as_secs_f64() * 1e3)?,
             None => write!(f, ": queued as #{}", self.seq)?,
         }
-        if let Some(g) = self.gflops() {
-            if self.flops > 0 {
-                write!(f, ", {g:.1} GFLOP/s")?;
-            }
+        if let Some(g) = self.gflops()
+            && self.flops > 0
+        {
+            write!(f, ", {g:.1} GFLOP/s")?;
         }
         Ok(())
     }

@@ -174,10 +174,8 @@ impl<R: Release> Drop for Pins<R> {
                     }
                     None => false,
                 };
-                if last {
-                    if let Some(e) = m.remove(b) {
-                        done.push((*b, e));
-                    }
+                if last && let Some(e) = m.remove(b) {
+                    done.push((*b, e));
                 }
             }
         }

@@ -632,10 +632,10 @@ impl CompiledGraph {
             }
             if poison {
                 for (v, last) in &self.last_reader {
-                    if *last == nid.0 {
-                        if let Some(t) = vals.get(v) {
-                            t.fill_byte(0xFF, Target::on(stream))?;
-                        }
+                    if *last == nid.0
+                        && let Some(t) = vals.get(v)
+                    {
+                        t.fill_byte(0xFF, Target::on(stream))?;
                     }
                 }
             }

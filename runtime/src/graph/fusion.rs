@@ -68,26 +68,26 @@ pub fn fuse(g: &Graph) -> Result<(Graph, FusionStats)> {
                 let mut cur = g.nodes[sm].inputs[0];
                 let mut absorbed = vec![sm];
                 let mut mask = None;
-                if let Some(add) = sole(cur, sm) {
-                    if g.nodes[add].op == Op::Add {
-                        let b = g.nodes[add].inputs[1];
-                        if g.meta(b).dtype == g.meta(cur).dtype {
-                            mask = Some(b);
-                            absorbed.push(add);
-                            cur = g.nodes[add].inputs[0];
-                        }
+                if let Some(add) = sole(cur, sm)
+                    && g.nodes[add].op == Op::Add
+                {
+                    let b = g.nodes[add].inputs[1];
+                    if g.meta(b).dtype == g.meta(cur).dtype {
+                        mask = Some(b);
+                        absorbed.push(add);
+                        cur = g.nodes[add].inputs[0];
                     }
                 }
                 let prev = *absorbed.last().unwrap_or(&sm);
                 let mut scale = 1.0f32;
                 let mut scale_node = prev;
-                if let Some(sc) = sole(cur, prev) {
-                    if let Op::Scale { factor } = g.nodes[sc].op {
-                        scale = factor;
-                        absorbed.push(sc);
-                        cur = g.nodes[sc].inputs[0];
-                        scale_node = sc;
-                    }
+                if let Some(sc) = sole(cur, prev)
+                    && let Op::Scale { factor } = g.nodes[sc].op
+                {
+                    scale = factor;
+                    absorbed.push(sc);
+                    cur = g.nodes[sc].inputs[0];
+                    scale_node = sc;
                 }
                 let Some(qk) = sole(cur, scale_node) else { continue };
                 if g.nodes[qk].op != (Op::MatMul { trans_a: false, trans_b: true }) {

@@ -181,7 +181,7 @@ impl Schedule {
             });
             if pending.len() == before {
                 // A cycle cannot occur in a validated graph; keep the rest in graph order.
-                topo.extend(pending.drain(..));
+                topo.append(&mut pending);
             }
         }
         let mut position = vec![0; n];

@@ -140,10 +140,10 @@ impl Op {
             }
             Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Scale { .. } => {
                 need_float(0)?;
-                if let Op::Scale { factor } = self {
-                    if !factor.is_finite() {
-                        return Err(Error::invalid(op, format!("factor must be finite, got {factor}")));
-                    }
+                if let Op::Scale { factor } = self
+                    && !factor.is_finite()
+                {
+                    return Err(Error::invalid(op, format!("factor must be finite, got {factor}")));
                 }
                 out(x.dtype, x.shape.clone())
             }
@@ -251,10 +251,10 @@ impl Op {
                 if q.0[..2] != k.0[..2] || k.0[..3] != v.0[..3] || q.0[3] != k.0[3] {
                     return Err(Error::invalid(op, format!("q, k, v do not agree: q is {q}, k is {k}, v is {v}")));
                 }
-                if let Some(s) = scale {
-                    if !s.is_finite() {
-                        return Err(Error::invalid(op, format!("scale must be finite, got {s}")));
-                    }
+                if let Some(s) = scale
+                    && !s.is_finite()
+                {
+                    return Err(Error::invalid(op, format!("scale must be finite, got {s}")));
                 }
                 size::operand_bytes(op, "the scores", &[q.0[0], q.0[1], q.0[2], k.0[2]], x.dtype)?;
                 if inputs.len() == 4 {
@@ -313,7 +313,7 @@ pub fn resolve_reshape(from: &Shape, to: &[isize]) -> Option<Shape> {
     let mut dims: Vec<usize> = to.iter().map(|&d| d.max(0) as usize).collect();
     match unknown {
         Some(i) => {
-            if known == 0 || n % known != 0 {
+            if known == 0 || !n.is_multiple_of(known) {
                 return None;
             }
             dims[i] = n / known;

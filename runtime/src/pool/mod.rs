@@ -181,22 +181,22 @@ impl Pool {
         };
         self.collect_pending(&mut g, false);
         g.allocations += 1;
-        if self.reusing() {
-            if let Some(b) = self.take_cached(&mut g, size, kind, stream) {
-                g.cache_hits += 1;
-                return Ok(b);
-            }
+        if self.reusing()
+            && let Some(b) = self.take_cached(&mut g, size, kind, stream)
+        {
+            g.cache_hits += 1;
+            return Ok(b);
         }
         match self.grow(&mut g, size, kind) {
             Ok(b) => Ok(b),
             Err(first) => {
                 log::debug!("{}: {first}; releasing the cache and retrying once", self.label);
                 self.collect_pending(&mut g, true);
-                if self.reusing() {
-                    if let Some(b) = self.take_cached(&mut g, size, kind, stream) {
-                        g.cache_hits += 1;
-                        return Ok(b);
-                    }
+                if self.reusing()
+                    && let Some(b) = self.take_cached(&mut g, size, kind, stream)
+                {
+                    g.cache_hits += 1;
+                    return Ok(b);
                 }
                 self.release_locked(&mut g);
                 self.grow(&mut g, size, kind).map_err(|e| {
@@ -297,10 +297,8 @@ impl Pool {
         for addr in addrs {
             let done = match g.blocks.get(&addr).map(|b| &b.state) {
                 Some(State::Pending { events }) => events.iter().all(|(_, ev)| {
-                    if wait {
-                        if let Err(e) = self.backend.synchronize_event(self.device, *ev) {
-                            log::warn!("{}: waiting for a pending free: {e}", self.label);
-                        }
+                    if wait && let Err(e) = self.backend.synchronize_event(self.device, *ev) {
+                        log::warn!("{}: waiting for a pending free: {e}", self.label);
                     }
                     // An event that cannot be queried is treated as done only when waited
                     // for: never hand out memory on a guess.
@@ -337,24 +335,27 @@ impl Pool {
             return;
         }
         // Coalesce with the previous block.
-        if let Some((&paddr, p)) = g.blocks.range(..addr).next_back() {
-            if p.segment == seg && paddr + p.size as u64 == addr && matches!(p.state, State::Free) {
-                let psize = p.size;
-                free_set(g, kind).remove(&(psize, paddr));
-                g.blocks.remove(&addr);
-                start = paddr;
-                size += psize;
-            }
+        if let Some((&paddr, p)) = g.blocks.range(..addr).next_back()
+            && p.segment == seg
+            && paddr + p.size as u64 == addr
+            && matches!(p.state, State::Free)
+        {
+            let psize = p.size;
+            free_set(g, kind).remove(&(psize, paddr));
+            g.blocks.remove(&addr);
+            start = paddr;
+            size += psize;
         }
         // Coalesce with the next block.
         let next = start + size as u64;
-        if let Some(n) = g.blocks.get(&next) {
-            if n.segment == seg && matches!(n.state, State::Free) {
-                let nsize = n.size;
-                free_set(g, kind).remove(&(nsize, next));
-                g.blocks.remove(&next);
-                size += nsize;
-            }
+        if let Some(n) = g.blocks.get(&next)
+            && n.segment == seg
+            && matches!(n.state, State::Free)
+        {
+            let nsize = n.size;
+            free_set(g, kind).remove(&(nsize, next));
+            g.blocks.remove(&next);
+            size += nsize;
         }
         g.blocks.insert(start, BlockEntry { size, segment: seg, state: State::Free });
         free_set(g, kind).insert((size, start));
@@ -461,13 +462,13 @@ impl Pool {
         // A small class can exceed the segment size when the threshold is not a multiple
         // of the class granularity; such a request gets a segment of its own size.
         let seg_size = if kind == BlockKind::Small && self.reusing() { self.small_segment().max(size) } else { size };
-        if let Some(limit) = self.cfg.limit_bytes {
-            if g.total.checked_add(seg_size).is_none_or(|t| t > limit) {
-                return Err(Error::on_device(
-                    self.device,
-                    format!("pool limit {limit} B reached ({} B held, {seg_size} B more needed)", g.total),
-                ));
-            }
+        if let Some(limit) = self.cfg.limit_bytes
+            && g.total.checked_add(seg_size).is_none_or(|t| t > limit)
+        {
+            return Err(Error::on_device(
+                self.device,
+                format!("pool limit {limit} B reached ({} B held, {seg_size} B more needed)", g.total),
+            ));
         }
         let ptr = self.backend.alloc(self.device, seg_size, self.cfg.alignment)?;
         g.system_allocations += 1;
