@@ -1,7 +1,8 @@
 //! Whole models on the Ascend backend over acl-emu, as a 910 (`Ascend910A`) and a 910B
 //! (`Ascend910B2`) run them by default: precision `auto` (fp16 on Ascend), every node on
-//! aclnn (fused Attention composed of aclnn operators; f32 products on the 910's Cube in
-//! FP16), no node on the host tier, and results within fp16's tolerance of the CPU's f32.
+//! aclnn (fused Attention composed of aclnn operators on the 910, one
+//! aclnnFlashAttentionScore on the 910B2; f32 products on the 910's Cube in FP16), no node
+//! on the host tier, and results within fp16's tolerance of the CPU's f32.
 #![cfg(feature = "acl")]
 
 mod common;
@@ -44,6 +45,7 @@ fn model_runs_on_the_npu(test: &str, soc: &str, cfg: &BertConfig, batch: usize, 
         assert_eq!(linears.len(), 6 * cfg.num_hidden_layers, "the fused graph's Linear nodes");
         assert!(linears.iter().all(|n| g.meta(n.inputs[1]).dtype == DType::F16), "every Linear weight in fp16");
         assert_eq!(cg.fusion_stats().attention, cfg.num_hidden_layers, "fused Attention per layer");
+
         let ins = bert_inputs(&rt, batch, seq, cfg.vocab_size);
         let refs: Vec<&Tensor> = ins.iter().collect();
         let (first, prof) = cg.run_profiled(&refs).expect("first run");
@@ -54,10 +56,16 @@ fn model_runs_on_the_npu(test: &str, soc: &str, cfg: &BertConfig, batch: usize, 
         let expect = if soc == "Ascend910A" {
             "attention.aclnn-composed-fp16compute.cube"
         } else {
-            "attention.aclnn-composed.cube"
+            "attention.aclnn-flash.cube"
         };
+        assert_eq!(attention.len(), cfg.num_hidden_layers, "{soc}: {attention:?}");
         assert!(attention.iter().all(|k| *k == expect), "{soc}: {attention:?}");
+        let flash_before = emu.ctl.calls("aclnnFlashAttentionScore");
         let second = cg.run(&refs).expect("second run");
+        // The frozen run (reused executors) launches the same kernels.
+        let flash = emu.ctl.calls("aclnnFlashAttentionScore") - flash_before;
+        let want_flash = if soc == "Ascend910A" { 0 } else { cfg.num_hidden_layers as u64 };
+        assert_eq!(flash, want_flash, "{soc}: aclnnFlashAttentionScore launches in the second run");
         let cos = cosine(&first[0], &second[0]);
         assert!(cos > 0.999_999, "{soc}: two runs differ (cosine {cos})");
         let want_t = rt.from_slice(want.as_slice().expect("contiguous"), want.shape().to_vec(), 0).expect("upload");

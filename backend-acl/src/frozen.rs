@@ -26,7 +26,7 @@
 
 use crate::device::{Binding, Dev, DeviceOwned};
 use crate::error::AclBackendError;
-use crate::kernels::{self, Impl, Recorded, Table};
+use crate::kernels::{self, Impl, Mapping, Recorded, Table};
 use crate::memory::{self, AclRelease};
 use crate::stream::{self, Buf, StreamRec, lock};
 use acl_sys::Api;
@@ -49,6 +49,8 @@ struct Node {
     way: Way,
     /// FP32 products on the 910's Cube in FP16 (warned about once).
     fp16_compute: bool,
+    /// The kernel's implementation (how its aclnn operators are put together).
+    imp: Impl,
     /// The launch as frozen: patched operands at address 0.
     args: LaunchArgs,
     /// Operand byte ranges (inputs, then outputs); a patched operand's start is its offset
@@ -246,7 +248,8 @@ pub(crate) fn freeze(
             _ => Way::OneShot,
         };
         let runs = args.outputs.iter().any(|o| o.layout.numel() > 0);
-        nodes.push(Node { way, fp16_compute: imp == Impl::AclnnFp16Compute, args: args.clone(), ranges, slot, runs });
+        let fp16_compute = imp == Impl::AclnnFp16Compute;
+        nodes.push(Node { way, fp16_compute, imp, args: args.clone(), ranges, slot, runs });
     }
     let pins = dev.allocs.pin(&fixed).map_err(AclBackendError::from)?;
     let held =
@@ -310,8 +313,8 @@ pub(crate) fn launch(api: &Api, instance: u64, devs: &[Dev], table: &Table, run:
         }
         let r = match n.way {
             Way::Host => kernels::run_host(api, &rec, &n.args_at(addrs, seq)),
-            Way::OneShot => kernels::run_aclnn(api, &rec, table.is_910(), &n.args_at(addrs, seq)),
-            Way::Reused => reused(api, &rec, table.is_910(), held, idx, n, addrs),
+            Way::OneShot => kernels::run_aclnn(api, &rec, n.imp.mapping(table.is_910()), &n.args_at(addrs, seq)),
+            Way::Reused => reused(api, &rec, n.imp.mapping(table.is_910()), held, idx, n, addrs),
         };
         r.map_err(|e| e.in_op(op))?;
         if n.way != Way::Host {
@@ -336,7 +339,7 @@ pub(crate) struct FrozenRun<'a> {
 fn reused(
     api: &Api,
     rec: &Arc<StreamRec>,
-    is_910: bool,
+    how: Mapping,
     held: &mut Held,
     idx: usize,
     n: &Node,
@@ -346,7 +349,7 @@ fn reused(
     let r = match &mut recorded[idx] {
         Some(r) => r,
         slot @ None => {
-            let mut r = kernels::record(api, rec, is_910, &n.args_at(addrs, 0))?;
+            let mut r = kernels::record(api, rec, how, &n.args_at(addrs, 0))?;
             r.keep_patches(|j| n.slot.get(j).is_some_and(Option::is_some));
             slot.insert(r)
         }
