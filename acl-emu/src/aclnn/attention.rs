@@ -120,10 +120,10 @@ pub unsafe extern "C" fn aclnnFlashAttentionScoreGetWorkspaceSize(
                 q.dtype.0, k.dtype.0, v.dtype.0
             ));
         }
-        if let Some((_, p)) = &pse {
-            if p.dtype != q.dtype {
-                return invalid(format!("pse data type {} differs from query's {}", p.dtype.0, q.dtype.0));
-            }
+        if let Some((_, p)) = &pse
+            && p.dtype != q.dtype
+        {
+            return invalid(format!("pse data type {} differs from query's {}", p.dtype.0, q.dtype.0));
         }
         if headNum <= 0 {
             return invalid(format!("headNum must be > 0, got {headNum}"));
