@@ -97,7 +97,7 @@ set_dir="$PWD/acl-sys/testdata/aclnn-headers"
 # Only the test set: no toolkit or wheel headers may leak into these two builds.
 aclnn_build() { # $1 = header set root, $2 = log
     env -u ASCEND_TOOLKIT_HOME -u ASCEND_HOME_PATH CARGO_TERM_COLOR=never \
-        ACL_INCLUDE_DIR="$1/runtime" ACLNN_INCLUDE_DIRS="$1/opbase:$1/ops-math:$1/ops-nn" \
+        ACL_INCLUDE_DIR="$1/runtime" ACLNN_INCLUDE_DIRS="$1/opbase:$1/ops-math:$1/ops-nn:$1/ops-transformer" \
         cargo build -p acl-sys --features bindgen >"$2" 2>&1
 }
 count_re='aclnn ABI check generated for [0-9]* aclnn functions ([0-9]* not found)'

@@ -1,7 +1,8 @@
 //! Whole models on the Ascend backend over acl-emu, as a 910 (`Ascend910A`) and a 910B
 //! (`Ascend910B2`) run them by default: precision `auto` (fp16 on Ascend), every node on
-//! aclnn (fused Attention composed of aclnn operators; f32 products on the 910's Cube in
-//! FP16), no node on the host tier, and results within fp16's tolerance of the CPU's f32.
+//! aclnn (fused Attention composed of aclnn operators on the 910, one
+//! aclnnFlashAttentionScore on the 910B2; f32 products on the 910's Cube in FP16), no node
+//! on the host tier, and results within fp16's tolerance of the CPU's f32.
 #![cfg(feature = "acl")]
 
 mod common;
@@ -44,6 +45,7 @@ fn model_runs_on_the_npu(test: &str, soc: &str, cfg: &BertConfig, batch: usize, 
         assert_eq!(linears.len(), 6 * cfg.num_hidden_layers, "the fused graph's Linear nodes");
         assert!(linears.iter().all(|n| g.meta(n.inputs[1]).dtype == DType::F16), "every Linear weight in fp16");
         assert_eq!(cg.fusion_stats().attention, cfg.num_hidden_layers, "fused Attention per layer");
+
         let ins = bert_inputs(&rt, batch, seq, cfg.vocab_size);
         let refs: Vec<&Tensor> = ins.iter().collect();
         let (first, prof) = cg.run_profiled(&refs).expect("first run");
@@ -54,15 +56,19 @@ fn model_runs_on_the_npu(test: &str, soc: &str, cfg: &BertConfig, batch: usize, 
         let expect = if soc == "Ascend910A" {
             "attention.aclnn-composed-fp16compute.cube"
         } else {
-            "attention.aclnn-composed.cube"
+            "attention.aclnn-flash.cube"
         };
+        assert_eq!(attention.len(), cfg.num_hidden_layers, "{soc}: {attention:?}");
         assert!(attention.iter().all(|k| *k == expect), "{soc}: {attention:?}");
         // Frozen runs: the first records the executors, the second captures the graph, the
         // later ones replay it: one replay, no aclnn call, no copy between host and device.
         let mut per_run = Vec::new();
+        let mut flash = Vec::new();
         for k in 0..4 {
             emu.run.reset().expect("reset the run counters");
+            let flash_before = emu.ctl.calls("aclnnFlashAttentionScore");
             let out = cg.run(&refs).expect("frozen run");
+            flash.push(emu.ctl.calls("aclnnFlashAttentionScore") - flash_before);
             rt.synchronize(0).expect("synchronize");
             let c = emu.run.counters().expect("run counters");
             per_run.push((c.phase1_calls, c.phase2_calls, c.replays, c.h2d_copies, c.d2h_copies));
@@ -75,6 +81,10 @@ fn model_runs_on_the_npu(test: &str, soc: &str, cfg: &BertConfig, batch: usize, 
         for r in &per_run[2..] {
             assert_eq!(*r, (0, 0, 1, 0, 0), "{soc}: a run after the capture: {per_run:?}");
         }
+        // The frozen runs launch the same kernels: the flash kernel where the SoC has it
+        // (the first records it, the second captures it, replays call no aclnn entry).
+        let want_flash = if soc == "Ascend910A" { 0 } else { cfg.num_hidden_layers as u64 };
+        assert_eq!(flash, vec![want_flash, want_flash, 0, 0], "{soc}: aclnnFlashAttentionScore launches per run");
         let want_t = rt.from_slice(want.as_slice().expect("contiguous"), want.shape().to_vec(), 0).expect("upload");
         let cos = cosine(&want_t, &first[0]);
         println!("{test}: {soc}: 1 - cosine = {:.2e} against the CPU's f32", 1.0 - cos);

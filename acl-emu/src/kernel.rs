@@ -1,6 +1,7 @@
 //! What an aclnn executor computes ([`Kernel`]): a runtime op (through
 //! [`crate::compute`]), or one of the aclnn operators the runtime has no op for —
-//! aclnnAmax, aclnnEqScalar, aclnnInplaceMaskedFillScalar — computed here.
+//! aclnnAmax, aclnnEqScalar, aclnnInplaceMaskedFillScalar, aclnnFlashAttentionScore —
+//! computed here.
 
 use runtime::reference::operands::{
     broadcast_strides, gather_offsets, load_f64, load_i64, numel, store_f64, store_i64,
@@ -30,6 +31,16 @@ pub enum Kernel {
     /// is true. Inputs `[selfRef, mask]`, output `selfRef`.
     MaskedFill {
         value: f64,
+    },
+    /// aclnnFlashAttentionScore, layout BNSD: `softmax(scale * (pse + q·kᵀ)) · v` per
+    /// query head (key/value head `h / (heads / kv_heads)`). Inputs `[q, k, v]` or
+    /// `[q, k, v, pse]` (pse `[1 or B, heads, 1 or S, T]`); outputs softmaxMax and
+    /// softmaxSum (`[B, heads, S, 8]` FLOAT, each row's value 8 times) and the attention
+    /// result `[B, heads, S, Dv]`. No inputs and no outputs: every output was empty.
+    FlashAttention {
+        scale: f64,
+        heads: usize,
+        kv_heads: usize,
     },
 }
 
@@ -79,12 +90,42 @@ fn infer(k: &Kernel, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>, String> {
             Some(b) if b == s.shape => Ok(vec![s.clone()]),
             _ => Err(format!("mask {:?} does not broadcast to selfRef {:?}", m.shape.dims(), s.shape.dims())),
         },
+        (Kernel::FlashAttention { .. }, []) => Ok(Vec::new()),
+        (Kernel::FlashAttention { heads, kv_heads, .. }, [q, k, v, ..]) if inputs.len() <= 4 => {
+            let (qd, kd, vd) = (q.shape.dims(), k.shape.dims(), v.shape.dims());
+            if qd.len() != 4 || kd.len() != 4 || vd.len() != 4 {
+                return Err("query, key and value must be 4-D (BNSD)".into());
+            }
+            let (b, s, t) = (qd[0], qd[2], kd[2]);
+            if qd[1] != *heads || kd[1] != *kv_heads || vd[1] != *kv_heads || kd[0] != b || vd[0] != b || vd[2] != t {
+                return Err(format!("query {qd:?}, key {kd:?} and value {vd:?} do not agree"));
+            }
+            if let Some(p) = inputs.get(3) {
+                let pd = p.shape.dims();
+                let fits = pd.len() == 4
+                    && (pd[0] == 1 || pd[0] == b)
+                    && pd[1] == *heads
+                    && (pd[2] == 1 || pd[2] == s)
+                    && pd[3] == t;
+                if !fits {
+                    return Err(format!("pse {pd:?} is none of [B|1, {heads}, {s}|1, {t}]"));
+                }
+            }
+            let stats = TensorMeta::new(DType::F32, vec![b, *heads, s, FA_STAT_WIDTH]);
+            Ok(vec![stats.clone(), stats, TensorMeta::new(q.dtype, vec![b, *heads, s, vd[3]])])
+        }
         _ => Err(format!("{} operands do not fit {k:?}", inputs.len())),
     }
 }
 
+/// The last dim of FlashAttentionScore's softmaxMax and softmaxSum outputs.
+pub const FA_STAT_WIDTH: usize = 8;
+
 /// Computes a non-`Op` kernel on contiguous inputs into contiguous outputs.
 fn run_other(k: &Kernel, ins: &[In], outs: &mut [Out]) -> KernelResult {
+    if let Kernel::FlashAttention { scale, heads, kv_heads } = k {
+        return flash_attention(*scale, *heads, *kv_heads, ins, outs);
+    }
     let n_outs = outs.len();
     let ([x, rest @ ..], [o]) = (ins, outs) else {
         return Err(KernelError::Internal(format!("{} inputs, {n_outs} outputs for {k:?}", ins.len())));
@@ -142,6 +183,62 @@ fn amax(x: &In, axes: &[usize], o: &mut Out) -> KernelResult {
         }
         store_f64(o, &acc)
     }
+}
+
+/// aclnnFlashAttentionScore (BNSD) as its formula reads: each row of scores
+/// `scale * (pse + q·kᵀ)` goes through `exp(x - max) / sum` in f64, so a NaN or +inf score
+/// makes the row NaN, and so does a row whose scores are all -inf (0 / 0): the docs do not
+/// say what the hardware's kernel writes for such a fully masked row (innerPrecise 2 only
+/// "computes invalid rows" to avoid a loss of precision), so callers must not rely on it.
+fn flash_attention(scale: f64, heads: usize, kv_heads: usize, ins: &[In], outs: &mut [Out]) -> KernelResult {
+    let ([q, k, v, pse @ ..], [mx, sm, o]) = (ins, outs) else {
+        return if ins.is_empty() { Ok(()) } else { Err(KernelError::Internal("flash attention operands".into())) };
+    };
+    let (b, s, d) = (q.dims[0], q.dims[2], q.dims[3]);
+    let (t, dv) = (k.dims[2], v.dims[3]);
+    let group = heads / kv_heads.max(1);
+    let (qv, kv, vv) = (load_f64(q)?, load_f64(k)?, load_f64(v)?);
+    let pse = match pse.first() {
+        Some(p) => Some((load_f64(p)?, p.dims[0], p.dims[2])),
+        None => None,
+    };
+    let rows = b * heads * s;
+    let (mut maxes, mut sums, mut out) =
+        (vec![0.0; rows * FA_STAT_WIDTH], vec![0.0; rows * FA_STAT_WIDTH], vec![0.0; rows * dv]);
+    let mut row = vec![0.0; t];
+    for bi in 0..b {
+        for h in 0..heads {
+            let kvh = bi * kv_heads + h / group.max(1);
+            for i in 0..s {
+                let r = (bi * heads + h) * s + i;
+                let qr = &qv[r * d..(r + 1) * d];
+                for (j, x) in row.iter_mut().enumerate() {
+                    let kr = &kv[(kvh * t + j) * d..(kvh * t + j + 1) * d];
+                    let dot: f64 = qr.iter().zip(kr).map(|(a, c)| a * c).sum();
+                    let bias = pse.as_ref().map_or(0.0, |(p, pb, ps)| {
+                        let (pb_i, ps_i) = (if *pb == 1 { 0 } else { bi }, if *ps == 1 { 0 } else { i });
+                        p[((pb_i * heads + h) * ps + ps_i) * t + j]
+                    });
+                    *x = scale * (bias + dot);
+                }
+                let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let mut sum = 0.0;
+                for x in row.iter_mut() {
+                    *x = (*x - m).exp();
+                    sum += *x;
+                }
+                for c in 0..dv {
+                    let acc: f64 = row.iter().enumerate().map(|(j, p)| p * vv[(kvh * t + j) * dv + c]).sum();
+                    out[r * dv + c] = acc / sum;
+                }
+                maxes[r * FA_STAT_WIDTH..(r + 1) * FA_STAT_WIDTH].fill(m);
+                sums[r * FA_STAT_WIDTH..(r + 1) * FA_STAT_WIDTH].fill(sum);
+            }
+        }
+    }
+    store_f64(mx, &maxes)?;
+    store_f64(sm, &sums)?;
+    store_f64(o, &out)
 }
 
 /// One element of `dt` holding `v` (a bool holds `v != 0`).

@@ -176,6 +176,14 @@ fn modelled_cost(t: &Tables, ex: &Executor) -> crate::model::Cost {
     let outs: Vec<TensorMeta> = ex.outputs.iter().filter_map(|(_, d)| d.meta().ok()).collect();
     match &ex.kernel {
         Kernel::Op(op) => t.soc.kernel(op, &ins, &outs, ex.fp16_compute),
+        // Cube work with the FLOPs and bytes of a fused Attention producing the attention
+        // result (the softmax statistics add 64 bytes a row).
+        Kernel::FlashAttention { .. } => t.soc.kernel(
+            &Op::Attention { scale: None },
+            &ins,
+            outs.last().map(std::slice::from_ref).unwrap_or(&[]),
+            false,
+        ),
         // Reductions, comparisons and fills: memory-bound Vector work, costed as a copy of
         // their operands.
         _ => t.soc.kernel(&Op::Copy, &ins, &outs, false),

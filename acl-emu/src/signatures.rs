@@ -2,7 +2,7 @@
 //! exported symbol has exactly the type acl-sys declares for it.
 
 use crate::aclnn::{
-    basics::*, copy::*, elementwise::*, executor::*, gather::*, masking::*, matmul::*, norm::*, reduce::*,
+    attention::*, basics::*, copy::*, elementwise::*, executor::*, gather::*, masking::*, matmul::*, norm::*, reduce::*,
 };
 use crate::control::{aclEmuGetRunCounters, aclEmuResetRunCounters};
 use crate::rt::{capture::*, context::*, device::*, event::*, init::*, memory::*, stream::*};
@@ -124,6 +124,8 @@ const _: () = {
         aclnnEqScalar,
         aclnnInplaceMaskedFillScalarGetWorkspaceSize,
         aclnnInplaceMaskedFillScalar,
+        aclnnFlashAttentionScoreGetWorkspaceSize,
+        aclnnFlashAttentionScore,
     );
 };
 

@@ -20,6 +20,7 @@
 //! | `aclEmuGetRunCounters`, `aclEmuResetRunCounters` (acl-emu only, never in CANN) | no counters: a real host |
 //! | `aclFinalizeReference` | `aclFinalize` |
 //! | `aclmdlRICapture*`, `aclmdlRIExecuteAsync`, `aclmdlRIDestroy` | per-node launches (no graph capture) |
+//! | `aclnnFlashAttentionScore*` | fused Attention composed of other aclnn operators |
 //! | everything else marked optional | the feature is reported as unavailable |
 
 #![allow(non_snake_case)]
@@ -590,6 +591,23 @@ api! {
     [OpApi] fn aclnnInplaceMaskedFillScalar(
         workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
     ) -> aclnnStatus;
+    // FlashAttentionScore: prototypes from hicann/ops-transformer
+    // (attention/flash_attention_score/op_host/op_api/aclnn_flash_attention_score.h); libopapi.so or
+    // the split libopapi_transformer.so. Atlas A2/A3 training SoCs only (no kernel for the 910
+    // family); optional, older toolkits may lack it. `inputLayout` is a NUL-terminated string the
+    // operator only reads, although the header does not say `const`.
+    [OpApi] fn aclnnFlashAttentionScoreGetWorkspaceSize(
+        query: *const aclTensor, key: *const aclTensor, value: *const aclTensor,
+        realShiftOptional: *const aclTensor, dropMaskOptional: *const aclTensor,
+        paddingMaskOptional: *const aclTensor, attenMaskOptional: *const aclTensor,
+        prefixOptional: *const aclIntArray, scaleValue: f64, keepProb: f64, preTokens: i64, nextTokens: i64,
+        headNum: i64, inputLayout: *mut c_char, innerPrecise: i64, sparseMode: i64,
+        softmaxMaxOut: *const aclTensor, softmaxSumOut: *const aclTensor, softmaxOutOut: *const aclTensor,
+        attentionOutOut: *const aclTensor, workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnFlashAttentionScore(
+        workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
+    ) -> aclnnStatus;
     /// Doc-only prototype (not compiled against a header by the facts sheet).
     [OpApi] fn aclnnRmsNormGetWorkspaceSize(
         x: *const aclTensor, gamma: *const aclTensor, epsilon: f64, yOut: *const aclTensor, rstdOut: *const aclTensor,
@@ -741,6 +759,8 @@ pub const OPTIONAL: &[&str] = &[
     "aclnnRmsNorm",
     "aclnnAddLayerNormGetWorkspaceSize",
     "aclnnAddLayerNorm",
+    "aclnnFlashAttentionScoreGetWorkspaceSize",
+    "aclnnFlashAttentionScore",
     "aclEmuGetRunCounters",
     "aclEmuResetRunCounters",
 ];

@@ -54,7 +54,7 @@ fn comments_are_blanked_not_joined() {
 #[test]
 fn test_header_set_is_found_and_named_short() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/aclnn-headers");
-    let dirs: Vec<PathBuf> = ["opbase", "ops-math", "ops-nn"].iter().map(|d| root.join(d)).collect();
+    let dirs: Vec<PathBuf> = ["opbase", "ops-math", "ops-nn", "ops-transformer"].iter().map(|d| root.join(d)).collect();
     let mut seen = HashSet::new();
     let mut files = Vec::new();
     for d in &dirs {
@@ -67,6 +67,7 @@ fn test_header_set_is_found_and_named_short() {
         "ops-math/aclnn_add.h",
         "ops-nn/aclnn_matmul.h",
         "ops-nn/aclnn_util.h",
+        "ops-transformer/aclnn_flash_attention_score.h",
     ] {
         assert!(names.iter().any(|n| n == expected), "{expected} not among {names:?}");
     }

@@ -46,7 +46,9 @@ impl AclBackend {
                 }
             }
         }
-        b.table = Table::build(b.soc(), &cfg);
+        let flash =
+            b.api.aclnnFlashAttentionScoreGetWorkspaceSize().is_ok() && b.api.aclnnFlashAttentionScore().is_ok();
+        b.table = Table::build(b.soc(), &cfg, flash);
         log::info!(
             "acl: {} device(s), SoC {}, libraries from {} ({})",
             b.devs.len(),

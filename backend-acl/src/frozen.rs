@@ -28,7 +28,7 @@ mod capture;
 
 use crate::device::{Binding, Dev, DeviceOwned};
 use crate::error::AclBackendError;
-use crate::kernels::{self, Impl, Recorded, Table};
+use crate::kernels::{self, Impl, Mapping, Recorded, Table};
 use crate::memory::{self, AclRelease};
 use crate::stream::{self, Buf, StreamRec, lock};
 use acl_sys::Api;
@@ -51,6 +51,8 @@ struct Node {
     way: Way,
     /// FP32 products on the 910's Cube in FP16 (warned about once).
     fp16_compute: bool,
+    /// The kernel's implementation (how its aclnn operators are put together).
+    imp: Impl,
     /// The launch as frozen: patched operands at address 0.
     args: LaunchArgs,
     /// Operand byte ranges (inputs, then outputs); a patched operand's start is its offset
@@ -258,7 +260,7 @@ pub(crate) fn freeze(
         };
         let runs = args.outputs.iter().any(|o| o.layout.numel() > 0);
         let fp16_compute = imp == Impl::AclnnFp16Compute;
-        nodes.push(Node { way, fp16_compute, args: args.clone(), ranges, slot, runs, label: l.label.clone() });
+        nodes.push(Node { way, fp16_compute, imp, args: args.clone(), ranges, slot, runs, label: l.label.clone() });
     }
     let host_node = nodes.iter().find(|n| n.way == Way::Host && n.runs).map(|n| n.label.as_str());
     let capture = capture::Captures::new(api, capture, host_node)?;
@@ -458,8 +460,8 @@ fn run_nodes(
         }
         let r = match n.way {
             Way::Host => kernels::run_host(api, rec, &n.args_at(addrs, seq)),
-            Way::OneShot => kernels::run_aclnn(api, rec, is_910, &n.args_at(addrs, seq)),
-            Way::Reused => reused(api, rec, is_910, (&mut *recorded, &mut *workspaces), idx, n, addrs),
+            Way::OneShot => kernels::run_aclnn(api, rec, n.imp.mapping(is_910), &n.args_at(addrs, seq)),
+            Way::Reused => reused(api, rec, n.imp.mapping(is_910), (&mut *recorded, &mut *workspaces), idx, n, addrs),
         };
         r.map_err(|e| AclBackendError::InNode { node: format!("{:?}", n.label), source: Box::new(e.in_op(op)) })?;
         if n.way != Way::Host {
@@ -484,7 +486,7 @@ pub(crate) struct FrozenRun<'a> {
 fn reused(
     api: &Api,
     rec: &Arc<StreamRec>,
-    is_910: bool,
+    how: Mapping,
     reuse: Reuse<'_>,
     idx: usize,
     n: &Node,
@@ -494,7 +496,7 @@ fn reused(
     let r = match &mut recorded[idx] {
         Some(r) => r,
         slot @ None => {
-            let mut r = kernels::record(api, rec, is_910, &n.args_at(addrs, 0))?;
+            let mut r = kernels::record(api, rec, how, &n.args_at(addrs, 0))?;
             r.keep_patches(|j| n.slot.get(j).is_some_and(Option::is_some));
             slot.insert(r)
         }

@@ -37,7 +37,7 @@ mod stream;
 pub use backend::AclBackend;
 pub use emulator::{Emulator, RunCounters};
 pub use error::{AclBackendError, Unavailable};
-pub use probe::is_910_family;
+pub use probe::{has_flash_attention, is_910_family};
 pub use stream::DEFAULT_STREAM;
 
 use std::path::PathBuf;

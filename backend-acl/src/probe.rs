@@ -92,6 +92,15 @@ pub fn is_910_family(soc: &str) -> bool {
     matches!(soc, "Ascend910A" | "Ascend910B" | "Ascend910ProA" | "Ascend910ProB" | "Ascend910PremiumA")
 }
 
+/// The Atlas A2 (910B1–B4) and A3 (`Ascend910_93xx`) training SoCs: the ones
+/// `aclnnFlashAttentionScore` has kernels for (hicann/ops-transformer registers the
+/// operator for `ascend910b` and `ascend910_93` only; its docs list Atlas A2/A3 training).
+/// Whole names: "Ascend910B" alone is an old 910 part.
+pub fn has_flash_attention(soc: &str) -> bool {
+    matches!(soc, "Ascend910B1" | "Ascend910B2" | "Ascend910B2C" | "Ascend910B3" | "Ascend910B4" | "Ascend910B4-1")
+        || soc.starts_with("Ascend910_93")
+}
+
 /// (cube cores, vector cores, cube MHz) from the platform ini files (facts §F).
 fn soc_figures(soc: &str) -> Option<(u32, u32, f64)> {
     Some(match soc {

@@ -108,7 +108,8 @@ fn workload(tk: &std::path::Path) -> Result<Vec<f32>, String> {
         st.synchronize().map_err(e)?;
         g
     };
-    // Fused Attention (aclnn composition) whose second query row has every key masked.
+    // Fused Attention (aclnn composition, or aclnnFlashAttentionScore on Atlas A2) whose
+    // second query row has every key masked.
     let q = rt.from_slice(&h(&[1., 0., 0., 1.]), [1, 1, 2, 2], 0).map_err(e)?;
     let v = rt.from_slice(&h(&[1., 2., 3., 4.]), [1, 1, 2, 2], 0).map_err(e)?;
     let mask = rt.from_slice(&h(&[0., 0., f32::NEG_INFINITY, f32::NEG_INFINITY]), [1, 1, 2, 2], 0).map_err(e)?;
@@ -123,12 +124,26 @@ fn workload(tk: &std::path::Path) -> Result<Vec<f32>, String> {
 
 #[test]
 fn every_acl_call_failed_once_in_turn() {
-    let Some(emu) = common::emu_or_skip("faults") else { return };
+    every_acl_call_failed_once_in_turn_on("Ascend910A", "faults");
+}
+
+/// On the 910B2 the masked Attention is one aclnnFlashAttentionScore (q scaled first, the
+/// fully masked row found from the mask and zeroed): its two symbols fail in turn too.
+#[test]
+fn every_acl_call_failed_once_in_turn_on_910b2() {
+    every_acl_call_failed_once_in_turn_on("Ascend910B2", "faults-b2");
+}
+
+fn every_acl_call_failed_once_in_turn_on(soc: &str, tag: &str) {
+    let Some(emu) = common::emu_or_skip(tag) else { return };
     let _g = common::serial();
     let ctl = common::Emu::open(&emu);
-    let tk = common::fake_toolkit("faults", &emu);
-    assert_eq!(ctl.configure("fail="), 0);
+    let tk = common::fake_toolkit(tag, &emu);
+    assert_eq!(ctl.configure(&format!("soc={soc};fail=")), 0);
     let clean = workload(&tk).expect("fault-free run");
+    let flash = ["aclnnFlashAttentionScoreGetWorkspaceSize", "aclnnFlashAttentionScore"].map(|n| ctl.calls(n));
+    let on_a2 = soc != "Ascend910A";
+    assert_eq!(flash, if on_a2 { [1, 1] } else { [0, 0] }, "{soc}: aclnnFlashAttentionScore calls");
     // [[1,2,3],[4,5,6]] @ w = [[4,-1],[10,-1]]; x2, relu -> [[8,0],[20,0]];
     // softmax rows -> [[~1, ~0.0003], [1, ~0]]; gather rows 1 and -2 -> row1, row0.
     // Attention: row 0 = softmax([1/sqrt 2, 0]) . v = [1.6604, 2.6604]; row 1 masked = 0.
@@ -141,6 +156,7 @@ fn every_acl_call_failed_once_in_turn() {
         acl_emu::EXPORTED.iter().chain(ACLNN).map(|&n| (n, ctl.calls(n))).filter(|(_, c)| *c > 0).collect();
     assert!(used.len() > 15, "{used:?}");
     let mut failures = 0;
+    let mut surfaced = std::collections::BTreeSet::new();
     for (sym, count) in &used {
         for nth in [1, *count].into_iter().collect::<std::collections::BTreeSet<_>>() {
             assert_eq!(ctl.configure(&format!("fail={sym}:{nth}:507899")), 0);
@@ -149,6 +165,7 @@ fn every_acl_call_failed_once_in_turn() {
                 Ok(v) => assert_eq!(v.len(), 8, "{sym}#{nth}"),
                 Err(msg) => {
                     failures += 1;
+                    surfaced.insert(*sym);
                     assert!(
                         msg.contains(sym) && msg.contains("507899"),
                         "{sym}#{nth}: error does not name the call: {msg}"
@@ -172,7 +189,12 @@ fn every_acl_call_failed_once_in_turn() {
         }
     }
     assert!(failures > 10, "only {failures} injected faults surfaced");
-    assert_eq!(ctl.configure("fail="), 0);
+    if on_a2 {
+        for sym in ["aclnnFlashAttentionScoreGetWorkspaceSize", "aclnnFlashAttentionScore"] {
+            assert!(surfaced.contains(sym), "{soc}: a fault of {sym} never surfaced");
+        }
+    }
+    assert_eq!(ctl.configure("soc=Ascend910A;fail="), 0);
 }
 
 const ACLNN: &[&str] = &[
@@ -200,4 +222,6 @@ const ACLNN: &[&str] = &[
     "aclnnEqScalar",
     "aclnnInplaceMaskedFillScalarGetWorkspaceSize",
     "aclnnInplaceMaskedFillScalar",
+    "aclnnFlashAttentionScoreGetWorkspaceSize",
+    "aclnnFlashAttentionScore",
 ];

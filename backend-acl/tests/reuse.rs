@@ -255,3 +255,84 @@ fn composed_nodes_reuse_their_executors() {
     }
     assert_eq!(ctl.configure("soc=Ascend910A;fail="), 0);
 }
+
+/// Attention with and without an additive mask, fp16, on the 910B2: both nodes are one
+/// aclnnFlashAttentionScore each (the masked one with q scaled before it and its fully
+/// masked rows zeroed after it). Runs on new addresses give what a node-by-node run gives,
+/// with no phase 1 after the first: q (the scaling's input), k, v, the mask (pse and the
+/// row test) and the outputs (output 3 of the operator, then the in-place fill) are patched.
+#[test]
+fn flash_attention_nodes_reuse_their_executors() {
+    let Some(emu) = common::emu_or_skip("flash_attention_nodes_reuse_their_executors") else { return };
+    let _g = common::serial();
+    let ctl = common::Emu::open(&emu);
+    assert_eq!(ctl.configure("soc=Ascend910B2;fail="), 0);
+    let tk = common::fake_toolkit("reuse-flash", &emu);
+    {
+        let cfg = AclConfig { lib_dir: Some(tk.join("lib64")), fp32_matmul: Fp32Matmul::Fp16 };
+        let b: Arc<dyn Backend> = Arc::new(AclBackend::new(cfg).unwrap());
+        let rt = Runtime::with_backend(b, RuntimeConfig::default()).unwrap();
+        let (bs, h, s, d) = (2usize, 2usize, 6usize, 4usize);
+        let mut g = Graph::new();
+        let q = g.input("q", DType::F16, [bs, h, s, d]);
+        let k = g.input("k", DType::F16, [bs, h, s, d]);
+        let v = g.input("v", DType::F16, [bs, h, s, d]);
+        let mask = g.input("mask", DType::F16, [bs, 1, 1, s]);
+        let masked = g.op("masked", Op::Attention { scale: None }, &[q, k, v, mask]).unwrap();
+        let plain_att = g.op("plain", Op::Attention { scale: Some(0.3) }, &[q, k, v]).unwrap();
+        g.output(masked);
+        g.output(plain_att);
+        let cg = CompiledGraph::compile(&rt, &g, options(true, Precision::F16)).unwrap();
+        assert!(cg.runs_frozen() && cg.host_tier().is_empty(), "{:?}", cg.host_tier());
+        let plain = CompiledGraph::compile(&rt, &g, options(false, Precision::F16)).unwrap();
+        let f16s = |v: Vec<f32>| v.into_iter().map(half::f16::from_f32).collect::<Vec<_>>();
+        let mut keep = Vec::new();
+        for run in 0..3usize {
+            let t = |seed: usize| rt.from_slice(&f16s(consts(bs * h * s * d, seed + run)), [bs, h, s, d], 0).unwrap();
+            let (qt, kt, vt) = (t(1), t(2), t(3));
+            // Run 1 masks every key of batch 1 (its rows are 0); the others mask some keys.
+            let m: Vec<f32> = (0..bs * s)
+                .map(|i| if (run == 1 && i >= s) || (i + run) % 4 == 3 { f32::NEG_INFINITY } else { 0.0 })
+                .collect();
+            let mt = rt.from_slice(&f16s(m), [bs, 1, 1, s], 0).unwrap();
+            let ins = [&qt, &kt, &vt, &mt];
+            let before = (flash_phase1(&ctl), ctl.calls("aclnnFlashAttentionScore"));
+            let got = cg.run(&ins).unwrap();
+            let after = (flash_phase1(&ctl), ctl.calls("aclnnFlashAttentionScore"));
+            assert_eq!(after.1 - before.1, 2, "run {run}: one aclnnFlashAttentionScore per node");
+            if run == 0 {
+                assert!(after.0 - before.0 >= 6, "run 0 records: {before:?} -> {after:?}");
+            } else {
+                assert_eq!(after.0, before.0, "run {run}: phase 1 again");
+            }
+            let want = plain.run(&ins).unwrap();
+            for (o, (a, w)) in got.iter().zip(&want).enumerate() {
+                let cast = |x: &Tensor| host(&rt.run(&Op::Cast { to: DType::F32 }, &[x]).unwrap()[0]);
+                let (a, w) = (cast(a), cast(w));
+                assert_eq!(a, w, "run {run}, output {o}: differs from the node-by-node run");
+                assert!(a.iter().all(|x| x.is_finite()), "run {run}, output {o}: {a:?}");
+                if run == 1 && o == 0 {
+                    assert!(a[a.len() / 2..].iter().all(|&x| x == 0.0), "fully masked rows are 0: {a:?}");
+                }
+            }
+            keep.push((qt, kt, vt, mt, got));
+        }
+    }
+    let c = ctl.counters();
+    assert_eq!((c.device_allocations, c.executors, c.descriptors, c.streams), (0, 0, 0, 0), "{c:?}");
+    assert_eq!(ctl.configure("soc=Ascend910A;fail="), 0);
+}
+
+/// Phase-1 calls of the operators a flash Attention node uses.
+fn flash_phase1(ctl: &common::Emu) -> u64 {
+    [
+        "aclnnFlashAttentionScoreGetWorkspaceSize",
+        "aclnnMulsGetWorkspaceSize",
+        "aclnnAmaxGetWorkspaceSize",
+        "aclnnEqScalarGetWorkspaceSize",
+        "aclnnInplaceMaskedFillScalarGetWorkspaceSize",
+    ]
+    .iter()
+    .map(|n| ctl.calls(n))
+    .sum()
+}

@@ -12,6 +12,14 @@
 //! Stricter than CANN, so that tests catch a wrong index: `tensor` must be the descriptor
 //! passed at that position in phase 1, and the view at `addr` must lie inside one live
 //! allocation of the executor's device (161002).
+//!
+//! What `index` means in CANN (hicann/opbase, `acl_op_api.cpp`): the setters first store
+//! `addr` in `tensor` itself; only the executors of generated single operators (nnopbase's
+//! own, recognised by a magic number) then use `index`, counted over the prototype's input
+//! (or output) tensors with NULL optional ones included and disabled ones skipped. The
+//! executors of the op_api operators (composites such as aclnnFlashAttentionScore) ignore
+//! `index` and see the new address through the tensor. The emulator checks every index as
+//! the prototype position, NULL optional tensors included, which satisfies both.
 
 use crate::descriptors::{Executor, Src, TensorDesc};
 use crate::error::{Fail, R, fail};
@@ -44,13 +52,29 @@ fn input_slots(ex: &Executor) -> Vec<Option<usize>> {
         "aclnnAddmm" => vec![Some(2), Some(0), Some(1)],
         // aclnnAdds(self, other: aclScalar, ...): the stored fill is the scalar.
         "aclnnAdds" => vec![Some(0)],
+        // aclnnFlashAttentionScore(query, key, value, realShiftOptional, dropMaskOptional,
+        // paddingMaskOptional, attenMaskOptional, ...), stored as [q, k, v] or [q, k, v, pse];
+        // the emulator takes none of the three masks.
+        "aclnnFlashAttentionScore" => (0..7).map(|i| (i < ex.inputs.len().min(4)).then_some(i)).collect(),
         _ => ex.inputs.iter().enumerate().map(|(i, s)| matches!(s, Src::Tensor(..)).then_some(i)).collect(),
     }
 }
 
+/// The position in `ex.outputs` of each output tensor of the C prototype, in its order;
+/// `None` for one the executor does not hold (NULL at phase 1, or never written).
+fn output_slots(ex: &Executor) -> Vec<Option<usize>> {
+    match ex.phase2 {
+        // (softmaxMaxOut, softmaxSumOut, softmaxOutOut, attentionOutOut), stored without the
+        // reserved softmaxOutOut, which is never written.
+        "aclnnFlashAttentionScore" if ex.outputs.len() == 3 => vec![Some(0), Some(1), None, Some(2)],
+        "aclnnFlashAttentionScore" => vec![None; 4],
+        _ => (0..ex.outputs.len()).map(Some).collect(),
+    }
+}
+
 fn slot(ex: &Executor, side: Side, index: usize) -> R<Slot> {
-    let ins = input_slots(ex);
-    let (n_in, n_out) = (ins.len(), ex.outputs.len());
+    let (ins, outs) = (input_slots(ex), output_slots(ex));
+    let (n_in, n_out) = (ins.len(), outs.len());
     let (input, i) = match side {
         Side::Input => (true, index),
         Side::Output => (false, index),
@@ -58,16 +82,17 @@ fn slot(ex: &Executor, side: Side, index: usize) -> R<Slot> {
         Side::Both => (false, index - n_in),
     };
     let count = if input { n_in } else { n_out };
+    let what = if input { "input" } else { "output" };
     if i >= count {
-        let what = if input { "input" } else { "output" };
         return fail(ACLNN_ERR_PARAM_INVALID, format!("{what} index {i} is out of range: the operator has {count}"));
     }
-    if !input {
-        return Ok(Slot::Output(i));
-    }
-    match ins[i] {
-        Some(p) => Ok(Slot::Input(p)),
-        None => fail(ACLNN_ERR_PARAM_INVALID, format!("input {i} was NULL at phase 1: its address cannot be set")),
+    match (input, if input { ins[i] } else { outs[i] }) {
+        (true, Some(p)) => Ok(Slot::Input(p)),
+        (false, Some(p)) => Ok(Slot::Output(p)),
+        (_, None) => fail(
+            ACLNN_ERR_PARAM_INVALID,
+            format!("{what} {i} was NULL at phase 1 (or is never written): its address cannot be set"),
+        ),
     }
 }
 

@@ -2,6 +2,7 @@
 //! of repeatable executors ([`executor`]), and the operators'
 //! two phases (`aclnnXGetWorkspaceSize`, `aclnnX`) by family.
 
+pub mod attention;
 pub mod basics;
 pub mod copy;
 pub mod elementwise;

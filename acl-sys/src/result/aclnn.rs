@@ -317,3 +317,108 @@ two_phase! {
         selfRef: *mut aclTensor, mask: *const aclTensor, value: *const aclScalar,
     );
 }
+
+/// The attributes of `aclnnFlashAttentionScoreGetWorkspaceSize` (hicann/ops-transformer,
+/// `aclnn_flash_attention_score.h`), in the order of its C prototype.
+#[derive(Clone, Copy, Debug)]
+pub struct FlashAttentionAttrs<'a> {
+    /// `scale` of `softmax(scale * (pse + q·kᵀ)) · v`.
+    pub scale_value: f64,
+    /// Share of ones in the dropout mask, in (0, 1]; 1 = no dropout.
+    pub keep_prob: f64,
+    /// Sliding-window bounds (no effect without an attention mask).
+    pub pre_tokens: i64,
+    pub next_tokens: i64,
+    /// Heads of the query (its N axis).
+    pub head_num: i64,
+    /// `"BNSD"`, `"BSND"`, `"BSH"`, `"SBH"` or `"TND"`.
+    pub input_layout: &'a std::ffi::CStr,
+    /// 0 and 1 reserved, 2 computes fully masked ("invalid") rows separately.
+    pub inner_precise: i64,
+    /// 0 to 6; 0 = the attention mask as given.
+    pub sparse_mode: i64,
+}
+
+/// `aclnnFlashAttentionScoreGetWorkspaceSize(query, key, value, realShiftOptional,
+/// dropMaskOptional, paddingMaskOptional, attenMaskOptional, prefixOptional, scaleValue,
+/// keepProb, preTokens, nextTokens, headNum, inputLayout, innerPrecise, sparseMode,
+/// softmaxMaxOut, softmaxSumOut, softmaxOutOut, attentionOutOut, &workspaceSize, &executor)`:
+/// phase 1 of `aclnnFlashAttentionScore`, returning `(workspaceSize, executor)`.
+///
+/// # Safety
+/// The descriptors are live (NULL only for the `*Optional` ones, `prefix` and
+/// `softmax_out`). The executor returned is used by exactly one phase-2 call, or made
+/// repeatable and destroyed.
+pub unsafe fn flash_attention_score_get_workspace_size(
+    api: &Api,
+    query: *const aclTensor,
+    key: *const aclTensor,
+    value: *const aclTensor,
+    realShiftOptional: *const aclTensor,
+    dropMaskOptional: *const aclTensor,
+    paddingMaskOptional: *const aclTensor,
+    attenMaskOptional: *const aclTensor,
+    prefixOptional: *const aclIntArray,
+    attrs: &FlashAttentionAttrs<'_>,
+    softmaxMaxOut: *const aclTensor,
+    softmaxSumOut: *const aclTensor,
+    softmaxOutOut: *const aclTensor,
+    attentionOutOut: *const aclTensor,
+) -> Result<(u64, *mut aclOpExecutor), AclError> {
+    let f = api.aclnnFlashAttentionScoreGetWorkspaceSize()?;
+    let a = attrs;
+    let mut workspace_size = 0u64;
+    let mut executor: *mut aclOpExecutor = std::ptr::null_mut();
+    // SAFETY: the caller's contract on the descriptors; the layout string is NUL-terminated
+    // and outlives the call, which only reads it (the header's `char *` is not `const`);
+    // valid out-pointers.
+    let code = unsafe {
+        f(
+            query,
+            key,
+            value,
+            realShiftOptional,
+            dropMaskOptional,
+            paddingMaskOptional,
+            attenMaskOptional,
+            prefixOptional,
+            a.scale_value,
+            a.keep_prob,
+            a.pre_tokens,
+            a.next_tokens,
+            a.head_num,
+            a.input_layout.as_ptr().cast_mut(),
+            a.inner_precise,
+            a.sparse_mode,
+            softmaxMaxOut,
+            softmaxSumOut,
+            softmaxOutOut,
+            attentionOutOut,
+            &mut workspace_size,
+            &mut executor,
+        )
+    };
+    check(api, "aclnnFlashAttentionScoreGetWorkspaceSize", code)?;
+    Ok((workspace_size, executor))
+}
+
+/// `aclnnFlashAttentionScore(workspace, workspaceSize, executor, stream)`: phase 2, queues
+/// the operator on `stream`.
+///
+/// # Safety
+/// `executor` comes from [`flash_attention_score_get_workspace_size`] and is used once
+/// (unless made repeatable); `workspace` is device memory of at least `workspaceSize` bytes
+/// (NULL when 0) and it, like the memory the descriptors describe, stays allocated until the
+/// stream has run the operator; `stream` is a live stream of the current device.
+pub unsafe fn flash_attention_score(
+    api: &Api,
+    workspace: *mut c_void,
+    workspaceSize: u64,
+    executor: *mut aclOpExecutor,
+    stream: aclrtStream,
+) -> Result<(), AclError> {
+    let f = api.aclnnFlashAttentionScore()?;
+    // SAFETY: the caller's contract on the executor, the workspace and the stream.
+    let code = unsafe { f(workspace, workspaceSize, executor, stream) };
+    check(api, "aclnnFlashAttentionScore", code)
+}

@@ -363,6 +363,13 @@ impl<'a> Call<'a> {
         self.descriptor(v, acl_sys::ACL_BOOL, true)
     }
 
+    /// A NULL optional tensor of the operator being put together: it takes its place in
+    /// the prototype's count of inputs (or outputs), as the address setters count them.
+    fn absent(&mut self, output: bool) -> *mut aclTensor {
+        self.pending.push((std::ptr::null_mut(), output, None));
+        std::ptr::null_mut()
+    }
+
     /// A tensor of ACL dtype `dt` over `v`.
     fn descriptor(&mut self, v: &View, dt: aclDataType, output: bool) -> BResult<*mut aclTensor> {
         let dims: Vec<i64> = v.dims.iter().map(|&d| d as i64).collect();
@@ -447,7 +454,8 @@ impl<'a> Call<'a> {
     }
 
     /// Recording: makes `ex` repeatable and keeps it, noting which of its tensors
-    /// (`pending`, in the order of the operator's C prototype) view launch operands.
+    /// (`pending`, in the order of the operator's C prototype, NULL optional ones included)
+    /// view launch operands.
     fn keep(&mut self, ws: u64, ex: *mut aclOpExecutor, p2: Phase2, pending: Vec<Pending>) -> BResult<()> {
         // SAFETY: `ex` is a live executor from phase 1, never launched (facts §C.4 rule 7:
         // right after phase 1).
@@ -680,26 +688,140 @@ fn attention(c: &mut Call, a: &Attention, sc: &AttentionScratch, out: &View, cub
         add_sub(c, false, &pair[1], m, &pair[0])?;
         cur = 0;
     }
-    {
-        let (ts, tm) = (c.tensor(&pair[cur])?, c.output(&sc.row_max)?);
-        let last = c.ints(&[3])?;
-        // SAFETY: live descriptors owned by `c`.
-        let p1 = unsafe { nn::amax_get_workspace_size(c.api, ts, last, true, tm) };
-        c.run(p1, nn::amax)?;
-        let (tm, tb) = (c.tensor(&sc.row_max)?, c.bool_output(&sc.masked)?);
-        let ninf = c.scalar_f32(f32::NEG_INFINITY)?;
-        // SAFETY: live descriptors owned by `c`.
-        let p1 = unsafe { nn::eq_scalar_get_workspace_size(c.api, tm, ninf, tb) };
-        c.run(p1, nn::eq_scalar)?;
-    }
+    all_minus_inf(c, &pair[cur], &sc.row_max, &sc.masked)?;
     softmax(c, &pair[cur], -1, &pair[1 - cur])?;
     matmul(c, &pair[1 - cur], a.v, out, cube)?;
+    zero_rows(c, out, &sc.masked)
+}
+
+/// `masked` (bool over u8, `[.., 1]`) = whether the last axis of `x` is all -inf: its
+/// maximum `row_max` (`[.., 1]`, x's dtype; NaN propagates) through aclnnAmax, compared
+/// with -inf through aclnnEqScalar.
+fn all_minus_inf(c: &mut Call, x: &View, row_max: &View, masked: &View) -> BResult<()> {
+    let (tx, tm) = (c.tensor(x)?, c.output(row_max)?);
+    let last = c.ints(&[x.dims.len() as i64 - 1])?;
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::amax_get_workspace_size(c.api, tx, last, true, tm) };
+    c.run(p1, nn::amax)?;
+    let (tm, tb) = (c.tensor(row_max)?, c.bool_output(masked)?);
+    let ninf = c.scalar_f32(f32::NEG_INFINITY)?;
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::eq_scalar_get_workspace_size(c.api, tm, ninf, tb) };
+    c.run(p1, nn::eq_scalar)
+}
+
+/// Zeroes the rows of `out` where `masked` (bool over u8, broadcast to `out`) is true
+/// (aclnnInplaceMaskedFillScalar).
+fn zero_rows(c: &mut Call, out: &View, masked: &View) -> BResult<()> {
     // `out` is read and written in place: the prototype lists it as the first input.
-    let (to, tb) = (c.tensor(out)?, c.bool_tensor(&sc.masked)?);
+    let (to, tb) = (c.tensor(out)?, c.bool_tensor(masked)?);
     let zero = c.scalar_for(out.dtype, 0.0)?;
     // SAFETY: live descriptors owned by `c`.
     let p1 = unsafe { nn::inplace_masked_fill_scalar_get_workspace_size(c.api, to, tb, zero) };
     c.run(p1, nn::inplace_masked_fill_scalar)
+}
+
+/// `m` (broadcastable to `[B, H, S, T]`, at most 4-D) as a 4-D view: leading dims of 1.
+fn rank4(m: &View) -> View {
+    let pad = 4 - m.dims.len().min(4);
+    let mut v = m.clone();
+    v.dims = std::iter::repeat_n(1, pad).chain(m.dims.iter().copied()).collect();
+    v.strides = std::iter::repeat_n(0, pad).chain(m.strides.iter().copied()).collect();
+    v
+}
+
+/// The last dim of aclnnFlashAttentionScore's softmaxMax and softmaxSum (docs: `[B, N, Sq, 8]`).
+const FA_STATS: usize = 8;
+
+/// Attention as one aclnnFlashAttentionScore (Atlas A2/A3; layout BNSD, q, k, v as they
+/// are, strides included), which computes `softmax(scaleValue * (pse + q·kᵀ)) · v`.
+///
+/// Its pse is added *before* the scale, where the op table's additive mask is added after
+/// it. With a mask, q is scaled instead (aclnnMuls into scratch) and scaleValue is 1, so
+/// the mask goes in as it is (no division by the scale that could overflow fp16: BERT's
+/// -10000 over 1/8 is -80000), as a view broadcast through zero strides to one of the pse
+/// shapes the operator takes, `[B or 1, H, S or 1, T]`. A query row whose keys are all
+/// masked (-inf) is 0 on every backend, while the operator's docs do not say what it
+/// writes there: such rows are found from the mask itself (its row maxima equal -inf,
+/// aclnnAmax and aclnnEqScalar on the mask, not on the scores, which never exist here) and
+/// zeroed (aclnnInplaceMaskedFillScalar). Its softmax row maxima and sums (FLOAT
+/// `[B, H, S, 8]`) go to scratch; the reserved softmaxOut and the dropout, padding and
+/// boolean attention masks are NULL.
+fn flash_attention(c: &mut Call, a: &Attention, out: &View) -> BResult<()> {
+    let (b, h, s, d) = (a.q.dims[0], a.q.dims[1], a.q.dims[2], a.q.dims[3]);
+    let t = a.k.dims[2];
+    let stats = [b, h, s, FA_STATS];
+    let stat_bytes = align512(stats.iter().product::<usize>() * DType::F32.size());
+    let m4 = a.mask.map(rank4);
+    let rows = m4.as_ref().map_or(0, |m| m.dims[..3].iter().product::<usize>());
+    let q_bytes = if a.mask.is_some() { align512(b * h * s * d * a.q.dtype.size()) } else { 0 };
+    let row_bytes = align512(rows * a.q.dtype.size());
+    let base = c.scratch(2 * stat_bytes + q_bytes + row_bytes + align512(rows))?;
+    let max = View::contiguous(base, DType::F32, &stats);
+    let sum = View::contiguous(base + stat_bytes as u64, DType::F32, &stats);
+    let mut q = a.q.clone();
+    let mut scale = a.scale;
+    let mut pse = None;
+    if let Some(m) = &m4 {
+        let scaled = View::contiguous(base + 2 * stat_bytes as u64, a.q.dtype, &[b, h, s, d]);
+        muls(c, a.q, a.scale, &scaled)?;
+        (q, scale) = (scaled, 1.0);
+        let mut p = m.clone();
+        for (axis, full) in [(1, h), (3, t)] {
+            if p.dims[axis] == 1 && full != 1 {
+                (p.dims[axis], p.strides[axis]) = (full, 0);
+            }
+        }
+        pse = Some(p);
+    }
+    let (tq, tk, tv) = (c.tensor(&q)?, c.tensor(a.k)?, c.tensor(a.v)?);
+    let tp = match &pse {
+        Some(p) => c.tensor(p)?,
+        None => c.absent(false),
+    };
+    let (drop_mask, padding_mask, atten_mask) = (c.absent(false), c.absent(false), c.absent(false));
+    let (tmax, tsum) = (c.output(&max)?, c.output(&sum)?);
+    let softmax_out = c.absent(true);
+    let to = c.output(out)?;
+    let attrs = nn::FlashAttentionAttrs {
+        scale_value: f64::from(scale),
+        keep_prob: 1.0,
+        // No sliding window (the defaults torch_npu passes; without an attention mask they
+        // have no effect anyway).
+        pre_tokens: i64::from(i32::MAX),
+        next_tokens: i64::from(i32::MAX),
+        head_num: h as i64,
+        input_layout: c"BNSD",
+        inner_precise: 0,
+        sparse_mode: 0,
+    };
+    // SAFETY: live descriptors owned by `c`; NULL for the optional masks, the prefix and
+    // the reserved softmaxOut, as the operator documents them.
+    let p1 = unsafe {
+        nn::flash_attention_score_get_workspace_size(
+            c.api,
+            tq,
+            tk,
+            tv,
+            tp,
+            drop_mask,
+            padding_mask,
+            atten_mask,
+            std::ptr::null(),
+            &attrs,
+            tmax,
+            tsum,
+            softmax_out,
+            to,
+        )
+    };
+    c.run(p1, nn::flash_attention_score)?;
+    let Some(m) = m4 else { return Ok(()) };
+    let rd: Vec<usize> = m.dims[..3].iter().copied().chain([1]).collect();
+    let row_max = View::contiguous(base + (2 * stat_bytes + q_bytes) as u64, m.dtype, &rd);
+    let masked = View::contiguous(base + (2 * stat_bytes + q_bytes + row_bytes) as u64, DType::U8, &rd);
+    all_minus_inf(c, &m, &row_max, &masked)?;
+    zero_rows(c, out, &masked)
 }
 
 fn align512(n: usize) -> usize {
@@ -793,27 +915,37 @@ pub(crate) fn repeatable(op: &Op) -> bool {
     !matches!(op, Op::Reshape { .. } | Op::Copy)
 }
 
-/// Queues `args.op` on the stream as aclnn calls, one-shot (`is_910`: the SoC computes
-/// FP32 matrix products in FP16, cubeMathType 1).
-pub(crate) fn run(api: &Api, rec: &StreamRec, is_910: bool, args: &LaunchArgs) -> BResult<()> {
+/// How [`compose`] maps an op onto aclnn operators.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Mapping {
+    /// The SoC computes FP32 matrix products in FP16 (cubeMathType 1): the 910 family.
+    pub is_910: bool,
+    /// Attention as one `aclnnFlashAttentionScore` (kernel `attention.aclnn-flash.cube`,
+    /// Atlas A2/A3) rather than composed of matrix products and a softmax.
+    pub flash: bool,
+}
+
+/// Queues `args.op` on the stream as aclnn calls, one-shot.
+pub(crate) fn run(api: &Api, rec: &StreamRec, how: Mapping, args: &LaunchArgs) -> BResult<()> {
     let mut c = Call::new(api, rec, args.op.name(), false);
-    compose(&mut c, is_910, args)
+    compose(&mut c, how, args)
 }
 
 /// Records `args.op`'s operators as repeatable executors (see the module documentation),
 /// without launching them; `rec` is the stream of the first run (only named in errors).
-pub(crate) fn record(api: &Api, rec: &StreamRec, is_910: bool, args: &LaunchArgs) -> BResult<Recorded> {
+pub(crate) fn record(api: &Api, rec: &StreamRec, how: Mapping, args: &LaunchArgs) -> BResult<Recorded> {
     let op = args.op.name();
     if !repeatable(&args.op) {
         return Err(AclBackendError::BadRequest(format!("{op}: no repeatable executors for this op")));
     }
     let mut c = Call::new(api, rec, op, true);
-    compose(&mut c, is_910, args)?;
+    compose(&mut c, how, args)?;
     c.finish().ok_or_else(|| AclBackendError::BadRequest(format!("{op}: nothing recorded")))
 }
 
 /// `args.op` as aclnn operators on `c`.
-fn compose(c: &mut Call, is_910: bool, args: &LaunchArgs) -> BResult<()> {
+fn compose(c: &mut Call, how: Mapping, args: &LaunchArgs) -> BResult<()> {
+    let is_910 = how.is_910;
     let op = args.op.name();
     let n_in = args.inputs.len();
     let ins: Vec<View> = args.inputs.iter().enumerate().map(|(j, a)| View::operand(a, j)).collect();
@@ -907,6 +1039,12 @@ fn compose(c: &mut Call, is_910: bool, args: &LaunchArgs) -> BResult<()> {
             let tmp = scratch(c, &out.dims, out.dtype)?;
             add_sub(c, false, x, &ins[1], &tmp)?;
             layer_norm(c, &tmp, &ins[2], &ins[3], *eps, &out)
+        }
+        Op::Attention { scale } if how.flash => {
+            let d = *x.dims.last().unwrap_or(&1);
+            let scale = scale.unwrap_or(1.0 / (d.max(1) as f32).sqrt());
+            let parts = Attention { q: x, k: &ins[1], v: &ins[2], mask: ins.get(3), scale };
+            flash_attention(c, &parts, &out)
         }
         Op::Attention { scale } => {
             let d = *x.dims.last().unwrap_or(&1);

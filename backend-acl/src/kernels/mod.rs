@@ -7,16 +7,21 @@
 //!   gathers) or Scalar (shape-only moves) unit, declining what the SoC cannot run;
 //! * tier `reference` ([`host`]): the runtime's reference kernels on host copies of the
 //!   operands (synchronous), the ground truth, and what runs whatever the SoC cannot.
+//!
+//! Attention has one more, ahead of its composition where the SoC and the toolkit have it:
+//! `attention.aclnn-flash.cube`, one `aclnnFlashAttentionScore` (Atlas A2/A3, fp16, bf16
+//! and f32, an additive mask of q's dtype or none); the composition takes what it
+//! declines, and every Attention on the 910.
 
 mod aclnn;
 mod host;
 
-pub(crate) use aclnn::{Recorded, byte_copy, record, repeatable, run as run_aclnn};
+pub(crate) use aclnn::{Mapping, Recorded, byte_copy, record, repeatable, run as run_aclnn};
 pub(crate) use host::run as run_host;
 
 use crate::device::Dev;
 use crate::error::AclBackendError;
-use crate::probe::{CUBE, HOST, SCALAR, VECTOR, is_910_family};
+use crate::probe::{CUBE, HOST, SCALAR, VECTOR, has_flash_attention, is_910_family};
 use crate::{AclConfig, Fp32Matmul};
 use acl_sys::Api;
 use runtime::backend::allocations::overlapping_output;
@@ -30,9 +35,21 @@ pub enum Impl {
     /// aclnn calls with FP32 operands that the 910's Cube computes in FP16
     /// (`cubeMathType = 1`); the first launch warns once.
     AclnnFp16Compute,
+    /// Attention as one aclnnFlashAttentionScore (Atlas A2/A3).
+    AclnnFlash,
     /// The host reference tier on copies.
     Host,
 }
+
+impl Impl {
+    /// How the aclnn tier maps ops for this kernel on a SoC with `is_910`.
+    pub(crate) fn mapping(self, is_910: bool) -> Mapping {
+        Mapping { is_910, flash: self == Impl::AclnnFlash }
+    }
+}
+
+/// The fused Attention kernel that is one aclnnFlashAttentionScore.
+pub(crate) const FLASH_ATTENTION: &str = "attention.aclnn-flash.cube";
 
 /// The kernels, numbered by their position, and beside each how it runs.
 ///
@@ -161,19 +178,46 @@ fn sup_910_fp16compute(q: &KernelQuery<'_>) -> Result<(), String> {
 fn sup_a2(q: &KernelQuery<'_>) -> Result<(), String> {
     check(q, Policy { bf16: true, is_910: false, f32_cube: true })
 }
+/// aclnnFlashAttentionScore (layout BNSD): fp16, bf16 or f32 (the dtypes its docs list,
+/// old and new), no more than 256 query heads, a head dim of at most 512 (the bound of the
+/// older docs; the current op_api allows 768) and not below v's, and an additive mask of
+/// q's dtype or none (a u8 keep/drop mask is not the operator's boolean drop mask: the
+/// host tier takes those).
+fn sup_flash(q: &KernelQuery<'_>) -> Result<(), String> {
+    sup_a2(q)?;
+    let (x, v) = (&q.inputs[0], &q.inputs[2]);
+    if !matches!(x.dtype, DType::F16 | DType::BF16 | DType::F32) {
+        return Err(format!("aclnnFlashAttentionScore takes fp16, bf16 and f32, not {}", x.dtype));
+    }
+    let (h, d, dv) = (x.shape.0[1], x.shape.0[3], v.shape.0[3]);
+    if h > 256 || d > 512 || dv > d {
+        return Err(format!("aclnnFlashAttentionScore takes at most 256 heads and D <= 512, >= Dv: q {x}, v {v}"));
+    }
+    match q.inputs.get(3) {
+        Some(m) if m.dtype != x.dtype => Err(format!("a {} mask is not an additive mask of {}", m.dtype, x.dtype)),
+        _ => Ok(()),
+    }
+}
 fn sup_host(_: &KernelQuery<'_>) -> Result<(), String> {
     Ok(())
 }
 
 impl Table {
-    /// The table for SoC `soc` (device 0's) under `cfg`.
-    pub fn build(soc: &str, cfg: &AclConfig) -> Table {
+    /// The table for SoC `soc` (device 0's) under `cfg`; `flash_symbols`: the toolkit
+    /// exports both aclnnFlashAttentionScore symbols (optional, facts: newer operator
+    /// libraries).
+    pub fn build(soc: &str, cfg: &AclConfig, flash_symbols: bool) -> Table {
         let is_910 = is_910_family(soc);
         let fast: runtime::kernel::SupportFn = if is_910 { sup_910_exact } else { sup_a2 };
         let fp16_compute = is_910 && cfg.fp32_matmul == Fp32Matmul::Fp16;
+        let flash = flash_symbols && has_flash_attention(soc);
         let mut t = Table { is_910, ..Table::default() };
         for k in OpKind::ALL {
             let (fname, hname) = names(k);
+            if k == OpKind::Attention && flash {
+                // Earlier entries of a tier are preferred: ahead of the composition.
+                t.kernels.add_named(FLASH_ATTENTION, k, Tier::HighPerformance, CUBE, sup_flash, Impl::AclnnFlash);
+            }
             t.kernels.add_named(fname, k, Tier::HighPerformance, unit_of(k), fast, Impl::Aclnn);
             if let Some(n) = fp16_compute.then(|| fp16_compute_name(k)).flatten() {
                 t.kernels.add_named(n, k, Tier::HighPerformance, CUBE, sup_910_fp16compute, Impl::AclnnFp16Compute);
@@ -237,11 +281,11 @@ pub(crate) fn launch(
     }
     let r = match imp {
         Impl::Host => host::run(api, &rec, args),
-        Impl::Aclnn | Impl::AclnnFp16Compute => {
+        Impl::Aclnn | Impl::AclnnFp16Compute | Impl::AclnnFlash => {
             if imp == Impl::AclnnFp16Compute {
                 warn_fp16_compute(op);
             }
-            let r = aclnn::run(api, &rec, table.is_910, args);
+            let r = aclnn::run(api, &rec, imp.mapping(table.is_910), args);
             if r.is_ok() {
                 rec.queued(op, args.seq);
             }

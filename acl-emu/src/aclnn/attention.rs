@@ -1,0 +1,225 @@
+//! aclnnFlashAttentionScore: fused attention on the Atlas A2/A3 training SoCs (the operator
+//! registers kernels for `ascend910b` and `ascend910_93` only; the 910 family has none).
+//!
+//! Phase 1 checks what hicann/ops-transformer's op_api (`aclnn_flash_attention_score.cpp`),
+//! its tiling and its docs (`docs/aclnnFlashAttentionScore.md`) check, with the same
+//! codes, in the same order where it matters: the required pointers (161001); every output
+//! empty = nothing to do; q, k, v of one dtype and pse of theirs; headNum, the layout and
+//! its rank, D of q and k equal and not below v's; then the documented ranges, the pse
+//! shapes the tiling accepts, keepProb in (0, 1], sparseMode 0..=6, innerPrecise 0..=2, and
+//! the outputs' dtypes and shapes; last the SoC (no kernel: 561003). What the emulator does
+//! not compute is refused as "not emulated" (161002): layouts other than BNSD, dropout, the
+//! reserved padding mask, the boolean attention mask, prefix sparsity and pse compressed to
+//! its last 1024 rows. Phase 2 queues [`Kernel::FlashAttention`], which computes
+//! `softmax(scaleValue * (pse + q·kᵀ)) · v` with the softmax row maxima and sums.
+//!
+//! A repeatable executor's address setters count the prototype's tensors: inputs query 0,
+//! key 1, value 2, realShiftOptional 3 (dropout, padding and attention masks 4, 5, 6, never
+//! given here); outputs softmaxMaxOut 0, softmaxSumOut 1, softmaxOutOut 2 (reserved, never
+//! written), attentionOutOut 3 (see [`crate::aclnn::executor`]).
+
+use crate::aclnn::basics::{desc, ex, finish, phase2};
+use crate::descriptors::{Kernel, Src, TensorDesc};
+use crate::error::{R, fail};
+use crate::ffi::guard;
+use crate::ffi::h;
+use crate::kernel::FA_STAT_WIDTH;
+use crate::state::Tables;
+use acl_sys::codes::*;
+use acl_sys::*;
+use std::ffi::{CStr, c_char};
+
+phase2!(aclnnFlashAttentionScore);
+
+/// Most query heads, largest head dim (the docs' limits, also checked by the op_api).
+const MAX_HEADS: i64 = 256;
+const MAX_HEAD_DIM: i64 = 768;
+/// Rows of a pse compressed to the last rows (ALiBi), which the emulator does not expand.
+const PSE_COMPRESSED_ROWS: i64 = 1024;
+
+/// The (handle, descriptor) of a required tensor argument (NULL: 161001).
+fn tensor(t: &Tables, p: *const aclTensor, what: &str) -> R<(u64, TensorDesc)> {
+    let k = h(p.cast());
+    Ok((k, desc(t, k, what)?))
+}
+
+/// The descriptor of an optional tensor argument, `None` when NULL.
+fn optional(t: &Tables, p: *const aclTensor, what: &str) -> R<Option<(u64, TensorDesc)>> {
+    if p.is_null() { Ok(None) } else { tensor(t, p, what).map(Some) }
+}
+
+fn invalid<T>(msg: String) -> R<T> {
+    fail(ACLNN_ERR_PARAM_INVALID, format!("aclnnFlashAttentionScore: {msg}"))
+}
+
+fn not_emulated<T>(what: &str) -> R<T> {
+    invalid(format!("{what} is not emulated by acl-emu"))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclnnFlashAttentionScoreGetWorkspaceSize(
+    query: *const aclTensor,
+    key: *const aclTensor,
+    value: *const aclTensor,
+    realShiftOptional: *const aclTensor,
+    dropMaskOptional: *const aclTensor,
+    paddingMaskOptional: *const aclTensor,
+    attenMaskOptional: *const aclTensor,
+    prefixOptional: *const aclIntArray,
+    scaleValue: f64,
+    keepProb: f64,
+    _preTokens: i64,
+    _nextTokens: i64,
+    headNum: i64,
+    inputLayout: *mut c_char,
+    innerPrecise: i64,
+    sparseMode: i64,
+    softmaxMaxOut: *const aclTensor,
+    softmaxSumOut: *const aclTensor,
+    softmaxOutOut: *const aclTensor,
+    attentionOutOut: *const aclTensor,
+    workspaceSize: *mut u64,
+    executor: *mut *mut aclOpExecutor,
+) -> aclnnStatus {
+    guard("aclnnFlashAttentionScoreGetWorkspaceSize", |t| {
+        let required = [query, key, value, softmaxMaxOut, softmaxSumOut, attentionOutOut];
+        if required.iter().any(|p| p.is_null())
+            || inputLayout.is_null()
+            || workspaceSize.is_null()
+            || executor.is_null()
+        {
+            return fail(
+                ACLNN_ERR_PARAM_NULLPTR,
+                "aclnnFlashAttentionScore: query, key, value, inputLayout, softmaxMaxOut, softmaxSumOut, \
+                 attentionOutOut, workspaceSize and executor must not be NULL",
+            );
+        }
+        let (hq, q) = tensor(t, query, "query")?;
+        let (hk, k) = tensor(t, key, "key")?;
+        let (hv, v) = tensor(t, value, "value")?;
+        let (hmx, mx) = tensor(t, softmaxMaxOut, "softmaxMaxOut")?;
+        let (hsm, sm) = tensor(t, softmaxSumOut, "softmaxSumOut")?;
+        let (ho, o) = tensor(t, attentionOutOut, "attentionOutOut")?;
+        // Reserved and never written; a given descriptor must still be a live one.
+        optional(t, softmaxOutOut, "softmaxOutOut")?;
+        if mx.numel() == 0 && sm.numel() == 0 && o.numel() == 0 {
+            let e = ex(
+                "aclnnFlashAttentionScore",
+                Kernel::FlashAttention { scale: 0.0, heads: 0, kv_heads: 0 },
+                vec![],
+                vec![],
+                0,
+            );
+            // SAFETY: C contract: out-pointers are writable (checked non-NULL above).
+            return unsafe { finish(t, e, workspaceSize, executor) };
+        }
+        let pse = optional(t, realShiftOptional, "realShiftOptional")?;
+        if q.dtype != k.dtype || k.dtype != v.dtype {
+            return invalid(format!(
+                "the data types of query ({}), key ({}) and value ({}) differ",
+                q.dtype.0, k.dtype.0, v.dtype.0
+            ));
+        }
+        if let Some((_, p)) = &pse
+            && p.dtype != q.dtype
+        {
+            return invalid(format!("pse data type {} differs from query's {}", p.dtype.0, q.dtype.0));
+        }
+        if headNum <= 0 {
+            return invalid(format!("headNum must be > 0, got {headNum}"));
+        }
+        // SAFETY: C contract: a non-NULL inputLayout is a NUL-terminated string.
+        let layout = unsafe { CStr::from_ptr(inputLayout) }.to_string_lossy().to_ascii_uppercase();
+        match (layout.as_str(), q.dims.len()) {
+            ("BNSD", 4) => {}
+            ("BSH" | "SBH" | "TND", 3) | ("BSND", 4) => return not_emulated(&format!("inputLayout {layout}")),
+            _ => return invalid(format!("inputLayout {layout:?} with {}-D query is not supported", q.dims.len())),
+        }
+        if k.dims.len() != 4 || v.dims.len() != 4 {
+            return invalid(format!("key {:?} and value {:?} must be BNSD like query", k.dims, v.dims));
+        }
+        let (b, n1, s1, d) = (q.dims[0], q.dims[1], q.dims[2], q.dims[3]);
+        let (n2, s2, dv) = (k.dims[1], k.dims[2], v.dims[3]);
+        if k.dims[3] != d {
+            return invalid(format!("the D dims of query ({d}) and key ({}) must be equal", k.dims[3]));
+        }
+        if d < dv {
+            return invalid(format!("the D dim of key ({d}) must not be below value's ({dv})"));
+        }
+        if d > MAX_HEAD_DIM {
+            return invalid(format!("head dim must be <= {MAX_HEAD_DIM}, got {d}"));
+        }
+        // The docs' constraints on the shapes.
+        if ![ACL_FLOAT16, ACL_BF16, ACL_FLOAT].contains(&q.dtype) {
+            q.meta()?;
+            return invalid(format!("query data type {} is not FLOAT16, BFLOAT16 or FLOAT", q.dtype.0));
+        }
+        if k.dims[0] != b || v.dims[0] != b || v.dims[1] != n2 || v.dims[2] != s2 {
+            return invalid(format!(
+                "key {:?} and value {:?} must agree except in D, and B with query",
+                k.dims, v.dims
+            ));
+        }
+        if headNum != n1 {
+            return invalid(format!("headNum {headNum} is not query's N axis {n1}"));
+        }
+        if n1 > MAX_HEADS || n2 == 0 || n1 % n2 != 0 {
+            return invalid(format!("query heads {n1} must be in [1, {MAX_HEADS}] and a multiple of key's {n2}"));
+        }
+        if !(keepProb > 0.0 && keepProb <= 1.0) {
+            return invalid(format!("keepProb must be in (0, 1], got {keepProb}"));
+        }
+        if keepProb < 1.0 || !dropMaskOptional.is_null() {
+            return not_emulated("dropout (keepProb < 1 or a dropMask)");
+        }
+        if !paddingMaskOptional.is_null() {
+            return invalid("paddingMaskOptional is reserved: pass NULL".into());
+        }
+        if let Some((_, m)) = optional(t, attenMaskOptional, "attenMaskOptional")? {
+            if m.dtype != ACL_BOOL && m.dtype != ACL_UINT8 {
+                return invalid(format!("attenMask data type {} is not BOOL or UINT8", m.dtype.0));
+            }
+            return not_emulated("attenMaskOptional");
+        }
+        if !prefixOptional.is_null() {
+            return not_emulated("prefixOptional (sparse modes 5 and 6)");
+        }
+        if !(0..=6).contains(&sparseMode) {
+            return invalid(format!("sparseMode must be 0..=6, got {sparseMode}"));
+        }
+        if !(0..=2).contains(&innerPrecise) {
+            return invalid(format!("innerPrecise must be 0, 1 or 2, got {innerPrecise}"));
+        }
+        let mut inputs = vec![Src::Tensor(hq, q.clone()), Src::Tensor(hk, k), Src::Tensor(hv, v)];
+        if let Some((hp, p)) = pse {
+            let pd = &p.dims;
+            if pd.len() != 4 || (pd[0] != 1 && pd[0] != b) || pd[1] != n1 || pd[3] != s2 {
+                return invalid(format!("pse {pd:?} is none of [B or 1, N, Sq or 1, Skv] for query {:?}", q.dims));
+            }
+            if pd[2] != s1 && pd[2] != 1 {
+                if pd[2] == PSE_COMPRESSED_ROWS && s1 > PSE_COMPRESSED_ROWS {
+                    return not_emulated("pse compressed to its last 1024 rows");
+                }
+                return invalid(format!("pse {pd:?}: its third dim must be Sq ({s1}) or 1"));
+            }
+            inputs.push(Src::Tensor(hp, p));
+        }
+        let stats = [b, n1, s1, FA_STAT_WIDTH as i64];
+        for (what, dsc) in [("softmaxMaxOut", &mx), ("softmaxSumOut", &sm)] {
+            if dsc.dtype != ACL_FLOAT || dsc.dims != stats {
+                return invalid(format!("{what} must be FLOAT {stats:?}, got type {} {:?}", dsc.dtype.0, dsc.dims));
+            }
+        }
+        if !t.cfg.is_a2_or_a3() {
+            return fail(
+                ACLNN_ERR_INNER_FIND_KERNEL_ERROR,
+                format!("aclnnFlashAttentionScore has no kernel for {} (Atlas A2/A3 training only)", t.cfg.soc),
+            );
+        }
+        let kernel = Kernel::FlashAttention { scale: scaleValue, heads: n1 as usize, kv_heads: n2 as usize };
+        let outputs = vec![(hmx, mx), (hsm, sm), (ho, o)];
+        let e = ex("aclnnFlashAttentionScore", kernel, inputs, outputs, t.cfg.workspace);
+        // SAFETY: C contract: out-pointers are writable (checked non-NULL above).
+        unsafe { finish(t, e, workspaceSize, executor) }
+    })
+}
