@@ -245,6 +245,8 @@ fn run_one(base: &RuntimeConfig, cname: &str, bm: &Model, batch: usize, seq: usi
         let last = i + 1 == runs && emulator_reset(&rt)?;
         let t0 = Instant::now();
         let out = cg.run(&refs)?;
+        // A run on an asynchronous default stream (Ascend, CUDA) returns once queued.
+        rt.synchronize(0)?;
         let t = t0.elapsed();
         if last {
             emulator = emulator_read(&rt)?;
