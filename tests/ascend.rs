@@ -180,6 +180,7 @@ fn bench_bert_over_the_emulator_reports_its_counters_and_a_modelled_latency() {
     assert!(e["phase2_calls"].as_u64().unwrap() > 0, "without capture the run launches aclnn kernels: {e}");
     assert_eq!(e["replays"].as_u64(), Some(0), "NPURT_ACL_GRAPH_CAPTURE=off: {e}");
     assert!(e["modelled_latency_ms"].as_f64().unwrap() > 0.0, "{e}");
+    assert!(row["backend_held_bytes"].as_u64().is_some_and(|b| b > 0), "the backend's frozen buffers: {row}");
     // Existing fields are still there.
     assert!(row["median_ms"].is_number() && row["host_tier_nodes"].is_number(), "{row}");
     let line = t.lines().find(|l| l.contains("acl-emu, last timed run")).unwrap_or_else(|| panic!("{t}"));
@@ -187,5 +188,6 @@ fn bench_bert_over_the_emulator_reports_its_counters_and_a_modelled_latency() {
 
     let (t, row) = run("cpu");
     assert!(row["emulator"].is_null(), "no emulator object on the CPU: {row}");
+    assert_eq!(row["backend_held_bytes"].as_u64(), Some(0), "{row}");
     assert!(!t.contains("acl-emu, last timed run"), "{t}");
 }

@@ -327,6 +327,9 @@ fn tiny_bert_is_captured_once_and_replayed() {
                 assert_eq!(*c, (0, 0, 0, 1, 0, 0), "{soc}: run {k} is not one replay: {counts:?}");
             }
             assert!(!parallel || cg.schedule().streams > 1, "{soc}: the parallel case uses several streams");
+            // The executors' own buffers, workspaces and staging are counted.
+            let st = cg.arena_stats();
+            assert!(st.backend_bytes > 0, "{soc}: {st:?}");
         }
         assert_nothing_left(emu, soc);
     }

@@ -341,6 +341,10 @@ unsafe impl Backend for AclBackend {
         frozen::launch(&self.api, self.instance, &self.devs, &self.table, run)
     }
 
+    fn frozen_bytes(&self, frozen: &runtime::Frozen) -> usize {
+        frozen::bytes(frozen)
+    }
+
     /// A captured plan's run: staged, recorded once, then replayed (see `crate::frozen`).
     fn launch_frozen_run(&self, device: usize, frozen: &runtime::Frozen, run: runtime::FrozenRun<'_>) -> Result<bool> {
         frozen::launch_run(&self.api, self.instance, &self.devs, &self.table, device, frozen, run)

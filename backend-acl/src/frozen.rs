@@ -149,6 +149,21 @@ impl Held {
     }
 }
 
+impl Held {
+    /// Device bytes held: recorded ops' own memory, workspaces, capture staging.
+    fn bytes(&self) -> usize {
+        let own: usize = self.recorded.iter().flatten().map(|r| r.size().1).sum();
+        let ws: usize = self.workspaces.iter().map(|(_, m)| lock(m).size).sum();
+        own + ws + self.capture.staged_bytes()
+    }
+}
+
+/// Device bytes a plan holds beyond the graph's arena ([`runtime::Backend::frozen_bytes`]).
+pub(crate) fn bytes(frozen: &Frozen) -> usize {
+    let Some(fz) = frozen.0.downcast_ref::<AclFrozen>() else { return 0 };
+    lock(&fz.shared.held).as_ref().map_or(0, Held::bytes)
+}
+
 /// The part of a plan the device can reach at its teardown.
 struct Shared {
     held: Mutex<Option<Held>>,

@@ -114,6 +114,11 @@ impl Captures {
         Ok(())
     }
 
+    /// Bytes of the staging buffers made so far.
+    pub(super) fn staged_bytes(&self) -> usize {
+        self.stages.iter().flatten().map(|s| s.copy_in.max(s.copy_out)).sum()
+    }
+
     /// Destroys the recorded instance and frees staging buffers and events; the caller
     /// synchronised every stream that used them. Returns the staging bytes.
     pub(super) fn release(self, api: &Api) -> usize {

@@ -488,6 +488,13 @@ pub unsafe trait Backend: Send + Sync {
         Ok(false)
     }
 
+    /// Device bytes the backend holds for a plan from [`freeze`](Self::freeze) beyond the
+    /// graph's arena (recorded executors' own buffers, workspaces, staging), as made so
+    /// far (a plan makes them in its first runs); 0 (the default) when it holds none.
+    fn frozen_bytes(&self, _frozen: &Frozen) -> usize {
+        0
+    }
+
     /// Queues several launches at once (one submission). The default queues them one by
     /// one; backends with a cheaper bulk path override it.
     fn launch_batch(&self, device: usize, launches: Vec<(KernelInfo, LaunchArgs)>, stream: StreamId) -> Result<()> {

@@ -133,6 +133,12 @@ impl InstanceSet {
     }
 
     /// (instances alive, most alive at once, bytes of all their arenas).
+    /// Bytes the backend holds for the frozen launches of the arenas not running now.
+    pub(super) fn frozen_bytes(&self, backend: &dyn crate::backend::Backend) -> usize {
+        let g = self.lock();
+        g.free.iter().filter_map(|i| i.fast.as_ref()?.frozen.as_ref()).map(|f| backend.frozen_bytes(f)).sum()
+    }
+
     pub(super) fn stats(&self) -> (usize, usize, usize) {
         let g = self.lock();
         (g.created, g.peak, g.arena_bytes)

@@ -118,6 +118,10 @@ pub struct ArenaStats {
     pub max: usize,
     /// Bytes of all arenas together.
     pub bytes: usize,
+    /// Device bytes the backend holds beyond the arenas for the frozen launches of the
+    /// arenas not running now (Ascend: recorded executors' own buffers, workspaces, and
+    /// graph-capture staging); 0 on the CPU.
+    pub backend_bytes: usize,
 }
 
 impl CompiledGraph {
@@ -481,7 +485,8 @@ impl CompiledGraph {
     /// The run arenas: how many exist, the most at once, the limit and their bytes.
     pub fn arena_stats(&self) -> ArenaStats {
         let (arenas, peak, bytes) = self.instances.as_ref().map_or((0, 0, 0), InstanceSet::stats);
-        ArenaStats { arenas, peak, max: self.instances.as_ref().map_or(0, InstanceSet::max), bytes }
+        let backend_bytes = self.instances.as_ref().map_or(0, |s| s.frozen_bytes(self.rt.backend().as_ref()));
+        ArenaStats { arenas, peak, max: self.instances.as_ref().map_or(0, InstanceSet::max), bytes, backend_bytes }
     }
 
     /// The graph as compiled (after fusion and precision changes). Its constants keep

@@ -110,6 +110,8 @@ struct BertRun {
     pool_peak: usize,
     rss_peak: Option<u64>,
     arena: Option<(usize, usize)>,
+    /// Device bytes the backend holds beyond the arena for the frozen launches.
+    backend_held: usize,
     streams: usize,
     util: Vec<(String, f64, f64)>,
     /// The precision the graph was compiled with (`auto` resolved for the device).
@@ -264,6 +266,7 @@ fn run_one(base: &RuntimeConfig, cname: &str, bm: &Model, batch: usize, seq: usi
         pool_peak: stats.peak_total_bytes,
         rss_peak: peak_rss(),
         arena: cg.memory_plan().map(|p| (p.arena_bytes, p.load_bytes)),
+        backend_held: cg.arena_stats().backend_bytes,
         streams: cg.schedule().streams,
         util: utilisation(&rt, &profile),
         precision: cg.options().precision.name(),
@@ -283,6 +286,7 @@ fn to_json(r: &BertRun) -> serde_json::Value {
         "rss_peak_bytes": r.rss_peak,
         "arena_bytes": r.arena.map(|a| a.0),
         "load_bytes": r.arena.map(|a| a.1),
+        "backend_held_bytes": r.backend_held,
         "streams": r.streams,
         "precision": r.precision,
         "host_tier_nodes": r.host_tier.len(),
@@ -303,8 +307,12 @@ fn row_text(v: &serde_json::Value) -> Option<String> {
     let (min, max) = (v["min_ms"].as_f64()?, v["max_ms"].as_f64()?);
     let arena = v["arena_bytes"].as_u64().zip(v["load_bytes"].as_u64());
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    let held = match v["backend_held_bytes"].as_u64() {
+        Some(b) if b > 0 => format!("; the backend holds {:.0} MiB more for the frozen launches", mib(b)),
+        _ => String::new(),
+    };
     Some(format!(
-        "{:<10} {:>10.1} {:>16} {:>10.0} {:>10} {:>12} {:>7}  {}",
+        "{:<10} {:>10.1} {:>16} {:>10.0} {:>10} {:>12} {:>7}  {}{held}",
         v["config"].as_str()?,
         v["median_ms"].as_f64()?,
         format!("{min:.0}..{max:.0}"),
