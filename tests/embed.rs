@@ -192,6 +192,18 @@ fn embeddings_on_ascend_in_fp16_stay_close_to_the_reference() {
                 );
                 assert!(cos >= 0.999, "{soc}: cosine {cos} for {:?}", c.text);
             }
+            // Warm (each shape's graph recorded and captured), a call makes no aclnn call:
+            // a replay per batch, and copies between host and device for the batch's
+            // inputs and outputs only.
+            e.embed(&texts).unwrap();
+            emu.run.reset().unwrap();
+            let again = e.embed(&texts).unwrap();
+            let c = emu.run.counters().unwrap();
+            eprintln!("{soc}: a warm embed call: {c:?}");
+            assert_eq!(again, got, "{soc}: a warm call gives the same embeddings");
+            let batches = texts.len().div_ceil(8) as u64;
+            assert_eq!((c.phase1_calls, c.phase2_calls, c.replays), (0, 0, batches), "{soc}: {c:?}");
+            assert!(c.h2d_copies <= 3 * batches && c.d2h_copies <= 2 * batches, "{soc}: {c:?}");
         }
         let c = emu.finish();
         assert_eq!((c.device_allocations, c.streams, c.executors), (0, 0, 0), "{c:?}");
