@@ -25,7 +25,7 @@
 
 use crate::models::bert::{self, BertConfig, Weights};
 use crate::models::safetensors::SafetensorsFile;
-use runtime::graph::{CompileOptions, CompiledGraph};
+use runtime::graph::{CompileOptions, CompiledGraph, SharedConstants};
 use runtime::{Error, Result, Tensor};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -206,6 +206,8 @@ pub struct Embedder {
     pad_id: u32,
     options: EmbedOptions,
     graphs: HashMap<(usize, usize), CachedGraph>,
+    /// The weights' device copies (and packed forms), shared by every compiled shape.
+    constants: SharedConstants,
     clock: u64,
 }
 
@@ -373,6 +375,7 @@ impl Embedder {
             pad_id,
             options,
             graphs: HashMap::new(),
+            constants: SharedConstants::new(),
             clock: 0,
         })
     }
@@ -591,13 +594,14 @@ impl Embedder {
         let t = Instant::now();
         while self.graphs.len() >= self.options.max_cached_graphs && self.evict_oldest() {}
         let mut options = CompileOptions::from_config(self.rt.config(), self.options.device);
-        // Each compiled graph holds its weights and user streams (a device has at most
-        // `max_streams`): when the device runs out, drop cached graphs, oldest first, then
+        // The weights are uploaded and packed by the first compile and shared by the others
+        // (`constants`). Each compiled graph holds its arena and user streams (a device has
+        // at most `max_streams`): when the device runs out, drop cached graphs, oldest first, then
         // fall back to a single-stream schedule. The graph is built afresh for each try and
         // handed over, so that its host weights are freed as they are uploaded.
         let graph = loop {
             let bg = bert::build(&self.config, Weights::File(self.weights.clone()), b, seq)?;
-            match CompiledGraph::compile_owned(&self.rt, bg.graph, options.clone()) {
+            match CompiledGraph::compile_shared(&self.rt, bg.graph, options.clone(), &self.constants) {
                 Ok(g) => break g,
                 Err(e @ (Error::Device { .. } | Error::OutOfMemory { .. })) => {
                     if self.evict_oldest() {

@@ -285,13 +285,13 @@ fn graphs_check_the_sizes_of_inputs_constants_and_nodes() {
 
     // A constant whose bytes do not match its shape.
     let mut g = Graph::new();
-    let short = HostTensor { dtype: DType::F32, shape: [4].into(), bytes: std::sync::Arc::new(vec![0u8; 3]) };
+    let short = HostTensor { dtype: DType::F32, shape: [4].into(), bytes: vec![0u8; 3].into() };
     let c = g.constant("w", short);
     let y = g.op("relu", Op::Relu, &[c]).unwrap();
     g.output(y);
     let e = g.validate().unwrap_err();
     assert!(e.to_string().contains("constant \"w\""), "{e}");
-    let wide = HostTensor { dtype: DType::F32, shape: [1 << 62].into(), bytes: std::sync::Arc::new(Vec::new()) };
+    let wide = HostTensor { dtype: DType::F32, shape: [1 << 62].into(), bytes: Vec::new().into() };
     let mut g = Graph::new();
     let c = g.constant("big", wide);
     g.output(c);

@@ -8,7 +8,9 @@ use common::{bert_inputs, cosine};
 use npurt::models::bert::{self, BertConfig, Weights};
 use npurt::{DType, Op, Precision, RuntimeConfig, Scheduling, Tensor};
 use runtime::Runtime;
-use runtime::graph::{CompileOptions, CompiledGraph, Graph, HostTensor, ScheduleStrategy, ValueId, ValueKind};
+use runtime::graph::{
+    CompileOptions, CompiledGraph, Graph, HostTensor, ScheduleStrategy, SharedConstants, ValueId, ValueKind,
+};
 use std::collections::HashMap;
 
 /// Runs every node with the eager API, in graph order.
@@ -408,4 +410,50 @@ on_every_backend!(packed_linear_weights_match_eager, |b| {
             }
         }
     }
+});
+
+on_every_backend!(shared_constants_serve_every_shape_of_a_model, |b| {
+    let rt = common::runtime(&b);
+    let cfg = BertConfig::tiny();
+    let store = SharedConstants::new();
+    let opts = || options(true, true, false, ScheduleStrategy::Latency);
+    let in_use = || rt.pool_stats(0).unwrap().in_use_bytes;
+    let build = |seed: u64, batch: usize, seq: usize| bert::build(&cfg, Weights::Random(seed), batch, seq).unwrap();
+    let first = CompiledGraph::compile_shared(&rt, build(3, 1, 8).graph, opts(), &store).unwrap();
+    let (held, held_bytes) = (store.len(), store.device_bytes());
+    assert!(held > 0 && held_bytes > 0, "the first compile leaves its weights in the store");
+
+    // Another shape of the same weights: no weight uploaded (the store only gains the
+    // shape's position ids), and the same results as a graph holding its own weights.
+    let before = in_use();
+    let second = CompiledGraph::compile_shared(&rt, build(3, 2, 16).graph, opts(), &store).unwrap();
+    let grew = in_use() - before;
+    assert!(store.len() <= held + 1, "{} constants after {held}", store.len());
+    assert!(store.device_bytes() - held_bytes <= 16 * 8, "{} bytes after {held_bytes}", store.device_bytes());
+    let arena = second.arena_stats().bytes;
+    let new_constants = store.device_bytes() - held_bytes;
+    // Pool blocks round each allocation up to 512 bytes at most.
+    assert!(
+        grew <= arena + new_constants + 2 * 512,
+        "a compile sharing the weights allocated {grew} bytes (arena {arena}, weights {held_bytes})"
+    );
+    let before = in_use();
+    let own = CompiledGraph::compile_owned(&rt, build(3, 2, 16).graph, opts()).unwrap();
+    assert!(in_use() - before >= held_bytes, "a graph of its own uploads its weights");
+    let ins = bert_inputs(&rt, 2, 16, cfg.vocab_size);
+    let refs: Vec<&Tensor> = ins.iter().collect();
+    for _ in 0..2 {
+        let (got, want) = (second.run(&refs).unwrap(), own.run(&refs).unwrap());
+        assert_eq!(max_diff(&got[0], &want[0]), 0.0, "shared weights give the same result");
+    }
+    let one = bert_inputs(&rt, 1, 8, cfg.vocab_size);
+    let one: Vec<&Tensor> = one.iter().collect();
+    let want = CompiledGraph::compile_owned(&rt, build(3, 1, 8).graph, opts()).unwrap().run(&one).unwrap();
+    assert_eq!(max_diff(&first.run(&one).unwrap()[0], &want[0]), 0.0);
+
+    // Other weights under the same names and shapes are not taken for these.
+    let other = CompiledGraph::compile_shared(&rt, build(4, 2, 16).graph, opts(), &store).unwrap();
+    assert!(store.len() > held, "weights of another seed are new constants");
+    let want = CompiledGraph::compile_owned(&rt, build(4, 2, 16).graph, opts()).unwrap().run(&refs).unwrap();
+    assert_eq!(max_diff(&other.run(&refs).unwrap()[0], &want[0]), 0.0);
 });

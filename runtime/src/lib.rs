@@ -33,7 +33,7 @@ pub use backend::{
 pub use config::{GraphCapture, Optimizations, PoolConfig, Precision, ReuseStrategy, RuntimeConfig, Scheduling};
 pub use dtype::{DType, Element};
 pub use error::{Error, Message, Operand, Result, Source};
-pub use graph::{CompileOptions, CompiledGraph, Graph, HostTensor};
+pub use graph::{CompileOptions, CompiledGraph, Graph, HostBytes, HostTensor};
 pub use kernel::{HwMapping, KernelError, KernelInfo, KernelQuery, KernelResult, KernelTable, Tier, Unit, UnitClass};
 pub use op::{GeluApprox, Op, OpKind, TensorMeta};
 pub use pool::{Block, BlockKind, Pool, PoolStats};

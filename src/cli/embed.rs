@@ -49,6 +49,8 @@ struct Totals {
     tokenize: Duration,
     compile: Duration,
     compiles: usize,
+    /// The first compile (it uploads and packs the weights; later shapes share them).
+    first_compile: Option<Duration>,
     run: Duration,
     latencies: Vec<Duration>,
 }
@@ -61,6 +63,7 @@ impl Totals {
         if let Some(c) = b.compile {
             self.compile += c;
             self.compiles += 1;
+            self.first_compile.get_or_insert(c);
         }
         self.latencies.push(b.run);
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
@@ -104,6 +107,14 @@ impl Totals {
             ms(self.compile),
             ms(self.run),
         );
+        if let Some(first) = self.first_compile.filter(|_| self.compiles > 1) {
+            eprintln!(
+                "stats: compiles: the first {:.1} ms (weights uploaded and packed), the {} others {:.1} ms each on average (weights shared)",
+                ms(first),
+                self.compiles - 1,
+                ms(self.compile - first) / (self.compiles - 1) as f64,
+            );
+        }
     }
 }
 

@@ -250,9 +250,10 @@ pub enum Weights {
     /// Hugging Face names (`embeddings.word_embeddings.weight`, `encoder.layer.0...`),
     /// with or without a `bert.` prefix.
     Named(HashMap<String, HostTensor>),
-    /// The same names in a memory-mapped safetensors file; each weight is copied out of
-    /// the map (floats converted to f32) when the graph is built, so a graph handed to
-    /// `CompiledGraph::compile_owned` holds one copy of the weights at a time.
+    /// The same names in a memory-mapped safetensors file. f32 weights are read in place
+    /// in the map (building a graph copies nothing); f16 / bf16 ones are widened to f32
+    /// copies when the graph is built. A graph handed to `CompiledGraph::compile_owned`
+    /// holds one host copy of the weights at a time.
     File(Arc<SafetensorsFile>),
     /// Normal with std 0.02 (LayerNorm gamma 1), from this seed.
     Random(u64),
@@ -306,7 +307,7 @@ fn float_as_f32(name: &str, t: HostTensor) -> std::result::Result<HostTensor, We
     let widen = |v: Vec<f32>| HostTensor {
         dtype: DType::F32,
         shape: t.shape.clone(),
-        bytes: Arc::new(bytemuck::cast_slice(&v).to_vec()),
+        bytes: bytemuck::cast_slice(&v).to_vec().into(),
     };
     match t.dtype {
         DType::F32 => Ok(t),
@@ -421,7 +422,19 @@ impl WeightSource {
                 let key = Self::candidates(name).into_iter().find(|k| f.contains(k)).ok_or_else(missing)?;
                 // The shape comes from the header: nothing is read for a mismatch.
                 check_shape(f.info(&key).map(|(_, s)| s).unwrap_or_default())?;
-                float_as_f32(name, f.tensor(&key)?)?
+                // f32 weights are read in place in the map (nothing copied); others widened.
+                let t = match f.info(&key).map(|(d, _)| d) {
+                    Some(safetensors::Dtype::F32) => f.tensor_shared(&key)?,
+                    _ => float_as_f32(name, f.tensor(&key)?)?,
+                };
+                // Each weight is checked once per file, not once per graph built from it.
+                if !f.is_checked(&key) {
+                    if let Some((index, value)) = first_non_finite(&t) {
+                        return Err(WeightError::NonFinite { name: name.to_string(), index, value });
+                    }
+                    f.mark_checked(&key);
+                }
+                return Ok(t);
             }
             Source::Random(seed) => {
                 let alloc = || WeightError::Alloc { name: name.to_string(), shape: shape.to_vec() };
@@ -436,7 +449,7 @@ impl WeightSource {
                     }),
                 }
                 .ok_or_else(alloc)?;
-                return Ok(HostTensor { dtype: DType::F32, shape: shape.to_vec().into(), bytes: Arc::new(bytes) });
+                return Ok(HostTensor { dtype: DType::F32, shape: shape.to_vec().into(), bytes: bytes.into() });
             }
         };
         if let Some((index, value)) = first_non_finite(&t) {
@@ -691,9 +704,9 @@ mod tests {
             assert!(e.to_string().contains(&format!("{name} holds {bad} at element 5")), "{e}");
         }
         // f16 and bf16 too.
-        let h = HostTensor { dtype: DType::F16, shape: [3].into(), bytes: Arc::new(vec![0, 0, 0, 0x7e, 0, 0x3c]) };
+        let h = HostTensor { dtype: DType::F16, shape: [3].into(), bytes: vec![0, 0, 0, 0x7e, 0, 0x3c].into() };
         assert_eq!(first_non_finite(&h).map(|x| x.0), Some(1));
-        let b = HostTensor { dtype: DType::BF16, shape: [2].into(), bytes: Arc::new(vec![0x80, 0x3f, 0x80, 0xff]) };
+        let b = HostTensor { dtype: DType::BF16, shape: [2].into(), bytes: vec![0x80, 0x3f, 0x80, 0xff].into() };
         assert_eq!(first_non_finite(&b), Some((1, f32::NEG_INFINITY)));
     }
 }

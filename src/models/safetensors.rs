@@ -10,11 +10,11 @@
 //! its weights once, not twice.
 
 use memmap2::Mmap;
-use runtime::{DType, HostTensor};
+use runtime::{DType, HostBytes, HostTensor};
 use safetensors::tensor::{Dtype, Metadata, TensorInfo};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// The header length the `safetensors` crate accepts at most (100 MB).
 const MAX_HEADER_BYTES: usize = 100_000_000;
@@ -65,6 +65,8 @@ pub struct SafetensorsFile {
     /// Offset of the data section in the file (8 + header length).
     data_start: usize,
     metadata: Metadata,
+    /// Tensors a caller marked as checked ([`SafetensorsFile::mark_checked`]).
+    checked: Mutex<HashSet<String>>,
 }
 
 impl std::fmt::Debug for SafetensorsFile {
@@ -146,7 +148,7 @@ fn to_host(raw: &[u8], info: &TensorInfo, name: &str, path: &str) -> SResult<Hos
     } else {
         raw.to_vec()
     };
-    Ok(HostTensor { dtype, shape: info.shape.clone().into(), bytes: Arc::new(bytes) })
+    Ok(HostTensor { dtype, shape: info.shape.clone().into(), bytes: bytes.into() })
 }
 
 impl SafetensorsFile {
@@ -161,7 +163,7 @@ impl SafetensorsFile {
         // the usual condition of reading a file through a memory map.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
         let (data_start, metadata) = read_header(&map, &name)?;
-        Ok(SafetensorsFile { path: name, map, data_start, metadata })
+        Ok(SafetensorsFile { path: name, map, data_start, metadata, checked: Mutex::default() })
     }
 
     /// The file's path, as given.
@@ -206,6 +208,41 @@ impl SafetensorsFile {
         Ok(t)
     }
 
+    /// The tensor `name` as [`tensor`](Self::tensor) gives it, but reading the map in
+    /// place where the stored bytes are the loaded ones (no F64 or BOOL conversion) and
+    /// aligned for their dtype: building a graph from it then copies nothing, and the
+    /// pages are handed back to the kernel when the last clone of the bytes is dropped.
+    /// Otherwise a copy, as `tensor` makes it.
+    pub fn tensor_shared(self: &Arc<Self>, name: &str) -> SResult<HostTensor> {
+        let info = self
+            .metadata
+            .info(name)
+            .ok_or_else(|| SafetensorsError::Missing { path: self.path.clone(), name: name.to_string() })?;
+        let (s, e) = (self.data_start + info.data_offsets.0, self.data_start + info.data_offsets.1);
+        let as_stored =
+            matches!(info.dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16 | Dtype::I64 | Dtype::I32 | Dtype::U8);
+        let dtype = runtime_dtype(info.dtype);
+        let aligned = dtype.is_some_and(|d| self.map[s..e].as_ptr().align_offset(d.size()) == 0);
+        match dtype {
+            Some(dtype) if as_stored && aligned => Ok(HostTensor {
+                dtype,
+                shape: info.shape.clone().into(),
+                bytes: HostBytes::from_owner(MappedBytes { file: Arc::clone(self), start: s, end: e }),
+            }),
+            _ => self.tensor(name),
+        }
+    }
+
+    /// Records that the caller checked tensor `name` (e.g. found it finite), so that a
+    /// later build from the same file need not read it again ([`is_checked`](Self::is_checked)).
+    pub fn mark_checked(&self, name: &str) {
+        self.checked.lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_string());
+    }
+
+    pub fn is_checked(&self, name: &str) -> bool {
+        self.checked.lock().unwrap_or_else(|p| p.into_inner()).contains(name)
+    }
+
     /// Every tensor, by name.
     pub fn tensors(&self) -> SResult<HashMap<String, HostTensor>> {
         self.names().into_iter().map(|n| Ok((n.clone(), self.tensor(&n)?))).collect()
@@ -221,8 +258,8 @@ impl SafetensorsFile {
                 return;
             }
             // SAFETY: the map is a read-only shared mapping of a file: dropping its pages
-            // does not change what it reads as (the kernel reloads them from the file), and
-            // no slice of the range is borrowed at this point (`tensor` copied it out).
+            // does not change what it reads as (the kernel reloads them from the file on
+            // the next access), so slices of the range that are still borrowed stay valid.
             let r = unsafe { self.map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len) };
             if let Err(e) = r {
                 log::debug!("{}: madvise(DONTNEED) of {len} bytes: {e}", self.path);
@@ -230,6 +267,26 @@ impl SafetensorsFile {
         }
         #[cfg(not(unix))]
         let _ = (offset, len);
+    }
+}
+
+/// The bytes of one tensor read in place in a shared file's map (see
+/// [`SafetensorsFile::tensor_shared`]); their pages are handed back when dropped.
+struct MappedBytes {
+    file: Arc<SafetensorsFile>,
+    start: usize,
+    end: usize,
+}
+
+impl AsRef<[u8]> for MappedBytes {
+    fn as_ref(&self) -> &[u8] {
+        &self.file.map[self.start..self.end]
+    }
+}
+
+impl Drop for MappedBytes {
+    fn drop(&mut self) {
+        self.file.release(self.start, self.end - self.start);
     }
 }
 
@@ -345,6 +402,44 @@ mod tests {
         assert_eq!(f.tensors().unwrap()["a"].bytes.as_slice(), &[7u8; 8]);
         assert!(matches!(f.tensor("c"), Err(SafetensorsError::Missing { .. })));
         assert!(matches!(SafetensorsFile::open(dir.join("absent")), Err(SafetensorsError::Io { .. })));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// `tensor_shared` reads aligned tensors in place (the bytes outlive the caller's
+    /// handle) and copies the others; either way it reads what `tensor` reads.
+    #[test]
+    fn shared_tensors_read_the_map_in_place() {
+        let dir = std::env::temp_dir().join(format!("npurt-st-shared-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("m.safetensors");
+        // Header of 8 + 112 bytes: the data starts 8-aligned in the (page-aligned) map.
+        // `w` sits at 0 (aligned), `odd` at 18 (not 4-aligned), `d` is F64 (converted).
+        let mut header = r#"{"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"pad":{"dtype":"U8","shape":[2],"data_offsets":[16,18]},"odd":{"dtype":"F32","shape":[1],"data_offsets":[18,22]},"d":{"dtype":"F64","shape":[1],"data_offsets":[22,30]}}"#.to_string();
+        while !(8 + header.len()).is_multiple_of(8) {
+            header.push(' ');
+        }
+        let mut data: Vec<u8> = [1f32, -2.0, 3.5, 4.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+        data.extend_from_slice(&[0, 0]);
+        data.extend_from_slice(&9f32.to_le_bytes());
+        data.extend_from_slice(&0.25f64.to_le_bytes());
+        std::fs::write(&p, file(&header, &data)).unwrap();
+        let f = Arc::new(SafetensorsFile::open(&p).unwrap());
+        for name in ["w", "pad", "odd", "d"] {
+            let (shared, copied) = (f.tensor_shared(name).unwrap(), f.tensor(name).unwrap());
+            assert_eq!(shared, copied, "{name}");
+        }
+        let w = f.tensor_shared("w").unwrap();
+        let in_map = f.map.as_ptr_range();
+        assert!(in_map.contains(&w.bytes.as_ptr()), "an aligned f32 tensor is read in place");
+        assert!(!in_map.contains(&f.tensor_shared("odd").unwrap().bytes.as_ptr()), "an unaligned one is copied");
+        assert_eq!(f.tensor_shared("d").unwrap().dtype, DType::F32);
+        assert!(matches!(f.tensor_shared("c"), Err(SafetensorsError::Missing { .. })));
+        drop(f);
+        assert_eq!(
+            bytemuck::pod_collect_to_vec::<u8, f32>(&w.bytes),
+            vec![1.0, -2.0, 3.5, 4.0],
+            "the bytes keep the map alive"
+        );
         std::fs::remove_dir_all(&dir).ok();
     }
 }

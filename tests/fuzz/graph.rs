@@ -178,7 +178,7 @@ fn constant(meta: &TensorMeta, fill: Fill) -> HostTensor {
         }
         d => unreachable!("{d}"),
     };
-    HostTensor { dtype: meta.dtype, shape: meta.shape.clone(), bytes: std::sync::Arc::new(bytes) }
+    HostTensor { dtype: meta.dtype, shape: meta.shape.clone(), bytes: bytes.into() }
 }
 
 /// `p` and a fresh number.
@@ -210,7 +210,7 @@ fn build(steps: &[Step], k: Dims) -> Graph {
             }
             Step::BadConstant(f) => {
                 let shape = f.shape(k);
-                let t = HostTensor { dtype: DType::F32, shape: shape.into(), bytes: std::sync::Arc::new(vec![0; 3]) };
+                let t = HostTensor { dtype: DType::F32, shape: shape.into(), bytes: vec![0; 3].into() };
                 vals.push(g.constant(&fresh(&mut n, "bad"), t));
             }
             Step::Node(op, ins, bad) => {

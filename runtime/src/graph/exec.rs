@@ -4,11 +4,12 @@
 use super::arena::{Instance, InstanceSet, Lease, Slot, Take};
 use super::fusion::{self, FusionStats};
 use super::host_tier::HostTierNode;
-use super::ir::{Graph, ValueId, ValueKind};
+use super::ir::{Graph, HostBytes, ValueId, ValueKind};
 use super::planner::{self, Buffer, MemoryPlan};
 use super::precision;
 use super::profile::{NodeProfile, RunProfile};
 use super::schedule::{Schedule, ScheduleStrategy};
+use super::shared::{self, SharedConstants};
 use crate::config::{GraphCapture, Precision, RuntimeConfig};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -19,7 +20,6 @@ use crate::stream::Target;
 use crate::stream::{Event, Stream};
 use crate::tensor::Tensor;
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Instant;
 
 /// What `compile` does; [`CompileOptions::from_config`] reads the optimisation switches.
@@ -133,7 +133,29 @@ impl CompiledGraph {
     /// [`compile`](Self::compile) taking the graph: its constants' host bytes are freed as
     /// they are uploaded (peak memory about one copy of the weights, not two), unless the
     /// caller still shares them.
-    pub fn compile_owned(rt: &Runtime, graph: Graph, mut options: CompileOptions) -> Result<CompiledGraph> {
+    pub fn compile_owned(rt: &Runtime, graph: Graph, options: CompileOptions) -> Result<CompiledGraph> {
+        Self::compile_with(rt, graph, options, None)
+    }
+
+    /// [`compile_owned`](Self::compile_owned) with the constants' device copies (and what
+    /// the backend prepared for them) taken from `shared` where it holds them, and left
+    /// there for the next graph of the same model: compiling another input shape of a model
+    /// then uploads and packs nothing (see [`SharedConstants`]).
+    pub fn compile_shared(
+        rt: &Runtime,
+        graph: Graph,
+        options: CompileOptions,
+        shared: &SharedConstants,
+    ) -> Result<CompiledGraph> {
+        Self::compile_with(rt, graph, options, Some(shared))
+    }
+
+    fn compile_with(
+        rt: &Runtime,
+        graph: Graph,
+        mut options: CompileOptions,
+        shared: Option<&SharedConstants>,
+    ) -> Result<CompiledGraph> {
         graph.validate()?;
         if options.precision == Precision::Auto {
             options.precision = Precision::Auto.resolve(rt.backend_name());
@@ -207,8 +229,20 @@ impl CompiledGraph {
         // this node is its only reader (its original bytes are then never uploaded).
         let readers = graph.consumers();
         let mut prepacked = Vec::with_capacity(graph.nodes.len());
+        // Constants the store holds, and what this compile prepared (to offer it).
+        let mut keys = shared.map_or_else(HashMap::new, |_| shared::keys(&graph, device));
+        let mut hits = shared.map_or_else(HashMap::new, |st| shared::hits(st, &keys));
+        let mut prepared: HashMap<ValueId, shared::Prepared> = HashMap::new();
         for ni in 0..graph.nodes.len() {
             let n = &graph.nodes[ni];
+            let kernel = match shared {
+                Some(_) => shared::kernel_of(rt, &graph, n)?,
+                None => None,
+            };
+            if let Some(p) = shared::reuse(&graph, n, kernel.as_deref(), &mut hits) {
+                prepacked.push(Some(p));
+                continue;
+            }
             let consts: Vec<Option<&[u8]>> = n
                 .inputs
                 .iter()
@@ -247,10 +281,14 @@ impl CompiledGraph {
                 prepacked.push(None);
                 continue;
             }
+            let relaid: Vec<ValueId> = p.relayout.iter().map(|(i, _)| inputs[*i]).collect();
             for (i, bytes) in p.relayout {
                 if let ValueKind::Constant(t) = &mut graph.values[inputs[i].0].kind {
-                    t.bytes = Arc::new(bytes);
+                    t.bytes = bytes.into();
                 }
+            }
+            if let Some(k) = kernel {
+                shared::note(&graph, &inputs, &relaid, &k, &p.prepacked, &mut hits, &mut prepared);
             }
             prepacked.push(Some(p.prepacked));
         }
@@ -260,10 +298,18 @@ impl CompiledGraph {
         let mut constants = HashMap::new();
         for (i, v) in graph.values.iter_mut().enumerate() {
             if let ValueKind::Constant(t) = &mut v.kind {
-                let dev = rt.empty(t.dtype, t.shape.clone(), device)?;
-                upload_bytes(&dev, &t.bytes)?;
-                constants.insert(ValueId(i), dev);
-                t.bytes = Arc::new(Vec::new());
+                let id = ValueId(i);
+                if let Some(e) = hits.get(&id) {
+                    constants.insert(id, e.tensor.clone());
+                } else {
+                    let dev = rt.empty(t.dtype, t.shape.clone(), device)?;
+                    upload_bytes(&dev, &t.bytes)?;
+                    if let (Some(st), Some(k)) = (shared, keys.remove(&id)) {
+                        st.offer(k, shared::entry(&dev, prepared.remove(&id)));
+                    }
+                    constants.insert(id, dev);
+                }
+                t.bytes = HostBytes::default();
             }
         }
         // Reshapes of contiguous values become views (no kernel, no buffer): the alias

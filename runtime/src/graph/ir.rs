@@ -13,12 +13,62 @@ pub struct ValueId(pub usize);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeId(pub usize);
 
+/// The bytes of a constant, read-only and shared by its clones: owned (`From<Vec<u8>>`)
+/// or borrowed from an owner that keeps them alive, such as a memory-mapped weights file
+/// ([`HostBytes::from_owner`]), so that building a graph need not copy its weights.
+///
+/// `Send + Sync`: the bytes never change, any number of threads may read them.
+#[derive(Clone)]
+pub struct HostBytes(Arc<dyn AsRef<[u8]> + Send + Sync>);
+
+impl HostBytes {
+    /// The bytes `owner` holds, without a copy; they live as long as a clone does.
+    pub fn from_owner(owner: impl AsRef<[u8]> + Send + Sync + 'static) -> HostBytes {
+        HostBytes(Arc::new(owner))
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        (*self.0).as_ref()
+    }
+}
+
+impl Default for HostBytes {
+    fn default() -> HostBytes {
+        HostBytes::from(Vec::new())
+    }
+}
+
+impl From<Vec<u8>> for HostBytes {
+    fn from(v: Vec<u8>) -> HostBytes {
+        HostBytes(Arc::new(v))
+    }
+}
+
+impl std::ops::Deref for HostBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl PartialEq for HostBytes {
+    fn eq(&self, other: &HostBytes) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl fmt::Debug for HostBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HostBytes({} bytes)", self.len())
+    }
+}
+
 /// Host data of a constant (weights), little-endian element bytes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HostTensor {
     pub dtype: DType,
     pub shape: Shape,
-    pub bytes: Arc<Vec<u8>>,
+    pub bytes: HostBytes,
 }
 
 impl HostTensor {
@@ -30,7 +80,7 @@ impl HostTensor {
         if shape.numel() != v.len() {
             return Err(Error::invalid("Constant", format!("{} values for shape {shape}", v.len())));
         }
-        Ok(HostTensor { dtype: T::DTYPE, shape, bytes: Arc::new(bytemuck::cast_slice(&v).to_vec()) })
+        Ok(HostTensor { dtype: T::DTYPE, shape, bytes: bytemuck::cast_slice(&v).to_vec().into() })
     }
     pub fn meta(&self) -> TensorMeta {
         TensorMeta { dtype: self.dtype, shape: self.shape.clone() }

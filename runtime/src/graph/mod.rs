@@ -11,6 +11,7 @@
 //! * [`frozen`] — launches validated once per arena and the batched run through them;
 //!   [`fast_plan`] — what such a run replays.
 //! * [`profile`] — per-node timings of a run and its Chrome trace.
+//! * [`shared`] — constants shared by the graphs compiled from one model.
 
 mod arena;
 pub mod exec;
@@ -23,10 +24,12 @@ pub mod planner;
 mod precision;
 pub mod profile;
 pub mod schedule;
+pub mod shared;
 
 pub use exec::{ArenaStats, CompileOptions, CompiledGraph, DEFAULT_MAX_ARENAS};
 pub use host_tier::{HOST_UNIT, HostTierNode};
-pub use ir::{Graph, HostTensor, Node, NodeId, Value, ValueId, ValueKind};
+pub use ir::{Graph, HostBytes, HostTensor, Node, NodeId, Value, ValueId, ValueKind};
 pub use planner::{Buffer, MemoryPlan};
 pub use profile::{NodeProfile, RunProfile};
 pub use schedule::{Schedule, ScheduleStrategy};
+pub use shared::SharedConstants;

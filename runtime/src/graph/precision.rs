@@ -4,7 +4,6 @@ use super::ir::{Graph, HostTensor, ValueKind};
 use crate::dtype::DType;
 use crate::op::TensorMeta;
 use crate::runtime::Runtime;
-use std::sync::Arc;
 
 /// Converts the f32 constant weights of Linear nodes to `dtype` (bf16 or fp16) where the
 /// backend would then run the node well: for bf16 on a bf16 unit (a kernel whose unit
@@ -62,7 +61,7 @@ pub(super) fn low_precision_weights(rt: &Runtime, graph: &mut Graph, dtype: DTyp
         } else {
             floats.flat_map(|v| half::f16::from_f32(v).to_bits().to_le_bytes()).collect()
         };
-        let ht = HostTensor { dtype, shape: t.shape.clone(), bytes: Arc::new(bytes) };
+        let ht = HostTensor { dtype, shape: t.shape.clone(), bytes: bytes.into() };
         graph.values[w.0].meta.dtype = dtype;
         graph.values[w.0].kind = ValueKind::Constant(ht);
         converted += 1;

@@ -1,0 +1,220 @@
+//! Constants shared by the graphs compiled from one model: the device copy of each weight
+//! (and what the backend prepared for it, e.g. packed panels) is made by the first compile
+//! that needs it and reused by every later one, so compiling another input shape of a
+//! loaded model uploads and packs nothing, and device memory does not grow with the number
+//! of shapes beyond their arenas.
+
+use super::ir::{Graph, HostTensor, Node, ValueId, ValueKind};
+use crate::backend::Prepacked;
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::op::TensorMeta;
+use crate::runtime::Runtime;
+use crate::tensor::Tensor;
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+/// What identifies a constant across the graphs of one model.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub(super) struct Key {
+    pub name: String,
+    pub dtype: DType,
+    pub dims: Vec<usize>,
+    pub device: usize,
+    /// A hash of the length and of samples of the bytes (see [`fingerprint`]).
+    pub fingerprint: u64,
+}
+
+/// A hash of `bytes`' length, of their first and last 64 bytes and of 64 words spread
+/// over the rest: reads a few pages whatever the size (the bytes may be a memory map),
+/// and tells apart constants that merely share a name, dtype and shape.
+fn fingerprint(bytes: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.len().hash(&mut h);
+    if bytes.len() <= 1024 {
+        bytes.hash(&mut h);
+    } else {
+        bytes[..64].hash(&mut h);
+        bytes[bytes.len() - 64..].hash(&mut h);
+        let step = (bytes.len() - 8) / 64;
+        for i in 0..64 {
+            bytes[i * step..i * step + 8].hash(&mut h);
+        }
+    }
+    h.finish()
+}
+
+/// A constant's device copy and how it was prepared.
+#[derive(Clone)]
+pub(super) struct Entry {
+    pub tensor: Tensor,
+    /// The kernel the device bytes were laid out for, when the backend asked for another
+    /// layout (only that kernel can read them).
+    pub relayout_for: Option<String>,
+    /// The kernel, and what the backend prepared for it, of the node that read it.
+    pub prepacked: Option<(String, Prepacked)>,
+}
+
+/// The device copies of a model's constants, shared by every graph compiled with
+/// [`CompiledGraph::compile_shared`](super::CompiledGraph::compile_shared).
+///
+/// A constant is identified by its value name, dtype, shape and device: graphs compiled
+/// with one store must come from the same weights (the graphs of one model at different
+/// input shapes, as the embedder compiles them). The store keeps the device copies alive
+/// while it or any graph using them lives.
+///
+/// `Send + Sync`: concurrent compiles may share a store; each lookup and insertion is
+/// atomic, and two compiles missing the same constant at once each upload it, the second
+/// keeping its own copy.
+#[derive(Default)]
+pub struct SharedConstants {
+    map: Mutex<HashMap<Key, Entry>>,
+}
+
+impl std::fmt::Debug for SharedConstants {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SharedConstants({} constants, {} bytes)", self.len(), self.device_bytes())
+    }
+}
+
+impl SharedConstants {
+    pub fn new() -> SharedConstants {
+        SharedConstants::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<Key, Entry>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Constants held.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Device bytes of the constants held.
+    pub fn device_bytes(&self) -> usize {
+        self.lock().values().map(|e| e.tensor.nbytes()).sum()
+    }
+
+    pub(super) fn get(&self, key: &Key) -> Option<Entry> {
+        self.lock().get(key).cloned()
+    }
+
+    /// Keeps `entry` unless the key is taken already.
+    pub(super) fn offer(&self, key: Key, entry: Entry) {
+        self.lock().entry(key).or_insert(entry);
+    }
+}
+
+// ---- the compile's side (`CompiledGraph::compile_shared`) ----
+
+/// The key of constant `t` named `name` on `device`.
+fn key(name: &str, t: &HostTensor, device: usize) -> Key {
+    Key {
+        name: name.to_string(),
+        dtype: t.dtype,
+        dims: t.shape.dims().to_vec(),
+        device,
+        fingerprint: fingerprint(&t.bytes),
+    }
+}
+
+/// The keys of the graph's constants (taken before any is laid out anew for a kernel).
+pub(super) fn keys(graph: &Graph, device: usize) -> HashMap<ValueId, Key> {
+    graph
+        .values
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| match &v.kind {
+            ValueKind::Constant(t) => Some((ValueId(i), key(&v.name, t, device))),
+            _ => None,
+        })
+        .collect()
+}
+
+/// What a compile prepared for a constant it uploads: the kernel of the node that read it,
+/// what the backend prepared for that node, and whether its bytes were laid out anew.
+pub(super) struct Prepared {
+    kernel: String,
+    prepacked: Prepacked,
+    relaid: bool,
+}
+
+/// The store's entry for a constant this compile uploaded.
+pub(super) fn entry(tensor: &Tensor, prepared: Option<Prepared>) -> Entry {
+    match prepared {
+        Some(p) => Entry {
+            tensor: tensor.clone(),
+            relayout_for: p.relaid.then(|| p.kernel.clone()),
+            prepacked: Some((p.kernel, p.prepacked)),
+        },
+        None => Entry { tensor: tensor.clone(), relayout_for: None, prepacked: None },
+    }
+}
+
+/// The graph's constants (by their `keys`) the store holds.
+pub(super) fn hits(store: &SharedConstants, keys: &HashMap<ValueId, Key>) -> HashMap<ValueId, Entry> {
+    keys.iter().filter_map(|(v, k)| store.get(k).map(|e| (*v, e))).collect()
+}
+
+/// The kernel node `n` will run, when it reads a constant.
+pub(super) fn kernel_of(rt: &Runtime, graph: &Graph, n: &Node) -> Result<Option<String>> {
+    let reads_constant = n.inputs.iter().any(|v| matches!(graph.values[v.0].kind, ValueKind::Constant(_)));
+    if !reads_constant {
+        return Ok(None);
+    }
+    let ins: Vec<TensorMeta> = n.inputs.iter().map(|v| graph.meta(*v).clone()).collect();
+    Ok(Some(rt.select_kernel(&n.op, &ins)?.name.to_string()))
+}
+
+/// What was prepared for node `n` (running `kernel`) when every constant it reads comes
+/// from the store and one was prepared for that kernel. Drops from `hits` the constants
+/// laid out for another kernel (the compile uploads them afresh).
+pub(super) fn reuse(
+    graph: &Graph,
+    n: &Node,
+    kernel: Option<&str>,
+    hits: &mut HashMap<ValueId, Entry>,
+) -> Option<Prepacked> {
+    let kernel = kernel?;
+    let consts: Vec<ValueId> =
+        n.inputs.iter().filter(|v| matches!(graph.values[v.0].kind, ValueKind::Constant(_))).copied().collect();
+    for v in &consts {
+        if hits.get(v).is_some_and(|e| e.relayout_for.as_deref().is_some_and(|k| k != kernel)) {
+            hits.remove(v);
+        }
+    }
+    if consts.is_empty() || !consts.iter().all(|v| hits.contains_key(v)) {
+        return None;
+    }
+    consts.iter().find_map(|v| hits[v].prepacked.as_ref().filter(|(k, _)| k == kernel).map(|(_, p)| p.clone()))
+}
+
+/// Notes what the backend prepared for a node reading `inputs` (the constants among them)
+/// with `kernel`; the constants laid out anew (`relaid`) can no longer come from the store.
+pub(super) fn note(
+    graph: &Graph,
+    inputs: &[ValueId],
+    relaid: &[ValueId],
+    kernel: &str,
+    prepacked: &Prepacked,
+    hits: &mut HashMap<ValueId, Entry>,
+    prepared: &mut HashMap<ValueId, Prepared>,
+) {
+    for v in inputs.iter().filter(|v| matches!(graph.values[v.0].kind, ValueKind::Constant(_))) {
+        let relaid = relaid.contains(v);
+        if relaid {
+            hits.remove(v);
+        }
+        prepared.entry(*v).or_insert_with(|| Prepared {
+            kernel: kernel.to_string(),
+            prepacked: prepacked.clone(),
+            relaid,
+        });
+    }
+}
