@@ -287,6 +287,40 @@ fn run_counts(emu: &AclEmu, before: (u64, u64, u64), after: (u64, u64, u64)) -> 
     (after.0 - before.0, after.1 - before.1, after.2 - before.2, c.replays, c.h2d_copies, c.d2h_copies)
 }
 
+// A recorded node's intermediates are dead once it has run, and the nodes of one stream
+// run in order: the device memory the backend holds for a graph's executors does not grow
+// with the number of layers (the composed Attention alone needs several score-sized
+// intermediates per layer), and every run still equals the node-by-node run.
+#[test]
+fn recorded_intermediates_do_not_grow_with_depth() {
+    for (soc, parallel) in [("Ascend910A", false), ("Ascend910B2", true)] {
+        let Some(emu) = AclEmu::on(soc, "recorded_intermediates_do_not_grow_with_depth") else { return };
+        {
+            let rt = common::runtime(&emu.backend);
+            let (b, s) = (2, 32);
+            let mut held = Vec::new();
+            for layers in [2, 6] {
+                let cfg = BertConfig { num_hidden_layers: layers, ..BertConfig::tiny() };
+                let bg = bert::build(&cfg, Weights::Random(3), b, s).unwrap();
+                let cg = CompiledGraph::compile(&rt, &bg.graph, options(true, parallel)).unwrap();
+                let plain = CompiledGraph::compile(&rt, &bg.graph, options(false, parallel)).unwrap();
+                for seed in 0..3 {
+                    let ins = inputs(&rt, seed, b, s, cfg.vocab_size);
+                    let refs: Vec<&Tensor> = ins.iter().collect();
+                    let (got, want) = (cg.run(&refs).unwrap(), plain.run(&refs).unwrap());
+                    let d = max_diff(&got[0], &want[0]);
+                    assert!(d < 1e-4, "{soc}, {layers} layers, run {seed}: max diff {d}");
+                }
+                held.push(cg.arena_stats().backend_bytes);
+            }
+            println!("{soc}: device bytes held for the executors of 2 and 6 layers: {held:?}");
+            assert!(held[0] > 0, "{soc}: the recorded nodes hold intermediates and workspaces: {held:?}");
+            assert_eq!(held[0], held[1], "{soc}: what the executors hold grows with depth");
+        }
+        assert_nothing_left(emu, soc);
+    }
+}
+
 // With capture on, the first run records the executors (node by node), the second
 // captures the launches and replays them, and every later run is one replay: no aclnn
 // call, no address patch, no copy between host and device. Each run equals the node-by-node

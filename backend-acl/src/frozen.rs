@@ -15,10 +15,10 @@
 //! * **host**: the host reference tier on this run's addresses.
 //!
 //! What a plan holds on the device — executors, their descriptors (which must outlive
-//! them), the recorded ops' own memory (intermediates and constants, at addresses fixed
-//! for the executors' life), one workspace per stream the plan ran on (nodes of one stream
-//! run in order and share it; nodes on different streams may run at once and never
-//! do), and the pins of the fixed operands (arena and constants) — belongs to the plan,
+//! them), the recorded ops' constants, and per stream the plan ran on one workspace and
+//! one chain of intermediates ([`Intermediates`], at addresses fixed for the executors'
+//! life): nodes of one stream run in order and share them, nodes on different streams
+//! may run at once and never do, so a recorded node only launches on its stream — and the pins of the fixed operands (arena and constants) — belongs to the plan,
 //! one per arena, so concurrent runs (different arenas) never share an executor. It is
 //! released when the plan is dropped, after synchronising every stream the plan queued
 //! work on that is still alive (a destroyed stream was synchronised by its destruction),
@@ -29,7 +29,7 @@ mod capture;
 use crate::device::{Binding, Dev, DeviceOwned};
 use crate::error::AclBackendError;
 use crate::kernels::{self, Impl, Mapping, Recorded, Table};
-use crate::memory::{self, AclRelease};
+use crate::memory::{self, AclRelease, Intermediates};
 use crate::stream::{self, Buf, StreamRec, lock};
 use acl_sys::Api;
 use runtime::backend::allocations::{Pins, overlapping_output};
@@ -113,6 +113,8 @@ struct Held {
     recorded: Vec<Option<Recorded>>,
     /// The recorded nodes' workspace on each stream they ran on.
     workspaces: Vec<(Arc<StreamRec>, Mutex<Buf>)>,
+    /// The recorded nodes' intermediates on each stream they ran on.
+    intermediates: Vec<(Arc<StreamRec>, Intermediates)>,
     /// Streams the plan queued work on.
     used: Vec<Arc<StreamRec>>,
     /// Captured runs of nodes and their staging buffers.
@@ -141,20 +143,27 @@ impl Held {
                 }
             }
         }
+        let mut inter = 0;
+        for (_, i) in self.intermediates {
+            inter += i.bytes();
+            i.release(api);
+        }
         let staged = self.capture.release(api);
         log::debug!(
-            "acl: frozen plan released: {execs} executors, {bytes} bytes of its own memory, {ws} of workspace, \
-             {staged} of capture staging"
+            "acl: frozen plan released: {execs} executors, {bytes} bytes of its own memory, {inter} of \
+             intermediates, {ws} of workspace, {staged} of capture staging"
         );
     }
 }
 
 impl Held {
-    /// Device bytes held: recorded ops' own memory, workspaces, capture staging.
+    /// Device bytes held: recorded ops' own memory, intermediates, workspaces, capture
+    /// staging.
     fn bytes(&self) -> usize {
         let own: usize = self.recorded.iter().flatten().map(|r| r.size().1).sum();
+        let inter: usize = self.intermediates.iter().map(|(_, i)| i.bytes()).sum();
         let ws: usize = self.workspaces.iter().map(|(_, m)| lock(m).size).sum();
-        own + ws + self.capture.staged_bytes()
+        own + inter + ws + self.capture.staged_bytes()
     }
 }
 
@@ -281,7 +290,8 @@ pub(crate) fn freeze(
     let capture = capture::Captures::new(api, capture, host_node)?;
     let pins = dev.allocs.pin(&fixed).map_err(AclBackendError::from)?;
     let recorded = nodes.iter().map(|_| None).collect();
-    let held = Held { recorded, workspaces: Vec::new(), used: Vec::new(), capture, _pins: pins };
+    let held =
+        Held { recorded, workspaces: Vec::new(), intermediates: Vec::new(), used: Vec::new(), capture, _pins: pins };
     let shared = Arc::new(Shared { held: Mutex::new(Some(held)) });
     let weak: Weak<Shared> = Arc::downgrade(&shared);
     dev.adopt(weak);
@@ -340,8 +350,9 @@ pub(crate) fn launch(api: &Api, instance: u64, devs: &[Dev], table: &Table, run:
     if !held.used.iter().any(|r| Arc::ptr_eq(r, &rec)) {
         held.used.push(rec.clone());
     }
-    let Held { recorded, workspaces, .. } = held;
-    run_nodes(api, table.is_910(), fz, (recorded, workspaces), &rec, nodes, addrs, first_seq)?;
+    let Held { recorded, workspaces, intermediates, .. } = held;
+    let reuse = Reuse { recorded, workspaces, intermediates };
+    run_nodes(api, table.is_910(), fz, reuse, &rec, nodes, addrs, first_seq)?;
     Ok(())
 }
 
@@ -384,13 +395,13 @@ pub(crate) fn launch_run(
             held.used.push(r.clone());
         }
     }
-    let Held { recorded, workspaces, capture, .. } = held;
+    let Held { recorded, workspaces, intermediates, capture, .. } = held;
     let mut steps = RunSteps {
         api,
         is_910: table.is_910(),
         fz,
         dev,
-        reuse: (recorded, workspaces),
+        reuse: Reuse { recorded, workspaces, intermediates },
         recs: &recs,
         events: run.events,
         first_seq: run.first_seq,
@@ -426,7 +437,7 @@ struct RunSteps<'a> {
 
 impl capture::Steps for RunSteps<'_> {
     fn launch(&mut self, stream: usize, nodes: std::ops::Range<usize>, addrs: &[DevicePtr]) -> BResult<()> {
-        let reuse = (&mut *self.reuse.0, &mut *self.reuse.1);
+        let reuse = self.reuse.reborrow();
         let seq = self.first_seq + nodes.start as u64;
         run_nodes(self.api, self.is_910, self.fz, reuse, &self.recs[stream], nodes, addrs, seq)
     }
@@ -446,8 +457,22 @@ impl capture::Steps for RunSteps<'_> {
     }
 }
 
-/// A plan's executors and workspaces, as [`run_nodes`] uses them.
-type Reuse<'a> = (&'a mut Vec<Option<Recorded>>, &'a mut Vec<(Arc<StreamRec>, Mutex<Buf>)>);
+/// A plan's executors, workspaces and intermediates, as [`run_nodes`] uses them.
+struct Reuse<'a> {
+    recorded: &'a mut Vec<Option<Recorded>>,
+    workspaces: &'a mut Vec<(Arc<StreamRec>, Mutex<Buf>)>,
+    intermediates: &'a mut Vec<(Arc<StreamRec>, Intermediates)>,
+}
+
+impl Reuse<'_> {
+    fn reborrow(&mut self) -> Reuse<'_> {
+        Reuse {
+            recorded: &mut *self.recorded,
+            workspaces: &mut *self.workspaces,
+            intermediates: &mut *self.intermediates,
+        }
+    }
+}
 
 /// Queues launches `nodes` of the plan on the stream of `rec`, each its way, with slot
 /// addresses `addrs`; a failure names the node.
@@ -462,7 +487,7 @@ fn run_nodes(
     addrs: &[DevicePtr],
     first_seq: u64,
 ) -> BResult<()> {
-    let (recorded, workspaces) = reuse;
+    let mut reuse = reuse;
     for (i, idx) in nodes.enumerate() {
         let n = &fz.nodes[idx];
         if !n.runs {
@@ -476,7 +501,7 @@ fn run_nodes(
         let r = match n.way {
             Way::Host => kernels::run_host(api, rec, &n.args_at(addrs, seq)),
             Way::OneShot => kernels::run_aclnn(api, rec, n.imp.mapping(is_910), &n.args_at(addrs, seq)),
-            Way::Reused => reused(api, rec, n.imp.mapping(is_910), (&mut *recorded, &mut *workspaces), idx, n, addrs),
+            Way::Reused => reused(api, rec, n.imp.mapping(is_910), reuse.reborrow(), idx, n, addrs),
         };
         r.map_err(|e| AclBackendError::InNode { node: format!("{:?}", n.label), source: Box::new(e.in_op(op)) })?;
         if n.way != Way::Host {
@@ -507,15 +532,27 @@ fn reused(
     n: &Node,
     addrs: &[DevicePtr],
 ) -> BResult<()> {
-    let (recorded, workspaces) = reuse;
+    let Reuse { recorded, workspaces, intermediates } = reuse;
     let r = match &mut recorded[idx] {
         Some(r) => r,
         slot @ None => {
-            let mut r = kernels::record(api, rec, how, &n.args_at(addrs, 0))?;
+            let i = match intermediates.iter().position(|(s, _)| Arc::ptr_eq(s, rec)) {
+                Some(i) => i,
+                None => {
+                    intermediates.push((rec.clone(), Intermediates::default()));
+                    intermediates.len() - 1
+                }
+            };
+            let mut r = kernels::record(api, rec, how, &n.args_at(addrs, 0), &mut intermediates[i].1)?;
             r.keep_patches(|j| n.slot.get(j).is_some_and(Option::is_some));
             slot.insert(r)
         }
     };
+    // Its intermediates are shared with the nodes of the stream it was recorded on: on
+    // another stream it could run at the same time as one of them.
+    if !r.recorded_on(rec) {
+        return Err(bad(format!("{}: a recorded node launched on another stream than its first run's", n.label)));
+    }
     let ws = workspace(api, n.args.op.name(), workspaces, rec, r.workspace() as usize)?;
     r.patch(api, |j| n.addr(j, addrs))?;
     r.launch(api, rec, ws)

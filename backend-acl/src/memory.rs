@@ -232,3 +232,67 @@ pub(crate) fn memset(api: &Api, dst: u64, value: u8, bytes: usize) -> BResult<()
 pub(crate) fn free_bytes(api: &Api) -> Option<u64> {
     result::get_mem_info(api, acl_sys::ACL_HBM_MEM).ok().map(|(free, _)| free as u64)
 }
+
+/// Device memory for the intermediates of a frozen plan's recorded nodes on one stream.
+///
+/// A recorded executor keeps the addresses of its op's intermediates for its whole life,
+/// but the intermediates themselves are dead once the op has run, and the nodes of one
+/// stream run one after another. So every node takes its intermediates from the start of
+/// the same chain of blocks ([`rewind`](Self::rewind), then [`take`](Self::take)): the
+/// stream needs as much as its largest node, not the sum over its nodes.
+///
+/// `Send`, not `Sync`: one plan's mutex guards it.
+#[derive(Default)]
+pub(crate) struct Intermediates {
+    /// (address, bytes) of each block, in the order nodes take them.
+    blocks: Vec<(u64, usize)>,
+    /// The block and the offset in it of the next intermediate of the current node.
+    cursor: (usize, usize),
+}
+
+impl Intermediates {
+    /// Starts a node: its intermediates may reuse everything earlier nodes took.
+    pub(crate) fn rewind(&mut self) {
+        self.cursor = (0, 0);
+    }
+
+    /// `bytes` (512-byte aligned) for an intermediate of the current node, apart from the
+    /// node's earlier ones; a new block when none left fits.
+    pub(crate) fn take(&mut self, api: &Api, op: &'static str, bytes: usize) -> BResult<u64> {
+        let bytes = bytes
+            .max(1)
+            .checked_next_multiple_of(512)
+            .ok_or_else(|| AclBackendError::BadRequest(format!("{op}: an intermediate of {bytes} bytes")))?;
+        loop {
+            let (b, off) = self.cursor;
+            match self.blocks.get(b) {
+                Some(&(ptr, size)) if size - off >= bytes => {
+                    self.cursor.1 += bytes;
+                    return Ok(ptr + off as u64);
+                }
+                Some(_) => self.cursor = (b + 1, 0),
+                None => {
+                    // Blocks of at least 1 MiB, so that small intermediates share one.
+                    let size = bytes.max(1 << 20);
+                    let ptr = malloc(api, Some(op), size)?;
+                    self.blocks.push((ptr, size));
+                }
+            }
+        }
+    }
+
+    /// Device bytes held.
+    pub(crate) fn bytes(&self) -> usize {
+        self.blocks.iter().map(|b| b.1).sum()
+    }
+
+    /// Frees the blocks; no queued work may use them any more (the caller synchronised
+    /// the stream).
+    pub(crate) fn release(self, api: &Api) {
+        for (p, _) in self.blocks {
+            if let Err(e) = free(api, p) {
+                log::error!("acl: freeing a frozen plan's intermediates: {e}");
+            }
+        }
+    }
+}

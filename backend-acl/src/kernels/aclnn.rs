@@ -8,12 +8,14 @@
 //!   `Call` drops, after phase 2 returned (they may go before the stream has run);
 //! * recording ([`record`]: a frozen plan's node, at its first run): each executor is made
 //!   repeatable (`aclSetAclOpExecutorRepeatable`) and kept with the descriptors in a
-//!   [`Recorded`], intermediates get device memory of their own (fixed for the
-//!   executors' life), and every tensor that views a launch operand is noted with its
+//!   [`Recorded`], intermediates come from the plan's [`Intermediates`] of the stream
+//!   (fixed for the executors' life, shared with the stream's other recorded nodes),
+//!   constants get device memory of the record's own, and every tensor that views a launch operand is noted with its
 //!   executor and index, so that later runs only patch the addresses that changed
 //!   ([`Recorded::patch`]) and call phase 2 ([`Recorded::launch`]).
 
 use crate::error::AclBackendError;
+use crate::memory::Intermediates;
 use crate::stream::{self, StreamRec};
 use acl_sys::result::aclnn as nn;
 use acl_sys::{AclError, Api, aclDataType, aclIntArray, aclOpExecutor, aclScalar, aclTensor, aclrtStream};
@@ -59,16 +61,18 @@ struct Patch {
 
 /// One op's repeatable executors, in launch order, with everything they use: their
 /// descriptors (which must outlive them, facts §C.4 rule 8) and the device memory of the
-/// op's intermediates and constants. Released by [`Recorded::release`] once no queued
-/// work uses it.
+/// op's constants (its intermediates are in the stream's [`Intermediates`], which the
+/// plan keeps). Released by [`Recorded::release`] once no queued work uses it.
 pub(crate) struct Recorded {
     op: &'static str,
+    /// The stream it was recorded on (its intermediates are that stream's).
+    stream: *const StreamRec,
     execs: Vec<Exec>,
     patches: Vec<Patch>,
     tensors: Vec<*mut aclTensor>,
     scalars: Vec<*mut aclScalar>,
     arrays: Vec<*mut aclIntArray>,
-    /// aclrtMalloc blocks (outside the allocation table): (address, bytes).
+    /// aclrtMalloc blocks of its constants (outside the allocation table): (address, bytes).
     mem: Vec<(u64, usize)>,
 }
 
@@ -77,9 +81,10 @@ pub(crate) struct Recorded {
 unsafe impl Send for Recorded {}
 
 impl Recorded {
-    fn new(op: &'static str) -> Recorded {
+    fn new(op: &'static str, stream: &StreamRec) -> Recorded {
         Recorded {
             op,
+            stream,
             execs: Vec::new(),
             patches: Vec::new(),
             tensors: Vec::new(),
@@ -93,6 +98,12 @@ impl Recorded {
     /// stream, so they share one workspace).
     pub(crate) fn workspace(&self) -> u64 {
         self.execs.iter().map(|e| e.ws).max().unwrap_or(0)
+    }
+
+    /// Whether it was recorded on `rec`: only there may it launch, since its intermediates
+    /// are shared with that stream's other nodes.
+    pub(crate) fn recorded_on(&self, rec: &StreamRec) -> bool {
+        std::ptr::eq(self.stream, rec)
     }
 
     /// Executors, and bytes of device memory of its own.
@@ -216,14 +227,15 @@ struct Call<'a> {
     arrays: Vec<*mut aclIntArray>,
     /// The tensors of the operator being put together.
     pending: Vec<Pending>,
-    /// Recording (see the module documentation); `None`: one-shot.
-    recording: Option<Recorded>,
+    /// Recording (see the module documentation), with the stream's intermediates;
+    /// `None`: one-shot.
+    recording: Option<(Recorded, &'a mut Intermediates)>,
 }
 
 impl Drop for Call<'_> {
     fn drop(&mut self) {
         // A recording that failed: its executors go first (they use the descriptors).
-        if let Some(r) = self.recording.take() {
+        if let Some((r, _)) = self.recording.take() {
             r.release(self.api);
         }
         destroy_descriptors(self.api, &mut self.tensors, &mut self.scalars, &mut self.arrays);
@@ -285,7 +297,7 @@ impl View {
 }
 
 impl<'a> Call<'a> {
-    fn new(api: &'a Api, rec: &'a StreamRec, op: &'static str, record: bool) -> Call<'a> {
+    fn new(api: &'a Api, rec: &'a StreamRec, op: &'static str, record: Option<&'a mut Intermediates>) -> Call<'a> {
         Call {
             api,
             rec,
@@ -294,7 +306,7 @@ impl<'a> Call<'a> {
             scalars: Vec::new(),
             arrays: Vec::new(),
             pending: Vec::new(),
-            recording: record.then(|| Recorded::new(op)),
+            recording: record.map(|i| (Recorded::new(op, rec), i)),
         }
     }
 
@@ -308,7 +320,7 @@ impl<'a> Call<'a> {
 
     /// The recorded executors with their descriptors (which the `Call` no longer destroys).
     fn finish(mut self) -> Option<Recorded> {
-        let mut r = self.recording.take()?;
+        let (mut r, _) = self.recording.take()?;
         r.tensors = std::mem::take(&mut self.tensors);
         r.scalars = std::mem::take(&mut self.scalars);
         r.arrays = std::mem::take(&mut self.arrays);
@@ -316,28 +328,25 @@ impl<'a> Call<'a> {
     }
 
     /// `bytes` of device memory for an intermediate, 512-byte aligned: the stream's scratch
-    /// buffer (one-shot: one buffer per composition, requested once), or a block of the
-    /// recording's own, fixed for the executors' life.
+    /// buffer (one-shot: one buffer per composition, requested once), or, recording, the
+    /// plan's intermediates of the stream (fixed for the executors' life).
     fn scratch(&mut self, bytes: usize) -> BResult<u64> {
         match &mut self.recording {
             None => stream::buffer(self.api, self.op, self.rec, &self.rec.scratch, bytes),
-            Some(r) => {
-                let p = crate::memory::malloc(self.api, Some(self.op), bytes)?;
-                r.mem.push((p, bytes.max(1)));
-                Ok(p)
-            }
+            Some((_, inter)) => inter.take(self.api, self.op, bytes),
         }
     }
 
     /// A recording's own device copy of `bytes` (a constant its operators read).
     fn upload(&mut self, bytes: &[u8]) -> BResult<u64> {
-        if self.recording.is_none() {
+        let Some((r, _)) = &mut self.recording else {
             return Err(AclBackendError::BadRequest(format!(
                 "{}: constants are only uploaded when recording",
                 self.op
             )));
-        }
-        let p = self.scratch(bytes.len())?;
+        };
+        let p = crate::memory::malloc(self.api, Some(self.op), bytes.len())?;
+        r.mem.push((p, bytes.len().max(1)));
         // The block is new: no queued work uses it.
         crate::memory::h2d(self.api, bytes, p)?;
         Ok(p)
@@ -463,7 +472,7 @@ impl<'a> Call<'a> {
             discard(self.api, ex);
             return Err(self.err(e));
         }
-        let Some(r) = self.recording.as_mut() else { return Ok(()) };
+        let Some((r, _)) = self.recording.as_mut() else { return Ok(()) };
         let exec = r.execs.len();
         r.execs.push(Exec { ex, ws, p2 });
         let (mut inputs, mut outputs) = (0, 0);
@@ -893,7 +902,7 @@ fn gather(c: &mut Call, x: &View, idx: &View, axis: usize, out: &View) -> BResul
 /// Device-to-device bytes through aclnnInplaceCopy on u8 views (for unaligned copies):
 /// `src` and `dst` are (32-byte aligned base, byte offset).
 pub(crate) fn byte_copy(api: &Api, rec: &StreamRec, src: (u64, u64), dst: (u64, u64), bytes: usize) -> BResult<()> {
-    let mut c = Call::new(api, rec, "Copy", false);
+    let mut c = Call::new(api, rec, "Copy", None);
     let view = |(base, offset): (u64, u64)| View {
         base,
         dtype: DType::U8,
@@ -927,18 +936,26 @@ pub(crate) struct Mapping {
 
 /// Queues `args.op` on the stream as aclnn calls, one-shot.
 pub(crate) fn run(api: &Api, rec: &StreamRec, how: Mapping, args: &LaunchArgs) -> BResult<()> {
-    let mut c = Call::new(api, rec, args.op.name(), false);
+    let mut c = Call::new(api, rec, args.op.name(), None);
     compose(&mut c, how, args)
 }
 
 /// Records `args.op`'s operators as repeatable executors (see the module documentation),
-/// without launching them; `rec` is the stream of the first run (only named in errors).
-pub(crate) fn record(api: &Api, rec: &StreamRec, how: Mapping, args: &LaunchArgs) -> BResult<Recorded> {
+/// without launching them, on `rec`, the stream it will launch on, with its intermediates
+/// in that stream's `intermediates` (rewound: this node may reuse what earlier nodes took).
+pub(crate) fn record(
+    api: &Api,
+    rec: &StreamRec,
+    how: Mapping,
+    args: &LaunchArgs,
+    intermediates: &mut Intermediates,
+) -> BResult<Recorded> {
     let op = args.op.name();
     if !repeatable(&args.op) {
         return Err(AclBackendError::BadRequest(format!("{op}: no repeatable executors for this op")));
     }
-    let mut c = Call::new(api, rec, op, true);
+    intermediates.rewind();
+    let mut c = Call::new(api, rec, op, Some(intermediates));
     compose(&mut c, how, args)?;
     c.finish().ok_or_else(|| AclBackendError::BadRequest(format!("{op}: nothing recorded")))
 }
