@@ -127,8 +127,12 @@ fn tiny_bert_reuses_its_executors() {
             let cfg = BertConfig::tiny();
             let (b, s) = (2, 16);
             let bg = bert::build(&cfg, Weights::Random(3), b, s).unwrap();
+            let before = calls(&emu.ctl);
             let cg = CompiledGraph::compile(&rt, &bg.graph, options(true, parallel)).unwrap();
+            let after = calls(&emu.ctl);
+            let compiled = (after.0 - before.0, after.1 - before.1, after.2 - before.2);
             assert!(cg.runs_frozen(), "{soc}");
+            assert!(compiled.0 > 0 && compiled.1 == 0, "{soc}: compiling records, launching nothing: {compiled:?}");
             let plain = CompiledGraph::compile(&rt, &bg.graph, options(false, parallel)).unwrap();
             assert!(!plain.runs_frozen());
             let mut counts = Vec::new();
@@ -146,9 +150,9 @@ fn tiny_bert_reuses_its_executors() {
                 assert!(d < 1e-4, "{soc} run {seed}: max diff {d} from the node-by-node run");
                 keep.push((ins, got));
             }
-            println!("{soc}: (phase 1, phase 2, address patches) per run: {counts:?}");
-            assert!(counts[0].0 > 0 && counts[0].1 > 0, "{soc}: the first run records: {counts:?}");
-            for (k, c) in counts.iter().enumerate().skip(1) {
+            println!("{soc}: (phase 1, phase 2, address patches) at compile time {compiled:?}, per run: {counts:?}");
+            assert!(counts[0].1 > 0, "{soc}: the first run launches: {counts:?}");
+            for (k, c) in counts.iter().enumerate() {
                 assert_eq!(c.0, 0, "{soc}: run {k} made phase-1 calls: {counts:?}");
                 assert_eq!(c.1, counts[0].1, "{soc}: run {k} launched another set of operators: {counts:?}");
                 assert!(c.2 > 0, "{soc}: run {k} patched no address: {counts:?}");
@@ -212,15 +216,31 @@ fn concurrent_runs_use_their_own_executors() {
     assert_nothing_left(emu, "concurrent runs");
 }
 
-// A failure of each executor call — making it repeatable and phase 1 (first run),
-// patching an input or an output address and phase 2 (later runs) — is a typed error
-// naming the call; the next run works. A failed destroy (at teardown) is retried. Nothing
-// is left once the runtime is gone.
+/// `e` is the typed error of an injected fault of `sym` (code 507899) in a graph node.
+fn assert_names_call_and_node(sym: &str, e: &npurt::Error) {
+    let msg = e.to_string();
+    assert!(msg.contains(sym) && msg.contains("507899"), "{sym}: error does not name the call: {msg}");
+    let acl = std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<backend_acl::AclBackendError>())
+        .unwrap_or_else(|| panic!("{sym}: not an Ascend backend error: {e:?}"));
+    let backend_acl::AclBackendError::InNode { node, source } = acl else {
+        panic!("{sym}: the error names no node: {acl:?}")
+    };
+    assert!(msg.contains(node.as_str()) && !node.is_empty(), "{sym}: {msg}");
+    assert!(matches!(**source, backend_acl::AclBackendError::Call { .. }), "{sym}: {acl:?}");
+    assert_eq!(acl.code(), Some(507899), "{sym}");
+}
+
+// A failure of each executor call — making it repeatable and phase 1 (at compile time),
+// patching an input or an output address and phase 2 (in runs) — is a typed error
+// naming the call and the node; the next compile or run works. A failed destroy (at
+// teardown) is retried. Nothing is left once the runtime is gone.
 #[test]
 fn executor_call_faults_are_typed_errors_and_leak_nothing() {
+    // (call, the run it fails; `None`: compile, or teardown for the destroy)
     let cases = [
-        ("aclSetAclOpExecutorRepeatable", Some(0)),
-        ("aclnnIndexSelectGetWorkspaceSize", Some(0)),
+        ("aclSetAclOpExecutorRepeatable", None),
+        ("aclnnIndexSelectGetWorkspaceSize", None),
         ("aclSetInputTensorAddr", Some(1)),
         ("aclSetOutputTensorAddr", Some(1)),
         ("aclnnIndexSelect", Some(2)),
@@ -233,6 +253,15 @@ fn executor_call_faults_are_typed_errors_and_leak_nothing() {
             let cfg = BertConfig::tiny();
             let (b, s) = (1, 8);
             let bg = bert::build(&cfg, Weights::Random(2), b, s).unwrap();
+            let at_compile = fail_at_run.is_none() && sym != "aclDestroyAclOpExecutor";
+            if at_compile {
+                assert_eq!(emu.ctl.configure(&format!("fail={sym}:1:507899")), 0);
+                let Err(e) = CompiledGraph::compile(&rt, &bg.graph, options(true, false)) else {
+                    panic!("{sym}: the injected fault must fail the compile")
+                };
+                assert_names_call_and_node(sym, &e);
+                assert_eq!(emu.ctl.configure("fail="), 0);
+            }
             let cg = CompiledGraph::compile(&rt, &bg.graph, options(true, false)).unwrap();
             let want = CompiledGraph::compile(&rt, &bg.graph, options(false, false)).unwrap();
             // Earlier runs' tensors stay alive, so that every run gets new addresses.
@@ -246,17 +275,7 @@ fn executor_call_faults_are_typed_errors_and_leak_nothing() {
                 let r = cg.run(&refs);
                 if Some(run) == fail_at_run {
                     let e = r.expect_err(&format!("{sym}: the injected fault must fail the run"));
-                    let msg = e.to_string();
-                    assert!(msg.contains(sym) && msg.contains("507899"), "{sym}: error does not name the call: {msg}");
-                    let acl = std::error::Error::source(&e)
-                        .and_then(|s| s.downcast_ref::<backend_acl::AclBackendError>())
-                        .unwrap_or_else(|| panic!("{sym}: not an Ascend backend error: {e:?}"));
-                    let backend_acl::AclBackendError::InNode { node, source } = acl else {
-                        panic!("{sym}: the error names no node: {acl:?}")
-                    };
-                    assert!(msg.contains(node.as_str()) && !node.is_empty(), "{sym}: {msg}");
-                    assert!(matches!(**source, backend_acl::AclBackendError::Call { .. }), "{sym}: {acl:?}");
-                    assert_eq!(acl.code(), Some(507899), "{sym}");
+                    assert_names_call_and_node(sym, &e);
                     assert_eq!(emu.ctl.configure("fail="), 0);
                 } else {
                     let got = r.unwrap_or_else(|e| panic!("{sym}: run {run}: {e}"));
@@ -266,7 +285,7 @@ fn executor_call_faults_are_typed_errors_and_leak_nothing() {
                 }
                 keep.push(ins);
             }
-            if fail_at_run.is_none() {
+            if sym == "aclDestroyAclOpExecutor" {
                 assert_eq!(emu.ctl.configure(&format!("fail={sym}:1:507899")), 0);
             }
         }
@@ -321,8 +340,8 @@ fn recorded_intermediates_do_not_grow_with_depth() {
     }
 }
 
-// With capture on, the first run records the executors (node by node), the second
-// captures the launches and replays them, and every later run is one replay: no aclnn
+// With capture on, the compile records the executors, the first run launches them node
+// by node (making the plan's workspaces), the second captures the launches and replays them, and every later run is one replay: no aclnn
 // call, no address patch, no copy between host and device. Each run equals the node-by-node
 // run of its inputs, although every run's inputs and outputs sit at new addresses.
 #[test]
@@ -355,7 +374,10 @@ fn tiny_bert_is_captured_once_and_replayed() {
             println!("{soc}: (phase 1, phase 2, patches, replays, H2D, D2H) per run: {counts:?}");
             // One replay per run, whether the schedule uses one stream or several.
             let launches = counts[0].1;
-            assert!(counts[0].0 > 0 && launches > 0 && counts[0].3 == 0, "{soc}: run 0 records: {counts:?}");
+            assert!(
+                counts[0].0 == 0 && launches > 0 && counts[0].3 == 0,
+                "{soc}: run 0 launches node by node: {counts:?}"
+            );
             assert_eq!((counts[1].0, counts[1].1, counts[1].3), (0, launches, 1), "{soc}: run 1 captures: {counts:?}");
             for (k, c) in counts.iter().enumerate().skip(2) {
                 assert_eq!(*c, (0, 0, 0, 1, 0, 0), "{soc}: run {k} is not one replay: {counts:?}");

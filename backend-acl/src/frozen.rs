@@ -3,13 +3,13 @@
 //! reused from run to run.
 //!
 //! Each node runs one of three ways:
-//! * **reused** (every aclnn op but those composed of aclnnInplaceCopy): at the node's
-//!   first run, its operators' phase 1 runs once with that run's addresses and each
-//!   executor is made repeatable ([`kernels::record`]); every run (the first included)
-//!   then points the tensors that view the graph's inputs and outputs (the patched
-//!   operands) at this run's addresses, where they changed (`aclSetInputTensorAddr` /
-//!   `aclSetOutputTensorAddr`), and calls phase 2. Runs after the first make no phase-1
-//!   call;
+//! * **reused** (every aclnn op but those composed of aclnnInplaceCopy): when the plan is
+//!   frozen (at compile time for a graph's first arena), its operators' phase 1 runs once,
+//!   over the arena's addresses and temporary buffers for the graph's inputs and outputs,
+//!   and each executor is made repeatable ([`kernels::record`]); every run then points the
+//!   tensors that view the graph's inputs and outputs (the patched operands) at this run's
+//!   addresses, where they changed (`aclSetInputTensorAddr` / `aclSetOutputTensorAddr`),
+//!   and calls phase 2. No run makes a phase-1 call;
 //! * **one-shot** (Reshape and Copy, composed of aclnnInplaceCopy, which CANN excludes
 //!   from repeatable executors): the eager path on this run's addresses, phase 1 included;
 //! * **host**: the host reference tier on this run's addresses.
@@ -64,6 +64,8 @@ struct Node {
     runs: bool,
     /// The graph node's name, for errors.
     label: String,
+    /// The stream its runs queue it on (it is recorded for that stream).
+    stream: StreamId,
 }
 
 impl Node {
@@ -221,8 +223,9 @@ fn bad(msg: String) -> AclBackendError {
 }
 
 /// Checks every launch in full (as `kernels::launch` does; patched operands by their
-/// offsets), pins the fixed operands' allocations for the plan's life, and decides how
-/// each node runs. Nothing is made on the device until the first run.
+/// offsets), pins the fixed operands' allocations for the plan's life, decides how each
+/// node runs, and records the reused nodes' executors ([`record_all`]): phase 1 runs
+/// here, once, not in any run.
 pub(crate) fn freeze(
     api: &Arc<Api>,
     instance: u64,
@@ -284,7 +287,18 @@ pub(crate) fn freeze(
         };
         let runs = args.outputs.iter().any(|o| o.layout.numel() > 0);
         let fp16_compute = imp == Impl::AclnnFp16Compute;
-        nodes.push(Node { way, fp16_compute, imp, args: args.clone(), ranges, slot, runs, label: l.label.clone() });
+        let stream = l.stream;
+        nodes.push(Node {
+            way,
+            fp16_compute,
+            imp,
+            args: args.clone(),
+            ranges,
+            slot,
+            runs,
+            label: l.label.clone(),
+            stream,
+        });
     }
     let host_node = nodes.iter().find(|n| n.way == Way::Host && n.runs).map(|n| n.label.as_str());
     let capture = capture::Captures::new(api, capture, host_node)?;
@@ -296,7 +310,50 @@ pub(crate) fn freeze(
     let weak: Weak<Shared> = Arc::downgrade(&shared);
     dev.adopt(weak);
     let fz = AclFrozen { instance, device, nodes, slots, shared, api: api.clone(), binding: dev.binding(instance) };
+    // On failure `fz` is dropped, which releases whatever was recorded.
+    record_all(api, instance, dev, table, &fz)?;
     Ok(Some(Frozen(Arc::new(fz))))
+}
+
+/// Records every reused node of a new plan on the stream its runs use, so that no run
+/// makes a phase-1 call. The patched operands (the graph's inputs and outputs) have no
+/// address yet: the executors are recorded over temporary device buffers of each slot's
+/// extent, freed right after (phase 1 queues nothing), and every run points them at its
+/// own addresses first ([`Recorded::patch`]).
+fn record_all(api: &Api, instance: u64, dev: &Dev, table: &Table, fz: &AclFrozen) -> BResult<()> {
+    if !fz.nodes.iter().any(|n| n.way == Way::Reused && n.runs) {
+        return Ok(());
+    }
+    dev.bind(api, instance)?;
+    struct Temp<'a>(&'a Api, Vec<DevicePtr>);
+    impl Drop for Temp<'_> {
+        fn drop(&mut self) {
+            for p in self.1.iter().filter(|p| **p != DevicePtr::NULL) {
+                if let Err(e) = memory::free(self.0, p.0) {
+                    log::error!("acl: freeing a temporary buffer of a frozen plan: {e}");
+                }
+            }
+        }
+    }
+    let mut temp = Temp(api, Vec::with_capacity(fz.slots.len()));
+    for &(extent, on_device) in &fz.slots {
+        let p = if on_device { DevicePtr(memory::malloc(api, Some("freeze"), extent)?) } else { DevicePtr::NULL };
+        temp.1.push(p);
+    }
+    let mut g = lock(&fz.shared.held);
+    let held = g.as_mut().ok_or_else(|| bad("the frozen plan was released with its device".into()))?;
+    let Held { recorded, workspaces, intermediates, .. } = held;
+    let mut reuse = Reuse { recorded, workspaces, intermediates };
+    for (idx, n) in fz.nodes.iter().enumerate() {
+        if n.way != Way::Reused || !n.runs {
+            continue;
+        }
+        let rec = dev.stream(n.stream)?;
+        record_node(api, &rec, n.imp.mapping(table.is_910()), reuse.reborrow(), idx, n, &temp.1).map_err(|e| {
+            AclBackendError::InNode { node: format!("{:?}", n.label), source: Box::new(e.in_op(n.args.op.name())) }
+        })?;
+    }
+    Ok(())
 }
 
 /// The plan behind `frozen`, checked to be this backend's and device's, and the device.
@@ -501,7 +558,7 @@ fn run_nodes(
         let r = match n.way {
             Way::Host => kernels::run_host(api, rec, &n.args_at(addrs, seq)),
             Way::OneShot => kernels::run_aclnn(api, rec, n.imp.mapping(is_910), &n.args_at(addrs, seq)),
-            Way::Reused => reused(api, rec, n.imp.mapping(is_910), reuse.reborrow(), idx, n, addrs),
+            Way::Reused => reused(api, rec, reuse.reborrow(), idx, n, addrs),
         };
         r.map_err(|e| AclBackendError::InNode { node: format!("{:?}", n.label), source: Box::new(e.in_op(op)) })?;
         if n.way != Way::Host {
@@ -521,33 +578,11 @@ pub(crate) struct FrozenRun<'a> {
     pub stream: StreamId,
 }
 
-/// A reused node: recorded at its first run, then patched to this run's addresses and
+/// A reused node (recorded when the plan was frozen): patched to this run's addresses and
 /// launched with the plan's workspace for this stream.
-fn reused(
-    api: &Api,
-    rec: &Arc<StreamRec>,
-    how: Mapping,
-    reuse: Reuse<'_>,
-    idx: usize,
-    n: &Node,
-    addrs: &[DevicePtr],
-) -> BResult<()> {
-    let Reuse { recorded, workspaces, intermediates } = reuse;
-    let r = match &mut recorded[idx] {
-        Some(r) => r,
-        slot @ None => {
-            let i = match intermediates.iter().position(|(s, _)| Arc::ptr_eq(s, rec)) {
-                Some(i) => i,
-                None => {
-                    intermediates.push((rec.clone(), Intermediates::default()));
-                    intermediates.len() - 1
-                }
-            };
-            let mut r = kernels::record(api, rec, how, &n.args_at(addrs, 0), &mut intermediates[i].1)?;
-            r.keep_patches(|j| n.slot.get(j).is_some_and(Option::is_some));
-            slot.insert(r)
-        }
-    };
+fn reused(api: &Api, rec: &Arc<StreamRec>, reuse: Reuse<'_>, idx: usize, n: &Node, addrs: &[DevicePtr]) -> BResult<()> {
+    let Reuse { recorded, workspaces, .. } = reuse;
+    let Some(r) = &mut recorded[idx] else { return Err(bad(format!("{}: not recorded", n.label))) };
     // Its intermediates are shared with the nodes of the stream it was recorded on: on
     // another stream it could run at the same time as one of them.
     if !r.recorded_on(rec) {
@@ -556,6 +591,31 @@ fn reused(
     let ws = workspace(api, n.args.op.name(), workspaces, rec, r.workspace() as usize)?;
     r.patch(api, |j| n.addr(j, addrs))?;
     r.launch(api, rec, ws)
+}
+
+/// Records node `idx` (`n`) for the stream of `rec` with slot addresses `addrs` (see
+/// [`kernels::record`]), its intermediates in that stream's chain.
+fn record_node(
+    api: &Api,
+    rec: &Arc<StreamRec>,
+    how: Mapping,
+    reuse: Reuse<'_>,
+    idx: usize,
+    n: &Node,
+    addrs: &[DevicePtr],
+) -> BResult<()> {
+    let Reuse { recorded, intermediates, .. } = reuse;
+    let i = match intermediates.iter().position(|(s, _)| Arc::ptr_eq(s, rec)) {
+        Some(i) => i,
+        None => {
+            intermediates.push((rec.clone(), Intermediates::default()));
+            intermediates.len() - 1
+        }
+    };
+    let mut r = kernels::record(api, rec, how, &n.args_at(addrs, 0), &mut intermediates[i].1)?;
+    r.keep_patches(|j| n.slot.get(j).is_some_and(Option::is_some));
+    recorded[idx] = Some(r);
+    Ok(())
 }
 
 /// The plan's workspace on the stream of `rec`, of at least `bytes` (grown after

@@ -189,6 +189,7 @@ fn batches_and_frozen_plans_are_checked_in_full_before_anything_runs() {
         args: args.clone(),
         patches,
         label: "relu".into(),
+        stream: StreamId(0),
     };
     let e = b.freeze(0, &[frozen(&good, vec![]), frozen(&bad, vec![])], runtime::GraphCapture::Auto).unwrap_err();
     assert!(e.to_string().contains("output 0 must be f32 [4]"), "{e}");

@@ -298,6 +298,10 @@ pub struct FrozenLaunch {
     pub patches: Vec<(usize, usize)>,
     /// The graph node's name, for errors.
     pub label: String,
+    /// The stream every run of the plan queues it on (through
+    /// [`launch_frozen`](Backend::launch_frozen) or a whole-run step): a backend may
+    /// prepare per-stream state for it at [`freeze`](Backend::freeze) time.
+    pub stream: StreamId,
 }
 
 /// One step of a frozen run, in submission order ([`Backend::launch_frozen_run`]).

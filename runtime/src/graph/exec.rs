@@ -455,7 +455,12 @@ impl CompiledGraph {
                     first.fast = Some(fp);
                     cg.frozen = true;
                 }
-                Err(e) => log::info!("compiled graph: runs node by node ({e})"),
+                // A launch the backend cannot freeze runs node by node; a failure of the
+                // device or driver (e.g. preparing the launches there) fails the compile.
+                Err(e @ (Error::Invalid { .. } | Error::Unsupported(_) | Error::NoKernel { .. })) => {
+                    log::info!("compiled graph: runs node by node ({e})")
+                }
+                Err(e) => return Err(e),
             }
         }
         cg.instances = Some(InstanceSet::new(first, max_arenas));

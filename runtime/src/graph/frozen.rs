@@ -127,7 +127,7 @@ impl CompiledGraph {
                     }
                     None => o.2.push((kernel.unit, 1, flops, bytes)),
                 }
-                launches.push(FrozenLaunch { kernel, args, patches, label: n.name.clone() });
+                launches.push(FrozenLaunch { kernel, args, patches, label: n.name.clone(), stream: stream.id() });
             }
             if inst.done[nid.0].is_some() {
                 close(&mut open, &mut steps, launches.len());
