@@ -43,7 +43,7 @@ child's ru_maxrss across exec.
 optimisations off, the unfused graph at ORT_ENABLE_ALL and the fused graph must agree
 (max abs diff <= 1e-3) on the benchmark inputs and on a padded, two-segment batch.
 
-Requires numpy, onnx and onnxruntime (`pip install onnx onnxruntime`).
+Requires numpy, onnx and onnxruntime, and sympy for the fused build (`pip install onnx onnxruntime sympy`).
 """
 
 import argparse

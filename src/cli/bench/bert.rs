@@ -57,8 +57,9 @@ pub struct BertArgs {
     /// The final hidden states with bf16 weights against f32, on the same weights
     #[arg(long)]
     accuracy: bool,
-    /// npurt and ONNX Runtime (bench/peers/ort_bert.py) kept loaded and timed alternately
-    /// on the same models; the ratio per pair
+    /// npurt, ONNX Runtime (bench/peers/ort_bert.py) and OpenVINO
+    /// (bench/peers/openvino_bert.py, when installed) kept loaded and timed alternately on
+    /// the same models; the ratios per pair
     #[arg(long)]
     compare_ort: bool,
     /// One configuration of the ablation, printed as one JSON line (the child process

@@ -1,10 +1,11 @@
-//! `npurt bench bert --compare-ort`: npurt and ONNX Runtime on the same BERT, timed
-//! alternately in one run.
+//! `npurt bench bert --compare-ort`: npurt, ONNX Runtime and OpenVINO on the same BERT,
+//! timed alternately in one run.
 //!
 //! Every contender is a child process that keeps its model loaded and warmed up and times
 //! one inference per `run` line on its stdin: npurt as `npurt bench bert --serve`, ONNX
 //! Runtime as `bench/peers/ort_bert.py --serve` (one process per variant and thread
-//! count). Rounds visit the contenders in rotating order with a short pause between runs,
+//! count), OpenVINO as `bench/peers/openvino_bert.py --serve` on the same ONNX file (one
+//! per thread count; skipped with a message when OpenVINO is not installed). Rounds visit the contenders in rotating order with a short pause between runs,
 //! so load from other jobs on a shared machine falls on all of them alike; each child
 //! reports its own peak RSS when told to quit.
 
@@ -38,6 +39,11 @@ pub struct OrtArgs {
     /// ONNX Runtime's intra-op thread counts
     #[arg(long, value_name = "N,...", default_value = "2", value_parser = parse_counts, requires = "compare_ort")]
     ort_threads: Csv,
+    /// OpenVINO's thread counts (INFERENCE_NUM_THREADS), one contender each; `none` for
+    /// no OpenVINO contender
+    #[arg(long, value_name = "N,...|none", default_value = "2", value_parser = parse_counts_or_none,
+          requires = "compare_ort")]
+    openvino_threads: Csv,
     /// Pause before each timed run, milliseconds
     #[arg(long, value_name = "MS", default_value = "200", requires = "compare_ort")]
     pause_ms: u64,
@@ -86,6 +92,11 @@ fn parse_counts(s: &str) -> std::result::Result<Csv, String> {
     Ok(v)
 }
 
+fn parse_counts_or_none(s: &str) -> std::result::Result<Csv, String> {
+    if s.trim() == "none" { Ok(Csv(Vec::new())) } else { parse_counts(s) }
+}
+
+/// The record marker of both peer scripts (openvino_bert.py speaks ort_bert.py's protocol).
 const ORT_MARK: &str = "@@ORT_BERT_RESULT ";
 
 /// A running contender and what it has reported.
@@ -159,16 +170,30 @@ impl Contender {
 }
 
 fn ort_script() -> Result<PathBuf> {
+    peer_script("ort_bert.py", "NPURT_ORT_SCRIPT")
+}
+
+/// `bench/peers/NAME`: from `env`, the working directory, or the source tree.
+fn peer_script(name: &str, env: &str) -> Result<PathBuf> {
+    let rel = Path::new("bench/peers").join(name);
     let candidates = [
-        std::env::var_os("NPURT_ORT_SCRIPT").map(PathBuf::from),
-        Some(PathBuf::from("bench/peers/ort_bert.py")),
-        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/peers/ort_bert.py")),
+        std::env::var_os(env).map(PathBuf::from),
+        Some(rel.clone()),
+        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join(&rel)),
     ];
     candidates.into_iter().flatten().find(|p| p.exists()).ok_or_else(|| {
-        Error::Unsupported(
-            "bench/peers/ort_bert.py not found (run from the repository root or set NPURT_ORT_SCRIPT)".into(),
-        )
+        Error::Unsupported(format!("{} not found (run from the repository root or set {env})", rel.display()))
     })
+}
+
+/// Whether `python3` can import `module`.
+fn python_has(module: &str) -> bool {
+    Command::new("python3")
+        .args(["-c", &format!("import {module}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 fn mib(b: Option<u64>) -> String {
@@ -179,6 +204,16 @@ pub fn run(base: &RuntimeConfig, rounds: usize, json: Option<&str>, args: &OrtAr
     let (precisions, ort_variants, ort_threads) = (&args.precisions.0, &args.ort_variants.0, &args.ort_threads.0);
     let pause = Duration::from_millis(args.pause_ms);
     let script = ort_script()?;
+    let mut ov_threads: &[String] = &args.openvino_threads.0;
+    let ov_script = if ov_threads.is_empty() {
+        None
+    } else if !python_has("openvino") {
+        println!("OpenVINO is not installed for python3 (pip install openvino): its contenders are skipped");
+        ov_threads = &[];
+        None
+    } else {
+        Some(peer_script("openvino_bert.py", "NPURT_OPENVINO_SCRIPT")?)
+    };
     let workdir = args
         .ort_workdir
         .clone()
@@ -186,16 +221,18 @@ pub fn run(base: &RuntimeConfig, rounds: usize, json: Option<&str>, args: &OrtAr
     let exe = std::env::current_exe()?;
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
-        "npurt vs ONNX Runtime, alternated: {rounds} rounds per pair, npurt {}, ORT {} x {} threads; load average {}",
+        "npurt vs ONNX Runtime{}, alternated: {rounds} rounds per pair, npurt {}, ORT {} x {} threads{}; load average {}",
+        if ov_threads.is_empty() { "" } else { " and OpenVINO" },
         precisions.iter().map(|p| p.name()).collect::<Vec<_>>().join("/"),
         ort_variants.join("/"),
         ort_threads.join("/"),
+        if ov_threads.is_empty() { String::new() } else { format!(", OpenVINO x {} threads", ov_threads.join("/")) },
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     );
     // The GEMM ceiling the BERT figures are put against (same run, same machine).
     // Best of three medians: a ceiling, so the least disturbed measurement.
     let shape = (512, 1024, 4096, 1);
-    let contenders = precisions.len() + ort_variants.len() * ort_threads.len();
+    let contenders = precisions.len() + ort_variants.len() * ort_threads.len() + ov_threads.len();
     let per_pair = rounds.saturating_mul(contenders);
     let pb = progress::bar(3 + args.pairs.0.len().saturating_mul(per_pair) as u64, "GEMM ceiling");
     let mut ceiling = 0f64;
@@ -247,6 +284,14 @@ pub fn run(base: &RuntimeConfig, rounds: usize, json: Option<&str>, args: &OrtAr
                     cmd.arg(&script).args(["--model", model, "--seq", &seq.to_string(), "--serve", "--variant", v]);
                     cmd.args(["--child-threads", t, "--workdir"]).arg(&dir);
                     cs.push(Contender::spawn(format!("ORT {v} x{t}"), false, cmd, &pb)?);
+                }
+            }
+            if let Some(ov) = &ov_script {
+                for t in ov_threads {
+                    let mut cmd = Command::new("python3");
+                    cmd.arg(ov).args(["--model", model, "--seq", &seq.to_string(), "--serve"]);
+                    cmd.args(["--child-threads", t, "--workdir"]).arg(&dir);
+                    cs.push(Contender::spawn(format!("OpenVINO x{t}"), false, cmd, &pb)?);
                 }
             }
             for r in 0..rounds {
@@ -306,19 +351,44 @@ fn report(model: &str, seq: usize, ceilings: (f64, f64), fin: &[Finished], doc: 
         rows.push(serde_json::json!({"contender": name, "median_ms": med, "times_ms": times,
             "peak_rss_bytes": rss, "gflops": gf, "ready": ready}));
     }
-    let ort: Vec<&Finished> = fin.iter().filter(|f| f.0.starts_with("ORT")).collect();
-    let best = ort.iter().min_by(|a, b| median(&mut a.1.clone()).total_cmp(&median(&mut b.1.clone())));
+    let fastest = |prefix: &str| {
+        fin.iter()
+            .filter(|f| f.0.starts_with(prefix))
+            .min_by(|a, b| median(&mut a.1.clone()).total_cmp(&median(&mut b.1.clone())))
+    };
+    // (median ratio, median of the per-round ratios) of npurt's times over a peer's.
+    let ratio_to = |f: &Finished, peer: &Finished| {
+        let ratio = median(&mut f.1.clone()) / median(&mut peer.1.clone());
+        let mut paired: Vec<f64> = f.1.iter().zip(&peer.1).map(|(a, b)| a / b).collect();
+        (ratio, median(&mut paired))
+    };
+    let (best_ort, best_ov) = (fastest("ORT"), fastest("OpenVINO"));
+    let faster_peer = [best_ort, best_ov]
+        .into_iter()
+        .flatten()
+        .min_by(|a, b| median(&mut a.1.clone()).total_cmp(&median(&mut b.1.clone())));
     let mut ratios = Vec::new();
-    if let Some(best) = best {
-        let best_med = median(&mut best.1.clone());
-        for f in fin.iter().filter(|f| f.0.starts_with("npurt")) {
-            let ratio = median(&mut f.1.clone()) / best_med;
-            // Per round: npurt's time over the best ORT configuration's in the same round.
-            let mut paired: Vec<f64> = f.1.iter().zip(&best.1).map(|(a, b)| a / b).collect();
-            let paired = median(&mut paired);
+    for f in fin.iter().filter(|f| f.0.starts_with("npurt")) {
+        let mut r = serde_json::Map::new();
+        r.insert("npurt".into(), f.0.clone().into());
+        if let Some(best) = best_ort {
+            let (ratio, paired) = ratio_to(f, best);
             println!("  ratio {} / {} (ORT's best): {ratio:.2} (median of per-round ratios {paired:.2})", f.0, best.0);
-            ratios.push(serde_json::json!({"npurt": f.0, "ort": best.0, "ratio": ratio, "paired_ratio": paired}));
+            r.insert("ort".into(), best.0.clone().into());
+            r.insert("ratio".into(), ratio.into());
+            r.insert("paired_ratio".into(), paired.into());
         }
+        if let (Some(peer), true) = (faster_peer, best_ov.is_some()) {
+            let (ratio, paired) = ratio_to(f, peer);
+            println!(
+                "  ratio {} / {} (the faster peer): {ratio:.2} (median of per-round ratios {paired:.2})",
+                f.0, peer.0
+            );
+            r.insert("peer".into(), peer.0.clone().into());
+            r.insert("peer_ratio".into(), ratio.into());
+            r.insert("peer_paired_ratio".into(), paired.into());
+        }
+        ratios.push(serde_json::Value::Object(r));
     }
     doc.push(serde_json::json!({"model": model, "seq": seq, "rows": rows, "ratios": ratios}));
 }

@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""Peer baseline: the BERT encoder of `npurt bench bert` run by OpenVINO (CPU plugin).
+
+The model is the ONNX graph bench/peers/ort_bert.py builds (same encoder, same seeded
+weights, same inputs: see its docstring), in its unfused form (standard ONNX ops, as a
+PyTorch export writes them); OpenVINO applies its own fusions when it compiles the model.
+It is compiled for the CPU with
+
+    PERFORMANCE_HINT = LATENCY, INFERENCE_NUM_THREADS = T, INFERENCE_PRECISION_HINT = f32
+
+(f32 forced: on a CPU with AVX-512-BF16 or AMX, OpenVINO would otherwise run bf16) and
+timed with one synchronous infer request per run.
+
+    python3 bench/peers/openvino_bert.py --model bert-base --seq 128 --runs 5
+    python3 bench/peers/openvino_bert.py --model minilm-l6 --seq 32 --threads 1,2 --json out.json
+
+Each thread count runs in a fresh subprocess, so its peak RSS is its own. `--serve` keeps
+one compiled model loaded and answers `run` lines on stdin with one timed inference each
+(the protocol of ort_bert.py --serve), for `npurt bench bert --compare-ort`, which
+alternates npurt, ONNX Runtime and OpenVINO in one run.
+
+Requires numpy, onnx and openvino (`pip install onnx openvino`).
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def ort_bert():
+    """bench/peers/ort_bert.py as a module: the model builder, the inputs, the protocol."""
+    spec = importlib.util.spec_from_file_location("ort_bert", os.path.join(HERE, "ort_bert.py"))
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+
+OB = ort_bert()
+
+
+def build(args):
+    """Child: writes unfused.onnx (+ external data) into args.workdir."""
+    import numpy as np
+    import onnx
+    path = os.path.join(args.workdir, "unfused.onnx")
+    if not os.path.exists(path):
+        m = OB.build_unfused(onnx, np, OB.config(args.model), args.workdir, args.seed)
+        onnx.save(m, path)
+    OB.emit({"unfused_path": path})
+
+
+def compiled(args):
+    """The compiled model of args.workdir for args.child_threads threads, its inputs, the
+    warm-up output and the compile time in seconds."""
+    import numpy as np
+    import openvino as ov
+    c = OB.config(args.model)
+    core = ov.Core()
+    t0 = time.perf_counter()
+    model = core.read_model(os.path.join(args.workdir, "unfused.onnx"))
+    cm = core.compile_model(model, "CPU", {
+        "PERFORMANCE_HINT": "LATENCY",
+        "INFERENCE_NUM_THREADS": args.child_threads,
+        "INFERENCE_PRECISION_HINT": "f32",
+    })
+    load_s = time.perf_counter() - t0
+    req = cm.create_infer_request()
+    inputs = OB.bench_inputs(np, c, args.batch, args.seq)
+    feeds = {p.get_any_name(): inputs[p.get_any_name()] for p in cm.inputs}
+    out = req.infer(feeds)[cm.output(0)].copy()  # warm-up
+    return cm, req, feeds, out, load_s
+
+
+def child(args):
+    """Child: times one thread count."""
+    import numpy as np
+    cm, req, feeds, out, load_s = compiled(args)
+    c = OB.config(args.model)
+    assert out.shape == (args.batch, args.seq, c["hidden"]), out.shape
+    finite = bool(np.isfinite(out).all())
+    times = []
+    for _ in range(args.runs):
+        t = time.perf_counter()
+        req.infer(feeds)
+        times.append((time.perf_counter() - t) * 1e3)
+    ru, hwm = OB.peak_mem()
+    s = sorted(times)
+    OB.emit({"threads": args.child_threads, "median_ms": s[len(s) // 2], "min_ms": s[0], "max_ms": s[-1],
+             "times_ms": times, "rss_peak_bytes": ru, "vmhwm_bytes": hwm, "compile_s": load_s, "finite": finite})
+
+
+def serve(args):
+    """The protocol of ort_bert.py --serve: MARK {"ready"} after the warm-up; `run` ->
+    MARK {"ms"}; `quit` or end of input -> MARK {"rss_peak_bytes", "vmhwm_bytes"}."""
+    import numpy as np
+    import openvino as ov
+    cm, req, feeds, out, load_s = compiled(args)
+    OB.emit({"ready": True, "variant": "openvino", "threads": args.child_threads, "session_load_s": load_s,
+             "finite": bool(np.isfinite(out).all()), "openvino": ov.__version__})
+    for line in sys.stdin:
+        cmd = line.strip()
+        if cmd == "run":
+            t = time.perf_counter()
+            req.infer(feeds)
+            OB.emit({"ms": (time.perf_counter() - t) * 1e3})
+        elif cmd == "quit":
+            break
+    ru, hwm = OB.peak_mem()
+    OB.emit({"rss_peak_bytes": ru, "vmhwm_bytes": hwm})
+
+
+def run_child(argv, what):
+    cmd = [sys.executable, os.path.abspath(__file__)] + argv
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    result = None
+    for line in p.stdout:
+        if line.startswith(OB.MARK):
+            result = json.loads(line[len(OB.MARK):])
+        else:
+            print("  | " + line.rstrip(), flush=True)
+    rc = p.wait()
+    if rc != 0 or result is None:
+        sys.exit(f"openvino_bert.py: {what} failed (exit status {rc})")
+    return result
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="bert-large", help="bert-large | bert-base | minilm-l6 (default bert-large)")
+    ap.add_argument("--seq", type=int, default=512, help="sequence length (default 512)")
+    ap.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
+    ap.add_argument("--runs", type=int, default=5, help="timed runs after 1 warm-up (default 5)")
+    ap.add_argument("--threads", default="1,2", help="INFERENCE_NUM_THREADS values (default 1,2)")
+    ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    ap.add_argument("--seed", type=int, default=42, help="weight seed (default 42)")
+    ap.add_argument("--workdir", help="directory for the model (default: a new temp dir, removed at the end)")
+    ap.add_argument("--serve", action="store_true",
+                    help="keep the model of --workdir compiled for --child-threads and answer `run` lines on stdin")
+    ap.add_argument("--build", action="store_true", help="only write unfused.onnx into --workdir")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child-threads", type=int, default=1, help="with --serve: INFERENCE_NUM_THREADS")
+    args = ap.parse_args()
+
+    missing = [m for m in ("numpy", "onnx", "openvino") if importlib.util.find_spec(m) is None]
+    if missing:
+        print(f"openvino_bert.py: {', '.join(missing)} not installed: pip install onnx openvino", file=sys.stderr)
+        sys.exit(2)
+    c = OB.config(args.model)
+    if not 1 <= args.seq <= c["max_pos"] or args.batch < 1 or args.runs < 1:
+        ap.error(f"need 1 <= --seq <= {c['max_pos']}, --batch >= 1, --runs >= 1")
+    if (args.build or args.serve) and not args.workdir:
+        ap.error("--build and --serve need --workdir")
+    if args.build:
+        os.makedirs(args.workdir, exist_ok=True)
+        return build(args)
+    if args.serve:
+        return serve(args)
+    if args.child:
+        return child(args)
+
+    try:
+        threads = [int(t) for t in args.threads.split(",") if t.strip()]
+    except ValueError:
+        ap.error("--threads: a comma-separated list of integers, e.g. 1,2")
+    if not threads or any(t < 1 for t in threads):
+        ap.error("--threads: integers >= 1")
+    workdir = args.workdir or tempfile.mkdtemp(prefix="openvino_bert_")
+    os.makedirs(workdir, exist_ok=True)
+    common = ["--model", args.model, "--seq", str(args.seq), "--batch", str(args.batch), "--runs", str(args.runs),
+              "--seed", str(args.seed), "--workdir", workdir]
+    import openvino as ov
+    print(f"BERT {args.model} (hidden {c['hidden']}, {c['layers']} layers), batch {args.batch}, seq {args.seq}; "
+          f"OpenVINO {ov.__version__} CPU, LATENCY hint, f32; {args.runs} runs after 1 warm-up; "
+          f"python {platform.python_version()}, cpus={os.cpu_count()}", flush=True)
+    doc = {"tool": "openvino CPU", "model": args.model, "config": c, "batch": args.batch, "seq": args.seq,
+           "runs": args.runs, "threads": threads, "seed": args.seed, "openvino": ov.__version__}
+    try:
+        run_child(common + ["--build"], "building the model")
+        print(f"{'threads':>7} {'median ms':>10} {'min..max ms':>18} {'HWM MiB':>8} {'compile s':>9}", flush=True)
+        rows = []
+        for t in threads:
+            r = run_child(common + ["--child", "--child-threads", str(t)], f"x{t}")
+            rows.append(r)
+            hwm = r["vmhwm_bytes"] or r["rss_peak_bytes"]
+            print(f"{t:>7} {r['median_ms']:>10.1f} {r['min_ms']:>8.1f}..{r['max_ms']:<8.1f} {hwm / 2**20:>8.0f} "
+                  f"{r['compile_s']:>9.1f}" + ("" if r["finite"] else "  (non-finite output!)"), flush=True)
+        best = min(rows, key=lambda r: r["median_ms"])
+        print(f"best: x{best['threads']} threads, median {best['median_ms']:.1f} ms")
+        doc["results"], doc["best"] = rows, best
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump(doc, f, indent=2)
+                f.write("\n")
+            print(f"wrote {args.json}")
+    finally:
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
