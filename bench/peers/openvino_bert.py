@@ -28,7 +28,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -119,18 +118,7 @@ def serve(args):
 
 
 def run_child(argv, what):
-    cmd = [sys.executable, os.path.abspath(__file__)] + argv
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    result = None
-    for line in p.stdout:
-        if line.startswith(OB.MARK):
-            result = json.loads(line[len(OB.MARK):])
-        else:
-            print("  | " + line.rstrip(), flush=True)
-    rc = p.wait()
-    if rc != 0 or result is None:
-        sys.exit(f"openvino_bert.py: {what} failed (exit status {rc})")
-    return result
+    return OB.run_child(argv, what, script=__file__)
 
 
 def main():

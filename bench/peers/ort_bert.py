@@ -614,9 +614,10 @@ def do_serve(args):
 # Parent: orchestration.
 
 
-def run_child(argv, what):
-    """Runs this script with `argv`; echoes its output; returns its MARK record."""
-    cmd = [sys.executable, os.path.abspath(__file__)] + argv
+def run_child(argv, what, script=__file__):
+    """Runs `script` (this one by default) with `argv`; echoes its output; returns its
+    MARK record."""
+    cmd = [sys.executable, os.path.abspath(script)] + argv
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     result = None
     for line in p.stdout:
@@ -626,7 +627,7 @@ def run_child(argv, what):
             print("  | " + line.rstrip(), flush=True)
     rc = p.wait()
     if rc != 0 or result is None:
-        sys.exit(f"ort_bert.py: {what} failed (exit status {rc})")
+        sys.exit(f"{os.path.basename(script)}: {what} failed (exit status {rc})")
     return result
 
 
