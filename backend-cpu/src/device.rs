@@ -6,8 +6,10 @@ use crate::memory;
 use crate::stream::{CpuEvent, WorkQueue};
 use runtime::StreamId;
 use std::collections::HashMap;
+use std::mem::ManuallyDrop;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
 /// The id of every device's default (synchronous) stream.
 pub const DEFAULT_STREAM: StreamId = StreamId(0);
@@ -16,18 +18,14 @@ pub const DEFAULT_STREAM: StreamId = StreamId(0);
 /// (so concurrent graph nodes do not oversubscribe the cores).
 pub(crate) struct UserStream {
     pub(crate) queue: WorkQueue,
-    pub(crate) solo: Arc<rayon::ThreadPool>,
+    pub(crate) solo: Arc<JoinedPool>,
 }
 
 impl UserStream {
     /// User stream `id` of device `device`, with its worker thread and one-thread pool.
     pub(crate) fn new(device: usize, id: u64) -> Result<UserStream, CpuError> {
         let queue = WorkQueue::new(format!("cpu:{device}/stream{id}"))?;
-        let solo = rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .thread_name(move |_| format!("npurt-cpu{device}-s{id}"))
-            .build()
-            .map_err(|e| CpuError::BadRequest(format!("thread pool: {e}")))?;
+        let solo = JoinedPool::new(1, move |_| format!("npurt-cpu{device}-s{id}"))?;
         Ok(UserStream { queue, solo: Arc::new(solo) })
     }
 }
@@ -40,18 +38,14 @@ pub(crate) struct CpuDevice {
     /// The next stream or event id.
     pub(crate) next_id: AtomicU64,
     /// The intra-op pool of `threads` workers.
-    pub(crate) pool: Arc<rayon::ThreadPool>,
+    pub(crate) pool: Arc<JoinedPool>,
     pub(crate) threads: usize,
 }
 
 impl CpuDevice {
     /// Device `d` with a pool of `threads` workers.
     pub(crate) fn new(d: usize, threads: usize) -> Result<CpuDevice, CpuError> {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(move |i| format!("npurt-cpu{d}-w{i}"))
-            .build()
-            .map_err(|e| CpuError::BadRequest(format!("thread pool: {e}")))?;
+        let pool = JoinedPool::new(threads, move |i| format!("npurt-cpu{d}-w{i}"))?;
         Ok(CpuDevice {
             table: Arc::new(memory::table(d)),
             streams: Mutex::new(HashMap::new()),
@@ -63,7 +57,95 @@ impl CpuDevice {
     }
 }
 
+/// A rayon pool whose threads are joined when it is dropped. Dropping a rayon pool only
+/// tells its threads to exit; a backend that is dropped must not leave threads behind
+/// (a short C program that frees its runtime and returns would still see them exiting).
+///
+/// `Send + Sync`, like the pool it dereferences to. The last owner drops it; if that is
+/// one of its own threads (a job holding the last reference), that thread is not joined
+/// (it exits once the job returns).
+pub(crate) struct JoinedPool {
+    pool: ManuallyDrop<rayon::ThreadPool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl JoinedPool {
+    /// A pool of `threads` threads named by `name`.
+    fn new(threads: usize, name: impl Fn(usize) -> String + 'static) -> Result<JoinedPool, CpuError> {
+        let handles: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let sink = handles.clone();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(name)
+            .spawn_handler(move |t| {
+                let mut b = std::thread::Builder::new();
+                if let Some(n) = t.name() {
+                    b = b.name(n.to_string());
+                }
+                if let Some(size) = t.stack_size() {
+                    b = b.stack_size(size);
+                }
+                let h = b.spawn(move || t.run())?;
+                lock(&sink).push(h);
+                Ok(())
+            })
+            .build()
+            .map_err(|e| CpuError::BadRequest(format!("thread pool: {e}")))?;
+        let threads = std::mem::take(&mut *lock(&handles));
+        Ok(JoinedPool { pool: ManuallyDrop::new(pool), threads })
+    }
+}
+
+impl std::ops::Deref for JoinedPool {
+    type Target = rayon::ThreadPool;
+    fn deref(&self) -> &rayon::ThreadPool {
+        &self.pool
+    }
+}
+
+impl Drop for JoinedPool {
+    fn drop(&mut self) {
+        // SAFETY: the pool is dropped once, here, and not used afterwards.
+        unsafe { ManuallyDrop::drop(&mut self.pool) };
+        let me = std::thread::current().id();
+        for h in self.threads.drain(..) {
+            if h.thread().id() != me && h.join().is_err() {
+                log::warn!("cpu: a pool thread panicked");
+            }
+        }
+    }
+}
+
 /// Locks `m`, taking the guard back when another holder panicked.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names of this process's threads (Linux: /proc/self/task/*/comm).
+    fn thread_names() -> Option<Vec<String>> {
+        let tasks = std::fs::read_dir("/proc/self/task").ok()?;
+        Some(tasks.flatten().filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok()).collect())
+    }
+
+    #[test]
+    fn a_dropped_pool_has_joined_its_threads() {
+        let Some(before) = thread_names() else {
+            println!("skipped: no /proc/self/task to list threads on this system");
+            return;
+        };
+        assert!(!before.iter().any(|n| n.starts_with("jp-test-")));
+        let pool = JoinedPool::new(3, |i| format!("jp-test-{i}")).unwrap();
+        // Every thread runs once: each has started (and named itself) by then.
+        assert_eq!(pool.broadcast(|c| c.index()).len(), 3);
+        let during = thread_names().unwrap_or_default();
+        assert_eq!(during.iter().filter(|n| n.starts_with("jp-test-")).count(), 3, "{during:?}");
+        drop(pool);
+        // Joined: gone by the time drop returns, not merely told to exit.
+        let after = thread_names().unwrap_or_default();
+        assert!(!after.iter().any(|n| n.starts_with("jp-test-")), "{after:?}");
+    }
 }

@@ -216,7 +216,7 @@ pub(crate) struct Prepared {
     kernel: &'static str,
     device: usize,
     stream: StreamId,
-    pool: Option<Arc<rayon::ThreadPool>>,
+    pool: Option<Arc<crate::device::JoinedPool>>,
     fault: Option<Fault>,
     _pins: memory::Pins,
 }

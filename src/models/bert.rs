@@ -361,10 +361,13 @@ fn random_normal(seed: u64, n: usize, std: f32) -> Option<Vec<u8>> {
     std::thread::scope(|s| {
         let mut parts: Vec<(usize, &mut [u8])> = out.chunks_mut(CHUNK * 4).enumerate().collect();
         let per = parts.len().div_ceil(threads.max(1));
+        // Joined explicitly: the scope only waits for the closures, not for the threads
+        // to end, and none may outlive the call.
+        let mut handles = Vec::new();
         while !parts.is_empty() {
             let take = per.min(parts.len());
             let batch: Vec<(usize, &mut [u8])> = parts.drain(..take).collect();
-            s.spawn(move || {
+            handles.push(s.spawn(move || {
                 for (i, c) in batch {
                     let mut g = Normal((seed ^ 0x9E37_79B9_7F4A_7C15).wrapping_mul(i as u64 * 2 + 1) | 1);
                     let v = g.fill(c.len() / 4, std);
@@ -372,9 +375,11 @@ fn random_normal(seed: u64, n: usize, std: f32) -> Option<Vec<u8>> {
                         dst.copy_from_slice(&x.to_le_bytes());
                     }
                 }
-            });
+            }));
         }
-    });
+        let joined = handles.into_iter().map(|h| h.join()).all(|r| r.is_ok());
+        joined.then_some(())
+    })?;
     Some(out)
 }
 
