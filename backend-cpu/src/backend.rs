@@ -30,11 +30,25 @@ impl CpuBackend {
             log::info!("cpu backend: ISA forced to {} (the CPU runs up to {})", features.isa, features.widest);
         }
         let threads = cfg.threads.unwrap_or(features.cores).max(1);
+        let pin = match cfg.pin {
+            Some(p) => Some(p),
+            None => crate::affinity::pin_from_env().map_err(CpuError::BadRequest)?,
+        };
+        let pins = crate::affinity::plan(pin, cfg.devices, threads);
+        if pin == Some(true) && pins.is_none() {
+            log::warn!("cpu backend: pinning was asked for, but the allowed CPUs cannot be read here");
+        }
         let mut devices = Vec::with_capacity(cfg.devices);
         for d in 0..cfg.devices {
-            devices.push(CpuDevice::new(d, threads)?);
+            let cpus = pins.as_ref().and_then(|p| p.get(d)).cloned();
+            devices.push(CpuDevice::new(d, threads, cpus)?);
         }
-        log::debug!("cpu backend: {} device(s), {threads} thread(s) each, ISA {}", cfg.devices, features.isa);
+        log::debug!(
+            "cpu backend: {} device(s), {threads} thread(s) each, ISA {}, workers {}",
+            cfg.devices,
+            features.isa,
+            pins.as_ref().map_or("not pinned".to_string(), |p| format!("pinned to CPUs {p:?}"))
+        );
         Ok(CpuBackend { devices, table: kernels::table(features), features, faults: Default::default() })
     }
 

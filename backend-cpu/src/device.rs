@@ -25,7 +25,7 @@ impl UserStream {
     /// User stream `id` of device `device`, with its worker thread and one-thread pool.
     pub(crate) fn new(device: usize, id: u64) -> Result<UserStream, CpuError> {
         let queue = WorkQueue::new(format!("cpu:{device}/stream{id}"))?;
-        let solo = JoinedPool::new(1, move |_| format!("npurt-cpu{device}-s{id}"))?;
+        let solo = JoinedPool::new(1, move |_| format!("npurt-cpu{device}-s{id}"), None)?;
         Ok(UserStream { queue, solo: Arc::new(solo) })
     }
 }
@@ -43,9 +43,10 @@ pub(crate) struct CpuDevice {
 }
 
 impl CpuDevice {
-    /// Device `d` with a pool of `threads` workers.
-    pub(crate) fn new(d: usize, threads: usize) -> Result<CpuDevice, CpuError> {
-        let pool = JoinedPool::new(threads, move |i| format!("npurt-cpu{d}-w{i}"))?;
+    /// Device `d` with a pool of `threads` workers, worker `i` pinned to `cpus[i]` when
+    /// given.
+    pub(crate) fn new(d: usize, threads: usize, cpus: Option<Vec<usize>>) -> Result<CpuDevice, CpuError> {
+        let pool = JoinedPool::new(threads, move |i| format!("npurt-cpu{d}-w{i}"), cpus)?;
         Ok(CpuDevice {
             table: Arc::new(memory::table(d)),
             streams: Mutex::new(HashMap::new()),
@@ -70,8 +71,13 @@ pub(crate) struct JoinedPool {
 }
 
 impl JoinedPool {
-    /// A pool of `threads` threads named by `name`.
-    fn new(threads: usize, name: impl Fn(usize) -> String + 'static) -> Result<JoinedPool, CpuError> {
+    /// A pool of `threads` threads named by `name`, thread `i` pinned to `cpus[i]` when
+    /// given (a thread that cannot be pinned runs unpinned, logged at debug level).
+    fn new(
+        threads: usize,
+        name: impl Fn(usize) -> String + 'static,
+        cpus: Option<Vec<usize>>,
+    ) -> Result<JoinedPool, CpuError> {
         let handles: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
         let sink = handles.clone();
         let pool = rayon::ThreadPoolBuilder::new()
@@ -85,7 +91,15 @@ impl JoinedPool {
                 if let Some(size) = t.stack_size() {
                     b = b.stack_size(size);
                 }
-                let h = b.spawn(move || t.run())?;
+                let cpu = cpus.as_ref().and_then(|c| c.get(t.index())).copied();
+                let h = b.spawn(move || {
+                    if let Some(cpu) = cpu
+                        && let Err(e) = crate::affinity::pin_current(cpu)
+                    {
+                        log::debug!("cpu: a pool thread could not be pinned to CPU {cpu}: {e}");
+                    }
+                    t.run()
+                })?;
                 lock(&sink).push(h);
                 Ok(())
             })
@@ -138,7 +152,7 @@ mod tests {
             return;
         };
         assert!(!before.iter().any(|n| n.starts_with("jp-test-")));
-        let pool = JoinedPool::new(3, |i| format!("jp-test-{i}")).unwrap();
+        let pool = JoinedPool::new(3, |i| format!("jp-test-{i}"), None).unwrap();
         // Every thread runs once: each has started (and named itself) by then.
         assert_eq!(pool.broadcast(|c| c.index()).len(), 3);
         let during = thread_names().unwrap_or_default();
@@ -147,5 +161,18 @@ mod tests {
         // Joined: gone by the time drop returns, not merely told to exit.
         let after = thread_names().unwrap_or_default();
         assert!(!after.iter().any(|n| n.starts_with("jp-test-")), "{after:?}");
+    }
+
+    #[test]
+    fn pinned_workers_run_on_their_cpus() {
+        let Some(cpus) = crate::affinity::allowed_cpus() else {
+            println!("skipped: the allowed CPUs cannot be asked on this system");
+            return;
+        };
+        let pool = JoinedPool::new(cpus.len(), |i| format!("jp-pin-{i}"), Some(cpus.clone())).unwrap();
+        let seen = pool.broadcast(|c| (c.index(), crate::affinity::allowed_cpus()));
+        for (i, allowed) in seen {
+            assert_eq!(allowed, Some(vec![cpus[i]]), "worker {i}");
+        }
     }
 }

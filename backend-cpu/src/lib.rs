@@ -12,6 +12,7 @@
 //! CPU and the instruction-set path in use in [`features`], the FMA peak measurement in
 //! [`peak`], errors in [`error`].
 
+pub mod affinity;
 mod backend;
 mod device;
 pub mod error;
@@ -39,10 +40,14 @@ pub struct CpuConfig {
     /// (`None`: the one `NPURT_CPU_ISA` names, else the widest detected). A path this CPU
     /// cannot run makes [`CpuBackend::new`] fail with [`CpuError::Isa`].
     pub isa: Option<Isa>,
+    /// Whether each device pool's workers are pinned to CPUs of their own (see
+    /// [`affinity`]); `None`: what `NPURT_CPU_PIN` says, else pinned when the workers of all
+    /// devices are as many as the CPUs the process may run on.
+    pub pin: Option<bool>,
 }
 
 impl Default for CpuConfig {
     fn default() -> Self {
-        CpuConfig { devices: 1, threads: None, isa: None }
+        CpuConfig { devices: 1, threads: None, isa: None, pin: None }
     }
 }

@@ -84,7 +84,7 @@ fn eager_runtime(cfg: &RuntimeConfig, tier: Tier, isa: Option<Isa>) -> Result<ru
     match isa {
         None => Ok(Runtime::with_config(cfg)?.inner().clone()),
         Some(isa) => {
-            let c = npurt::cpu::CpuConfig { devices: cfg.cpu_devices, threads: cfg.threads, isa: Some(isa) };
+            let c = npurt::cpu::CpuConfig { devices: cfg.cpu_devices, threads: cfg.threads, isa: Some(isa), pin: None };
             let b = npurt::cpu::CpuBackend::new(c)?;
             runtime::Runtime::with_backend(Arc::new(b), cfg)
         }
