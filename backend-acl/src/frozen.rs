@@ -15,10 +15,11 @@
 //! * **host**: the host reference tier on this run's addresses.
 //!
 //! What a plan holds on the device — executors, their descriptors (which must outlive
-//! them), the recorded ops' constants, and per stream the plan ran on one workspace and
-//! one chain of intermediates ([`Intermediates`], at addresses fixed for the executors'
-//! life): nodes of one stream run in order and share them, nodes on different streams
-//! may run at once and never do, so a recorded node only launches on its stream — and the pins of the fixed operands (arena and constants) — belongs to the plan,
+//! them), the recorded ops' constants, per stream the plan ran on one workspace and one
+//! chain of intermediates ([`Intermediates`], at addresses fixed for the executors'
+//! life; nodes of one stream run in order and share them, nodes on different streams may
+//! run at once and never do, so a recorded node only launches on its stream), and the
+//! pins of the fixed operands (arena and constants) — belongs to the plan,
 //! one per arena, so concurrent runs (different arenas) never share an executor. It is
 //! released when the plan is dropped, after synchronising every stream the plan queued
 //! work on that is still alive (a destroyed stream was synchronised by its destruction),
@@ -28,7 +29,7 @@ mod capture;
 
 use crate::device::{Binding, Dev, DeviceOwned};
 use crate::error::AclBackendError;
-use crate::kernels::{self, Impl, Mapping, Recorded, Table};
+use crate::kernels::{self, Impl, Recorded, Table};
 use crate::memory::{self, AclRelease, Intermediates};
 use crate::stream::{self, Buf, StreamRec, lock};
 use acl_sys::Api;
@@ -342,18 +343,32 @@ fn record_all(api: &Api, instance: u64, dev: &Dev, table: &Table, fz: &AclFrozen
     }
     let mut g = lock(&fz.shared.held);
     let held = g.as_mut().ok_or_else(|| bad("the frozen plan was released with its device".into()))?;
-    let Held { recorded, workspaces, intermediates, .. } = held;
-    let mut reuse = Reuse { recorded, workspaces, intermediates };
     for (idx, n) in fz.nodes.iter().enumerate() {
         if n.way != Way::Reused || !n.runs {
             continue;
         }
         let rec = dev.stream(n.stream)?;
-        record_node(api, &rec, n.imp.mapping(table.is_910()), reuse.reborrow(), idx, n, &temp.1).map_err(|e| {
-            AclBackendError::InNode { node: format!("{:?}", n.label), source: Box::new(e.in_op(n.args.op.name())) }
-        })?;
+        let inter = per_stream(&mut held.intermediates, &rec);
+        let recorded =
+            kernels::record(api, &rec, n.imp.mapping(table.is_910()), &n.args_at(&temp.1, 0), inter).map_err(|e| {
+                AclBackendError::InNode { node: format!("{:?}", n.label), source: Box::new(e.in_op(n.args.op.name())) }
+            })?;
+        let r = held.recorded[idx].insert(recorded);
+        r.keep_patches(|j| n.slot.get(j).is_some_and(Option::is_some));
     }
     Ok(())
+}
+
+/// The entry of `rec`'s stream in a plan's per-stream list, made (empty) if missing.
+fn per_stream<'a, T: Default>(list: &'a mut Vec<(Arc<StreamRec>, T)>, rec: &Arc<StreamRec>) -> &'a mut T {
+    let i = match list.iter().position(|(s, _)| Arc::ptr_eq(s, rec)) {
+        Some(i) => i,
+        None => {
+            list.push((rec.clone(), T::default()));
+            list.len() - 1
+        }
+    };
+    &mut list[i].1
 }
 
 /// The plan behind `frozen`, checked to be this backend's and device's, and the device.
@@ -407,9 +422,8 @@ pub(crate) fn launch(api: &Api, instance: u64, devs: &[Dev], table: &Table, run:
     if !held.used.iter().any(|r| Arc::ptr_eq(r, &rec)) {
         held.used.push(rec.clone());
     }
-    let Held { recorded, workspaces, intermediates, .. } = held;
-    let reuse = Reuse { recorded, workspaces, intermediates };
-    run_nodes(api, table.is_910(), fz, reuse, &rec, nodes, addrs, first_seq)?;
+    let Held { recorded, workspaces, .. } = held;
+    run_nodes(api, table.is_910(), fz, (recorded, workspaces), &rec, nodes, addrs, first_seq)?;
     Ok(())
 }
 
@@ -452,13 +466,13 @@ pub(crate) fn launch_run(
             held.used.push(r.clone());
         }
     }
-    let Held { recorded, workspaces, intermediates, capture, .. } = held;
+    let Held { recorded, workspaces, capture, .. } = held;
     let mut steps = RunSteps {
         api,
         is_910: table.is_910(),
         fz,
         dev,
-        reuse: Reuse { recorded, workspaces, intermediates },
+        reuse: (recorded, workspaces),
         recs: &recs,
         events: run.events,
         first_seq: run.first_seq,
@@ -494,7 +508,7 @@ struct RunSteps<'a> {
 
 impl capture::Steps for RunSteps<'_> {
     fn launch(&mut self, stream: usize, nodes: std::ops::Range<usize>, addrs: &[DevicePtr]) -> BResult<()> {
-        let reuse = self.reuse.reborrow();
+        let reuse = (&mut *self.reuse.0, &mut *self.reuse.1);
         let seq = self.first_seq + nodes.start as u64;
         run_nodes(self.api, self.is_910, self.fz, reuse, &self.recs[stream], nodes, addrs, seq)
     }
@@ -514,22 +528,8 @@ impl capture::Steps for RunSteps<'_> {
     }
 }
 
-/// A plan's executors, workspaces and intermediates, as [`run_nodes`] uses them.
-struct Reuse<'a> {
-    recorded: &'a mut Vec<Option<Recorded>>,
-    workspaces: &'a mut Vec<(Arc<StreamRec>, Mutex<Buf>)>,
-    intermediates: &'a mut Vec<(Arc<StreamRec>, Intermediates)>,
-}
-
-impl Reuse<'_> {
-    fn reborrow(&mut self) -> Reuse<'_> {
-        Reuse {
-            recorded: &mut *self.recorded,
-            workspaces: &mut *self.workspaces,
-            intermediates: &mut *self.intermediates,
-        }
-    }
-}
+/// A plan's executors and workspaces, as [`run_nodes`] uses them.
+type Reuse<'a> = (&'a mut Vec<Option<Recorded>>, &'a mut Vec<(Arc<StreamRec>, Mutex<Buf>)>);
 
 /// Queues launches `nodes` of the plan on the stream of `rec`, each its way, with slot
 /// addresses `addrs`; a failure names the node.
@@ -544,7 +544,7 @@ fn run_nodes(
     addrs: &[DevicePtr],
     first_seq: u64,
 ) -> BResult<()> {
-    let mut reuse = reuse;
+    let (recorded, workspaces) = reuse;
     for (i, idx) in nodes.enumerate() {
         let n = &fz.nodes[idx];
         if !n.runs {
@@ -558,7 +558,7 @@ fn run_nodes(
         let r = match n.way {
             Way::Host => kernels::run_host(api, rec, &n.args_at(addrs, seq)),
             Way::OneShot => kernels::run_aclnn(api, rec, n.imp.mapping(is_910), &n.args_at(addrs, seq)),
-            Way::Reused => reused(api, rec, reuse.reborrow(), idx, n, addrs),
+            Way::Reused => reused(api, rec, (&mut *recorded, &mut *workspaces), idx, n, addrs),
         };
         r.map_err(|e| AclBackendError::InNode { node: format!("{:?}", n.label), source: Box::new(e.in_op(op)) })?;
         if n.way != Way::Host {
@@ -581,41 +581,16 @@ pub(crate) struct FrozenRun<'a> {
 /// A reused node (recorded when the plan was frozen): patched to this run's addresses and
 /// launched with the plan's workspace for this stream.
 fn reused(api: &Api, rec: &Arc<StreamRec>, reuse: Reuse<'_>, idx: usize, n: &Node, addrs: &[DevicePtr]) -> BResult<()> {
-    let Reuse { recorded, workspaces, .. } = reuse;
+    let (recorded, workspaces) = reuse;
     let Some(r) = &mut recorded[idx] else { return Err(bad(format!("{}: not recorded", n.label))) };
-    // Its intermediates are shared with the nodes of the stream it was recorded on: on
+    // Its intermediates are shared with the nodes of the stream it was recorded for: on
     // another stream it could run at the same time as one of them.
     if !r.recorded_on(rec) {
-        return Err(bad(format!("{}: a recorded node launched on another stream than its first run's", n.label)));
+        return Err(bad(format!("{}: launched on another stream than the one it was recorded for", n.label)));
     }
     let ws = workspace(api, n.args.op.name(), workspaces, rec, r.workspace() as usize)?;
     r.patch(api, |j| n.addr(j, addrs))?;
     r.launch(api, rec, ws)
-}
-
-/// Records node `idx` (`n`) for the stream of `rec` with slot addresses `addrs` (see
-/// [`kernels::record`]), its intermediates in that stream's chain.
-fn record_node(
-    api: &Api,
-    rec: &Arc<StreamRec>,
-    how: Mapping,
-    reuse: Reuse<'_>,
-    idx: usize,
-    n: &Node,
-    addrs: &[DevicePtr],
-) -> BResult<()> {
-    let Reuse { recorded, intermediates, .. } = reuse;
-    let i = match intermediates.iter().position(|(s, _)| Arc::ptr_eq(s, rec)) {
-        Some(i) => i,
-        None => {
-            intermediates.push((rec.clone(), Intermediates::default()));
-            intermediates.len() - 1
-        }
-    };
-    let mut r = kernels::record(api, rec, how, &n.args_at(addrs, 0), &mut intermediates[i].1)?;
-    r.keep_patches(|j| n.slot.get(j).is_some_and(Option::is_some));
-    recorded[idx] = Some(r);
-    Ok(())
 }
 
 /// The plan's workspace on the stream of `rec`, of at least `bytes` (grown after
@@ -627,12 +602,5 @@ fn workspace(
     rec: &Arc<StreamRec>,
     bytes: usize,
 ) -> BResult<u64> {
-    let i = match workspaces.iter().position(|(s, _)| Arc::ptr_eq(s, rec)) {
-        Some(i) => i,
-        None => {
-            workspaces.push((rec.clone(), Mutex::new(Buf::default())));
-            workspaces.len() - 1
-        }
-    };
-    stream::buffer(api, op, rec, &workspaces[i].1, bytes)
+    stream::buffer(api, op, rec, per_stream(workspaces, rec), bytes)
 }

@@ -156,12 +156,7 @@ def main():
     if args.child:
         return child(args)
 
-    try:
-        threads = [int(t) for t in args.threads.split(",") if t.strip()]
-    except ValueError:
-        ap.error("--threads: a comma-separated list of integers, e.g. 1,2")
-    if not threads or any(t < 1 for t in threads):
-        ap.error("--threads: integers >= 1")
+    threads = OB.thread_counts(ap, args.threads)
     workdir = args.workdir or tempfile.mkdtemp(prefix="openvino_bert_")
     os.makedirs(workdir, exist_ok=True)
     common = ["--model", args.model, "--seq", str(args.seq), "--batch", str(args.batch), "--runs", str(args.runs),

@@ -631,6 +631,17 @@ def run_child(argv, what, script=__file__):
     return result
 
 
+def thread_counts(ap, text):
+    """`--threads`: a comma-separated list of integers >= 1 (an argparse error otherwise)."""
+    try:
+        threads = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        ap.error("--threads: a comma-separated list of integers, e.g. 1,2")
+    if not threads or any(t < 1 for t in threads):
+        ap.error("--threads: integers >= 1")
+    return threads
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -689,13 +700,10 @@ def main():
 
     # The parent stays small (no numpy/onnx imported): children's ru_maxrss includes the
     # parent's RSS at exec time on Linux.
-    try:
-        threads = [int(t) for t in args.threads.split(",") if t.strip()]
-    except ValueError:
-        ap.error("--threads: a comma-separated list of integers, e.g. 1,2")
+    threads = thread_counts(ap, args.threads)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    if not threads or any(t < 1 for t in threads) or not variants or any(v not in ("unfused", "fused") for v in variants):
-        ap.error("--threads: integers >= 1; --variants: unfused and/or fused")
+    if not variants or any(v not in ("unfused", "fused") for v in variants):
+        ap.error("--variants: unfused and/or fused")
     workdir = args.workdir or tempfile.mkdtemp(prefix="ort_bert_")
     os.makedirs(workdir, exist_ok=True)
     common = ["--model", args.model, "--seq", str(args.seq), "--batch", str(args.batch), "--runs", str(args.runs),

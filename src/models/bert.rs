@@ -417,29 +417,28 @@ impl WeightSource {
                 Err(WeightError::Shape { name: name.to_string(), found: found.to_vec(), expected: shape.to_vec() })
             }
         };
-        let t = match &self.source {
+        // The file and key of a weight read from a file, marked once found finite.
+        let (t, from_file) = match &self.source {
             Source::Named(m) => {
                 let t = Self::candidates(name).iter().find_map(|k| m.get(k)).ok_or_else(missing)?;
                 check_shape(t.shape.dims())?;
-                t.clone()
+                (t.clone(), None)
             }
             Source::File(f) => {
                 let key = Self::candidates(name).into_iter().find(|k| f.contains(k)).ok_or_else(missing)?;
-                // The shape comes from the header: nothing is read for a mismatch.
-                check_shape(f.info(&key).map(|(_, s)| s).unwrap_or_default())?;
+                // The dtype and shape come from the header: nothing is read for a mismatch.
+                let (dtype, dims) = f.info(&key).ok_or_else(missing)?;
+                check_shape(dims)?;
                 // f32 weights are read in place in the map (nothing copied); others widened.
-                let t = match f.info(&key).map(|(d, _)| d) {
-                    Some(safetensors::Dtype::F32) => f.tensor_shared(&key)?,
+                let t = match dtype {
+                    safetensors::Dtype::F32 => f.tensor_shared(&key)?,
                     _ => float_as_f32(name, f.tensor(&key)?)?,
                 };
                 // Each weight is checked once per file, not once per graph built from it.
-                if !f.is_checked(&key) {
-                    if let Some((index, value)) = first_non_finite(&t) {
-                        return Err(WeightError::NonFinite { name: name.to_string(), index, value });
-                    }
-                    f.mark_checked(&key);
+                if f.is_checked(&key) {
+                    return Ok(t);
                 }
-                return Ok(t);
+                (t, Some((f, key)))
             }
             Source::Random(seed) => {
                 let alloc = || WeightError::Alloc { name: name.to_string(), shape: shape.to_vec() };
@@ -459,6 +458,9 @@ impl WeightSource {
         };
         if let Some((index, value)) = first_non_finite(&t) {
             return Err(WeightError::NonFinite { name: name.to_string(), index, value });
+        }
+        if let Some((f, key)) = from_file {
+            f.mark_checked(&key);
         }
         Ok(t)
     }

@@ -197,12 +197,7 @@ impl SafetensorsFile {
     /// The tensor `name`, copied out of the map (f32 / f16 / bf16 / integers as stored;
     /// F64 as f32; BOOL as U8).
     pub fn tensor(&self, name: &str) -> SResult<HostTensor> {
-        let info = self
-            .metadata
-            .info(name)
-            .ok_or_else(|| SafetensorsError::Missing { path: self.path.clone(), name: name.to_string() })?;
-        // In bounds: `read_header` checked that the data section holds every range.
-        let (s, e) = (self.data_start + info.data_offsets.0, self.data_start + info.data_offsets.1);
+        let (info, s, e) = self.locate(name)?;
         let t = to_host(&self.map[s..e], info, name, &self.path)?;
         self.release(s, e - s);
         Ok(t)
@@ -214,11 +209,7 @@ impl SafetensorsFile {
     /// pages are handed back to the kernel when the last clone of the bytes is dropped.
     /// Otherwise a copy, as `tensor` makes it.
     pub fn tensor_shared(self: &Arc<Self>, name: &str) -> SResult<HostTensor> {
-        let info = self
-            .metadata
-            .info(name)
-            .ok_or_else(|| SafetensorsError::Missing { path: self.path.clone(), name: name.to_string() })?;
-        let (s, e) = (self.data_start + info.data_offsets.0, self.data_start + info.data_offsets.1);
+        let (info, s, e) = self.locate(name)?;
         let as_stored =
             matches!(info.dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16 | Dtype::I64 | Dtype::I32 | Dtype::U8);
         let dtype = runtime_dtype(info.dtype);
@@ -231,6 +222,16 @@ impl SafetensorsFile {
             }),
             _ => self.tensor(name),
         }
+    }
+
+    /// Tensor `name`'s header entry and its byte range in the map. In bounds:
+    /// `read_header` checked that the data section holds every range.
+    fn locate(&self, name: &str) -> SResult<(&TensorInfo, usize, usize)> {
+        let info = self
+            .metadata
+            .info(name)
+            .ok_or_else(|| SafetensorsError::Missing { path: self.path.clone(), name: name.to_string() })?;
+        Ok((info, self.data_start + info.data_offsets.0, self.data_start + info.data_offsets.1))
     }
 
     /// Records that the caller checked tensor `name` (e.g. found it finite), so that a

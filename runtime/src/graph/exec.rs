@@ -186,11 +186,14 @@ impl CompiledGraph {
         rt.device_info(device)?;
         // Kernel selection per node (errors name the node).
         let mut cost = Vec::with_capacity(graph.nodes.len());
+        let mut kernels = Vec::with_capacity(graph.nodes.len());
         for n in &graph.nodes {
             let ins: Vec<TensorMeta> = n.inputs.iter().map(|v| graph.meta(*v).clone()).collect();
             let outs: Vec<TensorMeta> = n.outputs.iter().map(|v| graph.meta(*v).clone()).collect();
-            rt.select_kernel(&n.op, &ins)
+            let k = rt
+                .select_kernel(&n.op, &ins)
                 .map_err(|e| Error::invalid(n.op.name(), format!("node {:?}: {e}", n.name)))?;
+            kernels.push(k.name.to_string());
             let f = n.op.flops(&ins, &outs) as f64;
             let b = n.op.bytes(&ins, &outs) as f64;
             cost.push(f / 50e9 + b / 10e9 + 2e-6);
@@ -233,13 +236,10 @@ impl CompiledGraph {
         let mut keys = shared.map_or_else(HashMap::new, |_| shared::keys(&graph, device));
         let mut hits = shared.map_or_else(HashMap::new, |st| shared::hits(st, &keys));
         let mut prepared: HashMap<ValueId, shared::Prepared> = HashMap::new();
-        for ni in 0..graph.nodes.len() {
+        for (ni, k) in kernels.iter().enumerate() {
             let n = &graph.nodes[ni];
-            let kernel = match shared {
-                Some(_) => shared::kernel_of(rt, &graph, n)?,
-                None => None,
-            };
-            if let Some(p) = shared::reuse(&graph, n, kernel.as_deref(), &mut hits) {
+            let kernel = shared.map(|_| k.as_str());
+            if let Some(p) = shared::reuse(&graph, n, kernel, &mut hits) {
                 prepacked.push(Some(p));
                 continue;
             }
@@ -288,7 +288,7 @@ impl CompiledGraph {
                 }
             }
             if let Some(k) = kernel {
-                shared::note(&graph, &inputs, &relaid, &k, &p.prepacked, &mut hits, &mut prepared);
+                shared::note(&graph, &inputs, &relaid, k, &p.prepacked, &mut hits, &mut prepared);
             }
             prepacked.push(Some(p.prepacked));
         }

@@ -7,9 +7,6 @@
 use super::ir::{Graph, HostTensor, Node, ValueId, ValueKind};
 use crate::backend::Prepacked;
 use crate::dtype::DType;
-use crate::error::Result;
-use crate::op::TensorMeta;
-use crate::runtime::Runtime;
 use crate::tensor::Tensor;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
@@ -160,16 +157,6 @@ pub(super) fn entry(tensor: &Tensor, prepared: Option<Prepared>) -> Entry {
 /// The graph's constants (by their `keys`) the store holds.
 pub(super) fn hits(store: &SharedConstants, keys: &HashMap<ValueId, Key>) -> HashMap<ValueId, Entry> {
     keys.iter().filter_map(|(v, k)| store.get(k).map(|e| (*v, e))).collect()
-}
-
-/// The kernel node `n` will run, when it reads a constant.
-pub(super) fn kernel_of(rt: &Runtime, graph: &Graph, n: &Node) -> Result<Option<String>> {
-    let reads_constant = n.inputs.iter().any(|v| matches!(graph.values[v.0].kind, ValueKind::Constant(_)));
-    if !reads_constant {
-        return Ok(None);
-    }
-    let ins: Vec<TensorMeta> = n.inputs.iter().map(|v| graph.meta(*v).clone()).collect();
-    Ok(Some(rt.select_kernel(&n.op, &ins)?.name.to_string()))
 }
 
 /// What was prepared for node `n` (running `kernel`) when every constant it reads comes
