@@ -433,6 +433,27 @@ fn bench_gemm_on_a_forced_path_reports_percent_of_peak() {
         assert!((flops / (ms * 1e6) - g).abs() < 1e-6 * g, "{r}");
     }
 
+    // --paired: each f32 figure has its share of the peak measured right after each run.
+    let r = bin()
+        .args(["bench", "gemm", "--isa", "avx2", "--runs", "1", "--paired", "--json"])
+        .arg(&file)
+        .env("NPURT_BACKEND", "cpu")
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(j["paired"].as_bool(), Some(true), "{j}");
+    let rows = j["rows"].as_array().unwrap();
+    assert_eq!(rows.iter().filter(|r| r["variant"] == "prepacked").count(), 7, "{j}");
+    for r in rows.iter().filter(|r| r["variant"] == "fast" || r["variant"] == "prepacked") {
+        let pct = r["pct_of_peak_paired"].as_f64().unwrap_or(-1.0);
+        assert!(pct > 0.0 && pct.is_finite(), "{r}");
+    }
+    let r = bin().args(["bench", "gemm", "--paired", "--peak", "50"]).output().unwrap();
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success() && err.contains("cannot be used with"), "{err}");
+
     let info = |isa: &str| bin().arg("info").env("NPURT_BACKEND", "cpu").env("NPURT_CPU_ISA", isa).output().unwrap();
     let r = info("avx2");
     let out = String::from_utf8_lossy(&r.stdout);

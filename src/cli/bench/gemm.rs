@@ -1,6 +1,7 @@
 //! `npurt bench gemm`: f32 GEMM at the BERT shapes, per tier, with the weight prepacked
 //! and on the bf16 unit, optionally against OpenBLAS through NumPy in the same run; every
-//! figure also as a percentage of the FMA peak measured at the start (`bench peak`).
+//! figure also as a percentage of the FMA peak measured at the start (`bench peak`), or
+//! with `--paired` right after each timed run, on a host whose load moves within seconds.
 
 use super::common::median;
 use super::peak::parse_isa;
@@ -13,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// `npurt bench gemm [--peer numpy] [--runs N] [--all-tiers] [--isa ISA] [--peak GFLOPS] [--json FILE]`
+/// `npurt bench gemm [--peer numpy] [--runs N] [--all-tiers] [--isa ISA] [--peak GFLOPS] [--paired] [--json FILE]`
 #[derive(Args)]
 pub struct GemmArgs {
     /// Time a peer in the same run, before and after npurt
@@ -33,6 +34,12 @@ pub struct GemmArgs {
     /// it at the start of the run
     #[arg(long, value_name = "GFLOPS", value_parser = positive_f64, allow_negative_numbers = true)]
     peak: Option<f64>,
+    /// Follow each timed f32 run by a measurement of the FMA peak (same path and threads,
+    /// as long as the run, at least 20 ms), and report the median over the runs of each
+    /// run's share of the peak measured right after it: the figure that holds on a host
+    /// whose other load comes and goes
+    #[arg(long, conflicts_with = "peak")]
+    paired: bool,
     /// Also write the figures as JSON to FILE
     #[arg(long, value_name = "FILE")]
     json: Option<String>,
@@ -71,10 +78,48 @@ fn shape_name(s: Shape) -> String {
     if s.3 == 1 { format!("{}x{}x{}", s.0, s.1, s.2) } else { format!("{}x{}x{}x{}", s.3, s.0, s.1, s.2) }
 }
 
+/// What follows each timed run with `--paired`: the FMA peak on this path and threads.
+#[derive(Clone, Copy)]
+struct Probe {
+    isa: Isa,
+    threads: usize,
+}
+
+/// One column's figure at one shape: GFLOP/s (the median of the runs) and, when paired,
+/// the median over the runs of each run's share of the peak measured right after it (%).
+#[derive(Clone, Copy)]
+struct Figure {
+    gflops: f64,
+    paired_pct: Option<f64>,
+}
+
+/// Times `runs` calls of `once` (after one warm-up) doing `flops` each, each followed by a
+/// peak measurement when `probe` is given (and then preceded by an untimed call, so that it
+/// runs back to back as in a model, not on workers the peak loop left asleep).
+fn sample(runs: usize, flops: f64, probe: Option<Probe>, mut once: impl FnMut() -> Result<()>) -> Result<Figure> {
+    once()?;
+    let (mut t, mut pct) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+    for _ in 0..runs {
+        if probe.is_some() {
+            once()?;
+        }
+        let t0 = Instant::now();
+        once()?;
+        let dt = t0.elapsed().as_secs_f64().max(1e-12);
+        t.push(dt);
+        if let Some(p) = probe {
+            let ms = ((dt * 1e3).ceil() as usize).max(20);
+            let peak = super::peak::measure(p.isa, p.threads, 1, ms)?;
+            pct.push(100.0 * flops / dt / 1e9 / peak.gflops);
+        }
+    }
+    Ok(Figure { gflops: flops / median(&mut t) / 1e9, paired_pct: probe.map(|_| median(&mut pct)) })
+}
+
 /// GFLOP/s of an eager f32 MatMul on `tier`, the median of `runs` after one warm-up.
 pub fn time_gemm(cfg: &RuntimeConfig, tier: Tier, s: Shape, runs: usize) -> Result<f64> {
     let rt = Runtime::with_config(RuntimeConfig { forced_tier: Some(tier), ..cfg.clone() })?;
-    time_gemm_on(&rt, s, runs)
+    Ok(time_gemm_on(&rt, s, runs, None)?.gflops)
 }
 
 /// The runtime an eager column runs on: the configured backend, or the CPU backend forced
@@ -91,8 +136,8 @@ fn eager_runtime(cfg: &RuntimeConfig, tier: Tier, isa: Option<Isa>) -> Result<ru
     }
 }
 
-/// [`time_gemm`] on `rt`.
-fn time_gemm_on(rt: &runtime::Runtime, s: Shape, runs: usize) -> Result<f64> {
+/// [`time_gemm`] on `rt`, each run followed by `probe`.
+fn time_gemm_on(rt: &runtime::Runtime, s: Shape, runs: usize, probe: Option<Probe>) -> Result<Figure> {
     let (m, k, n, b) = s;
     let dims = |r: usize, c: usize| if b == 1 { vec![r, c] } else { vec![b, r, c] };
     let fill = |d: Vec<usize>| -> Result<Tensor> {
@@ -103,15 +148,8 @@ fn time_gemm_on(rt: &runtime::Runtime, s: Shape, runs: usize) -> Result<f64> {
     let (a, bb) = (fill(dims(m, k))?, fill(dims(k, n))?);
     let c = rt.empty(DType::F32, dims(m, n), 0)?;
     let op = Op::MatMul { trans_a: false, trans_b: false };
-    rt.execute(&op, &[&a, &bb], &[&c])?;
-    let mut t = Vec::new();
-    for _ in 0..runs {
-        let t0 = Instant::now();
-        rt.execute(&op, &[&a, &bb], &[&c])?;
-        t.push(t0.elapsed().as_secs_f64());
-    }
     let flops = 2.0 * (m * k * n * b) as f64;
-    Ok(flops / median(&mut t) / 1e9)
+    sample(runs, flops, probe, || rt.execute(&op, &[&a, &bb], &[&c]).map(drop))
 }
 
 /// The bf16 unit on a Linear-shaped product (`x[m×k] · wᵀ`, `w` packed once, as a
@@ -144,8 +182,9 @@ pub fn time_gemm_bf16(cfg: &RuntimeConfig, s: Shape, runs: usize) -> Option<f64>
 }
 
 /// The f32 Linear-shaped product (`x[m×k] · wᵀ`) with the weight packed once, as a
-/// compiled graph runs it, on the micro-kernel of `isa`; `None` for batched shapes.
-fn time_gemm_prepacked(cfg: &RuntimeConfig, isa: Isa, s: Shape, runs: usize) -> Option<f64> {
+/// compiled graph runs it, on the micro-kernel of `isa`, each run followed by `probe`;
+/// `None` for batched shapes.
+fn time_gemm_prepacked(cfg: &RuntimeConfig, isa: Isa, s: Shape, runs: usize, probe: Option<Probe>) -> Option<Figure> {
     use npurt::cpu::kernels::gemm_packed;
     let (m, k, n, b) = s;
     if b != 1 {
@@ -160,15 +199,11 @@ fn time_gemm_prepacked(cfg: &RuntimeConfig, isa: Isa, s: Shape, runs: usize) -> 
     let threads = cfg.threads.unwrap_or(npurt::cpu::features::get().cores);
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().ok()?;
     pool.install(|| {
-        let mut once = || gemm_packed::sgemm_prepacked(m, 1.0, &x, k, 1, &layout, &packed, None, &mut c, n, threads);
-        once();
-        let mut t = Vec::new();
-        for _ in 0..runs {
-            let t0 = Instant::now();
-            once();
-            t.push(t0.elapsed().as_secs_f64());
-        }
-        Some(2.0 * (m * k * n) as f64 / median(&mut t) / 1e9)
+        sample(runs, 2.0 * (m * k * n) as f64, probe, || {
+            gemm_packed::sgemm_prepacked(m, 1.0, &x, k, 1, &layout, &packed, None, &mut c, n, threads);
+            Ok(())
+        })
+        .ok()
     })
 }
 
@@ -226,18 +261,26 @@ fn reference_peak(args: &GemmArgs, isa: Isa, threads: usize) -> Result<Option<(f
     Ok(Some((p.gflops, "measured")))
 }
 
-/// `GF/s (pct %)` of one figure, 21 characters wide.
-fn cell(g: Option<f64>, peak: Option<f64>) -> String {
+/// `GF/s (pct %)` of one figure, 21 characters wide: the share of the paired peak where
+/// the figure has one, else of `peak`.
+fn cell(g: Option<Figure>, peak: Option<f64>) -> String {
     match (g, peak) {
-        (Some(g), Some(p)) => format!("{g:>8.1} GF/s ({:>3.0} %)", 100.0 * g / p),
-        (Some(g), None) => format!("{g:>8.1} GF/s       "),
+        (Some(Figure { gflops, paired_pct: Some(pct) }), _) => format!("{gflops:>8.1} GF/s ({pct:>3.0} %)"),
+        (Some(Figure { gflops, .. }), Some(p)) => format!("{gflops:>8.1} GF/s ({:>3.0} %)", 100.0 * gflops / p),
+        (Some(Figure { gflops, .. }), None) => format!("{gflops:>8.1} GF/s       "),
         (None, _) => format!("{:>21}", "-"),
     }
 }
 
+/// A figure without a paired peak.
+fn plain(gflops: f64) -> Figure {
+    Figure { gflops, paired_pct: None }
+}
+
 /// A row of the JSON document: one variant at one shape.
-fn json_row(s: Shape, variant: &str, isa: Option<Isa>, gflops: f64, peak: Option<f64>) -> serde_json::Value {
+fn json_row(s: Shape, variant: &str, isa: Option<Isa>, fig: Figure, peak: Option<f64>) -> serde_json::Value {
     let flops = 2.0 * (s.0 * s.1 * s.2 * s.3) as f64;
+    let gflops = fig.gflops;
     serde_json::json!({
         "shape": shape_name(s),
         "m": s.0, "k": s.1, "n": s.2, "batch": s.3,
@@ -246,6 +289,7 @@ fn json_row(s: Shape, variant: &str, isa: Option<Isa>, gflops: f64, peak: Option
         "gflops": gflops,
         "median_ms": flops / gflops / 1e6,
         "pct_of_peak": peak.map(|p| 100.0 * gflops / p),
+        "pct_of_peak_paired": fig.paired_pct,
     })
 }
 
@@ -268,6 +312,12 @@ pub fn run(cfg: RuntimeConfig, args: GemmArgs) -> Result<()> {
         None => println!("no FMA peak on the {isa} path (give --peak GFLOPS for percentages)"),
     }
     let peak = peak.map(|p| p.0);
+    let probe = (args.paired && npurt::cpu::peak::accumulators(isa).is_some()).then_some(Probe { isa, threads });
+    if probe.is_some() {
+        println!(
+            "--paired: (%) of the f32 columns = median over the runs of each run's share of the FMA peak measured right after it"
+        );
+    }
     if !on_cpu {
         println!("eager columns run on the {} backend: no percentage of the CPU's peak", eager[0].backend_name());
     }
@@ -285,14 +335,20 @@ pub fn run(cfg: RuntimeConfig, args: GemmArgs) -> Result<()> {
         Ok(Some(r))
     };
     let p1 = peer(&pb)?;
-    let mut ours: Vec<Vec<f64>> = Vec::new();
+    let mut ours: Vec<Vec<Figure>> = Vec::new();
+    let eager_probe = probe.filter(|_| on_cpu);
     for (t, rt) in tiers.iter().zip(&eager) {
         pb.set_message(format!("npurt {t}"));
-        ours.push(SHAPES.iter().map(|&s| time_gemm_on(rt, s, runs).inspect(|_| pb.inc(1))).collect::<Result<_>>()?);
+        ours.push(
+            SHAPES
+                .iter()
+                .map(|&s| time_gemm_on(rt, s, runs, eager_probe).inspect(|_| pb.inc(1)))
+                .collect::<Result<_>>()?,
+        );
     }
     pb.set_message("f32 prepacked");
-    let pre: Vec<Option<f64>> =
-        SHAPES.iter().map(|&s| time_gemm_prepacked(&cfg, isa, s, runs)).inspect(|_| pb.inc(1)).collect();
+    let pre: Vec<Option<Figure>> =
+        SHAPES.iter().map(|&s| time_gemm_prepacked(&cfg, isa, s, runs, probe)).inspect(|_| pb.inc(1)).collect();
     pb.set_message("bf16");
     let bf16: Vec<Option<f64>> = if isa == Isa::Avx512 {
         SHAPES.iter().map(|&s| time_gemm_bf16(&cfg, s, runs)).inspect(|_| pb.inc(1)).collect()
@@ -333,18 +389,18 @@ pub fn run(cfg: RuntimeConfig, args: GemmArgs) -> Result<()> {
         if let (Some((a, _)), Some((b, _))) = (&p1, &p2) {
             let mut v: Vec<f64> = [a.get(&name), b.get(&name)].into_iter().flatten().copied().collect();
             let peer_g = median(&mut v);
-            print!(" {} {:>7.2}x", cell(Some(peer_g), peak), ours[0][i] / peer_g);
+            print!(" {} {:>7.2}x", cell(Some(plain(peer_g)), peak), ours[0][i].gflops / peer_g);
             match pre[i] {
-                Some(g) => print!(" {:>7.2}x", g / peer_g),
+                Some(g) => print!(" {:>7.2}x", g.gflops / peer_g),
                 None => print!(" {:>8}", "-"),
             }
-            rows.push(json_row(s, "openblas", None, peer_g, peak));
+            rows.push(json_row(s, "openblas", None, plain(peer_g), peak));
         }
         if has_bf16 {
             // bf16 against the f32 FMA peak: above 100 % where bf16 dot products beat it.
-            print!(" {}", cell(bf16[i], peak));
+            print!(" {}", cell(bf16[i].map(plain), peak));
             if let Some(g) = bf16[i] {
-                rows.push(json_row(s, "bf16", Some(isa), g, peak));
+                rows.push(json_row(s, "bf16", Some(isa), plain(g), peak));
             }
         }
         println!();
@@ -358,6 +414,7 @@ pub fn run(cfg: RuntimeConfig, args: GemmArgs) -> Result<()> {
             "runs": runs,
             "peak_gflops": peak,
             "peak_source": if args.peak.is_some() { "given" } else { "measured" },
+            "paired": probe.is_some(),
             "rows": rows,
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default())

@@ -13,49 +13,54 @@
 //!
 //!   The kernel is chosen once per process with `is_x86_feature_detected!`, cached in a
 //!   [`OnceLock`]; a generic (non `target-cpu=native`) build still gets the SIMD kernels.
-//! * **Blocking** (per `MC`-row block of A and `KC`-deep slice of k): the `MC×KC` block of A
-//!   is packed into `MR`-tall panels, cooperatively, and shared read-only by all threads
-//!   (meant to live in L3). N is cut into `NC`-wide blocks; each task packs its own `KC×NC`
-//!   block of B into `NR`-wide panels (thread-private, meant to live in L2) and runs the
-//!   macro-kernel: for every A micro-panel (`MR×KC`, stays in L1) sweep all B micro-panels.
-//!   Packing pads partial panels with zeros, so micro-kernels always run on full tiles; edge
-//!   tiles of `C` are computed into a stack tile and only the valid part is written back. Block
-//!   sizes are split evenly (e.g. `k = 1000` with `KC = 384` gives three slices of 334, not
-//!   384 + 384 + 232). `beta` is applied by the first k-slice only.
-//! * **Threads**: `threads > 1` packs A cooperatively, then hands out `(N block, M range)`
-//!   tasks dynamically (an atomic counter) to at most `threads` rayon jobs of the *current*
-//!   rayon pool; there are at least `threads` N blocks when `n` allows, and M is split too when
-//!   `n` is narrow. `threads <= 1`, or a problem with `m·n·k < 64³`, runs entirely on the
-//!   calling thread without touching rayon.
+//! * **Blocking**: the rows of A are cut into row blocks of at most `MC` rows whose packed
+//!   panels (`MR` tall, every `KC`-deep slice of k) fit a bound (4 MiB with B prepacked,
+//!   16 MiB with B packed per call); N is cut into `NC`-wide column blocks. An item (a column
+//!   block × a row range of one row block) runs every k slice of its tile: its A panels come
+//!   from the row block's packed A, shared by all items and packed lazily (the first item
+//!   that needs a panel packs it, so A is packed once per product); its B panels are packed
+//!   into a thread-private `KC×NC` buffer (meant to live in L2) or read from the prepacked B;
+//!   the macro-kernel then sweeps all B micro-panels for every A micro-panel (`MR×KC`, stays
+//!   in L1). Packing pads partial panels with zeros, so micro-kernels always run on full
+//!   tiles; edge tiles of `C` are computed into a stack tile and only the valid part is
+//!   written back. Block sizes are split evenly (e.g. `k = 1000` with `KC = 384` gives three
+//!   slices of 334, not 384 + 384 + 232). `beta` is applied by the first k-slice only.
+//! * **Threads**: one parallel region per row block: items are handed out from an atomic
+//!   counter to at most `threads` jobs of the *current* rayon pool (one item per thread
+//!   where B is packed per call, four where it is prepacked, so a thread the host delays
+//!   holds up little); there are at least `threads` column blocks when `n` allows, and rows
+//!   are split too when `n` is narrow. `threads <= 1`, or a problem with `m·n·k < 64³`, runs
+//!   entirely on the calling thread without touching rayon.
 //! * **Buffers**: packing buffers are 64-byte aligned and cached per thread (thread-local), so
-//!   repeated calls do not allocate. The cache keeps up to `MC·KC` floats (the shared A block,
-//!   on calling threads; sized by the largest `min(m, MC)·min(k, KC)` seen) and `KC·NC` floats
-//!   (a B block, on every thread that ran a task); see the table below.
+//!   repeated calls do not allocate. The cache keeps a row block's packed A (on calling
+//!   threads, within the bounds above) and `KC·NC` floats (a B block, on every thread that
+//!   ran an item of a per-call product).
 //!
 //! Blocking parameters, tuned by measurement on a 2-core AMD EPYC guest (family 25 model 17,
 //! which has AVX-512: 32 KiB L1d, 1 MiB L2 per core, 32 MiB shared L3):
 //!
-//! | kernel | MR×NR | MC | KC | NC | A micro-panel (L1) | B block (L2) | A block (L3) |
-//! |---|---|---|---|---|---|---|---|
-//! | avx512-fma | 12×32 | 3072 | 512 | 384 | 24 KiB | 768 KiB | ≤ 6 MiB |
-//! | avx2-fma | 6×16 | 3072 | 384 | 256 | 9 KiB | 384 KiB | ≤ 4.5 MiB |
-//! | scalar | 4×8 | 1024 | 256 | 256 | 4 KiB | 256 KiB | ≤ 1 MiB |
+//! | kernel | MR×NR | MC | KC | NC | A micro-panel (L1) | B block (L2) |
+//! |---|---|---|---|---|---|---|
+//! | avx512-fma | 12×32 | 3072 | 512 | 384 | 24 KiB | 768 KiB |
+//! | avx2-fma | 6×16 | 3072 | 384 | 256 | 9 KiB | 384 KiB |
+//! | scalar | 4×8 | 1024 | 256 | 256 | 4 KiB | 256 KiB |
 //!
 //! AVX-512 parts (Skylake-SP and later, Zen 4/5) have ≥ 1 MiB of L2 per core; the AVX2 sizes
 //! also fit a Zen 3 core (32 KiB L1d, 512 KiB L2).
 //!
 //! Files: `layout.rs` holds the problem, the blocking, the micro-kernel contract and the
-//! packing; `x86.rs` the AVX2 and AVX-512 micro-kernels; this file the kernel choice, the
-//! drivers, the portable kernel and B packed once.
+//! packing; `x86.rs` the AVX2 and AVX-512 micro-kernels; `driver.rs` the loop nest, the
+//! shared packed A and the buffers; this file the kernel choice, the entry points, the
+//! portable kernel and B packed once.
 
+mod driver;
 mod layout;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+use driver::BPanels;
 use layout::{Blocking, MicroKernel, Problem, even_block, impl_packing, pack_a_panel, pack_b_panel};
-use std::cell::RefCell;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rayon::prelude::*;
 
@@ -279,13 +284,23 @@ fn sgemm_with(isa: Isa, blocking: Option<Blocking>, p: &Problem<'_>, c: &mut [f3
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `isa.supported()` just confirmed that `avx512f` is available, which is
         // `drive`'s requirement for this kernel.
-        Isa::Avx512 => unsafe { drive::<x86::Avx512>(p, c, threads, blocking) },
+        Isa::Avx512 => unsafe { drive_per_call::<x86::Avx512>(p, c, threads, blocking) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `isa.supported()` just confirmed that `avx2` and `fma` are available.
-        Isa::Avx2 => unsafe { drive::<x86::Avx2>(p, c, threads, blocking) },
+        Isa::Avx2 => unsafe { drive_per_call::<x86::Avx2>(p, c, threads, blocking) },
         // SAFETY: the scalar kernel has no CPU-feature requirement.
-        Isa::Scalar => unsafe { drive::<ScalarKernel>(p, c, threads, blocking) },
+        Isa::Scalar => unsafe { drive_per_call::<ScalarKernel>(p, c, threads, blocking) },
     }
+}
+
+/// [`driver::drive`] with B packed per call, under `blocking` (default: the kernel's own).
+///
+/// # Safety
+/// The CPU must support `K`'s target features.
+unsafe fn drive_per_call<K: MicroKernel>(p: &Problem<'_>, c: &mut [f32], threads: usize, blocking: Option<Blocking>) {
+    let blk = blocking.unwrap_or(K::BLOCKING);
+    // SAFETY: forwarded (the CPU supports `K`); B is read from the problem.
+    unsafe { driver::drive::<K>(p, blk, even_block(p.k, blk.kc, 1), BPanels::PerCall, None, c, threads) }
 }
 
 /// `C = beta * C` (C set to 0 without being read when `beta == 0`).
@@ -301,191 +316,6 @@ fn scale_c(m: usize, n: usize, beta: f32, c: &mut [f32], ldc: usize) {
             row.iter_mut().for_each(|x| *x *= beta);
         }
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Aligned, thread-cached packing buffers
-// ---------------------------------------------------------------------------------------------
-
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Align64([f32; 16]);
-
-#[derive(Default)]
-struct AlignedBuf {
-    v: Vec<Align64>,
-}
-
-impl AlignedBuf {
-    fn with_len(len: usize) -> Self {
-        let mut b = AlignedBuf::default();
-        b.ensure(len);
-        b
-    }
-
-    fn ensure(&mut self, len: usize) {
-        let chunks = len.div_ceil(16);
-        if self.v.len() < chunks {
-            self.v = vec![Align64([0.0; 16]); chunks];
-        }
-    }
-
-    fn as_mut_slice(&mut self) -> &mut [f32] {
-        let len = self.v.len() * 16;
-        // SAFETY: `Align64` is `repr(C)` around `[f32; 16]` with no padding (64 bytes, align
-        // 64), so the vector's storage is exactly `len` initialised, contiguous `f32`s; the
-        // returned slice borrows `self` mutably, so it is the only live reference.
-        unsafe { std::slice::from_raw_parts_mut(self.v.as_mut_ptr().cast::<f32>(), len) }
-    }
-}
-
-thread_local! {
-    static PACK_PRIVATE: RefCell<AlignedBuf> = RefCell::new(AlignedBuf::default());
-    static PACK_SHARED: RefCell<AlignedBuf> = RefCell::new(AlignedBuf::default());
-}
-
-/// Runs `f` with a 64-byte aligned scratch slice of at least `len` floats, taken from the
-/// thread-local cache `key` (or a fresh allocation if the cache is already in use, e.g. by a
-/// re-entrant call on the same thread through rayon work stealing).
-fn with_buf<R>(
-    key: &'static std::thread::LocalKey<RefCell<AlignedBuf>>,
-    len: usize,
-    f: impl FnOnce(&mut [f32]) -> R,
-) -> R {
-    let mut f = Some(f);
-    let cached = key.try_with(|cell| {
-        cell.try_borrow_mut().ok().map(|mut buf| {
-            buf.ensure(len);
-            (f.take().expect("called once"))(&mut buf.as_mut_slice()[..len])
-        })
-    });
-    match cached {
-        Ok(Some(r)) => r,
-        _ => {
-            let mut buf = AlignedBuf::with_len(len);
-            (f.take().expect("called once"))(&mut buf.as_mut_slice()[..len])
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Driver
-// ---------------------------------------------------------------------------------------------
-
-/// Raw pointer to C shared between worker jobs; each job writes a disjoint set of tiles.
-#[derive(Clone, Copy)]
-struct CPtr(*mut f32);
-// SAFETY: the pointer is only dereferenced inside `macro_kernel`, and tasks handed to different
-// threads cover disjoint (row range × column range) regions of C, so there are no data races;
-// the pointee outlives every job because jobs are joined before `drive` returns.
-unsafe impl Send for CPtr {}
-// SAFETY: see `Send` above; sharing `&CPtr` only shares the address.
-unsafe impl Sync for CPtr {}
-
-impl CPtr {
-    /// Accessor (so closures capture the `Sync` wrapper, not the raw field).
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
-
-/// Blocked GEMM for kernel `K`. Requires `m, n, k > 0`, `alpha != 0`, and the slice
-/// preconditions of [`sgemm`] (C's checked by the caller).
-///
-/// Loop nest (per `MC` row block of A and `KC` slice of k):
-/// 1. pack the `MC×KC` block of A into MR-panels, cooperatively; it is shared read-only by all
-///    tasks (L3-resident);
-/// 2. split N into `NC`-wide blocks (at least `threads` of them, and M into row ranges when N
-///    is too narrow), handed out dynamically; each task packs its own `KC×NC` block of B into
-///    NR-panels (L2-resident, thread-private) and runs the macro-kernel: for every A
-///    micro-panel (L1-resident) sweep all B micro-panels.
-///
-/// # Safety
-/// The CPU must support `K`'s target features.
-unsafe fn drive<K: MicroKernel>(p: &Problem<'_>, c: &mut [f32], threads: usize, blocking: Option<Blocking>) {
-    let (m, n, k) = (p.m, p.n, p.k);
-    let (mr, nr) = (K::MR, K::NR);
-    let blk = blocking.unwrap_or(K::BLOCKING);
-    let kc_max = even_block(k, blk.kc, 1);
-    let mc_max = even_block(m, blk.mc, mr);
-
-    // N blocking: at least `threads` blocks (when n allows) so tasks can be spread.
-    let n_panels = n.div_ceil(nr);
-    let mut nb = n.div_ceil(blk.nc.max(nr));
-    if threads > 1 {
-        nb = nb.next_multiple_of(threads).min(n_panels);
-    }
-    let ncb = n.div_ceil(nb).next_multiple_of(nr);
-    let nb = n.div_ceil(ncb);
-
-    let cptr = CPtr(c.as_mut_ptr());
-
-    with_buf(&PACK_SHARED, kc_max * mc_max, |abuf| {
-        for ic in (0..m).step_by(mc_max) {
-            let mc = mc_max.min(m - ic);
-            let m_panels = mc.div_ceil(mr);
-            for pc in (0..k).step_by(kc_max) {
-                let kc = kc_max.min(k - pc);
-                let beta = if pc == 0 { p.beta } else { 1.0 };
-                let panel_len = kc * mr;
-                let apack = &mut abuf[..m_panels * panel_len];
-
-                let pack_range = |chunk: &mut [f32], first_panel: usize| {
-                    for (q, dst) in chunk.chunks_exact_mut(panel_len).enumerate() {
-                        let i0 = (first_panel + q) * mr;
-                        K::pack_a(p, ic + i0, mr.min(mc - i0), pc, kc, dst);
-                    }
-                };
-                if threads > 1 && m_panels > 1 {
-                    let per = m_panels.div_ceil(threads);
-                    apack.par_chunks_mut(per * panel_len).enumerate().for_each(|(t, chunk)| pack_range(chunk, t * per));
-                } else {
-                    pack_range(apack, 0);
-                }
-                let apack: &[f32] = apack;
-
-                // Tasks: nb column blocks × ms row ranges (ms > 1 only when n is small).
-                let ms = if nb >= threads { 1 } else { threads.div_ceil(nb).min(m_panels) };
-                let per_ms = m_panels.div_ceil(ms);
-                let ms = m_panels.div_ceil(per_ms);
-                let ntasks = nb * ms;
-
-                let run_task = |t: usize, bbuf: &mut [f32]| {
-                    let (jb, ib) = (t / ms, t % ms);
-                    let j0 = jb * ncb;
-                    let cols = ncb.min(n - j0);
-                    let np = cols.div_ceil(nr);
-                    for (q, dst) in bbuf[..np * kc * nr].chunks_exact_mut(kc * nr).enumerate() {
-                        K::pack_b(p, j0 + q * nr, nr.min(cols - q * nr), pc, kc, dst);
-                    }
-                    let ip0 = ib * per_ms;
-                    let ip1 = (ip0 + per_ms).min(m_panels);
-                    let rows = (mc - ip0 * mr).min((ip1 - ip0) * mr);
-                    // The packed slices hold `ip1-ip0` A-panels and `np` B-panels of `kc`
-                    // depth; the C region is rows `ic+ip0*mr ..+rows`, columns `j0..j0+cols`.
-                    // SAFETY: `K` is supported (our precondition); that region lies inside
-                    // `c` (checked by `sgemm_with`) and is written by this task only.
-                    unsafe {
-                        macro_kernel::<K>(
-                            kc,
-                            &apack[ip0 * panel_len..ip1 * panel_len],
-                            rows,
-                            &bbuf[..np * kc * nr],
-                            cols,
-                            cptr.get().add((ic + ip0 * mr) * p.ldc + j0),
-                            p.ldc,
-                            p.alpha,
-                            beta,
-                            None,
-                        )
-                    };
-                };
-
-                let b_len = ncb.min(n).div_ceil(nr) * nr * kc;
-                share_items(threads, ntasks, &PACK_PRIVATE, b_len, run_task);
-            }
-        }
-    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -588,18 +418,14 @@ pub fn pack_b(
     Ok(())
 }
 
-/// Work items per thread when B is prepacked, so a thread the host delays costs at most a
-/// fraction of the product: the others take its remaining items.
-const ITEMS_PER_THREAD: usize = 4;
-
 /// `C = alpha * A·B (+ bias on every row)` with B packed by [`pack_b`] in `layout`.
 ///
 /// `a` and `c` as in [`sgemm`] (`m×k` with strides `(rsa, csa)`; `m×n` row-major with row
 /// stride `ldc`); C is not read. `bias`, when given, has at least `n` values and is added
 /// to each row as the tile is written (no extra pass over C).
 ///
-/// The whole product is one parallel region: items (a column block × a row range, several
-/// per thread) are handed out from an atomic counter, and each packs the A rows it needs.
+/// Each row block is one parallel region: items (a column block × a row range, several
+/// per thread) are handed out from an atomic counter and share A, packed once.
 ///
 /// Panics (like [`sgemm`]) when the operands are shorter than the dimensions require, or
 /// when `layout` was made for a micro-kernel this CPU cannot run.
@@ -647,193 +473,42 @@ pub fn sgemm_prepacked(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `layout.isa.supported()` was just asserted; `b` holds `layout.len()`
         // floats (asserted).
-        Isa::Avx512 => unsafe { drive_prepacked::<x86::Avx512>(&p, layout.kc, b, bias, c, threads) },
+        Isa::Avx512 => unsafe {
+            driver::drive::<x86::Avx512>(
+                &p,
+                <x86::Avx512 as MicroKernel>::BLOCKING,
+                layout.kc,
+                BPanels::Prepacked(b),
+                bias,
+                c,
+                threads,
+            )
+        },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
-        Isa::Avx2 => unsafe { drive_prepacked::<x86::Avx2>(&p, layout.kc, b, bias, c, threads) },
+        Isa::Avx2 => unsafe {
+            driver::drive::<x86::Avx2>(
+                &p,
+                <x86::Avx2 as MicroKernel>::BLOCKING,
+                layout.kc,
+                BPanels::Prepacked(b),
+                bias,
+                c,
+                threads,
+            )
+        },
         // SAFETY: the scalar kernel has no CPU-feature requirement; `b` as above.
-        Isa::Scalar => unsafe { drive_prepacked::<ScalarKernel>(&p, layout.kc, b, bias, c, threads) },
-    }
-}
-
-/// The driver behind [`sgemm_prepacked`]. Requires `m, n, k > 0` and checked operands.
-///
-/// # Safety
-/// The CPU supports `K`'s target features and `bpack` holds `k × n.div_ceil(NR) × NR`
-/// floats in [`PackedBLayout`] order for slices of `kc_max`.
-unsafe fn drive_prepacked<K: MicroKernel>(
-    p: &Problem<'_>,
-    kc_max: usize,
-    bpack: &[f32],
-    bias: Option<&[f32]>,
-    c: &mut [f32],
-    threads: usize,
-) {
-    let (m, n, k) = (p.m, p.n, p.k);
-    let (mr, nr) = (K::MR, K::NR);
-    let blk = K::BLOCKING;
-    let n_pad = n.div_ceil(nr) * nr;
-    let n_panels = n_pad / nr;
-    let m_panels = m.div_ceil(mr);
-    // Column blocks (≤ NC wide, a multiple of `threads` of them when n allows), then row
-    // ranges, so that there are about ITEMS_PER_THREAD items per thread.
-    let want = if threads > 1 { threads * ITEMS_PER_THREAD } else { 1 };
-    let mut nb = n.div_ceil(blk.nc.max(nr));
-    if threads > 1 {
-        nb = nb.next_multiple_of(threads).min(n_panels);
-    }
-    let ncb = n.div_ceil(nb).next_multiple_of(nr);
-    let nb = n.div_ceil(ncb);
-    let ms = want.div_ceil(nb).min(m_panels).max(1);
-    let rows_per = m_panels.div_ceil(ms) * mr;
-    let ms = m.div_ceil(rows_per);
-    let items = nb * ms;
-    let mc_max = even_block(rows_per.min(m), blk.mc, mr);
-    let a_len = mc_max * kc_max;
-    let cptr = CPtr(c.as_mut_ptr());
-
-    let run_item = |t: usize, abuf: &mut [f32]| {
-        // Row ranges vary fastest, so consecutive items share a B column block.
-        let (jb, ib) = (t / ms, t % ms);
-        let j0 = jb * ncb;
-        let cols = ncb.min(n - j0);
-        let (q0, np) = (j0 / nr, cols.div_ceil(nr));
-        let r1 = ((ib + 1) * rows_per).min(m);
-        for ic in (ib * rows_per..r1).step_by(mc_max) {
-            let mc = mc_max.min(r1 - ic);
-            for pc in (0..k).step_by(kc_max) {
-                let kc = kc_max.min(k - pc);
-                let panel_len = kc * mr;
-                let apack = &mut abuf[..mc.div_ceil(mr) * panel_len];
-                for (q, dst) in apack.chunks_exact_mut(panel_len).enumerate() {
-                    let i0 = q * mr;
-                    K::pack_a(p, ic + i0, mr.min(mc - i0), pc, kc, dst);
-                }
-                let bslice = &bpack[pc * n_pad + q0 * kc * nr..][..np * kc * nr];
-                let last = pc + kc >= k;
-                let beta = if pc == 0 { 0.0 } else { 1.0 };
-                // `apack` holds the A panels of rows `ic..ic+mc`, `bslice` the `np` B panels
-                // of columns `j0..j0+cols`, both of depth `kc`.
-                // SAFETY: `K` is supported (our precondition); the panels are as above; that
-                // C region lies inside `c` (checked by the caller), written by this item only.
-                unsafe {
-                    macro_kernel::<K>(
-                        kc,
-                        apack,
-                        mc,
-                        bslice,
-                        cols,
-                        cptr.get().add(ic * p.ldc + j0),
-                        p.ldc,
-                        p.alpha,
-                        beta,
-                        bias.filter(|_| last).map(|v| &v[j0..]),
-                    )
-                };
-            }
-        }
-    };
-
-    share_items(threads, items, &PACK_SHARED, a_len, run_item);
-}
-
-/// Runs `work(item, scratch)` for every item in `0..items`: on the calling thread when
-/// `threads <= 1`, otherwise on up to `threads` jobs of the current rayon pool that take
-/// items from one atomic counter. Each job gets a scratch buffer of `len` floats from the
-/// thread-local cache `key`.
-fn share_items(
-    threads: usize,
-    items: usize,
-    key: &'static std::thread::LocalKey<RefCell<AlignedBuf>>,
-    len: usize,
-    work: impl Fn(usize, &mut [f32]) + Sync,
-) {
-    if threads > 1 && items > 1 {
-        let next = AtomicUsize::new(0);
-        (0..threads.min(items)).into_par_iter().for_each(|_| {
-            with_buf(key, len, |buf| {
-                loop {
-                    let t = next.fetch_add(1, Ordering::Relaxed);
-                    if t >= items {
-                        break;
-                    }
-                    work(t, buf);
-                }
-            })
-        });
-    } else {
-        with_buf(key, len, |buf| (0..items).for_each(|t| work(t, buf)));
-    }
-}
-
-/// Multiplies packed A (`rows` valid rows in MR-panels) by packed B (`cols` valid columns in
-/// NR-panels) into C at `c` (row stride `ldc`).
-///
-/// # Safety
-/// `K` is supported by the CPU; `c` is valid for reads/writes of `rows × cols` at stride
-/// `ldc` and not accessed concurrently; `apack`/`bpack` hold `ceil(rows/MR)` / `ceil(cols/NR)`
-/// panels of depth `kc`.
-#[allow(clippy::too_many_arguments)]
-#[inline]
-unsafe fn macro_kernel<K: MicroKernel>(
-    kc: usize,
-    apack: &[f32],
-    rows: usize,
-    bpack: &[f32],
-    cols: usize,
-    c: *mut f32,
-    ldc: usize,
-    alpha: f32,
-    beta: f32,
-    bias: Option<&[f32]>,
-) {
-    let (mr, nr) = (K::MR, K::NR);
-    debug_assert!(bias.is_none_or(|b| b.len() >= cols));
-    debug_assert!(apack.len() >= rows.div_ceil(mr) * mr * kc);
-    debug_assert!(bpack.len() >= cols.div_ceil(nr) * nr * kc);
-    // Stack tile for edge tiles (large enough for every kernel: 12×32).
-    const TILE: usize = 16 * 32;
-    const { assert!(K::MR * K::NR <= TILE) };
-    let mut tile = [0.0f32; TILE];
-    let mut tile_op = |ip: usize, ap: &[f32], jp: usize, bp: &[f32]| {
-        let (i, j) = (ip * mr, jp * nr);
-        let (mv, nv) = (mr.min(rows - i), nr.min(cols - j));
-        // SAFETY: (i, j) is inside the rows × cols region (i < rows, j < cols).
-        let cij = unsafe { c.add(i * ldc + j) };
-        if mv == mr && nv == nr {
-            // SAFETY: full tile inside the region; panels have `kc` depth (see above).
-            unsafe { K::run(kc, ap.as_ptr(), bp.as_ptr(), cij, ldc, alpha, beta) };
-            if let Some(bias) = bias {
-                let bias = &bias[j..j + nr];
-                for ii in 0..mr {
-                    // SAFETY: row `i+ii`, columns `j..j+nr` lie inside the region, which no
-                    // other thread accesses, and no other reference to it is live.
-                    let row = unsafe { std::slice::from_raw_parts_mut(cij.add(ii * ldc), nr) };
-                    row.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
-                }
-            }
-        } else {
-            // SAFETY: `tile` holds MR×NR floats at row stride NR; beta = 0 so it is not read.
-            unsafe { K::run(kc, ap.as_ptr(), bp.as_ptr(), tile.as_mut_ptr(), nr, 1.0, 0.0) };
-            for ii in 0..mv {
-                for jj in 0..nv {
-                    let v = alpha * tile[ii * nr + jj] + bias.map_or(0.0, |b| b[j + jj]);
-                    // SAFETY: (i+ii, j+jj) is inside the rows × cols region.
-                    unsafe {
-                        let dst = cij.add(ii * ldc + jj);
-                        *dst = if beta == 0.0 { v } else { v + beta * *dst };
-                    }
-                }
-            }
-        }
-    };
-    let a_panels = || apack.chunks_exact(kc * mr).take(rows.div_ceil(mr)).enumerate();
-    let b_panels = || bpack.chunks_exact(kc * nr).take(cols.div_ceil(nr)).enumerate();
-    // A micro-panel stays in L1 while the B micro-panels stream from L2.
-    for (ip, ap) in a_panels() {
-        for (jp, bp) in b_panels() {
-            tile_op(ip, ap, jp, bp);
-        }
+        Isa::Scalar => unsafe {
+            driver::drive::<ScalarKernel>(
+                &p,
+                <ScalarKernel as MicroKernel>::BLOCKING,
+                layout.kc,
+                BPanels::Prepacked(b),
+                bias,
+                c,
+                threads,
+            )
+        },
     }
 }
 
@@ -1167,6 +842,8 @@ mod tests {
             (130, 150, 70),
             (301, 67, 1100),
             (5, 600, 200),
+            // Packed A over 4 MiB: two row blocks, each reading B once more.
+            (130, 40, 8100),
         ];
         for &(m, n, k) in shapes {
             let a0 = fill(m * k, (m * 31 + k) as u64);

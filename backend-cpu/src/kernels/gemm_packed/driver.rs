@@ -1,0 +1,489 @@
+//! The blocked loop nest around the micro-kernels: how a product is cut into work items,
+//! where the packed panels of A and B come from, and the thread-cached packing buffers.
+//!
+//! One product is one parallel region. Its rows are cut into row blocks whose packed A
+//! (every k slice) fits [`A_SHARED_MAX`] floats (or [`A_SHARED_MAX_PER_CALL`]); within a row block, items (a column block ×
+//! a row range) are handed out from an atomic counter. A's panels are packed lazily into
+//! one buffer shared by the items ([`SharedPanels`]): the first item that needs a panel packs
+//! it, so A is packed once per product whatever the number of column blocks, and two
+//! threads starting together pack different panels. B's panels are either packed per item
+//! into a thread-private buffer (the per-call product) or read in place from a matrix
+//! packed once ([`BPanels::Prepacked`]).
+
+use super::layout::{Blocking, MicroKernel, Problem, even_block};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+
+use rayon::prelude::*;
+
+// ---------------------------------------------------------------------------------------------
+// Aligned, thread-cached packing buffers
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Align64([f32; 16]);
+
+#[derive(Default)]
+struct AlignedBuf {
+    v: Vec<Align64>,
+}
+
+impl AlignedBuf {
+    fn with_len(len: usize) -> Self {
+        let mut b = AlignedBuf::default();
+        b.ensure(len);
+        b
+    }
+
+    fn ensure(&mut self, len: usize) {
+        let chunks = len.div_ceil(16);
+        if self.v.len() < chunks {
+            self.v = vec![Align64([0.0; 16]); chunks];
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [f32] {
+        let len = self.v.len() * 16;
+        // SAFETY: `Align64` is `repr(C)` around `[f32; 16]` with no padding (64 bytes, align
+        // 64), so the vector's storage is exactly `len` initialised, contiguous `f32`s; the
+        // returned slice borrows `self` mutably, so it is the only live reference.
+        unsafe { std::slice::from_raw_parts_mut(self.v.as_mut_ptr().cast::<f32>(), len) }
+    }
+}
+
+thread_local! {
+    static PACK_PRIVATE: RefCell<AlignedBuf> = RefCell::new(AlignedBuf::default());
+    static PACK_SHARED: RefCell<AlignedBuf> = RefCell::new(AlignedBuf::default());
+}
+
+/// Runs `f` with a 64-byte aligned scratch slice of at least `len` floats, taken from the
+/// thread-local cache `key` (or a fresh allocation if the cache is already in use, e.g. by a
+/// re-entrant call on the same thread through rayon work stealing).
+fn with_buf<R>(
+    key: &'static std::thread::LocalKey<RefCell<AlignedBuf>>,
+    len: usize,
+    f: impl FnOnce(&mut [f32]) -> R,
+) -> R {
+    let mut f = Some(f);
+    let cached = key.try_with(|cell| {
+        cell.try_borrow_mut().ok().map(|mut buf| {
+            buf.ensure(len);
+            (f.take().expect("called once"))(&mut buf.as_mut_slice()[..len])
+        })
+    });
+    match cached {
+        Ok(Some(r)) => r,
+        _ => {
+            let mut buf = AlignedBuf::with_len(len);
+            (f.take().expect("called once"))(&mut buf.as_mut_slice()[..len])
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A packed once per product, shared by its items
+// ---------------------------------------------------------------------------------------------
+
+/// At most this many floats of packed A are held at once where B is prepacked (4 MiB): a
+/// row block's panels for every k slice. BERT-Large's products (k ≤ 4096) fit 256 rows or
+/// more per row block; each row block reads the packed B once more.
+const A_SHARED_MAX: usize = 1 << 20;
+
+/// The same where B is packed per call (16 MiB): each row block packs B once more, which
+/// costs more than reading it, so row blocks are larger (512 rows at k = 4096).
+const A_SHARED_MAX_PER_CALL: usize = 1 << 22;
+
+const UNPACKED: u8 = 0;
+const PACKING: u8 = 1;
+const PACKED: u8 = 2;
+const POISONED: u8 = 3;
+
+/// The packed A panels of one row block, for every k slice, filled on first use.
+///
+/// Slice `s` (k rows `pc = s·kc_max ..`) holds `panels` MR-panels of `kc × MR` floats at
+/// `pc · panels · MR`; each (slice, panel) has a state in `state`. Concurrent use: any
+/// number of jobs may call [`SharedPanels::get`] at once; a panel is written by the one job
+/// that claimed it, and read only after its state says it is packed (release/acquire).
+struct SharedPanels<'a> {
+    buf: *mut f32,
+    len: usize,
+    mr: usize,
+    panels: usize,
+    kc_max: usize,
+    state: &'a [AtomicU8],
+}
+
+// SAFETY: the buffer is written only through disjoint panel regions, each by the one job
+// that won its state's compare-exchange, and read only after the state's release store of
+// `PACKED` was observed with acquire ordering; the buffer outlives every job (jobs are joined
+// before the owning `with_buf` closure returns).
+unsafe impl Sync for SharedPanels<'_> {}
+
+/// Marks a claimed panel poisoned if its packing unwinds, so that waiters panic instead of
+/// spinning forever.
+struct ClaimGuard<'a>(&'a AtomicU8);
+
+impl Drop for ClaimGuard<'_> {
+    fn drop(&mut self) {
+        if self.0.load(Ordering::Relaxed) == PACKING {
+            self.0.store(POISONED, Ordering::Release);
+        }
+    }
+}
+
+impl SharedPanels<'_> {
+    /// The packed panels `q0..q1` of the k slice starting at `pc` (depth `kc`), as one
+    /// contiguous slice; panels no job has claimed yet are packed here with `pack(q, dst)`
+    /// first, then those another job is packing are waited for.
+    fn get(&self, q0: usize, q1: usize, pc: usize, kc: usize, pack: impl Fn(usize, &mut [f32])) -> &[f32] {
+        let s = pc / self.kc_max;
+        let panel_len = kc * self.mr;
+        let base = pc * self.panels * self.mr;
+        let state = &self.state[s * self.panels..(s + 1) * self.panels];
+        for (q, st) in state.iter().enumerate().take(q1).skip(q0) {
+            if st.compare_exchange(UNPACKED, PACKING, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                let guard = ClaimGuard(st);
+                let off = base + q * panel_len;
+                assert!(off + panel_len <= self.len, "packed A panel outside its buffer");
+                // SAFETY: the region `off..off+panel_len` is inside the buffer (asserted) and
+                // belongs to panel `q` of slice `s` only; this job won its claim, so no other
+                // job writes it, and none reads it before the `PACKED` store below.
+                let dst = unsafe { std::slice::from_raw_parts_mut(self.buf.add(off), panel_len) };
+                pack(q, dst);
+                st.store(PACKED, Ordering::Release);
+                std::mem::forget(guard);
+            }
+        }
+        for st in &state[q0..q1] {
+            let mut spins = 0u32;
+            loop {
+                match st.load(Ordering::Acquire) {
+                    PACKED => break,
+                    POISONED => panic!("sgemm: another job panicked while packing A"),
+                    _ if spins < 128 => std::hint::spin_loop(),
+                    _ => std::thread::yield_now(),
+                }
+                spins = spins.saturating_add(1);
+            }
+        }
+        let (off, len) = (base + q0 * panel_len, (q1 - q0) * panel_len);
+        assert!(off + len <= self.len, "packed A panels outside their buffer");
+        // SAFETY: in bounds (asserted); every panel in the range is `PACKED` (observed with
+        // acquire ordering above), so its writes are visible and none is written again.
+        unsafe { std::slice::from_raw_parts(self.buf.add(off), len) }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Driver
+// ---------------------------------------------------------------------------------------------
+
+/// Where a product's B panels come from.
+#[derive(Clone, Copy)]
+pub(super) enum BPanels<'a> {
+    /// Packed per item from the problem's `b`, into a thread-private buffer.
+    PerCall,
+    /// Packed once by [`super::pack_b`]: slice after slice of at most `kc_max` rows, each of
+    /// `n.div_ceil(NR)` panels.
+    Prepacked(&'a [f32]),
+}
+
+/// Raw pointer to C shared between worker jobs; each job writes a disjoint set of tiles.
+#[derive(Clone, Copy)]
+struct CPtr(*mut f32);
+// SAFETY: the pointer is only dereferenced inside `macro_kernel`, and tasks handed to different
+// threads cover disjoint (row range × column range) regions of C, so there are no data races;
+// the pointee outlives every job because jobs are joined before `drive` returns.
+unsafe impl Send for CPtr {}
+// SAFETY: see `Send` above; sharing `&CPtr` only shares the address.
+unsafe impl Sync for CPtr {}
+
+impl CPtr {
+    /// Accessor (so closures capture the `Sync` wrapper, not the raw field).
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// Work items per thread when B is prepacked, so that a thread the host delays costs at most
+/// a fraction of the product: the others take its remaining items. Where B is packed per
+/// call, every row range of a column block packs that block again, so the per-call product
+/// has one item per thread.
+const ITEMS_PER_THREAD_PREPACKED: usize = 4;
+
+/// Blocked GEMM `C = alpha·A·B + beta·C (+ bias on the rows)` for kernel `K`, k cut into
+/// slices of `kc_max`. Requires `m, n, k > 0`, `alpha != 0`, and the slice preconditions of
+/// [`super::sgemm`] (C's checked by the caller).
+///
+/// Loop nest: per row block (see the module), items of one column block (at most `NC`
+/// wide, a multiple of `threads` of them when n allows) × one row range go to the jobs; an
+/// item runs every k slice of its tile: its A panels from the shared lazily packed A, its B
+/// panels packed into its own buffer (L2-resident) or read from the prepacked B, then the
+/// macro-kernel (for every A micro-panel, L1-resident, sweep all B micro-panels).
+///
+/// # Safety
+/// The CPU supports `K`'s target features; a [`BPanels::Prepacked`] slice holds
+/// `k × n.div_ceil(NR) × NR` floats in [`super::PackedBLayout`] order for slices of `kc_max`.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn drive<K: MicroKernel>(
+    p: &Problem<'_>,
+    blk: Blocking,
+    kc_max: usize,
+    b: BPanels<'_>,
+    bias: Option<&[f32]>,
+    c: &mut [f32],
+    threads: usize,
+) {
+    let (m, n, k) = (p.m, p.n, p.k);
+    let (mr, nr) = (K::MR, K::NR);
+    let n_pad = n.div_ceil(nr) * nr;
+    let per_thread = match b {
+        BPanels::PerCall => 1,
+        BPanels::Prepacked(_) => ITEMS_PER_THREAD_PREPACKED,
+    };
+    let want = if threads > 1 { threads * per_thread } else { 1 };
+    let mut nb = n.div_ceil(blk.nc.max(nr));
+    if threads > 1 {
+        nb = nb.next_multiple_of(threads).min(n_pad / nr);
+    }
+    let ncb = n.div_ceil(nb).next_multiple_of(nr);
+    let nb = n.div_ceil(ncb);
+    // Row blocks: at most MC rows, and their packed A (every k slice) within A_SHARED_MAX.
+    let a_max = match b {
+        BPanels::PerCall => A_SHARED_MAX_PER_CALL,
+        BPanels::Prepacked(_) => A_SHARED_MAX,
+    };
+    let fit = (a_max / k / mr * mr).max(mr);
+    let rb_max = even_block(m, blk.mc.min(fit), mr);
+    let rb_panels = rb_max.div_ceil(mr);
+    let slices = k.div_ceil(kc_max);
+    let b_len = match b {
+        BPanels::PerCall => ncb.min(n_pad) * kc_max,
+        BPanels::Prepacked(_) => 0,
+    };
+    let cptr = CPtr(c.as_mut_ptr());
+    let state: Vec<AtomicU8> = (0..rb_panels * slices).map(|_| AtomicU8::new(UNPACKED)).collect();
+
+    with_buf(&PACK_SHARED, rb_panels * mr * k, |abuf| {
+        for r0 in (0..m).step_by(rb_max) {
+            let rows = rb_max.min(m - r0);
+            let m_panels = rows.div_ceil(mr);
+            if r0 > 0 {
+                // The previous row block's jobs are joined: nobody reads these any more.
+                state.iter().for_each(|s| s.store(UNPACKED, Ordering::Relaxed));
+            }
+            let shared =
+                SharedPanels { buf: abuf.as_mut_ptr(), len: abuf.len(), mr, panels: m_panels, kc_max, state: &state };
+            let ms = want.div_ceil(nb).min(m_panels).max(1);
+            let rows_per = m_panels.div_ceil(ms) * mr;
+            let ms = rows.div_ceil(rows_per);
+
+            let run_item = |t: usize, bbuf: &mut [f32]| {
+                // Row ranges vary fastest: jobs starting together pack different A panels.
+                let (jb, ib) = (t / ms, t % ms);
+                let j0 = jb * ncb;
+                let cols = ncb.min(n - j0);
+                let np = cols.div_ceil(nr);
+                let i0 = ib * rows_per;
+                let irows = rows_per.min(rows - i0);
+                for pc in (0..k).step_by(kc_max) {
+                    let kc = kc_max.min(k - pc);
+                    let apack = shared.get(i0 / mr, (i0 + irows).div_ceil(mr), pc, kc, |q, dst| {
+                        K::pack_a(p, r0 + q * mr, mr.min(rows - q * mr), pc, kc, dst)
+                    });
+                    let bpanels: &[f32] = match b {
+                        BPanels::Prepacked(bp) => &bp[pc * n_pad + j0 * kc..][..np * kc * nr],
+                        BPanels::PerCall => {
+                            let dst = &mut bbuf[..np * kc * nr];
+                            for (q, panel) in dst.chunks_exact_mut(kc * nr).enumerate() {
+                                K::pack_b(p, j0 + q * nr, nr.min(cols - q * nr), pc, kc, panel);
+                            }
+                            dst
+                        }
+                    };
+                    let beta = if pc == 0 { p.beta } else { 1.0 };
+                    let last = pc + kc >= k;
+                    // `apack` holds the A panels of rows `r0+i0..+irows`, `bpanels` the `np`
+                    // B panels of columns `j0..j0+cols`, both of depth `kc`.
+                    // SAFETY: `K` is supported (our precondition); that C region lies inside
+                    // `c` (checked by the caller) and is written by this item only.
+                    unsafe {
+                        macro_kernel::<K>(
+                            kc,
+                            apack,
+                            irows,
+                            bpanels,
+                            cols,
+                            cptr.get().add((r0 + i0) * p.ldc + j0),
+                            p.ldc,
+                            p.alpha,
+                            beta,
+                            bias.filter(|_| last).map(|v| &v[j0..]),
+                        )
+                    };
+                }
+            };
+            share_items(threads, nb * ms, &PACK_PRIVATE, b_len, run_item);
+        }
+    });
+}
+
+/// Runs `work(item, scratch)` for every item in `0..items`: on the calling thread when
+/// `threads <= 1`, otherwise on up to `threads` jobs of the current rayon pool that take
+/// items from one atomic counter. Each job gets a scratch buffer of `len` floats from the
+/// thread-local cache `key`.
+fn share_items(
+    threads: usize,
+    items: usize,
+    key: &'static std::thread::LocalKey<RefCell<AlignedBuf>>,
+    len: usize,
+    work: impl Fn(usize, &mut [f32]) + Sync,
+) {
+    if threads > 1 && items > 1 {
+        let next = AtomicUsize::new(0);
+        (0..threads.min(items)).into_par_iter().for_each(|_| {
+            with_buf(key, len, |buf| {
+                loop {
+                    let t = next.fetch_add(1, Ordering::Relaxed);
+                    if t >= items {
+                        break;
+                    }
+                    work(t, buf);
+                }
+            })
+        });
+    } else {
+        with_buf(key, len, |buf| (0..items).for_each(|t| work(t, buf)));
+    }
+}
+
+/// Multiplies packed A (`rows` valid rows in MR-panels) by packed B (`cols` valid columns in
+/// NR-panels) into C at `c` (row stride `ldc`).
+///
+/// # Safety
+/// `K` is supported by the CPU; `c` is valid for reads/writes of `rows × cols` at stride
+/// `ldc` and not accessed concurrently; `apack`/`bpack` hold `ceil(rows/MR)` / `ceil(cols/NR)`
+/// panels of depth `kc`.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+unsafe fn macro_kernel<K: MicroKernel>(
+    kc: usize,
+    apack: &[f32],
+    rows: usize,
+    bpack: &[f32],
+    cols: usize,
+    c: *mut f32,
+    ldc: usize,
+    alpha: f32,
+    beta: f32,
+    bias: Option<&[f32]>,
+) {
+    let (mr, nr) = (K::MR, K::NR);
+    debug_assert!(bias.is_none_or(|b| b.len() >= cols));
+    debug_assert!(apack.len() >= rows.div_ceil(mr) * mr * kc);
+    debug_assert!(bpack.len() >= cols.div_ceil(nr) * nr * kc);
+    // Stack tile for edge tiles (large enough for every kernel: 12×32).
+    const TILE: usize = 16 * 32;
+    const { assert!(K::MR * K::NR <= TILE) };
+    let mut tile = [0.0f32; TILE];
+    let mut tile_op = |ip: usize, ap: &[f32], jp: usize, bp: &[f32]| {
+        let (i, j) = (ip * mr, jp * nr);
+        let (mv, nv) = (mr.min(rows - i), nr.min(cols - j));
+        // SAFETY: (i, j) is inside the rows × cols region (i < rows, j < cols).
+        let cij = unsafe { c.add(i * ldc + j) };
+        if mv == mr && nv == nr {
+            // SAFETY: full tile inside the region; panels have `kc` depth (see above).
+            unsafe { K::run(kc, ap.as_ptr(), bp.as_ptr(), cij, ldc, alpha, beta) };
+            if let Some(bias) = bias {
+                let bias = &bias[j..j + nr];
+                for ii in 0..mr {
+                    // SAFETY: row `i+ii`, columns `j..j+nr` lie inside the region, which no
+                    // other thread accesses, and no other reference to it is live.
+                    let row = unsafe { std::slice::from_raw_parts_mut(cij.add(ii * ldc), nr) };
+                    row.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
+                }
+            }
+        } else {
+            // SAFETY: `tile` holds MR×NR floats at row stride NR; beta = 0 so it is not read.
+            unsafe { K::run(kc, ap.as_ptr(), bp.as_ptr(), tile.as_mut_ptr(), nr, 1.0, 0.0) };
+            for ii in 0..mv {
+                for jj in 0..nv {
+                    let v = alpha * tile[ii * nr + jj] + bias.map_or(0.0, |b| b[j + jj]);
+                    // SAFETY: (i+ii, j+jj) is inside the rows × cols region.
+                    unsafe {
+                        let dst = cij.add(ii * ldc + jj);
+                        *dst = if beta == 0.0 { v } else { v + beta * *dst };
+                    }
+                }
+            }
+        }
+    };
+    let a_panels = || apack.chunks_exact(kc * mr).take(rows.div_ceil(mr)).enumerate();
+    let b_panels = || bpack.chunks_exact(kc * nr).take(cols.div_ceil(nr)).enumerate();
+    // A micro-panel stays in L1 while the B micro-panels stream from L2.
+    for (ip, ap) in a_panels() {
+        for (jp, bp) in b_panels() {
+            tile_op(ip, ap, jp, bp);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn panels<'a>(buf: &'a mut [f32], state: &'a [AtomicU8], panels: usize) -> SharedPanels<'a> {
+        SharedPanels { buf: buf.as_mut_ptr(), len: buf.len(), mr: 2, panels, kc_max: 3, state }
+    }
+
+    /// Four threads asking for overlapping panels: each panel is packed exactly once and
+    /// every caller sees its contents.
+    #[test]
+    fn each_panel_is_packed_once_under_concurrent_use() {
+        let (np, k) = (16, 6);
+        let mut buf = vec![f32::NAN; np * 2 * k];
+        let state: Vec<AtomicU8> = (0..np * 2).map(|_| AtomicU8::new(UNPACKED)).collect();
+        let packs = AtomicUsize::new(0);
+        let shared = panels(&mut buf, &state, np);
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let (shared, packs) = (&shared, &packs);
+                s.spawn(move || {
+                    for pc in [0, 3] {
+                        let (q0, q1) = (t * 3, (t * 3 + 8).min(np));
+                        let got = shared.get(q0, q1, pc, 3, |q, dst| {
+                            packs.fetch_add(1, Ordering::Relaxed);
+                            dst.fill((pc * 100 + q) as f32);
+                        });
+                        for (i, x) in got.iter().enumerate() {
+                            assert_eq!(*x, (pc * 100 + q0 + i / 6) as f32);
+                        }
+                    }
+                });
+            }
+        });
+        // Panels 0..16 of both slices were asked for (t*3..t*3+8 for t < 4 covers 0..17).
+        assert_eq!(packs.load(Ordering::Relaxed), 2 * np);
+    }
+
+    /// A packing that unwinds poisons its panel: a later caller panics instead of spinning.
+    #[test]
+    fn a_panicking_pack_poisons_its_panel() {
+        let mut buf = vec![0.0f32; 2 * 2 * 3];
+        let state: Vec<AtomicU8> = (0..2).map(|_| AtomicU8::new(UNPACKED)).collect();
+        let shared = panels(&mut buf, &state, 2);
+        let first = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            shared.get(0, 2, 0, 3, |q, _| assert!(q != 1, "packing panel 1 fails"));
+        }));
+        assert!(first.is_err());
+        assert_eq!(state[0].load(Ordering::Relaxed), PACKED);
+        assert_eq!(state[1].load(Ordering::Relaxed), POISONED);
+        let second = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            shared.get(1, 2, 0, 3, |_, _| {});
+        }));
+        let msg = second.expect_err("a poisoned panel must panic");
+        let msg = msg.downcast_ref::<&str>().copied().unwrap_or_default();
+        assert!(msg.contains("another job panicked"), "{msg}");
+    }
+}
