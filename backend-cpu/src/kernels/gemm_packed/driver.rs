@@ -243,9 +243,12 @@ pub(super) unsafe fn drive<K: MicroKernel>(
         BPanels::Prepacked(_) => ITEMS_PER_THREAD_PREPACKED,
     };
     let want = if threads > 1 { threads * per_thread } else { 1 };
+    // Items split N first: an item reads its B block from memory once for all its rows,
+    // and jobs that split the rows of one B block would each read it from memory (a
+    // core's L2 does not feed the other's). Rows are split only where N has too few panels.
     let mut nb = n.div_ceil(blk.nc.max(nr));
     if threads > 1 {
-        nb = nb.next_multiple_of(threads).min(n_pad / nr);
+        nb = nb.max(want).next_multiple_of(threads).min(n_pad / nr);
     }
     let ncb = n.div_ceil(nb).next_multiple_of(nr);
     let nb = n.div_ceil(ncb);
