@@ -259,7 +259,7 @@ struct FrozenNode {
     ranges: Vec<(u64, usize)>,
     /// `(operand, address slot)`.
     patches: Vec<(usize, usize)>,
-    inline: bool,
+    /// `ctx.threads` is 1 for launches that would run inline (see `placement`).
     ctx: Ctx,
 }
 
@@ -287,9 +287,17 @@ struct FrozenRun<'a> {
 }
 
 impl CpuFrozen {
-    /// Runs the launches in order on the calling thread; stops at the first failure, which
-    /// names that launch's op and submission number.
-    fn run(&self, run: FrozenRun<'_>, pool: &rayon::ThreadPool, solo: Option<&rayon::ThreadPool>) -> Result<()> {
+    /// Runs the launches in order, all of them inside one task of the device pool: the
+    /// submitting thread hands the run over and waits once, instead of once per launch,
+    /// and each kernel's parallel parts start from a pool worker (no hand-over, no
+    /// wake-up of the submitter between kernels). Launches budgeted one thread run on that
+    /// worker alone. Stops at the first failure, which names that launch's op and
+    /// submission number.
+    fn run(&self, run: FrozenRun<'_>, pool: &rayon::ThreadPool) -> Result<()> {
+        pool.install(|| self.run_here(run))
+    }
+
+    fn run_here(&self, run: FrozenRun<'_>) -> Result<()> {
         let mut ranges = Vec::new();
         let (mut ins, mut outs) = (Vec::new(), Vec::new());
         for (i, n) in self.nodes[run.nodes].iter().enumerate() {
@@ -299,20 +307,8 @@ impl CpuFrozen {
                 let ranges = &ranges;
                 let (ins, outs) = (&mut ins, &mut outs);
                 guarded(|| {
-                    let mut go = || {
-                        let (a, o) = (&n.args.inputs, &n.args.outputs);
-                        run_kernel_at(n.f, &n.args.op, a, o, |j, _| ranges[j], &n.ctx, fault, ins, outs)
-                    };
-                    if n.inline {
-                        go()
-                    } else if n.ctx.threads == 1 {
-                        match solo {
-                            Some(p) => p.install(go),
-                            None => go(),
-                        }
-                    } else {
-                        pool.install(go)
-                    }
+                    let (a, o) = (&n.args.inputs, &n.args.outputs);
+                    run_kernel_at(n.f, &n.args.op, a, o, |j, _| ranges[j], &n.ctx, fault, ins, outs)
                 })
             };
             // A panic skipped the clean-up in `run_kernel_at`.
@@ -427,14 +423,13 @@ impl CpuBackend {
             }
             fixed.extend(ranges.iter().enumerate().filter(|(i, _)| !patched[*i]).map(|(_, r)| *r));
             let out_bytes: u64 = ranges[n_in..].iter().map(|o| o.1 as u64).sum();
-            let (inline, threads) = self.placement(dev, &args.op, args.threads, out_bytes);
+            let (_, threads) = self.placement(dev, &args.op, args.threads, out_bytes);
             nodes.push(FrozenNode {
                 f,
                 kernel: own.name.as_ref(),
                 args: args.clone(),
                 ranges,
                 patches: l.patches.clone(),
-                inline,
                 ctx: Ctx { threads, features: self.features, prepacked: args.prepacked.clone() },
             });
         }
@@ -486,7 +481,7 @@ impl CpuBackend {
         match self.queue(device, stream)? {
             None => {
                 let run = FrozenRun { nodes, addrs, first_seq, stream, faults: &faults };
-                let r = fz.run(run, &dev.pool, None);
+                let r = fz.run(run, &dev.pool);
                 drop(pins);
                 r
             }
@@ -494,14 +489,13 @@ impl CpuBackend {
                 let Some(op) = first_op else { return Ok(()) };
                 let addrs = addrs.to_vec();
                 let pool = dev.pool.clone();
-                let solo = q.solo.clone();
                 q.queue.submit_op(
                     op,
                     first_seq,
                     Box::new(move || {
                         let _pins = pins;
                         let run = FrozenRun { nodes, addrs: &addrs, first_seq, stream, faults: &faults };
-                        fz.run(run, &pool, Some(&solo))
+                        fz.run(run, &pool)
                     }),
                 )?;
                 Ok(())
