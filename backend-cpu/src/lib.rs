@@ -23,7 +23,7 @@ pub mod memory;
 pub mod peak;
 pub mod stream;
 
-pub use backend::CpuBackend;
+pub use backend::{CpuBackend, ONE_STREAM_MAX_THREADS};
 pub use device::DEFAULT_STREAM;
 pub use error::CpuError;
 pub use features::{Isa, IsaError};

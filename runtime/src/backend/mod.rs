@@ -410,6 +410,14 @@ pub unsafe trait Backend: Send + Sync {
     /// slower on `device` than in f32 — the hardware feature it lacks, e.g. "this CPU has
     /// no AVX-512-BF16 or AMX-BF16" — or `None` when they run natively or the backend does
     /// not say (the default).
+    /// How many streams a compiled graph's balanced schedule should use at most on
+    /// `device` (`Scheduling::Balanced`), or `None` for no limit of the backend's (the
+    /// default). A backend whose kernels already spread over all of the device says 1:
+    /// a second stream then only adds hand-offs between streams.
+    fn graph_streams(&self, _device: usize) -> Option<usize> {
+        None
+    }
+
     fn slow_precision(&self, _device: usize, _dtype: DType) -> Option<String> {
         None
     }

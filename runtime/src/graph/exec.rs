@@ -223,7 +223,14 @@ impl CompiledGraph {
             )));
         }
         let schedule = if options.parallel {
-            Schedule::build(&graph, options.strategy, options.max_streams, &cost)
+            let mut max_streams = options.max_streams;
+            if options.strategy == ScheduleStrategy::Balanced {
+                let ordinal = rt.inner.device(device)?.ordinal;
+                if let Some(k) = rt.inner.backend.graph_streams(ordinal) {
+                    max_streams = max_streams.min(k.max(1));
+                }
+            }
+            Schedule::build(&graph, options.strategy, max_streams, &cost)
         } else {
             Schedule::sequential(&graph)
         };
