@@ -62,7 +62,7 @@ enum Peer {
 pub type Shape = (usize, usize, usize, usize);
 
 /// BERT-Large s512 (m = 512, hidden 1024, ffn 4096, 16 heads of 64), BERT-base s128
-/// (m = 128, hidden 768, ffn 3072) and 1024³.
+/// (m = 128, hidden 768, ffn 3072), MiniLM-L6 s32 (m = 32, hidden 384, ffn 1536) and 1024³.
 const SHAPES: &[Shape] = &[
     (512, 1024, 1024, 1),
     (512, 1024, 4096, 1),
@@ -71,6 +71,9 @@ const SHAPES: &[Shape] = &[
     (128, 768, 768, 1),
     (128, 768, 3072, 1),
     (128, 3072, 768, 1),
+    (32, 384, 384, 1),
+    (32, 384, 1536, 1),
+    (32, 1536, 384, 1),
     (1024, 1024, 1024, 1),
 ];
 

@@ -7,7 +7,8 @@
 //!
 //! * **Micro-kernels** compute one `MR×NR` tile of `C` from a packed `MR×kc` panel of `A`
 //!   and a packed `kc×NR` panel of `B`, keeping the whole tile in vector registers:
-//!   * `avx512-fma`: 12×32 (24 zmm accumulators),
+//!   * `avx512-fma`: 12×32 (24 zmm accumulators), and 8×32 (16) where `m` is a multiple
+//!     of 8 that 12 divides badly (32, 128 rows: no tile computes empty rows),
 //!   * `avx2-fma`: 6×16 (12 ymm accumulators, the classic BLIS Haswell shape),
 //!   * `scalar`: 4×8 plain `f32` arrays (portable; compiled on every target).
 //!
@@ -284,6 +285,9 @@ fn sgemm_with(isa: Isa, blocking: Option<Blocking>, p: &Problem<'_>, c: &mut [f3
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `isa.supported()` just confirmed that `avx512f` is available, which is
         // `drive`'s requirement for this kernel.
+        Isa::Avx512 if x86::eight_rows(m) => unsafe { drive_per_call::<x86::Avx512x8>(p, c, threads, blocking) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
         Isa::Avx512 => unsafe { drive_per_call::<x86::Avx512>(p, c, threads, blocking) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `isa.supported()` just confirmed that `avx2` and `fma` are available.
@@ -473,6 +477,19 @@ pub fn sgemm_prepacked(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `layout.isa.supported()` was just asserted; `b` holds `layout.len()`
         // floats (asserted).
+        Isa::Avx512 if x86::eight_rows(m) => unsafe {
+            driver::drive::<x86::Avx512x8>(
+                &p,
+                <x86::Avx512x8 as MicroKernel>::BLOCKING,
+                layout.kc,
+                BPanels::Prepacked(b),
+                bias,
+                c,
+                threads,
+            )
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above (the 8-row kernel reads the same B panels).
         Isa::Avx512 => unsafe {
             driver::drive::<x86::Avx512>(
                 &p,
@@ -896,6 +913,16 @@ mod tests {
         let mut c = [f32::NAN; 6];
         sgemm_prepacked(2, 1.0, &[], 1, 1, &l0, &[], Some(&[1.0, 2.0, 3.0]), &mut c, 3, 2);
         assert_eq!(c, [1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
+    }
+
+    /// The 8-row AVX-512 tile is chosen where it saves work (the sweeps above run both:
+    /// m = 7, 13, 100, 301 on 8 rows; 65, 130 on 12).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn eight_row_tiles_where_twelve_would_compute_empty_rows() {
+        for (m, eight) in [(32, true), (128, true), (7, true), (301, true), (512, false), (36, false), (130, false)] {
+            assert_eq!(x86::eight_rows(m), eight, "m = {m}");
+        }
     }
 
     #[test]
