@@ -20,6 +20,9 @@ pub enum Scheduling {
     Latency,
     /// Fewer, fuller streams; more requests in flight.
     Throughput,
+    /// At most two streams, and no more than the backend says pay
+    /// ([`crate::Backend::graph_streams`]: one on a CPU device of up to 4 threads). The
+    /// default.
     Balanced,
 }
 
