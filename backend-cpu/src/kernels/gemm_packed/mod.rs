@@ -925,6 +925,26 @@ mod tests {
         }
     }
 
+    /// The 8-row tile's register transpose packs exactly what the portable loop packs,
+    /// for depths with and without a remainder of eight.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn eight_row_packing_matches_the_portable_packing() {
+        if !Isa::Avx512.supported() {
+            println!("SKIP eight-row packing: this CPU has no AVX-512F");
+            return;
+        }
+        let (m, k) = (19, 70);
+        let a = fill(m * k, 9);
+        let p = Problem { m, n: 1, k, alpha: 1.0, a: &a, rsa: k, csa: 1, b: &[], rsb: 0, csb: 0, beta: 0.0, ldc: 1 };
+        for (i0, rows, p0, kc) in [(0, 8, 0, 70), (8, 8, 3, 67), (11, 8, 1, 8), (2, 8, 60, 9), (16, 3, 0, 70)] {
+            let (mut got, mut want) = (vec![f32::NAN; 8 * kc], vec![f32::NAN; 8 * kc]);
+            <x86::Avx512x8 as MicroKernel>::pack_a(&p, i0, rows, p0, kc, &mut got);
+            pack_a_panel::<8>(&p, i0, rows, p0, kc, &mut want);
+            assert_eq!(got, want, "rows {i0}+{rows}, columns {p0}+{kc}");
+        }
+    }
+
     #[test]
     fn even_block_splits() {
         assert_eq!(even_block(300, 256, 1), 150);

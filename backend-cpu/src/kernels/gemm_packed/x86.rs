@@ -155,7 +155,23 @@ impl MicroKernel for Avx512x8 {
     const MR: usize = 8;
     const NR: usize = <Avx512 as MicroKernel>::NR;
     const BLOCKING: Blocking = <Avx512 as MicroKernel>::BLOCKING;
-    impl_packing!(8, 32);
+
+    /// Eight rows of a row-major A are transposed in registers, 8×8 at a time (the
+    /// portable loop moves one float at a time through the stack).
+    fn pack_a(p: &Problem<'_>, i0: usize, rows: usize, p0: usize, kc: usize, dst: &mut [f32]) {
+        if rows == 8 && p.csa == 1 && std::arch::is_x86_feature_detected!("avx2") {
+            let base = i0 * p.rsa + p0;
+            let src: [&[f32]; 8] = std::array::from_fn(|i| &p.a[base + i * p.rsa..][..kc]);
+            // SAFETY: AVX2 was just detected.
+            unsafe { pack_a_8_rows(&src, &mut dst[..8 * kc]) }
+        } else {
+            pack_a_panel::<8>(p, i0, rows, p0, kc, dst)
+        }
+    }
+
+    fn pack_b(p: &Problem<'_>, j0: usize, cols: usize, p0: usize, kc: usize, dst: &mut [f32]) {
+        pack_b_panel::<32>(p, j0, cols, p0, kc, dst)
+    }
 
     unsafe fn run(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, alpha: f32, beta: f32) {
         // SAFETY: forwarded contract (CPU has AVX-512F, pointers valid).
@@ -169,4 +185,59 @@ impl MicroKernel for Avx512x8 {
 pub(super) fn eight_rows(m: usize) -> bool {
     let (r8, r12) = (m.div_ceil(8) * 8, m.div_ceil(12) * 12);
     r8 * 50 < r12 * 49
+}
+
+/// `dst[k*8 + i] = src[i][k]` for `k < dst.len() / 8`: eight rows into one 8-row panel.
+/// Panics (before any write) when a row is shorter than `dst.len() / 8`.
+///
+/// # Safety
+/// The CPU supports AVX2.
+#[target_feature(enable = "avx2")]
+unsafe fn pack_a_8_rows(src: &[&[f32]; 8], dst: &mut [f32]) {
+    let kc = dst.len() / 8;
+    assert!(src.iter().all(|r| r.len() >= kc), "pack_a_8_rows: a row is shorter than the panel");
+    let full = kc / 8 * 8;
+    for k in (0..full).step_by(8) {
+        // SAFETY: every row holds at least `kc >= k + 8` floats (asserted above), and
+        // `dst` holds `8 * kc >= 8 * (k + 8)`: the loads and stores stay in bounds.
+        unsafe {
+            let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(src[i].as_ptr().add(k)));
+            let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+            let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+            let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+            let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+            let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+            let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+            let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+            let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+            // Columns 0..4 of rows 0..4 (low lanes) and of rows 4..8 (high lanes: 4..8).
+            let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+            let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+            let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+            let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+            let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+            let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+            let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+            let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+            let cols = [
+                _mm256_permute2f128_ps::<0x20>(u0, u4),
+                _mm256_permute2f128_ps::<0x20>(u1, u5),
+                _mm256_permute2f128_ps::<0x20>(u2, u6),
+                _mm256_permute2f128_ps::<0x20>(u3, u7),
+                _mm256_permute2f128_ps::<0x31>(u0, u4),
+                _mm256_permute2f128_ps::<0x31>(u1, u5),
+                _mm256_permute2f128_ps::<0x31>(u2, u6),
+                _mm256_permute2f128_ps::<0x31>(u3, u7),
+            ];
+            let out = dst.as_mut_ptr().add(k * 8);
+            for (j, c) in cols.into_iter().enumerate() {
+                _mm256_storeu_ps(out.add(j * 8), c);
+            }
+        }
+    }
+    for k in full..kc {
+        for (i, row) in src.iter().enumerate() {
+            dst[k * 8 + i] = row[k];
+        }
+    }
 }
