@@ -473,60 +473,37 @@ pub fn sgemm_prepacked(
     );
     let p = Problem { m, n, k, alpha, a, rsa, csa, b: &[], rsb: 0, csb: 0, beta: 0.0, ldc };
     let threads = if m.saturating_mul(n).saturating_mul(k) < PAR_THRESHOLD { 1 } else { threads.max(1) };
+    let (kc, b) = (layout.kc, BPanels::Prepacked(b));
     match layout.isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `layout.isa.supported()` was just asserted; `b` holds `layout.len()`
-        // floats (asserted).
-        Isa::Avx512 if x86::eight_rows(m) => unsafe {
-            driver::drive::<x86::Avx512x8>(
-                &p,
-                <x86::Avx512x8 as MicroKernel>::BLOCKING,
-                layout.kc,
-                BPanels::Prepacked(b),
-                bias,
-                c,
-                threads,
-            )
-        },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as above (the 8-row kernel reads the same B panels).
-        Isa::Avx512 => unsafe {
-            driver::drive::<x86::Avx512>(
-                &p,
-                <x86::Avx512 as MicroKernel>::BLOCKING,
-                layout.kc,
-                BPanels::Prepacked(b),
-                bias,
-                c,
-                threads,
-            )
-        },
+        // floats (asserted), which the 8-row kernel reads as the 12-row one does.
+        Isa::Avx512 if x86::eight_rows(m) => unsafe { drive_prepacked::<x86::Avx512x8>(&p, kc, b, bias, c, threads) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
-        Isa::Avx2 => unsafe {
-            driver::drive::<x86::Avx2>(
-                &p,
-                <x86::Avx2 as MicroKernel>::BLOCKING,
-                layout.kc,
-                BPanels::Prepacked(b),
-                bias,
-                c,
-                threads,
-            )
-        },
+        Isa::Avx512 => unsafe { drive_prepacked::<x86::Avx512>(&p, kc, b, bias, c, threads) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        Isa::Avx2 => unsafe { drive_prepacked::<x86::Avx2>(&p, kc, b, bias, c, threads) },
         // SAFETY: the scalar kernel has no CPU-feature requirement; `b` as above.
-        Isa::Scalar => unsafe {
-            driver::drive::<ScalarKernel>(
-                &p,
-                <ScalarKernel as MicroKernel>::BLOCKING,
-                layout.kc,
-                BPanels::Prepacked(b),
-                bias,
-                c,
-                threads,
-            )
-        },
+        Isa::Scalar => unsafe { drive_prepacked::<ScalarKernel>(&p, kc, b, bias, c, threads) },
     }
+}
+
+/// [`driver::drive`] over a prepacked B, under the kernel's own blocking.
+///
+/// # Safety
+/// As [`driver::drive`]'s.
+unsafe fn drive_prepacked<K: MicroKernel>(
+    p: &Problem<'_>,
+    kc: usize,
+    b: BPanels<'_>,
+    bias: Option<&[f32]>,
+    c: &mut [f32],
+    threads: usize,
+) {
+    // SAFETY: forwarded.
+    unsafe { driver::drive::<K>(p, K::BLOCKING, kc, b, bias, c, threads) }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -86,35 +86,28 @@ simd_kernel!(
     _mm256_mul_ps
 );
 
-simd_kernel!(
-    kernel_avx512_12x32,
-    "avx512f",
-    __m512,
-    16,
-    12,
-    2,
-    _mm512_setzero_ps,
-    _mm512_loadu_ps,
-    _mm512_storeu_ps,
-    _mm512_set1_ps,
-    _mm512_fmadd_ps,
-    _mm512_mul_ps
-);
+/// An AVX-512F kernel of `$mr` rows × 32 columns.
+macro_rules! avx512_kernel {
+    ($name:ident, $mr:expr) => {
+        simd_kernel!(
+            $name,
+            "avx512f",
+            __m512,
+            16,
+            $mr,
+            2,
+            _mm512_setzero_ps,
+            _mm512_loadu_ps,
+            _mm512_storeu_ps,
+            _mm512_set1_ps,
+            _mm512_fmadd_ps,
+            _mm512_mul_ps
+        );
+    };
+}
 
-simd_kernel!(
-    kernel_avx512_8x32,
-    "avx512f",
-    __m512,
-    16,
-    8,
-    2,
-    _mm512_setzero_ps,
-    _mm512_loadu_ps,
-    _mm512_storeu_ps,
-    _mm512_set1_ps,
-    _mm512_fmadd_ps,
-    _mm512_mul_ps
-);
+avx512_kernel!(kernel_avx512_12x32, 12);
+avx512_kernel!(kernel_avx512_8x32, 8);
 
 /// AVX2 + FMA, 6×16.
 pub(super) struct Avx2;
