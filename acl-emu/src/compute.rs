@@ -88,10 +88,10 @@ fn matmul(ins: &[In], outs: &mut [Out], alpha: f32, beta: Option<f32>) -> Result
         let bo = if batch_b == 1 { 0 } else { i * k * n };
         let (asl, bsl) = (&av[ao..ao + m * k], &bv[bo..bo + k * n]);
         let csl = &mut cv[i * m * n..(i + 1) * m * n];
-        // SAFETY: `asl` holds m x k, `bsl` k x n and `csl` m x n f32 values, row-major
-        // (row stride = the column count, column stride 1), exactly the elements these
-        // dimensions and strides address; `csl` is exclusively borrowed and aliases
-        // neither input; `read_dst` is false, so its contents are not read.
+        // The slices hold m x k, k x n and m x n f32 values, row-major (row stride = the
+        // column count, column stride 1): exactly what these dimensions and strides address.
+        // SAFETY: in bounds as above; `csl` is exclusively borrowed, aliases neither input,
+        // and is not read (`read_dst` is false).
         unsafe {
             gemm::gemm(
                 m,

@@ -89,17 +89,17 @@ impl CpuBackend {
     }
 }
 
+/// Devices of at most this many threads run a compiled graph on one stream by default
+/// ([`Backend::graph_streams`]); above it, small nodes leave threads idle that a second
+/// stream can use.
+pub const ONE_STREAM_MAX_THREADS: usize = 4;
+
 // SAFETY: every method validates its addresses against the device's allocation table
 // and pins what queued work uses (contract rules M1, M2), launches refuse overlapping
 // outputs (M3), unknown handles are errors (M4), kernel failures and panics are returned
 // as values (M5), and every launch is checked against its op and kernel (M6, in
 // `launch`). Unsynchronised access to one buffer from two streams is a data race on
 // the user's side, exactly as on a GPU; the runtime's stream-aware pool never creates one.
-/// Devices of at most this many threads run a compiled graph on one stream by default
-/// ([`Backend::graph_streams`]); above it, small nodes leave threads idle that a second
-/// stream can use.
-pub const ONE_STREAM_MAX_THREADS: usize = 4;
-
 unsafe impl Backend for CpuBackend {
     fn name(&self) -> &'static str {
         "cpu"

@@ -127,10 +127,10 @@ impl Recorded {
                 continue;
             }
             let ex = self.execs[p.exec].ex;
-            // SAFETY: `ex` is a live repeatable executor of this record and `p.tensor` the
-            // live descriptor given to it at position `index` of its phase 1; `a` is a
-            // 32-byte aligned device address validated by the caller to hold the operand,
-            // whose memory stays allocated while queued work uses it (M2).
+            // `ex` is a live repeatable executor of this record and `p.tensor` the live
+            // descriptor given to it at position `index` of its phase 1; `a` is a 32-byte
+            // aligned device address the caller validated to hold the operand.
+            // SAFETY: as above; that memory stays allocated while queued work uses it (M2).
             let r = unsafe {
                 if p.output {
                     nn::set_output_tensor_addr(api, ex, p.index, p.tensor, a as *mut c_void)

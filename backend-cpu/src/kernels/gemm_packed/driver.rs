@@ -114,10 +114,9 @@ struct SharedPanels<'a> {
     state: &'a [AtomicU8],
 }
 
-// SAFETY: the buffer is written only through disjoint panel regions, each by the one job
-// that won its state's compare-exchange, and read only after the state's release store of
-// `PACKED` was observed with acquire ordering; the buffer outlives every job (jobs are joined
-// before the owning `with_buf` closure returns).
+// The buffer outlives every job (jobs are joined before the owning `with_buf` returns).
+// SAFETY: it is written only through disjoint panels, each by the job that won its claim,
+// and read only after that panel's release store of `PACKED` was observed with acquire.
 unsafe impl Sync for SharedPanels<'_> {}
 
 /// Marks a claimed panel poisoned if its packing unwinds, so that waiters panic instead of
