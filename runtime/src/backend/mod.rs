@@ -406,10 +406,6 @@ pub unsafe trait Backend: Send + Sync {
         None
     }
 
-    /// Why products with `dtype` weights (a compiled graph's `bf16` / `f16` precision) run
-    /// slower on `device` than in f32 — the hardware feature it lacks, e.g. "this CPU has
-    /// no AVX-512-BF16 or AMX-BF16" — or `None` when they run natively or the backend does
-    /// not say (the default).
     /// How many streams a compiled graph's balanced schedule should use at most on
     /// `device` (`Scheduling::Balanced`), or `None` for no limit of the backend's (the
     /// default). A backend whose kernels already spread over all of the device says 1:
@@ -418,6 +414,10 @@ pub unsafe trait Backend: Send + Sync {
         None
     }
 
+    /// Why products with `dtype` weights (a compiled graph's `bf16` / `f16` precision) run
+    /// slower on `device` than in f32 — the hardware feature it lacks, e.g. "this CPU has
+    /// no AVX-512-BF16 or AMX-BF16" — or `None` when they run natively or the backend does
+    /// not say (the default).
     fn slow_precision(&self, _device: usize, _dtype: DType) -> Option<String> {
         None
     }

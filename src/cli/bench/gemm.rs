@@ -173,14 +173,8 @@ pub fn time_gemm_bf16(cfg: &RuntimeConfig, s: Shape, runs: usize) -> Option<f64>
     let threads = cfg.threads.unwrap_or(npurt::cpu::features::get().cores);
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().ok()?;
     pool.install(|| {
-        gemm_bf16::gemm(m, &x, &pw, &mut c, false, threads).ok()?;
-        let mut t = Vec::new();
-        for _ in 0..runs {
-            let t0 = Instant::now();
-            gemm_bf16::gemm(m, &x, &pw, &mut c, false, threads).ok()?;
-            t.push(t0.elapsed().as_secs_f64());
-        }
-        Some(2.0 * (m * k * n) as f64 / median(&mut t) / 1e9)
+        let once = || gemm_bf16::gemm(m, &x, &pw, &mut c, false, threads).map_err(|e| Error::backend("cpu", e));
+        sample(runs, 2.0 * (m * k * n) as f64, None, once).ok().map(|f| f.gflops)
     })
 }
 

@@ -237,9 +237,10 @@ pub(super) unsafe fn drive<K: MicroKernel>(
     let (m, n, k) = (p.m, p.n, p.k);
     let (mr, nr) = (K::MR, K::NR);
     let n_pad = n.div_ceil(nr) * nr;
-    let per_thread = match b {
-        BPanels::PerCall => 1,
-        BPanels::Prepacked(_) => ITEMS_PER_THREAD_PREPACKED,
+    // Items per thread, the bound on the shared packed A, and whether items pack B.
+    let (per_thread, a_max, packs_b) = match b {
+        BPanels::PerCall => (1, A_SHARED_MAX_PER_CALL, true),
+        BPanels::Prepacked(_) => (ITEMS_PER_THREAD_PREPACKED, A_SHARED_MAX, false),
     };
     let want = if threads > 1 { threads * per_thread } else { 1 };
     // Items split N first: an item reads its B block from memory once for all its rows,
@@ -252,18 +253,11 @@ pub(super) unsafe fn drive<K: MicroKernel>(
     let ncb = n.div_ceil(nb).next_multiple_of(nr);
     let nb = n.div_ceil(ncb);
     // Row blocks: at most MC rows, and their packed A (every k slice) within A_SHARED_MAX.
-    let a_max = match b {
-        BPanels::PerCall => A_SHARED_MAX_PER_CALL,
-        BPanels::Prepacked(_) => A_SHARED_MAX,
-    };
     let fit = (a_max / k / mr * mr).max(mr);
     let rb_max = even_block(m, blk.mc.min(fit), mr);
     let rb_panels = rb_max.div_ceil(mr);
     let slices = k.div_ceil(kc_max);
-    let b_len = match b {
-        BPanels::PerCall => ncb.min(n_pad) * kc_max,
-        BPanels::Prepacked(_) => 0,
-    };
+    let b_len = if packs_b { ncb.min(n_pad) * kc_max } else { 0 };
     let cptr = CPtr(c.as_mut_ptr());
     let state: Vec<AtomicU8> = (0..rb_panels * slices).map(|_| AtomicU8::new(UNPACKED)).collect();
 

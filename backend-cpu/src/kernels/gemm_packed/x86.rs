@@ -140,8 +140,8 @@ impl MicroKernel for Avx512 {
 }
 
 /// AVX-512F, 8×32: the B panels (and so a prepacked B) of [`Avx512`], for products whose
-/// row count is a multiple of 8 but not of 12 (32 or 128 tokens), where 12-row tiles
-/// would compute empty rows.
+/// 12-row tiles would compute empty rows that 8-row ones do not ([`eight_rows`]: 32 or
+/// 128 tokens).
 pub(super) struct Avx512x8;
 
 impl MicroKernel for Avx512x8 {
