@@ -99,3 +99,38 @@ fn system_alloc_free(bencher: Bencher, bytes: usize) {
         drop(v);
     });
 }
+
+/// The element-wise tail of a BERT-base s128 layer, one kernel call on one thread (no
+/// pool around it, so the kernels run serially): `BiasGelu` on the FFN's `[128, 3072]`,
+/// `AddLayerNorm` on `[128, 768]`, and the head split `Permute` `[1, 128, 12, 64]` →
+/// `[1, 12, 128, 64]`. Bytes counted: every operand read and written once.
+#[divan::bench(args = ["biasgelu", "addlayernorm", "permute"], sample_count = 30, sample_size = 20)]
+fn bert_tail_kernel(bencher: Bencher, which: &str) {
+    let ctx = Ctx { threads: 1, features: npurt::cpu::features::get(), prepacked: None };
+    let fill = |n: usize| (0..n).map(|i| ((i * 7919) % 1000) as f32 / 250.0 - 2.0).collect::<Vec<f32>>();
+    let (op, dims, out_dims): (Op, Vec<Vec<usize>>, Vec<usize>) = match which {
+        "biasgelu" => (Op::BiasGelu(npurt::GeluApprox::Erf), vec![vec![128, 3072], vec![3072]], vec![128, 3072]),
+        "addlayernorm" => (
+            Op::AddLayerNorm { eps: 1e-12 },
+            vec![vec![128, 768], vec![128, 768], vec![768], vec![768]],
+            vec![128, 768],
+        ),
+        _ => (Op::Permute { perm: vec![0, 2, 1, 3] }, vec![vec![1, 128, 12, 64]], vec![1, 12, 128, 64]),
+    };
+    let data: Vec<Vec<f32>> = dims.iter().map(|d| fill(d.iter().product())).collect();
+    let strides: Vec<Vec<usize>> = dims.iter().map(|d| npurt::Shape::new(d.clone()).contiguous_strides()).collect();
+    let mut y = vec![0f32; out_dims.iter().product()];
+    let bytes = 4 * (data.iter().map(Vec::len).sum::<usize>() + y.len());
+    bencher.counter(BytesCount::new(bytes)).bench_local(|| {
+        let ins: Vec<In> = (0..data.len())
+            .map(|j| In {
+                dtype: DType::F32,
+                dims: &dims[j],
+                strides: &strides[j],
+                bytes: bytemuck::cast_slice(&data[j]),
+            })
+            .collect();
+        let mut outs = [Out { dtype: DType::F32, dims: &out_dims, bytes: bytemuck::cast_slice_mut(&mut y) }];
+        npurt::cpu::kernels::fast::run(black_box(&op), &ins, &mut outs, &ctx).unwrap();
+    });
+}
