@@ -389,20 +389,13 @@ unsafe fn macro_kernel<K: MicroKernel>(
         // SAFETY: (i, j) is inside the rows × cols region (i < rows, j < cols).
         let cij = unsafe { c.add(i * ldc + j) };
         if mv == mr && nv == nr {
-            // SAFETY: full tile inside the region; panels have `kc` depth (see above).
-            unsafe { K::run(kc, ap.as_ptr(), bp.as_ptr(), cij, ldc, alpha, beta) };
-            if let Some(bias) = bias {
-                let bias = &bias[j..j + nr];
-                for ii in 0..mr {
-                    // SAFETY: row `i+ii`, columns `j..j+nr` lie inside the region, which no
-                    // other thread accesses, and no other reference to it is live.
-                    let row = unsafe { std::slice::from_raw_parts_mut(cij.add(ii * ldc), nr) };
-                    row.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
-                }
-            }
+            let bias = bias.map_or(std::ptr::null(), |b| b[j..j + nr].as_ptr());
+            // SAFETY: full tile inside the region; panels have `kc` depth (see above); a
+            // bias holds the tile's `nr` columns (the slice above).
+            unsafe { K::run(kc, ap.as_ptr(), bp.as_ptr(), cij, ldc, alpha, beta, bias) };
         } else {
             // SAFETY: `tile` holds MR×NR floats at row stride NR; beta = 0 so it is not read.
-            unsafe { K::run(kc, ap.as_ptr(), bp.as_ptr(), tile.as_mut_ptr(), nr, 1.0, 0.0) };
+            unsafe { K::run(kc, ap.as_ptr(), bp.as_ptr(), tile.as_mut_ptr(), nr, 1.0, 0.0, std::ptr::null()) };
             for ii in 0..mv {
                 for jj in 0..nv {
                     let v = alpha * tile[ii * nr + jj] + bias.map_or(0.0, |b| b[j + jj]);

@@ -36,14 +36,26 @@ pub(super) trait MicroKernel {
     const NR: usize;
     const BLOCKING: Blocking;
 
-    /// `C[0..MR, 0..NR] = alpha * Σ_p A[p] ⊗ B[p] + beta * C` (C not read when `beta == 0`).
+    /// `C[0..MR, 0..NR] = alpha * Σ_p A[p] ⊗ B[p] + beta * C + bias` (C not read when
+    /// `beta == 0`; `bias`, one value per column, added to every row when not null).
     ///
     /// # Safety
     /// * the CPU supports the kernel's target features;
     /// * `a` is valid for reads of `kc*MR` floats, `b` for `kc*NR` floats;
     /// * `c` is valid for reads and writes of rows `0..MR`, columns `0..NR` at row stride
-    ///   `ldc`, and no other thread accesses that tile concurrently.
-    unsafe fn run(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, alpha: f32, beta: f32);
+    ///   `ldc`, and no other thread accesses that tile concurrently;
+    /// * `bias` is null or valid for reads of `NR` floats.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run(
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        alpha: f32,
+        beta: f32,
+        bias: *const f32,
+    );
 
     /// [`pack_a_panel`] with `MR = Self::MR`.
     fn pack_a(p: &Problem<'_>, i0: usize, rows: usize, p0: usize, kc: usize, dst: &mut [f32]);

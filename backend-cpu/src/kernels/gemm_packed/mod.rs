@@ -519,7 +519,16 @@ impl MicroKernel for ScalarKernel {
     const BLOCKING: Blocking = Blocking { mc: 1024, kc: 256, nc: 256 };
     impl_packing!(4, 8);
 
-    unsafe fn run(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, alpha: f32, beta: f32) {
+    unsafe fn run(
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        alpha: f32,
+        beta: f32,
+        bias: *const f32,
+    ) {
         const MR: usize = 4;
         const NR: usize = 8;
         // SAFETY: the caller guarantees `a`/`b` hold `kc*MR` / `kc*NR` floats.
@@ -532,12 +541,15 @@ impl MicroKernel for ScalarKernel {
                 }
             }
         }
+        // SAFETY: a non-null `bias` holds NR floats (the caller's contract).
+        let bias = (!bias.is_null()).then(|| unsafe { std::slice::from_raw_parts(bias, NR) });
         for (i, row) in acc.iter().enumerate() {
             for (j, &v) in row.iter().enumerate() {
+                let add = bias.map_or(0.0, |b| b[j]);
                 // SAFETY: the caller guarantees the MR×NR tile at `c` (stride `ldc`) is valid.
                 unsafe {
                     let dst = c.add(i * ldc + j);
-                    *dst = if beta == 0.0 { alpha * v } else { alpha * v + beta * *dst };
+                    *dst = if beta == 0.0 { alpha * v + add } else { alpha * v + beta * *dst + add };
                 }
             }
         }

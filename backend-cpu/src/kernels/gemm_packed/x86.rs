@@ -11,9 +11,20 @@ macro_rules! simd_kernel {
      $zero:ident, $loadu:ident, $storeu:ident, $set1:ident, $fmadd:ident, $mul:ident) => {
         /// # Safety
         /// CPU supports the target features; `a`: `kc*MR` floats, `b`: `kc*NR` floats
-        /// readable; `c`: MR×NR tile at stride `ldc` readable (if `beta != 0`) and writable.
+        /// readable; `c`: MR×NR tile at stride `ldc` readable (if `beta != 0`) and writable;
+        /// `bias` null or `NR` floats readable.
         #[target_feature(enable = $feat)]
-        unsafe fn $name(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, alpha: f32, beta: f32) {
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn $name(
+            kc: usize,
+            a: *const f32,
+            b: *const f32,
+            c: *mut f32,
+            ldc: usize,
+            alpha: f32,
+            beta: f32,
+            bias: *const f32,
+        ) {
             const MR: usize = $mr;
             const NV: usize = $nv;
             const L: usize = $lanes;
@@ -48,11 +59,26 @@ macro_rules! simd_kernel {
                 }
             }
             let va = $set1(alpha);
-            if beta == 0.0 {
+            // The bias, added in registers: no second pass over the tile.
+            let mut bias_v: [$vt; NV] = [$zero(); NV];
+            if !bias.is_null() {
+                for (j, v) in bias_v.iter_mut().enumerate() {
+                    // SAFETY: a non-null `bias` holds NR readable floats.
+                    *v = unsafe { $loadu(bias.add(j * L)) };
+                }
+            }
+            if beta == 0.0 && bias.is_null() {
                 for (i, row) in acc.iter().enumerate() {
                     for (j, &v) in row.iter().enumerate() {
                         // SAFETY: (i, j*L..j*L+L) lies in the writable MR×NR tile.
                         unsafe { $storeu(c.add(i * ldc + j * L), $mul(v, va)) };
+                    }
+                }
+            } else if beta == 0.0 {
+                for (i, row) in acc.iter().enumerate() {
+                    for (j, &v) in row.iter().enumerate() {
+                        // SAFETY: (i, j*L..j*L+L) lies in the writable MR×NR tile.
+                        unsafe { $storeu(c.add(i * ldc + j * L), $fmadd(v, va, bias_v[j])) };
                     }
                 }
             } else {
@@ -62,7 +88,7 @@ macro_rules! simd_kernel {
                         // SAFETY: (i, j*L..j*L+L) lies in the readable/writable tile.
                         unsafe {
                             let cp = c.add(i * ldc + j * L);
-                            $storeu(cp, $fmadd(v, va, $mul($loadu(cp), vb)));
+                            $storeu(cp, $fmadd(v, va, $fmadd($loadu(cp), vb, bias_v[j])));
                         }
                     }
                 }
@@ -118,9 +144,18 @@ impl MicroKernel for Avx2 {
     const BLOCKING: Blocking = Blocking { mc: 3072, kc: 384, nc: 256 };
     impl_packing!(6, 16);
 
-    unsafe fn run(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, alpha: f32, beta: f32) {
+    unsafe fn run(
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        alpha: f32,
+        beta: f32,
+        bias: *const f32,
+    ) {
         // SAFETY: forwarded contract (CPU has AVX2+FMA, pointers valid).
-        unsafe { kernel_avx2_6x16(kc, a, b, c, ldc, alpha, beta) }
+        unsafe { kernel_avx2_6x16(kc, a, b, c, ldc, alpha, beta, bias) }
     }
 }
 
@@ -133,9 +168,18 @@ impl MicroKernel for Avx512 {
     const BLOCKING: Blocking = Blocking { mc: 3072, kc: 512, nc: 384 };
     impl_packing!(12, 32);
 
-    unsafe fn run(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, alpha: f32, beta: f32) {
+    unsafe fn run(
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        alpha: f32,
+        beta: f32,
+        bias: *const f32,
+    ) {
         // SAFETY: forwarded contract (CPU has AVX-512F, pointers valid).
-        unsafe { kernel_avx512_12x32(kc, a, b, c, ldc, alpha, beta) }
+        unsafe { kernel_avx512_12x32(kc, a, b, c, ldc, alpha, beta, bias) }
     }
 }
 
@@ -166,9 +210,18 @@ impl MicroKernel for Avx512x8 {
         pack_b_panel::<32>(p, j0, cols, p0, kc, dst)
     }
 
-    unsafe fn run(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, alpha: f32, beta: f32) {
+    unsafe fn run(
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        alpha: f32,
+        beta: f32,
+        bias: *const f32,
+    ) {
         // SAFETY: forwarded contract (CPU has AVX-512F, pointers valid).
-        unsafe { kernel_avx512_8x32(kc, a, b, c, ldc, alpha, beta) }
+        unsafe { kernel_avx512_8x32(kc, a, b, c, ldc, alpha, beta, bias) }
     }
 }
 
