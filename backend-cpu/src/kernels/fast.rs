@@ -3,7 +3,7 @@
 
 use super::blas;
 use super::common::*;
-use super::simd_math::{erf_approx, exp_approx, softmax_onnx, tanh_approx};
+use super::simd_math::{erf_with, exp_with, softmax_onnx, tanh_with};
 use crate::features::Isa;
 use rayon::prelude::*;
 use runtime::{GeluApprox, Op};
@@ -12,13 +12,14 @@ use runtime::{GeluApprox, Op};
 const PAR_MIN: usize = 1 << 15;
 
 /// Defines `$name(isa, src, dst)` applying `|$x| $body` element-wise, compiled three
-/// times (AVX-512, AVX2+FMA, baseline) and dispatched on the detected ISA.
+/// times (AVX-512, AVX2+FMA, baseline) and dispatched on the detected ISA. The body sees
+/// the const `$fma`: true where the path has fused multiply-adds.
 macro_rules! simd_map {
-    ($name:ident, |$x:ident $(, $cap:ident : $capty:ty)*| $body:expr) => {
+    ($name:ident, <$fma:ident> |$x:ident $(, $cap:ident : $capty:ty)*| $body:expr) => {
         #[allow(unused_variables)]
         pub fn $name(isa: Isa, src: &[f32], dst: &mut [f32] $(, $cap: $capty)*) {
             #[inline(always)]
-            fn body(src: &[f32], dst: &mut [f32] $(, $cap: $capty)*) {
+            fn body<const $fma: bool>(src: &[f32], dst: &mut [f32] $(, $cap: $capty)*) {
                 for (d, s) in dst.iter_mut().zip(src) {
                     let $x = *s;
                     *d = $body;
@@ -27,9 +28,9 @@ macro_rules! simd_map {
             #[cfg(target_arch = "x86_64")]
             {
                 #[target_feature(enable = "avx512f,avx2,fma")]
-                fn avx512(src: &[f32], dst: &mut [f32] $(, $cap: $capty)*) { body(src, dst $(, $cap)*) }
+                fn avx512(src: &[f32], dst: &mut [f32] $(, $cap: $capty)*) { body::<true>(src, dst $(, $cap)*) }
                 #[target_feature(enable = "avx2,fma")]
-                fn avx2(src: &[f32], dst: &mut [f32] $(, $cap: $capty)*) { body(src, dst $(, $cap)*) }
+                fn avx2(src: &[f32], dst: &mut [f32] $(, $cap: $capty)*) { body::<true>(src, dst $(, $cap)*) }
                 match isa {
                     // SAFETY: `Isa::Avx512` is only chosen when AVX-512F and FMA were
                     // detected on this CPU at run time (features.rs).
@@ -39,20 +40,20 @@ macro_rules! simd_map {
                     Isa::Scalar => {}
                 }
             }
-            body(src, dst $(, $cap)*)
+            body::<false>(src, dst $(, $cap)*)
         }
     };
 }
 
 // `x < 0 ? 0 : x`: NaN propagates, as ONNX `max(0, x)` (`f32::max` would give 0).
-simd_map!(relu_map, |x| if x < 0.0 { 0.0 } else { x });
-simd_map!(scale_map, |x, f: f32| x * f);
-simd_map!(sqrt_map, |x| x.sqrt());
-simd_map!(exp_map, |x| exp_approx(x));
-simd_map!(tanh_map, |x| tanh_approx(x));
-simd_map!(gelu_tanh_map, |x| 0.5 * x * (1.0 + tanh_approx(0.797_884_6 * (x + 0.044715 * x * x * x))));
-simd_map!(erf_map, |x| erf_approx(x));
-simd_map!(gelu_erf_map, |x| 0.5 * x * (1.0 + erf_approx(x * std::f32::consts::FRAC_1_SQRT_2)));
+simd_map!(relu_map, <F> |x| if x < 0.0 { 0.0 } else { x });
+simd_map!(scale_map, <F> |x, f: f32| x * f);
+simd_map!(sqrt_map, <F> |x| x.sqrt());
+simd_map!(exp_map, <F> |x| exp_with::<F>(x));
+simd_map!(tanh_map, <F> |x| tanh_with::<F>(x));
+simd_map!(gelu_tanh_map, <F> |x| 0.5 * x * (1.0 + tanh_with::<F>(0.797_884_6 * (x + 0.044715 * x * x * x))));
+simd_map!(erf_map, <F> |x| erf_with::<F>(x));
+simd_map!(gelu_erf_map, <F> |x| 0.5 * x * (1.0 + erf_with::<F>(x * std::f32::consts::FRAC_1_SQRT_2)));
 
 /// True when a kernel may fork: it runs inside a thread pool and the work is large.
 fn parallel(n: usize) -> bool {
@@ -627,6 +628,7 @@ fn permute(x: &In, o: &mut Out, perm: &[usize]) -> KResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::simd_math::exp_approx;
 
     /// `got` against `e^x` rounded to f32: the same infinity, 0 or nearly where the exact
     /// result is under 2^-125, within 4 ulp elsewhere.
@@ -665,6 +667,41 @@ mod tests {
                 check_exp(x, y);
             }
         }
+    }
+
+    /// erf, tanh and both GELUs on every path this CPU runs (the vector paths use fused
+    /// multiply-adds, the baseline does not), against libm in f64, across the branch
+    /// points of the approximations (|x| = 0.1 and 0.5) and the saturated ends.
+    #[test]
+    fn erf_tanh_and_gelu_match_f64_on_every_isa() {
+        let f = crate::features::get();
+        let mut xs: Vec<f32> = (-6000..=6000).map(|i| i as f32 * 1e-3).collect();
+        xs.extend([f32::INFINITY, f32::NEG_INFINITY, -0.0, 1e-30, 20.0, -20.0, 0.099_999, 0.100_001, 0.499_99, 0.500_01]);
+        let gelu = |x: f64| 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2));
+        let gelu_t = |x: f64| 0.5 * x * (1.0 + libm::tanh(0.797_884_560_802_865_4 * (x + 0.044715 * x * x * x)));
+        type Map = fn(Isa, &[f32], &mut [f32]);
+        let cases: [(&str, Map, &dyn Fn(f64) -> f64); 4] = [
+            ("erf", erf_map, &libm::erf),
+            ("tanh", tanh_map, &libm::tanh),
+            ("gelu", gelu_erf_map, &gelu),
+            ("gelu_tanh", gelu_tanh_map, &gelu_t),
+        ];
+        let mut checked = Vec::new();
+        for isa in Isa::ALL.into_iter().filter(|&i| f.check(i).is_ok()) {
+            checked.push(isa);
+            for (name, map, want) in &cases {
+                let mut ys = vec![0f32; xs.len()];
+                map(isa, &xs, &mut ys);
+                for (&x, &y) in xs.iter().zip(&ys) {
+                    let w = want(x as f64);
+                    // erf's rational form is good to ~1.5e-7 absolute; GELU scales it by x/2.
+                    let tol = 4e-7 * (1.0 + w.abs()) + 2e-7 * (x as f64).abs();
+                    let ok = if w.is_nan() { y.is_nan() } else if w.is_infinite() { y as f64 == w } else { ((y as f64) - w).abs() <= tol };
+                    assert!(ok, "{name}({x}) on {isa:?} = {y}, want {w}");
+                }
+            }
+        }
+        assert!(checked.contains(&Isa::Scalar) && checked.contains(&f.isa), "{checked:?}");
     }
 
     #[test]

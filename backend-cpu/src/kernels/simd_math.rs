@@ -10,20 +10,39 @@ use crate::features::Isa;
 const EXP_LO: f32 = -87.5;
 const EXP_HI: f32 = 89.0;
 
+/// `a * b + c`, as one fused instruction where `FMA` (callers compiled with the FMA target
+/// feature pass true), else a multiply and an add: a fused multiply-add without the
+/// instruction is a library call, far slower than the two.
+#[inline(always)]
+pub fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FMA { a.mul_add(b, c) } else { a * b + c }
+}
+
 /// `e^x` to within a few ulp, branch-free so loops vectorise: range reduction by
 /// `ln 2`, a degree-6 polynomial, and exponent assembly. Exact at the ends: `e^-inf = 0`,
 /// `e^x = +inf` from `ln(f32::MAX)` on, NaN stays NaN.
 #[inline(always)]
 pub fn exp_approx(x: f32) -> f32 {
+    exp_with::<false>(x)
+}
+
+/// [`exp_approx`], with fused multiply-adds where `FMA`.
+#[inline(always)]
+pub fn exp_with<const FMA: bool>(x: f32) -> f32 {
+    let m = madd::<FMA>;
     let x = x.clamp(EXP_LO, EXP_HI);
     // Nearest-even rounding and no float-to-int cast: both map to vector instructions
     // (`round()` and `as i32` would leave the loop scalar).
     let k = (x * std::f32::consts::LOG2_E).round_ties_even();
-    let r = x - k * 0.693_145_75 - k * 1.428_606_8e-6;
+    let r = m(-k, 1.428_606_8e-6, m(-k, 0.693_145_75, x));
     // 2 e^r (every coefficient doubled: exact), times 2^(k-1), so that k = 128 (results
     // up to f32::MAX) needs no exponent 255, and k = -126 gives exponent 0, i.e. 0.
-    let p2 = 2.0
-        + r * (2.0 + r * (1.0 + r * (0.333_333_34 + r * (0.083_333_336 + r * (0.016_666_668 + r * 0.002_777_778)))));
+    let p = m(r, 0.002_777_778, 0.016_666_668);
+    let p = m(r, p, 0.083_333_336);
+    let p = m(r, p, 0.333_333_34);
+    let p = m(r, p, 1.0);
+    let p = m(r, p, 2.0);
+    let p2 = m(r, p, 2.0);
     // 2^(k-1) from its biased exponent k + 126 in [0, 254]: adding 2^23 to an integral
     // float puts the integer in the low mantissa bits.
     let bits = ((k + 126.0 + 8_388_608.0).to_bits().wrapping_sub(0x4B00_0000)) << 23;
@@ -33,32 +52,51 @@ pub fn exp_approx(x: f32) -> f32 {
 /// `tanh x` through `exp`: `1 - 2 / (e^{2x} + 1)`, exact at the saturated ends.
 #[inline(always)]
 pub fn tanh_approx(x: f32) -> f32 {
+    tanh_with::<false>(x)
+}
+
+/// [`tanh_approx`], with fused multiply-adds where `FMA`.
+#[inline(always)]
+pub fn tanh_with<const FMA: bool>(x: f32) -> f32 {
+    let m = madd::<FMA>;
     let x = x.clamp(-9.0, 9.0);
-    if x.abs() < 0.1 {
-        // Odd Taylor series: avoids the cancellation of the exp form near zero.
-        let x2 = x * x;
-        return x * (1.0 + x2 * (-0.333_333_34 + x2 * (0.133_333_33 + x2 * (-0.053_968_254 + x2 * 0.021_869_488))));
-    }
-    1.0 - 2.0 / (exp_approx(2.0 * x) + 1.0)
+    // Near zero, the odd Taylor series: avoids the cancellation of the exp form. Both
+    // forms are computed and one selected, so that loops stay vectorised.
+    let x2 = x * x;
+    let p = m(x2, 0.021_869_488, -0.053_968_254);
+    let p = m(x2, p, 0.133_333_33);
+    let p = m(x2, p, -0.333_333_34);
+    let small = x * m(x2, p, 1.0);
+    let large = 1.0 - 2.0 / (exp_with::<FMA>(2.0 * x) + 1.0);
+    if x.abs() < 0.1 { small } else { large }
 }
 
 /// `erf x` with the Abramowitz–Stegun 7.1.26-style rational form refined to ~1e-7
 /// absolute error (computed in f32 with a polynomial in `t = 1/(1+p|x|)`).
 #[inline(always)]
 pub fn erf_approx(x: f32) -> f32 {
-    // For small |x| a Taylor series is more accurate than the rational form.
+    erf_with::<false>(x)
+}
+
+/// [`erf_approx`], with fused multiply-adds where `FMA`.
+#[inline(always)]
+pub fn erf_with<const FMA: bool>(x: f32) -> f32 {
+    let m = madd::<FMA>;
+    // For small |x| a Taylor series is more accurate than the rational form; both are
+    // computed and one selected (branch-free, so loops stay vectorised).
     let a = x.abs();
-    if a < 0.5 {
-        let x2 = x * x;
-        return x
-            * (std::f32::consts::FRAC_2_SQRT_PI
-                + x2 * (-0.376_126_4 + x2 * (0.112_837_9 + x2 * (-0.026_866_17 + x2 * 0.005_223_778))));
-    }
-    let t = 1.0 / (1.0 + 0.327_591_1 * a);
-    let y = 1.0
-        - t * (0.254_829_6 + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152_1 + t * 1.061_405_4))))
-            * exp_approx(-a * a);
-    y.copysign(x)
+    let x2 = x * x;
+    let s = m(x2, 0.005_223_778, -0.026_866_17);
+    let s = m(x2, s, 0.112_837_9);
+    let s = m(x2, s, -0.376_126_4);
+    let small = x * m(x2, s, std::f32::consts::FRAC_2_SQRT_PI);
+    let t = 1.0 / m(0.327_591_1, a, 1.0);
+    let q = m(t, 1.061_405_4, -1.453_152_1);
+    let q = m(t, q, 1.421_413_7);
+    let q = m(t, q, -0.284_496_74);
+    let q = m(t, q, 0.254_829_6);
+    let large = m(-t * q, exp_with::<FMA>(-a * a), 1.0).copysign(x);
+    if a < 0.5 { small } else { large }
 }
 
 /// `row = softmax(row + mask)` in place, as attention needs it: a row masked out
@@ -82,11 +120,11 @@ fn softmax_dispatch(isa: Isa, row: &mut [f32], mask: Option<(&[f32], usize)>, ma
     {
         #[target_feature(enable = "avx512f,avx2,fma")]
         fn avx512(row: &mut [f32], mask: Option<(&[f32], usize)>, fill: f32) -> bool {
-            softmax_body(row, mask, fill)
+            softmax_body::<true>(row, mask, fill)
         }
         #[target_feature(enable = "avx2,fma")]
         fn avx2(row: &mut [f32], mask: Option<(&[f32], usize)>, fill: f32) -> bool {
-            softmax_body(row, mask, fill)
+            softmax_body::<true>(row, mask, fill)
         }
         match isa {
             // SAFETY: `Isa::Avx512` is only chosen when AVX-512F and FMA were detected on
@@ -97,13 +135,13 @@ fn softmax_dispatch(isa: Isa, row: &mut [f32], mask: Option<(&[f32], usize)>, ma
             Isa::Scalar => {}
         }
     }
-    softmax_body(row, mask, masked_fill)
+    softmax_body::<false>(row, mask, masked_fill)
 }
 
 const LANES: usize = 16;
 
 #[inline(always)]
-fn softmax_body(row: &mut [f32], mask: Option<(&[f32], usize)>, masked_fill: f32) -> bool {
+fn softmax_body<const FMA: bool>(row: &mut [f32], mask: Option<(&[f32], usize)>, masked_fill: f32) -> bool {
     match mask {
         Some((m, 1)) => row.iter_mut().zip(m).for_each(|(x, &a)| *x += a),
         Some((m, _)) => {
@@ -133,13 +171,13 @@ fn softmax_body(row: &mut [f32], mask: Option<(&[f32], usize)>, masked_fill: f32
     let mut chunks = row.chunks_exact_mut(LANES);
     for c in &mut chunks {
         for l in 0..LANES {
-            c[l] = exp_approx(c[l] - mx);
+            c[l] = exp_with::<FMA>(c[l] - mx);
             sums[l] += c[l];
         }
     }
     let mut total: f32 = sums.iter().sum();
     for x in chunks.into_remainder() {
-        *x = exp_approx(*x - mx);
+        *x = exp_with::<FMA>(*x - mx);
         total += *x;
     }
     let inv = 1.0 / total;
