@@ -259,7 +259,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
             let (x, g, b) = (load_f32(&ins[0])?, load_f32(&ins[1])?, load_f32(&ins[2])?);
             let d = g.len();
             with_f32_out(&mut outs[0], |o| {
-                par_rows(o, d, |r, row| layer_norm_row(&x[r * d..(r + 1) * d], None, &g, &b, *eps, row));
+                par_rows(o, d, |r, row| layer_norm_row(isa, &x[r * d..(r + 1) * d], None, &g, &b, *eps, row));
                 Ok(())
             })
         }
@@ -269,7 +269,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
             let d = g.len();
             with_f32_out(&mut outs[0], |o| {
                 par_rows(o, d, |r, row| {
-                    layer_norm_row(&x[r * d..(r + 1) * d], Some(&res[r * d..(r + 1) * d]), &g, &b, *eps, row)
+                    layer_norm_row(isa, &x[r * d..(r + 1) * d], Some(&res[r * d..(r + 1) * d]), &g, &b, *eps, row)
                 });
                 Ok(())
             })
@@ -349,7 +349,34 @@ fn softmax_row(isa: Isa, x: &[f32], out: &mut [f32]) {
 /// row is normalised in f64.
 const LN_F32_LIMIT: f64 = 1e36;
 
-fn layer_norm_row(x: &[f32], res: Option<&[f32]>, g: &[f32], b: &[f32], eps: f32, out: &mut [f32]) {
+/// `out = LayerNorm(x (+ res))` of one row, compiled per ISA (AVX-512, AVX2+FMA, baseline)
+/// and dispatched on `isa`.
+fn layer_norm_row(isa: Isa, x: &[f32], res: Option<&[f32]>, g: &[f32], b: &[f32], eps: f32, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        type Row<'a> = (&'a [f32], Option<&'a [f32]>, &'a [f32], &'a [f32]);
+        #[target_feature(enable = "avx512f,avx2,fma")]
+        fn avx512((x, res, g, b): Row<'_>, eps: f32, out: &mut [f32]) {
+            layer_norm_body(x, res, g, b, eps, out)
+        }
+        #[target_feature(enable = "avx2,fma")]
+        fn avx2((x, res, g, b): Row<'_>, eps: f32, out: &mut [f32]) {
+            layer_norm_body(x, res, g, b, eps, out)
+        }
+        match isa {
+            // SAFETY: `Isa::Avx512` is only chosen when AVX-512F and FMA were detected on
+            // this CPU at run time (features.rs).
+            Isa::Avx512 => return unsafe { avx512((x, res, g, b), eps, out) },
+            // SAFETY: `Isa::Avx2Fma` is only chosen when AVX2 and FMA were detected.
+            Isa::Avx2Fma => return unsafe { avx2((x, res, g, b), eps, out) },
+            Isa::Scalar => {}
+        }
+    }
+    layer_norm_body(x, res, g, b, eps, out)
+}
+
+#[inline(always)]
+fn layer_norm_body(x: &[f32], res: Option<&[f32]>, g: &[f32], b: &[f32], eps: f32, out: &mut [f32]) {
     let d = x.len();
     match res {
         Some(r) => {
@@ -676,7 +703,18 @@ mod tests {
     fn erf_tanh_and_gelu_match_f64_on_every_isa() {
         let f = crate::features::get();
         let mut xs: Vec<f32> = (-6000..=6000).map(|i| i as f32 * 1e-3).collect();
-        xs.extend([f32::INFINITY, f32::NEG_INFINITY, -0.0, 1e-30, 20.0, -20.0, 0.099_999, 0.100_001, 0.499_99, 0.500_01]);
+        xs.extend([
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            -0.0,
+            1e-30,
+            20.0,
+            -20.0,
+            0.099_999,
+            0.100_001,
+            0.499_99,
+            0.500_01,
+        ]);
         let gelu = |x: f64| 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2));
         let gelu_t = |x: f64| 0.5 * x * (1.0 + libm::tanh(0.797_884_560_802_865_4 * (x + 0.044715 * x * x * x)));
         type Map = fn(Isa, &[f32], &mut [f32]);
@@ -696,7 +734,13 @@ mod tests {
                     let w = want(x as f64);
                     // erf's rational form is good to ~1.5e-7 absolute; GELU scales it by x/2.
                     let tol = 4e-7 * (1.0 + w.abs()) + 2e-7 * (x as f64).abs();
-                    let ok = if w.is_nan() { y.is_nan() } else if w.is_infinite() { y as f64 == w } else { ((y as f64) - w).abs() <= tol };
+                    let ok = if w.is_nan() {
+                        y.is_nan()
+                    } else if w.is_infinite() {
+                        y as f64 == w
+                    } else {
+                        ((y as f64) - w).abs() <= tol
+                    };
                     assert!(ok, "{name}({x}) on {isa:?} = {y}, want {w}");
                 }
             }
@@ -713,11 +757,13 @@ mod tests {
         assert!(dst[0].is_nan());
         assert_eq!(&dst[1..], &[0.0, 2.0, 0.0, f32::INFINITY]);
         let x = [3e38f32, 3e38, -3e38, 1.0];
-        let mut out = [0f32; 4];
-        layer_norm_row(&x, None, &[1.0; 4], &[0.0; 4], 1e-5, &mut out);
-        // Mean 7.5e37, std 2.487e38: (x - mean) / std.
-        for (o, want) in out.iter().zip([0.904_534, 0.904_534, -1.507_557, -0.301_511]) {
-            assert!((o - want).abs() < 1e-5, "{out:?}");
+        for isa in Isa::ALL.into_iter().filter(|&i| crate::features::get().check(i).is_ok()) {
+            let mut out = [0f32; 4];
+            layer_norm_row(isa, &x, None, &[1.0; 4], &[0.0; 4], 1e-5, &mut out);
+            // Mean 7.5e37, std 2.487e38: (x - mean) / std.
+            for (o, want) in out.iter().zip([0.904_534, 0.904_534, -1.507_557, -0.301_511]) {
+                assert!((o - want).abs() < 1e-5, "{isa:?}: {out:?}");
+            }
         }
     }
 }
