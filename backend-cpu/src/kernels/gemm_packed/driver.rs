@@ -188,6 +188,16 @@ pub(super) enum BPanels<'a> {
     Prepacked(&'a [f32]),
 }
 
+/// Where an item's A micro-panels come from.
+#[derive(Clone, Copy)]
+enum APanels<'a> {
+    /// Packed panels of `kc × MR` floats, one after the other.
+    Packed(&'a [f32]),
+    /// A itself, row-major: the slice starts at the item's first row and k column, rows
+    /// `lda` floats apart.
+    Direct { a: &'a [f32], lda: usize },
+}
+
 /// Raw pointer to C shared between worker jobs; each job writes a disjoint set of tiles.
 #[derive(Clone, Copy)]
 struct CPtr(*mut f32);
@@ -259,9 +269,14 @@ pub(super) unsafe fn drive<K: MicroKernel>(
     let slices = k.div_ceil(kc_max);
     let b_len = if packs_b { ncb.min(n_pad) * kc_max } else { 0 };
     let cptr = CPtr(c.as_mut_ptr());
+    // A row-major A whose rows fill every tile is read in place, unless its row stride
+    // crowds a tile's rows into few L1 sets (see `rows_spread`): packing would copy it
+    // once per product for no gain in the kernel.
+    let direct = K::DIRECT_A && p.csa == 1 && m % mr == 0 && rows_spread(p.rsa, mr);
+    let a_len = if direct { 0 } else { rb_panels * mr * k };
     let state: Vec<AtomicU8> = (0..rb_panels * slices).map(|_| AtomicU8::new(UNPACKED)).collect();
 
-    with_buf(&PACK_SHARED, rb_panels * mr * k, |abuf| {
+    with_buf(&PACK_SHARED, a_len, |abuf| {
         for r0 in (0..m).step_by(rb_max) {
             let rows = rb_max.min(m - r0);
             let m_panels = rows.div_ceil(mr);
@@ -285,9 +300,14 @@ pub(super) unsafe fn drive<K: MicroKernel>(
                 let irows = rows_per.min(rows - i0);
                 for pc in (0..k).step_by(kc_max) {
                     let kc = kc_max.min(k - pc);
-                    let apack = shared.get(i0 / mr, (i0 + irows).div_ceil(mr), pc, kc, |q, dst| {
-                        K::pack_a(p, r0 + q * mr, mr.min(rows - q * mr), pc, kc, dst)
-                    });
+                    let apanels = if direct {
+                        let start = (r0 + i0) * p.rsa + pc;
+                        APanels::Direct { a: &p.a[start..start + (irows - 1) * p.rsa + kc], lda: p.rsa }
+                    } else {
+                        APanels::Packed(shared.get(i0 / mr, (i0 + irows).div_ceil(mr), pc, kc, |q, dst| {
+                            K::pack_a(p, r0 + q * mr, mr.min(rows - q * mr), pc, kc, dst)
+                        }))
+                    };
                     let bpanels: &[f32] = match b {
                         BPanels::Prepacked(bp) => &bp[pc * n_pad + j0 * kc..][..np * kc * nr],
                         BPanels::PerCall => {
@@ -300,14 +320,14 @@ pub(super) unsafe fn drive<K: MicroKernel>(
                     };
                     let beta = if pc == 0 { p.beta } else { 1.0 };
                     let last = pc + kc >= k;
-                    // `apack` holds the A panels of rows `r0+i0..+irows`, `bpanels` the `np`
+                    // `apanels` holds the A panels of rows `r0+i0..+irows`, `bpanels` the `np`
                     // B panels of columns `j0..j0+cols`, both of depth `kc`.
                     // SAFETY: `K` is supported (our precondition); that C region lies inside
                     // `c` (checked by the caller) and is written by this item only.
                     unsafe {
                         macro_kernel::<K>(
                             kc,
-                            apack,
+                            apanels,
                             irows,
                             bpanels,
                             cols,
@@ -323,6 +343,19 @@ pub(super) unsafe fn drive<K: MicroKernel>(
             share_items(threads, nb * ms, &PACK_PRIVATE, b_len, run_item);
         }
     });
+}
+
+/// L1 data cache sets (32 KiB, 8 ways, 64-byte lines: every x86 core the kernels target).
+const L1_SETS: usize = 64;
+
+/// Whether `mr` rows `lda` floats apart fall into at least `mr / 2` distinct L1 sets, so
+/// that reading them in place leaves each set ways for the B panel and C. Strides of a
+/// multiple of 4 KiB (k = 1024, 3072, 4096) put every row in one set and evict each other.
+fn rows_spread(lda: usize, mr: usize) -> bool {
+    let mut sets: Vec<usize> = (0..mr).map(|i| (i * lda * 4 / 64) % L1_SETS).collect();
+    sets.sort_unstable();
+    sets.dedup();
+    sets.len() * 2 >= mr
 }
 
 /// Runs `work(item, scratch)` for every item in `0..items`: on the calling thread when
@@ -359,13 +392,13 @@ fn share_items(
 ///
 /// # Safety
 /// `K` is supported by the CPU; `c` is valid for reads/writes of `rows × cols` at stride
-/// `ldc` and not accessed concurrently; `apack`/`bpack` hold `ceil(rows/MR)` / `ceil(cols/NR)`
-/// panels of depth `kc`.
+/// `ldc` and not accessed concurrently; `apanels`/`bpack` hold `ceil(rows/MR)` / `ceil(cols/NR)`
+/// panels of depth `kc` (a direct A: `rows` rows, a multiple of MR, of `kc` floats).
 #[allow(clippy::too_many_arguments)]
 #[inline]
 unsafe fn macro_kernel<K: MicroKernel>(
     kc: usize,
-    apack: &[f32],
+    apanels: APanels<'_>,
     rows: usize,
     bpack: &[f32],
     cols: usize,
@@ -377,25 +410,41 @@ unsafe fn macro_kernel<K: MicroKernel>(
 ) {
     let (mr, nr) = (K::MR, K::NR);
     debug_assert!(bias.is_none_or(|b| b.len() >= cols));
-    debug_assert!(apack.len() >= rows.div_ceil(mr) * mr * kc);
+    match apanels {
+        APanels::Packed(ap) => debug_assert!(ap.len() >= rows.div_ceil(mr) * mr * kc),
+        APanels::Direct { a, lda } => {
+            assert!(K::DIRECT_A && rows % mr == 0 && a.len() >= (rows - 1) * lda + kc, "direct A out of bounds")
+        }
+    }
     debug_assert!(bpack.len() >= cols.div_ceil(nr) * nr * kc);
     // Stack tile for edge tiles (large enough for every kernel: 12×32).
     const TILE: usize = 16 * 32;
     const { assert!(K::MR * K::NR <= TILE) };
     let mut tile = [0.0f32; TILE];
-    let mut tile_op = |ip: usize, ap: &[f32], jp: usize, bp: &[f32]| {
+    // The micro-kernel on A panel `ip` (at `i = ip·MR`), into `dst`.
+    // SAFETY (of the calls): a packed panel `ip` holds `kc × MR` floats (asserted above); a
+    // direct A holds rows `i..i+MR` (all `rows` rows, asserted above) of `kc` floats each.
+    let kernel = |ip: usize, bp: &[f32], dst: *mut f32, ld: usize, alpha: f32, beta: f32, bias: *const f32| unsafe {
+        match apanels {
+            APanels::Packed(ap) => K::run(kc, ap[ip * mr * kc..].as_ptr(), bp.as_ptr(), dst, ld, alpha, beta, bias),
+            APanels::Direct { a, lda } => {
+                K::run_direct(kc, a[ip * mr * lda..].as_ptr(), lda, bp.as_ptr(), dst, ld, alpha, beta, bias)
+            }
+        }
+    };
+    let mut tile_op = |ip: usize, jp: usize, bp: &[f32]| {
         let (i, j) = (ip * mr, jp * nr);
         let (mv, nv) = (mr.min(rows - i), nr.min(cols - j));
         // SAFETY: (i, j) is inside the rows × cols region (i < rows, j < cols).
         let cij = unsafe { c.add(i * ldc + j) };
         if mv == mr && nv == nr {
             let bias = bias.map_or(std::ptr::null(), |b| b[j..j + nr].as_ptr());
-            // SAFETY: full tile inside the region; panels have `kc` depth (see above); a
-            // bias holds the tile's `nr` columns (the slice above).
-            unsafe { K::run(kc, ap.as_ptr(), bp.as_ptr(), cij, ldc, alpha, beta, bias) };
+            // Full tile inside the region, which only this item writes; a bias holds the
+            // tile's `nr` columns (the slice above).
+            kernel(ip, bp, cij, ldc, alpha, beta, bias);
         } else {
-            // SAFETY: `tile` holds MR×NR floats at row stride NR; beta = 0 so it is not read.
-            unsafe { K::run(kc, ap.as_ptr(), bp.as_ptr(), tile.as_mut_ptr(), nr, 1.0, 0.0, std::ptr::null()) };
+            // `tile` holds MR×NR floats at row stride NR; beta = 0 so it is not read.
+            kernel(ip, bp, tile.as_mut_ptr(), nr, 1.0, 0.0, std::ptr::null());
             for ii in 0..mv {
                 for jj in 0..nv {
                     let v = alpha * tile[ii * nr + jj] + bias.map_or(0.0, |b| b[j + jj]);
@@ -408,12 +457,11 @@ unsafe fn macro_kernel<K: MicroKernel>(
             }
         }
     };
-    let a_panels = || apack.chunks_exact(kc * mr).take(rows.div_ceil(mr)).enumerate();
     let b_panels = || bpack.chunks_exact(kc * nr).take(cols.div_ceil(nr)).enumerate();
     // A micro-panel stays in L1 while the B micro-panels stream from L2.
-    for (ip, ap) in a_panels() {
+    for ip in 0..rows.div_ceil(mr) {
         for (jp, bp) in b_panels() {
-            tile_op(ip, ap, jp, bp);
+            tile_op(ip, jp, bp);
         }
     }
 }
@@ -457,6 +505,14 @@ mod tests {
     }
 
     /// A packing that unwinds poisons its panel: a later caller panics instead of spinning.
+    /// In-place A only where the tile's rows spread over the L1 sets.
+    #[test]
+    fn a_is_read_in_place_only_with_rows_in_distinct_cache_sets() {
+        for (lda, spread) in [(384, true), (768, true), (700, true), (1024, false), (1536, false), (3072, false)] {
+            assert_eq!(rows_spread(lda, 8), spread, "lda {lda}");
+        }
+    }
+
     #[test]
     fn a_panicking_pack_poisons_its_panel() {
         let mut buf = vec![0.0f32; 2 * 2 * 3];

@@ -850,6 +850,11 @@ mod tests {
             (5, 600, 200),
             // Packed A over 4 MiB: two row blocks, each reading B once more.
             (130, 40, 8100),
+            // Rows that fill every tile of a kernel (8, 12 or 6 rows): A is read in place
+            // (two k slices, a partial column panel).
+            (32, 100, 700),
+            (36, 70, 530),
+            (48, 33, 400),
         ];
         for &(m, n, k) in shapes {
             let a0 = fill(m * k, (m * 31 + k) as u64);

@@ -10,14 +10,16 @@ macro_rules! simd_kernel {
     ($name:ident, $feat:literal, $vt:ty, $lanes:expr, $mr:expr, $nv:expr,
      $zero:ident, $loadu:ident, $storeu:ident, $set1:ident, $fmadd:ident, $mul:ident) => {
         /// # Safety
-        /// CPU supports the target features; `a`: `kc*MR` floats, `b`: `kc*NR` floats
-        /// readable; `c`: MR×NR tile at stride `ldc` readable (if `beta != 0`) and writable;
-        /// `bias` null or `NR` floats readable.
+        /// CPU supports the target features; `a`: `kc*MR` floats readable (a packed panel)
+        /// or, where `DIRECT`, MR rows of `kc` floats at row stride `lda`; `b`: `kc*NR`
+        /// floats readable; `c`: MR×NR tile at stride `ldc` readable (if `beta != 0`) and
+        /// writable; `bias` null or `NR` floats readable.
         #[target_feature(enable = $feat)]
         #[allow(clippy::too_many_arguments)]
-        unsafe fn $name(
+        unsafe fn $name<const DIRECT: bool>(
             kc: usize,
             a: *const f32,
+            lda: usize,
             b: *const f32,
             c: *mut f32,
             ldc: usize,
@@ -46,15 +48,16 @@ macro_rules! simd_kernel {
                     *v = unsafe { $loadu(pb.add(j * L)) };
                 }
                 for (i, row) in acc.iter_mut().enumerate() {
-                    // SAFETY: `pa` points at one packed column of MR floats.
-                    let ai = $set1(unsafe { *pa.add(i) });
+                    // SAFETY: `pa` points at one packed column of MR floats, or (DIRECT) at
+                    // column p of row 0 of MR rows `lda` apart.
+                    let ai = $set1(unsafe { *pa.add(if DIRECT { i * lda } else { i }) });
                     for (acc_ij, &bj) in row.iter_mut().zip(bv.iter()) {
                         *acc_ij = $fmadd(ai, bj, *acc_ij);
                     }
                 }
                 // SAFETY: advancing within (or one past the end of) the packed panels.
                 unsafe {
-                    pa = pa.add(MR);
+                    pa = pa.add(if DIRECT { 1 } else { MR });
                     pb = pb.add(NR);
                 }
             }
@@ -155,7 +158,24 @@ impl MicroKernel for Avx2 {
         bias: *const f32,
     ) {
         // SAFETY: forwarded contract (CPU has AVX2+FMA, pointers valid).
-        unsafe { kernel_avx2_6x16(kc, a, b, c, ldc, alpha, beta, bias) }
+        unsafe { kernel_avx2_6x16::<false>(kc, a, 0, b, c, ldc, alpha, beta, bias) }
+    }
+
+    const DIRECT_A: bool = true;
+
+    unsafe fn run_direct(
+        kc: usize,
+        a: *const f32,
+        lda: usize,
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        alpha: f32,
+        beta: f32,
+        bias: *const f32,
+    ) {
+        // SAFETY: forwarded contract (CPU has the kernel's features, pointers valid).
+        unsafe { kernel_avx2_6x16::<true>(kc, a, lda, b, c, ldc, alpha, beta, bias) }
     }
 }
 
@@ -179,7 +199,24 @@ impl MicroKernel for Avx512 {
         bias: *const f32,
     ) {
         // SAFETY: forwarded contract (CPU has AVX-512F, pointers valid).
-        unsafe { kernel_avx512_12x32(kc, a, b, c, ldc, alpha, beta, bias) }
+        unsafe { kernel_avx512_12x32::<false>(kc, a, 0, b, c, ldc, alpha, beta, bias) }
+    }
+
+    const DIRECT_A: bool = true;
+
+    unsafe fn run_direct(
+        kc: usize,
+        a: *const f32,
+        lda: usize,
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        alpha: f32,
+        beta: f32,
+        bias: *const f32,
+    ) {
+        // SAFETY: forwarded contract (CPU has the kernel's features, pointers valid).
+        unsafe { kernel_avx512_12x32::<true>(kc, a, lda, b, c, ldc, alpha, beta, bias) }
     }
 }
 
@@ -221,7 +258,24 @@ impl MicroKernel for Avx512x8 {
         bias: *const f32,
     ) {
         // SAFETY: forwarded contract (CPU has AVX-512F, pointers valid).
-        unsafe { kernel_avx512_8x32(kc, a, b, c, ldc, alpha, beta, bias) }
+        unsafe { kernel_avx512_8x32::<false>(kc, a, 0, b, c, ldc, alpha, beta, bias) }
+    }
+
+    const DIRECT_A: bool = true;
+
+    unsafe fn run_direct(
+        kc: usize,
+        a: *const f32,
+        lda: usize,
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        alpha: f32,
+        beta: f32,
+        bias: *const f32,
+    ) {
+        // SAFETY: forwarded contract (CPU has the kernel's features, pointers valid).
+        unsafe { kernel_avx512_8x32::<true>(kc, a, lda, b, c, ldc, alpha, beta, bias) }
     }
 }
 
