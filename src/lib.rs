@@ -25,12 +25,13 @@ use std::sync::Arc;
 /// `npurt info`'s feature report: the one place outside backend-cpu that names its items.
 pub use backend_cpu as cpu;
 pub use runtime::op as runtime_op;
-pub use runtime::{Backend, KernelInfo};
 pub use runtime::{
-    Block, BlockKind, DType, DeviceInfo, Element, Error, Event, ExecReport, GeluApprox, HwMapping, Layout, MemoryInfo,
-    Op, OpKind, Optimizations, PoolConfig, PoolStats, Precision, Result, ReuseStrategy, RuntimeConfig, Scheduling,
-    Shape, Stream, StreamScope, Task, Tensor, TensorMeta, Tier, Unit, UnitClass, Utilisation, bf16, f16, ndarray,
+    AttentionLayout, Block, BlockKind, DType, DeviceInfo, Element, Error, Event, ExecReport, GeluApprox, HwMapping,
+    Layout, MemoryInfo, Op, OpKind, Optimizations, PoolConfig, PoolStats, Precision, Result, ReuseStrategy,
+    RuntimeConfig, Scheduling, Shape, Stream, StreamScope, Task, Tensor, TensorMeta, Tier, Unit, UnitClass,
+    Utilisation, bf16, f16, ndarray,
 };
+pub use runtime::{Backend, KernelInfo};
 
 /// Backends compiled into this build, in fallback order.
 pub fn compiled_backends() -> Vec<&'static str> {

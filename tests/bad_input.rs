@@ -49,15 +49,15 @@ fn invalid_calls() -> Vec<(Op, Vec<(DType, Vec<usize>)>)> {
         (Op::Scale { factor: f32::NAN }, vec![(F32, vec![2])]),
         (Op::Copy, vec![(F32, vec![2]), (F32, vec![2])]),
         (
-            Op::Attention { scale: None },
+            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd },
             vec![(F32, vec![1, 2, 3, 4]), (F32, vec![1, 2, 3, 5]), (F32, vec![1, 2, 3, 4])],
         ),
         (
-            Op::Attention { scale: None },
+            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd },
             vec![(F32, vec![1, 2, 3, 4]), (F32, vec![1, 2, 3, 4]), (F32, vec![1, 2, 3, 4]), (I64, vec![1, 1, 1, 3])],
         ),
         (
-            Op::Attention { scale: None },
+            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd },
             vec![(F32, vec![1, 2, 3, 4]), (F32, vec![1, 2, 5, 4]), (F32, vec![1, 2, 5, 4]), (U8, vec![1, 1, 1, 4])],
         ),
         (Op::BiasGelu(GeluApprox::Tanh), vec![(F32, vec![2, 4]), (F32, vec![2])]),
@@ -236,7 +236,7 @@ fn inferred_shapes_whose_size_overflows_are_invalid() {
         (Op::Linear, vec![m(F32, &[1 << 40, 1]), m(F32, &[1 << 40, 1])], "output 0"),
         (Op::Gather { axis: 0 }, vec![m(F32, &[4, 1 << 30]), m(I64, &[1 << 40])], "output 0"),
         (
-            Op::Attention { scale: None },
+            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd },
             vec![m(F32, &[1, 1, 1 << 33, 1]), m(F32, &[1, 1, 1 << 33, 1]), m(F32, &[1, 1, 1 << 33, 1])],
             "scores",
         ),
@@ -260,8 +260,12 @@ fn inferred_shapes_whose_size_overflows_are_invalid() {
     let huge = m(F32, &[2, 1 << 63]);
     assert_eq!(Op::Add.bytes(&[huge.clone(), huge.clone()], &[huge.clone()]), u64::MAX);
     let q = m(F32, &[1 << 20, 1 << 20, 1 << 20, 1 << 20]);
-    assert_eq!(Op::Attention { scale: None }.flops(&[q.clone(), q.clone(), q.clone()], &[q]), u64::MAX);
-    assert_eq!(Op::Attention { scale: None }.flops(&[], &[]), 0);
+    assert_eq!(
+        Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd }
+            .flops(&[q.clone(), q.clone(), q.clone()], &[q]),
+        u64::MAX
+    );
+    assert_eq!(Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd }.flops(&[], &[]), 0);
 }
 
 #[test]

@@ -103,7 +103,7 @@ on_every_backend!(extreme_inputs_give_the_documented_answers_on_every_tier, |b: 
         ),
         (
             "attention of a fully masked row is 0",
-            Op::Attention { scale: None },
+            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd },
             vec![
                 f(&[1, 1, 1, 2], &[1.0, 2.0]),
                 f(&[1, 1, 2, 2], &[1.0; 4]),

@@ -78,6 +78,16 @@ on_every_backend!(tiny_bert_graph_equals_eager, |b| {
             assert_eq!(f.attention, cfg.num_hidden_layers, "{f:?}");
             assert_eq!(f.add_layer_norm, 2 * cfg.num_hidden_layers, "{f:?}");
             assert_eq!(f.bias_gelu, cfg.num_hidden_layers, "{f:?}");
+            // The head split/merge permutes fold into the tokens-first layout where the
+            // device runs it on its Attention kernel (the CPU does; CUDA and the aclnn
+            // compositions keep the permutes), and all of them or none.
+            let permutes = cg.graph().nodes.iter().filter(|n| matches!(n.op, Op::Permute { .. })).count();
+            let layers = cfg.num_hidden_layers;
+            assert!(f.attention_permutes_folded == 0 || f.attention_permutes_folded == layers, "{f:?}");
+            assert_eq!(permutes, 4 * (layers - f.attention_permutes_folded), "{f:?}");
+            if b.name() == "cpu" {
+                assert_eq!(f.attention_permutes_folded, layers, "{f:?}");
+            }
         }
         if parallel && strategy == ScheduleStrategy::Latency {
             assert!(cg.schedule().streams > 1, "Q/K/V projections are independent");

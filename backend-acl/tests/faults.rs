@@ -113,7 +113,10 @@ fn workload(tk: &std::path::Path) -> Result<Vec<f32>, String> {
     let q = rt.from_slice(&h(&[1., 0., 0., 1.]), [1, 1, 2, 2], 0).map_err(e)?;
     let v = rt.from_slice(&h(&[1., 2., 3., 4.]), [1, 1, 2, 2], 0).map_err(e)?;
     let mask = rt.from_slice(&h(&[0., 0., f32::NEG_INFINITY, f32::NEG_INFINITY]), [1, 1, 2, 2], 0).map_err(e)?;
-    let att = rt.run(&Op::Attention { scale: None }, &[&q, &q, &v, &mask]).map_err(e)?.remove(0);
+    let att = rt
+        .run(&Op::Attention { scale: None, layout: runtime::AttentionLayout::Bnsd }, &[&q, &q, &v, &mask])
+        .map_err(e)?
+        .remove(0);
     let mut all = Vec::new();
     for t in [&out, &att] {
         let c = rt.run(&Op::Cast { to: DType::F32 }, &[t]).map_err(e)?.remove(0);

@@ -254,7 +254,7 @@ impl Device {
                         _ => self.per_row(st, tier, dt, Kern::Reduce, &p, p.n, BLOCK, 0, &ptrs),
                     }
                 }
-                Op::Attention { scale } => {
+                Op::Attention { scale, .. } => {
                     let mask = ins.get(3).map(|m| (m.layout.dims(), m.dtype == DType::U8));
                     let p = plan::attention(dims(0), dims(1), dims(2), mask, *scale);
                     let ptrs = [a(0), a(1), a(2), a(3), o];

@@ -242,7 +242,14 @@ fn support_predicates_decline_what_kernels_cannot_do() {
     let k = m(DType::F32, &[1, 1, 20000, 64]);
     let o = [m(DType::F32, &[1, 1, 4, 64])];
     let ins = [q.clone(), k.clone(), k];
-    assert!((at.supports)(&KernelQuery { op: &Op::Attention { scale: None }, inputs: &ins, outputs: &o }).is_err());
+    assert!(
+        (at.supports)(&KernelQuery {
+            op: &Op::Attention { scale: None, layout: runtime::AttentionLayout::Bnsd },
+            inputs: &ins,
+            outputs: &o
+        })
+        .is_err()
+    );
 }
 
 #[test]

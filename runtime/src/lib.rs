@@ -35,7 +35,7 @@ pub use dtype::{DType, Element};
 pub use error::{Error, Message, Operand, Result, Source};
 pub use graph::{CompileOptions, CompiledGraph, Graph, HostBytes, HostTensor};
 pub use kernel::{HwMapping, KernelError, KernelInfo, KernelQuery, KernelResult, KernelTable, Tier, Unit, UnitClass};
-pub use op::{GeluApprox, Op, OpKind, TensorMeta};
+pub use op::{AttentionLayout, GeluApprox, Op, OpKind, TensorMeta};
 pub use pool::{Block, BlockKind, Pool, PoolStats};
 pub use report::{ExecReport, Utilisation};
 pub use runtime::{MemoryInfo, Runtime, Task};

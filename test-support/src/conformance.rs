@@ -6,7 +6,8 @@
 //! Written once; each backend's tests call [`run`] with their backend.
 
 use runtime::{
-    Backend, DType, Element, Error, GeluApprox, Op, Result, Runtime, RuntimeConfig, Tensor, Tier, bf16, f16,
+    AttentionLayout, Backend, DType, Element, Error, GeluApprox, Op, Result, Runtime, RuntimeConfig, Tensor, Tier,
+    bf16, f16,
 };
 use std::sync::Arc;
 
@@ -196,7 +197,7 @@ pub fn cases(dtype: DType, seed: u64) -> Vec<Case> {
             let k = vec![b, h, t, d];
             add(
                 &mut out,
-                Op::Attention { scale: None },
+                Op::Attention { scale: None, layout: AttentionLayout::Bnsd },
                 vec![(f, q.clone(), ""), (f, k.clone(), ""), (f, k.clone(), "")],
                 t * d,
                 &mut rng,
@@ -206,7 +207,7 @@ pub fn cases(dtype: DType, seed: u64) -> Vec<Case> {
                 mask_vals[0] = 1.0;
             }
             out.push(Case {
-                op: Op::Attention { scale: Some(0.3) },
+                op: Op::Attention { scale: Some(0.3), layout: AttentionLayout::Bnsd },
                 inputs: vec![
                     (f, q.clone(), values(&mut rng, f, &q, "")),
                     (f, k.clone(), values(&mut rng, f, &k, "")),
@@ -217,8 +218,20 @@ pub fn cases(dtype: DType, seed: u64) -> Vec<Case> {
             });
             add(
                 &mut out,
-                Op::Attention { scale: None },
+                Op::Attention { scale: None, layout: AttentionLayout::Bnsd },
                 vec![(f, q.clone(), ""), (f, k.clone(), ""), (f, k.clone(), ""), (f, vec![s, t], "")],
+                t * d,
+                &mut rng,
+            );
+        }
+        // Tokens first ([B, S, H, D]: no head split/merge permutes), with a float mask.
+        for &(b, h, s, t, d) in &[(2, 3, 5, 7, 4), (1, 4, 17, 17, 8)] {
+            let q = vec![b, s, h, d];
+            let k = vec![b, t, h, d];
+            add(
+                &mut out,
+                Op::Attention { scale: Some(0.4), layout: AttentionLayout::Bsnd },
+                vec![(f, q.clone(), ""), (f, k.clone(), ""), (f, k.clone(), ""), (f, vec![b, 1, 1, t], "")],
                 t * d,
                 &mut rng,
             );
@@ -430,7 +443,7 @@ pub fn extreme_cases(dtype: DType) -> Vec<Case> {
             (f, vec![1, 1, 3, 2], v.to_vec()),
             (m.0, vec![1, 1, 4, 3], m.1),
         ];
-        fixed(Op::Attention { scale }, ins, 6)
+        fixed(Op::Attention { scale, layout: AttentionLayout::Bnsd }, ins, 6)
     };
     out.push(att(&q, &k, &v, (f, fmask.clone()), None));
     let mut v_inf = v.clone();

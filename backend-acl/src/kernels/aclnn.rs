@@ -1057,13 +1057,13 @@ fn compose(c: &mut Call, how: Mapping, args: &LaunchArgs) -> BResult<()> {
             add_sub(c, false, x, &ins[1], &tmp)?;
             layer_norm(c, &tmp, &ins[2], &ins[3], *eps, &out)
         }
-        Op::Attention { scale } if how.flash => {
+        Op::Attention { scale, .. } if how.flash => {
             let d = *x.dims.last().unwrap_or(&1);
             let scale = scale.unwrap_or(1.0 / (d.max(1) as f32).sqrt());
             let parts = Attention { q: x, k: &ins[1], v: &ins[2], mask: ins.get(3), scale };
             flash_attention(c, &parts, &out)
         }
-        Op::Attention { scale } => {
+        Op::Attention { scale, .. } => {
             let d = *x.dims.last().unwrap_or(&1);
             let scale = scale.unwrap_or(1.0 / (d.max(1) as f32).sqrt());
             let (b, h, s, t) = (x.dims[0], x.dims[1], x.dims[2], ins[1].dims[2]);

@@ -151,6 +151,11 @@ fn check(q: &KernelQuery<'_>, p: Policy) -> Result<(), String> {
                  unless NPURT_ACL_FP32_MATMUL=exact"
                 .into())
         }
+        Op::Attention { layout: runtime::AttentionLayout::Bsnd, .. } => {
+            Err("layout bsnd: the aclnn compositions take [B, N, S, D] operands; the graph fusion keeps the head \
+                 permutes on this device"
+                .into())
+        }
         Op::Attention { .. } if q.inputs.get(3).is_some_and(|m| m.dtype == DType::U8) => {
             Err("u8 (keep/drop) masks have no aclnn composition; an additive float mask has".into())
         }

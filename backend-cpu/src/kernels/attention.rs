@@ -6,6 +6,10 @@
 //! consumed by the second GEMM. The full `s × t` score matrix is never materialised, and
 //! the blocks of all heads are the units of parallel work.
 //!
+//! In the tokens-first layout ([`AttentionLayout::Bsnd`]) a head's q, k and v rows are
+//! read in place at the row stride `H·D`, and each block's output rows are copied to
+//! theirs: no head split or merge permute around the op.
+//!
 //! Extreme rows, as the other tiers compute them: a row whose scores hold a NaN or +inf
 //! gives NaN; a row whose every score is -inf (all keys masked out) gives 0, whatever V
 //! holds. A u8 mask adds -inf where it is 0 (so a masked NaN score stays NaN).
@@ -14,7 +18,7 @@ use super::blas;
 use super::common::*;
 use super::simd_math::softmax_in_place;
 use rayon::prelude::*;
-use runtime::DType;
+use runtime::{AttentionLayout, DType};
 
 /// Query rows per block: large enough to amortise packing K and V, small enough that
 /// the block's scores stay in L2.
@@ -37,11 +41,41 @@ impl Mask<'_> {
     }
 }
 
-pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, ctx: &Ctx) -> KResult {
+/// The output of a tokens-first ([`AttentionLayout::Bsnd`]) attention, written row by row
+/// from the jobs of the blocks.
+#[derive(Clone, Copy)]
+struct RowsOut {
+    ptr: *mut f32,
+    len: usize,
+}
+
+// SAFETY: the jobs write through the pointer only (`RowsOut::put`), each to the output
+// rows of its own (batch, head, query rows) block, which no other job writes; the buffer
+// outlives the jobs (they are joined before `attention` returns).
+unsafe impl Send for RowsOut {}
+// SAFETY: as for `Send`: sharing `&RowsOut` shares only the address.
+unsafe impl Sync for RowsOut {}
+
+impl RowsOut {
+    /// Copies `row` to elements `at..at + row.len()`; panics outside the buffer.
+    fn put(self, at: usize, row: &[f32]) {
+        assert!(at + row.len() <= self.len, "attention output row outside the output");
+        // SAFETY: in bounds (asserted); only this block's job writes these elements, and
+        // no reference to them is live (see the `Send` impl).
+        unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), self.ptr.add(at), row.len()) }
+    }
+}
+
+pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, layout: AttentionLayout, ctx: &Ctx) -> KResult {
     let isa = ctx.features.isa;
     let (q, k, v) = (load_f32(&ins[0])?, load_f32(&ins[1])?, load_f32(&ins[2])?);
-    let (bsz, h, s, d) = (ins[0].dims[0], ins[0].dims[1], ins[0].dims[2], ins[0].dims[3]);
-    let (t, dv) = (ins[1].dims[2], ins[2].dims[3]);
+    let [bsz, h, s, d] = layout.bhsd(ins[0].dims);
+    let ([_, _, t, _], [_, _, _, dv]) = (layout.bhsd(ins[1].dims), layout.bhsd(ins[2].dims));
+    // Element strides of (batch, head, row) in each operand: the operands of a head are
+    // strided rows in the tokens-first layout.
+    let (sq, sk) = (layout.strides([bsz, h, s, d]), layout.strides([bsz, h, t, d]));
+    let (sv, so) = (layout.strides([bsz, h, t, dv]), layout.strides([bsz, h, s, dv]));
+    let span = |rows: usize, stride: usize, width: usize| if rows == 0 { 0 } else { (rows - 1) * stride + width };
     let scale = scale.unwrap_or(1.0 / (d as f32).sqrt());
     // The GEMM skips its product for alpha = 0; `0 * score` keeps a non-finite score NaN.
     let (alpha, post) = if scale == 0.0 { (1.0, Some(0.0f32)) } else { (scale, None) };
@@ -78,11 +112,12 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, ctx: &Ctx) -> KR
             let (bi, hh) = (bh / h, bh % h);
             let i0 = blk * ROWS;
             let rows = ob.len() / dv;
-            let qb = &q[(bh * s + i0) * d..(bh * s + i0 + rows) * d];
-            let kh = &k[bh * t * d..(bh + 1) * t * d];
-            let vh = &v[bh * t * dv..(bh + 1) * t * dv];
+            let at = |st: [usize; 4], i: usize| bi * st[0] + hh * st[1] + i * st[2];
+            let qb = &q[at(sq, i0)..][..span(rows, sq[2], d)];
+            let kh = &k[at(sk, 0)..][..span(t, sk[2], d)];
+            let vh = &v[at(sv, 0)..][..span(t, sv[2], dv)];
             scores.resize(rows * t, 0.0);
-            blas::sgemm(isa, rows, t, d, alpha, qb, d, 1, kh, 1, d, false, scores, t, 1)?;
+            blas::sgemm(isa, rows, t, d, alpha, qb, sq[2], 1, kh, 1, sk[2], false, scores, t, 1)?;
             let mut masked = [false; ROWS];
             for (r, row) in scores.chunks_mut(t).enumerate() {
                 if let Some(f) = post {
@@ -91,7 +126,7 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, ctx: &Ctx) -> KR
                 let m = mask.map(|m| m.row(bi, hh, i0 + r, t));
                 masked[r] = softmax_in_place(isa, row, m);
             }
-            blas::sgemm(isa, rows, dv, t, 1.0, scores, t, 1, vh, dv, 1, false, ob, dv, 1)?;
+            blas::sgemm(isa, rows, dv, t, 1.0, scores, t, 1, vh, sv[2], 1, false, ob, dv, 1)?;
             for (r, out_row) in ob.chunks_mut(dv).enumerate() {
                 if masked[r] {
                     out_row.fill(0.0);
@@ -99,6 +134,30 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, ctx: &Ctx) -> KR
             }
             Ok(())
         };
+        if layout == AttentionLayout::Bsnd {
+            // A head's output rows are strided: each block computes into its own buffer
+            // and copies the rows out.
+            let dst = RowsOut { ptr: o.as_mut_ptr(), len: o.len() };
+            let blocks = s.div_ceil(ROWS);
+            let run = |job: usize, bufs: &mut (Vec<f32>, Vec<f32>)| -> KResult {
+                let (bh, blk) = (job / blocks, job % blocks);
+                let rows = ROWS.min(s - blk * ROWS);
+                let (ob, scores) = bufs;
+                ob.resize(rows * dv, 0.0);
+                block(bh, blk, ob, scores)?;
+                for (r, row) in ob.chunks(dv).enumerate() {
+                    dst.put((bh / h) * so[0] + (bh % h) * so[1] + (blk * ROWS + r) * so[2], row);
+                }
+                Ok(())
+            };
+            let jobs = bsz * h * blocks;
+            return if ctx.threads > 1 && jobs > 1 {
+                (0..jobs).into_par_iter().try_for_each_init(Default::default, |bufs, job| run(job, bufs))
+            } else {
+                let mut bufs = Default::default();
+                (0..jobs).try_for_each(|job| run(job, &mut bufs))
+            };
+        }
         if ctx.threads > 1 && (bsz * h > 1 || s > ROWS) {
             o.par_chunks_mut(s * dv).enumerate().try_for_each(|(bh, oh)| {
                 oh.par_chunks_mut(ROWS * dv)

@@ -335,7 +335,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
                 Ok(())
             })
         }
-        Op::Attention { scale } => super::attention::attention(ins, &mut outs[0], *scale, ctx),
+        Op::Attention { scale, layout } => super::attention::attention(ins, &mut outs[0], *scale, *layout, ctx),
     }
 }
 

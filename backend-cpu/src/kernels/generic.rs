@@ -4,7 +4,7 @@
 
 use super::common::*;
 use ndarray::{Array2, ArrayD, ArrayView2, Axis, IxDyn, Zip};
-use runtime::{DType, GeluApprox, Op};
+use runtime::{AttentionLayout, DType, GeluApprox, Op};
 
 fn arr(x: &In) -> Result<ArrayD<f32>, KernelError> {
     let v = load_f32(x)?.into_owned();
@@ -191,10 +191,15 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             let v: Vec<f64> = x.iter().copied().collect();
             store_f64(&mut outs[0], &v)
         }
-        Op::Attention { scale } => {
-            let (q, k, v) = (arr(&ins[0])?, arr(&ins[1])?, arr(&ins[2])?);
-            let (bsz, h, s, d) = (ins[0].dims[0], ins[0].dims[1], ins[0].dims[2], ins[0].dims[3]);
-            let (t, dv) = (ins[1].dims[2], ins[2].dims[3]);
+        Op::Attention { scale, layout } => {
+            // Computed in [B, H, S, D]: tokens-first operands are transposed in and out.
+            let swap = *layout == AttentionLayout::Bsnd;
+            let bnsd = |x: ArrayD<f32>| {
+                if swap { x.permuted_axes(vec![0, 2, 1, 3]).as_standard_layout().into_owned() } else { x }
+            };
+            let (q, k, v) = (bnsd(arr(&ins[0])?), bnsd(arr(&ins[1])?), bnsd(arr(&ins[2])?));
+            let [bsz, h, s, d] = layout.bhsd(ins[0].dims);
+            let ([_, _, t, _], [_, _, _, dv]) = (layout.bhsd(ins[1].dims), layout.bhsd(ins[2].dims));
             let scale = scale.unwrap_or(1.0 / (d as f32).sqrt());
             let sd = IxDyn(&[bsz, h, s, t]);
             let mask = match ins.get(3) {
@@ -243,6 +248,10 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
                     y.row_mut(i).fill(0.0);
                 }
                 out.extend(y.iter().copied());
+            }
+            if swap {
+                let o = ArrayD::from_shape_vec(IxDyn(&[bsz, h, s, dv]), out)?.permuted_axes(vec![0, 2, 1, 3]);
+                return put(&mut outs[0], o);
             }
             store_f32(&mut outs[0], &out)
         }

@@ -39,10 +39,13 @@ fn is_matrix(kind: OpKind) -> bool {
 /// Fast-tier attention materialises one block of scores (`attention::ROWS` query rows)
 /// per thread.
 fn fast_attention(q: &KernelQuery<'_>) -> Result<(), String> {
-    let s = &q.inputs[0].shape;
-    let t = &q.inputs[1].shape;
-    let rows = s.dims().get(2).copied().unwrap_or(0).min(attention::ROWS);
-    let scores = rows.saturating_mul(t.dims().get(2).copied().unwrap_or(0));
+    let runtime::Op::Attention { layout, .. } = q.op else { return Err("not an Attention".into()) };
+    let (s, t) = (q.inputs[0].shape.dims(), q.inputs[1].shape.dims());
+    if s.len() != 4 || t.len() != 4 {
+        return Err("q and k must have 4 dims".into());
+    }
+    let rows = layout.bhsd(s)[2].min(attention::ROWS);
+    let scores = rows.saturating_mul(layout.bhsd(t)[2]);
     if scores > 1 << 26 {
         return Err(format!("score matrix of {scores} elements per head is too large"));
     }

@@ -52,7 +52,20 @@ fn last_axis_softmax(q: &KernelQuery<'_>) -> Result<(), String> {
     }
 }
 
+/// The CUDA attention kernels index q, k, v and the output as `[B, H, S, D]`; the graph
+/// fusion keeps the head permutes on this device (it folds them only where the kernel
+/// takes the tokens-first layout).
+fn heads_first(q: &KernelQuery<'_>) -> Result<(), String> {
+    match q.op {
+        runtime::Op::Attention { layout: runtime::AttentionLayout::Bsnd, .. } => {
+            Err("layout bsnd: the CUDA attention kernels take [B, H, S, D] (bnsd) operands only".into())
+        }
+        _ => Ok(()),
+    }
+}
+
 fn fused_attention(q: &KernelQuery<'_>) -> Result<(), String> {
+    heads_first(q)?;
     let (qs, ks) = (&q.inputs[0].shape, &q.inputs[1].shape);
     let need = (qs.dims()[3] + ks.dims()[2]) * 4;
     if need > ATTENTION_SMEM_LIMIT {
@@ -178,7 +191,7 @@ fn build(blas: bool, tf32: bool) -> KernelTable<Impl> {
             OpKind::Attention => {
                 let f = Impl::Nvrtc(HighPerformance);
                 t.add(kind, HighPerformance, unit_of(kind, f), "fused-block-per-query", fused_attention, f);
-                t.add(kind, Reference, unit_of(kind, r), "thread-per-element", any, r);
+                t.add(kind, Reference, unit_of(kind, r), "thread-per-element", heads_first, r);
             }
             OpKind::Copy => {
                 t.add(kind, HighPerformance, CUDA_CORES, "memcpy", any, Impl::Memcpy);

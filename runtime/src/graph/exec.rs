@@ -165,7 +165,9 @@ impl CompiledGraph {
             });
         }
         let (mut graph, fusion) = if options.fuse {
-            let fused = fusion::fuse(&graph)?;
+            let kernel_of =
+                |op: &crate::op::Op, ins: &[TensorMeta]| rt.select_kernel(op, ins).ok().map(|k| k.name.to_string());
+            let fused = fusion::fuse(&graph, &kernel_of)?;
             drop(graph);
             fused
         } else {

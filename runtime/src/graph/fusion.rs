@@ -1,7 +1,10 @@
 //! Fusion: rewrites op patterns to the fused ops of the table.
 //!
 //! * `Softmax(Add(Scale(MatMul(q, k, trans_b)), mask)) @ v` (or without the mask) →
-//!   `Attention(q, k, v[, mask])`
+//!   `Attention(q, k, v[, mask])`; where q, k and v come out of head-split permutes
+//!   (`[B, S, H, D]` → `[B, H, S, D]`) and the result goes into the head-merge permute,
+//!   the permutes are folded into the op's [`AttentionLayout::Bsnd`] layout, if the
+//!   device runs that on the same kernel as the unfolded op
 //! * `Gelu(Add(x, bias))` and `Gelu(Linear(x, w, bias))` → `BiasGelu` (after a bias-free
 //!   `Linear`)
 //! * `LayerNorm(Add(x, residual))` → `AddLayerNorm`
@@ -11,8 +14,11 @@
 
 use super::ir::{Graph, NodeId, ValueId, ValueKind};
 use crate::error::Result;
-use crate::op::Op;
+use crate::op::{AttentionLayout, Op, TensorMeta};
 use std::collections::HashMap;
+
+/// The name of the kernel the device would run `op` on with these inputs, if any.
+pub type KernelOf<'a> = &'a dyn Fn(&Op, &[TensorMeta]) -> Option<String>;
 
 /// What one fusion replaces.
 struct Group {
@@ -21,6 +27,9 @@ struct Group {
     /// The replacement nodes, emitted at the root's position: (name, op, inputs); the last
     /// one produces the root's output.
     emit: Vec<(String, Op, Vec<Src>)>,
+    /// The value the last emitted node stands for, when not the root's output (a later
+    /// absorbed node's).
+    stands_for: Option<ValueId>,
 }
 
 /// An input of an emitted node: an old value, or the output of an earlier emitted node.
@@ -34,11 +43,13 @@ enum Src {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FusionStats {
     pub attention: usize,
+    /// Attentions whose head split and merge permutes were folded into their layout.
+    pub attention_permutes_folded: usize,
     pub bias_gelu: usize,
     pub add_layer_norm: usize,
 }
 
-pub fn fuse(g: &Graph) -> Result<(Graph, FusionStats)> {
+pub fn fuse(g: &Graph, kernel_of: KernelOf<'_>) -> Result<(Graph, FusionStats)> {
     let consumers = g.consumers();
     let is_output = |v: ValueId| g.outputs.contains(&v);
     // The single-consumer producer node of a value, if fusing through it is allowed.
@@ -101,6 +112,17 @@ pub fn fuse(g: &Graph) -> Result<(Graph, FusionStats)> {
                 if absorbed.iter().any(|&a| taken[a]) {
                     continue;
                 }
+                let unfolded = Op::Attention { scale: Some(scale), layout: AttentionLayout::Bnsd };
+                let folded = fold_head_permutes(g, &sole, &consumers, i, qk, [q, k, v], mask, &unfolded, kernel_of)
+                    .filter(|f| !f.absorbed.iter().any(|&a| taken[a]));
+                let (op, [q, k, v], stands_for) = match &folded {
+                    Some(f) => {
+                        absorbed.extend(&f.absorbed);
+                        stats.attention_permutes_folded += 1;
+                        (Op::Attention { scale: Some(scale), layout: AttentionLayout::Bsnd }, f.qkv, Some(f.output))
+                    }
+                    None => (unfolded, [q, k, v], None),
+                };
                 let mut ins = vec![Src::Old(q), Src::Old(k), Src::Old(v)];
                 if let Some(m) = mask {
                     ins.push(Src::Old(m));
@@ -110,10 +132,7 @@ pub fn fuse(g: &Graph) -> Result<(Graph, FusionStats)> {
                 }
                 taken[i] = true;
                 stats.attention += 1;
-                groups.insert(
-                    i,
-                    Group { absorbed, emit: vec![(n.name.clone(), Op::Attention { scale: Some(scale) }, ins)] },
-                );
+                groups.insert(i, Group { absorbed, emit: vec![(n.name.clone(), op, ins)], stands_for });
             }
             Op::Gelu(approx) => {
                 let Some(p) = sole(n.inputs[0], i) else { continue };
@@ -139,6 +158,7 @@ pub fn fuse(g: &Graph) -> Result<(Graph, FusionStats)> {
                                     Op::BiasGelu(*approx),
                                     vec![Src::Old(pn.inputs[0]), Src::Old(pn.inputs[1])],
                                 )],
+                                stands_for: None,
                             },
                         );
                     }
@@ -158,6 +178,7 @@ pub fn fuse(g: &Graph) -> Result<(Graph, FusionStats)> {
                                         vec![Src::Emitted(0), Src::Old(pn.inputs[2])],
                                     ),
                                 ],
+                                stands_for: None,
                             },
                         );
                     }
@@ -185,6 +206,7 @@ pub fn fuse(g: &Graph) -> Result<(Graph, FusionStats)> {
                             Op::AddLayerNorm { eps: *eps },
                             vec![Src::Old(a), Src::Old(b), Src::Old(n.inputs[1]), Src::Old(n.inputs[2])],
                         )],
+                        stands_for: None,
                     },
                 );
             }
@@ -228,7 +250,7 @@ pub fn fuse(g: &Graph) -> Result<(Graph, FusionStats)> {
                 emitted.push(out.op(name, op.clone(), &ins)?);
             }
             if let Some(last) = emitted.last() {
-                map.insert(n.outputs[0], *last);
+                map.insert(gr.stands_for.unwrap_or(n.outputs[0]), *last);
             }
             continue;
         }
@@ -243,4 +265,53 @@ pub fn fuse(g: &Graph) -> Result<(Graph, FusionStats)> {
     }
     out.validate()?;
     Ok((out, stats))
+}
+
+/// What folding an Attention's head permutes absorbs and reads instead.
+struct Folded {
+    /// The split permutes of q, k and v and the merge permute of the result.
+    absorbed: [usize; 4],
+    /// q, k and v before their split permutes (`[B, S, H, D]`).
+    qkv: [ValueId; 3],
+    /// The merge permute's output, which the folded op produces.
+    output: ValueId,
+}
+
+/// The head permutes around the Attention rooted at `root` (`probs @ v`, with `qk` the
+/// `q · kᵀ` node): q, k and v each the only output of a `[0, 2, 1, 3]` permute read by the
+/// attention alone, and the result read only by such a permute. `None` where any is
+/// missing, or where the device would not run the folded op on the kernel it picks for
+/// `unfolded`.
+#[allow(clippy::too_many_arguments)]
+fn fold_head_permutes(
+    g: &Graph,
+    sole: &dyn Fn(ValueId, usize) -> Option<usize>,
+    consumers: &[Vec<NodeId>],
+    root: usize,
+    qk: usize,
+    [q, k, v]: [ValueId; 3],
+    mask: Option<ValueId>,
+    unfolded: &Op,
+    kernel_of: KernelOf<'_>,
+) -> Option<Folded> {
+    let head_swap = |node: usize| g.nodes[node].op == (Op::Permute { perm: vec![0, 2, 1, 3] });
+    let split = |x: ValueId, by: usize| sole(x, by).filter(|&p| head_swap(p));
+    let (pq, pk, pv) = (split(q, qk)?, split(k, qk)?, split(v, root)?);
+    let out = g.nodes[root].outputs[0];
+    let [NodeId(merge)] = consumers[out.0][..] else { return None };
+    if !head_swap(merge) || g.outputs.contains(&out) || g.outputs.contains(&g.nodes[merge].outputs[0]) {
+        return None;
+    }
+    let qkv = [g.nodes[pq].inputs[0], g.nodes[pk].inputs[0], g.nodes[pv].inputs[0]];
+    let metas = |ins: [ValueId; 3]| -> Vec<TensorMeta> {
+        ins.iter().chain(mask.as_ref()).map(|x| g.meta(*x).clone()).collect()
+    };
+    let Op::Attention { scale, .. } = unfolded else { return None };
+    let folded = Op::Attention { scale: *scale, layout: AttentionLayout::Bsnd };
+    let same = kernel_of(unfolded, &metas([q, k, v]))?;
+    (kernel_of(&folded, &metas(qkv))? == same).then_some(Folded {
+        absorbed: [pq, pk, pv, merge],
+        qkv,
+        output: g.nodes[merge].outputs[0],
+    })
 }

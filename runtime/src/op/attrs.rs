@@ -1,6 +1,6 @@
 //! Building an op from its kind and `key=value` attributes.
 
-use super::table::{GeluApprox, Op, OpKind};
+use super::table::{AttentionLayout, GeluApprox, Op, OpKind};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 /// | Cast | `to` (f32) |
 /// | ReduceSum, ReduceMean | `axes` (comma list; empty = all), `keepdims` (true, as ONNX) |
 /// | Scale | `factor` (1) |
-/// | Attention | `scale` (1/sqrt(D)) |
+/// | Attention | `scale` (1/sqrt(D)), `layout` = `bnsd` \| `bsnd` (bnsd) |
 pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize) -> Result<Op> {
     let op = kind.name();
     let mut used = vec![false; attrs.len()];
@@ -113,6 +113,11 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
             scale: match get("scale") {
                 Some(v) => Some(parse(op, "scale", Some(v), 1.0)?),
                 None => None,
+            },
+            layout: match get("layout") {
+                Some(v) => AttentionLayout::parse(&v)
+                    .ok_or_else(|| Error::invalid(op, format!("attribute layout={v:?} is not bnsd or bsnd")))?,
+                None => AttentionLayout::Bnsd,
             },
         },
     };

@@ -30,14 +30,14 @@ impl Op {
             Op::Softmax { .. } => p(&[5, on]),
             Op::AddLayerNorm { .. } => p(&[9, on]),
             Op::ReduceSum { .. } | Op::ReduceMean { .. } => inputs.first().map_or(0, |t| t.shape.numel() as u64),
-            Op::Attention { .. } => {
+            Op::Attention { layout, .. } => {
                 let (Some(q), Some(k)) = (inputs.first().map(|t| &t.shape), inputs.get(1).map(|t| &t.shape)) else {
                     return 0;
                 };
                 if q.rank() != 4 || k.rank() != 4 {
                     return 0;
                 }
-                let (b, h, s, d, t) = (q.0[0], q.0[1], q.0[2], q.0[3], k.0[2]);
+                let ([b, h, s, d], [_, _, t, _]) = (layout.bhsd(&q.0), layout.bhsd(&k.0));
                 let dv = outputs.first().map_or(d, |o| o.shape.last());
                 let scores = p(&[b as u64, h as u64, s as u64, t as u64]);
                 p(&[2, scores, (d as u64).saturating_add(dv as u64)]).saturating_add(p(&[5, scores]))

@@ -1,6 +1,6 @@
 //! Validation and shape inference of each op.
 
-use super::table::{Op, OpKind, TensorMeta, arity, operand_name};
+use super::table::{AttentionLayout, Op, OpKind, TensorMeta, arity, operand_name};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::shape::Shape;
@@ -237,19 +237,32 @@ impl Op {
                 out(x.dtype, Shape(s))
             }
             Op::Copy => out(x.dtype, x.shape.clone()),
-            Op::Attention { scale } => {
+            Op::Attention { scale, layout } => {
                 need_float(0)?;
                 same_dtype(0, 1)?;
                 same_dtype(0, 2)?;
                 let (q, k, v) = (&inputs[0].shape, &inputs[1].shape, &inputs[2].shape);
                 if q.rank() != 4 || k.rank() != 4 || v.rank() != 4 {
+                    let axes = match layout {
+                        AttentionLayout::Bnsd => "[B, H, S, D]",
+                        AttentionLayout::Bsnd => "[B, S, H, D]",
+                    };
+                    return Err(Error::invalid(op, format!("q, k, v must be {axes}: q is {q}, k is {k}, v is {v}")));
+                }
+                // Checked as [B, H, S, D] whatever the layout.
+                let (q4, k4, v4) = (layout.bhsd(&q.0), layout.bhsd(&k.0), layout.bhsd(&v.0));
+                let (q, k) = (Shape::from(q4), Shape::from(k4));
+                if q.0[..2] != k.0[..2] || k.0[..3] != v4[..3] || q.0[3] != k.0[3] {
                     return Err(Error::invalid(
                         op,
-                        format!("q, k, v must be [B, H, S, D]: q is {q}, k is {k}, v is {v}"),
+                        format!(
+                            "q, k, v do not agree ({}): q is {}, k is {}, v is {}",
+                            layout.name(),
+                            inputs[0].shape,
+                            inputs[1].shape,
+                            inputs[2].shape
+                        ),
                     ));
-                }
-                if q.0[..2] != k.0[..2] || k.0[..3] != v.0[..3] || q.0[3] != k.0[3] {
-                    return Err(Error::invalid(op, format!("q, k, v do not agree: q is {q}, k is {k}, v is {v}")));
                 }
                 if let Some(s) = scale
                     && !s.is_finite()
@@ -270,7 +283,7 @@ impl Op {
                         ));
                     }
                 }
-                out(x.dtype, Shape::from([q.0[0], q.0[1], q.0[2], v.0[3]]))
+                out(x.dtype, Shape::from(layout.dims([q.0[0], q.0[1], q.0[2], v4[3]])))
             }
             Op::BiasGelu(_) => {
                 need_float(0)?;

@@ -14,6 +14,61 @@ pub enum GeluApprox {
     Tanh,
 }
 
+/// How Attention's q, k, v and output hold their batch (B), head (H), token (S or T)
+/// and feature (D) axes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum AttentionLayout {
+    /// `[B, H, S, D]` (aclnn's BNSD): heads before tokens.
+    #[default]
+    Bnsd,
+    /// `[B, S, H, D]` (aclnn's BSND): tokens before heads, as a projection `[B, S, H·D]`
+    /// is once reshaped, so that no head split or merge permute is needed around the op.
+    Bsnd,
+}
+
+impl AttentionLayout {
+    /// The layout's name as attributes write it: `bnsd` or `bsnd`.
+    pub fn name(self) -> &'static str {
+        match self {
+            AttentionLayout::Bnsd => "bnsd",
+            AttentionLayout::Bsnd => "bsnd",
+        }
+    }
+
+    /// Parses [`AttentionLayout::name`] (case-insensitive).
+    pub fn parse(s: &str) -> Option<AttentionLayout> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "bnsd" => Some(AttentionLayout::Bnsd),
+            "bsnd" => Some(AttentionLayout::Bsnd),
+            _ => None,
+        }
+    }
+
+    /// `[B, H, S, D]` of an operand of 4 dims held in this layout.
+    pub fn bhsd(self, dims: &[usize]) -> [usize; 4] {
+        match self {
+            AttentionLayout::Bnsd => [dims[0], dims[1], dims[2], dims[3]],
+            AttentionLayout::Bsnd => [dims[0], dims[2], dims[1], dims[3]],
+        }
+    }
+
+    /// The dims this layout holds for `[B, H, S, D]` (the inverse of [`Self::bhsd`]).
+    pub fn dims(self, [b, h, s, d]: [usize; 4]) -> [usize; 4] {
+        match self {
+            AttentionLayout::Bnsd => [b, h, s, d],
+            AttentionLayout::Bsnd => [b, s, h, d],
+        }
+    }
+
+    /// Element strides of the B, H, S and D axes of a dense operand of `[B, H, S, D]`.
+    pub fn strides(self, [_, h, s, d]: [usize; 4]) -> [usize; 4] {
+        match self {
+            AttentionLayout::Bnsd => [h * s * d, s * d, d, 1],
+            AttentionLayout::Bsnd => [s * h * d, d, h * d, 1],
+        }
+    }
+}
+
 /// An operator with its attributes.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
@@ -82,9 +137,12 @@ pub enum Op {
     Copy,
     /// Scaled dot-product attention: q `[B, H, S, D]`, k `[B, H, T, D]`, v `[B, H, T, Dv]`,
     /// optional mask broadcastable to `[B, H, S, T]`: u8 (non-zero keeps) or float
-    /// (added to the scores). `scale` defaults to `1/sqrt(D)`.
+    /// (added to the scores). `scale` defaults to `1/sqrt(D)`. With `layout`
+    /// [`AttentionLayout::Bsnd`], q, k, v and the output hold tokens before heads
+    /// (`[B, S, H, D]`); the mask keeps its `[B, H, S, T]` axes.
     Attention {
         scale: Option<f32>,
+        layout: AttentionLayout,
     },
     /// `gelu(x + bias)`, bias `[N]` on the last axis.
     BiasGelu(GeluApprox),

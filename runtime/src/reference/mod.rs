@@ -186,10 +186,15 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> KernelResult {
             }
             store_f64(&mut outs[0], &acc)
         }
-        Op::Attention { scale } => {
+        Op::Attention { scale, layout } => {
             let (q, k, v) = (load_f64(&ins[0])?, load_f64(&ins[1])?, load_f64(&ins[2])?);
-            let (bsz, h, s, d) = (ins[0].dims[0], ins[0].dims[1], ins[0].dims[2], ins[0].dims[3]);
-            let (t, dv) = (ins[1].dims[2], ins[2].dims[3]);
+            let [bsz, h, s, d] = layout.bhsd(ins[0].dims);
+            let ([_, _, t, _], [_, _, _, dv]) = (layout.bhsd(ins[1].dims), layout.bhsd(ins[2].dims));
+            // Element offsets of (batch·heads + head, row) in each operand's layout.
+            let row_at = |st: [usize; 4], bh: usize, i: usize| (bh / h) * st[0] + (bh % h) * st[1] + i * st[2];
+            let (sq, sk, sv) =
+                (layout.strides([bsz, h, s, d]), layout.strides([bsz, h, t, d]), layout.strides([bsz, h, t, dv]));
+            let so = layout.strides([bsz, h, s, dv]);
             let scale = scale.map_or(1.0 / (d as f64).sqrt(), |x| x as f64);
             let score_dims = [bsz, h, s, t];
             let mask = match ins.get(3) {
@@ -204,8 +209,9 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> KernelResult {
                 for i in 0..s {
                     for j in 0..t {
                         let mut acc = 0.0;
+                        let (qi, kj) = (row_at(sq, bh, i), row_at(sk, bh, j));
                         for p in 0..d {
-                            acc += q[(bh * s + i) * d + p] * k[(bh * t + j) * d + p];
+                            acc += q[qi + p] * k[kj + p];
                         }
                         acc *= scale;
                         if let Some((dt, m, offs)) = &mask {
@@ -215,7 +221,8 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> KernelResult {
                         }
                         row[j] = acc;
                     }
-                    let o = &mut out[(bh * s + i) * dv..(bh * s + i + 1) * dv];
+                    let oi = row_at(so, bh, i);
+                    let o = &mut out[oi..oi + dv];
                     let mx = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                     if row.iter().any(|r| r.is_nan()) || mx == f64::INFINITY {
                         // Softmax of a row with NaN, or with +inf (inf - inf), is NaN.
@@ -234,7 +241,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> KernelResult {
                     for (c, oc) in o.iter_mut().enumerate() {
                         let mut acc = 0.0;
                         for j in 0..t {
-                            acc += row[j] * v[(bh * t + j) * dv + c];
+                            acc += row[j] * v[row_at(sv, bh, j) + c];
                         }
                         *oc = acc / sum;
                     }
