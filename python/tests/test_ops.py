@@ -20,6 +20,19 @@ def test_op_matches_numpy(rt: npurt.Runtime, case) -> None:
                                atol=tolerance(op, out.dtype))
 
 
+def test_attention_tokens_first_layout_equals_heads_first(rt: npurt.Runtime) -> None:
+    r = np.random.default_rng(7)
+    q, k, v = (r.standard_normal(s).astype(np.float32) for s in ((2, 3, 5, 8), (2, 3, 7, 8), (2, 3, 7, 8)))
+    mask = r.standard_normal((2, 1, 1, 7)).astype(np.float32)
+    want = rt.execute("Attention", [rt.asarray(a) for a in (q, k, v, mask)]).outputs[0].to_numpy()
+    tokens_first = [np.ascontiguousarray(a.transpose(0, 2, 1, 3)) for a in (q, k, v)]
+    got = rt.execute("Attention", [rt.asarray(a) for a in (*tokens_first, mask)], layout="bsnd").outputs[0].to_numpy()
+    assert got.shape == (2, 5, 3, 8)
+    np.testing.assert_allclose(got.transpose(0, 2, 1, 3), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(npurt.ValidationError, match="layout"):
+        rt.execute("Attention", [rt.asarray(a) for a in (q, k, v)], layout="bhsd")
+
+
 def test_every_op_of_the_table_is_covered() -> None:
     canonical = {n.lower(): n for n in npurt.op_names()}
     canonical["transpose"] = "Permute"
