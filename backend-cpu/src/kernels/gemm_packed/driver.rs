@@ -269,10 +269,11 @@ pub(super) unsafe fn drive<K: MicroKernel>(
     let slices = k.div_ceil(kc_max);
     let b_len = if packs_b { ncb.min(n_pad) * kc_max } else { 0 };
     let cptr = CPtr(c.as_mut_ptr());
-    // A row-major A whose rows fill every tile is read in place, unless its row stride
-    // crowds a tile's rows into few L1 sets (see `rows_spread`): packing would copy it
-    // once per product for no gain in the kernel.
-    let direct = K::DIRECT_A && p.csa == 1 && m % mr == 0 && rows_spread(p.rsa, mr);
+    // A row-major A whose rows fill every tile is read in place: packing would copy it
+    // once per product for no gain in the kernel (its MR rows stay in L1 as a packed
+    // panel would; on Zen 4, row strides of 4 KiB multiples, k = 1024 and 4096, ran as
+    // fast in place as packed).
+    let direct = K::DIRECT_A && p.csa == 1 && m % mr == 0;
     let a_len = if direct { 0 } else { rb_panels * mr * k };
     let state: Vec<AtomicU8> = (0..rb_panels * slices).map(|_| AtomicU8::new(UNPACKED)).collect();
 
@@ -343,19 +344,6 @@ pub(super) unsafe fn drive<K: MicroKernel>(
             share_items(threads, nb * ms, &PACK_PRIVATE, b_len, run_item);
         }
     });
-}
-
-/// L1 data cache sets (32 KiB, 8 ways, 64-byte lines: every x86 core the kernels target).
-const L1_SETS: usize = 64;
-
-/// Whether `mr` rows `lda` floats apart fall into at least `mr / 2` distinct L1 sets, so
-/// that reading them in place leaves each set ways for the B panel and C. Strides of a
-/// multiple of 4 KiB (k = 1024, 3072, 4096) put every row in one set and evict each other.
-fn rows_spread(lda: usize, mr: usize) -> bool {
-    let mut sets: Vec<usize> = (0..mr).map(|i| (i * lda * 4 / 64) % L1_SETS).collect();
-    sets.sort_unstable();
-    sets.dedup();
-    sets.len() * 2 >= mr
 }
 
 /// Runs `work(item, scratch)` for every item in `0..items`: on the calling thread when
@@ -505,14 +493,6 @@ mod tests {
     }
 
     /// A packing that unwinds poisons its panel: a later caller panics instead of spinning.
-    /// In-place A only where the tile's rows spread over the L1 sets.
-    #[test]
-    fn a_is_read_in_place_only_with_rows_in_distinct_cache_sets() {
-        for (lda, spread) in [(384, true), (768, true), (700, true), (1024, false), (1536, false), (3072, false)] {
-            assert_eq!(rows_spread(lda, 8), spread, "lda {lda}");
-        }
-    }
-
     #[test]
     fn a_panicking_pack_poisons_its_panel() {
         let mut buf = vec![0.0f32; 2 * 2 * 3];
