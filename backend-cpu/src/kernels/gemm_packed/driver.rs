@@ -399,7 +399,7 @@ unsafe fn macro_kernel<K: MicroKernel>(
     let (mr, nr) = (K::MR, K::NR);
     debug_assert!(bias.is_none_or(|b| b.len() >= cols));
     match apanels {
-        APanels::Packed(ap) => debug_assert!(ap.len() >= rows.div_ceil(mr) * mr * kc),
+        APanels::Packed(ap) => assert!(ap.len() >= rows.div_ceil(mr) * mr * kc, "packed A shorter than its panels"),
         APanels::Direct { a, lda } => {
             assert!(K::DIRECT_A && rows % mr == 0 && a.len() >= (rows - 1) * lda + kc, "direct A out of bounds")
         }
@@ -409,9 +409,11 @@ unsafe fn macro_kernel<K: MicroKernel>(
     const TILE: usize = 16 * 32;
     const { assert!(K::MR * K::NR <= TILE) };
     let mut tile = [0.0f32; TILE];
-    // The micro-kernel on A panel `ip` (at `i = ip·MR`), into `dst`.
-    // SAFETY (of the calls): a packed panel `ip` holds `kc × MR` floats (asserted above); a
-    // direct A holds rows `i..i+MR` (all `rows` rows, asserted above) of `kc` floats each.
+    // The micro-kernel on A panel `ip` (at `i = ip·MR`), into `dst`; called below only with
+    // `dst` a full MR×NR tile of this item's region of C (stride `ldc`) or the stack tile.
+    // SAFETY: `K`'s features are this function's precondition; a packed panel `ip` holds
+    // `kc × MR` floats and a direct A rows `i..i+MR` of `kc` floats each (both asserted
+    // above); `bp` is a whole B panel (`chunks_exact` below); `dst` as just said.
     let kernel = |ip: usize, bp: &[f32], dst: *mut f32, ld: usize, alpha: f32, beta: f32, bias: *const f32| unsafe {
         match apanels {
             APanels::Packed(ap) => K::run(kc, ap[ip * mr * kc..].as_ptr(), bp.as_ptr(), dst, ld, alpha, beta, bias),
