@@ -273,7 +273,7 @@ pub(super) unsafe fn drive<K: MicroKernel>(
     // once per product for no gain in the kernel (its MR rows stay in L1 as a packed
     // panel would; on Zen 4, row strides of 4 KiB multiples, k = 1024 and 4096, ran as
     // fast in place as packed).
-    let direct = K::DIRECT_A && p.csa == 1 && m % mr == 0;
+    let direct = p.csa == 1 && m % mr == 0;
     let a_len = if direct { 0 } else { rb_panels * mr * k };
     let state: Vec<AtomicU8> = (0..rb_panels * slices).map(|_| AtomicU8::new(UNPACKED)).collect();
 
@@ -401,7 +401,7 @@ unsafe fn macro_kernel<K: MicroKernel>(
     match apanels {
         APanels::Packed(ap) => assert!(ap.len() >= rows.div_ceil(mr) * mr * kc, "packed A shorter than its panels"),
         APanels::Direct { a, lda } => {
-            assert!(K::DIRECT_A && rows % mr == 0 && a.len() >= (rows - 1) * lda + kc, "direct A out of bounds")
+            assert!(rows % mr == 0 && a.len() >= (rows - 1) * lda + kc, "direct A out of bounds")
         }
     }
     debug_assert!(bpack.len() >= cols.div_ceil(nr) * nr * kc);

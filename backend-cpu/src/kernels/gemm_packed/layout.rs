@@ -57,29 +57,24 @@ pub(super) trait MicroKernel {
         bias: *const f32,
     );
 
-    /// Whether [`MicroKernel::run_direct`] is implemented.
-    const DIRECT_A: bool = false;
-
     /// [`MicroKernel::run`] with A read in place: `a` points at row 0, column 0 of `MR`
     /// rows `lda` floats apart (a row-major A needs no packing when its rows fill the tile).
     ///
     /// # Safety
     /// As [`MicroKernel::run`], with `a` valid for reads of `kc` floats at each of
-    /// `a + i·lda`, `i < MR`; and `Self::DIRECT_A`.
+    /// `a + i·lda`, `i < MR`.
     #[allow(clippy::too_many_arguments)]
     unsafe fn run_direct(
-        _kc: usize,
-        _a: *const f32,
-        _lda: usize,
-        _b: *const f32,
-        _c: *mut f32,
-        _ldc: usize,
-        _alpha: f32,
-        _beta: f32,
-        _bias: *const f32,
-    ) {
-        unreachable!("run_direct on a kernel without DIRECT_A")
-    }
+        kc: usize,
+        a: *const f32,
+        lda: usize,
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        alpha: f32,
+        beta: f32,
+        bias: *const f32,
+    );
 
     /// [`pack_a_panel`] with `MR = Self::MR`.
     fn pack_a(p: &Problem<'_>, i0: usize, rows: usize, p0: usize, kc: usize, dst: &mut [f32]);

@@ -529,28 +529,67 @@ impl MicroKernel for ScalarKernel {
         beta: f32,
         bias: *const f32,
     ) {
-        const MR: usize = 4;
-        const NR: usize = 8;
-        // SAFETY: the caller guarantees `a`/`b` hold `kc*MR` / `kc*NR` floats.
-        let (a, b) = unsafe { (std::slice::from_raw_parts(a, kc * MR), std::slice::from_raw_parts(b, kc * NR)) };
-        let mut acc = [[0.0f32; NR]; MR];
-        for (av, bv) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
-            for i in 0..MR {
-                for j in 0..NR {
-                    acc[i][j] += av[i] * bv[j];
-                }
+        // SAFETY: the caller guarantees `a` holds `kc*MR` floats (one packed panel).
+        let a = unsafe { std::slice::from_raw_parts(a, kc * 4) };
+        // SAFETY: forwarded contract for `b`, `c` and `bias`.
+        unsafe { scalar_tile(kc, |i, p| a[p * 4 + i], b, c, ldc, alpha, beta, bias) }
+    }
+
+    unsafe fn run_direct(
+        kc: usize,
+        a: *const f32,
+        lda: usize,
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        alpha: f32,
+        beta: f32,
+        bias: *const f32,
+    ) {
+        // SAFETY: the caller guarantees `kc` readable floats at each of the 4 rows.
+        let rows: [&[f32]; 4] = std::array::from_fn(|i| unsafe { std::slice::from_raw_parts(a.add(i * lda), kc) });
+        // SAFETY: forwarded contract for `b`, `c` and `bias`.
+        unsafe { scalar_tile(kc, |i, p| rows[i][p], b, c, ldc, alpha, beta, bias) }
+    }
+}
+
+/// The portable 4×8 tile, A's element (row i, depth p) read through `a`.
+///
+/// # Safety
+/// As [`MicroKernel::run`] for `b`, `c` and `bias`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn scalar_tile(
+    kc: usize,
+    a: impl Fn(usize, usize) -> f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    alpha: f32,
+    beta: f32,
+    bias: *const f32,
+) {
+    const MR: usize = 4;
+    const NR: usize = 8;
+    // SAFETY: the caller guarantees `b` holds `kc*NR` floats.
+    let b = unsafe { std::slice::from_raw_parts(b, kc * NR) };
+    let mut acc = [[0.0f32; NR]; MR];
+    for (p, bv) in b.chunks_exact(NR).enumerate() {
+        for i in 0..MR {
+            let ai = a(i, p);
+            for j in 0..NR {
+                acc[i][j] += ai * bv[j];
             }
         }
-        // SAFETY: a non-null `bias` holds NR floats (the caller's contract).
-        let bias = (!bias.is_null()).then(|| unsafe { std::slice::from_raw_parts(bias, NR) });
-        for (i, row) in acc.iter().enumerate() {
-            for (j, &v) in row.iter().enumerate() {
-                let add = bias.map_or(0.0, |b| b[j]);
-                // SAFETY: the caller guarantees the MR×NR tile at `c` (stride `ldc`) is valid.
-                unsafe {
-                    let dst = c.add(i * ldc + j);
-                    *dst = if beta == 0.0 { alpha * v + add } else { alpha * v + beta * *dst + add };
-                }
+    }
+    // SAFETY: a non-null `bias` holds NR floats (the caller's contract).
+    let bias = (!bias.is_null()).then(|| unsafe { std::slice::from_raw_parts(bias, NR) });
+    for (i, row) in acc.iter().enumerate() {
+        for (j, &v) in row.iter().enumerate() {
+            let add = bias.map_or(0.0, |b| b[j]);
+            // SAFETY: the caller guarantees the MR×NR tile at `c` (stride `ldc`) is valid.
+            unsafe {
+                let dst = c.add(i * ldc + j);
+                *dst = if beta == 0.0 { alpha * v + add } else { alpha * v + beta * *dst + add };
             }
         }
     }

@@ -161,8 +161,6 @@ impl MicroKernel for Avx2 {
         unsafe { kernel_avx2_6x16::<false>(kc, a, 0, b, c, ldc, alpha, beta, bias) }
     }
 
-    const DIRECT_A: bool = true;
-
     unsafe fn run_direct(
         kc: usize,
         a: *const f32,
@@ -201,8 +199,6 @@ impl MicroKernel for Avx512 {
         // SAFETY: forwarded contract (CPU has AVX-512F, pointers valid).
         unsafe { kernel_avx512_12x32::<false>(kc, a, 0, b, c, ldc, alpha, beta, bias) }
     }
-
-    const DIRECT_A: bool = true;
 
     unsafe fn run_direct(
         kc: usize,
@@ -260,8 +256,6 @@ impl MicroKernel for Avx512x8 {
         // SAFETY: forwarded contract (CPU has AVX-512F, pointers valid).
         unsafe { kernel_avx512_8x32::<false>(kc, a, 0, b, c, ldc, alpha, beta, bias) }
     }
-
-    const DIRECT_A: bool = true;
 
     unsafe fn run_direct(
         kc: usize,
