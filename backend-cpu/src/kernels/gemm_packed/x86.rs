@@ -138,6 +138,41 @@ macro_rules! avx512_kernel {
 avx512_kernel!(kernel_avx512_12x32, 12);
 avx512_kernel!(kernel_avx512_8x32, 8);
 
+/// `MicroKernel::run` and `run_direct` of a kernel type, forwarded to the `simd_kernel!`
+/// function `$kernel` (packed A, or A read in place).
+macro_rules! forward_to {
+    ($kernel:ident) => {
+        unsafe fn run(
+            kc: usize,
+            a: *const f32,
+            b: *const f32,
+            c: *mut f32,
+            ldc: usize,
+            alpha: f32,
+            beta: f32,
+            bias: *const f32,
+        ) {
+            // SAFETY: forwarded contract (the CPU has the kernel's features, pointers valid).
+            unsafe { $kernel::<false>(kc, a, 0, b, c, ldc, alpha, beta, bias) }
+        }
+
+        unsafe fn run_direct(
+            kc: usize,
+            a: *const f32,
+            lda: usize,
+            b: *const f32,
+            c: *mut f32,
+            ldc: usize,
+            alpha: f32,
+            beta: f32,
+            bias: *const f32,
+        ) {
+            // SAFETY: forwarded contract (the CPU has the kernel's features, pointers valid).
+            unsafe { $kernel::<true>(kc, a, lda, b, c, ldc, alpha, beta, bias) }
+        }
+    };
+}
+
 /// AVX2 + FMA, 6×16.
 pub(super) struct Avx2;
 
@@ -147,34 +182,7 @@ impl MicroKernel for Avx2 {
     const BLOCKING: Blocking = Blocking { mc: 3072, kc: 384, nc: 256 };
     impl_packing!(6, 16);
 
-    unsafe fn run(
-        kc: usize,
-        a: *const f32,
-        b: *const f32,
-        c: *mut f32,
-        ldc: usize,
-        alpha: f32,
-        beta: f32,
-        bias: *const f32,
-    ) {
-        // SAFETY: forwarded contract (CPU has AVX2+FMA, pointers valid).
-        unsafe { kernel_avx2_6x16::<false>(kc, a, 0, b, c, ldc, alpha, beta, bias) }
-    }
-
-    unsafe fn run_direct(
-        kc: usize,
-        a: *const f32,
-        lda: usize,
-        b: *const f32,
-        c: *mut f32,
-        ldc: usize,
-        alpha: f32,
-        beta: f32,
-        bias: *const f32,
-    ) {
-        // SAFETY: forwarded contract (CPU has the kernel's features, pointers valid).
-        unsafe { kernel_avx2_6x16::<true>(kc, a, lda, b, c, ldc, alpha, beta, bias) }
-    }
+    forward_to!(kernel_avx2_6x16);
 }
 
 /// AVX-512F, 12×32.
@@ -186,34 +194,7 @@ impl MicroKernel for Avx512 {
     const BLOCKING: Blocking = Blocking { mc: 3072, kc: 512, nc: 384 };
     impl_packing!(12, 32);
 
-    unsafe fn run(
-        kc: usize,
-        a: *const f32,
-        b: *const f32,
-        c: *mut f32,
-        ldc: usize,
-        alpha: f32,
-        beta: f32,
-        bias: *const f32,
-    ) {
-        // SAFETY: forwarded contract (CPU has AVX-512F, pointers valid).
-        unsafe { kernel_avx512_12x32::<false>(kc, a, 0, b, c, ldc, alpha, beta, bias) }
-    }
-
-    unsafe fn run_direct(
-        kc: usize,
-        a: *const f32,
-        lda: usize,
-        b: *const f32,
-        c: *mut f32,
-        ldc: usize,
-        alpha: f32,
-        beta: f32,
-        bias: *const f32,
-    ) {
-        // SAFETY: forwarded contract (CPU has the kernel's features, pointers valid).
-        unsafe { kernel_avx512_12x32::<true>(kc, a, lda, b, c, ldc, alpha, beta, bias) }
-    }
+    forward_to!(kernel_avx512_12x32);
 }
 
 /// AVX-512F, 8×32: the B panels (and so a prepacked B) of [`Avx512`], for products whose
@@ -243,34 +224,7 @@ impl MicroKernel for Avx512x8 {
         pack_b_panel::<32>(p, j0, cols, p0, kc, dst)
     }
 
-    unsafe fn run(
-        kc: usize,
-        a: *const f32,
-        b: *const f32,
-        c: *mut f32,
-        ldc: usize,
-        alpha: f32,
-        beta: f32,
-        bias: *const f32,
-    ) {
-        // SAFETY: forwarded contract (CPU has AVX-512F, pointers valid).
-        unsafe { kernel_avx512_8x32::<false>(kc, a, 0, b, c, ldc, alpha, beta, bias) }
-    }
-
-    unsafe fn run_direct(
-        kc: usize,
-        a: *const f32,
-        lda: usize,
-        b: *const f32,
-        c: *mut f32,
-        ldc: usize,
-        alpha: f32,
-        beta: f32,
-        bias: *const f32,
-    ) {
-        // SAFETY: forwarded contract (CPU has the kernel's features, pointers valid).
-        unsafe { kernel_avx512_8x32::<true>(kc, a, lda, b, c, ldc, alpha, beta, bias) }
-    }
+    forward_to!(kernel_avx512_8x32);
 }
 
 /// Whether a product of `m` rows runs on [`Avx512x8`] rather than [`Avx512`]: when its
