@@ -103,8 +103,13 @@ fn system_alloc_free(bencher: Bencher, bytes: usize) {
 /// The element-wise tail of a BERT-base s128 layer, one kernel call on one thread (no
 /// pool around it, so the kernels run serially): `BiasGelu` on the FFN's `[128, 3072]`,
 /// `AddLayerNorm` on `[128, 768]`, and the head split `Permute` `[1, 128, 12, 64]` →
-/// `[1, 12, 128, 64]`. Bytes counted: every operand read and written once.
-#[divan::bench(args = ["biasgelu", "addlayernorm", "permute"], sample_count = 30, sample_size = 20)]
+/// `[1, 12, 128, 64]`; and MiniLM-L6's tokens-first Attention at s32 and s128 (12 heads of
+/// 32, float mask). Bytes counted: every operand read and written once.
+#[divan::bench(
+    args = ["biasgelu", "addlayernorm", "permute", "attention-s32", "attention-s128"],
+    sample_count = 30,
+    sample_size = 20
+)]
 fn bert_tail_kernel(bencher: Bencher, which: &str) {
     let ctx = Ctx { threads: 1, features: npurt::cpu::features::get(), prepacked: None };
     let fill = |n: usize| (0..n).map(|i| ((i * 7919) % 1000) as f32 / 250.0 - 2.0).collect::<Vec<f32>>();
@@ -115,7 +120,13 @@ fn bert_tail_kernel(bencher: Bencher, which: &str) {
             vec![vec![128, 768], vec![128, 768], vec![768], vec![768]],
             vec![128, 768],
         ),
-        _ => (Op::Permute { perm: vec![0, 2, 1, 3] }, vec![vec![1, 128, 12, 64]], vec![1, 12, 128, 64]),
+        "permute" => (Op::Permute { perm: vec![0, 2, 1, 3] }, vec![vec![1, 128, 12, 64]], vec![1, 12, 128, 64]),
+        _ => {
+            let s = if which == "attention-s32" { 32 } else { 128 };
+            let qkv = vec![1, s, 12, 32];
+            let op = Op::Attention { scale: None, layout: npurt::AttentionLayout::Bsnd };
+            (op, vec![qkv.clone(), qkv.clone(), qkv.clone(), vec![1, 1, 1, s]], qkv)
+        }
     };
     let data: Vec<Vec<f32>> = dims.iter().map(|d| fill(d.iter().product())).collect();
     let strides: Vec<Vec<usize>> = dims.iter().map(|d| npurt::Shape::new(d.clone()).contiguous_strides()).collect();
