@@ -142,16 +142,25 @@ const LANES: usize = 16;
 
 #[inline(always)]
 fn softmax_body<const FMA: bool>(row: &mut [f32], mask: Option<(&[f32], usize)>, masked_fill: f32) -> bool {
-    // The mask is added in the pass that takes the lane-wise max (a plain fold over f32
-    // does not vectorise), so the row is read once before the exponentials.
-    let mx = match mask {
-        Some((m, 1)) => add_and_max(row, |i| m[i]),
+    match mask {
+        Some((m, 1)) => row.iter_mut().zip(m).for_each(|(x, &a)| *x += a),
         Some((m, _)) => {
             let a = m[0];
-            add_and_max(row, |_| a)
+            row.iter_mut().for_each(|x| *x += a);
         }
-        None => add_and_max(row, |_| 0.0),
-    };
+        None => {}
+    }
+    // Lane-wise max and sum (plain folds over f32 do not vectorise).
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let mut chunks = row.chunks_exact(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            acc[l] = if c[l] > acc[l] { c[l] } else { acc[l] };
+        }
+    }
+    // The max ignores NaN; a NaN element then makes its exp, the sum and the row NaN,
+    // and a +inf max gives exp(inf - inf) = NaN likewise.
+    let mx = chunks.remainder().iter().chain(acc.iter()).copied().fold(f32::NEG_INFINITY, f32::max);
     if mx == f32::NEG_INFINITY {
         // Only -inf and NaN: NaN if any NaN, else the row is masked out entirely.
         let nan = row.iter().any(|x| x.is_nan());
@@ -166,7 +175,7 @@ fn softmax_body<const FMA: bool>(row: &mut [f32], mask: Option<(&[f32], usize)>,
             sums[l] += c[l];
         }
     }
-    let mut total = tree(sums, |a, b| a + b);
+    let mut total: f32 = sums.iter().sum();
     for x in chunks.into_remainder() {
         *x = exp_with::<FMA>(*x - mx);
         total += *x;
@@ -174,45 +183,6 @@ fn softmax_body<const FMA: bool>(row: &mut [f32], mask: Option<(&[f32], usize)>,
     let inv = 1.0 / total;
     row.iter_mut().for_each(|x| *x *= inv);
     false
-}
-
-/// `row[i] += add(i)` (nothing added where `add` is 0, so -0 and NaN stay as they are),
-/// returning the row's maximum ignoring NaN: a NaN element then makes its exp, the sum
-/// and the row NaN, and a +inf maximum gives exp(inf - inf) = NaN likewise.
-#[inline(always)]
-fn add_and_max(row: &mut [f32], add: impl Fn(usize) -> f32) -> f32 {
-    let mut acc = [f32::NEG_INFINITY; LANES];
-    let full = row.len() / LANES * LANES;
-    let (body, tail) = row.split_at_mut(full);
-    for (k, c) in body.chunks_exact_mut(LANES).enumerate() {
-        for l in 0..LANES {
-            let a = add(k * LANES + l);
-            let v = if a == 0.0 { c[l] } else { c[l] + a };
-            c[l] = v;
-            acc[l] = if v > acc[l] { v } else { acc[l] };
-        }
-    }
-    for (j, x) in tail.iter_mut().enumerate() {
-        let a = add(full + j);
-        let v = if a == 0.0 { *x } else { *x + a };
-        *x = v;
-        acc[0] = if v > acc[0] { v } else { acc[0] };
-    }
-    tree(acc, |a, b| if b > a { b } else { a })
-}
-
-/// `lanes` folded pairwise (8 + 8, 4 + 4, ...): each level is one vector operation, where
-/// a fold from the left is 16 dependent scalar ones.
-#[inline(always)]
-fn tree(mut lanes: [f32; LANES], f: impl Fn(f32, f32) -> f32) -> f32 {
-    let mut w = LANES / 2;
-    while w > 0 {
-        for l in 0..w {
-            lanes[l] = f(lanes[l], lanes[l + w]);
-        }
-        w /= 2;
-    }
-    lanes[0]
 }
 
 #[cfg(test)]
