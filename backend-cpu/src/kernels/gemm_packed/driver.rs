@@ -10,7 +10,7 @@
 //! into a thread-private buffer (the per-call product) or read in place from a matrix
 //! packed once ([`BPanels::Prepacked`]).
 
-use super::layout::{Blocking, MicroKernel, Problem, even_block};
+use super::layout::{ATile, Blocking, MicroKernel, Problem, even_block};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
@@ -195,7 +195,7 @@ enum APanels<'a> {
     Packed(&'a [f32]),
     /// A itself, row-major: the slice starts at the item's first row and k column, rows
     /// `lda` floats apart.
-    Direct { a: &'a [f32], lda: usize },
+    InPlace { a: &'a [f32], lda: usize },
 }
 
 /// Raw pointer to C shared between worker jobs; each job writes a disjoint set of tiles.
@@ -273,8 +273,8 @@ pub(super) unsafe fn drive<K: MicroKernel>(
     // once per product for no gain in the kernel (its MR rows stay in L1 as a packed
     // panel would; on Zen 4, row strides of 4 KiB multiples, k = 1024 and 4096, ran as
     // fast in place as packed).
-    let direct = p.csa == 1 && m % mr == 0;
-    let a_len = if direct { 0 } else { rb_panels * mr * k };
+    let in_place = p.csa == 1 && m % mr == 0;
+    let a_len = if in_place { 0 } else { rb_panels * mr * k };
     let state: Vec<AtomicU8> = (0..rb_panels * slices).map(|_| AtomicU8::new(UNPACKED)).collect();
 
     with_buf(&PACK_SHARED, a_len, |abuf| {
@@ -301,9 +301,9 @@ pub(super) unsafe fn drive<K: MicroKernel>(
                 let irows = rows_per.min(rows - i0);
                 for pc in (0..k).step_by(kc_max) {
                     let kc = kc_max.min(k - pc);
-                    let apanels = if direct {
+                    let apanels = if in_place {
                         let start = (r0 + i0) * p.rsa + pc;
-                        APanels::Direct { a: &p.a[start..start + (irows - 1) * p.rsa + kc], lda: p.rsa }
+                        APanels::InPlace { a: &p.a[start..start + (irows - 1) * p.rsa + kc], lda: p.rsa }
                     } else {
                         APanels::Packed(shared.get(i0 / mr, (i0 + irows).div_ceil(mr), pc, kc, |q, dst| {
                             K::pack_a(p, r0 + q * mr, mr.min(rows - q * mr), pc, kc, dst)
@@ -381,7 +381,7 @@ fn share_items(
 /// # Safety
 /// `K` is supported by the CPU; `c` is valid for reads/writes of `rows × cols` at stride
 /// `ldc` and not accessed concurrently; `apanels`/`bpack` hold `ceil(rows/MR)` / `ceil(cols/NR)`
-/// panels of depth `kc` (a direct A: `rows` rows, a multiple of MR, of `kc` floats).
+/// panels of depth `kc` (an in-place A: `rows` rows, a multiple of MR, of `kc` floats).
 #[allow(clippy::too_many_arguments)]
 #[inline]
 unsafe fn macro_kernel<K: MicroKernel>(
@@ -400,8 +400,8 @@ unsafe fn macro_kernel<K: MicroKernel>(
     debug_assert!(bias.is_none_or(|b| b.len() >= cols));
     match apanels {
         APanels::Packed(ap) => assert!(ap.len() >= rows.div_ceil(mr) * mr * kc, "packed A shorter than its panels"),
-        APanels::Direct { a, lda } => {
-            assert!(rows % mr == 0 && a.len() >= (rows - 1) * lda + kc, "direct A out of bounds")
+        APanels::InPlace { a, lda } => {
+            assert!(rows % mr == 0 && a.len() >= (rows - 1) * lda + kc, "in-place A out of bounds")
         }
     }
     debug_assert!(bpack.len() >= cols.div_ceil(nr) * nr * kc);
@@ -409,18 +409,10 @@ unsafe fn macro_kernel<K: MicroKernel>(
     const TILE: usize = 16 * 32;
     const { assert!(K::MR * K::NR <= TILE) };
     let mut tile = [0.0f32; TILE];
-    // The micro-kernel on A panel `ip` (at `i = ip·MR`), into `dst`; called below only with
-    // `dst` a full MR×NR tile of this item's region of C (stride `ldc`) or the stack tile.
-    // SAFETY: `K`'s features are this function's precondition; a packed panel `ip` holds
-    // `kc × MR` floats and a direct A rows `i..i+MR` of `kc` floats each (both asserted
-    // above); `bp` is a whole B panel (`chunks_exact` below); `dst` as just said.
-    let kernel = |ip: usize, bp: &[f32], dst: *mut f32, ld: usize, alpha: f32, beta: f32, bias: *const f32| unsafe {
-        match apanels {
-            APanels::Packed(ap) => K::run(kc, ap[ip * mr * kc..].as_ptr(), bp.as_ptr(), dst, ld, alpha, beta, bias),
-            APanels::Direct { a, lda } => {
-                K::run_direct(kc, a[ip * mr * lda..].as_ptr(), lda, bp.as_ptr(), dst, ld, alpha, beta, bias)
-            }
-        }
+    // The A tile of panel `ip` (rows `ip·MR..`): in bounds, asserted above.
+    let a_tile = |ip: usize| match apanels {
+        APanels::Packed(ap) => ATile::Packed(ap[ip * mr * kc..].as_ptr()),
+        APanels::InPlace { a, lda } => ATile::InPlace { a: a[ip * mr * lda..].as_ptr(), lda },
     };
     let mut tile_op = |ip: usize, jp: usize, bp: &[f32]| {
         let (i, j) = (ip * mr, jp * nr);
@@ -429,12 +421,14 @@ unsafe fn macro_kernel<K: MicroKernel>(
         let cij = unsafe { c.add(i * ldc + j) };
         if mv == mr && nv == nr {
             let bias = bias.map_or(std::ptr::null(), |b| b[j..j + nr].as_ptr());
-            // Full tile inside the region, which only this item writes; a bias holds the
-            // tile's `nr` columns (the slice above).
-            kernel(ip, bp, cij, ldc, alpha, beta, bias);
+            // SAFETY: `K`'s features are this function's precondition; the A tile holds
+            // MR rows of `kc` (asserted above), `bp` a whole B panel; a full tile of C inside
+            // the region, which only this item writes; a bias holds the tile's `nr` columns.
+            unsafe { K::run(kc, a_tile(ip), bp.as_ptr(), cij, ldc, alpha, beta, bias) };
         } else {
-            // `tile` holds MR×NR floats at row stride NR; beta = 0 so it is not read.
-            kernel(ip, bp, tile.as_mut_ptr(), nr, 1.0, 0.0, std::ptr::null());
+            // SAFETY: as above, into `tile`, which holds MR×NR floats at row stride NR
+            // (beta = 0: not read).
+            unsafe { K::run(kc, a_tile(ip), bp.as_ptr(), tile.as_mut_ptr(), nr, 1.0, 0.0, std::ptr::null()) };
             for ii in 0..mv {
                 for jj in 0..nv {
                     let v = alpha * tile[ii * nr + jj] + bias.map_or(0.0, |b| b[j + jj]);

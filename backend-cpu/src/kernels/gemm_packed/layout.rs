@@ -30,6 +30,16 @@ pub(super) struct Blocking {
     pub(super) nc: usize,
 }
 
+/// Where a micro-kernel reads the `MR` rows of A of one tile, `kc` columns deep.
+#[derive(Clone, Copy)]
+pub(super) enum ATile {
+    /// A packed panel: `kc` columns of `MR` floats, one after the other.
+    Packed(*const f32),
+    /// A row-major A read in place (no packing where its rows fill the tile): row 0,
+    /// column 0 of `MR` rows `lda` floats apart.
+    InPlace { a: *const f32, lda: usize },
+}
+
 /// A register-blocked micro-kernel.
 pub(super) trait MicroKernel {
     const MR: usize;
@@ -41,40 +51,12 @@ pub(super) trait MicroKernel {
     ///
     /// # Safety
     /// * the CPU supports the kernel's target features;
-    /// * `a` is valid for reads of `kc*MR` floats, `b` for `kc*NR` floats;
+    /// * `a` is valid for reads of its tile ([`ATile`]), `b` for `kc*NR` floats;
     /// * `c` is valid for reads and writes of rows `0..MR`, columns `0..NR` at row stride
     ///   `ldc`, and no other thread accesses that tile concurrently;
     /// * `bias` is null or valid for reads of `NR` floats.
     #[allow(clippy::too_many_arguments)]
-    unsafe fn run(
-        kc: usize,
-        a: *const f32,
-        b: *const f32,
-        c: *mut f32,
-        ldc: usize,
-        alpha: f32,
-        beta: f32,
-        bias: *const f32,
-    );
-
-    /// [`MicroKernel::run`] with A read in place: `a` points at row 0, column 0 of `MR`
-    /// rows `lda` floats apart (a row-major A needs no packing when its rows fill the tile).
-    ///
-    /// # Safety
-    /// As [`MicroKernel::run`], with `a` valid for reads of `kc` floats at each of
-    /// `a + i·lda`, `i < MR`.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn run_direct(
-        kc: usize,
-        a: *const f32,
-        lda: usize,
-        b: *const f32,
-        c: *mut f32,
-        ldc: usize,
-        alpha: f32,
-        beta: f32,
-        bias: *const f32,
-    );
+    unsafe fn run(kc: usize, a: ATile, b: *const f32, c: *mut f32, ldc: usize, alpha: f32, beta: f32, bias: *const f32);
 
     /// [`pack_a_panel`] with `MR = Self::MR`.
     fn pack_a(p: &Problem<'_>, i0: usize, rows: usize, p0: usize, kc: usize, dst: &mut [f32]);

@@ -60,7 +60,7 @@ mod layout;
 mod x86;
 
 use driver::BPanels;
-use layout::{Blocking, MicroKernel, Problem, even_block, impl_packing, pack_a_panel, pack_b_panel};
+use layout::{ATile, Blocking, MicroKernel, Problem, even_block, impl_packing, pack_a_panel, pack_b_panel};
 use std::sync::OnceLock;
 
 use rayon::prelude::*;
@@ -521,7 +521,7 @@ impl MicroKernel for ScalarKernel {
 
     unsafe fn run(
         kc: usize,
-        a: *const f32,
+        a: ATile,
         b: *const f32,
         c: *mut f32,
         ldc: usize,
@@ -529,27 +529,21 @@ impl MicroKernel for ScalarKernel {
         beta: f32,
         bias: *const f32,
     ) {
-        // SAFETY: the caller guarantees `a` holds `kc*MR` floats (one packed panel).
-        let a = unsafe { std::slice::from_raw_parts(a, kc * 4) };
-        // SAFETY: forwarded contract for `b`, `c` and `bias`.
-        unsafe { scalar_tile(kc, |i, p| a[p * 4 + i], b, c, ldc, alpha, beta, bias) }
-    }
-
-    unsafe fn run_direct(
-        kc: usize,
-        a: *const f32,
-        lda: usize,
-        b: *const f32,
-        c: *mut f32,
-        ldc: usize,
-        alpha: f32,
-        beta: f32,
-        bias: *const f32,
-    ) {
-        // SAFETY: the caller guarantees `kc` readable floats at each of the 4 rows.
-        let rows: [&[f32]; 4] = std::array::from_fn(|i| unsafe { std::slice::from_raw_parts(a.add(i * lda), kc) });
-        // SAFETY: forwarded contract for `b`, `c` and `bias`.
-        unsafe { scalar_tile(kc, |i, p| rows[i][p], b, c, ldc, alpha, beta, bias) }
+        match a {
+            ATile::Packed(a) => {
+                // SAFETY: the caller guarantees a packed panel of `kc*MR` floats.
+                let a = unsafe { std::slice::from_raw_parts(a, kc * 4) };
+                // SAFETY: forwarded contract for `b`, `c` and `bias`.
+                unsafe { scalar_tile(kc, |i, p| a[p * 4 + i], b, c, ldc, alpha, beta, bias) }
+            }
+            ATile::InPlace { a, lda } => {
+                // SAFETY: the caller guarantees `kc` readable floats at each of the 4 rows.
+                let rows: [&[f32]; 4] =
+                    std::array::from_fn(|i| unsafe { std::slice::from_raw_parts(a.add(i * lda), kc) });
+                // SAFETY: forwarded contract for `b`, `c` and `bias`.
+                unsafe { scalar_tile(kc, |i, p| rows[i][p], b, c, ldc, alpha, beta, bias) }
+            }
+        }
     }
 }
 

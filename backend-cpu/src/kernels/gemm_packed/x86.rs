@@ -1,7 +1,7 @@
 //! The AVX2+FMA (6×16) and AVX-512F (12×32, and 8×32 for row counts that 12 does not
 //! divide well) micro-kernels.
 
-use super::layout::{Blocking, MicroKernel, Problem, impl_packing, pack_a_panel, pack_b_panel};
+use super::layout::{ATile, Blocking, MicroKernel, Problem, impl_packing, pack_a_panel, pack_b_panel};
 use std::arch::x86_64::*;
 
 /// Defines a `#[target_feature]` micro-kernel with `MR` rows and `NV` vectors of `LANES`
@@ -11,12 +11,12 @@ macro_rules! simd_kernel {
      $zero:ident, $loadu:ident, $storeu:ident, $set1:ident, $fmadd:ident, $mul:ident) => {
         /// # Safety
         /// CPU supports the target features; `a`: `kc*MR` floats readable (a packed panel)
-        /// or, where `DIRECT`, MR rows of `kc` floats at row stride `lda`; `b`: `kc*NR`
+        /// or, where `IN_PLACE`, MR rows of `kc` floats at row stride `lda`; `b`: `kc*NR`
         /// floats readable; `c`: MR×NR tile at stride `ldc` readable (if `beta != 0`) and
         /// writable; `bias` null or `NR` floats readable.
         #[target_feature(enable = $feat)]
         #[allow(clippy::too_many_arguments)]
-        unsafe fn $name<const DIRECT: bool>(
+        unsafe fn $name<const IN_PLACE: bool>(
             kc: usize,
             a: *const f32,
             lda: usize,
@@ -48,16 +48,16 @@ macro_rules! simd_kernel {
                     *v = unsafe { $loadu(pb.add(j * L)) };
                 }
                 for (i, row) in acc.iter_mut().enumerate() {
-                    // SAFETY: `pa` points at one packed column of MR floats, or (DIRECT) at
+                    // SAFETY: `pa` points at one packed column of MR floats, or (IN_PLACE) at
                     // column p of row 0 of MR rows `lda` apart.
-                    let ai = $set1(unsafe { *pa.add(if DIRECT { i * lda } else { i }) });
+                    let ai = $set1(unsafe { *pa.add(if IN_PLACE { i * lda } else { i }) });
                     for (acc_ij, &bj) in row.iter_mut().zip(bv.iter()) {
                         *acc_ij = $fmadd(ai, bj, *acc_ij);
                     }
                 }
                 // SAFETY: advancing within (or one past the end of) the packed panels.
                 unsafe {
-                    pa = pa.add(if DIRECT { 1 } else { MR });
+                    pa = pa.add(if IN_PLACE { 1 } else { MR });
                     pb = pb.add(NR);
                 }
             }
@@ -138,13 +138,13 @@ macro_rules! avx512_kernel {
 avx512_kernel!(kernel_avx512_12x32, 12);
 avx512_kernel!(kernel_avx512_8x32, 8);
 
-/// `MicroKernel::run` and `run_direct` of a kernel type, forwarded to the `simd_kernel!`
-/// function `$kernel` (packed A, or A read in place).
+/// `MicroKernel::run` of a kernel type, forwarded to the `simd_kernel!` function
+/// `$kernel` instantiated for a packed or an in-place A.
 macro_rules! forward_to {
     ($kernel:ident) => {
         unsafe fn run(
             kc: usize,
-            a: *const f32,
+            a: ATile,
             b: *const f32,
             c: *mut f32,
             ldc: usize,
@@ -153,22 +153,12 @@ macro_rules! forward_to {
             bias: *const f32,
         ) {
             // SAFETY: forwarded contract (the CPU has the kernel's features, pointers valid).
-            unsafe { $kernel::<false>(kc, a, 0, b, c, ldc, alpha, beta, bias) }
-        }
-
-        unsafe fn run_direct(
-            kc: usize,
-            a: *const f32,
-            lda: usize,
-            b: *const f32,
-            c: *mut f32,
-            ldc: usize,
-            alpha: f32,
-            beta: f32,
-            bias: *const f32,
-        ) {
-            // SAFETY: forwarded contract (the CPU has the kernel's features, pointers valid).
-            unsafe { $kernel::<true>(kc, a, lda, b, c, ldc, alpha, beta, bias) }
+            unsafe {
+                match a {
+                    ATile::Packed(a) => $kernel::<false>(kc, a, 0, b, c, ldc, alpha, beta, bias),
+                    ATile::InPlace { a, lda } => $kernel::<true>(kc, a, lda, b, c, ldc, alpha, beta, bias),
+                }
+            }
         }
     };
 }
