@@ -14,21 +14,15 @@ const EXP_HI: f32 = 89.0;
 /// feature pass true), else a multiply and an add: a fused multiply-add without the
 /// instruction is a library call, far slower than the two.
 #[inline(always)]
-pub fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
     if FMA { a.mul_add(b, c) } else { a * b + c }
 }
 
 /// `e^x` to within a few ulp, branch-free so loops vectorise: range reduction by
 /// `ln 2`, a degree-6 polynomial, and exponent assembly. Exact at the ends: `e^-inf = 0`,
-/// `e^x = +inf` from `ln(f32::MAX)` on, NaN stays NaN.
+/// `e^x = +inf` from `ln(f32::MAX)` on, NaN stays NaN. Fused multiply-adds where `FMA`.
 #[inline(always)]
-pub fn exp_approx(x: f32) -> f32 {
-    exp_with::<false>(x)
-}
-
-/// [`exp_approx`], with fused multiply-adds where `FMA`.
-#[inline(always)]
-pub fn exp_with<const FMA: bool>(x: f32) -> f32 {
+pub fn exp_approx<const FMA: bool>(x: f32) -> f32 {
     let m = madd::<FMA>;
     let x = x.clamp(EXP_LO, EXP_HI);
     // Nearest-even rounding and no float-to-int cast: both map to vector instructions
@@ -49,15 +43,10 @@ pub fn exp_with<const FMA: bool>(x: f32) -> f32 {
     p2 * f32::from_bits(bits)
 }
 
-/// `tanh x` through `exp`: `1 - 2 / (e^{2x} + 1)`, exact at the saturated ends.
+/// `tanh x` through `exp`: `1 - 2 / (e^{2x} + 1)`, exact at the saturated ends. Fused
+/// multiply-adds where `FMA`.
 #[inline(always)]
-pub fn tanh_approx(x: f32) -> f32 {
-    tanh_with::<false>(x)
-}
-
-/// [`tanh_approx`], with fused multiply-adds where `FMA`.
-#[inline(always)]
-pub fn tanh_with<const FMA: bool>(x: f32) -> f32 {
+pub fn tanh_approx<const FMA: bool>(x: f32) -> f32 {
     let m = madd::<FMA>;
     let x = x.clamp(-9.0, 9.0);
     // Near zero, the odd Taylor series: avoids the cancellation of the exp form. Both
@@ -67,20 +56,15 @@ pub fn tanh_with<const FMA: bool>(x: f32) -> f32 {
     let p = m(x2, p, 0.133_333_33);
     let p = m(x2, p, -0.333_333_34);
     let small = x * m(x2, p, 1.0);
-    let large = 1.0 - 2.0 / (exp_with::<FMA>(2.0 * x) + 1.0);
+    let large = 1.0 - 2.0 / (exp_approx::<FMA>(2.0 * x) + 1.0);
     if x.abs() < 0.1 { small } else { large }
 }
 
 /// `erf x` with the Abramowitz–Stegun 7.1.26-style rational form refined to ~1e-7
-/// absolute error (computed in f32 with a polynomial in `t = 1/(1+p|x|)`).
+/// absolute error (computed in f32 with a polynomial in `t = 1/(1+p|x|)`). Fused
+/// multiply-adds where `FMA`.
 #[inline(always)]
-pub fn erf_approx(x: f32) -> f32 {
-    erf_with::<false>(x)
-}
-
-/// [`erf_approx`], with fused multiply-adds where `FMA`.
-#[inline(always)]
-pub fn erf_with<const FMA: bool>(x: f32) -> f32 {
+pub fn erf_approx<const FMA: bool>(x: f32) -> f32 {
     let m = madd::<FMA>;
     // For small |x| a Taylor series is more accurate than the rational form; both are
     // computed and one selected (branch-free, so loops stay vectorised).
@@ -95,7 +79,7 @@ pub fn erf_with<const FMA: bool>(x: f32) -> f32 {
     let q = m(t, q, 1.421_413_7);
     let q = m(t, q, -0.284_496_74);
     let q = m(t, q, 0.254_829_6);
-    let large = m(-t * q, exp_with::<FMA>(-a * a), 1.0).copysign(x);
+    let large = m(-t * q, exp_approx::<FMA>(-a * a), 1.0).copysign(x);
     if a < 0.5 { small } else { large }
 }
 
@@ -171,13 +155,13 @@ fn softmax_body<const FMA: bool>(row: &mut [f32], mask: Option<(&[f32], usize)>,
     let mut chunks = row.chunks_exact_mut(LANES);
     for c in &mut chunks {
         for l in 0..LANES {
-            c[l] = exp_with::<FMA>(c[l] - mx);
+            c[l] = exp_approx::<FMA>(c[l] - mx);
             sums[l] += c[l];
         }
     }
     let mut total: f32 = sums.iter().sum();
     for x in chunks.into_remainder() {
-        *x = exp_with::<FMA>(*x - mx);
+        *x = exp_approx::<FMA>(*x - mx);
         total += *x;
     }
     let inv = 1.0 / total;
