@@ -76,6 +76,8 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, layout: Attentio
     let (sq, sk) = (layout.strides([bsz, h, s, d]), layout.strides([bsz, h, t, d]));
     let (sv, so) = (layout.strides([bsz, h, t, dv]), layout.strides([bsz, h, s, dv]));
     let span = |rows: usize, stride: usize, width: usize| if rows == 0 { 0 } else { (rows - 1) * stride + width };
+    // The element offset of row `i` of head `bh` (batch · heads + head) in an operand.
+    let at = |st: [usize; 4], bh: usize, i: usize| (bh / h) * st[0] + (bh % h) * st[1] + i * st[2];
     let scale = scale.unwrap_or(1.0 / (d as f32).sqrt());
     // The GEMM skips its product for alpha = 0; `0 * score` keeps a non-finite score NaN.
     let (alpha, post) = if scale == 0.0 { (1.0, Some(0.0f32)) } else { (scale, None) };
@@ -112,10 +114,9 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, layout: Attentio
             let (bi, hh) = (bh / h, bh % h);
             let i0 = blk * ROWS;
             let rows = ob.len() / dv;
-            let at = |st: [usize; 4], i: usize| bi * st[0] + hh * st[1] + i * st[2];
-            let qb = &q[at(sq, i0)..][..span(rows, sq[2], d)];
-            let kh = &k[at(sk, 0)..][..span(t, sk[2], d)];
-            let vh = &v[at(sv, 0)..][..span(t, sv[2], dv)];
+            let qb = &q[at(sq, bh, i0)..][..span(rows, sq[2], d)];
+            let kh = &k[at(sk, bh, 0)..][..span(t, sk[2], d)];
+            let vh = &v[at(sv, bh, 0)..][..span(t, sv[2], dv)];
             scores.resize(rows * t, 0.0);
             blas::sgemm(isa, rows, t, d, alpha, qb, sq[2], 1, kh, 1, sk[2], false, scores, t, 1)?;
             let mut masked = [false; ROWS];
@@ -146,7 +147,7 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, layout: Attentio
                 ob.resize(rows * dv, 0.0);
                 block(bh, blk, ob, scores)?;
                 for (r, row) in ob.chunks(dv).enumerate() {
-                    dst.put((bh / h) * so[0] + (bh % h) * so[1] + (blk * ROWS + r) * so[2], row);
+                    dst.put(at(so, bh, blk * ROWS + r), row);
                 }
                 Ok(())
             };

@@ -112,16 +112,15 @@ pub fn fuse(g: &Graph, kernel_of: KernelOf<'_>) -> Result<(Graph, FusionStats)> 
                 if absorbed.iter().any(|&a| taken[a]) {
                     continue;
                 }
-                let unfolded = Op::Attention { scale: Some(scale), layout: AttentionLayout::Bnsd };
-                let folded = fold_head_permutes(g, &sole, &consumers, i, qk, [q, k, v], mask, &unfolded, kernel_of)
-                    .filter(|f| !f.absorbed.iter().any(|&a| taken[a]));
-                let (op, [q, k, v], stands_for) = match &folded {
+                let attention = |layout| Op::Attention { scale: Some(scale), layout };
+                let folded = fold_head_permutes(g, &sole, &consumers, i, qk, [q, k, v], mask, scale, kernel_of);
+                let (op, [q, k, v], stands_for) = match folded {
                     Some(f) => {
-                        absorbed.extend(&f.absorbed);
+                        absorbed.extend(f.absorbed);
                         stats.attention_permutes_folded += 1;
-                        (Op::Attention { scale: Some(scale), layout: AttentionLayout::Bsnd }, f.qkv, Some(f.output))
+                        (attention(AttentionLayout::Bsnd), f.qkv, Some(f.output))
                     }
-                    None => (unfolded, [q, k, v], None),
+                    None => (attention(AttentionLayout::Bnsd), [q, k, v], None),
                 };
                 let mut ins = vec![Src::Old(q), Src::Old(k), Src::Old(v)];
                 if let Some(m) = mask {
@@ -281,7 +280,7 @@ struct Folded {
 /// `q · kᵀ` node): q, k and v each the only output of a `[0, 2, 1, 3]` permute read by the
 /// attention alone, and the result read only by such a permute. `None` where any is
 /// missing, or where the device would not run the folded op on the kernel it picks for
-/// `unfolded`.
+/// the unfolded one (both with `scale`). No other pattern absorbs a permute.
 #[allow(clippy::too_many_arguments)]
 fn fold_head_permutes(
     g: &Graph,
@@ -291,7 +290,7 @@ fn fold_head_permutes(
     qk: usize,
     [q, k, v]: [ValueId; 3],
     mask: Option<ValueId>,
-    unfolded: &Op,
+    scale: f32,
     kernel_of: KernelOf<'_>,
 ) -> Option<Folded> {
     let head_swap = |node: usize| g.nodes[node].op == (Op::Permute { perm: vec![0, 2, 1, 3] });
@@ -306,10 +305,9 @@ fn fold_head_permutes(
     let metas = |ins: [ValueId; 3]| -> Vec<TensorMeta> {
         ins.iter().chain(mask.as_ref()).map(|x| g.meta(*x).clone()).collect()
     };
-    let Op::Attention { scale, .. } = unfolded else { return None };
-    let folded = Op::Attention { scale: *scale, layout: AttentionLayout::Bsnd };
-    let same = kernel_of(unfolded, &metas([q, k, v]))?;
-    (kernel_of(&folded, &metas(qkv))? == same).then_some(Folded {
+    let attention = |layout| Op::Attention { scale: Some(scale), layout };
+    let same = kernel_of(&attention(AttentionLayout::Bnsd), &metas([q, k, v]))?;
+    (kernel_of(&attention(AttentionLayout::Bsnd), &metas(qkv))? == same).then_some(Folded {
         absorbed: [pq, pk, pv, merge],
         qkv,
         output: g.nodes[merge].outputs[0],

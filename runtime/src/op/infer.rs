@@ -251,8 +251,8 @@ impl Op {
                 }
                 // Checked as [B, H, S, D] whatever the layout.
                 let (q4, k4, v4) = (layout.bhsd(&q.0), layout.bhsd(&k.0), layout.bhsd(&v.0));
-                let (q, k) = (Shape::from(q4), Shape::from(k4));
-                if q.0[..2] != k.0[..2] || k.0[..3] != v4[..3] || q.0[3] != k.0[3] {
+                let ([b, h, s, d], t) = (q4, k4[2]);
+                if q4[..2] != k4[..2] || k4[..3] != v4[..3] || d != k4[3] {
                     return Err(Error::invalid(
                         op,
                         format!(
@@ -269,13 +269,13 @@ impl Op {
                 {
                     return Err(Error::invalid(op, format!("scale must be finite, got {s}")));
                 }
-                size::operand_bytes(op, "the scores", &[q.0[0], q.0[1], q.0[2], k.0[2]], x.dtype)?;
+                size::operand_bytes(op, "the scores", &[b, h, s, t], x.dtype)?;
                 if inputs.len() == 4 {
                     let m = &inputs[3];
                     if m.dtype != DType::U8 && m.dtype != x.dtype {
                         return Err(Error::invalid(op, format!("mask must be u8 or {} like q, got {m}", x.dtype)));
                     }
-                    let scores = Shape::from([q.0[0], q.0[1], q.0[2], k.0[2]]);
+                    let scores = Shape::from([b, h, s, t]);
                     if m.shape.rank() > 4 || Shape::broadcast(&m.shape, &scores).as_ref() != Some(&scores) {
                         return Err(Error::invalid(
                             op,
@@ -283,7 +283,7 @@ impl Op {
                         ));
                     }
                 }
-                out(x.dtype, Shape::from(layout.dims([q.0[0], q.0[1], q.0[2], v4[3]])))
+                out(x.dtype, Shape::from(layout.dims([b, h, s, v4[3]])))
             }
             Op::BiasGelu(_) => {
                 need_float(0)?;
