@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// `npurt bench gemm [--peer numpy] [--runs N] [--all-tiers] [--isa ISA] [--peak GFLOPS] [--paired] [--json FILE]`
+/// `npurt bench gemm [--peer numpy] [--runs N] [--all-tiers] [--isa ISA] [--peak GFLOPS] [--paired] [--shape MxKxN]... [--json FILE]`
 #[derive(Args)]
 pub struct GemmArgs {
     /// Time a peer in the same run, before and after npurt
@@ -40,9 +40,22 @@ pub struct GemmArgs {
     /// whose other load comes and goes
     #[arg(long, conflicts_with = "peak")]
     paired: bool,
+    /// Only this shape of the table (MxKxN, or BxMxKxN for a batched one; repeatable),
+    /// e.g. to profile one product
+    #[arg(long = "shape", value_name = "SHAPE", value_parser = parse_shape)]
+    shapes: Vec<Shape>,
     /// Also write the figures as JSON to FILE
     #[arg(long, value_name = "FILE")]
     json: Option<String>,
+}
+
+/// A shape of [`SHAPES`], named as the table prints it.
+fn parse_shape(s: &str) -> std::result::Result<Shape, String> {
+    let s = s.trim();
+    SHAPES.iter().copied().find(|&sh| shape_name(sh) == s).ok_or_else(|| {
+        let names: Vec<String> = SHAPES.iter().map(|&sh| shape_name(sh)).collect();
+        format!("not a shape of the table; one of {}", names.join(", "))
+    })
 }
 
 fn positive_f64(s: &str) -> std::result::Result<f64, String> {
@@ -298,6 +311,7 @@ pub fn run(cfg: RuntimeConfig, args: GemmArgs) -> Result<()> {
     let f = npurt::cpu::features::select(args.isa).map_err(npurt::cpu::CpuError::from)?;
     let isa = f.isa;
     let threads = cfg.threads.unwrap_or(f.cores);
+    let shapes: &[Shape] = if args.shapes.is_empty() { SHAPES } else { &args.shapes };
     let eager: Vec<runtime::Runtime> =
         tiers.iter().map(|&t| eager_runtime(&cfg, t, args.isa)).collect::<Result<_>>()?;
     let on_cpu = eager.iter().all(|rt| rt.backend_name() == "cpu");
@@ -319,7 +333,7 @@ pub fn run(cfg: RuntimeConfig, args: GemmArgs) -> Result<()> {
         println!("eager columns run on the {} backend: no percentage of the CPU's peak", eager[0].backend_name());
     }
     let eager_peak = if on_cpu { peak } else { None };
-    let steps = (tiers.len() + 2) * SHAPES.len() + if numpy { 2 } else { 0 };
+    let steps = (tiers.len() + 2) * shapes.len() + if numpy { 2 } else { 0 };
     let pb = progress::bar(steps as u64, "GEMM");
     // Peer before and after ours, so drift on a shared machine shows up.
     let peer = |pb: &indicatif::ProgressBar| -> Result<Option<(BTreeMap<String, f64>, String)>> {
@@ -337,7 +351,7 @@ pub fn run(cfg: RuntimeConfig, args: GemmArgs) -> Result<()> {
     for (t, rt) in tiers.iter().zip(&eager) {
         pb.set_message(format!("npurt {t}"));
         ours.push(
-            SHAPES
+            shapes
                 .iter()
                 .map(|&s| time_gemm_on(rt, s, runs, eager_probe).inspect(|_| pb.inc(1)))
                 .collect::<Result<_>>()?,
@@ -345,12 +359,12 @@ pub fn run(cfg: RuntimeConfig, args: GemmArgs) -> Result<()> {
     }
     pb.set_message("f32 prepacked");
     let pre: Vec<Option<Figure>> =
-        SHAPES.iter().map(|&s| time_gemm_prepacked(&cfg, isa, s, runs, probe)).inspect(|_| pb.inc(1)).collect();
+        shapes.iter().map(|&s| time_gemm_prepacked(&cfg, isa, s, runs, probe)).inspect(|_| pb.inc(1)).collect();
     pb.set_message("bf16");
     let bf16: Vec<Option<f64>> = if isa == Isa::Avx512 {
-        SHAPES.iter().map(|&s| time_gemm_bf16(&cfg, s, runs)).inspect(|_| pb.inc(1)).collect()
+        shapes.iter().map(|&s| time_gemm_bf16(&cfg, s, runs)).inspect(|_| pb.inc(1)).collect()
     } else {
-        SHAPES.iter().map(|_| None).inspect(|_| pb.inc(1)).collect()
+        shapes.iter().map(|_| None).inspect(|_| pb.inc(1)).collect()
     };
     let p2 = peer(&pb)?;
     pb.finish_and_clear();
@@ -371,7 +385,7 @@ pub fn run(cfg: RuntimeConfig, args: GemmArgs) -> Result<()> {
     }
     println!();
     let mut rows = Vec::new();
-    for (i, &s) in SHAPES.iter().enumerate() {
+    for (i, &s) in shapes.iter().enumerate() {
         let name = shape_name(s);
         print!("{name:<18}");
         for (t, o) in tiers.iter().zip(&ours) {
