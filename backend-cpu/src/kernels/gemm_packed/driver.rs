@@ -375,6 +375,10 @@ fn share_items(
     }
 }
 
+/// The bytes of A one B micro-panel meets while it stays in L1 ([`MicroKernel::B_PANEL_IN_L1`]):
+/// a quarter of a 1 MiB L2, beside the item's B block.
+const A_L2_BYTES: usize = 256 << 10;
+
 /// Multiplies packed A (`rows` valid rows in MR-panels) by packed B (`cols` valid columns in
 /// NR-panels) into C at `c` (row stride `ldc`).
 ///
@@ -442,10 +446,24 @@ unsafe fn macro_kernel<K: MicroKernel>(
         }
     };
     let b_panels = || bpack.chunks_exact(kc * nr).take(cols.div_ceil(nr)).enumerate();
-    // A micro-panel stays in L1 while the B micro-panels stream from L2.
-    for ip in 0..rows.div_ceil(mr) {
-        for (jp, bp) in b_panels() {
-            tile_op(ip, jp, bp);
+    if K::B_PANEL_IN_L1 {
+        // A B micro-panel stays in L1 while the A micro-panels of a row chunk stream from
+        // L2; the chunk's A (at most A_L2_BYTES) stays in L2 across the B panels.
+        let chunk = (A_L2_BYTES / 4 / (kc * mr)).max(1);
+        let a_panels = rows.div_ceil(mr);
+        for i0 in (0..a_panels).step_by(chunk) {
+            for (jp, bp) in b_panels() {
+                for ip in i0..a_panels.min(i0 + chunk) {
+                    tile_op(ip, jp, bp);
+                }
+            }
+        }
+    } else {
+        // An A micro-panel stays in L1 while the B micro-panels stream from L2.
+        for ip in 0..rows.div_ceil(mr) {
+            for (jp, bp) in b_panels() {
+                tile_op(ip, jp, bp);
+            }
         }
     }
 }

@@ -45,6 +45,13 @@ pub(super) trait MicroKernel {
     const MR: usize;
     const NR: usize;
     const BLOCKING: Blocking;
+    /// The macro-kernel's loop order. `false`: one A micro-panel stays in L1 while the B
+    /// micro-panels stream from L2 (`NR` floats per k step). `true`: one B micro-panel
+    /// (`kc × NR`) stays in L1 while the A micro-panels stream from L2 (`MR` floats per k
+    /// step), for kernels whose B panel fits L1 beside the A stream and whose B stream
+    /// would cost more L2 bandwidth per FMA than A's (AVX2's 6×16: 64 bytes of B per 12
+    /// FMAs against 24 of A).
+    const B_PANEL_IN_L1: bool = false;
 
     /// `C[0..MR, 0..NR] = alpha * Σ_p A[p] ⊗ B[p] + beta * C + bias` (C not read when
     /// `beta == 0`; `bias`, one value per column, added to every row when not null).

@@ -797,11 +797,12 @@ mod tests {
     }
 
     /// Shapes above the parallel threshold, exercising the multi-threaded paths (several
-    /// M blocks, N blocks, and the M split used when n is narrow).
+    /// M blocks, N blocks, the M split used when n is narrow, and at k = 400 AVX2's row
+    /// chunks of one B panel).
     #[test]
     fn all_kernels_threaded() {
         let shapes: &[(usize, usize, usize)] =
-            &[(130, 150, 70), (5, 600, 200), (301, 67, 129), (97, 161, 450), (600, 20, 100)];
+            &[(130, 150, 70), (5, 600, 200), (301, 67, 129), (97, 161, 450), (600, 20, 100), (200, 40, 400)];
         for isa in Isa::all_supported() {
             for &(m, n, k) in shapes {
                 for threads in [2, 3] {
