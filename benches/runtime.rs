@@ -103,10 +103,11 @@ fn system_alloc_free(bencher: Bencher, bytes: usize) {
 /// The element-wise tail of a BERT-base s128 layer, one kernel call on one thread (no
 /// pool around it, so the kernels run serially): `BiasGelu` on the FFN's `[128, 3072]`,
 /// `AddLayerNorm` on `[128, 768]`, and the head split `Permute` `[1, 128, 12, 64]` →
-/// `[1, 12, 128, 64]`; and MiniLM-L6's tokens-first Attention at s32 and s128 (12 heads of
-/// 32, float mask). Bytes counted: every operand read and written once.
+/// `[1, 12, 128, 64]`; MiniLM-L6's tokens-first Attention at s32 and s128 (12 heads of 32,
+/// float mask) and BERT-Large's at s512 (16 heads of 64: four blocks of query rows per
+/// head). Bytes counted: every operand read and written once.
 #[divan::bench(
-    args = ["biasgelu", "addlayernorm", "permute", "attention-s32", "attention-s128"],
+    args = ["biasgelu", "addlayernorm", "permute", "attention-s32", "attention-s128", "attention-large-s512"],
     sample_count = 30,
     sample_size = 20
 )]
@@ -122,8 +123,12 @@ fn bert_tail_kernel(bencher: Bencher, which: &str) {
         ),
         "permute" => (Op::Permute { perm: vec![0, 2, 1, 3] }, vec![vec![1, 128, 12, 64]], vec![1, 12, 128, 64]),
         _ => {
-            let s = if which == "attention-s32" { 32 } else { 128 };
-            let qkv = vec![1, s, 12, 32];
+            let (s, h, d) = match which {
+                "attention-s32" => (32, 12, 32),
+                "attention-s128" => (128, 12, 32),
+                _ => (512, 16, 64),
+            };
+            let qkv = vec![1, s, h, d];
             let op = Op::Attention { scale: None, layout: npurt::AttentionLayout::Bsnd };
             (op, vec![qkv.clone(), qkv.clone(), qkv.clone(), vec![1, 1, 1, s]], qkv)
         }

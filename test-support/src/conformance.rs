@@ -191,8 +191,18 @@ pub fn cases(dtype: DType, seed: u64) -> Vec<Case> {
                 add(&mut out, Op::ReduceMean { axes, keepdims }, vec![(f, s.clone(), "")], acc, &mut rng);
             }
         }
-        // Attention with and without masks.
-        for &(b, h, s, t, d) in &[(1, 1, 1, 1, 1), (2, 3, 5, 7, 4), (1, 2, 17, 17, 8), (1, 1, 0, 3, 2)] {
+        // Attention with and without masks; over 128 query rows, a head has several
+        // blocks on the CPU's fast tier (per head with K and V packed once where the
+        // heads outnumber the threads twice, per block otherwise).
+        let shapes = [
+            (1, 1, 1, 1, 1),
+            (2, 3, 5, 7, 4),
+            (1, 2, 17, 17, 8),
+            (1, 1, 0, 3, 2),
+            (1, 4, 200, 150, 8),
+            (1, 1, 260, 40, 4),
+        ];
+        for &(b, h, s, t, d) in &shapes {
             let q = vec![b, h, s, d];
             let k = vec![b, h, t, d];
             add(
@@ -225,7 +235,7 @@ pub fn cases(dtype: DType, seed: u64) -> Vec<Case> {
             );
         }
         // Tokens first ([B, S, H, D]: no head split/merge permutes), with a float mask.
-        for &(b, h, s, t, d) in &[(2, 3, 5, 7, 4), (1, 4, 17, 17, 8)] {
+        for &(b, h, s, t, d) in &[(2, 3, 5, 7, 4), (1, 4, 17, 17, 8), (1, 4, 140, 140, 8)] {
             let q = vec![b, s, h, d];
             let k = vec![b, t, h, d];
             add(

@@ -6,6 +6,10 @@
 //! consumed by the second GEMM. The full `s × t` score matrix is never materialised, and
 //! the blocks of all heads are the units of parallel work.
 //!
+//! Where a head has several blocks and there are heads enough to keep the threads busy,
+//! a head is the unit of work instead: its K and V are packed once (the GEMM's prepacked
+//! B) for all its blocks, not once per block.
+//!
 //! In the tokens-first layout ([`AttentionLayout::Bsnd`]) a head's q, k and v rows are
 //! read in place at the row stride `H·D`, and each block's output rows are copied to
 //! theirs: no head split or merge permute around the op.
@@ -16,6 +20,7 @@
 
 use super::blas;
 use super::common::*;
+use super::gemm_packed::{self, PackedBLayout};
 use super::simd_math::softmax_in_place;
 use rayon::prelude::*;
 use runtime::{AttentionLayout, DType};
@@ -66,6 +71,23 @@ impl RowsOut {
     }
 }
 
+/// One head's K (as Kᵀ, `d × t`) and V (`t × dv`) packed for the fast GEMM.
+struct HeadKv<'a> {
+    kt: &'a [f32],
+    v: &'a [f32],
+    lk: PackedBLayout,
+    lv: PackedBLayout,
+}
+
+/// A per-head job's buffers, kept across the heads one thread runs.
+#[derive(Default)]
+struct HeadScratch {
+    kt: Vec<f32>,
+    v: Vec<f32>,
+    out: Vec<f32>,
+    scores: Vec<f32>,
+}
+
 pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, layout: AttentionLayout, ctx: &Ctx) -> KResult {
     let isa = ctx.features.isa;
     let (q, k, v) = (load_f32(&ins[0])?, load_f32(&ins[1])?, load_f32(&ins[2])?);
@@ -110,7 +132,7 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, layout: Attentio
             o.fill(0.0);
             return Ok(());
         }
-        let block = |bh: usize, blk: usize, ob: &mut [f32], scores: &mut Vec<f32>| -> KResult {
+        let block = |bh: usize, blk: usize, ob: &mut [f32], scores: &mut Vec<f32>, kv: Option<&HeadKv>| -> KResult {
             let (bi, hh) = (bh / h, bh % h);
             let i0 = blk * ROWS;
             let rows = ob.len() / dv;
@@ -118,7 +140,10 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, layout: Attentio
             let kh = &k[at(sk, bh, 0)..][..span(t, sk[2], d)];
             let vh = &v[at(sv, bh, 0)..][..span(t, sv[2], dv)];
             scores.resize(rows * t, 0.0);
-            blas::sgemm(isa, rows, t, d, alpha, qb, sq[2], 1, kh, 1, sk[2], false, scores, t, 1)?;
+            match kv {
+                Some(kv) => gemm_packed::sgemm_prepacked(rows, alpha, qb, sq[2], 1, &kv.lk, kv.kt, None, scores, t, 1),
+                None => blas::sgemm(isa, rows, t, d, alpha, qb, sq[2], 1, kh, 1, sk[2], false, scores, t, 1)?,
+            }
             let mut masked = [false; ROWS];
             for (r, row) in scores.chunks_mut(t).enumerate() {
                 if let Some(f) = post {
@@ -127,7 +152,10 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, layout: Attentio
                 let m = mask.map(|m| m.row(bi, hh, i0 + r, t));
                 masked[r] = softmax_in_place(isa, row, m);
             }
-            blas::sgemm(isa, rows, dv, t, 1.0, scores, t, 1, vh, sv[2], 1, false, ob, dv, 1)?;
+            match kv {
+                Some(kv) => gemm_packed::sgemm_prepacked(rows, 1.0, scores, t, 1, &kv.lv, kv.v, None, ob, dv, 1),
+                None => blas::sgemm(isa, rows, dv, t, 1.0, scores, t, 1, vh, sv[2], 1, false, ob, dv, 1)?,
+            }
             for (r, out_row) in ob.chunks_mut(dv).enumerate() {
                 if masked[r] {
                     out_row.fill(0.0);
@@ -135,23 +163,54 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, layout: Attentio
             }
             Ok(())
         };
+        let blocks = s.div_ceil(ROWS);
+        let heads = bsz * h;
+        if blocks > 1 && blas::use_packed() && (ctx.threads <= 1 || heads >= 2 * ctx.threads) {
+            // Per head: K and V packed once, then its blocks; each block computes into a
+            // buffer and copies its rows out (strided ones in the tokens-first layout).
+            let dst = RowsOut { ptr: o.as_mut_ptr(), len: o.len() };
+            let (lk, lv) = (PackedBLayout::for_cpu(isa, d, t), PackedBLayout::for_cpu(isa, t, dv));
+            let run = |bh: usize, sc: &mut HeadScratch| -> KResult {
+                let kh = &k[at(sk, bh, 0)..][..span(t, sk[2], d)];
+                let vh = &v[at(sv, bh, 0)..][..span(t, sv[2], dv)];
+                sc.kt.resize(lk.len(), 0.0);
+                sc.v.resize(lv.len(), 0.0);
+                gemm_packed::pack_b(&lk, kh, 1, sk[2], &mut sc.kt)?;
+                gemm_packed::pack_b(&lv, vh, sv[2], 1, &mut sc.v)?;
+                let kv = HeadKv { kt: &sc.kt, v: &sc.v, lk, lv };
+                for blk in 0..blocks {
+                    let rows = ROWS.min(s - blk * ROWS);
+                    sc.out.resize(rows * dv, 0.0);
+                    block(bh, blk, &mut sc.out, &mut sc.scores, Some(&kv))?;
+                    for (r, row) in sc.out.chunks(dv).enumerate() {
+                        dst.put(at(so, bh, blk * ROWS + r), row);
+                    }
+                }
+                Ok(())
+            };
+            return if ctx.threads > 1 {
+                (0..heads).into_par_iter().try_for_each_init(HeadScratch::default, |sc, bh| run(bh, sc))
+            } else {
+                let mut sc = HeadScratch::default();
+                (0..heads).try_for_each(|bh| run(bh, &mut sc))
+            };
+        }
         if layout == AttentionLayout::Bsnd {
             // A head's output rows are strided: each block computes into its own buffer
             // and copies the rows out.
             let dst = RowsOut { ptr: o.as_mut_ptr(), len: o.len() };
-            let blocks = s.div_ceil(ROWS);
             let run = |job: usize, bufs: &mut (Vec<f32>, Vec<f32>)| -> KResult {
                 let (bh, blk) = (job / blocks, job % blocks);
                 let rows = ROWS.min(s - blk * ROWS);
                 let (ob, scores) = bufs;
                 ob.resize(rows * dv, 0.0);
-                block(bh, blk, ob, scores)?;
+                block(bh, blk, ob, scores, None)?;
                 for (r, row) in ob.chunks(dv).enumerate() {
                     dst.put(at(so, bh, blk * ROWS + r), row);
                 }
                 Ok(())
             };
-            let jobs = bsz * h * blocks;
+            let jobs = heads * blocks;
             return if ctx.threads > 1 && jobs > 1 {
                 (0..jobs).into_par_iter().try_for_each_init(Default::default, |bufs, job| run(job, bufs))
             } else {
@@ -163,13 +222,13 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, layout: Attentio
             o.par_chunks_mut(s * dv).enumerate().try_for_each(|(bh, oh)| {
                 oh.par_chunks_mut(ROWS * dv)
                     .enumerate()
-                    .try_for_each_init(Vec::new, |scores, (blk, ob)| block(bh, blk, ob, scores))
+                    .try_for_each_init(Vec::new, |scores, (blk, ob)| block(bh, blk, ob, scores, None))
             })
         } else {
             let mut scores = Vec::new();
             for (bh, oh) in o.chunks_mut(s * dv).enumerate() {
                 for (blk, ob) in oh.chunks_mut(ROWS * dv).enumerate() {
-                    block(bh, blk, ob, &mut scores)?;
+                    block(bh, blk, ob, &mut scores, None)?;
                 }
             }
             Ok(())
