@@ -953,24 +953,70 @@ mod tests {
         }
     }
 
-    /// The 8-row tile's register transpose packs exactly what the portable loop packs,
-    /// for depths with and without a remainder of eight.
+    /// Every x86 kernel's register-transposing packing (a row-major A's panel, a transposed
+    /// B's panel) packs exactly what the portable loops pack, for depths with and without
+    /// a remainder of eight and four, and for partial panels (the portable path).
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn eight_row_packing_matches_the_portable_packing() {
-        if !Isa::Avx512.supported() {
-            println!("SKIP eight-row packing: this CPU has no AVX-512F");
+    fn x86_packing_matches_the_portable_packing() {
+        fn check<K: MicroKernel>(name: &str) {
+            let (mr, nr) = (K::MR, K::NR);
+            let (rows_total, k) = (mr * 2 + 3, 70);
+            let a = fill(rows_total * k, 9);
+            // A row-major (rsa = k, csa = 1); B transposed: element (p, j) at j * k + p.
+            let p = Problem {
+                m: rows_total,
+                n: rows_total,
+                k,
+                alpha: 1.0,
+                a: &a,
+                rsa: k,
+                csa: 1,
+                b: &a,
+                rsb: 1,
+                csb: k,
+                beta: 0.0,
+                ldc: 1,
+            };
+            for (i0, p0, kc) in [(0, 0, 70), (mr, 3, 67), (mr + 3, 1, 8), (2, 60, 9), (1, 0, 5), (0, 66, 4)] {
+                for rows in [mr, 3.min(mr)] {
+                    let (mut got, mut want) = (vec![f32::NAN; mr * kc], vec![f32::NAN; mr * kc]);
+                    K::pack_a(&p, i0, rows, p0, kc, &mut got);
+                    pack_a_panel_dyn(&p, mr, i0, rows, p0, kc, &mut want);
+                    assert_eq!(got, want, "{name} A: rows {i0}+{rows}, columns {p0}+{kc}");
+                }
+                if i0 + nr <= rows_total {
+                    let (mut got, mut want) = (vec![f32::NAN; nr * kc], vec![f32::NAN; nr * kc]);
+                    K::pack_b(&p, i0, nr, p0, kc, &mut got);
+                    for (pp, d) in want.chunks_exact_mut(nr).enumerate() {
+                        for (j, x) in d.iter_mut().enumerate() {
+                            *x = a[(i0 + j) * k + p0 + pp];
+                        }
+                    }
+                    assert_eq!(got, want, "{name} transposed B: columns {i0}+{nr}, rows {p0}+{kc}");
+                }
+            }
+        }
+        /// The portable A packing for a run-time MR (the kernels' three).
+        fn pack_a_panel_dyn(p: &Problem<'_>, mr: usize, i0: usize, rows: usize, p0: usize, kc: usize, d: &mut [f32]) {
+            match mr {
+                6 => pack_a_panel::<6>(p, i0, rows, p0, kc, d),
+                8 => pack_a_panel::<8>(p, i0, rows, p0, kc, d),
+                12 => pack_a_panel::<12>(p, i0, rows, p0, kc, d),
+                _ => unreachable!("no x86 kernel has {mr} rows"),
+            }
+        }
+        if !Isa::Avx2.supported() {
+            println!("SKIP x86 packing: this CPU has no AVX2+FMA");
             return;
         }
-        let (m, k) = (19, 70);
-        let a = fill(m * k, 9);
-        let p = Problem { m, n: 1, k, alpha: 1.0, a: &a, rsa: k, csa: 1, b: &[], rsb: 0, csb: 0, beta: 0.0, ldc: 1 };
-        for (i0, rows, p0, kc) in [(0, 8, 0, 70), (8, 8, 3, 67), (11, 8, 1, 8), (2, 8, 60, 9), (16, 3, 0, 70)] {
-            let (mut got, mut want) = (vec![f32::NAN; 8 * kc], vec![f32::NAN; 8 * kc]);
-            <x86::Avx512x8 as MicroKernel>::pack_a(&p, i0, rows, p0, kc, &mut got);
-            pack_a_panel::<8>(&p, i0, rows, p0, kc, &mut want);
-            assert_eq!(got, want, "rows {i0}+{rows}, columns {p0}+{kc}");
+        check::<x86::Avx2>("avx2 6x16");
+        if !Isa::Avx512.supported() {
+            println!("SKIP x86 packing for the AVX-512 kernels: this CPU has no AVX-512F");
+            return;
         }
+        check::<x86::Avx512>("avx512 12x32");
+        check::<x86::Avx512x8>("avx512 8x32");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The AVX2+FMA (6×16) and AVX-512F (12×32, and 8×32 for row counts that 12 does not
 //! divide well) micro-kernels.
 
-use super::layout::{ATile, Blocking, MicroKernel, Problem, impl_packing, pack_a_panel, pack_b_panel};
+use super::layout::{ATile, Blocking, MicroKernel, Problem, pack_a_panel, pack_b_panel};
 use std::arch::x86_64::*;
 
 /// Defines a `#[target_feature]` micro-kernel with `MR` rows and `NV` vectors of `LANES`
@@ -163,6 +163,32 @@ macro_rules! forward_to {
     };
 }
 
+/// The packing methods of [`MicroKernel`] for `MR` rows and `NR` columns: a whole panel of a
+/// row-major A, or of a transposed (column-major) B, is transposed in registers by
+/// [`pack_transposed`]; other panels take the portable loops.
+macro_rules! x86_packing {
+    ($mr:expr, $nr:expr) => {
+        fn pack_a(p: &Problem<'_>, i0: usize, rows: usize, p0: usize, kc: usize, dst: &mut [f32]) {
+            if rows == $mr && p.csa == 1 {
+                let base = i0 * p.rsa + p0;
+                let src: [&[f32]; $mr] = std::array::from_fn(|i| &p.a[base + i * p.rsa..][..kc]);
+                pack_transposed(&src, kc, dst)
+            } else {
+                pack_a_panel::<$mr>(p, i0, rows, p0, kc, dst)
+            }
+        }
+        fn pack_b(p: &Problem<'_>, j0: usize, cols: usize, p0: usize, kc: usize, dst: &mut [f32]) {
+            if cols == $nr && p.rsb == 1 && p.csb != 1 {
+                let base = p0 + j0 * p.csb;
+                let src: [&[f32]; $nr] = std::array::from_fn(|j| &p.b[base + j * p.csb..][..kc]);
+                pack_transposed(&src, kc, dst)
+            } else {
+                pack_b_panel::<$nr>(p, j0, cols, p0, kc, dst)
+            }
+        }
+    };
+}
+
 /// AVX2 + FMA, 6×16.
 pub(super) struct Avx2;
 
@@ -172,7 +198,7 @@ impl MicroKernel for Avx2 {
     const BLOCKING: Blocking = Blocking { mc: 3072, kc: 384, nc: 256 };
     // 384 × 16 floats of B: 24 KiB of Zen 4's 32 KiB L1.
     const B_PANEL_IN_L1: bool = true;
-    impl_packing!(6, 16);
+    x86_packing!(6, 16);
 
     forward_to!(kernel_avx2_6x16);
 }
@@ -184,7 +210,7 @@ impl MicroKernel for Avx512 {
     const MR: usize = 12;
     const NR: usize = 32;
     const BLOCKING: Blocking = Blocking { mc: 3072, kc: 512, nc: 384 };
-    impl_packing!(12, 32);
+    x86_packing!(12, 32);
 
     forward_to!(kernel_avx512_12x32);
 }
@@ -199,22 +225,7 @@ impl MicroKernel for Avx512x8 {
     const NR: usize = <Avx512 as MicroKernel>::NR;
     const BLOCKING: Blocking = <Avx512 as MicroKernel>::BLOCKING;
 
-    /// Eight rows of a row-major A are transposed in registers, 8×8 at a time (the
-    /// portable loop moves one float at a time through the stack).
-    fn pack_a(p: &Problem<'_>, i0: usize, rows: usize, p0: usize, kc: usize, dst: &mut [f32]) {
-        if rows == 8 && p.csa == 1 && std::arch::is_x86_feature_detected!("avx2") {
-            let base = i0 * p.rsa + p0;
-            let src: [&[f32]; 8] = std::array::from_fn(|i| &p.a[base + i * p.rsa..][..kc]);
-            // SAFETY: AVX2 was just detected.
-            unsafe { pack_a_8_rows(&src, &mut dst[..8 * kc]) }
-        } else {
-            pack_a_panel::<8>(p, i0, rows, p0, kc, dst)
-        }
-    }
-
-    fn pack_b(p: &Problem<'_>, j0: usize, cols: usize, p0: usize, kc: usize, dst: &mut [f32]) {
-        pack_b_panel::<32>(p, j0, cols, p0, kc, dst)
-    }
+    x86_packing!(8, 32);
 
     forward_to!(kernel_avx512_8x32);
 }
@@ -227,19 +238,78 @@ pub(super) fn eight_rows(m: usize) -> bool {
     r8 * 50 < r12 * 49
 }
 
-/// `dst[k*8 + i] = src[i][k]` for `k < dst.len() / 8`: eight rows into one 8-row panel.
-/// Panics (before any write) when a row is shorter than `dst.len() / 8`.
+/// `dst[k*W + i] = src[i][k]` for every `k < kc` and `i < W`: one packed panel from W
+/// rows (of A) or W columns (of a transposed B) read as W sequential streams. Rows are
+/// transposed eight at a time in AVX registers and four at a time in SSE ones (the
+/// portable loop moved one float at a time), the rest one float at a time.
+/// Panics (before any write) when a row is shorter than `kc` or `dst` than `kc * W`.
+fn pack_transposed<const W: usize>(src: &[&[f32]; W], kc: usize, dst: &mut [f32]) {
+    assert!(src.iter().all(|r| r.len() >= kc), "pack_transposed: a row is shorter than the panel");
+    let dst = &mut dst[..kc * W];
+    let mut i = 0;
+    if std::arch::is_x86_feature_detected!("avx2") {
+        while i + 8 <= W {
+            let rows: &[&[f32]; 8] = src[i..i + 8].try_into().expect("eight rows");
+            // SAFETY: AVX2 was just detected; the rows hold `kc` floats (asserted) and
+            // `dst` exactly `kc * W`, with `i + 8 <= W`.
+            unsafe { transpose_8(rows, kc, dst, W, i) };
+            i += 8;
+        }
+    }
+    while i + 4 <= W {
+        let rows: &[&[f32]; 4] = src[i..i + 4].try_into().expect("four rows");
+        transpose_4(rows, kc, dst, W, i);
+        i += 4;
+    }
+    for (ii, row) in src.iter().enumerate().skip(i) {
+        for (k, &x) in row[..kc].iter().enumerate() {
+            dst[k * W + ii] = x;
+        }
+    }
+}
+
+/// `dst[k*w + i0 + i] = src[i][k]` for `k < kc`, `i < 4`, in SSE registers (x86_64's
+/// baseline). The rows hold `kc` floats and `dst` `kc * w` with `i0 + 4 <= w` (checked by
+/// the slicing below: a violation panics).
+fn transpose_4(src: &[&[f32]; 4], kc: usize, dst: &mut [f32], w: usize, i0: usize) {
+    let full = kc / 4 * 4;
+    for k in (0..full).step_by(4) {
+        let r: [&[f32]; 4] = std::array::from_fn(|i| &src[i][k..k + 4]);
+        let out = &mut dst[k * w + i0..(k + 3) * w + i0 + 4];
+        // SAFETY: SSE is part of x86_64; each row slice holds the 4 floats read, and
+        // `out` covers the four 4-float stores at 0, w, 2w and 3w.
+        unsafe {
+            let v: [__m128; 4] = std::array::from_fn(|i| _mm_loadu_ps(r[i].as_ptr()));
+            let t0 = _mm_unpacklo_ps(v[0], v[1]);
+            let t1 = _mm_unpacklo_ps(v[2], v[3]);
+            let t2 = _mm_unpackhi_ps(v[0], v[1]);
+            let t3 = _mm_unpackhi_ps(v[2], v[3]);
+            let cols = [_mm_movelh_ps(t0, t1), _mm_movehl_ps(t1, t0), _mm_movelh_ps(t2, t3), _mm_movehl_ps(t3, t2)];
+            for (j, c) in cols.into_iter().enumerate() {
+                _mm_storeu_ps(out.as_mut_ptr().add(j * w), c);
+            }
+        }
+    }
+    for k in full..kc {
+        for (i, row) in src.iter().enumerate() {
+            dst[k * w + i0 + i] = row[k];
+        }
+    }
+}
+
+/// `dst[k*w + i0 + i] = src[i][k]` for `k < kc`, `i < 8`: eight rows transposed 8×8 at a
+/// time in AVX registers.
 ///
 /// # Safety
-/// The CPU supports AVX2.
+/// The CPU supports AVX2; every row holds at least `kc` floats; `dst` holds at least
+/// `kc * w` floats and `i0 + 8 <= w`.
 #[target_feature(enable = "avx2")]
-unsafe fn pack_a_8_rows(src: &[&[f32]; 8], dst: &mut [f32]) {
-    let kc = dst.len() / 8;
-    assert!(src.iter().all(|r| r.len() >= kc), "pack_a_8_rows: a row is shorter than the panel");
+unsafe fn transpose_8(src: &[&[f32]; 8], kc: usize, dst: &mut [f32], w: usize, i0: usize) {
+    debug_assert!(src.iter().all(|r| r.len() >= kc) && dst.len() >= kc * w && i0 + 8 <= w);
     let full = kc / 8 * 8;
     for k in (0..full).step_by(8) {
-        // SAFETY: every row holds at least `kc >= k + 8` floats (asserted above), and
-        // `dst` holds `8 * kc >= 8 * (k + 8)`: the loads and stores stay in bounds.
+        // SAFETY: every row holds at least `kc >= k + 8` floats, and the stores reach
+        // `(k + 7) * w + i0 + 8 <= kc * w` (the contract).
         unsafe {
             let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(src[i].as_ptr().add(k)));
             let t0 = _mm256_unpacklo_ps(r[0], r[1]);
@@ -269,15 +339,15 @@ unsafe fn pack_a_8_rows(src: &[&[f32]; 8], dst: &mut [f32]) {
                 _mm256_permute2f128_ps::<0x31>(u2, u6),
                 _mm256_permute2f128_ps::<0x31>(u3, u7),
             ];
-            let out = dst.as_mut_ptr().add(k * 8);
+            let out = dst.as_mut_ptr().add(k * w + i0);
             for (j, c) in cols.into_iter().enumerate() {
-                _mm256_storeu_ps(out.add(j * 8), c);
+                _mm256_storeu_ps(out.add(j * w), c);
             }
         }
     }
     for k in full..kc {
         for (i, row) in src.iter().enumerate() {
-            dst[k * 8 + i] = row[k];
+            dst[k * w + i0 + i] = row[k];
         }
     }
 }
