@@ -379,6 +379,12 @@ fn share_items(
 /// a quarter of a 1 MiB L2, beside the item's B block.
 const A_L2_BYTES: usize = 256 << 10;
 
+/// The fewest A micro-panels an item has for [`MicroKernel::B_PANEL_IN_L1`]'s order to be
+/// taken: on Zen 4 (AVX2 path, alternated runs) it gained at m = 512 (BERT-Large s512:
+/// 0.97) but lost at m = 128 and 32 (BERT-base s128: 1.06, MiniLM s32: 1.07), where the
+/// item's few A panels are reused by too few B panels to be worth streaming.
+const B_IN_L1_MIN_PANELS: usize = 32;
+
 /// Multiplies packed A (`rows` valid rows in MR-panels) by packed B (`cols` valid columns in
 /// NR-panels) into C at `c` (row stride `ldc`).
 ///
@@ -446,7 +452,7 @@ unsafe fn macro_kernel<K: MicroKernel>(
         }
     };
     let b_panels = || bpack.chunks_exact(kc * nr).take(cols.div_ceil(nr)).enumerate();
-    if K::B_PANEL_IN_L1 {
+    if K::B_PANEL_IN_L1 && rows.div_ceil(mr) >= B_IN_L1_MIN_PANELS {
         // A B micro-panel stays in L1 while the A micro-panels of a row chunk stream from
         // L2; the chunk's A (at most A_L2_BYTES) stays in L2 across the B panels.
         let chunk = (A_L2_BYTES / 4 / (kc * mr)).max(1);

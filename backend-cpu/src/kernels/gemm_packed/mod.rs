@@ -797,8 +797,8 @@ mod tests {
     }
 
     /// Shapes above the parallel threshold, exercising the multi-threaded paths (several
-    /// M blocks, N blocks, the M split used when n is narrow, and at k = 400 AVX2's row
-    /// chunks of one B panel).
+    /// M blocks, N blocks, the M split used when n is narrow; AVX2's row chunks of one B
+    /// panel are crossed by the prepacked test's larger shapes).
     #[test]
     fn all_kernels_threaded() {
         let shapes: &[(usize, usize, usize)] =
