@@ -165,11 +165,13 @@ macro_rules! forward_to {
 
 /// The packing methods of [`MicroKernel`] for `MR` rows and `NR` columns: a whole panel of a
 /// row-major A, or of a transposed (column-major) B, is transposed in registers by
-/// [`pack_transposed`]; other panels take the portable loops.
+/// [`pack_transposed`]; other panels take the portable loops. A's 6-row AVX2 panels stay
+/// on the portable loop: with no 8-row group, the register path did not gain there
+/// (alternated on Zen 4), where the 8- and 12-row ones did.
 macro_rules! x86_packing {
     ($mr:expr, $nr:expr) => {
         fn pack_a(p: &Problem<'_>, i0: usize, rows: usize, p0: usize, kc: usize, dst: &mut [f32]) {
-            if rows == $mr && p.csa == 1 {
+            if $mr >= 8 && rows == $mr && p.csa == 1 {
                 let base = i0 * p.rsa + p0;
                 let src: [&[f32]; $mr] = std::array::from_fn(|i| &p.a[base + i * p.rsa..][..kc]);
                 pack_transposed(&src, kc, dst)
