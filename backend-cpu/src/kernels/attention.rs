@@ -100,6 +100,9 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, layout: Attentio
     let span = |rows: usize, stride: usize, width: usize| if rows == 0 { 0 } else { (rows - 1) * stride + width };
     // The element offset of row `i` of head `bh` (batch · heads + head) in an operand.
     let at = |st: [usize; 4], bh: usize, i: usize| (bh / h) * st[0] + (bh % h) * st[1] + i * st[2];
+    // Head `bh`'s keys and values: `t` rows at their row strides.
+    let k_head = |bh: usize| &k[at(sk, bh, 0)..][..span(t, sk[2], d)];
+    let v_head = |bh: usize| &v[at(sv, bh, 0)..][..span(t, sv[2], dv)];
     let scale = scale.unwrap_or(1.0 / (d as f32).sqrt());
     // The GEMM skips its product for alpha = 0; `0 * score` keeps a non-finite score NaN.
     let (alpha, post) = if scale == 0.0 { (1.0, Some(0.0f32)) } else { (scale, None) };
@@ -137,12 +140,10 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, layout: Attentio
             let i0 = blk * ROWS;
             let rows = ob.len() / dv;
             let qb = &q[at(sq, bh, i0)..][..span(rows, sq[2], d)];
-            let kh = &k[at(sk, bh, 0)..][..span(t, sk[2], d)];
-            let vh = &v[at(sv, bh, 0)..][..span(t, sv[2], dv)];
             scores.resize(rows * t, 0.0);
             match kv {
                 Some(kv) => gemm_packed::sgemm_prepacked(rows, alpha, qb, sq[2], 1, &kv.lk, kv.kt, None, scores, t, 1),
-                None => blas::sgemm(isa, rows, t, d, alpha, qb, sq[2], 1, kh, 1, sk[2], false, scores, t, 1)?,
+                None => blas::sgemm(isa, rows, t, d, alpha, qb, sq[2], 1, k_head(bh), 1, sk[2], false, scores, t, 1)?,
             }
             let mut masked = [false; ROWS];
             for (r, row) in scores.chunks_mut(t).enumerate() {
@@ -154,7 +155,7 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, layout: Attentio
             }
             match kv {
                 Some(kv) => gemm_packed::sgemm_prepacked(rows, 1.0, scores, t, 1, &kv.lv, kv.v, None, ob, dv, 1),
-                None => blas::sgemm(isa, rows, dv, t, 1.0, scores, t, 1, vh, sv[2], 1, false, ob, dv, 1)?,
+                None => blas::sgemm(isa, rows, dv, t, 1.0, scores, t, 1, v_head(bh), sv[2], 1, false, ob, dv, 1)?,
             }
             for (r, out_row) in ob.chunks_mut(dv).enumerate() {
                 if masked[r] {
@@ -165,28 +166,27 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, layout: Attentio
         };
         let blocks = s.div_ceil(ROWS);
         let heads = bsz * h;
+        // Block `blk` of head `bh` computed into `buf`, its rows then copied to theirs in the
+        // output (strided ones in the tokens-first layout).
+        let dst = RowsOut { ptr: o.as_mut_ptr(), len: o.len() };
+        let block_out = |bh: usize, blk: usize, buf: &mut Vec<f32>, scores: &mut Vec<f32>, kv: Option<&HeadKv>| {
+            buf.resize(ROWS.min(s - blk * ROWS) * dv, 0.0);
+            block(bh, blk, buf, scores, kv)?;
+            for (r, row) in buf.chunks(dv).enumerate() {
+                dst.put(at(so, bh, blk * ROWS + r), row);
+            }
+            Ok(())
+        };
         if blocks > 1 && blas::use_packed() && (ctx.threads <= 1 || heads >= 2 * ctx.threads) {
-            // Per head: K and V packed once, then its blocks; each block computes into a
-            // buffer and copies its rows out (strided ones in the tokens-first layout).
-            let dst = RowsOut { ptr: o.as_mut_ptr(), len: o.len() };
+            // Per head: K and V packed once, then its blocks.
             let (lk, lv) = (PackedBLayout::for_cpu(isa, d, t), PackedBLayout::for_cpu(isa, t, dv));
             let run = |bh: usize, sc: &mut HeadScratch| -> KResult {
-                let kh = &k[at(sk, bh, 0)..][..span(t, sk[2], d)];
-                let vh = &v[at(sv, bh, 0)..][..span(t, sv[2], dv)];
                 sc.kt.resize(lk.len(), 0.0);
                 sc.v.resize(lv.len(), 0.0);
-                gemm_packed::pack_b(&lk, kh, 1, sk[2], &mut sc.kt)?;
-                gemm_packed::pack_b(&lv, vh, sv[2], 1, &mut sc.v)?;
+                gemm_packed::pack_b(&lk, k_head(bh), 1, sk[2], &mut sc.kt)?;
+                gemm_packed::pack_b(&lv, v_head(bh), sv[2], 1, &mut sc.v)?;
                 let kv = HeadKv { kt: &sc.kt, v: &sc.v, lk, lv };
-                for blk in 0..blocks {
-                    let rows = ROWS.min(s - blk * ROWS);
-                    sc.out.resize(rows * dv, 0.0);
-                    block(bh, blk, &mut sc.out, &mut sc.scores, Some(&kv))?;
-                    for (r, row) in sc.out.chunks(dv).enumerate() {
-                        dst.put(at(so, bh, blk * ROWS + r), row);
-                    }
-                }
-                Ok(())
+                (0..blocks).try_for_each(|blk| block_out(bh, blk, &mut sc.out, &mut sc.scores, Some(&kv)))
             };
             return if ctx.threads > 1 {
                 (0..heads).into_par_iter().try_for_each_init(HeadScratch::default, |sc, bh| run(bh, sc))
@@ -198,17 +198,9 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, layout: Attentio
         if layout == AttentionLayout::Bsnd {
             // A head's output rows are strided: each block computes into its own buffer
             // and copies the rows out.
-            let dst = RowsOut { ptr: o.as_mut_ptr(), len: o.len() };
             let run = |job: usize, bufs: &mut (Vec<f32>, Vec<f32>)| -> KResult {
-                let (bh, blk) = (job / blocks, job % blocks);
-                let rows = ROWS.min(s - blk * ROWS);
                 let (ob, scores) = bufs;
-                ob.resize(rows * dv, 0.0);
-                block(bh, blk, ob, scores, None)?;
-                for (r, row) in ob.chunks(dv).enumerate() {
-                    dst.put(at(so, bh, blk * ROWS + r), row);
-                }
-                Ok(())
+                block_out(job / blocks, job % blocks, ob, scores, None)
             };
             let jobs = heads * blocks;
             return if ctx.threads > 1 && jobs > 1 {

@@ -452,22 +452,16 @@ unsafe fn macro_kernel<K: MicroKernel>(
         }
     };
     let b_panels = || bpack.chunks_exact(kc * nr).take(cols.div_ceil(nr)).enumerate();
-    if K::B_PANEL_IN_L1 && rows.div_ceil(mr) >= B_IN_L1_MIN_PANELS {
-        // A B micro-panel stays in L1 while the A micro-panels of a row chunk stream from
-        // L2; the chunk's A (at most A_L2_BYTES) stays in L2 across the B panels.
-        let chunk = (A_L2_BYTES / 4 / (kc * mr)).max(1);
-        let a_panels = rows.div_ceil(mr);
-        for i0 in (0..a_panels).step_by(chunk) {
-            for (jp, bp) in b_panels() {
-                for ip in i0..a_panels.min(i0 + chunk) {
-                    tile_op(ip, jp, bp);
-                }
-            }
-        }
-    } else {
-        // An A micro-panel stays in L1 while the B micro-panels stream from L2.
-        for ip in 0..rows.div_ceil(mr) {
-            for (jp, bp) in b_panels() {
+    // Chunks of A panels, each swept against every B micro-panel. One panel per chunk: that
+    // A micro-panel stays in L1 while the B micro-panels stream from L2. Where B's panel is
+    // kept in L1 instead, a chunk is the A panels of at most A_L2_BYTES, which stream from
+    // L2 past each B micro-panel.
+    let a_panels = rows.div_ceil(mr);
+    let chunk =
+        if K::B_PANEL_IN_L1 && a_panels >= B_IN_L1_MIN_PANELS { (A_L2_BYTES / 4 / (kc * mr)).max(1) } else { 1 };
+    for i0 in (0..a_panels).step_by(chunk) {
+        for (jp, bp) in b_panels() {
+            for ip in i0..a_panels.min(i0 + chunk) {
                 tile_op(ip, jp, bp);
             }
         }
