@@ -362,8 +362,9 @@ fn fma_paths() -> Vec<&'static str> {
     npurt::cpu::peak::measurable().into_iter().map(|i| i.name()).collect()
 }
 
-/// `bench peak --json`: a row per path and thread count (1 and all), each with a positive
-/// median among its runs; the scalar path has no FMA loop and says so.
+/// `bench peak --kernels --json`: a row per path and thread count (1 and all), each with a
+/// positive median among its runs, and each path's micro-kernels timed in cache and with B
+/// from memory; the scalar path has no FMA loop and says so.
 #[test]
 fn bench_peak_writes_one_row_per_path_and_thread_count() {
     let paths = fma_paths();
@@ -373,7 +374,7 @@ fn bench_peak_writes_one_row_per_path_and_thread_count() {
     }
     let file = std::env::temp_dir().join(format!("npurt-peak-{}.json", std::process::id()));
     let r = bin()
-        .args(["bench", "peak", "--runs", "3", "--ms", "5", "--threads", "2", "--json"])
+        .args(["bench", "peak", "--runs", "3", "--ms", "5", "--threads", "2", "--kernels", "--json"])
         .arg(&file)
         .output()
         .unwrap();
@@ -389,6 +390,19 @@ fn bench_peak_writes_one_row_per_path_and_thread_count() {
         let runs: Vec<f64> = r["runs_gflops"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
         assert_eq!(runs.len(), 3);
         assert!(runs.iter().all(|g| *g > 0.0) && runs.contains(&r["gflops"].as_f64().unwrap()), "{r}");
+    }
+    let kernels = j["kernels"].as_array().unwrap();
+    for p in &paths {
+        let mine: Vec<_> = kernels.iter().filter(|k| k["isa"].as_str() == Some(*p)).collect();
+        assert!(!mine.is_empty(), "no micro-kernel timed on {p}: {kernels:?}");
+        for k in mine {
+            let (mr_nr, rows, cols) =
+                (k["kernel"].as_str().unwrap(), k["rows"].as_u64().unwrap(), k["cols"].as_u64().unwrap());
+            assert!(rows > 0 && cols > 0 && mr_nr.contains('x'), "{k}");
+            for f in ["in_cache_gflops", "b_from_memory_gflops", "peak_1_thread_gflops"] {
+                assert!(k[f].as_f64().is_some_and(|g| g > 0.0 && g.is_finite()), "{f}: {k}");
+            }
+        }
     }
     let (code, _, err) = npurt(&["bench", "peak", "--isa", "scalar"]);
     assert_ne!(code, Some(0));

@@ -8,7 +8,7 @@ use npurt::cpu::peak::{self, Peak};
 use npurt::{Error, Result, RuntimeConfig};
 use std::time::Duration;
 
-/// `npurt bench peak [--isa avx512|avx2] [--threads N] [--runs N] [--ms MS] [--json FILE]`
+/// `npurt bench peak [--isa avx512|avx2] [--threads N] [--runs N] [--ms MS] [--kernels] [--json FILE]`
 #[derive(Args)]
 pub struct PeakArgs {
     /// The path to measure: avx512 or avx2 (default: every path this CPU runs)
@@ -24,10 +24,17 @@ pub struct PeakArgs {
     /// Milliseconds per run
     #[arg(long, value_name = "MS", default_value = "200", value_parser = positive)]
     ms: usize,
+    /// Also time each GEMM micro-kernel of the path on 1 thread, as a share of the
+    /// 1-thread peak: on packed panels in cache, and with B's panels read from memory
+    #[arg(long)]
+    kernels: bool,
     /// Also write the figures as JSON to FILE
     #[arg(long, value_name = "FILE")]
     json: Option<String>,
 }
+
+/// The buffer B's panels are streamed from by `--kernels` (twice a 32 MiB L3).
+const KERNEL_STREAM_BYTES: usize = 64 << 20;
 
 /// `--isa`: `avx512`, `avx2` or `scalar` (as `NPURT_CPU_ISA`).
 pub fn parse_isa(s: &str) -> std::result::Result<Isa, String> {
@@ -81,9 +88,13 @@ pub fn run(cfg: RuntimeConfig, args: PeakArgs) -> Result<()> {
         "ISA", "threads", "accum", "GFLOP/s", "min..max", "flop/cycle/thr"
     );
     let mut rows = Vec::new();
+    let mut one_thread = Vec::new();
     for &isa in &isas {
         for &threads in &counts {
             let p = measure(isa, threads, args.runs, args.ms)?;
+            if threads == 1 {
+                one_thread.push((isa, p.gflops));
+            }
             let j = to_json(&p, f.mhz);
             println!(
                 "{:<8} {:>7} {:>6} {:>12.1} {:>20} {:>14.1}",
@@ -101,8 +112,10 @@ pub fn run(cfg: RuntimeConfig, args: PeakArgs) -> Result<()> {
             rows.push(j);
         }
     }
+    let kernels = if args.kernels { kernel_table(&one_thread, args.runs, args.ms)? } else { Vec::new() };
     if let Some(path) = &args.json {
         let doc = serde_json::json!({
+            "kernels": kernels,
             "cpu": f.model,
             "cores": f.cores,
             "nominal_mhz": f.mhz,
@@ -114,4 +127,46 @@ pub fn run(cfg: RuntimeConfig, args: PeakArgs) -> Result<()> {
             .map_err(|e| Error::io(path.clone(), e))?;
     }
     Ok(())
+}
+
+/// `--kernels`: each micro-kernel of every measured path, printed as GFLOP/s and share of
+/// that path's 1-thread peak; returns the JSON rows.
+fn kernel_table(peaks: &[(Isa, f64)], runs: usize, ms: usize) -> Result<Vec<serde_json::Value>> {
+    println!();
+    println!("GEMM micro-kernels, 1 thread, one k slice per call, median of {runs} runs of {ms} ms");
+    println!("(%) = share of the path's 1-thread FMA peak above; \"B from memory\": each call's B panels come");
+    println!("from a new place in a {} MiB buffer", KERNEL_STREAM_BYTES >> 20);
+    println!("{:<18} {:>5} {:>10} {:>20} {:>20}", "kernel", "kc", "call", "in cache", "B from memory");
+    let share = |g: f64, peak: f64| format!("{g:.1} GF/s ({:>3.0} %)", 100.0 * g / peak);
+    let mut rows = Vec::new();
+    for &(isa, peak) in peaks {
+        let rates = npurt::cpu::kernels::gemm_packed::kernel_rates(
+            isa,
+            Duration::from_millis(ms as u64),
+            runs,
+            KERNEL_STREAM_BYTES,
+        )
+        .map_err(|e| Error::backend("cpu", e))?;
+        for r in rates {
+            println!(
+                "{:<18} {:>5} {:>10} {:>20} {:>20}",
+                r.kernel,
+                r.kc,
+                format!("{}x{}", r.rows, r.cols),
+                share(r.in_cache_gflops, peak),
+                share(r.b_from_memory_gflops, peak)
+            );
+            rows.push(serde_json::json!({
+                "isa": isa.name(),
+                "kernel": r.kernel,
+                "kc": r.kc,
+                "rows": r.rows,
+                "cols": r.cols,
+                "in_cache_gflops": r.in_cache_gflops,
+                "b_from_memory_gflops": r.b_from_memory_gflops,
+                "peak_1_thread_gflops": peak,
+            }));
+        }
+    }
+    Ok(rows)
 }

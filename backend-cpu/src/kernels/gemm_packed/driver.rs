@@ -190,7 +190,7 @@ pub(super) enum BPanels<'a> {
 
 /// Where an item's A micro-panels come from.
 #[derive(Clone, Copy)]
-enum APanels<'a> {
+pub(super) enum APanels<'a> {
     /// Packed panels of `kc × MR` floats, one after the other.
     Packed(&'a [f32]),
     /// A itself, row-major: the slice starts at the item's first row and k column, rows
@@ -383,7 +383,7 @@ const A_L2_BYTES: usize = 256 << 10;
 /// taken: on Zen 4 (AVX2 path, alternated runs) it gained at m = 512 (BERT-Large s512:
 /// 0.97) but lost at m = 128 and 32 (BERT-base s128: 1.06, MiniLM s32: 1.07), where the
 /// item's few A panels are reused by too few B panels to be worth streaming.
-const B_IN_L1_MIN_PANELS: usize = 32;
+pub(super) const B_IN_L1_MIN_PANELS: usize = 32;
 
 /// Multiplies packed A (`rows` valid rows in MR-panels) by packed B (`cols` valid columns in
 /// NR-panels) into C at `c` (row stride `ldc`).
@@ -394,7 +394,7 @@ const B_IN_L1_MIN_PANELS: usize = 32;
 /// panels of depth `kc` (an in-place A: `rows` rows, a multiple of MR, of `kc` floats).
 #[allow(clippy::too_many_arguments)]
 #[inline]
-unsafe fn macro_kernel<K: MicroKernel>(
+pub(super) unsafe fn macro_kernel<K: MicroKernel>(
     kc: usize,
     apanels: APanels<'_>,
     rows: usize,

@@ -51,13 +51,17 @@
 //!
 //! Files: `layout.rs` holds the problem, the blocking, the micro-kernel contract and the
 //! packing; `x86.rs` the AVX2 and AVX-512 micro-kernels; `driver.rs` the loop nest, the
-//! shared packed A and the buffers; this file the kernel choice, the entry points, the
-//! portable kernel and B packed once.
+//! shared packed A and the buffers; `rate.rs` the kernels' own speed, in cache and with B
+//! from memory (`npurt bench peak --kernels`); this file the kernel choice, the entry
+//! points, the portable kernel and B packed once.
 
 mod driver;
 mod layout;
+mod rate;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+
+pub use rate::{KernelRate, kernel_rates};
 
 use driver::BPanels;
 use layout::{ATile, Blocking, MicroKernel, Problem, even_block, impl_packing, pack_a_panel, pack_b_panel};

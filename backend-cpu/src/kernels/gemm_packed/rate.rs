@@ -1,0 +1,150 @@
+//! The micro-kernels' own speed, apart from the product around them: each kernel of a path,
+//! on one thread, run through the macro-kernel (the production loop order) over packed A
+//! and B panels of one k slice that stay in the caches, then again with every call reading
+//! its B panels from a new place in a buffer larger than the caches. What a whole product
+//! loses beyond these two figures is its packing, its C traffic and its threads.
+//!
+//! `npurt bench peak --kernels` prints them next to the FMA peak.
+
+use super::driver::{APanels, B_IN_L1_MIN_PANELS, macro_kernel};
+use super::layout::MicroKernel;
+use crate::features::{self, Isa, IsaError};
+use std::time::{Duration, Instant};
+
+/// The B panels of one call (an item's column block of 4 micro-panels).
+const B_PANELS: usize = 4;
+/// The A micro-panels of one call where one A panel stays in L1 (the others stream from L2).
+const A_PANELS: usize = 8;
+
+/// One micro-kernel's measured speed on one thread.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelRate {
+    /// The kernel: `"avx512-fma 12x32"`, …
+    pub kernel: String,
+    pub mr: usize,
+    pub nr: usize,
+    /// The k depth of each call (the kernel's `KC`).
+    pub kc: usize,
+    /// The rows of A (`mr` × panels) and the columns of B of each call.
+    pub rows: usize,
+    pub cols: usize,
+    /// Median GFLOP/s with A, B and C resident in L1/L2.
+    pub in_cache_gflops: f64,
+    /// Median GFLOP/s with each call's B panels read from memory first.
+    pub b_from_memory_gflops: f64,
+}
+
+/// Measures every micro-kernel of `isa` (the 12×32 and 8×32 AVX-512 kernels, AVX2's 6×16,
+/// the portable 4×8): `runs` timed runs of about `run_time` each per figure, after a
+/// warm-up. `stream_bytes` is the buffer B's panels are streamed from (a few times the
+/// last-level cache; at least two calls' worth is used).
+pub fn kernel_rates(
+    isa: Isa,
+    run_time: Duration,
+    runs: usize,
+    stream_bytes: usize,
+) -> Result<Vec<KernelRate>, IsaError> {
+    features::get().check(isa)?;
+    let runs = runs.max(1);
+    let mut out = Vec::new();
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `check` confirmed AVX-512F (with AVX2 and FMA) on this CPU.
+        Isa::Avx512 => unsafe {
+            out.push(rate::<super::x86::Avx512>("avx512-fma", run_time, runs, stream_bytes));
+            out.push(rate::<super::x86::Avx512x8>("avx512-fma", run_time, runs, stream_bytes));
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `check` confirmed AVX2 and FMA on this CPU.
+        Isa::Avx2Fma => unsafe { out.push(rate::<super::x86::Avx2>("avx2-fma", run_time, runs, stream_bytes)) },
+        // SAFETY: the portable kernel has no CPU-feature requirement.
+        _ => unsafe { out.push(rate::<super::ScalarKernel>("scalar", run_time, runs, stream_bytes)) },
+    }
+    Ok(out)
+}
+
+/// Both figures of kernel `K`.
+///
+/// # Safety
+/// The CPU supports `K`'s target features.
+unsafe fn rate<K: MicroKernel>(name: &str, run_time: Duration, runs: usize, stream_bytes: usize) -> KernelRate {
+    let kc = K::BLOCKING.kc;
+    // Enough A panels for the kernel's own loop order to be the one the driver takes.
+    let a_panels = if K::B_PANEL_IN_L1 { B_IN_L1_MIN_PANELS } else { A_PANELS };
+    let (rows, cols) = (a_panels * K::MR, B_PANELS * K::NR);
+    let a: Vec<f32> = (0..rows * kc).map(|i| 1.0 + (i % 7) as f32 / 64.0).collect();
+    let region = kc * cols;
+    let regions = (stream_bytes / 4 / region).max(2);
+    let b: Vec<f32> = (0..region * regions).map(|i| (i % 5) as f32 / 1024.0).collect();
+    let mut c = vec![0.0f32; rows * cols];
+    let flops = 2.0 * (rows * cols * kc) as f64;
+    let mut call = |r: usize| {
+        let bp = &b[r * region..][..region];
+        // SAFETY: `K` is supported (our precondition); A holds `a_panels` packed panels of
+        // depth `kc`, B `B_PANELS` of them, C `rows × cols` at row stride `cols`, written by
+        // this thread only.
+        unsafe { macro_kernel::<K>(kc, APanels::Packed(&a), rows, bp, cols, c.as_mut_ptr(), cols, 1.0, 1.0, None) };
+    };
+    let mut measure = |stream: bool| {
+        let mut next = 0usize;
+        let mut timed = |calls: usize| {
+            let t = Instant::now();
+            for _ in 0..calls {
+                call(if stream { next } else { 0 });
+                next = (next + 1) % regions;
+            }
+            t.elapsed()
+        };
+        // Warm up, then size the runs from the warm-up's speed.
+        let mut calls = 1usize;
+        let mut warm = timed(calls);
+        while warm < run_time / 8 && calls < 1 << 24 {
+            calls *= 2;
+            warm = timed(calls);
+        }
+        let per_run = ((calls as f64 * run_time.as_secs_f64() / warm.as_secs_f64().max(1e-9)) as usize).max(1);
+        let mut figures: Vec<f64> =
+            (0..runs).map(|_| flops * per_run as f64 / timed(per_run).as_secs_f64().max(1e-12) / 1e9).collect();
+        figures.sort_by(f64::total_cmp);
+        figures[figures.len() / 2]
+    };
+    let in_cache_gflops = measure(false);
+    let b_from_memory_gflops = measure(true);
+    KernelRate {
+        kernel: format!("{name} {}x{}", K::MR, K::NR),
+        mr: K::MR,
+        nr: K::NR,
+        kc,
+        rows,
+        cols,
+        in_cache_gflops,
+        b_from_memory_gflops,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_path_of_this_cpu_reports_its_kernels() {
+        for isa in Isa::ALL {
+            match kernel_rates(isa, Duration::from_millis(2), 3, 1 << 20) {
+                Ok(rates) => {
+                    assert!(!rates.is_empty());
+                    for r in rates {
+                        assert!(r.kernel.contains(&format!("{}x{}", r.mr, r.nr)), "{r:?}");
+                        assert_eq!((r.rows % r.mr, r.cols % r.nr), (0, 0), "{r:?}");
+                        for g in [r.in_cache_gflops, r.b_from_memory_gflops] {
+                            assert!(g.is_finite() && g > 0.0, "{r:?}");
+                        }
+                    }
+                }
+                Err(e) => {
+                    println!("SKIP {isa}: {e}");
+                    assert_eq!(features::get().check(isa), Err(e));
+                }
+            }
+        }
+    }
+}
