@@ -10,7 +10,7 @@
 //! into a thread-private buffer (the per-call product) or read in place from a matrix
 //! packed once ([`BPanels::Prepacked`]).
 
-use super::layout::{ATile, Blocking, MicroKernel, Problem, even_block};
+use super::layout::{ATile, Blocking, CTile, MicroKernel, Problem, even_block};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
@@ -426,6 +426,7 @@ pub(super) unsafe fn macro_kernel<K: MicroKernel>(
     };
     let mut tile_op = |ip: usize, jp: usize, bp: &[f32]| {
         let (i, j) = (ip * mr, jp * nr);
+        let b = bp.as_ptr();
         let (mv, nv) = (mr.min(rows - i), nr.min(cols - j));
         // SAFETY: (i, j) is inside the rows × cols region (i < rows, j < cols).
         let cij = unsafe { c.add(i * ldc + j) };
@@ -434,11 +435,12 @@ pub(super) unsafe fn macro_kernel<K: MicroKernel>(
             // SAFETY: `K`'s features are this function's precondition; the A tile holds
             // MR rows of `kc` (asserted above), `bp` a whole B panel; a full tile of C inside
             // the region, which only this item writes; a bias holds the tile's `nr` columns.
-            unsafe { K::run(kc, a_tile(ip), bp.as_ptr(), cij, ldc, alpha, beta, bias) };
+            unsafe { K::run(kc, a_tile(ip), b, CTile { c: cij, ldc, alpha, beta, bias }) };
         } else {
+            let c = CTile { c: tile.as_mut_ptr(), ldc: nr, alpha: 1.0, beta: 0.0, bias: std::ptr::null() };
             // SAFETY: as above, into `tile`, which holds MR×NR floats at row stride NR
             // (beta = 0: not read).
-            unsafe { K::run(kc, a_tile(ip), bp.as_ptr(), tile.as_mut_ptr(), nr, 1.0, 0.0, std::ptr::null()) };
+            unsafe { K::run(kc, a_tile(ip), b, c) };
             for ii in 0..mv {
                 for jj in 0..nv {
                     let v = alpha * tile[ii * nr + jj] + bias.map_or(0.0, |b| b[j + jj]);

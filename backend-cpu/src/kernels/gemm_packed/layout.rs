@@ -40,6 +40,19 @@ pub(super) enum ATile {
     InPlace { a: *const f32, lda: usize },
 }
 
+/// The C side of one micro-kernel call.
+#[derive(Clone, Copy)]
+pub(super) struct CTile {
+    /// Row 0, column 0 of the `MR × NR` tile; rows `ldc` floats apart.
+    pub(super) c: *mut f32,
+    pub(super) ldc: usize,
+    pub(super) alpha: f32,
+    /// 0: C is not read.
+    pub(super) beta: f32,
+    /// Null, or `NR` floats (one per column) added to every row.
+    pub(super) bias: *const f32,
+}
+
 /// A register-blocked micro-kernel.
 pub(super) trait MicroKernel {
     const MR: usize;
@@ -58,12 +71,12 @@ pub(super) trait MicroKernel {
     ///
     /// # Safety
     /// * the CPU supports the kernel's target features;
-    /// * `a` is valid for reads of its tile ([`ATile`]), `b` for `kc*NR` floats;
-    /// * `c` is valid for reads and writes of rows `0..MR`, columns `0..NR` at row stride
-    ///   `ldc`, and no other thread accesses that tile concurrently;
-    /// * `bias` is null or valid for reads of `NR` floats.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn run(kc: usize, a: ATile, b: *const f32, c: *mut f32, ldc: usize, alpha: f32, beta: f32, bias: *const f32);
+    /// * `a` is valid for reads of its tile ([`ATile`]), `b` (a packed panel: `kc` rows of
+    ///   `NR` floats) for `kc*NR` floats;
+    /// * `c.c` is valid for reads and writes of rows `0..MR`, columns `0..NR` at row stride
+    ///   `c.ldc`, and no other thread accesses that tile concurrently;
+    /// * `c.bias` is null or valid for reads of `NR` floats.
+    unsafe fn run(kc: usize, a: ATile, b: *const f32, c: CTile);
 
     /// [`pack_a_panel`] with `MR = Self::MR`.
     fn pack_a(p: &Problem<'_>, i0: usize, rows: usize, p0: usize, kc: usize, dst: &mut [f32]);

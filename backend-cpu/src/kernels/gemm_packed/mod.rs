@@ -64,7 +64,7 @@ mod x86;
 pub use rate::{KernelRate, kernel_rates};
 
 use driver::BPanels;
-use layout::{ATile, Blocking, MicroKernel, Problem, even_block, impl_packing, pack_a_panel, pack_b_panel};
+use layout::{ATile, Blocking, CTile, MicroKernel, Problem, even_block, impl_packing, pack_a_panel, pack_b_panel};
 use std::sync::OnceLock;
 
 use rayon::prelude::*;
@@ -523,29 +523,20 @@ impl MicroKernel for ScalarKernel {
     const BLOCKING: Blocking = Blocking { mc: 1024, kc: 256, nc: 256 };
     impl_packing!(4, 8);
 
-    unsafe fn run(
-        kc: usize,
-        a: ATile,
-        b: *const f32,
-        c: *mut f32,
-        ldc: usize,
-        alpha: f32,
-        beta: f32,
-        bias: *const f32,
-    ) {
+    unsafe fn run(kc: usize, a: ATile, b: *const f32, c: CTile) {
         match a {
             ATile::Packed(a) => {
                 // SAFETY: the caller guarantees a packed panel of `kc*MR` floats.
                 let a = unsafe { std::slice::from_raw_parts(a, kc * 4) };
-                // SAFETY: forwarded contract for `b`, `c` and `bias`.
-                unsafe { scalar_tile(kc, |i, p| a[p * 4 + i], b, c, ldc, alpha, beta, bias) }
+                // SAFETY: forwarded contract for `b` and `c`.
+                unsafe { scalar_tile(kc, |i, p| a[p * 4 + i], b, c) }
             }
             ATile::InPlace { a, lda } => {
                 // SAFETY: the caller guarantees `kc` readable floats at each of the 4 rows.
                 let rows: [&[f32]; 4] =
                     std::array::from_fn(|i| unsafe { std::slice::from_raw_parts(a.add(i * lda), kc) });
-                // SAFETY: forwarded contract for `b`, `c` and `bias`.
-                unsafe { scalar_tile(kc, |i, p| rows[i][p], b, c, ldc, alpha, beta, bias) }
+                // SAFETY: forwarded contract for `b` and `c`.
+                unsafe { scalar_tile(kc, |i, p| rows[i][p], b, c) }
             }
         }
     }
@@ -554,18 +545,9 @@ impl MicroKernel for ScalarKernel {
 /// The portable 4×8 tile, A's element (row i, depth p) read through `a`.
 ///
 /// # Safety
-/// As [`MicroKernel::run`] for `b`, `c` and `bias`.
-#[allow(clippy::too_many_arguments)]
-unsafe fn scalar_tile(
-    kc: usize,
-    a: impl Fn(usize, usize) -> f32,
-    b: *const f32,
-    c: *mut f32,
-    ldc: usize,
-    alpha: f32,
-    beta: f32,
-    bias: *const f32,
-) {
+/// As [`MicroKernel::run`] for `b` (the panel) and `c`.
+unsafe fn scalar_tile(kc: usize, a: impl Fn(usize, usize) -> f32, b: *const f32, c: CTile) {
+    let CTile { c, ldc, alpha, beta, bias } = c;
     const MR: usize = 4;
     const NR: usize = 8;
     // SAFETY: the caller guarantees `b` holds `kc*NR` floats.

@@ -1,7 +1,7 @@
 //! The AVX2+FMA (6×16) and AVX-512F (12×32, and 8×32 for row counts that 12 does not
 //! divide well) micro-kernels.
 
-use super::layout::{ATile, Blocking, MicroKernel, Problem, pack_a_panel, pack_b_panel};
+use super::layout::{ATile, Blocking, CTile, MicroKernel, Problem, pack_a_panel, pack_b_panel};
 use std::arch::x86_64::*;
 
 /// Defines a `#[target_feature]` micro-kernel with `MR` rows and `NV` vectors of `LANES`
@@ -12,21 +12,10 @@ macro_rules! simd_kernel {
         /// # Safety
         /// CPU supports the target features; `a`: `kc*MR` floats readable (a packed panel)
         /// or, where `IN_PLACE`, MR rows of `kc` floats at row stride `lda`; `b`: `kc*NR`
-        /// floats readable; `c`: MR×NR tile at stride `ldc` readable (if `beta != 0`) and
-        /// writable; `bias` null or `NR` floats readable.
+        /// floats readable; `c` as [`MicroKernel::run`].
         #[target_feature(enable = $feat)]
-        #[allow(clippy::too_many_arguments)]
-        unsafe fn $name<const IN_PLACE: bool>(
-            kc: usize,
-            a: *const f32,
-            lda: usize,
-            b: *const f32,
-            c: *mut f32,
-            ldc: usize,
-            alpha: f32,
-            beta: f32,
-            bias: *const f32,
-        ) {
+        unsafe fn $name<const IN_PLACE: bool>(kc: usize, a: *const f32, lda: usize, b: *const f32, c: CTile) {
+            let CTile { c, ldc, alpha, beta, bias } = c;
             const MR: usize = $mr;
             const NV: usize = $nv;
             const L: usize = $lanes;
@@ -142,21 +131,12 @@ avx512_kernel!(kernel_avx512_8x32, 8);
 /// `$kernel` instantiated for a packed or an in-place A.
 macro_rules! forward_to {
     ($kernel:ident) => {
-        unsafe fn run(
-            kc: usize,
-            a: ATile,
-            b: *const f32,
-            c: *mut f32,
-            ldc: usize,
-            alpha: f32,
-            beta: f32,
-            bias: *const f32,
-        ) {
+        unsafe fn run(kc: usize, a: ATile, b: *const f32, c: CTile) {
             // SAFETY: forwarded contract (the CPU has the kernel's features, pointers valid).
             unsafe {
                 match a {
-                    ATile::Packed(a) => $kernel::<false>(kc, a, 0, b, c, ldc, alpha, beta, bias),
-                    ATile::InPlace { a, lda } => $kernel::<true>(kc, a, lda, b, c, ldc, alpha, beta, bias),
+                    ATile::Packed(a) => $kernel::<false>(kc, a, 0, b, c),
+                    ATile::InPlace { a, lda } => $kernel::<true>(kc, a, lda, b, c),
                 }
             }
         }
