@@ -5,9 +5,10 @@ use super::layout::{ATile, Blocking, CTile, MicroKernel, Problem, pack_a_panel, 
 use std::arch::x86_64::*;
 
 /// Defines a `#[target_feature]` micro-kernel with `MR` rows and `NV` vectors of `LANES`
-/// floats per row; the accumulator array is fully unrolled into registers by LLVM.
+/// floats per row; the accumulator array is fully unrolled into registers by LLVM, and the
+/// k loop `$unroll` times.
 macro_rules! simd_kernel {
-    ($name:ident, $feat:literal, $vt:ty, $lanes:expr, $mr:expr, $nv:expr,
+    ($name:ident, $feat:literal, $vt:ty, $lanes:expr, $mr:expr, $nv:expr, $unroll:literal,
      $zero:ident, $loadu:ident, $storeu:ident, $set1:ident, $fmadd:ident, $mul:ident) => {
         /// # Safety
         /// CPU supports the target features; `a`: `kc*MR` floats readable (a packed panel)
@@ -30,25 +31,36 @@ macro_rules! simd_kernel {
             let mut acc: [[$vt; NV]; MR] = [[$zero(); NV]; MR];
             let mut pa = a;
             let mut pb = b;
-            for _ in 0..kc {
-                let mut bv: [$vt; NV] = [$zero(); NV];
-                for (j, v) in bv.iter_mut().enumerate() {
-                    // SAFETY: `pb` points at one packed row of NR floats (kc rows in all).
-                    *v = unsafe { $loadu(pb.add(j * L)) };
-                }
-                for (i, row) in acc.iter_mut().enumerate() {
-                    // SAFETY: `pa` points at one packed column of MR floats, or (IN_PLACE) at
-                    // column p of row 0 of MR rows `lda` apart.
-                    let ai = $set1(unsafe { *pa.add(if IN_PLACE { i * lda } else { i }) });
-                    for (acc_ij, &bj) in row.iter_mut().zip(bv.iter()) {
-                        *acc_ij = $fmadd(ai, bj, *acc_ij);
+            // One k step at `pa`/`pb`, advanced past it.
+            macro_rules! step {
+                () => {{
+                    let mut bv: [$vt; NV] = [$zero(); NV];
+                    for (j, v) in bv.iter_mut().enumerate() {
+                        // SAFETY: `pb` points at one packed row of NR floats (kc rows in all).
+                        *v = unsafe { $loadu(pb.add(j * L)) };
                     }
+                    for (i, row) in acc.iter_mut().enumerate() {
+                        // SAFETY: `pa` points at one packed column of MR floats, or (IN_PLACE)
+                        // at column p of row 0 of MR rows `lda` apart.
+                        let ai = $set1(unsafe { *pa.add(if IN_PLACE { i * lda } else { i }) });
+                        for (acc_ij, &bj) in row.iter_mut().zip(bv.iter()) {
+                            *acc_ij = $fmadd(ai, bj, *acc_ij);
+                        }
+                    }
+                    // SAFETY: advancing within (or one past the end of) the packed panels.
+                    unsafe {
+                        pa = pa.add(if IN_PLACE { 1 } else { MR });
+                        pb = pb.add(NR);
+                    }
+                }};
+            }
+            for _ in 0..kc / $unroll {
+                for _ in 0..$unroll {
+                    step!();
                 }
-                // SAFETY: advancing within (or one past the end of) the packed panels.
-                unsafe {
-                    pa = pa.add(if IN_PLACE { 1 } else { MR });
-                    pb = pb.add(NR);
-                }
+            }
+            for _ in 0..kc % $unroll {
+                step!();
             }
             let va = $set1(alpha);
             // The bias, added in registers: no second pass over the tile.
@@ -96,6 +108,11 @@ simd_kernel!(
     8,
     6,
     2,
+    // Two k steps per iteration: the 6×16 step is 12 FMAs, and its 4 loop instructions
+    // were a sixth of the issue slots (Zen 4, `bench peak --kernels` and `bench gemm
+    // --isa avx2` alternated: 512×4096×1024 64–71 → 66–80 %). AVX-512's larger steps lost
+    // with it at 32 and 128 rows, so they keep one.
+    2,
     _mm256_setzero_ps,
     _mm256_loadu_ps,
     _mm256_storeu_ps,
@@ -114,6 +131,7 @@ macro_rules! avx512_kernel {
             16,
             $mr,
             2,
+            1,
             _mm512_setzero_ps,
             _mm512_loadu_ps,
             _mm512_storeu_ps,
