@@ -382,8 +382,11 @@ const A_L2_BYTES: usize = 256 << 10;
 /// The fewest A micro-panels an item has for [`MicroKernel::B_PANEL_IN_L1`]'s order to be
 /// taken: on Zen 4 (AVX2 path, alternated runs) it gained at m = 512 (BERT-Large s512:
 /// 0.97) but lost at m = 128 and 32 (BERT-base s128: 1.06, MiniLM s32: 1.07), where the
-/// item's few A panels are reused by too few B panels to be worth streaming.
-pub(super) const B_IN_L1_MIN_PANELS: usize = 32;
+/// item's few A panels are reused by too few B panels to be worth streaming (22 panels at
+/// m = 128). 28 rather than 32 takes in the row blocks of 174 rows (29 panels) that a
+/// k = 4096 product gets under [`A_SHARED_MAX`]: 512×4096×1024 prepacked 68–69 → 74 %
+/// (6 rounds in each order).
+pub(super) const B_IN_L1_MIN_PANELS: usize = 28;
 
 /// Multiplies packed A (`rows` valid rows in MR-panels) by packed B (`cols` valid columns in
 /// NR-panels) into C at `c` (row stride `ldc`).
