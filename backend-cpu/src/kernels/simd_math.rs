@@ -124,27 +124,87 @@ fn softmax_dispatch(isa: Isa, row: &mut [f32], mask: Option<(&[f32], usize)>, ma
 
 const LANES: usize = 16;
 
+/// A whole chunk as an array, so that each step over it is one vector operation.
 #[inline(always)]
-fn softmax_body<const FMA: bool>(row: &mut [f32], mask: Option<(&[f32], usize)>, masked_fill: f32) -> bool {
-    match mask {
-        Some((m, 1)) => row.iter_mut().zip(m).for_each(|(x, &a)| *x += a),
-        Some((m, _)) => {
-            let a = m[0];
-            row.iter_mut().for_each(|x| *x += a);
+fn lanes(c: &mut [f32]) -> &mut [f32; LANES] {
+    c.try_into().expect("a chunk of LANES")
+}
+
+/// The largest of `a`'s lanes, NaN lanes ignored (`>` is false for NaN), pairwise: a
+/// tree of vector maxima instead of a chain of 16 scalar ones.
+#[inline(always)]
+fn lanes_max(mut a: [f32; LANES]) -> f32 {
+    let mut w = LANES / 2;
+    while w > 0 {
+        for l in 0..w {
+            a[l] = if a[l + w] > a[l] { a[l + w] } else { a[l] };
         }
-        None => {}
+        w /= 2;
     }
-    // Lane-wise max and sum (plain folds over f32 do not vectorise).
+    a[0]
+}
+
+/// The sum of `a`'s lanes, pairwise.
+#[inline(always)]
+fn lanes_sum(mut a: [f32; LANES]) -> f32 {
+    let mut w = LANES / 2;
+    while w > 0 {
+        for l in 0..w {
+            a[l] += a[l + w];
+        }
+        w /= 2;
+    }
+    a[0]
+}
+
+/// Adds the mask (one value per element, or one for the row) and returns the row's
+/// maximum, NaN ignored: one pass.
+#[inline(always)]
+fn add_mask_and_max(row: &mut [f32], mask: Option<(&[f32], usize)>) -> f32 {
     let mut acc = [f32::NEG_INFINITY; LANES];
-    let mut chunks = row.chunks_exact(LANES);
-    for c in &mut chunks {
+    let full = row.len() / LANES * LANES;
+    let (body, tail) = row.split_at_mut(full);
+    let max_into = |acc: &mut [f32; LANES], c: &[f32; LANES]| {
         for l in 0..LANES {
             acc[l] = if c[l] > acc[l] { c[l] } else { acc[l] };
         }
+    };
+    match mask {
+        Some((m, 1)) => {
+            for (c, mc) in body.chunks_exact_mut(LANES).zip(m.chunks_exact(LANES)) {
+                let (c, mc): (_, &[f32; LANES]) = (lanes(c), mc.try_into().expect("a chunk of LANES"));
+                // Both read before the row is written: the mask may not alias the row as
+                // far as the compiler knows, and this keeps the step one vector add.
+                let mut v = *c;
+                for l in 0..LANES {
+                    v[l] += mc[l];
+                }
+                *c = v;
+                max_into(&mut acc, c);
+            }
+            tail.iter_mut().zip(&m[full..]).for_each(|(x, &a)| *x += a);
+        }
+        Some((m, _)) => {
+            let a = m[0];
+            for c in body.chunks_exact_mut(LANES) {
+                let c = lanes(c);
+                for x in c.iter_mut() {
+                    *x += a;
+                }
+                max_into(&mut acc, c);
+            }
+            tail.iter_mut().for_each(|x| *x += a);
+        }
+        None => body.chunks_exact_mut(LANES).for_each(|c| max_into(&mut acc, lanes(c))),
     }
+    tail.iter().copied().fold(lanes_max(acc), f32::max)
+}
+
+#[inline(always)]
+fn softmax_body<const FMA: bool>(row: &mut [f32], mask: Option<(&[f32], usize)>, masked_fill: f32) -> bool {
     // The max ignores NaN; a NaN element then makes its exp, the sum and the row NaN,
     // and a +inf max gives exp(inf - inf) = NaN likewise.
-    let mx = chunks.remainder().iter().chain(acc.iter()).copied().fold(f32::NEG_INFINITY, f32::max);
+    let mx = add_mask_and_max(row, mask);
     if mx == f32::NEG_INFINITY {
         // Only -inf and NaN: NaN if any NaN, else the row is masked out entirely.
         let nan = row.iter().any(|x| x.is_nan());
@@ -159,7 +219,7 @@ fn softmax_body<const FMA: bool>(row: &mut [f32], mask: Option<(&[f32], usize)>,
             sums[l] += c[l];
         }
     }
-    let mut total: f32 = sums.iter().sum();
+    let mut total = lanes_sum(sums);
     for x in chunks.into_remainder() {
         *x = exp_approx::<FMA>(*x - mx);
         total += *x;
