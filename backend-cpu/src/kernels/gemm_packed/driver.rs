@@ -414,7 +414,7 @@ pub(super) unsafe fn macro_kernel<K: MicroKernel>(
     match apanels {
         APanels::Packed(ap) => assert!(ap.len() >= rows.div_ceil(mr) * mr * kc, "packed A shorter than its panels"),
         APanels::InPlace { a, lda } => {
-            assert!(rows % mr == 0 && a.len() >= (rows - 1) * lda + kc, "in-place A out of bounds")
+            assert!(rows.is_multiple_of(mr) && a.len() >= (rows - 1) * lda + kc, "in-place A out of bounds")
         }
     }
     debug_assert!(bpack.len() >= cols.div_ceil(nr) * nr * kc);

@@ -54,12 +54,14 @@ macro_rules! simd_kernel {
                     }
                 }};
             }
-            for _ in 0..kc / $unroll {
+            let mut left = kc;
+            while left >= $unroll {
                 for _ in 0..$unroll {
                     step!();
                 }
+                left -= $unroll;
             }
-            for _ in 0..kc % $unroll {
+            for _ in 0..left {
                 step!();
             }
             let va = $set1(alpha);
