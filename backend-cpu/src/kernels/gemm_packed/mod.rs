@@ -61,7 +61,7 @@ mod rate;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-pub use rate::{KernelRate, kernel_rates};
+pub use rate::KernelRate;
 
 use driver::BPanels;
 use layout::{ATile, Blocking, CTile, MicroKernel, Problem, even_block, impl_packing, pack_a_panel, pack_b_panel};
@@ -142,6 +142,37 @@ pub fn sgemm_on(
 ) {
     let p = Problem { m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, ldc };
     sgemm_with(Isa::from_cpu(isa), None, &p, c, threads);
+}
+
+/// Measures every micro-kernel of `isa` (the 12×32 and 8×32 AVX-512 kernels, AVX2's 6×16,
+/// the portable 4×8) on this thread, in cache and with B from memory (see `rate.rs`):
+/// `runs` timed runs of about `run_time` each per figure, after a warm-up. `stream_bytes`
+/// is the buffer B's panels are streamed from (a few times the last-level cache; at least
+/// two calls' worth is used).
+pub fn kernel_rates(
+    isa: crate::features::Isa,
+    run_time: std::time::Duration,
+    runs: usize,
+    stream_bytes: usize,
+) -> Result<Vec<KernelRate>, crate::features::IsaError> {
+    use crate::features::Isa as Cpu;
+    crate::features::get().check(isa)?;
+    let runs = runs.max(1);
+    let mut out = Vec::new();
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `check` confirmed AVX-512F (with AVX2 and FMA) on this CPU.
+        Cpu::Avx512 => unsafe {
+            out.push(rate::rate::<x86::Avx512>("avx512-fma", run_time, runs, stream_bytes));
+            out.push(rate::rate::<x86::Avx512x8>("avx512-fma", run_time, runs, stream_bytes));
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `check` confirmed AVX2 and FMA on this CPU.
+        Cpu::Avx2Fma => unsafe { out.push(rate::rate::<x86::Avx2>("avx2-fma", run_time, runs, stream_bytes)) },
+        // SAFETY: the portable kernel has no CPU-feature requirement.
+        _ => unsafe { out.push(rate::rate::<ScalarKernel>("scalar", run_time, runs, stream_bytes)) },
+    }
+    Ok(out)
 }
 
 /// Which micro-kernel [`sgemm`] uses on this machine: `"avx512-fma"`, `"avx2-fma"` or

@@ -8,7 +8,6 @@
 
 use super::driver::{APanels, B_IN_L1_MIN_PANELS, macro_kernel};
 use super::layout::MicroKernel;
-use crate::features::{self, Isa, IsaError};
 use std::time::{Duration, Instant};
 
 /// The B panels of one call (an item's column block of 4 micro-panels).
@@ -34,40 +33,16 @@ pub struct KernelRate {
     pub b_from_memory_gflops: f64,
 }
 
-/// Measures every micro-kernel of `isa` (the 12×32 and 8×32 AVX-512 kernels, AVX2's 6×16,
-/// the portable 4×8): `runs` timed runs of about `run_time` each per figure, after a
-/// warm-up. `stream_bytes` is the buffer B's panels are streamed from (a few times the
-/// last-level cache; at least two calls' worth is used).
-pub fn kernel_rates(
-    isa: Isa,
-    run_time: Duration,
-    runs: usize,
-    stream_bytes: usize,
-) -> Result<Vec<KernelRate>, IsaError> {
-    features::get().check(isa)?;
-    let runs = runs.max(1);
-    let mut out = Vec::new();
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `check` confirmed AVX-512F (with AVX2 and FMA) on this CPU.
-        Isa::Avx512 => unsafe {
-            out.push(rate::<super::x86::Avx512>("avx512-fma", run_time, runs, stream_bytes));
-            out.push(rate::<super::x86::Avx512x8>("avx512-fma", run_time, runs, stream_bytes));
-        },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `check` confirmed AVX2 and FMA on this CPU.
-        Isa::Avx2Fma => unsafe { out.push(rate::<super::x86::Avx2>("avx2-fma", run_time, runs, stream_bytes)) },
-        // SAFETY: the portable kernel has no CPU-feature requirement.
-        _ => unsafe { out.push(rate::<super::ScalarKernel>("scalar", run_time, runs, stream_bytes)) },
-    }
-    Ok(out)
-}
-
 /// Both figures of kernel `K`.
 ///
 /// # Safety
 /// The CPU supports `K`'s target features.
-unsafe fn rate<K: MicroKernel>(name: &str, run_time: Duration, runs: usize, stream_bytes: usize) -> KernelRate {
+pub(super) unsafe fn rate<K: MicroKernel>(
+    name: &str,
+    run_time: Duration,
+    runs: usize,
+    stream_bytes: usize,
+) -> KernelRate {
     let kc = K::BLOCKING.kc;
     // Enough A panels for the kernel's own loop order to be the one the driver takes.
     let a_panels = if K::B_PANEL_IN_L1 { B_IN_L1_MIN_PANELS } else { A_PANELS };
@@ -124,7 +99,9 @@ unsafe fn rate<K: MicroKernel>(name: &str, run_time: Duration, runs: usize, stre
 
 #[cfg(test)]
 mod tests {
+    use super::super::kernel_rates;
     use super::*;
+    use crate::features::{self, Isa};
 
     #[test]
     fn every_path_of_this_cpu_reports_its_kernels() {
