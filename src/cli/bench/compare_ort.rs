@@ -242,12 +242,24 @@ pub fn run(base: &RuntimeConfig, rounds: usize, json: Option<&str>, args: &OrtAr
         ceiling_bf16 = ceiling_bf16.max(time_gemm_bf16(base, shape, 9).unwrap_or(0.0));
         pb.inc(1);
     }
+    let fma_peak = cpu_fma_peak(base)?;
     pb.suspend(|| {
         println!(
             "measured GEMM ceiling (npurt, 512x1024x4096, best of 3 medians of 9): f32 {ceiling:.1} GFLOP/s{}",
             if ceiling_bf16 > 0.0 { format!(", bf16 {ceiling_bf16:.1} GFLOP/s") } else { String::new() }
-        )
+        );
+        match &fma_peak {
+            Some(p) => println!(
+                "measured FMA peak (npurt bench peak: {}, {} threads, median of 5 runs of 100 ms): {:.1} GFLOP/s; \
+                 \"peak\" = model FLOPs over the median time, as a share of it",
+                p.isa.name(),
+                p.threads,
+                p.gflops
+            ),
+            None => println!("no FMA peak: npurt does not run on the CPU's FMA path here (\"peak\" column empty)"),
+        }
     });
+    let fma_gflops = fma_peak.as_ref().map(|p| p.gflops);
     let mut doc = Vec::new();
     let result = (|| -> Result<()> {
         for (model, seq) in &args.pairs.0 {
@@ -303,7 +315,7 @@ pub fn run(base: &RuntimeConfig, rounds: usize, json: Option<&str>, args: &OrtAr
                 }
             }
             let finished: Vec<_> = cs.into_iter().map(Contender::finish).collect::<Result<_>>()?;
-            pb.suspend(|| report(model, seq, (ceiling, ceiling_bf16), &finished, &mut doc));
+            pb.suspend(|| report(model, seq, (ceiling, ceiling_bf16), fma_gflops, &finished, &mut doc));
         }
         Ok(())
     })();
@@ -313,7 +325,8 @@ pub fn run(base: &RuntimeConfig, rounds: usize, json: Option<&str>, args: &OrtAr
     }
     result?;
     if let Some(path) = json {
-        let j = serde_json::json!({"gemm_ceiling_gflops": ceiling, "gemm_ceiling_bf16_gflops": ceiling_bf16, "rounds": rounds, "pairs": doc});
+        let j = serde_json::json!({"gemm_ceiling_gflops": ceiling, "gemm_ceiling_bf16_gflops": ceiling_bf16,
+            "fma_peak_gflops": fma_gflops, "rounds": rounds, "pairs": doc});
         std::fs::write(&path, serde_json::to_string_pretty(&j).unwrap_or_default())?;
         println!("wrote {path}");
     }
@@ -322,11 +335,34 @@ pub fn run(base: &RuntimeConfig, rounds: usize, json: Option<&str>, args: &OrtAr
 
 type Finished = (String, Vec<f64>, serde_json::Value, serde_json::Value);
 
-fn report(model: &str, seq: usize, ceilings: (f64, f64), fin: &[Finished], doc: &mut Vec<serde_json::Value>) {
+/// The FMA peak (`npurt bench peak`) of the path and thread count npurt's contenders run
+/// on, measured now: what "% of the peak" end to end refers to. `None` where npurt does
+/// not run on the CPU (another backend requested, or present for `auto`) or on a path
+/// without FMA.
+fn cpu_fma_peak(base: &RuntimeConfig) -> Result<Option<npurt::cpu::peak::Peak>> {
+    // The backend the contenders will open (`auto`: the best one present), opened and
+    // dropped here only to learn which it is.
+    let on_cpu = npurt::open_backend(base).is_ok_and(|b| b.name() == "cpu");
+    let isa = npurt::cpu::features::select(None).map_err(|e| Error::backend("cpu", e))?.isa;
+    if !on_cpu || npurt::cpu::peak::accumulators(isa).is_none() {
+        return Ok(None);
+    }
+    let threads = base.threads.unwrap_or(npurt::cpu::features::get().cores).max(1);
+    super::peak::measure(isa, threads, 5, 100).map(Some)
+}
+
+fn report(
+    model: &str,
+    seq: usize,
+    ceilings: (f64, f64),
+    fma_peak: Option<f64>,
+    fin: &[Finished],
+    doc: &mut Vec<serde_json::Value>,
+) {
     println!("{model} seq {seq}:");
     println!(
-        "  {:<18} {:>10} {:>18} {:>9} {:>9} {:>8}",
-        "contender", "median ms", "min..max ms", "RSS MiB", "GFLOP/s", "ceiling"
+        "  {:<18} {:>10} {:>18} {:>9} {:>9} {:>8} {:>6}",
+        "contender", "median ms", "min..max ms", "RSS MiB", "GFLOP/s", "ceiling", "peak"
     );
     let mut rows = Vec::new();
     // Same model on both sides: npurt's FLOP count serves for ORT's rows too.
@@ -339,17 +375,19 @@ fn report(model: &str, seq: usize, ceilings: (f64, f64), fin: &[Finished], doc: 
         let gf = flops.map(|f| f / (med / 1e3) / 1e9);
         // Against the ceiling of the unit that runs the products (bf16 for npurt bf16).
         let ceiling = if name.ends_with("bf16") && ceilings.1 > 0.0 { ceilings.1 } else { ceilings.0 };
+        let of_peak = gf.zip(fma_peak).map(|(g, p)| 100.0 * g / p);
         println!(
-            "  {:<18} {:>10.1} {:>18} {:>9} {:>9} {:>8}",
+            "  {:<18} {:>10.1} {:>18} {:>9} {:>9} {:>8} {:>6}",
             name,
             med,
             format!("{lo:.1}..{hi:.1}"),
             mib(rss),
             gf.map_or("".into(), |g| format!("{g:.1}")),
             gf.map_or("".into(), |g| format!("{:.0}%", 100.0 * g / ceiling)),
+            of_peak.map_or("".into(), |v| format!("{v:.0}%")),
         );
         rows.push(serde_json::json!({"contender": name, "median_ms": med, "times_ms": times,
-            "peak_rss_bytes": rss, "gflops": gf, "ready": ready}));
+            "peak_rss_bytes": rss, "gflops": gf, "pct_of_fma_peak": of_peak, "ready": ready}));
     }
     let fastest = |prefix: &str| {
         fin.iter()
@@ -391,4 +429,37 @@ fn report(model: &str, seq: usize, ceilings: (f64, f64), fin: &[Finished], doc: 
         ratios.push(serde_json::Value::Object(r));
     }
     doc.push(serde_json::json!({"model": model, "seq": seq, "rows": rows, "ratios": ratios}));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finished(name: &str, times: &[f64], flops: Option<f64>) -> Finished {
+        let ready = serde_json::json!({ "flops": flops });
+        (name.to_string(), times.to_vec(), ready, serde_json::json!({}))
+    }
+
+    /// Each row's share of the FMA peak is its GFLOP/s (the model's FLOPs over its median
+    /// time) over the peak; without a peak it is null, and the ratios are unchanged.
+    #[test]
+    fn rows_carry_their_share_of_the_fma_peak() {
+        // 2 GFLOP: 10 ms is 200 GFLOP/s, 20 ms is 100.
+        let fin =
+            [finished("npurt f32", &[10.0, 12.0, 9.0], Some(2e9)), finished("ORT fused x2", &[20.0, 20.0, 21.0], None)];
+        for (peak, want) in [(Some(250.0), [Some(80.0), Some(40.0)]), (None, [None, None])] {
+            let mut doc = Vec::new();
+            report("m", 32, (200.0, 0.0), peak, &fin, &mut doc);
+            let rows = doc[0]["rows"].as_array().unwrap();
+            let got: Vec<Option<f64>> = rows.iter().map(|r| r["pct_of_fma_peak"].as_f64()).collect();
+            for (g, w) in got.iter().zip(want) {
+                match (g, w) {
+                    (Some(g), Some(w)) => assert!((g - w).abs() < 1e-9, "{got:?}"),
+                    (None, None) => {}
+                    _ => panic!("{got:?} against {want:?}"),
+                }
+            }
+            assert!((doc[0]["ratios"][0]["ratio"].as_f64().unwrap() - 0.5).abs() < 1e-9);
+        }
+    }
 }
