@@ -250,8 +250,8 @@ pub fn run(base: &RuntimeConfig, rounds: usize, json: Option<&str>, args: &OrtAr
         );
         match &fma_peak {
             Some(p) => println!(
-                "measured FMA peak (npurt bench peak: {}, {} threads, median of 5 runs of 100 ms): {:.1} GFLOP/s; \
-                 \"peak\" = model FLOPs over the median time, as a share of it",
+                "measured FMA peak (npurt bench peak: {}, {} threads, best of 3 medians of 5 runs of 100 ms): {:.1} \
+                 GFLOP/s; \"peak\" = model FLOPs over the median time, as a share of it",
                 p.isa.name(),
                 p.threads,
                 p.gflops
@@ -348,7 +348,16 @@ fn cpu_fma_peak(base: &RuntimeConfig) -> Result<Option<npurt::cpu::peak::Peak>> 
         return Ok(None);
     }
     let threads = base.threads.unwrap_or(npurt::cpu::features::get().cores).max(1);
-    super::peak::measure(isa, threads, 5, 100).map(Some)
+    // Best of three medians, as for the GEMM ceiling: a ceiling, so the least disturbed
+    // measurement (one median of 5 × 100 ms read 186 of 234 GFLOP/s under a burst of load).
+    let mut best: Option<npurt::cpu::peak::Peak> = None;
+    for _ in 0..3 {
+        let p = super::peak::measure(isa, threads, 5, 100)?;
+        if best.as_ref().is_none_or(|b| p.gflops > b.gflops) {
+            best = Some(p);
+        }
+    }
+    Ok(best)
 }
 
 fn report(
