@@ -110,7 +110,7 @@ pub fn launch(t: &mut Tables, name: &'static str, ws: u64, ws_size: u64, exec: u
         if ws == 0 {
             return fail(ACLNN_ERR_PARAM_NULLPTR, format!("{name}: workspace is NULL"));
         }
-        if ws % 32 != 0 {
+        if !ws.is_multiple_of(32) {
             return fail(ACLNN_ERR_PARAM_INVALID, format!("{name}: workspace {ws:#x} is not 32-byte aligned"));
         }
         match t.check_range(ws, ws_size, "workspace") {
@@ -288,12 +288,12 @@ pub(crate) fn run(ex: Executor, ws: u64, ws_size: u64) -> R<()> {
     let mut bufs: Vec<(DType, Vec<usize>, Vec<u64>)> = Vec::new();
     {
         let mut t = lock(&e.t);
-        if ws != 0 && ws_size > 0 {
-            if let Some(d) = t.device_of_addr(ws) {
-                if let Some(w) = t.mem[d].bytes_mut(ws, ws_size) {
-                    w.fill(0xA5);
-                }
-            }
+        if ws != 0
+            && ws_size > 0
+            && let Some(d) = t.device_of_addr(ws)
+            && let Some(w) = t.mem[d].bytes_mut(ws, ws_size)
+        {
+            w.fill(0xA5);
         }
         for s in &ex.inputs {
             bufs.push(match s {

@@ -178,7 +178,7 @@ unsafe impl Backend for AclBackend {
         let sb = dev.allocs.locate(src.0, bytes).map_err(AclBackendError::from)?;
         let db = dev.allocs.locate(dst.0, bytes).map_err(AclBackendError::from)?;
         let rec = dev.stream(stream)?;
-        if src.0 % 64 == 0 && dst.0 % 64 == 0 {
+        if src.0.is_multiple_of(64) && dst.0.is_multiple_of(64) {
             memory::d2d_async(&self.api, src.0, dst.0, bytes, rec.raw())?;
             rec.mark_dirty();
             return Ok(());
@@ -235,10 +235,10 @@ unsafe impl Backend for AclBackend {
         let dev = self.bind(device)?;
         let mut first = Ok(());
         for r in dev.all_streams() {
-            if let Err(e) = stream::sync(&self.api, &r) {
-                if first.is_ok() {
-                    first = Err(e);
-                }
+            if let Err(e) = stream::sync(&self.api, &r)
+                && first.is_ok()
+            {
+                first = Err(e);
             }
         }
         first

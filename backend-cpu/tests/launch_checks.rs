@@ -139,16 +139,24 @@ fn the_backends_own_kernel_description_decides_not_the_callers_copy() {
     let b = rt.backend().clone();
     // The bf16 Linear accepts only a bf16 weight; a copy claiming to accept anything is
     // still held to the original's predicate.
-    let Some(bf16) = b.kernels().iter().cloned().find(|k| {
-        k.op == OpKind::Linear && {
-            let q = runtime::KernelQuery {
-                op: &Op::Linear,
-                inputs: &[runtime::TensorMeta::new(DType::F32, [2, 4]), runtime::TensorMeta::new(DType::F32, [3, 4])],
-                outputs: &[runtime::TensorMeta::new(DType::F32, [2, 3])],
-            };
-            (k.supports)(&q).is_err()
-        }
-    }) else {
+    let Some(bf16) = b
+        .kernels()
+        .iter()
+        .find(|&k| {
+            k.op == OpKind::Linear && {
+                let q = runtime::KernelQuery {
+                    op: &Op::Linear,
+                    inputs: &[
+                        runtime::TensorMeta::new(DType::F32, [2, 4]),
+                        runtime::TensorMeta::new(DType::F32, [3, 4]),
+                    ],
+                    outputs: &[runtime::TensorMeta::new(DType::F32, [2, 3])],
+                };
+                (k.supports)(&q).is_err()
+            }
+        })
+        .cloned()
+    else {
         panic!("expected a Linear kernel that refuses an f32 weight (the bf16 one)");
     };
     fn anything(_: &runtime::KernelQuery<'_>) -> Result<(), String> {

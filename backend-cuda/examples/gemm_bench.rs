@@ -177,7 +177,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let d = backend.device_details(0).map(|d| d.clone());
+    let d = backend.device_details(0).cloned();
     if let Ok(d) = &d {
         println!(
             "DEVICE name={:?} cc={}.{} sms={} driver={} peak_f32={:.1}T peak_tf32={:.1}T peak_f16={:.1}T",

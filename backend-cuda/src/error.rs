@@ -64,10 +64,10 @@ impl CudaError {
     /// `oom` names the device and size of the request.
     pub fn driver(call: &'static str, e: cudarc::driver::DriverError, oom: Option<(usize, usize)>) -> CudaError {
         let code = e.0;
-        if code == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
-            if let Some((device, bytes)) = oom {
-                return CudaError::OutOfMemory { device, bytes };
-            }
+        if code == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY
+            && let Some((device, bytes)) = oom
+        {
+            return CudaError::OutOfMemory { device, bytes };
         }
         // The enum's own name: no driver call needed (works without a driver loaded).
         CudaError::Driver { call, code: format!("{code:?} ({})", code as u32) }

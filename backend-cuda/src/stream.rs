@@ -209,10 +209,10 @@ impl CudaBackend {
         let all: Vec<(u64, Arc<StreamState>)> = lock(&d.streams).iter().map(|(k, v)| (*k, v.clone())).collect();
         let mut first = Ok(());
         for (id, st) in all {
-            if let Err(e) = d.sync_stream(&st, id != DEFAULT_STREAM.0) {
-                if first.is_ok() {
-                    first = Err(e);
-                }
+            if let Err(e) = d.sync_stream(&st, id != DEFAULT_STREAM.0)
+                && first.is_ok()
+            {
+                first = Err(e);
             }
         }
         first

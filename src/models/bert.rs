@@ -143,7 +143,7 @@ impl BertConfig {
                 return Err(ConfigError::OutOfRange { key, value, min, max });
             }
         }
-        if self.hidden_size % self.num_attention_heads != 0 {
+        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return Err(ConfigError::Heads { hidden: self.hidden_size, heads: self.num_attention_heads });
         }
         let eps = self.layer_norm_eps;

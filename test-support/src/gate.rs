@@ -82,10 +82,10 @@ impl Gate {
                 Held::Memset(dst, v, n) => self.inner.memset(d, dst, v, n, s),
                 Held::DestroyEvent(e) => self.inner.destroy_event(d, e),
             };
-            if let Err(e) = r {
-                if first.is_ok() {
-                    first = Err(e);
-                }
+            if let Err(e) = r
+                && first.is_ok()
+            {
+                first = Err(e);
             }
         }
         for (d, p) in std::mem::take(&mut g.frees) {

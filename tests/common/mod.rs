@@ -136,6 +136,6 @@ pub fn cosine(a: &npurt::Tensor, b: &npurt::Tensor) -> f64 {
 #[macro_export]
 macro_rules! on_every_backend {
     ($($args:tt)*) => {
-        npurt_test_support::per_backend!(crate::common::backend, $($args)*);
+        npurt_test_support::per_backend!($crate::common::backend, $($args)*);
     };
 }

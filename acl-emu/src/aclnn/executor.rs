@@ -148,10 +148,10 @@ fn set_addr(t: &mut Tables, side: Side, executor: u64, index: usize, tensor: u64
     // The tensor moves wherever the executor holds it: an in-place operator
     // (aclnnInplaceMaskedFillScalar's selfRef) reads and writes the same descriptor.
     for s in &mut ex.inputs {
-        if let Src::Tensor(hd, d) = s {
-            if *hd == tensor {
-                d.addr = addr;
-            }
+        if let Src::Tensor(hd, d) = s
+            && *hd == tensor
+        {
+            d.addr = addr;
         }
     }
     for (hd, d) in &mut ex.outputs {

@@ -30,12 +30,11 @@ fn gather_like(
         }
         let n = xd.dims[axis as usize].max(0) as usize;
         let i = tsrc(t, index, "index")?;
-        if name == "aclnnIndexSelect" {
-            if let Src::Tensor(_, id) = &i {
-                if id.dims.len() > 1 {
-                    return fail(ACLNN_ERR_PARAM_INVALID, "aclnnIndexSelect: index must be 0-D or 1-D");
-                }
-            }
+        if name == "aclnnIndexSelect"
+            && let Src::Tensor(_, id) = &i
+            && id.dims.len() > 1
+        {
+            return fail(ACLNN_ERR_PARAM_INVALID, "aclnnIndexSelect: index must be 0-D or 1-D");
         }
         let o = tout(t, out, "out")?;
         let mut e = ex(name, Op::Gather { axis: axis as usize }, vec![x, i], vec![o], 0);

@@ -60,10 +60,10 @@ fn matmul_like(
     guard(p1, |t| {
         let a = tsrc(t, self_, "self")?;
         let b = tsrc(t, mat2, "mat2")?;
-        if let (Some(r), Src::Tensor(_, da), Src::Tensor(_, db)) = (rank, &a, &b) {
-            if da.dims.len() != r || db.dims.len() != r {
-                return fail(ACLNN_ERR_PARAM_INVALID, format!("{name}: operands must be {r}-D"));
-            }
+        if let (Some(r), Src::Tensor(_, da), Src::Tensor(_, db)) = (rank, &a, &b)
+            && (da.dims.len() != r || db.dims.len() != r)
+        {
+            return fail(ACLNN_ERR_PARAM_INVALID, format!("{name}: operands must be {r}-D"));
         }
         let o = tout(t, out, "out")?;
         let mut e = ex(name, Op::MatMul { trans_a: false, trans_b: false }, vec![a, b], vec![o], t.cfg.workspace);

@@ -327,7 +327,7 @@ pub fn run(base: &RuntimeConfig, rounds: usize, json: Option<&str>, args: &OrtAr
     if let Some(path) = json {
         let j = serde_json::json!({"gemm_ceiling_gflops": ceiling, "gemm_ceiling_bf16_gflops": ceiling_bf16,
             "fma_peak_gflops": fma_gflops, "rounds": rounds, "pairs": doc});
-        std::fs::write(&path, serde_json::to_string_pretty(&j).unwrap_or_default())?;
+        std::fs::write(path, serde_json::to_string_pretty(&j).unwrap_or_default())?;
         println!("wrote {path}");
     }
     Ok(())

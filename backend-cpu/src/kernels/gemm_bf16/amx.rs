@@ -42,7 +42,7 @@ impl Drop for Tiles {
 /// 32 rows of stride `lda` words with `kc` words each; `panel` `kc * NR` words; `c` 32
 /// rows of stride `ldc` with 32 columns each.
 pub unsafe fn block(kc: usize, a: &[u32], lda: usize, panel: &[u32], c: &mut [f32], ldc: usize, load_c: bool) {
-    debug_assert!(kc % AMX_KP == 0 && a.len() >= 31 * lda + kc && panel.len() >= kc * NR);
+    debug_assert!(kc.is_multiple_of(AMX_KP) && a.len() >= 31 * lda + kc && panel.len() >= kc * NR);
     debug_assert!(c.len() >= 31 * ldc + 32);
     let (sa, sb, sc) = (lda * 4, NR * 4, ldc * 4);
     let c0 = c.as_mut_ptr();

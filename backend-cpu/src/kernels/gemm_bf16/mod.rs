@@ -37,7 +37,7 @@ use runtime::KernelError;
 
 /// True when the AMX path runs for a product with `kp` k-pairs.
 fn use_amx(kp: usize) -> bool {
-    crate::features::get().amx_bf16 && kp % AMX_KP == 0 && KC % AMX_KP == 0
+    crate::features::get().amx_bf16 && kp.is_multiple_of(AMX_KP) && KC.is_multiple_of(AMX_KP)
 }
 
 /// True when this CPU can run [`gemm`].
