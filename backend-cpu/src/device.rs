@@ -152,15 +152,40 @@ mod tests {
             return;
         };
         assert!(!before.iter().any(|n| n.starts_with("jp-test-")));
+        // A thread-local whose destructor counts: it runs as its thread exits, before a
+        // join of that thread returns.
+        static EXITED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        struct CountsExit;
+        impl Drop for CountsExit {
+            fn drop(&mut self) {
+                EXITED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        thread_local! { static GUARD: std::cell::RefCell<Option<CountsExit>> = const { std::cell::RefCell::new(None) }; }
         let pool = JoinedPool::new(3, |i| format!("jp-test-{i}"), None).unwrap();
         // Every thread runs once: each has started (and named itself) by then.
-        assert_eq!(pool.broadcast(|c| c.index()).len(), 3);
+        let ran = pool.broadcast(|c| {
+            GUARD.with(|g| *g.borrow_mut() = Some(CountsExit));
+            c.index()
+        });
+        assert_eq!(ran.len(), 3);
         let during = thread_names().unwrap_or_default();
         assert_eq!(during.iter().filter(|n| n.starts_with("jp-test-")).count(), 3, "{during:?}");
+        assert_eq!(EXITED.load(std::sync::atomic::Ordering::SeqCst), 0);
         drop(pool);
-        // Joined: gone by the time drop returns, not merely told to exit.
-        let after = thread_names().unwrap_or_default();
-        assert!(!after.iter().any(|n| n.starts_with("jp-test-")), "{after:?}");
+        // Joined: every thread has exited by the time drop returns, not merely been told to.
+        assert_eq!(EXITED.load(std::sync::atomic::Ordering::SeqCst), 3);
+        // The kernel drops an exited thread's /proc entry a moment after the join wakes
+        // (the tid is cleared before the task is released): the names go, shortly.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let after = thread_names().unwrap_or_default();
+            if !after.iter().any(|n| n.starts_with("jp-test-")) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{after:?}");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 
     #[test]
