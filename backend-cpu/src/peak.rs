@@ -101,10 +101,14 @@ pub fn measure(isa: Isa, threads: usize, runs: usize, run_time: Duration) -> Res
         let t = timed_run(isa, threads, iterations)?;
         figures.push(flops / t.as_secs_f64().max(1e-12) / 1e9);
     }
-    let mut sorted = figures.clone();
-    sorted.sort_by(f64::total_cmp);
-    let gflops = sorted[sorted.len() / 2];
+    let gflops = upper_median(figures.clone());
     Ok(Peak { isa, threads, accumulators: acc, runs: figures, gflops, iterations })
+}
+
+/// The median of `v` (the upper one of an even count); `v` is not empty.
+pub(crate) fn upper_median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 /// Start states of a run: threads spin until `GO`, or leave on `ABORT`.

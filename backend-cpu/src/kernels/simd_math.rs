@@ -74,12 +74,7 @@ pub fn erf_approx<const FMA: bool>(x: f32) -> f32 {
     let s = m(x2, s, 0.112_837_9);
     let s = m(x2, s, -0.376_126_4);
     let small = x * m(x2, s, std::f32::consts::FRAC_2_SQRT_PI);
-    let t = 1.0 / m(0.327_591_1, a, 1.0);
-    let q = m(t, 1.061_405_4, -1.453_152_1);
-    let q = m(t, q, 1.421_413_7);
-    let q = m(t, q, -0.284_496_74);
-    let q = m(t, q, 0.254_829_6);
-    let large = m(-t * q, exp_approx::<FMA>(-a * a), 1.0).copysign(x);
+    let large = (1.0 - erfc_rational::<FMA>(a)).copysign(x);
     if a < 0.5 { small } else { large }
 }
 
@@ -92,15 +87,21 @@ pub fn erf_approx<const FMA: bool>(x: f32) -> f32 {
 /// multiply-adds where `FMA`.
 #[inline(always)]
 pub fn gelu_erf_approx<const FMA: bool>(x: f32) -> f32 {
+    let c = 0.5 * erfc_rational::<FMA>(x.abs() * std::f32::consts::FRAC_1_SQRT_2);
+    x * if x >= 0.0 { 1.0 - c } else { c }
+}
+
+/// `erfc a` for `a >= 0` (or NaN): the Abramowitz–Stegun 7.1.26-style rational form
+/// `t·q(t)·e^{-a²}`, `t = 1/(1+p·a)`, shared by [`erf_approx`] and [`gelu_erf_approx`].
+#[inline(always)]
+fn erfc_rational<const FMA: bool>(a: f32) -> f32 {
     let m = madd::<FMA>;
-    let a = x.abs() * std::f32::consts::FRAC_1_SQRT_2;
     let t = 1.0 / m(0.327_591_1, a, 1.0);
     let q = m(t, 1.061_405_4, -1.453_152_1);
     let q = m(t, q, 1.421_413_7);
     let q = m(t, q, -0.284_496_74);
     let q = m(t, q, 0.254_829_6);
-    let c = 0.5 * t * q * exp_approx::<FMA>(-a * a);
-    x * if x >= 0.0 { 1.0 - c } else { c }
+    t * q * exp_approx::<FMA>(-a * a)
 }
 
 /// `row = softmax(row + mask)` in place, as attention needs it: a row masked out
@@ -150,31 +151,24 @@ fn lanes(c: &mut [f32]) -> &mut [f32; LANES] {
     c.try_into().expect("a chunk of LANES")
 }
 
-/// The largest of `a`'s lanes, NaN lanes ignored (`>` is false for NaN), pairwise: a
-/// tree of vector maxima instead of a chain of 16 scalar ones.
+/// `a`'s lanes folded pairwise with `f`: a tree of vector operations instead of a chain
+/// of 16 scalar ones.
 #[inline(always)]
-fn lanes_max(mut a: [f32; LANES]) -> f32 {
+fn lanes_fold(mut a: [f32; LANES], f: impl Fn(f32, f32) -> f32) -> f32 {
     let mut w = LANES / 2;
     while w > 0 {
         for l in 0..w {
-            a[l] = if a[l + w] > a[l] { a[l + w] } else { a[l] };
+            a[l] = f(a[l], a[l + w]);
         }
         w /= 2;
     }
     a[0]
 }
 
-/// The sum of `a`'s lanes, pairwise.
+/// The larger of two lanes, NaN ignored where the other is a number (`>` is false for NaN).
 #[inline(always)]
-fn lanes_sum(mut a: [f32; LANES]) -> f32 {
-    let mut w = LANES / 2;
-    while w > 0 {
-        for l in 0..w {
-            a[l] += a[l + w];
-        }
-        w /= 2;
-    }
-    a[0]
+fn max_lane(a: f32, b: f32) -> f32 {
+    if b > a { b } else { a }
 }
 
 /// Adds the mask (one value per element, or one for the row) and returns the row's
@@ -186,7 +180,7 @@ fn add_mask_and_max(row: &mut [f32], mask: Option<(&[f32], usize)>) -> f32 {
     let (body, tail) = row.split_at_mut(full);
     let max_into = |acc: &mut [f32; LANES], c: &[f32; LANES]| {
         for l in 0..LANES {
-            acc[l] = if c[l] > acc[l] { c[l] } else { acc[l] };
+            acc[l] = max_lane(acc[l], c[l]);
         }
     };
     match mask {
@@ -217,7 +211,7 @@ fn add_mask_and_max(row: &mut [f32], mask: Option<(&[f32], usize)>) -> f32 {
         }
         None => body.chunks_exact_mut(LANES).for_each(|c| max_into(&mut acc, lanes(c))),
     }
-    tail.iter().copied().fold(lanes_max(acc), f32::max)
+    tail.iter().copied().fold(lanes_fold(acc, max_lane), f32::max)
 }
 
 #[inline(always)]
@@ -239,7 +233,7 @@ fn softmax_body<const FMA: bool>(row: &mut [f32], mask: Option<(&[f32], usize)>,
             sums[l] += c[l];
         }
     }
-    let mut total = lanes_sum(sums);
+    let mut total = lanes_fold(sums, |a, b| a + b);
     for x in chunks.into_remainder() {
         *x = exp_approx::<FMA>(*x - mx);
         total += *x;

@@ -78,10 +78,9 @@ pub(super) unsafe fn rate<K: MicroKernel>(
             warm = timed(calls);
         }
         let per_run = ((calls as f64 * run_time.as_secs_f64() / warm.as_secs_f64().max(1e-9)) as usize).max(1);
-        let mut figures: Vec<f64> =
-            (0..runs).map(|_| flops * per_run as f64 / timed(per_run).as_secs_f64().max(1e-12) / 1e9).collect();
-        figures.sort_by(f64::total_cmp);
-        figures[figures.len() / 2]
+        crate::peak::upper_median(
+            (0..runs).map(|_| flops * per_run as f64 / timed(per_run).as_secs_f64().max(1e-12) / 1e9).collect(),
+        )
     };
     let in_cache_gflops = measure(false);
     let b_from_memory_gflops = measure(true);
