@@ -309,6 +309,12 @@ unsafe impl Backend for AclBackend {
         Ok(stream::elapsed(&self.api, a as acl_sys::aclrtEvent, b as acl_sys::aclrtEvent)?)
     }
 
+    /// f16: the Cube computes in fp16 (the 910 has no f32 or bf16 path on it; the 910B
+    /// computes f32 at a fraction of its fp16 rate).
+    fn auto_precision(&self, _device: usize) -> runtime::Precision {
+        runtime::Precision::F16
+    }
+
     fn kernels(&self) -> &[KernelInfo] {
         self.table.infos()
     }

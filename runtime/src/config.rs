@@ -64,14 +64,11 @@ impl Precision {
             Precision::Auto => "auto",
         }
     }
-    /// What `Auto` means on a device of `backend`: f32 on the CPU and on CUDA, whose
-    /// f32 products run at full speed; f16 on Ascend (`acl`), whose Cube computes in fp16
-    /// (the 910 has no f32 or bf16 path on it, the 910B computes f32 at a fraction of its
-    /// fp16 rate). Any other precision is returned as it is.
-    pub fn resolve(self, backend: &str) -> Precision {
+    /// This precision with `Auto` replaced by `auto`, what `Auto` means on the device at
+    /// hand ([`crate::Backend::auto_precision`]). Any other precision is returned as it is.
+    pub fn resolve(self, auto: Precision) -> Precision {
         match self {
-            Precision::Auto if backend == "acl" => Precision::F16,
-            Precision::Auto => Precision::F32,
+            Precision::Auto => auto,
             p => p,
         }
     }

@@ -134,6 +134,12 @@ impl Runtime {
     pub fn device_info(&self, device: usize) -> Result<&DeviceInfo> {
         Ok(&self.inner.device(device)?.info)
     }
+    /// What a compiled graph's `Precision::Auto` runs as on `device`
+    /// ([`Backend::auto_precision`]).
+    pub fn auto_precision(&self, device: usize) -> Result<crate::config::Precision> {
+        let d = self.inner.device(device)?;
+        Ok(self.inner.backend.auto_precision(d.ordinal))
+    }
     /// `backend:index`, e.g. `cpu:0`.
     pub fn device_label(&self, device: usize) -> String {
         self.inner.devices.get(device).map_or_else(|| format!("?:{device}"), |d| d.label.to_string())

@@ -18,7 +18,7 @@ pub fn run(rt: &Runtime) -> Result<()> {
     println!("backends compiled in: {}", npurt::compiled_backends().join(", "));
     println!("backend in use: {} ({} device(s))", rt.backend_name(), rt.device_count());
     let p = rt.config().precision;
-    println!("precision of compiled graphs: {} (runs as {} here)", p.name(), p.resolve(rt.backend_name()).name());
+    println!("precision of compiled graphs: {} (runs as {} here)", p.name(), p.resolve(rt.auto_precision(0)?).name());
     for d in 0..rt.device_count() {
         let info = rt.device_info(d)?;
         let mem = rt.memory_info(d)?;

@@ -198,6 +198,52 @@ impl<R: Release> Drop for AllocTable<R> {
     }
 }
 
+/// Why [`AllocTable::check_copy`] refused a device-to-device copy.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum CopyError {
+    #[error("device copy ranges overlap")]
+    Overlap,
+    #[error(transparent)]
+    BadAddress(#[from] BadAddress),
+}
+
+/// The two operands of a device-to-device copy that passed [`AllocTable::check_copy`]:
+/// each address with the base of the live allocation holding its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopyRanges {
+    pub src: u64,
+    pub src_base: u64,
+    pub dst: u64,
+    pub dst_base: u64,
+    pub bytes: usize,
+}
+
+impl CopyRanges {
+    /// Both ranges as `(start, len)`, for [`AllocTable::pin`].
+    pub fn ranges(&self) -> [(u64, usize); 2] {
+        [(self.src, self.bytes), (self.dst, self.bytes)]
+    }
+}
+
+impl<R: Release> AllocTable<R> {
+    /// The opening checks of every backend's `Backend::copy_on_device`, written once:
+    /// `Ok(None)` for a copy of zero bytes (nothing to do), [`CopyError::Overlap`] when
+    /// the two ranges share a byte, [`CopyError::BadAddress`] when either range is not
+    /// inside one live allocation of this table; otherwise both ranges with the bases
+    /// of their allocations.
+    pub fn check_copy(&self, src: u64, dst: u64, bytes: usize) -> Result<Option<CopyRanges>, CopyError> {
+        if bytes == 0 {
+            return Ok(None);
+        }
+        if overlaps((src, bytes), (dst, bytes)) {
+            return Err(CopyError::Overlap);
+        }
+        let src_base = self.locate(src, bytes)?;
+        let dst_base = self.locate(dst, bytes)?;
+        Ok(Some(CopyRanges { src, src_base, dst, dst_base, bytes }))
+    }
+}
+
 /// True when two non-empty byte ranges `(start, len)` share a byte.
 pub fn overlaps(a: (u64, usize), b: (u64, usize)) -> bool {
     a.1 > 0 && b.1 > 0 && a.0 < b.0.saturating_add(b.1 as u64) && b.0 < a.0.saturating_add(a.1 as u64)

@@ -31,7 +31,7 @@
 
 pub mod allocations;
 
-use crate::config::GraphCapture;
+use crate::config::{GraphCapture, Precision};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{KernelInfo, KernelQuery, Unit};
@@ -420,6 +420,14 @@ pub unsafe trait Backend: Send + Sync {
     /// not say (the default).
     fn slow_precision(&self, _device: usize, _dtype: DType) -> Option<String> {
         None
+    }
+
+    /// What a compiled graph's [`Precision::Auto`] means on `device`: the precision its
+    /// matrix products run well in. The default is f32 (the CPU and CUDA, whose f32
+    /// products run at full speed); a backend whose matrix unit computes in a narrower
+    /// type says so (Ascend: f16, the Cube's type).
+    fn auto_precision(&self, _device: usize) -> Precision {
+        Precision::F32
     }
 
     /// Every implementation this backend offers.

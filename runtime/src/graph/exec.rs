@@ -158,7 +158,7 @@ impl CompiledGraph {
     ) -> Result<CompiledGraph> {
         graph.validate()?;
         if options.precision == Precision::Auto {
-            options.precision = Precision::Auto.resolve(rt.backend_name());
+            options.precision = Precision::Auto.resolve(rt.auto_precision(options.device)?);
             static ANNOUNCED: std::sync::Once = std::sync::Once::new();
             ANNOUNCED.call_once(|| {
                 log::info!("precision auto: {} on {}", options.precision.name(), rt.backend_name());
