@@ -452,8 +452,7 @@ fn cosine(a: &[f64], b: &[f64]) -> f64 {
 fn the_c_embedder_matches_sentence_transformers() {
     let Some(dir) = model_dir() else { return };
     let fixture = capi_dir().join("../tests/fixtures/minilm_reference.json");
-    let json =
-        std::fs::read_to_string(&fixture).unwrap_or_else(|e| panic!("fixture {}: {e}", fixture.display()));
+    let json = std::fs::read_to_string(&fixture).unwrap_or_else(|e| panic!("fixture {}: {e}", fixture.display()));
     let v: serde_json::Value = serde_json::from_str(&json).expect("fixture JSON");
     let cases = v["cases"].as_array().expect("cases");
     let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().expect("text")).collect();
