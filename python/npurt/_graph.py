@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _native
+from ._attrs import _attr
+from ._default import default_runtime
 from ._dtypes import numpy_dtype, runtime_name
 from ._errors import ValidationError
 from ._results import MIB
-from ._runtime import Runtime, _attr, default_runtime
 from ._tensor import ShapeLike, Tensor, _shape
+
+if TYPE_CHECKING:
+    from ._runtime import Runtime
 
 
 class Value:

@@ -16,6 +16,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _config, _native
+from ._attrs import _attr
+from ._default import default_runtime, register_factory
 from ._dtypes import runtime_name
 from ._errors import OutOfMemoryError, ValidationError
 from ._results import MIB, ExecutionResult, HardwareUtilization, MemoryInfo
@@ -40,22 +42,6 @@ _CONFIG_KWARGS = {
     "precision": lambda v: {"precision": _config.precision(v)},
     "impl": lambda v: {"impl": _config._choice("impl", v, ("auto", "fast", "generic", "reference"))},
 }
-
-
-def _attr(v: Any) -> str:
-    """An op attribute as the op table's ``key=value`` text."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (list, tuple)):
-        return ",".join(_attr(x) for x in v)
-    if isinstance(v, (np.dtype, type)):
-        return runtime_name(v)
-    if isinstance(v, str):
-        try:
-            return runtime_name(v)
-        except ValidationError:
-            return v
-    return repr(v) if isinstance(v, float) else str(v)
 
 
 class Stream:
@@ -725,17 +711,4 @@ class Runtime:
         return f"npurt.Runtime(backend={n.backend!r}, devices={n.device_count()})"
 
 
-_default: Optional[Runtime] = None
-_default_lock = threading.Lock()
-
-
-def default_runtime() -> Runtime:
-    """The module's runtime, made on first use (best backend, ``NPURT_*`` honoured)."""
-    global _default
-    rt = _default
-    if rt is None:
-        with _default_lock:
-            if _default is None:
-                _default = Runtime()
-            rt = _default
-    return rt
+register_factory(Runtime)

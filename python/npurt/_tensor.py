@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _native
+from ._default import default_runtime
 from ._dtypes import numpy_dtype, runtime_name, typestr
 from ._errors import Error, ValidationError
 
@@ -57,8 +58,6 @@ class Tensor:
 
     def __init__(self, shape: ShapeLike, dtype: Any = np.float32, device: Optional[int] = None, *,
                  runtime: Optional["Runtime"] = None) -> None:
-        from ._runtime import default_runtime
-
         rt = runtime if runtime is not None else default_runtime()
         made = rt.empty(shape, dtype, device)
         self._t = made._t

@@ -1,7 +1,7 @@
 //! `_native.Embedder`: sentence embeddings from a sentence-transformers model directory.
 
 use crate::errors::{check, guard, nogil_interruptible};
-use crate::runtime::PyRuntime;
+use crate::handle::PyRuntime;
 use npurt::embed::{EmbedOptions, Embedder};
 use numpy::PyArray2;
 use pyo3::prelude::*;

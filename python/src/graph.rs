@@ -2,7 +2,7 @@
 
 use crate::errors::{self, check, guard, nogil_interruptible};
 use crate::execute::parse_op;
-use crate::runtime::PyRuntime;
+use crate::handle::PyRuntime;
 use crate::tensor::PyTensor;
 use npurt::models::bert::{self as bert_model, BertConfig, Weights};
 use npurt::models::safetensors::SafetensorsFile;

@@ -8,7 +8,7 @@ mod embed;
 mod errors;
 mod execute;
 mod graph;
-
+mod handle;
 mod runtime;
 mod stream;
 mod tensor;
@@ -57,7 +57,7 @@ fn _inject_panic(name: Option<String>) {
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<runtime::PyRuntime>()?;
+    m.add_class::<handle::PyRuntime>()?;
     m.add_class::<tensor::PyTensor>()?;
     m.add_class::<stream::PyStream>()?;
     m.add_class::<stream::PyEvent>()?;

@@ -1,21 +1,11 @@
 //! `_native.Runtime`: devices, allocation, memory figures, utilisation and streams.
 
 use crate::errors::{self, check, guard, nogil, nogil_interruptible};
+use crate::handle::{PyRuntime, id_of};
 use crate::stream::{PyEvent, PyStream};
 use crate::tensor::{PyTensor, dtype};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-
-/// One runtime over one backend.
-#[pyclass(name = "Runtime", module = "npurt._native", frozen)]
-pub struct PyRuntime {
-    pub(crate) rt: npurt::Runtime,
-}
-
-/// A number identifying `rt` among the live runtimes (the address of its shared state).
-pub(crate) fn id_of(rt: &npurt::Runtime) -> usize {
-    std::ptr::from_ref(rt.config()) as usize
-}
 
 impl PyRuntime {
     /// Every pool statistic of `device` as a dictionary.

@@ -23,7 +23,7 @@ impl PyStream {
     /// Identifies the runtime the stream belongs to (see `Runtime.id`).
     #[getter]
     fn runtime_id(&self, py: Python<'_>) -> PyResult<usize> {
-        guard(py, "Stream.runtime_id", || Ok(crate::runtime::id_of(&self.rt)))
+        guard(py, "Stream.runtime_id", || Ok(crate::handle::id_of(&self.rt)))
     }
     #[getter]
     fn label(&self, py: Python<'_>) -> PyResult<String> {

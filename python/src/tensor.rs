@@ -96,11 +96,11 @@ impl PyTensor {
     /// Identifies the runtime the tensor belongs to (see `Runtime.id`).
     #[getter]
     fn runtime_id(&self, py: Python<'_>) -> PyResult<usize> {
-        guard(py, "Tensor.runtime_id", || Ok(crate::runtime::id_of(&self.rt)))
+        guard(py, "Tensor.runtime_id", || Ok(crate::handle::id_of(&self.rt)))
     }
     /// The runtime the tensor belongs to.
-    fn runtime(&self, py: Python<'_>) -> PyResult<crate::runtime::PyRuntime> {
-        guard(py, "Tensor.runtime", || Ok(crate::runtime::PyRuntime { rt: self.rt.clone() }))
+    fn runtime(&self, py: Python<'_>) -> PyResult<crate::handle::PyRuntime> {
+        guard(py, "Tensor.runtime", || Ok(crate::handle::PyRuntime { rt: self.rt.clone() }))
     }
 
     /// Copies a C-contiguous NumPy array of the tensor's element type (float32 for a bf16
