@@ -168,12 +168,12 @@ impl CompiledGraph {
                 Take::Got(l) => return Ok(l),
                 Take::Make => match self.new_instance() {
                     Ok(inst) => {
-                        log::debug!("compiled graph: arena {} of at most {} made", set.stats().0, set.max());
+                        log::debug!("compiled graph: arena {} of at most {} made", set.stats().alive, set.max());
                         return Ok(set.adopt(inst));
                     }
                     Err(e) => {
                         set.abandon();
-                        if set.stats().0 == 0 {
+                        if set.stats().alive == 0 {
                             return Err(e);
                         }
                         log::info!("compiled graph: no further arena ({e}); waiting for a free one");
@@ -186,9 +186,12 @@ impl CompiledGraph {
 
     /// The run arenas: how many exist, the most at once, the limit and their bytes.
     pub fn arena_stats(&self) -> ArenaStats {
-        let (arenas, peak, bytes) = self.instances.as_ref().map_or((0, 0, 0), InstanceSet::stats);
-        let backend_bytes = self.instances.as_ref().map_or(0, |s| s.frozen_bytes(self.rt.backend().as_ref()));
-        ArenaStats { arenas, peak, max: self.instances.as_ref().map_or(0, InstanceSet::max), bytes, backend_bytes }
+        let Some(set) = self.instances.as_ref() else {
+            return ArenaStats { arenas: 0, peak: 0, max: 0, bytes: 0, backend_bytes: 0 };
+        };
+        let s = set.stats();
+        let backend_bytes = set.frozen_bytes(self.rt.backend().as_ref());
+        ArenaStats { arenas: s.alive, peak: s.peak, max: set.max(), bytes: s.arena_bytes, backend_bytes }
     }
 
     /// The graph as compiled (after fusion and precision changes). Its constants keep
