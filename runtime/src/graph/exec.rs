@@ -1,5 +1,5 @@
-//! Compiled graphs: what compiling ([`compile`](super::compile)) leaves for every run, the
-//! options it takes, and the run arenas ([`run`](super::run) takes one per run).
+//! Compiled graphs: what compiling (`compile.rs`) leaves for every run, the options it
+//! takes, and the run arenas (`run.rs` takes one per run).
 
 use super::arena::{Instance, InstanceSet, Lease, Slot, Take};
 use super::fusion::FusionStats;
