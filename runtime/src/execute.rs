@@ -80,7 +80,7 @@ impl Runtime {
         inputs: &[&Tensor],
         outputs: &[&Tensor],
     ) -> Result<ExecReport> {
-        let (kernel, args, flops, bytes, temps) = self.prepare(target, op, inputs, outputs)?;
+        let Prepared { kernel, args, flops, bytes, temps } = self.prepare(target, op, inputs, outputs)?;
         let dev = &self.inner.devices[target.device];
         let seq = args.seq;
         let start = Instant::now();
@@ -129,7 +129,7 @@ impl Runtime {
         for t in tasks {
             let ins: Vec<&Tensor> = t.inputs.iter().collect();
             let outs: Vec<&Tensor> = t.outputs.iter().collect();
-            let (kernel, args, flops, bytes, temps) = self.prepare(target, &t.op, &ins, &outs)?;
+            let Prepared { kernel, args, flops, bytes, temps } = self.prepare(target, &t.op, &ins, &outs)?;
             held.extend(temps);
             reports.push(ExecReport {
                 op: t.op.name(),
@@ -197,13 +197,7 @@ impl Runtime {
         )
     }
 
-    fn prepare(
-        &self,
-        target: Target<'_>,
-        op: &Op,
-        inputs: &[&Tensor],
-        outputs: &[&Tensor],
-    ) -> Result<(&KernelInfo, LaunchArgs, u64, u64, Vec<Tensor>)> {
+    fn prepare(&self, target: Target<'_>, op: &Op, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<Prepared<'_>> {
         let name = op.name();
         let in_metas: Vec<TensorMeta> = inputs.iter().map(|t| t.meta()).collect();
         let out_metas = op.infer(&in_metas)?;
@@ -295,7 +289,7 @@ impl Runtime {
         let bytes = op.bytes(&in_metas, &out_metas);
         // The caller drops the temporaries after queueing the launch, so their release
         // events come after it on the stream.
-        Ok((kernel, args, flops, bytes, owned.into_iter().flatten().collect()))
+        Ok(Prepared { kernel, args, flops, bytes, temps: owned.into_iter().flatten().collect() })
     }
 
     /// Validates one launch of a compiled graph's node once, the way [`prepare`] does on
@@ -307,18 +301,18 @@ impl Runtime {
         &self,
         device: usize,
         op: &Op,
-        inputs: &[Operand<'_>],
-        outputs: &[Operand<'_>],
+        inputs: &[FrozenOperand<'_>],
+        outputs: &[FrozenOperand<'_>],
         threads: usize,
         prepacked: Option<&crate::backend::Prepacked>,
-    ) -> Result<(KernelInfo, LaunchArgs, u64, u64)> {
+    ) -> Result<ValidatedLaunch> {
         let name = op.name();
-        let in_metas: Vec<TensorMeta> = inputs.iter().map(Operand::meta).collect();
+        let in_metas: Vec<TensorMeta> = inputs.iter().map(FrozenOperand::meta).collect();
         let out_metas = op.infer(&in_metas)?;
-        check_output_metas(name, &out_metas, outputs.iter().map(Operand::meta))?;
+        check_output_metas(name, &out_metas, outputs.iter().map(FrozenOperand::meta))?;
         let fixed = inputs.iter().chain(outputs).filter_map(|o| match o {
-            Operand::Fixed(t) => Some(*t),
-            Operand::PerRun(_) => None,
+            FrozenOperand::Fixed(t) => Some(*t),
+            FrozenOperand::PerRun(_) => None,
         });
         for t in fixed {
             if !Arc::ptr_eq(&t.storage.rt, &self.inner) || t.device() != device {
@@ -329,16 +323,16 @@ impl Runtime {
             }
         }
         for (i, o) in outputs.iter().enumerate() {
-            let Operand::Fixed(o) = o else { continue };
-            let overlaps = |x: &Operand<'_>| matches!(x, Operand::Fixed(t) if t.overlaps(o));
+            let FrozenOperand::Fixed(o) = o else { continue };
+            let overlaps = |x: &FrozenOperand<'_>| matches!(x, FrozenOperand::Fixed(t) if t.overlaps(o));
             if inputs.iter().any(overlaps) || outputs.iter().enumerate().any(|(j, x)| j != i && overlaps(x)) {
                 return Err(Error::invalid(name, format!("output {i} ({}) overlaps another operand", o.meta())));
             }
         }
         let kernel = self.select_for(op, &in_metas, &out_metas)?;
-        let arg = |o: &Operand<'_>| match o {
-            Operand::Fixed(t) => t.arg(),
-            Operand::PerRun(m) => crate::backend::TensorArg {
+        let arg = |o: &FrozenOperand<'_>| match o {
+            FrozenOperand::Fixed(t) => t.arg(),
+            FrozenOperand::PerRun(m) => crate::backend::TensorArg {
                 ptr: crate::backend::DevicePtr::NULL,
                 dtype: m.dtype,
                 layout: Arc::new(Layout::contiguous(m.shape.clone())),
@@ -355,7 +349,7 @@ impl Runtime {
         };
         let flops = op.flops(&in_metas, &out_metas);
         let bytes = op.bytes(&in_metas, &out_metas);
-        Ok((kernel.clone(), args, flops, bytes))
+        Ok(ValidatedLaunch { kernel: kernel.clone(), args, flops, bytes })
     }
 
     /// Reserves `n` consecutive launch sequence numbers; returns the first.
@@ -392,19 +386,38 @@ fn check_output_metas(
     Ok(())
 }
 
+/// A launch validated by `prepare`: its kernel, arguments and cost, and the temporaries
+/// (dense copies of strided inputs) to drop once the launch is queued.
+struct Prepared<'k> {
+    kernel: &'k KernelInfo,
+    args: LaunchArgs,
+    flops: u64,
+    bytes: u64,
+    temps: Vec<Tensor>,
+}
+
+/// A compiled node's launch validated once by [`Runtime::freeze_launch`]: its kernel, the
+/// launch template and its cost.
+pub(crate) struct ValidatedLaunch {
+    pub(crate) kernel: KernelInfo,
+    pub(crate) args: LaunchArgs,
+    pub(crate) flops: u64,
+    pub(crate) bytes: u64,
+}
+
 /// An operand of a compiled node as [`Runtime::freeze_launch`] sees it.
-pub(crate) enum Operand<'a> {
+pub(crate) enum FrozenOperand<'a> {
     /// The same tensor on every run (an arena slot, a constant or a view of one).
     Fixed(&'a Tensor),
     /// A tensor that changes from run to run (a graph input or output).
     PerRun(&'a TensorMeta),
 }
 
-impl Operand<'_> {
+impl FrozenOperand<'_> {
     pub(crate) fn meta(&self) -> TensorMeta {
         match self {
-            Operand::Fixed(t) => t.meta(),
-            Operand::PerRun(m) => (*m).clone(),
+            FrozenOperand::Fixed(t) => t.meta(),
+            FrozenOperand::PerRun(m) => (*m).clone(),
         }
     }
 }

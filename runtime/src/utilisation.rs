@@ -1,27 +1,49 @@
 //! Utilisation counters: timed work per device and unit, against each unit's peak.
 
+use crate::kernel::Unit;
 use crate::report::{Profile, Utilisation};
 use crate::runtime::Runtime;
 
+/// What the launches of one batch did on one unit.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct UnitCount {
+    pub(crate) unit: Unit,
+    pub(crate) launches: u64,
+    pub(crate) flops: u64,
+    pub(crate) bytes: u64,
+}
+
+/// Per unit, what the launches of one batch did (for the utilisation counters).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct UnitCounts(Vec<UnitCount>);
+
+impl UnitCounts {
+    /// Counts one launch of `flops` and `bytes` on `unit`.
+    pub(crate) fn add(&mut self, unit: Unit, flops: u64, bytes: u64) {
+        match self.0.iter_mut().find(|c| c.unit == unit) {
+            Some(c) => {
+                c.launches += 1;
+                c.flops += flops;
+                c.bytes += bytes;
+            }
+            None => self.0.push(UnitCount { unit, launches: 1, flops, bytes }),
+        }
+    }
+}
+
 impl Runtime {
     /// Adds timed work to the utilisation counters of `device`.
-    pub(crate) fn record_busy(
-        &self,
-        device: usize,
-        units: &[(crate::kernel::Unit, u64, u64, u64)],
-        busy: std::time::Duration,
-        launches: u64,
-    ) {
+    pub(crate) fn record_busy(&self, device: usize, units: &UnitCounts, busy: std::time::Duration, launches: u64) {
         if launches == 0 {
             return;
         }
         let mut prof = self.inner.profile.lock().unwrap_or_else(|p| p.into_inner());
-        for &(unit, n, flops, bytes) in units {
-            let e = prof.units.entry((device, unit.label)).or_insert((unit, Default::default()));
-            e.1.busy += busy.mul_f64(n as f64 / launches as f64);
-            e.1.flops += flops;
-            e.1.bytes += bytes;
-            e.1.launches += n;
+        for c in &units.0 {
+            let e = prof.units.entry((device, c.unit.label)).or_insert((c.unit, Default::default()));
+            e.1.busy += busy.mul_f64(c.launches as f64 / launches as f64);
+            e.1.flops += c.flops;
+            e.1.bytes += c.bytes;
+            e.1.launches += c.launches;
         }
     }
 

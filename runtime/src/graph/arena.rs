@@ -7,7 +7,7 @@
 //! Instances are made on demand up to the set's limit and kept for later runs; when all of
 //! them are taken (or the device cannot make another), a run waits for one to come back.
 
-use super::fast_plan::FastPlan;
+use super::frozen::FrozenPlan;
 use super::ir::ValueId;
 use crate::op::TensorMeta;
 use crate::stream::{Event, Stream};
@@ -32,9 +32,9 @@ pub(super) struct Instance {
     pub(super) streams: Vec<Stream>,
     /// An event per node, recorded after it when another stream reads its output.
     pub(super) done: Vec<Option<Event>>,
-    /// The launches validated once with this instance's addresses (absent when the graph
-    /// runs node by node).
-    pub(super) fast: Option<FastPlan>,
+    /// The graph's launches validated once with this instance's addresses (absent when
+    /// the graph runs node by node).
+    pub(super) frozen: Option<FrozenPlan>,
 }
 
 impl Instance {
@@ -74,6 +74,16 @@ pub(super) struct InstanceSet {
     state: Mutex<SetState>,
     returned: Condvar,
     max: usize,
+}
+
+/// How many instances a set holds.
+pub(super) struct SetStats {
+    /// Instances alive (free, taken, or being made).
+    pub(super) alive: usize,
+    /// The most that were alive at once.
+    pub(super) peak: usize,
+    /// Bytes of all their arenas.
+    pub(super) arena_bytes: usize,
 }
 
 /// The state a caller sees when it cannot take a free instance.
@@ -132,16 +142,15 @@ impl InstanceSet {
         self.returned.notify_one();
     }
 
-    /// (instances alive, most alive at once, bytes of all their arenas).
-    /// Bytes the backend holds for the frozen launches of the arenas not running now.
+    /// Bytes the backend holds for the frozen plans of the arenas not running now.
     pub(super) fn frozen_bytes(&self, backend: &dyn crate::backend::Backend) -> usize {
         let g = self.lock();
-        g.free.iter().filter_map(|i| i.fast.as_ref()?.frozen.as_ref()).map(|f| backend.frozen_bytes(f)).sum()
+        g.free.iter().filter_map(|i| i.frozen.as_ref()?.backend_form.as_ref()).map(|f| backend.frozen_bytes(f)).sum()
     }
 
-    pub(super) fn stats(&self) -> (usize, usize, usize) {
+    pub(super) fn stats(&self) -> SetStats {
         let g = self.lock();
-        (g.created, g.peak, g.arena_bytes)
+        SetStats { alive: g.created, peak: g.peak, arena_bytes: g.arena_bytes }
     }
 
     pub(super) fn max(&self) -> usize {

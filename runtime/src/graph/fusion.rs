@@ -14,7 +14,7 @@
 
 use super::ir::{Graph, NodeId, ValueId, ValueKind};
 use crate::error::Result;
-use crate::op::{AttentionLayout, Op, TensorMeta};
+use crate::op::{AttentionLayout, GeluApprox, Op, TensorMeta};
 use std::collections::HashMap;
 
 /// The name of the kernel the device would run `op` on with these inputs, if any.
@@ -24,12 +24,27 @@ pub type KernelOf<'a> = &'a dyn Fn(&Op, &[TensorMeta]) -> Option<String>;
 struct Group {
     /// Nodes whose work the fused node absorbs (not emitted).
     absorbed: Vec<usize>,
-    /// The replacement nodes, emitted at the root's position: (name, op, inputs); the last
-    /// one produces the root's output.
-    emit: Vec<(String, Op, Vec<Src>)>,
+    /// The replacement nodes, emitted at the root's position; the last one produces the
+    /// root's output.
+    emit: Vec<Emit>,
     /// The value the last emitted node stands for, when not the root's output (a later
     /// absorbed node's).
     stands_for: Option<ValueId>,
+}
+
+/// A replacement node.
+struct Emit {
+    name: String,
+    op: Op,
+    inputs: Vec<Src>,
+}
+
+impl Group {
+    /// One node `name` running `op` on `inputs` (old values) in place of the root and `absorbed`.
+    fn one(absorbed: Vec<usize>, name: &str, op: Op, inputs: &[ValueId]) -> Group {
+        let inputs = inputs.iter().map(|v| Src::Old(*v)).collect();
+        Group { absorbed, emit: vec![Emit { name: name.to_string(), op, inputs }], stands_for: None }
+    }
 }
 
 /// An input of an emitted node: an old value, or the output of an earlier emitted node.
@@ -50,171 +65,193 @@ pub struct FusionStats {
 }
 
 pub fn fuse(g: &Graph, kernel_of: KernelOf<'_>) -> Result<(Graph, FusionStats)> {
-    let consumers = g.consumers();
-    let is_output = |v: ValueId| g.outputs.contains(&v);
-    // The single-consumer producer node of a value, if fusing through it is allowed.
-    let sole = |v: ValueId, by: usize| -> Option<usize> {
+    let m = Matcher { g, consumers: g.consumers(), kernel_of };
+    let (groups, stats) = m.groups();
+    Ok((rebuild(g, &groups)?, stats))
+}
+
+/// What the patterns are matched against.
+struct Matcher<'a> {
+    g: &'a Graph,
+    consumers: Vec<Vec<NodeId>>,
+    /// The kernel the device would run an op on.
+    kernel_of: KernelOf<'a>,
+}
+
+impl Matcher<'_> {
+    /// The single-consumer producer node of `v` (read by node `by`), if fusing through it
+    /// is allowed.
+    fn sole(&self, v: ValueId, by: usize) -> Option<usize> {
+        let g = self.g;
         match g.values[v.0].kind {
             ValueKind::Node(NodeId(p))
-                if consumers[v.0] == [NodeId(by)] && !is_output(v) && g.nodes[p].outputs.len() == 1 =>
+                if self.consumers[v.0] == [NodeId(by)] && !g.outputs.contains(&v) && g.nodes[p].outputs.len() == 1 =>
             {
                 Some(p)
             }
             _ => None,
         }
-    };
-    let mut groups: HashMap<usize, Group> = HashMap::new();
-    let mut taken = vec![false; g.nodes.len()];
-    let mut stats = FusionStats::default();
-    for (i, n) in g.nodes.iter().enumerate() {
-        match &n.op {
-            Op::MatMul { trans_a: false, trans_b: false } => {
-                // ctx = probs @ v, probs = Softmax(last axis)
-                let Some(sm) = sole(n.inputs[0], i) else { continue };
-                let Op::Softmax { axis } = g.nodes[sm].op else { continue };
-                let rank = g.meta(n.inputs[0]).shape.rank();
-                if !(axis == -1 || axis == rank as isize - 1) || rank != 4 {
-                    continue;
+    }
+
+    /// The fusions to apply, by root node (no node in two), and their counts.
+    fn groups(&self) -> (HashMap<usize, Group>, FusionStats) {
+        let g = self.g;
+        let mut groups: HashMap<usize, Group> = HashMap::new();
+        let mut taken = vec![false; g.nodes.len()];
+        let mut stats = FusionStats::default();
+        for (i, n) in g.nodes.iter().enumerate() {
+            let group = match &n.op {
+                Op::MatMul { trans_a: false, trans_b: false } => {
+                    let Some((group, folded)) = self.attention(i, &taken) else { continue };
+                    stats.attention += 1;
+                    stats.attention_permutes_folded += usize::from(folded);
+                    group
                 }
-                let mut cur = g.nodes[sm].inputs[0];
-                let mut absorbed = vec![sm];
-                let mut mask = None;
-                if let Some(add) = sole(cur, sm)
-                    && g.nodes[add].op == Op::Add
-                {
-                    let b = g.nodes[add].inputs[1];
-                    if g.meta(b).dtype == g.meta(cur).dtype {
-                        mask = Some(b);
-                        absorbed.push(add);
-                        cur = g.nodes[add].inputs[0];
-                    }
+                Op::Gelu(approx) => {
+                    let Some(group) = self.bias_gelu(i, *approx, &taken) else { continue };
+                    stats.bias_gelu += 1;
+                    group
                 }
-                let prev = *absorbed.last().unwrap_or(&sm);
-                let mut scale = 1.0f32;
-                let mut scale_node = prev;
-                if let Some(sc) = sole(cur, prev)
-                    && let Op::Scale { factor } = g.nodes[sc].op
-                {
-                    scale = factor;
-                    absorbed.push(sc);
-                    cur = g.nodes[sc].inputs[0];
-                    scale_node = sc;
+                Op::LayerNorm { eps } => {
+                    let Some(group) = self.add_layer_norm(i, *eps, &taken) else { continue };
+                    stats.add_layer_norm += 1;
+                    group
                 }
-                let Some(qk) = sole(cur, scale_node) else { continue };
-                if g.nodes[qk].op != (Op::MatMul { trans_a: false, trans_b: true }) {
-                    continue;
-                }
-                absorbed.push(qk);
-                let (q, k, v) = (g.nodes[qk].inputs[0], g.nodes[qk].inputs[1], n.inputs[1]);
-                if g.meta(q).shape.rank() != 4 || g.meta(k).shape.rank() != 4 || g.meta(v).shape.rank() != 4 {
-                    continue;
-                }
-                if absorbed.iter().any(|&a| taken[a]) {
-                    continue;
-                }
-                let attention = |layout| Op::Attention { scale: Some(scale), layout };
-                let folded = fold_head_permutes(g, &sole, &consumers, i, qk, [q, k, v], mask, scale, kernel_of);
-                let (op, [q, k, v], stands_for) = match folded {
-                    Some(f) => {
-                        absorbed.extend(f.absorbed);
-                        stats.attention_permutes_folded += 1;
-                        (attention(AttentionLayout::Bsnd), f.qkv, Some(f.output))
-                    }
-                    None => (attention(AttentionLayout::Bnsd), [q, k, v], None),
-                };
-                let mut ins = vec![Src::Old(q), Src::Old(k), Src::Old(v)];
-                if let Some(m) = mask {
-                    ins.push(Src::Old(m));
-                }
-                for &a in &absorbed {
-                    taken[a] = true;
-                }
-                taken[i] = true;
-                stats.attention += 1;
-                groups.insert(i, Group { absorbed, emit: vec![(n.name.clone(), op, ins)], stands_for });
+                _ => continue,
+            };
+            for &a in &group.absorbed {
+                taken[a] = true;
             }
-            Op::Gelu(approx) => {
-                let Some(p) = sole(n.inputs[0], i) else { continue };
-                if taken[p] {
-                    continue;
-                }
-                let pn = &g.nodes[p];
-                let last = g.meta(n.inputs[0]).shape.last();
-                match &pn.op {
-                    Op::Add
-                        if g.meta(pn.inputs[1]).shape.0 == [last]
-                            && g.meta(pn.inputs[0]).shape == g.meta(n.inputs[0]).shape =>
-                    {
-                        taken[p] = true;
-                        taken[i] = true;
-                        stats.bias_gelu += 1;
-                        groups.insert(
-                            i,
-                            Group {
-                                absorbed: vec![p],
-                                emit: vec![(
-                                    n.name.clone(),
-                                    Op::BiasGelu(*approx),
-                                    vec![Src::Old(pn.inputs[0]), Src::Old(pn.inputs[1])],
-                                )],
-                                stands_for: None,
-                            },
-                        );
-                    }
-                    Op::Linear if pn.inputs.len() == 3 => {
-                        taken[p] = true;
-                        taken[i] = true;
-                        stats.bias_gelu += 1;
-                        groups.insert(
-                            i,
-                            Group {
-                                absorbed: vec![p],
-                                emit: vec![
-                                    (pn.name.clone(), Op::Linear, vec![Src::Old(pn.inputs[0]), Src::Old(pn.inputs[1])]),
-                                    (
-                                        n.name.clone(),
-                                        Op::BiasGelu(*approx),
-                                        vec![Src::Emitted(0), Src::Old(pn.inputs[2])],
-                                    ),
-                                ],
-                                stands_for: None,
-                            },
-                        );
-                    }
-                    _ => {}
-                }
+            taken[i] = true;
+            groups.insert(i, group);
+        }
+        (groups, stats)
+    }
+
+    /// `Softmax(Add(Scale(MatMul(q, k, trans_b)), mask)) @ v` (mask and scale optional)
+    /// rooted at node `i` → `Attention`, its head permutes folded where the device allows
+    /// (then `true`).
+    fn attention(&self, i: usize, taken: &[bool]) -> Option<(Group, bool)> {
+        let g = self.g;
+        let n = &g.nodes[i];
+        // ctx = probs @ v, probs = Softmax(last axis)
+        let sm = self.sole(n.inputs[0], i)?;
+        let Op::Softmax { axis } = g.nodes[sm].op else { return None };
+        let rank = g.meta(n.inputs[0]).shape.rank();
+        if !(axis == -1 || axis == rank as isize - 1) || rank != 4 {
+            return None;
+        }
+        let mut cur = g.nodes[sm].inputs[0];
+        let mut absorbed = vec![sm];
+        let mut mask = None;
+        if let Some(add) = self.sole(cur, sm)
+            && g.nodes[add].op == Op::Add
+        {
+            let b = g.nodes[add].inputs[1];
+            if g.meta(b).dtype == g.meta(cur).dtype {
+                mask = Some(b);
+                absorbed.push(add);
+                cur = g.nodes[add].inputs[0];
             }
-            Op::LayerNorm { eps } => {
-                let Some(p) = sole(n.inputs[0], i) else { continue };
-                if taken[p] || g.nodes[p].op != Op::Add {
-                    continue;
-                }
-                let (a, b) = (g.nodes[p].inputs[0], g.nodes[p].inputs[1]);
-                if g.meta(a).shape != g.meta(b).shape || g.meta(a).shape != g.meta(n.inputs[0]).shape {
-                    continue;
-                }
-                taken[p] = true;
-                taken[i] = true;
-                stats.add_layer_norm += 1;
-                groups.insert(
-                    i,
-                    Group {
-                        absorbed: vec![p],
-                        emit: vec![(
-                            n.name.clone(),
-                            Op::AddLayerNorm { eps: *eps },
-                            vec![Src::Old(a), Src::Old(b), Src::Old(n.inputs[1]), Src::Old(n.inputs[2])],
-                        )],
-                        stands_for: None,
+        }
+        let prev = *absorbed.last().unwrap_or(&sm);
+        let mut scale = 1.0f32;
+        let mut scale_node = prev;
+        if let Some(sc) = self.sole(cur, prev)
+            && let Op::Scale { factor } = g.nodes[sc].op
+        {
+            scale = factor;
+            absorbed.push(sc);
+            cur = g.nodes[sc].inputs[0];
+            scale_node = sc;
+        }
+        let qk = self.sole(cur, scale_node)?;
+        if g.nodes[qk].op != (Op::MatMul { trans_a: false, trans_b: true }) {
+            return None;
+        }
+        absorbed.push(qk);
+        let (q, k, v) = (g.nodes[qk].inputs[0], g.nodes[qk].inputs[1], n.inputs[1]);
+        if g.meta(q).shape.rank() != 4 || g.meta(k).shape.rank() != 4 || g.meta(v).shape.rank() != 4 {
+            return None;
+        }
+        if absorbed.iter().any(|&a| taken[a]) {
+            return None;
+        }
+        let attention = |layout| Op::Attention { scale: Some(scale), layout };
+        let folded = self.fold_head_permutes(i, qk, [q, k, v], mask, scale);
+        let is_folded = folded.is_some();
+        let (op, [q, k, v], stands_for) = match folded {
+            Some(f) => {
+                absorbed.extend(f.absorbed);
+                (attention(AttentionLayout::Bsnd), f.qkv, Some(f.output))
+            }
+            None => (attention(AttentionLayout::Bnsd), [q, k, v], None),
+        };
+        let ins: Vec<ValueId> = [q, k, v].into_iter().chain(mask).collect();
+        let mut group = Group::one(absorbed, &n.name, op, &ins);
+        group.stands_for = stands_for;
+        Some((group, is_folded))
+    }
+
+    /// `Gelu(Add(x, bias))` → `BiasGelu(x, bias)`; `Gelu(Linear(x, w, bias))` →
+    /// `BiasGelu(Linear(x, w), bias)`; rooted at the Gelu, node `i`.
+    fn bias_gelu(&self, i: usize, approx: GeluApprox, taken: &[bool]) -> Option<Group> {
+        let g = self.g;
+        let n = &g.nodes[i];
+        let p = self.sole(n.inputs[0], i)?;
+        if taken[p] {
+            return None;
+        }
+        let pn = &g.nodes[p];
+        let last = g.meta(n.inputs[0]).shape.last();
+        match &pn.op {
+            Op::Add
+                if g.meta(pn.inputs[1]).shape.0 == [last]
+                    && g.meta(pn.inputs[0]).shape == g.meta(n.inputs[0]).shape =>
+            {
+                Some(Group::one(vec![p], &n.name, Op::BiasGelu(approx), &pn.inputs[..2]))
+            }
+            Op::Linear if pn.inputs.len() == 3 => Some(Group {
+                absorbed: vec![p],
+                emit: vec![
+                    Emit {
+                        name: pn.name.clone(),
+                        op: Op::Linear,
+                        inputs: vec![Src::Old(pn.inputs[0]), Src::Old(pn.inputs[1])],
                     },
-                );
-            }
-            _ => {}
+                    Emit {
+                        name: n.name.clone(),
+                        op: Op::BiasGelu(approx),
+                        inputs: vec![Src::Emitted(0), Src::Old(pn.inputs[2])],
+                    },
+                ],
+                stands_for: None,
+            }),
+            _ => None,
         }
     }
+
+    /// `LayerNorm(Add(a, b), gamma, beta)` → `AddLayerNorm(a, b, gamma, beta)`, rooted at
+    /// the LayerNorm, node `i`.
+    fn add_layer_norm(&self, i: usize, eps: f32, taken: &[bool]) -> Option<Group> {
+        let g = self.g;
+        let n = &g.nodes[i];
+        let p = self.sole(n.inputs[0], i)?;
+        if taken[p] || g.nodes[p].op != Op::Add {
+            return None;
+        }
+        let (a, b) = (g.nodes[p].inputs[0], g.nodes[p].inputs[1]);
+        if g.meta(a).shape != g.meta(b).shape || g.meta(a).shape != g.meta(n.inputs[0]).shape {
+            return None;
+        }
+        Some(Group::one(vec![p], &n.name, Op::AddLayerNorm { eps }, &[a, b, n.inputs[1], n.inputs[2]]))
+    }
+}
+
+/// The graph with each group's nodes in place of its root and absorbed nodes.
+fn rebuild(g: &Graph, groups: &HashMap<usize, Group>) -> Result<Graph> {
     let absorbed: std::collections::HashSet<usize> =
         groups.values().flat_map(|gr| gr.absorbed.iter().copied()).collect();
-    // Rebuild.
     let mut out = Graph::new();
     let mut map: HashMap<ValueId, ValueId> = HashMap::new();
     for (i, v) in g.values.iter().enumerate() {
@@ -238,15 +275,16 @@ pub fn fuse(g: &Graph, kernel_of: KernelOf<'_>) -> Result<(Graph, FusionStats)> 
         }
         if let Some(gr) = groups.get(&i) {
             let mut emitted: Vec<ValueId> = Vec::new();
-            for (name, op, ins) in &gr.emit {
-                let ins: Vec<ValueId> = ins
+            for e in &gr.emit {
+                let ins: Vec<ValueId> = e
+                    .inputs
                     .iter()
                     .map(|s| match s {
                         Src::Old(v) => map[v],
                         Src::Emitted(k) => emitted[*k],
                     })
                     .collect();
-                emitted.push(out.op(name, op.clone(), &ins)?);
+                emitted.push(out.op(&e.name, e.op.clone(), &ins)?);
             }
             if let Some(last) = emitted.last() {
                 map.insert(gr.stands_for.unwrap_or(n.outputs[0]), *last);
@@ -263,7 +301,7 @@ pub fn fuse(g: &Graph, kernel_of: KernelOf<'_>) -> Result<(Graph, FusionStats)> 
         out.output(map[o]);
     }
     out.validate()?;
-    Ok((out, stats))
+    Ok(out)
 }
 
 /// What folding an Attention's head permutes absorbs and reads instead.
@@ -276,40 +314,39 @@ struct Folded {
     output: ValueId,
 }
 
-/// The head permutes around the Attention rooted at `root` (`probs @ v`, with `qk` the
-/// `q · kᵀ` node): q, k and v each the only output of a `[0, 2, 1, 3]` permute read by the
-/// attention alone, and the result read only by such a permute. `None` where any is
-/// missing, or where the device would not run the folded op on the kernel it picks for
-/// the unfolded one (both with `scale`). No other pattern absorbs a permute.
-#[allow(clippy::too_many_arguments)]
-fn fold_head_permutes(
-    g: &Graph,
-    sole: &dyn Fn(ValueId, usize) -> Option<usize>,
-    consumers: &[Vec<NodeId>],
-    root: usize,
-    qk: usize,
-    [q, k, v]: [ValueId; 3],
-    mask: Option<ValueId>,
-    scale: f32,
-    kernel_of: KernelOf<'_>,
-) -> Option<Folded> {
-    let head_swap = |node: usize| g.nodes[node].op == (Op::Permute { perm: vec![0, 2, 1, 3] });
-    let split = |x: ValueId, by: usize| sole(x, by).filter(|&p| head_swap(p));
-    let (pq, pk, pv) = (split(q, qk)?, split(k, qk)?, split(v, root)?);
-    let out = g.nodes[root].outputs[0];
-    let [NodeId(merge)] = consumers[out.0][..] else { return None };
-    if !head_swap(merge) || g.outputs.contains(&out) || g.outputs.contains(&g.nodes[merge].outputs[0]) {
-        return None;
+impl Matcher<'_> {
+    /// The head permutes around the Attention rooted at `root` (`probs @ v`, with `qk` the
+    /// `q · kᵀ` node): q, k and v each the only output of a `[0, 2, 1, 3]` permute read by the
+    /// attention alone, and the result read only by such a permute. `None` where any is
+    /// missing, or where the device would not run the folded op on the kernel it picks for
+    /// the unfolded one (both with `scale`). No other pattern absorbs a permute.
+    fn fold_head_permutes(
+        &self,
+        root: usize,
+        qk: usize,
+        [q, k, v]: [ValueId; 3],
+        mask: Option<ValueId>,
+        scale: f32,
+    ) -> Option<Folded> {
+        let (g, kernel_of) = (self.g, self.kernel_of);
+        let head_swap = |node: usize| g.nodes[node].op == (Op::Permute { perm: vec![0, 2, 1, 3] });
+        let split = |x: ValueId, by: usize| self.sole(x, by).filter(|&p| head_swap(p));
+        let (pq, pk, pv) = (split(q, qk)?, split(k, qk)?, split(v, root)?);
+        let out = g.nodes[root].outputs[0];
+        let [NodeId(merge)] = self.consumers[out.0][..] else { return None };
+        if !head_swap(merge) || g.outputs.contains(&out) || g.outputs.contains(&g.nodes[merge].outputs[0]) {
+            return None;
+        }
+        let qkv = [g.nodes[pq].inputs[0], g.nodes[pk].inputs[0], g.nodes[pv].inputs[0]];
+        let metas = |ins: [ValueId; 3]| -> Vec<TensorMeta> {
+            ins.iter().chain(mask.as_ref()).map(|x| g.meta(*x).clone()).collect()
+        };
+        let attention = |layout| Op::Attention { scale: Some(scale), layout };
+        let same = kernel_of(&attention(AttentionLayout::Bnsd), &metas([q, k, v]))?;
+        (kernel_of(&attention(AttentionLayout::Bsnd), &metas(qkv))? == same).then_some(Folded {
+            absorbed: [pq, pk, pv, merge],
+            qkv,
+            output: g.nodes[merge].outputs[0],
+        })
     }
-    let qkv = [g.nodes[pq].inputs[0], g.nodes[pk].inputs[0], g.nodes[pv].inputs[0]];
-    let metas = |ins: [ValueId; 3]| -> Vec<TensorMeta> {
-        ins.iter().chain(mask.as_ref()).map(|x| g.meta(*x).clone()).collect()
-    };
-    let attention = |layout| Op::Attention { scale: Some(scale), layout };
-    let same = kernel_of(&attention(AttentionLayout::Bnsd), &metas([q, k, v]))?;
-    (kernel_of(&attention(AttentionLayout::Bsnd), &metas(qkv))? == same).then_some(Folded {
-        absorbed: [pq, pk, pv, merge],
-        qkv,
-        output: g.nodes[merge].outputs[0],
-    })
 }

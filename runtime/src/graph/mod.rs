@@ -6,16 +6,19 @@
 //! * [`schedule`] — stream assignment and the happens-before relation it implies.
 //! * [`planner`] — offsets of intermediates in one arena.
 //! * [`precision`] — compile-time precision rewrites (bf16 weights).
-//! * [`exec`] — compiling: kernel selection, constants, the plan; the node-by-node run.
+//! * [`exec`] — the compiled graph: its options, what it holds, its run arenas.
+//! * [`compile`] — the compile passes, in order: fusion, precision, kernel selection,
+//!   scheduling, constants, views, the memory plan, thread budgets, the first arena.
+//! * [`run`] — a run: through the arena's frozen plan, or node by node.
 //! * [`arena`] — the per-graph set of run arenas that lets many threads run one graph.
-//! * [`frozen`] — launches validated once per arena and the batched run through them;
-//!   [`fast_plan`] — what such a run replays.
+//! * [`frozen`] — frozen plans: the launches validated once per arena, the steps between
+//!   streams, and the run that replays them.
 //! * [`profile`] — per-node timings of a run and its Chrome trace.
 //! * [`shared`] — constants shared by the graphs compiled from one model.
 
 mod arena;
+mod compile;
 pub mod exec;
-mod fast_plan;
 mod frozen;
 pub mod fusion;
 pub mod host_tier;
@@ -23,6 +26,7 @@ pub mod ir;
 pub mod planner;
 mod precision;
 pub mod profile;
+mod run;
 pub mod schedule;
 pub mod shared;
 

@@ -54,14 +54,21 @@ impl RunProfile {
 
     /// Time, FLOPs and bytes per (op, implementation), largest time first.
     pub fn by_op(&self) -> Vec<(String, Duration, u64, usize)> {
-        let mut m: HashMap<String, (Duration, u64, usize)> = HashMap::new();
+        /// One (op, implementation)'s nodes together.
+        #[derive(Default)]
+        struct Totals {
+            time: Duration,
+            flops: u64,
+            nodes: usize,
+        }
+        let mut m: HashMap<String, Totals> = HashMap::new();
         for n in &self.nodes {
             let e = m.entry(format!("{} [{}]", n.op, n.implementation)).or_default();
-            e.0 += n.elapsed;
-            e.1 += n.flops;
-            e.2 += 1;
+            e.time += n.elapsed;
+            e.flops += n.flops;
+            e.nodes += 1;
         }
-        let mut v: Vec<_> = m.into_iter().map(|(k, (d, f, c))| (k, d, f, c)).collect();
+        let mut v: Vec<_> = m.into_iter().map(|(k, t)| (k, t.time, t.flops, t.nodes)).collect();
         v.sort_by(|a, b| b.1.cmp(&a.1));
         v
     }

@@ -110,6 +110,63 @@ impl SharedConstants {
 
 // ---- the compile's side (`CompiledGraph::compile_shared`) ----
 
+/// A compile's use of a [`SharedConstants`] store; without one, the compile uploads and
+/// prepares every constant itself.
+pub(super) struct Sharing<'s> {
+    store: Option<&'s SharedConstants>,
+    /// The keys of the graph's constants not yet offered to the store.
+    keys: HashMap<ValueId, Key>,
+    /// The graph's constants the store holds and may still serve.
+    hits: HashMap<ValueId, Entry>,
+    /// What this compile prepared, offered with the constants it uploads.
+    prepared: HashMap<ValueId, Prepared>,
+}
+
+impl<'s> Sharing<'s> {
+    /// The store's side of compiling `graph` for `device` (keys taken before any constant
+    /// is laid out anew).
+    pub(super) fn new(store: Option<&'s SharedConstants>, graph: &Graph, device: usize) -> Sharing<'s> {
+        let keys = store.map_or_else(HashMap::new, |_| keys(graph, device));
+        let hits = store.map_or_else(HashMap::new, |st| hits(st, &keys));
+        Sharing { store, keys, hits, prepared: HashMap::new() }
+    }
+
+    /// `kernel` when there is a store to share what is prepared for it.
+    pub(super) fn kernel<'k>(&self, kernel: &'k str) -> Option<&'k str> {
+        self.store.map(|_| kernel)
+    }
+
+    /// See [`reuse`].
+    pub(super) fn reuse(&mut self, graph: &Graph, n: &Node, kernel: Option<&str>) -> Option<Prepacked> {
+        reuse(graph, n, kernel, &mut self.hits)
+    }
+
+    /// See [`note`].
+    pub(super) fn note(
+        &mut self,
+        graph: &Graph,
+        inputs: &[ValueId],
+        relaid: &[ValueId],
+        kernel: &str,
+        prepacked: &Prepacked,
+    ) {
+        note(graph, inputs, relaid, kernel, prepacked, &mut self.hits, &mut self.prepared);
+    }
+
+    /// The store's device copy of constant `id`, when it serves it.
+    pub(super) fn hit(&self, id: ValueId) -> Option<Tensor> {
+        self.hits.get(&id).map(|e| e.tensor.clone())
+    }
+
+    /// Offers the store the device copy of constant `id` this compile uploaded (with what
+    /// it prepared for it).
+    pub(super) fn offer(&mut self, id: ValueId, device_copy: &Tensor) {
+        if let (Some(st), Some(k)) = (self.store, self.keys.remove(&id)) {
+            st.offer(k, entry(device_copy, self.prepared.remove(&id)));
+        }
+    }
+}
+
 /// The key of constant `t` named `name` on `device`.
 fn key(name: &str, t: &HostTensor, device: usize) -> Key {
     Key {
@@ -122,7 +179,7 @@ fn key(name: &str, t: &HostTensor, device: usize) -> Key {
 }
 
 /// The keys of the graph's constants (taken before any is laid out anew for a kernel).
-pub(super) fn keys(graph: &Graph, device: usize) -> HashMap<ValueId, Key> {
+fn keys(graph: &Graph, device: usize) -> HashMap<ValueId, Key> {
     graph
         .values
         .iter()
@@ -136,14 +193,14 @@ pub(super) fn keys(graph: &Graph, device: usize) -> HashMap<ValueId, Key> {
 
 /// What a compile prepared for a constant it uploads: the kernel of the node that read it,
 /// what the backend prepared for that node, and whether its bytes were laid out anew.
-pub(super) struct Prepared {
+struct Prepared {
     kernel: String,
     prepacked: Prepacked,
     relaid: bool,
 }
 
 /// The store's entry for a constant this compile uploaded.
-pub(super) fn entry(tensor: &Tensor, prepared: Option<Prepared>) -> Entry {
+fn entry(tensor: &Tensor, prepared: Option<Prepared>) -> Entry {
     match prepared {
         Some(p) => Entry {
             tensor: tensor.clone(),
@@ -155,19 +212,14 @@ pub(super) fn entry(tensor: &Tensor, prepared: Option<Prepared>) -> Entry {
 }
 
 /// The graph's constants (by their `keys`) the store holds.
-pub(super) fn hits(store: &SharedConstants, keys: &HashMap<ValueId, Key>) -> HashMap<ValueId, Entry> {
+fn hits(store: &SharedConstants, keys: &HashMap<ValueId, Key>) -> HashMap<ValueId, Entry> {
     keys.iter().filter_map(|(v, k)| store.get(k).map(|e| (*v, e))).collect()
 }
 
 /// What was prepared for node `n` (running `kernel`) when every constant it reads comes
 /// from the store and one was prepared for that kernel. Drops from `hits` the constants
 /// laid out for another kernel (the compile uploads them afresh).
-pub(super) fn reuse(
-    graph: &Graph,
-    n: &Node,
-    kernel: Option<&str>,
-    hits: &mut HashMap<ValueId, Entry>,
-) -> Option<Prepacked> {
+fn reuse(graph: &Graph, n: &Node, kernel: Option<&str>, hits: &mut HashMap<ValueId, Entry>) -> Option<Prepacked> {
     let kernel = kernel?;
     let consts: Vec<ValueId> =
         n.inputs.iter().filter(|v| matches!(graph.values[v.0].kind, ValueKind::Constant(_))).copied().collect();
@@ -184,7 +236,7 @@ pub(super) fn reuse(
 
 /// Notes what the backend prepared for a node reading `inputs` (the constants among them)
 /// with `kernel`; the constants laid out anew (`relaid`) can no longer come from the store.
-pub(super) fn note(
+fn note(
     graph: &Graph,
     inputs: &[ValueId],
     relaid: &[ValueId],

@@ -33,272 +33,324 @@ impl Op {
             let want = if lo == hi { format!("{lo}") } else { format!("{lo} to {hi}") };
             return Err(Error::invalid(op, format!("expects {want} inputs, got {}", inputs.len())));
         }
-        let name = |i: usize| operand_name(kind, i);
-        let need_float = |i: usize| -> Result<()> {
-            if inputs[i].dtype.is_float() {
-                Ok(())
-            } else {
-                Err(Error::invalid(op, format!("{} must be f32, f16 or bf16, got {}", name(i), inputs[i])))
-            }
-        };
-        let same_dtype = |i: usize, j: usize| -> Result<()> {
-            if inputs[i].dtype == inputs[j].dtype {
-                Ok(())
-            } else {
-                Err(Error::invalid(
-                    op,
-                    format!("dtypes differ: {} is {}, {} is {}", name(i), inputs[i], name(j), inputs[j]),
-                ))
-            }
-        };
-        let out = |dtype: DType, shape: Shape| Ok(vec![TensorMeta { dtype, shape }]);
-        let x = &inputs[0];
+        let o = &Operands { op, kind, inputs };
+        let x = o.x();
         match self {
-            Op::MatMul { trans_a, trans_b } => {
-                need_float(0)?;
-                same_dtype(0, 1)?;
-                let (a, b) = (&inputs[0].shape, &inputs[1].shape);
-                if a.rank() < 2 || b.rank() < 2 {
-                    return Err(Error::invalid(op, format!("operands must have rank >= 2: a is {a}, b is {b}")));
-                }
-                let (m, ka) = mat_dims(a, *trans_a);
-                let (kb, n) = mat_dims(b, *trans_b);
-                if ka != kb {
-                    return Err(Error::invalid(op, format!("inner dimensions differ: a is {a}, b is {b}")));
-                }
-                let ba = Shape(a.0[..a.rank() - 2].to_vec());
-                let bb = Shape(b.0[..b.rank() - 2].to_vec());
-                let mut batch = Shape::broadcast(&ba, &bb).ok_or_else(|| {
-                    Error::invalid(op, format!("batch dimensions do not broadcast: a is {a}, b is {b}"))
-                })?;
-                batch.0.extend([m, n]);
-                out(x.dtype, batch)
-            }
-            Op::Gemm { trans_a, trans_b, .. } => {
-                need_float(0)?;
-                same_dtype(0, 1)?;
-                let (a, b) = (&inputs[0].shape, &inputs[1].shape);
-                if a.rank() != 2 || b.rank() != 2 {
-                    return Err(Error::invalid(op, format!("operands must be 2-D: a is {a}, b is {b}")));
-                }
-                let (m, ka) = mat_dims(a, *trans_a);
-                let (kb, n) = mat_dims(b, *trans_b);
-                if ka != kb {
-                    return Err(Error::invalid(op, format!("inner dimensions differ: a is {a}, b is {b}")));
-                }
-                let o = Shape::from([m, n]);
-                if inputs.len() == 3 {
-                    same_dtype(0, 2)?;
-                    let c = &inputs[2].shape;
-                    if Shape::broadcast(c, &o).as_ref() != Some(&o) {
-                        return Err(Error::invalid(op, format!("c {c} does not broadcast to the output {o}")));
-                    }
-                }
-                out(x.dtype, o)
-            }
-            Op::Linear => {
-                need_float(0)?;
-                // Mixed precision: f32 activations with a bf16 or fp16 weight (f32
-                // accumulation).
-                if !(inputs[0].dtype == DType::F32 && matches!(inputs[1].dtype, DType::BF16 | DType::F16)) {
-                    same_dtype(0, 1)?;
-                }
-                let (xs, w) = (&inputs[0].shape, &inputs[1].shape);
-                if xs.rank() < 1 || w.rank() != 2 {
-                    return Err(Error::invalid(
-                        op,
-                        format!("x must have rank >= 1 and weight must be 2-D [N, K]: x is {xs}, weight is {w}"),
-                    ));
-                }
-                if xs.last() != w.0[1] {
-                    return Err(Error::invalid(op, format!("inner dimensions differ: x is {xs}, weight is {w}")));
-                }
-                if inputs.len() == 3 {
-                    same_dtype(0, 2)?;
-                    let b = &inputs[2].shape;
-                    if b.0 != [w.0[0]] {
-                        return Err(Error::invalid(op, format!("bias must be [{}], got {b}", w.0[0])));
-                    }
-                }
-                let mut o = xs.clone();
-                let last = o.rank() - 1;
-                o.0[last] = w.0[0];
-                out(x.dtype, o)
-            }
-            Op::Add | Op::Sub | Op::Mul | Op::Div => {
-                if inputs[0].dtype == DType::U8 {
-                    return Err(Error::invalid(op, format!("u8 operands are masks, not numbers: a is {}", inputs[0])));
-                }
-                same_dtype(0, 1)?;
-                let s = Shape::broadcast(&inputs[0].shape, &inputs[1].shape).ok_or_else(|| {
-                    Error::invalid(
-                        op,
-                        format!("shapes do not broadcast: a is {}, b is {}", inputs[0].shape, inputs[1].shape),
-                    )
-                })?;
-                out(x.dtype, s)
-            }
+            Op::MatMul { trans_a, trans_b } => matmul(o, *trans_a, *trans_b),
+            Op::Gemm { trans_a, trans_b, .. } => gemm(o, *trans_a, *trans_b),
+            Op::Linear => linear(o),
+            Op::Add | Op::Sub | Op::Mul | Op::Div => binary(o),
             Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Scale { .. } => {
-                need_float(0)?;
+                o.need_float(0)?;
                 if let Op::Scale { factor } = self
                     && !factor.is_finite()
                 {
-                    return Err(Error::invalid(op, format!("factor must be finite, got {factor}")));
+                    return Err(Error::invalid(o.op, format!("factor must be finite, got {factor}")));
                 }
-                out(x.dtype, x.shape.clone())
+                one(x.dtype, x.shape.clone())
             }
             Op::Softmax { axis } => {
-                need_float(0)?;
+                o.need_float(0)?;
                 if x.shape.axis(*axis).is_none() {
-                    return Err(Error::invalid(op, format!("axis {axis} is out of range for x {}", x.shape)));
+                    return Err(Error::invalid(o.op, format!("axis {axis} is out of range for x {}", x.shape)));
                 }
-                out(x.dtype, x.shape.clone())
+                one(x.dtype, x.shape.clone())
             }
-            Op::LayerNorm { eps } | Op::AddLayerNorm { eps } => {
-                let first_param = if kind == OpKind::AddLayerNorm { 2 } else { 1 };
-                need_float(0)?;
-                for i in 1..inputs.len() {
-                    same_dtype(0, i)?;
-                }
-                if !(eps.is_finite() && *eps >= 0.0) {
-                    return Err(Error::invalid(op, format!("eps must be finite and >= 0, got {eps}")));
-                }
-                if x.shape.rank() < 1 {
-                    return Err(Error::invalid(op, format!("x must have rank >= 1, got {}", x.shape)));
-                }
-                if kind == OpKind::AddLayerNorm && inputs[1].shape != x.shape {
-                    return Err(Error::invalid(
-                        op,
-                        format!("residual must match x: x is {}, residual is {}", x.shape, inputs[1].shape),
-                    ));
-                }
-                let d = x.shape.last();
-                for i in first_param..inputs.len() {
-                    if inputs[i].shape.0 != [d] {
-                        return Err(Error::invalid(
-                            op,
-                            format!(
-                                "{} must be [{d}] (the last axis of x {}), got {}",
-                                name(i),
-                                x.shape,
-                                inputs[i].shape
-                            ),
-                        ));
-                    }
-                }
-                out(x.dtype, x.shape.clone())
-            }
-            Op::Permute { perm } => {
-                let r = x.shape.rank();
-                let mut seen = vec![false; r];
-                let valid = perm.len() == r && perm.iter().all(|&p| p < r && !std::mem::replace(&mut seen[p], true));
-                if !valid {
-                    return Err(Error::invalid(
-                        op,
-                        format!("perm {perm:?} is not a permutation of the {r} axes of x {}", x.shape),
-                    ));
-                }
-                out(x.dtype, Shape(perm.iter().map(|&p| x.shape.0[p]).collect()))
-            }
+            Op::LayerNorm { eps } | Op::AddLayerNorm { eps } => layer_norm(o, *eps),
+            Op::Permute { perm } => permute(o, perm),
             Op::Reshape { shape } => {
                 let s = resolve_reshape(&x.shape, shape)
-                    .ok_or_else(|| Error::invalid(op, format!("cannot reshape x {} to {shape:?}", x.shape)))?;
-                out(x.dtype, s)
+                    .ok_or_else(|| Error::invalid(o.op, format!("cannot reshape x {} to {shape:?}", x.shape)))?;
+                one(x.dtype, s)
             }
-            Op::Gather { axis } => {
-                let idx = &inputs[1];
-                if !matches!(idx.dtype, DType::I32 | DType::I64) {
-                    return Err(Error::invalid(op, format!("indices must be i32 or i64, got {idx}")));
-                }
-                if *axis >= x.shape.rank() {
-                    return Err(Error::invalid(op, format!("axis {axis} is out of range for data {}", x.shape)));
-                }
-                let mut s = x.shape.0[..*axis].to_vec();
-                s.extend_from_slice(idx.shape.dims());
-                s.extend_from_slice(&x.shape.0[axis + 1..]);
-                out(x.dtype, Shape(s))
-            }
-            Op::Cast { to } => out(*to, x.shape.clone()),
-            Op::ReduceSum { axes, keepdims } | Op::ReduceMean { axes, keepdims } => {
-                need_float(0)?;
-                let norm = normalise_axes(&x.shape, axes).ok_or_else(|| {
-                    Error::invalid(op, format!("axes {axes:?} are out of range or repeated for x {}", x.shape))
-                })?;
-                let mut s = Vec::new();
-                for (i, &d) in x.shape.0.iter().enumerate() {
-                    if norm.contains(&i) {
-                        if *keepdims {
-                            s.push(1);
-                        }
-                    } else {
-                        s.push(d);
-                    }
-                }
-                out(x.dtype, Shape(s))
-            }
-            Op::Copy => out(x.dtype, x.shape.clone()),
-            Op::Attention { scale, layout } => {
-                need_float(0)?;
-                same_dtype(0, 1)?;
-                same_dtype(0, 2)?;
-                let (q, k, v) = (&inputs[0].shape, &inputs[1].shape, &inputs[2].shape);
-                if q.rank() != 4 || k.rank() != 4 || v.rank() != 4 {
-                    let axes = match layout {
-                        AttentionLayout::Bnsd => "[B, H, S, D]",
-                        AttentionLayout::Bsnd => "[B, S, H, D]",
-                    };
-                    return Err(Error::invalid(op, format!("q, k, v must be {axes}: q is {q}, k is {k}, v is {v}")));
-                }
-                // Checked as [B, H, S, D] whatever the layout.
-                let (q4, k4, v4) = (layout.bhsd(&q.0), layout.bhsd(&k.0), layout.bhsd(&v.0));
-                let ([b, h, s, d], t) = (q4, k4[2]);
-                if q4[..2] != k4[..2] || k4[..3] != v4[..3] || d != k4[3] {
-                    return Err(Error::invalid(
-                        op,
-                        format!(
-                            "q, k, v do not agree ({}): q is {}, k is {}, v is {}",
-                            layout.name(),
-                            inputs[0].shape,
-                            inputs[1].shape,
-                            inputs[2].shape
-                        ),
-                    ));
-                }
-                if let Some(s) = scale
-                    && !s.is_finite()
-                {
-                    return Err(Error::invalid(op, format!("scale must be finite, got {s}")));
-                }
-                size::operand_bytes(op, "the scores", &[b, h, s, t], x.dtype)?;
-                if inputs.len() == 4 {
-                    let m = &inputs[3];
-                    if m.dtype != DType::U8 && m.dtype != x.dtype {
-                        return Err(Error::invalid(op, format!("mask must be u8 or {} like q, got {m}", x.dtype)));
-                    }
-                    let scores = Shape::from([b, h, s, t]);
-                    if m.shape.rank() > 4 || Shape::broadcast(&m.shape, &scores).as_ref() != Some(&scores) {
-                        return Err(Error::invalid(
-                            op,
-                            format!("mask {} does not broadcast to the scores {scores}", m.shape),
-                        ));
-                    }
-                }
-                out(x.dtype, Shape::from(layout.dims([b, h, s, v4[3]])))
-            }
-            Op::BiasGelu(_) => {
-                need_float(0)?;
-                same_dtype(0, 1)?;
-                let b = &inputs[1].shape;
-                if x.shape.rank() < 1 || b.0 != [x.shape.last()] {
-                    return Err(Error::invalid(
-                        op,
-                        format!("bias must be [{}] (the last axis of x {}), got {b}", x.shape.last(), x.shape),
-                    ));
-                }
-                out(x.dtype, x.shape.clone())
-            }
+            Op::Gather { axis } => gather(o, *axis),
+            Op::Cast { to } => one(*to, x.shape.clone()),
+            Op::ReduceSum { axes, keepdims } | Op::ReduceMean { axes, keepdims } => reduce(o, axes, *keepdims),
+            Op::Copy => one(x.dtype, x.shape.clone()),
+            Op::Attention { scale, layout } => attention(o, *scale, *layout),
+            Op::BiasGelu(_) => bias_gelu(o),
         }
     }
+}
+
+/// The inputs of the op being inferred, with the checks every op shares.
+struct Operands<'a> {
+    op: &'static str,
+    kind: OpKind,
+    inputs: &'a [TensorMeta],
+}
+
+impl Operands<'_> {
+    /// The first input.
+    fn x(&self) -> &TensorMeta {
+        &self.inputs[0]
+    }
+
+    fn name(&self, i: usize) -> &'static str {
+        operand_name(self.kind, i)
+    }
+
+    fn need_float(&self, i: usize) -> Result<()> {
+        if self.inputs[i].dtype.is_float() {
+            Ok(())
+        } else {
+            Err(Error::invalid(self.op, format!("{} must be f32, f16 or bf16, got {}", self.name(i), self.inputs[i])))
+        }
+    }
+
+    fn same_dtype(&self, i: usize, j: usize) -> Result<()> {
+        let inputs = self.inputs;
+        if inputs[i].dtype == inputs[j].dtype {
+            Ok(())
+        } else {
+            Err(Error::invalid(
+                self.op,
+                format!("dtypes differ: {} is {}, {} is {}", self.name(i), inputs[i], self.name(j), inputs[j]),
+            ))
+        }
+    }
+}
+
+/// One output of `dtype` and `shape`.
+fn one(dtype: DType, shape: Shape) -> Result<Vec<TensorMeta>> {
+    Ok(vec![TensorMeta { dtype, shape }])
+}
+
+/// Batched `a @ b` (each transposed when asked), batch dimensions broadcast.
+fn matmul(o: &Operands<'_>, trans_a: bool, trans_b: bool) -> Result<Vec<TensorMeta>> {
+    let x = o.x();
+    o.need_float(0)?;
+    o.same_dtype(0, 1)?;
+    let (a, b) = (&o.inputs[0].shape, &o.inputs[1].shape);
+    if a.rank() < 2 || b.rank() < 2 {
+        return Err(Error::invalid(o.op, format!("operands must have rank >= 2: a is {a}, b is {b}")));
+    }
+    let (m, ka) = mat_dims(a, trans_a);
+    let (kb, n) = mat_dims(b, trans_b);
+    if ka != kb {
+        return Err(Error::invalid(o.op, format!("inner dimensions differ: a is {a}, b is {b}")));
+    }
+    let ba = Shape(a.0[..a.rank() - 2].to_vec());
+    let bb = Shape(b.0[..b.rank() - 2].to_vec());
+    let mut batch = Shape::broadcast(&ba, &bb)
+        .ok_or_else(|| Error::invalid(o.op, format!("batch dimensions do not broadcast: a is {a}, b is {b}")))?;
+    batch.0.extend([m, n]);
+    one(x.dtype, batch)
+}
+
+/// 2-D `alpha · a @ b + beta · c`, `c` broadcast to the output.
+fn gemm(o: &Operands<'_>, trans_a: bool, trans_b: bool) -> Result<Vec<TensorMeta>> {
+    let x = o.x();
+    o.need_float(0)?;
+    o.same_dtype(0, 1)?;
+    let (a, b) = (&o.inputs[0].shape, &o.inputs[1].shape);
+    if a.rank() != 2 || b.rank() != 2 {
+        return Err(Error::invalid(o.op, format!("operands must be 2-D: a is {a}, b is {b}")));
+    }
+    let (m, ka) = mat_dims(a, trans_a);
+    let (kb, n) = mat_dims(b, trans_b);
+    if ka != kb {
+        return Err(Error::invalid(o.op, format!("inner dimensions differ: a is {a}, b is {b}")));
+    }
+    let shape = Shape::from([m, n]);
+    if o.inputs.len() == 3 {
+        o.same_dtype(0, 2)?;
+        let c = &o.inputs[2].shape;
+        if Shape::broadcast(c, &shape).as_ref() != Some(&shape) {
+            return Err(Error::invalid(o.op, format!("c {c} does not broadcast to the output {shape}")));
+        }
+    }
+    one(x.dtype, shape)
+}
+
+/// `x @ weightᵀ + bias` with a `[N, K]` weight.
+fn linear(o: &Operands<'_>) -> Result<Vec<TensorMeta>> {
+    let x = o.x();
+    o.need_float(0)?;
+    // Mixed precision: f32 activations with a bf16 or fp16 weight (f32
+    // accumulation).
+    if !(o.inputs[0].dtype == DType::F32 && matches!(o.inputs[1].dtype, DType::BF16 | DType::F16)) {
+        o.same_dtype(0, 1)?;
+    }
+    let (xs, w) = (&o.inputs[0].shape, &o.inputs[1].shape);
+    if xs.rank() < 1 || w.rank() != 2 {
+        return Err(Error::invalid(
+            o.op,
+            format!("x must have rank >= 1 and weight must be 2-D [N, K]: x is {xs}, weight is {w}"),
+        ));
+    }
+    if xs.last() != w.0[1] {
+        return Err(Error::invalid(o.op, format!("inner dimensions differ: x is {xs}, weight is {w}")));
+    }
+    if o.inputs.len() == 3 {
+        o.same_dtype(0, 2)?;
+        let b = &o.inputs[2].shape;
+        if b.0 != [w.0[0]] {
+            return Err(Error::invalid(o.op, format!("bias must be [{}], got {b}", w.0[0])));
+        }
+    }
+    let mut shape = xs.clone();
+    let last = shape.rank() - 1;
+    shape.0[last] = w.0[0];
+    one(x.dtype, shape)
+}
+
+/// Elementwise with broadcasting.
+fn binary(o: &Operands<'_>) -> Result<Vec<TensorMeta>> {
+    let x = o.x();
+    if o.inputs[0].dtype == DType::U8 {
+        return Err(Error::invalid(o.op, format!("u8 operands are masks, not numbers: a is {}", o.inputs[0])));
+    }
+    o.same_dtype(0, 1)?;
+    let s = Shape::broadcast(&o.inputs[0].shape, &o.inputs[1].shape).ok_or_else(|| {
+        Error::invalid(o.op, format!("shapes do not broadcast: a is {}, b is {}", o.inputs[0].shape, o.inputs[1].shape))
+    })?;
+    one(x.dtype, s)
+}
+
+/// LayerNorm and AddLayerNorm (its residual second).
+fn layer_norm(o: &Operands<'_>, eps: f32) -> Result<Vec<TensorMeta>> {
+    let x = o.x();
+    let first_param = if o.kind == OpKind::AddLayerNorm { 2 } else { 1 };
+    o.need_float(0)?;
+    for i in 1..o.inputs.len() {
+        o.same_dtype(0, i)?;
+    }
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(Error::invalid(o.op, format!("eps must be finite and >= 0, got {eps}")));
+    }
+    if x.shape.rank() < 1 {
+        return Err(Error::invalid(o.op, format!("x must have rank >= 1, got {}", x.shape)));
+    }
+    if o.kind == OpKind::AddLayerNorm && o.inputs[1].shape != x.shape {
+        return Err(Error::invalid(
+            o.op,
+            format!("residual must match x: x is {}, residual is {}", x.shape, o.inputs[1].shape),
+        ));
+    }
+    let d = x.shape.last();
+    for i in first_param..o.inputs.len() {
+        if o.inputs[i].shape.0 != [d] {
+            return Err(Error::invalid(
+                o.op,
+                format!("{} must be [{d}] (the last axis of x {}), got {}", o.name(i), x.shape, o.inputs[i].shape),
+            ));
+        }
+    }
+    one(x.dtype, x.shape.clone())
+}
+
+/// An axis permutation.
+fn permute(o: &Operands<'_>, perm: &[usize]) -> Result<Vec<TensorMeta>> {
+    let x = o.x();
+    let r = x.shape.rank();
+    let mut seen = vec![false; r];
+    let valid = perm.len() == r && perm.iter().all(|&p| p < r && !std::mem::replace(&mut seen[p], true));
+    if !valid {
+        return Err(Error::invalid(
+            o.op,
+            format!("perm {perm:?} is not a permutation of the {r} axes of x {}", x.shape),
+        ));
+    }
+    one(x.dtype, Shape(perm.iter().map(|&p| x.shape.0[p]).collect()))
+}
+
+/// Rows of `data` along `axis` picked by `indices`.
+fn gather(o: &Operands<'_>, axis: usize) -> Result<Vec<TensorMeta>> {
+    let x = o.x();
+    let idx = &o.inputs[1];
+    if !matches!(idx.dtype, DType::I32 | DType::I64) {
+        return Err(Error::invalid(o.op, format!("indices must be i32 or i64, got {idx}")));
+    }
+    if axis >= x.shape.rank() {
+        return Err(Error::invalid(o.op, format!("axis {axis} is out of range for data {}", x.shape)));
+    }
+    let mut s = x.shape.0[..axis].to_vec();
+    s.extend_from_slice(idx.shape.dims());
+    s.extend_from_slice(&x.shape.0[axis + 1..]);
+    one(x.dtype, Shape(s))
+}
+
+/// A sum or mean over `axes`.
+fn reduce(o: &Operands<'_>, axes: &[isize], keepdims: bool) -> Result<Vec<TensorMeta>> {
+    let x = o.x();
+    o.need_float(0)?;
+    let norm = normalise_axes(&x.shape, axes)
+        .ok_or_else(|| Error::invalid(o.op, format!("axes {axes:?} are out of range or repeated for x {}", x.shape)))?;
+    let mut s = Vec::new();
+    for (i, &d) in x.shape.0.iter().enumerate() {
+        if norm.contains(&i) {
+            if keepdims {
+                s.push(1);
+            }
+        } else {
+            s.push(d);
+        }
+    }
+    one(x.dtype, Shape(s))
+}
+
+/// Scaled dot-product attention in `layout`, with an optional mask.
+fn attention(o: &Operands<'_>, scale: Option<f32>, layout: AttentionLayout) -> Result<Vec<TensorMeta>> {
+    let x = o.x();
+    o.need_float(0)?;
+    o.same_dtype(0, 1)?;
+    o.same_dtype(0, 2)?;
+    let (q, k, v) = (&o.inputs[0].shape, &o.inputs[1].shape, &o.inputs[2].shape);
+    if q.rank() != 4 || k.rank() != 4 || v.rank() != 4 {
+        let axes = match layout {
+            AttentionLayout::Bnsd => "[B, H, S, D]",
+            AttentionLayout::Bsnd => "[B, S, H, D]",
+        };
+        return Err(Error::invalid(o.op, format!("q, k, v must be {axes}: q is {q}, k is {k}, v is {v}")));
+    }
+    // Checked as [B, H, S, D] whatever the layout.
+    let (q4, k4, v4) = (layout.bhsd(&q.0), layout.bhsd(&k.0), layout.bhsd(&v.0));
+    let ([b, h, s, d], t) = (q4, k4[2]);
+    if q4[..2] != k4[..2] || k4[..3] != v4[..3] || d != k4[3] {
+        return Err(Error::invalid(
+            o.op,
+            format!(
+                "q, k, v do not agree ({}): q is {}, k is {}, v is {}",
+                layout.name(),
+                o.inputs[0].shape,
+                o.inputs[1].shape,
+                o.inputs[2].shape
+            ),
+        ));
+    }
+    if let Some(s) = scale
+        && !s.is_finite()
+    {
+        return Err(Error::invalid(o.op, format!("scale must be finite, got {s}")));
+    }
+    size::operand_bytes(o.op, "the scores", &[b, h, s, t], x.dtype)?;
+    if o.inputs.len() == 4 {
+        let m = &o.inputs[3];
+        if m.dtype != DType::U8 && m.dtype != x.dtype {
+            return Err(Error::invalid(o.op, format!("mask must be u8 or {} like q, got {m}", x.dtype)));
+        }
+        let scores = Shape::from([b, h, s, t]);
+        if m.shape.rank() > 4 || Shape::broadcast(&m.shape, &scores).as_ref() != Some(&scores) {
+            return Err(Error::invalid(o.op, format!("mask {} does not broadcast to the scores {scores}", m.shape)));
+        }
+    }
+    one(x.dtype, Shape::from(layout.dims([b, h, s, v4[3]])))
+}
+
+/// GELU of `x + bias`.
+fn bias_gelu(o: &Operands<'_>) -> Result<Vec<TensorMeta>> {
+    let x = o.x();
+    o.need_float(0)?;
+    o.same_dtype(0, 1)?;
+    let b = &o.inputs[1].shape;
+    if x.shape.rank() < 1 || b.0 != [x.shape.last()] {
+        return Err(Error::invalid(
+            o.op,
+            format!("bias must be [{}] (the last axis of x {}), got {b}", x.shape.last(), x.shape),
+        ));
+    }
+    one(x.dtype, x.shape.clone())
 }
 
 /// `(rows, cols)` of the last two dims, swapped when `trans`.
