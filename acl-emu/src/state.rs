@@ -62,7 +62,7 @@ impl DevMem {
 
     /// First fit, 512-byte aligned addresses (aclrtMalloc promises 64).
     pub fn alloc(&mut self, size: u64) -> R<u64> {
-        // aclrtMalloc: size rounded up to 32, plus 32 (facts §A.6).
+        // `aclrtMalloc` (`acl/acl_rt.h`): size rounded up to 32, plus 32.
         let charged = size.div_ceil(32) * 32 + 32;
         if self.used + charged > self.capacity {
             return fail(

@@ -1,10 +1,13 @@
 //! Every C function npurt binds, as a function-pointer type (`pfn::NAME`) and a lazily
 //! resolved entry of [`Api`](crate::Api) (`api.NAME()`), with the library it lives in.
 //!
-//! The prototypes are those of the facts sheet (§A runtime, §C aclnn basics, §D
-//! operators), parameter for parameter. Symbols marked *optional* there (not linked by
-//! torch_npu or onnxruntime-cann) may be missing from a given CANN release; callers
-//! resolve them with [`Api::optional`](crate::Api::optional) and fall back:
+//! The prototypes are those of CANN's headers, parameter for parameter: `acl/acl.h`
+//! (`aclInit`, `aclFinalize`), `acl/acl_rt.h` and `acl/acl_mdl.h` (runtime), hicann/opbase's
+//! `aclnn/acl_meta.h` and `aclnn/aclnn_base.h` (descriptors, executors), and one
+//! `aclnnop/aclnn_*.h` per operator (hicann/ops-nn, ops-math, ops-transformer). Symbols
+//! listed in [`OPTIONAL`] (neither torch_npu 2.14 nor onnxruntime-cann 1.24.4 links them)
+//! may be missing from a given CANN release; callers resolve them with
+//! [`Api::optional`](crate::Api::optional) and fall back:
 //!
 //! | optional symbol | fallback |
 //! |---|---|
@@ -68,8 +71,8 @@ macro_rules! api {
                     self.slots
                         .$name
                         .get_or_init(|| {
-                            // SAFETY: `pfn::$name` is the C prototype of this symbol as the
-                            // facts sheet states it (checked against the headers by the
+                            // SAFETY: `pfn::$name` is the C prototype of this symbol as CANN's
+                            // header declares it (checked against the headers by the
                             // `bindgen` feature); the library stays loaded as long as `self`.
                             unsafe { self.resolve::<pfn::$name>(concat!(stringify!($name), "\0"), LibKind::$lib) }
                         })
@@ -608,14 +611,16 @@ api! {
     [OpApi] fn aclnnFlashAttentionScore(
         workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
     ) -> aclnnStatus;
-    /// Doc-only prototype (not compiled against a header by the facts sheet).
+    /// Prototype from hicann/ops-nn's operator docs (`aclnnRmsNorm.md`): that repository has
+    /// no header for it (it is generated when the operator is built).
     [OpApi] fn aclnnRmsNormGetWorkspaceSize(
         x: *const aclTensor, gamma: *const aclTensor, epsilon: f64, yOut: *const aclTensor, rstdOut: *const aclTensor,
         workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
     ) -> aclnnStatus;
     [OpApi] fn aclnnRmsNorm(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
         -> aclnnStatus;
-    /// Doc-only prototype (not compiled against a header by the facts sheet).
+    /// Prototype from hicann/ops-nn's operator docs (`aclnnAddLayerNorm.md`): that repository
+    /// has no header for it (it is generated when the operator is built).
     [OpApi] fn aclnnAddLayerNormGetWorkspaceSize(
         x1: *const aclTensor, x2: *const aclTensor, gamma: *const aclTensor, beta: *const aclTensor,
         biasOptional: *const aclTensor, epsilon: f64, additionalOutput: bool, yOut: *const aclTensor,
@@ -675,9 +680,9 @@ pub struct aclEmuRunCounters {
     pub modelled_copy_ns: u64,
 }
 
-/// Symbols whose absence is normal on some CANN releases (facts sheet: no link-time
-/// import by torch_npu 2.14 or onnxruntime-cann 1.24.4); see the module docs for the
-/// fallbacks.
+/// Symbols whose absence is normal on some CANN releases (neither torch_npu 2.14 nor
+/// onnxruntime-cann 1.24.4 imports them at link time; torch_npu looks several up with
+/// `dlsym`); see the module docs for the fallbacks.
 pub const OPTIONAL: &[&str] = &[
     "aclFinalizeReference",
     "aclrtGetLastError",

@@ -1,7 +1,7 @@
 //! Raw C ABI of Huawei CANN, resolved at run time.
 //!
 //! * [`types`]: opaque handles, `i32` newtypes for every ACL enum, flags and structs.
-//! * [`codes`]: every `aclError` / `aclnnStatus` value of the facts sheet, with names.
+//! * [`codes`]: every `aclError` / `aclnnStatus` value of CANN's headers, with names.
 //! * [`fns`]: one function-pointer type per C function ([`pfn`]) and the lazily
 //!   resolved table [`Api`] (`api.aclrtMalloc()?` resolves once and caches).
 //! * [`Api::load`]: library discovery (explicit directory, `ASCEND_TOOLKIT_HOME`,
@@ -18,7 +18,7 @@
 //! Every function pointer handed out by [`Api`] is valid while that `Api` is alive
 //! (the libraries are unloaded when it drops). Calling one is `unsafe`: the caller
 //! upholds the C function's own contract (valid pointers, sizes, handle lifetimes) as
-//! the facts sheet and the CANN documentation state it.
+//! CANN's headers and documentation state it (summarised in docs/ASCEND.md).
 
 pub mod codes;
 mod elf;
@@ -55,7 +55,7 @@ pub enum AclError {
     #[error("{call} returned {code} ({name}){}", detail(.message))]
     Status {
         code: i32,
-        /// Name of the code (facts sheet §B.2/§C.3), e.g. `ACL_ERROR_RT_MEMORY_ALLOCATION`.
+        /// Name of the code (see [`codes`]), e.g. `ACL_ERROR_RT_MEMORY_ALLOCATION`.
         name: &'static str,
         /// The C function that returned it.
         call: &'static str,
@@ -468,7 +468,7 @@ mod tests {
     }
 
     #[test]
-    fn enum_values_match_the_facts() {
+    fn enum_values_match_the_headers() {
         assert_eq!(ACL_BF16.0, 27);
         assert_eq!(ACL_FORMAT_ND.0, 2);
         assert_eq!(ACL_MEMCPY_DEVICE_TO_HOST.0, 2);

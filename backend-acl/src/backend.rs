@@ -96,7 +96,7 @@ impl Drop for AclBackend {
         }
         device::unbind(self.instance);
         // aclFinalize is deliberately not called: it is process-wide, other users of ACL
-        // may remain, and CANN forbids calling it from destructors (facts §A.1).
+        // may remain, and CANN forbids calling it from destructors (`aclFinalize`, `acl/acl.h`).
     }
 }
 
@@ -140,7 +140,7 @@ unsafe impl Backend for AclBackend {
                 AclBackendError::from(BadAddress { device: format!("acl:{device}"), addr: ptr.0, len: 0 }).into()
             );
         }
-        // aclrtFree does not wait for queued kernels (facts §A.6): drain first (M2).
+        // aclrtFree does not wait for queued kernels (`aclrtFree`, `acl/acl_rt.h`): drain first (M2).
         dev.drain(&self.api);
         Ok(memory::free_block(&dev.allocs, ptr)?)
     }

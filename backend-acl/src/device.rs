@@ -182,7 +182,8 @@ impl Dev {
         }
     }
 
-    /// Releases everything the device owns, in the order CANN requires (facts §A.x):
+    /// Releases everything the device owns, in the order CANN requires (events, streams,
+    /// contexts, then `aclrtResetDevice`; see docs/ASCEND.md):
     /// queued work, what frozen plans still hold (executors, descriptors, memory, pins),
     /// events, streams, memory, then `aclrtResetDevice` (retried once). The calling thread
     /// is bound to the device.

@@ -6,8 +6,8 @@
 //! * Memory (`memory`): `aclrtMalloc` under the runtime's pool, every address checked
 //!   against the device's allocation table (contract rule M1) and 32-byte aligned for
 //!   aclnn; frees wait for streams with queued work (M2). Host copies are synchronous
-//!   `aclrtMemcpy` from pageable memory (the facts sheet's rule: async copies only from
-//!   pinned buffers).
+//!   `aclrtMemcpy` from pageable memory (`aclrtMemcpyAsync`, `acl/acl_rt.h`: async copies
+//!   only from pinned buffers).
 //! * Streams and events (`stream`): `aclrtCreateStreamWithConfig`, falling back to
 //!   `aclrtCreateStream`; each stream owns a workspace and a scratch buffer.
 //! * Frozen plans (`frozen`): a compiled graph's launches per run arena, whose aclnn

@@ -5,10 +5,12 @@
 //! over-allocate, so a block's address in the table (the user's) may differ from the
 //! raw address `aclrtFree` takes, which the table keeps as the block's record. The table
 //! gives a block back through [`AclRelease`]. `aclrtFree` does not wait for queued work
-//! (facts §A.6): callers synchronise the device's busy streams before freeing (M2).
+//! (`acl/acl_rt.h`): callers synchronise the device's busy streams before freeing (M2).
 //!
 //! Host copies are synchronous `aclrtMemcpy` from pageable memory: asynchronous copies
-//! are only safe from pinned buffers (facts §G).
+//! are only safe from pinned buffers (`aclrtMemcpyAsync`, `acl/acl_rt.h`; older CANN
+//! documentation says pageable memory may fail unpredictably, newer says the call then
+//! completes synchronously).
 
 use crate::error::AclBackendError;
 use acl_sys::{AclError, Api, aclrtStream, result};
@@ -195,7 +197,7 @@ pub(crate) fn d2h(api: &Api, src: u64, dst: &mut [u8]) -> BResult<()> {
 }
 
 /// A stream-ordered device-to-device copy of `bytes` between validated, 64-byte
-/// aligned ranges (the on-chip rule of facts §A.8).
+/// aligned ranges (the on-chip rule of `aclrtMemcpyAsync`, `acl/acl_rt.h`).
 pub(crate) fn d2d_async(api: &Api, src: u64, dst: u64, bytes: usize, stream: aclrtStream) -> BResult<()> {
     // SAFETY: both ranges are validated device memory (callers), 64-byte aligned, and
     // stay allocated while the copy is queued (frees synchronise the stream first); the

@@ -60,7 +60,7 @@ struct Patch {
 }
 
 /// One op's repeatable executors, in launch order, with everything they use: their
-/// descriptors (which must outlive them, facts §C.4 rule 8) and the device memory of the
+/// descriptors (which must outlive them: `aclDestroyAclOpExecutor`, `aclnn/acl_meta.h`) and the device memory of the
 /// op's constants (its intermediates are in the stream's [`Intermediates`], which the
 /// plan keeps). Released by [`Recorded::release`] once no queued work uses it.
 pub(crate) struct Recorded {
@@ -466,8 +466,8 @@ impl<'a> Call<'a> {
     /// (`pending`, in the order of the operator's C prototype, NULL optional ones included)
     /// view launch operands.
     fn keep(&mut self, ws: u64, ex: *mut aclOpExecutor, p2: Phase2, pending: Vec<Pending>) -> BResult<()> {
-        // SAFETY: `ex` is a live executor from phase 1, never launched (facts §C.4 rule 7:
-        // right after phase 1).
+        // SAFETY: `ex` is a live executor from phase 1, never launched
+        // (`aclSetAclOpExecutorRepeatable`, `aclnn/acl_meta.h`: right after phase 1).
         if let Err(e) = unsafe { nn::set_executor_repeatable(self.api, ex) } {
             discard(self.api, ex);
             return Err(self.err(e));
@@ -489,7 +489,7 @@ impl<'a> Call<'a> {
 }
 
 /// An executor whose phase 2 will not run: made repeatable and destroyed, the one
-/// documented way to release it (facts §C.4).
+/// documented way to release it (`aclDestroyAclOpExecutor`, `aclnn/acl_meta.h`).
 fn discard(api: &Api, ex: *mut aclOpExecutor) {
     if ex.is_null() {
         return;
@@ -646,7 +646,7 @@ fn reduce(c: &mut Call, mean: bool, x: &View, axes: &[i64], keep: bool, out: &Vi
 }
 
 /// Not for recordings: CANN does not allow repeatable executors for in-place copies
-/// (facts §C.2, aclSetAclOpExecutorRepeatable), so the ops composed of it are one-shot
+/// (`aclSetAclOpExecutorRepeatable`, `aclnn/acl_meta.h`), so the ops composed of it are one-shot
 /// in frozen plans too (see [`repeatable`]).
 fn inplace_copy(c: &mut Call, dst: &View, src: &View) -> BResult<()> {
     if c.recording() {
