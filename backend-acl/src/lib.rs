@@ -31,6 +31,7 @@ pub mod error;
 mod frozen;
 mod kernels;
 mod memory;
+mod open;
 mod probe;
 mod stream;
 

@@ -19,7 +19,7 @@ mod host;
 pub(crate) use aclnn::{Mapping, Recorded, byte_copy, record, repeatable, run as run_aclnn};
 pub(crate) use host::run as run_host;
 
-use crate::device::Dev;
+use crate::device::Device;
 use crate::error::AclBackendError;
 use crate::probe::{CUBE, HOST, SCALAR, VECTOR, has_flash_attention, is_910_family};
 use crate::{AclConfig, Fp32Matmul};
@@ -255,7 +255,7 @@ impl Table {
 pub(crate) fn launch(
     api: &Api,
     instance: u64,
-    devs: &[Dev],
+    devs: &[Device],
     device: usize,
     table: &Table,
     kernel: &KernelInfo,
