@@ -22,6 +22,7 @@
 
 pub mod codes;
 mod elf;
+pub mod emu;
 pub mod fns;
 pub mod result;
 pub mod types;

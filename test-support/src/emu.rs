@@ -1,7 +1,10 @@
 //! The acl-emu harness. The emulator is a cdylib exporting CANN's symbols plus control
 //! functions (`aclEmuConfigure`, `aclEmuCounters`, `aclEmuCallCount`); the Ascend backend
-//! loads it from a fake toolkit, and the tests open the same library to steer it.
+//! loads it from a fake toolkit, and the tests open the same library to steer it. The
+//! counters record is acl-sys's [`EmuCounters`], passed with its size.
 
+use acl_sys::emu::AclEmuCountersFn;
+pub use acl_sys::emu::EmuCounters;
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -40,22 +43,6 @@ pub fn fake_toolkit(tag: &str, emu: &Path) -> PathBuf {
     root
 }
 
-/// Objects the emulator holds now (the layout of acl-emu's `aclEmuCounters` record).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counters {
-    pub device_allocations: u64,
-    pub host_allocations: u64,
-    pub streams: u64,
-    pub events: u64,
-    pub executors: u64,
-    pub descriptors: u64,
-    pub device_bytes: u64,
-    pub device_refs: u64,
-    /// Captured model runtime instances not yet destroyed.
-    pub models: u64,
-}
-
 /// The emulator's control functions (the same library instance the backend loads, as
 /// the dynamic loader opens a path once per process).
 pub struct Emu {
@@ -82,14 +69,15 @@ impl Emu {
         }
     }
 
-    pub fn counters(&self) -> Counters {
-        let mut c = Counters::default();
-        // SAFETY: exported as `int aclEmuCounters(Counters *)` with this layout; `c` is a
-        // valid, writable record for the duration of the call.
+    /// `aclEmuCounters(&c, sizeof c)`: the objects the emulator holds now.
+    pub fn counters(&self) -> EmuCounters {
+        let mut c = EmuCounters::default();
+        // SAFETY: exported as `int aclEmuCounters(EmuCounters *, size_t)` (`AclEmuCountersFn`),
+        // the record of acl-sys both crates use; `c` is a valid, writable record of the
+        // size passed for the duration of the call.
         unsafe {
-            let f =
-                self.lib.get::<unsafe extern "C" fn(*mut Counters) -> i32>(b"aclEmuCounters").expect("aclEmuCounters");
-            assert_eq!(f(&mut c), 0);
+            let f = self.lib.get::<AclEmuCountersFn>(b"aclEmuCounters").expect("aclEmuCounters");
+            assert_eq!(f(&mut c, std::mem::size_of::<EmuCounters>()), 0);
         }
         c
     }
