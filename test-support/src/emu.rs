@@ -21,11 +21,15 @@ pub fn emu_lib() -> Option<PathBuf> {
     [deps.join("libacl_emu.so"), deps.parent()?.join("libacl_emu.so")].into_iter().find(|p| p.is_file())
 }
 
-/// Prints why and returns `None` when the emulator is absent (the test then skips, visibly).
+/// Prints why and returns `None` when the emulator is absent (the test then skips,
+/// visibly); fails the test instead when `NPURT_TEST_REQUIRE` names `acl_emu`
+/// ([`crate::require`]).
 pub fn emu_or_skip(test: &str) -> Option<PathBuf> {
     let p = emu_lib();
     if p.is_none() {
-        eprintln!("SKIP {test}: libacl_emu.so not found next to the test binary (build acl-emu or set ACL_EMU_LIB)");
+        let why = "libacl_emu.so not found next to the test binary (build acl-emu or set ACL_EMU_LIB)";
+        crate::require::fail_if_required(test, "acl_emu", why);
+        eprintln!("SKIP {test}: {why}");
     }
     p
 }
