@@ -28,8 +28,7 @@
 
 #![allow(non_snake_case)]
 
-use crate::types::*;
-use std::ffi::{c_char, c_void};
+use crate::error::LoadError;
 
 /// Which library a symbol is looked up in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -47,27 +46,38 @@ macro_rules! api {
         /// Function-pointer types, one per C function, named after it.
         pub mod pfn {
             #![allow(non_camel_case_types)]
-            use super::*;
+            use crate::fns::aclEmuRunCounters;
+            use crate::types::*;
+            use std::ffi::{c_char, c_void};
             $( $(#[$m])* pub type $name = unsafe extern "C" fn( $( $arg : $ty ),* ) -> $ret; )*
         }
 
+        /// The resolved symbols of an [`Api`], one cell each (not part of the API: an `Api`
+        /// keeps its table private).
+        #[doc(hidden)]
         #[allow(non_snake_case)]
-        pub(crate) struct Slots {
-            $( pub(crate) $name: std::sync::OnceLock<Result<pfn::$name, crate::LoadError>>, )*
+        pub struct Slots {
+            $( pub $name: std::sync::OnceLock<Result<pfn::$name, LoadError>>, )*
         }
 
         #[allow(non_snake_case)]
         impl Slots {
-            pub(crate) fn new() -> Slots {
+            pub fn new() -> Slots {
                 Slots { $( $name: std::sync::OnceLock::new(), )* }
             }
         }
 
+        impl Default for Slots {
+            fn default() -> Slots {
+                Slots::new()
+            }
+        }
+
         #[allow(non_snake_case)]
-        impl crate::Api {
+        impl Api {
             $(
                 #[doc = concat!("Resolves `", stringify!($name), "` (once; the result is cached).")]
-                pub fn $name(&self) -> Result<pfn::$name, crate::LoadError> {
+                pub fn $name(&self) -> Result<pfn::$name, LoadError> {
                     self.slots
                         .$name
                         .get_or_init(|| {
@@ -769,3 +779,22 @@ pub const OPTIONAL: &[&str] = &[
     "aclEmuGetRunCounters",
     "aclEmuResetRunCounters",
 ];
+
+/// One opened library, with the label it is reported under.
+pub(crate) struct Loaded {
+    pub(crate) label: String,
+    pub(crate) lib: libloading::Library,
+}
+
+/// The loaded CANN libraries and their lazily resolved symbols (loading: `crate::load`;
+/// one resolver per symbol: the table above).
+pub struct Api {
+    pub(crate) runtime: Loaded,
+    pub(crate) nnopbase: Result<Loaded, LoadError>,
+    pub(crate) opapi: Result<Vec<Loaded>, LoadError>,
+    /// Dependencies opened by absolute path; kept loaded for the libraries above.
+    pub(crate) _deps: Vec<libloading::Library>,
+    /// Where the libraries came from (a directory or "system loader").
+    pub(crate) origin: String,
+    pub(crate) slots: Slots,
+}

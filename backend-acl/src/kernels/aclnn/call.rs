@@ -3,19 +3,17 @@
 //! its phase 2 with the stream's workspace (one-shot) or keeps the executor, made
 //! repeatable, in a [`Recorded`] (recording). A [`View`] is what a descriptor describes.
 
-use super::recorded::{Exec, Patch, Recorded};
+use super::recorded::{Exec, Patch, Phase2, Recorded, destroy_descriptors};
 use crate::error::AclBackendError;
 use crate::memory::Intermediates;
 use crate::stream::{self, StreamRec};
 use acl_sys::result::aclnn as nn;
-use acl_sys::{AclError, Api, aclDataType, aclIntArray, aclOpExecutor, aclScalar, aclTensor, aclrtStream};
+use acl_sys::{AclError, Api, aclDataType, aclIntArray, aclOpExecutor, aclScalar, aclTensor};
 use runtime::{DType, TensorArg};
 use std::ffi::c_void;
 
-use super::BResult;
-
-/// Phase 2 of every operator: `(workspace, workspaceSize, executor, stream)`.
-pub(super) type Phase2 = unsafe fn(&Api, *mut c_void, u64, *mut aclOpExecutor, aclrtStream) -> Result<(), AclError>;
+/// The op mappings' result.
+pub(super) type BResult<T> = std::result::Result<T, AclBackendError>;
 
 pub(super) fn acl_dtype(d: DType) -> aclDataType {
     match d {
@@ -25,38 +23,6 @@ pub(super) fn acl_dtype(d: DType) -> aclDataType {
         DType::I32 => acl_sys::ACL_INT32,
         DType::I64 => acl_sys::ACL_INT64,
         DType::U8 => acl_sys::ACL_UINT8,
-    }
-}
-
-/// Destroys descriptors (each once; a failed destroy released nothing and is retried
-/// once) that no executor or pending call uses any more.
-pub(super) fn destroy_descriptors(
-    api: &Api,
-    tensors: &mut Vec<*mut aclTensor>,
-    scalars: &mut Vec<*mut aclScalar>,
-    arrays: &mut Vec<*mut aclIntArray>,
-) {
-    for t in tensors.drain(..) {
-        // SAFETY: created by aclCreateTensor and destroyed once; no call still to return,
-        // and no executor still alive, uses it (descriptors may go before the sync).
-        if unsafe { nn::destroy_tensor(api, t) }.is_err() {
-            // SAFETY: as above.
-            let _ = unsafe { nn::destroy_tensor(api, t) };
-        }
-    }
-    for s in scalars.drain(..) {
-        // SAFETY: as above, for scalars.
-        if unsafe { nn::destroy_scalar(api, s) }.is_err() {
-            // SAFETY: as above.
-            let _ = unsafe { nn::destroy_scalar(api, s) };
-        }
-    }
-    for a in arrays.drain(..) {
-        // SAFETY: as above, for int arrays.
-        if unsafe { nn::destroy_int_array(api, a) }.is_err() {
-            // SAFETY: as above.
-            let _ = unsafe { nn::destroy_int_array(api, a) };
-        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! (`aclnnop/aclnn_flash_attention_score.h`, ops-transformer) with the scale and the
 //! masked rows handled around it, and Gather through IndexSelect.
 
-use super::BResult;
+use super::call::BResult;
 use super::call::{Call, View, align512};
 use super::data::{index_select, inplace_copy};
 use super::elementwise::{add_sub, adds, muls};

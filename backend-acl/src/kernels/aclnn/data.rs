@@ -2,7 +2,7 @@
 //! (`aclnnop/aclnn_copy.h`), aclnnIndexSelect (`aclnnop/aclnn_index_select.h`), and the
 //! unaligned device-to-device byte copy made of aclnnInplaceCopy.
 
-use super::BResult;
+use super::call::BResult;
 use super::call::{Call, View};
 use crate::error::AclBackendError;
 use crate::stream::StreamRec;

@@ -3,9 +3,10 @@
 //! aclnnRelu, aclnnTanh, aclnnErf, aclnnExp, aclnnSqrt and aclnnCast (`aclnnop/` headers
 //! of ops-nn and ops-math).
 
-use super::BResult;
+use super::call::BResult;
+use super::call::acl_dtype;
 use super::call::{Call, View};
-use super::call::{Phase2, acl_dtype};
+use super::recorded::Phase2;
 use acl_sys::result::aclnn as nn;
 use runtime::{DType, GeluApprox, Op};
 

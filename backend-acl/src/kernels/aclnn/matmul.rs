@@ -5,7 +5,7 @@
 //! the `Call` and live until it drops, after phase 2 returned; optional outputs are NULL
 //! where the operator documents them so.
 
-use super::BResult;
+use super::call::BResult;
 use super::call::{Call, View};
 use acl_sys::result::aclnn as nn;
 use runtime::DType;

@@ -1,7 +1,7 @@
 //! Normalisations over the last axis: aclnnSoftmax (`aclnnop/aclnn_softmax.h`) and
 //! aclnnLayerNorm (`aclnnop/aclnn_layer_norm.h`).
 
-use super::BResult;
+use super::call::BResult;
 use super::call::{Call, View};
 use acl_sys::result::aclnn as nn;
 

@@ -2,13 +2,48 @@
 //! with their descriptors and memory, the tensors whose addresses follow the launch
 //! operands from run to run, and their release.
 
-use super::BResult;
-use super::call::{Phase2, destroy_descriptors};
 use crate::error::AclBackendError;
 use crate::stream::StreamRec;
 use acl_sys::result::aclnn as nn;
-use acl_sys::{Api, aclIntArray, aclOpExecutor, aclScalar, aclTensor};
+use acl_sys::{AclError, Api, aclIntArray, aclOpExecutor, aclScalar, aclTensor, aclrtStream};
 use std::ffi::c_void;
+
+type BResult<T> = std::result::Result<T, AclBackendError>;
+
+/// Phase 2 of every operator: `(workspace, workspaceSize, executor, stream)`.
+pub(super) type Phase2 = unsafe fn(&Api, *mut c_void, u64, *mut aclOpExecutor, aclrtStream) -> Result<(), AclError>;
+
+/// Destroys descriptors (each once; a failed destroy released nothing and is retried
+/// once) that no executor or pending call uses any more.
+pub(super) fn destroy_descriptors(
+    api: &Api,
+    tensors: &mut Vec<*mut aclTensor>,
+    scalars: &mut Vec<*mut aclScalar>,
+    arrays: &mut Vec<*mut aclIntArray>,
+) {
+    for t in tensors.drain(..) {
+        // SAFETY: created by aclCreateTensor and destroyed once; no call still to return,
+        // and no executor still alive, uses it (descriptors may go before the sync).
+        if unsafe { nn::destroy_tensor(api, t) }.is_err() {
+            // SAFETY: as above.
+            let _ = unsafe { nn::destroy_tensor(api, t) };
+        }
+    }
+    for s in scalars.drain(..) {
+        // SAFETY: as above, for scalars.
+        if unsafe { nn::destroy_scalar(api, s) }.is_err() {
+            // SAFETY: as above.
+            let _ = unsafe { nn::destroy_scalar(api, s) };
+        }
+    }
+    for a in arrays.drain(..) {
+        // SAFETY: as above, for int arrays.
+        if unsafe { nn::destroy_int_array(api, a) }.is_err() {
+            // SAFETY: as above.
+            let _ = unsafe { nn::destroy_int_array(api, a) };
+        }
+    }
+}
 
 /// A repeatable executor of a recorded op: its phase 2 and the workspace it asked for.
 pub(super) struct Exec {

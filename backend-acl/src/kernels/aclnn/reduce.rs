@@ -2,7 +2,7 @@
 //! `aclnnop/aclnn_reduce_sum.h`), and the row tests of masked attention: aclnnAmax,
 //! aclnnEqScalar and aclnnInplaceMaskedFillScalar.
 
-use super::BResult;
+use super::call::BResult;
 use super::call::acl_dtype;
 use super::call::{Call, View};
 use acl_sys::result::aclnn as nn;
