@@ -10,8 +10,8 @@
 #    is committed. When the wheel cannot be downloaded this part says so and is skipped.
 # 2. aclnn functions: CANN's operator headers cannot be fetched here, so the aclnn pass of
 #    build.rs (bindgen in C++ mode over ACLNN_INCLUDE_DIRS) runs on the test header set
-#    acl-sys/testdata/aclnn-headers, written from the facts sheet and laid out like
-#    hicann/opbase and the ops repositories:
+#    acl-sys/testdata/aclnn-headers, which declares the real headers' prototypes and is
+#    laid out like hicann/opbase and the ops repositories:
 #    - positive: acl-sys builds and checks every aclnn prototype of the set;
 #    - negative control: a copy of the set in which aclnnMatmulGetWorkspaceSize's
 #      `int8_t cubeMathType` is `int32_t` and aclnn_silu.h is missing must fail to build

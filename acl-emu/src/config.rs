@@ -122,7 +122,7 @@ impl Config {
     /// Atlas A2 (910B1..B4) or A3 (`Ascend910_93xx`) training SoCs: the products
     /// aclnnFlashAttentionScore has kernels for (its operator definition registers
     /// `ascend910b` and `ascend910_93` only). Whole names, never the prefix "Ascend910B",
-    /// which is also an old 910 part (facts §F).
+    /// which is also an old 910 part (`Ascend910B.ini` among CANN's platform files).
     pub fn is_a2_or_a3(&self) -> bool {
         let s = self.soc.as_str();
         matches!(s, "Ascend910B1" | "Ascend910B2" | "Ascend910B2C" | "Ascend910B3" | "Ascend910B4" | "Ascend910B4-1")

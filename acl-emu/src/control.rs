@@ -8,6 +8,7 @@ use crate::error::{Fail, fail};
 use crate::ffi::{put, status};
 use crate::state::*;
 use acl_sys::codes::*;
+use acl_sys::emu::EmuCounters;
 use acl_sys::fns::aclEmuRunCounters;
 use std::ffi::{CStr, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -52,12 +53,20 @@ pub unsafe extern "C" fn aclEmuConfigure(spec: *const c_char) -> i32 {
     })))
 }
 
-/// Writes the outstanding-object counters.
+/// Writes the outstanding-object counters (`size` must be `sizeof(EmuCounters)`, the
+/// record of `acl_sys::emu`).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclEmuCounters(out: *mut Counters) -> i32 {
+pub unsafe extern "C" fn aclEmuCounters(out: *mut EmuCounters, size: usize) -> i32 {
     status(catch_unwind(AssertUnwindSafe(|| {
+        let want = std::mem::size_of::<EmuCounters>();
+        if size != want {
+            return fail(
+                ACL_ERROR_INVALID_PARAM,
+                format!("aclEmuCounters: the record is {want} bytes, the caller's is {size}"),
+            );
+        }
         let c = lock(&emu().t).counters();
-        // SAFETY: C contract: NULL or writable.
+        // SAFETY: C contract: NULL or writable for `size` bytes (checked equal to the record's).
         unsafe { put(out, c) }
     })))
 }

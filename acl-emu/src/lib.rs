@@ -48,4 +48,3 @@ pub use aclnn::{basics::*, copy::*, elementwise::*, gather::*, matmul::*, norm::
 pub use control::*;
 pub use rt::{capture::*, context::*, device::*, event::*, init::*, memory::*, stream::*};
 pub use signatures::EXPORTED;
-pub use state::Counters;

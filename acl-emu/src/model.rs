@@ -84,8 +84,8 @@ pub struct Soc {
 impl Soc {
     /// The figures of `name`; an unknown SoC gets the Ascend910A's (logged at debug).
     pub fn of(name: &str) -> Soc {
-        // (cube cores, vector cores, MHz, bf16 and FP32 cube, HBM): facts sheet §F, from
-        // the CANN platform ini files.
+        // (cube cores, vector cores, MHz, bf16 and FP32 cube, HBM): from CANN's platform
+        // description files (hicann/runtime, `platform_config/<SoC>.ini`), see docs/ASCEND.md.
         let (cube, vector, mhz, a2, hbm) = match name {
             "Ascend910A" => (32, 32, 1000, false, HBM_910),
             "Ascend910B" => (30, 30, 900, false, HBM_910),

@@ -9,6 +9,7 @@ use crate::descriptors::{Executor, TensorDesc};
 use crate::error::{Fail, R, fail};
 use crate::model::{Cost, Soc};
 use acl_sys::codes::*;
+use acl_sys::emu::EmuCounters;
 use acl_sys::fns::aclEmuRunCounters;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -62,7 +63,7 @@ impl DevMem {
 
     /// First fit, 512-byte aligned addresses (aclrtMalloc promises 64).
     pub fn alloc(&mut self, size: u64) -> R<u64> {
-        // aclrtMalloc: size rounded up to 32, plus 32 (facts §A.6).
+        // `aclrtMalloc` (`acl/acl_rt.h`): size rounded up to 32, plus 32.
         let charged = size.div_ceil(32) * 32 + 32;
         if self.used + charged > self.capacity {
             return fail(
@@ -270,22 +271,6 @@ impl EmuEvent {
 
 // ---------------------------------------------------------------- the emulator ----
 
-/// Counters readable at teardown (`aclEmuCounters`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[repr(C)]
-pub struct Counters {
-    pub device_allocations: u64,
-    pub host_allocations: u64,
-    pub streams: u64,
-    pub events: u64,
-    pub executors: u64,
-    pub descriptors: u64,
-    pub device_bytes: u64,
-    pub device_refs: u64,
-    /// Model runtime instances made by `aclmdlRICaptureEnd` and not yet destroyed.
-    pub models: u64,
-}
-
 /// One aclnn launch recorded by a capture: the executor as it was at the launch (a copy,
 /// so that a one-shot executor consumed by the launch replays too), its workspace and
 /// its modelled cost as a plain launch.
@@ -439,8 +424,9 @@ impl Tables {
         Ok(t)
     }
 
-    pub fn counters(&self) -> Counters {
-        Counters {
+    /// The objects held now (`aclEmuCounters`).
+    pub fn counters(&self) -> EmuCounters {
+        EmuCounters {
             device_allocations: self.mem.iter().map(|m| m.allocs.len() as u64).sum(),
             host_allocations: self.host.len() as u64,
             streams: self.streams.len() as u64,

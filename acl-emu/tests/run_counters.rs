@@ -256,6 +256,18 @@ fn a_record_of_the_wrong_size_is_refused() {
 }
 
 #[test]
+fn an_objects_record_of_the_wrong_size_is_refused() {
+    use acl_sys::emu::EmuCounters;
+    let mut c = EmuCounters::default();
+    // SAFETY: a valid record; the size passed is smaller than it, so nothing is written.
+    let code = unsafe { acl_emu::aclEmuCounters(&mut c, 8) };
+    assert_eq!(code, codes::ACL_ERROR_INVALID_PARAM);
+    assert_eq!(c, EmuCounters::default());
+    // SAFETY: a valid, writable record of the size passed.
+    assert_eq!(unsafe { acl_emu::aclEmuCounters(&mut c, std::mem::size_of::<EmuCounters>()) }, 0);
+}
+
+#[test]
 fn kernels_on_one_stream_add_up_and_streams_advance_independently() {
     let _one = serial();
     let Some(api) = api("kernels_on_one_stream_add_up_and_streams_advance_independently") else { return };

@@ -1,4 +1,7 @@
-//! Error codes (facts sheet §B.2 and §C.3) and their names.
+//! Error codes and their names: `aclError` values of `acl/acl_base.h` (general codes) and
+//! `acl/error_codes/rt_error_codes.h` (runtime codes), and the `aclnnStatus` values of
+//! hicann/opbase's `opdev/op_errno.h`. The ranges and the codes npurt acts on are in
+//! docs/ASCEND.md.
 #![allow(missing_docs)]
 pub const ACL_ERROR_NONE: i32 = 0;
 pub const ACL_ERROR_OP_OUTPUT_NOT_MATCH: i32 = 100022;
@@ -244,7 +247,7 @@ pub const ACLNN_ERR_INNER_INPUT_JSON_IS_NULL: i32 = 561117;
 pub const ACLNN_ERR_INNER_STATIC_WORKSPACE_INVALID: i32 = 561118;
 pub const ACLNN_ERR_INNER_STATIC_BLOCK_DIM_INVALID: i32 = 561119;
 
-/// `(name, value)` of every code the facts sheet lists.
+/// `(name, value)` of every code of those three headers.
 pub const ALL: &[(&str, i32)] = &[
     ("ACL_ERROR_NONE", 0),
     ("ACL_ERROR_OP_OUTPUT_NOT_MATCH", 100022),
@@ -492,7 +495,7 @@ pub const ALL: &[(&str, i32)] = &[
 ];
 
 /// The name of a status code (`aclError` or `aclnnStatus`); `ACL_SUCCESS` for 0.
-/// Codes the facts sheet does not list are named by their range.
+/// Codes none of those headers lists are named by their range.
 pub fn name(code: i32) -> &'static str {
     if code == 0 {
         return "ACL_SUCCESS";

@@ -1,10 +1,13 @@
 //! Every C function npurt binds, as a function-pointer type (`pfn::NAME`) and a lazily
 //! resolved entry of [`Api`](crate::Api) (`api.NAME()`), with the library it lives in.
 //!
-//! The prototypes are those of the facts sheet (§A runtime, §C aclnn basics, §D
-//! operators), parameter for parameter. Symbols marked *optional* there (not linked by
-//! torch_npu or onnxruntime-cann) may be missing from a given CANN release; callers
-//! resolve them with [`Api::optional`](crate::Api::optional) and fall back:
+//! The prototypes are those of CANN's headers, parameter for parameter: `acl/acl.h`
+//! (`aclInit`, `aclFinalize`), `acl/acl_rt.h` and `acl/acl_mdl.h` (runtime), hicann/opbase's
+//! `aclnn/acl_meta.h` and `aclnn/aclnn_base.h` (descriptors, executors), and one
+//! `aclnnop/aclnn_*.h` per operator (hicann/ops-nn, ops-math, ops-transformer). Symbols
+//! listed in [`OPTIONAL`] (neither torch_npu 2.14 nor onnxruntime-cann 1.24.4 links them)
+//! may be missing from a given CANN release; callers resolve them with
+//! [`Api::optional`](crate::Api::optional) and fall back:
 //!
 //! | optional symbol | fallback |
 //! |---|---|
@@ -25,8 +28,7 @@
 
 #![allow(non_snake_case)]
 
-use crate::types::*;
-use std::ffi::{c_char, c_void};
+use crate::error::LoadError;
 
 /// Which library a symbol is looked up in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -44,32 +46,43 @@ macro_rules! api {
         /// Function-pointer types, one per C function, named after it.
         pub mod pfn {
             #![allow(non_camel_case_types)]
-            use super::*;
+            use crate::fns::aclEmuRunCounters;
+            use crate::types::*;
+            use std::ffi::{c_char, c_void};
             $( $(#[$m])* pub type $name = unsafe extern "C" fn( $( $arg : $ty ),* ) -> $ret; )*
         }
 
+        /// The resolved symbols of an [`Api`], one cell each (not part of the API: an `Api`
+        /// keeps its table private).
+        #[doc(hidden)]
         #[allow(non_snake_case)]
-        pub(crate) struct Slots {
-            $( pub(crate) $name: std::sync::OnceLock<Result<pfn::$name, crate::LoadError>>, )*
+        pub struct Slots {
+            $( pub $name: std::sync::OnceLock<Result<pfn::$name, LoadError>>, )*
         }
 
         #[allow(non_snake_case)]
         impl Slots {
-            pub(crate) fn new() -> Slots {
+            pub fn new() -> Slots {
                 Slots { $( $name: std::sync::OnceLock::new(), )* }
             }
         }
 
+        impl Default for Slots {
+            fn default() -> Slots {
+                Slots::new()
+            }
+        }
+
         #[allow(non_snake_case)]
-        impl crate::Api {
+        impl Api {
             $(
                 #[doc = concat!("Resolves `", stringify!($name), "` (once; the result is cached).")]
-                pub fn $name(&self) -> Result<pfn::$name, crate::LoadError> {
+                pub fn $name(&self) -> Result<pfn::$name, LoadError> {
                     self.slots
                         .$name
                         .get_or_init(|| {
-                            // SAFETY: `pfn::$name` is the C prototype of this symbol as the
-                            // facts sheet states it (checked against the headers by the
+                            // SAFETY: `pfn::$name` is the C prototype of this symbol as CANN's
+                            // header declares it (checked against the headers by the
                             // `bindgen` feature); the library stays loaded as long as `self`.
                             unsafe { self.resolve::<pfn::$name>(concat!(stringify!($name), "\0"), LibKind::$lib) }
                         })
@@ -608,14 +621,16 @@ api! {
     [OpApi] fn aclnnFlashAttentionScore(
         workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
     ) -> aclnnStatus;
-    /// Doc-only prototype (not compiled against a header by the facts sheet).
+    /// Prototype from hicann/ops-nn's operator docs (`aclnnRmsNorm.md`): that repository has
+    /// no header for it (it is generated when the operator is built).
     [OpApi] fn aclnnRmsNormGetWorkspaceSize(
         x: *const aclTensor, gamma: *const aclTensor, epsilon: f64, yOut: *const aclTensor, rstdOut: *const aclTensor,
         workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
     ) -> aclnnStatus;
     [OpApi] fn aclnnRmsNorm(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
         -> aclnnStatus;
-    /// Doc-only prototype (not compiled against a header by the facts sheet).
+    /// Prototype from hicann/ops-nn's operator docs (`aclnnAddLayerNorm.md`): that repository
+    /// has no header for it (it is generated when the operator is built).
     [OpApi] fn aclnnAddLayerNormGetWorkspaceSize(
         x1: *const aclTensor, x2: *const aclTensor, gamma: *const aclTensor, beta: *const aclTensor,
         biasOptional: *const aclTensor, epsilon: f64, additionalOutput: bool, yOut: *const aclTensor,
@@ -675,9 +690,9 @@ pub struct aclEmuRunCounters {
     pub modelled_copy_ns: u64,
 }
 
-/// Symbols whose absence is normal on some CANN releases (facts sheet: no link-time
-/// import by torch_npu 2.14 or onnxruntime-cann 1.24.4); see the module docs for the
-/// fallbacks.
+/// Symbols whose absence is normal on some CANN releases (neither torch_npu 2.14 nor
+/// onnxruntime-cann 1.24.4 imports them at link time; torch_npu looks several up with
+/// `dlsym`); see the module docs for the fallbacks.
 pub const OPTIONAL: &[&str] = &[
     "aclFinalizeReference",
     "aclrtGetLastError",
@@ -764,3 +779,22 @@ pub const OPTIONAL: &[&str] = &[
     "aclEmuGetRunCounters",
     "aclEmuResetRunCounters",
 ];
+
+/// One opened library, with the label it is reported under.
+pub(crate) struct Loaded {
+    pub(crate) label: String,
+    pub(crate) lib: libloading::Library,
+}
+
+/// The loaded CANN libraries and their lazily resolved symbols (loading: `crate::load`;
+/// one resolver per symbol: the table above).
+pub struct Api {
+    pub(crate) runtime: Loaded,
+    pub(crate) nnopbase: Result<Loaded, LoadError>,
+    pub(crate) opapi: Result<Vec<Loaded>, LoadError>,
+    /// Dependencies opened by absolute path; kept loaded for the libraries above.
+    pub(crate) _deps: Vec<libloading::Library>,
+    /// Where the libraries came from (a directory or "system loader").
+    pub(crate) origin: String,
+    pub(crate) slots: Slots,
+}

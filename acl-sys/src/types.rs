@@ -1,4 +1,5 @@
-//! Handles, enumerations, flags and structs of the CANN C ABI (facts sheet §B, §C.1).
+//! Handles, enumerations, flags and structs of the CANN C ABI (`acl/acl_base.h`,
+//! `acl/acl_rt.h`, `aclnn/acl_meta.h`).
 //!
 //! Every C enum is a 4-byte `int`; it is modelled as an `i32` newtype with named
 //! constants, never as a Rust `enum`, because values read back from C may be outside
@@ -79,7 +80,7 @@ macro_rules! acl_enum {
         pub struct $name(pub i32);
         impl $name {
             $(pub const $c: $name = $name($v);)*
-            /// The C name of this value, if it is one the facts sheet lists.
+            /// The C name of this value, if it is one declared here.
             pub fn name(self) -> Option<&'static str> {
                 match self.0 {
                     $(v if v == $v => Some(stringify!($c)),)*
@@ -104,7 +105,7 @@ acl_enum!(
 );
 
 impl aclDataType {
-    /// Bytes per element for the byte-addressable types (the facts sheet's table);
+    /// Bytes per element for the byte-addressable types (what `aclDataTypeSize` returns);
     /// `None` for strings and sub-byte types.
     pub fn size(self) -> Option<usize> {
         Some(match self {
@@ -285,12 +286,12 @@ acl_enum!(
 );
 
 acl_enum!(
-    /// `aclrtMemAccessFlags` (values not listed by the facts sheet).
+    /// `aclrtMemAccessFlags` (values not bound: npurt passes none).
     aclrtMemAccessFlags {}
 );
 
 acl_enum!(
-    /// `aclrtMemPoolAttr` (values not listed by the facts sheet).
+    /// `aclrtMemPoolAttr` (values not bound: npurt passes none).
     aclrtMemPoolAttr {}
 );
 

@@ -1,109 +1,25 @@
-//! [`AclBackend`]: its start and teardown, and the `runtime::Backend` methods, which
-//! delegate to [`crate::memory`], [`crate::stream`] and [`crate::kernels`].
+//! [`AclBackend`] and its `runtime::Backend` methods, which delegate to
+//! [`crate::memory`], [`crate::stream`], [`crate::kernels`] and [`crate::frozen`]; its
+//! start and teardown are in [`crate::open`].
 
-use crate::AclConfig;
-use crate::device::{self, Dev};
-use crate::error::{AclBackendError, Unavailable};
-use crate::frozen::{self, FrozenRun};
+use crate::device::Device;
+use crate::error::AclBackendError;
+use crate::frozen::{self, RecordedRun};
 use crate::kernels::{self, Table};
 use crate::memory;
-use crate::probe;
 use crate::stream::{self, DEFAULT_STREAM};
 use acl_sys::Api;
-use runtime::backend::allocations::{BadAddress, overlaps};
 use runtime::{Backend, DeviceInfo, DevicePtr, EventId, KernelInfo, LaunchArgs, Result, StreamId};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-
-type BResult<T> = std::result::Result<T, AclBackendError>;
 
 /// The Ascend backend.
 pub struct AclBackend {
-    api: Arc<Api>,
-    devs: Vec<Dev>,
-    table: Table,
+    pub(crate) api: Arc<Api>,
+    pub(crate) devs: Vec<Device>,
+    pub(crate) table: Table,
     /// Distinguishes the thread bindings of backends alive at once.
-    instance: u64,
-}
-
-static INSTANCES: AtomicU64 = AtomicU64::new(1);
-
-impl AclBackend {
-    /// Loads CANN, initialises ACL and opens every visible device. Any reason it
-    /// cannot is [`AclBackendError::Unavailable`] ("Ascend not available: ...").
-    pub fn new(cfg: AclConfig) -> BResult<AclBackend> {
-        let api = probe::load(cfg.lib_dir.clone())?;
-        let count = probe::device_count(&api)?;
-        let instance = INSTANCES.fetch_add(1, Ordering::Relaxed);
-        let mut b = AclBackend { api, devs: Vec::new(), table: Table::default(), instance };
-        for d in 0..count as i32 {
-            match Dev::open(&b.api, instance, d) {
-                Ok(dev) => b.devs.push(dev),
-                Err(e) => {
-                    // `b` drops here: devices opened so far are closed.
-                    return Err(Unavailable::OpenDevice { device: d, source: Box::new(e) }.into());
-                }
-            }
-        }
-        let flash =
-            b.api.aclnnFlashAttentionScoreGetWorkspaceSize().is_ok() && b.api.aclnnFlashAttentionScore().is_ok();
-        b.table = Table::build(b.soc(), &cfg, flash);
-        log::info!(
-            "acl: {} device(s), SoC {}, libraries from {} ({})",
-            b.devs.len(),
-            b.soc(),
-            b.api.origin(),
-            b.api.libraries().join(", ")
-        );
-        Ok(b)
-    }
-
-    /// The SoC of device 0.
-    pub fn soc(&self) -> &str {
-        self.devs.first().map_or("", |d| d.soc.as_str())
-    }
-
-    /// Where the CANN libraries were loaded from.
-    pub fn library_origin(&self) -> String {
-        self.api.origin().to_string()
-    }
-
-    /// acl-emu's run counters and modelled clock; `None` over a real CANN host.
-    pub fn emulator(&self) -> Option<crate::emulator::Emulator> {
-        crate::emulator::Emulator::probe(&self.api)
-    }
-
-    fn dev(&self, d: usize) -> BResult<&Dev> {
-        self.devs.get(d).ok_or(AclBackendError::NoDevice(d))
-    }
-
-    /// Device `d`, with the calling thread bound to it.
-    fn bind(&self, d: usize) -> BResult<&Dev> {
-        let dev = self.dev(d)?;
-        dev.bind(&self.api, self.instance)?;
-        Ok(dev)
-    }
-}
-
-impl Drop for AclBackend {
-    fn drop(&mut self) {
-        for dev in std::mem::take(&mut self.devs) {
-            match dev.bind(&self.api, self.instance) {
-                Ok(()) => dev.close(&self.api),
-                Err(e) => log::error!("acl:{}: cannot bind the device for its teardown: {e}", dev.id),
-            }
-        }
-        device::unbind(self.instance);
-        // aclFinalize is deliberately not called: it is process-wide, other users of ACL
-        // may remain, and CANN forbids calling it from destructors (facts §A.1).
-    }
-}
-
-impl std::fmt::Debug for AclBackend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "AclBackend({} device(s), {})", self.devs.len(), self.soc())
-    }
+    pub(crate) instance: u64,
 }
 
 // SAFETY: every method checks addresses against the device's allocation table (M1);
@@ -135,12 +51,8 @@ unsafe impl Backend for AclBackend {
     }
     fn free(&self, device: usize, ptr: DevicePtr) -> Result<()> {
         let dev = self.bind(device)?;
-        if dev.allocs.locate(ptr.0, 0) != Ok(ptr.0) {
-            return Err(
-                AclBackendError::from(BadAddress { device: format!("acl:{device}"), addr: ptr.0, len: 0 }).into()
-            );
-        }
-        // aclrtFree does not wait for queued kernels (facts §A.6): drain first (M2).
+        memory::check_block(&dev.allocs, device, ptr)?;
+        // aclrtFree does not wait for queued kernels (`aclrtFree`, `acl/acl_rt.h`): drain first (M2).
         dev.drain(&self.api);
         Ok(memory::free_block(&dev.allocs, ptr)?)
     }
@@ -168,23 +80,14 @@ unsafe impl Backend for AclBackend {
         bytes: usize,
         stream: StreamId,
     ) -> Result<()> {
-        if bytes == 0 {
-            return Ok(());
-        }
-        let dev = self.bind(device)?;
-        if overlaps((src.0, bytes), (dst.0, bytes)) {
-            return Err(AclBackendError::BadRequest("device copy ranges overlap".into()).into());
-        }
-        let sb = dev.allocs.locate(src.0, bytes).map_err(AclBackendError::from)?;
-        let db = dev.allocs.locate(dst.0, bytes).map_err(AclBackendError::from)?;
+        let dev = self.dev(device)?;
+        let Some(r) = memory::check_copy(&dev.allocs, src.0, dst.0, bytes)? else { return Ok(()) };
+        dev.bind(&self.api, self.instance)?;
         let rec = dev.stream(stream)?;
-        if src.0.is_multiple_of(64) && dst.0.is_multiple_of(64) {
-            memory::d2d_async(&self.api, src.0, dst.0, bytes, rec.raw())?;
+        if memory::d2d(&self.api, rec.raw(), &r, |s, d| kernels::byte_copy(&self.api, &rec, s, d, bytes))? {
             rec.mark_dirty();
-            return Ok(());
         }
-        // Unaligned: a byte-typed aclnnInplaceCopy from aligned bases with element offsets.
-        Ok(kernels::byte_copy(&self.api, &rec, (sb, src.0 - sb), (db, dst.0 - db), bytes)?)
+        Ok(())
     }
     fn memset(&self, device: usize, dst: DevicePtr, value: u8, bytes: usize, stream: StreamId) -> Result<()> {
         if bytes == 0 {
@@ -343,7 +246,7 @@ unsafe impl Backend for AclBackend {
         first_seq: u64,
         stream: StreamId,
     ) -> Result<()> {
-        let run = FrozenRun { device, frozen, nodes, addrs, first_seq, stream };
+        let run = RecordedRun { device, frozen, nodes, addrs, first_seq, stream };
         frozen::launch(&self.api, self.instance, &self.devs, &self.table, run)
     }
 

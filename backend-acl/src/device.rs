@@ -44,7 +44,7 @@ pub(crate) trait DeviceOwned: Send + Sync {
 }
 
 /// One open device.
-pub(crate) struct Dev {
+pub(crate) struct Device {
     pub id: i32,
     /// The default context `aclrtSetDevice` made (live until `aclrtResetDevice`).
     ctx: usize,
@@ -74,7 +74,7 @@ impl Binding {
     pub(crate) fn bind(&self, api: &Api) -> BResult<()> {
         if BOUND.with(|b| b.get()) != (self.instance, self.id) {
             // SAFETY: `ctx` is the live default context of this device (made by
-            // aclrtSetDevice in `Dev::open`, released only by `Dev::close`).
+            // aclrtSetDevice in `Device::open`, released only by `Device::close`).
             unsafe { result::set_current_context(api, self.ctx as aclrtContext) }?;
             BOUND.with(|b| b.set((self.instance, self.id)));
         }
@@ -82,11 +82,11 @@ impl Binding {
     }
 }
 
-impl Dev {
+impl Device {
     /// Opens device `d` for backend `instance`: `aclrtSetDevice` (undone if anything
     /// after it fails), its context, SoC, memory, description and default stream. The
     /// calling thread is left bound to it.
-    pub(crate) fn open(api: &Arc<Api>, instance: u64, d: i32) -> BResult<Dev> {
+    pub(crate) fn open(api: &Arc<Api>, instance: u64, d: i32) -> BResult<Device> {
         result::set_device(api, d)?;
         let r = (|| {
             let ctx = result::get_current_context(api)?;
@@ -94,7 +94,7 @@ impl Dev {
             let soc = result::get_soc_name(api)?;
             let (_free, total) = result::get_mem_info(api, acl_sys::ACL_HBM_MEM)?;
             let info = probe::describe(api, d, &soc, total as u64);
-            let dev = Dev {
+            let dev = Device {
                 id: d,
                 ctx: ctx as usize,
                 soc,
@@ -182,7 +182,8 @@ impl Dev {
         }
     }
 
-    /// Releases everything the device owns, in the order CANN requires (facts §A.x):
+    /// Releases everything the device owns, in the order CANN requires (events, streams,
+    /// contexts, then `aclrtResetDevice`; see docs/ASCEND.md):
     /// queued work, what frozen plans still hold (executors, descriptors, memory, pins),
     /// events, streams, memory, then `aclrtResetDevice` (retried once). The calling thread
     /// is bound to the device.
@@ -206,7 +207,7 @@ impl Dev {
                 log::error!("acl: destroying a stream at teardown: {e}");
             }
         }
-        let Dev { id, allocs, .. } = self;
+        let Device { id, allocs, .. } = self;
         if !allocs.is_empty() {
             log::warn!("acl:{id}: {} allocation(s) still live at teardown; freeing them", allocs.len());
         }

@@ -27,7 +27,7 @@
 
 mod capture;
 
-use crate::device::{Binding, Dev, DeviceOwned};
+use crate::device::{Binding, Device, DeviceOwned};
 use crate::error::AclBackendError;
 use crate::kernels::{self, Impl, Recorded, Table};
 use crate::memory::{self, AclRelease, Intermediates};
@@ -230,7 +230,7 @@ fn bad(msg: String) -> AclBackendError {
 pub(crate) fn freeze(
     api: &Arc<Api>,
     instance: u64,
-    devs: &[Dev],
+    devs: &[Device],
     device: usize,
     table: &Table,
     launches: &[FrozenLaunch],
@@ -321,7 +321,7 @@ pub(crate) fn freeze(
 /// address yet: the executors are recorded over temporary device buffers of each slot's
 /// extent, freed right after (phase 1 queues nothing), and every run points them at its
 /// own addresses first ([`Recorded::patch`]).
-fn record_all(api: &Api, instance: u64, dev: &Dev, table: &Table, fz: &AclFrozen) -> BResult<()> {
+fn record_all(api: &Api, instance: u64, dev: &Device, table: &Table, fz: &AclFrozen) -> BResult<()> {
     if !fz.nodes.iter().any(|n| n.way == Way::Reused && n.runs) {
         return Ok(());
     }
@@ -372,7 +372,12 @@ fn per_stream<'a, T: Default>(list: &'a mut Vec<(Arc<StreamRec>, T)>, rec: &Arc<
 }
 
 /// The plan behind `frozen`, checked to be this backend's and device's, and the device.
-fn plan<'a>(frozen: &'a Frozen, instance: u64, devs: &'a [Dev], device: usize) -> BResult<(&'a AclFrozen, &'a Dev)> {
+fn plan<'a>(
+    frozen: &'a Frozen,
+    instance: u64,
+    devs: &'a [Device],
+    device: usize,
+) -> BResult<(&'a AclFrozen, &'a Device)> {
     let fz =
         frozen.0.downcast_ref::<AclFrozen>().ok_or_else(|| bad("not a frozen plan of the Ascend backend".into()))?;
     if fz.instance != instance || fz.device != device {
@@ -383,7 +388,7 @@ fn plan<'a>(frozen: &'a Frozen, instance: u64, devs: &'a [Dev], device: usize) -
 
 /// Checks a run's addresses for launches `nodes` (M1: inside live allocations, 32-byte
 /// aligned where aclnn reads them; M3: outputs overlap nothing).
-fn check_addrs(fz: &AclFrozen, dev: &Dev, nodes: std::ops::Range<usize>, addrs: &[DevicePtr]) -> BResult<()> {
+fn check_addrs(fz: &AclFrozen, dev: &Device, nodes: std::ops::Range<usize>, addrs: &[DevicePtr]) -> BResult<()> {
     if nodes.start > nodes.end || nodes.end > fz.nodes.len() || addrs.len() < fz.slots.len() {
         return Err(bad("frozen launch: node range or address table does not fit the plan".into()));
     }
@@ -411,8 +416,14 @@ fn check_addrs(fz: &AclFrozen, dev: &Dev, nodes: std::ops::Range<usize>, addrs: 
 
 /// Runs launches `nodes` of a plan on `stream` with slot addresses `addrs`: checks the
 /// per-run addresses, then queues each node its way.
-pub(crate) fn launch(api: &Api, instance: u64, devs: &[Dev], table: &Table, run: FrozenRun<'_>) -> runtime::Result<()> {
-    let FrozenRun { device, frozen, nodes, addrs, first_seq, stream } = run;
+pub(crate) fn launch(
+    api: &Api,
+    instance: u64,
+    devs: &[Device],
+    table: &Table,
+    run: RecordedRun<'_>,
+) -> runtime::Result<()> {
+    let RecordedRun { device, frozen, nodes, addrs, first_seq, stream } = run;
     let (fz, dev) = plan(frozen, instance, devs, device)?;
     check_addrs(fz, dev, nodes.clone(), addrs)?;
     dev.bind(api, instance)?;
@@ -432,7 +443,7 @@ pub(crate) fn launch(api: &Api, instance: u64, devs: &[Dev], table: &Table, run:
 pub(crate) fn launch_run(
     api: &Api,
     instance: u64,
-    devs: &[Dev],
+    devs: &[Device],
     table: &Table,
     device: usize,
     frozen: &Frozen,
@@ -499,7 +510,7 @@ struct RunSteps<'a> {
     api: &'a Api,
     is_910: bool,
     fz: &'a AclFrozen,
-    dev: &'a Dev,
+    dev: &'a Device,
     reuse: Reuse<'a>,
     recs: &'a [Arc<StreamRec>],
     events: &'a [runtime::EventId],
@@ -568,8 +579,9 @@ fn run_nodes(
     Ok(())
 }
 
-/// The arguments of [`launch`] that describe the launches.
-pub(crate) struct FrozenRun<'a> {
+/// A range of a frozen plan's nodes to launch on one stream (the arguments of
+/// [`launch`]); the runtime's record of a whole run is `runtime::FrozenRun`.
+pub(crate) struct RecordedRun<'a> {
     pub device: usize,
     pub frozen: &'a Frozen,
     pub nodes: std::ops::Range<usize>,

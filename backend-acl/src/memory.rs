@@ -1,19 +1,22 @@
 //! Device memory: `aclrtMalloc` blocks recorded in the device's allocation table
-//! (`runtime::backend::allocations`, contract rule M1), and the synchronous host copies.
+//! (`runtime::backend::allocations`, contract rule M1), and every copy: synchronous
+//! host copies, and device-to-device copies on a stream ([`check_copy`], [`d2d`]).
 //!
 //! Blocks start 64-byte aligned (aclrtMalloc's guarantee); larger alignments
 //! over-allocate, so a block's address in the table (the user's) may differ from the
 //! raw address `aclrtFree` takes, which the table keeps as the block's record. The table
 //! gives a block back through [`AclRelease`]. `aclrtFree` does not wait for queued work
-//! (facts §A.6): callers synchronise the device's busy streams before freeing (M2).
+//! (`acl/acl_rt.h`): callers synchronise the device's busy streams before freeing (M2).
 //!
 //! Host copies are synchronous `aclrtMemcpy` from pageable memory: asynchronous copies
-//! are only safe from pinned buffers (facts §G).
+//! are only safe from pinned buffers (`aclrtMemcpyAsync`, `acl/acl_rt.h`; older CANN
+//! documentation says pageable memory may fail unpredictably, newer says the call then
+//! completes synchronously).
 
 use crate::error::AclBackendError;
 use acl_sys::{AclError, Api, aclrtStream, result};
 use runtime::DevicePtr;
-use runtime::backend::allocations::{AllocTable, Release};
+use runtime::backend::allocations::{AllocTable, BadAddress, CopyError, CopyRanges, Release};
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -139,6 +142,43 @@ pub(crate) fn alloc(
     Ok(DevicePtr(user))
 }
 
+/// Whether `ptr` is the start of a live block of device `device` (what `free` takes).
+pub(crate) fn check_block(allocs: &Allocations, device: usize, ptr: DevicePtr) -> BResult<()> {
+    if allocs.locate(ptr.0, 0) != Ok(ptr.0) {
+        return Err(BadAddress { device: format!("acl:{device}"), addr: ptr.0, len: 0 }.into());
+    }
+    Ok(())
+}
+
+/// The opening checks of a device-to-device copy ([`AllocTable::check_copy`]): `None` for
+/// zero bytes; overlapping ranges are a bad request, a range outside the live
+/// allocations a bad address.
+pub(crate) fn check_copy(allocs: &Allocations, src: u64, dst: u64, bytes: usize) -> BResult<Option<CopyRanges>> {
+    allocs.check_copy(src, dst, bytes).map_err(|e| match e {
+        CopyError::Overlap => AclBackendError::BadRequest("device copy ranges overlap".into()),
+        CopyError::BadAddress(b) => b.into(),
+    })
+}
+
+/// A stream-ordered device-to-device copy of checked ranges ([`check_copy`]): a DMA copy
+/// (`aclrtMemcpyAsync`) when both ends are 64-byte aligned, which returns true (the
+/// caller marks the stream as having queued work); else `unaligned(src, dst)`, each end
+/// given as (allocation base, byte offset), for a byte-typed aclnnInplaceCopy from the
+/// bases (aclnn takes 32-byte aligned addresses only), which returns false.
+pub(crate) fn d2d(
+    api: &Api,
+    stream: aclrtStream,
+    r: &CopyRanges,
+    unaligned: impl FnOnce((u64, u64), (u64, u64)) -> BResult<()>,
+) -> BResult<bool> {
+    if r.src.is_multiple_of(64) && r.dst.is_multiple_of(64) {
+        d2d_async(api, r.src, r.dst, r.bytes, stream)?;
+        return Ok(true);
+    }
+    unaligned((r.src_base, r.src - r.src_base), (r.dst_base, r.dst - r.dst_base))?;
+    Ok(false)
+}
+
 /// Frees the block at `ptr` (its streams were synchronised by the caller); a failed
 /// `aclrtFree` is reported here.
 pub(crate) fn free_block(allocs: &Allocations, ptr: DevicePtr) -> BResult<()> {
@@ -195,8 +235,8 @@ pub(crate) fn d2h(api: &Api, src: u64, dst: &mut [u8]) -> BResult<()> {
 }
 
 /// A stream-ordered device-to-device copy of `bytes` between validated, 64-byte
-/// aligned ranges (the on-chip rule of facts §A.8).
-pub(crate) fn d2d_async(api: &Api, src: u64, dst: u64, bytes: usize, stream: aclrtStream) -> BResult<()> {
+/// aligned ranges (the on-chip rule of `aclrtMemcpyAsync`, `acl/acl_rt.h`).
+fn d2d_async(api: &Api, src: u64, dst: u64, bytes: usize, stream: aclrtStream) -> BResult<()> {
     // SAFETY: both ranges are validated device memory (callers), 64-byte aligned, and
     // stay allocated while the copy is queued (frees synchronise the stream first); the
     // stream is live.

@@ -2,7 +2,8 @@
 //!
 //! * [`load`]: the libraries (through `acl_sys::Api::load`), every symbol the backend
 //!   cannot work without, `aclInit`; [`device_count`] after it.
-//! * The SoC families and figures of the facts sheet (§F), matched on the whole name
+//! * The SoC families and figures of CANN's platform description files
+//!   (`platform_config/<SoC>.ini`, see docs/ASCEND.md), matched on the whole name
 //!   `aclrtGetSocName` returns, and the hardware units the kernel table runs on.
 
 use crate::error::Unavailable;
@@ -60,7 +61,7 @@ const REQUIRED: &[&str] = &[
 
 /// Loads the libraries from `lib_dir` (or by discovery, see `acl_sys::search_dirs`),
 /// checks the required symbols and initialises ACL (a repeated initialisation counts
-/// as success, facts §A.1).
+/// as success: `aclInit`, `acl/acl.h`, returns `ACL_ERROR_REPEAT_INITIALIZE`).
 pub(crate) fn load(lib_dir: Option<PathBuf>) -> Result<Arc<Api>, Unavailable> {
     let api = Api::load(&LoadConfig { lib_dir, no_system_loader: false })?;
     for k in [LibKind::NnOpBase, LibKind::OpApi] {
@@ -87,7 +88,8 @@ pub(crate) fn device_count(api: &Api) -> Result<u32, Unavailable> {
     Ok(count)
 }
 
-/// The SoC families the facts sheet distinguishes (matched on the whole name).
+/// The Atlas training (910) SoCs, as CANN's platform files name them (matched on the
+/// whole name: `Ascend910B` is an old 910 part, `Ascend910B1`..`B4` are Atlas A2).
 pub fn is_910_family(soc: &str) -> bool {
     matches!(soc, "Ascend910A" | "Ascend910B" | "Ascend910ProA" | "Ascend910ProB" | "Ascend910PremiumA")
 }
@@ -101,7 +103,7 @@ pub fn has_flash_attention(soc: &str) -> bool {
         || soc.starts_with("Ascend910_93")
 }
 
-/// (cube cores, vector cores, cube MHz) from the platform ini files (facts §F).
+/// (cube cores, vector cores, cube MHz) from CANN's `platform_config/<SoC>.ini` files.
 fn soc_figures(soc: &str) -> Option<(u32, u32, f64)> {
     Some(match soc {
         "Ascend910A" => (32, 0, 1000.0),
@@ -148,7 +150,7 @@ pub(crate) fn describe(api: &Api, d: i32, soc: &str, total: u64) -> DeviceInfo {
         None => (ai_cores.max(1) as f64, vec_cores as f64, 1000.0, format!("unknown SoC {soc}: 1 GHz assumed")),
     };
     let hz = mhz * 1e6;
-    // Bandwidth is not stated by any Huawei file (facts §F): a labelled assumption.
+    // Bandwidth is not stated by any Huawei file (see docs/ASCEND.md): a labelled assumption.
     let bw = 1.0e12;
     let bw_note = "; HBM bandwidth unknown, 1 TB/s assumed";
     // 910: the vector unit sits inside each AI core (128 FP16 lanes).

@@ -1,5 +1,5 @@
-//! Reused executors over acl-emu: the emulator's address setters follow the facts sheet
-//! (§C.2, §C.4 rule 7), and compiled graphs whose nodes are compositions of several aclnn
+//! Reused executors over acl-emu: the emulator's address setters follow CANN's rules
+//! (`aclSetInputTensorAddr` & co., `aclnn/acl_meta.h`), and compiled graphs whose nodes are compositions of several aclnn
 //! operators (intermediates of their own, Gather with negative indices) give, run after
 //! run, what a node-by-node run gives, with no phase 1 after the first run except for
 //! the ops CANN excludes from repeatable executors.
@@ -16,8 +16,8 @@ use std::ptr::null_mut;
 use std::sync::Arc;
 
 #[test]
-fn address_setters_follow_the_facts() {
-    let Some(emu) = common::emu_or_skip("address_setters_follow_the_facts") else { return };
+fn address_setters_follow_canns_rules() {
+    let Some(emu) = common::emu_or_skip("address_setters_follow_canns_rules") else { return };
     let _g = common::serial();
     let ctl = common::Emu::open(&emu);
     assert_eq!(ctl.configure("fail="), 0);

@@ -1,7 +1,10 @@
 //! The acl-emu harness. The emulator is a cdylib exporting CANN's symbols plus control
 //! functions (`aclEmuConfigure`, `aclEmuCounters`, `aclEmuCallCount`); the Ascend backend
-//! loads it from a fake toolkit, and the tests open the same library to steer it.
+//! loads it from a fake toolkit, and the tests open the same library to steer it. The
+//! counters record is acl-sys's [`EmuCounters`], passed with its size.
 
+use acl_sys::emu::AclEmuCountersFn;
+pub use acl_sys::emu::EmuCounters;
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -18,11 +21,15 @@ pub fn emu_lib() -> Option<PathBuf> {
     [deps.join("libacl_emu.so"), deps.parent()?.join("libacl_emu.so")].into_iter().find(|p| p.is_file())
 }
 
-/// Prints why and returns `None` when the emulator is absent (the test then skips, visibly).
+/// Prints why and returns `None` when the emulator is absent (the test then skips,
+/// visibly); fails the test instead when `NPURT_TEST_REQUIRE` names `acl_emu`
+/// ([`crate::require`]).
 pub fn emu_or_skip(test: &str) -> Option<PathBuf> {
     let p = emu_lib();
     if p.is_none() {
-        eprintln!("SKIP {test}: libacl_emu.so not found next to the test binary (build acl-emu or set ACL_EMU_LIB)");
+        let why = "libacl_emu.so not found next to the test binary (build acl-emu or set ACL_EMU_LIB)";
+        crate::require::fail_if_required(test, "acl_emu", why);
+        eprintln!("SKIP {test}: {why}");
     }
     p
 }
@@ -38,22 +45,6 @@ pub fn fake_toolkit(tag: &str, emu: &Path) -> PathBuf {
         std::os::unix::fs::symlink(emu, &l).expect("symlink emulator");
     }
     root
-}
-
-/// Objects the emulator holds now (the layout of acl-emu's `aclEmuCounters` record).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counters {
-    pub device_allocations: u64,
-    pub host_allocations: u64,
-    pub streams: u64,
-    pub events: u64,
-    pub executors: u64,
-    pub descriptors: u64,
-    pub device_bytes: u64,
-    pub device_refs: u64,
-    /// Captured model runtime instances not yet destroyed.
-    pub models: u64,
 }
 
 /// The emulator's control functions (the same library instance the backend loads, as
@@ -82,14 +73,15 @@ impl Emu {
         }
     }
 
-    pub fn counters(&self) -> Counters {
-        let mut c = Counters::default();
-        // SAFETY: exported as `int aclEmuCounters(Counters *)` with this layout; `c` is a
-        // valid, writable record for the duration of the call.
+    /// `aclEmuCounters(&c, sizeof c)`: the objects the emulator holds now.
+    pub fn counters(&self) -> EmuCounters {
+        let mut c = EmuCounters::default();
+        // SAFETY: exported as `int aclEmuCounters(EmuCounters *, size_t)` (`AclEmuCountersFn`),
+        // the record of acl-sys both crates use; `c` is a valid, writable record of the
+        // size passed for the duration of the call.
         unsafe {
-            let f =
-                self.lib.get::<unsafe extern "C" fn(*mut Counters) -> i32>(b"aclEmuCounters").expect("aclEmuCounters");
-            assert_eq!(f(&mut c), 0);
+            let f = self.lib.get::<AclEmuCountersFn>(b"aclEmuCounters").expect("aclEmuCounters");
+            assert_eq!(f(&mut c, std::mem::size_of::<EmuCounters>()), 0);
         }
         c
     }

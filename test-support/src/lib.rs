@@ -12,6 +12,8 @@
 //!   once) for the runtime's own pool and stream tests.
 //! * [`per_backend!`] — one `#[test]` per backend (`cpu`, `acl_emu`, `cuda`) for a case
 //!   written once, over a backend maker the test crate provides.
+//! * [`require`] — `NPURT_TEST_REQUIRE`: backends whose absence fails a test instead of
+//!   skipping it.
 //! * [`rng`] — a deterministic generator for randomised tests.
 //! * [`finishes_within`] — a deadlock fails the test instead of hanging the run.
 
@@ -21,6 +23,7 @@ pub mod gate;
 pub mod graphs;
 pub mod host_backend;
 pub mod per_backend;
+pub mod require;
 pub mod rng;
 
 use std::sync::mpsc;

@@ -91,7 +91,7 @@ impl AclEmu {
 
     /// Drops the backend and returns the emulator's outstanding objects, which must all be
     /// zero once every runtime over it is gone.
-    pub fn finish(self) -> npurt_test_support::emu::Counters {
+    pub fn finish(self) -> npurt_test_support::emu::EmuCounters {
         let AclEmu { backend, ctl, run, _turn } = self;
         drop((backend, run));
         let c = ctl.counters();

@@ -1,4 +1,5 @@
-//! New addresses for the tensors of a repeatable executor (facts §C.2, §C.4 rule 7):
+//! New addresses for the tensors of a repeatable executor (`aclnn/acl_meta.h`; the rules
+//! are in docs/ASCEND.md, "The two-phase aclnn call"):
 //! `aclSetInputTensorAddr`, `aclSetOutputTensorAddr` and `aclSetTensorAddr`.
 //!
 //! The executor keeps its operands' descriptors by value (phase 1 copied them), and each

@@ -16,7 +16,8 @@ fn is_f32(s: &Src) -> bool {
     matches!(s, Src::Tensor(_, d) if d.dtype == ACL_FLOAT)
 }
 
-/// cubeMathType rules (facts §D): on the 910, FP32 needs 1 (computed as FP16); 3 is A2 only.
+/// cubeMathType rules (`aclnnop/aclnn_matmul.h`, `aclnnMatmulGetWorkspaceSize`, and its
+/// operator docs): on the 910, FP32 needs 1 (computed as FP16); 3 is A2 only.
 fn cube_rules(t: &Tables, name: &str, e: &mut Executor, cube: i8) -> R<()> {
     if !(0..=4).contains(&cube) {
         return fail(ACLNN_ERR_PARAM_INVALID, format!("{name}: cubeMathType {cube} is not valid"));

@@ -93,7 +93,7 @@ pub unsafe extern "C" fn aclrtGetSocName() -> *const c_char {
     r.unwrap_or(std::ptr::null())
 }
 
-/// Per-SoC figures of the platform ini files (facts §F).
+/// Per-SoC figures of CANN's platform description files (`platform_config/<SoC>.ini`).
 fn soc_cores(soc: &str) -> (i64, i64, i64) {
     match soc {
         "Ascend910A" | "Ascend910ProA" | "Ascend910PremiumA" => (32, 0, 32 << 20),

@@ -1,4 +1,4 @@
-//! The aclnn calls npurt makes (facts sheet §C, §D): descriptors, executors and the two
+//! The aclnn calls npurt makes (`aclnn/acl_meta.h`, `aclnnop/aclnn_*.h`): descriptors, executors and the two
 //! phases of each operator.
 //!
 //! Descriptors are host objects over device memory: creating one copies its arrays and

@@ -4,13 +4,15 @@
 //! [`AclError::Missing`]), calls it, turns a failure status into [`AclError::Status`]
 //! carrying the code, the C function's name and the text of `aclGetRecentErrMsg`
 //! (copied at once, when that symbol resolves), and hands out-parameters back as return
-//! values. Parameters are those of the C prototype (facts sheet §A, §C, §D), in order,
+//! values. Parameters are those of the C prototype (`acl/acl_rt.h`, `aclnn/acl_meta.h`,
+//! `aclnnop/aclnn_*.h`), in order,
 //! minus the out-parameters. No policy lives here: no retries, no fallbacks between
 //! optional and required symbols, no device selection.
 //!
-//! * this module: errors, init, devices, contexts, streams, events, memory (§A);
+//! * this module: errors, init, devices, contexts, streams, events, memory (`acl/acl.h`,
+//!   `acl/acl_rt.h`);
 //! * [`aclnn`]: tensor / scalar / int-array descriptors, executors and the two phases of
-//!   every operator (§C, §D);
+//!   every operator (`aclnn/acl_meta.h`, `aclnnop/aclnn_*.h`);
 //! * [`capture`]: stream capture into model runtime instances and their replay;
 //! * [`emulator`]: acl-emu's run counters and modelled clock (absent on a real host).
 //!
@@ -18,8 +20,8 @@
 //!
 //! A function is `unsafe` when it takes a raw pointer or a handle (`aclrtStream`,
 //! `aclrtEvent`, `aclrtContext`, descriptor and executor pointers are all raw
-//! pointers). Its contract is the C function's own, as the facts sheet and the CANN
-//! documentation state it: every handle is live and belongs to the calling thread's
+//! pointers). Its contract is the C function's own, as CANN's headers and documentation
+//! state it: every handle is live and belongs to the calling thread's
 //! current device, every pointer is valid for the bytes or elements the call reads or
 //! writes, for as long as the call (or, for stream-ordered calls, the queued work) uses
 //! it. Each function's `# Safety` section names what is particular to it.

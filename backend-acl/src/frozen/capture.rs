@@ -28,12 +28,13 @@
 //! `Auto`, a capture or replay that fails turns capture off for the plan, with one log
 //! line, and the run goes node by node; with `On` the failure is the run's error.
 
-use crate::device::Dev;
+use crate::device::Device;
 use crate::error::AclBackendError;
 use crate::kernels;
 use crate::memory;
 use crate::stream::{self, StreamRec};
 use acl_sys::{ACL_MODEL_RI_CAPTURE_MODE_RELAXED, Api, aclmdlRI, aclrtEvent, result};
+use runtime::backend::allocations::CopyRanges;
 use runtime::{DevicePtr, FrozenStep, GraphCapture};
 use std::ops::Range;
 use std::sync::Arc;
@@ -165,7 +166,7 @@ pub(super) trait Steps {
 
 /// A whole run of the plan, as [`run`] takes it.
 pub(super) struct WholeRun<'a> {
-    pub dev: &'a Dev,
+    pub dev: &'a Device,
     /// The run's streams; the first is the origin.
     pub recs: &'a [Arc<StreamRec>],
     pub steps: &'a [FrozenStep],
@@ -364,15 +365,12 @@ fn stages(api: &Api, touches: Touches) -> BResult<Vec<Stage>> {
     Ok(stages)
 }
 
-/// A stream-ordered device copy: a DMA copy when both ends are 64-byte aligned, else a
-/// byte-typed aclnnInplaceCopy from the allocations' bases.
-fn copy(api: &Api, dev: &Dev, rec: &StreamRec, src: u64, dst: u64, bytes: usize) -> BResult<()> {
-    if src.is_multiple_of(64) && dst.is_multiple_of(64) {
-        memory::d2d_async(api, src, dst, bytes, rec.raw())?;
-        rec.mark_dirty();
-        return Ok(());
-    }
+/// A stream-ordered device copy ([`memory::d2d`]) from the allocations' bases.
+fn copy(api: &Api, dev: &Device, rec: &StreamRec, src: u64, dst: u64, bytes: usize) -> BResult<()> {
     let base = |a: u64| dev.allocs.locate(a, bytes).unwrap_or(a);
-    let (sb, db) = (base(src), base(dst));
-    kernels::byte_copy(api, rec, (sb, src - sb), (db, dst - db), bytes)
+    let r = CopyRanges { src, src_base: base(src), dst, dst_base: base(dst), bytes };
+    if memory::d2d(api, rec.raw(), &r, |s, d| kernels::byte_copy(api, rec, s, d, bytes))? {
+        rec.mark_dirty();
+    }
+    Ok(())
 }

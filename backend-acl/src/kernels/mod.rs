@@ -19,7 +19,7 @@ mod host;
 pub(crate) use aclnn::{Mapping, Recorded, byte_copy, record, repeatable, run as run_aclnn};
 pub(crate) use host::run as run_host;
 
-use crate::device::Dev;
+use crate::device::Device;
 use crate::error::AclBackendError;
 use crate::probe::{CUBE, HOST, SCALAR, VECTOR, has_flash_attention, is_910_family};
 use crate::{AclConfig, Fp32Matmul};
@@ -209,8 +209,8 @@ fn sup_host(_: &KernelQuery<'_>) -> Result<(), String> {
 
 impl Table {
     /// The table for SoC `soc` (device 0's) under `cfg`; `flash_symbols`: the toolkit
-    /// exports both aclnnFlashAttentionScore symbols (optional, facts: newer operator
-    /// libraries).
+    /// exports both aclnnFlashAttentionScore symbols (optional: only newer operator
+    /// libraries have them, `aclnnop/aclnn_flash_attention_score.h`).
     pub fn build(soc: &str, cfg: &AclConfig, flash_symbols: bool) -> Table {
         let is_910 = is_910_family(soc);
         let fast: runtime::kernel::SupportFn = if is_910 { sup_910_exact } else { sup_a2 };
@@ -255,7 +255,7 @@ impl Table {
 pub(crate) fn launch(
     api: &Api,
     instance: u64,
-    devs: &[Dev],
+    devs: &[Device],
     device: usize,
     table: &Table,
     kernel: &KernelInfo,

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 #[allow(unused_imports)] // each test binary uses some of them
-pub use npurt_test_support::emu::{Counters, Emu, emu_lib, emu_or_skip, fake_toolkit, serial};
+pub use npurt_test_support::emu::{Emu, EmuCounters, emu_lib, emu_or_skip, fake_toolkit, serial};
 
 use backend_acl::{AclBackend, AclConfig, Fp32Matmul};
 use std::path::Path;

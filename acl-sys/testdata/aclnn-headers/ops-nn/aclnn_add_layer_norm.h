@@ -1,7 +1,8 @@
 /*
  * npurt test header for aclnnAddLayerNorm, laid out like an operator header of CANN's
  * operator repositories (op_api/aclnn_add_layer_norm.h): aclnn/aclnn_base.h for the types and
- * aclnn_util.h for ACLNN_API. Prototypes from ../shared/ascend/ACL_API_FACTS.md, section D.
+ * aclnn_util.h for ACLNN_API. Prototypes from hicann/ops-nn's operator docs (docs/aclnn*.md):
+ * that repository has no header for it (one is generated when it is built).
  */
 #ifndef NPURT_TESTDATA_ACLNN_ADD_LAYER_NORM_H
 #define NPURT_TESTDATA_ACLNN_ADD_LAYER_NORM_H

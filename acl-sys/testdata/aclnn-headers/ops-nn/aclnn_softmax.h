@@ -1,7 +1,8 @@
 /*
  * npurt test header for aclnnSoftmax, laid out like an operator header of CANN's
  * operator repositories (op_api/aclnn_softmax.h): aclnn/aclnn_base.h for the types and
- * aclnn_util.h for ACLNN_API. Prototypes from ../shared/ascend/ACL_API_FACTS.md, section D.
+ * aclnn_util.h for ACLNN_API. Prototypes as the real header in
+ * hicann/ops-nn declares them.
  */
 #ifndef NPURT_TESTDATA_ACLNN_SOFTMAX_H
 #define NPURT_TESTDATA_ACLNN_SOFTMAX_H

@@ -1,6 +1,6 @@
 /*
  * npurt test header, laid out like CANN's aclnn/acl_meta.h (hicann/opbase
- * include/nnopbase/aclnn/) and written from ../shared/ascend/ACL_API_FACTS.md section C:
+ * include/nnopbase/aclnn/) with the declarations of the real one:
  * the opaque aclnn types, aclnnStatus, and the descriptor and executor calls.
  * C++ only (constexpr), like the original: bindgen reads it in C++ mode.
  */

@@ -1,7 +1,7 @@
 /*
  * npurt test header, laid out like CANN's aclnn/aclnn_base.h: every operator header
- * includes it, and it pulls in aclnn/acl_meta.h. Written from
- * ../shared/ascend/ACL_API_FACTS.md section C.2 (aclnnInit / aclnnFinalize).
+ * includes it, and it pulls in aclnn/acl_meta.h. Declares aclnnInit and
+ * aclnnFinalize as hicann/opbase's include/nnopbase/aclnn/aclnn_base.h does.
  */
 #ifndef NPURT_TESTDATA_ACLNN_BASE_H
 #define NPURT_TESTDATA_ACLNN_BASE_H

@@ -1,8 +1,8 @@
 /*
  * npurt test header: a minimal stand-in for CANN's runtime header acl/acl_base.h,
- * written from ../shared/ascend/ACL_API_FACTS.md (sections B.1, B.3). It declares only
- * what the aclnn test headers use: the visibility macro, aclError, aclFloat16,
- * aclrtStream and the two enums aclnn prototypes take by value.
+ * with the real header's definitions of only what the aclnn test headers use: the
+ * visibility macro, aclError, aclFloat16, aclrtStream and the two enums aclnn
+ * prototypes take by value (aclDataType, aclFormat).
  */
 #ifndef NPURT_TESTDATA_ACL_BASE_H
 #define NPURT_TESTDATA_ACL_BASE_H

@@ -1,0 +1,66 @@
+//! Data movement: aclnnPermute (`aclnnop/aclnn_permute.h`), aclnnInplaceCopy
+//! (`aclnnop/aclnn_copy.h`), aclnnIndexSelect (`aclnnop/aclnn_index_select.h`), and the
+//! unaligned device-to-device byte copy made of aclnnInplaceCopy.
+
+use super::call::BResult;
+use super::call::{Call, View};
+use crate::error::AclBackendError;
+use crate::stream::StreamRec;
+use acl_sys::Api;
+use acl_sys::result::aclnn as nn;
+use runtime::DType;
+
+pub(super) fn permute(c: &mut Call, x: &View, perm: &[usize], out: &View) -> BResult<()> {
+    let (tx, to) = (c.tensor(x)?, c.output(out)?);
+    let p: Vec<i64> = perm.iter().map(|&p| p as i64).collect();
+    let dims = c.ints(&p)?;
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::permute_get_workspace_size(c.api, tx, dims, to) };
+    c.run(p1, nn::permute)
+}
+
+/// Not for recordings: CANN does not allow repeatable executors for in-place copies
+/// (`aclSetAclOpExecutorRepeatable`, `aclnn/acl_meta.h`), so the ops composed of it are one-shot
+/// in frozen plans too (see [`repeatable`]).
+pub(super) fn inplace_copy(c: &mut Call, dst: &View, src: &View) -> BResult<()> {
+    if c.recording() {
+        return Err(AclBackendError::BadRequest(format!(
+            "{}: aclnnInplaceCopy cannot have a repeatable executor",
+            c.op
+        )));
+    }
+    let (td, ts) = (c.output(dst)?, c.tensor(src)?);
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::inplace_copy_get_workspace_size(c.api, td, ts) };
+    c.run(p1, nn::inplace_copy)
+}
+
+/// `out = x.index_select(axis, index)` (aclnnIndexSelect; `index` 1-D, in [0, n)).
+pub(super) fn index_select(c: &mut Call, x: &View, axis: usize, index: &View, out: &View) -> BResult<()> {
+    let ni = index.dims.iter().product::<usize>();
+    let mut od = x.dims[..axis].to_vec();
+    od.push(ni);
+    od.extend_from_slice(&x.dims[axis + 1..]);
+    let (td, ti, to) = (c.tensor(x)?, c.tensor(index)?, c.output(&out.reshaped(&od))?);
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::index_select_get_workspace_size(c.api, td, axis as i64, ti, to) };
+    c.run(p1, nn::index_select)
+}
+
+/// Device-to-device bytes through aclnnInplaceCopy on u8 views (for unaligned copies):
+/// `src` and `dst` are (32-byte aligned base, byte offset).
+pub(crate) fn byte_copy(api: &Api, rec: &StreamRec, src: (u64, u64), dst: (u64, u64), bytes: usize) -> BResult<()> {
+    let mut c = Call::new(api, rec, "Copy", None);
+    let view = |(base, offset): (u64, u64)| View {
+        base,
+        dtype: DType::U8,
+        dims: vec![bytes],
+        strides: vec![1],
+        offset: offset as usize,
+        operand: None,
+    };
+    let (s, d) = (view(src), view(dst));
+    inplace_copy(&mut c, &d, &s)?;
+    rec.queued("Copy", 0);
+    Ok(())
+}
