@@ -52,17 +52,15 @@ macro_rules! api {
             $( $(#[$m])* pub type $name = unsafe extern "C" fn( $( $arg : $ty ),* ) -> $ret; )*
         }
 
-        /// The resolved symbols of an [`Api`], one cell each (not part of the API: an `Api`
-        /// keeps its table private).
-        #[doc(hidden)]
+        /// The resolved symbols of an [`Api`], one cell each.
         #[allow(non_snake_case)]
-        pub struct Slots {
-            $( pub $name: std::sync::OnceLock<Result<pfn::$name, LoadError>>, )*
+        pub(crate) struct Slots {
+            $( pub(crate) $name: std::sync::OnceLock<Result<pfn::$name, LoadError>>, )*
         }
 
         #[allow(non_snake_case)]
         impl Slots {
-            pub fn new() -> Slots {
+            pub(crate) fn new() -> Slots {
                 Slots { $( $name: std::sync::OnceLock::new(), )* }
             }
         }

@@ -246,7 +246,12 @@ impl Names<'_> {
                         segments.push(next.unraw().to_string());
                         i += 3;
                     }
-                    self.record(&segments, false);
+                    // A lone `crate`, `super` or `self` names no item (`pub(crate)` in a
+                    // macro body, `self` as a receiver): only a path through it is an edge.
+                    let lone_keyword = segments.len() == 1 && matches!(segments[0].as_str(), "crate" | "super" | "self");
+                    if !lone_keyword {
+                        self.record(&segments, false);
+                    }
                 }
                 _ => {}
             }
