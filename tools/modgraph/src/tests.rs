@@ -220,3 +220,15 @@ fn excluded_packages_with_a_crate_are_read_and_found_by_name() {
     assert_eq!(find_package(dir.path(), "npurt-one").unwrap().as_deref(), Some("one"));
     assert_eq!(find_package(dir.path(), "nothing").unwrap(), None);
 }
+
+#[test]
+fn a_lone_crate_keyword_in_a_macro_body_is_no_edge() {
+    let g = lib(&[
+        ("src/lib.rs", "mod a; mod b; pub use a::A; pub struct Top;"),
+        ("src/a.rs", "pub struct A; m! { pub(crate) struct S { pub(crate) x: u8 } fn f(&self) {} }"),
+        ("src/b.rs", "m! { fn g() -> crate::Top { todo!() } }"),
+    ]);
+    assert!(!has_edge(&g, "crate::a", "crate"), "{:?}", g.edges);
+    assert!(has_edge(&g, "crate::b", "crate"), "a path through `crate` in a macro body still counts");
+    assert!(cycles(&g).is_empty());
+}

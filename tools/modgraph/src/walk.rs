@@ -248,7 +248,8 @@ impl Names<'_> {
                     }
                     // A lone `crate`, `super` or `self` names no item (`pub(crate)` in a
                     // macro body, `self` as a receiver): only a path through it is an edge.
-                    let lone_keyword = segments.len() == 1 && matches!(segments[0].as_str(), "crate" | "super" | "self");
+                    let lone_keyword =
+                        segments.len() == 1 && matches!(segments[0].as_str(), "crate" | "super" | "self");
                     if !lone_keyword {
                         self.record(&segments, false);
                     }
