@@ -1,7 +1,7 @@
 //! Enqueuing one table entry: operand checks and pins, parameter blocks, launch shapes,
 //! cuBLAS calls.
 
-use crate::device::{CudaBackend, DEFAULT_STREAM, Device, StreamState};
+use crate::device::{DEFAULT_STREAM, Device, StreamState};
 use crate::error::{CudaError, guard, lock};
 use crate::kernels::Impl;
 use crate::kernels::source::{Kern, entry_name};
@@ -9,7 +9,7 @@ use crate::plan::{self, KParams, MatmulPlan};
 use cudarc::cublas::sys as bsys;
 use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg, result};
 use runtime::backend::allocations::overlapping_output;
-use runtime::{DType, KernelInfo, LaunchArgs, Op, Result, StreamId, Tier};
+use runtime::{DType, KernelInfo, KernelTable, LaunchArgs, Op, Result, StreamId, Tier};
 use std::sync::atomic::Ordering;
 
 // SAFETY: `KParams` is `#[repr(C)]`, made of `i64` / `f64` fields only, and mirrors
@@ -389,21 +389,20 @@ impl Device {
     }
 }
 
-impl CudaBackend {
-    /// Validates `args` for `kernel` (rules M1, M3), pins its operands and queues the
-    /// kernel on `stream` (`Backend::launch`).
+impl Device {
+    /// Validates `args` for `kernel` of `kernels` (rules M1, M3), pins its operands and
+    /// queues the kernel on `stream` (`Backend::launch`).
     pub(crate) fn launch_kernel(
         &self,
-        device: usize,
+        kernels: &KernelTable<Impl>,
         kernel: &KernelInfo,
         args: LaunchArgs,
         stream: StreamId,
     ) -> Result<()> {
-        let (info, &imp) = self
-            .kernels
+        let (info, &imp) = kernels
             .resolve(kernel)
             .ok_or_else(|| CudaError::BadRequest(format!("kernel {} is not a CUDA kernel", kernel.name)))?;
-        let d = self.dev(device)?;
+        let d = self;
         let st = d.stream(stream)?;
         let n_in = args.inputs.len();
         let ranges = args.validate(info)?;
