@@ -2,9 +2,9 @@
 //! fills and host mappings run in [`memory`](crate::memory), launches in `launch`; streams
 //! and events are the [`stream`](crate::stream) queues and events each device record holds.
 
-use crate::device::{CpuDevice, DEFAULT_STREAM, UserStream, lock};
-use crate::error::CpuError;
-use crate::stream::{CpuEvent, Job};
+use crate::device::Device;
+use crate::error::{CpuError, lock};
+use crate::stream::{CpuEvent, DEFAULT_STREAM, Job, UserStream};
 use crate::{CpuConfig, features, kernels, launch, memory};
 use runtime::{Backend, DeviceInfo, DevicePtr, EventId, KernelInfo, LaunchArgs, Result, StreamId, UnitInfo};
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use std::time::Duration;
 
 /// The CPU backend.
 pub struct CpuBackend {
-    devices: Vec<CpuDevice>,
+    devices: Vec<Device>,
     pub(crate) table: &'static kernels::Table,
     pub(crate) features: &'static features::CpuFeatures,
     pub(crate) faults: launch::Faults,
@@ -41,7 +41,7 @@ impl CpuBackend {
         let mut devices = Vec::with_capacity(cfg.devices);
         for d in 0..cfg.devices {
             let cpus = pins.as_ref().and_then(|p| p.get(d)).cloned();
-            devices.push(CpuDevice::new(d, threads, cpus)?);
+            devices.push(Device::new(d, threads, cpus)?);
         }
         log::debug!(
             "cpu backend: {} device(s), {threads} thread(s) each, ISA {}, workers {}",
@@ -59,7 +59,7 @@ impl CpuBackend {
     }
 
     /// Device `d`'s record.
-    pub(crate) fn dev(&self, d: usize) -> std::result::Result<&CpuDevice, CpuError> {
+    pub(crate) fn dev(&self, d: usize) -> std::result::Result<&Device, CpuError> {
         self.devices.get(d).ok_or(CpuError::NoDevice(d))
     }
 

@@ -11,13 +11,15 @@
 //! failure handling.
 
 use crate::CpuBackend;
-use crate::device::{CpuDevice, DEFAULT_STREAM, lock};
-use crate::error::CpuError;
+use crate::device::Device;
+use crate::error::{CpuError, lock};
 use crate::kernels::{
     self,
     common::{Ctx, In, Out},
 };
 use crate::memory;
+use crate::pool::JoinedPool;
+use crate::stream::DEFAULT_STREAM;
 use runtime::backend::allocations::overlapping_output;
 use runtime::error::panic_message;
 use runtime::{DevicePtr, KernelInfo, LaunchArgs, Result, StreamId};
@@ -216,7 +218,7 @@ pub(crate) struct Prepared {
     kernel: &'static str,
     device: usize,
     stream: StreamId,
-    pool: Option<Arc<crate::device::JoinedPool>>,
+    pool: Option<Arc<JoinedPool>>,
     fault: Option<Fault>,
     _pins: memory::Pins,
 }
@@ -276,8 +278,8 @@ impl FrozenNode {
     }
 }
 
-/// One run of frozen launches: which, where, and the faults injected into them.
-struct FrozenRun<'a> {
+/// One run of a span of frozen launches: which, where, and the faults injected into them.
+struct RunSpan<'a> {
     nodes: std::ops::Range<usize>,
     addrs: &'a [DevicePtr],
     first_seq: u64,
@@ -293,11 +295,11 @@ impl CpuFrozen {
     /// wake-up of the submitter between kernels). Launches budgeted one thread run on that
     /// worker alone. Stops at the first failure, which names that launch's op and
     /// submission number.
-    fn run(&self, run: FrozenRun<'_>, pool: &rayon::ThreadPool) -> Result<()> {
+    fn run(&self, run: RunSpan<'_>, pool: &rayon::ThreadPool) -> Result<()> {
         pool.install(|| self.run_here(run))
     }
 
-    fn run_here(&self, run: FrozenRun<'_>) -> Result<()> {
+    fn run_here(&self, run: RunSpan<'_>) -> Result<()> {
         let mut ranges = Vec::new();
         let (mut ins, mut outs) = (Vec::new(), Vec::new());
         for (i, n) in self.nodes[run.nodes].iter().enumerate() {
@@ -480,7 +482,7 @@ impl CpuBackend {
         let first_op = fz.nodes.get(nodes.start).filter(|_| !nodes.is_empty()).map(|n| n.args.op.name());
         match self.queue(device, stream)? {
             None => {
-                let run = FrozenRun { nodes, addrs, first_seq, stream, faults: &faults };
+                let run = RunSpan { nodes, addrs, first_seq, stream, faults: &faults };
                 let r = fz.run(run, &dev.pool);
                 drop(pins);
                 r
@@ -494,7 +496,7 @@ impl CpuBackend {
                     first_seq,
                     Box::new(move || {
                         let _pins = pins;
-                        let run = FrozenRun { nodes, addrs: &addrs, first_seq, stream, faults: &faults };
+                        let run = RunSpan { nodes, addrs: &addrs, first_seq, stream, faults: &faults };
                         fz.run(run, &pool)
                     }),
                 )?;
@@ -549,7 +551,7 @@ impl CpuBackend {
     /// Where a launch runs: `(inline, threads)`. Small launches run on the submitting
     /// thread (stream worker or caller); larger ones enter the device pool, or the
     /// stream's one-thread pool when the budget is 1.
-    fn placement(&self, dev: &CpuDevice, op: &runtime::Op, budget: usize, out_bytes: u64) -> (bool, usize) {
+    fn placement(&self, dev: &Device, op: &runtime::Op, budget: usize, out_bytes: u64) -> (bool, usize) {
         let threads = if budget == 0 { dev.threads } else { budget.min(dev.threads) };
         let matrix = matches!(
             op.kind(),

@@ -21,13 +21,14 @@ pub mod kernels;
 mod launch;
 pub mod memory;
 pub mod peak;
+mod pool;
 pub mod stream;
 
 pub use backend::{CpuBackend, ONE_STREAM_MAX_THREADS};
-pub use device::DEFAULT_STREAM;
 pub use error::CpuError;
 pub use features::{Isa, IsaError};
 pub use launch::Fault;
+pub use stream::DEFAULT_STREAM;
 
 /// How the CPU backend presents the host.
 #[derive(Clone, Debug)]

@@ -5,7 +5,7 @@
 
 use crate::CpuBackend;
 use crate::error::CpuError;
-use runtime::backend::allocations::{self, Release, overlaps};
+use runtime::backend::allocations::{self, CopyError, Release};
 use runtime::{Backend, DevicePtr, Result, StreamId};
 use std::alloc::Layout;
 
@@ -51,6 +51,14 @@ pub fn alloc(table: &Table, bytes: usize, align: usize) -> std::result::Result<u
     Ok(p as u64)
 }
 
+/// A device-to-device copy that [`Table::check_copy`] refused, as the backend's error.
+fn copy_error(e: CopyError) -> CpuError {
+    match e {
+        CopyError::Overlap => CpuError::BadRequest("device copy ranges overlap".into()),
+        CopyError::BadAddress(e) => e.into(),
+    }
+}
+
 impl CpuBackend {
     /// `Backend::copy_to_device`: `src` into the checked range at `dst`, now.
     pub(crate) fn copy_in(&self, device: usize, src: &[u8], dst: DevicePtr) -> Result<()> {
@@ -91,20 +99,16 @@ impl CpuBackend {
         bytes: usize,
         stream: StreamId,
     ) -> Result<()> {
-        if bytes == 0 {
-            return Ok(());
-        }
-        if overlaps((src.0, bytes), (dst.0, bytes)) {
-            return Err(CpuError::BadRequest("device copy ranges overlap".into()).into());
-        }
-        let pins = self.dev(device)?.table.pin(&[(src.0, bytes), (dst.0, bytes)]).map_err(CpuError::from)?;
+        let table = &self.dev(device)?.table;
+        let Some(c) = table.check_copy(src.0, dst.0, bytes).map_err(copy_error)? else { return Ok(()) };
+        let pins = table.pin(&c.ranges()).map_err(CpuError::from)?;
         self.submit(
             device,
             stream,
             Box::new(move || {
                 let _pins = pins;
-                // SAFETY: both ranges were validated and pinned when the copy was queued
-                // and they do not overlap (checked above).
+                // SAFETY: both ranges passed `check_copy` (inside live allocations, not
+                // overlapping) and were pinned when the copy was queued.
                 unsafe { std::ptr::copy_nonoverlapping(src.0 as *const u8, dst.0 as *mut u8, bytes) };
                 Ok(())
             }),
