@@ -1,6 +1,8 @@
-//! The CPU backend: its devices, and its implementation of the [`Backend`] trait. Copies,
-//! fills and host mappings run in [`memory`](crate::memory), launches in `launch`; streams
-//! and events are the [`stream`](crate::stream) queues and events each device record holds.
+//! [`CpuBackend`], its devices, and its implementation of the [`Backend`] trait: each
+//! method looks up the device record (`device.rs`) and delegates to it, to the copies,
+//! fills and host mappings of [`memory`](crate::memory), or to its launches (`launch.rs`);
+//! streams and events are the [`stream`](crate::stream) queues and events each device
+//! record holds.
 
 use crate::config::CpuConfig;
 use crate::device::{Device, Shared};
