@@ -1,11 +1,15 @@
-//! The CPU backend: its devices, and its implementation of the [`Backend`] trait. Copies,
-//! fills and host mappings run in [`memory`](crate::memory), launches in `launch`; streams
-//! and events are the [`stream`](crate::stream) queues and events each device record holds.
+//! [`CpuBackend`], its devices, and its implementation of the [`Backend`] trait: each
+//! method looks up the device record (`device.rs`) and delegates to it, to the copies,
+//! fills and host mappings of [`memory`](crate::memory), or to its launches (`launch.rs`);
+//! streams and events are the [`stream`](crate::stream) queues and events each device
+//! record holds.
 
-use crate::device::{CpuDevice, DEFAULT_STREAM, UserStream, lock};
-use crate::error::CpuError;
-use crate::stream::{CpuEvent, Job};
-use crate::{CpuConfig, features, kernels, launch, memory};
+use crate::config::CpuConfig;
+use crate::device::{Device, Shared};
+use crate::error::{CpuError, lock};
+use crate::fault::{Fault, Faults};
+use crate::stream::{CpuEvent, DEFAULT_STREAM, Job, UserStream};
+use crate::{features, kernels, memory};
 use runtime::{Backend, DeviceInfo, DevicePtr, EventId, KernelInfo, LaunchArgs, Result, StreamId, UnitInfo};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -13,10 +17,10 @@ use std::time::Duration;
 
 /// The CPU backend.
 pub struct CpuBackend {
-    devices: Vec<CpuDevice>,
-    pub(crate) table: &'static kernels::Table,
-    pub(crate) features: &'static features::CpuFeatures,
-    pub(crate) faults: launch::Faults,
+    devices: Vec<Device>,
+    table: &'static kernels::Table,
+    features: &'static features::CpuFeatures,
+    faults: Arc<Faults>,
 }
 
 impl CpuBackend {
@@ -38,10 +42,12 @@ impl CpuBackend {
         if pin == Some(true) && pins.is_none() {
             log::warn!("cpu backend: pinning was asked for, but the allowed CPUs cannot be read here");
         }
+        let (table, faults) = (kernels::table(features), Arc::new(Faults::default()));
         let mut devices = Vec::with_capacity(cfg.devices);
         for d in 0..cfg.devices {
             let cpus = pins.as_ref().and_then(|p| p.get(d)).cloned();
-            devices.push(CpuDevice::new(d, threads, cpus)?);
+            let shared = Shared { kernels: table, features, faults: faults.clone() };
+            devices.push(Device::new(d, threads, cpus, shared)?);
         }
         log::debug!(
             "cpu backend: {} device(s), {threads} thread(s) each, ISA {}, workers {}",
@@ -49,7 +55,7 @@ impl CpuBackend {
             features.isa,
             pins.as_ref().map_or("not pinned".to_string(), |p| format!("pinned to CPUs {p:?}"))
         );
-        Ok(CpuBackend { devices, table: kernels::table(features), features, faults: Default::default() })
+        Ok(CpuBackend { devices, table, features, faults })
     }
 
     /// The CPU features detected at start-up with the instruction-set path in use (forced
@@ -59,33 +65,16 @@ impl CpuBackend {
     }
 
     /// Device `d`'s record.
-    pub(crate) fn dev(&self, d: usize) -> std::result::Result<&CpuDevice, CpuError> {
+    pub(crate) fn dev(&self, d: usize) -> std::result::Result<&Device, CpuError> {
         self.devices.get(d).ok_or(CpuError::NoDevice(d))
     }
 
-    /// The user stream `s` of device `d`; `None` for the default stream.
-    pub(crate) fn queue(&self, d: usize, s: StreamId) -> std::result::Result<Option<Arc<UserStream>>, CpuError> {
-        if s == DEFAULT_STREAM {
-            return Ok(None);
-        }
-        let dev = self.dev(d)?;
-        lock(&dev.streams).get(&s.0).cloned().map(Some).ok_or(CpuError::NoStream(s.0, d))
-    }
-
-    /// Event `e` of device `d`.
-    pub(crate) fn event(&self, d: usize, e: EventId) -> std::result::Result<Arc<CpuEvent>, CpuError> {
-        lock(&self.dev(d)?.events).get(&e.0).cloned().ok_or(CpuError::NoEvent(e.0, d))
-    }
-
-    /// Runs `job` now (default stream) or queues it (user stream).
-    pub(crate) fn submit(&self, d: usize, s: StreamId, job: Job) -> Result<()> {
-        match self.queue(d, s)? {
-            None => job(),
-            Some(q) => {
-                q.queue.submit(job)?;
-                Ok(())
-            }
-        }
+    /// Makes the `nth` launch (1-based, counted from this call, in submission order) of a
+    /// kernel whose name starts with `kernel_prefix` fail with `fault` when it runs.
+    /// Launches of a batch and of a compiled graph count one by one. For tests of failure
+    /// handling; rules that have fired are forgotten.
+    pub fn inject_fault(&self, kernel_prefix: &str, nth: u64, fault: Fault) {
+        self.faults.arm(kernel_prefix, nth, fault);
     }
 }
 
@@ -168,10 +157,14 @@ unsafe impl Backend for CpuBackend {
         Ok(self.dev(device)?.table.free(ptr.0).map_err(CpuError::from)?)
     }
     fn copy_to_device(&self, device: usize, src: &[u8], dst: DevicePtr) -> Result<()> {
-        self.copy_in(device, src, dst)
+        Ok(memory::copy_in(&self.dev(device)?.table, src, dst.0)?)
     }
     fn copy_to_host(&self, device: usize, src: DevicePtr, dst: &mut [u8], stream: StreamId) -> Result<()> {
-        self.copy_out(device, src, dst, stream)
+        let dev = self.dev(device)?;
+        if let Some(q) = dev.queue(stream)? {
+            q.queue.synchronize()?;
+        }
+        Ok(memory::copy_out(&dev.table, src.0, dst)?)
     }
     fn copy_on_device(
         &self,
@@ -181,13 +174,23 @@ unsafe impl Backend for CpuBackend {
         bytes: usize,
         stream: StreamId,
     ) -> Result<()> {
-        self.copy_within(device, src, dst, bytes, stream)
+        let dev = self.dev(device)?;
+        match memory::copy_on_device(&dev.table, src.0, dst.0, bytes)? {
+            Some(job) => dev.submit(stream, job),
+            None => Ok(()),
+        }
     }
     fn memset(&self, device: usize, dst: DevicePtr, value: u8, bytes: usize, stream: StreamId) -> Result<()> {
-        self.fill(device, dst, value, bytes, stream)
+        let dev = self.dev(device)?;
+        match memory::fill(&dev.table, dst.0, value, bytes)? {
+            Some(job) => dev.submit(stream, job),
+            None => Ok(()),
+        }
     }
     fn map_host(&self, device: usize, ptr: DevicePtr, len: usize, f: &mut dyn FnMut(&mut [u8])) -> Result<bool> {
-        self.map_range(device, ptr, len, f)
+        self.synchronize_device(device)?;
+        memory::map(&self.dev(device)?.table, ptr.0, len, f)?;
+        Ok(true)
     }
 
     fn default_stream(&self, _device: usize) -> StreamId {
@@ -213,7 +216,7 @@ unsafe impl Backend for CpuBackend {
         Ok(())
     }
     fn synchronize_stream(&self, device: usize, stream: StreamId) -> Result<()> {
-        match self.queue(device, stream)? {
+        match self.dev(device)?.queue(stream)? {
             None => Ok(()),
             Some(q) => q.queue.synchronize(),
         }
@@ -242,10 +245,11 @@ unsafe impl Backend for CpuBackend {
         Ok(())
     }
     fn record_event(&self, device: usize, event: EventId, stream: StreamId) -> Result<()> {
-        let ev = self.event(device, event)?;
+        let dev = self.dev(device)?;
+        let ev = dev.event(event)?;
         // A record that is not queued leaves the event as it was: nothing may wait for a
         // generation that no stream will reach.
-        match self.queue(device, stream)? {
+        match dev.queue(stream)? {
             None => ev.record_now(),
             Some(q) => ev.record_with(|generation| {
                 let ev = ev.clone();
@@ -259,10 +263,10 @@ unsafe impl Backend for CpuBackend {
         Ok(())
     }
     fn wait_event(&self, device: usize, stream: StreamId, event: EventId) -> Result<()> {
-        let ev = self.event(device, event)?;
+        let dev = self.dev(device)?;
+        let ev = dev.event(event)?;
         let target = ev.target();
-        self.submit(
-            device,
+        dev.submit(
             stream,
             Box::new(move || {
                 ev.wait_for(target);
@@ -271,15 +275,16 @@ unsafe impl Backend for CpuBackend {
         )
     }
     fn query_event(&self, device: usize, event: EventId) -> Result<bool> {
-        Ok(self.event(device, event)?.is_complete())
+        Ok(self.dev(device)?.event(event)?.is_complete())
     }
     fn synchronize_event(&self, device: usize, event: EventId) -> Result<()> {
-        let ev = self.event(device, event)?;
+        let ev = self.dev(device)?.event(event)?;
         ev.wait_for(ev.target());
         Ok(())
     }
     fn elapsed(&self, device: usize, start: EventId, end: EventId) -> Result<Duration> {
-        let (s, e) = (self.event(device, start)?, self.event(device, end)?);
+        let dev = self.dev(device)?;
+        let (s, e) = (dev.event(start)?, dev.event(end)?);
         match (s.time(), e.time()) {
             (Some(a), Some(b)) => Ok(b.saturating_duration_since(a)),
             (None, _) => Err(CpuError::EventNotReady(start.0).into()),
@@ -350,8 +355,9 @@ unsafe impl Backend for CpuBackend {
     }
 
     fn launch(&self, device: usize, kernel: &KernelInfo, args: LaunchArgs, stream: StreamId) -> Result<()> {
-        let p = self.prepare_launch(device, kernel, args, stream)?;
-        self.enqueue(device, stream, p)
+        let dev = self.dev(device)?;
+        let p = dev.prepare_launch(kernel, args, stream)?;
+        dev.enqueue(stream, p)
     }
 
     /// Validates every launch in full and pins its fixed operands for the life of the
@@ -363,7 +369,7 @@ unsafe impl Backend for CpuBackend {
         launches: &[runtime::FrozenLaunch],
         _capture: runtime::GraphCapture,
     ) -> Result<Option<runtime::Frozen>> {
-        self.freeze_launches(device, launches)
+        self.dev(device)?.freeze_launches(launches)
     }
 
     fn launch_frozen(
@@ -375,10 +381,10 @@ unsafe impl Backend for CpuBackend {
         first_seq: u64,
         stream: StreamId,
     ) -> Result<()> {
-        self.launch_frozen_at(device, frozen, nodes, addrs, first_seq, stream)
+        self.dev(device)?.launch_frozen_at(frozen, nodes, addrs, first_seq, stream)
     }
 
     fn launch_batch(&self, device: usize, launches: Vec<(KernelInfo, LaunchArgs)>, stream: StreamId) -> Result<()> {
-        self.launch_batch_at(device, launches, stream)
+        self.dev(device)?.launch_batch_at(launches, stream)
     }
 }

@@ -63,3 +63,8 @@ impl From<CpuError> for runtime::Error {
         }
     }
 }
+
+/// Locks `m`, taking the guard back when another holder panicked.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

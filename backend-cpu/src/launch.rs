@@ -7,89 +7,29 @@
 //! stream (`cpu:D/default` or `cpu:D/streamN`) and the submission number, returned at
 //! once on the default stream and at the next synchronisation on a user stream.
 //!
-//! Faults can be injected into launches ([`CpuBackend::inject_fault`]) for tests of
-//! failure handling.
+//! Faults can be injected into launches
+//! ([`CpuBackend::inject_fault`](crate::CpuBackend::inject_fault)) for tests of failure
+//! handling.
 
-use crate::CpuBackend;
-use crate::device::{CpuDevice, DEFAULT_STREAM, lock};
+use crate::device::Device;
 use crate::error::CpuError;
+use crate::fault::Fault;
 use crate::kernels::{
     self,
     common::{Ctx, In, Out},
 };
 use crate::memory;
+use crate::pool::JoinedPool;
+use crate::stream::DEFAULT_STREAM;
 use runtime::backend::allocations::overlapping_output;
 use runtime::error::panic_message;
 use runtime::{DevicePtr, KernelInfo, LaunchArgs, Result, StreamId};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Output bytes up to which a launch runs inline without entering the device's thread
 /// pool (the hand-off costs more than the work).
 const INLINE_MAX_BYTES: u64 = 1 << 18;
-
-/// What an injected fault makes a launch do when it runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
-    /// The kernel panics (with a message naming the kernel).
-    Panic,
-    /// The kernel returns an error.
-    Error,
-}
-
-struct FaultRule {
-    prefix: String,
-    nth: u64,
-    seen: u64,
-    fault: Fault,
-}
-
-/// The faults armed with [`CpuBackend::inject_fault`]; one relaxed load per launch when
-/// none is.
-#[derive(Default)]
-pub(crate) struct Faults {
-    armed: AtomicBool,
-    rules: Mutex<Vec<FaultRule>>,
-}
-
-impl Faults {
-    /// The fault a launch of `kernel` being queued now gets; counts it against every rule.
-    fn take(&self, kernel: &str) -> Option<Fault> {
-        if !self.armed.load(Ordering::Acquire) {
-            return None;
-        }
-        let mut rules = lock(&self.rules);
-        let mut hit = None;
-        rules.retain_mut(|r| {
-            if !kernel.starts_with(r.prefix.as_str()) {
-                return true;
-            }
-            r.seen += 1;
-            if r.seen < r.nth {
-                return true;
-            }
-            hit.get_or_insert(r.fault);
-            false
-        });
-        if rules.is_empty() {
-            self.armed.store(false, Ordering::Release);
-        }
-        hit
-    }
-}
-
-impl CpuBackend {
-    /// Makes the `nth` launch (1-based, counted from this call, in submission order) of a
-    /// kernel whose name starts with `kernel_prefix` fail with `fault` when it runs.
-    /// Launches of a batch and of a compiled graph count one by one. For tests of failure
-    /// handling; rules that have fired are forgotten.
-    pub fn inject_fault(&self, kernel_prefix: &str, nth: u64, fault: Fault) {
-        let mut rules = lock(&self.faults.rules);
-        rules.push(FaultRule { prefix: kernel_prefix.to_string(), nth: nth.max(1), seen: 0, fault });
-        self.faults.armed.store(true, Ordering::Release);
-    }
-}
 
 /// How one kernel run failed, before it is named with its kernel, op and stream.
 enum Failure {
@@ -216,7 +156,7 @@ pub(crate) struct Prepared {
     kernel: &'static str,
     device: usize,
     stream: StreamId,
-    pool: Option<Arc<crate::device::JoinedPool>>,
+    pool: Option<Arc<JoinedPool>>,
     fault: Option<Fault>,
     _pins: memory::Pins,
 }
@@ -276,8 +216,8 @@ impl FrozenNode {
     }
 }
 
-/// One run of frozen launches: which, where, and the faults injected into them.
-struct FrozenRun<'a> {
+/// One run of a span of frozen launches: which, where, and the faults injected into them.
+struct RunSpan<'a> {
     nodes: std::ops::Range<usize>,
     addrs: &'a [DevicePtr],
     first_seq: u64,
@@ -293,11 +233,11 @@ impl CpuFrozen {
     /// wake-up of the submitter between kernels). Launches budgeted one thread run on that
     /// worker alone. Stops at the first failure, which names that launch's op and
     /// submission number.
-    fn run(&self, run: FrozenRun<'_>, pool: &rayon::ThreadPool) -> Result<()> {
+    fn run(&self, run: RunSpan<'_>, pool: &rayon::ThreadPool) -> Result<()> {
         pool.install(|| self.run_here(run))
     }
 
-    fn run_here(&self, run: FrozenRun<'_>) -> Result<()> {
+    fn run_here(&self, run: RunSpan<'_>) -> Result<()> {
         let mut ranges = Vec::new();
         let (mut ins, mut outs) = (Vec::new(), Vec::new());
         for (i, n) in self.nodes[run.nodes].iter().enumerate() {
@@ -321,33 +261,26 @@ impl CpuFrozen {
     }
 }
 
-impl CpuBackend {
+impl Device {
     /// Validates a launch: the kernel is ours, the launch fits its op and kernel, every
     /// operand lies in a live allocation (which is pinned), and no output overlaps
     /// another operand.
-    pub(crate) fn prepare_launch(
-        &self,
-        device: usize,
-        kernel: &KernelInfo,
-        args: LaunchArgs,
-        stream: StreamId,
-    ) -> Result<Prepared> {
-        let dev = self.dev(device)?;
+    pub(crate) fn prepare_launch(&self, kernel: &KernelInfo, args: LaunchArgs, stream: StreamId) -> Result<Prepared> {
         let (f, own) = self.kernel_fn(kernel)?;
         let ranges = args.validate(own)?;
         let n_in = args.inputs.len();
         if let Some(i) = overlapping_output(&ranges, n_in, |_| false) {
             return Err(CpuError::BadRequest(format!("{}: output {i} overlaps another operand", kernel.name)).into());
         }
-        let pins = dev.table.pin(&ranges).map_err(CpuError::from)?;
+        let pins = self.table.pin(&ranges).map_err(CpuError::from)?;
         let out_bytes: u64 = ranges[n_in..].iter().map(|o| o.1 as u64).sum();
-        let (inline, threads) = self.placement(dev, &args.op, args.threads, out_bytes);
+        let (inline, threads) = self.placement(&args.op, args.threads, out_bytes);
         let pool = if inline {
             None
         } else if threads == 1 {
-            self.queue(device, stream)?.map(|q| q.solo.clone())
+            self.queue(stream)?.map(|q| q.solo.clone())
         } else {
-            Some(dev.pool.clone())
+            Some(self.pool.clone())
         };
         let prepacked = args.prepacked.clone();
         Ok(Prepared {
@@ -356,7 +289,7 @@ impl CpuBackend {
             ranges,
             ctx: Ctx { threads, features: self.features, prepacked },
             kernel: own.name.as_ref(),
-            device,
+            device: self.index,
             stream,
             pool,
             fault: self.faults.take(&own.name),
@@ -366,8 +299,8 @@ impl CpuBackend {
 
     /// Runs a prepared launch now (default stream) or queues it, named by its op and
     /// submission number (user stream).
-    pub(crate) fn enqueue(&self, device: usize, stream: StreamId, p: Prepared) -> Result<()> {
-        match self.queue(device, stream)? {
+    pub(crate) fn enqueue(&self, stream: StreamId, p: Prepared) -> Result<()> {
+        match self.queue(stream)? {
             None => p.run(),
             Some(q) => {
                 q.queue.submit_op(p.args.op.name(), p.args.seq, Box::new(move || p.run()))?;
@@ -379,12 +312,7 @@ impl CpuBackend {
     /// Validates every launch in full (as `prepare_launch` does; patched operands by their
     /// offsets) and pins the fixed operands' allocations for the life of the plan;
     /// `launch_frozen` then checks only the per-run addresses.
-    pub(crate) fn freeze_launches(
-        &self,
-        device: usize,
-        launches: &[runtime::FrozenLaunch],
-    ) -> Result<Option<runtime::Frozen>> {
-        let dev = self.dev(device)?;
+    pub(crate) fn freeze_launches(&self, launches: &[runtime::FrozenLaunch]) -> Result<Option<runtime::Frozen>> {
         let bad = |msg: String| -> runtime::Error { CpuError::BadRequest(msg).into() };
         let mut nodes = Vec::with_capacity(launches.len());
         let mut fixed: Vec<(u64, usize)> = Vec::new();
@@ -423,7 +351,7 @@ impl CpuBackend {
             }
             fixed.extend(ranges.iter().enumerate().filter(|(i, _)| !patched[*i]).map(|(_, r)| *r));
             let out_bytes: u64 = ranges[n_in..].iter().map(|o| o.1 as u64).sum();
-            let (_, threads) = self.placement(dev, &args.op, args.threads, out_bytes);
+            let (_, threads) = self.placement(&args.op, args.threads, out_bytes);
             nodes.push(FrozenNode {
                 f,
                 kernel: own.name.as_ref(),
@@ -433,25 +361,29 @@ impl CpuBackend {
                 ctx: Ctx { threads, features: self.features, prepacked: args.prepacked.clone() },
             });
         }
-        let pins = dev.table.pin(&fixed).map_err(CpuError::from)?;
-        Ok(Some(runtime::Frozen(Arc::new(CpuFrozen { device, table: dev.table.clone(), nodes, extent, _pins: pins }))))
+        let pins = self.table.pin(&fixed).map_err(CpuError::from)?;
+        Ok(Some(runtime::Frozen(Arc::new(CpuFrozen {
+            device: self.index,
+            table: self.table.clone(),
+            nodes,
+            extent,
+            _pins: pins,
+        }))))
     }
 
     /// Checks the per-run addresses of frozen launches `nodes` and runs them (default
     /// stream) or queues them as one job named by the first launch (user stream).
     pub(crate) fn launch_frozen_at(
         &self,
-        device: usize,
         frozen: &runtime::Frozen,
         nodes: std::ops::Range<usize>,
         addrs: &[DevicePtr],
         first_seq: u64,
         stream: StreamId,
     ) -> Result<()> {
-        let dev = self.dev(device)?;
         let bad = |msg: &str| -> runtime::Error { CpuError::BadRequest(msg.into()).into() };
         let fz = frozen.0.clone().downcast::<CpuFrozen>().map_err(|_| bad("not a frozen plan of the CPU backend"))?;
-        if fz.device != device || !Arc::ptr_eq(&fz.table, &dev.table) {
+        if fz.device != self.index || !Arc::ptr_eq(&fz.table, &self.table) {
             return Err(bad("the frozen plan belongs to another device"));
         }
         if nodes.start > nodes.end || nodes.end > fz.nodes.len() || addrs.len() < fz.extent.len() {
@@ -460,7 +392,7 @@ impl CpuBackend {
         // Per-run addresses: each covers every operand patched from it (slots beyond
         // `extent` patch nothing).
         let slots: Vec<(u64, usize)> = addrs.iter().zip(&fz.extent).map(|(a, &e)| (a.0, e)).collect();
-        let pins = dev.table.pin(&slots).map_err(CpuError::from)?;
+        let pins = self.table.pin(&slots).map_err(CpuError::from)?;
         // Outputs of nodes with patched operands must not overlap their other operands.
         let mut ranges = Vec::new();
         for n in &fz.nodes[nodes.clone()] {
@@ -472,29 +404,29 @@ impl CpuBackend {
                 return Err(CpuError::BadRequest(format!("{}: output {i} overlaps another operand", n.kernel)).into());
             }
         }
-        let faults: Vec<Option<Fault>> = if self.faults.armed.load(Ordering::Acquire) {
+        let faults: Vec<Option<Fault>> = if self.faults.armed() {
             fz.nodes[nodes.clone()].iter().map(|n| self.faults.take(n.kernel)).collect()
         } else {
             Vec::new()
         };
         let first_op = fz.nodes.get(nodes.start).filter(|_| !nodes.is_empty()).map(|n| n.args.op.name());
-        match self.queue(device, stream)? {
+        match self.queue(stream)? {
             None => {
-                let run = FrozenRun { nodes, addrs, first_seq, stream, faults: &faults };
-                let r = fz.run(run, &dev.pool);
+                let run = RunSpan { nodes, addrs, first_seq, stream, faults: &faults };
+                let r = fz.run(run, &self.pool);
                 drop(pins);
                 r
             }
             Some(q) => {
                 let Some(op) = first_op else { return Ok(()) };
                 let addrs = addrs.to_vec();
-                let pool = dev.pool.clone();
+                let pool = self.pool.clone();
                 q.queue.submit_op(
                     op,
                     first_seq,
                     Box::new(move || {
                         let _pins = pins;
-                        let run = FrozenRun { nodes, addrs: &addrs, first_seq, stream, faults: &faults };
+                        let run = RunSpan { nodes, addrs: &addrs, first_seq, stream, faults: &faults };
                         fz.run(run, &pool)
                     }),
                 )?;
@@ -505,15 +437,10 @@ impl CpuBackend {
 
     /// Validates every launch, then runs them (default stream) or queues them as one job
     /// named by the first launch (user stream); each failure names its own launch.
-    pub(crate) fn launch_batch_at(
-        &self,
-        device: usize,
-        launches: Vec<(KernelInfo, LaunchArgs)>,
-        stream: StreamId,
-    ) -> Result<()> {
+    pub(crate) fn launch_batch_at(&self, launches: Vec<(KernelInfo, LaunchArgs)>, stream: StreamId) -> Result<()> {
         let mut jobs = Vec::with_capacity(launches.len());
         for (k, a) in launches {
-            jobs.push(self.prepare_launch(device, &k, a, stream)?);
+            jobs.push(self.prepare_launch(&k, a, stream)?);
         }
         let Some((op, seq)) = jobs.first().map(|j| (j.args.op.name(), j.args.seq)) else { return Ok(()) };
         // One submission for the whole batch: the jobs run back to back and the first
@@ -529,7 +456,7 @@ impl CpuBackend {
             }
             first
         };
-        match self.queue(device, stream)? {
+        match self.queue(stream)? {
             None => run(),
             Some(q) => {
                 q.queue.submit_op(op, seq, Box::new(run))?;
@@ -540,7 +467,7 @@ impl CpuBackend {
 
     /// This backend's function and description for `kernel`.
     fn kernel_fn(&self, kernel: &KernelInfo) -> Result<(kernels::KernelFn, &'static KernelInfo)> {
-        match self.table.resolve(kernel) {
+        match self.kernels.resolve(kernel) {
             Some((own, f)) => Ok((*f, own)),
             None => Err(CpuError::BadRequest(format!("kernel {} is not a CPU kernel", kernel.name)).into()),
         }
@@ -549,13 +476,13 @@ impl CpuBackend {
     /// Where a launch runs: `(inline, threads)`. Small launches run on the submitting
     /// thread (stream worker or caller); larger ones enter the device pool, or the
     /// stream's one-thread pool when the budget is 1.
-    fn placement(&self, dev: &CpuDevice, op: &runtime::Op, budget: usize, out_bytes: u64) -> (bool, usize) {
-        let threads = if budget == 0 { dev.threads } else { budget.min(dev.threads) };
+    fn placement(&self, op: &runtime::Op, budget: usize, out_bytes: u64) -> (bool, usize) {
+        let threads = if budget == 0 { self.threads } else { budget.min(self.threads) };
         let matrix = matches!(
             op.kind(),
             runtime::OpKind::MatMul | runtime::OpKind::Gemm | runtime::OpKind::Linear | runtime::OpKind::Attention
         );
-        let inline = dev.threads == 1 || (out_bytes <= INLINE_MAX_BYTES && !matrix);
+        let inline = self.threads == 1 || (out_bytes <= INLINE_MAX_BYTES && !matrix);
         (inline, if inline { 1 } else { threads })
     }
 }

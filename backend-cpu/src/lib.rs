@@ -6,48 +6,31 @@
 //! configured thread cap for intra-op parallelism. Kernels come in three tiers; see
 //! [`kernels`].
 //!
-//! Files: [`CpuBackend`] and its `Backend` methods in `backend.rs`, the per-device
-//! records in `device.rs`, allocations and copies in [`memory`], streams and events in
-//! [`stream`], launch checks, batches and frozen launches in `launch.rs`, the detected
-//! CPU and the instruction-set path in use in [`features`], the FMA peak measurement in
-//! [`peak`], errors in [`error`].
+//! Files: [`CpuBackend`] and its `Backend` methods in `backend.rs`; the per-device
+//! record (allocation table, streams and events, pool, and the kernel table and features
+//! its launches use) in `device.rs`; allocations and every copy in [`memory`]; streams,
+//! events and the default stream in [`stream`]; launch checks, batches and frozen
+//! launches in `launch.rs`; injected faults in `fault.rs`; the joined rayon pools in
+//! `pool.rs`; the configuration in `config.rs`; the detected CPU and the instruction-set
+//! path in use in [`features`]; the FMA peak measurement in [`peak`]; errors in [`error`].
 
 pub mod affinity;
 mod backend;
+mod config;
 mod device;
 pub mod error;
+mod fault;
 pub mod features;
 pub mod kernels;
 mod launch;
 pub mod memory;
 pub mod peak;
+mod pool;
 pub mod stream;
 
 pub use backend::{CpuBackend, ONE_STREAM_MAX_THREADS};
-pub use device::DEFAULT_STREAM;
+pub use config::CpuConfig;
 pub use error::CpuError;
+pub use fault::Fault;
 pub use features::{Isa, IsaError};
-pub use launch::Fault;
-
-/// How the CPU backend presents the host.
-#[derive(Clone, Debug)]
-pub struct CpuConfig {
-    /// Logical devices (they share the host's cores and memory).
-    pub devices: usize,
-    /// Worker threads per device for intra-op parallelism (`None` = all cores).
-    pub threads: Option<usize>,
-    /// The instruction-set path every kernel takes, even where the CPU has a wider one
-    /// (`None`: the one `NPURT_CPU_ISA` names, else the widest detected). A path this CPU
-    /// cannot run makes [`CpuBackend::new`] fail with [`CpuError::Isa`].
-    pub isa: Option<Isa>,
-    /// Whether each device pool's workers are pinned to CPUs of their own (see
-    /// [`affinity`]); `None`: what `NPURT_CPU_PIN` says, else pinned when the workers of all
-    /// devices are as many as the CPUs the process may run on.
-    pub pin: Option<bool>,
-}
-
-impl Default for CpuConfig {
-    fn default() -> Self {
-        CpuConfig { devices: 1, threads: None, isa: None, pin: None }
-    }
-}
+pub use stream::DEFAULT_STREAM;

@@ -3,11 +3,11 @@
 //! contract) with the `Layout` that gives them back, and the copies, fills and host
 //! mappings checked against that table.
 
-use crate::CpuBackend;
 use crate::error::CpuError;
-use runtime::backend::allocations::{self, Release, overlaps};
-use runtime::{Backend, DevicePtr, Result, StreamId};
+use crate::stream::Job;
+use runtime::backend::allocations::{self, CopyError, Release};
 use std::alloc::Layout;
+use std::sync::Arc;
 
 /// Gives a host block back to the global allocator.
 #[derive(Clone, Copy, Debug, Default)]
@@ -51,112 +51,89 @@ pub fn alloc(table: &Table, bytes: usize, align: usize) -> std::result::Result<u
     Ok(p as u64)
 }
 
-impl CpuBackend {
-    /// `Backend::copy_to_device`: `src` into the checked range at `dst`, now.
-    pub(crate) fn copy_in(&self, device: usize, src: &[u8], dst: DevicePtr) -> Result<()> {
-        if src.is_empty() {
-            return Ok(());
-        }
-        let _pins = self.dev(device)?.table.pin(&[(dst.0, src.len())]).map_err(CpuError::from)?;
-        // SAFETY: the destination range was validated and pinned just above; `src` is a
-        // distinct host slice (device memory is never handed out as a Rust reference
-        // outside a kernel or `map_host` call).
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.0 as *mut u8, src.len()) };
+/// A device-to-device copy that [`Table::check_copy`] refused, as the backend's error.
+fn copy_error(e: CopyError) -> CpuError {
+    match e {
+        CopyError::Overlap => CpuError::BadRequest("device copy ranges overlap".into()),
+        CopyError::BadAddress(e) => e.into(),
+    }
+}
+
+/// `Backend::copy_to_device`: `src` into the checked range at `dst`, now.
+pub(crate) fn copy_in(table: &Arc<Table>, src: &[u8], dst: u64) -> Result<(), CpuError> {
+    if src.is_empty() {
+        return Ok(());
+    }
+    let _pins = table.pin(&[(dst, src.len())])?;
+    // SAFETY: the destination range was validated and pinned just above; `src` is a
+    // distinct host slice (device memory is never handed out as a Rust reference
+    // outside a kernel or `map_host` call).
+    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut u8, src.len()) };
+    Ok(())
+}
+
+/// `Backend::copy_to_host`, once the stream has finished its queued work: the checked
+/// range at `src` into `dst`.
+pub(crate) fn copy_out(table: &Arc<Table>, src: u64, dst: &mut [u8]) -> Result<(), CpuError> {
+    if dst.is_empty() {
+        return Ok(());
+    }
+    let _pins = table.pin(&[(src, dst.len())])?;
+    // SAFETY: the source range was validated and pinned just above; `dst` is a
+    // distinct, exclusively borrowed host slice.
+    unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst.as_mut_ptr(), dst.len()) };
+    Ok(())
+}
+
+/// `Backend::copy_on_device`: the copy as a job to run now (default stream) or to queue,
+/// its ranges checked by [`Table::check_copy`] and pinned until it has run; `None` for
+/// zero bytes.
+pub(crate) fn copy_on_device(table: &Arc<Table>, src: u64, dst: u64, bytes: usize) -> Result<Option<Job>, CpuError> {
+    let Some(c) = table.check_copy(src, dst, bytes).map_err(copy_error)? else { return Ok(None) };
+    let pins = table.pin(&c.ranges())?;
+    Ok(Some(Box::new(move || {
+        let _pins = pins;
+        // SAFETY: both ranges passed `check_copy` (inside live allocations, not
+        // overlapping) and were pinned when the copy was queued.
+        unsafe { std::ptr::copy_nonoverlapping(c.src as *const u8, c.dst as *mut u8, c.bytes) };
         Ok(())
-    }
+    })))
+}
 
-    /// `Backend::copy_to_host`: the checked range at `src` into `dst`, once `stream` has
-    /// finished its queued work.
-    pub(crate) fn copy_out(&self, device: usize, src: DevicePtr, dst: &mut [u8], stream: StreamId) -> Result<()> {
-        if let Some(q) = self.queue(device, stream)? {
-            q.queue.synchronize()?;
-        }
-        if dst.is_empty() {
-            return Ok(());
-        }
-        let _pins = self.dev(device)?.table.pin(&[(src.0, dst.len())]).map_err(CpuError::from)?;
-        // SAFETY: the source range was validated and pinned just above; `dst` is a
-        // distinct, exclusively borrowed host slice.
-        unsafe { std::ptr::copy_nonoverlapping(src.0 as *const u8, dst.as_mut_ptr(), dst.len()) };
+/// `Backend::memset`: the fill as a job to run now (default stream) or to queue, the
+/// range pinned until it has run; `None` for zero bytes.
+pub(crate) fn fill(table: &Arc<Table>, dst: u64, value: u8, bytes: usize) -> Result<Option<Job>, CpuError> {
+    if bytes == 0 {
+        return Ok(None);
+    }
+    let pins = table.pin(&[(dst, bytes)])?;
+    Ok(Some(Box::new(move || {
+        let _pins = pins;
+        // SAFETY: the range was validated and pinned when the fill was queued.
+        unsafe { std::ptr::write_bytes(dst as *mut u8, value, bytes) };
         Ok(())
-    }
+    })))
+}
 
-    /// `Backend::copy_on_device`: run now (default stream) or queued, the ranges pinned
-    /// until it has run.
-    pub(crate) fn copy_within(
-        &self,
-        device: usize,
-        src: DevicePtr,
-        dst: DevicePtr,
-        bytes: usize,
-        stream: StreamId,
-    ) -> Result<()> {
-        if bytes == 0 {
-            return Ok(());
-        }
-        if overlaps((src.0, bytes), (dst.0, bytes)) {
-            return Err(CpuError::BadRequest("device copy ranges overlap".into()).into());
-        }
-        let pins = self.dev(device)?.table.pin(&[(src.0, bytes), (dst.0, bytes)]).map_err(CpuError::from)?;
-        self.submit(
-            device,
-            stream,
-            Box::new(move || {
-                let _pins = pins;
-                // SAFETY: both ranges were validated and pinned when the copy was queued
-                // and they do not overlap (checked above).
-                unsafe { std::ptr::copy_nonoverlapping(src.0 as *const u8, dst.0 as *mut u8, bytes) };
-                Ok(())
-            }),
-        )
+/// `Backend::map_host`, once the device's queued work has finished: `f` on the checked
+/// range.
+pub(crate) fn map(table: &Arc<Table>, ptr: u64, len: usize, f: &mut dyn FnMut(&mut [u8])) -> Result<(), CpuError> {
+    if len == 0 {
+        f(&mut []);
+        return Ok(());
     }
-
-    /// `Backend::memset`: run now (default stream) or queued, the range pinned until it
-    /// has run.
-    pub(crate) fn fill(&self, device: usize, dst: DevicePtr, value: u8, bytes: usize, stream: StreamId) -> Result<()> {
-        if bytes == 0 {
-            return Ok(());
-        }
-        let pins = self.dev(device)?.table.pin(&[(dst.0, bytes)]).map_err(CpuError::from)?;
-        self.submit(
-            device,
-            stream,
-            Box::new(move || {
-                let _pins = pins;
-                // SAFETY: the range was validated and pinned when the fill was queued.
-                unsafe { std::ptr::write_bytes(dst.0 as *mut u8, value, bytes) };
-                Ok(())
-            }),
-        )
-    }
-
-    /// `Backend::map_host`: `f` on the checked range, after the device's queued work.
-    pub(crate) fn map_range(
-        &self,
-        device: usize,
-        ptr: DevicePtr,
-        len: usize,
-        f: &mut dyn FnMut(&mut [u8]),
-    ) -> Result<bool> {
-        self.synchronize_device(device)?;
-        if len == 0 {
-            f(&mut []);
-            return Ok(true);
-        }
-        let _pins = self.dev(device)?.table.pin(&[(ptr.0, len)]).map_err(CpuError::from)?;
-        // SAFETY: the range was validated and is pinned for the duration of `f`; device
-        // work queued before this call has finished (synchronised above).
-        let bytes = unsafe { std::slice::from_raw_parts_mut(ptr.0 as *mut u8, len) };
-        f(bytes);
-        Ok(true)
-    }
+    let _pins = table.pin(&[(ptr, len)])?;
+    // SAFETY: the range was validated and is pinned for the duration of `f`; device
+    // work queued before this call has finished (the caller synchronised).
+    let bytes = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
+    f(bytes);
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::error::Error as _;
-    use std::sync::Arc;
 
     #[test]
     fn a_freed_block_goes_back_after_its_last_pin_and_bad_addresses_keep_their_source() {

@@ -7,12 +7,17 @@
 //! are still reached.
 
 use crate::error::CpuError;
+use crate::pool::JoinedPool;
+use runtime::StreamId;
 use runtime::error::panic_message;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc::{Sender, channel};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
+
+/// The id of every device's default (synchronous) stream.
+pub const DEFAULT_STREAM: StreamId = StreamId(0);
 
 pub type Job = Box<dyn FnOnce() -> Result<(), runtime::Error> + Send>;
 
@@ -43,6 +48,22 @@ pub struct WorkQueue {
     tx: Mutex<Option<Sender<Queued>>>,
     state: Arc<(Mutex<Progress>, Condvar)>,
     worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A user stream: its queue and a one-thread pool for launches whose thread budget is 1
+/// (so concurrent graph nodes do not oversubscribe the cores).
+pub(crate) struct UserStream {
+    pub(crate) queue: WorkQueue,
+    pub(crate) solo: Arc<JoinedPool>,
+}
+
+impl UserStream {
+    /// User stream `id` of device `device`, with its worker thread and one-thread pool.
+    pub(crate) fn new(device: usize, id: u64) -> Result<UserStream, CpuError> {
+        let queue = WorkQueue::new(format!("cpu:{device}/stream{id}"))?;
+        let solo = JoinedPool::new(1, move |_| format!("npurt-cpu{device}-s{id}"), None)?;
+        Ok(UserStream { queue, solo: Arc::new(solo) })
+    }
 }
 
 /// Runs one job; a panic or an error becomes the job's [`runtime::Error::Async`].

@@ -1,12 +1,90 @@
-//! The [`runtime::Backend`] implementation of [`CudaBackend`]: each method delegates to
-//! the device records (`device.rs`), memory (`memory.rs`), streams and events
-//! (`stream.rs`) or the launch path (`launch.rs`).
+//! [`CudaBackend`], one [`Device`] per visible GPU opened by probing, and its
+//! [`runtime::Backend`] implementation: each method delegates to the device record
+//! (`device.rs`), memory (`memory.rs`), streams and events (`stream.rs`) or the launch
+//! path (`launch.rs`).
 
-use crate::device::{CudaBackend, DEFAULT_STREAM};
-use crate::error::CudaError;
-use crate::memory;
-use runtime::{Backend, DeviceInfo, DevicePtr, EventId, KernelInfo, LaunchArgs, Result, StreamId};
+use crate::config::CudaConfig;
+use crate::device::{DEFAULT_STREAM, Device};
+use crate::error::{CudaError, guard};
+use crate::info::CudaDeviceInfo;
+use crate::kernels::{self, Impl};
+use crate::{memory, nvrtc, probe};
+use runtime::{Backend, DeviceInfo, DevicePtr, EventId, KernelInfo, KernelTable, LaunchArgs, Result, StreamId};
 use std::time::Duration;
+
+/// The CUDA backend: every visible GPU.
+pub struct CudaBackend {
+    pub(crate) devices: Vec<Device>,
+    pub(crate) kernels: &'static KernelTable<Impl>,
+    cfg: CudaConfig,
+    driver: probe::DriverFacts,
+}
+
+impl std::fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaBackend").field("devices", &self.devices.len()).field("driver", &self.driver).finish()
+    }
+}
+
+impl CudaBackend {
+    /// Opens every GPU with the configuration from the environment; `Err` (never a panic)
+    /// when there is no usable driver, device or NVRTC.
+    pub fn probe() -> std::result::Result<CudaBackend, CudaError> {
+        Self::probe_with(CudaConfig::from_env())
+    }
+
+    /// Opens every GPU with configuration `cfg`; `Err` (never a panic) when there is no
+    /// usable driver, device or NVRTC.
+    pub fn probe_with(cfg: CudaConfig) -> std::result::Result<CudaBackend, CudaError> {
+        let driver = probe::check_driver()?;
+        nvrtc::available()?;
+        let blas = match probe::check_library("cublas", probe::REQUIRED_CUBLAS_SYMBOLS) {
+            Ok(_) => true,
+            Err(e) => {
+                log::warn!("{e}; matrix products use the NVRTC kernels");
+                false
+            }
+        };
+        let mut devices = Vec::with_capacity(driver.devices);
+        for ord in 0..driver.devices {
+            let d = guard("device setup", || Device::open(ord, &cfg, blas, driver.version))
+                .map_err(|e| CudaError::NotAvailable(format!("cuda:{ord}: {e}")))?;
+            devices.push(d);
+        }
+        let has_blas = devices.iter().all(|d| d.blas.is_some());
+        let kernels = kernels::table(has_blas, cfg.allow_tf32);
+        if cfg.allow_tf32 {
+            log::info!("cuda: tf32 tensor cores allowed for f32 matrix products (NPURT_CUDA_TF32)");
+        }
+        log::info!(
+            "cuda backend: {} device(s) ({}), driver {}.{}",
+            devices.len(),
+            devices.iter().map(|d| d.info.name.as_str()).collect::<Vec<_>>().join(", "),
+            driver.version / 1000,
+            (driver.version % 1000) / 10
+        );
+        Ok(CudaBackend { devices, kernels, cfg, driver })
+    }
+
+    /// The configuration the backend was opened with.
+    pub fn config(&self) -> &CudaConfig {
+        &self.cfg
+    }
+
+    /// The driver library, version and device count found by probing.
+    pub fn driver(&self) -> &probe::DriverFacts {
+        &self.driver
+    }
+
+    /// Everything known about device `d` (peaks per unit, compute capability, ...).
+    pub fn device_details(&self, d: usize) -> std::result::Result<&CudaDeviceInfo, CudaError> {
+        Ok(&self.dev(d)?.info)
+    }
+
+    pub(crate) fn dev(&self, d: usize) -> std::result::Result<&Device, CudaError> {
+        self.devices.get(d).ok_or(CudaError::NoDevice(d))
+    }
+}
 
 // SAFETY: every address is validated against the device's allocation table and the
 // allocations queued work uses are pinned until an event (or a synchronisation) shows the
@@ -55,8 +133,7 @@ unsafe impl Backend for CudaBackend {
             return Ok(());
         }
         let d = self.dev(device)?;
-        let _pins = d.table.pin(&[(dst.0, src.len())]).map_err(CudaError::from)?;
-        Ok(d.copies.upload(src, dst.0)?)
+        Ok(memory::upload(&d.table, &d.copies, src, dst.0)?)
     }
     fn copy_to_host(&self, device: usize, src: DevicePtr, dst: &mut [u8], stream: StreamId) -> Result<()> {
         self.synchronize_stream(device, stream)?;
@@ -64,8 +141,7 @@ unsafe impl Backend for CudaBackend {
             return Ok(());
         }
         let d = self.dev(device)?;
-        let _pins = d.table.pin(&[(src.0, dst.len())]).map_err(CudaError::from)?;
-        Ok(d.copies.download(src.0, dst)?)
+        Ok(memory::download(&d.table, &d.copies, src.0, dst)?)
     }
     fn copy_on_device(
         &self,
@@ -75,10 +151,15 @@ unsafe impl Backend for CudaBackend {
         bytes: usize,
         stream: StreamId,
     ) -> Result<()> {
-        self.copy_bytes(device, src, dst, bytes, stream)
+        let d = self.dev(device)?;
+        let Some(c) = memory::check_copy(&d.table, src.0, dst.0, bytes)? else { return Ok(()) };
+        d.enqueue_bytes(stream, &c.ranges(), "copy", memory::copy_async(c))
     }
     fn memset(&self, device: usize, dst: DevicePtr, value: u8, bytes: usize, stream: StreamId) -> Result<()> {
-        self.fill_bytes(device, dst, value, bytes, stream)
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.dev(device)?.enqueue_bytes(stream, &[(dst.0, bytes)], "memset", memory::fill_async(dst.0, value, bytes))
     }
     fn map_host(&self, device: usize, _ptr: DevicePtr, _len: usize, _f: &mut dyn FnMut(&mut [u8])) -> Result<bool> {
         self.dev(device)?;
@@ -89,38 +170,38 @@ unsafe impl Backend for CudaBackend {
         DEFAULT_STREAM
     }
     fn create_stream(&self, device: usize) -> Result<StreamId> {
-        self.new_stream(device)
+        self.dev(device)?.new_stream()
     }
     fn destroy_stream(&self, device: usize, stream: StreamId) -> Result<()> {
-        self.remove_stream(device, stream)
+        self.dev(device)?.remove_stream(stream)
     }
     fn synchronize_stream(&self, device: usize, stream: StreamId) -> Result<()> {
-        self.sync_stream_of(device, stream)
+        self.dev(device)?.sync_stream_of(stream)
     }
     fn synchronize_device(&self, device: usize) -> Result<()> {
-        self.sync_device(device)
+        self.dev(device)?.sync_device()
     }
 
     fn create_event(&self, device: usize) -> Result<EventId> {
-        self.new_event(device)
+        self.dev(device)?.new_event()
     }
     fn destroy_event(&self, device: usize, event: EventId) -> Result<()> {
-        self.remove_event(device, event)
+        self.dev(device)?.remove_event(event)
     }
     fn record_event(&self, device: usize, event: EventId, stream: StreamId) -> Result<()> {
-        self.record(device, event, stream)
+        self.dev(device)?.record(event, stream)
     }
     fn wait_event(&self, device: usize, stream: StreamId, event: EventId) -> Result<()> {
-        self.wait(device, stream, event)
+        self.dev(device)?.wait(stream, event)
     }
     fn query_event(&self, device: usize, event: EventId) -> Result<bool> {
-        self.query(device, event)
+        self.dev(device)?.query(event)
     }
     fn synchronize_event(&self, device: usize, event: EventId) -> Result<()> {
-        self.sync_event(device, event)
+        self.dev(device)?.sync_event(event)
     }
     fn elapsed(&self, device: usize, start: EventId, end: EventId) -> Result<Duration> {
-        self.event_elapsed(device, start, end)
+        self.dev(device)?.event_elapsed(start, end)
     }
 
     fn kernels(&self) -> &[KernelInfo] {
@@ -128,6 +209,6 @@ unsafe impl Backend for CudaBackend {
     }
 
     fn launch(&self, device: usize, kernel: &KernelInfo, args: LaunchArgs, stream: StreamId) -> Result<()> {
-        self.launch_kernel(device, kernel, args, stream)
+        self.dev(device)?.launch_kernel(self.kernels, kernel, args, stream)
     }
 }

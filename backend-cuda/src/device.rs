@@ -1,17 +1,17 @@
-//! The per-device records: each GPU's context, allocation table, streams and events,
-//! compiled modules, cuBLAS handle, staging buffer and error word ([`Device`]), and the
-//! backend that owns one per visible GPU ([`CudaBackend`]), opened by probing.
+//! The per-device record: each GPU's context, allocation table, streams and events,
+//! compiled modules, cuBLAS handle, staging buffer and error word ([`Device`]), with the
+//! records of its streams and of the work queued on them.
 
-use crate::CudaConfig;
+use crate::config::CudaConfig;
 use crate::error::{CudaError, drv, guard, lock};
 use crate::info::CudaDeviceInfo;
-use crate::kernels::{self, Impl, source};
+use crate::kernels::source;
 use crate::memory::{self, CudaRelease, HostCopies};
-use crate::{nvrtc, probe};
+use crate::nvrtc;
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream, result};
 use runtime::backend::allocations::{AllocTable, Pins};
-use runtime::{DType, KernelTable, StreamId, Tier};
+use runtime::{DType, StreamId, Tier};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
@@ -223,79 +223,5 @@ impl Device {
             }
         }
         Err(CudaError::Nvrtc { module: source::module_name(tier, dtype), log: errors.join("; ") })
-    }
-}
-
-/// The CUDA backend: every visible GPU.
-pub struct CudaBackend {
-    pub(crate) devices: Vec<Device>,
-    pub(crate) kernels: &'static KernelTable<Impl>,
-    cfg: CudaConfig,
-    driver: probe::DriverFacts,
-}
-
-impl std::fmt::Debug for CudaBackend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CudaBackend").field("devices", &self.devices.len()).field("driver", &self.driver).finish()
-    }
-}
-
-impl CudaBackend {
-    /// Opens every GPU with the configuration from the environment; `Err` (never a panic)
-    /// when there is no usable driver, device or NVRTC.
-    pub fn probe() -> std::result::Result<CudaBackend, CudaError> {
-        Self::probe_with(CudaConfig::from_env())
-    }
-
-    /// Opens every GPU with configuration `cfg`; `Err` (never a panic) when there is no
-    /// usable driver, device or NVRTC.
-    pub fn probe_with(cfg: CudaConfig) -> std::result::Result<CudaBackend, CudaError> {
-        let driver = probe::check_driver()?;
-        nvrtc::available()?;
-        let blas = match probe::check_library("cublas", probe::REQUIRED_CUBLAS_SYMBOLS) {
-            Ok(_) => true,
-            Err(e) => {
-                log::warn!("{e}; matrix products use the NVRTC kernels");
-                false
-            }
-        };
-        let mut devices = Vec::with_capacity(driver.devices);
-        for ord in 0..driver.devices {
-            let d = guard("device setup", || Device::open(ord, &cfg, blas, driver.version))
-                .map_err(|e| CudaError::NotAvailable(format!("cuda:{ord}: {e}")))?;
-            devices.push(d);
-        }
-        let has_blas = devices.iter().all(|d| d.blas.is_some());
-        let kernels = kernels::table(has_blas, cfg.allow_tf32);
-        if cfg.allow_tf32 {
-            log::info!("cuda: tf32 tensor cores allowed for f32 matrix products (NPURT_CUDA_TF32)");
-        }
-        log::info!(
-            "cuda backend: {} device(s) ({}), driver {}.{}",
-            devices.len(),
-            devices.iter().map(|d| d.info.name.as_str()).collect::<Vec<_>>().join(", "),
-            driver.version / 1000,
-            (driver.version % 1000) / 10
-        );
-        Ok(CudaBackend { devices, kernels, cfg, driver })
-    }
-
-    /// The configuration the backend was opened with.
-    pub fn config(&self) -> &CudaConfig {
-        &self.cfg
-    }
-
-    /// The driver library, version and device count found by probing.
-    pub fn driver(&self) -> &probe::DriverFacts {
-        &self.driver
-    }
-
-    /// Everything known about device `d` (peaks per unit, compute capability, ...).
-    pub fn device_details(&self, d: usize) -> std::result::Result<&CudaDeviceInfo, CudaError> {
-        Ok(&self.dev(d)?.info)
-    }
-
-    pub(crate) fn dev(&self, d: usize) -> std::result::Result<&Device, CudaError> {
-        self.devices.get(d).ok_or(CudaError::NoDevice(d))
     }
 }

@@ -1,7 +1,7 @@
 //! Enqueuing one table entry: operand checks and pins, parameter blocks, launch shapes,
 //! cuBLAS calls.
 
-use crate::device::{CudaBackend, DEFAULT_STREAM, Device, StreamState};
+use crate::device::{DEFAULT_STREAM, Device, StreamState};
 use crate::error::{CudaError, guard, lock};
 use crate::kernels::Impl;
 use crate::kernels::source::{Kern, entry_name};
@@ -9,7 +9,7 @@ use crate::plan::{self, KParams, MatmulPlan};
 use cudarc::cublas::sys as bsys;
 use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg, result};
 use runtime::backend::allocations::overlapping_output;
-use runtime::{DType, KernelInfo, LaunchArgs, Op, Result, StreamId, Tier};
+use runtime::{DType, KernelInfo, KernelTable, LaunchArgs, Op, Result, StreamId, Tier};
 use std::sync::atomic::Ordering;
 
 // SAFETY: `KParams` is `#[repr(C)]`, made of `i64` / `f64` fields only, and mirrors
@@ -143,7 +143,6 @@ impl Device {
         let dt = ins.first().map_or(out.dtype, |a| a.dtype);
         let o = addr(out);
         let a = |i: usize| ins.get(i).map_or(0, addr);
-        let es = dt.size();
         match (imp, &args.op) {
             (Impl::Memcpy, op) => {
                 let x = &ins[0];
@@ -167,134 +166,206 @@ impl Device {
                 let c = if ins.len() > 2 { Some((a(2), dims(2))) } else { None };
                 self.blas_matmul(st, &mp, dt, a(0), a(1), c, o)
             }
-            (Impl::Nvrtc(tier), op) => match op {
-                Op::MatMul { .. } | Op::Gemm { .. } | Op::Linear => {
-                    let in_dims: Vec<&[usize]> = (0..ins.len()).map(dims).collect();
-                    let mp = MatmulPlan::new(op, &in_dims, od).map_err(bad)?;
-                    let p = mp.params();
-                    let ptrs = [a(0), a(1), a(2), o];
-                    if tier == Tier::Reference {
-                        self.per_item(st, tier, dt, Kern::Matmul, &p, &ptrs)
-                    } else {
-                        if p.n <= 0 {
-                            return Ok(());
-                        }
-                        let f = self.function(tier, dt, &entry_name(Kern::Matmul, dt, tier))?;
-                        let grid = (mp.n.div_ceil(16) as u32, mp.m.div_ceil(16) as u32, mp.batch() as u32);
-                        self.launch_fn(st, &f, &p, &ptrs, grid, (16, 16, 1), 0)
-                    }
-                }
-                Op::Add | Op::Sub | Op::Mul | Op::Div => {
-                    let mut p = plan::binary(op, dims(0), dims(1), od).map_err(bad)?;
-                    let ptrs = [a(0), a(1), o];
-                    match tier {
-                        Tier::Reference => self.per_item(st, tier, dt, Kern::Binary, &p, &ptrs),
-                        Tier::Generic => self.strided(st, tier, dt, Kern::Binary, &p, p.n, &ptrs),
-                        Tier::HighPerformance => {
-                            p.i[1] = aligned(&ptrs, 4 * es) as i64;
-                            self.strided(st, tier, dt, Kern::Binary, &p, (p.n + 3) / 4, &ptrs)
-                        }
-                    }
-                }
-                Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Scale { .. } => {
-                    let mut p = plan::unary(op, out.layout.numel()).map_err(bad)?;
-                    let ptrs = [a(0), o];
-                    match tier {
-                        Tier::Reference => self.per_item(st, tier, dt, Kern::Unary, &p, &ptrs),
-                        Tier::Generic => self.strided(st, tier, dt, Kern::Unary, &p, p.n, &ptrs),
-                        Tier::HighPerformance => {
-                            p.i[1] = aligned(&ptrs, 4 * es) as i64;
-                            self.strided(st, tier, dt, Kern::Unary, &p, (p.n + 3) / 4, &ptrs)
-                        }
-                    }
-                }
-                Op::BiasGelu(approx) => {
-                    let mut p = plan::bias_gelu(*approx, out.layout.numel(), dims(1).first().copied().unwrap_or(1));
-                    let ptrs = [a(0), a(1), o];
-                    match tier {
-                        Tier::Reference => self.per_item(st, tier, dt, Kern::BiasGelu, &p, &ptrs),
-                        Tier::Generic => self.strided(st, tier, dt, Kern::BiasGelu, &p, p.n, &ptrs),
-                        Tier::HighPerformance => {
-                            p.i[1] = aligned(&ptrs, 4 * es) as i64;
-                            self.strided(st, tier, dt, Kern::BiasGelu, &p, (p.n + 3) / 4, &ptrs)
-                        }
-                    }
-                }
-                Op::Softmax { axis } => {
-                    let s = runtime::Shape::new(dims(0).to_vec());
-                    let ax = s.axis(*axis).ok_or_else(|| bad("softmax axis out of range"))?;
-                    let p = plan::softmax(dims(0), ax);
-                    if p.i[1] == 0 {
+            (Impl::Nvrtc(tier), _) => self.run_nvrtc(tier, args, ss),
+        }
+    }
+
+    /// Enqueues an NVRTC kernel of `tier` for `args` on `ss`, by op family.
+    fn run_nvrtc(&self, tier: Tier, args: &LaunchArgs, ss: &StreamState) -> std::result::Result<(), CudaError> {
+        match &args.op {
+            Op::MatMul { .. } | Op::Gemm { .. } | Op::Linear => self.nvrtc_matrix(tier, args, &ss.cu),
+            Op::Add | Op::Sub | Op::Mul | Op::Div | Op::BiasGelu(_) => self.nvrtc_elementwise(tier, args, &ss.cu),
+            Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Scale { .. } => {
+                self.nvrtc_elementwise(tier, args, &ss.cu)
+            }
+            Op::Softmax { .. }
+            | Op::LayerNorm { .. }
+            | Op::AddLayerNorm { .. }
+            | Op::ReduceSum { .. }
+            | Op::ReduceMean { .. }
+            | Op::Attention { .. } => self.nvrtc_rows(tier, args, &ss.cu),
+            Op::Copy | Op::Reshape { .. } | Op::Permute { .. } | Op::Gather { .. } | Op::Cast { .. } => {
+                self.nvrtc_data(args, ss)
+            }
+        }
+    }
+
+    /// A matrix product on the NVRTC kernel of `tier`.
+    fn nvrtc_matrix(&self, tier: Tier, args: &LaunchArgs, st: &CudaStream) -> std::result::Result<(), CudaError> {
+        let ins = &args.inputs;
+        let out = args.outputs.first().ok_or_else(|| bad("no output"))?;
+        let dims = |i: usize| ins[i].layout.dims();
+        let od = out.layout.dims();
+        let dt = ins.first().map_or(out.dtype, |a| a.dtype);
+        let o = addr(out);
+        let a = |i: usize| ins.get(i).map_or(0, addr);
+        let op = &args.op;
+        match op {
+            Op::MatMul { .. } | Op::Gemm { .. } | Op::Linear => {
+                let in_dims: Vec<&[usize]> = (0..ins.len()).map(dims).collect();
+                let mp = MatmulPlan::new(op, &in_dims, od).map_err(bad)?;
+                let p = mp.params();
+                let ptrs = [a(0), a(1), a(2), o];
+                if tier == Tier::Reference {
+                    self.per_item(st, tier, dt, Kern::Matmul, &p, &ptrs)
+                } else {
+                    if p.n <= 0 {
                         return Ok(());
                     }
-                    let ptrs = [a(0), o];
-                    match tier {
-                        Tier::Reference => self.per_item(st, tier, dt, Kern::Softmax, &p, &ptrs),
-                        Tier::Generic => self.per_row(st, tier, dt, Kern::Softmax, &p, p.n, BLOCK, 0, &ptrs),
-                        Tier::HighPerformance => self.per_warp(st, tier, dt, Kern::Softmax, &p, p.n, &ptrs),
+                    let f = self.function(tier, dt, &entry_name(Kern::Matmul, dt, tier))?;
+                    let grid = (mp.n.div_ceil(16) as u32, mp.m.div_ceil(16) as u32, mp.batch() as u32);
+                    self.launch_fn(st, &f, &p, &ptrs, grid, (16, 16, 1), 0)
+                }
+            }
+            _ => Err(bad("not an op of this kernel family")),
+        }
+    }
+
+    /// An element-wise op (binary, unary, bias + GELU) on the NVRTC kernel of `tier`.
+    fn nvrtc_elementwise(&self, tier: Tier, args: &LaunchArgs, st: &CudaStream) -> std::result::Result<(), CudaError> {
+        let ins = &args.inputs;
+        let out = args.outputs.first().ok_or_else(|| bad("no output"))?;
+        let dims = |i: usize| ins[i].layout.dims();
+        let od = out.layout.dims();
+        let dt = ins.first().map_or(out.dtype, |a| a.dtype);
+        let o = addr(out);
+        let a = |i: usize| ins.get(i).map_or(0, addr);
+        let es = dt.size();
+        let op = &args.op;
+        match op {
+            Op::Add | Op::Sub | Op::Mul | Op::Div => {
+                let mut p = plan::binary(op, dims(0), dims(1), od).map_err(bad)?;
+                let ptrs = [a(0), a(1), o];
+                match tier {
+                    Tier::Reference => self.per_item(st, tier, dt, Kern::Binary, &p, &ptrs),
+                    Tier::Generic => self.strided(st, tier, dt, Kern::Binary, &p, p.n, &ptrs),
+                    Tier::HighPerformance => {
+                        p.i[1] = aligned(&ptrs, 4 * es) as i64;
+                        self.strided(st, tier, dt, Kern::Binary, &p, (p.n + 3) / 4, &ptrs)
                     }
                 }
-                Op::LayerNorm { eps } | Op::AddLayerNorm { eps } => {
-                    let res = matches!(op, Op::AddLayerNorm { .. });
-                    let p = plan::layer_norm(dims(0), *eps, res);
-                    let ptrs = if res { [a(0), a(1), a(2), a(3), o] } else { [a(0), 0, a(1), a(2), o] };
-                    match tier {
-                        Tier::Reference => self.per_item(st, tier, dt, Kern::LayerNorm, &p, &ptrs),
-                        Tier::Generic => self.per_row(st, tier, dt, Kern::LayerNorm, &p, p.n, BLOCK, 0, &ptrs),
-                        Tier::HighPerformance => self.per_warp(st, tier, dt, Kern::LayerNorm, &p, p.n, &ptrs),
+            }
+            Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Scale { .. } => {
+                let mut p = plan::unary(op, out.layout.numel()).map_err(bad)?;
+                let ptrs = [a(0), o];
+                match tier {
+                    Tier::Reference => self.per_item(st, tier, dt, Kern::Unary, &p, &ptrs),
+                    Tier::Generic => self.strided(st, tier, dt, Kern::Unary, &p, p.n, &ptrs),
+                    Tier::HighPerformance => {
+                        p.i[1] = aligned(&ptrs, 4 * es) as i64;
+                        self.strided(st, tier, dt, Kern::Unary, &p, (p.n + 3) / 4, &ptrs)
                     }
                 }
-                Op::ReduceSum { axes, .. } | Op::ReduceMean { axes, .. } => {
-                    let s = runtime::Shape::new(dims(0).to_vec());
-                    let ax = runtime::op::normalise_axes(&s, axes).ok_or_else(|| bad("bad reduction axes"))?;
-                    let p = plan::reduce(dims(0), &ax, matches!(op, Op::ReduceMean { .. })).map_err(bad)?;
-                    let ptrs = [a(0), o];
-                    match tier {
-                        Tier::Reference => self.per_item(st, tier, dt, Kern::Reduce, &p, &ptrs),
-                        _ => self.per_row(st, tier, dt, Kern::Reduce, &p, p.n, BLOCK, 0, &ptrs),
+            }
+            Op::BiasGelu(approx) => {
+                let mut p = plan::bias_gelu(*approx, out.layout.numel(), dims(1).first().copied().unwrap_or(1));
+                let ptrs = [a(0), a(1), o];
+                match tier {
+                    Tier::Reference => self.per_item(st, tier, dt, Kern::BiasGelu, &p, &ptrs),
+                    Tier::Generic => self.strided(st, tier, dt, Kern::BiasGelu, &p, p.n, &ptrs),
+                    Tier::HighPerformance => {
+                        p.i[1] = aligned(&ptrs, 4 * es) as i64;
+                        self.strided(st, tier, dt, Kern::BiasGelu, &p, (p.n + 3) / 4, &ptrs)
                     }
                 }
-                Op::Attention { scale, .. } => {
-                    let mask = ins.get(3).map(|m| (m.layout.dims(), m.dtype == DType::U8));
-                    let p = plan::attention(dims(0), dims(1), dims(2), mask, *scale);
-                    let ptrs = [a(0), a(1), a(2), a(3), o];
-                    match tier {
-                        Tier::HighPerformance => {
-                            let (d, t) = (p.i[3] as usize, p.i[2] as usize);
-                            let smem = ((d + t) * 4) as u32;
-                            self.per_row(st, tier, dt, Kern::Attention, &p, p.i[0] * p.i[1], 128, smem, &ptrs)
-                        }
-                        _ => self.per_item(st, tier, dt, Kern::Attention, &p, &ptrs),
+            }
+            _ => Err(bad("not an op of this kernel family")),
+        }
+    }
+
+    /// A row-wise op (softmax, layer norm, reduction, attention) on the NVRTC kernel of `tier`.
+    fn nvrtc_rows(&self, tier: Tier, args: &LaunchArgs, st: &CudaStream) -> std::result::Result<(), CudaError> {
+        let ins = &args.inputs;
+        let out = args.outputs.first().ok_or_else(|| bad("no output"))?;
+        let dims = |i: usize| ins[i].layout.dims();
+        let dt = ins.first().map_or(out.dtype, |a| a.dtype);
+        let o = addr(out);
+        let a = |i: usize| ins.get(i).map_or(0, addr);
+        let op = &args.op;
+        match op {
+            Op::Softmax { axis } => {
+                let s = runtime::Shape::new(dims(0).to_vec());
+                let ax = s.axis(*axis).ok_or_else(|| bad("softmax axis out of range"))?;
+                let p = plan::softmax(dims(0), ax);
+                if p.i[1] == 0 {
+                    return Ok(());
+                }
+                let ptrs = [a(0), o];
+                match tier {
+                    Tier::Reference => self.per_item(st, tier, dt, Kern::Softmax, &p, &ptrs),
+                    Tier::Generic => self.per_row(st, tier, dt, Kern::Softmax, &p, p.n, BLOCK, 0, &ptrs),
+                    Tier::HighPerformance => self.per_warp(st, tier, dt, Kern::Softmax, &p, p.n, &ptrs),
+                }
+            }
+            Op::LayerNorm { eps } | Op::AddLayerNorm { eps } => {
+                let res = matches!(op, Op::AddLayerNorm { .. });
+                let p = plan::layer_norm(dims(0), *eps, res);
+                let ptrs = if res { [a(0), a(1), a(2), a(3), o] } else { [a(0), 0, a(1), a(2), o] };
+                match tier {
+                    Tier::Reference => self.per_item(st, tier, dt, Kern::LayerNorm, &p, &ptrs),
+                    Tier::Generic => self.per_row(st, tier, dt, Kern::LayerNorm, &p, p.n, BLOCK, 0, &ptrs),
+                    Tier::HighPerformance => self.per_warp(st, tier, dt, Kern::LayerNorm, &p, p.n, &ptrs),
+                }
+            }
+            Op::ReduceSum { axes, .. } | Op::ReduceMean { axes, .. } => {
+                let s = runtime::Shape::new(dims(0).to_vec());
+                let ax = runtime::op::normalise_axes(&s, axes).ok_or_else(|| bad("bad reduction axes"))?;
+                let p = plan::reduce(dims(0), &ax, matches!(op, Op::ReduceMean { .. })).map_err(bad)?;
+                let ptrs = [a(0), o];
+                match tier {
+                    Tier::Reference => self.per_item(st, tier, dt, Kern::Reduce, &p, &ptrs),
+                    _ => self.per_row(st, tier, dt, Kern::Reduce, &p, p.n, BLOCK, 0, &ptrs),
+                }
+            }
+            Op::Attention { scale, .. } => {
+                let mask = ins.get(3).map(|m| (m.layout.dims(), m.dtype == DType::U8));
+                let p = plan::attention(dims(0), dims(1), dims(2), mask, *scale);
+                let ptrs = [a(0), a(1), a(2), a(3), o];
+                match tier {
+                    Tier::HighPerformance => {
+                        let (d, t) = (p.i[3] as usize, p.i[2] as usize);
+                        let smem = ((d + t) * 4) as u32;
+                        self.per_row(st, tier, dt, Kern::Attention, &p, p.i[0] * p.i[1], 128, smem, &ptrs)
                     }
+                    _ => self.per_item(st, tier, dt, Kern::Attention, &p, &ptrs),
                 }
-                Op::Copy | Op::Reshape { .. } => {
-                    let x = &ins[0];
-                    let p = plan::indexed(x.layout.dims(), &[x.layout.strides.iter().map(|&s| s as i64).collect()])
-                        .map_err(bad)?;
-                    self.per_item(st, Tier::Reference, dt, Kern::Copy, &p, &[a(0), o])
-                }
-                Op::Permute { perm } => {
-                    let p = plan::permute(dims(0), perm).map_err(bad)?;
-                    self.per_item(st, Tier::Reference, dt, Kern::Copy, &p, &[a(0), o])
-                }
-                Op::Gather { axis } => {
-                    let idx = &ins[1];
-                    let p = plan::gather(dims(0), *axis, idx.layout.numel());
-                    ss.check_error_word.store(true, Ordering::Release);
-                    self.per_item(
-                        st,
-                        Tier::Reference,
-                        dt,
-                        Kern::Gather(idx.dtype),
-                        &p,
-                        &[a(0), a(1), o, self.error_word],
-                    )
-                }
-                Op::Cast { to } => {
-                    let p = KParams { n: out.layout.numel() as i64, ..Default::default() };
-                    self.per_item(st, Tier::Reference, dt, Kern::Cast(*to), &p, &[a(0), o])
-                }
-            },
+            }
+            _ => Err(bad("not an op of this kernel family")),
+        }
+    }
+
+    /// A data movement or conversion (copy, permute, gather, cast): reference kernels.
+    fn nvrtc_data(&self, args: &LaunchArgs, ss: &StreamState) -> std::result::Result<(), CudaError> {
+        let st = &ss.cu;
+        let ins = &args.inputs;
+        let out = args.outputs.first().ok_or_else(|| bad("no output"))?;
+        let dims = |i: usize| ins[i].layout.dims();
+        let dt = ins.first().map_or(out.dtype, |a| a.dtype);
+        let o = addr(out);
+        let a = |i: usize| ins.get(i).map_or(0, addr);
+        let op = &args.op;
+        match op {
+            Op::Copy | Op::Reshape { .. } => {
+                let x = &ins[0];
+                let p = plan::indexed(x.layout.dims(), &[x.layout.strides.iter().map(|&s| s as i64).collect()])
+                    .map_err(bad)?;
+                self.per_item(st, Tier::Reference, dt, Kern::Copy, &p, &[a(0), o])
+            }
+            Op::Permute { perm } => {
+                let p = plan::permute(dims(0), perm).map_err(bad)?;
+                self.per_item(st, Tier::Reference, dt, Kern::Copy, &p, &[a(0), o])
+            }
+            Op::Gather { axis } => {
+                let idx = &ins[1];
+                let p = plan::gather(dims(0), *axis, idx.layout.numel());
+                ss.check_error_word.store(true, Ordering::Release);
+                self.per_item(st, Tier::Reference, dt, Kern::Gather(idx.dtype), &p, &[a(0), a(1), o, self.error_word])
+            }
+            Op::Cast { to } => {
+                let p = KParams { n: out.layout.numel() as i64, ..Default::default() };
+                self.per_item(st, Tier::Reference, dt, Kern::Cast(*to), &p, &[a(0), o])
+            }
+            _ => Err(bad("not an op of this kernel family")),
         }
     }
 
@@ -389,21 +460,20 @@ impl Device {
     }
 }
 
-impl CudaBackend {
-    /// Validates `args` for `kernel` (rules M1, M3), pins its operands and queues the
-    /// kernel on `stream` (`Backend::launch`).
+impl Device {
+    /// Validates `args` for `kernel` of `kernels` (rules M1, M3), pins its operands and
+    /// queues the kernel on `stream` (`Backend::launch`).
     pub(crate) fn launch_kernel(
         &self,
-        device: usize,
+        kernels: &KernelTable<Impl>,
         kernel: &KernelInfo,
         args: LaunchArgs,
         stream: StreamId,
     ) -> Result<()> {
-        let (info, &imp) = self
-            .kernels
+        let (info, &imp) = kernels
             .resolve(kernel)
             .ok_or_else(|| CudaError::BadRequest(format!("kernel {} is not a CUDA kernel", kernel.name)))?;
-        let d = self.dev(device)?;
+        let d = self;
         let st = d.stream(stream)?;
         let n_in = args.inputs.len();
         let ranges = args.validate(info)?;

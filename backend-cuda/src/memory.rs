@@ -1,13 +1,13 @@
 //! Raw device allocations and their entry in the device's allocation table (rules (M1)
 //! and (M2) of the `Backend` contract, checked by
 //! [`runtime::backend::allocations::AllocTable`]), and host<->device copies through
-//! pinned, double-buffered staging buffers. Device-to-device copies and fills are queued
-//! on streams (`stream.rs`).
+//! pinned, double-buffered staging buffers; device-to-device copies and fills, checked
+//! here and queued on a stream by `stream.rs`.
 
 use crate::error::{CudaError, drv, lock};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, result};
-use runtime::backend::allocations::{AllocTable, Release};
+use runtime::backend::allocations::{AllocTable, CopyError, CopyRanges, Release};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Alignment `cuMemAlloc` guarantees.
@@ -74,6 +74,63 @@ pub fn alloc(table: &AllocTable<CudaRelease>, bytes: usize, align: usize) -> Res
     }
     table.insert(base, bytes, raw)?;
     Ok(base)
+}
+
+/// `Backend::copy_to_device` of a non-empty `src`: into the range at `dst`, checked and
+/// pinned for the copy, through the device's staging buffer.
+pub(crate) fn upload(
+    table: &Arc<AllocTable<CudaRelease>>,
+    copies: &HostCopies,
+    src: &[u8],
+    dst: u64,
+) -> Result<(), CudaError> {
+    let _pins = table.pin(&[(dst, src.len())])?;
+    copies.upload(src, dst)
+}
+
+/// `Backend::copy_to_host` of a non-empty `dst`, once its stream was synchronised: the
+/// range at `src`, checked and pinned for the copy, through the staging buffer.
+pub(crate) fn download(
+    table: &Arc<AllocTable<CudaRelease>>,
+    copies: &HostCopies,
+    src: u64,
+    dst: &mut [u8],
+) -> Result<(), CudaError> {
+    let _pins = table.pin(&[(src, dst.len())])?;
+    copies.download(src, dst)
+}
+
+/// The opening checks of `Backend::copy_on_device` ([`AllocTable::check_copy`]):
+/// `None` for a copy of zero bytes, both ranges otherwise.
+pub(crate) fn check_copy(
+    table: &AllocTable<CudaRelease>,
+    src: u64,
+    dst: u64,
+    bytes: usize,
+) -> Result<Option<CopyRanges>, CudaError> {
+    table.check_copy(src, dst, bytes).map_err(|e| match e {
+        CopyError::Overlap => CudaError::BadRequest("device copy ranges overlap".into()),
+        CopyError::BadAddress(e) => e.into(),
+    })
+}
+
+/// The device-to-device copy of `c`, for `Device::enqueue_bytes`, which pins both
+/// ranges before it runs.
+pub(crate) fn copy_async(c: CopyRanges) -> impl FnOnce(&CudaStream) -> Result<(), CudaError> {
+    move |s| {
+        // SAFETY: both ranges passed `check_copy` (inside live allocations, not
+        // overlapping) and `enqueue_bytes` pinned them before queuing this.
+        unsafe { result::memcpy_dtod_async(c.dst, c.src, c.bytes, s.cu_stream()) }.map_err(drv("cuMemcpyDtoDAsync"))
+    }
+}
+
+/// A fill of `bytes` at `dst` with `value` (`Backend::memset`), for
+/// `Device::enqueue_bytes`, which checks and pins the range before it runs.
+pub(crate) fn fill_async(dst: u64, value: u8, bytes: usize) -> impl FnOnce(&CudaStream) -> Result<(), CudaError> {
+    move |s| {
+        // SAFETY: the range was validated and pinned by `enqueue_bytes`.
+        unsafe { result::memset_d8_async(dst, value, bytes, s.cu_stream()) }.map_err(drv("cuMemsetD8Async"))
+    }
 }
 
 /// A page-locked host buffer for asynchronous copies.

@@ -1,14 +1,14 @@
 //! Streams and events: creating, destroying, recording, waiting, synchronising; the
 //! memory queued work uses, kept alive until the stream shows the work done (rule M2);
-//! and the byte copies and fills queued on a stream.
+//! and the queuing of byte copies and fills (what they do is in `memory.rs`).
 
-use crate::device::{CudaBackend, DEFAULT_STREAM, Device, Inflight, StreamState};
+use crate::device::{DEFAULT_STREAM, Device, Inflight, StreamState};
 use crate::error::{CudaError, drv, lock};
 use crate::memory::CudaRelease;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaStream, result};
-use runtime::backend::allocations::{Pins, overlaps};
-use runtime::{DevicePtr, EventId, Result, StreamId};
+use runtime::backend::allocations::Pins;
+use runtime::{EventId, Result, StreamId};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -106,110 +106,62 @@ impl Device {
         }
         Ok(())
     }
-}
 
-impl CudaBackend {
     /// Queues a byte copy or fill on `stream`, keeping its memory alive (rule M2). The
     /// default stream waits for it before returning, as on the CPU.
     pub(crate) fn enqueue_bytes(
         &self,
-        device: usize,
         stream: StreamId,
         ranges: &[(u64, usize)],
         what: &str,
         go: impl FnOnce(&CudaStream) -> std::result::Result<(), CudaError>,
     ) -> Result<()> {
-        let dev = self.dev(device)?;
-        let st = dev.stream(stream)?;
-        let pins = dev.table.pin(ranges).map_err(CudaError::from)?;
-        dev.bind()?;
+        let st = self.stream(stream)?;
+        let pins = self.table.pin(ranges).map_err(CudaError::from)?;
+        self.bind()?;
         go(&st.cu)?;
         let user = stream != DEFAULT_STREAM;
-        dev.retire(&st, user, pins, what, 0)?;
+        self.retire(&st, user, pins, what, 0)?;
         if !user {
-            dev.sync_stream(&st, false)?;
+            self.sync_stream(&st, false)?;
         }
         Ok(())
     }
 
-    /// Queues a device-to-device copy of `bytes` on `stream` (`Backend::copy_on_device`).
-    pub(crate) fn copy_bytes(
-        &self,
-        device: usize,
-        src: DevicePtr,
-        dst: DevicePtr,
-        bytes: usize,
-        stream: StreamId,
-    ) -> Result<()> {
-        if bytes == 0 {
-            return Ok(());
-        }
-        if overlaps((src.0, bytes), (dst.0, bytes)) {
-            return Err(CudaError::BadRequest("device copy ranges overlap".into()).into());
-        }
-        self.enqueue_bytes(device, stream, &[(src.0, bytes), (dst.0, bytes)], "copy", |s| {
-            // SAFETY: both ranges were validated and pinned by `enqueue_bytes` and do not
-            // overlap (checked above).
-            unsafe { result::memcpy_dtod_async(dst.0, src.0, bytes, s.cu_stream()) }.map_err(drv("cuMemcpyDtoDAsync"))
-        })
-    }
-
-    /// Queues a fill of `bytes` with `value` on `stream` (`Backend::memset`).
-    pub(crate) fn fill_bytes(
-        &self,
-        device: usize,
-        dst: DevicePtr,
-        value: u8,
-        bytes: usize,
-        stream: StreamId,
-    ) -> Result<()> {
-        if bytes == 0 {
-            return Ok(());
-        }
-        self.enqueue_bytes(device, stream, &[(dst.0, bytes)], "memset", |s| {
-            // SAFETY: the range was validated and pinned by `enqueue_bytes`.
-            unsafe { result::memset_d8_async(dst.0, value, bytes, s.cu_stream()) }.map_err(drv("cuMemsetD8Async"))
-        })
-    }
-
-    /// A new non-blocking stream on `device` (`Backend::create_stream`).
-    pub(crate) fn new_stream(&self, device: usize) -> Result<StreamId> {
-        let d = self.dev(device)?;
-        d.bind()?;
-        let cu = d.ctx.new_stream().map_err(drv("cuStreamCreate"))?;
-        let id = d.next_id.fetch_add(1, Ordering::Relaxed);
-        let st = StreamState::new(cu, format!("cuda:{device}/stream{id}"));
-        lock(&d.streams).insert(id, Arc::new(st));
+    /// A new non-blocking stream on this device (`Backend::create_stream`).
+    pub(crate) fn new_stream(&self) -> Result<StreamId> {
+        self.bind()?;
+        let cu = self.ctx.new_stream().map_err(drv("cuStreamCreate"))?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let st = StreamState::new(cu, format!("cuda:{}/stream{id}", self.ordinal));
+        lock(&self.streams).insert(id, Arc::new(st));
         Ok(StreamId(id))
     }
 
     /// Waits for `stream`, then forgets it (`Backend::destroy_stream`).
-    pub(crate) fn remove_stream(&self, device: usize, stream: StreamId) -> Result<()> {
+    pub(crate) fn remove_stream(&self, stream: StreamId) -> Result<()> {
         if stream == DEFAULT_STREAM {
             return Ok(());
         }
-        let d = self.dev(device)?;
-        let st = lock(&d.streams).remove(&stream.0).ok_or(CudaError::NoStream(stream.0, device))?;
-        if let Err(e) = d.sync_stream(&st, true) {
+        let st = lock(&self.streams).remove(&stream.0).ok_or(CudaError::NoStream(stream.0, self.ordinal))?;
+        if let Err(e) = self.sync_stream(&st, true) {
             log::warn!("destroying {}: unreported failure: {e}", st.label);
         }
         Ok(())
     }
 
     /// Waits for `stream` and reports its first failure (`Backend::synchronize_stream`).
-    pub(crate) fn sync_stream_of(&self, device: usize, stream: StreamId) -> Result<()> {
-        let d = self.dev(device)?;
-        let st = d.stream(stream)?;
-        d.sync_stream(&st, stream != DEFAULT_STREAM)
+    pub(crate) fn sync_stream_of(&self, stream: StreamId) -> Result<()> {
+        let st = self.stream(stream)?;
+        self.sync_stream(&st, stream != DEFAULT_STREAM)
     }
 
-    /// Waits for every stream of `device` (`Backend::synchronize_device`).
-    pub(crate) fn sync_device(&self, device: usize) -> Result<()> {
-        let d = self.dev(device)?;
-        let all: Vec<(u64, Arc<StreamState>)> = lock(&d.streams).iter().map(|(k, v)| (*k, v.clone())).collect();
+    /// Waits for every stream of this device (`Backend::synchronize_device`).
+    pub(crate) fn sync_device(&self) -> Result<()> {
+        let all: Vec<(u64, Arc<StreamState>)> = lock(&self.streams).iter().map(|(k, v)| (*k, v.clone())).collect();
         let mut first = Ok(());
         for (id, st) in all {
-            if let Err(e) = d.sync_stream(&st, id != DEFAULT_STREAM.0)
+            if let Err(e) = self.sync_stream(&st, id != DEFAULT_STREAM.0)
                 && first.is_ok()
             {
                 first = Err(e);
@@ -218,58 +170,51 @@ impl CudaBackend {
         first
     }
 
-    /// A new event on `device` (`Backend::create_event`).
-    pub(crate) fn new_event(&self, device: usize) -> Result<EventId> {
-        let d = self.dev(device)?;
-        let ev = d.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(drv("cuEventCreate"))?;
-        let id = d.next_id.fetch_add(1, Ordering::Relaxed);
-        lock(&d.events).insert(id, Arc::new(ev));
+    /// A new event on this device (`Backend::create_event`).
+    pub(crate) fn new_event(&self) -> Result<EventId> {
+        let ev = self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(drv("cuEventCreate"))?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        lock(&self.events).insert(id, Arc::new(ev));
         Ok(EventId(id))
     }
 
     /// Forgets `event` (`Backend::destroy_event`).
-    pub(crate) fn remove_event(&self, device: usize, event: EventId) -> Result<()> {
-        let d = self.dev(device)?;
-        lock(&d.events).remove(&event.0).ok_or(CudaError::NoEvent(event.0, device))?;
+    pub(crate) fn remove_event(&self, event: EventId) -> Result<()> {
+        lock(&self.events).remove(&event.0).ok_or(CudaError::NoEvent(event.0, self.ordinal))?;
         Ok(())
     }
 
     /// Records `event` on `stream` (`Backend::record_event`).
-    pub(crate) fn record(&self, device: usize, event: EventId, stream: StreamId) -> Result<()> {
-        let d = self.dev(device)?;
-        let (ev, st) = (d.event(event)?, d.stream(stream)?);
+    pub(crate) fn record(&self, event: EventId, stream: StreamId) -> Result<()> {
+        let (ev, st) = (self.event(event)?, self.stream(stream)?);
         ev.record(&st.cu).map_err(drv("cuEventRecord"))?;
         Ok(())
     }
 
     /// Makes `stream` wait for `event` (`Backend::wait_event`).
-    pub(crate) fn wait(&self, device: usize, stream: StreamId, event: EventId) -> Result<()> {
-        let d = self.dev(device)?;
-        let (ev, st) = (d.event(event)?, d.stream(stream)?);
+    pub(crate) fn wait(&self, stream: StreamId, event: EventId) -> Result<()> {
+        let (ev, st) = (self.event(event)?, self.stream(stream)?);
         st.cu.wait(&ev).map_err(drv("cuStreamWaitEvent"))?;
         Ok(())
     }
 
     /// True once the work before `event` is done (`Backend::query_event`).
-    pub(crate) fn query(&self, device: usize, event: EventId) -> Result<bool> {
-        let d = self.dev(device)?;
-        let ev = d.event(event)?;
-        d.bind()?;
+    pub(crate) fn query(&self, event: EventId) -> Result<bool> {
+        let ev = self.event(event)?;
+        self.bind()?;
         Ok(ev.try_is_complete().map_err(drv("cuEventQuery"))?)
     }
 
     /// Waits for `event` (`Backend::synchronize_event`).
-    pub(crate) fn sync_event(&self, device: usize, event: EventId) -> Result<()> {
-        let d = self.dev(device)?;
-        let ev = d.event(event)?;
+    pub(crate) fn sync_event(&self, event: EventId) -> Result<()> {
+        let ev = self.event(event)?;
         ev.synchronize().map_err(drv("cuEventSynchronize"))?;
         Ok(())
     }
 
     /// Time between two recorded events (`Backend::elapsed`).
-    pub(crate) fn event_elapsed(&self, device: usize, start: EventId, end: EventId) -> Result<Duration> {
-        let d = self.dev(device)?;
-        let (a, b) = (d.event(start)?, d.event(end)?);
+    pub(crate) fn event_elapsed(&self, start: EventId, end: EventId) -> Result<Duration> {
+        let (a, b) = (self.event(start)?, self.event(end)?);
         let ms = a.elapsed_ms(&b).map_err(drv("cuEventElapsedTime"))?;
         Ok(Duration::from_secs_f64((ms.max(0.0) as f64) / 1e3))
     }

@@ -20,7 +20,7 @@
 
 use super::blas;
 use super::common::*;
-use super::gemm_packed::{self, PackedBLayout};
+use super::gemm_packed::{self, BMatrix, PackedBLayout, Sgemm, Strided};
 use super::simd_math::softmax_in_place;
 use rayon::prelude::*;
 use runtime::{AttentionLayout, DType};
@@ -141,10 +141,26 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, layout: Attentio
             let rows = ob.len() / dv;
             let qb = &q[at(sq, bh, i0)..][..span(rows, sq[2], d)];
             scores.resize(rows * t, 0.0);
-            match kv {
-                Some(kv) => gemm_packed::sgemm_prepacked(rows, alpha, qb, sq[2], 1, &kv.lk, kv.kt, None, scores, t, 1),
-                None => blas::sgemm(isa, rows, t, d, alpha, qb, sq[2], 1, k_head(bh), 1, sk[2], false, scores, t, 1)?,
-            }
+            let kt = match kv {
+                Some(kv) => BMatrix::Packed { layout: &kv.lk, data: kv.kt },
+                None => BMatrix::Strided(Strided { data: k_head(bh), rs: 1, cs: sk[2] }),
+            };
+            let a = Strided { data: qb, rs: sq[2], cs: 1 };
+            let c = &mut scores[..];
+            blas::sgemm(Sgemm {
+                isa,
+                m: rows,
+                n: t,
+                k: d,
+                alpha,
+                a,
+                b: kt,
+                beta: 0.0,
+                bias: None,
+                c,
+                ldc: t,
+                threads: 1,
+            })?;
             let mut masked = [false; ROWS];
             for (r, row) in scores.chunks_mut(t).enumerate() {
                 if let Some(f) = post {
@@ -153,10 +169,25 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, layout: Attentio
                 let m = mask.map(|m| m.row(bi, hh, i0 + r, t));
                 masked[r] = softmax_in_place(isa, row, m);
             }
-            match kv {
-                Some(kv) => gemm_packed::sgemm_prepacked(rows, 1.0, scores, t, 1, &kv.lv, kv.v, None, ob, dv, 1),
-                None => blas::sgemm(isa, rows, dv, t, 1.0, scores, t, 1, v_head(bh), sv[2], 1, false, ob, dv, 1)?,
-            }
+            let v = match kv {
+                Some(kv) => BMatrix::Packed { layout: &kv.lv, data: kv.v },
+                None => BMatrix::Strided(Strided { data: v_head(bh), rs: sv[2], cs: 1 }),
+            };
+            let a = Strided { data: scores, rs: t, cs: 1 };
+            blas::sgemm(Sgemm {
+                isa,
+                m: rows,
+                n: dv,
+                k: t,
+                alpha: 1.0,
+                a,
+                b: v,
+                beta: 0.0,
+                bias: None,
+                c: ob,
+                ldc: dv,
+                threads: 1,
+            })?;
             for (r, out_row) in ob.chunks_mut(dv).enumerate() {
                 if masked[r] {
                     out_row.fill(0.0);

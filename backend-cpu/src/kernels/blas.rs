@@ -1,54 +1,44 @@
-//! Dense f32 matrix products for the high-performance tier (the `gemm` crate: BLIS-style
-//! packing with AVX-512 / AVX2+FMA / scalar micro-kernels chosen at run time).
+//! Dense f32 matrix products for the high-performance tier: the one entry point every
+//! kernel calls ([`sgemm`]) with the product described by its operands
+//! ([`Sgemm`](super::gemm_packed::Sgemm)). npurt's packed GEMM runs it on the micro-kernel
+//! of the path the backend selected; the `gemm` crate (BLIS-style packing with
+//! micro-kernels it chooses itself, `NPURT_GEMM=gemm`) may run the plain products of the
+//! CPU's widest path.
 
-/// `c = alpha * op(a) @ op(b) + (if accumulate { c } else { 0 })` for one matrix.
+use super::gemm_packed::{self, BMatrix, Sgemm};
+
+/// Runs `g`: `C = alpha·A·B + beta·C (+ bias on every row)`.
 ///
-/// `a` is `m x k` read with strides `(rsa, csa)`, `b` is `k x n` with `(rsb, csb)`, `c`
-/// is row-major `m x n` with row stride `ldc`. npurt's packed GEMM runs the micro-kernel of
-/// the path `isa` (the backend's, possibly forced); the `gemm` crate (`NPURT_GEMM=gemm`)
-/// picks its own, so a forced path narrower than the CPU's widest always takes the former.
-#[allow(clippy::too_many_arguments)]
-pub fn sgemm(
-    isa: crate::features::Isa,
-    m: usize,
-    n: usize,
-    k: usize,
-    alpha: f32,
-    a: &[f32],
-    rsa: usize,
-    csa: usize,
-    b: &[f32],
-    rsb: usize,
-    csb: usize,
-    accumulate: bool,
-    c: &mut [f32],
-    ldc: usize,
-    threads: usize,
-) -> Result<(), runtime::KernelError> {
+/// Operands shorter than the dimensions require, a packed B of another shape or path, or
+/// a bias shorter than `n` are an error. npurt's packed GEMM runs the micro-kernel of the
+/// path `g.isa` (the backend's, possibly forced); the `gemm` crate (`NPURT_GEMM=gemm`)
+/// picks its own, so it runs only plain products (strided B, no bias, `beta` 0 or 1) on the
+/// CPU's widest path.
+pub fn sgemm(g: Sgemm<'_>) -> Result<(), runtime::KernelError> {
+    let (m, n, k) = (g.m, g.n, g.k);
     if m == 0 || n == 0 {
         return Ok(());
     }
-    let need = |rows: usize, cols: usize, rs: usize, cs: usize| {
-        if rows == 0 || cols == 0 { 0 } else { (rows - 1) * rs + (cols - 1) * cs + 1 }
+    check(&g)?;
+    let plain = match g.b {
+        BMatrix::Strided(b) => (g.bias.is_none() && (g.beta == 0.0 || g.beta == 1.0)).then_some(b),
+        BMatrix::Packed { .. } => None,
     };
-    if a.len() < need(m, k, rsa, csa) || b.len() < need(k, n, rsb, csb) || c.len() < need(m, n, ldc, 1) {
-        return Err(runtime::KernelError::Internal(format!("sgemm operands too short for {m}x{k}x{n}")));
-    }
+    let Some(b) = plain.filter(|_| !use_packed() && g.isa == crate::features::get().widest) else {
+        gemm_packed::run(g);
+        return Ok(());
+    };
     if k == 0 {
-        if !accumulate {
+        if g.beta == 0.0 {
             for i in 0..m {
-                c[i * ldc..i * ldc + n].fill(0.0);
+                g.c[i * g.ldc..i * g.ldc + n].fill(0.0);
             }
         }
         return Ok(());
     }
-    if use_packed() || isa != crate::features::get().widest {
-        let beta = if accumulate { 1.0 } else { 0.0 };
-        super::gemm_packed::sgemm_on(isa, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, ldc, threads);
-        return Ok(());
-    }
-    let par = if threads > 1 && m * n * k >= 64 * 64 * 64 {
-        gemm::Parallelism::Rayon(threads)
+    let (a, c, ldc) = (g.a, g.c, g.ldc);
+    let par = if g.threads > 1 && m * n * k >= 64 * 64 * 64 {
+        gemm::Parallelism::Rayon(g.threads)
     } else {
         gemm::Parallelism::None
     };
@@ -63,20 +53,39 @@ pub fn sgemm(
             c.as_mut_ptr(),
             1,
             ldc as isize,
-            accumulate,
-            a.as_ptr(),
-            csa as isize,
-            rsa as isize,
-            b.as_ptr(),
-            csb as isize,
-            rsb as isize,
+            g.beta != 0.0,
+            a.data.as_ptr(),
+            a.cs as isize,
+            a.rs as isize,
+            b.data.as_ptr(),
+            b.cs as isize,
+            b.rs as isize,
             1.0,
-            alpha,
+            g.alpha,
             false,
             false,
             false,
             par,
         );
+    }
+    Ok(())
+}
+
+/// The operands of `g` (with `m` and `n` non-zero) are as long as its dimensions need.
+fn check(g: &Sgemm<'_>) -> Result<(), runtime::KernelError> {
+    let (m, n, k) = (g.m, g.n, g.k);
+    let need = |rows: usize, cols: usize, rs: usize, cs: usize| {
+        if rows == 0 || cols == 0 { 0 } else { (rows - 1) * rs + (cols - 1) * cs + 1 }
+    };
+    let b_fits = match g.b {
+        BMatrix::Strided(b) => b.data.len() >= need(k, n, b.rs, b.cs),
+        BMatrix::Packed { layout, data } => {
+            layout.is_for(g.isa) && (layout.k, layout.n) == (k, n) && data.len() >= layout.len()
+        }
+    };
+    let bias_fits = g.bias.is_none_or(|v| v.len() >= n);
+    if g.a.data.len() < need(m, k, g.a.rs, g.a.cs) || !b_fits || !bias_fits || g.c.len() < need(m, n, g.ldc, 1) {
+        return Err(runtime::KernelError::Internal(format!("sgemm operands too short for {m}x{k}x{n}")));
     }
     Ok(())
 }

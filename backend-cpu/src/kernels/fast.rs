@@ -3,6 +3,7 @@
 
 use super::blas;
 use super::common::*;
+use super::gemm_packed::{BMatrix, PackedBLayout, Sgemm, Strided};
 use super::simd_math::{erf_approx, exp_approx, gelu_erf_approx, softmax_onnx, tanh_approx};
 use crate::features::Isa;
 use rayon::prelude::*;
@@ -114,7 +115,23 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
                 let (m, k) = if *trans_a { (ad[1], ad[0]) } else { (ad[0], ad[1]) };
                 let (rsa, csa) = if *trans_a { (1, ad[1]) } else { (ad[1], 1) };
                 let (rsb, csb) = if *trans_b { (1, bd[1]) } else { (bd[1], 1) };
-                blas::sgemm(isa, m, n, k, *alpha, &a, rsa, csa, &b, rsb, csb, acc, c, n, ctx.threads)
+                let (a, b) =
+                    (Strided { data: &a, rs: rsa, cs: csa }, BMatrix::Strided(Strided { data: &b, rs: rsb, cs: csb }));
+                let beta = if acc { 1.0 } else { 0.0 };
+                blas::sgemm(Sgemm {
+                    isa,
+                    m,
+                    n,
+                    k,
+                    alpha: *alpha,
+                    a,
+                    b,
+                    beta,
+                    bias: None,
+                    c,
+                    ldc: n,
+                    threads: ctx.threads,
+                })
             })
         }
         Op::Linear => {
@@ -131,7 +148,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
             let (n, k) = (ins[1].dims[0], ins[1].dims[1]);
             let m = numel(&ins[0].dims[..ins[0].dims.len() - 1]);
             // A compiled graph's weight may be stored packed (see `CpuBackend::prepack`).
-            let packed = ctx.prepacked.as_ref().and_then(|p| p.0.downcast_ref::<super::gemm_packed::PackedBLayout>());
+            let packed = ctx.prepacked.as_ref().and_then(|p| p.0.downcast_ref::<PackedBLayout>());
             if let Some(layout) = packed {
                 if layout.k != k || layout.n != n || !layout.is_for(isa) || w.len() < layout.len() {
                     return Err(KernelError::Internal(format!(
@@ -143,20 +160,22 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
                     None => None,
                 };
                 return with_f32_out(&mut outs[0], |c| {
-                    super::gemm_packed::sgemm_prepacked(
+                    let (a, b) = (Strided { data: &x, rs: k, cs: 1 }, BMatrix::Packed { layout, data: &w });
+                    let bias = bias.as_deref();
+                    blas::sgemm(Sgemm {
+                        isa,
                         m,
-                        1.0,
-                        &x,
-                        k,
-                        1,
-                        layout,
-                        &w,
-                        bias.as_deref(),
-                        c,
                         n,
-                        ctx.threads,
-                    );
-                    Ok(())
+                        k,
+                        alpha: 1.0,
+                        a,
+                        b,
+                        beta: 0.0,
+                        bias,
+                        c,
+                        ldc: n,
+                        threads: ctx.threads,
+                    })
                 });
             }
             let bias = match ins.get(2) {
@@ -167,7 +186,9 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
                 if let Some(b) = &bias {
                     par_rows(c, n, |_, r| r.copy_from_slice(b));
                 }
-                blas::sgemm(isa, m, n, k, 1.0, &x, k, 1, &w, 1, k, bias.is_some(), c, n, ctx.threads)
+                let (a, b) = (Strided { data: &x, rs: k, cs: 1 }, BMatrix::Strided(Strided { data: &w, rs: 1, cs: k }));
+                let beta = if bias.is_some() { 1.0 } else { 0.0 };
+                blas::sgemm(Sgemm { isa, m, n, k, alpha: 1.0, a, b, beta, bias: None, c, ldc: n, threads: ctx.threads })
             })
         }
         Op::Add | Op::Sub | Op::Mul | Op::Div => {
@@ -539,23 +560,9 @@ pub fn batched_matmul(
     let one = |bi: usize, cblk: &mut [f32], threads: usize| {
         let a0 = oa[bi] * ar * ac;
         let b0 = ob[bi] * br * bc;
-        blas::sgemm(
-            isa,
-            m,
-            n,
-            k,
-            alpha,
-            &a[a0..a0 + ar * ac],
-            rsa,
-            csa,
-            &b[b0..b0 + br * bc],
-            rsb,
-            csb,
-            false,
-            cblk,
-            n,
-            threads,
-        )
+        let sa = Strided { data: &a[a0..a0 + ar * ac], rs: rsa, cs: csa };
+        let sb = BMatrix::Strided(Strided { data: &b[b0..b0 + br * bc], rs: rsb, cs: csb });
+        blas::sgemm(Sgemm { isa, m, n, k, alpha, a: sa, b: sb, beta: 0.0, bias: None, c: cblk, ldc: n, threads })
     };
     if nb > 1 && threads > 1 && m * n * k < 256 * 256 * 256 {
         // Many small products: one per thread.
@@ -597,7 +604,7 @@ pub fn linear_bf16(_op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult
         if let Some(b) = &bias {
             par_rows(c, n, |_, r| r.copy_from_slice(b));
         }
-        super::gemm_bf16::gemm(m, &x, packed, c, bias.is_some(), ctx.threads)
+        super::gemm_bf16::gemm(ctx.features, m, &x, packed, c, bias.is_some(), ctx.threads)
     })
 }
 

@@ -186,7 +186,8 @@ pub fn time_gemm_bf16(cfg: &RuntimeConfig, s: Shape, runs: usize) -> Option<f64>
     let threads = cfg.threads.unwrap_or(npurt::cpu::features::get().cores);
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().ok()?;
     pool.install(|| {
-        let once = || gemm_bf16::gemm(m, &x, &pw, &mut c, false, threads).map_err(|e| Error::backend("cpu", e));
+        let f = npurt::cpu::features::get();
+        let once = || gemm_bf16::gemm(f, m, &x, &pw, &mut c, false, threads).map_err(|e| Error::backend("cpu", e));
         sample(runs, 2.0 * (m * k * n) as f64, None, once).ok().map(|f| f.gflops)
     })
 }
@@ -195,7 +196,8 @@ pub fn time_gemm_bf16(cfg: &RuntimeConfig, s: Shape, runs: usize) -> Option<f64>
 /// compiled graph runs it, on the micro-kernel of `isa`, each run followed by `probe`;
 /// `None` for batched shapes.
 fn time_gemm_prepacked(cfg: &RuntimeConfig, isa: Isa, s: Shape, runs: usize, probe: Option<Probe>) -> Option<Figure> {
-    use npurt::cpu::kernels::gemm_packed;
+    use npurt::cpu::kernels::blas;
+    use npurt::cpu::kernels::gemm_packed::{self, BMatrix, Sgemm, Strided};
     let (m, k, n, b) = s;
     if b != 1 {
         return None;
@@ -210,8 +212,9 @@ fn time_gemm_prepacked(cfg: &RuntimeConfig, isa: Isa, s: Shape, runs: usize, pro
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().ok()?;
     pool.install(|| {
         sample(runs, 2.0 * (m * k * n) as f64, probe, || {
-            gemm_packed::sgemm_prepacked(m, 1.0, &x, k, 1, &layout, &packed, None, &mut c, n, threads);
-            Ok(())
+            let (a, b) = (Strided { data: &x, rs: k, cs: 1 }, BMatrix::Packed { layout: &layout, data: &packed });
+            let g = Sgemm { isa, m, n, k, alpha: 1.0, a, b, beta: 0.0, bias: None, c: &mut c, ldc: n, threads };
+            blas::sgemm(g).map_err(|e| Error::backend("cpu", e))
         })
         .ok()
     })

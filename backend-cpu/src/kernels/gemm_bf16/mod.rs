@@ -31,30 +31,28 @@ mod x86;
 
 pub use packed::{AMX_MR, KC, MR, NR, PackedInPlace, PackedWeight};
 
+use crate::features::CpuFeatures;
 use packed::{AMX_KP, to_pairs_scalar};
 use rayon::prelude::*;
 use runtime::KernelError;
 
-/// True when the AMX path runs for a product with `kp` k-pairs.
-fn use_amx(kp: usize) -> bool {
-    crate::features::get().amx_bf16 && kp.is_multiple_of(AMX_KP) && KC.is_multiple_of(AMX_KP)
+/// True when the AMX path runs for a product with `kp` k-pairs on features `f`.
+fn use_amx(f: &CpuFeatures, kp: usize) -> bool {
+    f.amx_bf16 && kp.is_multiple_of(AMX_KP) && KC.is_multiple_of(AMX_KP)
 }
 
-/// True when this CPU can run [`gemm`].
+/// True when this CPU can run [`gemm`] (AVX-512-BF16 detected; a backend whose path is
+/// forced below AVX-512 does not use it: see [`CpuFeatures::avx512bf16`]).
 pub fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bf16")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    crate::features::get().avx512bf16
 }
 
 /// `c[m×n] = x[m×k] · wᵀ + (if accumulate { c } else { 0 })`, `x` and `c` row-major and
-/// contiguous. Rows are split over `threads` (each thread owns its rows of `c`).
+/// contiguous, on the features `f` the backend selected (`ctx.features`): AVX-512-BF16 dot
+/// products, or AMX tiles where `f` has them. Rows are split over `threads` (each thread
+/// owns its rows of `c`).
 pub fn gemm(
+    f: &CpuFeatures,
     m: usize,
     x: &[f32],
     w: &PackedWeight<'_>,
@@ -66,7 +64,7 @@ pub fn gemm(
     if x.len() < m * k || c.len() < m * n {
         return Err(KernelError::Internal(format!("bf16 gemm operands too short for {m}x{k}x{n}")));
     }
-    if !available() {
+    if !f.avx512bf16 {
         return Err(KernelError::MissingFeature("AVX-512-BF16"));
     }
     if m == 0 || n == 0 {
@@ -80,14 +78,14 @@ pub fn gemm(
     }
     // x rounded to bf16 pairs, rows padded to an even k.
     let mut xb = vec![0u32; m * kp];
-    let convert = |(i, dst): (usize, &mut [u32])| to_pairs(&x[i * k..(i + 1) * k], dst);
+    let convert = |(i, dst): (usize, &mut [u32])| to_pairs(&x[i * k..(i + 1) * k], dst, f.avx512bf16);
     let threads = threads.max(1);
     if threads > 1 && m * k >= 1 << 16 {
         xb.par_chunks_mut(kp).enumerate().for_each(convert);
     } else {
         xb.chunks_mut(kp).enumerate().for_each(convert);
     }
-    let amx = use_amx(kp);
+    let amx = use_amx(f, kp);
     let align = if amx { AMX_MR } else { MR };
     let rows_per = m.div_ceil(threads).div_ceil(align) * align;
     let body = |(ci, cc): (usize, &mut [f32])| {
@@ -138,7 +136,8 @@ fn block(m: usize, xb: &[u32], w: &PackedWeight<'_>, c: &mut [f32], accumulate: 
                 // `a` holds `rows` rows of `kp` words from `p0` (the last row has at least
                 // `kc` left), `panel` holds `kc * NR` words, and `cs` covers `rows` rows of
                 // stride `n` with `cols` columns each (the tile never leaves `c`).
-                // SAFETY: `gemm` checked `available()` (AVX-512F, AVX-512-BF16); extents above.
+                // SAFETY: `gemm` checked that its features have AVX-512-BF16 (with
+                // AVX-512F), detected on this CPU; extents above.
                 unsafe { x86::tile(rows, kc, a, kp, panel, cs, n, cols, load_c) };
             }
         }
@@ -146,10 +145,11 @@ fn block(m: usize, xb: &[u32], w: &PackedWeight<'_>, c: &mut [f32], accumulate: 
 }
 
 /// f32 → bf16 (round to nearest even), two per word; an odd k leaves the last high half 0.
-fn to_pairs(src: &[f32], dst: &mut [u32]) {
+/// `bf16`: the CPU has AVX-512-BF16 (the features detected it).
+fn to_pairs(src: &[f32], dst: &mut [u32], bf16: bool) {
     #[cfg(target_arch = "x86_64")]
-    if available() {
-        // SAFETY: AVX-512F and AVX-512-BF16 were detected just above.
+    if bf16 {
+        // SAFETY: AVX-512-BF16 (with AVX-512F) was detected, as `bf16` says.
         unsafe { x86::to_pairs(src, dst) };
         return;
     }
@@ -203,7 +203,7 @@ mod tests {
             for acc in [false, true] {
                 for threads in [1, 2] {
                     let mut c = c0.clone();
-                    gemm(m, &x, &pw, &mut c, acc, threads).unwrap();
+                    gemm(crate::features::get(), m, &x, &pw, &mut c, acc, threads).unwrap();
                     let want = reference(m, n, k, &x, &w, &c0, acc);
                     for (i, (a, b)) in c.iter().zip(&want).enumerate() {
                         let tol = 1e-4 * (1.0 + b.abs()) * (k as f32).sqrt();
@@ -219,7 +219,7 @@ mod tests {
         let src: Vec<f32> = (0..77).map(|i| (i as f32 * 0.123_456_7 - 4.0) * 1.000_03f32.powi(i)).collect();
         let mut a = vec![0u32; 39];
         let mut b = vec![0u32; 39];
-        to_pairs(&src, &mut a);
+        to_pairs(&src, &mut a, available());
         to_pairs_scalar(&src, &mut b);
         assert_eq!(a, b);
     }

@@ -223,7 +223,7 @@ const ITEMS_PER_THREAD_PREPACKED: usize = 4;
 
 /// Blocked GEMM `C = alpha·A·B + beta·C (+ bias on the rows)` for kernel `K`, k cut into
 /// slices of `kc_max`. Requires `m, n, k > 0`, `alpha != 0`, and the slice preconditions of
-/// [`super::sgemm`] (C's checked by the caller).
+/// [`Sgemm`](super::Sgemm) (C's checked by the caller).
 ///
 /// Loop nest: per row block (see the module), items of one column block (at most `NC`
 /// wide, a multiple of `threads` of them when n allows) × one row range go to the jobs; an

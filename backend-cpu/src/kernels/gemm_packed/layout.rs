@@ -6,7 +6,7 @@
 // ---------------------------------------------------------------------------------------------
 
 /// One product `C = alpha * A·B + beta * C`: its dimensions and scalars, A and B with
-/// their strides, and C's row stride (see [`sgemm`](super::sgemm)).
+/// their strides, and C's row stride (see [`Sgemm`](super::Sgemm)).
 pub(super) struct Problem<'a> {
     pub(super) m: usize,
     pub(super) n: usize,
@@ -96,6 +96,14 @@ macro_rules! impl_packing {
     };
 }
 pub(super) use impl_packing;
+
+/// Minimum slice length for a `rows×cols` strided matrix (None on overflow).
+pub(super) fn min_len(rows: usize, cols: usize, rs: usize, cs: usize) -> Option<usize> {
+    if rows == 0 || cols == 0 {
+        return Some(0);
+    }
+    (rows - 1).checked_mul(rs)?.checked_add((cols - 1).checked_mul(cs)?)?.checked_add(1)
+}
 
 /// Even split of `len` into blocks of at most `max`, each a multiple of `align` (except
 /// possibly the last). Returns the block size (>= 1).

@@ -8,6 +8,9 @@
 
 use super::driver::{APanels, B_IN_L1_MIN_PANELS, macro_kernel};
 use super::layout::MicroKernel;
+use super::scalar::ScalarKernel;
+#[cfg(target_arch = "x86_64")]
+use super::x86;
 use std::time::{Duration, Instant};
 
 /// The B panels of one call (an item's column block of 4 micro-panels).
@@ -31,6 +34,37 @@ pub struct KernelRate {
     pub in_cache_gflops: f64,
     /// Median GFLOP/s with each call's B panels read from memory first.
     pub b_from_memory_gflops: f64,
+}
+
+/// Measures every micro-kernel of `isa` (the 12×32 and 8×32 AVX-512 kernels, AVX2's 6×16,
+/// the portable 4×8) on this thread, in cache and with B from memory (see `rate.rs`):
+/// `runs` timed runs of about `run_time` each per figure, after a warm-up. `stream_bytes`
+/// is the buffer B's panels are streamed from (a few times the last-level cache; at least
+/// two calls' worth is used).
+pub fn kernel_rates(
+    isa: crate::features::Isa,
+    run_time: std::time::Duration,
+    runs: usize,
+    stream_bytes: usize,
+) -> Result<Vec<KernelRate>, crate::features::IsaError> {
+    use crate::features::Isa as Cpu;
+    crate::features::get().check(isa)?;
+    let runs = runs.max(1);
+    let mut out = Vec::new();
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `check` confirmed AVX-512F (with AVX2 and FMA) on this CPU.
+        Cpu::Avx512 => unsafe {
+            out.push(rate::<x86::Avx512>("avx512-fma", run_time, runs, stream_bytes));
+            out.push(rate::<x86::Avx512x8>("avx512-fma", run_time, runs, stream_bytes));
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `check` confirmed AVX2 and FMA on this CPU.
+        Cpu::Avx2Fma => unsafe { out.push(rate::<x86::Avx2>("avx2-fma", run_time, runs, stream_bytes)) },
+        // SAFETY: the portable kernel has no CPU-feature requirement.
+        _ => unsafe { out.push(rate::<ScalarKernel>("scalar", run_time, runs, stream_bytes)) },
+    }
+    Ok(out)
 }
 
 /// Both figures of kernel `K`.
@@ -98,7 +132,6 @@ pub(super) unsafe fn rate<K: MicroKernel>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::kernel_rates;
     use super::*;
     use crate::features::{self, Isa};
 
