@@ -359,7 +359,7 @@ fn bench_bert_ablation_writes_json_and_chart() {
 
 /// The paths `bench peak` can measure on this CPU (`avx512`, `avx2`), widest first.
 fn fma_paths() -> Vec<&'static str> {
-    npurt::cpu::peak::measurable().into_iter().map(|i| i.name()).collect()
+    backend_cpu::peak::measurable().into_iter().map(|i| i.name()).collect()
 }
 
 /// `bench peak --kernels --json`: a row per path and thread count (1 and all), each with a
