@@ -10,47 +10,21 @@
 //! any path in an expression, type, pattern or macro call, that starts with `crate::`,
 //! `super::`, `self::` or the name of one of `a`'s child modules. The path is mapped to the
 //! longest module prefix it has (`crate::pool::stats::PoolStats` is module
-//! `crate::pool::stats`). `mod` declarations are not edges, nor are attributes, doc
-//! comments or `pub(super)`; edges to the crate root are dropped, as the root is the
-//! crate's facade of re-exports. Names imported without such a prefix (a `use`d module's
-//! name, a glob import's items) are not followed.
+//! `crate::pool::stats`), except at the crate root: a name the root re-exports
+//! (`crate::X` after `pub use a::b::X`, `pub use a::b::Y as X` or `pub use a::b::*`) is
+//! followed to the path its `use` names (`crate::a::b`), and only an item the root itself
+//! defines (or a name found nowhere) is an edge to the root; an item of another crate is no
+//! edge. `mod` declarations are not edges, nor are attributes, doc comments or
+//! `pub(super)`. Names imported without such a prefix (a `use`d module's name, a glob
+//! import's items) are not followed.
 
+mod error;
 mod walk;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+pub use error::Error;
 
-/// What can stop a crate or workspace from being read.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A source or manifest file could not be read.
-    #[error("cannot read {path}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    /// A source file is not valid Rust.
-    #[error("cannot parse {path}")]
-    Parse {
-        path: PathBuf,
-        #[source]
-        source: syn::Error,
-    },
-    /// A `mod x;` has neither of its files.
-    #[error("module {module} has no file: neither {flat} nor {nested} exists", flat = .flat.display(), nested = .nested.display())]
-    MissingModule { module: String, flat: PathBuf, nested: PathBuf },
-    /// A package folder has neither `src/lib.rs` nor `src/main.rs`.
-    #[error("{} has neither src/lib.rs nor src/main.rs", .dir.display())]
-    NoCrate { dir: PathBuf },
-    /// The workspace's Cargo.toml is not valid TOML.
-    #[error("cannot parse the workspace manifest {path}")]
-    Manifest {
-        path: PathBuf,
-        #[source]
-        source: toml::de::Error,
-    },
-}
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 
 /// The module graph of one crate.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -69,11 +43,10 @@ impl CrateGraph {
         let uses = walk::read_crate(root)?;
         let modules: BTreeSet<String> = uses.keys().map(|m| m.join("::")).collect();
         let mut edges = BTreeSet::new();
-        for (module, paths) in &uses {
+        for (module, held) in &uses {
             let from = module.join("::");
-            for path in paths {
-                let to = (1..=path.len()).rev().map(|n| path[..n].join("::")).find(|p| modules.contains(p));
-                if let Some(to) = to.filter(|to| *to != from && to != "crate") {
+            for path in &held.paths {
+                if let Some(to) = target(&uses, path, 0).filter(|to| *to != from) {
                     edges.insert((from.clone(), to));
                 }
             }
@@ -96,6 +69,47 @@ impl CrateGraph {
         out.sort();
         out
     }
+}
+
+/// How many `use`s deep [`target`] follows a name through the crate root before it stops.
+const MAX_HOPS: usize = 16;
+
+/// The module an absolute path names: its longest module prefix, except that a name the
+/// crate root only re-exports (`crate::X` after `pub use a::b::X`, renamed or through a glob)
+/// is followed to the path the `use` names, so the module is the one that holds `X`. An
+/// item the root defines, or a name found nowhere, is the root; an item another crate
+/// defines is `None` (no edge).
+fn target(uses: &walk::Uses, path: &[String], hops: usize) -> Option<String> {
+    let n = (1..=path.len()).rev().find(|&n| uses.contains_key(&path[..n]))?;
+    if n > 1 || path.len() == 1 || hops > MAX_HOPS {
+        return Some(path[..n].join("::"));
+    }
+    let (root, name, rest) = (&uses[&path[..1]], &path[1], &path[2..]);
+    if root.defines.contains(name) {
+        return Some("crate".to_string());
+    }
+    if let Some(source) = root.imports.get(name) {
+        let mut source = source.clone()?;
+        source.extend_from_slice(rest);
+        return target(uses, &source, hops + 1);
+    }
+    if let Some(module) = root.globs.iter().flatten().find(|g| provides(uses, g, name, hops)) {
+        let mut source = module.clone();
+        source.extend_from_slice(&path[1..]);
+        return target(uses, &source, hops + 1);
+    }
+    if root.globs.iter().any(Option::is_none) {
+        return None;
+    }
+    Some("crate".to_string())
+}
+
+/// Whether the module `module` defines or imports `name`, or has it through its own globs.
+fn provides(uses: &walk::Uses, module: &[String], name: &str, hops: usize) -> bool {
+    let Some(m) = uses.get(module) else { return false };
+    m.defines.contains(name)
+        || m.imports.contains_key(name)
+        || (hops < MAX_HOPS && m.globs.iter().flatten().any(|g| provides(uses, g, name, hops + 1)))
 }
 
 /// Extends the path `stack` (which starts at `start`) through modules greater than `start`,
@@ -148,21 +162,50 @@ pub fn read_package(dir: &Path, label_dir: &str) -> Result<Vec<CrateGraph>, Erro
 
 /// The package folders of the workspace at `root`, relative to it: `.` when the root
 /// manifest has a `[package]`, then the `[workspace] members` in order (globs are not
-/// expanded).
+/// expanded), then the `[workspace] exclude` folders that hold a crate (`src/lib.rs` or
+/// `src/main.rs`): packages of the repository built on their own, as the Python extension.
 pub fn workspace_packages(root: &Path) -> Result<Vec<String>, Error> {
-    let path = root.join("Cargo.toml");
-    let text = std::fs::read_to_string(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
-    let manifest: toml::Table = text.parse().map_err(|source| Error::Manifest { path, source })?;
+    let manifest = read_manifest(&root.join("Cargo.toml"))?;
     let mut dirs = Vec::new();
     if manifest.contains_key("package") {
         dirs.push(".".to_string());
     }
-    let members = manifest.get("workspace").and_then(|w| w.get("members")).and_then(|m| m.as_array());
-    dirs.extend(members.into_iter().flatten().filter_map(|m| m.as_str()).map(str::to_string));
+    let list = |key: &str| -> Vec<String> {
+        let values = manifest.get("workspace").and_then(|w| w.get(key)).and_then(|m| m.as_array());
+        values.into_iter().flatten().filter_map(|m| m.as_str()).map(str::to_string).collect()
+    };
+    dirs.extend(list("members"));
+    let has_crate = |d: &String| ["src/lib.rs", "src/main.rs"].iter().any(|f| root.join(d).join(f).is_file());
+    dirs.extend(list("exclude").into_iter().filter(has_crate));
     Ok(dirs)
 }
 
-/// Every crate of the workspace at `root`.
+/// The `[package] name` in `dir/Cargo.toml`, if it has one.
+pub fn package_name(dir: &Path) -> Result<Option<String>, Error> {
+    let manifest = read_manifest(&dir.join("Cargo.toml"))?;
+    let name = manifest.get("package").and_then(|p| p.get("name")).and_then(|n| n.as_str());
+    Ok(name.map(str::to_string))
+}
+
+/// The folder, relative to the workspace at `root`, of the package named `name` (its
+/// `[package] name`) among [`workspace_packages`].
+pub fn find_package(root: &Path, name: &str) -> Result<Option<String>, Error> {
+    for dir in workspace_packages(root)? {
+        if package_name(&root.join(&dir))?.as_deref() == Some(name) {
+            return Ok(Some(dir));
+        }
+    }
+    Ok(None)
+}
+
+/// A Cargo manifest as a TOML table.
+fn read_manifest(path: &Path) -> Result<toml::Table, Error> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+    text.parse().map_err(|source| Error::Manifest { path: path.to_path_buf(), source })
+}
+
+/// Every crate of the workspace at `root` and of the packages it excludes
+/// (see [`workspace_packages`]).
 pub fn read_workspace(root: &Path) -> Result<Vec<CrateGraph>, Error> {
     let mut crates = Vec::new();
     for dir in workspace_packages(root)? {

@@ -1,14 +1,15 @@
-//! `modgraph [--edges] [<package-dir>...]`: prints the import cycles between the modules of
-//! each crate (`src/lib.rs`, `src/main.rs`) of the packages named, or of every package of
-//! the workspace around the current directory; with `--edges`, every edge too. Exits 1
-//! when there is a cycle, 2 when a crate cannot be read.
+//! `modgraph [--edges] [<package>...]`: prints the import cycles between the modules of
+//! each crate (`src/lib.rs`, `src/main.rs`) of the packages named (by folder, or by
+//! `[package] name` among the workspace's packages), or of every package of the workspace
+//! around the current directory and those it excludes (the Python extension); with
+//! `--edges`, every edge too. Exits 1 when there is a cycle, 2 when a crate cannot be read.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use npurt_modgraph::{CrateGraph, Error, format_cycle, read_package, read_workspace};
+use npurt_modgraph::{CrateGraph, Error, find_package, format_cycle, read_package, read_workspace};
 
-const USAGE: &str = "usage: modgraph [--edges] [<package-dir>...]";
+const USAGE: &str = "usage: modgraph [--edges] [<package-dir or name>...]";
 
 /// The nearest folder at or above `dir` whose Cargo.toml has a `[workspace]` table.
 fn workspace_root(dir: &Path) -> Option<PathBuf> {
@@ -20,15 +21,20 @@ fn workspace_root(dir: &Path) -> Option<PathBuf> {
         .map(Path::to_path_buf)
 }
 
-fn read(dirs: &[String]) -> Result<Vec<CrateGraph>, Error> {
-    if dirs.is_empty() {
-        let cwd = std::env::current_dir().map_err(|source| Error::Io { path: ".".into(), source })?;
-        let root = workspace_root(&cwd).unwrap_or(cwd);
+fn read(packages: &[String]) -> Result<Vec<CrateGraph>, Error> {
+    let cwd = std::env::current_dir().map_err(|source| Error::Io { path: ".".into(), source })?;
+    let root = workspace_root(&cwd).unwrap_or(cwd);
+    if packages.is_empty() {
         return read_workspace(&root);
     }
     let mut crates = Vec::new();
-    for dir in dirs {
-        crates.extend(read_package(Path::new(dir), dir)?);
+    for package in packages {
+        match find_package(&root, package)? {
+            Some(dir) if !Path::new(package).join("Cargo.toml").is_file() => {
+                crates.extend(read_package(&root.join(&dir), &dir)?)
+            }
+            _ => crates.extend(read_package(Path::new(package), package)?),
+        }
     }
     Ok(crates)
 }

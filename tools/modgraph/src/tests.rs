@@ -40,16 +40,86 @@ fn a_cycle_through_use_and_expression_paths_is_found() {
 }
 
 #[test]
-fn a_chain_is_not_a_cycle_and_root_edges_are_dropped() {
+fn a_chain_is_not_a_cycle_and_root_items_are_edges_to_the_root() {
     let g = lib(&[
-        ("src/lib.rs", "mod a; mod b; pub use a::A; pub struct Top;"),
+        ("src/lib.rs", "mod a; mod b; pub struct Top;"),
         ("src/a.rs", "use crate::b::B; use crate::Top; pub struct A;"),
         ("src/b.rs", "/// Not an edge: [crate::a::A].\npub struct B(crate::Top);"),
     ]);
     assert!(cycles(&g).is_empty());
-    assert!(has_edge(&g, "crate", "crate::a"));
     assert!(has_edge(&g, "crate::a", "crate::b"));
-    assert_eq!(g.edges.len(), 2, "{:?}", g.edges);
+    assert!(has_edge(&g, "crate::a", "crate"), "an item the root defines");
+    assert!(has_edge(&g, "crate::b", "crate"));
+    assert_eq!(g.edges.len(), 3, "{:?}", g.edges);
+}
+
+#[test]
+fn a_name_the_root_re_exports_is_an_edge_to_the_module_that_holds_it() {
+    let g = lib(&[
+        (
+            "src/lib.rs",
+            "mod backend; mod launch; mod memory; mod util;\n\
+             pub use backend::Backend;\n\
+             pub use launch::{Fault, plan::{Plan as LaunchPlan}};\n\
+             pub use self::memory::*;\n\
+             use std::sync::Arc;\n\
+             pub struct Config;",
+        ),
+        ("src/backend.rs", "pub struct Backend; fn f(_: crate::Fault, _: crate::Alloc, _: crate::Config) {}"),
+        ("src/launch/mod.rs", "pub mod plan; pub struct Fault; fn g(_: &crate::Backend) {}"),
+        ("src/launch/plan.rs", "pub struct Plan;"),
+        ("src/memory.rs", "pub struct Alloc; fn h() { let _ = super::Backend; }"),
+        ("src/util.rs", "fn k(_: crate::LaunchPlan, _: crate::Arc<u8>) {}"),
+    ]);
+    assert!(has_edge(&g, "crate::backend", "crate::launch"), "pub use launch::Fault");
+    assert!(has_edge(&g, "crate::backend", "crate::memory"), "pub use self::memory::*");
+    assert!(has_edge(&g, "crate::backend", "crate"), "Config is defined in the root");
+    assert!(has_edge(&g, "crate::launch", "crate::backend"));
+    assert!(has_edge(&g, "crate::memory", "crate::backend"), "super:: reaching the root");
+    assert!(has_edge(&g, "crate::util", "crate::launch::plan"), "a renamed re-export in a group");
+    assert!(!has_edge(&g, "crate::util", "crate"), "Arc is another crate's item");
+    assert_eq!(
+        cycles(&g),
+        [
+            "crate -> crate::backend -> crate",
+            "crate -> crate::launch -> crate::backend -> crate",
+            "crate -> crate::memory -> crate::backend -> crate",
+            "crate::backend -> crate::launch -> crate::backend",
+            "crate::backend -> crate::memory -> crate::backend",
+        ]
+    );
+}
+
+#[test]
+fn re_exports_are_followed_through_chains_and_globs() {
+    let g = lib(&[
+        (
+            "src/lib.rs",
+            "mod a; mod b; mod c;\n\
+             pub use a::*;\n\
+             pub use crate::X as Y;\n\
+             pub use Y as Z;\n\
+             pub use b::inner;",
+        ),
+        ("src/a/mod.rs", "mod deep; pub use deep::*;"),
+        ("src/a/deep.rs", "pub struct X;"),
+        ("src/b/mod.rs", "pub mod inner;"),
+        ("src/b/inner.rs", "pub struct I;"),
+        ("src/c.rs", "fn f(_: crate::Z, _: crate::inner::I, _: crate::Nowhere) {}"),
+    ]);
+    assert!(has_edge(&g, "crate::c", "crate::a"), "Z -> Y -> X through the glob of a (a holds it by its own glob)");
+    assert!(has_edge(&g, "crate::c", "crate::b::inner"), "a re-exported module");
+    assert!(has_edge(&g, "crate::c", "crate"), "a name found nowhere stays an edge to the root");
+    assert!(!has_edge(&g, "crate::c", "crate::a::deep"));
+}
+
+#[test]
+fn a_re_export_loop_ends() {
+    let g = lib(&[
+        ("src/lib.rs", "mod a; pub use self::X as Y; pub use self::Y as X;"),
+        ("src/a.rs", "fn f(_: crate::X) {}"),
+    ]);
+    assert!(has_edge(&g, "crate::a", "crate"));
 }
 
 #[test]
@@ -129,4 +199,24 @@ fn the_workspace_lists_the_root_package_and_its_members() {
     assert_eq!(workspace_packages(dir.path()).unwrap(), [".", "one"]);
     let labels: Vec<String> = read_workspace(dir.path()).unwrap().into_iter().map(|c| c.label).collect();
     assert_eq!(labels, ["src/lib.rs", "src/main.rs", "one/src/lib.rs"]);
+}
+
+#[test]
+fn excluded_packages_with_a_crate_are_read_and_found_by_name() {
+    let dir = package(&[
+        ("Cargo.toml", "[workspace]\nmembers = [\"one\"]\nexclude = [\"py\", \"fuzz\"]"),
+        ("one/Cargo.toml", "[package]\nname = \"npurt-one\""),
+        ("one/src/lib.rs", ""),
+        ("py/Cargo.toml", "[package]\nname = \"npurt-py\"\n[workspace]"),
+        ("py/src/lib.rs", "mod a;"),
+        ("py/src/a.rs", ""),
+        ("fuzz/Cargo.toml", "[package]\nname = \"fuzz\""),
+        ("fuzz/fuzz_targets/x.rs", ""),
+    ]);
+    assert_eq!(workspace_packages(dir.path()).unwrap(), ["one", "py"]);
+    let labels: Vec<String> = read_workspace(dir.path()).unwrap().into_iter().map(|c| c.label).collect();
+    assert_eq!(labels, ["one/src/lib.rs", "py/src/lib.rs"]);
+    assert_eq!(find_package(dir.path(), "npurt-py").unwrap().as_deref(), Some("py"));
+    assert_eq!(find_package(dir.path(), "npurt-one").unwrap().as_deref(), Some("one"));
+    assert_eq!(find_package(dir.path(), "nothing").unwrap(), None);
 }

@@ -8,12 +8,26 @@ use syn::ext::IdentExt;
 use syn::visit::{self, Visit};
 use syn::{Attribute, Item, ItemMod, Meta, UseTree};
 
-use crate::Error;
+use crate::error::Error;
 
-/// Every module of a crate (as segments, `["crate", "pool", "stats"]`) with the absolute
-/// paths, also as segments, that its code names through `crate::`, `super::`, `self::` or a
-/// child module's name.
-pub(crate) type Uses = BTreeMap<Vec<String>, Vec<Vec<String>>>;
+/// Every module of a crate, as segments (`["crate", "pool", "stats"]`).
+pub(crate) type Uses = BTreeMap<Vec<String>, Module>;
+
+/// What one module names and what it holds.
+#[derive(Debug, Default)]
+pub(crate) struct Module {
+    /// The absolute paths, as segments, that its code names through `crate::`, `super::`,
+    /// `self::` or a child module's name.
+    pub(crate) paths: Vec<Vec<String>>,
+    /// The names of the items it defines (not its modules): `struct`, `enum`, `union`,
+    /// `trait`, `fn`, `const`, `static`, `type`, `macro_rules!`, foreign items.
+    pub(crate) defines: BTreeSet<String>,
+    /// The names its `use` items bring in (`use a::B as C` brings in `C`), each with the
+    /// absolute path it stands for, or `None` for an item of another crate.
+    pub(crate) imports: BTreeMap<String, Option<Vec<String>>>,
+    /// The absolute paths of its glob imports (`use a::*`); `None` for another crate's.
+    pub(crate) globs: Vec<Option<Vec<String>>>,
+}
 
 /// Where the `mod x;` declarations of a piece of code find their files.
 struct Dirs {
@@ -57,8 +71,55 @@ fn read_items(items: &[Item], module: Vec<String>, dirs: &Dirs, uses: &mut Uses)
     for item in items.iter().filter(|i| !matches!(i, Item::Mod(_))) {
         names.visit_item(item);
     }
-    let paths = names.paths;
-    uses.entry(module.clone()).or_default().extend(paths);
+    let mut held = Module::default();
+    let mut raw = Vec::new();
+    for item in items.iter().filter(|i| !is_cfg_test(item_attrs(i))) {
+        held.defines.extend(defined_names(item));
+        match item {
+            Item::ExternCrate(e) => {
+                held.imports.insert(e.rename.as_ref().map_or(&e.ident, |(_, r)| r).unraw().to_string(), None);
+            }
+            Item::Use(u) => {
+                let mut imports = Vec::new();
+                use_imports(&u.tree, &mut Vec::new(), &mut imports);
+                raw.extend(imports.into_iter().map(|(name, path)| (name, path, u.leading_colon.is_some())));
+            }
+            _ => {}
+        }
+    }
+    // A `use` path may start with a name this module defines or imports (`use Y as Z;`).
+    let local: BTreeSet<String> = held
+        .defines
+        .iter()
+        .cloned()
+        .chain(raw.iter().filter_map(|(name, _, _)| name.clone()))
+        .chain(held.imports.keys().cloned())
+        .collect();
+    for (name, path, leading_colon) in raw {
+        let path = match path.first() {
+            _ if leading_colon => None,
+            Some(first)
+                if local.contains(first)
+                    && (path.len() > 1 || name.as_deref() != Some(first))
+                    && names.absolute(&path, true).is_none() =>
+            {
+                Some(module.iter().chain(&path).cloned().collect())
+            }
+            _ => names.absolute(&path, true),
+        };
+        match name {
+            Some(name) => {
+                held.imports.insert(name, path);
+            }
+            None => held.globs.push(path),
+        }
+    }
+    held.paths = names.paths;
+    let entry = uses.entry(module.clone()).or_default();
+    entry.paths.extend(held.paths);
+    entry.defines.extend(held.defines);
+    entry.imports.extend(held.imports);
+    entry.globs.extend(held.globs);
     for m in mods {
         read_mod(m, &module, dirs, uses)?;
     }
@@ -139,15 +200,23 @@ struct Names<'m> {
 }
 
 impl Names<'_> {
-    /// Records `segments` as an absolute path when it starts with `crate`, `self`, `super`
-    /// or (when it is more than a bare name, or part of a `use`) a child module's name.
+    /// Records `segments` as an absolute path when it is one (see [`Names::absolute`]).
     fn record(&mut self, segments: &[String], in_use: bool) {
-        let Some(first) = segments.first() else { return };
+        if let Some(path) = self.absolute(segments, in_use) {
+            self.paths.push(path);
+        }
+    }
+
+    /// `segments` as an absolute path (`["crate", ..]`) when it starts with `crate`, `self`,
+    /// `super` or (when it is more than a bare name, or part of a `use`) a child module's
+    /// name; `None` for any other path.
+    fn absolute(&self, segments: &[String], in_use: bool) -> Option<Vec<String>> {
+        let first = segments.first()?;
         let mut path = match first.as_str() {
             "crate" => vec![],
             "self" | "super" => self.module.to_vec(),
             name if self.children.contains(name) && (in_use || segments.len() > 1) => self.module.to_vec(),
-            _ => return,
+            _ => return None,
         };
         let mut rest = segments;
         while let Some((s, tail)) = rest.split_first() {
@@ -161,7 +230,7 @@ impl Names<'_> {
             rest = tail;
         }
         path.extend(rest.iter().cloned());
-        self.paths.push(path);
+        Some(path)
     }
 
     /// Records the paths written inside a macro call, read as tokens: every `a::b::c` run.
@@ -213,6 +282,67 @@ fn use_paths(tree: &UseTree, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>
         UseTree::Rename(r) => out.push(with(prefix, r.ident.unraw().to_string())),
         UseTree::Glob(_) => out.push(prefix.clone()),
         UseTree::Group(g) => g.items.iter().for_each(|t| use_paths(t, prefix, out)),
+    }
+}
+
+/// What a `use` tree brings in: `(Some(name), path)` for each name (its `as` name when
+/// renamed; `use a::{self}` brings in `a`), `(None, path)` for each glob `path::*`.
+fn use_imports(tree: &UseTree, prefix: &mut Vec<String>, out: &mut Vec<(Option<String>, Vec<String>)>) {
+    let named = |prefix: &Vec<String>, name: String| {
+        let mut p = prefix.clone();
+        if name != "self" || p.is_empty() {
+            p.push(name);
+        }
+        p
+    };
+    match tree {
+        UseTree::Path(p) => {
+            prefix.push(p.ident.unraw().to_string());
+            use_imports(&p.tree, prefix, out);
+            prefix.pop();
+        }
+        UseTree::Name(n) => {
+            let path = named(prefix, n.ident.unraw().to_string());
+            if let Some(name) = path.last().cloned() {
+                out.push((Some(name), path));
+            }
+        }
+        UseTree::Rename(r) => {
+            let name = r.rename.unraw().to_string();
+            if name != "_" {
+                out.push((Some(name), named(prefix, r.ident.unraw().to_string())));
+            }
+        }
+        UseTree::Glob(_) => out.push((None, prefix.clone())),
+        UseTree::Group(g) => g.items.iter().for_each(|t| use_imports(t, prefix, out)),
+    }
+}
+
+/// The names an item defines in its module's namespace (none for `use`, `mod`, `impl`).
+fn defined_names(item: &Item) -> Vec<String> {
+    let one = |id: &syn::Ident| vec![id.unraw().to_string()];
+    match item {
+        Item::Const(i) => one(&i.ident),
+        Item::Enum(i) => one(&i.ident),
+        Item::Fn(i) => one(&i.sig.ident),
+        Item::Macro(i) => i.ident.as_ref().map(one).unwrap_or_default(),
+        Item::Static(i) => one(&i.ident),
+        Item::Struct(i) => one(&i.ident),
+        Item::Trait(i) => one(&i.ident),
+        Item::TraitAlias(i) => one(&i.ident),
+        Item::Type(i) => one(&i.ident),
+        Item::Union(i) => one(&i.ident),
+        Item::ForeignMod(f) => f
+            .items
+            .iter()
+            .filter_map(|fi| match fi {
+                syn::ForeignItem::Fn(f) => Some(f.sig.ident.unraw().to_string()),
+                syn::ForeignItem::Static(s) => Some(s.ident.unraw().to_string()),
+                syn::ForeignItem::Type(t) => Some(t.ident.unraw().to_string()),
+                _ => None,
+            })
+            .collect(),
+        _ => vec![],
     }
 }
 
