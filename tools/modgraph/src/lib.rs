@@ -19,6 +19,7 @@
 //! import's items) are not followed.
 
 mod error;
+pub mod sizes;
 mod walk;
 
 pub use error::Error;
