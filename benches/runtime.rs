@@ -3,8 +3,8 @@
 //!
 //! `cargo bench --bench runtime`
 
+use backend_cpu::kernels::common::{Ctx, In, Out};
 use divan::{Bencher, black_box, counter::BytesCount};
-use npurt::cpu::kernels::common::{Ctx, In, Out};
 use npurt::{DType, Op, PoolConfig, RuntimeConfig};
 
 fn main() {
@@ -39,13 +39,13 @@ fn dispatch_through_runtime(bencher: Bencher) {
 fn kernel_alone(bencher: Bencher) {
     let x = vec![0f32; 16];
     let mut y = vec![0f32; 16];
-    let ctx = Ctx { threads: 1, features: npurt::cpu::features::get(), prepacked: None };
+    let ctx = Ctx { threads: 1, features: backend_cpu::features::get(), prepacked: None };
     let dims = [16usize];
     let strides = [1usize];
     bencher.bench_local(|| {
         let ins = [In { dtype: DType::F32, dims: &dims, strides: &strides, bytes: bytemuck::cast_slice(&x) }];
         let mut outs = [Out { dtype: DType::F32, dims: &dims, bytes: bytemuck::cast_slice_mut(&mut y) }];
-        npurt::cpu::kernels::fast::run(black_box(&Op::Relu), &ins, &mut outs, &ctx).unwrap();
+        backend_cpu::kernels::fast::run(black_box(&Op::Relu), &ins, &mut outs, &ctx).unwrap();
     });
 }
 
@@ -112,7 +112,7 @@ fn system_alloc_free(bencher: Bencher, bytes: usize) {
     sample_size = 20
 )]
 fn bert_tail_kernel(bencher: Bencher, which: &str) {
-    let ctx = Ctx { threads: 1, features: npurt::cpu::features::get(), prepacked: None };
+    let ctx = Ctx { threads: 1, features: backend_cpu::features::get(), prepacked: None };
     let fill = |n: usize| (0..n).map(|i| ((i * 7919) % 1000) as f32 / 250.0 - 2.0).collect::<Vec<f32>>();
     let (op, dims, out_dims): (Op, Vec<Vec<usize>>, Vec<usize>) = match which {
         "biasgelu" => (Op::BiasGelu(npurt::GeluApprox::Erf), vec![vec![128, 3072], vec![3072]], vec![128, 3072]),
@@ -147,6 +147,6 @@ fn bert_tail_kernel(bencher: Bencher, which: &str) {
             })
             .collect();
         let mut outs = [Out { dtype: DType::F32, dims: &out_dims, bytes: bytemuck::cast_slice_mut(&mut y) }];
-        npurt::cpu::kernels::fast::run(black_box(&op), &ins, &mut outs, &ctx).unwrap();
+        backend_cpu::kernels::fast::run(black_box(&op), &ins, &mut outs, &ctx).unwrap();
     });
 }

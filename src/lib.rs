@@ -14,16 +14,12 @@
 //! # Ok::<(), npurt::Error>(())
 //! ```
 
-pub mod build_info;
 pub mod embed;
 pub mod models;
 pub mod npy;
 
 use std::sync::Arc;
 
-/// The CPU backend, for the CLI's CPU-only benchmarks (GEMM kernels, FMA peak) and
-/// `npurt info`'s feature report: the one place outside backend-cpu that names its items.
-pub use backend_cpu as cpu;
 pub use runtime::op as runtime_op;
 pub use runtime::{
     AttentionLayout, Block, BlockKind, DType, DeviceInfo, Element, Error, Event, ExecReport, GeluApprox, HwMapping,

@@ -35,7 +35,7 @@ fn toolkit(tag: &str, emu: Option<&Path>) -> PathBuf {
 }
 
 fn npurt(toolkit: &Path, envs: &[(&str, &str)], args: &[&str]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_npurt"));
+    let mut c = Command::new(npurt_test_support::cli::npurt_bin());
     c.args(args).env("ASCEND_TOOLKIT_HOME", toolkit).env("RUST_LOG", "info");
     for v in ["NPURT_BACKEND", "NPURT_ACL_LIB_DIR", "ASCEND_HOME_PATH", "ACL_EMU_DEVICES", "ACL_EMU_FAIL"] {
         c.env_remove(v);

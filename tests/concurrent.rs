@@ -169,7 +169,7 @@ fn bench_bert_concurrent_reports_zero_mismatches() {
         None => eprintln!("SKIP the acl-emu leg: libacl_emu.so not found next to the test binary"),
     }
     for (backend, toolkit) in envs {
-        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_npurt"));
+        let mut c = std::process::Command::new(npurt_test_support::cli::npurt_bin());
         c.args(["bench", "bert", "--model", "tiny", "--seq", "16", "--runs", "3", "--concurrent", "3", "--json"])
             .arg(&json)
             .args(["--backend", backend])
@@ -187,7 +187,7 @@ fn bench_bert_concurrent_reports_zero_mismatches() {
         assert!(c["runs_per_s"].as_f64().is_some_and(|r| r > 0.0), "{v}");
         assert_eq!(v["backend"].as_str(), Some(backend), "{v}");
     }
-    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_npurt"))
+    let bad = std::process::Command::new(npurt_test_support::cli::npurt_bin())
         .args(["bench", "bert", "--model", "tiny", "--concurrent", "0"])
         .output()
         .unwrap();

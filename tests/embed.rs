@@ -298,7 +298,7 @@ fn parse_lines(stdout: &[u8]) -> Vec<(String, Vec<f32>)> {
 fn cli_prints_one_json_line_per_text() {
     let Some(dir) = model_dir() else { return };
     let reference = reference();
-    let bin = env!("CARGO_BIN_EXE_npurt");
+    let bin = &npurt_test_support::cli::npurt_bin();
     // Texts as arguments.
     let texts = ["The quick brown fox jumps over the lazy dog.", "naïve \"quoted\" text\twith a tab", "Hello!"];
     let out = Command::new(bin)
@@ -346,7 +346,7 @@ fn cli_prints_one_json_line_per_text() {
 
 #[test]
 fn cli_reports_usage_errors() {
-    let bin = env!("CARGO_BIN_EXE_npurt");
+    let bin = &npurt_test_support::cli::npurt_bin();
     let out = Command::new(bin).args(["embed", "hello"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--model-dir"));
@@ -469,7 +469,7 @@ fn non_finite_weights_are_a_load_error_naming_the_tensor() {
     let dir = generated::model_dir("nan", generated::CONFIG, &w);
     let err = Embedder::from_dir(&rt, &dir).err().expect("a NaN weight is an error");
     assert!(err.to_string().contains(&format!("{name} holds NaN at element 2")), "{err}");
-    let out = Command::new(env!("CARGO_BIN_EXE_npurt"))
+    let out = Command::new(npurt_test_support::cli::npurt_bin())
         .args(["embed", "--backend", "cpu", "--model-dir"])
         .arg(&dir)
         .arg("hello")
@@ -557,7 +557,7 @@ fn cli_refuses_to_print_non_finite_embeddings() {
         t.3 = t.3.chunks_exact(4).flat_map(|_| 3e38f32.to_le_bytes()).collect();
     }
     let dir = generated::model_dir("overflow", generated::CONFIG, &w);
-    let out = Command::new(env!("CARGO_BIN_EXE_npurt"))
+    let out = Command::new(npurt_test_support::cli::npurt_bin())
         .args(["embed", "--backend", "cpu", "--model-dir"])
         .arg(&dir)
         .arg("hello")

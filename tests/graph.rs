@@ -475,15 +475,15 @@ on_every_backend!(shared_constants_serve_every_shape_of_a_model, |b| {
 fn cpu_balanced_schedule_uses_one_stream_on_few_threads() {
     let cfg = BertConfig::tiny();
     let bg = bert::build(&cfg, Weights::Random(3), 1, 16).unwrap();
-    let few = npurt::cpu::ONE_STREAM_MAX_THREADS;
+    let few = backend_cpu::ONE_STREAM_MAX_THREADS;
     for (threads, strategy, one) in [
         (2, ScheduleStrategy::Balanced, true),
         (few, ScheduleStrategy::Balanced, true),
         (few + 1, ScheduleStrategy::Balanced, false),
         (2, ScheduleStrategy::Latency, false),
     ] {
-        let c = npurt::cpu::CpuConfig { devices: 1, threads: Some(threads), isa: None, pin: Some(false) };
-        let b = std::sync::Arc::new(npurt::cpu::CpuBackend::new(c).unwrap());
+        let c = backend_cpu::CpuConfig { devices: 1, threads: Some(threads), isa: None, pin: Some(false) };
+        let b = std::sync::Arc::new(backend_cpu::CpuBackend::new(c).unwrap());
         let rt = Runtime::with_backend(b, RuntimeConfig::default()).unwrap();
         let cg = CompiledGraph::compile(&rt, &bg.graph, options(true, true, true, strategy)).unwrap();
         let streams = cg.schedule().streams;

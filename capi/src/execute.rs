@@ -52,9 +52,10 @@ impl npurt_report {
     }
 }
 
-/// The op `name` (ONNX spellings accepted) with the attributes `attrs`.
+/// The op `name` (the op-name table's spellings: npurt's, ONNX's and the aliases, in any
+/// case) with the attributes `attrs`.
 fn parse_op(name: &str, attrs: Option<&str>, rank: usize) -> CResult<npurt::Op> {
-    let kind = OpKind::parse(name).ok_or_else(|| {
+    let kind = npurt::runtime_op::names::lookup(name).ok_or_else(|| {
         let known: Vec<&str> = OpKind::ALL.iter().map(|k| k.name()).collect();
         Fail::arg(format!("unknown op {name:?}; known: {}", known.join(", ")))
     })?;

@@ -3,7 +3,7 @@
 use crate::errors::{guard, nogil_interruptible};
 use crate::stream::PyStream;
 use crate::tensor::PyTensor;
-use npurt::runtime_op::op_from_attrs;
+use npurt::runtime_op::{names, op_from_attrs};
 use npurt::{Error, ExecReport, Op, OpKind, Task, Tensor};
 use pyo3::prelude::*;
 
@@ -51,16 +51,10 @@ impl PyReport {
     }
 }
 
-/// The op `name` (case-insensitive; ONNX spellings accepted) with its attributes.
+/// The op `name` (the op-name table's spellings: npurt's, ONNX's and the aliases, in any
+/// case) with its attributes.
 pub(crate) fn parse_op(name: &str, attrs: &[(String, String)], rank: usize) -> npurt::Result<Op> {
-    let kind = OpKind::parse(name).or_else(|| match name.to_ascii_lowercase().as_str() {
-        "matmul" | "batchmatmul" => Some(OpKind::MatMul),
-        "layernormalization" => Some(OpKind::LayerNorm),
-        "softmaxv2" => Some(OpKind::Softmax),
-        "identity" => Some(OpKind::Copy),
-        _ => None,
-    });
-    let kind = kind.ok_or_else(|| {
+    let kind = names::lookup(name).ok_or_else(|| {
         Error::invalid(
             "execute",
             format!(

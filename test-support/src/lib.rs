@@ -1,5 +1,6 @@
 //! Helpers shared by the tests of npurt's crates, so that no test copies them.
 //!
+//! * [`cli`] — where the `npurt` binary is, for tests outside its package.
 //! * [`conformance`] — the conformance suite: every op × dtype × tier against the
 //!   reference tier, run by each backend's tests.
 //! * [`emu`] — the acl-emu harness: find the emulator library, lay out a fake CANN
@@ -17,6 +18,7 @@
 //! * [`rng`] — a deterministic generator for randomised tests.
 //! * [`finishes_within`] — a deadlock fails the test instead of hanging the run.
 
+pub mod cli;
 pub mod conformance;
 pub mod emu;
 pub mod gate;

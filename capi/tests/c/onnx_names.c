@@ -1,4 +1,4 @@
-/* Ops by their ONNX operator names, in any case, checked against values computed here.
+/* Ops by their ONNX operator names and the aliases of the op-name table, in any case, checked against values computed here.
  * Usage: onnx_names (runs on the CPU). */
 #include <math.h>
 #include <stdio.h>
@@ -95,6 +95,16 @@ int main(void) {
         for (int j = 0; j < 4; j++) want[r * 4 + j] = (float)(exp(x[r * 4 + j]) / sum);
     }
     run("softmax", "axis=-1", one, 1, want, 8);
+    /* The aliases of the op-name table: SoftmaxV2, and BatchMatMul (x @ x^T). */
+    run("SoftmaxV2", "axis=-1", one, 1, want, 8);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) {
+            double dot = 0;
+            for (int k = 0; k < 4; k++) dot += (double)x[i * 4 + k] * x[j * 4 + k];
+            want[i * 2 + j] = (float)dot;
+        }
+    const npurt_tensor *xx[2] = {tx, tx};
+    run("BatchMatMul", "trans_b=true", xx, 2, want, 4);
 
     /* Gather rows 1 and 0. */
     const npurt_tensor *gi[2] = {tx, idx};

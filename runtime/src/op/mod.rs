@@ -5,11 +5,13 @@
 //!
 //! `table` holds the [`Op`] enum, its kinds and names, and [`TensorMeta`]; validation and
 //! shape inference are in `infer`, FLOP and byte costs in `cost`, and building an op from
-//! `key=value` attributes in `attrs`.
+//! `key=value` attributes in `attrs`; `names` is the op-name table (the spellings and
+//! aliases the CLI, the C API and Python accept).
 
 mod attrs;
 mod cost;
 mod infer;
+pub mod names;
 mod table;
 
 pub use attrs::op_from_attrs;

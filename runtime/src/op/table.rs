@@ -244,24 +244,6 @@ impl OpKind {
         }
     }
 
-    /// Looks a kind up by name, case-insensitively. Besides npurt's own names it accepts
-    /// the ONNX operator names where they differ (`Transpose` for Permute,
-    /// `LayerNormalization` for LayerNorm, `Identity` for Copy) and `Embedding` for
-    /// Gather; ONNX's `MatMul`, `Gemm`, `Gather`, `ReduceSum`, `ReduceMean`, `Softmax`,
-    /// `Relu`, `Gelu`, `Tanh`, `Erf`, `Exp`, `Sqrt`, `Cast`, `Reshape` and the binary
-    /// arithmetic ops are npurt's names already (up to case).
-    pub fn parse(s: &str) -> Option<OpKind> {
-        let l = s.to_ascii_lowercase();
-        match l.as_str() {
-            "transpose" => return Some(OpKind::Permute),
-            "layernormalization" => return Some(OpKind::LayerNorm),
-            "identity" => return Some(OpKind::Copy),
-            "embedding" => return Some(OpKind::Gather),
-            _ => {}
-        }
-        OpKind::ALL.into_iter().find(|k| k.name().to_ascii_lowercase() == l)
-    }
-
     /// Ops whose inputs are all element-wise maps to the output (no reduction).
     pub const fn is_elementwise(self) -> bool {
         matches!(

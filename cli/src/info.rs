@@ -1,6 +1,7 @@
 //! `npurt info`.
 
-use npurt::{Result, Runtime, build_info};
+use crate::build_info;
+use npurt::{Result, Runtime};
 
 fn gib(b: u64) -> f64 {
     b as f64 / (1u64 << 30) as f64
@@ -40,11 +41,11 @@ pub fn run(rt: &Runtime) -> Result<()> {
         }
     }
     println!("target CPU features assumed at build: {}", build_info::TARGET_FEATURES.replace(',', " "));
-    let f = npurt::cpu::features::select(None).map_err(npurt::cpu::CpuError::from)?;
+    let f = backend_cpu::features::select(None).map_err(backend_cpu::CpuError::from)?;
     println!("host CPU: {} ({} logical cores, {:.0} MHz)", f.model, f.cores, f.mhz);
     println!("CPU features detected at run time: {}", f.detected.join(" "));
     let how = if f.forced {
-        format!("forced by {}; the CPU runs up to {}", npurt::cpu::features::ISA_ENV, f.widest)
+        format!("forced by {}; the CPU runs up to {}", backend_cpu::features::ISA_ENV, f.widest)
     } else {
         "the widest this CPU runs; not forced".to_string()
     };

@@ -96,6 +96,13 @@ fn op_matches_independent_math() {
         close(&floats(&o), &sm, 1e-5);
         let o = run_op(&dir, "LayerNorm", &[&s, &g, &be], &["eps=1e-5"], imp);
         close(&floats(&o), &ln, 1e-5);
+        // The op-name table's ONNX names and aliases, in any case.
+        let o = run_op(&dir, "BatchMatMul", &[&a, &b], &[], imp);
+        close(&floats(&o), &mm, 1e-5);
+        let o = run_op(&dir, "softmaxv2", &[&s], &["axis=-1"], imp);
+        close(&floats(&o), &sm, 1e-5);
+        let o = run_op(&dir, "LayerNormalization", &[&s, &g, &be], &["eps=1e-5"], imp);
+        close(&floats(&o), &ln, 1e-5);
     }
     // Bad attributes and ops are reported, not panics.
     let r = bin().args(["op", "Frobnicate", "--input", "x.npy"]).output().unwrap();
@@ -359,7 +366,7 @@ fn bench_bert_ablation_writes_json_and_chart() {
 
 /// The paths `bench peak` can measure on this CPU (`avx512`, `avx2`), widest first.
 fn fma_paths() -> Vec<&'static str> {
-    npurt::cpu::peak::measurable().into_iter().map(|i| i.name()).collect()
+    backend_cpu::peak::measurable().into_iter().map(|i| i.name()).collect()
 }
 
 /// `bench peak --kernels --json`: a row per path and thread count (1 and all), each with a

@@ -4,7 +4,7 @@
 //! as `{"precision", "cosine", "max_abs_diff", "values"}`.
 
 use super::common::{Model, Prepared, prepare};
-use crate::cli::progress;
+use crate::progress;
 use npurt::{Precision, Result, RuntimeConfig, Tensor};
 
 pub fn run(base: &RuntimeConfig, bm: &Model, batch: usize, seq: usize, json: Option<&str>) -> Result<()> {

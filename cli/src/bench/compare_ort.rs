@@ -11,8 +11,8 @@
 
 use super::common::median;
 use super::gemm::{time_gemm, time_gemm_bf16};
-use crate::cli::progress;
-use crate::cli::values::{Csv, list, positive};
+use crate::progress;
+use crate::values::{Csv, list, positive};
 use clap::Args;
 use indicatif::ProgressBar;
 use npurt::{Error, Precision, Result, RuntimeConfig, Tier};
@@ -339,18 +339,18 @@ type Finished = (String, Vec<f64>, serde_json::Value, serde_json::Value);
 /// on, measured now: what "% of the peak" end to end refers to. `None` where npurt does
 /// not run on the CPU (another backend requested, or present for `auto`) or on a path
 /// without FMA.
-fn cpu_fma_peak(base: &RuntimeConfig) -> Result<Option<npurt::cpu::peak::Peak>> {
+fn cpu_fma_peak(base: &RuntimeConfig) -> Result<Option<backend_cpu::peak::Peak>> {
     // The backend the contenders will open (`auto`: the best one present), opened and
     // dropped here only to learn which it is.
     let on_cpu = npurt::open_backend(base).is_ok_and(|b| b.name() == "cpu");
-    let isa = npurt::cpu::features::select(None).map_err(|e| Error::backend("cpu", e))?.isa;
-    if !on_cpu || npurt::cpu::peak::accumulators(isa).is_none() {
+    let isa = backend_cpu::features::select(None).map_err(|e| Error::backend("cpu", e))?.isa;
+    if !on_cpu || backend_cpu::peak::accumulators(isa).is_none() {
         return Ok(None);
     }
-    let threads = base.threads.unwrap_or(npurt::cpu::features::get().cores).max(1);
+    let threads = base.threads.unwrap_or(backend_cpu::features::get().cores).max(1);
     // Best of three medians, as for the GEMM ceiling: a ceiling, so the least disturbed
     // measurement (one median of 5 × 100 ms read 186 of 234 GFLOP/s under a burst of load).
-    let mut best: Option<npurt::cpu::peak::Peak> = None;
+    let mut best: Option<backend_cpu::peak::Peak> = None;
     for _ in 0..3 {
         let p = super::peak::measure(isa, threads, 5, 100)?;
         if best.as_ref().is_none_or(|b| p.gflops > b.gflops) {

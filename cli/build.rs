@@ -30,7 +30,7 @@ fn main() {
     println!("cargo:rustc-env=NPURT_TARGET_FEATURES={target_features}");
     println!("cargo:rustc-env=NPURT_TARGET={target}");
     println!("cargo:rustc-env=NPURT_PROFILE={profile}");
-    println!("cargo:rerun-if-changed=.git/HEAD");
-    println!("cargo:rerun-if-changed=.git/index");
+    println!("cargo:rerun-if-changed=../.git/HEAD");
+    println!("cargo:rerun-if-changed=../.git/index");
     println!("cargo:rerun-if-changed=build.rs");
 }

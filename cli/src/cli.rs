@@ -4,15 +4,7 @@
 //! are global: they may stand before or after the subcommand, and override the `NPURT_*`
 //! environment that [`RuntimeConfig::with_env`] reads.
 
-mod bench;
-mod chart;
-mod demo;
-mod embed;
-mod info;
-mod op;
-mod progress;
-mod values;
-
+use crate::{bench, demo, embed, info, op};
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use npurt::{Precision, Result, Runtime, RuntimeConfig, Tier};
 

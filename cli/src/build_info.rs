@@ -2,7 +2,7 @@
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const GIT_COMMIT: &str = env!("NPURT_GIT_COMMIT");
-/// Cargo features enabled on the `npurt` package (comma-separated).
+/// Cargo features enabled on this package, which passes them on to `npurt` (comma-separated).
 pub const FEATURES: &str = env!("NPURT_BUILD_FEATURES");
 /// CPU features the compiler could assume for the target (comma-separated).
 pub const TARGET_FEATURES: &str = env!("NPURT_TARGET_FEATURES");

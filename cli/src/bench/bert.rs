@@ -7,8 +7,8 @@
 
 use super::common::{CONFIGS, Model, Prepared, peak_rss, prepare, utilisation};
 use super::{accuracy, compare_ort, concurrent, serve};
-use crate::cli::values::positive;
-use crate::cli::{chart, progress};
+use crate::values::positive;
+use crate::{chart, progress};
 use clap::{ArgGroup, Args};
 use npurt::{Error, Result, Runtime, RuntimeConfig, Tensor};
 use runtime::graph::RunProfile;

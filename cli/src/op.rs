@@ -69,7 +69,7 @@ fn download(t: &Tensor) -> Result<NpyArray> {
 
 pub fn run(config: RuntimeConfig, args: OpArgs) -> Result<()> {
     let OpArgs { op: name, inputs, outputs, attrs } = args;
-    let kind = OpKind::parse(&name).ok_or_else(|| {
+    let kind = npurt::runtime_op::names::lookup(&name).ok_or_else(|| {
         Error::Config(format!(
             "unknown op {name:?}; known: {}",
             OpKind::ALL.iter().map(|k| k.name()).collect::<Vec<_>>().join(", ")

@@ -1,10 +1,10 @@
 //! `npurt bench peak`: the machine's FMA peak (GFLOP/s), measured the same way on 1 thread
 //! and on all threads, per instruction-set path (`backend_cpu::peak`).
 
-use crate::cli::values::positive;
+use crate::values::positive;
+use backend_cpu::Isa;
+use backend_cpu::peak::{self, Peak};
 use clap::Args;
-use npurt::cpu::Isa;
-use npurt::cpu::peak::{self, Peak};
 use npurt::{Error, Result, RuntimeConfig};
 use std::time::Duration;
 
@@ -66,7 +66,7 @@ pub fn to_json(p: &Peak, mhz: f64) -> serde_json::Value {
 }
 
 pub fn run(cfg: RuntimeConfig, args: PeakArgs) -> Result<()> {
-    let f = npurt::cpu::features::get();
+    let f = backend_cpu::features::get();
     let all = args.threads.or(cfg.threads).unwrap_or(f.cores);
     let isas = match args.isa {
         Some(isa) => vec![isa],
@@ -140,7 +140,7 @@ fn kernel_table(peaks: &[(Isa, f64)], runs: usize, ms: usize) -> Result<Vec<serd
     let share = |g: f64, peak: f64| format!("{g:.1} GF/s ({:>3.0} %)", 100.0 * g / peak);
     let mut rows = Vec::new();
     for &(isa, peak) in peaks {
-        let rates = npurt::cpu::kernels::gemm_packed::kernel_rates(
+        let rates = backend_cpu::kernels::gemm_packed::kernel_rates(
             isa,
             Duration::from_millis(ms as u64),
             runs,

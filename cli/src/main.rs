@@ -1,6 +1,18 @@
 //! The `npurt` command-line tool: `info`, `demo`, `op`, `bench` and `embed`.
+//!
+//! `cli` holds the `clap` parser and the dispatch; one module per subcommand, one per
+//! benchmark under `bench`; `chart`, `progress` and `values` are what they share.
 
+mod bench;
+mod build_info;
+mod chart;
 mod cli;
+mod demo;
+mod embed;
+mod info;
+mod op;
+mod progress;
+mod values;
 
 use clap::Parser;
 use std::io::Write;

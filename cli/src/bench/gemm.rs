@@ -5,10 +5,10 @@
 
 use super::common::median;
 use super::peak::parse_isa;
-use crate::cli::progress;
-use crate::cli::values::positive;
+use crate::progress;
+use crate::values::positive;
+use backend_cpu::Isa;
 use clap::{Args, ValueEnum};
-use npurt::cpu::Isa;
 use npurt::{DType, Error, Op, Result, Runtime, RuntimeConfig, Tensor, Tier};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -145,8 +145,9 @@ fn eager_runtime(cfg: &RuntimeConfig, tier: Tier, isa: Option<Isa>) -> Result<ru
     match isa {
         None => Ok(Runtime::with_config(cfg)?.inner().clone()),
         Some(isa) => {
-            let c = npurt::cpu::CpuConfig { devices: cfg.cpu_devices, threads: cfg.threads, isa: Some(isa), pin: None };
-            let b = npurt::cpu::CpuBackend::new(c)?;
+            let c =
+                backend_cpu::CpuConfig { devices: cfg.cpu_devices, threads: cfg.threads, isa: Some(isa), pin: None };
+            let b = backend_cpu::CpuBackend::new(c)?;
             runtime::Runtime::with_backend(Arc::new(b), cfg)
         }
     }
@@ -172,9 +173,9 @@ fn time_gemm_on(rt: &runtime::Runtime, s: Shape, runs: usize, probe: Option<Prob
 /// compiled graph does); `None` where the CPU has no AVX-512-BF16, the CPU backend is
 /// forced below AVX-512, or the shape is batched.
 pub fn time_gemm_bf16(cfg: &RuntimeConfig, s: Shape, runs: usize) -> Option<f64> {
-    use npurt::cpu::kernels::gemm_bf16;
+    use backend_cpu::kernels::gemm_bf16;
     let (m, k, n, b) = s;
-    let below_avx512 = npurt::cpu::features::select(None).map_or(true, |f| f.isa < Isa::Avx512);
+    let below_avx512 = backend_cpu::features::select(None).map_or(true, |f| f.isa < Isa::Avx512);
     if b != 1 || !gemm_bf16::available() || below_avx512 {
         return None;
     }
@@ -183,10 +184,10 @@ pub fn time_gemm_bf16(cfg: &RuntimeConfig, s: Shape, runs: usize) -> Option<f64>
         (0..n * k).map(|i| npurt::bf16::from_f32(((i * 104_729) % 1000) as f32 / 1000.0 - 0.5)).collect();
     let pw = gemm_bf16::PackedWeight::pack(&w, n, k).ok()?;
     let mut c = vec![0f32; m * n];
-    let threads = cfg.threads.unwrap_or(npurt::cpu::features::get().cores);
+    let threads = cfg.threads.unwrap_or(backend_cpu::features::get().cores);
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().ok()?;
     pool.install(|| {
-        let f = npurt::cpu::features::get();
+        let f = backend_cpu::features::get();
         let once = || gemm_bf16::gemm(f, m, &x, &pw, &mut c, false, threads).map_err(|e| Error::backend("cpu", e));
         sample(runs, 2.0 * (m * k * n) as f64, None, once).ok().map(|f| f.gflops)
     })
@@ -196,8 +197,8 @@ pub fn time_gemm_bf16(cfg: &RuntimeConfig, s: Shape, runs: usize) -> Option<f64>
 /// compiled graph runs it, on the micro-kernel of `isa`, each run followed by `probe`;
 /// `None` for batched shapes.
 fn time_gemm_prepacked(cfg: &RuntimeConfig, isa: Isa, s: Shape, runs: usize, probe: Option<Probe>) -> Option<Figure> {
-    use npurt::cpu::kernels::blas;
-    use npurt::cpu::kernels::gemm_packed::{self, BMatrix, Sgemm, Strided};
+    use backend_cpu::kernels::blas;
+    use backend_cpu::kernels::gemm_packed::{self, BMatrix, Sgemm, Strided};
     let (m, k, n, b) = s;
     if b != 1 {
         return None;
@@ -208,7 +209,7 @@ fn time_gemm_prepacked(cfg: &RuntimeConfig, isa: Isa, s: Shape, runs: usize, pro
     let mut packed = vec![0f32; layout.len()];
     gemm_packed::pack_b(&layout, &w, 1, k, &mut packed).ok()?;
     let mut c = vec![0f32; m * n];
-    let threads = cfg.threads.unwrap_or(npurt::cpu::features::get().cores);
+    let threads = cfg.threads.unwrap_or(backend_cpu::features::get().cores);
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().ok()?;
     pool.install(|| {
         sample(runs, 2.0 * (m * k * n) as f64, probe, || {
@@ -267,7 +268,7 @@ fn reference_peak(args: &GemmArgs, isa: Isa, threads: usize) -> Result<Option<(f
     if let Some(p) = args.peak {
         return Ok(Some((p, "given")));
     }
-    if npurt::cpu::peak::accumulators(isa).is_none() {
+    if backend_cpu::peak::accumulators(isa).is_none() {
         return Ok(None);
     }
     let p = super::peak::measure(isa, threads, 5, 100)?;
@@ -311,7 +312,7 @@ pub fn run(cfg: RuntimeConfig, args: GemmArgs) -> Result<()> {
     let numpy = args.peer == Some(Peer::Numpy);
     let tiers: Vec<Tier> =
         if args.all_tiers { vec![Tier::HighPerformance, Tier::Generic] } else { vec![Tier::HighPerformance] };
-    let f = npurt::cpu::features::select(args.isa).map_err(npurt::cpu::CpuError::from)?;
+    let f = backend_cpu::features::select(args.isa).map_err(backend_cpu::CpuError::from)?;
     let isa = f.isa;
     let threads = cfg.threads.unwrap_or(f.cores);
     let shapes: &[Shape] = if args.shapes.is_empty() { SHAPES } else { &args.shapes };
@@ -326,7 +327,7 @@ pub fn run(cfg: RuntimeConfig, args: GemmArgs) -> Result<()> {
         None => println!("no FMA peak on the {isa} path (give --peak GFLOPS for percentages)"),
     }
     let peak = peak.map(|p| p.0);
-    let probe = (args.paired && npurt::cpu::peak::accumulators(isa).is_some()).then_some(Probe { isa, threads });
+    let probe = (args.paired && backend_cpu::peak::accumulators(isa).is_some()).then_some(Probe { isa, threads });
     if probe.is_some() {
         println!(
             "--paired: (%) of the f32 columns = median over the runs of each run's share of the FMA peak measured right after it"

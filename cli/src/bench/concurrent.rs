@@ -2,7 +2,7 @@
 //! inputs of its own; every output is checked against a serial run of the same input.
 
 use super::common::{Model, Prepared, bert_inputs, prepare_with};
-use crate::cli::progress;
+use crate::progress;
 use npurt::{Result, RuntimeConfig, Tensor};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
