@@ -253,15 +253,7 @@ impl Embedder {
     /// Loads the model directory `dir`.
     pub fn from_dir_with(rt: &runtime::Runtime, dir: impl AsRef<Path>, options: EmbedOptions) -> Result<Embedder> {
         let dir = dir.as_ref().to_path_buf();
-        if options.batch_size == 0 {
-            return Err(Error::Config("embed: batch size must be at least 1".into()));
-        }
-        if options.max_cached_graphs == 0 {
-            return Err(Error::Config("embed: max_cached_graphs must be at least 1".into()));
-        }
-        if options.pad_to_multiple_of == 0 {
-            return Err(Error::Config("embed: pad_to_multiple_of must be at least 1".into()));
-        }
+        Self::check_options(&options)?;
         rt.device_info(options.device)?;
         if !dir.is_dir() {
             let missing = std::io::Error::new(std::io::ErrorKind::NotFound, "not a model directory");
@@ -271,8 +263,51 @@ impl Embedder {
 
         // The pipeline: Transformer -> Pooling -> [Normalize].
         let (pooling, normalize) = Self::read_modules(&dir, config.hidden_size)?;
+        let (max_seq_length, do_lower_case) = Self::read_truncation(&dir, &config, &options)?;
+        let (tokenizer, pad_id) = Self::read_tokenizer(&dir, &config, max_seq_length)?;
+        let weights = Self::read_weights(&dir, &config)?;
 
-        // Truncation length and lower-casing (sentence_bert_config.json).
+        log::info!(
+            "embedder: {} ({} layers, hidden {}, max_seq_length {max_seq_length}, pooling {pooling:?}, normalize {normalize})",
+            dir.display(),
+            config.num_hidden_layers,
+            config.hidden_size
+        );
+        Ok(Embedder {
+            rt: rt.clone(),
+            dir,
+            tokenizer,
+            config,
+            weights,
+            pooling,
+            normalize,
+            do_lower_case,
+            max_seq_length,
+            pad_id,
+            options,
+            graphs: HashMap::new(),
+            constants: SharedConstants::new(),
+            clock: 0,
+        })
+    }
+
+    /// The options' counts are at least 1.
+    fn check_options(options: &EmbedOptions) -> Result<()> {
+        if options.batch_size == 0 {
+            return Err(Error::Config("embed: batch size must be at least 1".into()));
+        }
+        if options.max_cached_graphs == 0 {
+            return Err(Error::Config("embed: max_cached_graphs must be at least 1".into()));
+        }
+        if options.pad_to_multiple_of == 0 {
+            return Err(Error::Config("embed: pad_to_multiple_of must be at least 1".into()));
+        }
+        Ok(())
+    }
+
+    /// Truncation length and lower-casing (sentence_bert_config.json), the length overridden
+    /// by the options and capped at max_position_embeddings.
+    fn read_truncation(dir: &Path, config: &BertConfig, options: &EmbedOptions) -> Result<(usize, bool)> {
         let sb_path = dir.join("sentence_bert_config.json");
         let (mut max_seq_length, do_lower_case) = if sb_path.is_file() {
             let v = read_json(&sb_path)?;
@@ -298,8 +333,12 @@ impl Embedder {
             );
             max_seq_length = config.max_position_embeddings;
         }
+        Ok((max_seq_length, do_lower_case))
+    }
 
-        // Tokenizer: our truncation, no padding (batches are padded here).
+    /// The tokenizer with our truncation and no padding (batches are padded here), and its
+    /// padding id; every id it can produce must index the embedding table.
+    fn read_tokenizer(dir: &Path, config: &BertConfig, max_seq_length: usize) -> Result<(Tokenizer, u32)> {
         let tok_path = dir.join("tokenizer.json");
         let mut tokenizer =
             Tokenizer::from_file(&tok_path).map_err(|e| Error::format(format!("{}: {e}", tok_path.display())))?;
@@ -344,40 +383,22 @@ impl Embedder {
         };
         tokenizer.with_truncation(Some(trunc)).map_err(|e| Error::Config(format!("embed: truncation: {e}")))?;
         tokenizer.with_padding(None);
+        Ok((tokenizer, pad_id))
+    }
 
-        // Weights: mapped, and copied out for each graph build (the compiled graph keeps
-        // the device copy; the host copy is freed as it is uploaded).
+    /// The weights, mapped, and copied out for each graph build (the compiled graph keeps
+    /// the device copy; the host copy is freed as it is uploaded); checked against the
+    /// config now.
+    fn read_weights(dir: &Path, config: &BertConfig) -> Result<Arc<SafetensorsFile>> {
         let st = dir.join("model.safetensors");
         let weights = Arc::new(SafetensorsFile::open(&st)?);
         // Fail now, not at the first text, if the weights do not fit the config or are not
         // finite.
-        bert::build(&config, Weights::File(weights.clone()), 1, 1).map_err(|e| match e {
+        bert::build(config, Weights::File(weights.clone()), 1, 1).map_err(|e| match e {
             e @ (Error::Io { .. } | Error::Format { .. }) => Error::format_from(st.display().to_string(), e),
             e => Error::format(format!("{}: {e}", st.display())),
         })?;
-
-        log::info!(
-            "embedder: {} ({} layers, hidden {}, max_seq_length {max_seq_length}, pooling {pooling:?}, normalize {normalize})",
-            dir.display(),
-            config.num_hidden_layers,
-            config.hidden_size
-        );
-        Ok(Embedder {
-            rt: rt.clone(),
-            dir,
-            tokenizer,
-            config,
-            weights,
-            pooling,
-            normalize,
-            do_lower_case,
-            max_seq_length,
-            pad_id,
-            options,
-            graphs: HashMap::new(),
-            constants: SharedConstants::new(),
-            clock: 0,
-        })
+        Ok(weights)
     }
 
     fn read_modules(dir: &Path, hidden: usize) -> Result<(Pooling, bool)> {

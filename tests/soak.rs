@@ -167,32 +167,30 @@ fn soak_secs() -> f64 {
     std::env::var("NPURT_SOAK_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(4.0)
 }
 
-/// The mixed phase on `backend` (two devices); `emu` arms injected faults when given.
-fn soak(name: &str, backend: Arc<dyn Backend>, emu: Option<&Emu>) {
-    let rt = Runtime::with_backend(backend.clone(), RuntimeConfig { max_streams: 16, ..RuntimeConfig::default() })
-        .expect("runtime");
-    assert!(rt.device_count() >= 2, "{name}: two logical devices");
-    // A second runtime on the same backend whose pool is far below one segment.
-    let tiny_cfg = RuntimeConfig {
-        pool: PoolConfig { limit_bytes: Some(1 << 20), ..PoolConfig::default() },
-        ..RuntimeConfig::default()
-    };
-    let tiny = Runtime::with_backend(backend, tiny_cfg).expect("runtime with a 1 MiB pool");
-    let mut seed = Rng(0x9E37_79B9_7F4A_7C15);
-    let w = seed.vec(256);
+/// The compiled graphs every thread shares: per device a chain of weights `w` and a tiny
+/// BERT, each with four seeded inputs and their serial outputs.
+fn shared_graphs(rt: &Runtime, seed: &mut Rng, w: &[f32]) -> Vec<Shared> {
     let mut shared = Vec::new();
     let bc = BertConfig::tiny();
     let bg = bert::build(&bc, Weights::Random(7), 1, 16).unwrap();
     for d in 0..2 {
         let ins = (0..4).map(|_| vec![rt.from_slice(&seed.vec(256), [16, 16], d).unwrap()]).collect();
-        shared.push(Shared::new(&rt, d, &chain(&w), ins));
-        let ins = (0..4).map(|s| bert_inputs(&rt, d, s, 16, bc.vocab_size)).collect();
-        shared.push(Shared::new(&rt, d, &bg.graph, ins));
+        shared.push(Shared::new(rt, d, &chain(w), ins));
+        let ins = (0..4).map(|s| bert_inputs(rt, d, s, 16, bc.vocab_size)).collect();
+        shared.push(Shared::new(rt, d, &bg.graph, ins));
     }
-    let embedder = match model_dir() {
+    shared
+}
+
+/// An embedder shared by the threads and the serial embeddings of [`TEXTS`] from a second
+/// one, or `None` (that leg skipped) without the model.
+type SharedEmbedder = Option<(Mutex<Embedder>, Vec<Vec<f32>>)>;
+
+fn shared_embedder(rt: &Runtime, name: &str) -> SharedEmbedder {
+    match model_dir() {
         Some(dir) => {
-            let e = Embedder::from_dir(&rt, &dir).expect("embedder");
-            let mut e2 = Embedder::from_dir(&rt, &dir).expect("embedder");
+            let e = Embedder::from_dir(rt, &dir).expect("embedder");
+            let mut e2 = Embedder::from_dir(rt, &dir).expect("embedder");
             let want: Vec<Vec<f32>> = TEXTS.iter().map(|t| e2.embed(&[t]).unwrap().remove(0)).collect();
             drop(e2);
             Some((Mutex::new(e), want))
@@ -201,74 +199,89 @@ fn soak(name: &str, backend: Arc<dyn Backend>, emu: Option<&Emu>) {
             eprintln!("SKIP the embedding leg of the soak on {name}: no model (run scripts/fetch-test-assets.sh)");
             None
         }
-    };
-    let tally = Tally::default();
-    let faults = AtomicBool::new(false);
-    let deadline = Instant::now() + Duration::from_secs_f64(soak_secs());
-    let fresh_chain = chain(&w);
-    std::thread::scope(|s| {
-        for t in 0..THREADS {
-            let (rt, tiny, shared, embedder, tally, faults, fresh_chain) =
-                (&rt, &tiny, &shared, &embedder, &tally, &faults, &fresh_chain);
-            s.spawn(move || {
-                let mut rng = Rng(0x1234_5678 + t as u64 * 0x9E37_79B9);
-                let mut i = 0usize;
-                while Instant::now() < deadline {
-                    i += 1;
-                    let device = rng.below(2);
-                    let action = rng.below(7);
-                    let what = format!("thread {t} step {i} action {action}");
-                    let r: npurt::Result<()> = match action {
-                        0 | 1 => eager_chain(rt, device, &mut rng, tally),
-                        2 | 3 => shared[rng.below(shared.len())].run(&mut rng, tally),
-                        4 => (|| {
-                            // Compile, run, check against the shared graph's serial answer, drop.
-                            let sh = &shared[2 * device];
-                            let cg = CompiledGraph::compile(rt, fresh_chain, options(device))?;
-                            let k = rng.below(sh.inputs.len());
-                            let out = cg.run(&sh.inputs[k].iter().collect::<Vec<_>>())?;
-                            tally.verdict(&what, close(&host(&out[0])?, &sh.want[k], 1e-5));
-                            Ok(())
-                        })(),
-                        5 => match embedder {
-                            Some((e, want)) => (|| {
-                                let k = rng.below(TEXTS.len());
-                                let got = e.lock().unwrap_or_else(|p| p.into_inner()).embed(&[TEXTS[k]])?.remove(0);
-                                tally.verdict(&what, close(&got, &want[k], 1e-4));
-                                Ok(())
-                            })(),
-                            None => Ok(()),
-                        },
-                        _ => (|| {
-                            // The tiny pool: up to 2 MiB per request, often over its limit.
-                            let n = 1 + rng.below(1 << 19);
-                            let v = rng.vec(n);
-                            let x = tiny.from_slice(&v, [n], device)?;
-                            let y = tiny.run(&Op::Relu, &[&x])?.remove(0);
-                            let want: Vec<f32> = v.iter().map(|a| a.max(0.0)).collect();
-                            tally.verdict(&what, close(&host(&y)?, &want, 0.0));
-                            Ok(())
-                        })(),
-                    };
-                    if let Err(e) = r {
-                        tally.error(&what, &e, faults.load(Ordering::Relaxed), action == 6);
-                    }
-                    // Thread 0 arms a fault every 4 steps: one of the next few aclnn calls
-                    // of a kind fails in whichever thread makes it.
-                    if let (Some(emu), 0, 0) = (emu, t, i % 4) {
-                        faults.store(true, Ordering::Relaxed);
-                        let sym = ["aclnnAdd", "aclnnRelu", "aclnnMatmul", "aclnnAddGetWorkspaceSize", "aclrtMemcpy"]
-                            [rng.below(5)];
-                        let rule = format!("fail={sym}:{}:{FAULT_CODE}", 1 + rng.below(5));
-                        assert_eq!(emu.configure(&rule), 0, "{rule}");
-                    }
-                }
-            });
-        }
-    });
-    if let Some(emu) = emu {
-        assert_eq!(emu.configure("fail="), 0);
     }
+}
+
+/// What the threads of the mixed phase share.
+struct Mixed<'a> {
+    rt: &'a Runtime,
+    /// The runtime whose pool is far below one segment.
+    tiny: &'a Runtime,
+    shared: &'a [Shared],
+    embedder: &'a SharedEmbedder,
+    tally: &'a Tally,
+    /// Set once thread 0 has armed a fault.
+    faults: &'a AtomicBool,
+    fresh_chain: &'a Graph,
+    emu: Option<&'a Emu>,
+    deadline: Instant,
+}
+
+impl Mixed<'_> {
+    /// Compile, run, check against the shared graph's serial answer, drop.
+    fn fresh_compile(&self, rng: &mut Rng, device: usize, what: &str) -> npurt::Result<()> {
+        let sh = &self.shared[2 * device];
+        let cg = CompiledGraph::compile(self.rt, self.fresh_chain, options(device))?;
+        let k = rng.below(sh.inputs.len());
+        let out = cg.run(&sh.inputs[k].iter().collect::<Vec<_>>())?;
+        self.tally.verdict(what, close(&host(&out[0])?, &sh.want[k], 1e-5));
+        Ok(())
+    }
+
+    /// One text through the shared embedder, checked against its serial embedding.
+    fn embed(&self, rng: &mut Rng, what: &str) -> npurt::Result<()> {
+        let Some((e, want)) = self.embedder else { return Ok(()) };
+        let k = rng.below(TEXTS.len());
+        let got = e.lock().unwrap_or_else(|p| p.into_inner()).embed(&[TEXTS[k]])?.remove(0);
+        self.tally.verdict(what, close(&got, &want[k], 1e-4));
+        Ok(())
+    }
+
+    /// The tiny pool: up to 2 MiB per request, often over its limit.
+    fn tiny_pool(&self, rng: &mut Rng, device: usize, what: &str) -> npurt::Result<()> {
+        let n = 1 + rng.below(1 << 19);
+        let v = rng.vec(n);
+        let x = self.tiny.from_slice(&v, [n], device)?;
+        let y = self.tiny.run(&Op::Relu, &[&x])?.remove(0);
+        let want: Vec<f32> = v.iter().map(|a| a.max(0.0)).collect();
+        self.tally.verdict(what, close(&host(&y)?, &want, 0.0));
+        Ok(())
+    }
+
+    /// Thread `t`'s loop until the deadline: a random action on a random device per step.
+    fn worker(&self, t: usize) {
+        let mut rng = Rng(0x1234_5678 + t as u64 * 0x9E37_79B9);
+        let mut i = 0usize;
+        while Instant::now() < self.deadline {
+            i += 1;
+            let device = rng.below(2);
+            let action = rng.below(7);
+            let what = format!("thread {t} step {i} action {action}");
+            let r: npurt::Result<()> = match action {
+                0 | 1 => eager_chain(self.rt, device, &mut rng, self.tally),
+                2 | 3 => self.shared[rng.below(self.shared.len())].run(&mut rng, self.tally),
+                4 => self.fresh_compile(&mut rng, device, &what),
+                5 => self.embed(&mut rng, &what),
+                _ => self.tiny_pool(&mut rng, device, &what),
+            };
+            if let Err(e) = r {
+                self.tally.error(&what, &e, self.faults.load(Ordering::Relaxed), action == 6);
+            }
+            // Thread 0 arms a fault every 4 steps: one of the next few aclnn calls
+            // of a kind fails in whichever thread makes it.
+            if let (Some(emu), 0, 0) = (self.emu, t, i % 4) {
+                self.faults.store(true, Ordering::Relaxed);
+                let sym =
+                    ["aclnnAdd", "aclnnRelu", "aclnnMatmul", "aclnnAddGetWorkspaceSize", "aclrtMemcpy"][rng.below(5)];
+                let rule = format!("fail={sym}:{}:{FAULT_CODE}", 1 + rng.below(5));
+                assert_eq!(emu.configure(&rule), 0, "{rule}");
+            }
+        }
+    }
+}
+
+/// Prints the tally; no unexpected error, no wrong result, enough work checked.
+fn check_tally(name: &str, tally: &Tally) {
     let unexpected = tally.unexpected.lock().unwrap().clone();
     eprintln!(
         "soak on {name}: {:.1} s, {} results checked, {} wrong, {} injected faults surfaced, {} out-of-memory on the 1 MiB pool, {} chains dropped unsynchronised, {} unexpected errors",
@@ -283,17 +296,63 @@ fn soak(name: &str, backend: Arc<dyn Backend>, emu: Option<&Emu>) {
     assert!(unexpected.is_empty(), "{name}: unexpected errors: {unexpected:#?}");
     assert_eq!(tally.wrong.load(Ordering::Relaxed), 0, "{name}: wrong results");
     assert!(tally.checked.load(Ordering::Relaxed) >= THREADS, "{name}: too little work checked");
-    // Everything is released: no block in use in either pool once all is dropped.
-    drop((shared, embedder, fresh_chain));
+}
+
+/// Everything is released: no block in use in either pool once all is dropped.
+fn check_released(name: &str, rt: &Runtime, tiny: &Runtime) {
     rt.synchronize_all().unwrap();
     tiny.synchronize_all().unwrap();
-    for (label, r) in [("pool", &rt), ("1 MiB pool", &tiny)] {
+    for (label, r) in [("pool", rt), ("1 MiB pool", tiny)] {
         for d in 0..r.device_count() {
             let st = r.pool_stats(d).unwrap();
             assert_eq!(st.in_use_bytes, 0, "{name}: {label} of device {d} still has blocks in use: {st}");
             r.release_cached(d).unwrap();
         }
     }
+}
+
+/// The mixed phase on `backend` (two devices); `emu` arms injected faults when given.
+fn soak(name: &str, backend: Arc<dyn Backend>, emu: Option<&Emu>) {
+    let rt = Runtime::with_backend(backend.clone(), RuntimeConfig { max_streams: 16, ..RuntimeConfig::default() })
+        .expect("runtime");
+    assert!(rt.device_count() >= 2, "{name}: two logical devices");
+    // A second runtime on the same backend whose pool is far below one segment.
+    let tiny_cfg = RuntimeConfig {
+        pool: PoolConfig { limit_bytes: Some(1 << 20), ..PoolConfig::default() },
+        ..RuntimeConfig::default()
+    };
+    let tiny = Runtime::with_backend(backend, tiny_cfg).expect("runtime with a 1 MiB pool");
+    let mut seed = Rng(0x9E37_79B9_7F4A_7C15);
+    let w = seed.vec(256);
+    let shared = shared_graphs(&rt, &mut seed, &w);
+    let embedder = shared_embedder(&rt, name);
+    let tally = Tally::default();
+    let faults = AtomicBool::new(false);
+    let deadline = Instant::now() + Duration::from_secs_f64(soak_secs());
+    let fresh_chain = chain(&w);
+    let mixed = Mixed {
+        rt: &rt,
+        tiny: &tiny,
+        shared: &shared,
+        embedder: &embedder,
+        tally: &tally,
+        faults: &faults,
+        fresh_chain: &fresh_chain,
+        emu,
+        deadline,
+    };
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let mixed = &mixed;
+            s.spawn(move || mixed.worker(t));
+        }
+    });
+    if let Some(emu) = emu {
+        assert_eq!(emu.configure("fail="), 0);
+    }
+    check_tally(name, &tally);
+    drop((shared, embedder, fresh_chain));
+    check_released(name, &rt, &tiny);
 }
 
 #[test]

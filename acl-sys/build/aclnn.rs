@@ -67,23 +67,16 @@ fn include_dirs() -> Option<(Vec<PathBuf>, String)> {
     None
 }
 
-/// The generated module text (bindings and assertions), or `None` when no aclnn headers
-/// were found.
-pub fn check(fns_src: &str) -> Option<String> {
-    let Some((dirs, origin)) = include_dirs() else {
-        println!(
-            "cargo:warning=acl-sys: feature `bindgen` is on but no aclnn headers were found (set ACLNN_INCLUDE_DIRS, or ASCEND_TOOLKIT_HOME to a toolkit with include/aclnn/aclnn_base.h); aclnn ABI check skipped"
-        );
-        return None;
-    };
-    let shown = dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(":");
-    let declared = common::declared(fns_src, &["NnOpBase", "OpApi"]);
-    let wanted: HashSet<&str> = declared.iter().map(String::as_str).collect();
-
-    // The headers that declare a symbol acl-sys declares, and for each symbol the first.
+/// The headers under `dirs` that declare a symbol of `wanted` (aclnn_base.h first, as every
+/// operator header includes it) and for each symbol the first header that declares it.
+fn find_headers<'a>(
+    dirs: &[PathBuf],
+    origin: &str,
+    wanted: &'a HashSet<&'a str>,
+) -> (Vec<PathBuf>, BTreeMap<&'a str, String>) {
     let mut seen = HashSet::new();
     let mut files = Vec::new();
-    for d in &dirs {
+    for d in dirs {
         println!("cargo:rerun-if-changed={}", d.display());
         if d.is_dir() {
             scan(d, MAX_DEPTH, &mut seen, &mut files);
@@ -97,25 +90,23 @@ pub fn check(fns_src: &str) -> Option<String> {
     let mut where_: BTreeMap<&str, String> = BTreeMap::new();
     for f in &files {
         let Ok(src) = std::fs::read_to_string(f) else { continue };
-        let names = declared_in(&src, &wanted);
+        let names = declared_in(&src, wanted);
         if names.is_empty() {
             continue;
         }
         for n in names {
-            where_.entry(n).or_insert_with(|| short_name(f, &dirs));
+            where_.entry(n).or_insert_with(|| short_name(f, dirs));
         }
         headers.push(f.clone());
     }
-    if headers.is_empty() {
-        println!(
-            "cargo:warning=acl-sys: no header under {shown} (from {origin}) declares an aclnn function acl-sys declares; aclnn ABI check skipped"
-        );
-        return None;
-    }
     // aclnn_base.h (and through it acl_meta.h) first, as every operator header does.
     headers.sort_by_key(|h| h.file_name().is_none_or(|n| n != "aclnn_base.h"));
+    (headers, where_)
+}
 
-    let out = common::out_dir();
+/// Writes the `aclnn_util.h` stub (only `ACLNN_API`) into a directory of its own under
+/// `out` and returns that directory.
+fn write_stub(out: &Path) -> PathBuf {
     let stub_dir = out.join("aclnn-stub");
     std::fs::create_dir_all(&stub_dir).expect("create aclnn-stub");
     std::fs::write(
@@ -123,6 +114,12 @@ pub fn check(fns_src: &str) -> Option<String> {
         "/* Stub written by acl-sys's build script: the operator headers include aclnn_util.h only for ACLNN_API. */\n#ifndef ACLNN_API\n#define ACLNN_API\n#endif\n",
     )
     .expect("write aclnn_util.h stub");
+    stub_dir
+}
+
+/// Writes the wrapper header that includes every header, staging the ones next to a real
+/// `aclnn_util.h`; returns its path and the original directories of the staged headers.
+fn write_wrapper(out: &Path, headers: &[PathBuf]) -> (PathBuf, Vec<PathBuf>) {
     // A quoted include looks in the includer's own directory before any -I directory, so
     // a header next to a real aclnn_util.h (a toolkit's aclnnop/) would get that one, and
     // recent ones pull in opbase internals (opdev/platform.h, C++ namespaces). Such
@@ -133,7 +130,7 @@ pub fn check(fns_src: &str) -> Option<String> {
     let _ = std::fs::remove_dir_all(&staged);
     let mut source_dirs: Vec<PathBuf> = Vec::new();
     let mut wrapper = String::new();
-    for h in &headers {
+    for h in headers {
         println!("cargo:rerun-if-changed={}", h.display());
         let dir = h.parent().unwrap_or(Path::new("."));
         let read_from = if dir.join("aclnn_util.h").is_file() {
@@ -152,12 +149,28 @@ pub fn check(fns_src: &str) -> Option<String> {
     }
     let wrapper_path = out.join("aclnn_wrapper.hpp");
     std::fs::write(&wrapper_path, wrapper).expect("write aclnn wrapper");
+    (wrapper_path, source_dirs)
+}
 
+/// Where bindgen reads the headers from: the wrapper, the stub directory, the aclnn
+/// directories, the runtime headers and the staged headers' original directories.
+struct Inputs<'a> {
+    wrapper_path: &'a Path,
+    stub_dir: &'a Path,
+    dirs: &'a [PathBuf],
+    source_dirs: &'a [PathBuf],
+    shown: &'a str,
+    origin: &'a str,
+}
+
+/// bindgen's bindings of the `declared` functions (panics, failing the build, when clang
+/// cannot read the headers).
+fn generate(i: &Inputs, declared: &[String]) -> String {
     let mut b = common::builder()
-        .header(wrapper_path.display().to_string())
+        .header(i.wrapper_path.display().to_string())
         .clang_args(["-x", "c++", "-std=c++14"])
-        .clang_arg(format!("-I{}", stub_dir.display()));
-    for d in &dirs {
+        .clang_arg(format!("-I{}", i.stub_dir.display()));
+    for d in i.dirs {
         b = b.clang_arg(format!("-I{}", d.display()));
     }
     // acl/acl_base.h: from an aclnn directory if one has it, else the runtime headers.
@@ -167,41 +180,84 @@ pub fn check(fns_src: &str) -> Option<String> {
     if let Some(inc) = &runtime_inc {
         b = b.clang_args(common::runtime_include_args(inc));
     }
-    for d in &source_dirs {
+    for d in i.source_dirs {
         b = b.clang_arg(format!("-I{}", d.display()));
     }
-    for n in &declared {
+    for n in declared {
         b = b.allowlist_function(n);
     }
     for t in ENUMS.iter().chain(OPAQUE) {
         b = b.blocklist_type(t);
     }
-    let text = match b.generate() {
+    match b.generate() {
         Ok(bindings) => bindings.to_string(),
         Err(e) => panic!(
-            "acl-sys: bindgen could not read the aclnn headers under {shown} (from {origin}): {e}. \
+            "acl-sys: bindgen could not read the aclnn headers under {} (from {}): {e}. \
              They include acl/acl_base.h from CANN's runtime headers ({}); set ACL_INCLUDE_DIR to them if it is missing.",
+            i.shown,
+            i.origin,
             runtime_inc.map_or("none found".into(), |d| format!("using {}", d.display()))
         ),
-    };
+    }
+}
 
+/// One assertion per declared function the bindings have (each naming its header), a
+/// warning for each they lack; returns the assertions and how many functions were missing.
+fn assertions(declared: &[String], text: &str, where_: &BTreeMap<&str, String>, shown: &str) -> (String, usize) {
     let mut checks = String::new();
-    let mut n = 0;
     let mut missing = Vec::new();
-    for name in &declared {
+    for name in declared {
         if text.contains(&format!("pub fn {name}(")) {
             // The header sits on the assertion's line, so a mismatch names both.
             let from = where_.get(name.as_str()).map_or(String::new(), |p| p.replace("*/", "*_/"));
             checks.push_str(&format!("const _: p::{name} = /* {from} */ h::{name} as p::{name};\n"));
-            n += 1;
         } else {
             println!("cargo:warning=acl-sys: {name} is declared by acl-sys but not in the aclnn headers under {shown}");
             missing.push(name.as_str());
         }
     }
+    (checks, missing.len())
+}
+
+/// The generated module text (bindings and assertions), or `None` when no aclnn headers
+/// were found.
+pub fn check(fns_src: &str) -> Option<String> {
+    let Some((dirs, origin)) = include_dirs() else {
+        println!(
+            "cargo:warning=acl-sys: feature `bindgen` is on but no aclnn headers were found (set ACLNN_INCLUDE_DIRS, or ASCEND_TOOLKIT_HOME to a toolkit with include/aclnn/aclnn_base.h); aclnn ABI check skipped"
+        );
+        return None;
+    };
+    let shown = dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(":");
+    let declared = common::declared(fns_src, &["NnOpBase", "OpApi"]);
+    let wanted: HashSet<&str> = declared.iter().map(String::as_str).collect();
+
+    // The headers that declare a symbol acl-sys declares, and for each symbol the first.
+    let (headers, where_) = find_headers(&dirs, &origin, &wanted);
+    if headers.is_empty() {
+        println!(
+            "cargo:warning=acl-sys: no header under {shown} (from {origin}) declares an aclnn function acl-sys declares; aclnn ABI check skipped"
+        );
+        return None;
+    }
+
+    let out = common::out_dir();
+    let stub_dir = write_stub(&out);
+    let (wrapper_path, source_dirs) = write_wrapper(&out, &headers);
+    let inputs = Inputs {
+        wrapper_path: &wrapper_path,
+        stub_dir: &stub_dir,
+        dirs: &dirs,
+        source_dirs: &source_dirs,
+        shown: &shown,
+        origin: &origin,
+    };
+    let text = generate(&inputs, &declared);
+
+    let (checks, missing) = assertions(&declared, &text, &where_, &shown);
+    let n = declared.len() - missing;
     println!(
-        "cargo:warning=acl-sys: aclnn ABI check generated for {n} aclnn functions ({} not found) from {} headers under {shown} (from {origin})",
-        missing.len(),
+        "cargo:warning=acl-sys: aclnn ABI check generated for {n} aclnn functions ({missing} not found) from {} headers under {shown} (from {origin})",
         headers.len()
     );
     Some(format!(

@@ -15,40 +15,67 @@ use std::ffi::c_void;
 use std::ptr::null_mut;
 use std::sync::Arc;
 
-#[test]
-fn address_setters_follow_canns_rules() {
-    let Some(emu) = common::emu_or_skip("address_setters_follow_canns_rules") else { return };
-    let _g = common::serial();
-    let ctl = common::Emu::open(&emu);
-    assert_eq!(ctl.configure("fail="), 0);
-    let tk = common::fake_toolkit("setters", &emu);
-    let api = Api::load(&LoadConfig { lib_dir: Some(tk.join("lib64")), no_system_loader: true }).expect("load");
-    // SAFETY: the emulator's functions have exactly these prototypes (checked at its
-    // compile time); every pointer passed below is valid for the call.
-    unsafe {
-        let _ = api.aclInit().unwrap()(std::ptr::null());
-        assert_eq!(api.aclrtSetDevice().unwrap()(0), 0);
-        let mut p: *mut c_void = null_mut();
-        assert_eq!(api.aclrtMalloc().unwrap()(&mut p, 16384, ACL_MEM_MALLOC_HUGE_FIRST), 0);
-        let at = |o: usize| (p as usize + o) as *mut c_void;
-        let mut s: aclrtStream = null_mut();
-        assert_eq!(api.aclrtCreateStream().unwrap()(&mut s), 0);
-        let put = |o: usize, v: &[f32]| {
+/// A 16 KiB device allocation and a stream on the emulator, with the calls the setter
+/// checks make on them.
+struct EmuMemory<'a> {
+    api: &'a Api,
+    p: *mut c_void,
+    s: aclrtStream,
+}
+
+impl<'a> EmuMemory<'a> {
+    fn open(api: &'a Api) -> Self {
+        // SAFETY: the emulator's functions have exactly these prototypes (checked at its
+        // compile time); every pointer passed below is valid for the call.
+        unsafe {
+            let _ = api.aclInit().unwrap()(std::ptr::null());
+            assert_eq!(api.aclrtSetDevice().unwrap()(0), 0);
+            let mut p: *mut c_void = null_mut();
+            assert_eq!(api.aclrtMalloc().unwrap()(&mut p, 16384, ACL_MEM_MALLOC_HUGE_FIRST), 0);
+            let mut s: aclrtStream = null_mut();
+            assert_eq!(api.aclrtCreateStream().unwrap()(&mut s), 0);
+            EmuMemory { api, p, s }
+        }
+    }
+
+    /// The device address `o` bytes into the allocation.
+    fn at(&self, o: usize) -> *mut c_void {
+        (self.p as usize + o) as *mut c_void
+    }
+
+    fn put(&self, o: usize, v: &[f32]) {
+        // SAFETY: as in `open`; `v` is valid for its length in bytes.
+        unsafe {
             let b: &[u8] = std::slice::from_raw_parts(v.as_ptr().cast(), v.len() * 4);
             assert_eq!(
-                api.aclrtMemcpy().unwrap()(at(o), b.len(), b.as_ptr().cast(), b.len(), ACL_MEMCPY_HOST_TO_DEVICE),
+                self.api.aclrtMemcpy().unwrap()(
+                    self.at(o),
+                    b.len(),
+                    b.as_ptr().cast(),
+                    b.len(),
+                    ACL_MEMCPY_HOST_TO_DEVICE
+                ),
                 0
             );
-        };
-        let get = |o: usize| {
-            let mut v = [0f32; 4];
-            let b = v.as_mut_ptr().cast::<c_void>();
-            assert_eq!(api.aclrtMemcpy().unwrap()(b, 16, at(o), 16, ACL_MEMCPY_DEVICE_TO_HOST), 0);
-            v
-        };
-        let tensor = |dims: &[i64], o: usize| {
-            let strides: Vec<i64> = if dims.len() == 2 { vec![dims[1], 1] } else { vec![1] };
-            api.aclCreateTensor().unwrap()(
+        }
+    }
+
+    fn get(&self, o: usize) -> [f32; 4] {
+        let mut v = [0f32; 4];
+        let b = v.as_mut_ptr().cast::<c_void>();
+        // SAFETY: as in `open`; `v` holds the 16 bytes copied.
+        unsafe {
+            assert_eq!(self.api.aclrtMemcpy().unwrap()(b, 16, self.at(o), 16, ACL_MEMCPY_DEVICE_TO_HOST), 0);
+        }
+        v
+    }
+
+    /// A contiguous FLOAT descriptor of `dims` (1-D or 2-D) at offset `o`.
+    fn tensor(&self, dims: &[i64], o: usize) -> *mut aclTensor {
+        let strides: Vec<i64> = if dims.len() == 2 { vec![dims[1], 1] } else { vec![1] };
+        // SAFETY: as in `open`; dims and strides outlive the call.
+        unsafe {
+            self.api.aclCreateTensor().unwrap()(
                 dims.as_ptr(),
                 dims.len() as u64,
                 ACL_FLOAT,
@@ -57,12 +84,23 @@ fn address_setters_follow_canns_rules() {
                 ACL_FORMAT_ND,
                 dims.as_ptr(),
                 dims.len() as u64,
-                at(o),
+                self.at(o),
             )
-        };
-        put(0, &[1., -2., 3., -4.]);
-        put(1536, &[-5., 6., -7., 8.]);
-        let (x, y) = (tensor(&[4], 0), tensor(&[4], 512));
+        }
+    }
+
+    fn sync(&self) {
+        // SAFETY: as in `open`.
+        unsafe { assert_eq!(self.api.aclrtSynchronizeStream().unwrap()(self.s), 0) }
+    }
+}
+
+/// Relu's executor: refused unless repeatable, then launched at new addresses, through
+/// aclSetTensorAddr's joint count, and every check with CANN's codes.
+fn relu_setters(d: &EmuMemory, x: *mut aclTensor, y: *mut aclTensor) {
+    let (api, s) = (d.api, d.s);
+    // SAFETY: as in `EmuMemory::open`.
+    unsafe {
         let (relu1, relu2) = (api.aclnnReluGetWorkspaceSize().unwrap(), api.aclnnRelu().unwrap());
         let set_in = api.aclSetInputTensorAddr().unwrap();
         let set_out = api.aclSetOutputTensorAddr().unwrap();
@@ -70,73 +108,127 @@ fn address_setters_follow_canns_rules() {
         let (mut ws, mut ex) = (0u64, null_mut());
         // Not repeatable: refused.
         assert_eq!(relu1(x, y, &mut ws, &mut ex), 0);
-        assert_eq!(set_in(ex, 0, x, at(1536)), ACLNN_ERR_PARAM_INVALID);
+        assert_eq!(set_in(ex, 0, x, d.at(1536)), ACLNN_ERR_PARAM_INVALID);
         assert_eq!(relu2(null_mut(), ws, ex, s), 0);
         // Repeatable: phase 2 after new addresses reads and writes them.
         assert_eq!(relu1(x, y, &mut ws, &mut ex), 0);
         assert_eq!(api.aclSetAclOpExecutorRepeatable().unwrap()(ex), 0);
         assert_eq!(relu2(null_mut(), ws, ex, s), 0);
-        assert_eq!(set_in(ex, 0, x, at(1536)), 0);
-        assert_eq!(set_out(ex, 0, y, at(1024)), 0);
+        assert_eq!(set_in(ex, 0, x, d.at(1536)), 0);
+        assert_eq!(set_out(ex, 0, y, d.at(1024)), 0);
         assert_eq!(relu2(null_mut(), ws, ex, s), 0);
-        assert_eq!(api.aclrtSynchronizeStream().unwrap()(s), 0);
-        assert_eq!(get(512), [1., 0., 3., 0.], "the first launch kept its addresses");
-        assert_eq!(get(1024), [0., 6., 0., 8.], "the second launch used the new ones");
+        d.sync();
+        assert_eq!(d.get(512), [1., 0., 3., 0.], "the first launch kept its addresses");
+        assert_eq!(d.get(1024), [0., 6., 0., 8.], "the second launch used the new ones");
         // aclSetTensorAddr counts inputs, then outputs.
-        assert_eq!(set_any(ex, 1, y, at(512)), 0);
-        assert_eq!(set_any(ex, 0, x, at(0)), 0);
+        assert_eq!(set_any(ex, 1, y, d.at(512)), 0);
+        assert_eq!(set_any(ex, 0, x, d.at(0)), 0);
         assert_eq!(relu2(null_mut(), ws, ex, s), 0);
-        assert_eq!(api.aclrtSynchronizeStream().unwrap()(s), 0);
-        assert_eq!(get(512), [1., 0., 3., 0.]);
+        d.sync();
+        assert_eq!(d.get(512), [1., 0., 3., 0.]);
         // The checks, with CANN's codes.
-        assert_eq!(set_in(ex, 1, x, at(0)), ACLNN_ERR_PARAM_INVALID, "index out of range");
-        assert_eq!(set_out(ex, 1, y, at(0)), ACLNN_ERR_PARAM_INVALID, "index out of range");
-        assert_eq!(set_any(ex, 2, y, at(0)), ACLNN_ERR_PARAM_INVALID, "index out of range");
-        assert_eq!(set_in(ex, 0, y, at(0)), ACLNN_ERR_PARAM_INVALID, "not the tensor at that index");
-        assert_eq!(set_in(ex, 0, x, at(2)), ACLNN_ERR_PARAM_INVALID, "not 32-byte aligned");
+        assert_eq!(set_in(ex, 1, x, d.at(0)), ACLNN_ERR_PARAM_INVALID, "index out of range");
+        assert_eq!(set_out(ex, 1, y, d.at(0)), ACLNN_ERR_PARAM_INVALID, "index out of range");
+        assert_eq!(set_any(ex, 2, y, d.at(0)), ACLNN_ERR_PARAM_INVALID, "index out of range");
+        assert_eq!(set_in(ex, 0, y, d.at(0)), ACLNN_ERR_PARAM_INVALID, "not the tensor at that index");
+        assert_eq!(set_in(ex, 0, x, d.at(2)), ACLNN_ERR_PARAM_INVALID, "not 32-byte aligned");
         assert_eq!(set_in(ex, 0, x, null_mut()), ACLNN_ERR_PARAM_NULLPTR, "NULL address");
-        assert_eq!(set_in(null_mut(), 0, x, at(0)), ACLNN_ERR_INNER_NULLPTR, "NULL executor");
-        assert_eq!(set_in(ex, 0, null_mut(), at(0)), ACLNN_ERR_INNER_NULLPTR, "NULL tensor");
-        assert_eq!(set_in(ex, 0, x, at(16384 - 32 + 64)), ACLNN_ERR_PARAM_INVALID, "past the allocation");
+        assert_eq!(set_in(null_mut(), 0, x, d.at(0)), ACLNN_ERR_INNER_NULLPTR, "NULL executor");
+        assert_eq!(set_in(ex, 0, null_mut(), d.at(0)), ACLNN_ERR_INNER_NULLPTR, "NULL tensor");
+        assert_eq!(set_in(ex, 0, x, d.at(16384 - 32 + 64)), ACLNN_ERR_PARAM_INVALID, "past the allocation");
         assert_eq!(api.aclDestroyAclOpExecutor().unwrap()(ex), 0);
-        // Addmm's inputs in prototype order: self (the bias), mat1, mat2.
-        let (c, a, b, o) = (tensor(&[2], 2048), tensor(&[2, 2], 2560), tensor(&[2, 2], 3072), tensor(&[2, 2], 3584));
+    }
+}
+
+/// Addmm's inputs in prototype order: self (the bias), mat1, mat2. Returns its tensors
+/// (c, a, b, o) and its scalar, for the caller to destroy.
+fn addmm_setters(d: &EmuMemory) -> ([*mut aclTensor; 4], *mut aclScalar) {
+    let api = d.api;
+    let (c, a, b, o) =
+        (d.tensor(&[2], 2048), d.tensor(&[2, 2], 2560), d.tensor(&[2, 2], 3072), d.tensor(&[2, 2], 3584));
+    // SAFETY: as in `EmuMemory::open`.
+    unsafe {
+        let set_in = api.aclSetInputTensorAddr().unwrap();
+        let (mut ws, mut ex) = (0u64, null_mut());
         let one = 1f32;
         let sc = api.aclCreateScalar().unwrap()((&one as *const f32).cast_mut().cast(), ACL_FLOAT);
         assert_eq!(api.aclnnAddmmGetWorkspaceSize().unwrap()(c, a, b, sc, sc, o, 1, &mut ws, &mut ex), 0);
         assert_eq!(api.aclSetAclOpExecutorRepeatable().unwrap()(ex), 0);
-        assert_eq!(set_in(ex, 0, c, at(4096)), 0);
-        assert_eq!(set_in(ex, 1, a, at(4608)), 0);
-        assert_eq!(set_in(ex, 2, b, at(5120)), 0);
-        assert_eq!(set_in(ex, 0, a, at(4608)), ACLNN_ERR_PARAM_INVALID);
-        assert_eq!(set_in(ex, 3, a, at(4608)), ACLNN_ERR_PARAM_INVALID);
+        assert_eq!(set_in(ex, 0, c, d.at(4096)), 0);
+        assert_eq!(set_in(ex, 1, a, d.at(4608)), 0);
+        assert_eq!(set_in(ex, 2, b, d.at(5120)), 0);
+        assert_eq!(set_in(ex, 0, a, d.at(4608)), ACLNN_ERR_PARAM_INVALID);
+        assert_eq!(set_in(ex, 3, a, d.at(4608)), ACLNN_ERR_PARAM_INVALID);
         assert_eq!(api.aclDestroyAclOpExecutor().unwrap()(ex), 0);
-        // An optional tensor that was NULL at phase 1 cannot get an address.
-        let d = [4i64];
-        let ns = api.aclCreateIntArray().unwrap()(d.as_ptr(), 1);
+        ([c, a, b, o], sc)
+    }
+}
+
+/// An optional tensor that was NULL at phase 1 cannot get an address. Returns LayerNorm's
+/// tensors (x, out) and its shape array, for the caller to destroy.
+fn layer_norm_setters(d: &EmuMemory) -> ([*mut aclTensor; 2], *mut aclIntArray) {
+    let api = d.api;
+    // SAFETY: as in `EmuMemory::open`.
+    unsafe {
+        let set_in = api.aclSetInputTensorAddr().unwrap();
+        let (mut ws, mut ex) = (0u64, null_mut());
+        let dims = [4i64];
+        let ns = api.aclCreateIntArray().unwrap()(dims.as_ptr(), 1);
         let ln1 = api.aclnnLayerNormGetWorkspaceSize().unwrap();
-        let (lx, lo) = (tensor(&[1, 4], 0), tensor(&[1, 4], 512));
+        let (lx, lo) = (d.tensor(&[1, 4], 0), d.tensor(&[1, 4], 512));
         assert_eq!(ln1(lx, ns, null_mut(), null_mut(), 1e-5, lo, null_mut(), null_mut(), &mut ws, &mut ex), 0);
         assert_eq!(api.aclSetAclOpExecutorRepeatable().unwrap()(ex), 0);
-        assert_eq!(set_in(ex, 1, lx, at(0)), ACLNN_ERR_PARAM_INVALID, "weight was NULL");
-        assert_eq!(set_in(ex, 0, lx, at(1536)), 0);
+        assert_eq!(set_in(ex, 1, lx, d.at(0)), ACLNN_ERR_PARAM_INVALID, "weight was NULL");
+        assert_eq!(set_in(ex, 0, lx, d.at(1536)), 0);
         assert_eq!(api.aclDestroyAclOpExecutor().unwrap()(ex), 0);
-        assert!(ctl.calls("aclSetInputTensorAddr") >= 10 && ctl.calls("aclSetOutputTensorAddr") >= 2);
-        // And a fault injected into a setter fails that call.
+        ([lx, lo], ns)
+    }
+}
+
+/// A fault injected into a setter fails that call, and only that one.
+fn setter_fault(d: &EmuMemory, ctl: &common::Emu, x: *mut aclTensor, y: *mut aclTensor) {
+    let api = d.api;
+    // SAFETY: as in `EmuMemory::open`.
+    unsafe {
+        let relu1 = api.aclnnReluGetWorkspaceSize().unwrap();
+        let set_out = api.aclSetOutputTensorAddr().unwrap();
+        let (mut ws, mut ex) = (0u64, null_mut());
         assert_eq!(ctl.configure("fail=aclSetOutputTensorAddr:1:507899"), 0);
         assert_eq!(relu1(x, y, &mut ws, &mut ex), 0);
         assert_eq!(api.aclSetAclOpExecutorRepeatable().unwrap()(ex), 0);
-        assert_eq!(set_out(ex, 0, y, at(1024)), 507899);
-        assert_eq!(set_out(ex, 0, y, at(1024)), 0);
+        assert_eq!(set_out(ex, 0, y, d.at(1024)), 507899);
+        assert_eq!(set_out(ex, 0, y, d.at(1024)), 0);
         assert_eq!(api.aclDestroyAclOpExecutor().unwrap()(ex), 0);
         assert_eq!(ctl.configure("fail="), 0);
+    }
+}
+
+#[test]
+fn address_setters_follow_canns_rules() {
+    let Some(emu) = common::emu_or_skip("address_setters_follow_canns_rules") else { return };
+    let _g = common::serial();
+    let ctl = common::Emu::open(&emu);
+    assert_eq!(ctl.configure("fail="), 0);
+    let tk = common::fake_toolkit("setters", &emu);
+    let api = Api::load(&LoadConfig { lib_dir: Some(tk.join("lib64")), no_system_loader: true }).expect("load");
+    let d = EmuMemory::open(&api);
+    d.put(0, &[1., -2., 3., -4.]);
+    d.put(1536, &[-5., 6., -7., 8.]);
+    let (x, y) = (d.tensor(&[4], 0), d.tensor(&[4], 512));
+    relu_setters(&d, x, y);
+    let ([c, a, b, o], sc) = addmm_setters(&d);
+    let ([lx, lo], ns) = layer_norm_setters(&d);
+    assert!(ctl.calls("aclSetInputTensorAddr") >= 10 && ctl.calls("aclSetOutputTensorAddr") >= 2);
+    setter_fault(&d, &ctl, x, y);
+    // SAFETY: as in `EmuMemory::open`; each handle is destroyed once.
+    unsafe {
         for t in [x, y, c, a, b, o, lx, lo] {
             assert_eq!(api.aclDestroyTensor().unwrap()(t), 0);
         }
         assert_eq!(api.aclDestroyScalar().unwrap()(sc), 0);
         assert_eq!(api.aclDestroyIntArray().unwrap()(ns), 0);
-        assert_eq!(api.aclrtDestroyStream().unwrap()(s), 0);
-        assert_eq!(api.aclrtFree().unwrap()(p), 0);
+        assert_eq!(api.aclrtDestroyStream().unwrap()(d.s), 0);
+        assert_eq!(api.aclrtFree().unwrap()(d.p), 0);
         assert_eq!(api.aclrtResetDevice().unwrap()(0), 0);
     }
     let c = ctl.counters();

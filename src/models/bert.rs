@@ -488,84 +488,101 @@ pub struct BertGraph {
     pub output: ValueId,
 }
 
-/// Builds the encoder for `batch` sequences of `seq` tokens.
-pub fn build(config: &BertConfig, weights: Weights, batch: usize, seq: usize) -> Result<BertGraph> {
-    let c = config;
-    c.validate()?;
+/// `batch` and `seq` are at least 1, `seq` within the position table, and the widest
+/// activations fit the address space.
+fn check_sizes(c: &BertConfig, batch: usize, seq: usize) -> Result<()> {
     if seq == 0 || batch == 0 || seq > c.max_position_embeddings {
         return Err(Error::Config(format!(
             "batch {batch} x seq {seq}: need batch >= 1 and 1 <= seq <= {}",
             c.max_position_embeddings
         )));
     }
-    let (h, nh) = (c.hidden_size, c.num_attention_heads);
-    let dh = h / nh;
+    let nh = c.num_attention_heads;
     // The widest activations, [batch, heads, seq, seq] and [batch, seq, intermediate] in f32.
     let bytes =
         |width: usize| width.checked_mul(batch)?.checked_mul(seq)?.checked_mul(4).filter(|&b| b <= isize::MAX as usize);
     if nh.checked_mul(seq).and_then(bytes).is_none() || bytes(c.intermediate_size).is_none() {
         return Err(Error::Config(format!("batch {batch} x seq {seq}: the activations overflow the address space")));
     }
-    let source = match weights {
-        Weights::Named(m) => Source::Named(m),
-        Weights::File(f) => Source::File(f),
-        Weights::Random(seed) => Source::Random(seed),
-    };
-    let mut w = WeightSource { source, counter: 0 };
-    let mut g = Graph::new();
-    let ids = g.input("input_ids", DType::I64, [batch, seq]);
-    let tt = g.input("token_type_ids", DType::I64, [batch, seq]);
-    let mask = g.input("attention_mask", DType::F32, [batch, seq]);
-    // Embeddings.
-    let we = g.constant(
-        "embeddings.word_embeddings.weight",
-        w.get("embeddings.word_embeddings.weight", &[c.vocab_size, h], Init::Normal)?,
-    );
-    let pe = g.constant(
-        "embeddings.position_embeddings.weight",
-        w.get("embeddings.position_embeddings.weight", &[c.max_position_embeddings, h], Init::Normal)?,
-    );
-    let te = g.constant(
-        "embeddings.token_type_embeddings.weight",
-        w.get("embeddings.token_type_embeddings.weight", &[c.type_vocab_size, h], Init::Normal)?,
-    );
-    let pos = g.constant("position_ids", HostTensor::from_vec([seq], (0..seq as i64).collect())?);
-    let x_w = g.op("embeddings.word", Op::Gather { axis: 0 }, &[we, ids])?;
-    let x_t = g.op("embeddings.token_type", Op::Gather { axis: 0 }, &[te, tt])?;
-    let x_p = g.op("embeddings.position", Op::Gather { axis: 0 }, &[pe, pos])?;
-    let s1 = g.op("embeddings.add_type", Op::Add, &[x_w, x_t])?;
-    let s2 = g.op("embeddings.add_position", Op::Add, &[s1, x_p])?;
-    let lg = g.constant("embeddings.LayerNorm.weight", w.get("embeddings.LayerNorm.weight", &[h], Init::Ones)?);
-    let lb = g.constant("embeddings.LayerNorm.bias", w.get("embeddings.LayerNorm.bias", &[h], Init::Normal)?);
-    let mut x = g.op("embeddings.LayerNorm", Op::LayerNorm { eps: c.layer_norm_eps }, &[s2, lg, lb])?;
-    // Additive mask [B, 1, 1, S]: (mask - 1) * 10000.
-    let m4 = g.op("mask.reshape", Op::Reshape { shape: vec![batch as isize, 1, 1, seq as isize] }, &[mask])?;
-    let one = g.constant("mask.one", HostTensor::from_vec([1], vec![1f32])?);
-    let inv = g.op("mask.invert", Op::Sub, &[m4, one])?;
-    let add_mask = g.op("mask.scale", Op::Scale { factor: 10000.0 }, &[inv])?;
-    let lin = |g: &mut Graph, w: &mut WeightSource, name: &str, x: ValueId, n: usize, k: usize| -> Result<ValueId> {
-        let wt = g.constant(&format!("{name}.weight"), w.get(&format!("{name}.weight"), &[n, k], Init::Normal)?);
-        let b = g.constant(&format!("{name}.bias"), w.get(&format!("{name}.bias"), &[n], Init::Normal)?);
-        g.op(name, Op::Linear, &[x, wt, b])
-    };
-    let heads = |g: &mut Graph, name: &str, t: ValueId| -> Result<ValueId> {
-        let r = g.op(
-            &format!("{name}.split"),
-            Op::Reshape { shape: vec![batch as isize, seq as isize, nh as isize, dh as isize] },
-            &[t],
-        )?;
-        g.op(&format!("{name}.heads"), Op::Permute { perm: vec![0, 2, 1, 3] }, &[r])
-    };
-    for l in 0..c.num_hidden_layers {
-        let p = format!("encoder.layer.{l}");
-        let q = lin(&mut g, &mut w, &format!("{p}.attention.self.query"), x, h, h)?;
-        let k = lin(&mut g, &mut w, &format!("{p}.attention.self.key"), x, h, h)?;
-        let v = lin(&mut g, &mut w, &format!("{p}.attention.self.value"), x, h, h)?;
-        let (q, k, v) = (
-            heads(&mut g, &format!("{p}.q"), q)?,
-            heads(&mut g, &format!("{p}.k"), k)?,
-            heads(&mut g, &format!("{p}.v"), v)?,
-        );
+    Ok(())
+}
+
+/// The graph under construction and where its weights come from, read in graph order (the
+/// order matters to random weights).
+struct Encoder<'a> {
+    g: Graph,
+    w: WeightSource,
+    c: &'a BertConfig,
+    batch: usize,
+    seq: usize,
+}
+
+impl Encoder<'_> {
+    /// The constant `name` of `shape`, read from the weights.
+    fn weight(&mut self, name: &str, shape: &[usize], kind: Init) -> Result<ValueId> {
+        let t = self.w.get(name, shape, kind)?;
+        Ok(self.g.constant(name, t))
+    }
+
+    /// `x · name.weightᵀ + name.bias` with an `[n, k]` weight.
+    fn linear(&mut self, name: &str, x: ValueId, n: usize, k: usize) -> Result<ValueId> {
+        let wt = self.weight(&format!("{name}.weight"), &[n, k], Init::Normal)?;
+        let b = self.weight(&format!("{name}.bias"), &[n], Init::Normal)?;
+        self.g.op(name, Op::Linear, &[x, wt, b])
+    }
+
+    /// LayerNorm `name` over the hidden axis of `x`.
+    fn layer_norm(&mut self, name: &str, x: ValueId) -> Result<ValueId> {
+        let h = self.c.hidden_size;
+        let gamma = self.weight(&format!("{name}.weight"), &[h], Init::Ones)?;
+        let beta = self.weight(&format!("{name}.bias"), &[h], Init::Normal)?;
+        self.g.op(name, Op::LayerNorm { eps: self.c.layer_norm_eps }, &[x, gamma, beta])
+    }
+
+    /// `[B, S, H]` to `[B, heads, S, head dim]`.
+    fn heads(&mut self, name: &str, t: ValueId) -> Result<ValueId> {
+        let (b, s, nh) = (self.batch as isize, self.seq as isize, self.c.num_attention_heads);
+        let dh = (self.c.hidden_size / nh) as isize;
+        let r = self.g.op(&format!("{name}.split"), Op::Reshape { shape: vec![b, s, nh as isize, dh] }, &[t])?;
+        self.g.op(&format!("{name}.heads"), Op::Permute { perm: vec![0, 2, 1, 3] }, &[r])
+    }
+
+    /// Word, token-type and position embeddings summed, then LayerNorm.
+    fn embeddings(&mut self, ids: ValueId, tt: ValueId) -> Result<ValueId> {
+        let (c, h, seq) = (self.c, self.c.hidden_size, self.seq);
+        let we = self.weight("embeddings.word_embeddings.weight", &[c.vocab_size, h], Init::Normal)?;
+        let pe = self.weight("embeddings.position_embeddings.weight", &[c.max_position_embeddings, h], Init::Normal)?;
+        let te = self.weight("embeddings.token_type_embeddings.weight", &[c.type_vocab_size, h], Init::Normal)?;
+        let g = &mut self.g;
+        let pos = g.constant("position_ids", HostTensor::from_vec([seq], (0..seq as i64).collect())?);
+        let x_w = g.op("embeddings.word", Op::Gather { axis: 0 }, &[we, ids])?;
+        let x_t = g.op("embeddings.token_type", Op::Gather { axis: 0 }, &[te, tt])?;
+        let x_p = g.op("embeddings.position", Op::Gather { axis: 0 }, &[pe, pos])?;
+        let s1 = g.op("embeddings.add_type", Op::Add, &[x_w, x_t])?;
+        let s2 = g.op("embeddings.add_position", Op::Add, &[s1, x_p])?;
+        self.layer_norm("embeddings.LayerNorm", s2)
+    }
+
+    /// The additive mask `[B, 1, 1, S]`: (mask - 1) * 10000.
+    fn additive_mask(&mut self, mask: ValueId) -> Result<ValueId> {
+        let g = &mut self.g;
+        let shape = vec![self.batch as isize, 1, 1, self.seq as isize];
+        let m4 = g.op("mask.reshape", Op::Reshape { shape }, &[mask])?;
+        let one = g.constant("mask.one", HostTensor::from_vec([1], vec![1f32])?);
+        let inv = g.op("mask.invert", Op::Sub, &[m4, one])?;
+        g.op("mask.scale", Op::Scale { factor: 10000.0 }, &[inv])
+    }
+
+    /// Layer `p`'s self-attention, its output projection, residual and LayerNorm.
+    fn attention(&mut self, p: &str, x: ValueId, add_mask: ValueId) -> Result<ValueId> {
+        let h = self.c.hidden_size;
+        let dh = h / self.c.num_attention_heads;
+        let q = self.linear(&format!("{p}.attention.self.query"), x, h, h)?;
+        let k = self.linear(&format!("{p}.attention.self.key"), x, h, h)?;
+        let v = self.linear(&format!("{p}.attention.self.value"), x, h, h)?;
+        let (q, k, v) =
+            (self.heads(&format!("{p}.q"), q)?, self.heads(&format!("{p}.k"), k)?, self.heads(&format!("{p}.v"), v)?);
+        let g = &mut self.g;
         let sc = g.op(&format!("{p}.attention.scores"), Op::MatMul { trans_a: false, trans_b: true }, &[q, k])?;
         let sc = g.op(&format!("{p}.attention.scale"), Op::Scale { factor: 1.0 / (dh as f32).sqrt() }, &[sc])?;
         let sc = g.op(&format!("{p}.attention.mask"), Op::Add, &[sc, add_mask])?;
@@ -574,35 +591,47 @@ pub fn build(config: &BertConfig, weights: Weights, batch: usize, seq: usize) ->
         let ctx = g.op(&format!("{p}.attention.merge"), Op::Permute { perm: vec![0, 2, 1, 3] }, &[ctx])?;
         let ctx = g.op(
             &format!("{p}.attention.flatten"),
-            Op::Reshape { shape: vec![batch as isize, seq as isize, h as isize] },
+            Op::Reshape { shape: vec![self.batch as isize, self.seq as isize, h as isize] },
             &[ctx],
         )?;
-        let ao = lin(&mut g, &mut w, &format!("{p}.attention.output.dense"), ctx, h, h)?;
-        let r1 = g.op(&format!("{p}.attention.output.residual"), Op::Add, &[ao, x])?;
-        let g1 = g.constant(
-            &format!("{p}.attention.output.LayerNorm.weight"),
-            w.get(&format!("{p}.attention.output.LayerNorm.weight"), &[h], Init::Ones)?,
-        );
-        let b1 = g.constant(
-            &format!("{p}.attention.output.LayerNorm.bias"),
-            w.get(&format!("{p}.attention.output.LayerNorm.bias"), &[h], Init::Normal)?,
-        );
-        let x1 =
-            g.op(&format!("{p}.attention.output.LayerNorm"), Op::LayerNorm { eps: c.layer_norm_eps }, &[r1, g1, b1])?;
-        let it = lin(&mut g, &mut w, &format!("{p}.intermediate.dense"), x1, c.intermediate_size, h)?;
-        let act = g.op(&format!("{p}.intermediate.gelu"), Op::Gelu(GeluApprox::Erf), &[it])?;
-        let o = lin(&mut g, &mut w, &format!("{p}.output.dense"), act, h, c.intermediate_size)?;
-        let r2 = g.op(&format!("{p}.output.residual"), Op::Add, &[o, x1])?;
-        let g2 = g.constant(
-            &format!("{p}.output.LayerNorm.weight"),
-            w.get(&format!("{p}.output.LayerNorm.weight"), &[h], Init::Ones)?,
-        );
-        let b2 = g.constant(
-            &format!("{p}.output.LayerNorm.bias"),
-            w.get(&format!("{p}.output.LayerNorm.bias"), &[h], Init::Normal)?,
-        );
-        x = g.op(&format!("{p}.output.LayerNorm"), Op::LayerNorm { eps: c.layer_norm_eps }, &[r2, g2, b2])?;
+        let ao = self.linear(&format!("{p}.attention.output.dense"), ctx, h, h)?;
+        let r1 = self.g.op(&format!("{p}.attention.output.residual"), Op::Add, &[ao, x])?;
+        self.layer_norm(&format!("{p}.attention.output.LayerNorm"), r1)
     }
+
+    /// Layer `p`'s feed-forward block (GELU), residual and LayerNorm.
+    fn feed_forward(&mut self, p: &str, x1: ValueId) -> Result<ValueId> {
+        let (h, inter) = (self.c.hidden_size, self.c.intermediate_size);
+        let it = self.linear(&format!("{p}.intermediate.dense"), x1, inter, h)?;
+        let act = self.g.op(&format!("{p}.intermediate.gelu"), Op::Gelu(GeluApprox::Erf), &[it])?;
+        let o = self.linear(&format!("{p}.output.dense"), act, h, inter)?;
+        let r2 = self.g.op(&format!("{p}.output.residual"), Op::Add, &[o, x1])?;
+        self.layer_norm(&format!("{p}.output.LayerNorm"), r2)
+    }
+}
+
+/// Builds the encoder for `batch` sequences of `seq` tokens.
+pub fn build(config: &BertConfig, weights: Weights, batch: usize, seq: usize) -> Result<BertGraph> {
+    let c = config;
+    c.validate()?;
+    check_sizes(c, batch, seq)?;
+    let source = match weights {
+        Weights::Named(m) => Source::Named(m),
+        Weights::File(f) => Source::File(f),
+        Weights::Random(seed) => Source::Random(seed),
+    };
+    let mut e = Encoder { g: Graph::new(), w: WeightSource { source, counter: 0 }, c, batch, seq };
+    let ids = e.g.input("input_ids", DType::I64, [batch, seq]);
+    let tt = e.g.input("token_type_ids", DType::I64, [batch, seq]);
+    let mask = e.g.input("attention_mask", DType::F32, [batch, seq]);
+    let mut x = e.embeddings(ids, tt)?;
+    let add_mask = e.additive_mask(mask)?;
+    for l in 0..c.num_hidden_layers {
+        let p = format!("encoder.layer.{l}");
+        let x1 = e.attention(&p, x, add_mask)?;
+        x = e.feed_forward(&p, x1)?;
+    }
+    let mut g = e.g;
     g.output(x);
     g.validate()?;
     Ok(BertGraph {

@@ -83,191 +83,211 @@ pub fn cases(dtype: DType, seed: u64) -> Vec<Case> {
     let mut out = Vec::new();
     let f = dtype;
     if dtype.is_float() {
-        for &(m, k, n) in &[(1, 1, 1), (3, 5, 7), (17, 33, 9), (0, 3, 4), (2, 0, 3), (8, 16, 24), (33, 65, 17)] {
-            for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
-                let a = if ta { vec![k, m] } else { vec![m, k] };
-                let b = if tb { vec![n, k] } else { vec![k, n] };
-                add(
-                    &mut out,
-                    Op::MatMul { trans_a: ta, trans_b: tb },
-                    vec![(f, a.clone(), ""), (f, b.clone(), "")],
-                    k,
-                    &mut rng,
-                );
-                add(
-                    &mut out,
-                    Op::Gemm { trans_a: ta, trans_b: tb, alpha: 0.5, beta: 2.0 },
-                    vec![(f, a, ""), (f, b, ""), (f, vec![n], "")],
-                    k,
-                    &mut rng,
-                );
-            }
-        }
-        add(
-            &mut out,
-            Op::Gemm { trans_a: false, trans_b: false, alpha: 1.0, beta: 0.0 },
-            vec![(f, vec![4, 3], ""), (f, vec![3, 5], "")],
-            3,
-            &mut rng,
-        );
-        add(
-            &mut out,
-            Op::Gemm { trans_a: false, trans_b: false, alpha: 1.0, beta: 1.0 },
-            vec![(f, vec![4, 3], ""), (f, vec![3, 5], ""), (f, vec![4, 1], "")],
-            3,
-            &mut rng,
-        );
-        // Batched and broadcast batch dims.
-        add(
-            &mut out,
-            Op::MatMul { trans_a: false, trans_b: false },
-            vec![(f, vec![2, 3, 5, 4], ""), (f, vec![4, 6], "")],
-            4,
-            &mut rng,
-        );
-        add(
-            &mut out,
-            Op::MatMul { trans_a: false, trans_b: true },
-            vec![(f, vec![1, 5, 4], ""), (f, vec![3, 6, 4], "")],
-            4,
-            &mut rng,
-        );
-        add(
-            &mut out,
-            Op::MatMul { trans_a: true, trans_b: false },
-            vec![(f, vec![3, 1, 4, 5], ""), (f, vec![2, 4, 7], "")],
-            4,
-            &mut rng,
-        );
-        for &(m, k, n) in &[(1, 1, 1), (7, 13, 5), (0, 4, 3), (4, 0, 3), (9, 32, 17)] {
-            add(&mut out, Op::Linear, vec![(f, vec![m, k], ""), (f, vec![n, k], ""), (f, vec![n], "")], k, &mut rng);
-            add(&mut out, Op::Linear, vec![(f, vec![2, m, k], ""), (f, vec![n, k], "")], k, &mut rng);
-        }
-        let unary_shapes: Vec<Vec<usize>> =
-            vec![vec![], vec![0], vec![1], vec![7], vec![3, 17], vec![2, 3, 33], vec![1031]];
-        for s in &unary_shapes {
-            for op in [
-                Op::Relu,
-                Op::Gelu(GeluApprox::Erf),
-                Op::Gelu(GeluApprox::Tanh),
-                Op::Tanh,
-                Op::Erf,
-                Op::Exp,
-                Op::Scale { factor: -1.75 },
-            ] {
-                add(&mut out, op, vec![(f, s.clone(), "")], 1, &mut rng);
-            }
-            add(&mut out, Op::Sqrt, vec![(f, s.clone(), "positive")], 1, &mut rng);
-        }
-        for s in [vec![1], vec![5], vec![3, 7], vec![2, 3, 19], vec![4, 0], vec![2, 1, 65]] {
-            let r = s.len() as isize;
-            for axis in [-1, 0] {
-                if axis == 0 && r == 1 {
-                    continue;
-                }
-                let acc = s[s.len() - 1].max(1);
-                add(&mut out, Op::Softmax { axis }, vec![(f, s.clone(), "")], acc, &mut rng);
-            }
-            let d = *s.last().unwrap_or(&1);
-            add(
-                &mut out,
-                Op::LayerNorm { eps: 1e-5 },
-                vec![(f, s.clone(), ""), (f, vec![d], ""), (f, vec![d], "")],
-                d,
-                &mut rng,
-            );
-            add(
-                &mut out,
-                Op::AddLayerNorm { eps: 1e-3 },
-                vec![(f, s.clone(), ""), (f, s.clone(), ""), (f, vec![d], ""), (f, vec![d], "")],
-                d,
-                &mut rng,
-            );
-            add(&mut out, Op::BiasGelu(GeluApprox::Erf), vec![(f, s.clone(), ""), (f, vec![d], "")], 1, &mut rng);
-            add(&mut out, Op::BiasGelu(GeluApprox::Tanh), vec![(f, s.clone(), ""), (f, vec![d], "")], 1, &mut rng);
-            for (axes, keepdims) in [(vec![], false), (vec![-1], true), (vec![0], false)] {
-                let acc = s.iter().product::<usize>().max(1);
-                add(&mut out, Op::ReduceSum { axes: axes.clone(), keepdims }, vec![(f, s.clone(), "")], acc, &mut rng);
-                add(&mut out, Op::ReduceMean { axes, keepdims }, vec![(f, s.clone(), "")], acc, &mut rng);
-            }
-        }
-        // Attention with and without masks; over 128 query rows, a head has several
-        // blocks on the CPU's fast tier (per head with K and V packed once where the
-        // heads outnumber the threads twice, per block otherwise).
-        let shapes = [
-            (1, 1, 1, 1, 1),
-            (2, 3, 5, 7, 4),
-            (1, 2, 17, 17, 8),
-            (1, 1, 0, 3, 2),
-            (1, 4, 200, 150, 8),
-            (1, 1, 260, 40, 4),
-        ];
-        for &(b, h, s, t, d) in &shapes {
-            let q = vec![b, h, s, d];
-            let k = vec![b, h, t, d];
-            add(
-                &mut out,
-                Op::Attention { scale: None, layout: AttentionLayout::Bnsd },
-                vec![(f, q.clone(), ""), (f, k.clone(), ""), (f, k.clone(), "")],
-                t * d,
-                &mut rng,
-            );
-            let mut mask_vals: Vec<f64> = (0..b * t).map(|i| if i % 3 == 2 { 0.0 } else { 1.0 }).collect();
-            if !mask_vals.is_empty() {
-                mask_vals[0] = 1.0;
-            }
-            out.push(Case {
-                op: Op::Attention { scale: Some(0.3), layout: AttentionLayout::Bnsd },
-                inputs: vec![
-                    (f, q.clone(), values(&mut rng, f, &q, "")),
-                    (f, k.clone(), values(&mut rng, f, &k, "")),
-                    (f, k.clone(), values(&mut rng, f, &k, "")),
-                    (DType::U8, vec![b, 1, 1, t], mask_vals),
-                ],
-                accumulation: t * d,
-            });
-            add(
-                &mut out,
-                Op::Attention { scale: None, layout: AttentionLayout::Bnsd },
-                vec![(f, q.clone(), ""), (f, k.clone(), ""), (f, k.clone(), ""), (f, vec![s, t], "")],
-                t * d,
-                &mut rng,
-            );
-        }
-        // Tokens first ([B, S, H, D]: no head split/merge permutes), with a float mask.
-        for &(b, h, s, t, d) in &[(2, 3, 5, 7, 4), (1, 4, 17, 17, 8), (1, 4, 140, 140, 8)] {
-            let q = vec![b, s, h, d];
-            let k = vec![b, t, h, d];
-            add(
-                &mut out,
-                Op::Attention { scale: Some(0.4), layout: AttentionLayout::Bsnd },
-                vec![(f, q.clone(), ""), (f, k.clone(), ""), (f, k.clone(), ""), (f, vec![b, 1, 1, t], "")],
-                t * d,
-                &mut rng,
-            );
-        }
+        products(&mut out, f, &mut rng);
+        unary(&mut out, f, &mut rng);
+        rows(&mut out, f, &mut rng);
+        attention(&mut out, f, &mut rng);
         for to in [DType::F32, DType::F16, DType::BF16, DType::I32] {
             add(&mut out, Op::Cast { to }, vec![(f, vec![3, 11], "")], 1, &mut rng);
         }
     }
     // Arithmetic with broadcasting (floats and integers).
     if dtype != DType::U8 {
-        for (sa, sb) in [
-            (vec![], vec![]),
-            (vec![0], vec![1]),
-            (vec![7], vec![7]),
-            (vec![3, 17], vec![17]),
-            (vec![2, 1, 5], vec![4, 1]),
-            (vec![1], vec![2, 33]),
-            (vec![4, 1, 9], vec![1, 3, 9]),
-            (vec![1031], vec![1031]),
-        ] {
-            for op in [Op::Add, Op::Sub, Op::Mul] {
-                add(&mut out, op, vec![(f, sa.clone(), ""), (f, sb.clone(), "")], 1, &mut rng);
-            }
-            add(&mut out, Op::Div, vec![(f, sa.clone(), ""), (f, sb.clone(), "nonzero")], 1, &mut rng);
+        arithmetic(&mut out, f, &mut rng);
+    }
+    data_movement(&mut out, f, &mut rng);
+    if dtype.is_int() {
+        for to in [DType::F32, DType::I64, DType::U8] {
+            add(&mut out, Op::Cast { to }, vec![(f, vec![13], "")], 1, &mut rng);
         }
     }
+    out.extend(extreme_cases(dtype));
+    out
+}
+
+/// MatMul (transposed, batched, broadcast), Gemm and Linear on random floats.
+fn products(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
+    for &(m, k, n) in &[(1, 1, 1), (3, 5, 7), (17, 33, 9), (0, 3, 4), (2, 0, 3), (8, 16, 24), (33, 65, 17)] {
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            let a = if ta { vec![k, m] } else { vec![m, k] };
+            let b = if tb { vec![n, k] } else { vec![k, n] };
+            add(out, Op::MatMul { trans_a: ta, trans_b: tb }, vec![(f, a.clone(), ""), (f, b.clone(), "")], k, rng);
+            add(
+                out,
+                Op::Gemm { trans_a: ta, trans_b: tb, alpha: 0.5, beta: 2.0 },
+                vec![(f, a, ""), (f, b, ""), (f, vec![n], "")],
+                k,
+                rng,
+            );
+        }
+    }
+    add(
+        out,
+        Op::Gemm { trans_a: false, trans_b: false, alpha: 1.0, beta: 0.0 },
+        vec![(f, vec![4, 3], ""), (f, vec![3, 5], "")],
+        3,
+        rng,
+    );
+    add(
+        out,
+        Op::Gemm { trans_a: false, trans_b: false, alpha: 1.0, beta: 1.0 },
+        vec![(f, vec![4, 3], ""), (f, vec![3, 5], ""), (f, vec![4, 1], "")],
+        3,
+        rng,
+    );
+    // Batched and broadcast batch dims.
+    add(
+        out,
+        Op::MatMul { trans_a: false, trans_b: false },
+        vec![(f, vec![2, 3, 5, 4], ""), (f, vec![4, 6], "")],
+        4,
+        rng,
+    );
+    add(
+        out,
+        Op::MatMul { trans_a: false, trans_b: true },
+        vec![(f, vec![1, 5, 4], ""), (f, vec![3, 6, 4], "")],
+        4,
+        rng,
+    );
+    add(
+        out,
+        Op::MatMul { trans_a: true, trans_b: false },
+        vec![(f, vec![3, 1, 4, 5], ""), (f, vec![2, 4, 7], "")],
+        4,
+        rng,
+    );
+    for &(m, k, n) in &[(1, 1, 1), (7, 13, 5), (0, 4, 3), (4, 0, 3), (9, 32, 17)] {
+        add(out, Op::Linear, vec![(f, vec![m, k], ""), (f, vec![n, k], ""), (f, vec![n], "")], k, rng);
+        add(out, Op::Linear, vec![(f, vec![2, m, k], ""), (f, vec![n, k], "")], k, rng);
+    }
+}
+
+/// The unary activations on random floats of shapes from a scalar to past a vector width.
+fn unary(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
+    let unary_shapes: Vec<Vec<usize>> =
+        vec![vec![], vec![0], vec![1], vec![7], vec![3, 17], vec![2, 3, 33], vec![1031]];
+    for s in &unary_shapes {
+        for op in [
+            Op::Relu,
+            Op::Gelu(GeluApprox::Erf),
+            Op::Gelu(GeluApprox::Tanh),
+            Op::Tanh,
+            Op::Erf,
+            Op::Exp,
+            Op::Scale { factor: -1.75 },
+        ] {
+            add(out, op, vec![(f, s.clone(), "")], 1, rng);
+        }
+        add(out, Op::Sqrt, vec![(f, s.clone(), "positive")], 1, rng);
+    }
+}
+
+/// The row ops on random floats: Softmax, LayerNorm, AddLayerNorm, BiasGelu, ReduceSum and
+/// ReduceMean, shape by shape.
+fn rows(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
+    for s in [vec![1], vec![5], vec![3, 7], vec![2, 3, 19], vec![4, 0], vec![2, 1, 65]] {
+        let r = s.len() as isize;
+        for axis in [-1, 0] {
+            if axis == 0 && r == 1 {
+                continue;
+            }
+            let acc = s[s.len() - 1].max(1);
+            add(out, Op::Softmax { axis }, vec![(f, s.clone(), "")], acc, rng);
+        }
+        let d = *s.last().unwrap_or(&1);
+        add(out, Op::LayerNorm { eps: 1e-5 }, vec![(f, s.clone(), ""), (f, vec![d], ""), (f, vec![d], "")], d, rng);
+        add(
+            out,
+            Op::AddLayerNorm { eps: 1e-3 },
+            vec![(f, s.clone(), ""), (f, s.clone(), ""), (f, vec![d], ""), (f, vec![d], "")],
+            d,
+            rng,
+        );
+        add(out, Op::BiasGelu(GeluApprox::Erf), vec![(f, s.clone(), ""), (f, vec![d], "")], 1, rng);
+        add(out, Op::BiasGelu(GeluApprox::Tanh), vec![(f, s.clone(), ""), (f, vec![d], "")], 1, rng);
+        for (axes, keepdims) in [(vec![], false), (vec![-1], true), (vec![0], false)] {
+            let acc = s.iter().product::<usize>().max(1);
+            add(out, Op::ReduceSum { axes: axes.clone(), keepdims }, vec![(f, s.clone(), "")], acc, rng);
+            add(out, Op::ReduceMean { axes, keepdims }, vec![(f, s.clone(), "")], acc, rng);
+        }
+    }
+}
+
+/// Attention, BNSD with no mask, a u8 mask and a float mask, and BSND with a float mask.
+fn attention(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
+    // Attention with and without masks; over 128 query rows, a head has several
+    // blocks on the CPU's fast tier (per head with K and V packed once where the
+    // heads outnumber the threads twice, per block otherwise).
+    let shapes =
+        [(1, 1, 1, 1, 1), (2, 3, 5, 7, 4), (1, 2, 17, 17, 8), (1, 1, 0, 3, 2), (1, 4, 200, 150, 8), (1, 1, 260, 40, 4)];
+    for &(b, h, s, t, d) in &shapes {
+        let q = vec![b, h, s, d];
+        let k = vec![b, h, t, d];
+        add(
+            out,
+            Op::Attention { scale: None, layout: AttentionLayout::Bnsd },
+            vec![(f, q.clone(), ""), (f, k.clone(), ""), (f, k.clone(), "")],
+            t * d,
+            rng,
+        );
+        let mut mask_vals: Vec<f64> = (0..b * t).map(|i| if i % 3 == 2 { 0.0 } else { 1.0 }).collect();
+        if !mask_vals.is_empty() {
+            mask_vals[0] = 1.0;
+        }
+        out.push(Case {
+            op: Op::Attention { scale: Some(0.3), layout: AttentionLayout::Bnsd },
+            inputs: vec![
+                (f, q.clone(), values(rng, f, &q, "")),
+                (f, k.clone(), values(rng, f, &k, "")),
+                (f, k.clone(), values(rng, f, &k, "")),
+                (DType::U8, vec![b, 1, 1, t], mask_vals),
+            ],
+            accumulation: t * d,
+        });
+        add(
+            out,
+            Op::Attention { scale: None, layout: AttentionLayout::Bnsd },
+            vec![(f, q.clone(), ""), (f, k.clone(), ""), (f, k.clone(), ""), (f, vec![s, t], "")],
+            t * d,
+            rng,
+        );
+    }
+    // Tokens first ([B, S, H, D]: no head split/merge permutes), with a float mask.
+    for &(b, h, s, t, d) in &[(2, 3, 5, 7, 4), (1, 4, 17, 17, 8), (1, 4, 140, 140, 8)] {
+        let q = vec![b, s, h, d];
+        let k = vec![b, t, h, d];
+        add(
+            out,
+            Op::Attention { scale: Some(0.4), layout: AttentionLayout::Bsnd },
+            vec![(f, q.clone(), ""), (f, k.clone(), ""), (f, k.clone(), ""), (f, vec![b, 1, 1, t], "")],
+            t * d,
+            rng,
+        );
+    }
+}
+
+/// Add, Sub, Mul and Div with broadcasting (floats and integers; divisors nonzero).
+fn arithmetic(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
+    for (sa, sb) in [
+        (vec![], vec![]),
+        (vec![0], vec![1]),
+        (vec![7], vec![7]),
+        (vec![3, 17], vec![17]),
+        (vec![2, 1, 5], vec![4, 1]),
+        (vec![1], vec![2, 33]),
+        (vec![4, 1, 9], vec![1, 3, 9]),
+        (vec![1031], vec![1031]),
+    ] {
+        for op in [Op::Add, Op::Sub, Op::Mul] {
+            add(out, op, vec![(f, sa.clone(), ""), (f, sb.clone(), "")], 1, rng);
+        }
+        add(out, Op::Div, vec![(f, sa.clone(), ""), (f, sb.clone(), "nonzero")], 1, rng);
+    }
+}
+
+/// Data movement, every dtype: Permute, Reshape, Copy and Gather (negative indices too).
+fn data_movement(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
     // Data movement: every dtype.
     for (s, perm) in [
         (vec![2, 3], vec![1, 0]),
@@ -275,10 +295,10 @@ pub fn cases(dtype: DType, seed: u64) -> Vec<Case> {
         (vec![1, 5, 0], vec![1, 2, 0]),
         (vec![2, 3, 4, 5], vec![0, 2, 1, 3]),
     ] {
-        add(&mut out, Op::Permute { perm }, vec![(f, s, "")], 1, &mut rng);
+        add(out, Op::Permute { perm }, vec![(f, s, "")], 1, rng);
     }
-    add(&mut out, Op::Reshape { shape: vec![3, -1] }, vec![(f, vec![2, 3, 2], "")], 1, &mut rng);
-    add(&mut out, Op::Copy, vec![(f, vec![5, 7], "")], 1, &mut rng);
+    add(out, Op::Reshape { shape: vec![3, -1] }, vec![(f, vec![2, 3, 2], "")], 1, rng);
+    add(out, Op::Copy, vec![(f, vec![5, 7], "")], 1, rng);
     for (data, idx, axis) in
         [(vec![10, 4], vec![3], 0), (vec![10, 4], vec![2, 3], 0), (vec![3, 5, 2], vec![4], 1), (vec![6], vec![0], 0)]
     {
@@ -289,18 +309,11 @@ pub fn cases(dtype: DType, seed: u64) -> Vec<Case> {
         for it in [DType::I64, DType::I32] {
             out.push(Case {
                 op: Op::Gather { axis },
-                inputs: vec![(f, data.clone(), values(&mut rng, f, &data, "")), (it, idx.clone(), iv.clone())],
+                inputs: vec![(f, data.clone(), values(rng, f, &data, "")), (it, idx.clone(), iv.clone())],
                 accumulation: 1,
             });
         }
     }
-    if dtype.is_int() {
-        for to in [DType::F32, DType::I64, DType::U8] {
-            add(&mut out, Op::Cast { to }, vec![(f, vec![13], "")], 1, &mut rng);
-        }
-    }
-    out.extend(extreme_cases(dtype));
-    out
 }
 
 const INF: f64 = f64::INFINITY;
@@ -315,33 +328,51 @@ fn fixed(op: Op, inputs: Vec<(DType, Vec<usize>, Vec<f64>)>, accumulation: usize
 /// and underflow thresholds, fully masked or NaN attention rows, integer overflow and
 /// division by zero and -1, float-to-integer casts out of range.
 pub fn extreme_cases(dtype: DType) -> Vec<Case> {
-    let f = dtype;
-    let mut out = Vec::new();
     if dtype.is_int() {
-        if dtype == DType::U8 {
-            out.push(fixed(Op::Cast { to: DType::I32 }, vec![(f, vec![3], vec![0.0, 128.0, 255.0])], 1));
-            return out;
-        }
-        // i64::MAX is not an f64; 2^63 saturates to it on upload.
-        let (lo, hi) =
-            if dtype == DType::I32 { (i32::MIN as f64, i32::MAX as f64) } else { (-(2f64.powi(63)), 2f64.powi(63)) };
-        let a = vec![hi, lo, hi, lo, lo, lo, 7.0, -7.0, 7.0, 0.0, hi, -1.0];
-        let b = vec![1.0, -1.0, hi, lo, 1.0, 0.0, 0.0, 2.0, -2.0, 0.0, -1.0, lo];
-        for op in [Op::Add, Op::Sub, Op::Mul, Op::Div] {
-            out.push(fixed(op, vec![(f, vec![12], a.clone()), (f, vec![12], b.clone())], 1));
-        }
-        // Broadcast scalar divisor -1 and 0.
-        for d in [-1.0, 0.0] {
-            out.push(fixed(Op::Div, vec![(f, vec![4], vec![lo, hi, 0.0, -5.0]), (f, vec![], vec![d])], 1));
-        }
-        let narrow = vec![2f64.powi(31), 2f64.powi(40) + 5.0, -1.0, 300.0, -200.0, lo, 256.0];
-        for to in [DType::I32, DType::I64, DType::U8, DType::F32, DType::F16, DType::BF16] {
-            out.push(fixed(Op::Cast { to }, vec![(f, vec![7], narrow.clone())], 1));
-        }
-        return out;
+        return extreme_int(dtype);
     }
+    let f = dtype;
     // The largest magnitude that is comfortably finite in the dtype.
     let big = if dtype == DType::F16 { 6.0e4 } else { 3.0e38 };
+    let mut out = Vec::new();
+    extreme_elementwise(&mut out, f, big);
+    extreme_rows(&mut out, f, big);
+    extreme_products(&mut out, f);
+    extreme_attention(&mut out, f);
+    extreme_casts_and_gather(&mut out, f);
+    out
+}
+
+/// Integer extremes: overflow, division by zero and by -1, narrowing casts; u8 only casts.
+fn extreme_int(dtype: DType) -> Vec<Case> {
+    let f = dtype;
+    let mut out = Vec::new();
+    if dtype == DType::U8 {
+        out.push(fixed(Op::Cast { to: DType::I32 }, vec![(f, vec![3], vec![0.0, 128.0, 255.0])], 1));
+        return out;
+    }
+    // i64::MAX is not an f64; 2^63 saturates to it on upload.
+    let (lo, hi) =
+        if dtype == DType::I32 { (i32::MIN as f64, i32::MAX as f64) } else { (-(2f64.powi(63)), 2f64.powi(63)) };
+    let a = vec![hi, lo, hi, lo, lo, lo, 7.0, -7.0, 7.0, 0.0, hi, -1.0];
+    let b = vec![1.0, -1.0, hi, lo, 1.0, 0.0, 0.0, 2.0, -2.0, 0.0, -1.0, lo];
+    for op in [Op::Add, Op::Sub, Op::Mul, Op::Div] {
+        out.push(fixed(op, vec![(f, vec![12], a.clone()), (f, vec![12], b.clone())], 1));
+    }
+    // Broadcast scalar divisor -1 and 0.
+    for d in [-1.0, 0.0] {
+        out.push(fixed(Op::Div, vec![(f, vec![4], vec![lo, hi, 0.0, -5.0]), (f, vec![], vec![d])], 1));
+    }
+    let narrow = vec![2f64.powi(31), 2f64.powi(40) + 5.0, -1.0, 300.0, -200.0, lo, 256.0];
+    for to in [DType::I32, DType::I64, DType::U8, DType::F32, DType::F16, DType::BF16] {
+        out.push(fixed(Op::Cast { to }, vec![(f, vec![7], narrow.clone())], 1));
+    }
+    out
+}
+
+/// The unary ops on ±inf, NaN, signed zeros, the dtype's big values and exp's thresholds;
+/// the binary ones on every pair of a few of them.
+fn extreme_elementwise(out: &mut Vec<Case>, f: DType, big: f64) {
     let specials = vec![
         INF, -INF, NAN, 0.0, -0.0, big, -big, 1.0, -1.0, 10.0, -10.0, 20.0, -20.0, 88.5, 88.72, 88.73, 89.0, -87.0,
         -87.5, -100.0, -104.0, 1e-30, -1e-30, 0.5, -0.5, 3.0, -3.0, 9.5,
@@ -365,6 +396,11 @@ pub fn extreme_cases(dtype: DType) -> Vec<Case> {
     for op in [Op::Add, Op::Sub, Op::Mul, Op::Div] {
         out.push(fixed(op, vec![(f, vec![a.len()], a.clone()), (f, vec![b.len()], b.clone())], 1));
     }
+}
+
+/// Softmax, LayerNorm, AddLayerNorm, BiasGelu and the reductions on rows of extremes.
+fn extreme_rows(out: &mut Vec<Case>, f: DType, big: f64) {
+    let dtype = f;
     // Softmax rows: all -inf, a NaN, a +inf, huge spread, some -inf, all NaN, equal huge.
     let rows: Vec<f64> = vec![
         -INF, -INF, -INF, -INF, 1.0, NAN, 2.0, 3.0, INF, 1.0, 2.0, -INF, big, -big, 0.0, 1.0, -INF, 0.0, -INF, 1.0,
@@ -420,6 +456,10 @@ pub fn extreme_cases(dtype: DType) -> Vec<Case> {
         out.push(fixed(Op::ReduceSum { axes: axes.clone(), keepdims }, vec![(f, vec![4, 3], red.clone())], 12));
         out.push(fixed(Op::ReduceMean { axes, keepdims }, vec![(f, vec![4, 3], red.clone())], 12));
     }
+}
+
+/// MatMul, Gemm and Linear with inf * 0, NaN rows, alpha = 0 and beta = 0.
+fn extreme_products(out: &mut Vec<Case>, f: DType) {
     // Products: inf * 0 = NaN, NaN rows; Gemm's alpha = 0 still multiplies, beta = 0
     // leaves a NaN c unread.
     let a = vec![INF, 1.0, 2.0, 1.0, 2.0, 3.0, NAN, 1.0, 1.0];
@@ -439,6 +479,10 @@ pub fn extreme_cases(dtype: DType) -> Vec<Case> {
         vec![(f, vec![3, 3], a.clone()), (f, vec![2, 3], b.clone()), (f, vec![2], vec![INF, -1.0])],
         3,
     ));
+}
+
+/// Attention with fully masked, NaN and infinite rows, an infinite V, a NaN key and scale 0.
+fn extreme_attention(out: &mut Vec<Case>, f: DType) {
     // Attention, q/k/v [1, 1, 4, 2] (t = 3 keys): a float mask with a row all -inf (0
     // output), a NaN row, a +inf row (NaN) and BERT's -10000 (finite); then with an
     // infinite V (the fully masked row is still 0).
@@ -469,6 +513,10 @@ pub fn extreme_cases(dtype: DType) -> Vec<Case> {
     let mut q_inf = q.clone();
     q_inf[2] = INF;
     out.push(att(&q_inf, &k, &v, (DType::U8, vec![1.0; 12]), Some(0.0)));
+}
+
+/// Float casts out of range, and Gather at both ends of the valid index range.
+fn extreme_casts_and_gather(out: &mut Vec<Case>, f: DType) {
     // Casts out of range: float to integer saturates (NaN -> 0), to floats overflows to inf.
     let casts = vec![NAN, INF, -INF, 3e9, -3e9, 2.5, -2.5, -0.0, 255.9, 256.0, -1.0, 1e20, -1e20, 7e4, 1e-8];
     for to in [DType::I32, DType::I64, DType::U8, DType::F32, DType::F16, DType::BF16] {
@@ -483,7 +531,6 @@ pub fn extreme_cases(dtype: DType) -> Vec<Case> {
             1,
         ));
     }
-    out
 }
 
 /// Cases every tier must refuse with an error (never a panic, never a result): Gather

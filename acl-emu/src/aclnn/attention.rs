@@ -56,6 +56,144 @@ fn not_emulated<T>(what: &str) -> R<T> {
     invalid(format!("{what} is not emulated by acl-emu"))
 }
 
+/// The BNSD sizes of one attention: batch, query heads, query rows, key/value heads and rows.
+#[derive(Clone, Copy)]
+struct Bnsd {
+    b: i64,
+    n1: i64,
+    s1: i64,
+    n2: i64,
+    s2: i64,
+}
+
+/// q, k and v share one data type, pse (when given) theirs; headNum is positive.
+fn check_types(q: &TensorDesc, k: &TensorDesc, v: &TensorDesc, pse: Option<&TensorDesc>, head_num: i64) -> R<()> {
+    if q.dtype != k.dtype || k.dtype != v.dtype {
+        return invalid(format!(
+            "the data types of query ({}), key ({}) and value ({}) differ",
+            q.dtype.0, k.dtype.0, v.dtype.0
+        ));
+    }
+    if let Some(p) = pse
+        && p.dtype != q.dtype
+    {
+        return invalid(format!("pse data type {} differs from query's {}", p.dtype.0, q.dtype.0));
+    }
+    if head_num <= 0 {
+        return invalid(format!("headNum must be > 0, got {head_num}"));
+    }
+    Ok(())
+}
+
+/// The layout is BNSD (the only one emulated) with a 4-D query, key and value.
+fn check_layout(layout: &str, q: &TensorDesc, k: &TensorDesc, v: &TensorDesc) -> R<()> {
+    match (layout, q.dims.len()) {
+        ("BNSD", 4) => {}
+        ("BSH" | "SBH" | "TND", 3) | ("BSND", 4) => return not_emulated(&format!("inputLayout {layout}")),
+        _ => return invalid(format!("inputLayout {layout:?} with {}-D query is not supported", q.dims.len())),
+    }
+    if k.dims.len() != 4 || v.dims.len() != 4 {
+        return invalid(format!("key {:?} and value {:?} must be BNSD like query", k.dims, v.dims));
+    }
+    Ok(())
+}
+
+/// The head dims, the query's data type and the docs' constraints on the shapes of 4-D q, k, v.
+fn check_shapes(q: &TensorDesc, k: &TensorDesc, v: &TensorDesc, head_num: i64) -> R<Bnsd> {
+    let (b, n1, s1, d) = (q.dims[0], q.dims[1], q.dims[2], q.dims[3]);
+    let (n2, s2, dv) = (k.dims[1], k.dims[2], v.dims[3]);
+    if k.dims[3] != d {
+        return invalid(format!("the D dims of query ({d}) and key ({}) must be equal", k.dims[3]));
+    }
+    if d < dv {
+        return invalid(format!("the D dim of key ({d}) must not be below value's ({dv})"));
+    }
+    if d > MAX_HEAD_DIM {
+        return invalid(format!("head dim must be <= {MAX_HEAD_DIM}, got {d}"));
+    }
+    // The docs' constraints on the shapes.
+    if ![ACL_FLOAT16, ACL_BF16, ACL_FLOAT].contains(&q.dtype) {
+        q.meta()?;
+        return invalid(format!("query data type {} is not FLOAT16, BFLOAT16 or FLOAT", q.dtype.0));
+    }
+    if k.dims[0] != b || v.dims[0] != b || v.dims[1] != n2 || v.dims[2] != s2 {
+        return invalid(format!("key {:?} and value {:?} must agree except in D, and B with query", k.dims, v.dims));
+    }
+    if head_num != n1 {
+        return invalid(format!("headNum {head_num} is not query's N axis {n1}"));
+    }
+    if n1 > MAX_HEADS || n2 == 0 || n1 % n2 != 0 {
+        return invalid(format!("query heads {n1} must be in [1, {MAX_HEADS}] and a multiple of key's {n2}"));
+    }
+    Ok(Bnsd { b, n1, s1, n2, s2 })
+}
+
+/// The optional arguments the emulator refuses or range-checks: keepProb and the dropout
+/// mask, the reserved padding mask, the attention mask, prefix sparsity, sparseMode and
+/// innerPrecise.
+struct Options {
+    keep_prob: f64,
+    drop_mask: *const aclTensor,
+    padding_mask: *const aclTensor,
+    atten_mask: *const aclTensor,
+    prefix: *const aclIntArray,
+    sparse_mode: i64,
+    inner_precise: i64,
+}
+
+fn check_options(t: &Tables, o: &Options) -> R<()> {
+    if !(o.keep_prob > 0.0 && o.keep_prob <= 1.0) {
+        return invalid(format!("keepProb must be in (0, 1], got {}", o.keep_prob));
+    }
+    if o.keep_prob < 1.0 || !o.drop_mask.is_null() {
+        return not_emulated("dropout (keepProb < 1 or a dropMask)");
+    }
+    if !o.padding_mask.is_null() {
+        return invalid("paddingMaskOptional is reserved: pass NULL".into());
+    }
+    if let Some((_, m)) = optional(t, o.atten_mask, "attenMaskOptional")? {
+        if m.dtype != ACL_BOOL && m.dtype != ACL_UINT8 {
+            return invalid(format!("attenMask data type {} is not BOOL or UINT8", m.dtype.0));
+        }
+        return not_emulated("attenMaskOptional");
+    }
+    if !o.prefix.is_null() {
+        return not_emulated("prefixOptional (sparse modes 5 and 6)");
+    }
+    if !(0..=6).contains(&o.sparse_mode) {
+        return invalid(format!("sparseMode must be 0..=6, got {}", o.sparse_mode));
+    }
+    if !(0..=2).contains(&o.inner_precise) {
+        return invalid(format!("innerPrecise must be 0, 1 or 2, got {}", o.inner_precise));
+    }
+    Ok(())
+}
+
+/// pse is [B or 1, N, Sq or 1, Skv]; the compressed (ALiBi) form is not emulated.
+fn check_pse(pd: &[i64], s: Bnsd, q: &TensorDesc) -> R<()> {
+    if pd.len() != 4 || (pd[0] != 1 && pd[0] != s.b) || pd[1] != s.n1 || pd[3] != s.s2 {
+        return invalid(format!("pse {pd:?} is none of [B or 1, N, Sq or 1, Skv] for query {:?}", q.dims));
+    }
+    if pd[2] != s.s1 && pd[2] != 1 {
+        if pd[2] == PSE_COMPRESSED_ROWS && s.s1 > PSE_COMPRESSED_ROWS {
+            return not_emulated("pse compressed to its last 1024 rows");
+        }
+        return invalid(format!("pse {pd:?}: its third dim must be Sq ({}) or 1", s.s1));
+    }
+    Ok(())
+}
+
+/// softmaxMaxOut and softmaxSumOut are FLOAT [B, N, Sq, FA_STAT_WIDTH].
+fn check_stats(mx: &TensorDesc, sm: &TensorDesc, s: Bnsd) -> R<()> {
+    let stats = [s.b, s.n1, s.s1, FA_STAT_WIDTH as i64];
+    for (what, dsc) in [("softmaxMaxOut", mx), ("softmaxSumOut", sm)] {
+        if dsc.dtype != ACL_FLOAT || dsc.dims != stats {
+            return invalid(format!("{what} must be FLOAT {stats:?}, got type {} {:?}", dsc.dtype.0, dsc.dims));
+        }
+    }
+    Ok(())
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclnnFlashAttentionScoreGetWorkspaceSize(
     query: *const aclTensor,
@@ -114,109 +252,34 @@ pub unsafe extern "C" fn aclnnFlashAttentionScoreGetWorkspaceSize(
             return unsafe { finish(t, e, workspaceSize, executor) };
         }
         let pse = optional(t, realShiftOptional, "realShiftOptional")?;
-        if q.dtype != k.dtype || k.dtype != v.dtype {
-            return invalid(format!(
-                "the data types of query ({}), key ({}) and value ({}) differ",
-                q.dtype.0, k.dtype.0, v.dtype.0
-            ));
-        }
-        if let Some((_, p)) = &pse
-            && p.dtype != q.dtype
-        {
-            return invalid(format!("pse data type {} differs from query's {}", p.dtype.0, q.dtype.0));
-        }
-        if headNum <= 0 {
-            return invalid(format!("headNum must be > 0, got {headNum}"));
-        }
+        check_types(&q, &k, &v, pse.as_ref().map(|(_, p)| p), headNum)?;
         // SAFETY: C contract: a non-NULL inputLayout is a NUL-terminated string.
         let layout = unsafe { CStr::from_ptr(inputLayout) }.to_string_lossy().to_ascii_uppercase();
-        match (layout.as_str(), q.dims.len()) {
-            ("BNSD", 4) => {}
-            ("BSH" | "SBH" | "TND", 3) | ("BSND", 4) => return not_emulated(&format!("inputLayout {layout}")),
-            _ => return invalid(format!("inputLayout {layout:?} with {}-D query is not supported", q.dims.len())),
-        }
-        if k.dims.len() != 4 || v.dims.len() != 4 {
-            return invalid(format!("key {:?} and value {:?} must be BNSD like query", k.dims, v.dims));
-        }
-        let (b, n1, s1, d) = (q.dims[0], q.dims[1], q.dims[2], q.dims[3]);
-        let (n2, s2, dv) = (k.dims[1], k.dims[2], v.dims[3]);
-        if k.dims[3] != d {
-            return invalid(format!("the D dims of query ({d}) and key ({}) must be equal", k.dims[3]));
-        }
-        if d < dv {
-            return invalid(format!("the D dim of key ({d}) must not be below value's ({dv})"));
-        }
-        if d > MAX_HEAD_DIM {
-            return invalid(format!("head dim must be <= {MAX_HEAD_DIM}, got {d}"));
-        }
-        // The docs' constraints on the shapes.
-        if ![ACL_FLOAT16, ACL_BF16, ACL_FLOAT].contains(&q.dtype) {
-            q.meta()?;
-            return invalid(format!("query data type {} is not FLOAT16, BFLOAT16 or FLOAT", q.dtype.0));
-        }
-        if k.dims[0] != b || v.dims[0] != b || v.dims[1] != n2 || v.dims[2] != s2 {
-            return invalid(format!(
-                "key {:?} and value {:?} must agree except in D, and B with query",
-                k.dims, v.dims
-            ));
-        }
-        if headNum != n1 {
-            return invalid(format!("headNum {headNum} is not query's N axis {n1}"));
-        }
-        if n1 > MAX_HEADS || n2 == 0 || n1 % n2 != 0 {
-            return invalid(format!("query heads {n1} must be in [1, {MAX_HEADS}] and a multiple of key's {n2}"));
-        }
-        if !(keepProb > 0.0 && keepProb <= 1.0) {
-            return invalid(format!("keepProb must be in (0, 1], got {keepProb}"));
-        }
-        if keepProb < 1.0 || !dropMaskOptional.is_null() {
-            return not_emulated("dropout (keepProb < 1 or a dropMask)");
-        }
-        if !paddingMaskOptional.is_null() {
-            return invalid("paddingMaskOptional is reserved: pass NULL".into());
-        }
-        if let Some((_, m)) = optional(t, attenMaskOptional, "attenMaskOptional")? {
-            if m.dtype != ACL_BOOL && m.dtype != ACL_UINT8 {
-                return invalid(format!("attenMask data type {} is not BOOL or UINT8", m.dtype.0));
-            }
-            return not_emulated("attenMaskOptional");
-        }
-        if !prefixOptional.is_null() {
-            return not_emulated("prefixOptional (sparse modes 5 and 6)");
-        }
-        if !(0..=6).contains(&sparseMode) {
-            return invalid(format!("sparseMode must be 0..=6, got {sparseMode}"));
-        }
-        if !(0..=2).contains(&innerPrecise) {
-            return invalid(format!("innerPrecise must be 0, 1 or 2, got {innerPrecise}"));
-        }
+        check_layout(&layout, &q, &k, &v)?;
+        let s = check_shapes(&q, &k, &v, headNum)?;
+        let options = Options {
+            keep_prob: keepProb,
+            drop_mask: dropMaskOptional,
+            padding_mask: paddingMaskOptional,
+            atten_mask: attenMaskOptional,
+            prefix: prefixOptional,
+            sparse_mode: sparseMode,
+            inner_precise: innerPrecise,
+        };
+        check_options(t, &options)?;
         let mut inputs = vec![Src::Tensor(hq, q.clone()), Src::Tensor(hk, k), Src::Tensor(hv, v)];
         if let Some((hp, p)) = pse {
-            let pd = &p.dims;
-            if pd.len() != 4 || (pd[0] != 1 && pd[0] != b) || pd[1] != n1 || pd[3] != s2 {
-                return invalid(format!("pse {pd:?} is none of [B or 1, N, Sq or 1, Skv] for query {:?}", q.dims));
-            }
-            if pd[2] != s1 && pd[2] != 1 {
-                if pd[2] == PSE_COMPRESSED_ROWS && s1 > PSE_COMPRESSED_ROWS {
-                    return not_emulated("pse compressed to its last 1024 rows");
-                }
-                return invalid(format!("pse {pd:?}: its third dim must be Sq ({s1}) or 1"));
-            }
+            check_pse(&p.dims, s, &q)?;
             inputs.push(Src::Tensor(hp, p));
         }
-        let stats = [b, n1, s1, FA_STAT_WIDTH as i64];
-        for (what, dsc) in [("softmaxMaxOut", &mx), ("softmaxSumOut", &sm)] {
-            if dsc.dtype != ACL_FLOAT || dsc.dims != stats {
-                return invalid(format!("{what} must be FLOAT {stats:?}, got type {} {:?}", dsc.dtype.0, dsc.dims));
-            }
-        }
+        check_stats(&mx, &sm, s)?;
         if !t.cfg.is_a2_or_a3() {
             return fail(
                 ACLNN_ERR_INNER_FIND_KERNEL_ERROR,
                 format!("aclnnFlashAttentionScore has no kernel for {} (Atlas A2/A3 training only)", t.cfg.soc),
             );
         }
-        let kernel = Kernel::FlashAttention { scale: scaleValue, heads: n1 as usize, kv_heads: n2 as usize };
+        let kernel = Kernel::FlashAttention { scale: scaleValue, heads: s.n1 as usize, kv_heads: s.n2 as usize };
         let outputs = vec![(hmx, mx), (hsm, sm), (ho, o)];
         let e = ex("aclnnFlashAttentionScore", kernel, inputs, outputs, t.cfg.workspace);
         // SAFETY: C contract: out-pointers are writable (checked non-NULL above).
