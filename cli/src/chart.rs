@@ -10,6 +10,7 @@
 //! chart): the y axis is "% of the series maximum", and the real value is printed above
 //! each bar.
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::sync::OnceLock;
@@ -103,7 +104,8 @@ fn register_font() -> Result<(), ChartError> {
 }
 
 type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
-type DrawResult = Result<(), DrawingAreaErrorKind<<BitMapBackend<'static> as DrawingBackend>::ErrorType>>;
+type DrawError = DrawingAreaErrorKind<<BitMapBackend<'static> as DrawingBackend>::ErrorType>;
+type DrawResult = Result<(), DrawError>;
 
 fn style(size: f64, color: &'static RGBColor) -> TextStyle<'static> {
     TextStyle::from((FONT, size).into_font()).color(color)
@@ -152,62 +154,91 @@ impl Sizes {
     }
 }
 
+/// The plot's chart: x in groups (one unit each), y in percent of the series maximum.
+type Plot<'a, 'b> = ChartContext<'a, BitMapBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// A legend row: its width in pixels and its items (series index, text, item width).
+type LegendRow = (i32, Vec<(usize, String, i32)>);
+
+/// The image's size and the text sizes and horizontal margins every part is laid out with.
+struct Frame {
+    w: i32,
+    h: i32,
+    sz: Sizes,
+    margin: i32,
+    /// The width between the margins.
+    avail: i32,
+}
+
 fn draw(root: &Area, title: &str, labels: &[String], series: &[Series]) -> DrawResult {
     root.fill(&WHITE)?;
     let (w, h) = root.dim_in_pixel();
     let (w, h) = (w as i32, h as i32);
-    let sz = Sizes::for_image(w as u32, h as u32);
     let margin = 12;
-    let avail = w - 2 * margin;
-    let mut y = 10;
+    let frame = Frame { w, h, sz: Sizes::for_image(w as u32, h as u32), margin, avail: w - 2 * margin };
+    let y = draw_title(root, &frame, title, 10)?;
+    let y = draw_legend(root, &frame, series, y)?;
+    draw_plot(root, &frame, labels, series, y)
+}
 
-    // Title, centred.
-    let st = style(sz.title, &TEXT);
-    if let Some(t) = fit(root, title, &st, avail) {
+/// The title, centred, its top at `y`; returns the `y` under it.
+fn draw_title(root: &Area, f: &Frame, title: &str, mut y: i32) -> Result<i32, DrawError> {
+    let st = style(f.sz.title, &TEXT);
+    if let Some(t) = fit(root, title, &st, f.avail) {
         let (tw, th) = text_size(root, &t, &st);
-        root.draw(&Text::new(t, ((w - tw) / 2, y), st))?;
+        root.draw(&Text::new(t, ((f.w - tw) / 2, y), st))?;
         y += th + 12;
     }
+    Ok(y)
+}
 
-    // Legend: a swatch and "name (unit)" per series, centred, wrapped onto more rows.
-    if !series.is_empty() {
-        let st = style(sz.legend, &TEXT);
-        let line = text_size(root, "Ag", &st).1.max(1);
-        let sw = line;
-        let gap = 24;
-        let mut rows: Vec<(i32, Vec<(usize, String, i32)>)> = Vec::new();
-        let (mut row, mut row_w) = (Vec::new(), 0);
-        for (k, s) in series.iter().enumerate() {
-            let Some(t) = fit(root, &legend_text(k, s), &st, avail - sw - 6) else { continue };
-            let iw = sw + 6 + text_size(root, &t, &st).0;
-            if !row.is_empty() && row_w + gap + iw > avail {
-                rows.push((row_w, std::mem::take(&mut row)));
-                row_w = 0;
-            }
-            row_w += if row.is_empty() { iw } else { gap + iw };
-            row.push((k, t, iw));
-        }
-        if !row.is_empty() {
-            rows.push((row_w, row));
-        }
-        for (rw, items) in rows {
-            let mut x = (w - rw) / 2;
-            for (k, t, iw) in items {
-                let c = PALETTE[k % PALETTE.len()];
-                root.draw(&Rectangle::new([(x, y + 1), (x + sw - 2, y + sw - 1)], c.filled()))?;
-                root.draw(&Text::new(t, (x + sw + 6, y), st.clone()))?;
-                x += iw + gap;
-            }
-            y += line + 6;
-        }
-        y += 4;
+/// The legend: a swatch and "name (unit)" per series, centred, wrapped onto more rows, its
+/// top at `y`; returns the `y` under it.
+fn draw_legend(root: &Area, f: &Frame, series: &[Series], mut y: i32) -> Result<i32, DrawError> {
+    if series.is_empty() {
+        return Ok(y);
     }
+    let (w, avail) = (f.w, f.avail);
+    let st = style(f.sz.legend, &TEXT);
+    let line = text_size(root, "Ag", &st).1.max(1);
+    let sw = line;
+    let gap = 24;
+    let mut rows: Vec<LegendRow> = Vec::new();
+    let (mut row, mut row_w) = (Vec::new(), 0);
+    for (k, s) in series.iter().enumerate() {
+        let Some(t) = fit(root, &legend_text(k, s), &st, avail - sw - 6) else { continue };
+        let iw = sw + 6 + text_size(root, &t, &st).0;
+        if !row.is_empty() && row_w + gap + iw > avail {
+            rows.push((row_w, std::mem::take(&mut row)));
+            row_w = 0;
+        }
+        row_w += if row.is_empty() { iw } else { gap + iw };
+        row.push((k, t, iw));
+    }
+    if !row.is_empty() {
+        rows.push((row_w, row));
+    }
+    for (rw, items) in rows {
+        let mut x = (w - rw) / 2;
+        for (k, t, iw) in items {
+            let c = PALETTE[k % PALETTE.len()];
+            root.draw(&Rectangle::new([(x, y + 1), (x + sw - 2, y + sw - 1)], c.filled()))?;
+            root.draw(&Text::new(t, (x + sw + 6, y), st.clone()))?;
+            x += iw + gap;
+        }
+        y += line + 6;
+    }
+    Ok(y + 4)
+}
 
-    // The plot: room above for the value over a full-height bar, below for the labels.
+/// The plot under `y`: room above for the value over a full-height bar, below for the
+/// labels; the axes and grid, then each group's label and bars.
+fn draw_plot(root: &Area, f: &Frame, labels: &[String], series: &[Series], y: i32) -> DrawResult {
+    let (w, h, margin) = (f.w, f.h, f.margin);
     let n = labels.len().max(series.iter().map(|s| s.values.len()).max().unwrap_or(0));
-    let label_st = style(sz.label, &TEXT);
-    let value_st = style(sz.value, &TEXT).pos(Pos::new(HPos::Center, VPos::Bottom));
-    let axis_st = style(sz.axis, &MUTED);
+    let label_st = style(f.sz.label, &TEXT);
+    let value_st = style(f.sz.value, &TEXT).pos(Pos::new(HPos::Center, VPos::Bottom));
+    let axis_st = style(f.sz.axis, &MUTED);
     let value_h = text_size(root, "0.9", &value_st).1;
     let label_h = text_size(root, "Ag", &label_st).1;
     let y_label_w = text_size(root, "100%", &axis_st).0 + 10;
@@ -241,54 +272,75 @@ fn draw(root: &Area, title: &str, labels: &[String], series: &[Series]) -> DrawR
     let (x1, _) = chart.backend_coord(&(n.max(1) as f64, 0.0));
     root.draw(&Rectangle::new([(x0, y0 + 1), (x1, y0 + 1)], AXIS.filled()))?;
     if n == 0 {
-        let st = style(sz.label, &MUTED).pos(Pos::new(HPos::Center, VPos::Center));
+        let st = style(f.sz.label, &MUTED).pos(Pos::new(HPos::Center, VPos::Center));
         root.draw(&Text::new("no data", ((left + right) / 2, (top + bottom) / 2), st))?;
         return Ok(());
     }
-
-    let m = series.len();
-    let maxes: Vec<f64> = series
-        .iter()
-        .map(|s| s.values.iter().copied().filter(|v| v.is_finite() && *v > 0.0).fold(0.0, f64::max))
-        .collect();
-    let group_px = (x1 - x0) as f64 / n as f64;
+    let maxes = series.iter().map(series_max).collect();
+    let groups = Groups { labels, series, maxes, group_px: (x1 - x0) as f64 / n as f64 };
     for i in 0..n {
-        let gx = i as f64;
-        // Tick and label under the group.
-        let (cx, _) = chart.backend_coord(&(gx + 0.5, 0.0));
-        root.draw(&PathElement::new(vec![(cx, y0 + 1), (cx, y0 + 6)], AXIS))?;
-        if let Some(label) = labels.get(i)
-            && let Some(t) = fit(root, label, &label_st, group_px as i32 - 4)
-        {
-            let st = label_st.pos(Pos::new(HPos::Center, VPos::Top));
-            root.draw(&Text::new(t, (cx, y0 + 9), st))?;
-        }
-        if m == 0 {
-            continue;
-        }
-        // Bars: 80% of the group's width, split evenly between the series.
-        let slot = 0.8 / m as f64;
-        let gap = if slot * group_px >= 8.0 { slot * 0.12 } else { 0.0 };
-        for (k, s) in series.iter().enumerate() {
-            let Some(&v) = s.values.get(i) else { continue };
-            let (bx0, bx1) = (gx + 0.1 + slot * k as f64 + gap / 2.0, gx + 0.1 + slot * (k + 1) as f64 - gap / 2.0);
-            let frac = if v.is_finite() && maxes[k] > 0.0 { (v / maxes[k]).clamp(0.0, 1.0) } else { 0.0 };
-            let c = PALETTE[k % PALETTE.len()];
-            if frac > 0.0 {
-                chart.draw_series(std::iter::once(Rectangle::new([(bx0, 0.0), (bx1, frac * 100.0)], c.filled())))?;
-            }
-            let t = format_value(v);
-            let slot_px = ((bx1 - bx0) * group_px) as i32;
-            let st = if text_size(root, &t, &value_st).0 <= slot_px + 6 {
-                value_st.clone()
-            } else {
-                style(sz.value * 0.75, &TEXT).pos(Pos::new(HPos::Center, VPos::Bottom))
-            };
-            let (px, py) = chart.backend_coord(&((bx0 + bx1) / 2.0, frac * 100.0));
-            root.draw(&Text::new(t, (px, py - 3), st))?;
-        }
+        draw_group(root, f, &mut chart, &groups, i)?;
     }
     Ok(())
+}
+
+/// What every group of the plot is drawn from.
+struct Groups<'s> {
+    labels: &'s [String],
+    series: &'s [Series],
+    /// Each series' [`series_max`].
+    maxes: Vec<f64>,
+    /// A group's width in pixels.
+    group_px: f64,
+}
+
+/// Group `i`: the tick and label under it, and one bar per series with its value above.
+fn draw_group(root: &Area, f: &Frame, chart: &mut Plot, g: &Groups, i: usize) -> DrawResult {
+    let label_st = style(f.sz.label, &TEXT);
+    let value_st = style(f.sz.value, &TEXT).pos(Pos::new(HPos::Center, VPos::Bottom));
+    let (_, y0) = chart.backend_coord(&(0.0, 0.0));
+    let gx = i as f64;
+    // Tick and label under the group.
+    let (cx, _) = chart.backend_coord(&(gx + 0.5, 0.0));
+    root.draw(&PathElement::new(vec![(cx, y0 + 1), (cx, y0 + 6)], AXIS))?;
+    if let Some(label) = g.labels.get(i)
+        && let Some(t) = fit(root, label, &label_st, g.group_px as i32 - 4)
+    {
+        let st = label_st.pos(Pos::new(HPos::Center, VPos::Top));
+        root.draw(&Text::new(t, (cx, y0 + 9), st))?;
+    }
+    let (series, group_px) = (g.series, g.group_px);
+    let m = series.len();
+    if m == 0 {
+        return Ok(());
+    }
+    // Bars: 80% of the group's width, split evenly between the series.
+    let slot = 0.8 / m as f64;
+    let gap = if slot * group_px >= 8.0 { slot * 0.12 } else { 0.0 };
+    for (k, s) in series.iter().enumerate() {
+        let Some(&v) = s.values.get(i) else { continue };
+        let (bx0, bx1) = (gx + 0.1 + slot * k as f64 + gap / 2.0, gx + 0.1 + slot * (k + 1) as f64 - gap / 2.0);
+        let frac = if v.is_finite() && g.maxes[k] > 0.0 { (v / g.maxes[k]).clamp(0.0, 1.0) } else { 0.0 };
+        let c = PALETTE[k % PALETTE.len()];
+        if frac > 0.0 {
+            chart.draw_series(std::iter::once(Rectangle::new([(bx0, 0.0), (bx1, frac * 100.0)], c.filled())))?;
+        }
+        let t = format_value(v);
+        let slot_px = ((bx1 - bx0) * group_px) as i32;
+        let st = if text_size(root, &t, &value_st).0 <= slot_px + 6 {
+            value_st.clone()
+        } else {
+            style(f.sz.value * 0.75, &TEXT).pos(Pos::new(HPos::Center, VPos::Bottom))
+        };
+        let (px, py) = chart.backend_coord(&((bx0 + bx1) / 2.0, frac * 100.0));
+        root.draw(&Text::new(t, (px, py - 3), st))?;
+    }
+    Ok(())
+}
+
+/// The largest finite positive value of `s`, 0 where it has none: its bars' full height.
+fn series_max(s: &Series) -> f64 {
+    s.values.iter().copied().filter(|v| v.is_finite() && *v > 0.0).fold(0.0, f64::max)
 }
 
 fn legend_text(k: usize, s: &Series) -> String {

@@ -200,41 +200,115 @@ fn mib(b: Option<u64>) -> String {
     b.map_or("?".into(), |b| format!("{:.0}", b as f64 / (1u64 << 20) as f64))
 }
 
+/// What every model/sequence pair runs with, settled before the first measurement.
+struct Setup<'a> {
+    base: &'a RuntimeConfig,
+    args: &'a OrtArgs,
+    rounds: usize,
+    /// This binary, started as the npurt contenders.
+    exe: PathBuf,
+    /// bench/peers/ort_bert.py.
+    script: PathBuf,
+    /// bench/peers/openvino_bert.py, where OpenVINO contenders were asked for and can run.
+    ov_script: Option<PathBuf>,
+    /// OpenVINO's thread counts; empty where it does not run.
+    ov_threads: &'a [String],
+    /// Where the ONNX models are built.
+    workdir: PathBuf,
+}
+
+impl<'a> Setup<'a> {
+    fn new(base: &'a RuntimeConfig, rounds: usize, args: &'a OrtArgs) -> Result<Setup<'a>> {
+        let script = ort_script()?;
+        let mut ov_threads: &[String] = &args.openvino_threads.0;
+        let ov_script = if ov_threads.is_empty() {
+            None
+        } else if !python_has("openvino") {
+            println!("OpenVINO is not installed for python3 (pip install openvino): its contenders are skipped");
+            ov_threads = &[];
+            None
+        } else {
+            Some(peer_script("openvino_bert.py", "NPURT_OPENVINO_SCRIPT")?)
+        };
+        let workdir = args
+            .ort_workdir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join(format!("npurt-ort-{}", std::process::id())));
+        let exe = std::env::current_exe()?;
+        Ok(Setup { base, args, rounds, exe, script, ov_script, ov_threads, workdir })
+    }
+
+    /// The contenders of one pair: npurt per precision, ORT per variant and thread count,
+    /// OpenVINO per thread count.
+    fn contenders(&self) -> usize {
+        let args = self.args;
+        args.precisions.0.len() + args.ort_variants.0.len() * args.ort_threads.0.len() + self.ov_threads.len()
+    }
+
+    /// The line naming the contenders, the rounds and the host's load.
+    fn print_header(&self) {
+        let (precisions, ort_variants, ort_threads) =
+            (&self.args.precisions.0, &self.args.ort_variants.0, &self.args.ort_threads.0);
+        let ov_threads = self.ov_threads;
+        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        println!(
+            "npurt vs ONNX Runtime{}, alternated: {} rounds per pair, npurt {}, ORT {} x {} threads{}; load average {}",
+            if ov_threads.is_empty() { "" } else { " and OpenVINO" },
+            self.rounds,
+            precisions.iter().map(|p| p.name()).collect::<Vec<_>>().join("/"),
+            ort_variants.join("/"),
+            ort_threads.join("/"),
+            if ov_threads.is_empty() {
+                String::new()
+            } else {
+                format!(", OpenVINO x {} threads", ov_threads.join("/"))
+            },
+            load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        );
+    }
+}
+
+/// What the BERT figures are put against, measured in the same run on the same machine.
+struct Ceilings {
+    /// GFLOP/s of the f32 GEMM at 512x1024x4096, best of three medians.
+    f32: f64,
+    /// The same on the bf16 unit, 0 where there is none.
+    bf16: f64,
+    /// See [`cpu_fma_peak`].
+    fma: Option<backend_cpu::peak::Peak>,
+}
+
 pub fn run(base: &RuntimeConfig, rounds: usize, json: Option<&str>, args: &OrtArgs) -> Result<()> {
-    let (precisions, ort_variants, ort_threads) = (&args.precisions.0, &args.ort_variants.0, &args.ort_threads.0);
-    let pause = Duration::from_millis(args.pause_ms);
-    let script = ort_script()?;
-    let mut ov_threads: &[String] = &args.openvino_threads.0;
-    let ov_script = if ov_threads.is_empty() {
-        None
-    } else if !python_has("openvino") {
-        println!("OpenVINO is not installed for python3 (pip install openvino): its contenders are skipped");
-        ov_threads = &[];
-        None
-    } else {
-        Some(peer_script("openvino_bert.py", "NPURT_OPENVINO_SCRIPT")?)
-    };
-    let workdir = args
-        .ort_workdir
-        .clone()
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("npurt-ort-{}", std::process::id())));
-    let exe = std::env::current_exe()?;
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!(
-        "npurt vs ONNX Runtime{}, alternated: {rounds} rounds per pair, npurt {}, ORT {} x {} threads{}; load average {}",
-        if ov_threads.is_empty() { "" } else { " and OpenVINO" },
-        precisions.iter().map(|p| p.name()).collect::<Vec<_>>().join("/"),
-        ort_variants.join("/"),
-        ort_threads.join("/"),
-        if ov_threads.is_empty() { String::new() } else { format!(", OpenVINO x {} threads", ov_threads.join("/")) },
-        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
-    );
-    // The GEMM ceiling the BERT figures are put against (same run, same machine).
-    // Best of three medians: a ceiling, so the least disturbed measurement.
-    let shape = (512, 1024, 4096, 1);
-    let contenders = precisions.len() + ort_variants.len() * ort_threads.len() + ov_threads.len();
-    let per_pair = rounds.saturating_mul(contenders);
+    let setup = Setup::new(base, rounds, args)?;
+    setup.print_header();
+    let per_pair = rounds.saturating_mul(setup.contenders());
     let pb = progress::bar(3 + args.pairs.0.len().saturating_mul(per_pair) as u64, "GEMM ceiling");
+    let ceilings = measure_ceilings(base, &pb)?;
+    let fma_gflops = ceilings.fma.as_ref().map(|p| p.gflops);
+    let mut doc = Vec::new();
+    let result: Result<()> = args.pairs.0.iter().try_for_each(|(model, seq)| {
+        let finished = run_pair(&setup, model, *seq, &pb)?;
+        pb.suspend(|| report(model, *seq, (ceilings.f32, ceilings.bf16), fma_gflops, &finished, &mut doc));
+        Ok(())
+    });
+    pb.finish_and_clear();
+    if !args.keep && args.ort_workdir.is_none() {
+        let _ = std::fs::remove_dir_all(&setup.workdir);
+    }
+    result?;
+    if let Some(path) = json {
+        let j = serde_json::json!({"gemm_ceiling_gflops": ceilings.f32, "gemm_ceiling_bf16_gflops": ceilings.bf16,
+            "fma_peak_gflops": fma_gflops, "rounds": rounds, "pairs": doc});
+        std::fs::write(path, serde_json::to_string_pretty(&j).unwrap_or_default())?;
+        println!("wrote {path}");
+    }
+    Ok(())
+}
+
+/// The GEMM ceiling (best of three medians: a ceiling, so the least disturbed measurement)
+/// and the FMA peak, printed.
+fn measure_ceilings(base: &RuntimeConfig, pb: &ProgressBar) -> Result<Ceilings> {
+    let shape = (512, 1024, 4096, 1);
     let mut ceiling = 0f64;
     let mut ceiling_bf16 = 0f64;
     for _ in 0..3 {
@@ -259,78 +333,77 @@ pub fn run(base: &RuntimeConfig, rounds: usize, json: Option<&str>, args: &OrtAr
             None => println!("no FMA peak: npurt does not run on the CPU's FMA path here (\"peak\" column empty)"),
         }
     });
-    let fma_gflops = fma_peak.as_ref().map(|p| p.gflops);
-    let mut doc = Vec::new();
-    let result = (|| -> Result<()> {
-        for (model, seq) in &args.pairs.0 {
-            let (model, seq) = (model.as_str(), *seq);
-            pb.set_message(format!("{model} seq {seq}"));
-            let dir = workdir.join(model);
-            if !dir.join("fused.onnx").exists() || !dir.join("unfused.onnx").exists() {
-                pb.suspend(|| println!("building {model} for ONNX Runtime in {} ...", dir.display()));
-                let st = Command::new("python3")
-                    .arg(&script)
-                    .args(["--model", model, "--seq", &seq.to_string(), "--build", "--workdir"])
-                    .arg(&dir)
-                    .stdout(Stdio::null())
-                    .status()
-                    .map_err(|e| Error::io("python3", e))?;
-                if !st.success() {
-                    return Err(Error::format(format!("building the ONNX models for {model} failed ({st})")));
-                }
-            }
-            let mut cs = Vec::new();
-            for p in precisions {
-                let mut cmd = Command::new(&exe);
-                let (seq, p) = (seq.to_string(), p.name());
-                cmd.args(["bench", "bert", "--serve", "--model", model, "--seq", &seq, "--precision", p]);
-                // The options this process runs under, whether from the command line or the environment.
-                cmd.args(["--backend", base.backend.as_deref().unwrap_or("auto")]);
-                cmd.args(["--impl", base.forced_tier.map_or("auto", |t| t.name())]);
-                cmd.args(["--devices", &base.cpu_devices.to_string()]);
-                cs.push(Contender::spawn(format!("npurt {p}"), true, cmd, &pb)?);
-            }
-            for v in ort_variants {
-                for t in ort_threads {
-                    let mut cmd = Command::new("python3");
-                    cmd.arg(&script).args(["--model", model, "--seq", &seq.to_string(), "--serve", "--variant", v]);
-                    cmd.args(["--child-threads", t, "--workdir"]).arg(&dir);
-                    cs.push(Contender::spawn(format!("ORT {v} x{t}"), false, cmd, &pb)?);
-                }
-            }
-            if let Some(ov) = &ov_script {
-                for t in ov_threads {
-                    let mut cmd = Command::new("python3");
-                    cmd.arg(ov).args(["--model", model, "--seq", &seq.to_string(), "--serve"]);
-                    cmd.args(["--child-threads", t, "--workdir"]).arg(&dir);
-                    cs.push(Contender::spawn(format!("OpenVINO x{t}"), false, cmd, &pb)?);
-                }
-            }
-            for r in 0..rounds {
-                for i in 0..cs.len() {
-                    let n = cs.len();
-                    std::thread::sleep(pause);
-                    cs[(i + r) % n].run_once()?;
-                    pb.inc(1);
-                }
-            }
-            let finished: Vec<_> = cs.into_iter().map(Contender::finish).collect::<Result<_>>()?;
-            pb.suspend(|| report(model, seq, (ceiling, ceiling_bf16), fma_gflops, &finished, &mut doc));
-        }
-        Ok(())
-    })();
-    pb.finish_and_clear();
-    if !args.keep && args.ort_workdir.is_none() {
-        let _ = std::fs::remove_dir_all(&workdir);
+    Ok(Ceilings { f32: ceiling, bf16: ceiling_bf16, fma: fma_peak })
+}
+
+/// One model at one sequence length: its ONNX models built where missing, every contender
+/// started, `rounds` rounds alternated between them, and what each reported.
+fn run_pair(setup: &Setup, model: &str, seq: usize, pb: &ProgressBar) -> Result<Vec<Finished>> {
+    pb.set_message(format!("{model} seq {seq}"));
+    let dir = setup.workdir.join(model);
+    if !dir.join("fused.onnx").exists() || !dir.join("unfused.onnx").exists() {
+        build_onnx_models(&setup.script, model, seq, &dir, pb)?;
     }
-    result?;
-    if let Some(path) = json {
-        let j = serde_json::json!({"gemm_ceiling_gflops": ceiling, "gemm_ceiling_bf16_gflops": ceiling_bf16,
-            "fma_peak_gflops": fma_gflops, "rounds": rounds, "pairs": doc});
-        std::fs::write(path, serde_json::to_string_pretty(&j).unwrap_or_default())?;
-        println!("wrote {path}");
+    let mut cs = spawn_contenders(setup, model, seq, &dir, pb)?;
+    let pause = Duration::from_millis(setup.args.pause_ms);
+    for r in 0..setup.rounds {
+        for i in 0..cs.len() {
+            let n = cs.len();
+            std::thread::sleep(pause);
+            cs[(i + r) % n].run_once()?;
+            pb.inc(1);
+        }
+    }
+    cs.into_iter().map(Contender::finish).collect()
+}
+
+/// Exports `model` at `seq` (fused and unfused) into `dir` with ort_bert.py.
+fn build_onnx_models(script: &Path, model: &str, seq: usize, dir: &Path, pb: &ProgressBar) -> Result<()> {
+    pb.suspend(|| println!("building {model} for ONNX Runtime in {} ...", dir.display()));
+    let st = Command::new("python3")
+        .arg(script)
+        .args(["--model", model, "--seq", &seq.to_string(), "--build", "--workdir"])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .status()
+        .map_err(|e| Error::io("python3", e))?;
+    if !st.success() {
+        return Err(Error::format(format!("building the ONNX models for {model} failed ({st})")));
     }
     Ok(())
+}
+
+/// Starts every contender of one pair, each waiting for its first "run".
+fn spawn_contenders(setup: &Setup, model: &str, seq: usize, dir: &Path, pb: &ProgressBar) -> Result<Vec<Contender>> {
+    let (base, args) = (setup.base, setup.args);
+    let mut cs = Vec::new();
+    for p in &args.precisions.0 {
+        let mut cmd = Command::new(&setup.exe);
+        let (seq, p) = (seq.to_string(), p.name());
+        cmd.args(["bench", "bert", "--serve", "--model", model, "--seq", &seq, "--precision", p]);
+        // The options this process runs under, whether from the command line or the environment.
+        cmd.args(["--backend", base.backend.as_deref().unwrap_or("auto")]);
+        cmd.args(["--impl", base.forced_tier.map_or("auto", |t| t.name())]);
+        cmd.args(["--devices", &base.cpu_devices.to_string()]);
+        cs.push(Contender::spawn(format!("npurt {p}"), true, cmd, pb)?);
+    }
+    for v in &args.ort_variants.0 {
+        for t in &args.ort_threads.0 {
+            let mut cmd = Command::new("python3");
+            cmd.arg(&setup.script).args(["--model", model, "--seq", &seq.to_string(), "--serve", "--variant", v]);
+            cmd.args(["--child-threads", t, "--workdir"]).arg(dir);
+            cs.push(Contender::spawn(format!("ORT {v} x{t}"), false, cmd, pb)?);
+        }
+    }
+    if let Some(ov) = &setup.ov_script {
+        for t in setup.ov_threads {
+            let mut cmd = Command::new("python3");
+            cmd.arg(ov).args(["--model", model, "--seq", &seq.to_string(), "--serve"]);
+            cmd.args(["--child-threads", t, "--workdir"]).arg(dir);
+            cs.push(Contender::spawn(format!("OpenVINO x{t}"), false, cmd, pb)?);
+        }
+    }
+    Ok(cs)
 }
 
 type Finished = (String, Vec<f64>, serde_json::Value, serde_json::Value);

@@ -8,6 +8,7 @@ use super::peak::parse_isa;
 use crate::progress;
 use crate::values::positive;
 use backend_cpu::Isa;
+use backend_cpu::features::CpuFeatures;
 use clap::{Args, ValueEnum};
 use npurt::{DType, Error, Op, Result, Runtime, RuntimeConfig, Tensor, Tier};
 use std::collections::BTreeMap;
@@ -308,6 +309,49 @@ fn json_row(s: Shape, variant: &str, isa: Option<Isa>, fig: Figure, peak: Option
 }
 
 pub fn run(cfg: RuntimeConfig, args: GemmArgs) -> Result<()> {
+    let plan = plan(&cfg, &args)?;
+    let columns = measure(&cfg, &plan)?;
+    let rows = print_table(&plan, &columns);
+    if let Some(path) = &args.json {
+        write_json(path, &plan, args.peak.is_some(), rows)?;
+    }
+    Ok(())
+}
+
+/// What the run measures on and against, settled (and printed) before the timings.
+struct Plan<'a> {
+    runs: usize,
+    numpy: bool,
+    features: &'static CpuFeatures,
+    isa: Isa,
+    threads: usize,
+    tiers: Vec<Tier>,
+    shapes: &'a [Shape],
+    /// One runtime per tier, for the eager columns.
+    eager: Vec<runtime::Runtime>,
+    on_cpu: bool,
+    /// The FMA peak the f32 and bf16 percentages refer to.
+    peak: Option<f64>,
+    /// [`Plan::peak`] where the eager columns run on the CPU.
+    eager_peak: Option<f64>,
+    probe: Option<Probe>,
+}
+
+/// The peer's GFLOP/s per shape name and its BLAS configuration line.
+type PeerFigures = (BTreeMap<String, f64>, String);
+
+/// The figures of every column: the peer before and after ours, then one column per tier,
+/// the prepacked one and the bf16 one.
+struct Columns {
+    peer_before: Option<PeerFigures>,
+    peer_after: Option<PeerFigures>,
+    ours: Vec<Vec<Figure>>,
+    prepacked: Vec<Option<Figure>>,
+    bf16: Vec<Option<f64>>,
+}
+
+/// Settles the tiers, ISA, threads, shapes and peak, and prints the header lines.
+fn plan<'a>(cfg: &RuntimeConfig, args: &'a GemmArgs) -> Result<Plan<'a>> {
     let runs = args.runs;
     let numpy = args.peer == Some(Peer::Numpy);
     let tiers: Vec<Tier> =
@@ -316,12 +360,11 @@ pub fn run(cfg: RuntimeConfig, args: GemmArgs) -> Result<()> {
     let isa = f.isa;
     let threads = cfg.threads.unwrap_or(f.cores);
     let shapes: &[Shape] = if args.shapes.is_empty() { SHAPES } else { &args.shapes };
-    let eager: Vec<runtime::Runtime> =
-        tiers.iter().map(|&t| eager_runtime(&cfg, t, args.isa)).collect::<Result<_>>()?;
+    let eager: Vec<runtime::Runtime> = tiers.iter().map(|&t| eager_runtime(cfg, t, args.isa)).collect::<Result<_>>()?;
     let on_cpu = eager.iter().all(|rt| rt.backend_name() == "cpu");
     let forced = if f.forced { format!(" (forced; the CPU runs up to {})", f.widest) } else { String::new() };
     println!("GEMM f32, median of {runs} runs, {threads} threads, ISA {isa}{forced}");
-    let peak = reference_peak(&args, isa, threads)?;
+    let peak = reference_peak(args, isa, threads)?;
     match peak {
         Some((p, how)) => println!("FMA peak ({how}, {isa}, {threads} threads): {p:.1} GFLOP/s; (%) = share of it"),
         None => println!("no FMA peak on the {isa} path (give --peak GFLOPS for percentages)"),
@@ -337,11 +380,17 @@ pub fn run(cfg: RuntimeConfig, args: GemmArgs) -> Result<()> {
         println!("eager columns run on the {} backend: no percentage of the CPU's peak", eager[0].backend_name());
     }
     let eager_peak = if on_cpu { peak } else { None };
-    let steps = (tiers.len() + 2) * shapes.len() + if numpy { 2 } else { 0 };
+    Ok(Plan { runs, numpy, features: f, isa, threads, tiers, shapes, eager, on_cpu, peak, eager_peak, probe })
+}
+
+/// Times every column at every shape, the peer (when asked for) before and after ours, so
+/// that drift on a shared machine shows up.
+fn measure(cfg: &RuntimeConfig, plan: &Plan) -> Result<Columns> {
+    let (runs, isa, shapes) = (plan.runs, plan.isa, plan.shapes);
+    let steps = (plan.tiers.len() + 2) * shapes.len() + if plan.numpy { 2 } else { 0 };
     let pb = progress::bar(steps as u64, "GEMM");
-    // Peer before and after ours, so drift on a shared machine shows up.
-    let peer = |pb: &indicatif::ProgressBar| -> Result<Option<(BTreeMap<String, f64>, String)>> {
-        if !numpy {
+    let peer = |pb: &indicatif::ProgressBar| -> Result<Option<PeerFigures>> {
+        if !plan.numpy {
             return Ok(None);
         }
         pb.set_message("NumPy/OpenBLAS");
@@ -349,10 +398,10 @@ pub fn run(cfg: RuntimeConfig, args: GemmArgs) -> Result<()> {
         pb.inc(1);
         Ok(Some(r))
     };
-    let p1 = peer(&pb)?;
+    let peer_before = peer(&pb)?;
     let mut ours: Vec<Vec<Figure>> = Vec::new();
-    let eager_probe = probe.filter(|_| on_cpu);
-    for (t, rt) in tiers.iter().zip(&eager) {
+    let eager_probe = plan.probe.filter(|_| plan.on_cpu);
+    for (t, rt) in plan.tiers.iter().zip(&plan.eager) {
         pb.set_message(format!("npurt {t}"));
         ours.push(
             shapes
@@ -362,21 +411,28 @@ pub fn run(cfg: RuntimeConfig, args: GemmArgs) -> Result<()> {
         );
     }
     pb.set_message("f32 prepacked");
-    let pre: Vec<Option<Figure>> =
-        shapes.iter().map(|&s| time_gemm_prepacked(&cfg, isa, s, runs, probe)).inspect(|_| pb.inc(1)).collect();
+    let prepacked: Vec<Option<Figure>> =
+        shapes.iter().map(|&s| time_gemm_prepacked(cfg, isa, s, runs, plan.probe)).inspect(|_| pb.inc(1)).collect();
     pb.set_message("bf16");
     let bf16: Vec<Option<f64>> = if isa == Isa::Avx512 {
-        shapes.iter().map(|&s| time_gemm_bf16(&cfg, s, runs)).inspect(|_| pb.inc(1)).collect()
+        shapes.iter().map(|&s| time_gemm_bf16(cfg, s, runs)).inspect(|_| pb.inc(1)).collect()
     } else {
         shapes.iter().map(|_| None).inspect(|_| pb.inc(1)).collect()
     };
-    let p2 = peer(&pb)?;
+    let peer_after = peer(&pb)?;
     pb.finish_and_clear();
-    if let Some((_, blas)) = &p1 {
+    Ok(Columns { peer_before, peer_after, ours, prepacked, bf16 })
+}
+
+/// Prints the table, one row per shape, and returns the JSON rows of its figures.
+fn print_table(plan: &Plan, cols: &Columns) -> Vec<serde_json::Value> {
+    let (isa, peak, eager_peak) = (plan.isa, plan.peak, plan.eager_peak);
+    let (p1, p2, ours, pre, bf16) = (&cols.peer_before, &cols.peer_after, &cols.ours, &cols.prepacked, &cols.bf16);
+    if let Some((_, blas)) = p1 {
         println!("peer: NumPy/OpenBLAS ({blas})");
     }
     print!("{:<18}", "shape");
-    for t in &tiers {
+    for t in &plan.tiers {
         print!(" {:>21}", format!("npurt {t}"));
     }
     print!(" {:>21}", "f32 prepacked");
@@ -389,19 +445,19 @@ pub fn run(cfg: RuntimeConfig, args: GemmArgs) -> Result<()> {
     }
     println!();
     let mut rows = Vec::new();
-    for (i, &s) in shapes.iter().enumerate() {
+    for (i, &s) in plan.shapes.iter().enumerate() {
         let name = shape_name(s);
         print!("{name:<18}");
-        for (t, o) in tiers.iter().zip(&ours) {
+        for (t, o) in plan.tiers.iter().zip(ours) {
             print!(" {}", cell(Some(o[i]), eager_peak));
             let variant = if *t == Tier::HighPerformance { "fast" } else { "generic" };
-            rows.push(json_row(s, variant, on_cpu.then_some(isa), o[i], eager_peak));
+            rows.push(json_row(s, variant, plan.on_cpu.then_some(isa), o[i], eager_peak));
         }
         print!(" {}", cell(pre[i], peak));
         if let Some(g) = pre[i] {
             rows.push(json_row(s, "prepacked", Some(isa), g, peak));
         }
-        if let (Some((a, _)), Some((b, _))) = (&p1, &p2) {
+        if let (Some((a, _)), Some((b, _))) = (p1, p2) {
             let mut v: Vec<f64> = [a.get(&name), b.get(&name)].into_iter().flatten().copied().collect();
             let peer_g = median(&mut v);
             print!(" {} {:>7.2}x", cell(Some(plain(peer_g)), peak), ours[0][i].gflops / peer_g);
@@ -420,20 +476,21 @@ pub fn run(cfg: RuntimeConfig, args: GemmArgs) -> Result<()> {
         }
         println!();
     }
-    if let Some(path) = &args.json {
-        let doc = serde_json::json!({
-            "cpu": f.model,
-            "isa": isa.name(),
-            "isa_forced": f.forced,
-            "threads": threads,
-            "runs": runs,
-            "peak_gflops": peak,
-            "peak_source": if args.peak.is_some() { "given" } else { "measured" },
-            "paired": probe.is_some(),
-            "rows": rows,
-        });
-        std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default())
-            .map_err(|e| Error::io(path.clone(), e))?;
-    }
-    Ok(())
+    rows
+}
+
+/// Writes the run's settings and `rows` as the JSON document of `--json`.
+fn write_json(path: &str, plan: &Plan, peak_given: bool, rows: Vec<serde_json::Value>) -> Result<()> {
+    let doc = serde_json::json!({
+        "cpu": plan.features.model,
+        "isa": plan.isa.name(),
+        "isa_forced": plan.features.forced,
+        "threads": plan.threads,
+        "runs": plan.runs,
+        "peak_gflops": plan.peak,
+        "peak_source": if peak_given { "given" } else { "measured" },
+        "paired": plan.probe.is_some(),
+        "rows": rows,
+    });
+    std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default()).map_err(|e| Error::io(path, e))
 }
