@@ -82,7 +82,9 @@ fn read_items(items: &[Item], module: Vec<String>, dirs: &Dirs, uses: &mut Uses)
             Item::Use(u) => {
                 let mut imports = Vec::new();
                 use_imports(&u.tree, &mut Vec::new(), &mut imports);
-                raw.extend(imports.into_iter().map(|(name, path)| (name, path, u.leading_colon.is_some())));
+                // `as _` brings in no name (its path is still an edge, recorded by the visitor).
+                let named = imports.into_iter().filter(|(name, _)| name.as_deref() != Some("_"));
+                raw.extend(named.map(|(name, path)| (name, path, u.leading_colon.is_some())));
             }
             _ => {}
         }
@@ -268,31 +270,10 @@ fn is_path_sep(tokens: &[TokenTree], i: usize) -> bool {
             if a.as_char() == ':' && a.spacing() == Spacing::Joint && b.as_char() == ':')
 }
 
-/// The paths a `use` tree imports, each as its segments (`use a::{b, c::*}` gives `a::b`
-/// and `a::c`; `self` in a group names the prefix).
-fn use_paths(tree: &UseTree, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
-    let with = |prefix: &Vec<String>, name: String| {
-        let mut p = prefix.clone();
-        if name != "self" || p.is_empty() {
-            p.push(name);
-        }
-        p
-    };
-    match tree {
-        UseTree::Path(p) => {
-            prefix.push(p.ident.unraw().to_string());
-            use_paths(&p.tree, prefix, out);
-            prefix.pop();
-        }
-        UseTree::Name(n) => out.push(with(prefix, n.ident.unraw().to_string())),
-        UseTree::Rename(r) => out.push(with(prefix, r.ident.unraw().to_string())),
-        UseTree::Glob(_) => out.push(prefix.clone()),
-        UseTree::Group(g) => g.items.iter().for_each(|t| use_paths(t, prefix, out)),
-    }
-}
-
 /// What a `use` tree brings in: `(Some(name), path)` for each name (its `as` name when
-/// renamed; `use a::{self}` brings in `a`), `(None, path)` for each glob `path::*`.
+/// renamed, `_` for `as _`; `use a::{self}` brings in `a`), `(None, path)` for each glob
+/// `path::*`. The paths are the tree's paths as segments (`use a::{b, c::*}` gives `a::b`
+/// and `a::c`).
 fn use_imports(tree: &UseTree, prefix: &mut Vec<String>, out: &mut Vec<(Option<String>, Vec<String>)>) {
     let named = |prefix: &Vec<String>, name: String| {
         let mut p = prefix.clone();
@@ -314,10 +295,7 @@ fn use_imports(tree: &UseTree, prefix: &mut Vec<String>, out: &mut Vec<(Option<S
             }
         }
         UseTree::Rename(r) => {
-            let name = r.rename.unraw().to_string();
-            if name != "_" {
-                out.push((Some(name), named(prefix, r.ident.unraw().to_string())));
-            }
+            out.push((Some(r.rename.unraw().to_string()), named(prefix, r.ident.unraw().to_string())));
         }
         UseTree::Glob(_) => out.push((None, prefix.clone())),
         UseTree::Group(g) => g.items.iter().for_each(|t| use_imports(t, prefix, out)),
@@ -370,9 +348,9 @@ impl<'ast> Visit<'ast> for Names<'_> {
 
     fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
         if u.leading_colon.is_none() {
-            let mut paths = Vec::new();
-            use_paths(&u.tree, &mut Vec::new(), &mut paths);
-            paths.iter().for_each(|p| self.record(p, true));
+            let mut imports = Vec::new();
+            use_imports(&u.tree, &mut Vec::new(), &mut imports);
+            imports.iter().for_each(|(_, p)| self.record(p, true));
         }
     }
 
