@@ -27,6 +27,34 @@ fn bad(msg: impl Into<String>) -> CudaError {
     CudaError::BadRequest(msg.into())
 }
 
+/// A launch's operands as the kernels read them: the inputs, the first output and its
+/// dims, the compute dtype (the first input's, else the output's) and the output's
+/// device address.
+struct Operands<'a> {
+    ins: &'a [runtime::TensorArg],
+    out: &'a runtime::TensorArg,
+    od: &'a [usize],
+    dt: DType,
+    o: u64,
+}
+
+impl<'a> Operands<'a> {
+    fn of(args: &'a LaunchArgs) -> std::result::Result<Operands<'a>, CudaError> {
+        let ins = args.inputs.as_slice();
+        let out = args.outputs.first().ok_or_else(|| bad("no output"))?;
+        let dt = ins.first().map_or(out.dtype, |a| a.dtype);
+        Ok(Operands { ins, out, od: out.layout.dims(), dt, o: addr(out) })
+    }
+    /// Input `i`'s dims.
+    fn dims(&self, i: usize) -> &'a [usize] {
+        self.ins[i].layout.dims()
+    }
+    /// Input `i`'s device address, 0 for an input the launch does not have.
+    fn addr(&self, i: usize) -> u64 {
+        self.ins.get(i).map_or(0, addr)
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 impl Device {
     fn launch_fn(
@@ -136,13 +164,9 @@ impl Device {
     /// Enqueues `imp` for `args` on `ss` (operands already validated and pinned).
     pub(crate) fn run(&self, imp: Impl, args: &LaunchArgs, ss: &StreamState) -> std::result::Result<(), CudaError> {
         let st = &ss.cu;
-        let ins = &args.inputs;
-        let out = args.outputs.first().ok_or_else(|| bad("no output"))?;
-        let dims = |i: usize| ins[i].layout.dims();
-        let od = out.layout.dims();
-        let dt = ins.first().map_or(out.dtype, |a| a.dtype);
-        let o = addr(out);
-        let a = |i: usize| ins.get(i).map_or(0, addr);
+        let ops = Operands::of(args)?;
+        let (ins, out, od, dt, o) = (ops.ins, ops.out, ops.od, ops.dt, ops.o);
+        let (dims, a) = (|i: usize| ops.dims(i), |i: usize| ops.addr(i));
         match (imp, &args.op) {
             (Impl::Memcpy, op) => {
                 let x = &ins[0];
@@ -192,13 +216,9 @@ impl Device {
 
     /// A matrix product on the NVRTC kernel of `tier`.
     fn nvrtc_matrix(&self, tier: Tier, args: &LaunchArgs, st: &CudaStream) -> std::result::Result<(), CudaError> {
-        let ins = &args.inputs;
-        let out = args.outputs.first().ok_or_else(|| bad("no output"))?;
-        let dims = |i: usize| ins[i].layout.dims();
-        let od = out.layout.dims();
-        let dt = ins.first().map_or(out.dtype, |a| a.dtype);
-        let o = addr(out);
-        let a = |i: usize| ins.get(i).map_or(0, addr);
+        let ops = Operands::of(args)?;
+        let (ins, od, dt, o) = (ops.ins, ops.od, ops.dt, ops.o);
+        let (dims, a) = (|i: usize| ops.dims(i), |i: usize| ops.addr(i));
         let op = &args.op;
         match op {
             Op::MatMul { .. } | Op::Gemm { .. } | Op::Linear => {
@@ -223,13 +243,9 @@ impl Device {
 
     /// An element-wise op (binary, unary, bias + GELU) on the NVRTC kernel of `tier`.
     fn nvrtc_elementwise(&self, tier: Tier, args: &LaunchArgs, st: &CudaStream) -> std::result::Result<(), CudaError> {
-        let ins = &args.inputs;
-        let out = args.outputs.first().ok_or_else(|| bad("no output"))?;
-        let dims = |i: usize| ins[i].layout.dims();
-        let od = out.layout.dims();
-        let dt = ins.first().map_or(out.dtype, |a| a.dtype);
-        let o = addr(out);
-        let a = |i: usize| ins.get(i).map_or(0, addr);
+        let ops = Operands::of(args)?;
+        let (out, od, dt, o) = (ops.out, ops.od, ops.dt, ops.o);
+        let (dims, a) = (|i: usize| ops.dims(i), |i: usize| ops.addr(i));
         let es = dt.size();
         let op = &args.op;
         match op {
@@ -275,12 +291,9 @@ impl Device {
 
     /// A row-wise op (softmax, layer norm, reduction, attention) on the NVRTC kernel of `tier`.
     fn nvrtc_rows(&self, tier: Tier, args: &LaunchArgs, st: &CudaStream) -> std::result::Result<(), CudaError> {
-        let ins = &args.inputs;
-        let out = args.outputs.first().ok_or_else(|| bad("no output"))?;
-        let dims = |i: usize| ins[i].layout.dims();
-        let dt = ins.first().map_or(out.dtype, |a| a.dtype);
-        let o = addr(out);
-        let a = |i: usize| ins.get(i).map_or(0, addr);
+        let ops = Operands::of(args)?;
+        let (ins, dt, o) = (ops.ins, ops.dt, ops.o);
+        let (dims, a) = (|i: usize| ops.dims(i), |i: usize| ops.addr(i));
         let op = &args.op;
         match op {
             Op::Softmax { axis } => {
@@ -337,12 +350,9 @@ impl Device {
     /// A data movement or conversion (copy, permute, gather, cast): reference kernels.
     fn nvrtc_data(&self, args: &LaunchArgs, ss: &StreamState) -> std::result::Result<(), CudaError> {
         let st = &ss.cu;
-        let ins = &args.inputs;
-        let out = args.outputs.first().ok_or_else(|| bad("no output"))?;
-        let dims = |i: usize| ins[i].layout.dims();
-        let dt = ins.first().map_or(out.dtype, |a| a.dtype);
-        let o = addr(out);
-        let a = |i: usize| ins.get(i).map_or(0, addr);
+        let ops = Operands::of(args)?;
+        let (ins, out, dt, o) = (ops.ins, ops.out, ops.dt, ops.o);
+        let (dims, a) = (|i: usize| ops.dims(i), |i: usize| ops.addr(i));
         let op = &args.op;
         match op {
             Op::Copy | Op::Reshape { .. } => {
