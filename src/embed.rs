@@ -211,12 +211,21 @@ pub struct Embedder {
     clock: u64,
 }
 
+/// A JSON file of the model directory as text: a regular file of at most
+/// [`crate::files::MAX_JSON_BYTES`].
 fn read_text(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|e| Error::io(path.display().to_string(), e))
+    Ok(crate::files::read_json_text(path)?)
 }
 
 fn read_json(path: &Path) -> Result<serde_json::Value> {
     serde_json::from_str(&read_text(path)?).map_err(|e| Error::format_from(path.display().to_string(), e))
+}
+
+/// Whether an optional file of the model directory is there: anything at `path`, a
+/// broken link included, counts (and is then read, or refused naming it); only a path
+/// that names nothing is absent.
+fn present(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
 }
 
 fn bad_value(origin: &str, key: &str, expected: &str, found: &serde_json::Value) -> Error {
@@ -309,7 +318,7 @@ impl Embedder {
     /// by the options and capped at max_position_embeddings.
     fn read_truncation(dir: &Path, config: &BertConfig, options: &EmbedOptions) -> Result<(usize, bool)> {
         let sb_path = dir.join("sentence_bert_config.json");
-        let (mut max_seq_length, do_lower_case) = if sb_path.is_file() {
+        let (mut max_seq_length, do_lower_case) = if present(&sb_path) {
             let v = read_json(&sb_path)?;
             let origin = sb_path.display().to_string();
             if !v.is_object() {
@@ -340,8 +349,9 @@ impl Embedder {
     /// padding id; every id it can produce must index the embedding table.
     fn read_tokenizer(dir: &Path, config: &BertConfig, max_seq_length: usize) -> Result<(Tokenizer, u32)> {
         let tok_path = dir.join("tokenizer.json");
+        let text = read_text(&tok_path)?;
         let mut tokenizer =
-            Tokenizer::from_file(&tok_path).map_err(|e| Error::format(format!("{}: {e}", tok_path.display())))?;
+            Tokenizer::from_bytes(text).map_err(|e| Error::format(format!("{}: {e}", tok_path.display())))?;
         let tokens = tokenizer.get_vocab_size(true);
         if tokens > config.vocab_size {
             return Err(Error::format(format!(
@@ -383,7 +393,26 @@ impl Embedder {
         };
         tokenizer.with_truncation(Some(trunc)).map_err(|e| Error::Config(format!("embed: truncation: {e}")))?;
         tokenizer.with_padding(None);
+        Self::check_type_ids(&tokenizer, &tok_path, config)?;
         Ok((tokenizer, pad_id))
+    }
+
+    /// Every segment id the post-processor gives a text (its special tokens' and the
+    /// text's own) indexes the token-type table of `config.json`.
+    fn check_type_ids(tokenizer: &Tokenizer, tok_path: &Path, config: &BertConfig) -> Result<()> {
+        // One token through the post-processor, as `encode` would send a text of one token.
+        let one = tokenizers::Encoding::from_tokens(vec![tokenizers::Token::new(0, "a".into(), (0, 1))], 0);
+        let probe = tokenizer
+            .post_process(one, None, true)
+            .map_err(|e| Error::format(format!("{}: post_processor: {e}", tok_path.display())))?;
+        match probe.get_type_ids().iter().copied().max() {
+            Some(t) if t as usize >= config.type_vocab_size => Err(Error::format(format!(
+                "{}: post_processor gives type id {t}, past config.json type_vocab_size {}",
+                tok_path.display(),
+                config.type_vocab_size
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// The weights, mapped, and copied out for each graph build (the compiled graph keeps
@@ -403,7 +432,7 @@ impl Embedder {
 
     fn read_modules(dir: &Path, hidden: usize) -> Result<(Pooling, bool)> {
         let path = dir.join("modules.json");
-        if !path.is_file() {
+        if !present(&path) {
             log::warn!("{}: absent; using mean pooling without normalisation", path.display());
             return Ok((Pooling::mean(), false));
         }

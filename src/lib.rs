@@ -15,6 +15,7 @@
 //! ```
 
 pub mod embed;
+pub mod files;
 pub mod models;
 pub mod npy;
 

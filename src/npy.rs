@@ -2,6 +2,7 @@
 //! u8 and bool).
 
 use runtime::{DType, Error, Result, size};
+use std::io::Read;
 use std::path::Path;
 
 /// An array read from a `.npy` file: dtype, shape and little-endian element bytes.
@@ -140,18 +141,54 @@ impl Header<'_> {
     }
 }
 
-/// Parses `.npy` bytes. The data must be exactly as long as the header's shape needs.
-pub fn parse(bytes: &[u8], path: &str) -> Result<NpyArray> {
-    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
+/// The largest header npurt reads (1 MiB; NumPy writes a few hundred bytes and reads at
+/// most 10,000 by default).
+pub const MAX_HEADER_BYTES: usize = 1 << 20;
+
+/// What a `.npy` header declares: where the data starts and how many bytes it has.
+struct Layout {
+    /// Offset of the data: magic, version, length field and header.
+    data_start: usize,
+    dtype: DType,
+    shape: Vec<usize>,
+    /// The stored dtype, as the header spells it.
+    descr: String,
+    /// Bytes of data the shape needs, as stored.
+    need: usize,
+    /// Stored as f64, loaded as f32.
+    convert_f64: bool,
+}
+
+impl Layout {
+    fn mismatch(&self, path: &str, have: impl std::fmt::Display) -> Error {
+        let (shape, d, need) = (&self.shape, &self.descr, self.need);
+        bad(path, format!("data has {have} bytes, shape {shape:?} of {d} needs {need}"))
+    }
+}
+
+/// Where the header of `prefix` (the file's first bytes, at least 12 of them when the
+/// file has them) ends; at most [`MAX_HEADER_BYTES`] past the length field.
+fn header_end(prefix: &[u8], path: &str) -> Result<(usize, usize)> {
+    if prefix.len() < 10 || &prefix[..6] != b"\x93NUMPY" {
         return Err(bad(path, "not a .npy file (bad magic)"));
     }
-    let (hlen, start) = match bytes[6] {
-        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-        2 | 3 if bytes.len() >= 12 => (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12),
+    let (hlen, start) = match prefix[6] {
+        1 => (u16::from_le_bytes([prefix[8], prefix[9]]) as usize, 10),
+        2 | 3 if prefix.len() >= 12 => {
+            (u32::from_le_bytes([prefix[8], prefix[9], prefix[10], prefix[11]]) as usize, 12)
+        }
         2 | 3 => return Err(bad(path, "truncated header")),
         v => return Err(bad(path, format!("unsupported .npy version {v}"))),
     };
-    let end = size::add(format_args!("{path}: header end"), start, hlen)?;
+    if hlen > MAX_HEADER_BYTES {
+        return Err(bad(path, format!("a {hlen}-byte header exceeds the limit of {MAX_HEADER_BYTES} bytes")));
+    }
+    Ok((start, size::add(format_args!("{path}: header end"), start, hlen)?))
+}
+
+/// The layout `bytes` (at least the whole header) declare.
+fn layout(bytes: &[u8], path: &str) -> Result<Layout> {
+    let (start, end) = header_end(bytes, path)?;
     let header = bytes.get(start..end).ok_or_else(|| bad(path, "truncated header"))?;
     let (d, fortran, shape) = Header { s: header, i: 0 }.parse().map_err(|e| bad(path, format!("bad header: {e}")))?;
     if fortran {
@@ -171,24 +208,67 @@ pub fn parse(bytes: &[u8], path: &str) -> Result<NpyArray> {
     size::bytes(format_args!("{path}: shape"), &shape, dtype)?;
     let n = size::numel(format_args!("{path}: shape"), &shape)?;
     let need = size::mul(format_args!("{path}: data bytes of {d}"), n, file_size)?;
-    let body = &bytes[end..];
-    if body.len() != need {
-        return Err(bad(path, format!("data has {} bytes, shape {shape:?} of {d} needs {need}", body.len())));
-    }
-    let data = if convert_f64 {
+    Ok(Layout { data_start: end, dtype, shape, descr: d, need, convert_f64 })
+}
+
+/// The array of `l` from its stored data `body` (exactly `l.need` bytes).
+fn array(l: Layout, body: Vec<u8>) -> NpyArray {
+    let data = if l.convert_f64 {
         body.chunks_exact(8)
             .flat_map(|c| (f64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32).to_le_bytes())
             .collect()
     } else {
-        body.to_vec()
+        body
     };
-    Ok(NpyArray { dtype, shape, data })
+    NpyArray { dtype: l.dtype, shape: l.shape, data }
 }
 
+/// Parses `.npy` bytes. The data must be exactly as long as the header's shape needs.
+pub fn parse(bytes: &[u8], path: &str) -> Result<NpyArray> {
+    let l = layout(bytes, path)?;
+    let body = &bytes[l.data_start..];
+    if body.len() != l.need {
+        return Err(l.mismatch(path, body.len()));
+    }
+    Ok(array(l, body.to_vec()))
+}
+
+/// Reads the `.npy` file `path`: a regular file ([`crate::files::open_regular`]), its
+/// header first (at most [`MAX_HEADER_BYTES`]), then its data only when the file's size is
+/// exactly the header plus the bytes its shape declares ("data has … bytes" otherwise,
+/// decided from the size before any data is read).
 pub fn read(path: impl AsRef<Path>) -> Result<NpyArray> {
     let p = path.as_ref();
-    let bytes = std::fs::read(p).map_err(|e| bad(&p.display().to_string(), e))?;
-    parse(&bytes, &p.display().to_string())
+    let name = p.display().to_string();
+    let (mut file, len) = crate::files::open_regular(p)?;
+    let io = |e| Error::io(name.clone(), e);
+    // The magic, version and length field (12 bytes at most), then the header they give.
+    let mut prefix = Vec::new();
+    (&mut file).take(12).read_to_end(&mut prefix).map_err(io)?;
+    let (_, end) = header_end(&prefix, &name)?;
+    if end as u64 > len {
+        return Err(bad(&name, "truncated header"));
+    }
+    let more = (end as u64).saturating_sub(prefix.len() as u64);
+    (&mut file).take(more).read_to_end(&mut prefix).map_err(io)?;
+    if prefix.len() < end {
+        return Err(bad(&name, "truncated header"));
+    }
+    let l = layout(&prefix, &name)?;
+    let have = len - end as u64;
+    if have != l.need as u64 {
+        return Err(l.mismatch(&name, have));
+    }
+    let mut body = Vec::new();
+    body.try_reserve_exact(l.need).map_err(|_| bad(&name, format!("{} bytes of data cannot be allocated", l.need)))?;
+    // A tiny version-1 header leaves the first data bytes in the prefix.
+    body.extend_from_slice(&prefix[end..]);
+    (&mut file).take((l.need - body.len()) as u64).read_to_end(&mut body).map_err(io)?;
+    if body.len() != l.need {
+        // The file shrank while it was read.
+        return Err(l.mismatch(&name, body.len()));
+    }
+    Ok(array(l, body))
 }
 
 /// Serialises to `.npy` (version 1.0); the data must be exactly as long as the shape needs.
@@ -241,5 +321,69 @@ mod tests {
         let s = NpyArray { dtype: DType::F32, shape: vec![], data: 1.5f32.to_le_bytes().to_vec() };
         assert_eq!(parse(&to_bytes(&s).unwrap(), "mem").unwrap(), s);
         assert!(parse(b"garbage!!!!!", "mem").is_err());
+    }
+
+    fn scratch(tag: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("npurt-npy-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// A valid header followed by a 3 GiB (sparse) tail is refused from the file's size:
+    /// "data has … bytes", without reading the data.
+    #[test]
+    fn a_huge_tail_is_refused_from_the_size() {
+        let d = scratch("tail");
+        let a = NpyArray { dtype: DType::F32, shape: vec![2, 3], data: vec![0; 24] };
+        let bytes = to_bytes(&a).unwrap();
+        let p = d.join("tail.npy");
+        std::fs::write(&p, &bytes).unwrap();
+        assert_eq!(read(&p).unwrap(), a);
+        let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        let len = (bytes.len() as u64 - 24) + (3 << 30);
+        f.set_len(len).unwrap();
+        let e = read(&p).unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, Error::Format { .. }), "{e:?}");
+        assert!(msg.contains(&format!("{}: data has {} bytes", p.display(), 3u64 << 30)), "{msg}");
+        // Too short: the same words, from the size.
+        f.set_len(bytes.len() as u64 - 1).unwrap();
+        assert!(read(&p).unwrap_err().to_string().contains("data has 23 bytes"));
+        // A header length past the file, or past the limit, is refused before it is read.
+        let mut v2 = b"\x93NUMPY\x02\x00".to_vec();
+        v2.extend_from_slice(&u32::MAX.to_le_bytes());
+        std::fs::write(&p, &v2).unwrap();
+        let msg = read(&p).unwrap_err().to_string();
+        assert!(msg.contains("exceeds the limit"), "{msg}");
+        v2[8..12].copy_from_slice(&100u32.to_le_bytes());
+        std::fs::write(&p, &v2).unwrap();
+        assert!(read(&p).unwrap_err().to_string().contains("truncated header"));
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// `/dev/zero` and a directory are refused before anything is read, naming the path.
+    #[test]
+    fn non_regular_files_are_refused() {
+        let d = scratch("kinds");
+        for p in [std::path::PathBuf::from("/dev/zero"), d.clone()] {
+            let msg = read(&p).unwrap_err().to_string();
+            assert!(msg.contains(&format!("{}: not a regular file", p.display())), "{msg}");
+        }
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// A file whose data begins inside the first 12 bytes (a version-1 header of 0 or 1
+    /// bytes) reads those bytes as data.
+    #[test]
+    fn data_inside_the_prefix_is_kept() {
+        let d = scratch("prefix");
+        let p = d.join("short.npy");
+        let mut f = b"\x93NUMPY\x01\x00\x00\x00".to_vec();
+        f.extend_from_slice(&[1, 2]);
+        std::fs::write(&p, &f).unwrap();
+        // The empty header is refused by the parser, the same way from bytes and from a file.
+        assert_eq!(read(&p).unwrap_err().to_string(), parse(&f, &p.display().to_string()).unwrap_err().to_string());
+        std::fs::remove_dir_all(&d).ok();
     }
 }

@@ -21,6 +21,8 @@ mod npy;
 mod ops;
 #[path = "fuzz/safetensors.rs"]
 mod safetensors;
+#[path = "fuzz/special_files.rs"]
+mod special_files;
 
 use proptest::test_runner::Config;
 

@@ -1,7 +1,8 @@
 //! The `npurt` command-line tool: `info`, `demo`, `op`, `bench` and `embed`.
 //!
 //! `cli` holds the `clap` parser and the dispatch; one module per subcommand, one per
-//! benchmark under `bench`; `chart`, `progress` and `values` are what they share.
+//! benchmark under `bench`; `chart`, `outputs`, `progress` and `values` are what they
+//! share.
 
 mod bench;
 mod build_info;
@@ -11,6 +12,7 @@ mod demo;
 mod embed;
 mod info;
 mod op;
+mod outputs;
 mod progress;
 mod values;
 

@@ -15,7 +15,7 @@ pub struct OpArgs {
     inputs: Vec<String>,
     /// Where to write an output as .npy, in the op's output order (repeat for each
     /// output); without any, the outputs' dtypes and shapes are printed
-    #[arg(short = 'o', long = "output", value_name = "FILE.npy")]
+    #[arg(short = 'o', long = "output", value_name = "FILE.npy", value_parser = crate::outputs::output_file)]
     outputs: Vec<String>,
     /// An attribute of the op, e.g. `axis=-1` or `eps=1e-5` (repeatable)
     #[arg(long = "attr", value_name = "KEY=VALUE", value_parser = parse_attr)]

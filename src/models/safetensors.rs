@@ -43,6 +43,20 @@ pub enum SafetensorsError {
     UnsupportedDtype { path: String, name: String, dtype: Dtype },
     #[error("{path}: no tensor named {name}")]
     Missing { path: String, name: String },
+    /// Not a regular file (a directory, `/dev/zero`, a FIFO).
+    #[error(transparent)]
+    File(crate::files::FileError),
+}
+
+impl From<crate::files::FileError> for SafetensorsError {
+    /// A failed open stays [`SafetensorsError::Io`]; a refused file is
+    /// [`SafetensorsError::File`].
+    fn from(e: crate::files::FileError) -> SafetensorsError {
+        match e {
+            crate::files::FileError::Io { path, source } => SafetensorsError::Io { path, source },
+            e => SafetensorsError::File(e),
+        }
+    }
 }
 
 impl From<SafetensorsError> for runtime::Error {
@@ -51,6 +65,7 @@ impl From<SafetensorsError> for runtime::Error {
     fn from(e: SafetensorsError) -> runtime::Error {
         match e {
             SafetensorsError::Io { path, source } => runtime::Error::io(path, source),
+            SafetensorsError::File(f) => f.into(),
             e => runtime::Error::format_from(String::new(), e),
         }
     }
@@ -152,12 +167,14 @@ fn to_host(raw: &[u8], info: &TensorInfo, name: &str, path: &str) -> SResult<Hos
 }
 
 impl SafetensorsFile {
-    /// Maps `path` and validates its header.
+    /// Maps `path` (a regular file: anything else is refused, naming it) and validates
+    /// its header.
     pub fn open(path: impl AsRef<Path>) -> SResult<SafetensorsFile> {
         let p = path.as_ref();
         let name = p.display().to_string();
         let io = |source| SafetensorsError::Io { path: name.clone(), source };
-        let file = std::fs::File::open(p).map_err(io)?;
+        // A regular file only: a device such as /dev/zero maps (or reads) without end.
+        let (file, _) = crate::files::open_regular(p)?;
         // SAFETY: the map is read-only and private to this value; its bytes are only read
         // (copied out). A model file must not be truncated or rewritten while it is loaded,
         // the usual condition of reading a file through a memory map.
@@ -403,6 +420,12 @@ mod tests {
         assert_eq!(f.tensors().unwrap()["a"].bytes.as_slice(), &[7u8; 8]);
         assert!(matches!(f.tensor("c"), Err(SafetensorsError::Missing { .. })));
         assert!(matches!(SafetensorsFile::open(dir.join("absent")), Err(SafetensorsError::Io { .. })));
+        // Neither a directory nor a device is mapped: each is refused, naming it.
+        for p in [dir.clone(), std::path::PathBuf::from("/dev/zero")] {
+            let e = SafetensorsFile::open(&p).unwrap_err();
+            assert!(matches!(e, SafetensorsError::File(_)), "{e}");
+            assert!(e.to_string().contains(&format!("{}: not a regular file", p.display())), "{e}");
+        }
         std::fs::remove_dir_all(&dir).ok();
     }
 

@@ -137,6 +137,7 @@ fn config_error_key(e: &ConfigError) -> Option<&'static str> {
         }
         ConfigError::Eps(_) => Some("layer_norm_eps"),
         ConfigError::Activation(_) => Some("hidden_act"),
+        ConfigError::Unsupported { key, .. } => Some(key),
         _ => None,
     }
 }

@@ -285,3 +285,33 @@ fn npy_overflowing_shapes_are_errors() {
         assert!(parse_checked(&f).is_none(), "{dims:?} accepted");
     }
 }
+
+proptest! {
+    #![proptest_config(crate::config(48))]
+
+    /// A valid header on disk followed by a tail of any length up to 4 GiB (sparse, made
+    /// with `set_len`): `npy::read` decides from the file's size, before reading any data,
+    /// and allocates nothing sized from the tail ("data has N bytes" when it is not what
+    /// the shape needs; the array when it is).
+    #[test]
+    fn npy_files_with_any_tail_are_decided_from_their_size(
+        a in array(),
+        s in style(),
+        tail in prop_oneof![2 => 0u64..64, 1 => (1u64 << 20)..(1u64 << 32), 1 => Just(3u64 << 30)],
+    ) {
+        let dims: Vec<String> = a.shape.iter().map(|d| d.to_string()).collect();
+        let bytes = file(descr(a.dtype), "False", &dims, &a.data, &s);
+        let header = (bytes.len() - a.data.len()) as u64;
+        let dir = crate::files::TempDir::new("npy-tail");
+        let p = dir.write("tail.npy", &bytes);
+        std::fs::OpenOptions::new().write(true).open(&p).unwrap().set_len(header + tail).unwrap();
+        let (r, largest) = largest_allocation(|| npy::read(&p));
+        prop_assert!(largest <= a.data.len() + (64 << 10), "{} bytes allocated for a {}-byte tail", largest, tail);
+        if tail == a.data.len() as u64 {
+            prop_assert_eq!(r.unwrap(), a);
+        } else {
+            let msg = r.unwrap_err().to_string();
+            prop_assert!(msg.contains(&format!("{}: data has {tail} bytes", p.display())), "{}", msg);
+        }
+    }
+}

@@ -45,8 +45,7 @@ pub fn run(base: &RuntimeConfig, bm: &Model, batch: usize, seq: usize, json: Opt
             "max_abs_diff": max,
             "values": a.len(),
         });
-        std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default())
-            .map_err(|e| npurt::Error::io(format!("writing {path}"), e))?;
+        crate::outputs::write_json(path, &doc)?;
     }
     Ok(())
 }

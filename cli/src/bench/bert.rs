@@ -7,6 +7,7 @@
 
 use super::common::{CONFIGS, Model, Prepared, peak_rss, prepare, utilisation};
 use super::{accuracy, compare_ort, concurrent, serve};
+use crate::outputs::{self, output_file};
 use crate::values::positive;
 use crate::{chart, progress};
 use clap::{ArgGroup, Args};
@@ -38,14 +39,14 @@ pub struct BertArgs {
     #[arg(long, conflicts_with = "mode")]
     ablation: bool,
     /// Write the results as JSON to FILE
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["serve", "config"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["serve", "config"], value_parser = output_file)]
     json: Option<String>,
     /// Write a bar chart of latency and peak RSS per configuration to FILE (PNG)
-    #[arg(long, value_name = "FILE", conflicts_with = "mode")]
+    #[arg(long, value_name = "FILE", conflicts_with = "mode", value_parser = output_file)]
     chart: Option<String>,
     /// Write a Chrome trace of one run of the last configuration to FILE (open it in
     /// https://ui.perfetto.dev)
-    #[arg(long, value_name = "FILE", conflicts_with = "mode")]
+    #[arg(long, value_name = "FILE", conflicts_with = "mode", value_parser = output_file)]
     trace: Option<String>,
     /// With --trace: time and GFLOP/s of the costliest op kinds
     #[arg(long, requires = "trace")]
@@ -84,6 +85,13 @@ pub fn run(base: RuntimeConfig, args: BertArgs) -> Result<()> {
     }
     let bm = Model::open(&args.model)?;
     let (batch, seq, runs) = (args.batch, args.seq, args.runs);
+    if args.config.is_some() || args.serve {
+        // A child process: its standard output is the parent's to read.
+        log::info!("BERT {}: {}", args.model, bm.weights_origin);
+    } else {
+        // The first line says where the weights come from, random ones above all.
+        println!("BERT {}: {}", args.model, bm.weights_origin);
+    }
     if args.accuracy {
         return accuracy::run(&base, &bm, batch, seq, args.json.as_deref());
     }
@@ -342,7 +350,7 @@ fn latency(base: &RuntimeConfig, args: &BertArgs, bm: &Model) -> Result<()> {
         "{:<10} {:>10} {:>16} {:>10} {:>10} {:>12} {:>7}  utilisation (compute, of nominal peak)",
         "config", "median ms", "spread ms", "pool MiB", "RSS MiB", "arena/LOAD", "streams"
     );
-    let exe = std::env::current_exe()?;
+    let exe = std::env::current_exe().map_err(|e| Error::io("the path of this executable", e))?;
     let pb = progress::bar((configs.len() + usize::from(args.trace.is_some())) as u64, "BERT configurations");
     let mut rows = Vec::new();
     for c in &configs {
@@ -354,7 +362,7 @@ fn latency(base: &RuntimeConfig, args: &BertArgs, bm: &Model) -> Result<()> {
         cmd.args(["--backend", base.backend.as_deref().unwrap_or("auto")]);
         cmd.args(["--impl", base.forced_tier.map_or("auto", |t| t.name())]);
         cmd.args(["--devices", &base.cpu_devices.to_string()]);
-        let o = cmd.output()?;
+        let o = cmd.output().map_err(|e| Error::io(exe.display().to_string(), e))?;
         if !o.status.success() {
             return Err(Error::format(format!("configuration {c} failed: {}", String::from_utf8_lossy(&o.stderr))));
         }
@@ -391,7 +399,7 @@ fn latency(base: &RuntimeConfig, args: &BertArgs, bm: &Model) -> Result<()> {
     pb.finish_and_clear();
     if let Some(path) = &args.json {
         let doc = serde_json::json!({"model": model, "batch": batch, "seq": seq, "runs": runs, "rows": rows});
-        std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default())?;
+        outputs::write_json(path, &doc)?;
         println!("wrote {path}");
     }
     if let Some(path) = &args.chart {
@@ -399,7 +407,7 @@ fn latency(base: &RuntimeConfig, args: &BertArgs, bm: &Model) -> Result<()> {
         println!("wrote {path}");
     }
     if let Some((path, r)) = trace {
-        std::fs::write(path, r.profile.chrome_trace())?;
+        outputs::write(path, r.profile.chrome_trace())?;
         println!("wrote {path} ({} nodes; open in https://ui.perfetto.dev)", r.profile.nodes.len());
         if args.profile {
             for (k, d, f, c) in r.profile.by_op().iter().take(12) {
@@ -434,6 +442,5 @@ fn write_chart(path: &str, title: &str, rows: &[serde_json::Value]) -> Result<()
     ];
     let png =
         chart::bar_chart_png(title, &labels, &series, 900, 500).map_err(|e| Error::format(format!("{path}: {e}")))?;
-    std::fs::write(path, png)?;
-    Ok(())
+    outputs::write(path, png)
 }

@@ -50,37 +50,58 @@ fn has_generic_tier(rt: &Runtime) -> bool {
     rt.kernels().iter().any(|k| k.tier == Tier::Generic)
 }
 
+/// The seed of the random weights a model without a weights file runs on.
+const RANDOM_SEED: u64 = 42;
+
 /// The model `--model` names: a preset (random weights), or a Hugging Face directory
 /// (`config.json`, and `model.safetensors` when present: its weights, memory-mapped) or a
 /// `config.json` file (random weights).
 pub struct Model {
     pub config: BertConfig,
     file: Option<Arc<SafetensorsFile>>,
+    /// Where the weights come from, in words ("random weights ..." or "weights from ...").
+    pub weights_origin: String,
 }
 
 impl Model {
+    /// The model `model` names. A directory's `model.safetensors` is used when anything is
+    /// at that path: one that cannot be read (a broken link, a directory, a device) is an
+    /// error naming it, not a silent fall back to random weights.
     pub fn open(model: &str) -> Result<Model> {
+        let random = |why: String| format!("random weights (seed {RANDOM_SEED}): {why}");
         if let Some(config) = BertConfig::preset(model) {
-            return Ok(Model { config, file: None });
+            let weights_origin = random(format!("{model} is a preset"));
+            return Ok(Model { config, file: None, weights_origin });
+        }
+        if model.is_empty() {
+            return Err(Error::Config(
+                "--model: an empty name; expected a preset (bert-large, bert-base, minilm-l6, tiny), a model \
+                 directory or a config.json file"
+                    .into(),
+            ));
         }
         let p = std::path::Path::new(model);
         let file = if p.is_dir() { p.join("config.json") } else { p.to_path_buf() };
         let config = BertConfig::from_file(file)?;
         let st = p.join("model.safetensors");
-        let file = if p.is_dir() && st.is_file() {
-            log::info!("weights from {}", st.display());
-            Some(Arc::new(SafetensorsFile::open(&st)?))
-        } else {
-            None
-        };
-        Ok(Model { config, file })
+        if !p.is_dir() {
+            let weights_origin = random(format!("{model} is a config.json file"));
+            return Ok(Model { config, file: None, weights_origin });
+        }
+        if std::fs::symlink_metadata(&st).is_err() {
+            let weights_origin = random(format!("{model} has no model.safetensors"));
+            return Ok(Model { config, file: None, weights_origin });
+        }
+        log::info!("weights from {}", st.display());
+        let file = Some(Arc::new(SafetensorsFile::open(&st)?));
+        Ok(Model { config, file, weights_origin: format!("weights from {}", st.display()) })
     }
 
     /// Random weights from a fixed seed unless the directory has its own.
     fn weights(&self) -> Weights {
         match &self.file {
             Some(f) => Weights::File(f.clone()),
-            None => Weights::Random(42),
+            None => Weights::Random(RANDOM_SEED),
         }
     }
 }

@@ -299,7 +299,7 @@ pub fn run(base: &RuntimeConfig, rounds: usize, json: Option<&str>, args: &OrtAr
     if let Some(path) = json {
         let j = serde_json::json!({"gemm_ceiling_gflops": ceilings.f32, "gemm_ceiling_bf16_gflops": ceilings.bf16,
             "fma_peak_gflops": fma_gflops, "rounds": rounds, "pairs": doc});
-        std::fs::write(path, serde_json::to_string_pretty(&j).unwrap_or_default())?;
+        crate::outputs::write_json(path, &j)?;
         println!("wrote {path}");
     }
     Ok(())

@@ -97,7 +97,7 @@ pub fn run(
                 "arena_bytes": arenas.bytes,
             },
         });
-        std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default())?;
+        crate::outputs::write_json(path, &doc)?;
         println!("wrote {path}");
     }
     if mismatches > 0 {

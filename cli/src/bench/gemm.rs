@@ -46,7 +46,7 @@ pub struct GemmArgs {
     #[arg(long = "shape", value_name = "SHAPE", value_parser = parse_shape)]
     shapes: Vec<Shape>,
     /// Also write the figures as JSON to FILE
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = crate::outputs::output_file)]
     json: Option<String>,
 }
 
@@ -492,5 +492,5 @@ fn write_json(path: &str, plan: &Plan, peak_given: bool, rows: Vec<serde_json::V
         "paired": plan.probe.is_some(),
         "rows": rows,
     });
-    std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default()).map_err(|e| Error::io(path, e))
+    crate::outputs::write_json(path, &doc)
 }

@@ -29,7 +29,7 @@ pub struct PeakArgs {
     #[arg(long)]
     kernels: bool,
     /// Also write the figures as JSON to FILE
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = crate::outputs::output_file)]
     json: Option<String>,
 }
 
@@ -123,8 +123,7 @@ pub fn run(cfg: RuntimeConfig, args: PeakArgs) -> Result<()> {
             "ms_per_run": args.ms,
             "rows": rows,
         });
-        std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default())
-            .map_err(|e| Error::io(path.clone(), e))?;
+        crate::outputs::write_json(path, &doc)?;
     }
     Ok(())
 }
