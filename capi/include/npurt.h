@@ -5,7 +5,8 @@
  * Conventions
  * - Every fallible call returns npurt_status: NPURT_OK (0) or one NPURT_ERR_* code
  *   (invalid argument, validation, out of memory, device, backend unavailable,
- *   unsupported, internal). npurt_status_name(status) gives its static name;
+ *   unsupported, internal, invalid handle). npurt_status_name(status) gives its
+ *   static name;
  *   npurt_last_error() the calling thread's last error message, valid until that
  *   thread's next npurt call.
  * - Out-parameters are written only on success. The size queries are the one
@@ -14,9 +15,12 @@
  *   buf == NULL / len == 0 (out == NULL / out_len == 0) they only set it and return
  *   NPURT_OK.
  * - Handles (npurt_runtime, npurt_tensor, npurt_stream, npurt_event, npurt_graph,
- *   npurt_embedder) are opaque and freed exactly once by their _free function, which
- *   accepts NULL. A handle keeps alive what it needs: a runtime may be freed before
- *   the tensors, streams, events, graphs and embedders made from it.
+ *   npurt_embedder) are opaque values (entries of npurt's handle table, never
+ *   dereferenced) and freed by their _free function, which accepts NULL and returns a
+ *   status. A released handle (use after free, double free), one of another type, or
+ *   a value npurt did not hand out is NPURT_ERR_INVALID_HANDLE, not a crash (what is
+ *   detected: docs/C_API.md). A handle keeps alive what it needs: a runtime may be
+ *   freed before the tensors, streams, events, graphs and embedders made from it.
  * - Every pointer argument is checked for NULL (NPURT_ERR_INVALID_ARGUMENT); arrays may
  *   be NULL only with a count of 0. No panic crosses the boundary: it is caught and
  *   returned as NPURT_ERR_INTERNAL.
@@ -24,8 +28,8 @@
  *   #define'd values: an out-of-range value is NPURT_ERR_INVALID_ARGUMENT.
  * - Byte counts passed with tensor data must equal the tensor's size; npurt_embed's
  *   out_len counts floats.
- * - Every function is thread-safe unless its comment says otherwise; a handle must not
- *   be freed while another thread uses it.
+ * - Every function is thread-safe unless its comment says otherwise; a handle freed
+ *   while another thread uses it stays usable for the call in flight.
  */
 
 #ifndef NPURT_H
@@ -54,38 +58,39 @@
 /**
  * A sentence embedder: tokenizer, BERT encoder, pooling and normalisation of one model.
  * Opaque; made by `npurt_embedder_new`, freed by `npurt_embedder_free`. Calls on one
- * embedder from several threads take turns.
+ * embedder from several threads take turns. Send and Sync (the embedder is behind a
+ * `Mutex`).
  */
 typedef struct npurt_embedder npurt_embedder;
 
 /**
  * A marker in a stream, for cross-stream waits and timing. Opaque; made by
- * `npurt_event_new`, freed by `npurt_event_free`.
+ * `npurt_event_new`, freed by `npurt_event_free`. Send and Sync (an `Event`).
  */
 typedef struct npurt_event npurt_event;
 
 /**
  * A compiled graph. Opaque; made by `npurt_graph_from_bert`, freed by
- * `npurt_graph_free`. Runs may overlap: `npurt_graph_run` is thread-safe.
+ * `npurt_graph_free`. Runs may overlap: `npurt_graph_run` is thread-safe. Send and Sync.
  */
 typedef struct npurt_graph npurt_graph;
 
 /**
  * A runtime over one backend and its visible devices. Opaque; made by
- * `npurt_runtime_new`, freed by `npurt_runtime_free`.
+ * `npurt_runtime_new`, freed by `npurt_runtime_free`. Send and Sync (a `Runtime`).
  */
 typedef struct npurt_runtime npurt_runtime;
 
 /**
  * An asynchronous in-order queue of work on one device. Opaque; made by
- * `npurt_stream_new`, freed by `npurt_stream_free`.
+ * `npurt_stream_new`, freed by `npurt_stream_free`. Send and Sync (a `Stream`).
  */
 typedef struct npurt_stream npurt_stream;
 
 /**
  * A tensor: a device buffer with a dtype and a shape. Opaque; made by
  * `npurt_tensor_new`, `npurt_tensor_from_host`, `npurt_execute` or `npurt_graph_run`,
- * freed by `npurt_tensor_free`.
+ * freed by `npurt_tensor_free`. Send and Sync (a `Tensor`).
  */
 typedef struct npurt_tensor npurt_tensor;
 
@@ -263,6 +268,14 @@ typedef struct npurt_memory_info {
 #define NPURT_ERR_INTERNAL 7
 
 /**
+ * A handle that is no live handle of the type the argument takes: released already (a
+ * use after release, a double release), of another type (a stream passed as a tensor),
+ * or a value npurt never handed out. Detected through npurt's handle table, never by
+ * reading the memory the pointer names; the message names the argument.
+ */
+#define NPURT_ERR_INVALID_HANDLE 8
+
+/**
  * 32-bit float.
  */
 #define NPURT_F32 0
@@ -346,12 +359,20 @@ const char *npurt_version(void);
 npurt_status npurt_debug_panic(const char *msg);
 #endif
 
+#if defined(NPURT_DEBUG_HOOKS)
+/**
+ * A test hook, present only with the cargo feature `debug-hooks`: the number of handles
+ * (of every type) made and not yet released, in the whole process.
+ */
+size_t npurt_debug_live_handles(void);
+#endif
+
 /**
  * Opens a sentence-transformers model directory (`config.json`, `model.safetensors`,
  * `tokenizer.json`, and the pooling / normalisation modules when present).
  *
  * # Safety
- * `rt` is NULL or a live runtime; `model_dir` NULL or NUL-terminated; `out` NULL or
+ * `model_dir` NULL or NUL-terminated; `out` NULL or
  * writable.
  */
 npurt_status npurt_embedder_new(struct npurt_runtime *rt,
@@ -368,7 +389,7 @@ npurt_status npurt_embedder_new(struct npurt_runtime *rt,
  * success. Any other failure leaves `*dim` and `out` untouched.
  *
  * # Safety
- * `e` is NULL or a live embedder; `texts` holds `n` pointers to NUL-terminated strings
+ * `texts` holds `n` pointers to NUL-terminated strings
  * (NULL only when `n` is 0); `out` NULL or writable for `out_len` floats; `dim` NULL or
  * writable.
  */
@@ -380,12 +401,10 @@ npurt_status npurt_embed(struct npurt_embedder *e,
                          size_t *dim);
 
 /**
- * Frees an embedder (NULL is accepted).
- *
- * # Safety
- * `e` is NULL or an embedder not yet freed; no other thread uses it during or after.
+ * Frees an embedder (NULL is accepted: `NPURT_OK`). A handle already freed, or not an
+ * embedder, is `NPURT_ERR_INVALID_HANDLE`.
  */
-void npurt_embedder_free(struct npurt_embedder *e);
+npurt_status npurt_embedder_free(struct npurt_embedder *e);
 
 /**
  * The calling thread's last error message: empty when no call of this thread has
@@ -410,9 +429,8 @@ const char *npurt_status_name(npurt_status status);
  * NULL or filled.
  *
  * # Safety
- * `rt` is NULL or a live runtime; `op` and `attrs` NULL or NUL-terminated; `inputs`
- * points to `n_inputs` tensor pointers and `outputs` to `n_outputs` tensor pointers (each
- * NULL or live; NULL arrays only with a count of 0); `stream` NULL or a live stream;
+ * `op` and `attrs` NULL or NUL-terminated; `inputs` points to `n_inputs` tensor pointers
+ * and `outputs` to `n_outputs` tensor pointers (NULL arrays only with a count of 0);
  * `report` NULL or writable.
  */
 npurt_status npurt_execute(struct npurt_runtime *rt,
@@ -440,7 +458,7 @@ npurt_status npurt_execute(struct npurt_runtime *rt,
  * `NPURT_ERR_UNSUPPORTED`.
  *
  * # Safety
- * `rt` is NULL or a live runtime; the strings NULL or NUL-terminated; `out` NULL or
+ * The strings NULL or NUL-terminated; `out` NULL or
  * writable.
  */
 npurt_status npurt_graph_from_bert(struct npurt_runtime *rt,
@@ -454,7 +472,7 @@ npurt_status npurt_graph_from_bert(struct npurt_runtime *rt,
  * `*n` = the number of inputs the graph takes.
  *
  * # Safety
- * `g` is NULL or a live graph; `n` NULL or writable.
+ * `n` NULL or writable.
  */
 npurt_status npurt_graph_input_count(const struct npurt_graph *g, size_t *n);
 
@@ -464,7 +482,7 @@ npurt_status npurt_graph_input_count(const struct npurt_graph *g, size_t *n);
  * `*rank`. Each out-pointer may be NULL (not wanted).
  *
  * # Safety
- * `g` is NULL or a live graph; `name` NULL or writable for `name_len` bytes; `shape` NULL
+ * `name` NULL or writable for `name_len` bytes; `shape` NULL
  * or writable for `max_rank` values; `dtype` and `rank` NULL or writable.
  */
 npurt_status npurt_graph_input_info(const struct npurt_graph *g,
@@ -484,8 +502,8 @@ npurt_status npurt_graph_input_info(const struct npurt_graph *g,
  * by the caller (written only on success). Thread-safe: runs from several threads overlap.
  *
  * # Safety
- * `g` is NULL or a live graph; `inputs` holds `n_inputs` tensor pointers and `outputs`
- * `n_outputs` (each NULL or live; NULL arrays only with a count of 0).
+ * `inputs` holds `n_inputs` tensor pointers and `outputs` `n_outputs` (NULL arrays only
+ * with a count of 0).
  */
 npurt_status npurt_graph_run(struct npurt_graph *g,
                              const struct npurt_tensor *const *inputs,
@@ -494,12 +512,10 @@ npurt_status npurt_graph_run(struct npurt_graph *g,
                              size_t n_outputs);
 
 /**
- * Frees a graph (NULL is accepted).
- *
- * # Safety
- * `g` is NULL or a graph not yet freed; no other thread uses it during or after.
+ * Frees a graph (NULL is accepted: `NPURT_OK`); runs in flight on other threads finish
+ * first. A handle already freed, or not a graph, is `NPURT_ERR_INVALID_HANDLE`.
  */
-void npurt_graph_free(struct npurt_graph *g);
+npurt_status npurt_graph_free(struct npurt_graph *g);
 
 /**
  * Makes a runtime. `options` is NULL or `"key=value;..."` with the keys `backend` (`cpu`,
@@ -517,13 +533,11 @@ void npurt_graph_free(struct npurt_graph *g);
 npurt_status npurt_runtime_new(const char *options, struct npurt_runtime **out);
 
 /**
- * Frees a runtime (NULL is accepted). Tensors, streams, events, graphs and embedders
- * made from it stay valid: each keeps what it needs alive until it is freed itself.
- *
- * # Safety
- * `rt` is NULL or a runtime not yet freed; no other thread uses it during the call.
+ * Frees a runtime (NULL is accepted: `NPURT_OK`). Tensors, streams, events, graphs and
+ * embedders made from it stay valid: each keeps what it needs alive until it is freed
+ * itself. A handle already freed, or not a runtime, is `NPURT_ERR_INVALID_HANDLE`.
  */
-void npurt_runtime_free(struct npurt_runtime *rt);
+npurt_status npurt_runtime_free(struct npurt_runtime *rt);
 
 /**
  * The runtime's backend, devices and their units as JSON:
@@ -534,7 +548,7 @@ void npurt_runtime_free(struct npurt_runtime *rt);
  * is written and `NPURT_OK` returned; with `len` too small, `NPURT_ERR_INVALID_ARGUMENT`.
  *
  * # Safety
- * `rt` is NULL or a live runtime; `buf` is NULL or writable for `len` bytes; `needed` is
+ * `buf` is NULL or writable for `len` bytes; `needed` is
  * NULL or writable.
  */
 npurt_status npurt_runtime_info(const struct npurt_runtime *rt,
@@ -546,24 +560,18 @@ npurt_status npurt_runtime_info(const struct npurt_runtime *rt,
  * The number of visible devices.
  *
  * # Safety
- * `rt` is NULL or a live runtime; `out` is NULL or writable.
+ * `out` is NULL or writable.
  */
 npurt_status npurt_device_count(const struct npurt_runtime *rt, int32_t *out);
 
 /**
  * Waits for all work queued on `device` (every stream); reports the first failure of
  * queued work.
- *
- * # Safety
- * `rt` is NULL or a live runtime.
  */
 npurt_status npurt_synchronize(struct npurt_runtime *rt, int32_t device);
 
 /**
  * Returns the memory `device`'s pool caches (free blocks) to the system.
- *
- * # Safety
- * `rt` is NULL or a live runtime.
  */
 npurt_status npurt_release_cached(struct npurt_runtime *rt, int32_t device);
 
@@ -571,7 +579,7 @@ npurt_status npurt_release_cached(struct npurt_runtime *rt, int32_t device);
  * Fills `*out` with `device`'s memory figures and every pool statistic.
  *
  * # Safety
- * `rt` is NULL or a live runtime; `out` is NULL or writable.
+ * `out` is NULL or writable.
  */
 npurt_status npurt_get_memory_info(const struct npurt_runtime *rt,
                                    int32_t device,
@@ -582,7 +590,7 @@ npurt_status npurt_get_memory_info(const struct npurt_runtime *rt,
  * `NPURT_ERR_DEVICE`). Work queued on it runs in order, asynchronously.
  *
  * # Safety
- * `rt` is NULL or a live runtime; `out` is NULL or writable.
+ * `out` is NULL or writable.
  */
 npurt_status npurt_stream_new(struct npurt_runtime *rt, int32_t device, struct npurt_stream **out);
 
@@ -590,50 +598,36 @@ npurt_status npurt_stream_new(struct npurt_runtime *rt, int32_t device, struct n
  * Waits for everything queued on the stream; reports (once) the first failure of queued
  * work since the last synchronisation, naming the op, the stream and the submission
  * number.
- *
- * # Safety
- * `stream` is NULL or a live stream.
  */
 npurt_status npurt_stream_synchronize(struct npurt_stream *stream);
 
 /**
- * Frees a stream (NULL is accepted) after waiting for the work queued on it. Tensors
- * written on it stay valid.
- *
- * # Safety
- * `stream` is NULL or a stream not yet freed; no other thread uses it during or after.
+ * Frees a stream (NULL is accepted: `NPURT_OK`) after waiting for the work queued on it
+ * (a failure of that work is logged, not returned). Tensors written on it stay valid. A
+ * handle already freed, or not a stream, is `NPURT_ERR_INVALID_HANDLE`.
  */
-void npurt_stream_free(struct npurt_stream *stream);
+npurt_status npurt_stream_free(struct npurt_stream *stream);
 
 /**
  * Makes an event on `device` (not yet recorded).
  *
  * # Safety
- * `rt` is NULL or a live runtime; `out` is NULL or writable.
+ * `out` is NULL or writable.
  */
 npurt_status npurt_event_new(struct npurt_runtime *rt, int32_t device, struct npurt_event **out);
 
 /**
  * (Re-)records the event at the current end of `stream` (same runtime and device).
- *
- * # Safety
- * `event` and `stream` are NULL or live.
  */
 npurt_status npurt_event_record(struct npurt_event *event, struct npurt_stream *stream);
 
 /**
  * Makes work queued on `stream` from now on wait for the latest record of `event`.
- *
- * # Safety
- * `stream` and `event` are NULL or live.
  */
 npurt_status npurt_stream_wait_event(struct npurt_stream *stream, const struct npurt_event *event);
 
 /**
  * Waits until the work before the event's latest record has finished.
- *
- * # Safety
- * `event` is NULL or live.
  */
 npurt_status npurt_event_synchronize(struct npurt_event *event);
 
@@ -641,7 +635,7 @@ npurt_status npurt_event_synchronize(struct npurt_event *event);
  * `*done` = 1 when the work before the event's latest record has finished, else 0.
  *
  * # Safety
- * `event` is NULL or live; `done` is NULL or writable.
+ * `done` is NULL or writable.
  */
 npurt_status npurt_event_query(const struct npurt_event *event, int32_t *done);
 
@@ -650,26 +644,24 @@ npurt_status npurt_event_query(const struct npurt_event *event, int32_t *done);
  * completed.
  *
  * # Safety
- * `start` and `end` are NULL or live; `ms` is NULL or writable.
+ * `ms` is NULL or writable.
  */
 npurt_status npurt_event_elapsed_ms(const struct npurt_event *start,
                                     const struct npurt_event *end,
                                     float *ms);
 
 /**
- * Frees an event (NULL is accepted).
- *
- * # Safety
- * `event` is NULL or an event not yet freed; no other thread uses it during or after.
+ * Frees an event (NULL is accepted: `NPURT_OK`). A handle already freed, or not an
+ * event, is `NPURT_ERR_INVALID_HANDLE`.
  */
-void npurt_event_free(struct npurt_event *event);
+npurt_status npurt_event_free(struct npurt_event *event);
 
 /**
  * Makes an uninitialised tensor of `dtype` and `shape` (`rank` dimensions, each at least
  * 0) on `device`, from that device's pool.
  *
  * # Safety
- * `rt` is NULL or a live runtime; `shape` is NULL (only when `rank` is 0) or points to
+ * `shape` is NULL (only when `rank` is 0) or points to
  * `rank` values; `out` is NULL or writable.
  */
 npurt_status npurt_tensor_new(struct npurt_runtime *rt,
@@ -701,7 +693,7 @@ npurt_status npurt_tensor_from_host(struct npurt_runtime *rt,
  * (`nbytes` must equal the tensor's size). Failures of that queued work are reported here.
  *
  * # Safety
- * `t` is NULL or a live tensor; `dst` is NULL (only when `nbytes` is 0) or writable for
+ * `dst` is NULL (only when `nbytes` is 0) or writable for
  * `nbytes` bytes.
  */
 npurt_status npurt_tensor_to_host(const struct npurt_tensor *t, void *dst, size_t nbytes);
@@ -714,7 +706,7 @@ npurt_status npurt_tensor_to_host(const struct npurt_tensor *t, void *dst, size_
  * `*data_ptr`, the device address of the first element.
  *
  * # Safety
- * `t` is NULL or a live tensor; each out-pointer is NULL or writable (`shape` for
+ * Each out-pointer is NULL or writable (`shape` for
  * `max_rank` values).
  */
 npurt_status npurt_tensor_info(const struct npurt_tensor *t,
@@ -725,13 +717,11 @@ npurt_status npurt_tensor_info(const struct npurt_tensor *t,
                                uint64_t *data_ptr);
 
 /**
- * Frees a tensor handle (NULL is accepted). Its buffer returns to the pool once the
- * work queued on it is done.
- *
- * # Safety
- * `t` is NULL or a tensor not yet freed; no other thread uses it during or after the call.
+ * Frees a tensor handle (NULL is accepted: `NPURT_OK`). Its buffer returns to the pool
+ * once the work queued on it, and the calls other threads are making with it, are done.
+ * A handle already freed, or not a tensor, is `NPURT_ERR_INVALID_HANDLE`.
  */
-void npurt_tensor_free(struct npurt_tensor *t);
+npurt_status npurt_tensor_free(struct npurt_tensor *t);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -123,8 +123,9 @@ struct bf16 {
 static_assert(sizeof(f16) == 2 && sizeof(bf16) == 2, "npurt::f16 and npurt::bf16 are 16-bit elements");
 
 namespace detail {
-/// A move-only owner of one handle, freed with `Free`.
-template <typename T, void (*Free)(T *)> class Handle {
+/// A move-only owner of one handle, freed with `Free` (whose status is ignored: a handle
+/// this class owns is live).
+template <typename T, npurt_status (*Free)(T *)> class Handle {
   public:
     Handle() noexcept = default;
     explicit Handle(T *p) noexcept : p_(p) {}
@@ -133,12 +134,12 @@ template <typename T, void (*Free)(T *)> class Handle {
     Handle(Handle &&o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
     Handle &operator=(Handle &&o) noexcept {
         if (this != &o) {
-            Free(p_);
+            (void)Free(p_);
             p_ = std::exchange(o.p_, nullptr);
         }
         return *this;
     }
-    ~Handle() { Free(p_); }
+    ~Handle() { (void)Free(p_); }
     T *get() const noexcept { return p_; }
     /// Gives up ownership.
     T *release() noexcept { return std::exchange(p_, nullptr); }

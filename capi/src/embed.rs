@@ -1,7 +1,8 @@
 //! `npurt_embedder`: sentence embeddings from a sentence-transformers model directory.
 
-use crate::error::{CResult, Fail, NPURT_ERR_INTERNAL, guard, guard_void, npurt_status};
-use crate::ffi::{handle, out_ptr, slice_arg, str_arg, write};
+use crate::error::{CResult, Fail, NPURT_ERR_INTERNAL, guard, npurt_status};
+use crate::ffi::{out_ptr, slice_arg, str_arg, write};
+use crate::handles::{Kind, Object, get, insert, release};
 use crate::runtime::npurt_runtime;
 use npurt::embed::Embedder;
 use std::ffi::{CStr, c_char};
@@ -9,16 +10,21 @@ use std::sync::Mutex;
 
 /// A sentence embedder: tokenizer, BERT encoder, pooling and normalisation of one model.
 /// Opaque; made by `npurt_embedder_new`, freed by `npurt_embedder_free`. Calls on one
-/// embedder from several threads take turns.
+/// embedder from several threads take turns. Send and Sync (the embedder is behind a
+/// `Mutex`).
 pub struct npurt_embedder {
     e: Mutex<Embedder>,
+}
+
+impl Object for npurt_embedder {
+    const KIND: Kind = Kind::Embedder;
 }
 
 /// Opens a sentence-transformers model directory (`config.json`, `model.safetensors`,
 /// `tokenizer.json`, and the pooling / normalisation modules when present).
 ///
 /// # Safety
-/// `rt` is NULL or a live runtime; `model_dir` NULL or NUL-terminated; `out` NULL or
+/// `model_dir` NULL or NUL-terminated; `out` NULL or
 /// writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npurt_embedder_new(
@@ -27,14 +33,15 @@ pub unsafe extern "C" fn npurt_embedder_new(
     out: *mut *mut npurt_embedder,
 ) -> npurt_status {
     guard(|| {
-        // SAFETY: `rt` is NULL or live (the caller's contract).
-        let rt = &unsafe { handle(rt, "runtime") }?.rt;
+        let rt = get(rt, "runtime")?;
+        let rt = &rt.rt;
         // SAFETY: NUL-terminated or NULL (the caller's contract).
         let dir = unsafe { str_arg(model_dir, "model_dir") }?;
         out_ptr(out, "out")?;
         let e = Embedder::from_dir(rt, dir)?;
+        let h = insert(npurt_embedder { e: Mutex::new(e) })?;
         // SAFETY: checked non-NULL; writable by the caller's contract.
-        unsafe { write(out, Box::into_raw(Box::new(npurt_embedder { e: Mutex::new(e) }))) };
+        unsafe { write(out, h) };
         Ok(())
     })
 }
@@ -48,7 +55,7 @@ pub unsafe extern "C" fn npurt_embedder_new(
 /// success. Any other failure leaves `*dim` and `out` untouched.
 ///
 /// # Safety
-/// `e` is NULL or a live embedder; `texts` holds `n` pointers to NUL-terminated strings
+/// `texts` holds `n` pointers to NUL-terminated strings
 /// (NULL only when `n` is 0); `out` NULL or writable for `out_len` floats; `dim` NULL or
 /// writable.
 #[unsafe(no_mangle)]
@@ -61,8 +68,7 @@ pub unsafe extern "C" fn npurt_embed(
     dim: *mut usize,
 ) -> npurt_status {
     guard(|| {
-        // SAFETY: NULL or live (the caller's contract).
-        let h = unsafe { handle(e, "embedder") }?;
+        let h = get(e, "embedder")?;
         // SAFETY: `texts` holds `n` pointers (the caller's contract).
         let strs = unsafe { text_list(texts, n) }?;
         let mut emb = h.e.lock().unwrap_or_else(|p| p.into_inner());
@@ -131,19 +137,14 @@ fn l2_normalize(v: &mut [f32]) {
     v.iter_mut().for_each(|x| *x = (f64::from(*x) / norm) as f32);
 }
 
-/// Frees an embedder (NULL is accepted).
-///
-/// # Safety
-/// `e` is NULL or an embedder not yet freed; no other thread uses it during or after.
+/// Frees an embedder (NULL is accepted: `NPURT_OK`). A handle already freed, or not an
+/// embedder, is `NPURT_ERR_INVALID_HANDLE`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn npurt_embedder_free(e: *mut npurt_embedder) {
-    if e.is_null() {
-        return;
-    }
-    guard_void("npurt_embedder_free", || {
-        // SAFETY: came from Box::into_raw in npurt_embedder_new; freed once.
-        drop(unsafe { Box::from_raw(e) });
-    });
+pub extern "C" fn npurt_embedder_free(e: *mut npurt_embedder) -> npurt_status {
+    guard(|| {
+        drop(release(e, "embedder")?);
+        Ok(())
+    })
 }
 
 #[cfg(test)]

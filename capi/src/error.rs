@@ -28,6 +28,11 @@ pub const NPURT_ERR_BACKEND_UNAVAILABLE: npurt_status = 5;
 pub const NPURT_ERR_UNSUPPORTED: npurt_status = 6;
 /// A bug in npurt (a caught panic); the message says where.
 pub const NPURT_ERR_INTERNAL: npurt_status = 7;
+/// A handle that is no live handle of the type the argument takes: released already (a
+/// use after release, a double release), of another type (a stream passed as a tensor),
+/// or a value npurt never handed out. Detected through npurt's handle table, never by
+/// reading the memory the pointer names; the message names the argument.
+pub const NPURT_ERR_INVALID_HANDLE: npurt_status = 8;
 
 /// A failure on its way to C: the status and the message `npurt_last_error` returns.
 #[derive(Debug)]
@@ -92,16 +97,6 @@ pub(crate) fn guard(f: impl FnOnce() -> CResult) -> npurt_status {
     }
 }
 
-/// Runs `f` for a function without a status (the `_free` functions): a panic is caught and
-/// logged, never unwound into C.
-pub(crate) fn guard_void(what: &str, f: impl FnOnce()) {
-    if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
-        let msg = format!("internal error (panic) in {what}: {}", runtime::error::panic_message(&*payload));
-        log::error!("{msg}");
-        set_last_error(&msg);
-    }
-}
-
 /// The calling thread's last error message: empty when no call of this thread has
 /// failed. Valid until this thread's next npurt call; never NULL.
 #[unsafe(no_mangle)]
@@ -125,6 +120,7 @@ pub extern "C" fn npurt_status_name(status: npurt_status) -> *const c_char {
         NPURT_ERR_BACKEND_UNAVAILABLE => c"NPURT_ERR_BACKEND_UNAVAILABLE",
         NPURT_ERR_UNSUPPORTED => c"NPURT_ERR_UNSUPPORTED",
         NPURT_ERR_INTERNAL => c"NPURT_ERR_INTERNAL",
+        NPURT_ERR_INVALID_HANDLE => c"NPURT_ERR_INVALID_HANDLE",
         _ => c"NPURT_ERR_UNKNOWN",
     };
     name.as_ptr()
@@ -145,8 +141,6 @@ mod tests {
         let s = guard(|| panic!("the kernel table is empty"));
         assert_eq!(s, NPURT_ERR_INTERNAL);
         assert_eq!(last(), "internal error (panic): the kernel table is empty");
-        guard_void("npurt_x_free", || panic!("twice"));
-        assert_eq!(last(), "internal error (panic) in npurt_x_free: twice");
     }
 
     #[test]
@@ -173,6 +167,7 @@ mod tests {
             (NPURT_ERR_BACKEND_UNAVAILABLE, "NPURT_ERR_BACKEND_UNAVAILABLE"),
             (NPURT_ERR_UNSUPPORTED, "NPURT_ERR_UNSUPPORTED"),
             (NPURT_ERR_INTERNAL, "NPURT_ERR_INTERNAL"),
+            (NPURT_ERR_INVALID_HANDLE, "NPURT_ERR_INVALID_HANDLE"),
             (-1, "NPURT_ERR_UNKNOWN"),
         ] {
             // SAFETY: npurt_status_name returns a static NUL-terminated string.

@@ -2,11 +2,12 @@
 //! `npurt_report`, what it did.
 
 use crate::error::{CResult, Fail, guard, npurt_status};
-use crate::ffi::{fill_chars, handle, opt_str_arg, slice_arg, str_arg, write};
+use crate::ffi::{fill_chars, opt_str_arg, str_arg, write};
+use crate::handles::{get, get_opt};
 use crate::options::pairs;
 use crate::runtime::npurt_runtime;
 use crate::stream::npurt_stream;
-use crate::tensor::{into_handle, npurt_tensor, tensor_list};
+use crate::tensor::{into_handles, npurt_tensor, output_slots, tensor_list};
 use crate::types::{npurt_tier, npurt_unit_class, tier_to_c, unit_class_to_c};
 use npurt::{ExecReport, OpKind, Tensor};
 use std::ffi::c_char;
@@ -73,9 +74,8 @@ fn parse_op(name: &str, attrs: Option<&str>, rank: usize) -> CResult<npurt::Op> 
 /// NULL or filled.
 ///
 /// # Safety
-/// `rt` is NULL or a live runtime; `op` and `attrs` NULL or NUL-terminated; `inputs`
-/// points to `n_inputs` tensor pointers and `outputs` to `n_outputs` tensor pointers (each
-/// NULL or live; NULL arrays only with a count of 0); `stream` NULL or a live stream;
+/// `op` and `attrs` NULL or NUL-terminated; `inputs` points to `n_inputs` tensor pointers
+/// and `outputs` to `n_outputs` tensor pointers (NULL arrays only with a count of 0);
 /// `report` NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npurt_execute(
@@ -90,23 +90,20 @@ pub unsafe extern "C" fn npurt_execute(
     report: *mut npurt_report,
 ) -> npurt_status {
     guard(|| {
-        // SAFETY: `rt` is NULL or live (the caller's contract).
-        let rt = &unsafe { handle(rt, "runtime") }?.rt;
+        let rt = get(rt, "runtime")?;
+        let rt = &rt.rt;
         // SAFETY: NUL-terminated or NULL (the caller's contract).
         let name = unsafe { str_arg(op, "op") }?;
         // SAFETY: as above.
         let attrs = unsafe { opt_str_arg(attrs, "attrs") }?;
-        // SAFETY: `inputs` holds `n_inputs` pointers, each NULL or live.
-        let ins = unsafe { tensor_list(inputs, n_inputs, "inputs") }?;
-        // SAFETY: `outputs` holds `n_outputs` pointers, each NULL or live.
-        let out_slots = unsafe { slice_arg(outputs.cast_const(), n_outputs, "outputs") }?;
-        let given: Vec<Option<&Tensor>> = out_slots
-            .iter()
-            // SAFETY: each entry is NULL or a live tensor (the caller's contract).
-            .map(|&p| unsafe { p.as_ref() }.map(|h| &h.t))
-            .collect();
-        // SAFETY: NULL or live (the caller's contract).
-        let stream = unsafe { stream.as_ref() }.map(|s| &s.stream);
+        // SAFETY: `inputs` holds `n_inputs` pointers.
+        let in_handles = unsafe { tensor_list(inputs, n_inputs, "inputs") }?;
+        let ins: Vec<&Tensor> = in_handles.iter().map(|h| &h.t).collect();
+        // SAFETY: `outputs` holds `n_outputs` pointers.
+        let out_slots = unsafe { output_slots(outputs, n_outputs, "outputs") }?;
+        let given: Vec<Option<&Tensor>> = out_slots.iter().map(|s| s.as_ref().map(|h| &h.t)).collect();
+        let stream_handle = get_opt(stream, "stream")?;
+        let stream = stream_handle.as_ref().map(|s| &s.stream);
         let rank = ins.first().map_or(0, |t| t.dims().len());
         let op = parse_op(name, attrs, rank)?;
         let metas = rt.infer(&op, &ins)?;
@@ -142,11 +139,10 @@ pub unsafe extern "C" fn npurt_execute(
             // SAFETY: non-NULL and writable by the caller's contract.
             unsafe { write(report, npurt_report::from_report(&r, device)) };
         }
-        for (i, m) in made.into_iter().enumerate() {
-            if let Some(t) = m {
-                // SAFETY: `outputs` holds `n_outputs > i` writable slots (the caller's contract).
-                unsafe { write(outputs.add(i), into_handle(t)) };
-            }
+        let fresh: Vec<(usize, Tensor)> = made.into_iter().enumerate().filter_map(|(i, m)| Some((i, m?))).collect();
+        for (i, h) in into_handles(fresh)? {
+            // SAFETY: `outputs` holds `n_outputs > i` writable slots (the caller's contract).
+            unsafe { write(outputs.add(i), h) };
         }
         Ok(())
     })

@@ -4,16 +4,6 @@
 use crate::error::{CResult, Fail};
 use std::ffi::{CStr, c_char};
 
-/// `*p` for a handle that must not be NULL.
-///
-/// # Safety
-/// `p` is NULL or points to a live `T` (a handle this library handed out and that has not
-/// been freed) for the lifetime `'a`.
-pub(crate) unsafe fn handle<'a, T>(p: *const T, what: &str) -> CResult<&'a T> {
-    // SAFETY: the caller guarantees `p` is NULL or valid for 'a; NULL is checked here.
-    unsafe { p.as_ref() }.ok_or_else(|| Fail::arg(format!("{what} is NULL")))
-}
-
 /// Checks that an out-pointer is not NULL.
 pub(crate) fn out_ptr<T>(p: *mut T, what: &str) -> CResult<()> {
     if p.is_null() { Err(Fail::arg(format!("{what} is NULL"))) } else { Ok(()) }

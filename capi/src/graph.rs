@@ -1,10 +1,11 @@
 //! `npurt_graph`: a compiled BERT encoder, what its inputs are, and runs of it.
 
-use crate::error::{Fail, guard, guard_void, npurt_status};
-use crate::ffi::{handle, opt_str_arg, out_ptr, slice_arg, str_arg, write, write_text};
+use crate::error::{Fail, guard, npurt_status};
+use crate::ffi::{opt_str_arg, out_ptr, str_arg, write, write_text};
+use crate::handles::{Kind, Object, get, insert, release};
 use crate::options::graph_options;
 use crate::runtime::{device_index, npurt_runtime};
-use crate::tensor::{into_handle, npurt_tensor, tensor_list, write_meta};
+use crate::tensor::{into_handles, npurt_tensor, output_slots, tensor_list, write_meta};
 use crate::types::npurt_dtype;
 use npurt::models::bert::{self, BertConfig, Weights};
 use npurt::models::safetensors::SafetensorsFile;
@@ -15,10 +16,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 /// A compiled graph. Opaque; made by `npurt_graph_from_bert`, freed by
-/// `npurt_graph_free`. Runs may overlap: `npurt_graph_run` is thread-safe.
+/// `npurt_graph_free`. Runs may overlap: `npurt_graph_run` is thread-safe. Send and Sync.
 pub struct npurt_graph {
     rt: npurt::Runtime,
     cg: CompiledGraph,
+}
+
+impl Object for npurt_graph {
+    const KIND: Kind = Kind::Graph;
 }
 
 /// Builds and compiles a BERT encoder for `batch` sequences of `seq` tokens.
@@ -35,7 +40,7 @@ pub struct npurt_graph {
 /// `NPURT_ERR_UNSUPPORTED`.
 ///
 /// # Safety
-/// `rt` is NULL or a live runtime; the strings NULL or NUL-terminated; `out` NULL or
+/// The strings NULL or NUL-terminated; `out` NULL or
 /// writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npurt_graph_from_bert(
@@ -47,8 +52,8 @@ pub unsafe extern "C" fn npurt_graph_from_bert(
     out: *mut *mut npurt_graph,
 ) -> npurt_status {
     guard(|| {
-        // SAFETY: `rt` is NULL or live (the caller's contract).
-        let rt = &unsafe { handle(rt, "runtime") }?.rt;
+        let rt = get(rt, "runtime")?;
+        let rt = &rt.rt;
         // SAFETY: NUL-terminated or NULL (the caller's contract).
         let model = unsafe { str_arg(model_dir_or_preset, "model_dir_or_preset") }?;
         // SAFETY: NUL-terminated or NULL (the caller's contract).
@@ -83,7 +88,7 @@ pub unsafe extern "C" fn npurt_graph_from_bert(
         }
         let bg = bert::build(&config, weights, batch, seq)?;
         let cg = CompiledGraph::compile_owned(rt, bg.graph, copts)?;
-        let h = Box::into_raw(Box::new(npurt_graph { rt: rt.clone(), cg }));
+        let h = insert(npurt_graph { rt: rt.clone(), cg })?;
         // SAFETY: checked non-NULL; writable by the caller's contract.
         unsafe { write(out, h) };
         Ok(())
@@ -93,12 +98,11 @@ pub unsafe extern "C" fn npurt_graph_from_bert(
 /// `*n` = the number of inputs the graph takes.
 ///
 /// # Safety
-/// `g` is NULL or a live graph; `n` NULL or writable.
+/// `n` NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npurt_graph_input_count(g: *const npurt_graph, n: *mut usize) -> npurt_status {
     guard(|| {
-        // SAFETY: NULL or live (the caller's contract).
-        let g = unsafe { handle(g, "graph") }?;
+        let g = get(g, "graph")?;
         out_ptr(n, "n")?;
         // SAFETY: checked non-NULL; writable by the caller's contract.
         unsafe { write(n, g.cg.graph().inputs.len()) };
@@ -111,7 +115,7 @@ pub unsafe extern "C" fn npurt_graph_input_count(g: *const npurt_graph, n: *mut 
 /// `*rank`. Each out-pointer may be NULL (not wanted).
 ///
 /// # Safety
-/// `g` is NULL or a live graph; `name` NULL or writable for `name_len` bytes; `shape` NULL
+/// `name` NULL or writable for `name_len` bytes; `shape` NULL
 /// or writable for `max_rank` values; `dtype` and `rank` NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npurt_graph_input_info(
@@ -125,8 +129,7 @@ pub unsafe extern "C" fn npurt_graph_input_info(
     rank: *mut usize,
 ) -> npurt_status {
     guard(|| {
-        // SAFETY: NULL or live (the caller's contract).
-        let g = unsafe { handle(g, "graph") }?;
+        let g = get(g, "graph")?;
         let graph = g.cg.graph();
         let id = *graph
             .inputs
@@ -155,8 +158,8 @@ pub unsafe extern "C" fn npurt_graph_input_info(
 /// by the caller (written only on success). Thread-safe: runs from several threads overlap.
 ///
 /// # Safety
-/// `g` is NULL or a live graph; `inputs` holds `n_inputs` tensor pointers and `outputs`
-/// `n_outputs` (each NULL or live; NULL arrays only with a count of 0).
+/// `inputs` holds `n_inputs` tensor pointers and `outputs` `n_outputs` (NULL arrays only
+/// with a count of 0).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npurt_graph_run(
     g: *mut npurt_graph,
@@ -166,12 +169,12 @@ pub unsafe extern "C" fn npurt_graph_run(
     n_outputs: usize,
 ) -> npurt_status {
     guard(|| {
-        // SAFETY: NULL or live (the caller's contract).
-        let g = unsafe { handle(g, "graph") }?;
-        // SAFETY: `inputs` holds `n_inputs` pointers, each NULL or live.
-        let ins = unsafe { tensor_list(inputs, n_inputs, "inputs") }?;
-        // SAFETY: `outputs` holds `n_outputs` pointers, each NULL or live.
-        let slots = unsafe { slice_arg(outputs.cast_const(), n_outputs, "outputs") }?;
+        let g = get(g, "graph")?;
+        // SAFETY: `inputs` holds `n_inputs` pointers.
+        let in_handles = unsafe { tensor_list(inputs, n_inputs, "inputs") }?;
+        let ins: Vec<&Tensor> = in_handles.iter().map(|h| &h.t).collect();
+        // SAFETY: `outputs` holds `n_outputs` pointers.
+        let slots = unsafe { output_slots(outputs, n_outputs, "outputs") }?;
         let graph = g.cg.graph();
         if n_outputs != graph.outputs.len() {
             return Err(Fail::arg(format!(
@@ -179,11 +182,7 @@ pub unsafe extern "C" fn npurt_graph_run(
                 graph.outputs.len()
             )));
         }
-        let given: Vec<Option<&Tensor>> = slots
-            .iter()
-            // SAFETY: each entry is NULL or a live tensor (the caller's contract).
-            .map(|&p| unsafe { p.as_ref() }.map(|h| &h.t))
-            .collect();
+        let given: Vec<Option<&Tensor>> = slots.iter().map(|s| s.as_ref().map(|h| &h.t)).collect();
         for (i, (t, id)) in given.iter().zip(&graph.outputs).enumerate() {
             let m = graph.meta(*id);
             if let Some(t) = t
@@ -205,25 +204,20 @@ pub unsafe extern "C" fn npurt_graph_run(
                 None => fresh.push((i, r)),
             }
         }
-        for (i, r) in fresh {
+        for (i, h) in into_handles(fresh)? {
             // SAFETY: `outputs` holds `n_outputs > i` writable slots (the caller's contract).
-            unsafe { write(outputs.add(i), into_handle(r)) };
+            unsafe { write(outputs.add(i), h) };
         }
         Ok(())
     })
 }
 
-/// Frees a graph (NULL is accepted).
-///
-/// # Safety
-/// `g` is NULL or a graph not yet freed; no other thread uses it during or after.
+/// Frees a graph (NULL is accepted: `NPURT_OK`); runs in flight on other threads finish
+/// first. A handle already freed, or not a graph, is `NPURT_ERR_INVALID_HANDLE`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn npurt_graph_free(g: *mut npurt_graph) {
-    if g.is_null() {
-        return;
-    }
-    guard_void("npurt_graph_free", || {
-        // SAFETY: came from Box::into_raw in npurt_graph_from_bert; freed once.
-        drop(unsafe { Box::from_raw(g) });
-    });
+pub extern "C" fn npurt_graph_free(g: *mut npurt_graph) -> npurt_status {
+    guard(|| {
+        drop(release(g, "graph")?);
+        Ok(())
+    })
 }

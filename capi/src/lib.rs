@@ -3,8 +3,9 @@
 //!
 //! Every exported function runs its body under [`error::guard`]: a panic is caught and
 //! returned as `NPURT_ERR_INTERNAL`, a failure sets the calling thread's last error
-//! message. Handles are boxed Rust values handed out as opaque pointers; every pointer
-//! argument is checked for NULL; out-parameters are written only on success (the size
+//! message. Handles are entries of a table ([`handles`]) handed out as opaque pointers
+//! that are never dereferenced: a released, foreign or wrong-type handle is
+//! `NPURT_ERR_INVALID_HANDLE`. Every pointer argument is checked for NULL; out-parameters are written only on success (the size
 //! queries `npurt_runtime_info` and `npurt_embed` excepted). docs/C_API.md describes the
 //! conventions, ownership and threading rules.
 
@@ -17,6 +18,7 @@ mod error;
 mod execute;
 mod ffi;
 mod graph;
+mod handles;
 mod options;
 mod runtime;
 mod stream;
@@ -28,8 +30,8 @@ pub use debug::*;
 pub use embed::*;
 pub use error::{
     NPURT_ERR_BACKEND_UNAVAILABLE, NPURT_ERR_DEVICE, NPURT_ERR_INTERNAL, NPURT_ERR_INVALID_ARGUMENT,
-    NPURT_ERR_OUT_OF_MEMORY, NPURT_ERR_UNSUPPORTED, NPURT_ERR_VALIDATION, NPURT_OK, npurt_last_error, npurt_status,
-    npurt_status_name,
+    NPURT_ERR_INVALID_HANDLE, NPURT_ERR_OUT_OF_MEMORY, NPURT_ERR_UNSUPPORTED, NPURT_ERR_VALIDATION, NPURT_OK,
+    npurt_last_error, npurt_status, npurt_status_name,
 };
 pub use execute::*;
 pub use graph::*;

@@ -3,16 +3,21 @@
 
 use crate::error::{
     CResult, Fail, NPURT_ERR_BACKEND_UNAVAILABLE, NPURT_ERR_INVALID_ARGUMENT, NPURT_ERR_OUT_OF_MEMORY, guard,
-    guard_void, npurt_status,
+    npurt_status,
 };
-use crate::ffi::{handle, opt_str_arg, out_ptr, write, write_text};
+use crate::ffi::{opt_str_arg, out_ptr, write, write_text};
+use crate::handles::{Kind, Object, get, insert, release};
 use crate::options::runtime_config;
 use std::ffi::c_char;
 
 /// A runtime over one backend and its visible devices. Opaque; made by
-/// `npurt_runtime_new`, freed by `npurt_runtime_free`.
+/// `npurt_runtime_new`, freed by `npurt_runtime_free`. Send and Sync (a `Runtime`).
 pub struct npurt_runtime {
     pub(crate) rt: npurt::Runtime,
+}
+
+impl Object for npurt_runtime {
+    const KIND: Kind = Kind::Runtime;
 }
 
 /// Every statistic of one device's memory pool, and the device's memory.
@@ -78,27 +83,22 @@ pub unsafe extern "C" fn npurt_runtime_new(options: *const c_char, out: *mut *mu
             }
             f
         })?;
-        let h = Box::into_raw(Box::new(npurt_runtime { rt }));
+        let h = insert(npurt_runtime { rt })?;
         // SAFETY: `out` was checked non-NULL; the caller guarantees it is writable.
         unsafe { write(out, h) };
         Ok(())
     })
 }
 
-/// Frees a runtime (NULL is accepted). Tensors, streams, events, graphs and embedders
-/// made from it stay valid: each keeps what it needs alive until it is freed itself.
-///
-/// # Safety
-/// `rt` is NULL or a runtime not yet freed; no other thread uses it during the call.
+/// Frees a runtime (NULL is accepted: `NPURT_OK`). Tensors, streams, events, graphs and
+/// embedders made from it stay valid: each keeps what it needs alive until it is freed
+/// itself. A handle already freed, or not a runtime, is `NPURT_ERR_INVALID_HANDLE`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn npurt_runtime_free(rt: *mut npurt_runtime) {
-    if rt.is_null() {
-        return;
-    }
-    guard_void("npurt_runtime_free", || {
-        // SAFETY: `rt` came from Box::into_raw in npurt_runtime_new and is freed once.
-        drop(unsafe { Box::from_raw(rt) });
-    });
+pub extern "C" fn npurt_runtime_free(rt: *mut npurt_runtime) -> npurt_status {
+    guard(|| {
+        drop(release(rt, "runtime")?);
+        Ok(())
+    })
 }
 
 /// The runtime's backend, devices and their units as JSON:
@@ -109,7 +109,7 @@ pub unsafe extern "C" fn npurt_runtime_free(rt: *mut npurt_runtime) {
 /// is written and `NPURT_OK` returned; with `len` too small, `NPURT_ERR_INVALID_ARGUMENT`.
 ///
 /// # Safety
-/// `rt` is NULL or a live runtime; `buf` is NULL or writable for `len` bytes; `needed` is
+/// `buf` is NULL or writable for `len` bytes; `needed` is
 /// NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npurt_runtime_info(
@@ -119,8 +119,8 @@ pub unsafe extern "C" fn npurt_runtime_info(
     needed: *mut usize,
 ) -> npurt_status {
     guard(|| {
-        // SAFETY: `rt` is NULL or live (the caller's contract).
-        let rt = &unsafe { handle(rt, "runtime") }?.rt;
+        let rt = get(rt, "runtime")?;
+        let rt = &rt.rt;
         let text = info_json(rt)?;
         // SAFETY: `buf`/`needed` as the caller guarantees.
         unsafe { write_text(&text, buf, len, needed) }
@@ -158,12 +158,12 @@ fn info_json(rt: &npurt::Runtime) -> CResult<String> {
 /// The number of visible devices.
 ///
 /// # Safety
-/// `rt` is NULL or a live runtime; `out` is NULL or writable.
+/// `out` is NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npurt_device_count(rt: *const npurt_runtime, out: *mut i32) -> npurt_status {
     guard(|| {
-        // SAFETY: `rt` is NULL or live (the caller's contract).
-        let rt = &unsafe { handle(rt, "runtime") }?.rt;
+        let rt = get(rt, "runtime")?;
+        let rt = &rt.rt;
         out_ptr(out, "out")?;
         let n = i32::try_from(rt.device_count()).unwrap_or(i32::MAX);
         // SAFETY: checked non-NULL; writable by the caller's contract.
@@ -184,28 +184,22 @@ pub(crate) fn device_index(rt: &npurt::Runtime, device: i32) -> CResult<usize> {
 
 /// Waits for all work queued on `device` (every stream); reports the first failure of
 /// queued work.
-///
-/// # Safety
-/// `rt` is NULL or a live runtime.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn npurt_synchronize(rt: *mut npurt_runtime, device: i32) -> npurt_status {
+pub extern "C" fn npurt_synchronize(rt: *mut npurt_runtime, device: i32) -> npurt_status {
     guard(|| {
-        // SAFETY: `rt` is NULL or live (the caller's contract).
-        let rt = &unsafe { handle(rt, "runtime") }?.rt;
+        let rt = get(rt, "runtime")?;
+        let rt = &rt.rt;
         let d = device_index(rt, device)?;
         Ok(rt.synchronize(d)?)
     })
 }
 
 /// Returns the memory `device`'s pool caches (free blocks) to the system.
-///
-/// # Safety
-/// `rt` is NULL or a live runtime.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn npurt_release_cached(rt: *mut npurt_runtime, device: i32) -> npurt_status {
+pub extern "C" fn npurt_release_cached(rt: *mut npurt_runtime, device: i32) -> npurt_status {
     guard(|| {
-        // SAFETY: `rt` is NULL or live (the caller's contract).
-        let rt = &unsafe { handle(rt, "runtime") }?.rt;
+        let rt = get(rt, "runtime")?;
+        let rt = &rt.rt;
         let d = device_index(rt, device)?;
         rt.release_cached(d)?;
         Ok(())
@@ -215,7 +209,7 @@ pub unsafe extern "C" fn npurt_release_cached(rt: *mut npurt_runtime, device: i3
 /// Fills `*out` with `device`'s memory figures and every pool statistic.
 ///
 /// # Safety
-/// `rt` is NULL or a live runtime; `out` is NULL or writable.
+/// `out` is NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npurt_get_memory_info(
     rt: *const npurt_runtime,
@@ -223,8 +217,8 @@ pub unsafe extern "C" fn npurt_get_memory_info(
     out: *mut npurt_memory_info,
 ) -> npurt_status {
     guard(|| {
-        // SAFETY: `rt` is NULL or live (the caller's contract).
-        let rt = &unsafe { handle(rt, "runtime") }?.rt;
+        let rt = get(rt, "runtime")?;
+        let rt = &rt.rt;
         out_ptr(out, "out")?;
         let d = device_index(rt, device)?;
         let m = rt.memory_info(d)?;

@@ -1,27 +1,36 @@
 //! `npurt_stream` and `npurt_event`: user streams, markers in them, waits and timing.
 
-use crate::error::{guard, guard_void, npurt_status};
-use crate::ffi::{handle, out_ptr, write};
+use crate::error::{guard, npurt_status};
+use crate::ffi::{out_ptr, write};
+use crate::handles::{Kind, Object, get, insert, release};
 use crate::runtime::{device_index, npurt_runtime};
 use npurt::{Event, Stream};
 
 /// An asynchronous in-order queue of work on one device. Opaque; made by
-/// `npurt_stream_new`, freed by `npurt_stream_free`.
+/// `npurt_stream_new`, freed by `npurt_stream_free`. Send and Sync (a `Stream`).
 pub struct npurt_stream {
     pub(crate) stream: Stream,
 }
 
+impl Object for npurt_stream {
+    const KIND: Kind = Kind::Stream;
+}
+
 /// A marker in a stream, for cross-stream waits and timing. Opaque; made by
-/// `npurt_event_new`, freed by `npurt_event_free`.
+/// `npurt_event_new`, freed by `npurt_event_free`. Send and Sync (an `Event`).
 pub struct npurt_event {
     event: Event,
+}
+
+impl Object for npurt_event {
+    const KIND: Kind = Kind::Event;
 }
 
 /// Makes a user stream on `device` (at most `max_streams` alive per device, else
 /// `NPURT_ERR_DEVICE`). Work queued on it runs in order, asynchronously.
 ///
 /// # Safety
-/// `rt` is NULL or a live runtime; `out` is NULL or writable.
+/// `out` is NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npurt_stream_new(
     rt: *mut npurt_runtime,
@@ -29,13 +38,14 @@ pub unsafe extern "C" fn npurt_stream_new(
     out: *mut *mut npurt_stream,
 ) -> npurt_status {
     guard(|| {
-        // SAFETY: `rt` is NULL or live (the caller's contract).
-        let rt = &unsafe { handle(rt, "runtime") }?.rt;
+        let rt = get(rt, "runtime")?;
+        let rt = &rt.rt;
         out_ptr(out, "out")?;
         let d = device_index(rt, device)?;
         let stream = rt.stream(d)?;
+        let h = insert(npurt_stream { stream })?;
         // SAFETY: checked non-NULL; writable by the caller's contract.
-        unsafe { write(out, Box::into_raw(Box::new(npurt_stream { stream }))) };
+        unsafe { write(out, h) };
         Ok(())
     })
 }
@@ -43,42 +53,34 @@ pub unsafe extern "C" fn npurt_stream_new(
 /// Waits for everything queued on the stream; reports (once) the first failure of queued
 /// work since the last synchronisation, naming the op, the stream and the submission
 /// number.
-///
-/// # Safety
-/// `stream` is NULL or a live stream.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn npurt_stream_synchronize(stream: *mut npurt_stream) -> npurt_status {
+pub extern "C" fn npurt_stream_synchronize(stream: *mut npurt_stream) -> npurt_status {
     guard(|| {
-        // SAFETY: NULL or live (the caller's contract).
-        let s = unsafe { handle(stream, "stream") }?;
+        let s = get(stream, "stream")?;
         Ok(s.stream.synchronize()?)
     })
 }
 
-/// Frees a stream (NULL is accepted) after waiting for the work queued on it. Tensors
-/// written on it stay valid.
-///
-/// # Safety
-/// `stream` is NULL or a stream not yet freed; no other thread uses it during or after.
+/// Frees a stream (NULL is accepted: `NPURT_OK`) after waiting for the work queued on it
+/// (a failure of that work is logged, not returned). Tensors written on it stay valid. A
+/// handle already freed, or not a stream, is `NPURT_ERR_INVALID_HANDLE`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn npurt_stream_free(stream: *mut npurt_stream) {
-    if stream.is_null() {
-        return;
-    }
-    guard_void("npurt_stream_free", || {
-        // SAFETY: came from Box::into_raw in npurt_stream_new; freed once.
-        let s = unsafe { Box::from_raw(stream) };
-        if let Err(e) = s.stream.synchronize() {
-            log::warn!("npurt_stream_free: work queued on {} failed: {e}", s.stream);
+pub extern "C" fn npurt_stream_free(stream: *mut npurt_stream) -> npurt_status {
+    guard(|| {
+        if let Some(s) = release(stream, "stream")? {
+            if let Err(e) = s.stream.synchronize() {
+                log::warn!("npurt_stream_free: work queued on {} failed: {e}", s.stream);
+            }
+            drop(s);
         }
-        drop(s);
-    });
+        Ok(())
+    })
 }
 
 /// Makes an event on `device` (not yet recorded).
 ///
 /// # Safety
-/// `rt` is NULL or a live runtime; `out` is NULL or writable.
+/// `out` is NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npurt_event_new(
     rt: *mut npurt_runtime,
@@ -86,56 +88,43 @@ pub unsafe extern "C" fn npurt_event_new(
     out: *mut *mut npurt_event,
 ) -> npurt_status {
     guard(|| {
-        // SAFETY: `rt` is NULL or live (the caller's contract).
-        let rt = &unsafe { handle(rt, "runtime") }?.rt;
+        let rt = get(rt, "runtime")?;
+        let rt = &rt.rt;
         out_ptr(out, "out")?;
         let d = device_index(rt, device)?;
         let event = rt.event(d)?;
+        let h = insert(npurt_event { event })?;
         // SAFETY: checked non-NULL; writable by the caller's contract.
-        unsafe { write(out, Box::into_raw(Box::new(npurt_event { event }))) };
+        unsafe { write(out, h) };
         Ok(())
     })
 }
 
 /// (Re-)records the event at the current end of `stream` (same runtime and device).
-///
-/// # Safety
-/// `event` and `stream` are NULL or live.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn npurt_event_record(event: *mut npurt_event, stream: *mut npurt_stream) -> npurt_status {
+pub extern "C" fn npurt_event_record(event: *mut npurt_event, stream: *mut npurt_stream) -> npurt_status {
     guard(|| {
-        // SAFETY: NULL or live (the caller's contract).
-        let e = unsafe { handle(event, "event") }?;
-        // SAFETY: NULL or live (the caller's contract).
-        let s = unsafe { handle(stream, "stream") }?;
+        let e = get(event, "event")?;
+        let s = get(stream, "stream")?;
         Ok(e.event.record(&s.stream)?)
     })
 }
 
 /// Makes work queued on `stream` from now on wait for the latest record of `event`.
-///
-/// # Safety
-/// `stream` and `event` are NULL or live.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn npurt_stream_wait_event(stream: *mut npurt_stream, event: *const npurt_event) -> npurt_status {
+pub extern "C" fn npurt_stream_wait_event(stream: *mut npurt_stream, event: *const npurt_event) -> npurt_status {
     guard(|| {
-        // SAFETY: NULL or live (the caller's contract).
-        let s = unsafe { handle(stream, "stream") }?;
-        // SAFETY: NULL or live (the caller's contract).
-        let e = unsafe { handle(event, "event") }?;
+        let s = get(stream, "stream")?;
+        let e = get(event, "event")?;
         Ok(s.stream.wait(&e.event)?)
     })
 }
 
 /// Waits until the work before the event's latest record has finished.
-///
-/// # Safety
-/// `event` is NULL or live.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn npurt_event_synchronize(event: *mut npurt_event) -> npurt_status {
+pub extern "C" fn npurt_event_synchronize(event: *mut npurt_event) -> npurt_status {
     guard(|| {
-        // SAFETY: NULL or live (the caller's contract).
-        let e = unsafe { handle(event, "event") }?;
+        let e = get(event, "event")?;
         Ok(e.event.synchronize()?)
     })
 }
@@ -143,12 +132,11 @@ pub unsafe extern "C" fn npurt_event_synchronize(event: *mut npurt_event) -> npu
 /// `*done` = 1 when the work before the event's latest record has finished, else 0.
 ///
 /// # Safety
-/// `event` is NULL or live; `done` is NULL or writable.
+/// `done` is NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npurt_event_query(event: *const npurt_event, done: *mut i32) -> npurt_status {
     guard(|| {
-        // SAFETY: NULL or live (the caller's contract).
-        let e = unsafe { handle(event, "event") }?;
+        let e = get(event, "event")?;
         out_ptr(done, "done")?;
         let d = e.event.query()?;
         // SAFETY: checked non-NULL; writable by the caller's contract.
@@ -161,7 +149,7 @@ pub unsafe extern "C" fn npurt_event_query(event: *const npurt_event, done: *mut
 /// completed.
 ///
 /// # Safety
-/// `start` and `end` are NULL or live; `ms` is NULL or writable.
+/// `ms` is NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npurt_event_elapsed_ms(
     start: *const npurt_event,
@@ -169,10 +157,8 @@ pub unsafe extern "C" fn npurt_event_elapsed_ms(
     ms: *mut f32,
 ) -> npurt_status {
     guard(|| {
-        // SAFETY: NULL or live (the caller's contract).
-        let s = unsafe { handle(start, "start") }?;
-        // SAFETY: NULL or live (the caller's contract).
-        let e = unsafe { handle(end, "end") }?;
+        let s = get(start, "start")?;
+        let e = get(end, "end")?;
         out_ptr(ms, "ms")?;
         let d = e.event.elapsed_since(&s.event)?;
         // SAFETY: checked non-NULL; writable by the caller's contract.
@@ -181,17 +167,12 @@ pub unsafe extern "C" fn npurt_event_elapsed_ms(
     })
 }
 
-/// Frees an event (NULL is accepted).
-///
-/// # Safety
-/// `event` is NULL or an event not yet freed; no other thread uses it during or after.
+/// Frees an event (NULL is accepted: `NPURT_OK`). A handle already freed, or not an
+/// event, is `NPURT_ERR_INVALID_HANDLE`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn npurt_event_free(event: *mut npurt_event) {
-    if event.is_null() {
-        return;
-    }
-    guard_void("npurt_event_free", || {
-        // SAFETY: came from Box::into_raw in npurt_event_new; freed once.
-        drop(unsafe { Box::from_raw(event) });
-    });
+pub extern "C" fn npurt_event_free(event: *mut npurt_event) -> npurt_status {
+    guard(|| {
+        drop(release(event, "event")?);
+        Ok(())
+    })
 }

@@ -1,43 +1,81 @@
 //! `npurt_tensor`: tensors from the pool, host copies in and out, what a tensor is.
 
-use crate::error::{CResult, Fail, guard, guard_void, npurt_status};
-use crate::ffi::{handle, out_ptr, shape_arg, slice_arg, write};
+use crate::error::{CResult, Fail, guard, npurt_status};
+use crate::ffi::{out_ptr, shape_arg, slice_arg, write};
+use crate::handles::{Kind, Object, get, get_opt, release};
 use crate::runtime::{device_index, npurt_runtime};
 use crate::types::{dtype_from_c, dtype_to_c, npurt_dtype};
 use npurt::{DType, Tensor, bf16, f16};
 use std::ffi::c_void;
+use std::sync::Arc;
 
 /// A tensor: a device buffer with a dtype and a shape. Opaque; made by
 /// `npurt_tensor_new`, `npurt_tensor_from_host`, `npurt_execute` or `npurt_graph_run`,
-/// freed by `npurt_tensor_free`.
+/// freed by `npurt_tensor_free`. Send and Sync (a `Tensor`).
 pub struct npurt_tensor {
     pub(crate) t: Tensor,
 }
 
+impl Object for npurt_tensor {
+    const KIND: Kind = Kind::Tensor;
+}
+
 /// Hands a tensor to C.
-pub(crate) fn into_handle(t: Tensor) -> *mut npurt_tensor {
-    Box::into_raw(Box::new(npurt_tensor { t }))
+pub(crate) fn into_handle(t: Tensor) -> CResult<*mut npurt_tensor> {
+    crate::handles::insert(npurt_tensor { t })
+}
+
+/// Hands tensors to C, each with its output slot; all or none (on failure the handles
+/// already made are released again).
+pub(crate) fn into_handles(ts: Vec<(usize, Tensor)>) -> CResult<Vec<(usize, *mut npurt_tensor)>> {
+    let mut made = Vec::with_capacity(ts.len());
+    for (i, t) in ts {
+        match into_handle(t) {
+            Ok(h) => made.push((i, h)),
+            Err(e) => {
+                for (_, h) in made {
+                    drop(release(h, "output"));
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(made)
 }
 
 /// The tensors behind `n` handles, none NULL.
 ///
 /// # Safety
-/// `p` is NULL (only when `n` is 0) or points to `n` pointers, each NULL or a live tensor.
-pub(crate) unsafe fn tensor_list<'a>(p: *const *const npurt_tensor, n: usize, what: &str) -> CResult<Vec<&'a Tensor>> {
+/// `p` is NULL (only when `n` is 0) or points to `n` pointers.
+pub(crate) unsafe fn tensor_list(
+    p: *const *const npurt_tensor,
+    n: usize,
+    what: &str,
+) -> CResult<Vec<Arc<npurt_tensor>>> {
     // SAFETY: as the caller guarantees.
     let ptrs = unsafe { slice_arg(p, n, what) }?;
-    ptrs.iter()
-        .enumerate()
-        // SAFETY: each entry is NULL or a live tensor (the caller's contract).
-        .map(|(i, &t)| unsafe { handle(t, &format!("{what}[{i}]")) }.map(|h| &h.t))
-        .collect()
+    ptrs.iter().enumerate().map(|(i, &t)| get(t, &format!("{what}[{i}]"))).collect()
+}
+
+/// The tensors behind `n` output slots, each NULL (`None`) or a live tensor.
+///
+/// # Safety
+/// `p` is NULL (only when `n` is 0) or points to `n` pointers.
+pub(crate) unsafe fn output_slots(
+    p: *mut *mut npurt_tensor,
+    n: usize,
+    what: &str,
+) -> CResult<Vec<Option<Arc<npurt_tensor>>>> {
+    // SAFETY: as the caller guarantees.
+    let ptrs = unsafe { slice_arg(p.cast_const(), n, what) }?;
+    ptrs.iter().enumerate().map(|(i, &t)| get_opt(t, &format!("{what}[{i}]"))).collect()
 }
 
 /// Makes an uninitialised tensor of `dtype` and `shape` (`rank` dimensions, each at least
 /// 0) on `device`, from that device's pool.
 ///
 /// # Safety
-/// `rt` is NULL or a live runtime; `shape` is NULL (only when `rank` is 0) or points to
+/// `shape` is NULL (only when `rank` is 0) or points to
 /// `rank` values; `out` is NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npurt_tensor_new(
@@ -49,16 +87,17 @@ pub unsafe extern "C" fn npurt_tensor_new(
     out: *mut *mut npurt_tensor,
 ) -> npurt_status {
     guard(|| {
-        // SAFETY: `rt` is NULL or live (the caller's contract).
-        let rt = &unsafe { handle(rt, "runtime") }?.rt;
+        let rt = get(rt, "runtime")?;
+        let rt = &rt.rt;
         out_ptr(out, "out")?;
         let dtype = dtype_from_c(dtype)?;
         // SAFETY: `shape` holds `rank` values (the caller's contract).
         let dims = unsafe { shape_arg(shape, rank) }?;
         let d = device_index(rt, device)?;
         let t = rt.empty(dtype, dims, d)?;
+        let h = into_handle(t)?;
         // SAFETY: checked non-NULL; writable by the caller's contract.
-        unsafe { write(out, into_handle(t)) };
+        unsafe { write(out, h) };
         Ok(())
     })
 }
@@ -81,8 +120,8 @@ pub unsafe extern "C" fn npurt_tensor_from_host(
     out: *mut *mut npurt_tensor,
 ) -> npurt_status {
     guard(|| {
-        // SAFETY: `rt` is NULL or live (the caller's contract).
-        let rt = &unsafe { handle(rt, "runtime") }?.rt;
+        let rt = get(rt, "runtime")?;
+        let rt = &rt.rt;
         out_ptr(out, "out")?;
         let dtype = dtype_from_c(dtype)?;
         // SAFETY: `shape` holds `rank` values (the caller's contract).
@@ -96,8 +135,9 @@ pub unsafe extern "C" fn npurt_tensor_from_host(
         }
         let t = rt.empty(dtype, dims, d)?;
         t.copy_from_bytes(bytes)?;
+        let h = into_handle(t)?;
         // SAFETY: checked non-NULL; writable by the caller's contract.
-        unsafe { write(out, into_handle(t)) };
+        unsafe { write(out, h) };
         Ok(())
     })
 }
@@ -123,13 +163,13 @@ fn host_bytes(t: &Tensor) -> CResult<Vec<u8>> {
 /// (`nbytes` must equal the tensor's size). Failures of that queued work are reported here.
 ///
 /// # Safety
-/// `t` is NULL or a live tensor; `dst` is NULL (only when `nbytes` is 0) or writable for
+/// `dst` is NULL (only when `nbytes` is 0) or writable for
 /// `nbytes` bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npurt_tensor_to_host(t: *const npurt_tensor, dst: *mut c_void, nbytes: usize) -> npurt_status {
     guard(|| {
-        // SAFETY: `t` is NULL or live (the caller's contract).
-        let t = &unsafe { handle(t, "tensor") }?.t;
+        let t = get(t, "tensor")?;
+        let t = &t.t;
         if t.nbytes() != nbytes {
             return Err(Fail::arg(format!(
                 "nbytes is {nbytes} but the {} {:?} tensor holds {} bytes",
@@ -156,7 +196,7 @@ pub unsafe extern "C" fn npurt_tensor_to_host(t: *const npurt_tensor, dst: *mut 
 /// `*data_ptr`, the device address of the first element.
 ///
 /// # Safety
-/// `t` is NULL or a live tensor; each out-pointer is NULL or writable (`shape` for
+/// Each out-pointer is NULL or writable (`shape` for
 /// `max_rank` values).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npurt_tensor_info(
@@ -168,8 +208,8 @@ pub unsafe extern "C" fn npurt_tensor_info(
     data_ptr: *mut u64,
 ) -> npurt_status {
     guard(|| {
-        // SAFETY: `t` is NULL or live (the caller's contract).
-        let t = &unsafe { handle(t, "tensor") }?.t;
+        let t = get(t, "tensor")?;
+        let t = &t.t;
         // SAFETY: every out-pointer is NULL or writable (the caller's contract).
         unsafe { write_meta(t.dtype(), t.dims(), dtype, shape, max_rank, rank) }?;
         if !data_ptr.is_null() {
@@ -212,18 +252,13 @@ pub(crate) unsafe fn write_meta(
     Ok(())
 }
 
-/// Frees a tensor handle (NULL is accepted). Its buffer returns to the pool once the
-/// work queued on it is done.
-///
-/// # Safety
-/// `t` is NULL or a tensor not yet freed; no other thread uses it during or after the call.
+/// Frees a tensor handle (NULL is accepted: `NPURT_OK`). Its buffer returns to the pool
+/// once the work queued on it, and the calls other threads are making with it, are done.
+/// A handle already freed, or not a tensor, is `NPURT_ERR_INVALID_HANDLE`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn npurt_tensor_free(t: *mut npurt_tensor) {
-    if t.is_null() {
-        return;
-    }
-    guard_void("npurt_tensor_free", || {
-        // SAFETY: `t` came from Box::into_raw (into_handle) and is freed once.
-        drop(unsafe { Box::from_raw(t) });
-    });
+pub extern "C" fn npurt_tensor_free(t: *mut npurt_tensor) -> npurt_status {
+    guard(|| {
+        drop(release(t, "tensor")?);
+        Ok(())
+    })
 }

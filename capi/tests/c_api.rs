@@ -1,13 +1,21 @@
 //! The C tests: each program under `tests/c/` is compiled against the committed header
 //! (`cc -std=c11 -Wall -Wextra -Werror -pedantic`, the C++ one with `c++ -std=c++17 ...`),
 //! linked against the `libnpurt.so` cargo built next to this test binary (with the
-//! `debug-hooks` feature, so that errors.c can provoke `NPURT_ERR_INTERNAL`), run, and its
-//! exit status and output checked. Each program also runs under `valgrind --leak-check=full`
-//! and must report zero errors (invalid reads and writes, uses of uninitialised values,
-//! invalid frees) and nothing definitely, indirectly or possibly lost, apart from the
-//! process-lifetime allocations `tests/valgrind.supp` names, each with why. Without
-//! valgrind the test prints `SKIP ... valgrind not installed`, except under CI (`CI` set,
-//! as CI sets `CI=true`), where a missing valgrind fails the test.
+//! `debug-hooks` feature, so that errors.c can provoke `NPURT_ERR_INTERNAL` and every
+//! program's exit reports handles never released), run, and its exit status and output
+//! checked. Each program also runs under `valgrind --leak-check=full` and must report zero
+//! errors (invalid reads and writes, uses of uninitialised values, invalid frees) and
+//! nothing definitely, indirectly or possibly lost, apart from the process-lifetime
+//! allocations `tests/valgrind.supp` names, each with why. Without valgrind the test prints
+//! `SKIP ... valgrind not installed`, except under CI (`CI` set, as CI sets `CI=true`),
+//! where a missing valgrind fails the test.
+//!
+//! The release build of the library is checked the same way under valgrind (its inlining
+//! changes the stacks the suppressions match): when `target/release/libnpurt.so` exists,
+//! each program is compiled against it too (after `cargo build --release -p npurt-capi`
+//! brings it up to date, with the features it was built with) and run under valgrind;
+//! when it does not, each test prints `SKIP ... on the release library` with the command
+//! that builds it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -38,40 +46,54 @@ fn lib_dir() -> &'static Path {
     })
 }
 
-/// Compiles `tests/c/<name>` into an executable and returns its path.
-fn compile(name: &str) -> PathBuf {
+/// A C or C++ program of the tests, compiled against the library of this test's profile.
+struct Program {
+    src: PathBuf,
+    exe: PathBuf,
+}
+
+/// Compiles `tests/c/<name>` against the library of this test's profile.
+fn compile(name: &str) -> Program {
     compile_path(&capi_dir().join("tests/c").join(name))
 }
 
-/// The directory the C programs are compiled into.
-fn out_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("capi-c-tests");
+/// The directory the C programs linked against the library in `lib` are compiled into.
+fn out_dir(lib: &Path) -> PathBuf {
+    let profile = lib.file_name().and_then(|n| n.to_str()).unwrap_or("lib");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("capi-c-tests-{profile}"));
     std::fs::create_dir_all(&dir).expect("create the C tests' directory");
     dir
 }
 
-/// Compiles the C (`.c`) or C++ (`.cpp`) program `src` into an executable named after it
-/// and returns its path; once per program (tests running at once share it).
-/// `NPURT_DEBUG_HOOKS` is defined: the library has the hooks.
-fn compile_path(src: &Path) -> PathBuf {
-    static DONE: Mutex<BTreeMap<PathBuf, PathBuf>> = Mutex::new(BTreeMap::new());
+/// Compiles the C (`.c`) or C++ (`.cpp`) program `src` against the library of this
+/// test's profile.
+fn compile_path(src: &Path) -> Program {
+    Program { src: src.to_path_buf(), exe: compile_for(src, lib_dir(), true) }
+}
+
+/// Compiles `src` into an executable named after it, linked against the `libnpurt.so` in
+/// `lib`, and returns its path; once per program and library (tests running at once share
+/// it). `NPURT_DEBUG_HOOKS` is defined when the library has the hooks.
+fn compile_for(src: &Path, lib: &Path, hooks: bool) -> PathBuf {
+    static DONE: Mutex<BTreeMap<(PathBuf, PathBuf), PathBuf>> = Mutex::new(BTreeMap::new());
     let mut done = DONE.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(exe) = done.get(src) {
+    let key = (src.to_path_buf(), lib.to_path_buf());
+    if let Some(exe) = done.get(&key) {
         return exe.clone();
     }
-    let exe = compile_now(src);
-    done.insert(src.to_path_buf(), exe.clone());
+    let exe = compile_now(src, lib, hooks);
+    done.insert(key, exe.clone());
     exe
 }
 
-fn compile_now(src: &Path) -> PathBuf {
+fn compile_now(src: &Path, lib: &Path, hooks: bool) -> PathBuf {
     let name = src.file_name().and_then(|n| n.to_str()).expect("a UTF-8 file name");
-    let exe = out_dir().join(Path::new(name).file_stem().expect("file stem"));
+    let exe = out_dir(lib).join(Path::new(name).file_stem().expect("file stem"));
     let cpp = name.ends_with(".cpp");
-    let lib = lib_dir();
     let mut c = Command::new(if cpp { "c++" } else { "cc" });
     c.arg(if cpp { "-std=c++17" } else { "-std=c11" })
-        .args(["-Wall", "-Wextra", "-Werror", "-pedantic", "-g", "-O1", "-DNPURT_DEBUG_HOOKS"])
+        .args(["-Wall", "-Wextra", "-Werror", "-pedantic", "-g", "-O1"])
+        .args(hooks.then_some("-DNPURT_DEBUG_HOOKS"))
         .arg("-I")
         .arg(capi_dir().join("include"))
         .arg(src)
@@ -85,6 +107,37 @@ fn compile_now(src: &Path) -> PathBuf {
     let o = c.output().unwrap_or_else(|e| panic!("run the compiler for {name}: {e}"));
     assert!(o.status.success(), "compiling {name} failed:\n{}", text(&o));
     exe
+}
+
+/// The release build of the library, brought up to date, and whether it has the debug
+/// hooks; `None` (with the reason) when this test is itself the release build (its own
+/// library is the release one) or `target/release/libnpurt.so` was never built.
+fn release_lib() -> Result<(&'static Path, bool), &'static str> {
+    static LIB: OnceLock<Result<(PathBuf, bool), &'static str>> = OnceLock::new();
+    let r = LIB.get_or_init(|| {
+        let own = lib_dir();
+        if own.file_name().is_some_and(|n| n == "release") {
+            return Err("this test runs on the release library already");
+        }
+        let dir = own.parent().expect("target/").join("release");
+        let so = dir.join("libnpurt.so");
+        let Ok(bytes) = std::fs::read(&so) else {
+            return Err(
+                "target/release/libnpurt.so not built (cargo build -p npurt-capi --release --features debug-hooks)",
+            );
+        };
+        // Rebuilt with the features it has (a library built without the hooks stays so).
+        let hooks = bytes.windows(b"npurt_debug_panic".len()).any(|w| w == b"npurt_debug_panic");
+        let mut c = Command::new(env!("CARGO"));
+        c.args(["build", "--release", "-p", "npurt-capi", "--lib"]).current_dir(capi_dir());
+        if hooks {
+            c.args(["--features", "debug-hooks"]);
+        }
+        let o = c.output().expect("run cargo build --release -p npurt-capi");
+        assert!(o.status.success(), "cargo build --release -p npurt-capi failed:\n{}", text(&o));
+        Ok((dir, hooks))
+    });
+    r.as_ref().map(|(d, h)| (d.as_path(), *h)).map_err(|e| *e)
 }
 
 fn text(o: &Output) -> String {
@@ -159,17 +212,22 @@ fn command(program: impl AsRef<std::ffi::OsStr>, run: &Run<'_>) -> Command {
     for v in SCRUBBED {
         c.env_remove(v);
     }
+    // cargo test points LD_LIBRARY_PATH at this profile's directory, which would take
+    // precedence over the rpath of a program linked against the release library.
+    c.env_remove("LD_LIBRARY_PATH");
     c.envs(run.env.iter().map(|(k, v)| (*k, v.as_str())));
     c
 }
 
-/// Runs `exe` (and again under valgrind when installed); asserts success; returns the
-/// output of the plain run.
-fn run_checked(exe: &Path, run: Run<'_>) -> Output {
-    let name = exe.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_string();
-    let o = command(exe, &run).args(&run.args).output().expect("run the C test");
+/// Runs the program (and again under valgrind when installed, on this profile's library
+/// and on the release one); asserts success and that no handle was left unreleased;
+/// returns the output of the plain run.
+fn run_checked(p: &Program, run: Run<'_>) -> Output {
+    let name = p.exe.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_string();
+    let o = command(&p.exe, &run).args(&run.args).output().expect("run the C test");
     assert!(o.status.success(), "{name} failed ({}):\n{}", o.status, text(&o));
     assert!(text(&o).contains(&format!("OK {name}")), "{name} did not finish:\n{}", text(&o));
+    assert!(!text(&o).contains("never released"), "{name} left handles unreleased:\n{}", text(&o));
     let args = match &run.valgrind {
         Valgrind::Same => &run.args,
         Valgrind::Args(a) => a,
@@ -178,7 +236,21 @@ fn run_checked(exe: &Path, run: Run<'_>) -> Output {
         eprintln!("SKIP {name} under valgrind: valgrind not installed");
         return o;
     };
-    let vo = command(v, &run)
+    under_valgrind(v, &p.exe, &name, &run, args);
+    match release_lib() {
+        Ok((lib, hooks)) => {
+            let exe = compile_for(&p.src, lib, hooks);
+            under_valgrind(v, &exe, &format!("{name} (release library)"), &run, args);
+        }
+        Err(why) => eprintln!("SKIP {name} under valgrind on the release library: {why}"),
+    }
+    o
+}
+
+/// Runs `exe` under valgrind; asserts it finishes with no error and nothing lost.
+fn under_valgrind(v: &Path, exe: &Path, name: &str, run: &Run<'_>, args: &[String]) {
+    let stem = exe.file_name().and_then(|n| n.to_str()).unwrap_or("?");
+    let vo = command(v, run)
         // Each thread's TLS block charged to the code that started it (tests/valgrind.supp).
         .env("GLIBC_TUNABLES", "glibc.pthread.stack_cache_size=0")
         .args([
@@ -195,8 +267,9 @@ fn run_checked(exe: &Path, run: Run<'_>) -> Output {
         .expect("run valgrind");
     let t = text(&vo);
     assert!(vo.status.success(), "{name} under valgrind failed ({}):\n{t}", vo.status);
-    assert!(t.contains(&format!("OK {name}")), "{name} did not finish under valgrind:\n{t}");
+    assert!(t.contains(&format!("OK {stem}")), "{name} did not finish under valgrind:\n{t}");
     assert!(t.contains("ERROR SUMMARY: 0 errors"), "{name}: valgrind reports errors:\n{t}");
+    assert!(!t.contains("never released"), "{name} left handles unreleased:\n{t}");
     let none_lost =
         |kind: &str| t.contains(&format!("{kind} lost: 0 bytes")) || t.contains("All heap blocks were freed");
     assert!(
@@ -209,7 +282,30 @@ fn run_checked(exe: &Path, run: Run<'_>) -> Output {
         .map(|l| l.split_once("== ").map_or(l, |(_, r)| r).trim())
         .collect();
     eprintln!("{name} under valgrind: {}", summary.join("; "));
-    o
+}
+
+/// A double release, a use after release, handles of the wrong type, values npurt never
+/// handed out, buffers smaller than the tensor, and concurrent releases of one handle:
+/// each a status and a message, nothing read or written out of bounds (valgrind).
+#[test]
+fn misused_handles_and_small_buffers_are_errors_not_crashes() {
+    let exe = compile("handles.c");
+    let o = run_checked(&exe, Run::default());
+    let t = text(&o);
+    for case in [
+        "npurt_tensor_free(u)",
+        "npurt_stream_free(s)",
+        "npurt_event_free(ev)",
+        "npurt_graph_free(g)",
+        "npurt_runtime_free(rt)",
+    ] {
+        let hits: Vec<&str> = t.lines().filter(|l| l.contains(&format!(" {case}:"))).collect();
+        assert_eq!(hits.len(), 2, "{case} once OK, once refused:\n{t}");
+        assert!(hits[0].starts_with("NPURT_OK ") && hits[1].starts_with("NPURT_ERR_INVALID_HANDLE "), "{hits:?}");
+        assert!(hits[1].contains("was already released"), "{hits:?}");
+    }
+    assert!(t.contains("concurrent releases: 8 of 8 succeeded"), "{t}");
+    print!("{t}");
 }
 
 #[test]

@@ -108,6 +108,7 @@ fn the_header_declares_every_name() {
         "NPURT_ERR_BACKEND_UNAVAILABLE",
         "NPURT_ERR_UNSUPPORTED",
         "NPURT_ERR_INTERNAL",
+        "NPURT_ERR_INVALID_HANDLE",
         "NPURT_F32",
         "NPURT_F16",
         "NPURT_BF16",
