@@ -15,7 +15,7 @@
 //! each program is compiled against it too (after `cargo build --release -p npurt-capi`
 //! brings it up to date, with the features it was built with) and run under valgrind;
 //! when it does not, each test prints `SKIP ... on the release library` with the command
-//! that builds it.
+//! that builds it, except under CI, where it fails (`.ci/run` builds it first).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -122,6 +122,12 @@ fn release_lib() -> Result<(&'static Path, bool), &'static str> {
         let dir = own.parent().expect("target/").join("release");
         let so = dir.join("libnpurt.so");
         let Ok(bytes) = std::fs::read(&so) else {
+            assert!(
+                !under_ci(),
+                "CI must run the C programs on the release library too: {} is missing \
+                 (.ci/run builds it first: cargo build -p npurt-capi --release --features debug-hooks)",
+                so.display()
+            );
             return Err(
                 "target/release/libnpurt.so not built (cargo build -p npurt-capi --release --features debug-hooks)",
             );
