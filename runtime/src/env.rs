@@ -40,7 +40,7 @@ pub const KNOBS: &[&str] = &[
     "NPURT_LOG",
 ];
 
-/// What is wrong with a set variable.
+/// What is wrong with a set variable. `Send + Sync`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Problem {
     /// The value is not valid UTF-8.
