@@ -101,7 +101,20 @@ pub fn open_backend(config: &RuntimeConfig) -> Result<Arc<dyn Backend>> {
     Ok(open(config)?.backend)
 }
 
+/// Reads the `NPURT_*` variables of every backend compiled in, whichever one opens: a
+/// value that is not UTF-8, is empty or is unknown is [`Error::Config`] naming the
+/// variable, so a bad value is refused rather than ignored (or lost in the fallback).
+fn check_backend_env() -> Result<()> {
+    backend_cpu::CpuBackend::check_env()?;
+    #[cfg(feature = "acl")]
+    backend_acl::AclConfig::from_env()?;
+    #[cfg(feature = "cuda")]
+    backend_cuda::CudaConfig::from_env()?;
+    Ok(())
+}
+
 fn open(config: &RuntimeConfig) -> Result<Opened> {
+    check_backend_env()?;
     let wanted = config.backend.as_deref().filter(|b| *b != "auto");
     match wanted {
         Some("cpu") => cpu_backend(config).map(Opened::plain),

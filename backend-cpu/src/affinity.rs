@@ -13,14 +13,20 @@
 /// default (`auto`, empty).
 pub const PIN_ENV: &str = "NPURT_CPU_PIN";
 
-/// `NPURT_CPU_PIN`: `Some(true/false)`, or `None` for the default; an unknown value is an
-/// error naming it.
-pub fn pin_from_env() -> Result<Option<bool>, String> {
-    match std::env::var(PIN_ENV).ok().as_deref().map(str::trim) {
-        None | Some("") | Some("auto") => Ok(None),
-        Some("1") | Some("on") | Some("true") => Ok(Some(true)),
-        Some("0") | Some("off") | Some("false") => Ok(Some(false)),
-        Some(v) => Err(format!("{PIN_ENV}={v:?}: expected on, off or auto")),
+/// `NPURT_CPU_PIN`: `Some(true/false)`, or `None` for the default (unset or `auto`); a
+/// value that is not UTF-8, is empty or is unknown is an error naming the variable.
+pub fn pin_from_env() -> Result<Option<bool>, runtime::env::EnvError> {
+    pin_from(runtime::env::var(PIN_ENV)?.as_deref())
+}
+
+/// [`pin_from_env`] on a value already read by [`runtime::env`]'s rule.
+fn pin_from(v: Option<&str>) -> Result<Option<bool>, runtime::env::EnvError> {
+    match v {
+        None => Ok(None),
+        Some(v) if v.eq_ignore_ascii_case("auto") => Ok(None),
+        Some(v) => {
+            runtime::env::parse(PIN_ENV, v, "on, off or auto", |v| runtime::env::switch(PIN_ENV, v).ok().map(Some))
+        }
     }
 }
 
@@ -82,6 +88,16 @@ pub fn plan(pin: Option<bool>, devices: usize, threads: usize) -> Option<Vec<Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pin_values_are_on_off_or_auto_and_others_are_refused_naming_the_variable() {
+        assert_eq!(pin_from(None), Ok(None));
+        assert_eq!(pin_from(Some("AUTO")), Ok(None));
+        assert_eq!(pin_from(Some("on")), Ok(Some(true)));
+        assert_eq!(pin_from(Some("0")), Ok(Some(false)));
+        let e = runtime::Error::from(pin_from(Some("zzz")).unwrap_err()).to_string();
+        assert_eq!(e, "invalid configuration: NPURT_CPU_PIN=\"zzz\": expected on, off or auto");
+    }
 
     #[test]
     fn the_plan_pins_only_when_every_cpu_is_used_or_when_asked() {

@@ -29,6 +29,7 @@ impl CpuBackend {
         if cfg.devices == 0 {
             return Err(CpuError::BadRequest("at least one CPU device is needed".into()));
         }
+        Self::check_env()?;
         let features = features::select(cfg.isa)?;
         if features.forced {
             log::info!("cpu backend: ISA forced to {} (the CPU runs up to {})", features.isa, features.widest);
@@ -36,7 +37,7 @@ impl CpuBackend {
         let threads = cfg.threads.unwrap_or(features.cores).max(1);
         let pin = match cfg.pin {
             Some(p) => Some(p),
-            None => crate::affinity::pin_from_env().map_err(CpuError::BadRequest)?,
+            None => crate::affinity::pin_from_env()?,
         };
         let pins = crate::affinity::plan(pin, cfg.devices, threads);
         if pin == Some(true) && pins.is_none() {
@@ -56,6 +57,17 @@ impl CpuBackend {
             pins.as_ref().map_or("not pinned".to_string(), |p| format!("pinned to CPUs {p:?}"))
         );
         Ok(CpuBackend { devices, table, features, faults })
+    }
+
+    /// Reads every `NPURT_*` variable of the CPU backend (`NPURT_CPU_ISA`, `NPURT_CPU_PIN`,
+    /// `NPURT_AMX`, `NPURT_GEMM`), whether or not `CpuConfig` overrides it: a value that is
+    /// not UTF-8, is empty or is unknown is an error naming the variable, never ignored.
+    pub fn check_env() -> std::result::Result<(), CpuError> {
+        features::isa_from_env()?;
+        crate::affinity::pin_from_env()?;
+        features::amx_from_env()?;
+        kernels::blas::packed_from_env()?;
+        Ok(())
     }
 
     /// The CPU features detected at start-up with the instruction-set path in use (forced

@@ -46,6 +46,10 @@ pub enum CpuError {
     /// that this CPU cannot run.
     #[error("{0}")]
     Isa(#[from] crate::features::IsaError),
+    /// A CPU backend variable (`NPURT_CPU_PIN`, `NPURT_AMX`, `NPURT_GEMM`) set to a value
+    /// that is not UTF-8, is empty or is unknown.
+    #[error("invalid configuration: {0}")]
+    Config(#[from] runtime::env::EnvError),
 }
 
 impl From<CpuError> for runtime::Error {
@@ -59,6 +63,7 @@ impl From<CpuError> for runtime::Error {
                 stats: Box::default(),
                 source: Some(std::sync::Arc::new(e)),
             },
+            CpuError::Config(e) | CpuError::Isa(crate::features::IsaError::Env(e)) => e.into(),
             e => runtime::Error::backend("cpu", e),
         }
     }

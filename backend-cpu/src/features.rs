@@ -23,6 +23,10 @@ pub const ISA_ENV: &str = "NPURT_CPU_ISA";
 pub enum IsaError {
     #[error("unknown CPU ISA {0:?}: expected avx512, avx2, scalar or auto")]
     Unknown(String),
+    /// `NPURT_CPU_ISA` is set to a value that is not UTF-8, empty or unknown (a
+    /// configuration error naming the variable).
+    #[error(transparent)]
+    Env(#[from] runtime::env::EnvError),
     #[error("CPU ISA {requested} was requested but this CPU lacks {missing} (the widest it runs is {widest})")]
     Unsupported { requested: &'static str, missing: String, widest: &'static str },
 }
@@ -106,12 +110,25 @@ pub fn get() -> &'static CpuFeatures {
     F.get_or_init(detect)
 }
 
-/// The path `NPURT_CPU_ISA` asks for (`None` when unset, empty or `auto`).
+/// The path `NPURT_CPU_ISA` asks for (`None` when unset or `auto`); a value that is not
+/// UTF-8, is empty or names no path is [`IsaError::Env`] (see [`runtime::env`]).
 pub fn isa_from_env() -> Result<Option<Isa>, IsaError> {
-    match std::env::var(ISA_ENV) {
-        Ok(v) => Isa::parse(&v),
-        Err(_) => Ok(None),
-    }
+    isa_from(runtime::env::var(ISA_ENV)?.as_deref())
+}
+
+/// [`isa_from_env`] on a value already read by [`runtime::env`]'s rule.
+fn isa_from(v: Option<&str>) -> Result<Option<Isa>, IsaError> {
+    let Some(v) = v else { return Ok(None) };
+    Isa::parse(v).map_err(|_| runtime::env::bad(ISA_ENV, v, "avx512, avx2, scalar or auto").into())
+}
+
+/// The environment variable that keeps AMX unused (`off`; `on`, the default, uses it
+/// where the CPU and the kernel allow).
+pub const AMX_ENV: &str = "NPURT_AMX";
+
+/// Whether `NPURT_AMX` allows AMX (`true` when unset); a bad value is an error naming it.
+pub fn amx_from_env() -> Result<bool, runtime::env::EnvError> {
+    Ok(runtime::env::switch_var(AMX_ENV)?.unwrap_or(true))
 }
 
 /// The features the kernels use for `requested`: that path, forced, or else the path
@@ -204,7 +221,8 @@ pub fn mem_available() -> Option<u64> {
 #[cfg(target_arch = "x86_64")]
 fn amx_bf16() -> bool {
     use std::arch::x86_64::__cpuid_count;
-    if std::env::var("NPURT_AMX").is_ok_and(|v| v == "0" || v == "off") {
+    // A bad value keeps AMX unused here; `CpuBackend::new` refuses it.
+    if !amx_from_env().unwrap_or(false) {
         return false;
     }
     // CPUID leaf 7 exists on every x86-64 CPU with AVX-512 (checked by the caller).
@@ -365,5 +383,20 @@ impl CpuFeatures {
     /// f32 lanes per vector register.
     pub fn lanes(&self) -> f64 {
         self.isa.lanes() as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_isa_variable_refuses_unknown_names_as_a_config_error_naming_it() {
+        assert_eq!(isa_from(None), Ok(None));
+        assert_eq!(isa_from(Some("Auto")), Ok(None));
+        assert_eq!(isa_from(Some("scalar")), Ok(Some(Isa::Scalar)));
+        let e = isa_from(Some("sse9")).unwrap_err();
+        let msg = runtime::Error::from(crate::CpuError::Isa(e)).to_string();
+        assert_eq!(msg, "invalid configuration: NPURT_CPU_ISA=\"sse9\": expected avx512, avx2, scalar or auto");
     }
 }

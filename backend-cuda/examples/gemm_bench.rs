@@ -170,7 +170,11 @@ fn main() {
         }
         i += 1;
     }
-    let backend = match CudaBackend::probe_with(CudaConfig { allow_tf32: tf32, ..CudaConfig::from_env() }) {
+    let env = CudaConfig::from_env().unwrap_or_else(|e| {
+        eprintln!("{e}");
+        std::process::exit(1);
+    });
+    let backend = match CudaBackend::probe_with(CudaConfig { allow_tf32: tf32, ..env }) {
         Ok(b) => Arc::new(b),
         Err(e) => {
             println!("SKIP gemm_bench: {e}");

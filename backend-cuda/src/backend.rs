@@ -30,7 +30,7 @@ impl CudaBackend {
     /// Opens every GPU with the configuration from the environment; `Err` (never a panic)
     /// when there is no usable driver, device or NVRTC.
     pub fn probe() -> std::result::Result<CudaBackend, CudaError> {
-        Self::probe_with(CudaConfig::from_env())
+        Self::probe_with(CudaConfig::from_env()?)
     }
 
     /// Opens every GPU with configuration `cfg`; `Err` (never a panic) when there is no

@@ -27,6 +27,10 @@ pub enum CudaError {
     Panic { call: &'static str, msg: String },
     #[error("invalid request: {0}")]
     BadRequest(String),
+    /// A CUDA backend variable (`NPURT_CUDA_TF32`) set to a value that is not UTF-8, is
+    /// empty or is unknown.
+    #[error("invalid configuration: {0}")]
+    Config(#[from] runtime::env::EnvError),
     /// An address range outside every live allocation of the device (rule M1), or a free
     /// of an address that is not a live allocation's base; the table's error is the source.
     #[error("{0}")]
@@ -90,6 +94,7 @@ impl From<CudaError> for runtime::Error {
                 runtime::Error::device(e.to_string())
             }
             CudaError::NotAvailable(_) => runtime::Error::Unsupported(e.to_string()),
+            CudaError::Config(e) => e.into(),
             CudaError::OutOfMemory { device, bytes } => runtime::Error::OutOfMemory {
                 device: format!("cuda:{device}"),
                 requested: bytes,

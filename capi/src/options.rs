@@ -42,7 +42,7 @@ const RUNTIME_KEYS: &[(&str, &str)] = &[
 /// environment, then `options` (each key with the syntax of its environment variable).
 pub(crate) fn runtime_config(options: Option<&str>) -> CResult<RuntimeConfig> {
     let mut c = RuntimeConfig::default();
-    c.apply_overrides(|k| std::env::var(k).ok()).map_err(Fail::from)?;
+    c.apply_env().map_err(Fail::from)?;
     for (k, v) in pairs(options, "runtime options")? {
         let Some(&(_, var)) = RUNTIME_KEYS.iter().find(|(key, _)| *key == k) else {
             let known: Vec<&str> = RUNTIME_KEYS.iter().map(|(k, _)| *k).collect();

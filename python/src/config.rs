@@ -20,7 +20,7 @@ fn get<'py, T: pyo3::conversion::FromPyObjectOwned<'py>>(d: &Bound<'py, PyDict>,
 pub(crate) fn build(py: Python<'_>, settings: &Bound<'_, PyDict>, env: bool) -> PyResult<RuntimeConfig> {
     let mut c = RuntimeConfig::default();
     if env {
-        errors::check(py, c.apply_overrides(|k| std::env::var(k).ok()))?;
+        errors::check(py, c.apply_env())?;
     }
     let bad = |k: &str, v: &str| errors::invalid(py, "config", format!("{k}: unknown value {v:?}"));
     if let Some(b) = get::<String>(settings, "backend")? {

@@ -27,6 +27,8 @@ fn compiled_backends(py: Python<'_>) -> PyResult<Vec<&'static str>> {
 #[pyfunction]
 fn init_logging(py: Python<'_>) -> PyResult<()> {
     guard(py, "init_logging", || {
+        // NPURT_LOG by the rule of every NPURT_* variable: not UTF-8 or empty is refused.
+        ::runtime::env::var("NPURT_LOG").map_err(|e| errors::to_py(py, &e.into()))?;
         let env = env_logger::Env::default()
             .filter_or("NPURT_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()));
         let _ = env_logger::Builder::from_env(env).try_init();

@@ -1,8 +1,10 @@
 //! Runtime configuration: every knob, its validation and its environment overrides.
 
+use crate::env;
 use crate::error::{Error, Result};
 pub use crate::kernel::HwMapping;
 use crate::kernel::Tier;
+use std::ffi::OsString;
 
 /// How the pool picks a cached block for a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -221,14 +223,6 @@ fn parse_bytes(s: &str) -> Option<usize> {
     num.trim().parse::<usize>().ok()?.checked_mul(mul)
 }
 
-fn parse_bool(s: &str) -> Option<bool> {
-    match s.to_ascii_lowercase().as_str() {
-        "1" | "on" | "true" | "yes" => Some(true),
-        "0" | "off" | "false" | "no" => Some(false),
-        _ => None,
-    }
-}
-
 /// Largest accepted pool alignment (64 KiB, the largest common page size).
 pub const MAX_ALIGNMENT: usize = 64 << 10;
 /// Largest accepted pool segment (1 GiB).
@@ -360,77 +354,84 @@ impl RuntimeConfig {
 
     /// Applies `NPURT_*` environment overrides (see README), then validates.
     pub fn with_env(mut self) -> Result<RuntimeConfig> {
-        self.apply_overrides(|k| std::env::var(k).ok())?;
+        self.apply_env()?;
         self.validate()?;
         Ok(self)
     }
 
-    /// Applies overrides read through `get` (an environment lookup in practice).
-    pub fn apply_overrides(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<()> {
-        let bad = |k: &str, v: &str, want: &str| Error::Config(format!("{k}={v:?}: expected {want}"));
-        if let Some(v) = get("NPURT_BACKEND") {
-            self.backend = if v == "auto" { None } else { Some(v.to_ascii_lowercase()) };
+    /// Applies the `NPURT_*` variables of the process environment (by the rule of
+    /// [`crate::env`]: a set variable that is not UTF-8, is empty or is not a value its
+    /// knob accepts is an [`Error::Config`] naming it). Does not validate.
+    pub fn apply_env(&mut self) -> Result<()> {
+        self.apply_overrides(|k| std::env::var_os(k))
+    }
+
+    /// Applies overrides read through `get` (an environment lookup in practice; `None`:
+    /// unset), by the rule of [`crate::env`].
+    pub fn apply_overrides<V: Into<OsString>>(&mut self, get: impl Fn(&str) -> Option<V>) -> Result<()> {
+        let get = |k: &str| env::value(k, get(k).map(Into::into));
+        if let Some(v) = get("NPURT_BACKEND")? {
+            self.backend = if v.eq_ignore_ascii_case("auto") { None } else { Some(v.to_ascii_lowercase()) };
         }
-        if let Some(v) = get("NPURT_DEVICES") {
+        if let Some(v) = get("NPURT_DEVICES")? {
             let list: std::result::Result<Vec<usize>, _> =
                 v.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse()).collect();
             self.devices =
-                Some(list.map_err(|_| bad("NPURT_DEVICES", &v, "a comma-separated list of device indices"))?);
+                Some(list.map_err(|_| env::bad("NPURT_DEVICES", &v, "a comma-separated list of device indices"))?);
         }
-        if let Some(v) = get("NPURT_CPU_DEVICES") {
-            self.cpu_devices = v.trim().parse().map_err(|_| bad("NPURT_CPU_DEVICES", &v, "a device count"))?;
+        let count = |k: &str, v: &str, what: &str| env::parse(k, v, what, |v| v.parse::<usize>().ok());
+        if let Some(v) = get("NPURT_CPU_DEVICES")? {
+            self.cpu_devices = count("NPURT_CPU_DEVICES", &v, "a device count")?;
         }
-        if let Some(v) = get("NPURT_THREADS") {
-            self.threads = Some(v.trim().parse().map_err(|_| bad("NPURT_THREADS", &v, "a thread count"))?);
+        if let Some(v) = get("NPURT_THREADS")? {
+            self.threads = Some(count("NPURT_THREADS", &v, "a thread count")?);
         }
-        if let Some(v) = get("NPURT_POOL_LIMIT") {
-            self.pool.limit_bytes =
-                Some(parse_bytes(&v).ok_or_else(|| bad("NPURT_POOL_LIMIT", &v, "a size such as 512M or 8G"))?);
+        if let Some(v) = get("NPURT_POOL_LIMIT")? {
+            self.pool.limit_bytes = Some(env::parse("NPURT_POOL_LIMIT", &v, "a size such as 512M or 8G", parse_bytes)?);
         }
-        if let Some(v) = get("NPURT_ALIGNMENT") {
-            self.pool.alignment =
-                v.trim().parse().map_err(|_| bad("NPURT_ALIGNMENT", &v, "a power of two in 16..=65536"))?;
+        if let Some(v) = get("NPURT_ALIGNMENT")? {
+            self.pool.alignment = count("NPURT_ALIGNMENT", &v, "a power of two in 16..=65536")?;
         }
-        if let Some(v) = get("NPURT_MEMORY_REUSE") {
-            self.pool.reuse = parse_bool(&v).ok_or_else(|| bad("NPURT_MEMORY_REUSE", &v, "on or off"))?;
+        if let Some(v) = get("NPURT_MEMORY_REUSE")? {
+            self.pool.reuse = env::switch("NPURT_MEMORY_REUSE", &v)?;
             self.optimizations.memory_reuse = self.pool.reuse;
         }
-        if let Some(v) = get("NPURT_MAX_STREAMS") {
-            self.max_streams = v.trim().parse().map_err(|_| bad("NPURT_MAX_STREAMS", &v, "a stream count"))?;
+        if let Some(v) = get("NPURT_MAX_STREAMS")? {
+            self.max_streams = count("NPURT_MAX_STREAMS", &v, "a stream count")?;
         }
-        if let Some(v) = get("NPURT_SCHEDULING") {
-            self.scheduling = match v.as_str() {
-                "latency" => Scheduling::Latency,
-                "throughput" => Scheduling::Throughput,
-                "balanced" => Scheduling::Balanced,
-                _ => {
-                    return Err(bad("NPURT_SCHEDULING", &v, "latency, throughput or balanced"));
-                }
-            };
+        if let Some(v) = get("NPURT_SCHEDULING")? {
+            self.scheduling = env::choice(
+                "NPURT_SCHEDULING",
+                &v,
+                &[
+                    ("latency", Scheduling::Latency),
+                    ("throughput", Scheduling::Throughput),
+                    ("balanced", Scheduling::Balanced),
+                ],
+            )?;
         }
-        if let Some(v) = get("NPURT_HW_MAPPING") {
-            self.hw_mapping = match v.as_str() {
-                "auto" => HwMapping::Auto,
-                "cube_prefer" => HwMapping::CubePrefer,
-                "vector_prefer" => HwMapping::VectorPrefer,
-                _ => {
-                    return Err(bad("NPURT_HW_MAPPING", &v, "auto, cube_prefer or vector_prefer"));
-                }
-            };
+        if let Some(v) = get("NPURT_HW_MAPPING")? {
+            self.hw_mapping = env::choice(
+                "NPURT_HW_MAPPING",
+                &v,
+                &[
+                    ("auto", HwMapping::Auto),
+                    ("cube_prefer", HwMapping::CubePrefer),
+                    ("vector_prefer", HwMapping::VectorPrefer),
+                ],
+            )?;
         }
-        if let Some(v) = get("NPURT_PRECISION") {
-            self.precision =
-                Precision::parse(&v).ok_or_else(|| bad("NPURT_PRECISION", &v, "f32, f16, bf16 or auto"))?;
+        if let Some(v) = get("NPURT_PRECISION")? {
+            self.precision = env::parse("NPURT_PRECISION", &v, "f32, f16, bf16 or auto", Precision::parse)?;
         }
-        if let Some(v) = get("NPURT_ACL_GRAPH_CAPTURE") {
-            self.graph_capture =
-                GraphCapture::parse(&v).ok_or_else(|| bad("NPURT_ACL_GRAPH_CAPTURE", &v, "on, off or auto"))?;
+        if let Some(v) = get("NPURT_ACL_GRAPH_CAPTURE")? {
+            self.graph_capture = env::parse("NPURT_ACL_GRAPH_CAPTURE", &v, "on, off or auto", GraphCapture::parse)?;
         }
-        if let Some(v) = get("NPURT_IMPL") {
-            self.forced_tier = if v == "auto" {
+        if let Some(v) = get("NPURT_IMPL")? {
+            self.forced_tier = if v.eq_ignore_ascii_case("auto") {
                 None
             } else {
-                Some(Tier::parse(&v).ok_or_else(|| bad("NPURT_IMPL", &v, "reference, generic, fast or auto"))?)
+                Some(env::parse("NPURT_IMPL", &v, "reference, generic, fast or auto", Tier::parse)?)
             };
         }
         Ok(())
@@ -463,7 +464,7 @@ mod tests {
         let e = c.apply_overrides(|k| (k == "NPURT_CPU_DEVICES").then(|| "many".to_string()));
         assert!(e.unwrap_err().to_string().contains("NPURT_CPU_DEVICES"));
         c.apply_overrides(|k| match k {
-            "NPURT_POOL_LIMIT" => Some("64M".into()),
+            "NPURT_POOL_LIMIT" => Some("64M".to_string()),
             "NPURT_DEVICES" => Some("0,2".into()),
             _ => None,
         })
@@ -612,5 +613,42 @@ mod tests {
         }
         let e = RuntimeConfig::default().apply_overrides(env(&[("NPURT_MEMORY_REUSE", "maybe")])).unwrap_err();
         assert!(e.to_string().contains("NPURT_MEMORY_REUSE"), "{e}");
+    }
+
+    /// Every knob `apply_overrides` reads refuses a non-UTF-8, empty, blank or unknown
+    /// value alike, with a config error naming the variable.
+    #[test]
+    fn every_runtime_knob_refuses_bad_values_naming_the_variable() {
+        use std::os::unix::ffi::OsStringExt;
+        let knobs = [
+            "NPURT_BACKEND",
+            "NPURT_DEVICES",
+            "NPURT_CPU_DEVICES",
+            "NPURT_THREADS",
+            "NPURT_POOL_LIMIT",
+            "NPURT_ALIGNMENT",
+            "NPURT_MEMORY_REUSE",
+            "NPURT_MAX_STREAMS",
+            "NPURT_SCHEDULING",
+            "NPURT_HW_MAPPING",
+            "NPURT_PRECISION",
+            "NPURT_ACL_GRAPH_CAPTURE",
+            "NPURT_IMPL",
+        ];
+        for k in knobs {
+            assert!(crate::env::KNOBS.contains(&k), "{k} is not in env::KNOBS");
+            let values = [OsString::from_vec(b"on\xff".to_vec()), "".into(), "  ".into(), "zzz".into()];
+            for v in values {
+                let mut c = RuntimeConfig::default();
+                // NPURT_BACKEND takes any name at parse time and is refused by validate.
+                let e = c.apply_overrides(|n| (n == k).then(|| v.clone())).and_then(|()| c.validate());
+                let e = e.expect_err(&format!("{k}={v:?} accepted"));
+                assert!(matches!(&e, Error::Config(m) if m.contains(k)), "{k}={v:?}: {e:?}");
+            }
+        }
+        // Surrounding whitespace is trimmed and names are case-insensitive.
+        let mut c = RuntimeConfig::default();
+        c.apply_overrides(env(&[("NPURT_SCHEDULING", " Latency "), ("NPURT_MEMORY_REUSE", "OFF")])).unwrap();
+        assert_eq!((c.scheduling, c.pool.reuse), (Scheduling::Latency, false));
     }
 }

@@ -11,6 +11,7 @@ pub mod backend;
 pub mod config;
 mod context;
 pub mod dtype;
+pub mod env;
 pub mod error;
 mod execute;
 pub mod graph;

@@ -91,8 +91,15 @@ fn check(g: &Sgemm<'_>) -> Result<(), runtime::KernelError> {
 }
 
 /// Which GEMM the fast tier uses: npurt's own packed kernels (default, measured faster,
-/// see docs/PERF.md) or the `gemm` crate (`NPURT_GEMM=gemm`).
+/// see docs/PERF.md) or the `gemm` crate (`NPURT_GEMM=gemm`). A bad value gives the
+/// default here; `CpuBackend::new` refuses it ([`packed_from_env`]).
 pub fn use_packed() -> bool {
     static P: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *P.get_or_init(|| std::env::var("NPURT_GEMM").map_or(true, |v| v != "gemm"))
+    *P.get_or_init(|| packed_from_env().unwrap_or(true))
+}
+
+/// `NPURT_GEMM`: `packed` (the default when unset) or `gemm`; any other value is an error
+/// naming the variable.
+pub fn packed_from_env() -> Result<bool, runtime::env::EnvError> {
+    Ok(runtime::env::choice_var("NPURT_GEMM", &[("packed", true), ("gemm", false)])?.unwrap_or(true))
 }
