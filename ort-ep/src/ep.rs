@@ -19,8 +19,8 @@ pub struct Ep {
     base: OrtEp,
     ort: Ort,
     options: EpOptions,
-    /// The session's logger (valid for the EP's life); not used yet.
-    _logger: *const OrtLogger,
+    /// The session's logger (valid for the EP's life).
+    logger: *const OrtLogger,
 }
 
 impl Ep {
@@ -56,7 +56,7 @@ impl Ep {
             },
             ort,
             options,
-            _logger: logger,
+            logger,
         }))
     }
 
@@ -99,7 +99,14 @@ unsafe extern "system" fn get_capability(
         if graph.is_null() || support.is_null() {
             return Err(EpError::Null("graph"));
         }
+        // SAFETY: ORT's graph, valid during this call.
+        let nodes = unsafe { crate::graph::nodes(&ep.ort, graph) }?;
         // No node is claimed yet: the graph stays with ORT's other EPs.
+        let ops: Vec<String> = nodes.iter().map(|n| format!("{} ({})", n.name, n.qualified_op())).collect();
+        let msg = format!("NpurtExecutionProvider declines all {} node(s): {}", nodes.len(), ops.join(", "));
+        log::debug!("{msg}");
+        // SAFETY: the session's logger, valid for the EP's life.
+        unsafe { ep.ort.log(ep.logger, ort_sys::OrtLoggingLevel::ORT_LOGGING_LEVEL_VERBOSE, &msg) };
         Ok(())
     })
 }

@@ -13,6 +13,7 @@
 pub mod abi;
 pub mod ep;
 pub mod factory;
+pub mod graph;
 pub mod names;
 pub mod options;
 pub mod ort;

@@ -9,9 +9,11 @@ use std::ptr;
 use thiserror::Error;
 
 use crate::abi::{
-    EP_API_VERSION, OrtApi, OrtApiBase, OrtEpApi, OrtErrorCode, OrtKeyValuePairs, OrtSessionOptions, StatusPtr,
+    EP_API_VERSION, OrtApi, OrtApiBase, OrtEpApi, OrtErrorCode, OrtKeyValuePairs, OrtLogger, OrtSessionOptions,
+    StatusPtr,
 };
 use crate::options::OptionError;
+use ort_sys::OrtLoggingLevel;
 
 /// Everything that can fail inside the EP; each becomes one `OrtStatus` whose message says what
 /// was being done.
@@ -136,6 +138,30 @@ impl Ort {
                 )
             }
         }
+    }
+
+    /// Writes `msg` to an ORT logger (the session's, given to `CreateEp`) at `level`; ORT
+    /// drops it below the session's `log_severity_level`. A failure to log is ignored.
+    ///
+    /// # Safety
+    /// `logger` is null or a logger ORT passed and still owns.
+    pub unsafe fn log(&self, logger: *const OrtLogger, level: OrtLoggingLevel, msg: &str) {
+        if logger.is_null() {
+            return;
+        }
+        let msg = cstring(msg);
+        // SAFETY: logger is ORT's; every string is NUL-terminated and copied by ORT.
+        let st = unsafe {
+            (self.api.Logger_LogMessage)(
+                logger,
+                level,
+                msg.as_ptr(),
+                c"ort-ep".as_ptr(),
+                0,
+                c"NpurtExecutionProvider".as_ptr(),
+            )
+        };
+        let _ = self.check("Logger_LogMessage", st);
     }
 
     /// All session config entries (`key`, `value`), copied out of ORT's storage.

@@ -177,3 +177,16 @@ def test_a_bad_option_is_an_error_naming_it(registered, options, words):
 def test_a_backend_not_served_yet_is_refused_by_name(registered):
     with pytest.raises(Exception, match="`backend` = `cuda`"):
         _session(_npurt_devices(), {"backend": "cuda"})
+
+
+def test_get_capability_walks_the_graph_and_declines_every_node(registered, capfd):
+    # The EP reads each node through ORT's graph API and, claiming none yet, says so in the
+    # session's log (verbose): this checks the graph and logger entries of the OrtApi it uses.
+    so = ort.SessionOptions()
+    so.log_severity_level = 0
+    so.add_provider_for_devices(_npurt_devices(), {})
+    ort.InferenceSession(RELU_ADD, sess_options=so)
+    err = capfd.readouterr().err
+    assert "NpurtExecutionProvider declines all 2 node(s):" in err, err[-2000:]
+    line = next(ln for ln in err.splitlines() if "declines all 2 node(s)" in ln)
+    assert "(Relu)" in line and "(Add)" in line, line
