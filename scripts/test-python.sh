@@ -20,6 +20,7 @@ rm -rf "$VENV"
 "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
 "$VENV/bin/python" -m pip install --quiet ./python pytest
+"$VENV/bin/python" -m pip install --quiet onnxruntime || echo "test-python: onnxruntime did not install; test_ort_ep.py will skip"
 
 if [ -n "${ACL_EMU_LIB:-}" ]; then
     echo "test-python: using the emulator $ACL_EMU_LIB"
