@@ -412,7 +412,9 @@ def probe_model(t, binary, tmp, quick):
         tk = json.loads(json.dumps(tok))
         tk["post_processor"]["single"][0]["SpecialToken"]["type_id"] = tid
         (d / "tokenizer.json").write_text(json.dumps(tk))
-        record(t, fam, f"tokenizer type_id {tid}", embed(d), "error", subjects=["tokenizer.json", str(tid)])
+        # Past u32, the tokenizers crate refuses the file itself (naming it, not the value).
+        subjects = ["tokenizer.json", str(tid)] if tid < 2 ** 32 else ["tokenizer.json"]
+        record(t, fam, f"tokenizer type_id {tid}", embed(d), "error", subjects=subjects)
 
 
 # ----------------------------------------------------------------------------------------

@@ -266,7 +266,9 @@ impl Embedder {
         rt.device_info(options.device)?;
         if !dir.is_dir() {
             let missing = std::io::Error::new(std::io::ErrorKind::NotFound, "not a model directory");
-            return Err(Error::io(dir.display().to_string(), missing));
+            let name =
+                if dir.as_os_str().is_empty() { "\"\" (an empty path)".to_string() } else { dir.display().to_string() };
+            return Err(Error::io(name, missing));
         }
         let config = BertConfig::from_file(dir.join("config.json"))?;
 

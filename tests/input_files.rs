@@ -234,6 +234,8 @@ fn output_files_are_checked_before_the_work_and_errors_name_them() {
         (&["bench", "peak", "--json", "/proc/nope/p.json"], "/proc/nope/p.json"),
         (&["op", "Relu", "-i", "x.npy", "-o", "/proc/nope/o.npy"], "/proc/nope/o.npy"),
         (&["bench", "bert", "--model", "", "--seq", "8"], "--model"),
+        (&["op", "Relu", "-i", ""], "--input"),
+        (&["embed", "--model-dir", "", "text"], "--model-dir"),
     ] {
         let o = npurt(args);
         let err = stderr(&o);

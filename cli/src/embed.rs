@@ -17,7 +17,7 @@ pub struct EmbedArgs {
     /// A sentence-transformers model directory (config.json, model.safetensors,
     /// tokenizer.json, modules.json, 1_Pooling/config.json, sentence_bert_config.json),
     /// e.g. target/test-assets/all-MiniLM-L6-v2
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = crate::outputs::input_path)]
     model_dir: String,
     /// Texts per forward pass
     #[arg(long, value_name = "N", default_value = "32", value_parser = positive, allow_negative_numbers = true)]

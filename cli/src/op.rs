@@ -11,7 +11,7 @@ pub struct OpArgs {
     #[arg(value_name = "OP")]
     op: String,
     /// An input .npy file, in the op's operand order (repeat for each input)
-    #[arg(short = 'i', long = "input", value_name = "FILE.npy")]
+    #[arg(short = 'i', long = "input", value_name = "FILE.npy", value_parser = crate::outputs::input_path)]
     inputs: Vec<String>,
     /// Where to write an output as .npy, in the op's output order (repeat for each
     /// output); without any, the outputs' dtypes and shapes are printed

@@ -12,6 +12,12 @@ use npurt::{Error, Result};
 use std::fs::OpenOptions;
 use std::path::Path;
 
+/// The value parser of an input path (`op --input`, `embed --model-dir`): non-empty, so
+/// that the error names the option rather than an empty path.
+pub fn input_path(s: &str) -> std::result::Result<String, String> {
+    if s.is_empty() { Err("an empty path".into()) } else { Ok(s.to_string()) }
+}
+
 /// Checks that the output file `s` can be written; returns it unchanged.
 pub fn output_file(s: &str) -> std::result::Result<String, String> {
     if s.is_empty() {
