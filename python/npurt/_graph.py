@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -20,15 +21,18 @@ if TYPE_CHECKING:
 
 
 class Value:
-    """A value of a :class:`Graph`: an input, a constant or a node's output."""
+    """A value of a :class:`Graph`: an input, a constant or a node's output. It belongs
+    to the graph that made it (:attr:`graph`); another graph refuses it."""
 
-    __slots__ = ("id", "name", "dtype_name", "shape")
+    __slots__ = ("id", "name", "dtype_name", "shape", "graph")
 
-    def __init__(self, id: int, name: str, dtype_name: str, shape: Sequence[int]) -> None:  # noqa: A002
+    def __init__(self, id: int, name: str, dtype_name: str, shape: Sequence[int],  # noqa: A002
+                 graph: Optional["Graph"] = None) -> None:
         self.id = id
         self.name = name
         self.dtype_name = dtype_name
         self.shape = tuple(shape)
+        self.graph = graph
 
     @property
     def dtype(self) -> np.dtype:
@@ -37,6 +41,9 @@ class Value:
 
     def __repr__(self) -> str:
         return f"Value(#{self.id} {self.name!r}: {self.dtype_name} {list(self.shape)})"
+
+
+_graph_numbers = itertools.count(1)
 
 
 class Graph:
@@ -49,19 +56,34 @@ class Graph:
     >>> y = g.node("Relu", [g.node("MatMul", [x, w])])
     >>> g.output(y)
     >>> cg = g.compile()
+
+    Every name (inputs, constants, nodes, outputs) is given once: a repeated one raises
+    :class:`npurt.ValidationError` naming it, as does a :class:`Value` of another graph
+    (naming both graphs: ``name``, default ``graph-1``, ``graph-2``, ...).
     """
 
-    def __init__(self, *, runtime: Optional[Runtime] = None) -> None:
+    def __init__(self, *, runtime: Optional[Runtime] = None, name: Optional[str] = None) -> None:
         self._owner = runtime if runtime is not None else default_runtime()
         self._g = _native.Graph()
         self._count = 0
+        self.name = str(name) if name is not None else f"graph-{next(_graph_numbers)}"
 
     def _value(self, vid: int) -> Value:
         name, dt, shape = self._g.value(vid)
-        return Value(vid, name, dt, shape)
+        return Value(vid, name, dt, shape, self)
+
+    def _own(self, what: str, v: Any) -> int:
+        """The id of ``v`` (``what``: where it is passed), which must be a value of this graph."""
+        if not isinstance(v, Value):
+            raise ValidationError(f"{what} must be a graph value, got {type(v).__name__}")
+        if v.graph is not self:
+            whose = f"graph {v.graph.name!r}" if isinstance(v.graph, Graph) else "no graph"
+            raise ValidationError(f"{what} {v.name!r} is a value of {whose}, not of graph {self.name!r} (a value is "
+                                  "used only in the graph that made it)")
+        return v.id
 
     def input(self, name: str, shape: ShapeLike, dtype: Any = np.float32) -> Value:
-        """Adds a graph input."""
+        """Adds a graph input (``shape`` may be ``()``: a 0-d input)."""
         return self._value(self._g.input(str(name), runtime_name(dtype), list(_shape(shape))))
 
     def constant(self, name: str, array: Any) -> Value:
@@ -69,28 +91,31 @@ class Graph:
         a = np.asarray(array)
         if a.dtype == np.float64:
             a = a.astype(np.float32)
-        return self._value(self._g.constant(str(name), np.ascontiguousarray(a)))
+        return self._value(self._g.constant(str(name), np.asarray(a, order="C")))
 
     def node(self, op_type: str, inputs: Sequence[Value], name: Optional[str] = None,
              **attrs: Any) -> Union[Value, Tuple[Value, ...]]:
         """Adds a node of ``op_type`` (as :func:`npurt.execute` names ops) with attributes;
-        its output value (a tuple for several)."""
-        ids = []
-        for v in inputs:
-            if not isinstance(v, Value):
-                raise ValidationError(f"Graph.node: inputs must be graph values, got {type(v).__name__}")
-            ids.append(v.id)
-        self._count += 1
-        nm = name if name is not None else f"{op_type.lower()}_{self._count}"
-        outs = [self._value(o) for o in self._g.node(nm, str(op_type), ids, [(k, _attr(x)) for k, x in attrs.items()])]
+        its output value (a tuple for several). Without ``name`` the node is named
+        ``<op>_<n>``, skipping names already taken."""
+        ids = [self._own(f"Graph.node {op_type!r}: input", v) for v in inputs]
+        if name is None:
+            self._count += 1
+            name = f"{op_type.lower()}_{self._count}"
+            while self._g.has_name(name):
+                self._count += 1
+                name = f"{op_type.lower()}_{self._count}"
+        outs = [self._value(o) for o in self._g.node(str(name), str(op_type), ids,
+                                                      [(k, _attr(x)) for k, x in attrs.items()])]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     op = node
 
     def output(self, *values: Value) -> None:
         """Marks values as graph outputs (in order)."""
-        for v in values:
-            self._g.output(v.id)
+        ids = [self._own("Graph.output: output", v) for v in values]
+        for i in ids:
+            self._g.output(i)
 
     def compile(self, device: Optional[int] = None, precision: Optional[str] = None,
                 streams: Optional[int] = None) -> "CompiledGraph":
@@ -109,7 +134,7 @@ class Graph:
         return CompiledGraph(self._g.compile(n, rt._device(device), rt._compile_opts(precision, streams)), rt)
 
     def __repr__(self) -> str:
-        return f"npurt.Graph({self._g.num_nodes()} nodes)"
+        return f"npurt.Graph({self.name!r}, {self._g.num_nodes()} nodes)"
 
 
 class MemoryPlan:

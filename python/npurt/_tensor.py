@@ -140,7 +140,8 @@ class Tensor:
                                   f" (convert with arr.astype(np.{want.name}))", op="from_numpy")
         if a.dtype == np.bool_:
             a = a.astype(np.uint8)
-        self._t.copy_from(np.ascontiguousarray(a))
+        # Not np.ascontiguousarray: it makes a 0-d array 1-d.
+        self._t.copy_from(np.asarray(a, order="C"))
         return self
 
     def to_numpy(self) -> np.ndarray:

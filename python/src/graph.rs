@@ -89,7 +89,7 @@ impl PyGraph {
     fn input(&self, py: Python<'_>, name: &str, dtype_name: &str, shape: Vec<usize>) -> PyResult<usize> {
         guard(py, "Graph.input", || {
             let d = crate::tensor::dtype(py, dtype_name)?;
-            Ok(self.graph().input(name, d, shape).0)
+            Ok(check(py, self.graph().try_input(name, d, shape))?.0)
         })
     }
     /// Adds a constant holding a copy of the NumPy array `arr`; its value number.
@@ -111,7 +111,7 @@ impl PyGraph {
             let t = t.ok_or_else(|| {
                 errors::invalid(py, "Graph.constant", "expected a float32, float16, int32, int64 or uint8 array")
             })?;
-            Ok(self.graph().constant(name, t).0)
+            Ok(check(py, self.graph().try_constant(name, t))?.0)
         })
     }
     /// Adds a node `op_type` with attributes on the values `inputs`; its output values.
@@ -132,16 +132,13 @@ impl PyGraph {
             Ok(outs.into_iter().map(|v| v.0).collect())
         })
     }
-    /// Marks a value as a graph output.
+    /// Marks a value as a graph output (once).
     fn output(&self, py: Python<'_>, value: usize) -> PyResult<()> {
-        guard(py, "Graph.output", || {
-            let mut g = self.graph();
-            if value >= g.values.len() {
-                return Err(errors::invalid(py, "Graph.output", format!("value {value} does not exist")));
-            }
-            g.output(ValueId(value));
-            Ok(())
-        })
+        guard(py, "Graph.output", || check(py, self.graph().try_output(ValueId(value))))
+    }
+    /// Whether a value of the graph has the name `name`.
+    fn has_name(&self, py: Python<'_>, name: &str) -> PyResult<bool> {
+        guard(py, "Graph.has_name", || Ok(self.graph().values.iter().any(|v| v.name == name)))
     }
     /// `(name, dtype, shape)` of a value.
     fn value(&self, py: Python<'_>, value: usize) -> PyResult<(String, String, Vec<usize>)> {

@@ -110,6 +110,7 @@ CASES = {
     "Graph.constant": lambda o: o.rt.Graph().constant("c", np.ones(2, np.float32)),
     "Graph.node": lambda o: fresh(o).node("Relu", [fresh.x]),
     "Graph.output": lambda o: fresh(o).output(fresh.x),
+    "Graph.has_name": lambda o: o.g.node("Relu", [o.x]),
     "Graph.value": lambda o: o.g._value(o.x.id),
     "Graph.num_nodes": lambda o: repr(o.g),
     "Graph.dump": lambda o: o.g._g.dump(),

@@ -209,28 +209,10 @@ impl Runtime {
         }
         let dev = target.device;
         let stream = self.stream_label(target);
-        for (i, t) in inputs.iter().enumerate() {
-            if !Arc::ptr_eq(&t.storage.rt, &self.inner) || t.device() != dev {
-                return Err(Error::invalid(
-                    name,
-                    format!(
-                        "input {i} ({}) is on {} but the stream is {stream}",
-                        t.meta(),
-                        self.device_label(t.device())
-                    ),
-                ));
-            }
-        }
-        for (i, t) in outputs.iter().enumerate() {
-            if !Arc::ptr_eq(&t.storage.rt, &self.inner) || t.device() != dev {
-                return Err(Error::invalid(
-                    name,
-                    format!(
-                        "output {i} ({}) is on {} but the stream is {stream}",
-                        t.meta(),
-                        self.device_label(t.device())
-                    ),
-                ));
+        let operands = inputs.iter().enumerate().map(|(i, t)| ("input", i, t));
+        for (what, i, t) in operands.chain(outputs.iter().enumerate().map(|(i, t)| ("output", i, t))) {
+            if let Some(msg) = self.misplaced(t, dev, &stream) {
+                return Err(Error::invalid(name, format!("{what} {i} ({}) {msg}", t.meta())));
             }
         }
         // Aliasing: an output may not overlap an input or another output.
@@ -360,6 +342,25 @@ impl Runtime {
     /// The backend's index of logical device `device`.
     pub(crate) fn ordinal(&self, device: usize) -> Result<usize> {
         Ok(self.inner.device(device)?.ordinal)
+    }
+
+    /// Why `t` cannot be an operand of a launch on `device` (whose stream is `stream`):
+    /// it belongs to another runtime (both are named by their labels, which may be the
+    /// same, e.g. two `cpu:0`), or is on another device of this one; `None` when it can.
+    fn misplaced(&self, t: &Tensor, device: usize, stream: &str) -> Option<String> {
+        if !t.runtime_is(&self.inner) {
+            let theirs = t
+                .storage
+                .rt
+                .devices
+                .get(t.device())
+                .map_or_else(|| format!("device {}", t.device()), |d| d.label.to_string());
+            return Some(format!(
+                "belongs to another runtime (its {theirs}), not to this runtime's {stream}; a tensor is used only by \
+                 the runtime that made it (copy it through the host)"
+            ));
+        }
+        (t.device() != device).then(|| format!("is on {} but the stream is {stream}", self.device_label(t.device())))
     }
 
     /// True when `t` was allocated by this runtime (or a clone of it).

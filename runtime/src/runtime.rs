@@ -246,10 +246,17 @@ impl Runtime {
         Ok(t)
     }
 
-    /// A tensor from a flat slice and a shape.
+    /// A tensor from a flat slice and a shape; the slice holds exactly the shape's
+    /// elements (one for a 0-d shape `[]`).
     pub fn from_slice<T: Element>(&self, data: &[T], shape: impl Into<Shape>, device: usize) -> Result<Tensor> {
         let shape = shape.into();
         shape.checked_bytes("tensor", T::DTYPE)?;
+        if data.len() != shape.numel() {
+            return Err(Error::invalid(
+                "Tensor",
+                format!("{} values for {shape}, which holds {}", data.len(), shape.numel()),
+            ));
+        }
         let a = ndarray::ArrayViewD::from_shape(ndarray::IxDyn(shape.dims()), data)
             .map_err(|e| Error::invalid("Tensor", format!("{} values do not fill {shape}: {e}", data.len())))?;
         self.from_ndarray(&a, device)

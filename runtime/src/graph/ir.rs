@@ -4,6 +4,7 @@ use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::op::{Op, TensorMeta};
 use crate::shape::Shape;
+use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 use std::sync::Arc;
 
@@ -136,7 +137,9 @@ impl Graph {
         &self.values[v.0].meta
     }
 
-    /// A run-time input.
+    /// A run-time input. Every value's name (inputs, constants, nodes' outputs) must be
+    /// new: a repeated one is refused by [`Graph::validate`] (so by compiling), or at once
+    /// by [`Graph::try_input`].
     pub fn input(&mut self, name: &str, dtype: DType, shape: impl Into<Shape>) -> ValueId {
         let id = ValueId(self.values.len());
         self.values.push(Value { name: name.into(), meta: TensorMeta::new(dtype, shape), kind: ValueKind::Input });
@@ -144,11 +147,39 @@ impl Graph {
         id
     }
 
-    /// A constant (weights).
+    /// A run-time input, refused ("given twice") when a value of the graph already has
+    /// its name.
+    pub fn try_input(&mut self, name: &str, dtype: DType, shape: impl Into<Shape>) -> Result<ValueId> {
+        self.check_new_name("input", name)?;
+        Ok(self.input(name, dtype, shape))
+    }
+
+    /// A constant (weights); its name must be new, as [`Graph::input`] says.
     pub fn constant(&mut self, name: &str, t: HostTensor) -> ValueId {
         let id = ValueId(self.values.len());
         self.values.push(Value { name: name.into(), meta: t.meta(), kind: ValueKind::Constant(t) });
         id
+    }
+
+    /// A constant, refused ("given twice") when a value of the graph already has its name.
+    pub fn try_constant(&mut self, name: &str, t: HostTensor) -> Result<ValueId> {
+        self.check_new_name("constant", name)?;
+        Ok(self.constant(name, t))
+    }
+
+    /// What already has the name `name`: the kind of the value ("input", "constant" or
+    /// "node") of that name, if any.
+    fn holder(&self, name: &str) -> Option<&'static str> {
+        self.values.iter().find(|v| v.name == name).map(|v| v.kind.word())
+    }
+
+    /// Refuses `name` for a new `what` when a value of the graph already has it: the one
+    /// check of repeated names, which build calls and [`Graph::validate`] share.
+    fn check_new_name(&self, what: &str, name: &str) -> Result<()> {
+        match self.holder(name) {
+            Some(held) => Err(repeated(what, name, held)),
+            None => Ok(()),
+        }
     }
 
     /// Adds a node; validates it and infers its output. Errors name the node.
@@ -164,11 +195,15 @@ impl Graph {
         }
         let metas: Vec<TensorMeta> = inputs.iter().map(|v| self.values[v.0].meta.clone()).collect();
         let outs = op.infer(&metas).map_err(|e| node_error(name, e))?;
+        let vnames: Vec<String> =
+            (0..outs.len()).map(|i| if i == 0 { name.to_string() } else { format!("{name}:{i}") }).collect();
+        for v in &vnames {
+            self.check_new_name("node", v)?;
+        }
         let nid = NodeId(self.nodes.len());
         let mut ids = Vec::new();
-        for (i, m) in outs.into_iter().enumerate() {
+        for (m, vname) in outs.into_iter().zip(vnames) {
             let id = ValueId(self.values.len());
-            let vname = if i == 0 { name.to_string() } else { format!("{name}:{i}") };
             self.values.push(Value { name: vname, meta: m, kind: ValueKind::Node(nid) });
             ids.push(id);
         }
@@ -176,9 +211,23 @@ impl Graph {
         Ok(ids)
     }
 
-    /// Marks a value as a graph output.
+    /// Marks a value as a graph output. A value marked twice (so two outputs of one name)
+    /// is refused by [`Graph::validate`], or at once by [`Graph::try_output`].
     pub fn output(&mut self, v: ValueId) {
         self.outputs.push(v);
+    }
+
+    /// Marks a value as a graph output; refused when it does not exist or is an output
+    /// already ("given twice", naming it).
+    pub fn try_output(&mut self, v: ValueId) -> Result<()> {
+        let Some(value) = self.values.get(v.0) else {
+            return Err(Error::invalid("Graph", format!("output {}: the value does not exist", v.0)));
+        };
+        if self.outputs.contains(&v) {
+            return Err(Error::invalid("Graph", format!("output {:?} is given twice", value.name)));
+        }
+        self.outputs.push(v);
+        Ok(())
     }
 
     /// Checks the whole graph: topological order, every node's shapes, outputs exist;
@@ -186,6 +235,12 @@ impl Graph {
     /// holds exactly the bytes of its shape (so [`crate::CompiledGraph::graph`], whose
     /// constants live on the device only, does not validate).
     pub fn validate(&self) -> Result<()> {
+        let mut names: HashMap<&str, &'static str> = HashMap::with_capacity(self.values.len());
+        for v in &self.values {
+            if let Some(held) = names.insert(&v.name, v.kind.word()) {
+                return Err(repeated(v.kind.word(), &v.name, held));
+            }
+        }
         let mut defined = vec![false; self.values.len()];
         for (i, v) in self.values.iter().enumerate() {
             let what = match &v.kind {
@@ -261,9 +316,12 @@ impl Graph {
         if self.outputs.is_empty() {
             return Err(Error::invalid("Graph", "the graph has no outputs"));
         }
-        for o in &self.outputs {
+        for (k, o) in self.outputs.iter().enumerate() {
             if !defined.get(o.0).copied().unwrap_or(false) {
                 return Err(Error::invalid("Graph", format!("output {} is never defined", o.0)));
+            }
+            if self.outputs[..k].contains(o) {
+                return Err(Error::invalid("Graph", format!("output {:?} is given twice", self.values[o.0].name)));
             }
         }
         Ok(())
@@ -323,6 +381,32 @@ impl fmt::Display for Graph {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.dump())
     }
+}
+
+impl ValueKind {
+    /// "input", "constant" or "node", as errors name a value's kind.
+    fn word(&self) -> &'static str {
+        match self {
+            ValueKind::Input => "input",
+            ValueKind::Constant(_) => "constant",
+            ValueKind::Node(_) => "node",
+        }
+    }
+}
+
+/// A `what` named `name` where a value of kind `held` already has the name.
+fn repeated(what: &str, name: &str, held: &str) -> Error {
+    Error::invalid(
+        "Graph",
+        format!(
+            "{what} {name:?}: the name is given twice (the graph already has {} {held} {name:?}; names are unique)",
+            article(held)
+        ),
+    )
+}
+
+fn article(word: &str) -> &'static str {
+    if word.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" }
 }
 
 fn node_error(node: &str, e: Error) -> Error {

@@ -5,7 +5,8 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 
 /// Builds an op from its kind and `key=value` attributes (the CLI and model loaders use
-/// this). Unknown keys are errors; missing keys take the defaults shown.
+/// this). Unknown keys are errors, and so is a key given twice ("given twice", naming it);
+/// missing keys take the defaults shown.
 ///
 /// | op | attributes (default) |
 /// |---|---|
@@ -23,6 +24,11 @@ use crate::error::{Error, Result};
 /// | Attention | `scale` (1/sqrt(D)), `layout` = `bnsd` \| `bsnd` (bnsd) |
 pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize) -> Result<Op> {
     let op = kind.name();
+    for (i, (k, v)) in attrs.iter().enumerate() {
+        if let Some((_, first)) = attrs[..i].iter().find(|(key, _)| key == k) {
+            return Err(Error::invalid(op, format!("attribute {k:?} is given twice ({k}={first:?} and {k}={v:?})")));
+        }
+    }
     let mut used = vec![false; attrs.len()];
     let mut get = |k: &str| -> Option<String> {
         attrs.iter().enumerate().find(|(_, (key, _))| key == k).map(|(i, (_, v))| {
@@ -138,5 +144,17 @@ mod tests {
         let attrs = [("keepdims".to_string(), "0".to_string())];
         let op = op_from_attrs(OpKind::ReduceMean, &attrs, 2).unwrap();
         assert!(matches!(op, Op::ReduceMean { keepdims: false, .. }), "{op:?}");
+    }
+
+    #[test]
+    fn a_repeated_attribute_is_given_twice_not_unknown() {
+        let attrs = [("axis".to_string(), "0".to_string()), ("axis".to_string(), "1".to_string())];
+        let e = op_from_attrs(OpKind::Softmax, &attrs, 2).unwrap_err().to_string();
+        assert!(e.contains("\"axis\" is given twice"), "{e}");
+        assert!(!e.contains("unknown"), "{e}");
+        // Also for a key the op does not know: the repetition is what is reported.
+        let attrs = [("zz".to_string(), "0".to_string()), ("zz".to_string(), "0".to_string())];
+        let e = op_from_attrs(OpKind::Relu, &attrs, 2).unwrap_err().to_string();
+        assert!(e.contains("\"zz\" is given twice"), "{e}");
     }
 }
