@@ -15,8 +15,10 @@ pub mod ep;
 pub mod factory;
 pub mod graph;
 pub mod names;
+pub mod ops;
 pub mod options;
 pub mod ort;
+pub mod partition;
 
 use core::ffi::c_char;
 use std::panic::{AssertUnwindSafe, catch_unwind};

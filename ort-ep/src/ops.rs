@@ -1,0 +1,362 @@
+//! Which ONNX nodes npurt computes exactly as ONNX does, and the npurt [`Op`] each becomes.
+//!
+//! A node is claimed when (1) its op type, in the default ONNX domain, names through npurt's
+//! op-name table (`runtime::op::names`, the ONNX spellings) a kind listed in [`CLAIMED`], at an
+//! opset whose semantics npurt follows; (2) every attribute is one npurt maps, with a value
+//! npurt computes as ONNX does (docs/OPS.md: where npurt offers less, the node stays on ORT);
+//! (3) its tensors are f32 (any of npurt's six dtypes at a `Cast`'s ends) with static shapes;
+//! and (4) npurt's own validation ([`Op::infer`], the op table's) accepts the operands and
+//! infers exactly the output dtypes and shapes ORT declares. Anything else is a [`Decline`]
+//! with the reason, which the session's verbose log shows.
+
+use std::collections::HashMap;
+
+use runtime::op::names;
+use runtime::{DType, GeluApprox, Op, OpKind, Shape, TensorMeta};
+
+use crate::graph::{Attr, NodeInfo, ValueMeta};
+
+/// Why a node stays on ORT.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decline(pub String);
+
+/// The ONNX ops claimed: the spelling, the npurt kind the op-name table maps it to, and the
+/// first opset version with the semantics npurt implements.
+pub const CLAIMED: [(&str, OpKind, i32); 16] = [
+    ("Relu", OpKind::Relu, 6),
+    ("Add", OpKind::Add, 7),
+    ("Sub", OpKind::Sub, 7),
+    ("Mul", OpKind::Mul, 7),
+    ("Div", OpKind::Div, 7),
+    ("MatMul", OpKind::MatMul, 9),
+    ("Tanh", OpKind::Tanh, 6),
+    ("Exp", OpKind::Exp, 6),
+    ("Sqrt", OpKind::Sqrt, 6),
+    ("Erf", OpKind::Erf, 9),
+    // Before 13 Softmax flattened the input to 2-D around `axis`.
+    ("Softmax", OpKind::Softmax, 13),
+    ("Transpose", OpKind::Permute, 1),
+    // Before 11 `C` was required and broadcast by an attribute.
+    ("Gemm", OpKind::Gemm, 11),
+    ("LayerNormalization", OpKind::LayerNorm, 17),
+    ("Gelu", OpKind::Gelu, 20),
+    ("Cast", OpKind::Cast, 6),
+];
+
+/// npurt's dtype for an ONNX element type (`ONNXTensorElementDataType`); `None` for the
+/// ones npurt has not (bool included: npurt's u8 is not ONNX's bool).
+pub fn dtype_of(elem: i32) -> Option<DType> {
+    match elem {
+        1 => Some(DType::F32),
+        2 => Some(DType::U8),
+        6 => Some(DType::I32),
+        7 => Some(DType::I64),
+        10 => Some(DType::F16),
+        16 => Some(DType::BF16),
+        _ => None,
+    }
+}
+
+fn decline<T>(msg: impl Into<String>) -> Result<T, Decline> {
+    Err(Decline(msg.into()))
+}
+
+/// The claimed entry of `node`'s op: by the op-name table, in the exact ONNX spelling.
+fn claimed_kind(node: &NodeInfo) -> Result<OpKind, Decline> {
+    if !node.is_onnx() {
+        return decline(format!("domain {:?} is not ONNX's", node.domain));
+    }
+    let Some(kind) = names::lookup(&node.op_type) else {
+        return decline("not in npurt's op table");
+    };
+    let Some(&(_, _, since)) = CLAIMED.iter().find(|(n, k, _)| *n == node.op_type && *k == kind) else {
+        return decline(format!("npurt's {kind:?} is not claimed for ONNX's {}", node.op_type));
+    };
+    if node.since_version < since {
+        return decline(format!(
+            "opset {} semantics (npurt follows {} from opset {since})",
+            node.since_version, node.op_type
+        ));
+    }
+    Ok(kind)
+}
+
+/// Attribute readers that refuse any attribute the mapping does not know.
+struct Attrs<'a> {
+    map: &'a HashMap<String, Attr>,
+}
+
+impl Attrs<'_> {
+    fn only(&self, known: &[&str]) -> Result<(), Decline> {
+        match self.map.keys().find(|k| !known.contains(&k.as_str())) {
+            Some(k) => decline(format!("attribute `{k}` is not mapped")),
+            None => Ok(()),
+        }
+    }
+    fn int(&self, name: &str, default: i64) -> Result<i64, Decline> {
+        match self.map.get(name) {
+            None => Ok(default),
+            Some(Attr::Int(v)) => Ok(*v),
+            Some(_) => decline(format!("attribute `{name}` is not an int")),
+        }
+    }
+    fn float(&self, name: &str, default: f32) -> Result<f32, Decline> {
+        match self.map.get(name) {
+            None => Ok(default),
+            Some(Attr::Float(v)) => Ok(*v),
+            Some(_) => decline(format!("attribute `{name}` is not a float")),
+        }
+    }
+    fn string(&self, name: &str, default: &str) -> Result<String, Decline> {
+        match self.map.get(name) {
+            None => Ok(default.to_string()),
+            Some(Attr::String(v)) => Ok(v.clone()),
+            Some(_) => decline(format!("attribute `{name}` is not a string")),
+        }
+    }
+    fn flag(&self, name: &str) -> Result<bool, Decline> {
+        match self.int(name, 0)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            v => decline(format!("attribute `{name}` = {v}")),
+        }
+    }
+}
+
+/// The npurt op for a node whose kind is claimed, from its attributes; `rank` is the first
+/// input's rank.
+fn op_for(kind: OpKind, node: &NodeInfo, rank: usize) -> Result<Op, Decline> {
+    let a = Attrs { map: &node.attrs };
+    let op = match kind {
+        OpKind::Relu
+        | OpKind::Add
+        | OpKind::Sub
+        | OpKind::Mul
+        | OpKind::Div
+        | OpKind::Tanh
+        | OpKind::Exp
+        | OpKind::Sqrt
+        | OpKind::Erf => {
+            a.only(&[])?;
+            match kind {
+                OpKind::Relu => Op::Relu,
+                OpKind::Add => Op::Add,
+                OpKind::Sub => Op::Sub,
+                OpKind::Mul => Op::Mul,
+                OpKind::Div => Op::Div,
+                OpKind::Tanh => Op::Tanh,
+                OpKind::Exp => Op::Exp,
+                OpKind::Sqrt => Op::Sqrt,
+                _ => Op::Erf,
+            }
+        }
+        OpKind::MatMul => {
+            a.only(&[])?;
+            Op::MatMul { trans_a: false, trans_b: false }
+        }
+        OpKind::Softmax => {
+            a.only(&["axis"])?;
+            Op::Softmax { axis: a.int("axis", -1)? as isize }
+        }
+        OpKind::Permute => {
+            a.only(&["perm"])?;
+            let perm = match node.attrs.get("perm") {
+                None => (0..rank).rev().collect(),
+                Some(Attr::Ints(p)) if p.iter().all(|&x| x >= 0) => p.iter().map(|&x| x as usize).collect(),
+                Some(_) => return decline("attribute `perm` is not a list of non-negative axes"),
+            };
+            Op::Permute { perm }
+        }
+        OpKind::Gemm => {
+            a.only(&["transA", "transB", "alpha", "beta"])?;
+            let (trans_a, trans_b) = (a.flag("transA")?, a.flag("transB")?);
+            Op::Gemm { trans_a, trans_b, alpha: a.float("alpha", 1.0)?, beta: a.float("beta", 1.0)? }
+        }
+        OpKind::LayerNorm => layer_norm(node, &a, rank)?,
+        OpKind::Gelu => {
+            a.only(&["approximate"])?;
+            match a.string("approximate", "none")?.as_str() {
+                "none" => Op::Gelu(GeluApprox::Erf),
+                "tanh" => Op::Gelu(GeluApprox::Tanh),
+                other => return decline(format!("attribute `approximate` = {other:?}")),
+            }
+        }
+        OpKind::Cast => {
+            a.only(&["to", "saturate"])?;
+            let to = a.int("to", 0)?;
+            let Some(to) = i32::try_from(to).ok().and_then(dtype_of) else {
+                return decline(format!("Cast to ONNX element type {to}"));
+            };
+            Op::Cast { to }
+        }
+        other => return decline(format!("npurt's {other:?} is not mapped")),
+    };
+    Ok(op)
+}
+
+/// LayerNormalization as npurt's LayerNorm: the last axis, both scale and bias, f32
+/// statistics (`stash_type` 1), and only the `Y` output.
+fn layer_norm(node: &NodeInfo, a: &Attrs<'_>, rank: usize) -> Result<Op, Decline> {
+    a.only(&["axis", "epsilon", "stash_type"])?;
+    let axis = a.int("axis", -1)?;
+    if axis != -1 && axis != rank as i64 - 1 {
+        return decline(format!("normalises from axis {axis}; npurt normalises the last axis only"));
+    }
+    if a.int("stash_type", 1)? != 1 {
+        return decline("stash_type is not 1 (f32)");
+    }
+    if node.inputs.len() != 3 || node.inputs[2].is_none() {
+        return decline("no bias `B`; npurt's LayerNorm needs scale and bias");
+    }
+    if node.outputs.iter().skip(1).any(Option::is_some) {
+        return decline("Mean or InvStdDev output asked for; npurt has none");
+    }
+    Ok(Op::LayerNorm { eps: a.float("epsilon", 1e-5)? })
+}
+
+/// The operand's npurt meta: a known dtype and static dims.
+fn meta_of(v: &ValueMeta) -> Result<TensorMeta, Decline> {
+    let Some(dtype) = dtype_of(v.elem) else {
+        return decline(format!("{:?} has ONNX element type {}", v.name, v.elem));
+    };
+    match &v.dims {
+        Some(dims) if v.is_static() => {
+            Ok(TensorMeta::new(dtype, Shape::from(dims.iter().map(|&d| d as usize).collect::<Vec<_>>())))
+        }
+        _ => decline(format!("{:?} has no static shape", v.name)),
+    }
+}
+
+/// A claimed node as npurt sees it: the op and the metas of its present inputs, in order.
+#[derive(Debug, Clone)]
+pub struct Mapped {
+    pub op: Op,
+    pub inputs: Vec<TensorMeta>,
+}
+
+/// Decides whether npurt claims `node`; on success the npurt op and its input metas.
+pub fn map_node(node: &NodeInfo) -> Result<Mapped, Decline> {
+    let kind = claimed_kind(node)?;
+    // Optional inputs are trailing for every claimed op: the present ones, in order.
+    let present: Vec<&ValueMeta> = node.inputs.iter().map_while(Option::as_ref).collect();
+    if present.len() != node.inputs.iter().flatten().count() {
+        return decline("an optional input is missing before a present one");
+    }
+    let inputs = present.iter().map(|v| meta_of(v)).collect::<Result<Vec<_>, _>>()?;
+    let outputs: Vec<&ValueMeta> = node.outputs.iter().flatten().collect();
+    let rank = inputs.first().map_or(0, |m| m.shape.rank());
+    let op = op_for(kind, node, rank)?;
+    let floats_only = kind != OpKind::Cast;
+    for (v, m) in present.iter().zip(&inputs) {
+        if floats_only && m.dtype != DType::F32 {
+            return decline(format!("{:?} is {} (claimed: f32)", v.name, m.dtype));
+        }
+    }
+    let inferred = op.infer(&inputs).map_err(|e| Decline(format!("npurt refuses it: {e}")))?;
+    if inferred.len() != outputs.len() {
+        return decline(format!("{} output(s), npurt gives {}", outputs.len(), inferred.len()));
+    }
+    for (v, m) in outputs.iter().zip(&inferred) {
+        let declared = meta_of(v)?;
+        if declared != *m {
+            return decline(format!("ORT declares {:?} as {declared}, npurt infers {m}", v.name));
+        }
+    }
+    Ok(Mapped { op, inputs })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(name: &str, elem: i32, dims: &[i64]) -> Option<ValueMeta> {
+        Some(ValueMeta {
+            name: name.into(),
+            elem,
+            dims: Some(dims.to_vec()),
+            constant: false,
+            handle: std::ptr::null(),
+        })
+    }
+
+    fn node(op: &str, since: i32, inputs: Vec<Option<ValueMeta>>, out: &[i64]) -> NodeInfo {
+        NodeInfo {
+            node: std::ptr::null(),
+            name: "n".into(),
+            op_type: op.into(),
+            domain: String::new(),
+            since_version: since,
+            inputs,
+            outputs: vec![value("y", 1, out)],
+            attrs: HashMap::new(),
+        }
+    }
+
+    #[test]
+    fn every_claimed_spelling_is_the_op_name_tables() {
+        for (onnx, kind, _) in CLAIMED {
+            assert_eq!(names::lookup(onnx), Some(kind), "{onnx}");
+        }
+    }
+
+    #[test]
+    fn claims_f32_static_nodes_that_npurt_validates() {
+        let n = node("Add", 14, vec![value("a", 1, &[2, 3]), value("b", 1, &[3])], &[2, 3]);
+        assert_eq!(map_node(&n).unwrap().op, Op::Add);
+        let n = node("MatMul", 13, vec![value("a", 1, &[2, 3]), value("b", 1, &[3, 4])], &[2, 4]);
+        assert!(map_node(&n).is_ok());
+    }
+
+    #[test]
+    fn declines_what_npurt_computes_differently_or_not_at_all() {
+        let cases = [
+            // 1-D MatMul operand (ONNX promotes, npurt does not).
+            node("MatMul", 13, vec![value("a", 1, &[3]), value("b", 1, &[3, 4])], &[4]),
+            // Symbolic dim.
+            node("Relu", 14, vec![value("a", 1, &[-1, 3])], &[-1, 3]),
+            // Not f32.
+            node("Relu", 14, vec![value("a", 11, &[3])], &[3]),
+            // Softmax before opset 13.
+            node("Softmax", 11, vec![value("a", 1, &[2, 3])], &[2, 3]),
+            // Not in the table, or not claimed.
+            node("Conv", 11, vec![value("a", 1, &[1, 1, 3, 3])], &[1, 1, 3, 3]),
+            node("Reshape", 14, vec![value("a", 1, &[6])], &[2, 3]),
+            // Not the ONNX spelling.
+            node("relu", 14, vec![value("a", 1, &[3])], &[3]),
+            // Output shape differs from what npurt infers.
+            node("Add", 14, vec![value("a", 1, &[2, 3]), value("b", 1, &[3])], &[3, 2]),
+            // LayerNormalization without bias.
+            node("LayerNormalization", 17, vec![value("x", 1, &[2, 4]), value("s", 1, &[4])], &[2, 4]),
+        ];
+        for n in cases {
+            assert!(map_node(&n).is_err(), "{n:?}");
+        }
+    }
+
+    #[test]
+    fn attributes_map_or_decline() {
+        let mut n = node("Softmax", 13, vec![value("a", 1, &[2, 3])], &[2, 3]);
+        n.attrs.insert("axis".into(), Attr::Int(0));
+        assert_eq!(map_node(&n).unwrap().op, Op::Softmax { axis: 0 });
+        n.attrs.insert("unknown".into(), Attr::Int(0));
+        assert!(map_node(&n).unwrap_err().0.contains("unknown"));
+        let mut g = node("Gelu", 20, vec![value("a", 1, &[3])], &[3]);
+        g.attrs.insert("approximate".into(), Attr::String("tanh".into()));
+        assert_eq!(map_node(&g).unwrap().op, Op::Gelu(GeluApprox::Tanh));
+        let mut ln = node(
+            "LayerNormalization",
+            17,
+            vec![value("x", 1, &[2, 4]), value("s", 1, &[4]), value("b", 1, &[4])],
+            &[2, 4],
+        );
+        assert!(map_node(&ln).is_ok());
+        ln.attrs.insert("axis".into(), Attr::Int(0));
+        assert!(map_node(&ln).is_err());
+        let mut c = node("Cast", 19, vec![value("a", 1, &[3])], &[3]);
+        c.outputs = vec![value("y", 7, &[3])];
+        c.attrs.insert("to".into(), Attr::Int(7));
+        assert_eq!(map_node(&c).unwrap().op, Op::Cast { to: DType::I64 });
+        c.attrs.insert("to".into(), Attr::Int(9));
+        assert!(map_node(&c).is_err(), "bool is not npurt's u8");
+    }
+}
