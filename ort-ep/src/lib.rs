@@ -14,6 +14,7 @@ pub mod abi;
 pub mod ep;
 pub mod factory;
 pub mod graph;
+pub mod kernel;
 pub mod names;
 pub mod ops;
 pub mod options;

@@ -1,0 +1,373 @@
+//! `Compile` and `Compute`: each fused node ORT hands over becomes one npurt compiled graph
+//! (the graph builder of `runtime::graph`, then [`CompiledGraph::compile_owned`]: fusion,
+//! kernel selection, the memory plan), and runs through ORT's kernel context.
+//!
+//! The constant initializers of a fused group (its weights) are read once at `Compile` and
+//! held by npurt only (`drop_constant_initializers` was set when the group was claimed).
+//! Inputs and outputs are copied between ORT's host buffers and npurt's tensors.
+
+use core::ffi::c_void;
+use std::collections::HashMap;
+use std::ptr;
+
+use runtime::graph::{CompileOptions, CompiledGraph, Graph, HostTensor, ValueId};
+use runtime::{DType, Precision, Shape, Tensor, TensorMeta};
+
+use crate::abi::{
+    EP_API_VERSION, ONNXTensorElementDataType, OrtGraph, OrtKernelContext, OrtNode, OrtNodeComputeContext,
+    OrtNodeComputeInfo, OrtValue, StatusPtr,
+};
+use crate::graph::{self, NodeInfo, ValueMeta};
+use crate::ops::{self, map_node};
+use crate::ort::{EpError, Ort};
+use crate::partition;
+
+/// One compiled fused node. `base` comes first so that the `OrtNodeComputeInfo*` ORT passes
+/// back points at the whole struct. `Send + Sync`: immutable after `Compile`, and a
+/// [`CompiledGraph`] runs from many threads at once (one arena each).
+#[repr(C)]
+pub struct Kernel {
+    base: OrtNodeComputeInfo,
+    ort: Ort,
+    /// The fused node's name, as ORT made it (`NpurtExecutionProvider_..._0`).
+    name: String,
+    /// The original nodes, as messages name them.
+    nodes: String,
+    rt: npurt::Runtime,
+    graph: CompiledGraph,
+    /// The fused node's inputs: ONNX name and what the graph was compiled for.
+    inputs: Vec<(String, TensorMeta)>,
+    /// The fused node's outputs' ONNX names.
+    outputs: Vec<String>,
+}
+
+impl Kernel {
+    pub fn into_raw(self: Box<Self>) -> *mut OrtNodeComputeInfo {
+        Box::into_raw(self).cast()
+    }
+
+    /// # Safety
+    /// `p` came from [`Kernel::into_raw`] and is not used afterwards.
+    pub unsafe fn from_raw(p: *mut OrtNodeComputeInfo) -> Box<Kernel> {
+        // SAFETY: per the contract; `base` is the first field of the repr(C) Kernel.
+        unsafe { Box::from_raw(p.cast::<Kernel>()) }
+    }
+}
+
+/// Compiles one fused group: `graph` is ORT's view of its nodes, `fused` the node that
+/// replaces them (whose inputs and outputs, in order, are the kernel context's).
+///
+/// # Safety
+/// `graph` and `fused` are the pointers ORT passed to the current `Compile`.
+pub unsafe fn compile(
+    ort: Ort,
+    rt: &npurt::Runtime,
+    graph: *const OrtGraph,
+    fused: *const OrtNode,
+) -> Result<Box<Kernel>, EpError> {
+    if graph.is_null() || fused.is_null() {
+        return Err(EpError::Null("graph"));
+    }
+    // SAFETY: ORT's pointers, valid during this call.
+    let (nodes, fused) = unsafe { (graph::nodes(&ort, graph)?, graph::node_info(&ort, fused)?) };
+    let labels: Vec<String> = nodes.iter().map(NodeInfo::label).collect();
+    let labels = labels.join(", ");
+    let context = |what: String| format!("fused node {:?} of [{labels}]: {what}", fused.name);
+    let mut g = Graph::new();
+    let mut ids: HashMap<String, ValueId> = HashMap::new();
+    let mut inputs = Vec::new();
+    for v in fused.inputs.iter() {
+        let Some(v) = v else { return Err(EpError::Graph(context("a fused input is missing".into()))) };
+        let m = static_meta(v).map_err(|e| EpError::Graph(context(e.0)))?;
+        let id = g.try_input(&v.name, m.dtype, m.shape.clone()).map_err(|e| npurt_err(context(String::new()), e))?;
+        ids.insert(v.name.clone(), id);
+        inputs.push((v.name.clone(), m));
+    }
+    for node in in_order(&nodes)? {
+        // SAFETY: the node's operand handles are valid during this call.
+        unsafe { add_node(&ort, &mut g, &mut ids, node) }.map_err(|e| match e {
+            EpError::Graph(m) => EpError::Graph(context(m)),
+            EpError::Npurt { context: c, source } => EpError::Npurt { context: context(c), source },
+            other => other,
+        })?;
+    }
+    let mut outputs = Vec::new();
+    for v in fused.outputs.iter().flatten() {
+        let Some(&id) = ids.get(&v.name) else {
+            return Err(EpError::Graph(context(format!("output {:?} is made by no node of the group", v.name))));
+        };
+        g.try_output(id).map_err(|e| npurt_err(context(String::new()), e))?;
+        outputs.push(v.name.clone());
+    }
+    // f32 throughout: the precision rewrites would change what ONNX computes.
+    let options = CompileOptions { precision: Precision::F32, ..CompileOptions::from_config(rt.config(), 0) };
+    let compiled =
+        CompiledGraph::compile_owned(rt.inner(), g, options).map_err(|e| npurt_err(context("compile".into()), e))?;
+    Ok(Box::new(Kernel {
+        base: OrtNodeComputeInfo {
+            ort_version_supported: EP_API_VERSION,
+            CreateState: Some(create_state),
+            Compute: Some(compute),
+            ReleaseState: Some(release_state),
+        },
+        ort,
+        name: fused.name.clone(),
+        nodes: labels,
+        rt: rt.clone(),
+        graph: compiled,
+        inputs,
+        outputs,
+    }))
+}
+
+fn npurt_err(context: String, source: runtime::Error) -> EpError {
+    EpError::Npurt { context, source }
+}
+
+fn static_meta(v: &ValueMeta) -> Result<TensorMeta, ops::Decline> {
+    let dtype =
+        ops::dtype_of(v.elem).ok_or_else(|| ops::Decline(format!("{:?}: ONNX element type {}", v.name, v.elem)))?;
+    match &v.dims {
+        Some(d) if v.is_static() => {
+            Ok(TensorMeta::new(dtype, Shape::from(d.iter().map(|&x| x as usize).collect::<Vec<_>>())))
+        }
+        _ => Err(ops::Decline(format!("{:?} has no static shape", v.name))),
+    }
+}
+
+/// The group's nodes in topological order (ORT lists them so; checked, not assumed).
+fn in_order(nodes: &[NodeInfo]) -> Result<Vec<&NodeInfo>, EpError> {
+    let producer: HashMap<&str, usize> = nodes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| n.outputs.iter().flatten().map(move |v| (v.name.as_str(), i)))
+        .collect();
+    let preds: Vec<Vec<usize>> = nodes
+        .iter()
+        .map(|n| n.inputs.iter().flatten().filter_map(|v| producer.get(v.name.as_str()).copied()).collect())
+        .collect();
+    let order =
+        partition::topological(&preds).ok_or_else(|| EpError::Graph("the group's nodes form a cycle".into()))?;
+    Ok(order.into_iter().map(|i| &nodes[i]).collect())
+}
+
+/// Adds one claimed node (and the constant initializers it reads) to the npurt graph.
+///
+/// # Safety
+/// The node's operand handles are valid during the current call.
+unsafe fn add_node(
+    ort: &Ort,
+    g: &mut Graph,
+    ids: &mut HashMap<String, ValueId>,
+    node: &NodeInfo,
+) -> Result<(), EpError> {
+    let label = node.label();
+    let mapped = map_node(node).map_err(|d| EpError::Graph(format!("node {label} is not npurt's: {}", d.0)))?;
+    let mut args = Vec::new();
+    for v in node.inputs.iter().flatten() {
+        let id = match ids.get(&v.name) {
+            Some(&id) => id,
+            None if v.constant => {
+                // SAFETY: v.handle is valid during this call.
+                let t = unsafe { initializer(ort, v) }?;
+                let id = g.try_constant(&v.name, t).map_err(|e| npurt_err(format!("node {label}"), e))?;
+                ids.insert(v.name.clone(), id);
+                id
+            }
+            None => return Err(EpError::Graph(format!("node {label}: operand {:?} comes from nowhere", v.name))),
+        };
+        args.push(id);
+    }
+    let Some(out) = node.outputs.first().and_then(Option::as_ref) else {
+        return Err(EpError::Graph(format!("node {label} has no output")));
+    };
+    let operands: Vec<String> = mapped.inputs.iter().map(|m| m.to_string()).collect();
+    let id = g
+        .op(&out.name, mapped.op, &args)
+        .map_err(|e| npurt_err(format!("node {label} with operands [{}]", operands.join(", ")), e))?;
+    ids.insert(out.name.clone(), id);
+    Ok(())
+}
+
+/// A constant initializer's data, copied out of ORT.
+///
+/// # Safety
+/// `v.handle` is valid during the current call.
+unsafe fn initializer(ort: &Ort, v: &ValueMeta) -> Result<HostTensor, EpError> {
+    let mut value: *const OrtValue = ptr::null();
+    // SAFETY: the handle is valid; ORT returns a value it owns (or null).
+    ort.check("ValueInfo_GetInitializerValue", unsafe {
+        (ort.api.ValueInfo_GetInitializerValue)(v.handle, &mut value)
+    })?;
+    if value.is_null() {
+        return Err(EpError::Graph(format!("initializer {:?} has no value", v.name)));
+    }
+    // SAFETY: value is a valid tensor owned by ORT during this call.
+    let (meta, bytes) = unsafe { tensor_bytes(ort, value) }?;
+    Ok(HostTensor { dtype: meta.dtype, shape: meta.shape, bytes: bytes.to_vec().into() })
+}
+
+/// The meta and host bytes of an ORT tensor.
+///
+/// # Safety
+/// `value` is a valid host tensor for the lifetime `'a` the caller picks (the current call).
+unsafe fn tensor_bytes<'a>(ort: &Ort, value: *const OrtValue) -> Result<(TensorMeta, &'a [u8]), EpError> {
+    let mut elem = ONNXTensorElementDataType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+    let mut dims: *const i64 = ptr::null();
+    let mut rank = 0usize;
+    // SAFETY: value is valid; ORT returns a pointer to its own shape array.
+    ort.check("GetTensorElementTypeAndShapeDataReference", unsafe {
+        (ort.api.GetTensorElementTypeAndShapeDataReference)(value, &mut elem, &mut dims, &mut rank)
+    })?;
+    let dims: &[i64] = if rank == 0 || dims.is_null() {
+        &[]
+    } else {
+        // SAFETY: ORT's array of `rank` dims, alive with the value.
+        unsafe { std::slice::from_raw_parts(dims, rank) }
+    };
+    let dtype =
+        ops::dtype_of(elem as i32).ok_or_else(|| EpError::Graph(format!("ONNX element type {}", elem as i32)))?;
+    let shape: Vec<usize> = dims
+        .iter()
+        .map(|&d| usize::try_from(d))
+        .collect::<Result<_, _>>()
+        .map_err(|_| EpError::Graph(format!("dims {dims:?}")))?;
+    let meta = TensorMeta::new(dtype, Shape::from(shape));
+    let n = runtime::size::bytes("tensor", meta.shape.dims(), dtype).map_err(|e| npurt_err("ORT tensor".into(), e))?;
+    if n == 0 {
+        return Ok((meta, &[]));
+    }
+    let mut data: *const c_void = ptr::null();
+    // SAFETY: value is valid; ORT returns its data pointer.
+    ort.check("GetTensorData", unsafe { (ort.api.GetTensorData)(value, &mut data) })?;
+    if data.is_null() {
+        return Err(EpError::Null("tensor data"));
+    }
+    // SAFETY: a host tensor of this dtype and shape holds n bytes at data.
+    Ok((meta, unsafe { std::slice::from_raw_parts(data.cast::<u8>(), n) }))
+}
+
+unsafe extern "system" fn create_state(
+    _this: *mut OrtNodeComputeInfo,
+    _ctx: *mut OrtNodeComputeContext,
+    state: *mut *mut c_void,
+) -> StatusPtr {
+    // No per-state data: the compiled graph keeps one arena per concurrent run.
+    if !state.is_null() {
+        // SAFETY: ORT's out-parameter, checked non-null.
+        unsafe { *state = ptr::null_mut() };
+    }
+    ptr::null_mut()
+}
+
+unsafe extern "system" fn release_state(_this: *mut OrtNodeComputeInfo, _state: *mut c_void) {}
+
+unsafe extern "system" fn compute(
+    this: *mut OrtNodeComputeInfo,
+    _state: *mut c_void,
+    ctx: *mut OrtKernelContext,
+) -> StatusPtr {
+    // SAFETY: ORT passes back a compute info made by Kernel::into_raw, alive until released.
+    let k = unsafe { &*this.cast::<Kernel>() };
+    k.ort.guard("Compute", || {
+        if ctx.is_null() {
+            return Err(EpError::Null("kernel_context"));
+        }
+        // SAFETY: ctx is ORT's kernel context for this call.
+        unsafe { k.run(ctx) }.map_err(|e| match e {
+            EpError::Npurt { context, source } => {
+                EpError::Npurt { context: format!("fused node {:?} of [{}]: {context}", k.name, k.nodes), source }
+            }
+            EpError::Graph(m) => EpError::Graph(format!("fused node {:?} of [{}]: {m}", k.name, k.nodes)),
+            other => other,
+        })
+    })
+}
+
+impl Kernel {
+    /// Copies the inputs in, runs, copies the outputs out.
+    ///
+    /// # Safety
+    /// `ctx` is ORT's kernel context of the current `Compute`.
+    unsafe fn run(&self, ctx: *mut OrtKernelContext) -> Result<(), EpError> {
+        let ort = &self.ort;
+        let mut tensors = Vec::with_capacity(self.inputs.len());
+        for (i, (name, want)) in self.inputs.iter().enumerate() {
+            let mut v: *const OrtValue = ptr::null();
+            // SAFETY: ctx is valid; index i < the fused node's input count.
+            ort.check("KernelContext_GetInput", unsafe { (ort.api.KernelContext_GetInput)(ctx, i, &mut v) })?;
+            if v.is_null() {
+                return Err(EpError::Graph(format!("input {name:?} is missing")));
+            }
+            // SAFETY: v is ORT's input tensor, valid for this call.
+            let (meta, bytes) = unsafe { tensor_bytes(ort, v) }?;
+            if meta != *want {
+                return Err(EpError::Graph(format!("input {name:?} is {meta}, compiled for {want}")));
+            }
+            let t = self
+                .rt
+                .empty(meta.dtype, meta.shape.clone(), 0)
+                .map_err(|e| npurt_err(format!("input {name:?}"), e))?;
+            t.copy_from_bytes(bytes).map_err(|e| npurt_err(format!("input {name:?}"), e))?;
+            tensors.push(t);
+        }
+        let refs: Vec<&Tensor> = tensors.iter().collect();
+        let outs = self.graph.run(&refs).map_err(|e| npurt_err("run".into(), e))?;
+        for (j, (t, name)) in outs.iter().zip(&self.outputs).enumerate() {
+            let dims: Vec<i64> = t.dims().iter().map(|&d| d as i64).collect();
+            let mut ov: *mut OrtValue = ptr::null_mut();
+            // SAFETY: ctx is valid; ORT allocates output j with these dims.
+            ort.check("KernelContext_GetOutput", unsafe {
+                (ort.api.KernelContext_GetOutput)(ctx, j, dims.as_ptr(), dims.len(), &mut ov)
+            })?;
+            let host = host_bytes(t).map_err(|e| npurt_err(format!("output {name:?}"), e))?;
+            if host.is_empty() {
+                continue;
+            }
+            let mut data: *mut c_void = ptr::null_mut();
+            // SAFETY: ov is the output ORT just allocated.
+            ort.check("GetTensorMutableData", unsafe { (ort.api.GetTensorMutableData)(ov, &mut data) })?;
+            if data.is_null() {
+                return Err(EpError::Null("output data"));
+            }
+            // SAFETY: ORT's output holds exactly the bytes of this dtype and shape; the
+            // regions are distinct allocations.
+            unsafe { ptr::copy_nonoverlapping(host.as_ptr(), data.cast::<u8>(), host.len()) };
+        }
+        Ok(())
+    }
+}
+
+/// A tensor's elements as little-endian bytes on the host.
+fn host_bytes(t: &Tensor) -> runtime::Result<Vec<u8>> {
+    fn of<T: runtime::Element>(t: &Tensor) -> runtime::Result<Vec<u8>> {
+        let (v, _) = t.to_ndarray::<T>()?.into_raw_vec_and_offset();
+        Ok(bytemuck::cast_slice(&v).to_vec())
+    }
+    match t.dtype() {
+        DType::F32 => of::<f32>(t),
+        DType::F16 => of::<runtime::f16>(t),
+        DType::BF16 => of::<runtime::bf16>(t),
+        DType::I32 => of::<i32>(t),
+        DType::I64 => of::<i64>(t),
+        DType::U8 => of::<u8>(t),
+    }
+}
+
+/// Releases compute infos made by [`compile`].
+///
+/// # Safety
+/// Each non-null entry came from [`Kernel::into_raw`] and is released once.
+pub unsafe fn release(infos: *mut *mut OrtNodeComputeInfo, n: usize) {
+    if infos.is_null() {
+        return;
+    }
+    for i in 0..n {
+        // SAFETY: infos holds n entries.
+        let p = unsafe { *infos.add(i) };
+        if !p.is_null() {
+            // SAFETY: per the contract.
+            drop(unsafe { Kernel::from_raw(p) });
+        }
+    }
+}
