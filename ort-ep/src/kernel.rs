@@ -320,8 +320,7 @@ impl Kernel {
             ort.check("KernelContext_GetOutput", unsafe {
                 (ort.api.KernelContext_GetOutput)(ctx, j, dims.as_ptr(), dims.len(), &mut ov)
             })?;
-            let host = host_bytes(t).map_err(|e| npurt_err(format!("output {name:?}"), e))?;
-            if host.is_empty() {
+            if t.nbytes() == 0 {
                 continue;
             }
             let mut data: *mut c_void = ptr::null_mut();
@@ -330,27 +329,40 @@ impl Kernel {
             if data.is_null() {
                 return Err(EpError::Null("output data"));
             }
-            // SAFETY: ORT's output holds exactly the bytes of this dtype and shape; the
-            // regions are distinct allocations.
-            unsafe { ptr::copy_nonoverlapping(host.as_ptr(), data.cast::<u8>(), host.len()) };
+            // SAFETY: ORT's output holds exactly t.nbytes() bytes (the dtype and shape ORT
+            // declared, checked equal to npurt's at GetCapability), distinct from npurt's.
+            let dst = unsafe { std::slice::from_raw_parts_mut(data.cast::<u8>(), t.nbytes()) };
+            write_output(t, dst).map_err(|e| npurt_err(format!("output {name:?}"), e))?;
         }
         Ok(())
     }
 }
 
-/// A tensor's elements as little-endian bytes on the host.
-fn host_bytes(t: &Tensor) -> runtime::Result<Vec<u8>> {
-    fn of<T: runtime::Element>(t: &Tensor) -> runtime::Result<Vec<u8>> {
-        let (v, _) = t.to_ndarray::<T>()?.into_raw_vec_and_offset();
-        Ok(bytemuck::cast_slice(&v).to_vec())
+/// Copies a tensor's elements into `dst` (its bytes, in logical order): straight from npurt's
+/// memory when the device shares the host's (the CPU backend: one copy), else through a host
+/// array.
+fn write_output(t: &Tensor, dst: &mut [u8]) -> runtime::Result<()> {
+    fn of<T: runtime::Element>(t: &Tensor, dst: &mut [u8]) -> runtime::Result<()> {
+        let out: Option<&mut [T]> = bytemuck::try_cast_slice_mut(dst).ok();
+        match out {
+            Some(out) if t.supports_zero_copy() => t.with_host_view::<T, _>(|v| match v.as_slice() {
+                Some(s) => out.copy_from_slice(s),
+                None => out.iter_mut().zip(v.iter()).for_each(|(o, x)| *o = *x),
+            }),
+            _ => {
+                let (v, _) = t.to_ndarray::<T>()?.into_raw_vec_and_offset();
+                dst.copy_from_slice(bytemuck::cast_slice(&v));
+                Ok(())
+            }
+        }
     }
     match t.dtype() {
-        DType::F32 => of::<f32>(t),
-        DType::F16 => of::<runtime::f16>(t),
-        DType::BF16 => of::<runtime::bf16>(t),
-        DType::I32 => of::<i32>(t),
-        DType::I64 => of::<i64>(t),
-        DType::U8 => of::<u8>(t),
+        DType::F32 => of::<f32>(t, dst),
+        DType::F16 => of::<runtime::f16>(t, dst),
+        DType::BF16 => of::<runtime::bf16>(t, dst),
+        DType::I32 => of::<i32>(t, dst),
+        DType::I64 => of::<i64>(t, dst),
+        DType::U8 => of::<u8>(t, dst),
     }
 }
 
