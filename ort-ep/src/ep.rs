@@ -111,7 +111,7 @@ unsafe extern "system" fn get_capability(
         }
         // SAFETY: ORT's graph, valid during this call.
         let nodes = unsafe { crate::graph::nodes(&ep.ort, graph) }?;
-        let groups = claim(&nodes);
+        let groups = claim(&nodes, &ep.rt);
         let options = OrtNodeFusionOptions { ort_version_supported: EP_API_VERSION, drop_constant_initializers: true };
         for group in &groups.groups {
             let handles: Vec<*const OrtNode> = group.iter().map(|&i| nodes[i].node).collect();
@@ -201,17 +201,25 @@ impl Claim {
     }
 }
 
-/// Decides which nodes npurt runs and how they are grouped.
-pub fn claim(nodes: &[NodeInfo]) -> Claim {
+/// Decides which nodes npurt runs and how they are grouped: a node npurt maps
+/// (`crate::ops::map_node`) for which `rt`'s backend has a kernel.
+pub fn claim(nodes: &[NodeInfo], rt: &npurt::Runtime) -> Claim {
     let mut declined = Vec::new();
     let claimed: Vec<bool> = nodes
         .iter()
         .enumerate()
-        .map(|(i, n)| match crate::ops::map_node(n) {
-            Ok(_) => true,
-            Err(d) => {
-                declined.push((i, d.0));
-                false
+        .map(|(i, n)| {
+            let kernel = crate::ops::map_node(n).and_then(|m| {
+                rt.select_kernel(&m.op, &m.inputs).map(|_| ()).map_err(|e| {
+                    crate::ops::Decline(format!("no kernel on npurt's {} backend: {e}", rt.backend_name()))
+                })
+            });
+            match kernel {
+                Ok(()) => true,
+                Err(d) => {
+                    declined.push((i, d.0));
+                    false
+                }
             }
         })
         .collect();

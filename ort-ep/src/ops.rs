@@ -4,10 +4,11 @@
 //! op-name table (`runtime::op::names`, the ONNX spellings) a kind listed in [`CLAIMED`], at an
 //! opset whose semantics npurt follows; (2) every attribute is one npurt maps, with a value
 //! npurt computes as ONNX does (docs/OPS.md: where npurt offers less, the node stays on ORT);
-//! (3) its tensors are f32 (any of npurt's six dtypes at a `Cast`'s ends) with static shapes;
-//! and (4) npurt's own validation ([`Op::infer`], the op table's) accepts the operands and
-//! infers exactly the output dtypes and shapes ORT declares. Anything else is a [`Decline`]
-//! with the reason, which the session's verbose log shows.
+//! (3) its tensors are f32 or f16 (any of npurt's six dtypes at a `Cast`'s ends) with static
+//! shapes; and (4) npurt's own validation ([`Op::infer`], the op table's) accepts the operands
+//! and infers exactly the output dtypes and shapes ORT declares. Anything else is a
+//! [`Decline`] with the reason, which the session's verbose log shows. The EP then also asks
+//! the backend for a kernel (`Runtime::select_kernel`, in `crate::ep::claim`).
 
 use std::collections::HashMap;
 
@@ -42,6 +43,10 @@ pub const CLAIMED: [(&str, OpKind, i32); 16] = [
     ("Gelu", OpKind::Gelu, 20),
     ("Cast", OpKind::Cast, 6),
 ];
+
+/// The dtypes claimed for every op but `Cast`. bf16 is not: ORT's CPU EP, the reference,
+/// has almost no bf16 kernels.
+pub const FLOATS: [DType; 2] = [DType::F32, DType::F16];
 
 /// npurt's dtype for an ONNX element type (`ONNXTensorElementDataType`); `None` for the
 /// ones npurt has not (bool included: npurt's u8 is not ONNX's bool).
@@ -248,8 +253,8 @@ pub fn map_node(node: &NodeInfo) -> Result<Mapped, Decline> {
     let op = op_for(kind, node, rank)?;
     let floats_only = kind != OpKind::Cast;
     for (v, m) in present.iter().zip(&inputs) {
-        if floats_only && m.dtype != DType::F32 {
-            return decline(format!("{:?} is {} (claimed: f32)", v.name, m.dtype));
+        if floats_only && !FLOATS.contains(&m.dtype) {
+            return decline(format!("{:?} is {} (claimed: f32, f16)", v.name, m.dtype));
         }
     }
     let inferred = op.infer(&inputs).map_err(|e| Decline(format!("npurt refuses it: {e}")))?;
@@ -305,6 +310,9 @@ mod tests {
         assert_eq!(map_node(&n).unwrap().op, Op::Add);
         let n = node("MatMul", 13, vec![value("a", 1, &[2, 3]), value("b", 1, &[3, 4])], &[2, 4]);
         assert!(map_node(&n).is_ok());
+        let mut n = node("Relu", 14, vec![value("a", 10, &[3])], &[3]);
+        n.outputs = vec![value("y", 10, &[3])];
+        assert!(map_node(&n).is_ok(), "f16");
     }
 
     #[test]
@@ -314,8 +322,9 @@ mod tests {
             node("MatMul", 13, vec![value("a", 1, &[3]), value("b", 1, &[3, 4])], &[4]),
             // Symbolic dim.
             node("Relu", 14, vec![value("a", 1, &[-1, 3])], &[-1, 3]),
-            // Not f32.
+            // Not f32 or f16.
             node("Relu", 14, vec![value("a", 11, &[3])], &[3]),
+            node("Relu", 14, vec![value("a", 16, &[3])], &[3]),
             // Softmax before opset 13.
             node("Softmax", 11, vec![value("a", 1, &[2, 3])], &[2, 3]),
             // Not in the table, or not claimed.

@@ -400,3 +400,44 @@ def test_four_threads_on_one_session_equal_a_serial_run(registered):
         t.join()
     for r, s in zip(results, serial):
         np.testing.assert_array_equal(r, s)
+
+
+F16_CASES = {
+    # op, input shapes, output shape, attributes, positive inputs
+    "Relu": ("Relu", [(4, 6)], (4, 6), {}, False),
+    "Add": ("Add", [(2, 4, 6), (6,)], (2, 4, 6), {}, False),
+    "Div": ("Div", [(4, 6), (4, 6)], (4, 6), {}, True),
+    "MatMul": ("MatMul", [(2, 5, 8), (8, 3)], (2, 5, 3), {}, False),
+    "Softmax": ("Softmax", [(3, 7)], (3, 7), {}, False),
+    "Gelu": ("Gelu", [(4, 6)], (4, 6), {}, False),
+    "LayerNormalization": ("LayerNormalization", [(3, 8), (8,), (8,)], (3, 8), {}, False),
+    "Transpose": ("Transpose", [(2, 3, 4)], (4, 3, 2), {}, False),
+}
+
+
+@needs_onnx
+@pytest.mark.parametrize("case", sorted(F16_CASES))
+def test_an_f16_node_runs_on_npurt_and_matches_the_f32_model_within_f16_rounding(registered, case):
+    # ORT's CPU EP lacks f16 kernels for several of these ops, so the reference is the same
+    # model in f32 on the CPU EP, fed the same (f16-representable) values.
+    op, shapes, out, attrs, positive = F16_CASES[case]
+    names = [f"i{k}" for k in range(len(shapes))]
+    node = helper.make_node(op, names, ["y"], **attrs)
+    f16 = {n: _rand(*s, positive=positive).astype(np.float16) for n, s in zip(names, shapes)}
+
+    def model(elem):
+        return _build([node], [(n, s, elem) for n, s in zip(names, shapes)], [("y", out, elem)])
+
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    so.add_provider_for_devices(_npurt_devices(), {})
+    sess = ort.InferenceSession(model(TensorProto.FLOAT16), sess_options=so)
+    assigned = [(s.ep_name, [n.op_type for n in s.get_nodes()]) for s in sess.get_provider_graph_assignment_info()]
+    assert assigned == [(EP_NAME, [op])], assigned
+    (got,) = sess.run(None, f16)
+    ref = ort.InferenceSession(model(TensorProto.FLOAT), providers=["CPUExecutionProvider"])
+    (want,) = ref.run(None, {n: a.astype(np.float32) for n, a in f16.items()})
+    assert got.dtype == np.float16 and got.shape == want.shape
+    scale = max(1.0, float(np.abs(want).max()))
+    # f16 keeps 11 significant bits: half an ulp of the largest output is 2^-11 of it.
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=0, atol=4e-3 * scale)
