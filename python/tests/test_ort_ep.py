@@ -351,6 +351,24 @@ def test_a_conv_in_the_middle_splits_the_groups_and_results_match(registered):
     _assert_close(sess.run(None, feeds), ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds))
 
 
+@needs_onnx
+def test_branches_from_two_inputs_meet_in_one_fused_node(registered):
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("Tanh", ["y"], ["b"]),
+        helper.make_node("Mul", ["a", "b"], ["z"]),
+    ]
+    model = _build(nodes, [("x", (3, 4)), ("y", (3, 4))], [("z", (3, 4))])
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    so.add_provider_for_devices(_npurt_devices(), {})
+    sess = ort.InferenceSession(model, sess_options=so)
+    subgraphs = [(s.ep_name, sorted(n.op_type for n in s.get_nodes())) for s in sess.get_provider_graph_assignment_info()]
+    assert subgraphs == [(EP_NAME, ["Mul", "Relu", "Tanh"])], subgraphs
+    feeds = {"x": _rand(3, 4), "y": _rand(3, 4)}
+    _assert_close(sess.run(None, feeds), ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds))
+
+
 DECLINED = {
     # ONNX promotes a 1-D MatMul operand; npurt does not.
     "MatMul 1-D": lambda: _one("MatMul", [(3,), (3, 4)], (4,)),
