@@ -70,35 +70,10 @@ pub unsafe fn compile(
     }
     // SAFETY: ORT's pointers, valid during this call.
     let (nodes, fused) = unsafe { (graph::nodes(&ort, graph)?, graph::node_info(&ort, fused)?) };
-    let labels: Vec<String> = nodes.iter().map(NodeInfo::label).collect();
-    let labels = labels.join(", ");
+    // SAFETY: the operands' handles are valid during this call.
+    let built = build_graph(&fused, &nodes, &mut |v| unsafe { initializer(&ort, v) })?;
+    let Built { graph: g, inputs, outputs, labels } = built;
     let context = |what: String| format!("fused node {:?} of [{labels}]: {what}", fused.name);
-    let mut g = Graph::new();
-    let mut ids: HashMap<String, ValueId> = HashMap::new();
-    let mut inputs = Vec::new();
-    for v in fused.inputs.iter() {
-        let Some(v) = v else { return Err(EpError::Graph(context("a fused input is missing".into()))) };
-        let m = static_meta(v).map_err(|e| EpError::Graph(context(e.0)))?;
-        let id = g.try_input(&v.name, m.dtype, m.shape.clone()).map_err(|e| npurt_err(context(String::new()), e))?;
-        ids.insert(v.name.clone(), id);
-        inputs.push((v.name.clone(), m));
-    }
-    for node in in_order(&nodes)? {
-        // SAFETY: the node's operand handles are valid during this call.
-        unsafe { add_node(&ort, &mut g, &mut ids, node) }.map_err(|e| match e {
-            EpError::Graph(m) => EpError::Graph(context(m)),
-            EpError::Npurt { context: c, source } => EpError::Npurt { context: context(c), source },
-            other => other,
-        })?;
-    }
-    let mut outputs = Vec::new();
-    for v in fused.outputs.iter().flatten() {
-        let Some(&id) = ids.get(&v.name) else {
-            return Err(EpError::Graph(context(format!("output {:?} is made by no node of the group", v.name))));
-        };
-        g.try_output(id).map_err(|e| npurt_err(context(String::new()), e))?;
-        outputs.push(v.name.clone());
-    }
     // f32 throughout: the precision rewrites would change what ONNX computes.
     let options = CompileOptions { precision: Precision::F32, ..CompileOptions::from_config(rt.config(), 0) };
     let compiled =
@@ -112,12 +87,64 @@ pub unsafe fn compile(
         },
         ort,
         name: fused.name.clone(),
-        nodes: labels,
+        nodes: labels.clone(),
         rt: rt.clone(),
         graph: compiled,
         inputs,
         outputs,
     }))
+}
+
+/// The npurt graph of one fused group, and what `Compute` needs to feed and read it.
+#[derive(Debug)]
+pub struct Built {
+    pub graph: Graph,
+    /// The fused node's inputs: ONNX name and meta, in the kernel context's order.
+    pub inputs: Vec<(String, TensorMeta)>,
+    /// The fused node's outputs' ONNX names, in the kernel context's order.
+    pub outputs: Vec<String>,
+    /// The group's nodes, as messages name them.
+    pub labels: String,
+}
+
+/// Builds the npurt graph of a fused group: the fused node's inputs as graph inputs, each
+/// constant initializer a node reads as a constant (`initializer` reads its data), one npurt
+/// node per ONNX node, the fused node's outputs as graph outputs. Errors name the fused node,
+/// the group, and the node, op and operands refused.
+pub fn build_graph(
+    fused: &NodeInfo,
+    nodes: &[NodeInfo],
+    initializer: &mut dyn FnMut(&ValueMeta) -> Result<HostTensor, EpError>,
+) -> Result<Built, EpError> {
+    let labels: Vec<String> = nodes.iter().map(NodeInfo::label).collect();
+    let labels = labels.join(", ");
+    let context = |what: String| format!("fused node {:?} of [{labels}]: {what}", fused.name);
+    let mut g = Graph::new();
+    let mut ids: HashMap<String, ValueId> = HashMap::new();
+    let mut inputs = Vec::new();
+    for v in fused.inputs.iter() {
+        let Some(v) = v else { return Err(EpError::Graph(context("a fused input is missing".into()))) };
+        let m = static_meta(v).map_err(|e| EpError::Graph(context(e.0)))?;
+        let id = g.try_input(&v.name, m.dtype, m.shape.clone()).map_err(|e| npurt_err(context(String::new()), e))?;
+        ids.insert(v.name.clone(), id);
+        inputs.push((v.name.clone(), m));
+    }
+    for node in in_order(nodes)? {
+        add_node(&mut g, &mut ids, node, initializer).map_err(|e| match e {
+            EpError::Graph(m) => EpError::Graph(context(m)),
+            EpError::Npurt { context: c, source } => EpError::Npurt { context: context(c), source },
+            other => other,
+        })?;
+    }
+    let mut outputs = Vec::new();
+    for v in fused.outputs.iter().flatten() {
+        let Some(&id) = ids.get(&v.name) else {
+            return Err(EpError::Graph(context(format!("output {:?} is made by no node of the group", v.name))));
+        };
+        g.try_output(id).map_err(|e| npurt_err(context(String::new()), e))?;
+        outputs.push(v.name.clone());
+    }
+    Ok(Built { graph: g, inputs, outputs, labels })
 }
 
 fn npurt_err(context: String, source: runtime::Error) -> EpError {
@@ -152,14 +179,11 @@ fn in_order(nodes: &[NodeInfo]) -> Result<Vec<&NodeInfo>, EpError> {
 }
 
 /// Adds one claimed node (and the constant initializers it reads) to the npurt graph.
-///
-/// # Safety
-/// The node's operand handles are valid during the current call.
-unsafe fn add_node(
-    ort: &Ort,
+fn add_node(
     g: &mut Graph,
     ids: &mut HashMap<String, ValueId>,
     node: &NodeInfo,
+    initializer: &mut dyn FnMut(&ValueMeta) -> Result<HostTensor, EpError>,
 ) -> Result<(), EpError> {
     let label = node.label();
     let mapped = map_node(node).map_err(|d| EpError::Graph(format!("node {label} is not npurt's: {}", d.0)))?;
@@ -168,8 +192,7 @@ unsafe fn add_node(
         let id = match ids.get(&v.name) {
             Some(&id) => id,
             None if v.constant => {
-                // SAFETY: v.handle is valid during this call.
-                let t = unsafe { initializer(ort, v) }?;
+                let t = initializer(v)?;
                 let id = g.try_constant(&v.name, t).map_err(|e| npurt_err(format!("node {label}"), e))?;
                 ids.insert(v.name.clone(), id);
                 id
@@ -181,7 +204,8 @@ unsafe fn add_node(
     let Some(out) = node.outputs.first().and_then(Option::as_ref) else {
         return Err(EpError::Graph(format!("node {label} has no output")));
     };
-    let operands: Vec<String> = mapped.inputs.iter().map(|m| m.to_string()).collect();
+    let operands: Vec<String> =
+        node.inputs.iter().flatten().zip(&args).map(|(v, id)| format!("{:?} {}", v.name, g.meta(*id))).collect();
     let id = g
         .op(&out.name, mapped.op, &args)
         .map_err(|e| npurt_err(format!("node {label} with operands [{}]", operands.join(", ")), e))?;
@@ -381,5 +405,84 @@ pub unsafe fn release(infos: *mut *mut OrtNodeComputeInfo, n: usize) {
             // SAFETY: per the contract.
             drop(unsafe { Kernel::from_raw(p) });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::ValueMeta;
+
+    fn value(name: &str, dims: &[i64], constant: bool) -> Option<ValueMeta> {
+        Some(ValueMeta { name: name.into(), elem: 1, dims: Some(dims.to_vec()), constant, handle: ptr::null() })
+    }
+
+    fn node(op: &str, inputs: Vec<Option<ValueMeta>>, out: Option<ValueMeta>) -> NodeInfo {
+        NodeInfo {
+            node: ptr::null(),
+            name: String::new(),
+            op_type: op.into(),
+            domain: String::new(),
+            since_version: 17,
+            inputs,
+            outputs: vec![out],
+            attrs: Default::default(),
+        }
+    }
+
+    fn fused(inputs: Vec<Option<ValueMeta>>, outputs: Vec<Option<ValueMeta>>) -> NodeInfo {
+        NodeInfo { name: "NpurtExecutionProvider_0".into(), ..node("Fused", inputs, None) }.with_outputs(outputs)
+    }
+
+    impl NodeInfo {
+        fn with_outputs(mut self, outputs: Vec<Option<ValueMeta>>) -> NodeInfo {
+            self.outputs = outputs;
+            self
+        }
+    }
+
+    fn weights(v: &ValueMeta) -> Result<HostTensor, EpError> {
+        let n: i64 = v.dims.as_ref().unwrap().iter().product();
+        Ok(HostTensor::from_vec(vec![n as usize], vec![1f32; n as usize]).unwrap())
+    }
+
+    #[test]
+    fn a_group_becomes_one_graph_with_its_weights_as_constants() {
+        let nodes = [
+            node("Relu", vec![value("x", &[4], false)], value("r", &[4], false)),
+            node("Add", vec![value("r", &[4], false), value("w", &[4], true)], value("z", &[4], false)),
+        ];
+        let f = fused(vec![value("x", &[4], false)], vec![value("z", &[4], false)]);
+        let b = build_graph(&f, &nodes, &mut weights).unwrap();
+        assert_eq!(b.graph.nodes.len(), 2);
+        assert_eq!(b.graph.inputs.len(), 1);
+        assert_eq!(b.outputs, vec!["z".to_string()]);
+        assert!(
+            b.graph.values.iter().any(|v| v.name == "w" && matches!(v.kind, runtime::graph::ValueKind::Constant(_)))
+        );
+    }
+
+    #[test]
+    fn a_refused_node_is_named_with_its_op_and_operands() {
+        // ORT declares `r` as [2, 3] where it is used, but the Relu made it [4]: npurt's
+        // builder refuses the Add, and the error says where.
+        let nodes = [
+            node("Relu", vec![value("x", &[4], false)], value("r", &[4], false)),
+            node("Add", vec![value("r", &[2, 3], false), value("y", &[2, 3], false)], value("z", &[2, 3], false)),
+        ];
+        let f = fused(vec![value("x", &[4], false), value("y", &[2, 3], false)], vec![value("z", &[2, 3], false)]);
+        let e = build_graph(&f, &nodes, &mut weights).unwrap_err().to_string();
+        for part in ["NpurtExecutionProvider_0", "\"z\" (Add)", "\"r\" f32 [4]", "\"y\" f32 [2, 3]", "Add:"] {
+            assert!(e.contains(part), "{part} not in {e}");
+        }
+        // An operand that nothing makes, and an op that is not npurt's.
+        let nodes = [node("Relu", vec![value("q", &[4], false)], value("r", &[4], false))];
+        let f = fused(vec![], vec![value("r", &[4], false)]);
+        let e = build_graph(&f, &nodes, &mut weights).unwrap_err().to_string();
+        assert!(e.contains("\"r\" (Relu)") && e.contains("\"q\" comes from nowhere"), "{e}");
+        let nodes = [node("Conv", vec![value("x", &[4], false)], value("c", &[4], false))];
+        let f = fused(vec![value("x", &[4], false)], vec![value("c", &[4], false)]);
+        let e = build_graph(&f, &nodes, &mut weights).unwrap_err().to_string();
+        assert!(e.contains("\"c\" (Conv) is not npurt's"), "{e}");
     }
 }
