@@ -21,6 +21,9 @@ pub struct ValueMeta {
     pub elem: i32,
     /// The dims, -1 for a symbolic or unknown one; `None` when the rank is unknown.
     pub dims: Option<Vec<i64>>,
+    /// Per dim, its symbolic name (`dim_param`, e.g. `batch`), empty for a fixed or an
+    /// unnamed dim; empty when ORT reports none.
+    pub symbols: Vec<String>,
     /// A constant initializer (a weight): its data is readable at `Compile`.
     pub constant: bool,
     /// ORT's handle, valid only during the call that produced it.
@@ -31,6 +34,12 @@ impl ValueMeta {
     /// True when every dim is known.
     pub fn is_static(&self) -> bool {
         self.dims.as_ref().is_some_and(|d| d.iter().all(|&x| x >= 0))
+    }
+
+    /// The symbolic name of dim `i`, if it has one and is not fixed.
+    pub fn symbol(&self, i: usize) -> Option<&str> {
+        let fixed = self.dims.as_ref().is_some_and(|d| d.get(i).is_some_and(|&x| x >= 0));
+        self.symbols.get(i).map(String::as_str).filter(|s| !s.is_empty() && !fixed)
     }
 }
 
@@ -190,6 +199,7 @@ pub unsafe fn value_meta(ort: &Ort, vi: *const OrtValueInfo) -> Result<ValueMeta
         name: unsafe { text(name) },
         elem: 0,
         dims: None,
+        symbols: Vec::new(),
         constant,
         handle: vi,
     };
@@ -207,6 +217,14 @@ pub unsafe fn value_meta(ort: &Ort, vi: *const OrtValueInfo) -> Result<ValueMeta
     }
     // SAFETY: tsi is a valid tensor info.
     let (elem, dims) = unsafe { tensor_info(ort, tsi) }?;
+    if dims.iter().any(|&d| d < 0) {
+        let mut names: Vec<*const c_char> = vec![ptr::null(); dims.len()];
+        // SAFETY: names has room for one string per dim; ORT fills them with strings it owns.
+        let st = unsafe { (ort.api.GetSymbolicDimensions)(tsi, names.as_mut_ptr(), names.len()) };
+        ort.check("GetSymbolicDimensions", st)?;
+        // SAFETY: each entry is null or ORT's NUL-terminated string, valid for this call.
+        meta.symbols = names.into_iter().map(|s| unsafe { text(s) }).collect();
+    }
     meta.elem = elem as i32;
     meta.dims = Some(dims);
     Ok(meta)

@@ -4,13 +4,17 @@
 //!
 //! The constant initializers of a fused group (its weights) are read once at `Compile` and
 //! held by npurt only (`drop_constant_initializers` was set when the group was claimed).
+//! A group whose inputs have symbolic dims is compiled at its first run with each new set of
+//! input shapes (the symbols bound from the tensors ORT feeds), with the weights' device
+//! copies shared by all of them (`compile_shared`), and the compiled graphs cached.
 //! Inputs and outputs are copied between ORT's host buffers and npurt's tensors.
 
 use core::ffi::c_void;
 use std::collections::HashMap;
 use std::ptr;
+use std::sync::{Arc, Mutex};
 
-use runtime::graph::{CompileOptions, CompiledGraph, Graph, HostTensor, ValueId};
+use runtime::graph::{CompileOptions, CompiledGraph, Graph, HostTensor, SharedConstants, ValueId};
 use runtime::{DType, Precision, Shape, Tensor, TensorMeta};
 
 use crate::abi::{
@@ -23,8 +27,9 @@ use crate::ort::{EpError, Ort};
 use crate::partition;
 
 /// One compiled fused node. `base` comes first so that the `OrtNodeComputeInfo*` ORT passes
-/// back points at the whole struct. `Send + Sync`: immutable after `Compile`, and a
-/// [`CompiledGraph`] runs from many threads at once (one arena each).
+/// back points at the whole struct. `Send + Sync`: immutable after `Compile` but for the
+/// cache of compiled shapes (behind a mutex), and a [`CompiledGraph`] runs from many threads
+/// at once (one arena each).
 #[repr(C)]
 pub struct Kernel {
     base: OrtNodeComputeInfo,
@@ -34,11 +39,81 @@ pub struct Kernel {
     /// The original nodes, as messages name them.
     nodes: String,
     rt: npurt::Runtime,
-    graph: CompiledGraph,
-    /// The fused node's inputs: ONNX name and what the graph was compiled for.
-    inputs: Vec<(String, TensorMeta)>,
+    /// The fused node's input names, in the kernel context's order.
+    inputs: Vec<String>,
     /// The fused node's outputs' ONNX names.
     outputs: Vec<String>,
+    plan: Plan,
+}
+
+// SAFETY: the ORT handles inside the node records of a `Plan::Shapes` are nulled at Compile
+// and never read again; everything else is Send + Sync (the cache is behind a Mutex).
+unsafe impl Send for Kernel {}
+// SAFETY: as above.
+unsafe impl Sync for Kernel {}
+
+/// How a fused node gets its compiled graph.
+enum Plan {
+    /// Every input shape fixed: compiled once, at `Compile`.
+    Static { graph: Arc<CompiledGraph>, inputs: Vec<TensorMeta> },
+    /// Symbolic input dims: compiled per set of input shapes, at the first run with it.
+    Shapes(Box<Shapes>),
+}
+
+/// Most input shapes whose compiled graphs a fused node keeps; the cache starts afresh past it.
+const MAX_SHAPES: usize = 32;
+
+/// A group to compile per input shape: its ONNX nodes (ORT's handles nulled), weights and
+/// the compiled graphs so far.
+struct Shapes {
+    fused: NodeInfo,
+    nodes: Vec<NodeInfo>,
+    weights: HashMap<String, HostTensor>,
+    options: CompileOptions,
+    shared: SharedConstants,
+    cache: Mutex<HashMap<Vec<TensorMeta>, Arc<CompiledGraph>>>,
+}
+
+impl Shapes {
+    /// The graph compiled for `metas` (the tensors ORT feeds), compiled now if new.
+    fn graph_for(&self, rt: &npurt::Runtime, metas: &[TensorMeta]) -> Result<Arc<CompiledGraph>, EpError> {
+        let mut cache = self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(g) = cache.get(metas) {
+            return Ok(g.clone());
+        }
+        let mut b = ops::Bindings::new();
+        for (v, m) in self.fused.inputs.iter().zip(metas) {
+            let Some(v) = v else { return Err(EpError::Graph("a fused input is missing".into())) };
+            ops::bind(v, m, &mut b).map_err(|e| EpError::Graph(format!("input {e}")))?;
+        }
+        let concrete = |n: &NodeInfo| ops::concretize(n, &b).map_err(|d| EpError::Graph(d.0));
+        let fused = concrete(&self.fused)?;
+        let nodes = self.nodes.iter().map(concrete).collect::<Result<Vec<_>, _>>()?;
+        let mut weights = |v: &ValueMeta| {
+            self.weights
+                .get(&v.name)
+                .cloned()
+                .ok_or_else(|| EpError::Graph(format!("weight {:?} was not kept", v.name)))
+        };
+        let built = build_graph(&fused, &nodes, &mut weights)?;
+        let shapes: Vec<String> = metas.iter().map(|m| m.to_string()).collect();
+        let g = CompiledGraph::compile_shared(rt.inner(), built.graph, self.options.clone(), &self.shared)
+            .map_err(|e| npurt_err(format!("compile for inputs [{}]", shapes.join(", ")), e))?;
+        if cache.len() >= MAX_SHAPES {
+            cache.clear();
+        }
+        let g = Arc::new(g);
+        cache.insert(metas.to_vec(), g.clone());
+        Ok(g)
+    }
+}
+
+/// `n` without ORT's handles (valid only during the call that listed it).
+fn detached(n: &NodeInfo) -> NodeInfo {
+    let strip = |vs: &[Option<ValueMeta>]| -> Vec<Option<ValueMeta>> {
+        vs.iter().map(|v| v.as_ref().map(|v| ValueMeta { handle: ptr::null(), ..v.clone() })).collect()
+    };
+    NodeInfo { node: ptr::null(), inputs: strip(&n.inputs), outputs: strip(&n.outputs), ..n.clone() }
 }
 
 impl Kernel {
@@ -70,14 +145,38 @@ pub unsafe fn compile(
     }
     // SAFETY: ORT's pointers, valid during this call.
     let (nodes, fused) = unsafe { (graph::nodes(&ort, graph)?, graph::node_info(&ort, fused)?) };
-    // SAFETY: the operands' handles are valid during this call.
-    let built = build_graph(&fused, &nodes, &mut |v| unsafe { initializer(&ort, v) })?;
-    let Built { graph: g, inputs, outputs, labels } = built;
-    let context = |what: String| format!("fused node {:?} of [{labels}]: {what}", fused.name);
     // f32 throughout: the precision rewrites would change what ONNX computes.
     let options = CompileOptions { precision: Precision::F32, ..CompileOptions::from_config(rt.config(), 0) };
-    let compiled =
-        CompiledGraph::compile_owned(rt.inner(), g, options).map_err(|e| npurt_err(context("compile".into()), e))?;
+    let inputs: Vec<String> = fused.inputs.iter().flatten().map(|v| v.name.clone()).collect();
+    let outputs: Vec<String> = fused.outputs.iter().flatten().map(|v| v.name.clone()).collect();
+    let labels: Vec<String> = nodes.iter().map(NodeInfo::label).collect();
+    let labels = labels.join(", ");
+    let plan = if fused.inputs.iter().flatten().all(ValueMeta::is_static) {
+        // SAFETY: the operands' handles are valid during this call.
+        let built = build_graph(&fused, &nodes, &mut |v| unsafe { initializer(&ort, v) })?;
+        let metas = built.inputs.into_iter().map(|(_, m)| m).collect();
+        let compiled = CompiledGraph::compile_owned(rt.inner(), built.graph, options)
+            .map_err(|e| npurt_err(format!("fused node {:?} of [{labels}]: compile", fused.name), e))?;
+        Plan::Static { graph: Arc::new(compiled), inputs: metas }
+    } else {
+        let mut weights = HashMap::new();
+        for v in
+            nodes.iter().flat_map(|n| n.inputs.iter().flatten()).filter(|v| v.constant && !inputs.contains(&v.name))
+        {
+            if !weights.contains_key(&v.name) {
+                // SAFETY: the operand's handle is valid during this call.
+                weights.insert(v.name.clone(), unsafe { initializer(&ort, v) }?);
+            }
+        }
+        Plan::Shapes(Box::new(Shapes {
+            fused: detached(&fused),
+            nodes: nodes.iter().map(detached).collect(),
+            weights,
+            options,
+            shared: SharedConstants::new(),
+            cache: Mutex::new(HashMap::new()),
+        }))
+    };
     Ok(Box::new(Kernel {
         base: OrtNodeComputeInfo {
             ort_version_supported: EP_API_VERSION,
@@ -87,11 +186,11 @@ pub unsafe fn compile(
         },
         ort,
         name: fused.name.clone(),
-        nodes: labels.clone(),
+        nodes: labels,
         rt: rt.clone(),
-        graph: compiled,
         inputs,
         outputs,
+        plan,
     }))
 }
 
@@ -315,8 +414,8 @@ impl Kernel {
     /// `ctx` is ORT's kernel context of the current `Compute`.
     unsafe fn run(&self, ctx: *mut OrtKernelContext) -> Result<(), EpError> {
         let ort = &self.ort;
-        let mut tensors = Vec::with_capacity(self.inputs.len());
-        for (i, (name, want)) in self.inputs.iter().enumerate() {
+        let mut fed = Vec::with_capacity(self.inputs.len());
+        for (i, name) in self.inputs.iter().enumerate() {
             let mut v: *const OrtValue = ptr::null();
             // SAFETY: ctx is valid; index i < the fused node's input count.
             ort.check("KernelContext_GetInput", unsafe { (ort.api.KernelContext_GetInput)(ctx, i, &mut v) })?;
@@ -324,10 +423,21 @@ impl Kernel {
                 return Err(EpError::Graph(format!("input {name:?} is missing")));
             }
             // SAFETY: v is ORT's input tensor, valid for this call.
-            let (meta, bytes) = unsafe { tensor_bytes(ort, v) }?;
-            if meta != *want {
-                return Err(EpError::Graph(format!("input {name:?} is {meta}, compiled for {want}")));
+            fed.push(unsafe { tensor_bytes(ort, v) }?);
+        }
+        let metas: Vec<TensorMeta> = fed.iter().map(|(m, _)| m.clone()).collect();
+        let graph = match &self.plan {
+            Plan::Static { graph, inputs } => {
+                if let Some(((name, got), want)) = self.inputs.iter().zip(&metas).zip(inputs).find(|((_, g), w)| g != w)
+                {
+                    return Err(EpError::Graph(format!("input {name:?} is {got}, compiled for {want}")));
+                }
+                graph.clone()
             }
+            Plan::Shapes(shapes) => shapes.graph_for(&self.rt, &metas)?,
+        };
+        let mut tensors = Vec::with_capacity(fed.len());
+        for (name, (meta, bytes)) in self.inputs.iter().zip(fed) {
             let t = self
                 .rt
                 .empty(meta.dtype, meta.shape.clone(), 0)
@@ -336,7 +446,7 @@ impl Kernel {
             tensors.push(t);
         }
         let refs: Vec<&Tensor> = tensors.iter().collect();
-        let outs = self.graph.run(&refs).map_err(|e| npurt_err("run".into(), e))?;
+        let outs = graph.run(&refs).map_err(|e| npurt_err("run".into(), e))?;
         for (j, (t, name)) in outs.iter().zip(&self.outputs).enumerate() {
             let dims: Vec<i64> = t.dims().iter().map(|&d| d as i64).collect();
             let mut ov: *mut OrtValue = ptr::null_mut();
@@ -414,7 +524,14 @@ mod tests {
     use crate::graph::ValueMeta;
 
     fn value(name: &str, dims: &[i64], constant: bool) -> Option<ValueMeta> {
-        Some(ValueMeta { name: name.into(), elem: 1, dims: Some(dims.to_vec()), constant, handle: ptr::null() })
+        Some(ValueMeta {
+            name: name.into(),
+            elem: 1,
+            dims: Some(dims.to_vec()),
+            symbols: vec![],
+            constant,
+            handle: ptr::null(),
+        })
     }
 
     fn node(op: &str, inputs: Vec<Option<ValueMeta>>, out: Option<ValueMeta>) -> NodeInfo {

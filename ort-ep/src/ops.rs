@@ -5,7 +5,7 @@
 //! opset whose semantics npurt follows; (2) every attribute is one npurt maps, with a value
 //! npurt computes as ONNX does (docs/OPS.md: where npurt offers less, the node stays on ORT);
 //! (3) its tensors are f32 or f16 (any of npurt's six dtypes at a `Cast`'s ends) with static
-//! shapes; and (4) npurt's own validation ([`Op::infer`], the op table's) accepts the operands
+//! shapes, or symbolic dims that are named (see [`map_node`]); and (4) npurt's own validation ([`Op::infer`], the op table's) accepts the operands
 //! and infers exactly the output dtypes and shapes ORT declares. Anything else is a
 //! [`Decline`] with the reason, which the session's verbose log shows. The EP then also asks
 //! the backend for a kernel (`Runtime::select_kernel`, in `crate::ep::claim`).
@@ -239,8 +239,99 @@ pub struct Mapped {
     pub inputs: Vec<TensorMeta>,
 }
 
-/// Decides whether npurt claims `node`; on success the npurt op and its input metas.
+/// Values of symbolic dims (`dim_param` names).
+pub type Bindings = HashMap<String, usize>;
+
+/// `v` with its symbolic dims replaced by their values; `None` when a dim is unknown and
+/// unnamed, or named but not bound.
+fn concrete_value(v: &ValueMeta, b: &Bindings) -> Option<ValueMeta> {
+    let dims = v.dims.as_ref()?;
+    let mut out = Vec::with_capacity(dims.len());
+    for (i, &d) in dims.iter().enumerate() {
+        out.push(if d >= 0 { d } else { i64::try_from(*b.get(v.symbol(i)?)?).ok()? });
+    }
+    Some(ValueMeta { dims: Some(out), symbols: Vec::new(), ..v.clone() })
+}
+
+/// `node` with every symbolic dim of its operands replaced by its value in `b`.
+pub fn concretize(node: &NodeInfo, b: &Bindings) -> Result<NodeInfo, Decline> {
+    let map = |vs: &[Option<ValueMeta>]| -> Result<Vec<Option<ValueMeta>>, Decline> {
+        vs.iter()
+            .map(|v| match v {
+                None => Ok(None),
+                Some(v) => concrete_value(v, b)
+                    .map(Some)
+                    .ok_or_else(|| Decline(format!("{:?} has a dim that is not fixed and not bound", v.name))),
+            })
+            .collect()
+    };
+    Ok(NodeInfo { inputs: map(&node.inputs)?, outputs: map(&node.outputs)?, ..node.clone() })
+}
+
+/// Binds the symbolic dims of `declared` to the dims of `actual` (a tensor ORT feeds),
+/// checking its dtype, its rank, its fixed dims and the symbols bound already.
+pub fn bind(declared: &ValueMeta, actual: &TensorMeta, b: &mut Bindings) -> Result<(), String> {
+    let dims = declared.dims.as_deref().unwrap_or(&[]);
+    let want = format!("{:?} is declared {} {dims:?}, got {actual}", declared.name, declared.elem);
+    if dtype_of(declared.elem) != Some(actual.dtype) || dims.len() != actual.shape.rank() {
+        return Err(want);
+    }
+    for (i, (&d, &got)) in dims.iter().zip(actual.shape.dims()).enumerate() {
+        if d >= 0 {
+            if d as usize != got {
+                return Err(want);
+            }
+            continue;
+        }
+        let Some(sym) = declared.symbol(i) else { return Err(format!("{want}: dim {i} is unnamed")) };
+        match b.get(sym) {
+            Some(&v) if v != got => return Err(format!("{want}: `{sym}` is {v} elsewhere")),
+            Some(_) => {}
+            None => {
+                b.insert(sym.to_string(), got);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Decides whether npurt claims `node`; on success the npurt op and its input metas. A node
+/// with symbolic dims is claimed when every unknown dim is named, its outputs' names all
+/// appear in its inputs, and it maps with static shapes under two different sets of distinct
+/// values for the names (its metas are those of the first).
 pub fn map_node(node: &NodeInfo) -> Result<Mapped, Decline> {
+    let operands = || node.inputs.iter().chain(&node.outputs).flatten();
+    if operands().all(ValueMeta::is_static) {
+        return map_static(node);
+    }
+    let mut names: Vec<String> = Vec::new();
+    for (k, v) in node.inputs.iter().flatten().chain(node.outputs.iter().flatten()).enumerate() {
+        let is_output = k >= node.inputs.iter().flatten().count();
+        let Some(dims) = &v.dims else { return decline(format!("{:?} has no known rank", v.name)) };
+        for i in (0..dims.len()).filter(|&i| dims[i] < 0) {
+            let Some(sym) = v.symbol(i) else {
+                return decline(format!("{:?} has an unknown dim with no name", v.name));
+            };
+            if !names.iter().any(|n| n == sym) {
+                if is_output {
+                    return decline(format!("output {:?} has a dim `{sym}` no input names", v.name));
+                }
+                names.push(sym.to_string());
+            }
+        }
+    }
+    let mut first = None;
+    for base in [1009usize, 2003] {
+        let b: Bindings = names.iter().enumerate().map(|(k, n)| (n.clone(), base + 2 * k)).collect();
+        let m = map_static(&concretize(node, &b)?)
+            .map_err(|d| Decline(format!("{} (symbolic dims tried as {b:?})", d.0)))?;
+        first.get_or_insert(m);
+    }
+    first.ok_or_else(|| Decline("no probe".into()))
+}
+
+/// [`map_node`] for a node whose every operand has static dims.
+fn map_static(node: &NodeInfo) -> Result<Mapped, Decline> {
     let kind = claimed_kind(node)?;
     // Optional inputs are trailing for every claimed op: the present ones, in order.
     let present: Vec<&ValueMeta> = node.inputs.iter().map_while(Option::as_ref).collect();
@@ -279,6 +370,7 @@ mod tests {
             name: name.into(),
             elem,
             dims: Some(dims.to_vec()),
+            symbols: vec![],
             constant: false,
             handle: std::ptr::null(),
         })
@@ -340,6 +432,45 @@ mod tests {
         for n in cases {
             assert!(map_node(&n).is_err(), "{n:?}");
         }
+    }
+
+    fn sym(name: &str, dims: &[i64], symbols: &[&str]) -> Option<ValueMeta> {
+        let mut v = value(name, 1, dims).unwrap();
+        v.symbols = symbols.iter().map(|s| s.to_string()).collect();
+        Some(v)
+    }
+
+    #[test]
+    fn named_symbolic_dims_are_claimed_and_bound_per_run() {
+        let mut n = node("MatMul", 13, vec![sym("a", &[-1, -1, 3], &["b", "s", ""]), value("w", 1, &[3, 4])], &[]);
+        n.outputs = vec![sym("y", &[-1, -1, 4], &["b", "s", ""])];
+        assert!(map_node(&n).is_ok());
+        // Bound from the tensors ORT feeds, then made static.
+        let mut b = Bindings::new();
+        let a = n.inputs[0].as_ref().unwrap();
+        bind(a, &TensorMeta::new(DType::F32, [2, 5, 3]), &mut b).unwrap();
+        let c = concretize(&n, &b).unwrap();
+        assert_eq!(c.outputs[0].as_ref().unwrap().dims, Some(vec![2, 5, 4]));
+        assert!(map_node(&c).is_ok());
+        // A bound symbol must agree, fixed dims must match, dtypes too.
+        assert!(bind(a, &TensorMeta::new(DType::F32, [3, 5, 3]), &mut b).is_err());
+        assert!(bind(a, &TensorMeta::new(DType::F32, [2, 5, 4]), &mut Bindings::new()).is_err());
+        assert!(bind(a, &TensorMeta::new(DType::F16, [2, 5, 3]), &mut Bindings::new()).is_err());
+    }
+
+    #[test]
+    fn symbolic_dims_npurt_cannot_relate_are_declined() {
+        // An output dim no input names (ORT's `unk__0` after a broadcast of two symbols).
+        let mut n = node("Add", 14, vec![sym("a", &[-1], &["n"]), sym("b", &[-1], &["m"])], &[]);
+        n.outputs = vec![sym("y", &[-1], &["unk__0"])];
+        assert!(map_node(&n).is_err());
+        // Two symbols that only broadcast if equal or 1.
+        n.outputs = vec![sym("y", &[-1], &["n"])];
+        assert!(map_node(&n).is_err());
+        // A symbol against a fixed dim.
+        let mut n = node("Add", 14, vec![sym("a", &[-1], &["n"]), value("b", 1, &[5])], &[]);
+        n.outputs = vec![value("y", 1, &[5])];
+        assert!(map_node(&n).is_err());
     }
 
     #[test]

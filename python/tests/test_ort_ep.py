@@ -378,9 +378,9 @@ DECLINED = {
     "LayerNormalization no bias": lambda: _one("LayerNormalization", [(2, 4), (4,)], (2, 4)),
     "LayerNormalization axis 0": lambda: _one("LayerNormalization", [(2, 4), (2, 4), (2, 4)], (2, 4),
                                               attrs={"axis": 0}),
-    # A symbolic dim: npurt compiles static shapes only, so far.
-    "Relu symbolic batch": lambda: (_build([helper.make_node("Relu", ["x"], ["y"])], [("x", ("N", 3))],
-                                           [("y", ("N", 3))]), {"x": _rand(2, 3)}),
+    # An unknown dim with no name: npurt cannot relate it to the other operands' dims.
+    "Relu unnamed dim": lambda: (_build([helper.make_node("Relu", ["x"], ["y"])], [("x", (None, 3))],
+                                        [("y", (None, 3))]), {"x": _rand(2, 3)}),
     # Not f32.
     "Relu f64": lambda: (_build([helper.make_node("Relu", ["x"], ["y"])], [("x", (3,), TensorProto.DOUBLE)],
                                 [("y", (3,), TensorProto.DOUBLE)]), {"x": np.array([-1.0, 0.0, 2.0])}),
@@ -397,14 +397,40 @@ def test_a_node_npurt_computes_differently_stays_on_ort(registered, case):
 
 
 @needs_onnx
+def test_symbolic_dims_compile_per_input_shape_and_match(registered):
+    # Batch and sequence are named dims (as exporters write them): the group is compiled at the
+    # first run with each shape, and a shape seen before reuses its graph.
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("Add", ["h", "b"], ["hb"]),
+        helper.make_node("Gelu", ["hb"], ["g"]),
+        helper.make_node("LayerNormalization", ["g", "gamma", "beta"], ["ln"]),
+        helper.make_node("Softmax", ["ln"], ["y"]),
+    ]
+    inits = [("w", _rand(8, 6)), ("b", _rand(6)), ("gamma", _rand(6)), ("beta", _rand(6))]
+    model = _build(nodes, [("x", ("batch", "seq", 8))], [("y", ("batch", "seq", 6))], initializers=inits)
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    so.add_provider_for_devices(_npurt_devices(), {})
+    sess = ort.InferenceSession(model, sess_options=so)
+    subgraphs = [(s.ep_name, len(s.get_nodes())) for s in sess.get_provider_graph_assignment_info()]
+    assert subgraphs == [(EP_NAME, len(nodes))], subgraphs
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    for shape in [(2, 3, 8), (1, 7, 8), (2, 3, 8), (4, 1, 8)]:
+        feeds = {"x": _rand(*shape)}
+        _assert_close(sess.run(None, feeds), ref.run(None, feeds))
+
+
+@needs_onnx
 def test_four_threads_on_one_session_equal_a_serial_run(registered):
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Gelu", ["h"], ["y"])]
-    model = _build(nodes, [("x", (16, 32))], [("y", (16, 24))], initializers=[("w", _rand(32, 24))])
+    # A symbolic batch, each thread its own: the first runs compile concurrently.
+    model = _build(nodes, [("x", ("n", 32))], [("y", ("n", 24))], initializers=[("w", _rand(32, 24))])
     so = ort.SessionOptions()
     so.add_provider_for_devices(_npurt_devices(), {})
     sess = ort.InferenceSession(model, sess_options=so)
-    feeds = [{"x": _rand(16, 32)} for _ in range(4)]
-    serial = [sess.run(None, f)[0] for f in feeds]
+    feeds = [{"x": _rand(8 + i, 32)} for i in range(4)]
+    serial = [ort.InferenceSession(model, sess_options=so).run(None, f)[0] for f in feeds]
     results: "list[object]" = [None] * 4
 
     def work(i):
