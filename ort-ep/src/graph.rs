@@ -26,6 +26,9 @@ pub struct ValueMeta {
     pub symbols: Vec<String>,
     /// A constant initializer (a weight): its data is readable at `Compile`.
     pub constant: bool,
+    /// The values of a small int64 constant initializer (at most [`SMALL_CONSTANT`]
+    /// elements: a `Reshape`'s shape), read while the graph is walked.
+    pub data: Option<Vec<i64>>,
     /// ORT's handle, valid only during the call that produced it.
     pub handle: *const OrtValueInfo,
 }
@@ -42,6 +45,9 @@ impl ValueMeta {
         self.symbols.get(i).map(String::as_str).filter(|s| !s.is_empty() && !fixed)
     }
 }
+
+/// The most elements of an int64 constant whose values [`ValueMeta::data`] holds.
+pub const SMALL_CONSTANT: usize = 16;
 
 /// An attribute value, as far as the ops the EP maps need.
 #[derive(Debug, Clone, PartialEq)]
@@ -201,6 +207,7 @@ pub unsafe fn value_meta(ort: &Ort, vi: *const OrtValueInfo) -> Result<ValueMeta
         dims: None,
         symbols: Vec::new(),
         constant,
+        data: None,
         handle: vi,
     };
     let mut ti: *const OrtTypeInfo = ptr::null();
@@ -226,8 +233,40 @@ pub unsafe fn value_meta(ort: &Ort, vi: *const OrtValueInfo) -> Result<ValueMeta
         meta.symbols = names.into_iter().map(|s| unsafe { text(s) }).collect();
     }
     meta.elem = elem as i32;
+    let n = dims.iter().try_fold(1usize, |n, &d| usize::try_from(d).ok().and_then(|d| n.checked_mul(d)));
+    if constant
+        && elem == ONNXTensorElementDataType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64
+        && let Some(n) = n.filter(|&n| n <= SMALL_CONSTANT)
+    {
+        // SAFETY: vi is a constant initializer valid for this call, of n int64 elements.
+        meta.data = unsafe { small_i64(ort, vi, n) }?;
+    }
     meta.dims = Some(dims);
     Ok(meta)
+}
+
+/// The `n` values of an int64 constant initializer (`None` when ORT has no data for it).
+///
+/// # Safety
+/// `vi` is a constant initializer of `n` int64 elements, valid for the current call.
+unsafe fn small_i64(ort: &Ort, vi: *const OrtValueInfo, n: usize) -> Result<Option<Vec<i64>>, EpError> {
+    let mut value: *const ort_sys::OrtValue = ptr::null();
+    // SAFETY: vi is valid; ORT returns a value it owns (or null).
+    ort.check("ValueInfo_GetInitializerValue", unsafe { (ort.api.ValueInfo_GetInitializerValue)(vi, &mut value) })?;
+    if value.is_null() {
+        return Ok(None);
+    }
+    if n == 0 {
+        return Ok(Some(Vec::new()));
+    }
+    let mut data: *const c_void = ptr::null();
+    // SAFETY: value is a valid tensor; ORT returns its data pointer.
+    ort.check("GetTensorData", unsafe { (ort.api.GetTensorData)(value, &mut data) })?;
+    if data.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: a host int64 tensor of n elements; read unaligned to be safe.
+    Ok(Some((0..n).map(|i| unsafe { data.cast::<i64>().add(i).read_unaligned() }).collect()))
 }
 
 /// Element type and dims of a tensor type-and-shape info.

@@ -287,7 +287,7 @@ fn add_node(
     let label = node.label();
     let mapped = map_node(node).map_err(|d| EpError::Graph(format!("node {label} is not npurt's: {}", d.0)))?;
     let mut args = Vec::new();
-    for v in node.inputs.iter().flatten() {
+    for v in node.inputs.iter().flatten().take(mapped.inputs.len()) {
         let id = match ids.get(&v.name) {
             Some(&id) => id,
             None if v.constant => {
@@ -530,6 +530,7 @@ mod tests {
             dims: Some(dims.to_vec()),
             symbols: vec![],
             constant,
+            data: None,
             handle: ptr::null(),
         })
     }

@@ -23,7 +23,7 @@ pub struct Decline(pub String);
 
 /// The ONNX ops claimed: the spelling, the npurt kind the op-name table maps it to, and the
 /// first opset version with the semantics npurt implements.
-pub const CLAIMED: [(&str, OpKind, i32); 16] = [
+pub const CLAIMED: [(&str, OpKind, i32); 18] = [
     ("Relu", OpKind::Relu, 6),
     ("Add", OpKind::Add, 7),
     ("Sub", OpKind::Sub, 7),
@@ -42,6 +42,9 @@ pub const CLAIMED: [(&str, OpKind, i32); 16] = [
     ("LayerNormalization", OpKind::LayerNorm, 17),
     ("Gelu", OpKind::Gelu, 20),
     ("Cast", OpKind::Cast, 6),
+    // The shape is an input from opset 5 on; it must be a constant (npurt's is an attribute).
+    ("Reshape", OpKind::Reshape, 5),
+    ("Identity", OpKind::Copy, 1),
 ];
 
 /// The dtypes claimed for every op but `Cast`. bf16 is not: ORT's CPU EP, the reference,
@@ -128,10 +131,11 @@ impl Attrs<'_> {
     }
 }
 
-/// The npurt op for a node whose kind is claimed, from its attributes; `rank` is the first
-/// input's rank.
-fn op_for(kind: OpKind, node: &NodeInfo, rank: usize) -> Result<Op, Decline> {
+/// The npurt op for a node whose kind is claimed, from its attributes; `first` is the first
+/// input's meta.
+fn op_for(kind: OpKind, node: &NodeInfo, first: Option<&TensorMeta>) -> Result<Op, Decline> {
     let a = Attrs { map: &node.attrs };
+    let rank = first.map_or(0, |m| m.shape.rank());
     let op = match kind {
         OpKind::Relu
         | OpKind::Add
@@ -178,6 +182,11 @@ fn op_for(kind: OpKind, node: &NodeInfo, rank: usize) -> Result<Op, Decline> {
             Op::Gemm { trans_a, trans_b, alpha: a.float("alpha", 1.0)?, beta: a.float("beta", 1.0)? }
         }
         OpKind::LayerNorm => layer_norm(node, &a, rank)?,
+        OpKind::Reshape => reshape(node, &a, first)?,
+        OpKind::Copy => {
+            a.only(&[])?;
+            Op::Copy
+        }
         OpKind::Gelu => {
             a.only(&["approximate"])?;
             match a.string("approximate", "none")?.as_str() {
@@ -219,6 +228,32 @@ fn layer_norm(node: &NodeInfo, a: &Attrs<'_>, rank: usize) -> Result<Op, Decline
     Ok(Op::LayerNorm { eps: a.float("epsilon", 1e-5)? })
 }
 
+/// ONNX's Reshape as npurt's: the shape a small constant, each 0 (ONNX's default
+/// `allowzero = 0`: copy the input's dim) replaced by the input's dim, since npurt reads a 0
+/// as a zero-size dim.
+fn reshape(node: &NodeInfo, a: &Attrs<'_>, first: Option<&TensorMeta>) -> Result<Op, Decline> {
+    a.only(&["allowzero"])?;
+    if a.int("allowzero", 0)? != 0 {
+        return decline("allowzero = 1");
+    }
+    let Some(shape) = node.inputs.get(1).and_then(Option::as_ref).and_then(|v| v.data.as_ref()) else {
+        return decline("the shape is not a small int64 constant");
+    };
+    let from = first.map(|m| m.shape.dims()).unwrap_or(&[]);
+    let mut out = Vec::with_capacity(shape.len());
+    for (i, &d) in shape.iter().enumerate() {
+        let d = match d {
+            0 => match from.get(i) {
+                Some(&x) => x as i64,
+                None => return decline(format!("shape entry {i} is 0 but the input has rank {}", from.len())),
+            },
+            d => d,
+        };
+        out.push(isize::try_from(d).map_err(|_| Decline(format!("shape entry {d}")))?);
+    }
+    Ok(Op::Reshape { shape: out })
+}
+
 /// The operand's npurt meta: a known dtype and static dims.
 fn meta_of(v: &ValueMeta) -> Result<TensorMeta, Decline> {
     let Some(dtype) = dtype_of(v.elem) else {
@@ -232,7 +267,8 @@ fn meta_of(v: &ValueMeta) -> Result<TensorMeta, Decline> {
     }
 }
 
-/// A claimed node as npurt sees it: the op and the metas of its present inputs, in order.
+/// A claimed node as npurt sees it: the op and the metas of its operands, the node's first
+/// `inputs.len()` inputs (a Reshape's shape, read at claim time, is not one).
 #[derive(Debug, Clone)]
 pub struct Mapped {
     pub op: Op,
@@ -338,12 +374,13 @@ fn map_static(node: &NodeInfo) -> Result<Mapped, Decline> {
     if present.len() != node.inputs.iter().flatten().count() {
         return decline("an optional input is missing before a present one");
     }
-    let inputs = present.iter().map(|v| meta_of(v)).collect::<Result<Vec<_>, _>>()?;
+    // A Reshape's second input, its shape, becomes the op's attribute.
+    let operands = if kind == OpKind::Reshape { &present[..present.len().min(1)] } else { &present[..] };
+    let inputs = operands.iter().map(|v| meta_of(v)).collect::<Result<Vec<_>, _>>()?;
     let outputs: Vec<&ValueMeta> = node.outputs.iter().flatten().collect();
-    let rank = inputs.first().map_or(0, |m| m.shape.rank());
-    let op = op_for(kind, node, rank)?;
+    let op = op_for(kind, node, inputs.first())?;
     let floats_only = kind != OpKind::Cast;
-    for (v, m) in present.iter().zip(&inputs) {
+    for (v, m) in operands.iter().zip(&inputs) {
         if floats_only && !FLOATS.contains(&m.dtype) {
             return decline(format!("{:?} is {} (claimed: f32, f16)", v.name, m.dtype));
         }
@@ -372,6 +409,7 @@ mod tests {
             dims: Some(dims.to_vec()),
             symbols: vec![],
             constant: false,
+            data: None,
             handle: std::ptr::null(),
         })
     }
@@ -421,7 +459,8 @@ mod tests {
             node("Softmax", 11, vec![value("a", 1, &[2, 3])], &[2, 3]),
             // Not in the table, or not claimed.
             node("Conv", 11, vec![value("a", 1, &[1, 1, 3, 3])], &[1, 1, 3, 3]),
-            node("Reshape", 14, vec![value("a", 1, &[6])], &[2, 3]),
+            // A Reshape whose shape is not a constant.
+            node("Reshape", 14, vec![value("a", 1, &[6]), value("s", 7, &[2])], &[2, 3]),
             // Not the ONNX spelling.
             node("relu", 14, vec![value("a", 1, &[3])], &[3]),
             // Output shape differs from what npurt infers.
@@ -471,6 +510,23 @@ mod tests {
         let mut n = node("Add", 14, vec![sym("a", &[-1], &["n"]), value("b", 1, &[5])], &[]);
         n.outputs = vec![value("y", 1, &[5])];
         assert!(map_node(&n).is_err());
+    }
+
+    #[test]
+    fn reshape_takes_its_constant_shape_with_onnx_zeros() {
+        let shape = |v: &[i64]| {
+            Some(ValueMeta { constant: true, data: Some(v.to_vec()), ..value("s", 7, &[v.len() as i64]).unwrap() })
+        };
+        // ONNX's 0 copies the input's dim (npurt's would be a zero-size dim).
+        let n = node("Reshape", 14, vec![value("a", 1, &[2, 3, 4]), shape(&[0, -1])], &[2, 12]);
+        let m = map_node(&n).unwrap();
+        assert_eq!(m.op, Op::Reshape { shape: vec![2, -1] });
+        assert_eq!(m.inputs.len(), 1, "the shape is not an operand");
+        let mut z = n.clone();
+        z.attrs.insert("allowzero".into(), Attr::Int(1));
+        assert!(map_node(&z).is_err());
+        let n = node("Reshape", 14, vec![value("a", 1, &[2, 3, 4]), shape(&[4, 0, 2])], &[4, 3, 2]);
+        assert_eq!(map_node(&n).unwrap().op, Op::Reshape { shape: vec![4, 3, 2] });
     }
 
     #[test]

@@ -305,8 +305,6 @@ def test_one_claimed_node_runs_on_npurt_and_matches_the_cpu_ep(registered, case)
 
 @needs_onnx
 def test_an_encoder_block_is_one_fused_node_on_npurt(registered):
-    # 2-D tokens: on 3-D ones ORT's own level-1 MatMulAddFusion wraps the Gemm it makes of
-    # MatMul + Add in two Reshapes, which npurt does not claim yet (docs/ONNXRUNTIME.md).
     d, f = 8, 16
     nodes = [
         helper.make_node("MatMul", ["x", "w1"], ["h"]),
@@ -315,17 +313,22 @@ def test_an_encoder_block_is_one_fused_node_on_npurt(registered):
         helper.make_node("MatMul", ["g", "w2"], ["o"]),
         helper.make_node("Add", ["o", "x"], ["res"]),
         helper.make_node("LayerNormalization", ["res", "gamma", "beta"], ["ln"], axis=-1),
-        helper.make_node("Transpose", ["ln"], ["t"], perm=[1, 0]),
+        helper.make_node("Transpose", ["ln"], ["t"], perm=[0, 2, 1]),
         helper.make_node("Softmax", ["t"], ["y"], axis=-1),
     ]
     inits = [("w1", _rand(d, f)), ("b1", _rand(f)), ("w2", _rand(f, d)), ("gamma", _rand(d)), ("beta", _rand(d))]
-    model = _build(nodes, [("x", (5, d))], [("y", (d, 5))], initializers=inits)
-    got, want, assigned = _run_both(model, {"x": _rand(5, d)})
-    # ORT fuses each MatMul + Add into a Gemm before partitioning; every node is npurt's.
-    assert list(assigned) == [EP_NAME], assigned
-    assert sorted(assigned[EP_NAME]) == sorted(["Gemm", "Gelu", "Gemm", "LayerNormalization", "Transpose",
-                                                "Softmax"]), assigned
-    _assert_close(got, want)
+    model = _build(nodes, [("x", (2, 5, d))], [("y", (2, d, 5))], initializers=inits)
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    so.add_provider_for_devices(_npurt_devices(), {})
+    sess = ort.InferenceSession(model, sess_options=so)
+    subgraphs = [(s.ep_name, [n.op_type for n in s.get_nodes()]) for s in sess.get_provider_graph_assignment_info()]
+    # ORT rewrites each 3-D MatMul + Add into Reshape, Gemm, Reshape before partitioning; all of
+    # it is npurt's, in one fused node.
+    assert len(subgraphs) == 1 and subgraphs[0][0] == EP_NAME, subgraphs
+    assert {"Gemm", "Reshape", "Gelu", "LayerNormalization", "Transpose", "Softmax"} <= set(subgraphs[0][1]), subgraphs
+    feeds = {"x": _rand(2, 5, d)}
+    _assert_close(sess.run(None, feeds), ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds))
 
 
 @needs_onnx
@@ -369,6 +372,33 @@ def test_branches_from_two_inputs_meet_in_one_fused_node(registered):
     _assert_close(sess.run(None, feeds), ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds))
 
 
+@needs_onnx
+def test_attention_heads_split_by_reshape_run_on_npurt_at_any_batch(registered):
+    # The head split of a transformer export: MatMul, Reshape to [0, 0, heads, dim] (ONNX's 0
+    # copies the input dim), Transpose to [b, h, s, d], Softmax; named batch and seq.
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["q"]),
+        helper.make_node("Reshape", ["q", "heads"], ["qh"]),
+        helper.make_node("Transpose", ["qh"], ["qt"], perm=[0, 2, 1, 3]),
+        helper.make_node("Softmax", ["qt"], ["p"]),
+        helper.make_node("Identity", ["p"], ["y"]),
+    ]
+    inits = [("w", _rand(8, 8)), ("heads", np.array([0, 0, 2, 4], dtype=np.int64))]
+    model = _build(nodes, [("x", ("batch", "seq", 8))], [("y", ("batch", 2, "seq", 4))], initializers=inits)
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    so.add_provider_for_devices(_npurt_devices(), {})
+    sess = ort.InferenceSession(model, sess_options=so)
+    subgraphs = [(s.ep_name, sorted(n.op_type for n in s.get_nodes())) for s in sess.get_provider_graph_assignment_info()]
+    # ORT may remove the Identity before partitioning; every node left is npurt's.
+    assert len(subgraphs) == 1 and subgraphs[0][0] == EP_NAME, subgraphs
+    assert {"MatMul", "Reshape", "Transpose", "Softmax"} <= set(subgraphs[0][1]), subgraphs
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    for shape in [(2, 3, 8), (1, 5, 8)]:
+        feeds = {"x": _rand(*shape)}
+        _assert_close(sess.run(None, feeds), ref.run(None, feeds))
+
+
 DECLINED = {
     # ONNX promotes a 1-D MatMul operand; npurt does not.
     "MatMul 1-D": lambda: _one("MatMul", [(3,), (3, 4)], (4,)),
@@ -381,6 +411,10 @@ DECLINED = {
     # An unknown dim with no name: npurt cannot relate it to the other operands' dims.
     "Relu unnamed dim": lambda: (_build([helper.make_node("Relu", ["x"], ["y"])], [("x", (None, 3))],
                                         [("y", (None, 3))]), {"x": _rand(2, 3)}),
+    # A Reshape whose shape is computed (a graph input), not a constant.
+    "Reshape computed shape": lambda: (_build([helper.make_node("Reshape", ["x", "s"], ["y"])],
+                                              [("x", (2, 6)), ("s", (2,), TensorProto.INT64)], [("y", (3, 4))]),
+                                       {"x": _rand(2, 6), "s": np.array([3, 4], dtype=np.int64)}),
     # Not f32.
     "Relu f64": lambda: (_build([helper.make_node("Relu", ["x"], ["y"])], [("x", (3,), TensorProto.DOUBLE)],
                                 [("y", (3,), TensorProto.DOUBLE)]), {"x": np.array([-1.0, 0.0, 2.0])}),
