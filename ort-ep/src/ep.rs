@@ -119,9 +119,7 @@ unsafe extern "system" fn get_capability(
             let st = unsafe {
                 (ep.ort.ep.EpGraphSupportInfo_AddNodesToFuse)(support, handles.as_ptr(), handles.len(), &options)
             };
-            if !st.is_null() {
-                return Err(ep.ort.check("EpGraphSupportInfo_AddNodesToFuse", ort_sys::OrtStatusPtr(st)).unwrap_err());
-            }
+            ep.ort.check("EpGraphSupportInfo_AddNodesToFuse", ort_sys::OrtStatusPtr(st))?;
         }
         let msg = groups.summary(&nodes);
         log::debug!("{msg}");
