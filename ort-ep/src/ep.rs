@@ -1,13 +1,17 @@
-//! The `OrtEp` one session uses. So far it claims no node: `GetCapability` leaves the whole
-//! graph to ORT's other EPs, so a session with the EP selected runs, and computes exactly what
-//! it would without it.
+//! The `OrtEp` one session uses: `GetCapability` claims the nodes npurt computes as ONNX does
+//! (`crate::ops`), grouped without cycles (`crate::partition`) into fused nodes; `Compile`
+//! turns each into an npurt compiled graph (`crate::kernel`).
 
 use core::ffi::c_char;
 use std::ptr;
 
+use std::collections::HashMap;
+
 use crate::abi::{
-    EP_API_VERSION, OrtEp, OrtEpGraphSupportInfo, OrtGraph, OrtLogger, OrtNode, OrtNodeComputeInfo, StatusPtr,
+    EP_API_VERSION, OrtEp, OrtEpGraphSupportInfo, OrtGraph, OrtLogger, OrtNode, OrtNodeComputeInfo,
+    OrtNodeFusionOptions, StatusPtr,
 };
+use crate::graph::NodeInfo;
 use crate::names::EP_NAME;
 use crate::options::{BackendChoice, EpOptions};
 use crate::ort::{EpError, Ort};
@@ -21,6 +25,8 @@ pub struct Ep {
     options: EpOptions,
     /// The session's logger (valid for the EP's life).
     logger: *const OrtLogger,
+    /// npurt's runtime over the backend the options select.
+    rt: npurt::Runtime,
 }
 
 impl Ep {
@@ -36,6 +42,9 @@ impl Ep {
                 )));
             }
         }
+        let config = npurt::RuntimeConfig { backend: Some("cpu".into()), ..npurt::RuntimeConfig::default() };
+        let rt = npurt::Runtime::with_config(config)
+            .map_err(|source| EpError::Npurt { context: "opening npurt's CPU backend".into(), source })?;
         Ok(Box::new(Ep {
             base: OrtEp {
                 ort_version_supported: EP_API_VERSION,
@@ -57,6 +66,7 @@ impl Ep {
             ort,
             options,
             logger,
+            rt,
         }))
     }
 
@@ -101,9 +111,17 @@ unsafe extern "system" fn get_capability(
         }
         // SAFETY: ORT's graph, valid during this call.
         let nodes = unsafe { crate::graph::nodes(&ep.ort, graph) }?;
-        // No node is claimed yet: the graph stays with ORT's other EPs.
-        let ops: Vec<String> = nodes.iter().map(|n| format!("{} ({})", n.name, n.qualified_op())).collect();
-        let msg = format!("NpurtExecutionProvider declines all {} node(s): {}", nodes.len(), ops.join(", "));
+        let groups = claim(&nodes, &ep.rt);
+        let options = OrtNodeFusionOptions { ort_version_supported: EP_API_VERSION, drop_constant_initializers: true };
+        for group in &groups.groups {
+            let handles: Vec<*const OrtNode> = group.iter().map(|&i| nodes[i].node).collect();
+            // SAFETY: the handles are nodes of `graph`; ORT copies the list.
+            let st = unsafe {
+                (ep.ort.ep.EpGraphSupportInfo_AddNodesToFuse)(support, handles.as_ptr(), handles.len(), &options)
+            };
+            ep.ort.check("EpGraphSupportInfo_AddNodesToFuse", ort_sys::OrtStatusPtr(st))?;
+        }
+        let msg = groups.summary(&nodes);
         log::debug!("{msg}");
         // SAFETY: the session's logger, valid for the EP's life.
         unsafe { ep.ort.log(ep.logger, ort_sys::OrtLoggingLevel::ORT_LOGGING_LEVEL_VERBOSE, &msg) };
@@ -113,25 +131,112 @@ unsafe extern "system" fn get_capability(
 
 unsafe extern "system" fn compile(
     this: *mut OrtEp,
-    _graphs: *mut *const OrtGraph,
-    _fused_nodes: *mut *const OrtNode,
+    graphs: *mut *const OrtGraph,
+    fused_nodes: *mut *const OrtNode,
     count: usize,
-    _node_compute_infos: *mut *mut OrtNodeComputeInfo,
+    node_compute_infos: *mut *mut OrtNodeComputeInfo,
     _ep_context_nodes: *mut *mut OrtNode,
 ) -> StatusPtr {
     // SAFETY: ORT passes back an EP made by CreateEp.
     let ep = unsafe { Ep::get(this) };
     ep.ort.guard("Compile", || {
-        Err(EpError::NotImplemented(format!("asked to compile {count} fused node(s), but this EP claims none yet")))
+        if count > 0 && (graphs.is_null() || fused_nodes.is_null() || node_compute_infos.is_null()) {
+            return Err(EpError::Null("graphs"));
+        }
+        let mut made = Vec::with_capacity(count);
+        for i in 0..count {
+            // SAFETY: ORT passes arrays of `count` entries, valid during this call.
+            let (graph, fused) = unsafe { (*graphs.add(i), *fused_nodes.add(i)) };
+            // SAFETY: as above. On an error the kernels made so far are dropped with `made`.
+            made.push(unsafe { crate::kernel::compile(ep.ort, &ep.rt, graph, fused) }?);
+        }
+        for (i, k) in made.into_iter().enumerate() {
+            // SAFETY: node_compute_infos has `count` slots; ORT releases each through
+            // ReleaseNodeComputeInfos.
+            unsafe { *node_compute_infos.add(i) = k.into_raw() };
+        }
+        Ok(())
     })
 }
 
 unsafe extern "system" fn release_node_compute_infos(
     _this: *mut OrtEp,
-    _node_compute_infos: *mut *mut OrtNodeComputeInfo,
-    _num: usize,
+    node_compute_infos: *mut *mut OrtNodeComputeInfo,
+    num: usize,
 ) {
-    // compile never hands any out.
+    // Dropping a compiled graph does not panic; if it did, nothing may unwind into ORT.
+    let _ = std::panic::catch_unwind(|| {
+        // SAFETY: ORT hands back the infos Compile made, once.
+        unsafe { crate::kernel::release(node_compute_infos, num) }
+    });
+}
+
+/// What `GetCapability` decided: the groups to fuse and the nodes declined, with why.
+pub struct Claim {
+    pub groups: Vec<Vec<usize>>,
+    pub declined: Vec<(usize, String)>,
+}
+
+impl Claim {
+    /// One log line: the groups claimed and every node declined with its reason.
+    pub fn summary(&self, nodes: &[NodeInfo]) -> String {
+        let claimed: usize = self.groups.iter().map(Vec::len).sum();
+        let groups: Vec<String> = self
+            .groups
+            .iter()
+            .map(|g| format!("[{}]", g.iter().map(|&i| nodes[i].label()).collect::<Vec<_>>().join(", ")))
+            .collect();
+        let declined: Vec<String> =
+            self.declined.iter().map(|(i, why)| format!("{}: {why}", nodes[*i].label())).collect();
+        format!(
+            "NpurtExecutionProvider claims {claimed} of {} node(s) in {} fused group(s) {}; declines {}: {}",
+            nodes.len(),
+            self.groups.len(),
+            groups.join(" "),
+            self.declined.len(),
+            declined.join("; ")
+        )
+    }
+}
+
+/// Decides which nodes npurt runs and how they are grouped: a node npurt maps
+/// (`crate::ops::map_node`) for which `rt`'s backend has a kernel.
+pub fn claim(nodes: &[NodeInfo], rt: &npurt::Runtime) -> Claim {
+    let mut declined = Vec::new();
+    let claimed: Vec<bool> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let kernel = crate::ops::map_node(n).and_then(|m| {
+                rt.select_kernel(&m.op, &m.inputs).map(|_| ()).map_err(|e| {
+                    crate::ops::Decline(format!("no kernel on npurt's {} backend: {e}", rt.backend_name()))
+                })
+            });
+            match kernel {
+                Ok(()) => true,
+                Err(d) => {
+                    declined.push((i, d.0));
+                    false
+                }
+            }
+        })
+        .collect();
+    let producer: HashMap<&str, usize> = nodes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| n.outputs.iter().flatten().map(move |v| (v.name.as_str(), i)))
+        .collect();
+    let preds: Vec<Vec<usize>> = nodes
+        .iter()
+        .map(|n| n.inputs.iter().flatten().filter_map(|v| producer.get(v.name.as_str()).copied()).collect())
+        .collect();
+    match crate::partition::groups(&claimed, &preds) {
+        Some(groups) => Claim { groups, declined },
+        None => Claim {
+            groups: Vec::new(),
+            declined: (0..nodes.len()).map(|i| (i, "the graph's nodes form a cycle".to_string())).collect(),
+        },
+    }
 }
 
 unsafe extern "system" fn get_compatibility_info(_this: *mut OrtEp, _graph: *const OrtGraph) -> *const c_char {
@@ -141,7 +246,7 @@ unsafe extern "system" fn get_compatibility_info(_this: *mut OrtEp, _graph: *con
 }
 
 unsafe extern "system" fn is_concurrent_run_supported(_this: *mut OrtEp, is_supported: *mut bool) -> StatusPtr {
-    // The EP holds no per-run state.
+    // The EP holds no per-run state; each compiled graph runs from several threads at once.
     if !is_supported.is_null() {
         // SAFETY: ORT's out-parameter, checked non-null.
         unsafe { *is_supported = true };

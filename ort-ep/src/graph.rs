@@ -1,14 +1,67 @@
-//! Reading an `OrtGraph` that ORT passes to `GetCapability`: its nodes, with their op type,
-//! domain and name copied out (ORT's strings live only as long as the call).
+//! Reading an `OrtGraph` that ORT passes to `GetCapability` and `Compile`: its nodes, their
+//! operands (name, element type, shape, whether a constant initializer) and attributes,
+//! copied out (ORT's strings and arrays live only as long as the call).
 
-use core::ffi::{CStr, c_char};
+use core::ffi::{CStr, c_char, c_void};
+use std::collections::HashMap;
 use std::ptr;
 
-use crate::abi::{OrtGraph, OrtNode};
+use ort_sys::{OrtOpAttr, OrtOpAttrType, OrtTensorTypeAndShapeInfo, OrtTypeInfo, OrtValueInfo};
+
+use crate::abi::{ONNXTensorElementDataType, OrtGraph, OrtNode};
 use crate::ort::{EpError, Ort};
 
-/// One node of a graph, as `GetCapability` sees it. `Send + Sync` apart from `node`, a handle
-/// valid only during the call that produced it.
+/// One operand of a node (or of a graph) as ORT declares it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValueMeta {
+    /// The value's name, unique in the model.
+    pub name: String,
+    /// The ONNX element type (`ONNXTensorElementDataType` as an integer); 0 when the value is
+    /// not a tensor.
+    pub elem: i32,
+    /// The dims, -1 for a symbolic or unknown one; `None` when the rank is unknown.
+    pub dims: Option<Vec<i64>>,
+    /// Per dim, its symbolic name (`dim_param`, e.g. `batch`), empty for a fixed or an
+    /// unnamed dim; empty when ORT reports none.
+    pub symbols: Vec<String>,
+    /// A constant initializer (a weight): its data is readable at `Compile`.
+    pub constant: bool,
+    /// The values of a small int64 constant initializer (at most [`SMALL_CONSTANT`]
+    /// elements: a `Reshape`'s shape), read while the graph is walked.
+    pub data: Option<Vec<i64>>,
+    /// ORT's handle, valid only during the call that produced it.
+    pub handle: *const OrtValueInfo,
+}
+
+impl ValueMeta {
+    /// True when every dim is known.
+    pub fn is_static(&self) -> bool {
+        self.dims.as_ref().is_some_and(|d| d.iter().all(|&x| x >= 0))
+    }
+
+    /// The symbolic name of dim `i`, if it has one and is not fixed.
+    pub fn symbol(&self, i: usize) -> Option<&str> {
+        let fixed = self.dims.as_ref().is_some_and(|d| d.get(i).is_some_and(|&x| x >= 0));
+        self.symbols.get(i).map(String::as_str).filter(|s| !s.is_empty() && !fixed)
+    }
+}
+
+/// The most elements of an int64 constant whose values [`ValueMeta::data`] holds.
+pub const SMALL_CONSTANT: usize = 16;
+
+/// An attribute value, as far as the ops the EP maps need.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Attr {
+    Int(i64),
+    Ints(Vec<i64>),
+    Float(f32),
+    String(String),
+    /// Any other kind (graphs, tensors, string lists, float lists): never accepted.
+    Other,
+}
+
+/// One node of a graph. `node` and the `handle`s of its operands are valid only during the
+/// call that produced it; the rest is owned data.
 #[derive(Debug, Clone)]
 pub struct NodeInfo {
     pub node: *const OrtNode,
@@ -16,17 +69,48 @@ pub struct NodeInfo {
     pub op_type: String,
     /// The op's domain; empty for the default ONNX domain.
     pub domain: String,
+    /// The opset version of the op's definition.
+    pub since_version: i32,
+    /// Inputs in order; `None` for a missing optional one.
+    pub inputs: Vec<Option<ValueMeta>>,
+    /// Outputs in order; `None` for a missing optional one.
+    pub outputs: Vec<Option<ValueMeta>>,
+    pub attrs: HashMap<String, Attr>,
 }
 
 impl NodeInfo {
     /// `op_type` in `domain`, as messages name it (`Relu`, `com.microsoft:Attention`).
     pub fn qualified_op(&self) -> String {
-        if self.domain.is_empty() || self.domain == "ai.onnx" {
-            self.op_type.clone()
-        } else {
-            format!("{}:{}", self.domain, self.op_type)
-        }
+        if self.is_onnx() { self.op_type.clone() } else { format!("{}:{}", self.domain, self.op_type) }
     }
+
+    /// True for the default ONNX domain.
+    pub fn is_onnx(&self) -> bool {
+        self.domain.is_empty() || self.domain == "ai.onnx"
+    }
+
+    /// How messages name the node: `"name" (Op)`, or the first output's name when the
+    /// node has none.
+    pub fn label(&self) -> String {
+        let name = if self.name.is_empty() {
+            self.outputs.iter().flatten().next().map(|v| v.name.as_str()).unwrap_or("")
+        } else {
+            &self.name
+        };
+        format!("{name:?} ({})", self.qualified_op())
+    }
+}
+
+/// Copies a string ORT returns (null is empty).
+///
+/// # Safety
+/// `s` is null or a NUL-terminated string valid for the call.
+unsafe fn text(s: *const c_char) -> String {
+    if s.is_null() {
+        return String::new();
+    }
+    // SAFETY: per the contract.
+    unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
 }
 
 /// The nodes of `graph`, in ORT's order.
@@ -40,22 +124,240 @@ pub unsafe fn nodes(ort: &Ort, graph: *const OrtGraph) -> Result<Vec<NodeInfo>, 
     let mut handles: Vec<*const OrtNode> = vec![ptr::null(); n];
     // SAFETY: handles has room for n node pointers.
     ort.check("Graph_GetNodes", unsafe { (ort.api.Graph_GetNodes)(graph, handles.as_mut_ptr(), n) })?;
+    // SAFETY: each handle is one of the graph's nodes, valid for this call.
+    handles.into_iter().map(|node| unsafe { node_info(ort, node) }).collect()
+}
+
+/// Everything the EP reads of one node.
+///
+/// # Safety
+/// `node` is a node ORT passed (or listed) during the current call.
+pub unsafe fn node_info(ort: &Ort, node: *const OrtNode) -> Result<NodeInfo, EpError> {
+    let string =
+        |call: &'static str,
+         f: unsafe extern "system" fn(*const OrtNode, *mut *const c_char) -> ort_sys::OrtStatusPtr| {
+            let mut s: *const c_char = ptr::null();
+            // SAFETY: node is valid for this call; ORT returns a string owned by the node (or null).
+            ort.check(call, unsafe { f(node, &mut s) })?;
+            // SAFETY: as above.
+            Ok::<_, EpError>(unsafe { text(s) })
+        };
+    let mut since_version = 0i32;
+    // SAFETY: node is valid; the out-parameter is written.
+    ort.check("Node_GetSinceVersion", unsafe { (ort.api.Node_GetSinceVersion)(node, &mut since_version) })?;
+    Ok(NodeInfo {
+        node,
+        name: string("Node_GetName", ort.api.Node_GetName)?,
+        op_type: string("Node_GetOperatorType", ort.api.Node_GetOperatorType)?,
+        domain: string("Node_GetDomain", ort.api.Node_GetDomain)?,
+        since_version,
+        // SAFETY: node is valid for this call.
+        inputs: unsafe { operands(ort, node, true) }?,
+        // SAFETY: as above.
+        outputs: unsafe { operands(ort, node, false) }?,
+        // SAFETY: as above.
+        attrs: unsafe { attributes(ort, node) }?,
+    })
+}
+
+/// The inputs (or outputs) of a node.
+///
+/// # Safety
+/// `node` is valid for the current call.
+unsafe fn operands(ort: &Ort, node: *const OrtNode, inputs: bool) -> Result<Vec<Option<ValueMeta>>, EpError> {
+    let mut n = 0usize;
+    let mut handles: Vec<*const OrtValueInfo>;
+    if inputs {
+        // SAFETY: node is valid; n is written, then handles has room for n.
+        ort.check("Node_GetNumInputs", unsafe { (ort.api.Node_GetNumInputs)(node, &mut n) })?;
+        handles = vec![ptr::null(); n];
+        // SAFETY: as above.
+        ort.check("Node_GetInputs", unsafe { (ort.api.Node_GetInputs)(node, handles.as_mut_ptr(), n) })?;
+    } else {
+        // SAFETY: as above.
+        ort.check("Node_GetNumOutputs", unsafe { (ort.api.Node_GetNumOutputs)(node, &mut n) })?;
+        handles = vec![ptr::null(); n];
+        // SAFETY: as above.
+        ort.check("Node_GetOutputs", unsafe { (ort.api.Node_GetOutputs)(node, handles.as_mut_ptr(), n) })?;
+    }
     handles
         .into_iter()
-        .map(|node| {
-            let text = |call: &'static str, f: unsafe extern "system" fn(*const OrtNode, *mut *const c_char) -> ort_sys::OrtStatusPtr| {
-                let mut s: *const c_char = ptr::null();
-                // SAFETY: node is one of the graph's nodes, valid for this call.
-                ort.check(call, unsafe { f(node, &mut s) })?;
-                // SAFETY: ORT returns a NUL-terminated string owned by the node (or null).
-                Ok::<_, EpError>(if s.is_null() { String::new() } else { unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned() })
-            };
-            Ok(NodeInfo {
-                node,
-                name: text("Node_GetName", ort.api.Node_GetName)?,
-                op_type: text("Node_GetOperatorType", ort.api.Node_GetOperatorType)?,
-                domain: text("Node_GetDomain", ort.api.Node_GetDomain)?,
-            })
-        })
+        // SAFETY: each non-null handle is a value info of the node, valid for this call.
+        .map(|h| if h.is_null() { Ok(None) } else { unsafe { value_meta(ort, h) }.map(Some) })
         .collect()
+}
+
+/// Name, element type, dims and constness of a value.
+///
+/// # Safety
+/// `vi` is a non-null value info valid for the current call.
+pub unsafe fn value_meta(ort: &Ort, vi: *const OrtValueInfo) -> Result<ValueMeta, EpError> {
+    let mut name: *const c_char = ptr::null();
+    // SAFETY: vi is valid; ORT returns a string it owns.
+    ort.check("GetValueInfoName", unsafe { (ort.api.GetValueInfoName)(vi, &mut name) })?;
+    let mut constant = false;
+    // SAFETY: vi is valid; the out-parameter is written.
+    ort.check("ValueInfo_IsConstantInitializer", unsafe {
+        (ort.api.ValueInfo_IsConstantInitializer)(vi, &mut constant)
+    })?;
+    let mut meta = ValueMeta {
+        // SAFETY: name is ORT's NUL-terminated string (or null).
+        name: unsafe { text(name) },
+        elem: 0,
+        dims: None,
+        symbols: Vec::new(),
+        constant,
+        data: None,
+        handle: vi,
+    };
+    let mut ti: *const OrtTypeInfo = ptr::null();
+    // SAFETY: vi is valid; the type info is owned by vi (not released here).
+    ort.check("GetValueInfoTypeInfo", unsafe { (ort.api.GetValueInfoTypeInfo)(vi, &mut ti) })?;
+    if ti.is_null() {
+        return Ok(meta);
+    }
+    let mut tsi: *const OrtTensorTypeAndShapeInfo = ptr::null();
+    // SAFETY: ti is valid; a non-tensor type gives null (owned by ti).
+    ort.check("CastTypeInfoToTensorInfo", unsafe { (ort.api.CastTypeInfoToTensorInfo)(ti, &mut tsi) })?;
+    if tsi.is_null() {
+        return Ok(meta);
+    }
+    // SAFETY: tsi is a valid tensor info.
+    let (elem, dims) = unsafe { tensor_info(ort, tsi) }?;
+    if dims.iter().any(|&d| d < 0) {
+        let mut names: Vec<*const c_char> = vec![ptr::null(); dims.len()];
+        // SAFETY: names has room for one string per dim; ORT fills them with strings it owns.
+        let st = unsafe { (ort.api.GetSymbolicDimensions)(tsi, names.as_mut_ptr(), names.len()) };
+        ort.check("GetSymbolicDimensions", st)?;
+        // SAFETY: each entry is null or ORT's NUL-terminated string, valid for this call.
+        meta.symbols = names.into_iter().map(|s| unsafe { text(s) }).collect();
+    }
+    meta.elem = elem as i32;
+    let n = dims.iter().try_fold(1usize, |n, &d| usize::try_from(d).ok().and_then(|d| n.checked_mul(d)));
+    if constant
+        && elem == ONNXTensorElementDataType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64
+        && let Some(n) = n.filter(|&n| n <= SMALL_CONSTANT)
+    {
+        // SAFETY: vi is a constant initializer valid for this call, of n int64 elements.
+        meta.data = unsafe { small_i64(ort, vi, n) }?;
+    }
+    meta.dims = Some(dims);
+    Ok(meta)
+}
+
+/// The `n` values of an int64 constant initializer (`None` when ORT has no data for it).
+///
+/// # Safety
+/// `vi` is a constant initializer of `n` int64 elements, valid for the current call.
+unsafe fn small_i64(ort: &Ort, vi: *const OrtValueInfo, n: usize) -> Result<Option<Vec<i64>>, EpError> {
+    let mut value: *const ort_sys::OrtValue = ptr::null();
+    // SAFETY: vi is valid; ORT returns a value it owns (or null).
+    ort.check("ValueInfo_GetInitializerValue", unsafe { (ort.api.ValueInfo_GetInitializerValue)(vi, &mut value) })?;
+    if value.is_null() {
+        return Ok(None);
+    }
+    if n == 0 {
+        return Ok(Some(Vec::new()));
+    }
+    let mut data: *const c_void = ptr::null();
+    // SAFETY: value is a valid tensor; ORT returns its data pointer.
+    ort.check("GetTensorData", unsafe { (ort.api.GetTensorData)(value, &mut data) })?;
+    if data.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: a host int64 tensor of n elements; read unaligned to be safe.
+    Ok(Some((0..n).map(|i| unsafe { data.cast::<i64>().add(i).read_unaligned() }).collect()))
+}
+
+/// Element type and dims of a tensor type-and-shape info.
+///
+/// # Safety
+/// `tsi` is valid for the current call.
+pub unsafe fn tensor_info(
+    ort: &Ort,
+    tsi: *const OrtTensorTypeAndShapeInfo,
+) -> Result<(ONNXTensorElementDataType, Vec<i64>), EpError> {
+    let mut elem = ONNXTensorElementDataType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+    // SAFETY: tsi is valid; out-parameters are written.
+    ort.check("GetTensorElementType", unsafe { (ort.api.GetTensorElementType)(tsi, &mut elem) })?;
+    let mut rank = 0usize;
+    // SAFETY: as above.
+    ort.check("GetDimensionsCount", unsafe { (ort.api.GetDimensionsCount)(tsi, &mut rank) })?;
+    let mut dims = vec![0i64; rank];
+    // SAFETY: dims has room for rank values.
+    ort.check("GetDimensions", unsafe { (ort.api.GetDimensions)(tsi, dims.as_mut_ptr(), rank) })?;
+    Ok((elem, dims))
+}
+
+/// The attributes of a node.
+///
+/// # Safety
+/// `node` is valid for the current call.
+unsafe fn attributes(ort: &Ort, node: *const OrtNode) -> Result<HashMap<String, Attr>, EpError> {
+    let mut n = 0usize;
+    // SAFETY: node is valid; n is written.
+    ort.check("Node_GetNumAttributes", unsafe { (ort.api.Node_GetNumAttributes)(node, &mut n) })?;
+    let mut handles: Vec<*const OrtOpAttr> = vec![ptr::null(); n];
+    // SAFETY: handles has room for n attributes.
+    ort.check("Node_GetAttributes", unsafe { (ort.api.Node_GetAttributes)(node, handles.as_mut_ptr(), n) })?;
+    let mut out = HashMap::new();
+    for a in handles.into_iter().filter(|a| !a.is_null()) {
+        let mut name: *const c_char = ptr::null();
+        // SAFETY: a is an attribute of node, valid for this call.
+        ort.check("OpAttr_GetName", unsafe { (ort.api.OpAttr_GetName)(a, &mut name) })?;
+        let mut ty = OrtOpAttrType::ORT_OP_ATTR_UNDEFINED;
+        // SAFETY: as above.
+        ort.check("OpAttr_GetType", unsafe { (ort.api.OpAttr_GetType)(a, &mut ty) })?;
+        // SAFETY: as above.
+        let value = unsafe { read_attr(ort, a, ty) }?;
+        // SAFETY: name is ORT's string.
+        out.insert(unsafe { text(name) }, value);
+    }
+    Ok(out)
+}
+
+/// Reads one attribute's value through `ReadOpAttr` (asking its size first for lists and
+/// strings).
+///
+/// # Safety
+/// `a` is valid for the current call.
+unsafe fn read_attr(ort: &Ort, a: *const OrtOpAttr, ty: OrtOpAttrType) -> Result<Attr, EpError> {
+    let read = |buf: *mut c_void, len: usize| {
+        let mut out = 0usize;
+        // SAFETY: buf has room for len bytes (or len is 0); out is written.
+        let st = unsafe { (ort.api.ReadOpAttr)(a, ty, buf, len, &mut out) };
+        (st, out)
+    };
+    match ty {
+        OrtOpAttrType::ORT_OP_ATTR_INT => {
+            let mut v = 0i64;
+            let (st, _) = read((&mut v as *mut i64).cast(), size_of::<i64>());
+            ort.check("ReadOpAttr", st)?;
+            Ok(Attr::Int(v))
+        }
+        OrtOpAttrType::ORT_OP_ATTR_FLOAT => {
+            let mut v = 0f32;
+            let (st, _) = read((&mut v as *mut f32).cast(), size_of::<f32>());
+            ort.check("ReadOpAttr", st)?;
+            Ok(Attr::Float(v))
+        }
+        OrtOpAttrType::ORT_OP_ATTR_INTS | OrtOpAttrType::ORT_OP_ATTR_STRING => {
+            // The first call (no room) reports the size and a status, dropped here.
+            let (st, bytes) = read(ptr::null_mut(), 0);
+            let _ = ort.check("ReadOpAttr", st);
+            let mut buf = vec![0i64; bytes.div_ceil(8)];
+            if bytes > 0 {
+                let (st, _) = read(buf.as_mut_ptr().cast(), bytes);
+                ort.check("ReadOpAttr", st)?;
+            }
+            if ty == OrtOpAttrType::ORT_OP_ATTR_INTS {
+                buf.truncate(bytes / 8);
+                return Ok(Attr::Ints(buf));
+            }
+            let raw: &[u8] = &bytemuck::cast_slice::<i64, u8>(&buf)[..bytes];
+            let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+            Ok(Attr::String(String::from_utf8_lossy(&raw[..end]).into_owned()))
+        }
+        _ => Ok(Attr::Other),
+    }
 }

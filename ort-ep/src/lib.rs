@@ -14,9 +14,12 @@ pub mod abi;
 pub mod ep;
 pub mod factory;
 pub mod graph;
+pub mod kernel;
 pub mod names;
+pub mod ops;
 pub mod options;
 pub mod ort;
+pub mod partition;
 
 use core::ffi::c_char;
 use std::panic::{AssertUnwindSafe, catch_unwind};

@@ -30,6 +30,18 @@ pub enum EpError {
     /// A request this version of the EP does not serve yet.
     #[error("{0}")]
     NotImplemented(String),
+    /// A fused group or its operands are not what the EP claimed (names the node, op and
+    /// operands).
+    #[error("{0}")]
+    Graph(String),
+    /// npurt refused or failed (building, compiling or running a graph); `context` names the
+    /// fused node, the ONNX node, op and operands.
+    #[error("{context}: {source}")]
+    Npurt {
+        context: String,
+        #[source]
+        source: runtime::Error,
+    },
 }
 
 impl EpError {
@@ -38,6 +50,7 @@ impl EpError {
             EpError::Options(_) | EpError::Null(_) => OrtErrorCode::ORT_INVALID_ARGUMENT,
             EpError::Ort { .. } => OrtErrorCode::ORT_EP_FAIL,
             EpError::NotImplemented(_) => OrtErrorCode::ORT_NOT_IMPLEMENTED,
+            EpError::Graph(_) | EpError::Npurt { .. } => OrtErrorCode::ORT_EP_FAIL,
         }
     }
 }

@@ -134,3 +134,77 @@ fn ort_api_entries_used_sit_where_ort_sys_put_them() {
 // The indices of CreateKeyValuePairs, HardwareDevice_Type, GetEpApi and
 // GetSessionOptionsConfigEntries in the OrtApi table of ORT 1.24 (as ort-sys 2.0.0-rc.15 declares it).
 const KNOWN: (usize, usize, usize, usize) = (295, 307, 317, 379);
+
+#[test]
+fn ort_api_entries_of_the_graph_and_kernel_context_sit_where_ort_sys_put_them() {
+    // The entries GetCapability, Compile and Compute call, at the indices ort-sys 2.0.0-rc.15
+    // (api-24) declares; python/tests/test_ort_ep.py calls every one of them through the ORT
+    // that loads the library (a wrong index would call another function).
+    use ort_sys::OrtApi;
+    let got: Vec<(&str, usize)> = vec![
+        ("GetTensorMutableData", offset_of!(OrtApi, GetTensorMutableData) / P),
+        ("CastTypeInfoToTensorInfo", offset_of!(OrtApi, CastTypeInfoToTensorInfo) / P),
+        ("GetTensorElementType", offset_of!(OrtApi, GetTensorElementType) / P),
+        ("GetDimensionsCount", offset_of!(OrtApi, GetDimensionsCount) / P),
+        ("GetDimensions", offset_of!(OrtApi, GetDimensions) / P),
+        ("KernelContext_GetInput", offset_of!(OrtApi, KernelContext_GetInput) / P),
+        ("KernelContext_GetOutput", offset_of!(OrtApi, KernelContext_GetOutput) / P),
+        ("Logger_LogMessage", offset_of!(OrtApi, Logger_LogMessage) / P),
+        ("ReadOpAttr", offset_of!(OrtApi, ReadOpAttr) / P),
+        ("GetValueInfoName", offset_of!(OrtApi, GetValueInfoName) / P),
+        ("GetValueInfoTypeInfo", offset_of!(OrtApi, GetValueInfoTypeInfo) / P),
+        ("ValueInfo_GetInitializerValue", offset_of!(OrtApi, ValueInfo_GetInitializerValue) / P),
+        ("ValueInfo_IsConstantInitializer", offset_of!(OrtApi, ValueInfo_IsConstantInitializer) / P),
+        ("Graph_GetNumNodes", offset_of!(OrtApi, Graph_GetNumNodes) / P),
+        ("Graph_GetNodes", offset_of!(OrtApi, Graph_GetNodes) / P),
+        ("Node_GetName", offset_of!(OrtApi, Node_GetName) / P),
+        ("Node_GetOperatorType", offset_of!(OrtApi, Node_GetOperatorType) / P),
+        ("Node_GetDomain", offset_of!(OrtApi, Node_GetDomain) / P),
+        ("Node_GetSinceVersion", offset_of!(OrtApi, Node_GetSinceVersion) / P),
+        ("Node_GetNumInputs", offset_of!(OrtApi, Node_GetNumInputs) / P),
+        ("Node_GetInputs", offset_of!(OrtApi, Node_GetInputs) / P),
+        ("Node_GetNumOutputs", offset_of!(OrtApi, Node_GetNumOutputs) / P),
+        ("Node_GetOutputs", offset_of!(OrtApi, Node_GetOutputs) / P),
+        ("Node_GetNumAttributes", offset_of!(OrtApi, Node_GetNumAttributes) / P),
+        ("Node_GetAttributes", offset_of!(OrtApi, Node_GetAttributes) / P),
+        ("OpAttr_GetType", offset_of!(OrtApi, OpAttr_GetType) / P),
+        ("OpAttr_GetName", offset_of!(OrtApi, OpAttr_GetName) / P),
+        ("GetTensorData", offset_of!(OrtApi, GetTensorData) / P),
+        (
+            "GetTensorElementTypeAndShapeDataReference",
+            offset_of!(OrtApi, GetTensorElementTypeAndShapeDataReference) / P,
+        ),
+    ];
+    let want: &[(&str, usize)] = &[
+        ("GetTensorMutableData", 51),
+        ("CastTypeInfoToTensorInfo", 55),
+        ("GetTensorElementType", 60),
+        ("GetDimensionsCount", 61),
+        ("GetDimensions", 62),
+        ("KernelContext_GetInput", 90),
+        ("KernelContext_GetOutput", 91),
+        ("Logger_LogMessage", 247),
+        ("ReadOpAttr", 272),
+        ("GetValueInfoName", 289),
+        ("GetValueInfoTypeInfo", 290),
+        ("ValueInfo_GetInitializerValue", 326),
+        ("ValueInfo_IsConstantInitializer", 331),
+        ("Graph_GetNumNodes", 344),
+        ("Graph_GetNodes", 345),
+        ("Node_GetName", 349),
+        ("Node_GetOperatorType", 350),
+        ("Node_GetDomain", 351),
+        ("Node_GetSinceVersion", 352),
+        ("Node_GetNumInputs", 353),
+        ("Node_GetInputs", 354),
+        ("Node_GetNumOutputs", 355),
+        ("Node_GetOutputs", 356),
+        ("Node_GetNumAttributes", 359),
+        ("Node_GetAttributes", 360),
+        ("OpAttr_GetType", 363),
+        ("OpAttr_GetName", 364),
+        ("GetTensorData", 378),
+        ("GetTensorElementTypeAndShapeDataReference", 414),
+    ];
+    assert_eq!(got, want);
+}

@@ -1,15 +1,18 @@
 """libnpurt_ort_ep.so as an ONNX Runtime plugin execution provider, through the stock
-`onnxruntime` wheel: registration, the offered device, options, and a session that runs.
+`onnxruntime` wheel: registration, the offered device, options, the nodes it claims (checked
+through `get_provider_graph_assignment_info()`) and their results against ORT's CPU EP.
 
 Skips (with the reason) when `onnxruntime` is not importable, is older than 1.24, or the library
 is not built (`cargo build -p npurt-ort-ep --release`; $NPURT_ORT_EP_LIB names another build).
-The models are written here as ONNX protobuf bytes, so the `onnx` package is not needed.
+The registration and option tests write their model as ONNX protobuf bytes; the op tests build
+theirs with `onnx.helper` and skip, saying so, when the `onnx` package is not importable.
 """
 
 from __future__ import annotations
 
 import os
 import pathlib
+import threading
 
 import numpy as np
 import pytest
@@ -38,6 +41,17 @@ def _library() -> "pathlib.Path | None":
             return p
     return None
 
+
+try:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+except ImportError as e:  # pragma: no cover - depends on the environment
+    onnx = None
+    _ONNX_MISSING = f"the onnx package is not importable ({e}); pip install onnx"
+else:
+    _ONNX_MISSING = ""
+
+needs_onnx = pytest.mark.skipif(onnx is None, reason=_ONNX_MISSING or "onnx present")
 
 LIB = _library()
 if LIB is None:
@@ -179,14 +193,329 @@ def test_a_backend_not_served_yet_is_refused_by_name(registered):
         _session(_npurt_devices(), {"backend": "cuda"})
 
 
-def test_get_capability_walks_the_graph_and_declines_every_node(registered, capfd):
-    # The EP reads each node through ORT's graph API and, claiming none yet, says so in the
-    # session's log (verbose): this checks the graph and logger entries of the OrtApi it uses.
+def test_get_capability_logs_what_it_claims(registered, capfd):
+    # The EP reads each node through ORT's graph API and says in the session's log (verbose)
+    # what it claims and what it declines, with why.
     so = ort.SessionOptions()
     so.log_severity_level = 0
     so.add_provider_for_devices(_npurt_devices(), {})
     ort.InferenceSession(RELU_ADD, sess_options=so)
     err = capfd.readouterr().err
-    assert "NpurtExecutionProvider declines all 2 node(s):" in err, err[-2000:]
-    line = next(ln for ln in err.splitlines() if "declines all 2 node(s)" in ln)
-    assert "(Relu)" in line and "(Add)" in line, line
+    line = next((ln for ln in err.splitlines() if "NpurtExecutionProvider claims" in ln), None)
+    assert line is not None, err[-2000:]
+    assert "claims 2 of 2 node(s) in 1 fused group(s)" in line, line
+    assert "(Relu)" in line and "(Add)" in line and "declines 0" in line, line
+
+
+# --- claimed nodes, built with onnx.helper -----------------------------------------------------
+
+RNG = np.random.default_rng(20261206)
+
+
+def _rand(*shape, positive=False):
+    a = RNG.standard_normal(shape).astype(np.float32)
+    return np.abs(a) + 0.5 if positive else a
+
+
+def _build(nodes, inputs, outputs, initializers=(), opset=20):
+    """A model: `inputs`/`outputs` are (name, shape[, elem type]) and `initializers` arrays by name."""
+
+    def vi(spec):
+        name, shape, *elem = spec
+        return helper.make_tensor_value_info(name, elem[0] if elem else TensorProto.FLOAT, list(shape))
+
+    graph = helper.make_graph(
+        nodes, "g", [vi(i) for i in inputs], [vi(o) for o in outputs],
+        initializer=[numpy_helper.from_array(a, n) for n, a in initializers],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    onnx.checker.check_model(model, full_check=True)
+    return model.SerializeToString()
+
+
+def _run_both(model, feeds):
+    """Runs `model` with the EP selected and on the CPU EP alone; returns both outputs and the
+    op types assigned to each EP ({ep: [op types]}, over all its subgraphs)."""
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    so.add_provider_for_devices(_npurt_devices(), {})
+    sess = ort.InferenceSession(model, sess_options=so)
+    assigned: "dict[str, list[str]]" = {}
+    for sub in sess.get_provider_graph_assignment_info():
+        assigned.setdefault(sub.ep_name, []).extend(n.op_type for n in sub.get_nodes())
+    got = sess.run(None, feeds)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    return got, want, assigned
+
+
+def _assert_close(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=1e-5, atol=1e-5)
+
+
+def _one(op, shapes, out, attrs=None, opset=20, positive=False, out_type=TensorProto.FLOAT if onnx else 1,
+         consts=()):
+    names = [f"i{k}" for k in range(len(shapes))]
+    node = helper.make_node(op, names, ["y"], **(attrs or {}))
+    feeds = {n: _rand(*s, positive=positive) for n, s in zip(names, shapes) if n not in dict(consts)}
+    inits = [(n, _rand(*shapes[int(n[1:])])) for n, _ in consts]
+    inputs = [(n, s) for n, s in zip(names, shapes) if n in feeds]
+    return _build([node], inputs, [("y", out, out_type)], initializers=inits, opset=opset), feeds
+
+
+ONE_NODE = {
+    "Relu": lambda: _one("Relu", [(2, 3)], (2, 3)),
+    "Add": lambda: _one("Add", [(2, 3, 4), (4,)], (2, 3, 4)),
+    "Sub": lambda: _one("Sub", [(2, 3), (2, 1)], (2, 3)),
+    "Mul": lambda: _one("Mul", [(3, 4), (3, 4)], (3, 4)),
+    "Div": lambda: _one("Div", [(3, 4), (3, 4)], (3, 4), positive=True),
+    "MatMul": lambda: _one("MatMul", [(2, 5, 3), (3, 4)], (2, 5, 4)),
+    "MatMul weight": lambda: _one("MatMul", [(5, 3), (3, 4)], (5, 4), consts=[("i1", None)]),
+    "Tanh": lambda: _one("Tanh", [(4, 5)], (4, 5)),
+    "Exp": lambda: _one("Exp", [(4, 5)], (4, 5)),
+    "Sqrt": lambda: _one("Sqrt", [(4, 5)], (4, 5), positive=True),
+    "Erf": lambda: _one("Erf", [(4, 5)], (4, 5)),
+    "Softmax": lambda: _one("Softmax", [(2, 3, 5)], (2, 3, 5)),
+    "Softmax axis 1": lambda: _one("Softmax", [(2, 3, 5)], (2, 3, 5), attrs={"axis": 1}),
+    "Transpose": lambda: _one("Transpose", [(2, 3, 4)], (4, 2, 3), attrs={"perm": [2, 0, 1]}),
+    "Transpose default": lambda: _one("Transpose", [(2, 3, 4)], (4, 3, 2)),
+    "Gemm": lambda: _one("Gemm", [(3, 4), (5, 4), (5,)], (3, 5),
+                         attrs={"transB": 1, "alpha": 0.5, "beta": 2.0}),
+    "LayerNormalization": lambda: _one("LayerNormalization", [(2, 3, 8), (8,), (8,)], (2, 3, 8),
+                                       attrs={"epsilon": 1e-5}, consts=[("i1", None), ("i2", None)]),
+    "Gelu": lambda: _one("Gelu", [(4, 6)], (4, 6)),
+    "Gelu tanh": lambda: _one("Gelu", [(4, 6)], (4, 6), attrs={"approximate": "tanh"}),
+    "Cast": lambda: _one("Cast", [(3, 4)], (3, 4), attrs={"to": TensorProto.FLOAT16},
+                         out_type=TensorProto.FLOAT16 if onnx else 10),
+}
+
+
+@needs_onnx
+@pytest.mark.parametrize("case", sorted(ONE_NODE))
+def test_one_claimed_node_runs_on_npurt_and_matches_the_cpu_ep(registered, case):
+    model, feeds = ONE_NODE[case]()
+    got, want, assigned = _run_both(model, feeds)
+    op = case.split()[0]
+    assert assigned == {EP_NAME: [op]}, assigned
+    _assert_close(got, want)
+
+
+@needs_onnx
+def test_an_encoder_block_is_one_fused_node_on_npurt(registered):
+    d, f = 8, 16
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"]),
+        helper.make_node("Add", ["h", "b1"], ["hb"]),
+        helper.make_node("Gelu", ["hb"], ["g"]),
+        helper.make_node("MatMul", ["g", "w2"], ["o"]),
+        helper.make_node("Add", ["o", "x"], ["res"]),
+        helper.make_node("LayerNormalization", ["res", "gamma", "beta"], ["ln"], axis=-1),
+        helper.make_node("Transpose", ["ln"], ["t"], perm=[0, 2, 1]),
+        helper.make_node("Softmax", ["t"], ["y"], axis=-1),
+    ]
+    inits = [("w1", _rand(d, f)), ("b1", _rand(f)), ("w2", _rand(f, d)), ("gamma", _rand(d)), ("beta", _rand(d))]
+    model = _build(nodes, [("x", (2, 5, d))], [("y", (2, d, 5))], initializers=inits)
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    so.add_provider_for_devices(_npurt_devices(), {})
+    sess = ort.InferenceSession(model, sess_options=so)
+    subgraphs = [(s.ep_name, [n.op_type for n in s.get_nodes()]) for s in sess.get_provider_graph_assignment_info()]
+    # ORT rewrites each 3-D MatMul + Add into Reshape, Gemm, Reshape before partitioning; all of
+    # it is npurt's, in one fused node.
+    assert len(subgraphs) == 1 and subgraphs[0][0] == EP_NAME, subgraphs
+    assert {"Gemm", "Reshape", "Gelu", "LayerNormalization", "Transpose", "Softmax"} <= set(subgraphs[0][1]), subgraphs
+    feeds = {"x": _rand(2, 5, d)}
+    _assert_close(sess.run(None, feeds), ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds))
+
+
+@needs_onnx
+def test_a_conv_in_the_middle_splits_the_groups_and_results_match(registered):
+    # a = Relu(x); c = Conv(a); y = Tanh(Add(c, a)): Add may not join Relu's group, since it
+    # reads Relu's output through the Conv ORT runs (the fused node would depend on itself).
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("Conv", ["a", "k"], ["c"]),
+        helper.make_node("Add", ["c", "a"], ["s"]),
+        helper.make_node("Tanh", ["s"], ["y"]),
+    ]
+    model = _build(nodes, [("x", (1, 2, 4, 4))], [("y", (1, 2, 4, 4))],
+                   initializers=[("k", _rand(2, 2, 1, 1))], opset=17)
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    so.add_provider_for_devices(_npurt_devices(), {})
+    sess = ort.InferenceSession(model, sess_options=so)
+    subgraphs = [(s.ep_name, sorted(n.op_type for n in s.get_nodes())) for s in sess.get_provider_graph_assignment_info()]
+    assert (EP_NAME, ["Relu"]) in subgraphs and (EP_NAME, ["Add", "Tanh"]) in subgraphs, subgraphs
+    assert ("CPUExecutionProvider", ["Conv"]) in subgraphs, subgraphs
+    feeds = {"x": _rand(1, 2, 4, 4)}
+    _assert_close(sess.run(None, feeds), ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds))
+
+
+@needs_onnx
+def test_branches_from_two_inputs_meet_in_one_fused_node(registered):
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("Tanh", ["y"], ["b"]),
+        helper.make_node("Mul", ["a", "b"], ["z"]),
+    ]
+    model = _build(nodes, [("x", (3, 4)), ("y", (3, 4))], [("z", (3, 4))])
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    so.add_provider_for_devices(_npurt_devices(), {})
+    sess = ort.InferenceSession(model, sess_options=so)
+    subgraphs = [(s.ep_name, sorted(n.op_type for n in s.get_nodes())) for s in sess.get_provider_graph_assignment_info()]
+    assert subgraphs == [(EP_NAME, ["Mul", "Relu", "Tanh"])], subgraphs
+    feeds = {"x": _rand(3, 4), "y": _rand(3, 4)}
+    _assert_close(sess.run(None, feeds), ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds))
+
+
+@needs_onnx
+def test_attention_heads_split_by_reshape_run_on_npurt_at_any_batch(registered):
+    # The head split of a transformer export: MatMul, Reshape to [0, 0, heads, dim] (ONNX's 0
+    # copies the input dim), Transpose to [b, h, s, d], Softmax; named batch and seq.
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["q"]),
+        helper.make_node("Reshape", ["q", "heads"], ["qh"]),
+        helper.make_node("Transpose", ["qh"], ["qt"], perm=[0, 2, 1, 3]),
+        helper.make_node("Softmax", ["qt"], ["p"]),
+        helper.make_node("Identity", ["p"], ["y"]),
+    ]
+    inits = [("w", _rand(8, 8)), ("heads", np.array([0, 0, 2, 4], dtype=np.int64))]
+    model = _build(nodes, [("x", ("batch", "seq", 8))], [("y", ("batch", 2, "seq", 4))], initializers=inits)
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    so.add_provider_for_devices(_npurt_devices(), {})
+    sess = ort.InferenceSession(model, sess_options=so)
+    subgraphs = [(s.ep_name, sorted(n.op_type for n in s.get_nodes())) for s in sess.get_provider_graph_assignment_info()]
+    # ORT may remove the Identity before partitioning; every node left is npurt's.
+    assert len(subgraphs) == 1 and subgraphs[0][0] == EP_NAME, subgraphs
+    assert {"MatMul", "Reshape", "Transpose", "Softmax"} <= set(subgraphs[0][1]), subgraphs
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    for shape in [(2, 3, 8), (1, 5, 8)]:
+        feeds = {"x": _rand(*shape)}
+        _assert_close(sess.run(None, feeds), ref.run(None, feeds))
+
+
+DECLINED = {
+    # ONNX promotes a 1-D MatMul operand; npurt does not.
+    "MatMul 1-D": lambda: _one("MatMul", [(3,), (3, 4)], (4,)),
+    # Softmax before opset 13 flattens around the axis.
+    "Softmax opset 11": lambda: _one("Softmax", [(2, 3, 4)], (2, 3, 4), opset=11),
+    # npurt's LayerNorm needs a bias and normalises the last axis only.
+    "LayerNormalization no bias": lambda: _one("LayerNormalization", [(2, 4), (4,)], (2, 4)),
+    "LayerNormalization axis 0": lambda: _one("LayerNormalization", [(2, 4), (2, 4), (2, 4)], (2, 4),
+                                              attrs={"axis": 0}),
+    # An unknown dim with no name: npurt cannot relate it to the other operands' dims.
+    "Relu unnamed dim": lambda: (_build([helper.make_node("Relu", ["x"], ["y"])], [("x", (None, 3))],
+                                        [("y", (None, 3))]), {"x": _rand(2, 3)}),
+    # A Reshape whose shape is computed (a graph input), not a constant.
+    "Reshape computed shape": lambda: (_build([helper.make_node("Reshape", ["x", "s"], ["y"])],
+                                              [("x", (2, 6)), ("s", (2,), TensorProto.INT64)], [("y", (3, 4))]),
+                                       {"x": _rand(2, 6), "s": np.array([3, 4], dtype=np.int64)}),
+    # Not f32.
+    "Relu f64": lambda: (_build([helper.make_node("Relu", ["x"], ["y"])], [("x", (3,), TensorProto.DOUBLE)],
+                                [("y", (3,), TensorProto.DOUBLE)]), {"x": np.array([-1.0, 0.0, 2.0])}),
+}
+
+
+@needs_onnx
+@pytest.mark.parametrize("case", sorted(DECLINED))
+def test_a_node_npurt_computes_differently_stays_on_ort(registered, case):
+    model, feeds = DECLINED[case]()
+    got, want, assigned = _run_both(model, feeds)
+    assert EP_NAME not in assigned, assigned
+    _assert_close(got, want)
+
+
+@needs_onnx
+def test_symbolic_dims_compile_per_input_shape_and_match(registered):
+    # Batch and sequence are named dims (as exporters write them): the group is compiled at the
+    # first run with each shape, and a shape seen before reuses its graph.
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("Add", ["h", "b"], ["hb"]),
+        helper.make_node("Gelu", ["hb"], ["g"]),
+        helper.make_node("LayerNormalization", ["g", "gamma", "beta"], ["ln"]),
+        helper.make_node("Softmax", ["ln"], ["y"]),
+    ]
+    inits = [("w", _rand(8, 6)), ("b", _rand(6)), ("gamma", _rand(6)), ("beta", _rand(6))]
+    model = _build(nodes, [("x", ("batch", "seq", 8))], [("y", ("batch", "seq", 6))], initializers=inits)
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    so.add_provider_for_devices(_npurt_devices(), {})
+    sess = ort.InferenceSession(model, sess_options=so)
+    subgraphs = [(s.ep_name, len(s.get_nodes())) for s in sess.get_provider_graph_assignment_info()]
+    assert subgraphs == [(EP_NAME, len(nodes))], subgraphs
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    for shape in [(2, 3, 8), (1, 7, 8), (2, 3, 8), (4, 1, 8)]:
+        feeds = {"x": _rand(*shape)}
+        _assert_close(sess.run(None, feeds), ref.run(None, feeds))
+
+
+@needs_onnx
+def test_four_threads_on_one_session_equal_a_serial_run(registered):
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Gelu", ["h"], ["y"])]
+    # A symbolic batch, each thread its own: the first runs compile concurrently.
+    model = _build(nodes, [("x", ("n", 32))], [("y", ("n", 24))], initializers=[("w", _rand(32, 24))])
+    so = ort.SessionOptions()
+    so.add_provider_for_devices(_npurt_devices(), {})
+    sess = ort.InferenceSession(model, sess_options=so)
+    feeds = [{"x": _rand(8 + i, 32)} for i in range(4)]
+    serial = [ort.InferenceSession(model, sess_options=so).run(None, f)[0] for f in feeds]
+    results: "list[object]" = [None] * 4
+
+    def work(i):
+        for _ in range(10):
+            results[i] = sess.run(None, feeds[i])[0]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r, s in zip(results, serial):
+        np.testing.assert_array_equal(r, s)
+
+
+F16_CASES = {
+    # op, input shapes, output shape, attributes, positive inputs
+    "Relu": ("Relu", [(4, 6)], (4, 6), {}, False),
+    "Add": ("Add", [(2, 4, 6), (6,)], (2, 4, 6), {}, False),
+    "Div": ("Div", [(4, 6), (4, 6)], (4, 6), {}, True),
+    "MatMul": ("MatMul", [(2, 5, 8), (8, 3)], (2, 5, 3), {}, False),
+    "Softmax": ("Softmax", [(3, 7)], (3, 7), {}, False),
+    "Gelu": ("Gelu", [(4, 6)], (4, 6), {}, False),
+    "LayerNormalization": ("LayerNormalization", [(3, 8), (8,), (8,)], (3, 8), {}, False),
+    "Transpose": ("Transpose", [(2, 3, 4)], (4, 3, 2), {}, False),
+}
+
+
+@needs_onnx
+@pytest.mark.parametrize("case", sorted(F16_CASES))
+def test_an_f16_node_runs_on_npurt_and_matches_the_f32_model_within_f16_rounding(registered, case):
+    # ORT's CPU EP lacks f16 kernels for several of these ops, so the reference is the same
+    # model in f32 on the CPU EP, fed the same (f16-representable) values.
+    op, shapes, out, attrs, positive = F16_CASES[case]
+    names = [f"i{k}" for k in range(len(shapes))]
+    node = helper.make_node(op, names, ["y"], **attrs)
+    f16 = {n: _rand(*s, positive=positive).astype(np.float16) for n, s in zip(names, shapes)}
+
+    def model(elem):
+        return _build([node], [(n, s, elem) for n, s in zip(names, shapes)], [("y", out, elem)])
+
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    so.add_provider_for_devices(_npurt_devices(), {})
+    sess = ort.InferenceSession(model(TensorProto.FLOAT16), sess_options=so)
+    assigned = [(s.ep_name, [n.op_type for n in s.get_nodes()]) for s in sess.get_provider_graph_assignment_info()]
+    assert assigned == [(EP_NAME, [op])], assigned
+    (got,) = sess.run(None, f16)
+    ref = ort.InferenceSession(model(TensorProto.FLOAT), providers=["CPUExecutionProvider"])
+    (want,) = ref.run(None, {n: a.astype(np.float32) for n, a in f16.items()})
+    assert got.dtype == np.float16 and got.shape == want.shape
+    scale = max(1.0, float(np.abs(want).max()))
+    # f16 keeps 11 significant bits: half an ulp of the largest output is 2^-11 of it.
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=0, atol=4e-3 * scale)

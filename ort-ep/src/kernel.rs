@@ -1,0 +1,606 @@
+//! `Compile` and `Compute`: each fused node ORT hands over becomes one npurt compiled graph
+//! (the graph builder of `runtime::graph`, then [`CompiledGraph::compile_owned`]: fusion,
+//! kernel selection, the memory plan), and runs through ORT's kernel context.
+//!
+//! The constant initializers of a fused group (its weights) are read once at `Compile` and
+//! held by npurt only (`drop_constant_initializers` was set when the group was claimed).
+//! A group whose inputs have symbolic dims is compiled at its first run with each new set of
+//! input shapes (the symbols bound from the tensors ORT feeds), with the weights' device
+//! copies shared by all of them (`compile_shared`), and the compiled graphs cached.
+//! Inputs and outputs are copied between ORT's host buffers and npurt's tensors.
+
+use core::ffi::c_void;
+use std::collections::HashMap;
+use std::ptr;
+use std::sync::{Arc, Mutex};
+
+use runtime::graph::{CompileOptions, CompiledGraph, Graph, HostTensor, SharedConstants, ValueId};
+use runtime::{DType, Precision, Shape, Tensor, TensorMeta};
+
+use crate::abi::{
+    EP_API_VERSION, ONNXTensorElementDataType, OrtGraph, OrtKernelContext, OrtNode, OrtNodeComputeContext,
+    OrtNodeComputeInfo, OrtValue, StatusPtr,
+};
+use crate::graph::{self, NodeInfo, ValueMeta};
+use crate::ops::{self, map_node};
+use crate::ort::{EpError, Ort};
+use crate::partition;
+
+/// One compiled fused node. `base` comes first so that the `OrtNodeComputeInfo*` ORT passes
+/// back points at the whole struct. `Send + Sync`: immutable after `Compile` but for the
+/// cache of compiled shapes (behind a mutex), and a [`CompiledGraph`] runs from many threads
+/// at once (one arena each).
+#[repr(C)]
+pub struct Kernel {
+    base: OrtNodeComputeInfo,
+    ort: Ort,
+    /// The fused node's name, as ORT made it (`NpurtExecutionProvider_..._0`).
+    name: String,
+    /// The original nodes, as messages name them.
+    nodes: String,
+    rt: npurt::Runtime,
+    /// The fused node's input names, in the kernel context's order.
+    inputs: Vec<String>,
+    /// The fused node's outputs' ONNX names.
+    outputs: Vec<String>,
+    plan: Plan,
+}
+
+// SAFETY: the ORT handles inside the node records of a `Plan::Shapes` are nulled at Compile
+// and never read again; everything else is Send + Sync (the cache is behind a Mutex).
+unsafe impl Send for Kernel {}
+// SAFETY: as above.
+unsafe impl Sync for Kernel {}
+
+/// How a fused node gets its compiled graph.
+enum Plan {
+    /// Every input shape fixed: compiled once, at `Compile`.
+    Static { graph: Arc<CompiledGraph>, inputs: Vec<TensorMeta> },
+    /// Symbolic input dims: compiled per set of input shapes, at the first run with it.
+    Shapes(Box<Shapes>),
+}
+
+/// Most input shapes whose compiled graphs a fused node keeps; the cache starts afresh past it.
+const MAX_SHAPES: usize = 32;
+
+/// A group to compile per input shape: its ONNX nodes (ORT's handles nulled), weights and
+/// the compiled graphs so far.
+struct Shapes {
+    fused: NodeInfo,
+    nodes: Vec<NodeInfo>,
+    weights: HashMap<String, HostTensor>,
+    options: CompileOptions,
+    shared: SharedConstants,
+    cache: Mutex<HashMap<Vec<TensorMeta>, Arc<CompiledGraph>>>,
+}
+
+impl Shapes {
+    /// The graph compiled for `metas` (the tensors ORT feeds), compiled now if new.
+    fn graph_for(&self, rt: &npurt::Runtime, metas: &[TensorMeta]) -> Result<Arc<CompiledGraph>, EpError> {
+        let mut cache = self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(g) = cache.get(metas) {
+            return Ok(g.clone());
+        }
+        let mut b = ops::Bindings::new();
+        for (v, m) in self.fused.inputs.iter().zip(metas) {
+            let Some(v) = v else { return Err(EpError::Graph("a fused input is missing".into())) };
+            ops::bind(v, m, &mut b).map_err(|e| EpError::Graph(format!("input {e}")))?;
+        }
+        let concrete = |n: &NodeInfo| ops::concretize(n, &b).map_err(|d| EpError::Graph(d.0));
+        let fused = concrete(&self.fused)?;
+        let nodes = self.nodes.iter().map(concrete).collect::<Result<Vec<_>, _>>()?;
+        let mut weights = |v: &ValueMeta| {
+            self.weights
+                .get(&v.name)
+                .cloned()
+                .ok_or_else(|| EpError::Graph(format!("weight {:?} was not kept", v.name)))
+        };
+        let built = build_graph(&fused, &nodes, &mut weights)?;
+        let shapes: Vec<String> = metas.iter().map(|m| m.to_string()).collect();
+        let g = CompiledGraph::compile_shared(rt.inner(), built.graph, self.options.clone(), &self.shared)
+            .map_err(|e| npurt_err(format!("compile for inputs [{}]", shapes.join(", ")), e))?;
+        if cache.len() >= MAX_SHAPES {
+            cache.clear();
+        }
+        let g = Arc::new(g);
+        cache.insert(metas.to_vec(), g.clone());
+        Ok(g)
+    }
+}
+
+/// `n` without ORT's handles (valid only during the call that listed it).
+fn detached(n: &NodeInfo) -> NodeInfo {
+    let strip = |vs: &[Option<ValueMeta>]| -> Vec<Option<ValueMeta>> {
+        vs.iter().map(|v| v.as_ref().map(|v| ValueMeta { handle: ptr::null(), ..v.clone() })).collect()
+    };
+    NodeInfo { node: ptr::null(), inputs: strip(&n.inputs), outputs: strip(&n.outputs), ..n.clone() }
+}
+
+impl Kernel {
+    pub fn into_raw(self: Box<Self>) -> *mut OrtNodeComputeInfo {
+        Box::into_raw(self).cast()
+    }
+
+    /// # Safety
+    /// `p` came from [`Kernel::into_raw`] and is not used afterwards.
+    pub unsafe fn from_raw(p: *mut OrtNodeComputeInfo) -> Box<Kernel> {
+        // SAFETY: per the contract; `base` is the first field of the repr(C) Kernel.
+        unsafe { Box::from_raw(p.cast::<Kernel>()) }
+    }
+}
+
+/// Compiles one fused group: `graph` is ORT's view of its nodes, `fused` the node that
+/// replaces them (whose inputs and outputs, in order, are the kernel context's).
+///
+/// # Safety
+/// `graph` and `fused` are the pointers ORT passed to the current `Compile`.
+pub unsafe fn compile(
+    ort: Ort,
+    rt: &npurt::Runtime,
+    graph: *const OrtGraph,
+    fused: *const OrtNode,
+) -> Result<Box<Kernel>, EpError> {
+    if graph.is_null() || fused.is_null() {
+        return Err(EpError::Null("graph"));
+    }
+    // SAFETY: ORT's pointers, valid during this call.
+    let (nodes, fused) = unsafe { (graph::nodes(&ort, graph)?, graph::node_info(&ort, fused)?) };
+    // f32 throughout: the precision rewrites would change what ONNX computes.
+    let options = CompileOptions { precision: Precision::F32, ..CompileOptions::from_config(rt.config(), 0) };
+    let inputs: Vec<String> = fused.inputs.iter().flatten().map(|v| v.name.clone()).collect();
+    let outputs: Vec<String> = fused.outputs.iter().flatten().map(|v| v.name.clone()).collect();
+    let labels: Vec<String> = nodes.iter().map(NodeInfo::label).collect();
+    let labels = labels.join(", ");
+    let plan = if fused.inputs.iter().flatten().all(ValueMeta::is_static) {
+        // SAFETY: the operands' handles are valid during this call.
+        let built = build_graph(&fused, &nodes, &mut |v| unsafe { initializer(&ort, v) })?;
+        let metas = built.inputs.into_iter().map(|(_, m)| m).collect();
+        let compiled = CompiledGraph::compile_owned(rt.inner(), built.graph, options)
+            .map_err(|e| npurt_err(format!("fused node {:?} of [{labels}]: compile", fused.name), e))?;
+        Plan::Static { graph: Arc::new(compiled), inputs: metas }
+    } else {
+        let mut weights = HashMap::new();
+        for v in
+            nodes.iter().flat_map(|n| n.inputs.iter().flatten()).filter(|v| v.constant && !inputs.contains(&v.name))
+        {
+            if !weights.contains_key(&v.name) {
+                // SAFETY: the operand's handle is valid during this call.
+                weights.insert(v.name.clone(), unsafe { initializer(&ort, v) }?);
+            }
+        }
+        Plan::Shapes(Box::new(Shapes {
+            fused: detached(&fused),
+            nodes: nodes.iter().map(detached).collect(),
+            weights,
+            options,
+            shared: SharedConstants::new(),
+            cache: Mutex::new(HashMap::new()),
+        }))
+    };
+    Ok(Box::new(Kernel {
+        base: OrtNodeComputeInfo {
+            ort_version_supported: EP_API_VERSION,
+            CreateState: Some(create_state),
+            Compute: Some(compute),
+            ReleaseState: Some(release_state),
+        },
+        ort,
+        name: fused.name.clone(),
+        nodes: labels,
+        rt: rt.clone(),
+        inputs,
+        outputs,
+        plan,
+    }))
+}
+
+/// The npurt graph of one fused group, and what `Compute` needs to feed and read it.
+#[derive(Debug)]
+pub struct Built {
+    pub graph: Graph,
+    /// The fused node's inputs: ONNX name and meta, in the kernel context's order.
+    pub inputs: Vec<(String, TensorMeta)>,
+    /// The fused node's outputs' ONNX names, in the kernel context's order.
+    pub outputs: Vec<String>,
+    /// The group's nodes, as messages name them.
+    pub labels: String,
+}
+
+/// Builds the npurt graph of a fused group: the fused node's inputs as graph inputs, each
+/// constant initializer a node reads as a constant (`initializer` reads its data), one npurt
+/// node per ONNX node, the fused node's outputs as graph outputs. Errors name the fused node,
+/// the group, and the node, op and operands refused.
+pub fn build_graph(
+    fused: &NodeInfo,
+    nodes: &[NodeInfo],
+    initializer: &mut dyn FnMut(&ValueMeta) -> Result<HostTensor, EpError>,
+) -> Result<Built, EpError> {
+    let labels: Vec<String> = nodes.iter().map(NodeInfo::label).collect();
+    let labels = labels.join(", ");
+    let context = |what: String| format!("fused node {:?} of [{labels}]: {what}", fused.name);
+    let mut g = Graph::new();
+    let mut ids: HashMap<String, ValueId> = HashMap::new();
+    let mut inputs = Vec::new();
+    for v in fused.inputs.iter() {
+        let Some(v) = v else { return Err(EpError::Graph(context("a fused input is missing".into()))) };
+        let m = static_meta(v).map_err(|e| EpError::Graph(context(e.0)))?;
+        let id = g.try_input(&v.name, m.dtype, m.shape.clone()).map_err(|e| npurt_err(context(String::new()), e))?;
+        ids.insert(v.name.clone(), id);
+        inputs.push((v.name.clone(), m));
+    }
+    for node in in_order(nodes)? {
+        add_node(&mut g, &mut ids, node, initializer).map_err(|e| match e {
+            EpError::Graph(m) => EpError::Graph(context(m)),
+            EpError::Npurt { context: c, source } => EpError::Npurt { context: context(c), source },
+            other => other,
+        })?;
+    }
+    let mut outputs = Vec::new();
+    for v in fused.outputs.iter().flatten() {
+        let Some(&id) = ids.get(&v.name) else {
+            return Err(EpError::Graph(context(format!("output {:?} is made by no node of the group", v.name))));
+        };
+        g.try_output(id).map_err(|e| npurt_err(context(String::new()), e))?;
+        outputs.push(v.name.clone());
+    }
+    Ok(Built { graph: g, inputs, outputs, labels })
+}
+
+fn npurt_err(context: String, source: runtime::Error) -> EpError {
+    EpError::Npurt { context, source }
+}
+
+fn static_meta(v: &ValueMeta) -> Result<TensorMeta, ops::Decline> {
+    let dtype =
+        ops::dtype_of(v.elem).ok_or_else(|| ops::Decline(format!("{:?}: ONNX element type {}", v.name, v.elem)))?;
+    match &v.dims {
+        Some(d) if v.is_static() => {
+            Ok(TensorMeta::new(dtype, Shape::from(d.iter().map(|&x| x as usize).collect::<Vec<_>>())))
+        }
+        _ => Err(ops::Decline(format!("{:?} has no static shape", v.name))),
+    }
+}
+
+/// The group's nodes in topological order (ORT lists them so; checked, not assumed).
+fn in_order(nodes: &[NodeInfo]) -> Result<Vec<&NodeInfo>, EpError> {
+    let producer: HashMap<&str, usize> = nodes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| n.outputs.iter().flatten().map(move |v| (v.name.as_str(), i)))
+        .collect();
+    let preds: Vec<Vec<usize>> = nodes
+        .iter()
+        .map(|n| n.inputs.iter().flatten().filter_map(|v| producer.get(v.name.as_str()).copied()).collect())
+        .collect();
+    let order =
+        partition::topological(&preds).ok_or_else(|| EpError::Graph("the group's nodes form a cycle".into()))?;
+    Ok(order.into_iter().map(|i| &nodes[i]).collect())
+}
+
+/// Adds one claimed node (and the constant initializers it reads) to the npurt graph.
+fn add_node(
+    g: &mut Graph,
+    ids: &mut HashMap<String, ValueId>,
+    node: &NodeInfo,
+    initializer: &mut dyn FnMut(&ValueMeta) -> Result<HostTensor, EpError>,
+) -> Result<(), EpError> {
+    let label = node.label();
+    let mapped = map_node(node).map_err(|d| EpError::Graph(format!("node {label} is not npurt's: {}", d.0)))?;
+    let mut args = Vec::new();
+    for v in node.inputs.iter().flatten().take(mapped.inputs.len()) {
+        let id = match ids.get(&v.name) {
+            Some(&id) => id,
+            None if v.constant => {
+                let t = initializer(v)?;
+                let id = g.try_constant(&v.name, t).map_err(|e| npurt_err(format!("node {label}"), e))?;
+                ids.insert(v.name.clone(), id);
+                id
+            }
+            None => return Err(EpError::Graph(format!("node {label}: operand {:?} comes from nowhere", v.name))),
+        };
+        args.push(id);
+    }
+    let Some(out) = node.outputs.first().and_then(Option::as_ref) else {
+        return Err(EpError::Graph(format!("node {label} has no output")));
+    };
+    let operands: Vec<String> =
+        node.inputs.iter().flatten().zip(&args).map(|(v, id)| format!("{:?} {}", v.name, g.meta(*id))).collect();
+    let id = g
+        .op(&out.name, mapped.op, &args)
+        .map_err(|e| npurt_err(format!("node {label} with operands [{}]", operands.join(", ")), e))?;
+    ids.insert(out.name.clone(), id);
+    Ok(())
+}
+
+/// A constant initializer's data, copied out of ORT.
+///
+/// # Safety
+/// `v.handle` is valid during the current call.
+unsafe fn initializer(ort: &Ort, v: &ValueMeta) -> Result<HostTensor, EpError> {
+    let mut value: *const OrtValue = ptr::null();
+    // SAFETY: the handle is valid; ORT returns a value it owns (or null).
+    ort.check("ValueInfo_GetInitializerValue", unsafe {
+        (ort.api.ValueInfo_GetInitializerValue)(v.handle, &mut value)
+    })?;
+    if value.is_null() {
+        return Err(EpError::Graph(format!("initializer {:?} has no value", v.name)));
+    }
+    // SAFETY: value is a valid tensor owned by ORT during this call.
+    let (meta, bytes) = unsafe { tensor_bytes(ort, value) }?;
+    Ok(HostTensor { dtype: meta.dtype, shape: meta.shape, bytes: bytes.to_vec().into() })
+}
+
+/// The meta and host bytes of an ORT tensor.
+///
+/// # Safety
+/// `value` is a valid host tensor for the lifetime `'a` the caller picks (the current call).
+unsafe fn tensor_bytes<'a>(ort: &Ort, value: *const OrtValue) -> Result<(TensorMeta, &'a [u8]), EpError> {
+    let mut elem = ONNXTensorElementDataType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+    let mut dims: *const i64 = ptr::null();
+    let mut rank = 0usize;
+    // SAFETY: value is valid; ORT returns a pointer to its own shape array.
+    ort.check("GetTensorElementTypeAndShapeDataReference", unsafe {
+        (ort.api.GetTensorElementTypeAndShapeDataReference)(value, &mut elem, &mut dims, &mut rank)
+    })?;
+    let dims: &[i64] = if rank == 0 || dims.is_null() {
+        &[]
+    } else {
+        // SAFETY: ORT's array of `rank` dims, alive with the value.
+        unsafe { std::slice::from_raw_parts(dims, rank) }
+    };
+    let dtype =
+        ops::dtype_of(elem as i32).ok_or_else(|| EpError::Graph(format!("ONNX element type {}", elem as i32)))?;
+    let shape: Vec<usize> = dims
+        .iter()
+        .map(|&d| usize::try_from(d))
+        .collect::<Result<_, _>>()
+        .map_err(|_| EpError::Graph(format!("dims {dims:?}")))?;
+    let meta = TensorMeta::new(dtype, Shape::from(shape));
+    let n = runtime::size::bytes("tensor", meta.shape.dims(), dtype).map_err(|e| npurt_err("ORT tensor".into(), e))?;
+    if n == 0 {
+        return Ok((meta, &[]));
+    }
+    let mut data: *const c_void = ptr::null();
+    // SAFETY: value is valid; ORT returns its data pointer.
+    ort.check("GetTensorData", unsafe { (ort.api.GetTensorData)(value, &mut data) })?;
+    if data.is_null() {
+        return Err(EpError::Null("tensor data"));
+    }
+    // SAFETY: a host tensor of this dtype and shape holds n bytes at data.
+    Ok((meta, unsafe { std::slice::from_raw_parts(data.cast::<u8>(), n) }))
+}
+
+unsafe extern "system" fn create_state(
+    _this: *mut OrtNodeComputeInfo,
+    _ctx: *mut OrtNodeComputeContext,
+    state: *mut *mut c_void,
+) -> StatusPtr {
+    // No per-state data: the compiled graph keeps one arena per concurrent run.
+    if !state.is_null() {
+        // SAFETY: ORT's out-parameter, checked non-null.
+        unsafe { *state = ptr::null_mut() };
+    }
+    ptr::null_mut()
+}
+
+unsafe extern "system" fn release_state(_this: *mut OrtNodeComputeInfo, _state: *mut c_void) {}
+
+unsafe extern "system" fn compute(
+    this: *mut OrtNodeComputeInfo,
+    _state: *mut c_void,
+    ctx: *mut OrtKernelContext,
+) -> StatusPtr {
+    // SAFETY: ORT passes back a compute info made by Kernel::into_raw, alive until released.
+    let k = unsafe { &*this.cast::<Kernel>() };
+    k.ort.guard("Compute", || {
+        if ctx.is_null() {
+            return Err(EpError::Null("kernel_context"));
+        }
+        // SAFETY: ctx is ORT's kernel context for this call.
+        unsafe { k.run(ctx) }.map_err(|e| match e {
+            EpError::Npurt { context, source } => {
+                EpError::Npurt { context: format!("fused node {:?} of [{}]: {context}", k.name, k.nodes), source }
+            }
+            EpError::Graph(m) => EpError::Graph(format!("fused node {:?} of [{}]: {m}", k.name, k.nodes)),
+            other => other,
+        })
+    })
+}
+
+impl Kernel {
+    /// Copies the inputs in, runs, copies the outputs out.
+    ///
+    /// # Safety
+    /// `ctx` is ORT's kernel context of the current `Compute`.
+    unsafe fn run(&self, ctx: *mut OrtKernelContext) -> Result<(), EpError> {
+        let ort = &self.ort;
+        let mut fed = Vec::with_capacity(self.inputs.len());
+        for (i, name) in self.inputs.iter().enumerate() {
+            let mut v: *const OrtValue = ptr::null();
+            // SAFETY: ctx is valid; index i < the fused node's input count.
+            ort.check("KernelContext_GetInput", unsafe { (ort.api.KernelContext_GetInput)(ctx, i, &mut v) })?;
+            if v.is_null() {
+                return Err(EpError::Graph(format!("input {name:?} is missing")));
+            }
+            // SAFETY: v is ORT's input tensor, valid for this call.
+            fed.push(unsafe { tensor_bytes(ort, v) }?);
+        }
+        let metas: Vec<TensorMeta> = fed.iter().map(|(m, _)| m.clone()).collect();
+        let graph = match &self.plan {
+            Plan::Static { graph, inputs } => {
+                if let Some(((name, got), want)) = self.inputs.iter().zip(&metas).zip(inputs).find(|((_, g), w)| g != w)
+                {
+                    return Err(EpError::Graph(format!("input {name:?} is {got}, compiled for {want}")));
+                }
+                graph.clone()
+            }
+            Plan::Shapes(shapes) => shapes.graph_for(&self.rt, &metas)?,
+        };
+        let mut tensors = Vec::with_capacity(fed.len());
+        for (name, (meta, bytes)) in self.inputs.iter().zip(fed) {
+            let t = self
+                .rt
+                .empty(meta.dtype, meta.shape.clone(), 0)
+                .map_err(|e| npurt_err(format!("input {name:?}"), e))?;
+            t.copy_from_bytes(bytes).map_err(|e| npurt_err(format!("input {name:?}"), e))?;
+            tensors.push(t);
+        }
+        let refs: Vec<&Tensor> = tensors.iter().collect();
+        let outs = graph.run(&refs).map_err(|e| npurt_err("run".into(), e))?;
+        for (j, (t, name)) in outs.iter().zip(&self.outputs).enumerate() {
+            let dims: Vec<i64> = t.dims().iter().map(|&d| d as i64).collect();
+            let mut ov: *mut OrtValue = ptr::null_mut();
+            // SAFETY: ctx is valid; ORT allocates output j with these dims.
+            ort.check("KernelContext_GetOutput", unsafe {
+                (ort.api.KernelContext_GetOutput)(ctx, j, dims.as_ptr(), dims.len(), &mut ov)
+            })?;
+            if t.nbytes() == 0 {
+                continue;
+            }
+            let mut data: *mut c_void = ptr::null_mut();
+            // SAFETY: ov is the output ORT just allocated.
+            ort.check("GetTensorMutableData", unsafe { (ort.api.GetTensorMutableData)(ov, &mut data) })?;
+            if data.is_null() {
+                return Err(EpError::Null("output data"));
+            }
+            // SAFETY: ORT's output holds exactly t.nbytes() bytes (the dtype and shape ORT
+            // declared, checked equal to npurt's at GetCapability), distinct from npurt's.
+            let dst = unsafe { std::slice::from_raw_parts_mut(data.cast::<u8>(), t.nbytes()) };
+            write_output(t, dst).map_err(|e| npurt_err(format!("output {name:?}"), e))?;
+        }
+        Ok(())
+    }
+}
+
+/// Copies a tensor's elements into `dst` (its bytes, in logical order): straight from npurt's
+/// memory when the device shares the host's (the CPU backend: one copy), else through a host
+/// array.
+fn write_output(t: &Tensor, dst: &mut [u8]) -> runtime::Result<()> {
+    fn of<T: runtime::Element>(t: &Tensor, dst: &mut [u8]) -> runtime::Result<()> {
+        let out: Option<&mut [T]> = bytemuck::try_cast_slice_mut(dst).ok();
+        match out {
+            Some(out) if t.supports_zero_copy() => t.with_host_view::<T, _>(|v| match v.as_slice() {
+                Some(s) => out.copy_from_slice(s),
+                None => out.iter_mut().zip(v.iter()).for_each(|(o, x)| *o = *x),
+            }),
+            _ => {
+                let (v, _) = t.to_ndarray::<T>()?.into_raw_vec_and_offset();
+                dst.copy_from_slice(bytemuck::cast_slice(&v));
+                Ok(())
+            }
+        }
+    }
+    match t.dtype() {
+        DType::F32 => of::<f32>(t, dst),
+        DType::F16 => of::<runtime::f16>(t, dst),
+        DType::BF16 => of::<runtime::bf16>(t, dst),
+        DType::I32 => of::<i32>(t, dst),
+        DType::I64 => of::<i64>(t, dst),
+        DType::U8 => of::<u8>(t, dst),
+    }
+}
+
+/// Releases compute infos made by [`compile`].
+///
+/// # Safety
+/// Each non-null entry came from [`Kernel::into_raw`] and is released once.
+pub unsafe fn release(infos: *mut *mut OrtNodeComputeInfo, n: usize) {
+    if infos.is_null() {
+        return;
+    }
+    for i in 0..n {
+        // SAFETY: infos holds n entries.
+        let p = unsafe { *infos.add(i) };
+        if !p.is_null() {
+            // SAFETY: per the contract.
+            drop(unsafe { Kernel::from_raw(p) });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::ValueMeta;
+
+    fn value(name: &str, dims: &[i64], constant: bool) -> Option<ValueMeta> {
+        Some(ValueMeta {
+            name: name.into(),
+            elem: 1,
+            dims: Some(dims.to_vec()),
+            symbols: vec![],
+            constant,
+            data: None,
+            handle: ptr::null(),
+        })
+    }
+
+    fn node(op: &str, inputs: Vec<Option<ValueMeta>>, out: Option<ValueMeta>) -> NodeInfo {
+        NodeInfo {
+            node: ptr::null(),
+            name: String::new(),
+            op_type: op.into(),
+            domain: String::new(),
+            since_version: 17,
+            inputs,
+            outputs: vec![out],
+            attrs: Default::default(),
+        }
+    }
+
+    fn fused(inputs: Vec<Option<ValueMeta>>, outputs: Vec<Option<ValueMeta>>) -> NodeInfo {
+        NodeInfo { name: "NpurtExecutionProvider_0".into(), ..node("Fused", inputs, None) }.with_outputs(outputs)
+    }
+
+    impl NodeInfo {
+        fn with_outputs(mut self, outputs: Vec<Option<ValueMeta>>) -> NodeInfo {
+            self.outputs = outputs;
+            self
+        }
+    }
+
+    fn weights(v: &ValueMeta) -> Result<HostTensor, EpError> {
+        let n: i64 = v.dims.as_ref().unwrap().iter().product();
+        Ok(HostTensor::from_vec(vec![n as usize], vec![1f32; n as usize]).unwrap())
+    }
+
+    #[test]
+    fn a_group_becomes_one_graph_with_its_weights_as_constants() {
+        let nodes = [
+            node("Relu", vec![value("x", &[4], false)], value("r", &[4], false)),
+            node("Add", vec![value("r", &[4], false), value("w", &[4], true)], value("z", &[4], false)),
+        ];
+        let f = fused(vec![value("x", &[4], false)], vec![value("z", &[4], false)]);
+        let b = build_graph(&f, &nodes, &mut weights).unwrap();
+        assert_eq!(b.graph.nodes.len(), 2);
+        assert_eq!(b.graph.inputs.len(), 1);
+        assert_eq!(b.outputs, vec!["z".to_string()]);
+        assert!(
+            b.graph.values.iter().any(|v| v.name == "w" && matches!(v.kind, runtime::graph::ValueKind::Constant(_)))
+        );
+    }
+
+    #[test]
+    fn a_refused_node_is_named_with_its_op_and_operands() {
+        // ORT declares `r` as [2, 3] where it is used, but the Relu made it [4]: npurt's
+        // builder refuses the Add, and the error says where.
+        let nodes = [
+            node("Relu", vec![value("x", &[4], false)], value("r", &[4], false)),
+            node("Add", vec![value("r", &[2, 3], false), value("y", &[2, 3], false)], value("z", &[2, 3], false)),
+        ];
+        let f = fused(vec![value("x", &[4], false), value("y", &[2, 3], false)], vec![value("z", &[2, 3], false)]);
+        let e = build_graph(&f, &nodes, &mut weights).unwrap_err().to_string();
+        for part in ["NpurtExecutionProvider_0", "\"z\" (Add)", "\"r\" f32 [4]", "\"y\" f32 [2, 3]", "Add:"] {
+            assert!(e.contains(part), "{part} not in {e}");
+        }
+        // An operand that nothing makes, and an op that is not npurt's.
+        let nodes = [node("Relu", vec![value("q", &[4], false)], value("r", &[4], false))];
+        let f = fused(vec![], vec![value("r", &[4], false)]);
+        let e = build_graph(&f, &nodes, &mut weights).unwrap_err().to_string();
+        assert!(e.contains("\"r\" (Relu)") && e.contains("\"q\" comes from nowhere"), "{e}");
+        let nodes = [node("Conv", vec![value("x", &[4], false)], value("c", &[4], false))];
+        let f = fused(vec![value("x", &[4], false)], vec![value("c", &[4], false)]);
+        let e = build_graph(&f, &nodes, &mut weights).unwrap_err().to_string();
+        assert!(e.contains("\"c\" (Conv) is not npurt's"), "{e}");
+    }
+}
