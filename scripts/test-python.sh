@@ -23,6 +23,7 @@ rm -rf "$VENV"
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
 "$VENV/bin/python" -m pip install --quiet ./python pytest
 "$VENV/bin/python" -m pip install --quiet onnxruntime || echo "test-python: onnxruntime did not install; test_ort_ep.py will skip"
+"$VENV/bin/python" -m pip install --quiet onnx || echo "test-python: onnx did not install; the op tests of test_ort_ep.py will skip"
 
 if [ -n "${ACL_EMU_LIB:-}" ]; then
     echo "test-python: using the emulator $ACL_EMU_LIB"
