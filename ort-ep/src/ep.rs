@@ -5,8 +5,6 @@
 use core::ffi::c_char;
 use std::ptr;
 
-use std::collections::HashMap;
-
 use crate::abi::{
     EP_API_VERSION, OrtEp, OrtEpGraphSupportInfo, OrtGraph, OrtLogger, OrtNode, OrtNodeComputeInfo,
     OrtNodeFusionOptions, StatusPtr,
@@ -221,15 +219,7 @@ pub fn claim(nodes: &[NodeInfo], rt: &npurt::Runtime) -> Claim {
             }
         })
         .collect();
-    let producer: HashMap<&str, usize> = nodes
-        .iter()
-        .enumerate()
-        .flat_map(|(i, n)| n.outputs.iter().flatten().map(move |v| (v.name.as_str(), i)))
-        .collect();
-    let preds: Vec<Vec<usize>> = nodes
-        .iter()
-        .map(|n| n.inputs.iter().flatten().filter_map(|v| producer.get(v.name.as_str()).copied()).collect())
-        .collect();
+    let preds = crate::graph::predecessors(nodes);
     match crate::partition::groups(&claimed, &preds) {
         Some(groups) => Claim { groups, declined },
         None => Claim {

@@ -78,6 +78,20 @@ pub struct NodeInfo {
     pub attrs: HashMap<String, Attr>,
 }
 
+/// For each node, the nodes among `nodes` that produce one of its inputs (a value made
+/// outside `nodes`, a graph input or an initializer, has no producer here).
+pub fn predecessors(nodes: &[NodeInfo]) -> Vec<Vec<usize>> {
+    let producer: HashMap<&str, usize> = nodes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| n.outputs.iter().flatten().map(move |v| (v.name.as_str(), i)))
+        .collect();
+    nodes
+        .iter()
+        .map(|n| n.inputs.iter().flatten().filter_map(|v| producer.get(v.name.as_str()).copied()).collect())
+        .collect()
+}
+
 impl NodeInfo {
     /// `op_type` in `domain`, as messages name it (`Relu`, `com.microsoft:Attention`).
     pub fn qualified_op(&self) -> String {

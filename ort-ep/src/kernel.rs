@@ -263,15 +263,7 @@ fn static_meta(v: &ValueMeta) -> Result<TensorMeta, ops::Decline> {
 
 /// The group's nodes in topological order (ORT lists them so; checked, not assumed).
 fn in_order(nodes: &[NodeInfo]) -> Result<Vec<&NodeInfo>, EpError> {
-    let producer: HashMap<&str, usize> = nodes
-        .iter()
-        .enumerate()
-        .flat_map(|(i, n)| n.outputs.iter().flatten().map(move |v| (v.name.as_str(), i)))
-        .collect();
-    let preds: Vec<Vec<usize>> = nodes
-        .iter()
-        .map(|n| n.inputs.iter().flatten().filter_map(|v| producer.get(v.name.as_str()).copied()).collect())
-        .collect();
+    let preds = crate::graph::predecessors(nodes);
     let order =
         partition::topological(&preds).ok_or_else(|| EpError::Graph("the group's nodes form a cycle".into()))?;
     Ok(order.into_iter().map(|i| &nodes[i]).collect())
