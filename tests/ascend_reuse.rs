@@ -46,6 +46,7 @@ const PHASE1: &[&str] = &[
     "aclnnReluGetWorkspaceSize",
     "aclnnRmsNormGetWorkspaceSize",
     "aclnnRsqrtGetWorkspaceSize",
+    "aclnnSigmoidGetWorkspaceSize",
     "aclnnSiluGetWorkspaceSize",
     "aclnnSoftmaxGetWorkspaceSize",
     "aclnnSqrtGetWorkspaceSize",

@@ -35,6 +35,8 @@ fn invalid_calls() -> Vec<(Op, Vec<(DType, Vec<usize>)>)> {
         (Op::Erf, vec![(U8, vec![3])]),
         (Op::Exp, vec![]),
         (Op::Sqrt, vec![(I32, vec![1])]),
+        (Op::Neg, vec![(I64, vec![2])]),
+        (Op::Sigmoid, vec![(U8, vec![2])]),
         (Op::Softmax { axis: 2 }, vec![(F32, vec![3, 4])]),
         (Op::LayerNorm { eps: 1e-5 }, vec![(F32, vec![2, 4]), (F32, vec![3]), (F32, vec![4])]),
         (Op::LayerNorm { eps: -1.0 }, vec![(F32, vec![2, 4]), (F32, vec![4]), (F32, vec![4])]),

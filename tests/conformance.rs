@@ -89,6 +89,13 @@ on_every_backend!(extreme_inputs_give_the_documented_answers_on_every_tier, |b: 
         ("exp at the ends", Op::Exp, vec![f(&[4], &[inf, -inf, 89.0, -200.0])], vec![inf, 0.0, inf, 0.0]),
         ("gelu of -inf is NaN", Op::Gelu(GeluApprox::Erf), vec![f(&[2], &[-inf, inf])], vec![f64::NAN, inf]),
         ("sqrt of a negative is NaN", Op::Sqrt, vec![f(&[2], &[-1.0, inf])], vec![f64::NAN, inf]),
+        ("neg flips every sign", Op::Neg, vec![f(&[4], &[0.0, -inf, f64::NAN, 2.5])], vec![-0.0, inf, f64::NAN, -2.5]),
+        (
+            "sigmoid saturates without NaN",
+            Op::Sigmoid,
+            vec![f(&[5], &[-inf, inf, f64::NAN, 0.0, -100.0])],
+            vec![0.0, 1.0, f64::NAN, 0.5, 3.720_075_976_020_836e-44],
+        ),
         (
             "float to i32 saturates, NaN is 0",
             Op::Cast { to: DType::I32 },

@@ -561,6 +561,12 @@ api! {
     ) -> aclnnStatus;
     [OpApi] fn aclnnNeg(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
         -> aclnnStatus;
+    [OpApi] fn aclnnSigmoidGetWorkspaceSize(
+        self_: *const aclTensor, out: *mut aclTensor, workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnSigmoid(
+        workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
+    ) -> aclnnStatus;
     [OpApi] fn aclnnSiluGetWorkspaceSize(
         self_: *const aclTensor, out: *mut aclTensor, workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
     ) -> aclnnStatus;

@@ -199,9 +199,15 @@ impl Device {
         match &args.op {
             Op::MatMul { .. } | Op::Gemm { .. } | Op::Linear => self.nvrtc_matrix(tier, args, &ss.cu),
             Op::Add | Op::Sub | Op::Mul | Op::Div | Op::BiasGelu(_) => self.nvrtc_elementwise(tier, args, &ss.cu),
-            Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Scale { .. } => {
-                self.nvrtc_elementwise(tier, args, &ss.cu)
-            }
+            Op::Relu
+            | Op::Gelu(_)
+            | Op::Tanh
+            | Op::Erf
+            | Op::Exp
+            | Op::Sqrt
+            | Op::Neg
+            | Op::Sigmoid
+            | Op::Scale { .. } => self.nvrtc_elementwise(tier, args, &ss.cu),
             Op::Softmax { .. }
             | Op::LayerNorm { .. }
             | Op::AddLayerNorm { .. }
@@ -261,7 +267,15 @@ impl Device {
                     }
                 }
             }
-            Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Scale { .. } => {
+            Op::Relu
+            | Op::Gelu(_)
+            | Op::Tanh
+            | Op::Erf
+            | Op::Exp
+            | Op::Sqrt
+            | Op::Neg
+            | Op::Sigmoid
+            | Op::Scale { .. } => {
                 let mut p = plan::unary(op, out.layout.numel()).map_err(bad)?;
                 let ptrs = [a(0), o];
                 match tier {

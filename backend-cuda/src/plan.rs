@@ -34,6 +34,8 @@ pub fn unary_code(op: &Op) -> Option<(i64, f64)> {
         Op::Exp => (5, 1.0),
         Op::Sqrt => (6, 1.0),
         Op::Scale { factor } => (7, *factor as f64),
+        Op::Neg => (8, 1.0),
+        Op::Sigmoid => (9, 1.0),
         _ => return None,
     })
 }

@@ -169,6 +169,8 @@ mod tests {
             ("Erf", OpKind::Erf),
             ("Exp", OpKind::Exp),
             ("Sqrt", OpKind::Sqrt),
+            ("Neg", OpKind::Neg),
+            ("Sigmoid", OpKind::Sigmoid),
             ("Softmax", OpKind::Softmax),
             ("LayerNormalization", OpKind::LayerNorm),
             ("Transpose", OpKind::Permute),

@@ -175,6 +175,8 @@ fn unary(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
             Op::Tanh,
             Op::Erf,
             Op::Exp,
+            Op::Neg,
+            Op::Sigmoid,
             Op::Scale { factor: -1.75 },
         ] {
             add(out, op, vec![(f, s.clone(), "")], 1, rng);
@@ -386,6 +388,8 @@ fn extreme_elementwise(out: &mut Vec<Case>, f: DType, big: f64) {
         Op::Erf,
         Op::Exp,
         Op::Sqrt,
+        Op::Neg,
+        Op::Sigmoid,
         Op::Scale { factor: -1.75 },
     ] {
         out.push(fixed(op, vec![(f, vec![n], specials.clone())], 1));

@@ -72,6 +72,8 @@ pub fn op() -> impl Strategy<Value = Op> {
         Just(Op::Erf),
         Just(Op::Exp),
         Just(Op::Sqrt),
+        Just(Op::Neg),
+        Just(Op::Sigmoid),
         axis().prop_map(|axis| Op::Softmax { axis }),
         float_attr().prop_map(|eps| Op::LayerNorm { eps: eps.abs() * 1e-5 }),
         float_attr().prop_map(|eps| Op::LayerNorm { eps }),

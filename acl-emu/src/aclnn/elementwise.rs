@@ -1,5 +1,5 @@
 //! Element-wise operators: binary arithmetic (aclnnAdd, aclnnSub, aclnnMul, aclnnDiv),
-//! activations and other unary functions, and the scalar forms aclnnMuls and aclnnAdds.
+//! activations and other unary functions (aclnnNeg and aclnnSigmoid among them), and the scalar forms aclnnMuls and aclnnAdds.
 
 use crate::aclnn::basics::{ex, finish, phase2, scalar, tout, tsrc};
 use crate::descriptors::Src;
@@ -22,6 +22,8 @@ phase2!(
     aclnnErf,
     aclnnExp,
     aclnnSqrt,
+    aclnnNeg,
+    aclnnSigmoid,
     aclnnMuls,
     aclnnAdds
 );
@@ -148,6 +150,8 @@ unary_export! {
     aclnnErfGetWorkspaceSize => aclnnErf, Op::Erf;
     aclnnExpGetWorkspaceSize => aclnnExp, Op::Exp;
     aclnnSqrtGetWorkspaceSize => aclnnSqrt, Op::Sqrt;
+    aclnnNegGetWorkspaceSize => aclnnNeg, Op::Neg;
+    aclnnSigmoidGetWorkspaceSize => aclnnSigmoid, Op::Sigmoid;
 }
 
 /// Relu's `out` is `const aclTensor *` in the header.

@@ -95,6 +95,8 @@ names! {
     Erf => "erf.aclnn.vector", "erf.host.reference";
     Exp => "exp.aclnn.vector", "exp.host.reference";
     Sqrt => "sqrt.aclnn.vector", "sqrt.host.reference";
+    Neg => "neg.aclnn.vector", "neg.host.reference";
+    Sigmoid => "sigmoid.aclnn.vector", "sigmoid.host.reference";
     Softmax => "softmax.aclnn.vector", "softmax.host.reference";
     LayerNorm => "layernorm.aclnn.vector", "layernorm.host.reference";
     Permute => "permute.aclnn.scalar", "permute.host.reference";

@@ -114,7 +114,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             };
             put(&mut outs[0], r)
         }
-        Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Scale { .. } => {
+        Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Neg | Op::Sigmoid | Op::Scale { .. } => {
             let x = arr(&ins[0])?;
             let y = match op {
                 // NaN propagates (`f32::max` would turn it into 0).
@@ -124,6 +124,8 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
                 Op::Erf => x.mapv(libm::erff),
                 Op::Exp => x.mapv(f32::exp),
                 Op::Sqrt => x.mapv(f32::sqrt),
+                Op::Neg => x.mapv(|v| -v),
+                Op::Sigmoid => x.mapv(sigmoid_f32),
                 Op::Scale { factor } => x * *factor,
                 _ => return Err(KernelError::Internal("not a unary op".into())),
             };

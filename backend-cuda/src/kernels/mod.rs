@@ -173,6 +173,8 @@ fn build(blas: bool, tf32: bool) -> KernelTable<Impl> {
             | OpKind::Erf
             | OpKind::Exp
             | OpKind::Sqrt
+            | OpKind::Neg
+            | OpKind::Sigmoid
             | OpKind::Scale
             | OpKind::BiasGelu => std3(&mut t, any),
             OpKind::Softmax | OpKind::LayerNorm | OpKind::AddLayerNorm => {

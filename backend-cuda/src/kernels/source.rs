@@ -328,6 +328,11 @@ template <class F> __device__ __forceinline__ F unop(int op, F x, F factor) {
         case 4: return m_erf(x);
         case 5: return m_exp(x);
         case 6: return m_sqrt(x);
+        case 8: return -x;
+        case 9: {  // from e^-|x|: neither end overflows, the left tail keeps its precision
+            const F e = m_exp(x < F(0) ? x : -x);
+            return x >= F(0) ? F(1) / (F(1) + e) : e / (F(1) + e);
+        }
         default: return x * factor;
     }
 }

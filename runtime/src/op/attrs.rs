@@ -88,6 +88,8 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
         OpKind::Erf => Op::Erf,
         OpKind::Exp => Op::Exp,
         OpKind::Sqrt => Op::Sqrt,
+        OpKind::Neg => Op::Neg,
+        OpKind::Sigmoid => Op::Sigmoid,
         OpKind::Softmax => Op::Softmax { axis: parse(op, "axis", get("axis"), -1)? },
         OpKind::LayerNorm => Op::LayerNorm { eps: parse(op, "eps", get("eps"), 1e-5)? },
         OpKind::AddLayerNorm => Op::AddLayerNorm { eps: parse(op, "eps", get("eps"), 1e-5)? },

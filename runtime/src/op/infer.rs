@@ -40,7 +40,15 @@ impl Op {
             Op::Gemm { trans_a, trans_b, .. } => gemm(o, *trans_a, *trans_b),
             Op::Linear => linear(o),
             Op::Add | Op::Sub | Op::Mul | Op::Div => binary(o),
-            Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Scale { .. } => {
+            Op::Relu
+            | Op::Gelu(_)
+            | Op::Tanh
+            | Op::Erf
+            | Op::Exp
+            | Op::Sqrt
+            | Op::Neg
+            | Op::Sigmoid
+            | Op::Scale { .. } => {
                 o.need_float(0)?;
                 if let Op::Scale { factor } = self
                     && !factor.is_finite()

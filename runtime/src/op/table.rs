@@ -99,6 +99,10 @@ pub enum Op {
     Erf,
     Exp,
     Sqrt,
+    /// `-x` (ONNX Neg): a sign flip, so `-0.0` from `0.0` and NaN stays NaN.
+    Neg,
+    /// `1 / (1 + e^-x)` (ONNX Sigmoid).
+    Sigmoid,
     Softmax {
         axis: isize,
     },
@@ -168,6 +172,8 @@ pub enum OpKind {
     Erf,
     Exp,
     Sqrt,
+    Neg,
+    Sigmoid,
     Softmax,
     LayerNorm,
     Permute,
@@ -184,7 +190,7 @@ pub enum OpKind {
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 26] = [
+    pub const ALL: [OpKind; 28] = [
         OpKind::MatMul,
         OpKind::Gemm,
         OpKind::Linear,
@@ -198,6 +204,8 @@ impl OpKind {
         OpKind::Erf,
         OpKind::Exp,
         OpKind::Sqrt,
+        OpKind::Neg,
+        OpKind::Sigmoid,
         OpKind::Softmax,
         OpKind::LayerNorm,
         OpKind::Permute,
@@ -228,6 +236,8 @@ impl OpKind {
             OpKind::Erf => "Erf",
             OpKind::Exp => "Exp",
             OpKind::Sqrt => "Sqrt",
+            OpKind::Neg => "Neg",
+            OpKind::Sigmoid => "Sigmoid",
             OpKind::Softmax => "Softmax",
             OpKind::LayerNorm => "LayerNorm",
             OpKind::Permute => "Permute",
@@ -258,6 +268,8 @@ impl OpKind {
                 | OpKind::Erf
                 | OpKind::Exp
                 | OpKind::Sqrt
+                | OpKind::Neg
+                | OpKind::Sigmoid
                 | OpKind::Scale
                 | OpKind::Cast
                 | OpKind::Copy
@@ -350,6 +362,8 @@ impl Op {
             Op::Erf => OpKind::Erf,
             Op::Exp => OpKind::Exp,
             Op::Sqrt => OpKind::Sqrt,
+            Op::Neg => OpKind::Neg,
+            Op::Sigmoid => OpKind::Sigmoid,
             Op::Softmax { .. } => OpKind::Softmax,
             Op::LayerNorm { .. } => OpKind::LayerNorm,
             Op::Permute { .. } => OpKind::Permute,

@@ -29,7 +29,9 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> KernelResult {
         Op::Gemm { trans_a, trans_b, alpha, beta } => gemm(ins, outs, &out_dims, *trans_a, *trans_b, *alpha, *beta),
         Op::Linear => linear(ins, outs),
         Op::Add | Op::Sub | Op::Mul | Op::Div => binary(op, ins, outs, &out_dims),
-        Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Scale { .. } => unary(op, ins, outs),
+        Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Neg | Op::Sigmoid | Op::Scale { .. } => {
+            unary(op, ins, outs)
+        }
         Op::Softmax { axis } => softmax(ins, outs, *axis),
         Op::LayerNorm { eps } => {
             let x = load_f64(&ins[0])?;
@@ -157,6 +159,8 @@ fn unary(op: &Op, ins: &[In], outs: &mut [Out]) -> KernelResult {
         Op::Erf => Box::new(libm::erf),
         Op::Exp => Box::new(f64::exp),
         Op::Sqrt => Box::new(f64::sqrt),
+        Op::Neg => Box::new(|v: f64| -v),
+        Op::Sigmoid => Box::new(sigmoid_f64),
         Op::Scale { factor } => {
             let f = *factor as f64;
             Box::new(move |v: f64| v * f)

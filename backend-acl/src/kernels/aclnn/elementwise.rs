@@ -70,7 +70,7 @@ pub(super) fn gelu(c: &mut Call, x: &View, approx: GeluApprox, out: &View) -> BR
     }
 }
 
-/// Relu, Tanh, Erf, Exp or Sqrt.
+/// Relu, Tanh, Erf, Exp, Sqrt, Neg or Sigmoid.
 pub(super) fn unary(c: &mut Call, op: &Op, x: &View, out: &View) -> BResult<()> {
     let (tx, to) = (c.tensor(x)?, c.output(out)?);
     let (p1, p2): (_, Phase2) = match op {
@@ -82,6 +82,10 @@ pub(super) fn unary(c: &mut Call, op: &Op, x: &View, out: &View) -> BResult<()> 
         Op::Erf => (unsafe { nn::erf_get_workspace_size(c.api, tx, to) }, nn::erf),
         // SAFETY: as above.
         Op::Exp => (unsafe { nn::exp_get_workspace_size(c.api, tx, to) }, nn::exp),
+        // SAFETY: as above.
+        Op::Neg => (unsafe { nn::neg_get_workspace_size(c.api, tx, to) }, nn::neg),
+        // SAFETY: as above.
+        Op::Sigmoid => (unsafe { nn::sigmoid_get_workspace_size(c.api, tx, to) }, nn::sigmoid),
         // SAFETY: as above.
         _ => (unsafe { nn::sqrt_get_workspace_size(c.api, tx, to) }, nn::sqrt),
     };

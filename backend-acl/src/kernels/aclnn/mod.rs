@@ -157,7 +157,7 @@ fn compose(c: &mut Call, how: Mapping, args: &LaunchArgs) -> BResult<()> {
         }
         Op::Add | Op::Sub => add_sub(c, matches!(args.op, Op::Sub), x, &ins[1], &out),
         Op::Mul | Op::Div => mul_div(c, matches!(args.op, Op::Div), x, &ins[1], &out),
-        Op::Relu | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt => unary(c, &args.op, x, &out),
+        Op::Relu | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Neg | Op::Sigmoid => unary(c, &args.op, x, &out),
         Op::Gelu(a) => gelu(c, x, *a, &out),
         Op::Scale { factor } => muls(c, x, *factor, &out),
         Op::Softmax { axis } => softmax(c, x, *axis as i64, &out),
