@@ -42,6 +42,7 @@ const PHASE1: &[&str] = &[
     "aclnnMulsGetWorkspaceSize",
     "aclnnNegGetWorkspaceSize",
     "aclnnPermuteGetWorkspaceSize",
+    "aclnnPowTensorTensorGetWorkspaceSize",
     "aclnnReduceSumGetWorkspaceSize",
     "aclnnReluGetWorkspaceSize",
     "aclnnRmsNormGetWorkspaceSize",

@@ -89,6 +89,15 @@ on_every_backend!(extreme_inputs_give_the_documented_answers_on_every_tier, |b: 
         ("exp at the ends", Op::Exp, vec![f(&[4], &[inf, -inf, 89.0, -200.0])], vec![inf, 0.0, inf, 0.0]),
         ("gelu of -inf is NaN", Op::Gelu(GeluApprox::Erf), vec![f(&[2], &[-inf, inf])], vec![f64::NAN, inf]),
         ("sqrt of a negative is NaN", Op::Sqrt, vec![f(&[2], &[-1.0, inf])], vec![f64::NAN, inf]),
+        (
+            "pow keeps C's special values",
+            Op::Pow,
+            vec![
+                f(&[6], &[f64::NAN, 1.0, -8.0, 0.0, -0.0, -1.0]),
+                f(&[6], &[0.0, f64::NAN, 1.0 / 3.0, -1.0, -1.0, inf]),
+            ],
+            vec![1.0, 1.0, f64::NAN, inf, -inf, 1.0],
+        ),
         ("neg flips every sign", Op::Neg, vec![f(&[4], &[0.0, -inf, f64::NAN, 2.5])], vec![-0.0, inf, f64::NAN, -2.5]),
         (
             "sigmoid saturates without NaN",

@@ -96,6 +96,8 @@ const _: () = {
         aclnnExp,
         aclnnSqrtGetWorkspaceSize,
         aclnnSqrt,
+        aclnnPowTensorTensorGetWorkspaceSize,
+        aclnnPowTensorTensor,
         aclnnNegGetWorkspaceSize,
         aclnnNeg,
         aclnnSigmoidGetWorkspaceSize,

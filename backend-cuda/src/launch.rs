@@ -198,7 +198,9 @@ impl Device {
     fn run_nvrtc(&self, tier: Tier, args: &LaunchArgs, ss: &StreamState) -> std::result::Result<(), CudaError> {
         match &args.op {
             Op::MatMul { .. } | Op::Gemm { .. } | Op::Linear => self.nvrtc_matrix(tier, args, &ss.cu),
-            Op::Add | Op::Sub | Op::Mul | Op::Div | Op::BiasGelu(_) => self.nvrtc_elementwise(tier, args, &ss.cu),
+            Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Pow | Op::BiasGelu(_) => {
+                self.nvrtc_elementwise(tier, args, &ss.cu)
+            }
             Op::Relu
             | Op::Gelu(_)
             | Op::Tanh
@@ -255,7 +257,7 @@ impl Device {
         let es = dt.size();
         let op = &args.op;
         match op {
-            Op::Add | Op::Sub | Op::Mul | Op::Div => {
+            Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Pow => {
                 let mut p = plan::binary(op, dims(0), dims(1), od).map_err(bad)?;
                 let ptrs = [a(0), a(1), o];
                 match tier {

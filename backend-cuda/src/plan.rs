@@ -47,6 +47,7 @@ pub fn binary_code(op: &Op) -> Option<i64> {
         Op::Sub => 1,
         Op::Mul => 2,
         Op::Div => 3,
+        Op::Pow => 4,
         _ => return None,
     })
 }

@@ -170,6 +170,7 @@ mod tests {
             ("Exp", OpKind::Exp),
             ("Sqrt", OpKind::Sqrt),
             ("Neg", OpKind::Neg),
+            ("Pow", OpKind::Pow),
             ("Sigmoid", OpKind::Sigmoid),
             ("Softmax", OpKind::Softmax),
             ("LayerNormalization", OpKind::LayerNorm),

@@ -183,6 +183,17 @@ fn unary(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
         }
         add(out, Op::Sqrt, vec![(f, s.clone(), "positive")], 1, rng);
     }
+    // Pow: positive bases (a negative one to a fractional power is NaN), broadcasting.
+    for (sa, sb) in [
+        (vec![], vec![]),
+        (vec![0], vec![1]),
+        (vec![7], vec![7]),
+        (vec![3, 17], vec![17]),
+        (vec![2, 1, 5], vec![4, 1]),
+        (vec![1], vec![2, 33]),
+    ] {
+        add(out, Op::Pow, vec![(f, sa, "positive"), (f, sb, "")], 1, rng);
+    }
 }
 
 /// The row ops on random floats: Softmax, LayerNorm, AddLayerNorm, BiasGelu, ReduceSum and
@@ -397,9 +408,16 @@ fn extreme_elementwise(out: &mut Vec<Case>, f: DType, big: f64) {
     // Every pair of a few specials: inf - inf, 0 / 0, x / -0, big * big, NaN anywhere.
     let few = [INF, -INF, NAN, 0.0, -0.0, 1.0, -1.0, big, -big];
     let (a, b): (Vec<f64>, Vec<f64>) = few.iter().flat_map(|&x| few.iter().map(move |&y| (x, y))).unzip();
-    for op in [Op::Add, Op::Sub, Op::Mul, Op::Div] {
+    for op in [Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Pow] {
         out.push(fixed(op, vec![(f, vec![a.len()], a.clone()), (f, vec![b.len()], b.clone())], 1));
     }
+    // Pow's own special values: a negative base to a fractional power, underflow,
+    // overflow, and odd/even integer powers of negative bases.
+    let (a, b) = (
+        vec![-8.0, -2.0, -2.0, 2.0, 10.0, 10.0, -0.0, 0.0, 4.0],
+        vec![1.0 / 3.0, 3.0, 2.0, -200.0, 40.0, 0.5, -3.0, -2.0, -0.5],
+    );
+    out.push(fixed(Op::Pow, vec![(f, vec![a.len()], a), (f, vec![b.len()], b)], 1));
 }
 
 /// Softmax, LayerNorm, AddLayerNorm, BiasGelu and the reductions on rows of extremes.

@@ -66,6 +66,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         Just(Op::Sub),
         Just(Op::Mul),
         Just(Op::Div),
+        Just(Op::Pow),
         Just(Op::Relu),
         approx().prop_map(Op::Gelu),
         Just(Op::Tanh),

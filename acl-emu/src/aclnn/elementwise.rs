@@ -1,4 +1,5 @@
-//! Element-wise operators: binary arithmetic (aclnnAdd, aclnnSub, aclnnMul, aclnnDiv),
+//! Element-wise operators: binary arithmetic (aclnnAdd, aclnnSub, aclnnMul, aclnnDiv,
+//! aclnnPowTensorTensor),
 //! activations and other unary functions (aclnnNeg and aclnnSigmoid among them), and the scalar forms aclnnMuls and aclnnAdds.
 
 use crate::aclnn::basics::{ex, finish, phase2, scalar, tout, tsrc};
@@ -15,6 +16,7 @@ phase2!(
     aclnnSub,
     aclnnMul,
     aclnnDiv,
+    aclnnPowTensorTensor,
     aclnnRelu,
     aclnnGelu,
     aclnnGeluV2,
@@ -42,6 +44,7 @@ fn binary(
         "aclnnAdd" => "aclnnAddGetWorkspaceSize",
         "aclnnSub" => "aclnnSubGetWorkspaceSize",
         "aclnnMul" => "aclnnMulGetWorkspaceSize",
+        "aclnnPowTensorTensor" => "aclnnPowTensorTensorGetWorkspaceSize",
         _ => "aclnnDivGetWorkspaceSize",
     };
     guard(p1, |t| {
@@ -107,6 +110,17 @@ pub unsafe extern "C" fn aclnnDivGetWorkspaceSize(
     executor: *mut *mut aclOpExecutor,
 ) -> aclnnStatus {
     binary("aclnnDiv", Op::Div, self_, other, None, out, workspaceSize, executor)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclnnPowTensorTensorGetWorkspaceSize(
+    self_: *const aclTensor,
+    exponent: *const aclTensor,
+    out: *mut aclTensor,
+    workspaceSize: *mut u64,
+    executor: *mut *mut aclOpExecutor,
+) -> aclnnStatus {
+    binary("aclnnPowTensorTensor", Op::Pow, self_, exponent, None, out, workspaceSize, executor)
 }
 
 fn unary(

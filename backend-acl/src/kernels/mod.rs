@@ -89,6 +89,7 @@ names! {
     Sub => "sub.aclnn.vector", "sub.host.reference";
     Mul => "mul.aclnn.vector", "mul.host.reference";
     Div => "div.aclnn.vector", "div.host.reference";
+    Pow => "pow.aclnn-powtensortensor.vector", "pow.host.reference";
     Relu => "relu.aclnn.vector", "relu.host.reference";
     Gelu => "gelu.aclnn.vector", "gelu.host.reference";
     Tanh => "tanh.aclnn.vector", "tanh.host.reference";

@@ -210,6 +210,14 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
                 Ok(())
             })
         }
+        Op::Pow => {
+            let (a, b) = (load_f32(&ins[0])?, load_f32(&ins[1])?);
+            let (ad, bd) = (ins[0].dims, ins[1].dims);
+            with_f32_out(&mut outs[0], |o| {
+                binary_f32(&a, ad, &b, bd, o, &out_dims, f32::powf);
+                Ok(())
+            })
+        }
         Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Neg | Op::Sigmoid | Op::Scale { .. } => {
             let x = load_f32(&ins[0])?;
             with_f32_out(&mut outs[0], |o| {

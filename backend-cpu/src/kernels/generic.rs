@@ -114,6 +114,16 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             };
             put(&mut outs[0], r)
         }
+        Op::Pow => {
+            let (a, b) = (arr(&ins[0])?, arr(&ins[1])?);
+            let dims = IxDyn(outs[0].dims);
+            let (av, bv) = (
+                a.broadcast(dims.clone()).ok_or("x does not broadcast")?,
+                b.broadcast(dims).ok_or("y does not broadcast")?,
+            );
+            let r = Zip::from(&av).and(&bv).map_collect(|x, y| x.powf(*y));
+            put(&mut outs[0], r)
+        }
         Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Neg | Op::Sigmoid | Op::Scale { .. } => {
             let x = arr(&ins[0])?;
             let y = match op {

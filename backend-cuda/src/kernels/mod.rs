@@ -166,7 +166,7 @@ fn build(blas: bool, tf32: bool) -> KernelTable<Impl> {
                 t.add(kind, Generic, unit_of(kind, g), "tiled-16x16", tiled_matmul, g);
                 t.add(kind, Reference, unit_of(kind, r), "thread-per-element", any, r);
             }
-            OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div => std3(&mut t, same_shape),
+            OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Pow => std3(&mut t, same_shape),
             OpKind::Relu
             | OpKind::Gelu
             | OpKind::Tanh

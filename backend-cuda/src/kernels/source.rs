@@ -300,6 +300,8 @@ __device__ __forceinline__ double m_tanh(double x) { return tanh(x); }
 __device__ __forceinline__ float m_tanh(float x) { return tanhf(x); }
 __device__ __forceinline__ double m_sqrt(double x) { return sqrt(x); }
 __device__ __forceinline__ float m_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double m_pow(double a, double b) { return pow(a, b); }
+__device__ __forceinline__ float m_pow(float a, float b) { return powf(a, b); }
 __device__ __forceinline__ double m_max(double a, double b) { return fmax(a, b); }
 __device__ __forceinline__ float m_max(float a, float b) { return fmaxf(a, b); }
 
@@ -341,6 +343,7 @@ template <class F> __device__ __forceinline__ F binf(int op, F x, F y) {
         case 0: return x + y;
         case 1: return x - y;
         case 2: return x * y;
+        case 4: return m_pow(x, y);  // C99 pow: pow(x, 0) = 1, pow(1, y) = 1 even for NaN
         default: return x / y;
     }
 }

@@ -81,6 +81,7 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
         OpKind::Sub => Op::Sub,
         OpKind::Mul => Op::Mul,
         OpKind::Div => Op::Div,
+        OpKind::Pow => Op::Pow,
         OpKind::Relu => Op::Relu,
         OpKind::Gelu => Op::Gelu(approx(get("approx"))?),
         OpKind::BiasGelu => Op::BiasGelu(approx(get("approx"))?),

@@ -27,6 +27,7 @@ impl Op {
             Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Relu | Op::Neg | Op::Scale { .. } => on,
             Op::Gelu(_) | Op::BiasGelu(_) | Op::LayerNorm { .. } => p(&[8, on]),
             Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Sigmoid => p(&[4, on]),
+            Op::Pow => p(&[8, on]),
             Op::Softmax { .. } => p(&[5, on]),
             Op::AddLayerNorm { .. } => p(&[9, on]),
             Op::ReduceSum { .. } | Op::ReduceMean { .. } => inputs.first().map_or(0, |t| t.shape.numel() as u64),

@@ -40,6 +40,10 @@ impl Op {
             Op::Gemm { trans_a, trans_b, .. } => gemm(o, *trans_a, *trans_b),
             Op::Linear => linear(o),
             Op::Add | Op::Sub | Op::Mul | Op::Div => binary(o),
+            Op::Pow => {
+                o.need_float(0)?;
+                binary(o)
+            }
             Op::Relu
             | Op::Gelu(_)
             | Op::Tanh

@@ -93,6 +93,8 @@ pub enum Op {
     Mul,
     /// Division; integer division by zero yields 0.
     Div,
+    /// `a ^ b` (ONNX Pow) with broadcasting, floats only, C `pow`'s special values.
+    Pow,
     Relu,
     Gelu(GeluApprox),
     Tanh,
@@ -166,6 +168,7 @@ pub enum OpKind {
     Sub,
     Mul,
     Div,
+    Pow,
     Relu,
     Gelu,
     Tanh,
@@ -190,7 +193,7 @@ pub enum OpKind {
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 28] = [
+    pub const ALL: [OpKind; 29] = [
         OpKind::MatMul,
         OpKind::Gemm,
         OpKind::Linear,
@@ -198,6 +201,7 @@ impl OpKind {
         OpKind::Sub,
         OpKind::Mul,
         OpKind::Div,
+        OpKind::Pow,
         OpKind::Relu,
         OpKind::Gelu,
         OpKind::Tanh,
@@ -230,6 +234,7 @@ impl OpKind {
             OpKind::Sub => "Sub",
             OpKind::Mul => "Mul",
             OpKind::Div => "Div",
+            OpKind::Pow => "Pow",
             OpKind::Relu => "ReLU",
             OpKind::Gelu => "GELU",
             OpKind::Tanh => "Tanh",
@@ -262,6 +267,7 @@ impl OpKind {
                 | OpKind::Sub
                 | OpKind::Mul
                 | OpKind::Div
+                | OpKind::Pow
                 | OpKind::Relu
                 | OpKind::Gelu
                 | OpKind::Tanh
@@ -319,7 +325,7 @@ pub(super) fn arity(kind: OpKind) -> (usize, usize) {
         OpKind::MatMul => (2, 2),
         OpKind::Gemm => (2, 3),
         OpKind::Linear => (2, 3),
-        OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div => (2, 2),
+        OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Pow => (2, 2),
         OpKind::LayerNorm => (3, 3),
         OpKind::Gather => (2, 2),
         OpKind::Attention => (3, 4),
@@ -336,6 +342,7 @@ pub(super) fn operand_name(kind: OpKind, i: usize) -> &'static str {
         OpKind::Gemm => &["a", "b", "c"],
         OpKind::Linear => &["x", "weight", "bias"],
         OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div => &["a", "b"],
+        OpKind::Pow => &["x", "y"],
         OpKind::LayerNorm => &["x", "gamma", "beta"],
         OpKind::Gather => &["data", "indices"],
         OpKind::Attention => &["q", "k", "v", "mask"],
@@ -356,6 +363,7 @@ impl Op {
             Op::Sub => OpKind::Sub,
             Op::Mul => OpKind::Mul,
             Op::Div => OpKind::Div,
+            Op::Pow => OpKind::Pow,
             Op::Relu => OpKind::Relu,
             Op::Gelu(_) => OpKind::Gelu,
             Op::Tanh => OpKind::Tanh,

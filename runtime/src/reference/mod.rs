@@ -28,7 +28,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> KernelResult {
         }
         Op::Gemm { trans_a, trans_b, alpha, beta } => gemm(ins, outs, &out_dims, *trans_a, *trans_b, *alpha, *beta),
         Op::Linear => linear(ins, outs),
-        Op::Add | Op::Sub | Op::Mul | Op::Div => binary(op, ins, outs, &out_dims),
+        Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Pow => binary(op, ins, outs, &out_dims),
         Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Neg | Op::Sigmoid | Op::Scale { .. } => {
             unary(op, ins, outs)
         }
@@ -122,7 +122,7 @@ fn linear(ins: &[In], outs: &mut [Out]) -> KernelResult {
     store_f64(&mut outs[0], &v)
 }
 
-/// Elementwise `Add`, `Sub`, `Mul`, `Div` with broadcasting.
+/// Elementwise `Add`, `Sub`, `Mul`, `Div`, `Pow` with broadcasting.
 fn binary(op: &Op, ins: &[In], outs: &mut [Out], out_dims: &[usize]) -> KernelResult {
     if ins[0].dtype.is_int() {
         // Exact integer arithmetic, wrapping in the dtype (f64 would round and saturate).
@@ -140,6 +140,8 @@ fn binary(op: &Op, ins: &[In], outs: &mut [Out], out_dims: &[usize]) -> KernelRe
                 Op::Add => x + y,
                 Op::Sub => x - y,
                 Op::Mul => x * y,
+                // C `pow`: `pow(x, ±0) = 1` and `pow(1, y) = 1` even for NaN.
+                Op::Pow => x.powf(y),
                 _ => x / y,
             }
         })

@@ -1,5 +1,5 @@
 //! Element-wise operators on the Vector unit: aclnnAdd / aclnnAdds / aclnnSub
-//! (`aclnn_add.h`, `aclnn_sub.h`), aclnnMul / aclnnMuls / aclnnDiv, aclnnGelu / aclnnGeluV2,
+//! (`aclnn_add.h`, `aclnn_sub.h`), aclnnMul / aclnnMuls / aclnnDiv, aclnnPowTensorTensor, aclnnGelu / aclnnGeluV2,
 //! aclnnRelu, aclnnTanh, aclnnErf, aclnnExp, aclnnSqrt and aclnnCast (`aclnnop/` headers
 //! of ops-nn and ops-math).
 
@@ -35,6 +35,14 @@ pub(super) fn mul_div(c: &mut Call, div: bool, x: &View, y: &View, out: &View) -
         let p1 = unsafe { nn::mul_get_workspace_size(c.api, tx, ty, to) };
         c.run(p1, nn::mul)
     }
+}
+
+/// `x ^ y` with broadcasting (aclnnPowTensorTensor).
+pub(super) fn pow(c: &mut Call, x: &View, y: &View, out: &View) -> BResult<()> {
+    let (tx, ty, to) = (c.tensor(x)?, c.tensor(y)?, c.output(out)?);
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::pow_tensor_tensor_get_workspace_size(c.api, tx, ty, to) };
+    c.run(p1, nn::pow_tensor_tensor)
 }
 
 pub(super) fn muls(c: &mut Call, x: &View, factor: f32, out: &View) -> BResult<()> {
