@@ -26,6 +26,7 @@ const PHASE1: &[&str] = &[
     "aclnnDivGetWorkspaceSize",
     "aclnnEmbeddingGetWorkspaceSize",
     "aclnnEqScalarGetWorkspaceSize",
+    "aclnnEqTensorGetWorkspaceSize",
     "aclnnErfGetWorkspaceSize",
     "aclnnExpGetWorkspaceSize",
     "aclnnFlashAttentionScoreGetWorkspaceSize",

@@ -37,6 +37,8 @@ fn invalid_calls() -> Vec<(Op, Vec<(DType, Vec<usize>)>)> {
         (Op::Sqrt, vec![(I32, vec![1])]),
         (Op::Neg, vec![(I64, vec![2])]),
         (Op::Pow, vec![(I32, vec![2]), (I32, vec![2])]),
+        (Op::Equal, vec![(F32, vec![2]), (I32, vec![2])]),
+        (Op::Equal, vec![(U8, vec![2, 3]), (U8, vec![4])]),
         (Op::Pow, vec![(F32, vec![2]), (F16, vec![2])]),
         (Op::Sigmoid, vec![(U8, vec![2])]),
         (Op::Softmax { axis: 2 }, vec![(F32, vec![3, 4])]),

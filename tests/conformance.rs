@@ -98,6 +98,12 @@ on_every_backend!(extreme_inputs_give_the_documented_answers_on_every_tier, |b: 
             ],
             vec![1.0, 1.0, f64::NAN, inf, -inf, 1.0],
         ),
+        (
+            "equal: NaN is unequal, -0 equals 0",
+            Op::Equal,
+            vec![f(&[4], &[f64::NAN, 0.0, -inf, 1.0]), f(&[4], &[f64::NAN, -0.0, -inf, 2.0])],
+            vec![0.0, 1.0, 1.0, 0.0],
+        ),
         ("neg flips every sign", Op::Neg, vec![f(&[4], &[0.0, -inf, f64::NAN, 2.5])], vec![-0.0, inf, f64::NAN, -2.5]),
         (
             "sigmoid saturates without NaN",

@@ -96,6 +96,8 @@ const _: () = {
         aclnnExp,
         aclnnSqrtGetWorkspaceSize,
         aclnnSqrt,
+        aclnnEqTensorGetWorkspaceSize,
+        aclnnEqTensor,
         aclnnPowTensorTensorGetWorkspaceSize,
         aclnnPowTensorTensor,
         aclnnNegGetWorkspaceSize,

@@ -198,7 +198,7 @@ impl Device {
     fn run_nvrtc(&self, tier: Tier, args: &LaunchArgs, ss: &StreamState) -> std::result::Result<(), CudaError> {
         match &args.op {
             Op::MatMul { .. } | Op::Gemm { .. } | Op::Linear => self.nvrtc_matrix(tier, args, &ss.cu),
-            Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Pow | Op::BiasGelu(_) => {
+            Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Pow | Op::Equal | Op::BiasGelu(_) => {
                 self.nvrtc_elementwise(tier, args, &ss.cu)
             }
             Op::Relu
@@ -257,6 +257,14 @@ impl Device {
         let es = dt.size();
         let op = &args.op;
         match op {
+            Op::Equal => {
+                let p = plan::equal(dims(0), dims(1), od).map_err(bad)?;
+                let ptrs = [a(0), a(1), o];
+                match tier {
+                    Tier::Reference => self.per_item(st, tier, dt, Kern::Equal, &p, &ptrs),
+                    _ => self.strided(st, Tier::Generic, dt, Kern::Equal, &p, p.n, &ptrs),
+                }
+            }
             Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Pow => {
                 let mut p = plan::binary(op, dims(0), dims(1), od).map_err(bad)?;
                 let ptrs = [a(0), a(1), o];

@@ -134,6 +134,11 @@ pub fn binary(op: &Op, a: &[usize], b: &[usize], out: &[usize]) -> Result<KParam
     Ok(p)
 }
 
+/// `a == b` with broadcasting (u8 output).
+pub fn equal(a: &[usize], b: &[usize], out: &[usize]) -> Result<KParams, String> {
+    indexed(out, &[broadcast_strides(a, out), broadcast_strides(b, out)])
+}
+
 /// Element-wise unary op (contiguous).
 pub fn unary(op: &Op, n: usize) -> Result<KParams, String> {
     let (code, factor) = unary_code(op).ok_or("not a unary op")?;

@@ -171,6 +171,7 @@ mod tests {
             ("Sqrt", OpKind::Sqrt),
             ("Neg", OpKind::Neg),
             ("Pow", OpKind::Pow),
+            ("Equal", OpKind::Equal),
             ("Sigmoid", OpKind::Sigmoid),
             ("Softmax", OpKind::Softmax),
             ("LayerNormalization", OpKind::LayerNorm),

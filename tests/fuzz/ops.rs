@@ -67,6 +67,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         Just(Op::Mul),
         Just(Op::Div),
         Just(Op::Pow),
+        Just(Op::Equal),
         Just(Op::Relu),
         approx().prop_map(Op::Gelu),
         Just(Op::Tanh),

@@ -1,5 +1,5 @@
 //! Element-wise operators: binary arithmetic (aclnnAdd, aclnnSub, aclnnMul, aclnnDiv,
-//! aclnnPowTensorTensor),
+//! aclnnPowTensorTensor, and the comparison aclnnEqTensor),
 //! activations and other unary functions (aclnnNeg and aclnnSigmoid among them), and the scalar forms aclnnMuls and aclnnAdds.
 
 use crate::aclnn::basics::{ex, finish, phase2, scalar, tout, tsrc};
@@ -17,6 +17,7 @@ phase2!(
     aclnnMul,
     aclnnDiv,
     aclnnPowTensorTensor,
+    aclnnEqTensor,
     aclnnRelu,
     aclnnGelu,
     aclnnGeluV2,
@@ -45,6 +46,7 @@ fn binary(
         "aclnnSub" => "aclnnSubGetWorkspaceSize",
         "aclnnMul" => "aclnnMulGetWorkspaceSize",
         "aclnnPowTensorTensor" => "aclnnPowTensorTensorGetWorkspaceSize",
+        "aclnnEqTensor" => "aclnnEqTensorGetWorkspaceSize",
         _ => "aclnnDivGetWorkspaceSize",
     };
     guard(p1, |t| {
@@ -121,6 +123,17 @@ pub unsafe extern "C" fn aclnnPowTensorTensorGetWorkspaceSize(
     executor: *mut *mut aclOpExecutor,
 ) -> aclnnStatus {
     binary("aclnnPowTensorTensor", Op::Pow, self_, exponent, None, out, workspaceSize, executor)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclnnEqTensorGetWorkspaceSize(
+    self_: *const aclTensor,
+    other: *const aclTensor,
+    out: *mut aclTensor,
+    workspaceSize: *mut u64,
+    executor: *mut *mut aclOpExecutor,
+) -> aclnnStatus {
+    binary("aclnnEqTensor", Op::Equal, self_, other, None, out, workspaceSize, executor)
 }
 
 fn unary(

@@ -280,6 +280,9 @@ two_phase! {
     sqrt_get_workspace_size, sqrt => aclnnSqrtGetWorkspaceSize, aclnnSqrt(
         self_: *const aclTensor, out: *mut aclTensor,
     );
+    eq_tensor_get_workspace_size, eq_tensor => aclnnEqTensorGetWorkspaceSize, aclnnEqTensor(
+        self_: *const aclTensor, other: *const aclTensor, out: *mut aclTensor,
+    );
     pow_tensor_tensor_get_workspace_size, pow_tensor_tensor => aclnnPowTensorTensorGetWorkspaceSize, aclnnPowTensorTensor(
         self_: *const aclTensor, exponent: *const aclTensor, out: *mut aclTensor,
     );

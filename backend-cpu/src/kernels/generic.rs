@@ -185,6 +185,8 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             Ok(())
         }
         Op::Cast { .. } => cast(&ins[0], &mut outs[0]),
+        // Exact comparison, shared with the other tiers.
+        Op::Equal => equal(&ins[0], &ins[1], &mut outs[0]),
         Op::ReduceSum { axes, keepdims: _ } | Op::ReduceMean { axes, keepdims: _ } => {
             let shape = runtime::Shape::new(ins[0].dims.to_vec());
             let mut axes = runtime::op::normalise_axes(&shape, axes).ok_or("axes out of range")?;

@@ -167,6 +167,11 @@ fn build(blas: bool, tf32: bool) -> KernelTable<Impl> {
                 t.add(kind, Reference, unit_of(kind, r), "thread-per-element", any, r);
             }
             OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Pow => std3(&mut t, same_shape),
+            OpKind::Equal => {
+                let g = Impl::Nvrtc(Generic);
+                t.add(kind, Generic, unit_of(kind, g), "grid-stride", any, g);
+                t.add(kind, Reference, unit_of(kind, r), "thread-per-element", any, r);
+            }
             OpKind::Relu
             | OpKind::Gelu
             | OpKind::Tanh

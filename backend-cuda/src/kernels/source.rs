@@ -24,6 +24,8 @@ pub enum Kern {
     Gather(DType),
     /// Cast to the given dtype.
     Cast(DType),
+    /// `a == b` into a u8 output.
+    Equal,
 }
 
 impl Kern {
@@ -40,6 +42,7 @@ impl Kern {
             Kern::Copy => "copy".into(),
             Kern::Gather(i) => format!("gather_{}", i.name()),
             Kern::Cast(to) => format!("cast_{}", to.name()),
+            Kern::Equal => "equal".into(),
         }
     }
 }
@@ -90,7 +93,7 @@ pub fn kernels(tier: Tier, dtype: DType) -> Vec<Kern> {
             } else if int_arith {
                 v.push(Kern::Binary);
             }
-            v.extend([Kern::Copy, Kern::Gather(DType::I32), Kern::Gather(DType::I64)]);
+            v.extend([Kern::Copy, Kern::Gather(DType::I32), Kern::Gather(DType::I64), Kern::Equal]);
             v.extend(DType::ALL.iter().map(|&t| Kern::Cast(t)));
         }
         Tier::Generic => {
@@ -107,6 +110,7 @@ pub fn kernels(tier: Tier, dtype: DType) -> Vec<Kern> {
             } else if int_arith {
                 v.push(Kern::Binary);
             }
+            v.push(Kern::Equal);
         }
         Tier::HighPerformance => {
             if float {
@@ -168,6 +172,9 @@ pub fn module_source(tier: Tier, dtype: DType) -> Option<String> {
                 format!(
                     "(P p, const {t}* x, const {it}* idx, {t}* o, int* err) {{ k_gather_ref<{t}, {it}>(p, x, idx, o, err); }}"
                 )
+            }
+            (Kern::Equal, _) => {
+                format!("(P p, const {t}* a, const {t}* b, u8* o) {{ k_equal_{tag}<{t}>(p, a, b, o); }}")
             }
             (Kern::Cast(to), _) => {
                 let ot = ctype(to);
@@ -566,6 +573,19 @@ template <class TI, class TO> __device__ __forceinline__ TO cast_elem(TI v) {
     if (Cv<TI>::is_int) return Cv<TO>::ol(Cv<TI>::l(v));
     if (!Cv<TI>::is_int && !Cv<TO>::is_int) return Cv<TO>::of(Cv<TI>::f(v));
     return Cv<TO>::od(Cv<TI>::d(v));
+}
+// a == b as 1 or 0: integers exactly, floats in f64 (NaN equals nothing, -0 == 0).
+template <class T> __device__ __forceinline__ u8 eq_elem(T a, T b) {
+    if (Cv<T>::is_int) return Cv<T>::l(a) == Cv<T>::l(b) ? 1 : 0;
+    return Cv<T>::d(a) == Cv<T>::d(b) ? 1 : 0;
+}
+template <class T> __device__ void k_equal_ref(const P& p, const T* a, const T* b, u8* o) {
+    ll i = gtid();
+    if (i >= p.n) return;
+    o[i] = eq_elem<T>(a[offs(p, p.sa, i)], b[offs(p, p.sb, i)]);
+}
+template <class T> __device__ void k_equal_gen(const P& p, const T* a, const T* b, u8* o) {
+    for (ll i = gtid(); i < p.n; i += gstride()) o[i] = eq_elem<T>(a[offs(p, p.sa, i)], b[offs(p, p.sb, i)]);
 }
 template <class TI, class TO> __device__ void k_cast_ref(const P& p, const TI* x, TO* o) {
     ll i = gtid();

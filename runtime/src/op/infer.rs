@@ -44,6 +44,16 @@ impl Op {
                 o.need_float(0)?;
                 binary(o)
             }
+            Op::Equal => {
+                o.same_dtype(0, 1)?;
+                let s = Shape::broadcast(&o.inputs[0].shape, &o.inputs[1].shape).ok_or_else(|| {
+                    Error::invalid(
+                        o.op,
+                        format!("shapes do not broadcast: a is {}, b is {}", o.inputs[0].shape, o.inputs[1].shape),
+                    )
+                })?;
+                one(DType::U8, s)
+            }
             Op::Relu
             | Op::Gelu(_)
             | Op::Tanh

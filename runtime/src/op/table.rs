@@ -95,6 +95,9 @@ pub enum Op {
     Div,
     /// `a ^ b` (ONNX Pow) with broadcasting, floats only, C `pow`'s special values.
     Pow,
+    /// `a == b` with broadcasting (ONNX Equal): a u8 1 or 0 (npurt's bool) for operands of
+    /// any one dtype; NaN equals nothing, `-0` equals `0`.
+    Equal,
     Relu,
     Gelu(GeluApprox),
     Tanh,
@@ -169,6 +172,7 @@ pub enum OpKind {
     Mul,
     Div,
     Pow,
+    Equal,
     Relu,
     Gelu,
     Tanh,
@@ -193,7 +197,7 @@ pub enum OpKind {
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 29] = [
+    pub const ALL: [OpKind; 30] = [
         OpKind::MatMul,
         OpKind::Gemm,
         OpKind::Linear,
@@ -202,6 +206,7 @@ impl OpKind {
         OpKind::Mul,
         OpKind::Div,
         OpKind::Pow,
+        OpKind::Equal,
         OpKind::Relu,
         OpKind::Gelu,
         OpKind::Tanh,
@@ -235,6 +240,7 @@ impl OpKind {
             OpKind::Mul => "Mul",
             OpKind::Div => "Div",
             OpKind::Pow => "Pow",
+            OpKind::Equal => "Equal",
             OpKind::Relu => "ReLU",
             OpKind::Gelu => "GELU",
             OpKind::Tanh => "Tanh",
@@ -268,6 +274,7 @@ impl OpKind {
                 | OpKind::Mul
                 | OpKind::Div
                 | OpKind::Pow
+                | OpKind::Equal
                 | OpKind::Relu
                 | OpKind::Gelu
                 | OpKind::Tanh
@@ -325,7 +332,7 @@ pub(super) fn arity(kind: OpKind) -> (usize, usize) {
         OpKind::MatMul => (2, 2),
         OpKind::Gemm => (2, 3),
         OpKind::Linear => (2, 3),
-        OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Pow => (2, 2),
+        OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Pow | OpKind::Equal => (2, 2),
         OpKind::LayerNorm => (3, 3),
         OpKind::Gather => (2, 2),
         OpKind::Attention => (3, 4),
@@ -343,6 +350,7 @@ pub(super) fn operand_name(kind: OpKind, i: usize) -> &'static str {
         OpKind::Linear => &["x", "weight", "bias"],
         OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div => &["a", "b"],
         OpKind::Pow => &["x", "y"],
+        OpKind::Equal => &["a", "b"],
         OpKind::LayerNorm => &["x", "gamma", "beta"],
         OpKind::Gather => &["data", "indices"],
         OpKind::Attention => &["q", "k", "v", "mask"],
@@ -364,6 +372,7 @@ impl Op {
             Op::Mul => OpKind::Mul,
             Op::Div => OpKind::Div,
             Op::Pow => OpKind::Pow,
+            Op::Equal => OpKind::Equal,
             Op::Relu => OpKind::Relu,
             Op::Gelu(_) => OpKind::Gelu,
             Op::Tanh => OpKind::Tanh,

@@ -29,6 +29,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> KernelResult {
         Op::Gemm { trans_a, trans_b, alpha, beta } => gemm(ins, outs, &out_dims, *trans_a, *trans_b, *alpha, *beta),
         Op::Linear => linear(ins, outs),
         Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Pow => binary(op, ins, outs, &out_dims),
+        Op::Equal => equal(&ins[0], &ins[1], &mut outs[0]),
         Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Neg | Op::Sigmoid | Op::Scale { .. } => {
             unary(op, ins, outs)
         }

@@ -1,5 +1,5 @@
 //! Element-wise operators on the Vector unit: aclnnAdd / aclnnAdds / aclnnSub
-//! (`aclnn_add.h`, `aclnn_sub.h`), aclnnMul / aclnnMuls / aclnnDiv, aclnnPowTensorTensor, aclnnGelu / aclnnGeluV2,
+//! (`aclnn_add.h`, `aclnn_sub.h`), aclnnMul / aclnnMuls / aclnnDiv, aclnnPowTensorTensor, aclnnEqTensor, aclnnGelu / aclnnGeluV2,
 //! aclnnRelu, aclnnTanh, aclnnErf, aclnnExp, aclnnSqrt and aclnnCast (`aclnnop/` headers
 //! of ops-nn and ops-math).
 
@@ -43,6 +43,14 @@ pub(super) fn pow(c: &mut Call, x: &View, y: &View, out: &View) -> BResult<()> {
     // SAFETY: live descriptors owned by `c`.
     let p1 = unsafe { nn::pow_tensor_tensor_get_workspace_size(c.api, tx, ty, to) };
     c.run(p1, nn::pow_tensor_tensor)
+}
+
+/// `x == y` with broadcasting into a u8 output (aclnnEqTensor).
+pub(super) fn eq(c: &mut Call, x: &View, y: &View, out: &View) -> BResult<()> {
+    let (tx, ty, to) = (c.tensor(x)?, c.tensor(y)?, c.output(out)?);
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::eq_tensor_get_workspace_size(c.api, tx, ty, to) };
+    c.run(p1, nn::eq_tensor)
 }
 
 pub(super) fn muls(c: &mut Call, x: &View, factor: f32, out: &View) -> BResult<()> {
