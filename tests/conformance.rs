@@ -90,6 +90,28 @@ on_every_backend!(extreme_inputs_give_the_documented_answers_on_every_tier, |b: 
         ("gelu of -inf is NaN", Op::Gelu(GeluApprox::Erf), vec![f(&[2], &[-inf, inf])], vec![f64::NAN, inf]),
         ("sqrt of a negative is NaN", Op::Sqrt, vec![f(&[2], &[-1.0, inf])], vec![f64::NAN, inf]),
         (
+            "pow keeps C's special values",
+            Op::Pow,
+            vec![
+                f(&[6], &[f64::NAN, 1.0, -8.0, 0.0, -0.0, -1.0]),
+                f(&[6], &[0.0, f64::NAN, 1.0 / 3.0, -1.0, -1.0, inf]),
+            ],
+            vec![1.0, 1.0, f64::NAN, inf, -inf, 1.0],
+        ),
+        (
+            "equal: NaN is unequal, -0 equals 0",
+            Op::Equal,
+            vec![f(&[4], &[f64::NAN, 0.0, -inf, 1.0]), f(&[4], &[f64::NAN, -0.0, -inf, 2.0])],
+            vec![0.0, 1.0, 1.0, 0.0],
+        ),
+        ("neg flips every sign", Op::Neg, vec![f(&[4], &[0.0, -inf, f64::NAN, 2.5])], vec![-0.0, inf, f64::NAN, -2.5]),
+        (
+            "sigmoid saturates without NaN",
+            Op::Sigmoid,
+            vec![f(&[5], &[-inf, inf, f64::NAN, 0.0, -100.0])],
+            vec![0.0, 1.0, f64::NAN, 0.5, 3.720_075_976_020_836e-44],
+        ),
+        (
             "float to i32 saturates, NaN is 0",
             Op::Cast { to: DType::I32 },
             vec![f(&[4], &[f64::NAN, 3e9, -inf, -2.7])],

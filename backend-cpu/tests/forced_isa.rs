@@ -178,6 +178,8 @@ fn element_wise(isa: Isa) {
         Op::Tanh,
         Op::Erf,
         Op::Sqrt,
+        Op::Neg,
+        Op::Sigmoid,
         Op::Scale { factor: -1.5 },
         Op::Gelu(GeluApprox::Erf),
         Op::Gelu(GeluApprox::Tanh),

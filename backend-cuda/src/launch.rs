@@ -198,10 +198,18 @@ impl Device {
     fn run_nvrtc(&self, tier: Tier, args: &LaunchArgs, ss: &StreamState) -> std::result::Result<(), CudaError> {
         match &args.op {
             Op::MatMul { .. } | Op::Gemm { .. } | Op::Linear => self.nvrtc_matrix(tier, args, &ss.cu),
-            Op::Add | Op::Sub | Op::Mul | Op::Div | Op::BiasGelu(_) => self.nvrtc_elementwise(tier, args, &ss.cu),
-            Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Scale { .. } => {
+            Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Pow | Op::Equal | Op::BiasGelu(_) => {
                 self.nvrtc_elementwise(tier, args, &ss.cu)
             }
+            Op::Relu
+            | Op::Gelu(_)
+            | Op::Tanh
+            | Op::Erf
+            | Op::Exp
+            | Op::Sqrt
+            | Op::Neg
+            | Op::Sigmoid
+            | Op::Scale { .. } => self.nvrtc_elementwise(tier, args, &ss.cu),
             Op::Softmax { .. }
             | Op::LayerNorm { .. }
             | Op::AddLayerNorm { .. }
@@ -249,7 +257,15 @@ impl Device {
         let es = dt.size();
         let op = &args.op;
         match op {
-            Op::Add | Op::Sub | Op::Mul | Op::Div => {
+            Op::Equal => {
+                let p = plan::equal(dims(0), dims(1), od).map_err(bad)?;
+                let ptrs = [a(0), a(1), o];
+                match tier {
+                    Tier::Reference => self.per_item(st, tier, dt, Kern::Equal, &p, &ptrs),
+                    _ => self.strided(st, Tier::Generic, dt, Kern::Equal, &p, p.n, &ptrs),
+                }
+            }
+            Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Pow => {
                 let mut p = plan::binary(op, dims(0), dims(1), od).map_err(bad)?;
                 let ptrs = [a(0), a(1), o];
                 match tier {
@@ -261,7 +277,15 @@ impl Device {
                     }
                 }
             }
-            Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Scale { .. } => {
+            Op::Relu
+            | Op::Gelu(_)
+            | Op::Tanh
+            | Op::Erf
+            | Op::Exp
+            | Op::Sqrt
+            | Op::Neg
+            | Op::Sigmoid
+            | Op::Scale { .. } => {
                 let mut p = plan::unary(op, out.layout.numel()).map_err(bad)?;
                 let ptrs = [a(0), o];
                 match tier {

@@ -34,6 +34,8 @@ pub fn unary_code(op: &Op) -> Option<(i64, f64)> {
         Op::Exp => (5, 1.0),
         Op::Sqrt => (6, 1.0),
         Op::Scale { factor } => (7, *factor as f64),
+        Op::Neg => (8, 1.0),
+        Op::Sigmoid => (9, 1.0),
         _ => return None,
     })
 }
@@ -45,6 +47,7 @@ pub fn binary_code(op: &Op) -> Option<i64> {
         Op::Sub => 1,
         Op::Mul => 2,
         Op::Div => 3,
+        Op::Pow => 4,
         _ => return None,
     })
 }
@@ -129,6 +132,11 @@ pub fn binary(op: &Op, a: &[usize], b: &[usize], out: &[usize]) -> Result<KParam
     let mut p = indexed(out, &[broadcast_strides(a, out), broadcast_strides(b, out)])?;
     p.i[0] = code;
     Ok(p)
+}
+
+/// `a == b` with broadcasting (u8 output).
+pub fn equal(a: &[usize], b: &[usize], out: &[usize]) -> Result<KParams, String> {
+    indexed(out, &[broadcast_strides(a, out), broadcast_strides(b, out)])
 }
 
 /// Element-wise unary op (contiguous).

@@ -175,11 +175,24 @@ fn unary(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
             Op::Tanh,
             Op::Erf,
             Op::Exp,
+            Op::Neg,
+            Op::Sigmoid,
             Op::Scale { factor: -1.75 },
         ] {
             add(out, op, vec![(f, s.clone(), "")], 1, rng);
         }
         add(out, Op::Sqrt, vec![(f, s.clone(), "positive")], 1, rng);
+    }
+    // Pow: positive bases (a negative one to a fractional power is NaN), broadcasting.
+    for (sa, sb) in [
+        (vec![], vec![]),
+        (vec![0], vec![1]),
+        (vec![7], vec![7]),
+        (vec![3, 17], vec![17]),
+        (vec![2, 1, 5], vec![4, 1]),
+        (vec![1], vec![2, 33]),
+    ] {
+        add(out, Op::Pow, vec![(f, sa, "positive"), (f, sb, "")], 1, rng);
     }
 }
 
@@ -297,6 +310,16 @@ fn data_movement(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
     ] {
         add(out, Op::Permute { perm }, vec![(f, s, "")], 1, rng);
     }
+    // Equal on every dtype, broadcasting; the second operand partly copies the first so
+    // that both answers occur.
+    for (sa, sb) in [(vec![], vec![]), (vec![7], vec![7]), (vec![3, 17], vec![17]), (vec![2, 1, 5], vec![4, 1])] {
+        let a = values(rng, f, &sa, "");
+        let mut b = values(rng, f, &sb, "");
+        for (i, v) in b.iter_mut().enumerate().step_by(2) {
+            *v = a.get(i).copied().unwrap_or(*v);
+        }
+        out.push(fixed(Op::Equal, vec![(f, sa, a), (f, sb, b)], 1));
+    }
     add(out, Op::Reshape { shape: vec![3, -1] }, vec![(f, vec![2, 3, 2], "")], 1, rng);
     add(out, Op::Copy, vec![(f, vec![5, 7], "")], 1, rng);
     for (data, idx, axis) in
@@ -386,6 +409,8 @@ fn extreme_elementwise(out: &mut Vec<Case>, f: DType, big: f64) {
         Op::Erf,
         Op::Exp,
         Op::Sqrt,
+        Op::Neg,
+        Op::Sigmoid,
         Op::Scale { factor: -1.75 },
     ] {
         out.push(fixed(op, vec![(f, vec![n], specials.clone())], 1));
@@ -393,9 +418,16 @@ fn extreme_elementwise(out: &mut Vec<Case>, f: DType, big: f64) {
     // Every pair of a few specials: inf - inf, 0 / 0, x / -0, big * big, NaN anywhere.
     let few = [INF, -INF, NAN, 0.0, -0.0, 1.0, -1.0, big, -big];
     let (a, b): (Vec<f64>, Vec<f64>) = few.iter().flat_map(|&x| few.iter().map(move |&y| (x, y))).unzip();
-    for op in [Op::Add, Op::Sub, Op::Mul, Op::Div] {
+    for op in [Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Pow, Op::Equal] {
         out.push(fixed(op, vec![(f, vec![a.len()], a.clone()), (f, vec![b.len()], b.clone())], 1));
     }
+    // Pow's own special values: a negative base to a fractional power, underflow,
+    // overflow, and odd/even integer powers of negative bases.
+    let (a, b) = (
+        vec![-8.0, -2.0, -2.0, 2.0, 10.0, 10.0, -0.0, 0.0, 4.0],
+        vec![1.0 / 3.0, 3.0, 2.0, -200.0, 40.0, 0.5, -3.0, -2.0, -0.5],
+    );
+    out.push(fixed(Op::Pow, vec![(f, vec![a.len()], a), (f, vec![b.len()], b)], 1));
 }
 
 /// Softmax, LayerNorm, AddLayerNorm, BiasGelu and the reductions on rows of extremes.

@@ -106,6 +106,8 @@ fn node_op() -> impl Strategy<Value = Op> {
         Op::Erf,
         Op::Exp,
         Op::Sqrt,
+        Op::Neg,
+        Op::Sigmoid,
         Op::Copy,
         Op::Scale { factor: 0.5 },
         Op::Softmax { axis: -1 },

@@ -1,5 +1,6 @@
-//! Element-wise operators: binary arithmetic (aclnnAdd, aclnnSub, aclnnMul, aclnnDiv),
-//! activations and other unary functions, and the scalar forms aclnnMuls and aclnnAdds.
+//! Element-wise operators: binary arithmetic (aclnnAdd, aclnnSub, aclnnMul, aclnnDiv,
+//! aclnnPowTensorTensor, and the comparison aclnnEqTensor),
+//! activations and other unary functions (aclnnNeg and aclnnSigmoid among them), and the scalar forms aclnnMuls and aclnnAdds.
 
 use crate::aclnn::basics::{ex, finish, phase2, scalar, tout, tsrc};
 use crate::descriptors::Src;
@@ -15,6 +16,8 @@ phase2!(
     aclnnSub,
     aclnnMul,
     aclnnDiv,
+    aclnnPowTensorTensor,
+    aclnnEqTensor,
     aclnnRelu,
     aclnnGelu,
     aclnnGeluV2,
@@ -22,6 +25,8 @@ phase2!(
     aclnnErf,
     aclnnExp,
     aclnnSqrt,
+    aclnnNeg,
+    aclnnSigmoid,
     aclnnMuls,
     aclnnAdds
 );
@@ -40,6 +45,8 @@ fn binary(
         "aclnnAdd" => "aclnnAddGetWorkspaceSize",
         "aclnnSub" => "aclnnSubGetWorkspaceSize",
         "aclnnMul" => "aclnnMulGetWorkspaceSize",
+        "aclnnPowTensorTensor" => "aclnnPowTensorTensorGetWorkspaceSize",
+        "aclnnEqTensor" => "aclnnEqTensorGetWorkspaceSize",
         _ => "aclnnDivGetWorkspaceSize",
     };
     guard(p1, |t| {
@@ -107,6 +114,28 @@ pub unsafe extern "C" fn aclnnDivGetWorkspaceSize(
     binary("aclnnDiv", Op::Div, self_, other, None, out, workspaceSize, executor)
 }
 
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclnnPowTensorTensorGetWorkspaceSize(
+    self_: *const aclTensor,
+    exponent: *const aclTensor,
+    out: *mut aclTensor,
+    workspaceSize: *mut u64,
+    executor: *mut *mut aclOpExecutor,
+) -> aclnnStatus {
+    binary("aclnnPowTensorTensor", Op::Pow, self_, exponent, None, out, workspaceSize, executor)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclnnEqTensorGetWorkspaceSize(
+    self_: *const aclTensor,
+    other: *const aclTensor,
+    out: *mut aclTensor,
+    workspaceSize: *mut u64,
+    executor: *mut *mut aclOpExecutor,
+) -> aclnnStatus {
+    binary("aclnnEqTensor", Op::Equal, self_, other, None, out, workspaceSize, executor)
+}
+
 fn unary(
     p1: &'static str,
     name: &'static str,
@@ -148,6 +177,8 @@ unary_export! {
     aclnnErfGetWorkspaceSize => aclnnErf, Op::Erf;
     aclnnExpGetWorkspaceSize => aclnnExp, Op::Exp;
     aclnnSqrtGetWorkspaceSize => aclnnSqrt, Op::Sqrt;
+    aclnnNegGetWorkspaceSize => aclnnNeg, Op::Neg;
+    aclnnSigmoidGetWorkspaceSize => aclnnSigmoid, Op::Sigmoid;
 }
 
 /// Relu's `out` is `const aclTensor *` in the header.

@@ -280,6 +280,18 @@ two_phase! {
     sqrt_get_workspace_size, sqrt => aclnnSqrtGetWorkspaceSize, aclnnSqrt(
         self_: *const aclTensor, out: *mut aclTensor,
     );
+    eq_tensor_get_workspace_size, eq_tensor => aclnnEqTensorGetWorkspaceSize, aclnnEqTensor(
+        self_: *const aclTensor, other: *const aclTensor, out: *mut aclTensor,
+    );
+    pow_tensor_tensor_get_workspace_size, pow_tensor_tensor => aclnnPowTensorTensorGetWorkspaceSize, aclnnPowTensorTensor(
+        self_: *const aclTensor, exponent: *const aclTensor, out: *mut aclTensor,
+    );
+    neg_get_workspace_size, neg => aclnnNegGetWorkspaceSize, aclnnNeg(
+        self_: *const aclTensor, out: *mut aclTensor,
+    );
+    sigmoid_get_workspace_size, sigmoid => aclnnSigmoidGetWorkspaceSize, aclnnSigmoid(
+        self_: *const aclTensor, out: *mut aclTensor,
+    );
     softmax_get_workspace_size, softmax => aclnnSoftmaxGetWorkspaceSize, aclnnSoftmax(
         self_: *const aclTensor, dim: i64, out: *mut aclTensor,
     );

@@ -89,12 +89,16 @@ names! {
     Sub => "sub.aclnn.vector", "sub.host.reference";
     Mul => "mul.aclnn.vector", "mul.host.reference";
     Div => "div.aclnn.vector", "div.host.reference";
+    Pow => "pow.aclnn-powtensortensor.vector", "pow.host.reference";
+    Equal => "equal.aclnn-eqtensor.vector", "equal.host.reference";
     Relu => "relu.aclnn.vector", "relu.host.reference";
     Gelu => "gelu.aclnn.vector", "gelu.host.reference";
     Tanh => "tanh.aclnn.vector", "tanh.host.reference";
     Erf => "erf.aclnn.vector", "erf.host.reference";
     Exp => "exp.aclnn.vector", "exp.host.reference";
     Sqrt => "sqrt.aclnn.vector", "sqrt.host.reference";
+    Neg => "neg.aclnn.vector", "neg.host.reference";
+    Sigmoid => "sigmoid.aclnn.vector", "sigmoid.host.reference";
     Softmax => "softmax.aclnn.vector", "softmax.host.reference";
     LayerNorm => "layernorm.aclnn.vector", "layernorm.host.reference";
     Permute => "permute.aclnn.scalar", "permute.host.reference";

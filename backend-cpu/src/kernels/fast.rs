@@ -4,7 +4,7 @@
 use super::blas;
 use super::common::*;
 use super::gemm_packed::{BMatrix, PackedBLayout, Sgemm, Strided};
-use super::simd_math::{erf_approx, exp_approx, gelu_erf_approx, softmax_onnx, tanh_approx};
+use super::simd_math::{erf_approx, exp_approx, gelu_erf_approx, sigmoid_approx, softmax_onnx, tanh_approx};
 use crate::features::Isa;
 use rayon::prelude::*;
 use runtime::{GeluApprox, Op};
@@ -52,6 +52,8 @@ simd_map!(scale_map, <F> |x, f: f32| x * f);
 simd_map!(sqrt_map, <F> |x| x.sqrt());
 simd_map!(exp_map, <F> |x| exp_approx::<F>(x));
 simd_map!(tanh_map, <F> |x| tanh_approx::<F>(x));
+simd_map!(neg_map, <F> |x| -x);
+simd_map!(sigmoid_map, <F> |x| sigmoid_approx::<F>(x));
 simd_map!(gelu_tanh_map, <F> |x| 0.5 * x * (1.0 + tanh_approx::<F>(0.797_884_6 * (x + 0.044715 * x * x * x))));
 simd_map!(erf_map, <F> |x| erf_approx::<F>(x));
 simd_map!(gelu_erf_map, <F> |x| gelu_erf_approx::<F>(x));
@@ -208,7 +210,15 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
                 Ok(())
             })
         }
-        Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Scale { .. } => {
+        Op::Pow => {
+            let (a, b) = (load_f32(&ins[0])?, load_f32(&ins[1])?);
+            let (ad, bd) = (ins[0].dims, ins[1].dims);
+            with_f32_out(&mut outs[0], |o| {
+                binary_f32(&a, ad, &b, bd, o, &out_dims, f32::powf);
+                Ok(())
+            })
+        }
+        Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Neg | Op::Sigmoid | Op::Scale { .. } => {
             let x = load_f32(&ins[0])?;
             with_f32_out(&mut outs[0], |o| {
                 match op {
@@ -217,6 +227,8 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
                     Op::Sqrt => par_unary(isa, &x, o, sqrt_map),
                     Op::Exp => par_unary(isa, &x, o, exp_map),
                     Op::Tanh => par_unary(isa, &x, o, tanh_map),
+                    Op::Neg => par_unary(isa, &x, o, neg_map),
+                    Op::Sigmoid => par_unary(isa, &x, o, sigmoid_map),
                     Op::Erf => par_unary(isa, &x, o, erf_map),
                     Op::Gelu(GeluApprox::Erf) => par_unary(isa, &x, o, gelu_erf_map),
                     Op::Gelu(GeluApprox::Tanh) => par_unary(isa, &x, o, gelu_tanh_map),
@@ -314,6 +326,8 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
             Ok(())
         }
         Op::Cast { .. } => cast(&ins[0], &mut outs[0]),
+        // Exact comparison, shared with the other tiers (memory-bound: no SIMD form).
+        Op::Equal => equal(&ins[0], &ins[1], &mut outs[0]),
         Op::ReduceSum { axes, .. } | Op::ReduceMean { axes, .. } => {
             let shape = runtime::Shape::new(ins[0].dims.to_vec());
             let axes = runtime::op::normalise_axes(&shape, axes).ok_or("axes out of range")?;
@@ -724,9 +738,10 @@ mod tests {
         let gelu = |x: f64| 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2));
         let gelu_t = |x: f64| 0.5 * x * (1.0 + libm::tanh(0.797_884_560_802_865_4 * (x + 0.044715 * x * x * x)));
         type Map = fn(Isa, &[f32], &mut [f32]);
-        let cases: [(&str, Map, &dyn Fn(f64) -> f64); 4] = [
+        let cases: [(&str, Map, &dyn Fn(f64) -> f64); 5] = [
             ("erf", erf_map, &libm::erf),
             ("tanh", tanh_map, &libm::tanh),
+            ("sigmoid", sigmoid_map, &sigmoid_f64),
             ("gelu", gelu_erf_map, &gelu),
             ("gelu_tanh", gelu_tanh_map, &gelu_t),
         ];

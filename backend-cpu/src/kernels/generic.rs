@@ -114,7 +114,17 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             };
             put(&mut outs[0], r)
         }
-        Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Scale { .. } => {
+        Op::Pow => {
+            let (a, b) = (arr(&ins[0])?, arr(&ins[1])?);
+            let dims = IxDyn(outs[0].dims);
+            let (av, bv) = (
+                a.broadcast(dims.clone()).ok_or("x does not broadcast")?,
+                b.broadcast(dims).ok_or("y does not broadcast")?,
+            );
+            let r = Zip::from(&av).and(&bv).map_collect(|x, y| x.powf(*y));
+            put(&mut outs[0], r)
+        }
+        Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Neg | Op::Sigmoid | Op::Scale { .. } => {
             let x = arr(&ins[0])?;
             let y = match op {
                 // NaN propagates (`f32::max` would turn it into 0).
@@ -124,6 +134,8 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
                 Op::Erf => x.mapv(libm::erff),
                 Op::Exp => x.mapv(f32::exp),
                 Op::Sqrt => x.mapv(f32::sqrt),
+                Op::Neg => x.mapv(|v| -v),
+                Op::Sigmoid => x.mapv(sigmoid_f32),
                 Op::Scale { factor } => x * *factor,
                 _ => return Err(KernelError::Internal("not a unary op".into())),
             };
@@ -173,6 +185,8 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             Ok(())
         }
         Op::Cast { .. } => cast(&ins[0], &mut outs[0]),
+        // Exact comparison, shared with the other tiers.
+        Op::Equal => equal(&ins[0], &ins[1], &mut outs[0]),
         Op::ReduceSum { axes, keepdims: _ } | Op::ReduceMean { axes, keepdims: _ } => {
             let shape = runtime::Shape::new(ins[0].dims.to_vec());
             let mut axes = runtime::op::normalise_axes(&shape, axes).ok_or("axes out of range")?;

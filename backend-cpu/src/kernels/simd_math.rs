@@ -60,6 +60,17 @@ pub fn tanh_approx<const FMA: bool>(x: f32) -> f32 {
     if x.abs() < 0.1 { small } else { large }
 }
 
+/// The logistic function `1 / (1 + e^-x)` from `e = e^-|x|`: `1 / (1 + e)` for `x >= 0`,
+/// `e / (1 + e)` below, so the left tail keeps its relative accuracy and neither end
+/// overflows (0 at `-inf`, 1 at `+inf`, NaN stays NaN). Both forms are computed and one
+/// selected, so loops stay vectorised.
+#[inline(always)]
+pub fn sigmoid_approx<const FMA: bool>(x: f32) -> f32 {
+    let e = exp_approx::<FMA>(-x.abs());
+    let d = 1.0 + e;
+    if x >= 0.0 { 1.0 / d } else { e / d }
+}
+
 /// `erf x` with the Abramowitz–Stegun 7.1.26-style rational form refined to ~1e-7
 /// absolute error (computed in f32 with a polynomial in `t = 1/(1+p|x|)`). Fused
 /// multiply-adds where `FMA`.

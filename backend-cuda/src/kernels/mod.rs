@@ -166,13 +166,20 @@ fn build(blas: bool, tf32: bool) -> KernelTable<Impl> {
                 t.add(kind, Generic, unit_of(kind, g), "tiled-16x16", tiled_matmul, g);
                 t.add(kind, Reference, unit_of(kind, r), "thread-per-element", any, r);
             }
-            OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div => std3(&mut t, same_shape),
+            OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Pow => std3(&mut t, same_shape),
+            OpKind::Equal => {
+                let g = Impl::Nvrtc(Generic);
+                t.add(kind, Generic, unit_of(kind, g), "grid-stride", any, g);
+                t.add(kind, Reference, unit_of(kind, r), "thread-per-element", any, r);
+            }
             OpKind::Relu
             | OpKind::Gelu
             | OpKind::Tanh
             | OpKind::Erf
             | OpKind::Exp
             | OpKind::Sqrt
+            | OpKind::Neg
+            | OpKind::Sigmoid
             | OpKind::Scale
             | OpKind::BiasGelu => std3(&mut t, any),
             OpKind::Softmax | OpKind::LayerNorm | OpKind::AddLayerNorm => {

@@ -24,6 +24,8 @@ pub enum Kern {
     Gather(DType),
     /// Cast to the given dtype.
     Cast(DType),
+    /// `a == b` into a u8 output.
+    Equal,
 }
 
 impl Kern {
@@ -40,6 +42,7 @@ impl Kern {
             Kern::Copy => "copy".into(),
             Kern::Gather(i) => format!("gather_{}", i.name()),
             Kern::Cast(to) => format!("cast_{}", to.name()),
+            Kern::Equal => "equal".into(),
         }
     }
 }
@@ -90,7 +93,7 @@ pub fn kernels(tier: Tier, dtype: DType) -> Vec<Kern> {
             } else if int_arith {
                 v.push(Kern::Binary);
             }
-            v.extend([Kern::Copy, Kern::Gather(DType::I32), Kern::Gather(DType::I64)]);
+            v.extend([Kern::Copy, Kern::Gather(DType::I32), Kern::Gather(DType::I64), Kern::Equal]);
             v.extend(DType::ALL.iter().map(|&t| Kern::Cast(t)));
         }
         Tier::Generic => {
@@ -107,6 +110,7 @@ pub fn kernels(tier: Tier, dtype: DType) -> Vec<Kern> {
             } else if int_arith {
                 v.push(Kern::Binary);
             }
+            v.push(Kern::Equal);
         }
         Tier::HighPerformance => {
             if float {
@@ -168,6 +172,9 @@ pub fn module_source(tier: Tier, dtype: DType) -> Option<String> {
                 format!(
                     "(P p, const {t}* x, const {it}* idx, {t}* o, int* err) {{ k_gather_ref<{t}, {it}>(p, x, idx, o, err); }}"
                 )
+            }
+            (Kern::Equal, _) => {
+                format!("(P p, const {t}* a, const {t}* b, u8* o) {{ k_equal_{tag}<{t}>(p, a, b, o); }}")
             }
             (Kern::Cast(to), _) => {
                 let ot = ctype(to);
@@ -300,6 +307,8 @@ __device__ __forceinline__ double m_tanh(double x) { return tanh(x); }
 __device__ __forceinline__ float m_tanh(float x) { return tanhf(x); }
 __device__ __forceinline__ double m_sqrt(double x) { return sqrt(x); }
 __device__ __forceinline__ float m_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double m_pow(double a, double b) { return pow(a, b); }
+__device__ __forceinline__ float m_pow(float a, float b) { return powf(a, b); }
 __device__ __forceinline__ double m_max(double a, double b) { return fmax(a, b); }
 __device__ __forceinline__ float m_max(float a, float b) { return fmaxf(a, b); }
 
@@ -328,6 +337,11 @@ template <class F> __device__ __forceinline__ F unop(int op, F x, F factor) {
         case 4: return m_erf(x);
         case 5: return m_exp(x);
         case 6: return m_sqrt(x);
+        case 8: return -x;
+        case 9: {  // from e^-|x|: neither end overflows, the left tail keeps its precision
+            const F e = m_exp(x < F(0) ? x : -x);
+            return x >= F(0) ? F(1) / (F(1) + e) : e / (F(1) + e);
+        }
         default: return x * factor;
     }
 }
@@ -336,6 +350,7 @@ template <class F> __device__ __forceinline__ F binf(int op, F x, F y) {
         case 0: return x + y;
         case 1: return x - y;
         case 2: return x * y;
+        case 4: return m_pow(x, y);  // C99 pow: pow(x, 0) = 1, pow(1, y) = 1 even for NaN
         default: return x / y;
     }
 }
@@ -558,6 +573,19 @@ template <class TI, class TO> __device__ __forceinline__ TO cast_elem(TI v) {
     if (Cv<TI>::is_int) return Cv<TO>::ol(Cv<TI>::l(v));
     if (!Cv<TI>::is_int && !Cv<TO>::is_int) return Cv<TO>::of(Cv<TI>::f(v));
     return Cv<TO>::od(Cv<TI>::d(v));
+}
+// a == b as 1 or 0: integers exactly, floats in f64 (NaN equals nothing, -0 == 0).
+template <class T> __device__ __forceinline__ u8 eq_elem(T a, T b) {
+    if (Cv<T>::is_int) return Cv<T>::l(a) == Cv<T>::l(b) ? 1 : 0;
+    return Cv<T>::d(a) == Cv<T>::d(b) ? 1 : 0;
+}
+template <class T> __device__ void k_equal_ref(const P& p, const T* a, const T* b, u8* o) {
+    ll i = gtid();
+    if (i >= p.n) return;
+    o[i] = eq_elem<T>(a[offs(p, p.sa, i)], b[offs(p, p.sb, i)]);
+}
+template <class T> __device__ void k_equal_gen(const P& p, const T* a, const T* b, u8* o) {
+    for (ll i = gtid(); i < p.n; i += gstride()) o[i] = eq_elem<T>(a[offs(p, p.sa, i)], b[offs(p, p.sb, i)]);
 }
 template <class TI, class TO> __device__ void k_cast_ref(const P& p, const TI* x, TO* o) {
     ll i = gtid();

@@ -40,7 +40,29 @@ impl Op {
             Op::Gemm { trans_a, trans_b, .. } => gemm(o, *trans_a, *trans_b),
             Op::Linear => linear(o),
             Op::Add | Op::Sub | Op::Mul | Op::Div => binary(o),
-            Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Scale { .. } => {
+            Op::Pow => {
+                o.need_float(0)?;
+                binary(o)
+            }
+            Op::Equal => {
+                o.same_dtype(0, 1)?;
+                let s = Shape::broadcast(&o.inputs[0].shape, &o.inputs[1].shape).ok_or_else(|| {
+                    Error::invalid(
+                        o.op,
+                        format!("shapes do not broadcast: a is {}, b is {}", o.inputs[0].shape, o.inputs[1].shape),
+                    )
+                })?;
+                one(DType::U8, s)
+            }
+            Op::Relu
+            | Op::Gelu(_)
+            | Op::Tanh
+            | Op::Erf
+            | Op::Exp
+            | Op::Sqrt
+            | Op::Neg
+            | Op::Sigmoid
+            | Op::Scale { .. } => {
                 o.need_float(0)?;
                 if let Op::Scale { factor } = self
                     && !factor.is_finite()

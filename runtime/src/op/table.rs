@@ -93,12 +93,21 @@ pub enum Op {
     Mul,
     /// Division; integer division by zero yields 0.
     Div,
+    /// `a ^ b` (ONNX Pow) with broadcasting, floats only, C `pow`'s special values.
+    Pow,
+    /// `a == b` with broadcasting (ONNX Equal): a u8 1 or 0 (npurt's bool) for operands of
+    /// any one dtype; NaN equals nothing, `-0` equals `0`.
+    Equal,
     Relu,
     Gelu(GeluApprox),
     Tanh,
     Erf,
     Exp,
     Sqrt,
+    /// `-x` (ONNX Neg): a sign flip, so `-0.0` from `0.0` and NaN stays NaN.
+    Neg,
+    /// `1 / (1 + e^-x)` (ONNX Sigmoid).
+    Sigmoid,
     Softmax {
         axis: isize,
     },
@@ -162,12 +171,16 @@ pub enum OpKind {
     Sub,
     Mul,
     Div,
+    Pow,
+    Equal,
     Relu,
     Gelu,
     Tanh,
     Erf,
     Exp,
     Sqrt,
+    Neg,
+    Sigmoid,
     Softmax,
     LayerNorm,
     Permute,
@@ -184,7 +197,7 @@ pub enum OpKind {
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 26] = [
+    pub const ALL: [OpKind; 30] = [
         OpKind::MatMul,
         OpKind::Gemm,
         OpKind::Linear,
@@ -192,12 +205,16 @@ impl OpKind {
         OpKind::Sub,
         OpKind::Mul,
         OpKind::Div,
+        OpKind::Pow,
+        OpKind::Equal,
         OpKind::Relu,
         OpKind::Gelu,
         OpKind::Tanh,
         OpKind::Erf,
         OpKind::Exp,
         OpKind::Sqrt,
+        OpKind::Neg,
+        OpKind::Sigmoid,
         OpKind::Softmax,
         OpKind::LayerNorm,
         OpKind::Permute,
@@ -222,12 +239,16 @@ impl OpKind {
             OpKind::Sub => "Sub",
             OpKind::Mul => "Mul",
             OpKind::Div => "Div",
+            OpKind::Pow => "Pow",
+            OpKind::Equal => "Equal",
             OpKind::Relu => "ReLU",
             OpKind::Gelu => "GELU",
             OpKind::Tanh => "Tanh",
             OpKind::Erf => "Erf",
             OpKind::Exp => "Exp",
             OpKind::Sqrt => "Sqrt",
+            OpKind::Neg => "Neg",
+            OpKind::Sigmoid => "Sigmoid",
             OpKind::Softmax => "Softmax",
             OpKind::LayerNorm => "LayerNorm",
             OpKind::Permute => "Permute",
@@ -252,12 +273,16 @@ impl OpKind {
                 | OpKind::Sub
                 | OpKind::Mul
                 | OpKind::Div
+                | OpKind::Pow
+                | OpKind::Equal
                 | OpKind::Relu
                 | OpKind::Gelu
                 | OpKind::Tanh
                 | OpKind::Erf
                 | OpKind::Exp
                 | OpKind::Sqrt
+                | OpKind::Neg
+                | OpKind::Sigmoid
                 | OpKind::Scale
                 | OpKind::Cast
                 | OpKind::Copy
@@ -307,7 +332,7 @@ pub(super) fn arity(kind: OpKind) -> (usize, usize) {
         OpKind::MatMul => (2, 2),
         OpKind::Gemm => (2, 3),
         OpKind::Linear => (2, 3),
-        OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div => (2, 2),
+        OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Pow | OpKind::Equal => (2, 2),
         OpKind::LayerNorm => (3, 3),
         OpKind::Gather => (2, 2),
         OpKind::Attention => (3, 4),
@@ -324,6 +349,8 @@ pub(super) fn operand_name(kind: OpKind, i: usize) -> &'static str {
         OpKind::Gemm => &["a", "b", "c"],
         OpKind::Linear => &["x", "weight", "bias"],
         OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div => &["a", "b"],
+        OpKind::Pow => &["x", "y"],
+        OpKind::Equal => &["a", "b"],
         OpKind::LayerNorm => &["x", "gamma", "beta"],
         OpKind::Gather => &["data", "indices"],
         OpKind::Attention => &["q", "k", "v", "mask"],
@@ -344,12 +371,16 @@ impl Op {
             Op::Sub => OpKind::Sub,
             Op::Mul => OpKind::Mul,
             Op::Div => OpKind::Div,
+            Op::Pow => OpKind::Pow,
+            Op::Equal => OpKind::Equal,
             Op::Relu => OpKind::Relu,
             Op::Gelu(_) => OpKind::Gelu,
             Op::Tanh => OpKind::Tanh,
             Op::Erf => OpKind::Erf,
             Op::Exp => OpKind::Exp,
             Op::Sqrt => OpKind::Sqrt,
+            Op::Neg => OpKind::Neg,
+            Op::Sigmoid => OpKind::Sigmoid,
             Op::Softmax { .. } => OpKind::Softmax,
             Op::LayerNorm { .. } => OpKind::LayerNorm,
             Op::Permute { .. } => OpKind::Permute,

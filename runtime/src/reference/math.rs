@@ -10,6 +10,17 @@ pub fn gelu_tanh_f64(x: f64) -> f64 {
     const C: f64 = 0.797_884_560_802_865_4; // sqrt(2/pi)
     0.5 * x * (1.0 + (C * (x + 0.044715 * x * x * x)).tanh())
 }
+/// The logistic function `1 / (1 + e^-x)`, computed from `e^-|x|` so that neither end
+/// overflows: exactly 0 at `-inf`, 1 at `+inf`, NaN stays NaN.
+pub fn sigmoid_f64(x: f64) -> f64 {
+    let e = (-x.abs()).exp();
+    if x >= 0.0 { 1.0 / (1.0 + e) } else { e / (1.0 + e) }
+}
+/// [`sigmoid_f64`] in f32.
+pub fn sigmoid_f32(x: f32) -> f32 {
+    let e = (-x.abs()).exp();
+    if x >= 0.0 { 1.0 / (1.0 + e) } else { e / (1.0 + e) }
+}
 /// [`gelu_erf_f64`] in f32.
 pub fn gelu_erf_f32(x: f32) -> f32 {
     0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))

@@ -28,8 +28,11 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> KernelResult {
         }
         Op::Gemm { trans_a, trans_b, alpha, beta } => gemm(ins, outs, &out_dims, *trans_a, *trans_b, *alpha, *beta),
         Op::Linear => linear(ins, outs),
-        Op::Add | Op::Sub | Op::Mul | Op::Div => binary(op, ins, outs, &out_dims),
-        Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Scale { .. } => unary(op, ins, outs),
+        Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Pow => binary(op, ins, outs, &out_dims),
+        Op::Equal => equal(&ins[0], &ins[1], &mut outs[0]),
+        Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Neg | Op::Sigmoid | Op::Scale { .. } => {
+            unary(op, ins, outs)
+        }
         Op::Softmax { axis } => softmax(ins, outs, *axis),
         Op::LayerNorm { eps } => {
             let x = load_f64(&ins[0])?;
@@ -120,7 +123,7 @@ fn linear(ins: &[In], outs: &mut [Out]) -> KernelResult {
     store_f64(&mut outs[0], &v)
 }
 
-/// Elementwise `Add`, `Sub`, `Mul`, `Div` with broadcasting.
+/// Elementwise `Add`, `Sub`, `Mul`, `Div`, `Pow` with broadcasting.
 fn binary(op: &Op, ins: &[In], outs: &mut [Out], out_dims: &[usize]) -> KernelResult {
     if ins[0].dtype.is_int() {
         // Exact integer arithmetic, wrapping in the dtype (f64 would round and saturate).
@@ -138,6 +141,8 @@ fn binary(op: &Op, ins: &[In], outs: &mut [Out], out_dims: &[usize]) -> KernelRe
                 Op::Add => x + y,
                 Op::Sub => x - y,
                 Op::Mul => x * y,
+                // C `pow`: `pow(x, ±0) = 1` and `pow(1, y) = 1` even for NaN.
+                Op::Pow => x.powf(y),
                 _ => x / y,
             }
         })
@@ -157,6 +162,8 @@ fn unary(op: &Op, ins: &[In], outs: &mut [Out]) -> KernelResult {
         Op::Erf => Box::new(libm::erf),
         Op::Exp => Box::new(f64::exp),
         Op::Sqrt => Box::new(f64::sqrt),
+        Op::Neg => Box::new(|v: f64| -v),
+        Op::Sigmoid => Box::new(sigmoid_f64),
         Op::Scale { factor } => {
             let f = *factor as f64;
             Box::new(move |v: f64| v * f)

@@ -213,6 +213,23 @@ pub fn int_binary(op: &crate::op::Op, a: &In, b: &In, o: &mut Out) -> KernelResu
     store_i64(o, &wide)
 }
 
+/// `a == b` with broadcasting into a u8 output of 1 or 0: integers compared exactly in
+/// i64, floats in f64 (exact for every float dtype: NaN equals nothing, `-0 == 0`).
+/// Shared by every tier so all agree.
+pub fn equal(a: &In, b: &In, o: &mut Out) -> KernelResult {
+    let od = o.dims.to_vec();
+    let oa = gather_offsets(&od, &broadcast_strides(a.dims, &od));
+    let ob = gather_offsets(&od, &broadcast_strides(b.dims, &od));
+    let v: Vec<i64> = if a.dtype.is_int() {
+        let (x, y) = (load_i64(a)?, load_i64(b)?);
+        oa.iter().zip(&ob).map(|(&i, &j)| i64::from(x[i] == y[j])).collect()
+    } else {
+        let (x, y) = (load_f64(a)?, load_f64(b)?);
+        oa.iter().zip(&ob).map(|(&i, &j)| i64::from(x[i] == y[j])).collect()
+    };
+    store_i64(o, &v)
+}
+
 /// Element-wise cast of raw bytes between any two dtypes, as ONNX `Cast` defines it
 /// where it defines it: integer to integer keeps the low bits (two's complement:
 /// `200 -> -56` for i8); float to float rounds to nearest even (out of range gives

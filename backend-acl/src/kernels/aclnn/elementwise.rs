@@ -1,5 +1,5 @@
 //! Element-wise operators on the Vector unit: aclnnAdd / aclnnAdds / aclnnSub
-//! (`aclnn_add.h`, `aclnn_sub.h`), aclnnMul / aclnnMuls / aclnnDiv, aclnnGelu / aclnnGeluV2,
+//! (`aclnn_add.h`, `aclnn_sub.h`), aclnnMul / aclnnMuls / aclnnDiv, aclnnPowTensorTensor, aclnnEqTensor, aclnnGelu / aclnnGeluV2,
 //! aclnnRelu, aclnnTanh, aclnnErf, aclnnExp, aclnnSqrt and aclnnCast (`aclnnop/` headers
 //! of ops-nn and ops-math).
 
@@ -37,6 +37,22 @@ pub(super) fn mul_div(c: &mut Call, div: bool, x: &View, y: &View, out: &View) -
     }
 }
 
+/// `x ^ y` with broadcasting (aclnnPowTensorTensor).
+pub(super) fn pow(c: &mut Call, x: &View, y: &View, out: &View) -> BResult<()> {
+    let (tx, ty, to) = (c.tensor(x)?, c.tensor(y)?, c.output(out)?);
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::pow_tensor_tensor_get_workspace_size(c.api, tx, ty, to) };
+    c.run(p1, nn::pow_tensor_tensor)
+}
+
+/// `x == y` with broadcasting into a u8 output (aclnnEqTensor).
+pub(super) fn eq(c: &mut Call, x: &View, y: &View, out: &View) -> BResult<()> {
+    let (tx, ty, to) = (c.tensor(x)?, c.tensor(y)?, c.output(out)?);
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::eq_tensor_get_workspace_size(c.api, tx, ty, to) };
+    c.run(p1, nn::eq_tensor)
+}
+
 pub(super) fn muls(c: &mut Call, x: &View, factor: f32, out: &View) -> BResult<()> {
     let (tx, to) = (c.tensor(x)?, c.output(out)?);
     let s = c.scalar_f32(factor)?;
@@ -70,7 +86,7 @@ pub(super) fn gelu(c: &mut Call, x: &View, approx: GeluApprox, out: &View) -> BR
     }
 }
 
-/// Relu, Tanh, Erf, Exp or Sqrt.
+/// Relu, Tanh, Erf, Exp, Sqrt, Neg or Sigmoid.
 pub(super) fn unary(c: &mut Call, op: &Op, x: &View, out: &View) -> BResult<()> {
     let (tx, to) = (c.tensor(x)?, c.output(out)?);
     let (p1, p2): (_, Phase2) = match op {
@@ -82,6 +98,10 @@ pub(super) fn unary(c: &mut Call, op: &Op, x: &View, out: &View) -> BResult<()> 
         Op::Erf => (unsafe { nn::erf_get_workspace_size(c.api, tx, to) }, nn::erf),
         // SAFETY: as above.
         Op::Exp => (unsafe { nn::exp_get_workspace_size(c.api, tx, to) }, nn::exp),
+        // SAFETY: as above.
+        Op::Neg => (unsafe { nn::neg_get_workspace_size(c.api, tx, to) }, nn::neg),
+        // SAFETY: as above.
+        Op::Sigmoid => (unsafe { nn::sigmoid_get_workspace_size(c.api, tx, to) }, nn::sigmoid),
         // SAFETY: as above.
         _ => (unsafe { nn::sqrt_get_workspace_size(c.api, tx, to) }, nn::sqrt),
     };
