@@ -238,6 +238,11 @@ pub unsafe fn value_meta(ort: &Ort, vi: *const OrtValueInfo) -> Result<ValueMeta
     }
     // SAFETY: tsi is a valid tensor info.
     let (elem, dims) = unsafe { tensor_info(ort, tsi) }?;
+    // SAFETY: as above. Without a shape ORT reports rank 0: the rank is unknown (dims stay None).
+    if !unsafe { (ort.api.TensorTypeAndShape_HasShape)(tsi) } {
+        meta.elem = elem as i32;
+        return Ok(meta);
+    }
     if dims.iter().any(|&d| d < 0) {
         let mut names: Vec<*const c_char> = vec![ptr::null(); dims.len()];
         // SAFETY: names has room for one string per dim; ORT fills them with strings it owns.

@@ -58,6 +58,9 @@ enum Plan {
     Static { graph: Arc<CompiledGraph>, inputs: Vec<TensorMeta> },
     /// Symbolic input dims: compiled per set of input shapes, at the first run with it.
     Shapes(Box<Shapes>),
+    /// No output of the group is read (dead nodes ORT kept, e.g. with its graph optimisations
+    /// off): nothing to compute; an npurt graph needs an output.
+    Nothing,
 }
 
 /// Most input shapes whose compiled graphs a fused node keeps; the cache starts afresh past it.
@@ -151,7 +154,9 @@ pub unsafe fn compile(
     let outputs: Vec<String> = fused.outputs.iter().flatten().map(|v| v.name.clone()).collect();
     let labels: Vec<String> = nodes.iter().map(NodeInfo::label).collect();
     let labels = labels.join(", ");
-    let plan = if fused.inputs.iter().flatten().all(ValueMeta::is_static) {
+    let plan = if outputs.is_empty() {
+        Plan::Nothing
+    } else if fused.inputs.iter().flatten().all(ValueMeta::is_static) {
         // SAFETY: the operands' handles are valid during this call.
         let built = build_graph(&fused, &nodes, &mut |v| unsafe { initializer(&ort, v) })?;
         let metas = built.inputs.into_iter().map(|(_, m)| m).collect();
@@ -405,6 +410,9 @@ impl Kernel {
     /// # Safety
     /// `ctx` is ORT's kernel context of the current `Compute`.
     unsafe fn run(&self, ctx: *mut OrtKernelContext) -> Result<(), EpError> {
+        if let Plan::Nothing = self.plan {
+            return Ok(());
+        }
         let ort = &self.ort;
         let mut fed = Vec::with_capacity(self.inputs.len());
         for (i, name) in self.inputs.iter().enumerate() {
@@ -427,6 +435,7 @@ impl Kernel {
                 graph.clone()
             }
             Plan::Shapes(shapes) => shapes.graph_for(&self.rt, &metas)?,
+            Plan::Nothing => return Ok(()),
         };
         let mut tensors = Vec::with_capacity(fed.len());
         for (name, (meta, bytes)) in self.inputs.iter().zip(fed) {

@@ -174,6 +174,7 @@ fn ort_api_entries_of_the_graph_and_kernel_context_sit_where_ort_sys_put_them() 
             "GetTensorElementTypeAndShapeDataReference",
             offset_of!(OrtApi, GetTensorElementTypeAndShapeDataReference) / P,
         ),
+        ("TensorTypeAndShape_HasShape", offset_of!(OrtApi, TensorTypeAndShape_HasShape) / P),
     ];
     let want: &[(&str, usize)] = &[
         ("GetTensorMutableData", 51),
@@ -205,6 +206,7 @@ fn ort_api_entries_of_the_graph_and_kernel_context_sit_where_ort_sys_put_them() 
         ("OpAttr_GetName", 364),
         ("GetTensorData", 378),
         ("GetTensorElementTypeAndShapeDataReference", 414),
+        ("TensorTypeAndShape_HasShape", 390),
     ];
     assert_eq!(got, want);
 }

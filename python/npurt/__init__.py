@@ -18,7 +18,7 @@ from typing import Any, ContextManager, Dict, List, Optional, Sequence, Tuple, U
 
 import numpy as np
 
-from . import _native
+from . import _native, ort  # ort: the ONNX Runtime EP (imports onnxruntime only in ort.session)
 from ._errors import BackendUnavailableError, DeviceError, Error, OutOfMemoryError, ValidationError
 from ._graph import CompiledGraph, Embedder, Graph, MemoryPlan, Profile, Value, bert
 from ._results import ExecutionResult, HardwareUtilization, MemoryInfo
@@ -33,7 +33,7 @@ except Exception:  # noqa: BLE001 - not installed as a distribution (e.g. a sour
     __version__ = "0.1.0"
 
 __all__ = [
-    "__version__",
+    "__version__", "ort",
     # objects
     "Runtime", "Tensor", "Stream", "Event", "MemoryPool", "Graph", "Value", "CompiledGraph", "MemoryPlan",
     "Profile", "Embedder", "ExecutionResult", "MemoryInfo", "HardwareUtilization",

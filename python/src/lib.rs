@@ -79,3 +79,13 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DLPACK_DEVICE_CPU", dlpack::DEVICE_CPU)?;
     Ok(())
 }
+
+// The ONNX Runtime plugin execution provider's two entry points, re-exported so that this
+// module's shared object is also the EP library (`npurt.ort.get_library_path()` returns its
+// path): ONNX Runtime dlopens it (already loaded by Python) and calls `CreateEpFactories`.
+pub use npurt_ort_ep::{CreateEpFactories, ReleaseEpFactory};
+
+// Keeps both symbols in the link (and so in the dynamic symbol table), referenced or not.
+#[used]
+static ORT_EP_ENTRY_POINTS: (npurt_ort_ep::abi::CreateEpApiFactoriesFn, npurt_ort_ep::abi::ReleaseEpApiFactoryFn) =
+    (CreateEpFactories, ReleaseEpFactory);

@@ -103,3 +103,49 @@ def test_the_check_sees_lazy_imports_and_skips_type_checking_ones() -> None:
     })
     assert graph == {"__init__": {"_a"}, "_a": set(), "_b": {"_c"}, "_c": {"_b", "__init__"}}
     assert cycles(graph) == [["_b", "_c"]]
+
+
+def top_level_imports(source: str) -> Set[str]:
+    """The top-level names of the absolute imports a module runs on import: those of the
+    module body and its classes, not those inside functions or under ``if TYPE_CHECKING:``."""
+    out: Set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return
+        if isinstance(node, ast.If) and is_type_checking(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            out.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.add(node.module.split(".")[0])
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(source))
+    return out
+
+
+def test_importing_npurt_needs_numpy_only() -> None:
+    # npurt.ort imports onnxruntime inside session() only: `import npurt` must not need it.
+    import sys
+
+    stdlib = set(getattr(sys, "stdlib_module_names", ())) or {"__future__", "os", "sys", "typing", "threading"}
+    allowed = stdlib | {"numpy", "npurt", "__future__"}
+    third_party = {name: sorted(top_level_imports(text) - allowed) for name, text in package_files().items()}
+    assert "ort" in third_party, sorted(third_party)
+    assert not any(third_party.values()), {k: v for k, v in third_party.items() if v}
+    assert top_level_imports("import onnxruntime\ndef f():\n    import onnx\n") == {"onnxruntime"}
+
+
+def test_import_npurt_loads_no_onnxruntime() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, npurt, npurt.ort; assert callable(npurt.ort.session); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('onnxruntime', 'onnx')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=pathlib.Path(__file__).parent).stdout
+    assert out.strip() == "[]", out
