@@ -1,22 +1,29 @@
 //! Grouping the claimed nodes into fused nodes without cycles.
 //!
-//! ORT replaces each group by one fused node; if a path left a group through a node ORT
-//! runs (or through another group) and came back into it, the fused node would depend on
-//! itself. [`groups`] walks the nodes in topological order. A claimed node joins the group of
-//! one of its claimed producers unless a path from that group reaches the node through a node
-//! outside the group (the group's "taint"); otherwise it starts a new group. When the node has
-//! claimed producers in several such groups, those groups are merged into one with it, unless
-//! a path between them leaves the merged set (checked by a walk over the nodes before it).
-//! Every group is therefore convex (no path between two of its nodes leaves it). Taints are
-//! kept per original group and read through the merges, which can only overstate them: a
-//! merge never makes a wrong join possible, at worst it refuses one that would have been
-//! valid, so the groups are large but not guaranteed maximal.
-
-use std::collections::BTreeSet;
+//! ORT replaces each group by one fused node, and the graph it then holds must be acyclic:
+//! no group may reach itself through a node ORT runs or through another group. Convex groups
+//! (no path between two members leaves the group) are not enough: with `a1 -> b1` and
+//! `b2 -> a2`, groups `{a1, a2}` and `{b1, b2}` are each convex, yet each fused node feeds the
+//! other. [`groups`] therefore cuts one topological order of the whole graph into runs: the
+//! claimed nodes of a run, contiguous in that order, form a group. Every edge between two runs
+//! goes forward in the order, so the graph of fused nodes and ORT's nodes is acyclic by
+//! construction. The order is chosen to make the runs long: Kahn's algorithm takes, among the
+//! ready nodes, those of the run in progress first (claimed ones during a claimed run), and
+//! starts a claimed run only when no node ORT runs is ready, so that everything a claimed run
+//! could still absorb has been released. The groups are therefore large but not guaranteed
+//! maximal, and a group may hold parts that no path joins (independent branches run as one
+//! fused node).
 
 /// The nodes in topological order (Kahn), given each node's producers; `None` when the
 /// producers form a cycle or name a node that does not exist.
 pub fn topological(preds: &[Vec<usize>]) -> Option<Vec<usize>> {
+    kahn(preds, |_| false).map(|(order, _)| order)
+}
+
+/// Kahn's algorithm over `preds`, taking the ready nodes for which `claimed` equals the kind
+/// of the run in progress first; returns the order and, per position, whether a new run
+/// starts there. `None` on a cycle or a producer out of range.
+fn kahn(preds: &[Vec<usize>], claimed: impl Fn(usize) -> bool) -> Option<(Vec<usize>, Vec<bool>)> {
     let n = preds.len();
     let mut indegree = vec![0usize; n];
     let mut succs = vec![Vec::new(); n];
@@ -29,171 +36,80 @@ pub fn topological(preds: &[Vec<usize>]) -> Option<Vec<usize>> {
             succs[p].push(i);
         }
     }
-    let mut ready: Vec<usize> = (0..n).filter(|&i| indegree[i] == 0).rev().collect();
+    // Two stacks of ready nodes: [0] those ORT runs, [1] the claimed ones.
+    let mut ready: [Vec<usize>; 2] = [Vec::new(), Vec::new()];
+    for i in (0..n).rev().filter(|&i| indegree[i] == 0) {
+        ready[claimed(i) as usize].push(i);
+    }
     let mut order = Vec::with_capacity(n);
-    while let Some(i) = ready.pop() {
+    let mut starts = Vec::with_capacity(n);
+    let mut kind = 0usize;
+    loop {
+        let k = if !ready[kind].is_empty() {
+            kind
+        } else if !ready[0].is_empty() {
+            0
+        } else if !ready[1].is_empty() {
+            1
+        } else {
+            break;
+        };
+        let i = ready[k].pop()?;
+        starts.push(k != kind || order.is_empty());
+        kind = k;
         order.push(i);
         for &s in succs[i].iter().rev() {
             indegree[s] -= 1;
             if indegree[s] == 0 {
-                ready.push(s);
+                ready[claimed(s) as usize].push(s);
             }
         }
     }
-    (order.len() == n).then_some(order)
+    (order.len() == n).then_some((order, starts))
 }
 
 /// Groups of claimed nodes (`claimed[i]`), each listed in topological order, the groups in
 /// the order of their first node; `preds[i]` are the nodes producing node `i`'s inputs.
 /// `None` when the producers form a cycle.
 pub fn groups(claimed: &[bool], preds: &[Vec<usize>]) -> Option<Vec<Vec<usize>>> {
-    let order = topological(preds)?;
-    let n = preds.len();
-    let mut pos = vec![0usize; n];
+    let is_claimed = |i: usize| claimed.get(i).copied().unwrap_or(false);
+    let (order, starts) = kahn(preds, is_claimed)?;
+    let mut out: Vec<Vec<usize>> = Vec::new();
     for (k, &i) in order.iter().enumerate() {
-        pos[i] = k;
-    }
-    let mut succs = vec![Vec::new(); n];
-    for (i, ps) in preds.iter().enumerate() {
-        for &p in ps {
-            succs[p].push(i);
-        }
-    }
-    let mut sets = Sets { parent: Vec::new(), members: Vec::new() };
-    let mut group: Vec<Option<usize>> = vec![None; n];
-    // taint[i]: groups with a path to node i that passes through a node outside the group.
-    let mut taint: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
-    for &i in &order {
-        let mut tainted = BTreeSet::new();
-        let mut direct = Vec::new();
-        for &p in &preds[i] {
-            tainted.extend(taint[p].iter().map(|&g| sets.find(g)));
-            if let Some(g) = group[p].map(|g| sets.find(g))
-                && !direct.contains(&g)
-            {
-                direct.push(g);
-            }
-        }
-        let chosen = if claimed[i] {
-            let allowed: Vec<usize> = direct.iter().copied().filter(|g| !tainted.contains(g)).collect();
-            let g = match allowed.split_first() {
-                None => sets.new_set(),
-                Some((&first, rest)) => {
-                    for &other in rest {
-                        if convex_union(&sets, first, other, i, &pos, &succs) {
-                            sets.union(first, other);
-                        }
-                    }
-                    sets.find(first)
-                }
-            };
-            sets.members[g].push(i);
-            Some(g)
-        } else {
-            None
-        };
-        group[i] = chosen;
-        tainted.extend(direct.into_iter().map(|g| sets.find(g)).filter(|&g| Some(g) != chosen.map(|c| sets.find(c))));
-        taint[i] = tainted;
-    }
-    let mut out: Vec<Vec<usize>> = (0..sets.parent.len())
-        .filter(|&g| sets.parent[g] == g && !sets.members[g].is_empty())
-        .map(|g| {
-            let mut m = sets.members[g].clone();
-            m.sort_by_key(|&i| pos[i]);
-            m
-        })
-        .collect();
-    out.sort_by_key(|m| pos[m[0]]);
-    Some(out)
-}
-
-/// Union-find over group ids; the root holds the members.
-struct Sets {
-    parent: Vec<usize>,
-    members: Vec<Vec<usize>>,
-}
-
-impl Sets {
-    fn new_set(&mut self) -> usize {
-        self.parent.push(self.parent.len());
-        self.members.push(Vec::new());
-        self.parent.len() - 1
-    }
-    fn find(&self, mut g: usize) -> usize {
-        while self.parent[g] != g {
-            g = self.parent[g];
-        }
-        g
-    }
-    /// Merges `b`'s set into `a`'s (both roots).
-    fn union(&mut self, a: usize, b: usize) {
-        let moved = std::mem::take(&mut self.members[b]);
-        self.members[a].extend(moved);
-        self.parent[b] = a;
-    }
-}
-
-/// True when groups `a` and `b` together with node `i` stay convex: no path from one of
-/// them leaves the set and comes back. Every such path lies among the nodes up to `i` in
-/// topological order, all of them placed already.
-fn convex_union(sets: &Sets, a: usize, b: usize, i: usize, pos: &[usize], succs: &[Vec<usize>]) -> bool {
-    let mut inside = vec![false; pos.len()];
-    for &m in sets.members[a].iter().chain(&sets.members[b]).chain(std::iter::once(&i)) {
-        inside[m] = true;
-    }
-    let limit = pos[i];
-    let mut seen = vec![false; pos.len()];
-    let mut stack: Vec<usize> = (0..pos.len())
-        .filter(|&m| inside[m])
-        .flat_map(|m| succs[m].iter().copied())
-        .filter(|&s| !inside[s] && pos[s] < limit)
-        .collect();
-    while let Some(x) = stack.pop() {
-        if std::mem::replace(&mut seen[x], true) {
+        if !is_claimed(i) {
             continue;
         }
-        for &s in &succs[x] {
-            if inside[s] {
-                return false;
-            }
-            if pos[s] < limit {
-                stack.push(s);
-            }
+        match out.last_mut() {
+            Some(g) if !starts[k] => g.push(i),
+            _ => out.push(vec![i]),
         }
     }
-    true
+    Some(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// True when some path from a node of a group leaves it and comes back.
+    /// True when the graph with every group contracted to one node has a cycle.
     fn has_cycle_through_outside(groups: &[Vec<usize>], preds: &[Vec<usize>]) -> bool {
         let n = preds.len();
-        let mut succs = vec![Vec::new(); n];
+        // Each node's contracted id: its group's, or its own past the groups.
+        let mut id: Vec<usize> = (groups.len()..groups.len() + n).collect();
+        for (g, members) in groups.iter().enumerate() {
+            for &m in members {
+                id[m] = g;
+            }
+        }
+        let mut cpreds = vec![Vec::new(); groups.len() + n];
         for (i, ps) in preds.iter().enumerate() {
             for &p in ps {
-                succs[p].push(i);
+                if id[p] != id[i] {
+                    cpreds[id[i]].push(id[p]);
+                }
             }
         }
-        for g in groups {
-            // Nodes reachable from the group by a path that has left it.
-            let mut outside: Vec<usize> = g.iter().flat_map(|&m| succs[m].clone()).filter(|s| !g.contains(s)).collect();
-            let mut seen = vec![false; n];
-            while let Some(x) = outside.pop() {
-                if seen[x] {
-                    continue;
-                }
-                seen[x] = true;
-                if g.contains(&x) {
-                    return true;
-                }
-                outside.extend(succs[x].iter().copied());
-            }
-        }
-        false
+        topological(&cpreds).is_none()
     }
 
     #[test]
@@ -252,12 +168,23 @@ mod tests {
 
     #[test]
     fn a_merge_that_would_make_a_cycle_is_refused() {
-        // 0 a; 1 x = ORT(a); 2 q; 3 m = (x, q) joins q's group; 4 n = (a, q). Merging a's and
-        // q's groups with n would hold a and m, joined by a path through x (ORT's).
+        // 0 a; 1 x = ORT(a); 2 q; 3 m = (x, q); 4 n = (a, q). Groups {a, n} and {q, m}
+        // would feed each other (a -> x -> m, q -> n): m waits for x in a group of its own.
         let preds = vec![vec![], vec![0], vec![], vec![1, 2], vec![0, 2]];
         let gs = groups(&[true, false, true, true, true], &preds).unwrap();
-        assert_eq!(gs, vec![vec![0, 4], vec![2, 3]]);
+        assert_eq!(gs, vec![vec![0, 2, 4], vec![3]]);
         assert!(!has_cycle_through_outside(&gs, &preds));
+    }
+
+    #[test]
+    fn two_convex_groups_that_feed_each_other_are_not_formed() {
+        // 0 a1, 1 ORT(a1), 2 b1 = f(1), 3 b2, 4 ORT(b2), 5 a2 = g(4): groups {0, 5} and
+        // {2, 3} would each be convex, yet each fused node would feed the other.
+        let preds = vec![vec![], vec![0], vec![1], vec![], vec![3], vec![4]];
+        let claimed = [true, false, true, true, false, true];
+        assert!(has_cycle_through_outside(&[vec![0, 5], vec![2, 3]], &preds));
+        let gs = groups(&claimed, &preds).unwrap();
+        assert!(!has_cycle_through_outside(&gs, &preds), "{gs:?}");
     }
 
     #[test]

@@ -32,12 +32,7 @@ TOLERANCE = {np.dtype(np.float32): (1e-5, 1e-6), np.dtype(np.float16): (2 ** -10
 
 # Cases that fail with the EP today, each with why; the test fails when one of them passes (then
 # it leaves this list) or fails otherwise.
-KNOWN = {
-    name: "ORT refuses the partitioned graph (\"the graph is not acyclic\"): two fused groups feed each other "
-          "through ORT's nodes (docs/ONNXRUNTIME.md, Not yet)"
-    for name in ("test_attention_4d_scaled_expanded", "test_attention_4d_gqa_scaled_expanded",
-                 "test_attention_4d_diff_heads_sizes_scaled_expanded")
-}
+KNOWN: "dict[str, str]" = {}
 
 rt = pytest.importorskip("onnxruntime", reason="onnxruntime is not importable; pip install onnxruntime")
 if tuple(int(p) for p in rt.__version__.split(".")[:2] if p.isdigit()) < (1, 24):
