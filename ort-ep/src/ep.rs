@@ -41,12 +41,11 @@ impl Ep {
         crate::logging::set_level(options.log_level);
         let rt = crate::devices::open_runtime(&options, selected)?;
         let msg = format!(
-            "NpurtExecutionProvider on npurt's {} backend, device {} ({}), precision {}, graph capture {:?}",
+            "NpurtExecutionProvider on npurt's {} backend, device {}, precision {}, graph capture {}",
             rt.backend_name(),
-            rt.device_label(0),
             rt.device_info(0).map(|i| i.name.as_str()).unwrap_or("?"),
             rt.config().precision.name(),
-            rt.config().graph_capture,
+            format!("{:?}", rt.config().graph_capture).to_lowercase(),
         );
         // To ORT's default logger through crate::logging (at the `log` level info).
         log::info!("{msg}");

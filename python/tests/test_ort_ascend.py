@@ -102,13 +102,18 @@ def child(model_path: str, lib: str, emu: str, options: dict) -> dict:
     out["providers"] = sess.get_providers()
     out["subgraphs"] = [[s.ep_name, [n.op_type for n in s.get_nodes()]] for s in sess.get_provider_graph_assignment_info()]
     feeds = _feeds(sess)
-    sess.run(None, feeds)  # the first run compiles, captures and binds
+    sess.run(None, feeds)  # the first run: node by node (executors recorded, operands pinned)
     lib_emu = ctypes.CDLL(emu)  # the same library the backend loaded (one instance per process)
-    assert lib_emu.aclEmuResetRunCounters() == 0
-    got = sess.run(None, feeds)
-    c = RunCounters()
-    assert lib_emu.aclEmuGetRunCounters(ctypes.byref(c), ctypes.sizeof(c)) == 0
-    out["counters"] = {n: getattr(c, n) for n, _ in RunCounters._fields_}
+
+    def counted() -> "tuple[list, dict]":
+        assert lib_emu.aclEmuResetRunCounters() == 0
+        res = sess.run(None, feeds)
+        c = RunCounters()
+        assert lib_emu.aclEmuGetRunCounters(ctypes.byref(c), ctypes.sizeof(c)) == 0
+        return res, {n: getattr(c, n) for n, _ in RunCounters._fields_}
+
+    _, out["capture_counters"] = counted()  # the second run captures (where capture is on) and replays
+    got, out["counters"] = counted()  # a warm run
     want = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"]).run(None, feeds)
     out["inputs"] = len(feeds)
     out["outputs"] = len(got)
@@ -180,15 +185,18 @@ def check_model_on_npu(toolkit: pathlib.Path, model_path: "str | os.PathLike[str
     launches in the warm run, copies only for the inputs and outputs, and no node on the host
     tier. Returns the child's result (counters included) for further checks."""
     r, err = run_child(toolkit, soc, str(model_path), {"backend": "acl", "precision": precision, "log_level": "info"})
-    print(json.dumps({k: r[k] for k in ("subgraphs", "counters", "rel_err")}, indent=1))
+    print(json.dumps({k: r[k] for k in ("subgraphs", "capture_counters", "counters", "rel_err")}))
     assert r["providers"][0] == EP_NAME, r["providers"]
     assert len(r["subgraphs"]) == 1 and r["subgraphs"][0][0] == EP_NAME, r["subgraphs"]
     assert "npurt's acl backend" in err, err[-3000:]
     assert "host tier" not in err, "\n".join(ln for ln in err.splitlines() if "host tier" in ln)
     tol = TOLERANCE[soc]
     assert all(e <= tol for e in r["rel_err"]), (r["rel_err"], tol)
-    c = r["counters"]
-    assert c["phase2_calls"] > 0 or c["replays"] > 0, c
+    # The second run launches every node's aclnn operator once, captured, and replays them;
+    # a warm run replays the capture with no aclnn call of its own (graph_capture auto).
+    cap, c = r["capture_counters"], r["counters"]
+    assert cap["phase2_calls"] > 0 and cap["replays"] == 1, cap
+    assert c["phase2_calls"] == 0 and c["phase1_calls"] == 0 and c["replays"] == 1, c
     # The warm run copies the inputs in and the outputs out, and nothing else crosses: a node
     # on the host tier would copy its operands too.
     assert c["h2d_copies"] <= r["inputs"] and c["d2h_copies"] <= r["outputs"], c
@@ -279,3 +287,22 @@ def test_a_transformer_block_runs_on_the_npu_as_one_fused_node(toolkit, block, s
     r = check_model_on_npu(toolkit, block, soc)
     ops = set(r["subgraphs"][0][1])
     assert {"LayerNormalization", "Softmax", "Transpose"} <= ops, ops
+
+
+@pytest.mark.parametrize("capture, replays", [("on", 1), ("off", 0)])
+def test_graph_capture_decides_whether_the_warm_run_replays(toolkit, block, capture, replays):
+    r, err = run_child(toolkit, "Ascend910B2", str(block), {"backend": "acl", "graph_capture": capture,
+                                                           "log_level": "info"})
+    c = r["counters"]
+    print(capture, c)
+    assert f"graph capture {capture}" in err, err[-3000:]
+    assert c["replays"] == replays, c
+    # Node by node, each aclnn operator is launched in the warm run; replayed, none is.
+    assert (c["phase2_calls"] > 0) == (capture == "off"), c
+    assert all(e <= TOLERANCE["Ascend910B2"] for e in r["rel_err"]), r["rel_err"]
+
+
+def test_precision_f16_on_the_npu_stays_within_fp16_rounding(toolkit, block):
+    r, err = run_child(toolkit, "Ascend910B2", str(block), {"backend": "acl", "precision": "f16", "log_level": "info"})
+    assert "precision f16," in err, err[-3000:]
+    assert all(e <= 2e-2 for e in r["rel_err"]), r["rel_err"]
