@@ -87,6 +87,10 @@ def child(model_path: str, lib: str, emu: str, options: dict) -> dict:
     import onnxruntime as ort
 
     ort.set_default_logger_severity(1)  # info: the EP's and npurt's log records show on stderr
+    if lib == "package":  # the Python package's own library, as npurt.ort.session registers it
+        import npurt.ort
+
+        lib = npurt.ort.get_library_path()
     ort.register_execution_provider_library("npurt", lib)
     devices = [d for d in ort.get_ep_devices() if d.ep_name == EP_NAME]
     out = {"devices": [{"type": str(d.device.type).rsplit(".", 1)[-1], "vendor_id": d.device.vendor_id,
@@ -163,7 +167,8 @@ def toolkit(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     return root
 
 
-def run_child(toolkit: pathlib.Path, soc: str, model: str, options: dict, **env: str) -> "tuple[dict, str]":
+def run_child(toolkit: pathlib.Path, soc: str, model: str, options: dict, lib: str = str(LIB),
+              **env: str) -> "tuple[dict, str]":
     """Runs `child` in a fresh Python with npurt pointed at the emulator as `soc`; returns its
     result and its stderr (ORT's log, with the EP's and npurt's records)."""
     e = {k: v for k, v in os.environ.items()
@@ -171,7 +176,7 @@ def run_child(toolkit: pathlib.Path, soc: str, model: str, options: dict, **env:
                                                       "ACL_EMU_SOC")}
     e.update({"ASCEND_TOOLKIT_HOME": str(toolkit), "ACL_EMU_SOC": soc})
     e.update(env)
-    p = subprocess.run([sys.executable, str(pathlib.Path(__file__).resolve()), "child", model, str(LIB), str(EMU),
+    p = subprocess.run([sys.executable, str(pathlib.Path(__file__).resolve()), "child", model, lib, str(EMU),
                         json.dumps(options)], env=e, capture_output=True, text=True, timeout=600, cwd=HERE)
     line = next((ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")), None)
     assert p.returncode == 0 and line is not None, f"child failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}"
@@ -179,12 +184,14 @@ def run_child(toolkit: pathlib.Path, soc: str, model: str, options: dict, **env:
 
 
 def check_model_on_npu(toolkit: pathlib.Path, model_path: "str | os.PathLike[str]", soc: str,
-                       precision: str = "f32") -> dict:
-    """Runs `model_path` on the NPU device over acl-emu as `soc` and checks: every node on the
+                       precision: str = "f32", lib: str = str(LIB)) -> dict:
+    """Runs `model_path` on the NPU device over acl-emu as `soc` (through the library `lib`, a
+    path or "package" for the Python package's) and checks: every node on the
     EP in one fused node, outputs within TOLERANCE[soc] × max |reference| of the CPU EP, aclnn
     launches in the warm run, copies only for the inputs and outputs, and no node on the host
     tier. Returns the child's result (counters included) for further checks."""
-    r, err = run_child(toolkit, soc, str(model_path), {"backend": "acl", "precision": precision, "log_level": "info"})
+    r, err = run_child(toolkit, soc, str(model_path), {"backend": "acl", "precision": precision, "log_level": "info"},
+                       lib=lib)
     print(json.dumps({k: r[k] for k in ("subgraphs", "capture_counters", "counters", "rel_err")}))
     assert r["providers"][0] == EP_NAME, r["providers"]
     assert len(r["subgraphs"]) == 1 and r["subgraphs"][0][0] == EP_NAME, r["subgraphs"]
@@ -258,9 +265,11 @@ def block(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     return transformer_block(tmp_path_factory.mktemp("models") / "block.onnx")
 
 
+@pytest.mark.parametrize("lib", ["built", "package"])
 @pytest.mark.parametrize("soc", ["Ascend910B2", "Ascend910A"])
-def test_an_application_sees_an_npu_device(toolkit, soc):
-    r, _ = run_child(toolkit, soc, "-", {})
+def test_an_application_sees_an_npu_device(toolkit, soc, lib):
+    # The built libnpurt_ort_ep.so, and the Python package's native module (npurt.ort).
+    r, _ = run_child(toolkit, soc, "-", {}, lib=str(LIB) if lib == "built" else "package")
     assert len(r["devices"]) == 1, r["devices"]
     d = r["devices"][0]
     assert d["type"] == "NPU" and d["vendor_id"] == 0x19E5 and d["vendor"] == "Huawei", d
@@ -306,3 +315,7 @@ def test_precision_f16_on_the_npu_stays_within_fp16_rounding(toolkit, block):
     r, err = run_child(toolkit, "Ascend910B2", str(block), {"backend": "acl", "precision": "f16", "log_level": "info"})
     assert "precision f16," in err, err[-3000:]
     assert all(e <= 2e-2 for e in r["rel_err"]), r["rel_err"]
+
+
+def test_the_python_packages_library_runs_the_block_on_the_npu(toolkit, block):
+    check_model_on_npu(toolkit, block, "Ascend910B2", lib="package")
