@@ -200,6 +200,20 @@ def test_registering_under_a_second_name_offers_a_second_device(registered):
     assert len(_npurt_devices()) == 1
 
 
+def test_a_bad_npurt_backend_fails_the_registration_naming_it(monkeypatch):
+    # The devices come from npurt's discovery when the library is registered: a bad NPURT_*
+    # value is npurt's error, through ORT, and nothing stays registered.
+    before = len(_npurt_devices())
+    monkeypatch.setenv("NPURT_BACKEND", "tpu")
+    with pytest.raises(Exception) as info:
+        ort.register_execution_provider_library("npurt_bad_env", str(LIB))
+    text = str(info.value)
+    assert "GetSupportedDevices" in text and "NPURT_BACKEND" in text and '"tpu"' in text, text
+    assert len(_npurt_devices()) == before, "a device of the failed registration is left"
+    with pytest.raises(Exception):  # nothing is registered under the name
+        ort.unregister_execution_provider_library("npurt_bad_env")
+
+
 def _refused_or_skip(options: dict, what: str) -> str:
     """The error of a session with `options`; skips, saying so, where the backend opened."""
     try:
