@@ -125,6 +125,25 @@ def child(model_path: str, lib: str, emu: str, options: dict) -> dict:
     return out
 
 
+def session_child(model_path: str, options: dict) -> dict:
+    """Runs the model through `npurt.ort.session` (the package's library, its device choice)."""
+    import onnxruntime as ort
+
+    import npurt.ort
+
+    ort.set_default_logger_severity(1)
+    sess = npurt.ort.session(model_path, **options)
+    sess.disable_fallback()
+    feeds = _feeds(sess)
+    got = sess.run(None, feeds)
+    want = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"]).run(None, feeds)
+    return {"providers": sess.get_providers(),
+            "rel_err": [float(np.max(np.abs(g - w)) / max(float(np.max(np.abs(w))), 1e-30)) for g, w in zip(got, want)]}
+
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "session":
+    print("RESULT " + json.dumps(session_child(sys.argv[2], json.loads(sys.argv[5]))))
+    sys.exit(0)
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "child":
     result = child(sys.argv[2], sys.argv[3], sys.argv[4], json.loads(sys.argv[5]))
     print("RESULT " + json.dumps(result))
@@ -167,7 +186,7 @@ def toolkit(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     return root
 
 
-def run_child(toolkit: pathlib.Path, soc: str, model: str, options: dict, lib: str = str(LIB),
+def run_child(toolkit: pathlib.Path, soc: str, model: str, options: dict, lib: str = str(LIB), mode: str = "child",
               **env: str) -> "tuple[dict, str]":
     """Runs `child` in a fresh Python with npurt pointed at the emulator as `soc`; returns its
     result and its stderr (ORT's log, with the EP's and npurt's records)."""
@@ -176,7 +195,7 @@ def run_child(toolkit: pathlib.Path, soc: str, model: str, options: dict, lib: s
                                                       "ACL_EMU_SOC")}
     e.update({"ASCEND_TOOLKIT_HOME": str(toolkit), "ACL_EMU_SOC": soc})
     e.update(env)
-    p = subprocess.run([sys.executable, str(pathlib.Path(__file__).resolve()), "child", model, lib, str(EMU),
+    p = subprocess.run([sys.executable, str(pathlib.Path(__file__).resolve()), mode, model, lib, str(EMU),
                         json.dumps(options)], env=e, capture_output=True, text=True, timeout=600, cwd=HERE)
     line = next((ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")), None)
     assert p.returncode == 0 and line is not None, f"child failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}"
@@ -319,3 +338,15 @@ def test_precision_f16_on_the_npu_stays_within_fp16_rounding(toolkit, block):
 
 def test_the_python_packages_library_runs_the_block_on_the_npu(toolkit, block):
     check_model_on_npu(toolkit, block, "Ascend910B2", lib="package")
+
+
+def test_npurt_ort_session_runs_on_the_npu_named_by_device_id(toolkit, block):
+    # Two emulated devices: npurt.ort.session selects the OrtEpDevice numbered device_id and
+    # the EP runs on that device.
+    for device in (0, 1):
+        r, err = run_child(toolkit, "Ascend910B2", str(block), {"backend": "acl", "device_id": device,
+                                                               "log_level": "info"},
+                           mode="session", ACL_EMU_DEVICES="2")
+        assert r["providers"][0] == EP_NAME, r
+        assert f"device Ascend910B2 (acl:{device})" in err, err[-3000:]
+        assert all(e <= TOLERANCE["Ascend910B2"] for e in r["rel_err"]), r["rel_err"]

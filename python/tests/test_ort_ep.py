@@ -624,3 +624,16 @@ def test_an_f16_node_runs_on_npurt_and_matches_the_f32_model_within_f16_rounding
     scale = max(1.0, float(np.abs(want).max()))
     # f16 keeps 11 significant bits: half an ulp of the largest output is 2^-11 of it.
     np.testing.assert_allclose(got.astype(np.float32), want, rtol=0, atol=4e-3 * scale)
+
+
+def test_npurt_ort_session_selects_the_device_numbered_device_id():
+    # npurt.ort.session hands ORT only the OrtEpDevice numbered `device_id` when one is offered
+    # (so ORT's view of the session's device is npurt's), else every device of the EP.
+    from types import SimpleNamespace
+
+    import npurt.ort
+
+    devs = [SimpleNamespace(ep_metadata={"npurt.backend": "acl", "npurt.device": str(i)}) for i in range(3)]
+    assert npurt.ort._for_device(devs, "2") == [devs[2]]
+    assert npurt.ort._for_device(devs, None) == devs
+    assert npurt.ort._for_device(devs, "7") == devs, "the EP itself refuses a device past the backend's"
