@@ -11,7 +11,7 @@ use crate::abi::{
 };
 use crate::graph::NodeInfo;
 use crate::names::EP_NAME;
-use crate::options::{BackendChoice, EpOptions};
+use crate::options::EpOptions;
 use crate::ort::{EpError, Ort};
 
 /// One EP instance (one per session). `base` comes first so that the `OrtEp*` ORT passes back
@@ -28,21 +28,27 @@ pub struct Ep {
 }
 
 impl Ep {
-    /// A new EP for a session with `options`. The backend is npurt's CPU backend: `auto` and
-    /// `cpu` select it; `acl` and `cuda` are refused until their devices are offered.
-    pub fn new(ort: Ort, options: EpOptions, logger: *const OrtLogger) -> Result<Box<Ep>, EpError> {
-        match options.backend {
-            BackendChoice::Auto | BackendChoice::Cpu => {}
-            BackendChoice::Acl | BackendChoice::Cuda => {
-                let name = if options.backend == BackendChoice::Acl { "acl" } else { "cuda" };
-                return Err(EpError::NotImplemented(format!(
-                    "option `backend` = `{name}`: this version of the EP runs on npurt's CPU backend only (use `auto` or `cpu`)"
-                )));
-            }
-        }
-        let config = npurt::RuntimeConfig { backend: Some("cpu".into()), ..npurt::RuntimeConfig::default() };
-        let rt = npurt::Runtime::with_config(config)
-            .map_err(|source| EpError::Npurt { context: "opening npurt's CPU backend".into(), source })?;
+    /// A new EP for a session with `options` on the npurt runtime they select
+    /// ([`crate::devices::open_runtime`]): `backend`, `device_id` (else `selected`, npurt's index
+    /// of the device the application selected), `precision` and `graph_capture` go into its
+    /// configuration; `log_level` sets the `log` filter ([`crate::logging`]).
+    pub fn new(
+        ort: Ort,
+        options: EpOptions,
+        selected: Option<u32>,
+        logger: *const OrtLogger,
+    ) -> Result<Box<Ep>, EpError> {
+        crate::logging::set_level(options.log_level);
+        let rt = crate::devices::open_runtime(&options, selected)?;
+        let msg = format!(
+            "NpurtExecutionProvider on npurt's {} backend, device {}, precision {}, graph capture {}",
+            rt.backend_name(),
+            rt.device_info(0).map(|i| i.name.as_str()).unwrap_or("?"),
+            rt.config().precision.name(),
+            format!("{:?}", rt.config().graph_capture).to_lowercase(),
+        );
+        // To ORT's default logger through crate::logging (at the `log` level info).
+        log::info!("{msg}");
         Ok(Box::new(Ep {
             base: OrtEp {
                 ort_version_supported: EP_API_VERSION,

@@ -3,23 +3,28 @@
 
 use core::ffi::c_char;
 use std::ptr;
+use std::sync::Mutex;
 
 use crate::abi::{
     EP_API_VERSION, ORT_COMPILED_MODEL_COMPATIBILITY_EP_NOT_APPLICABLE, OrtAllocator, OrtCompiledModelCompatibility,
     OrtCustomOpDomain, OrtDataTransferImpl, OrtEp, OrtEpDevice, OrtEpFactory, OrtHardwareDevice, OrtHardwareDeviceType,
     OrtKeyValuePairs, OrtLogger, OrtMemoryDevice, OrtMemoryInfo, OrtSessionOptions, OrtSyncStreamImpl, StatusPtr,
 };
+use crate::devices::{self, Offer};
 use crate::ep::Ep;
 use crate::names::{EP_NAME, EP_VENDOR, EP_VERSION};
 use crate::options::EpOptions;
 use crate::ort::{EpError, Ort};
 
 /// The factory ORT holds. `base` comes first so that the `OrtEpFactory*` ORT passes back is a
-/// pointer to the whole struct. Immutable after creation, so `Send + Sync` as its fields are.
+/// pointer to the whole struct. `Send + Sync`: immutable after creation but for the list of
+/// hardware devices it created, behind a mutex.
 #[repr(C)]
 pub struct Factory {
     base: OrtEpFactory,
     pub(crate) ort: Ort,
+    /// NPU hardware devices made with `CreateHardwareDevice`, released on drop.
+    created: Mutex<Vec<HardwareDevice>>,
 }
 
 impl Factory {
@@ -46,6 +51,7 @@ impl Factory {
                 GetCustomOpDomains: Some(get_custom_op_domains),
             },
             ort,
+            created: Mutex::new(Vec::new()),
         })
     }
 
@@ -72,28 +78,55 @@ impl Factory {
         unsafe { &*p.cast::<Factory>() }
     }
 
-    /// Offers the CPU hardware device among `devices` (npurt's CPU backend). Ascend (a device
-    /// created with `CreateHardwareDevice`) and CUDA (the GPU ORT found) are not offered yet.
+    /// Offers one `OrtEpDevice` per device of the backend npurt's discovery selects
+    /// ([`devices::discover`]): the CPU backend pairs with ORT's CPU hardware device, an Ascend
+    /// device with an NPU hardware device created here (ORT enumerates none), a CUDA device
+    /// with the NVIDIA GPU ORT found at the same index (none offered when ORT found none).
     fn supported_devices(
         &self,
         this: *mut OrtEpFactory,
         devices: &[*const OrtHardwareDevice],
         out: &mut [*mut OrtEpDevice],
     ) -> Result<usize, EpError> {
+        let offers = devices::discover()?;
+        let mut cpu = None;
+        let mut gpus: Vec<*const OrtHardwareDevice> = Vec::new();
+        for &d in devices {
+            // SAFETY: ORT passes valid hardware devices for this call.
+            let (kind, vendor) =
+                unsafe { ((self.ort.api.HardwareDevice_Type)(d), (self.ort.api.HardwareDevice_VendorId)(d)) };
+            match kind {
+                OrtHardwareDeviceType::OrtHardwareDeviceType_CPU if cpu.is_none() => cpu = Some(d),
+                OrtHardwareDeviceType::OrtHardwareDeviceType_GPU if vendor == devices::NVIDIA_VENDOR_ID => gpus.push(d),
+                _ => {}
+            }
+        }
         let mut n = 0;
-        for &device in devices {
+        for offer in &offers {
             if n == out.len() {
                 break;
             }
-            // SAFETY: ORT passes valid hardware devices for this call.
-            let kind = unsafe { (self.ort.api.HardwareDevice_Type)(device) };
-            if kind != OrtHardwareDeviceType::OrtHardwareDeviceType_CPU || n > 0 {
-                continue;
-            }
-            let metadata = self.ort.key_value_pairs(&[("npurt.backend", "cpu")]);
+            let hardware = match offer {
+                Offer::Cpu => match cpu {
+                    Some(d) => d,
+                    None => continue,
+                },
+                Offer::Gpu { ordinal, name } => match gpus.get(*ordinal as usize) {
+                    Some(&d) => d,
+                    None => {
+                        log::warn!("NpurtExecutionProvider: CUDA device {ordinal} ({name}) has no GPU in ORT's list");
+                        continue;
+                    }
+                },
+                Offer::Npu { ordinal, soc, .. } => self.npu_device(*ordinal, soc)?,
+            };
+            let meta = offer.ep_metadata();
+            let pairs: Vec<(&str, &str)> = meta.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let metadata = self.ort.key_value_pairs(&pairs);
             let mut ep_device: *mut OrtEpDevice = ptr::null_mut();
-            // SAFETY: this is our factory, device is ORT's; metadata is copied by ORT.
-            let st = unsafe { (self.ort.ep.CreateEpDevice)(this, device, metadata, ptr::null(), &mut ep_device) };
+            // SAFETY: this is our factory; the hardware device is ORT's or one this factory
+            // holds until it drops; metadata is copied by ORT.
+            let st = unsafe { (self.ort.ep.CreateEpDevice)(this, hardware, metadata, ptr::null(), &mut ep_device) };
             // SAFETY: we created metadata and release it once (CreateEpDevice copied it).
             unsafe { (self.ort.api.ReleaseKeyValuePairs)(metadata) };
             self.ort.check("CreateEpDevice", ort_sys::OrtStatusPtr(st))?;
@@ -101,6 +134,80 @@ impl Factory {
             n += 1;
         }
         Ok(n)
+    }
+
+    /// An NPU hardware device for Ascend device `ordinal` (vendor Huawei, 0x19e5; metadata
+    /// `Description` and `npurt.soc` naming the SoC), held by the factory until it drops: the
+    /// `OrtEpDevice` made from it refers to it.
+    fn npu_device(&self, ordinal: u32, soc: &str) -> Result<*const OrtHardwareDevice, EpError> {
+        let description = format!("Huawei {soc} NPU (npurt acl:{ordinal})");
+        let metadata = self.ort.key_value_pairs(&[("Description", &description), ("npurt.soc", soc)]);
+        let mut device: *mut OrtHardwareDevice = ptr::null_mut();
+        // SAFETY: the vendor name is NUL-terminated; ORT copies it and the metadata.
+        let st = unsafe {
+            (self.ort.ep.CreateHardwareDevice)(
+                OrtHardwareDeviceType::OrtHardwareDeviceType_NPU,
+                devices::HUAWEI_VENDOR_ID,
+                ordinal,
+                c"Huawei".as_ptr(),
+                metadata,
+                &mut device,
+            )
+        };
+        // SAFETY: created above, released once.
+        unsafe { (self.ort.api.ReleaseKeyValuePairs)(metadata) };
+        self.ort.check("CreateHardwareDevice", ort_sys::OrtStatusPtr(st))?;
+        self.created.lock().unwrap_or_else(|p| p.into_inner()).push(HardwareDevice(device));
+        Ok(device)
+    }
+}
+
+/// A hardware device this factory created; released when the factory drops.
+struct HardwareDevice(*mut OrtHardwareDevice);
+
+// SAFETY: an ORT-owned object this factory only hands to ORT and releases; ORT's API may be
+// called from any thread.
+unsafe impl Send for HardwareDevice {}
+
+impl Drop for Factory {
+    fn drop(&mut self) {
+        for d in self.created.get_mut().unwrap_or_else(|p| p.into_inner()).drain(..) {
+            // SAFETY: made by CreateHardwareDevice, released once; ORT has released the
+            // OrtEpDevices made from it before it releases the factory.
+            unsafe { (self.ort.ep.ReleaseHardwareDevice)(d.0) };
+        }
+    }
+}
+
+impl Factory {
+    /// npurt's device index of the first `OrtEpDevice` the application selected, read from
+    /// its EP metadata (`npurt.device`), when its backend (`npurt.backend`) is the one the
+    /// options ask for (any, for `auto`).
+    ///
+    /// # Safety
+    /// `pairs` is null or an array of `n` valid `OrtKeyValuePairs`.
+    unsafe fn selected_device(
+        &self,
+        options: &EpOptions,
+        pairs: *const *const OrtKeyValuePairs,
+        n: usize,
+    ) -> Option<u32> {
+        if pairs.is_null() || n == 0 {
+            return None;
+        }
+        // SAFETY: per the contract, n >= 1 valid entries.
+        let first = unsafe { *pairs };
+        if first.is_null() {
+            return None;
+        }
+        // SAFETY: a valid OrtKeyValuePairs.
+        let meta = unsafe { self.ort.read_pairs(first) };
+        let get = |k: &str| meta.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+        let backend = get("npurt.backend")?;
+        if options.backend != crate::options::BackendChoice::Auto && options.backend.name() != backend {
+            return None;
+        }
+        get("npurt.device")?.parse().ok()
     }
 }
 
@@ -113,7 +220,8 @@ unsafe extern "system" fn get_vendor(_this: *const OrtEpFactory) -> *const c_cha
 }
 
 unsafe extern "system" fn get_vendor_id(_this: *const OrtEpFactory) -> u32 {
-    // npurt is not a hardware vendor: no PCI vendor id.
+    // npurt is not a hardware vendor: no PCI vendor id (the NPU devices it creates carry
+    // Huawei's).
     0
 }
 
@@ -155,8 +263,8 @@ unsafe extern "system" fn get_supported_devices(
 unsafe extern "system" fn create_ep(
     this: *mut OrtEpFactory,
     _devices: *const *const OrtHardwareDevice,
-    _ep_metadata_pairs: *const *const OrtKeyValuePairs,
-    _num_devices: usize,
+    ep_metadata_pairs: *const *const OrtKeyValuePairs,
+    num_devices: usize,
     session_options: *const OrtSessionOptions,
     logger: *const OrtLogger,
     ep: *mut *mut OrtEp,
@@ -170,7 +278,9 @@ unsafe extern "system" fn create_ep(
         // SAFETY: ORT's session options, valid during this call.
         let config = unsafe { factory.ort.session_config(session_options) }?;
         let options = EpOptions::from_session_config(config.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
-        let new = Ep::new(factory.ort, options, logger)?;
+        // SAFETY: ORT passes num_devices metadata sets of the OrtEpDevices selected.
+        let selected = unsafe { factory.selected_device(&options, ep_metadata_pairs, num_devices) };
+        let new = Ep::new(factory.ort, options, selected, logger)?;
         // SAFETY: checked non-null; ORT takes the EP and returns it through ReleaseEp.
         unsafe { *ep = new.into_raw() };
         Ok(())

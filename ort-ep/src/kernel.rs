@@ -15,7 +15,7 @@ use std::ptr;
 use std::sync::{Arc, Mutex};
 
 use runtime::graph::{CompileOptions, CompiledGraph, Graph, HostTensor, SharedConstants, ValueId};
-use runtime::{DType, Precision, Shape, Tensor, TensorMeta};
+use runtime::{DType, Shape, Tensor, TensorMeta};
 
 use crate::abi::{
     EP_API_VERSION, ONNXTensorElementDataType, OrtGraph, OrtKernelContext, OrtNode, OrtNodeComputeContext,
@@ -148,8 +148,9 @@ pub unsafe fn compile(
     }
     // SAFETY: ORT's pointers, valid during this call.
     let (nodes, fused) = unsafe { (graph::nodes(&ort, graph)?, graph::node_info(&ort, fused)?) };
-    // f32 throughout: the precision rewrites would change what ONNX computes.
-    let options = CompileOptions { precision: Precision::F32, ..CompileOptions::from_config(rt.config(), 0) };
+    // Precision and graph capture as the EP options set them in the runtime's configuration
+    // (crate::devices::runtime_config: f32 unless asked otherwise); device 0 is the one selected.
+    let options = CompileOptions::from_config(rt.config(), 0);
     let inputs: Vec<String> = fused.inputs.iter().flatten().map(|v| v.name.clone()).collect();
     let outputs: Vec<String> = fused.outputs.iter().flatten().map(|v| v.name.clone()).collect();
     let labels: Vec<String> = nodes.iter().map(NodeInfo::label).collect();

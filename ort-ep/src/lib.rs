@@ -11,10 +11,12 @@
 //! What works today, and what does not yet, is in docs/ONNXRUNTIME.md.
 
 pub mod abi;
+pub mod devices;
 pub mod ep;
 pub mod factory;
 pub mod graph;
 pub mod kernel;
+pub mod logging;
 pub mod names;
 pub mod ops;
 pub mod options;
@@ -38,7 +40,7 @@ use ort::Ort;
 pub unsafe extern "C" fn CreateEpFactories(
     _registered_name: *const c_char,
     ort_api_base: *const OrtApiBase,
-    _default_logger: *const OrtLogger,
+    default_logger: *const OrtLogger,
     factories: *mut *mut OrtEpFactory,
     max_factories: usize,
     num_factories: *mut usize,
@@ -60,6 +62,8 @@ pub unsafe extern "C" fn CreateEpFactories(
             *factories = Factory::new(ort).into_raw();
             *num_factories = 1;
         }
+        // npurt's `log` records go to ORT's logger while the factory lives.
+        logging::install(ort, default_logger);
         Ok(())
     })
 }
@@ -76,7 +80,10 @@ pub unsafe extern "C" fn ReleaseEpFactory(factory: *mut OrtEpFactory) -> StatusP
     // SAFETY: per the contract, made by Factory::into_raw and released once.
     let factory = unsafe { Factory::from_raw(factory) };
     let ort = factory.ort;
-    match catch_unwind(AssertUnwindSafe(move || drop(factory))) {
+    match catch_unwind(AssertUnwindSafe(move || {
+        drop(factory);
+        logging::release();
+    })) {
         Ok(()) => ptr::null_mut(),
         Err(_) => ort.status(OrtErrorCode::ORT_EP_FAIL, "NpurtExecutionProvider: ReleaseEpFactory: internal error"),
     }

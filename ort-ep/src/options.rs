@@ -38,10 +38,22 @@ pub enum BackendChoice {
     Cuda,
 }
 
+impl BackendChoice {
+    /// The option's value: `auto`, `cpu`, `acl` or `cuda` (npurt's backend names).
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendChoice::Auto => "auto",
+            BackendChoice::Cpu => "cpu",
+            BackendChoice::Acl => "acl",
+            BackendChoice::Cuda => "cuda",
+        }
+    }
+}
+
 /// The compute precision of the compiled graphs (`precision`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Precision {
-    /// The model's own dtypes.
+    /// `NPURT_PRECISION` when set (npurt's rule), else the model's own dtypes (as `f32`).
     #[default]
     Auto,
     F32,

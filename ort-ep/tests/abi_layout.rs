@@ -129,6 +129,10 @@ fn ort_api_entries_used_sit_where_ort_sys_put_them() {
     let hw_type = offset_of!(OrtApi, HardwareDevice_Type) / P;
     let config = offset_of!(OrtApi, GetSessionOptionsConfigEntries) / P;
     assert_eq!((kvps, hw_type, ep_api, config), KNOWN);
+    // GetSupportedDevices reads each device's vendor id (NVIDIA's GPUs pair with CUDA devices);
+    // it follows HardwareDevice_Type in the header.
+    assert_eq!(offset_of!(OrtApi, HardwareDevice_VendorId) / P, hw_type + 1);
+    assert_eq!(offset_of!(OrtApi, HardwareDevice_VendorId) / P, 308);
 }
 
 // The indices of CreateKeyValuePairs, HardwareDevice_Type, GetEpApi and

@@ -62,6 +62,16 @@ def _devices(rt: Any) -> List[Any]:
     return [d for d, p in zip(found, paths) if p == pick]
 
 
+def _for_device(devices: List[Any], device_id: Optional[str]) -> List[Any]:
+    """The device whose npurt index (``ep_metadata["npurt.device"]``) is ``device_id``, when
+    one is offered, so that ONNX Runtime's view of the session's device is the one npurt runs
+    on; else all of them (the EP option ``device_id`` decides either way)."""
+    if device_id is None:
+        return devices
+    match = [d for d in devices if d.ep_metadata.get("npurt.device") == device_id]
+    return match[:1] or devices
+
+
 def _ensure_registered(rt: Any) -> None:
     """Registers the library with ONNX Runtime unless the EP is already offered (registered by
     this module before, or by the application under any name). A registration racing another
@@ -91,7 +101,9 @@ def session(model_path: Union[str, bytes, "os.PathLike[str]"], backend: str = "a
 
     Registers the plugin library with ONNX Runtime on first use (once per process; an EP
     already registered, under any name, is used as it is) and selects the EP's devices with
-    ``SessionOptions.add_provider_for_devices``.
+    ``SessionOptions.add_provider_for_devices``: those of the backend npurt's discovery chose
+    (ORT's CPU device on the CPU backend, one NPU device per Ascend device, ...), only the one
+    numbered ``device_id`` when that option is given and such a device is offered.
 
     Args:
         model_path: the ONNX model, as ``onnxruntime.InferenceSession`` takes it.
@@ -115,6 +127,7 @@ def session(model_path: Union[str, bytes, "os.PathLike[str]"], backend: str = "a
     devices = _devices(rt)
     if not devices:
         raise RuntimeError(f"ONNX Runtime lists no device of {EP_NAME} after registering {get_library_path()}")
+    devices = _for_device(devices, ep_options.get("device_id"))
     so = sess_options if sess_options is not None else rt.SessionOptions()
     so.add_provider_for_devices(devices, ep_options)
     model = model_path if isinstance(model_path, (bytes, str)) else os.fspath(model_path)

@@ -188,9 +188,73 @@ def test_a_bad_option_is_an_error_naming_it(registered, options, words):
         assert w in text, text
 
 
-def test_a_backend_not_served_yet_is_refused_by_name(registered):
-    with pytest.raises(Exception, match="`backend` = `cuda`"):
-        _session(_npurt_devices(), {"backend": "cuda"})
+def test_registering_under_a_second_name_offers_a_second_device(registered):
+    # Defined behaviour: ORT loads the library once more and asks its new factory for devices;
+    # each registration offers its own device, and unregistering one removes only its own.
+    ort.register_execution_provider_library("npurt_second", str(LIB))
+    try:
+        assert len(_npurt_devices()) == 2
+        _session(_npurt_devices()[1:], {})
+    finally:
+        ort.unregister_execution_provider_library("npurt_second")
+    assert len(_npurt_devices()) == 1
+
+
+def test_a_bad_npurt_backend_fails_the_registration_naming_it(monkeypatch):
+    # The devices come from npurt's discovery when the library is registered: a bad NPURT_*
+    # value is npurt's error, through ORT, and nothing stays registered.
+    before = len(_npurt_devices())
+    monkeypatch.setenv("NPURT_BACKEND", "tpu")
+    with pytest.raises(Exception) as info:
+        ort.register_execution_provider_library("npurt_bad_env", str(LIB))
+    text = str(info.value)
+    assert "GetSupportedDevices" in text and "NPURT_BACKEND" in text and '"tpu"' in text, text
+    assert len(_npurt_devices()) == before, "a device of the failed registration is left"
+    with pytest.raises(Exception):  # nothing is registered under the name
+        ort.unregister_execution_provider_library("npurt_bad_env")
+
+
+def _refused_or_skip(options: dict, what: str) -> str:
+    """The error of a session with `options`; skips, saying so, where the backend opened."""
+    try:
+        _session(_npurt_devices(), options)
+    except Exception as e:  # noqa: BLE001 - ORT raises its own exception types
+        return str(e)
+    pytest.skip(f"{what} is present on this machine: {options} opened")
+
+
+def test_backend_cuda_without_a_gpu_is_refused_naming_the_option(registered):
+    text = _refused_or_skip({"backend": "cuda"}, "a CUDA GPU")
+    assert EP_NAME in text and "`backend` = `cuda`" in text and "CUDA backend did not open" in text, text
+
+
+def test_backend_acl_without_cann_is_refused_naming_the_option(registered):
+    text = _refused_or_skip({"backend": "acl"}, "CANN (or acl-emu through ASCEND_TOOLKIT_HOME)")
+    assert EP_NAME in text and "`backend` = `acl`" in text and "Ascend backend (CANN or acl-emu) did not open" in text, \
+        text
+
+
+def test_a_device_id_past_the_backends_devices_is_refused_naming_it(registered):
+    with pytest.raises(Exception) as info:
+        _session(_npurt_devices(), {"backend": "cpu", "device_id": "1"})
+    text = str(info.value)
+    assert EP_NAME in text and "`device_id` = `1`" in text and "device 1 requested but cpu has 1 devices" in text, text
+
+
+def test_log_level_filters_what_reaches_orts_log(registered, capfd):
+    # npurt's `log` records go to ORT's default logger; `log_level` sets the `log` filter
+    # (process-wide), ORT's default logger severity filters after it.
+    ort.set_default_logger_severity(1)
+    try:
+        capfd.readouterr()
+        _session(_npurt_devices(), {"log_level": "info"})
+        err = capfd.readouterr().err
+        assert "NpurtExecutionProvider on npurt's cpu backend" in err, err[-2000:]
+        _session(_npurt_devices(), {"log_level": "warn"})
+        err = capfd.readouterr().err
+        assert "NpurtExecutionProvider on npurt's cpu backend" not in err, err[-2000:]
+    finally:
+        ort.set_default_logger_severity(2)
 
 
 def test_get_capability_logs_what_it_claims(registered, capfd):
@@ -329,6 +393,47 @@ def test_an_encoder_block_is_one_fused_node_on_npurt(registered):
     assert {"Gemm", "Reshape", "Gelu", "LayerNormalization", "Transpose", "Softmax"} <= set(subgraphs[0][1]), subgraphs
     feeds = {"x": _rand(2, 5, d)}
     _assert_close(sess.run(None, feeds), ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds))
+
+
+def _ep_log_line(capfd, options: dict, model=RELU_ADD) -> "tuple[str, str]":
+    """Makes a session with `options` (and `log_level` info) while ORT's default logger shows
+    info records; returns the EP's line naming its backend and settings, and the whole log."""
+    ort.set_default_logger_severity(1)
+    try:
+        capfd.readouterr()
+        so = ort.SessionOptions()
+        so.add_provider_for_devices(_npurt_devices(), {"log_level": "info", **options})
+        ort.InferenceSession(model, sess_options=so)
+        err = capfd.readouterr().err
+    finally:
+        ort.set_default_logger_severity(2)
+        _session(_npurt_devices(), {"log_level": "warn"})
+    line = next((ln for ln in err.splitlines() if "NpurtExecutionProvider on npurt's" in ln), "")
+    return line, err
+
+
+@needs_onnx
+@pytest.mark.parametrize("precision, env, want", [
+    ("auto", None, "f32"), ("f32", "bf16", "f32"), ("f16", None, "f16"), ("bf16", None, "bf16"), ("auto", "bf16", "bf16"),
+])
+def test_precision_reaches_npurts_compile(registered, capfd, monkeypatch, precision, env, want):
+    # `auto` computes in the model's dtypes (f32) unless NPURT_PRECISION says otherwise; the
+    # compile applies the precision to npurt's Linear weights (the log says how many).
+    if env is None:
+        monkeypatch.delenv("NPURT_PRECISION", raising=False)
+    else:
+        monkeypatch.setenv("NPURT_PRECISION", env)
+    model = _build([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])],
+                   [("x", (2, 4, 8))], [("y", (2, 4, 6))], initializers=[("w", _rand(8, 6)), ("b", _rand(6))])
+    line, err = _ep_log_line(capfd, {"precision": precision}, model)
+    assert f"precision {want}," in line, err[-3000:]
+    if want != "f32":
+        assert f"precision {want}: " in err and "weights stored in" in err, err[-3000:]
+
+
+def test_graph_capture_and_device_id_reach_the_runtime(registered, capfd):
+    line, err = _ep_log_line(capfd, {"backend": "cpu", "device_id": "0", "graph_capture": "off"})
+    assert "npurt's cpu backend, device cpu:0" in line and "graph capture off" in line, err[-3000:]
 
 
 @needs_onnx
@@ -519,3 +624,16 @@ def test_an_f16_node_runs_on_npurt_and_matches_the_f32_model_within_f16_rounding
     scale = max(1.0, float(np.abs(want).max()))
     # f16 keeps 11 significant bits: half an ulp of the largest output is 2^-11 of it.
     np.testing.assert_allclose(got.astype(np.float32), want, rtol=0, atol=4e-3 * scale)
+
+
+def test_npurt_ort_session_selects_the_device_numbered_device_id():
+    # npurt.ort.session hands ORT only the OrtEpDevice numbered `device_id` when one is offered
+    # (so ORT's view of the session's device is npurt's), else every device of the EP.
+    from types import SimpleNamespace
+
+    import npurt.ort
+
+    devs = [SimpleNamespace(ep_metadata={"npurt.backend": "acl", "npurt.device": str(i)}) for i in range(3)]
+    assert npurt.ort._for_device(devs, "2") == [devs[2]]
+    assert npurt.ort._for_device(devs, None) == devs
+    assert npurt.ort._for_device(devs, "7") == devs, "the EP itself refuses a device past the backend's"
