@@ -153,8 +153,9 @@ class ExternalWriter:
 
 
 class GraphBuilder:
-    def __init__(self, onnx, np, writer, seed):
+    def __init__(self, onnx, np, writer, seed, weights=None):
         self.onnx, self.np, self.w, self.seed = onnx, np, writer, seed
+        self.weights = weights
         self.nodes, self.inits, self.n = [], [], 0
 
     def const(self, name, arr):
@@ -162,6 +163,11 @@ class GraphBuilder:
         return name
 
     def param(self, name, shape, kind="normal"):
+        if self.weights is not None:
+            arr = self.np.asarray(self.weights(name, shape, kind), dtype=self.np.float32)
+            if list(arr.shape) != list(shape):
+                raise ValueError(f"weight {name}: shape {list(arr.shape)}, the graph needs {list(shape)}")
+            return self.const(name, arr)
         return self.const(name, weight(self.np, self.seed, name, shape, kind))
 
     def scalar(self, name, v, dtype="float32"):
@@ -201,10 +207,15 @@ class GraphBuilder:
         return m
 
 
-def build_unfused(onnx, np, c, directory, seed):
-    """The encoder as a PyTorch/HF export writes it (opset 17)."""
+def build_unfused(onnx, np, c, directory, seed, weights=None):
+    """The encoder as a PyTorch/HF export writes it (opset 17), an `onnx.ModelProto` whose
+    large weights live in `directory`/unfused.onnx.data (save the model into `directory`).
+    `c` is a config as `config()` returns; `weights(name, shape, kind)`, when given, supplies
+    every parameter by its Hugging Face name (a linear layer's `weight` as MatMul's B, that is
+    [in, out], the transpose of PyTorch's) instead of the seeded random ones. Importable:
+    python/tests/test_ort_bert.py builds its models with it."""
     w = ExternalWriter(onnx, directory, "unfused.onnx.data")
-    b = GraphBuilder(onnx, np, w, seed)
+    b = GraphBuilder(onnx, np, w, seed, weights)
     h, nh, L = c["hidden"], c["heads"], c["layers"]
     dh = h // nh
     ids, tt, mask = "input_ids", "token_type_ids", "attention_mask"
