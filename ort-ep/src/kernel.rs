@@ -734,4 +734,25 @@ mod tests {
         let e = build_graph(&f, &nodes, &metas(&f), ops::Bindings::new(), &mut weights).unwrap_err().to_string();
         assert!(e.contains("\"c\" (Conv) is not npurt's"), "{e}");
     }
+
+    #[test]
+    fn a_folded_value_is_a_host_output_and_a_constant_of_the_graph() {
+        // s = Shape(x); y = Reshape(x, Concat(s[0..1], [-1])); both s and y leave the group.
+        let int = |name: &str, n: i64| Some(ValueMeta { elem: 7, ..value(name, &[n], false).unwrap() });
+        let k = Some(ValueMeta { data: Some(vec![-1]), constant: true, ..int("k", 1).unwrap() });
+        let mut shape = node("Shape", vec![value("x", &[2, 3, 4], false)], int("s", 3));
+        shape.since_version = 15;
+        shape.attrs.insert("end".into(), crate::graph::Attr::Int(1));
+        let mut cat = node("Concat", vec![int("s", 1), k], int("t", 2));
+        cat.attrs.insert("axis".into(), crate::graph::Attr::Int(0));
+        shape.outputs = vec![int("s", 1)];
+        let reshape = node("Reshape", vec![value("x", &[2, 3, 4], false), int("t", 2)], value("y", &[2, 12], false));
+        let f = fused(vec![value("x", &[2, 3, 4], false)], vec![int("s", 1), value("y", &[2, 12], false)]);
+        let b = build_graph(&f, &[shape, cat, reshape], &metas(&f), ops::Bindings::new(), &mut weights).unwrap();
+        assert_eq!(b.graph.nodes.len(), 1, "only the Reshape is npurt's");
+        match &b.outputs[..] {
+            [Out::Host(h), Out::Graph(0)] => assert_eq!(h.data, vec![2]),
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -388,4 +388,23 @@ mod tests {
         let (v, _) = claim(&nodes, &|_| Ok(()));
         assert!(v[0].is_err() && v[1].is_err() && v[2].is_err(), "{v:?}");
     }
+
+    #[test]
+    fn a_node_reading_a_value_folded_in_another_group_stays_on_ort() {
+        // t = Concat(Shape(x)[0:2], [2, 4]) feeds a node ORT runs, so the group of Shape and
+        // Concat ends there; the Reshape of that node's output by t lands in a later group,
+        // where t would come from nowhere: it is left to ORT.
+        let mut nodes = computed_reshape();
+        nodes.truncate(3);
+        let x2 = val("x2", 1, &[-1, -1, 8], &["batch", "seq", ""]);
+        let ort =
+            node("NotAnOp", vec![val("x", 1, &[-1, -1, 8], &["batch", "seq", ""]), val("t", 7, &[4], &[])], x2.clone());
+        nodes.insert(2, ort);
+        nodes[3].inputs[0] = Some(x2);
+        let (v, groups) = claim(&nodes, &|_| Ok(()));
+        assert!(v[0].is_ok() && v[1].is_ok(), "{v:?}");
+        assert!(v[2].is_err());
+        assert!(v[3].as_ref().unwrap_err().0.contains("folded in another fused group"), "{v:?}");
+        assert_eq!(groups, Some(vec![vec![0, 1]]));
+    }
 }
