@@ -207,12 +207,14 @@ class GraphBuilder:
         return m
 
 
-def build_unfused(onnx, np, c, directory, seed, weights=None):
+def build_unfused(onnx, np, c, directory, seed, weights=None, shape_chains=False):
     """The encoder as a PyTorch/HF export writes it (opset 17), an `onnx.ModelProto` whose
     large weights live in `directory`/unfused.onnx.data (save the model into `directory`).
     `c` is a config as `config()` returns; `weights(name, shape, kind)`, when given, supplies
     every parameter by its Hugging Face name (a linear layer's `weight` as MatMul's B, that is
-    [in, out], the transpose of PyTorch's) instead of the seeded random ones. Importable:
+    [in, out], the transpose of PyTorch's) instead of the seeded random ones. With
+    `shape_chains`, each attention Reshape's target is computed as torch.onnx writes
+    `x.size()[:-1] + (heads, head_dim)`: Shape -> Gather -> Unsqueeze -> Concat. Importable:
     python/tests/test_ort_bert.py builds its models with it."""
     w = ExternalWriter(onnx, directory, "unfused.onnx.data")
     b = GraphBuilder(onnx, np, w, seed, weights)
@@ -256,13 +258,23 @@ def build_unfused(onnx, np, c, directory, seed, weights=None):
         mm = b.op("MatMul", [x, wt], f"{path}/MatMul")
         return b.op("Add", [b.param(f"{name}.bias", [n_out]), mm], f"{path}/Add")
 
+    def target(path, t, tail):
+        """`t.size()[:2] + tail` through the graph (Shape, Gather, Unsqueeze, Concat)."""
+        shp = b.op("Shape", [t], f"{path}/Shape")
+        dims = []
+        for i in (0, 1):
+            g = b.op("Gather", [shp, b.ints(f"{path}/Constant_{i}", i)], f"{path}/Gather_{i}", axis=0)
+            dims.append(b.op("Unsqueeze", [g, b.ints(f"{path}/Constant_axes_{i}", [0])], f"{path}/Unsqueeze_{i}"))
+        return b.op("Concat", dims + [b.ints(f"{path}/Constant_tail", tail)], f"{path}/Concat", axis=0)
+
     for l in range(L):
         p, q = f"encoder.layer.{l}", f"/encoder/layer.{l}"
         a = f"{q}/attention/self"
         heads = {}
         for part, perm in (("query", [0, 2, 1, 3]), ("key", [0, 2, 3, 1]), ("value", [0, 2, 1, 3])):
             t = linear(f"{p}.attention.self.{part}", f"{a}/{part}", x, h, h)
-            t = b.op("Reshape", [t, split], f"{a}/{part}/Reshape")
+            to = target(f"{a}/{part}", t, [nh, dh]) if shape_chains else split
+            t = b.op("Reshape", [t, to], f"{a}/{part}/Reshape")
             heads[part] = b.op("Transpose", [t], f"{a}/{part}/Transpose", perm=perm)
         s = b.op("MatMul", [heads["query"], heads["key"]], f"{a}/MatMul")
         s = b.op("Div", [s, sqrt_dh], f"{a}/Div")
@@ -270,7 +282,8 @@ def build_unfused(onnx, np, c, directory, seed, weights=None):
         s = b.op("Softmax", [s], f"{a}/Softmax", axis=-1)
         ctx = b.op("MatMul", [s, heads["value"]], f"{a}/MatMul_1")
         ctx = b.op("Transpose", [ctx], f"{a}/Transpose", perm=[0, 2, 1, 3])
-        ctx = b.op("Reshape", [ctx, merge], f"{a}/Reshape")
+        to = target(a, ctx, [h]) if shape_chains else merge
+        ctx = b.op("Reshape", [ctx, to], f"{a}/Reshape")
         o = linear(f"{p}.attention.output.dense", f"{q}/attention/output/dense", ctx, h, h)
         r = b.op("Add", [o, x], f"{q}/attention/output/Add")
         x1 = b.op("LayerNormalization", [r, b.param(f"{p}.attention.output.LayerNorm.weight", [h], "ones"),

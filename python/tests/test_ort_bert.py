@@ -71,8 +71,10 @@ def registered():
         pass
 
 
-def _session(path):
+def _session(path, optimize=True):
     so = rt.SessionOptions()
+    if not optimize:  # the nodes reach the EP as exported (ORT's ReshapeFusion folds shape chains)
+        so.graph_optimization_level = rt.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     sess = npurt.ort.session(path if isinstance(path, bytes) else str(path), backend="cpu", sess_options=so)
     sess.disable_fallback()  # a failing run is the EP's error, not a silent CPU retry
@@ -99,23 +101,30 @@ def _assert_within(got, want, rel=1e-4):
     assert err <= rel * scale, f"max abs diff {err} > {rel} x max |reference| {scale}"
 
 
-def _build_bert(tmp_path, c, weights=None):
+def _build_bert(tmp_path, c, weights=None, shape_chains=False):
     ob = _ort_bert()
-    model = ob.build_unfused(onnx, np, c, str(tmp_path), seed=33, weights=weights)
+    model = ob.build_unfused(onnx, np, c, str(tmp_path), seed=33, weights=weights, shape_chains=shape_chains)
     path = tmp_path / "unfused.onnx"
     onnx.save(model, str(path))
     return path, [n.name for n in model.graph.node]
 
 
-def test_the_bert_export_runs_entirely_on_npurt_in_one_fused_node(registered, tmp_path):
-    path, names = _build_bert(tmp_path, TINY)
-    sess = _session(path)
+@pytest.mark.parametrize("optimize", [True, False], ids=["ort-optimized", "as-exported"])
+@pytest.mark.parametrize("shape_chains", [False, True], ids=["constant-reshapes", "shape-chain-reshapes"])
+def test_the_bert_export_runs_entirely_on_npurt_in_one_fused_node(registered, tmp_path, shape_chains, optimize):
+    # With shape_chains, each attention Reshape's target comes from Shape -> Gather ->
+    # Unsqueeze -> Concat of the activation (as torch.onnx exports x.size()[:-1] + (nh, dh)).
+    path, names = _build_bert(tmp_path, TINY, shape_chains=shape_chains)
+    sess = _session(path, optimize)
     cpu = rt.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     sub = _subgraphs(sess)
     on_ep = [s for s in sub if s[0] == EP_NAME]
     assert len(on_ep) == 1 and len(sub) == 1, [(ep, len(n)) for ep, n in sub]
-    assert len(on_ep[0][1]) > 0
-    print(f"\nBERT tiny: {len(names)} exported nodes, {len(on_ep[0][1])} on {EP_NAME} in 1 fused node")
+    if not optimize:
+        assert sorted(on_ep[0][1]) == sorted(names)
+    print(f"\nBERT tiny ({'shape chains' if shape_chains else 'constant shapes'}, "
+          f"{'ORT-optimized' if optimize else 'as exported'}): {len(names)} exported nodes, "
+          f"{len(on_ep[0][1])} on {EP_NAME} in 1 fused node")
     for batch, seq in ((2, 7), (1, 12), (2, 7)):
         feeds = _bert_feeds(batch, seq, TINY["vocab"], seed=batch * 100 + seq)
         (got,) = sess.run(None, feeds)
