@@ -197,8 +197,8 @@ impl Claim {
     }
 }
 
-/// Decides which nodes npurt runs and how they are grouped: a node npurt maps
-/// (`crate::ops::map_node`) for which `rt`'s backend has a kernel.
+/// Decides which nodes npurt runs and how they are grouped: a node the graph walk folds or
+/// maps (`crate::ops::walk::claim`), a mapped one only where `rt`'s backend has a kernel.
 pub fn claim(nodes: &[NodeInfo], rt: &npurt::Runtime) -> Claim {
     let mut declined = Vec::new();
     let accept = |m: &crate::ops::Mapped| {

@@ -1,14 +1,18 @@
 //! Which ONNX nodes npurt computes exactly as ONNX does, and the npurt [`Op`] each becomes.
 //!
-//! A node is claimed when (1) its op type, in the default ONNX domain, names through npurt's
-//! op-name table (`runtime::op::names`, the ONNX spellings) a kind listed in [`CLAIMED`], at an
-//! opset whose semantics npurt follows; (2) every attribute is one npurt maps, with a value
-//! npurt computes as ONNX does (docs/OPS.md: where npurt offers less, the node stays on ORT);
-//! (3) its tensors are f32 or f16 (any of npurt's six dtypes at a `Cast`'s ends) with static
-//! shapes, or symbolic dims that are named (see [`map_node`]); and (4) npurt's own validation ([`Op::infer`], the op table's) accepts the operands
-//! and infers exactly the output dtypes and shapes ORT declares. Anything else is a
-//! [`Decline`] with the reason, which the session's verbose log shows. The EP then also asks
-//! the backend for a kernel (`Runtime::select_kernel`, in `crate::ep::claim`).
+//! A node maps ([`map_concrete`]) when (1) its op type, in the default ONNX domain, names
+//! through npurt's op-name table (`runtime::op::names`, the ONNX spellings) a kind listed in
+//! [`CLAIMED`], or is one of the [`RESHAPES`], at an opset whose semantics npurt follows;
+//! (2) every attribute is one npurt maps, with a value npurt computes as ONNX does (docs/OPS.md:
+//! where npurt offers less, the node stays on ORT); (3) its tensors have dtypes the op claims
+//! (f32 or f16 for arithmetic; see `check_dtypes`) and concrete dims; and (4) npurt's own
+//! validation ([`Op::infer`], the op table's) accepts the operands. Anything else is a
+//! [`Decline`] with the reason, which the session's verbose log shows.
+//!
+//! `GetCapability` does not map nodes one by one: [`walk`] gives every value of the graph its
+//! dims, folds shape subgraphs on the host ([`fold`]), checks the outputs against ORT's
+//! declarations, and asks the backend for a kernel (`Runtime::select_kernel`, in
+//! `crate::ep::claim`). [`map_node`] is the per-node check with ORT's declared dims alone.
 
 use std::collections::HashMap;
 
@@ -347,8 +351,8 @@ pub fn bind(declared: &ValueMeta, actual: &TensorMeta, b: &mut Bindings) -> Resu
     Ok(())
 }
 
-/// Decides whether npurt claims `node`; on success the npurt op and its input metas. A node
-/// with symbolic dims is claimed when every unknown dim is named, its outputs' names all
+/// Whether `node` maps with ORT's declared dims alone (no graph around it); on success the npurt
+/// op and its input metas. A node with symbolic dims maps when every unknown dim is named, its outputs' names all
 /// appear in its inputs, and it maps with static shapes under two different sets of distinct
 /// values for the names (its metas are those of the first).
 pub fn map_node(node: &NodeInfo) -> Result<Mapped, Decline> {
