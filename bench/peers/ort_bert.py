@@ -154,8 +154,7 @@ class ExternalWriter:
 
 class GraphBuilder:
     def __init__(self, onnx, np, writer, seed, weights=None):
-        self.onnx, self.np, self.w, self.seed = onnx, np, writer, seed
-        self.weights = weights
+        self.onnx, self.np, self.w, self.seed, self.weights = onnx, np, writer, seed, weights
         self.nodes, self.inits, self.n = [], [], 0
 
     def const(self, name, arr):
@@ -163,12 +162,8 @@ class GraphBuilder:
         return name
 
     def param(self, name, shape, kind="normal"):
-        if self.weights is not None:
-            arr = self.np.asarray(self.weights(name, shape, kind), dtype=self.np.float32)
-            if list(arr.shape) != list(shape):
-                raise ValueError(f"weight {name}: shape {list(arr.shape)}, the graph needs {list(shape)}")
-            return self.const(name, arr)
-        return self.const(name, weight(self.np, self.seed, name, shape, kind))
+        arr = weight(self.np, self.seed, name, shape, kind) if self.weights is None else self.weights(name, shape, kind)
+        return self.const(name, self.np.asarray(arr, self.np.float32).reshape(shape))
 
     def scalar(self, name, v, dtype="float32"):
         return self.const(name, self.np.array(v, dtype=dtype))
@@ -208,14 +203,10 @@ class GraphBuilder:
 
 
 def build_unfused(onnx, np, c, directory, seed, weights=None, shape_chains=False):
-    """The encoder as a PyTorch/HF export writes it (opset 17), an `onnx.ModelProto` whose
-    large weights live in `directory`/unfused.onnx.data (save the model into `directory`).
-    `c` is a config as `config()` returns; `weights(name, shape, kind)`, when given, supplies
-    every parameter by its Hugging Face name (a linear layer's `weight` as MatMul's B, that is
-    [in, out], the transpose of PyTorch's) instead of the seeded random ones. With
-    `shape_chains`, each attention Reshape's target is computed as torch.onnx writes
-    `x.size()[:-1] + (heads, head_dim)`: Shape -> Gather -> Unsqueeze -> Concat. Importable:
-    python/tests/test_ort_bert.py builds its models with it."""
+    """The encoder as a PyTorch/HF export writes it (opset 17), weights in `directory`/unfused.onnx.data.
+    `weights(name, shape, kind)` replaces the seeded weights by HF name (linear weights [in, out]);
+    `shape_chains` computes each attention Reshape target as torch.onnx does (Shape, Gather, Unsqueeze,
+    Concat of `x.size()[:-1] + (heads, head_dim)`). python/tests/test_ort_bert.py imports this."""
     w = ExternalWriter(onnx, directory, "unfused.onnx.data")
     b = GraphBuilder(onnx, np, w, seed, weights)
     h, nh, L = c["hidden"], c["heads"], c["layers"]
@@ -258,14 +249,11 @@ def build_unfused(onnx, np, c, directory, seed, weights=None, shape_chains=False
         mm = b.op("MatMul", [x, wt], f"{path}/MatMul")
         return b.op("Add", [b.param(f"{name}.bias", [n_out]), mm], f"{path}/Add")
 
-    def target(path, t, tail):
-        """`t.size()[:2] + tail` through the graph (Shape, Gather, Unsqueeze, Concat)."""
+    def target(path, t, tail):  # t.size()[:2] + tail
         shp = b.op("Shape", [t], f"{path}/Shape")
-        dims = []
-        for i in (0, 1):
-            g = b.op("Gather", [shp, b.ints(f"{path}/Constant_{i}", i)], f"{path}/Gather_{i}", axis=0)
-            dims.append(b.op("Unsqueeze", [g, b.ints(f"{path}/Constant_axes_{i}", [0])], f"{path}/Unsqueeze_{i}"))
-        return b.op("Concat", dims + [b.ints(f"{path}/Constant_tail", tail)], f"{path}/Concat", axis=0)
+        dims = [b.op("Unsqueeze", [b.op("Gather", [shp, b.ints(f"{path}/C{i}", i)], f"{path}/Gather_{i}", axis=0),
+                                   b.ints(f"{path}/Axes{i}", [0])], f"{path}/Unsqueeze_{i}") for i in (0, 1)]
+        return b.op("Concat", dims + [b.ints(f"{path}/Tail", tail)], f"{path}/Concat", axis=0)
 
     for l in range(L):
         p, q = f"encoder.layer.{l}", f"/encoder/layer.{l}"
@@ -282,8 +270,7 @@ def build_unfused(onnx, np, c, directory, seed, weights=None, shape_chains=False
         s = b.op("Softmax", [s], f"{a}/Softmax", axis=-1)
         ctx = b.op("MatMul", [s, heads["value"]], f"{a}/MatMul_1")
         ctx = b.op("Transpose", [ctx], f"{a}/Transpose", perm=[0, 2, 1, 3])
-        to = target(a, ctx, [h]) if shape_chains else merge
-        ctx = b.op("Reshape", [ctx, to], f"{a}/Reshape")
+        ctx = b.op("Reshape", [ctx, target(a, ctx, [h]) if shape_chains else merge], f"{a}/Reshape")
         o = linear(f"{p}.attention.output.dense", f"{q}/attention/output/dense", ctx, h, h)
         r = b.op("Add", [o, x], f"{q}/attention/output/Add")
         x1 = b.op("LayerNormalization", [r, b.param(f"{p}.attention.output.LayerNorm.weight", [h], "ones"),

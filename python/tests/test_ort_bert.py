@@ -218,9 +218,9 @@ def test_a_conv_in_front_of_a_matmul_block_stays_on_ort_and_results_match(regist
     model = _model(nodes, [("x", f, ["batch", 1, 4, 4])], [("y", f, ["batch", 2, 8])], inits)
     sess = _session(model)
     sub = _subgraphs(sess)
-    conv_on = [s.ep_name for s in sess.get_provider_graph_assignment_info() for n in s.get_nodes() if n.op_type == "Conv"]
-    rest_on = {s.ep_name for s in sess.get_provider_graph_assignment_info() for n in s.get_nodes()
-               if n.op_type in ("Tanh", "Softmax")}
+    placed = [(s.ep_name, n.op_type) for s in sess.get_provider_graph_assignment_info() for n in s.get_nodes()]
+    conv_on = [ep for ep, op in placed if op == "Conv"]
+    rest_on = {ep for ep, op in placed if op in ("Tanh", "Softmax")}
     assert conv_on == ["CPUExecutionProvider"] and rest_on == {EP_NAME}, sub
     cpu = rt.InferenceSession(model, providers=["CPUExecutionProvider"])
     for batch in (1, 3):
@@ -255,8 +255,8 @@ def test_four_threads_on_one_bert_session_equal_the_serial_run(registered, tmp_p
             np.testing.assert_array_equal(r, serial[k])
 
 
-@pytest.mark.parametrize("elem, dtype", [(TensorProto.DOUBLE, np.float64), (TensorProto.INT8, np.int8)]
-                         if onnx is not None else [])
+@pytest.mark.parametrize(
+    "elem, dtype", [(TensorProto.DOUBLE, np.float64), (TensorProto.INT8, np.int8)] if onnx is not None else [])
 def test_an_unsupported_dtype_stays_on_ort_with_correct_results(registered, elem, dtype):
     rng = np.random.default_rng(9)
     if dtype == np.int8:
