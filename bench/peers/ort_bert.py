@@ -153,8 +153,8 @@ class ExternalWriter:
 
 
 class GraphBuilder:
-    def __init__(self, onnx, np, writer, seed):
-        self.onnx, self.np, self.w, self.seed = onnx, np, writer, seed
+    def __init__(self, onnx, np, writer, seed, weights=None):
+        self.onnx, self.np, self.w, self.seed, self.weights = onnx, np, writer, seed, weights
         self.nodes, self.inits, self.n = [], [], 0
 
     def const(self, name, arr):
@@ -162,7 +162,8 @@ class GraphBuilder:
         return name
 
     def param(self, name, shape, kind="normal"):
-        return self.const(name, weight(self.np, self.seed, name, shape, kind))
+        arr = weight(self.np, self.seed, name, shape, kind) if self.weights is None else self.weights(name, shape, kind)
+        return self.const(name, self.np.asarray(arr, self.np.float32).reshape(shape))
 
     def scalar(self, name, v, dtype="float32"):
         return self.const(name, self.np.array(v, dtype=dtype))
@@ -201,10 +202,13 @@ class GraphBuilder:
         return m
 
 
-def build_unfused(onnx, np, c, directory, seed):
-    """The encoder as a PyTorch/HF export writes it (opset 17)."""
+def build_unfused(onnx, np, c, directory, seed, weights=None, shape_chains=False):
+    """The encoder as a PyTorch/HF export writes it (opset 17), weights in `directory`/unfused.onnx.data.
+    `weights(name, shape, kind)` replaces the seeded weights by HF name (linear weights [in, out]);
+    `shape_chains` computes each attention Reshape target as torch.onnx does (Shape, Gather, Unsqueeze,
+    Concat of `x.size()[:-1] + (heads, head_dim)`). python/tests/test_ort_bert.py imports this."""
     w = ExternalWriter(onnx, directory, "unfused.onnx.data")
-    b = GraphBuilder(onnx, np, w, seed)
+    b = GraphBuilder(onnx, np, w, seed, weights)
     h, nh, L = c["hidden"], c["heads"], c["layers"]
     dh = h // nh
     ids, tt, mask = "input_ids", "token_type_ids", "attention_mask"
@@ -245,13 +249,20 @@ def build_unfused(onnx, np, c, directory, seed):
         mm = b.op("MatMul", [x, wt], f"{path}/MatMul")
         return b.op("Add", [b.param(f"{name}.bias", [n_out]), mm], f"{path}/Add")
 
+    def target(path, t, tail):  # t.size()[:2] + tail
+        shp = b.op("Shape", [t], f"{path}/Shape")
+        dims = [b.op("Unsqueeze", [b.op("Gather", [shp, b.ints(f"{path}/C{i}", i)], f"{path}/Gather_{i}", axis=0),
+                                   b.ints(f"{path}/Axes{i}", [0])], f"{path}/Unsqueeze_{i}") for i in (0, 1)]
+        return b.op("Concat", dims + [b.ints(f"{path}/Tail", tail)], f"{path}/Concat", axis=0)
+
     for l in range(L):
         p, q = f"encoder.layer.{l}", f"/encoder/layer.{l}"
         a = f"{q}/attention/self"
         heads = {}
         for part, perm in (("query", [0, 2, 1, 3]), ("key", [0, 2, 3, 1]), ("value", [0, 2, 1, 3])):
             t = linear(f"{p}.attention.self.{part}", f"{a}/{part}", x, h, h)
-            t = b.op("Reshape", [t, split], f"{a}/{part}/Reshape")
+            to = target(f"{a}/{part}", t, [nh, dh]) if shape_chains else split
+            t = b.op("Reshape", [t, to], f"{a}/{part}/Reshape")
             heads[part] = b.op("Transpose", [t], f"{a}/{part}/Transpose", perm=perm)
         s = b.op("MatMul", [heads["query"], heads["key"]], f"{a}/MatMul")
         s = b.op("Div", [s, sqrt_dh], f"{a}/Div")
@@ -259,7 +270,7 @@ def build_unfused(onnx, np, c, directory, seed):
         s = b.op("Softmax", [s], f"{a}/Softmax", axis=-1)
         ctx = b.op("MatMul", [s, heads["value"]], f"{a}/MatMul_1")
         ctx = b.op("Transpose", [ctx], f"{a}/Transpose", perm=[0, 2, 1, 3])
-        ctx = b.op("Reshape", [ctx, merge], f"{a}/Reshape")
+        ctx = b.op("Reshape", [ctx, target(a, ctx, [h]) if shape_chains else merge], f"{a}/Reshape")
         o = linear(f"{p}.attention.output.dense", f"{q}/attention/output/dense", ctx, h, h)
         r = b.op("Add", [o, x], f"{q}/attention/output/Add")
         x1 = b.op("LayerNormalization", [r, b.param(f"{p}.attention.output.LayerNorm.weight", [h], "ones"),

@@ -203,30 +203,22 @@ impl Claim {
     }
 }
 
-/// Decides which nodes npurt runs and how they are grouped: a node npurt maps
-/// (`crate::ops::map_node`) for which `rt`'s backend has a kernel.
+/// Decides which nodes npurt runs and how they are grouped: a node the graph walk folds or
+/// maps (`crate::ops::walk::claim`), a mapped one only where `rt`'s backend has a kernel.
 pub fn claim(nodes: &[NodeInfo], rt: &npurt::Runtime) -> Claim {
     let mut declined = Vec::new();
-    let claimed: Vec<bool> = nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| {
-            let kernel = crate::ops::map_node(n).and_then(|m| {
-                rt.select_kernel(&m.op, &m.inputs).map(|_| ()).map_err(|e| {
-                    crate::ops::Decline(format!("no kernel on npurt's {} backend: {e}", rt.backend_name()))
-                })
-            });
-            match kernel {
-                Ok(()) => true,
-                Err(d) => {
-                    declined.push((i, d.0));
-                    false
-                }
-            }
-        })
-        .collect();
-    let preds = crate::graph::predecessors(nodes);
-    match crate::partition::groups(&claimed, &preds) {
+    let accept = |m: &crate::ops::Mapped| {
+        rt.select_kernel(&m.op, &m.inputs)
+            .map(|_| ())
+            .map_err(|e| crate::ops::Decline(format!("no kernel on npurt's {} backend: {e}", rt.backend_name())))
+    };
+    let (verdicts, groups) = crate::ops::walk::claim(nodes, &accept);
+    for (i, v) in verdicts.into_iter().enumerate() {
+        if let Err(d) = v {
+            declined.push((i, d.0));
+        }
+    }
+    match groups {
         Some(groups) => Claim { groups, declined },
         None => Claim {
             groups: Vec::new(),

@@ -27,7 +27,8 @@ pub struct ValueMeta {
     /// A constant initializer (a weight): its data is readable at `Compile`.
     pub constant: bool,
     /// The values of a small int64 constant initializer (at most [`SMALL_CONSTANT`]
-    /// elements: a `Reshape`'s shape), read while the graph is walked.
+    /// elements: a `Reshape`'s shape, a `Slice`'s bounds), read while the graph is walked;
+    /// also the values folded on the host (`crate::ops::walk`).
     pub data: Option<Vec<i64>>,
     /// ORT's handle, valid only during the call that produced it.
     pub handle: *const OrtValueInfo,
@@ -46,8 +47,10 @@ impl ValueMeta {
     }
 }
 
-/// The most elements of an int64 constant whose values [`ValueMeta::data`] holds.
-pub const SMALL_CONSTANT: usize = 16;
+/// The most elements of an int64 constant whose values [`ValueMeta::data`] holds: enough for
+/// a shape, a list of axes, or the position-id buffer of an encoder export that a shape
+/// subgraph slices (`[1, max_positions]`).
+pub const SMALL_CONSTANT: usize = 4096;
 
 /// An attribute value, as far as the ops the EP maps need.
 #[derive(Debug, Clone, PartialEq)]

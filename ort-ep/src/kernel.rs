@@ -15,14 +15,16 @@ use std::ptr;
 use std::sync::{Arc, Mutex};
 
 use runtime::graph::{CompileOptions, CompiledGraph, Graph, HostTensor, SharedConstants, ValueId};
-use runtime::{DType, Shape, Tensor, TensorMeta};
+use runtime::{DType, Op, Shape, Tensor, TensorMeta};
 
 use crate::abi::{
     EP_API_VERSION, ONNXTensorElementDataType, OrtGraph, OrtKernelContext, OrtNode, OrtNodeComputeContext,
     OrtNodeComputeInfo, OrtValue, StatusPtr,
 };
 use crate::graph::{self, NodeInfo, ValueMeta};
-use crate::ops::{self, map_node};
+use crate::ops::fold::HostValue;
+use crate::ops::walk::{Env, Step, walk};
+use crate::ops::{self, Mapped};
 use crate::ort::{EpError, Ort};
 use crate::partition;
 
@@ -55,7 +57,7 @@ unsafe impl Sync for Kernel {}
 /// How a fused node gets its compiled graph.
 enum Plan {
     /// Every input shape fixed: compiled once, at `Compile`.
-    Static { graph: Arc<CompiledGraph>, inputs: Vec<TensorMeta> },
+    Static { graph: Arc<Compiled>, inputs: Vec<TensorMeta> },
     /// Symbolic input dims: compiled per set of input shapes, at the first run with it.
     Shapes(Box<Shapes>),
     /// No output of the group is read (dead nodes ORT kept, e.g. with its graph optimisations
@@ -74,12 +76,42 @@ struct Shapes {
     weights: HashMap<String, HostTensor>,
     options: CompileOptions,
     shared: SharedConstants,
-    cache: Mutex<HashMap<Vec<TensorMeta>, Arc<CompiledGraph>>>,
+    cache: Mutex<HashMap<Vec<TensorMeta>, Arc<Compiled>>>,
+}
+
+/// A fused group compiled for one set of input shapes. `Send + Sync`, as [`CompiledGraph`].
+pub struct Compiled {
+    /// The npurt graph; `None` when every output is folded on the host.
+    graph: Option<CompiledGraph>,
+    /// The fused inputs fed to the graph, as indices into the kernel context's inputs.
+    feeds: Vec<usize>,
+    /// Per fused output, where it comes from.
+    outputs: Vec<Out>,
+}
+
+/// Where a fused node's output comes from. `Send + Sync`.
+#[derive(Debug, Clone)]
+pub enum Out {
+    /// Output `k` of the npurt graph.
+    Graph(usize),
+    /// A value folded on the host (a shape a node left to ORT reads).
+    Host(HostValue),
+}
+
+impl Compiled {
+    fn new(
+        rt: &npurt::Runtime,
+        built: Built,
+        compile: impl FnOnce(&runtime::Runtime, Graph) -> runtime::Result<CompiledGraph>,
+    ) -> runtime::Result<Compiled> {
+        let graph = if built.graph.outputs.is_empty() { None } else { Some(compile(rt.inner(), built.graph)?) };
+        Ok(Compiled { graph, feeds: built.inputs.iter().map(|(i, _, _)| *i).collect(), outputs: built.outputs })
+    }
 }
 
 impl Shapes {
     /// The graph compiled for `metas` (the tensors ORT feeds), compiled now if new.
-    fn graph_for(&self, rt: &npurt::Runtime, metas: &[TensorMeta]) -> Result<Arc<CompiledGraph>, EpError> {
+    fn graph_for(&self, rt: &npurt::Runtime, metas: &[TensorMeta]) -> Result<Arc<Compiled>, EpError> {
         let mut cache = self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(g) = cache.get(metas) {
             return Ok(g.clone());
@@ -89,19 +121,17 @@ impl Shapes {
             let Some(v) = v else { return Err(EpError::Graph("a fused input is missing".into())) };
             ops::bind(v, m, &mut b).map_err(|e| EpError::Graph(format!("input {e}")))?;
         }
-        let concrete = |n: &NodeInfo| ops::concretize(n, &b).map_err(|d| EpError::Graph(d.0));
-        let fused = concrete(&self.fused)?;
-        let nodes = self.nodes.iter().map(concrete).collect::<Result<Vec<_>, _>>()?;
         let mut weights = |v: &ValueMeta| {
             self.weights
                 .get(&v.name)
                 .cloned()
                 .ok_or_else(|| EpError::Graph(format!("weight {:?} was not kept", v.name)))
         };
-        let built = build_graph(&fused, &nodes, &mut weights)?;
+        let built = build_graph(&self.fused, &self.nodes, metas, b, &mut weights)?;
         let shapes: Vec<String> = metas.iter().map(|m| m.to_string()).collect();
-        let g = CompiledGraph::compile_shared(rt.inner(), built.graph, self.options.clone(), &self.shared)
-            .map_err(|e| npurt_err(format!("compile for inputs [{}]", shapes.join(", ")), e))?;
+        let g =
+            Compiled::new(rt, built, |rt, g| CompiledGraph::compile_shared(rt, g, self.options.clone(), &self.shared))
+                .map_err(|e| npurt_err(format!("compile for inputs [{}]", shapes.join(", ")), e))?;
         if cache.len() >= MAX_SHAPES {
             cache.clear();
         }
@@ -158,10 +188,12 @@ pub unsafe fn compile(
     let plan = if outputs.is_empty() {
         Plan::Nothing
     } else if fused.inputs.iter().flatten().all(ValueMeta::is_static) {
+        let metas = fused.inputs.iter().flatten().map(static_meta).collect::<Result<Vec<_>, _>>();
+        let metas = metas.map_err(|d| EpError::Graph(format!("fused node {:?}: {}", fused.name, d.0)))?;
         // SAFETY: the operands' handles are valid during this call.
-        let built = build_graph(&fused, &nodes, &mut |v| unsafe { initializer(&ort, v) })?;
-        let metas = built.inputs.into_iter().map(|(_, m)| m).collect();
-        let compiled = CompiledGraph::compile_owned(rt.inner(), built.graph, options)
+        let built =
+            build_graph(&fused, &nodes, &metas, ops::Bindings::new(), &mut |v| unsafe { initializer(&ort, v) })?;
+        let compiled = Compiled::new(rt, built, |rt, g| CompiledGraph::compile_owned(rt, g, options))
             .map_err(|e| npurt_err(format!("fused node {:?} of [{labels}]: compile", fused.name), e))?;
         Plan::Static { graph: Arc::new(compiled), inputs: metas }
     } else {
@@ -204,50 +236,90 @@ pub unsafe fn compile(
 #[derive(Debug)]
 pub struct Built {
     pub graph: Graph,
-    /// The fused node's inputs: ONNX name and meta, in the kernel context's order.
-    pub inputs: Vec<(String, TensorMeta)>,
-    /// The fused node's outputs' ONNX names, in the kernel context's order.
-    pub outputs: Vec<String>,
+    /// The fused inputs the graph reads: index in the kernel context, ONNX name, meta (an
+    /// input only a `Shape` reads is not fed).
+    pub inputs: Vec<(usize, String, TensorMeta)>,
+    /// Per fused output, where it comes from.
+    pub outputs: Vec<Out>,
     /// The group's nodes, as messages name them.
     pub labels: String,
 }
 
-/// Builds the npurt graph of a fused group: the fused node's inputs as graph inputs, each
-/// constant initializer a node reads as a constant (`initializer` reads its data), one npurt
-/// node per ONNX node, the fused node's outputs as graph outputs. Errors name the fused node,
-/// the group, and the node, op and operands refused.
+/// Builds the npurt graph of a fused group for inputs of `metas` (the fused node's inputs, in
+/// order; `bindings` their symbols' values): the group is walked ([`walk`]) so that each
+/// node either folds on the host or maps to one npurt op; the fused inputs a mapped node
+/// reads become graph inputs, each constant initializer a node reads a constant
+/// (`initializer` reads its data), each folded value a mapped node reads a constant, and the
+/// fused node's outputs the graph's outputs or folded values. Errors name the fused node, the
+/// group, and the node, op and operands refused.
 pub fn build_graph(
     fused: &NodeInfo,
     nodes: &[NodeInfo],
+    metas: &[TensorMeta],
+    bindings: ops::Bindings,
     initializer: &mut dyn FnMut(&ValueMeta) -> Result<HostTensor, EpError>,
 ) -> Result<Built, EpError> {
     let labels: Vec<String> = nodes.iter().map(NodeInfo::label).collect();
     let labels = labels.join(", ");
     let context = |what: String| format!("fused node {:?} of [{labels}]: {what}", fused.name);
+    let mut env = Env::bound(bindings);
+    let mut fed: Vec<(usize, &ValueMeta, &TensorMeta)> = Vec::new();
+    for (i, v) in fused.inputs.iter().enumerate() {
+        let Some(v) = v else { return Err(EpError::Graph(context("a fused input is missing".into()))) };
+        let Some(m) = metas.get(i) else { return Err(EpError::Graph(context(format!("no meta for input {i}")))) };
+        let dims = Some(m.shape.dims().iter().map(|&d| d as i64).collect());
+        env.metas.insert(v.name.clone(), ValueMeta { dims, symbols: Vec::new(), handle: ptr::null(), ..v.clone() });
+        fed.push((i, v, m));
+    }
+    let order: Vec<usize> = {
+        let preds = crate::graph::predecessors(nodes);
+        partition::topological(&preds)
+            .ok_or_else(|| EpError::Graph(context("the group's nodes form a cycle".into())))?
+    };
+    let steps = walk(nodes, &order, &mut env, &|_| Ok(()));
     let mut g = Graph::new();
     let mut ids: HashMap<String, ValueId> = HashMap::new();
+    let read: std::collections::HashSet<&str> = steps
+        .iter()
+        .filter_map(|s| match s {
+            Ok(Step::Mapped(n, m)) => Some(n.inputs.iter().flatten().take(m.inputs.len()).map(|v| v.name.as_str())),
+            _ => None,
+        })
+        .flatten()
+        .collect();
     let mut inputs = Vec::new();
-    for v in fused.inputs.iter() {
-        let Some(v) = v else { return Err(EpError::Graph(context("a fused input is missing".into()))) };
-        let m = static_meta(v).map_err(|e| EpError::Graph(context(e.0)))?;
+    for (i, v, m) in fed {
+        if !read.contains(v.name.as_str()) {
+            continue;
+        }
         let id = g.try_input(&v.name, m.dtype, m.shape.clone()).map_err(|e| npurt_err(context(String::new()), e))?;
         ids.insert(v.name.clone(), id);
-        inputs.push((v.name.clone(), m));
+        inputs.push((i, v.name.clone(), m.clone()));
     }
-    for node in in_order(nodes)? {
-        add_node(&mut g, &mut ids, node, initializer).map_err(|e| match e {
+    for &i in &order {
+        let node = match &steps[i] {
+            Ok(Step::Folded) => continue,
+            Ok(Step::Mapped(node, mapped)) => add_node(&mut g, &mut ids, node, mapped, &env, initializer),
+            Err(d) => Err(EpError::Graph(format!("node {} is not npurt's: {}", nodes[i].label(), d.0))),
+        };
+        node.map_err(|e| match e {
             EpError::Graph(m) => EpError::Graph(context(m)),
             EpError::Npurt { context: c, source } => EpError::Npurt { context: context(c), source },
             other => other,
         })?;
     }
     let mut outputs = Vec::new();
+    let mut k = 0;
     for v in fused.outputs.iter().flatten() {
-        let Some(&id) = ids.get(&v.name) else {
+        if let Some(&id) = ids.get(&v.name) {
+            g.try_output(id).map_err(|e| npurt_err(context(String::new()), e))?;
+            outputs.push(Out::Graph(k));
+            k += 1;
+        } else if let Some(h) = env.host.get(&v.name) {
+            outputs.push(Out::Host(h.clone()));
+        } else {
             return Err(EpError::Graph(context(format!("output {:?} is made by no node of the group", v.name))));
-        };
-        g.try_output(id).map_err(|e| npurt_err(context(String::new()), e))?;
-        outputs.push(v.name.clone());
+        }
     }
     Ok(Built { graph: g, inputs, outputs, labels })
 }
@@ -257,8 +329,8 @@ fn npurt_err(context: String, source: runtime::Error) -> EpError {
 }
 
 fn static_meta(v: &ValueMeta) -> Result<TensorMeta, ops::Decline> {
-    let dtype =
-        ops::dtype_of(v.elem).ok_or_else(|| ops::Decline(format!("{:?}: ONNX element type {}", v.name, v.elem)))?;
+    let dtype = ops::operand_dtype(v.elem)
+        .ok_or_else(|| ops::Decline(format!("{:?}: ONNX element type {}", v.name, v.elem)))?;
     match &v.dims {
         Some(d) if v.is_static() => {
             Ok(TensorMeta::new(dtype, Shape::from(d.iter().map(|&x| x as usize).collect::<Vec<_>>())))
@@ -267,34 +339,44 @@ fn static_meta(v: &ValueMeta) -> Result<TensorMeta, ops::Decline> {
     }
 }
 
-/// The group's nodes in topological order (ORT lists them so; checked, not assumed).
-fn in_order(nodes: &[NodeInfo]) -> Result<Vec<&NodeInfo>, EpError> {
-    let preds = crate::graph::predecessors(nodes);
-    let order =
-        partition::topological(&preds).ok_or_else(|| EpError::Graph("the group's nodes form a cycle".into()))?;
-    Ok(order.into_iter().map(|i| &nodes[i]).collect())
+/// A folded value as an npurt constant.
+fn host_tensor(v: &HostValue) -> Result<HostTensor, EpError> {
+    let r = match ops::operand_dtype(v.elem) {
+        Some(DType::I64) => HostTensor::from_vec(v.dims.clone(), v.data.clone()),
+        Some(DType::I32) => HostTensor::from_vec(v.dims.clone(), v.data.iter().map(|&x| x as i32).collect()),
+        Some(DType::U8) => HostTensor::from_vec(v.dims.clone(), v.data.iter().map(|&x| x as u8).collect()),
+        _ => return Err(EpError::Graph(format!("a folded value of element type {}", v.elem))),
+    };
+    r.map_err(|e| npurt_err("folded value".into(), e))
 }
 
-/// Adds one claimed node (and the constant initializers it reads) to the npurt graph.
+/// Adds one mapped node (and the constants it reads) to the npurt graph: its operands'
+/// reshapes, the op, the output's reshape.
 fn add_node(
     g: &mut Graph,
     ids: &mut HashMap<String, ValueId>,
     node: &NodeInfo,
+    mapped: &Mapped,
+    env: &Env,
     initializer: &mut dyn FnMut(&ValueMeta) -> Result<HostTensor, EpError>,
 ) -> Result<(), EpError> {
     let label = node.label();
-    let mapped = map_node(node).map_err(|d| EpError::Graph(format!("node {label} is not npurt's: {}", d.0)))?;
     let mut args = Vec::new();
     for v in node.inputs.iter().flatten().take(mapped.inputs.len()) {
         let id = match ids.get(&v.name) {
             Some(&id) => id,
-            None if v.constant => {
-                let t = initializer(v)?;
+            None => {
+                let t = match env.host.get(&v.name) {
+                    Some(h) => host_tensor(h)?,
+                    None if v.constant => initializer(v)?,
+                    None => {
+                        return Err(EpError::Graph(format!("node {label}: operand {:?} comes from nowhere", v.name)));
+                    }
+                };
                 let id = g.try_constant(&v.name, t).map_err(|e| npurt_err(format!("node {label}"), e))?;
                 ids.insert(v.name.clone(), id);
                 id
             }
-            None => return Err(EpError::Graph(format!("node {label}: operand {:?} comes from nowhere", v.name))),
         };
         args.push(id);
     }
@@ -303,9 +385,20 @@ fn add_node(
     };
     let operands: Vec<String> =
         node.inputs.iter().flatten().zip(&args).map(|(v, id)| format!("{:?} {}", v.name, g.meta(*id))).collect();
-    let id = g
-        .op(&out.name, mapped.op, &args)
-        .map_err(|e| npurt_err(format!("node {label} with operands [{}]", operands.join(", ")), e))?;
+    let refused = |e| npurt_err(format!("node {label} with operands [{}]", operands.join(", ")), e);
+    for (k, shape) in mapped.pre.iter().enumerate() {
+        if let (Some(shape), Some(arg)) = (shape, args.get_mut(k)) {
+            let name = format!("{}/npurt_promote_{k}", out.name);
+            *arg = g.op(&name, Op::Reshape { shape: shape.clone() }, &[*arg]).map_err(refused)?;
+        }
+    }
+    let id = match &mapped.post {
+        None => g.op(&out.name, mapped.op.clone(), &args).map_err(refused)?,
+        Some(shape) => {
+            let mm = g.op(&format!("{}/npurt_promoted", out.name), mapped.op.clone(), &args).map_err(refused)?;
+            g.op(&out.name, Op::Reshape { shape: shape.clone() }, &[mm]).map_err(refused)?
+        }
+    };
     ids.insert(out.name.clone(), id);
     Ok(())
 }
@@ -347,7 +440,7 @@ unsafe fn tensor_bytes<'a>(ort: &Ort, value: *const OrtValue) -> Result<(TensorM
         unsafe { std::slice::from_raw_parts(dims, rank) }
     };
     let dtype =
-        ops::dtype_of(elem as i32).ok_or_else(|| EpError::Graph(format!("ONNX element type {}", elem as i32)))?;
+        ops::operand_dtype(elem as i32).ok_or_else(|| EpError::Graph(format!("ONNX element type {}", elem as i32)))?;
     let shape: Vec<usize> = dims
         .iter()
         .map(|&d| usize::try_from(d))
@@ -438,25 +531,41 @@ impl Kernel {
             Plan::Shapes(shapes) => shapes.graph_for(&self.rt, &metas)?,
             Plan::Nothing => return Ok(()),
         };
-        let mut tensors = Vec::with_capacity(fed.len());
-        for (name, (meta, bytes)) in self.inputs.iter().zip(fed) {
+        let mut tensors = Vec::with_capacity(graph.feeds.len());
+        for &i in &graph.feeds {
+            let (Some(name), Some((meta, bytes))) = (self.inputs.get(i), fed.get(i)) else {
+                return Err(EpError::Graph(format!("fused input {i} is missing")));
+            };
             let t = self
                 .rt
                 .empty(meta.dtype, meta.shape.clone(), 0)
                 .map_err(|e| npurt_err(format!("input {name:?}"), e))?;
+            // The one copy in: straight from ORT's buffer into npurt's tensor.
             t.copy_from_bytes(bytes).map_err(|e| npurt_err(format!("input {name:?}"), e))?;
             tensors.push(t);
         }
         let refs: Vec<&Tensor> = tensors.iter().collect();
-        let outs = graph.run(&refs).map_err(|e| npurt_err("run".into(), e))?;
-        for (j, (t, name)) in outs.iter().zip(&self.outputs).enumerate() {
-            let dims: Vec<i64> = t.dims().iter().map(|&d| d as i64).collect();
+        let outs = match &graph.graph {
+            Some(g) => g.run(&refs).map_err(|e| npurt_err("run".into(), e))?,
+            None => Vec::new(),
+        };
+        for (j, (out, name)) in graph.outputs.iter().zip(&self.outputs).enumerate() {
+            let (dims, nbytes): (Vec<i64>, usize) = match out {
+                Out::Graph(k) => {
+                    let t = outs.get(*k).ok_or_else(|| EpError::Graph(format!("output {name:?} not made")))?;
+                    (t.dims().iter().map(|&d| d as i64).collect(), t.nbytes())
+                }
+                Out::Host(h) => {
+                    let size = ops::operand_dtype(h.elem).map_or(8, |d| d.size());
+                    (h.dims.iter().map(|&d| d as i64).collect(), h.data.len() * size)
+                }
+            };
             let mut ov: *mut OrtValue = ptr::null_mut();
             // SAFETY: ctx is valid; ORT allocates output j with these dims.
             ort.check("KernelContext_GetOutput", unsafe {
                 (ort.api.KernelContext_GetOutput)(ctx, j, dims.as_ptr(), dims.len(), &mut ov)
             })?;
-            if t.nbytes() == 0 {
+            if nbytes == 0 {
                 continue;
             }
             let mut data: *mut c_void = ptr::null_mut();
@@ -465,13 +574,30 @@ impl Kernel {
             if data.is_null() {
                 return Err(EpError::Null("output data"));
             }
-            // SAFETY: ORT's output holds exactly t.nbytes() bytes (the dtype and shape ORT
-            // declared, checked equal to npurt's at GetCapability), distinct from npurt's.
-            let dst = unsafe { std::slice::from_raw_parts_mut(data.cast::<u8>(), t.nbytes()) };
-            write_output(t, dst).map_err(|e| npurt_err(format!("output {name:?}"), e))?;
+            // SAFETY: ORT's output holds exactly nbytes bytes: these dims, and the dtype ORT
+            // declared, checked equal to npurt's when the group was walked; distinct from npurt's.
+            let dst = unsafe { std::slice::from_raw_parts_mut(data.cast::<u8>(), nbytes) };
+            match out {
+                Out::Graph(k) => write_output(&outs[*k], dst).map_err(|e| npurt_err(format!("output {name:?}"), e))?,
+                Out::Host(h) => write_host(h, dst)?,
+            }
         }
         Ok(())
     }
+}
+
+/// Writes a folded value's elements as its element type's bytes.
+fn write_host(h: &HostValue, dst: &mut [u8]) -> Result<(), EpError> {
+    match ops::operand_dtype(h.elem) {
+        Some(DType::I64) => dst.copy_from_slice(bytemuck::cast_slice(&h.data)),
+        Some(DType::I32) => {
+            let v: Vec<i32> = h.data.iter().map(|&x| x as i32).collect();
+            dst.copy_from_slice(bytemuck::cast_slice(&v));
+        }
+        Some(DType::U8) => dst.iter_mut().zip(&h.data).for_each(|(d, &x)| *d = x as u8),
+        _ => return Err(EpError::Graph(format!("a folded output of element type {}", h.elem))),
+    }
+    Ok(())
 }
 
 /// Copies a tensor's elements into `dst` (its bytes, in logical order): straight from npurt's
@@ -561,6 +687,10 @@ mod tests {
         }
     }
 
+    fn metas(f: &NodeInfo) -> Vec<TensorMeta> {
+        f.inputs.iter().flatten().map(|v| static_meta(v).unwrap()).collect()
+    }
+
     fn weights(v: &ValueMeta) -> Result<HostTensor, EpError> {
         let n: i64 = v.dims.as_ref().unwrap().iter().product();
         Ok(HostTensor::from_vec(vec![n as usize], vec![1f32; n as usize]).unwrap())
@@ -573,10 +703,10 @@ mod tests {
             node("Add", vec![value("r", &[4], false), value("w", &[4], true)], value("z", &[4], false)),
         ];
         let f = fused(vec![value("x", &[4], false)], vec![value("z", &[4], false)]);
-        let b = build_graph(&f, &nodes, &mut weights).unwrap();
+        let b = build_graph(&f, &nodes, &metas(&f), ops::Bindings::new(), &mut weights).unwrap();
         assert_eq!(b.graph.nodes.len(), 2);
         assert_eq!(b.graph.inputs.len(), 1);
-        assert_eq!(b.outputs, vec!["z".to_string()]);
+        assert!(matches!(b.outputs[..], [Out::Graph(0)]));
         assert!(
             b.graph.values.iter().any(|v| v.name == "w" && matches!(v.kind, runtime::graph::ValueKind::Constant(_)))
         );
@@ -591,18 +721,39 @@ mod tests {
             node("Add", vec![value("r", &[2, 3], false), value("y", &[2, 3], false)], value("z", &[2, 3], false)),
         ];
         let f = fused(vec![value("x", &[4], false), value("y", &[2, 3], false)], vec![value("z", &[2, 3], false)]);
-        let e = build_graph(&f, &nodes, &mut weights).unwrap_err().to_string();
+        let e = build_graph(&f, &nodes, &metas(&f), ops::Bindings::new(), &mut weights).unwrap_err().to_string();
         for part in ["NpurtExecutionProvider_0", "\"z\" (Add)", "\"r\" f32 [4]", "\"y\" f32 [2, 3]", "Add:"] {
             assert!(e.contains(part), "{part} not in {e}");
         }
         // An operand that nothing makes, and an op that is not npurt's.
         let nodes = [node("Relu", vec![value("q", &[4], false)], value("r", &[4], false))];
         let f = fused(vec![], vec![value("r", &[4], false)]);
-        let e = build_graph(&f, &nodes, &mut weights).unwrap_err().to_string();
+        let e = build_graph(&f, &nodes, &metas(&f), ops::Bindings::new(), &mut weights).unwrap_err().to_string();
         assert!(e.contains("\"r\" (Relu)") && e.contains("\"q\" comes from nowhere"), "{e}");
         let nodes = [node("Conv", vec![value("x", &[4], false)], value("c", &[4], false))];
         let f = fused(vec![value("x", &[4], false)], vec![value("c", &[4], false)]);
-        let e = build_graph(&f, &nodes, &mut weights).unwrap_err().to_string();
+        let e = build_graph(&f, &nodes, &metas(&f), ops::Bindings::new(), &mut weights).unwrap_err().to_string();
         assert!(e.contains("\"c\" (Conv) is not npurt's"), "{e}");
+    }
+
+    #[test]
+    fn a_folded_value_is_a_host_output_and_a_constant_of_the_graph() {
+        // s = Shape(x); y = Reshape(x, Concat(s[0..1], [-1])); both s and y leave the group.
+        let int = |name: &str, n: i64| Some(ValueMeta { elem: 7, ..value(name, &[n], false).unwrap() });
+        let k = Some(ValueMeta { data: Some(vec![-1]), constant: true, ..int("k", 1).unwrap() });
+        let mut shape = node("Shape", vec![value("x", &[2, 3, 4], false)], int("s", 3));
+        shape.since_version = 15;
+        shape.attrs.insert("end".into(), crate::graph::Attr::Int(1));
+        let mut cat = node("Concat", vec![int("s", 1), k], int("t", 2));
+        cat.attrs.insert("axis".into(), crate::graph::Attr::Int(0));
+        shape.outputs = vec![int("s", 1)];
+        let reshape = node("Reshape", vec![value("x", &[2, 3, 4], false), int("t", 2)], value("y", &[2, 12], false));
+        let f = fused(vec![value("x", &[2, 3, 4], false)], vec![int("s", 1), value("y", &[2, 12], false)]);
+        let b = build_graph(&f, &[shape, cat, reshape], &metas(&f), ops::Bindings::new(), &mut weights).unwrap();
+        assert_eq!(b.graph.nodes.len(), 1, "only the Reshape is npurt's");
+        match &b.outputs[..] {
+            [Out::Host(h), Out::Graph(0)] => assert_eq!(h.data, vec![2]),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -505,8 +505,6 @@ def test_attention_heads_split_by_reshape_run_on_npurt_at_any_batch(registered):
 
 
 DECLINED = {
-    # ONNX promotes a 1-D MatMul operand; npurt does not.
-    "MatMul 1-D": lambda: _one("MatMul", [(3,), (3, 4)], (4,)),
     # Softmax before opset 13 flattens around the axis.
     "Softmax opset 11": lambda: _one("Softmax", [(2, 3, 4)], (2, 3, 4), opset=11),
     # npurt's LayerNorm needs a bias and normalises the last axis only.

@@ -1,29 +1,37 @@
 //! Which ONNX nodes npurt computes exactly as ONNX does, and the npurt [`Op`] each becomes.
 //!
-//! A node is claimed when (1) its op type, in the default ONNX domain, names through npurt's
-//! op-name table (`runtime::op::names`, the ONNX spellings) a kind listed in [`CLAIMED`], at an
-//! opset whose semantics npurt follows; (2) every attribute is one npurt maps, with a value
-//! npurt computes as ONNX does (docs/OPS.md: where npurt offers less, the node stays on ORT);
-//! (3) its tensors are f32 or f16 (any of npurt's six dtypes at a `Cast`'s ends) with static
-//! shapes, or symbolic dims that are named (see [`map_node`]); and (4) npurt's own validation ([`Op::infer`], the op table's) accepts the operands
-//! and infers exactly the output dtypes and shapes ORT declares. Anything else is a
-//! [`Decline`] with the reason, which the session's verbose log shows. The EP then also asks
-//! the backend for a kernel (`Runtime::select_kernel`, in `crate::ep::claim`).
+//! A node maps ([`map_concrete`]) when (1) its op type, in the default ONNX domain, names
+//! through npurt's op-name table (`runtime::op::names`, the ONNX spellings) a kind listed in
+//! [`CLAIMED`], or is one of the [`RESHAPES`], at an opset whose semantics npurt follows;
+//! (2) every attribute is one npurt maps, with a value npurt computes as ONNX does (docs/OPS.md:
+//! where npurt offers less, the node stays on ORT); (3) its tensors have dtypes the op claims
+//! (f32 or f16 for arithmetic; see `check_dtypes`) and concrete dims; and (4) npurt's own
+//! validation ([`Op::infer`], the op table's) accepts the operands. Anything else is a
+//! [`Decline`] with the reason, which the session's verbose log shows.
+//!
+//! `GetCapability` does not map nodes one by one: [`walk`] gives every value of the graph its
+//! dims, folds shape subgraphs on the host ([`fold`]), checks the outputs against ORT's
+//! declarations, and asks the backend for a kernel (`Runtime::select_kernel`, in
+//! `crate::ep::claim`). [`map_node`] is the per-node check with ORT's declared dims alone.
 
 use std::collections::HashMap;
 
 use runtime::op::names;
 use runtime::{DType, GeluApprox, Op, OpKind, Shape, TensorMeta};
 
+pub use base::Decline;
+use base::{Attrs, decline};
+
 use crate::graph::{Attr, NodeInfo, ValueMeta};
 
-/// Why a node stays on ORT.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decline(pub String);
+mod base;
+pub mod fold;
+mod shape;
+pub mod walk;
 
 /// The ONNX ops claimed: the spelling, the npurt kind the op-name table maps it to, and the
 /// first opset version with the semantics npurt implements.
-pub const CLAIMED: [(&str, OpKind, i32); 18] = [
+pub const CLAIMED: [(&str, OpKind, i32); 23] = [
     ("Relu", OpKind::Relu, 6),
     ("Add", OpKind::Add, 7),
     ("Sub", OpKind::Sub, 7),
@@ -45,14 +53,39 @@ pub const CLAIMED: [(&str, OpKind, i32); 18] = [
     // The shape is an input from opset 5 on; it must be a constant (npurt's is an attribute).
     ("Reshape", OpKind::Reshape, 5),
     ("Identity", OpKind::Copy, 1),
+    ("Neg", OpKind::Neg, 6),
+    ("Sigmoid", OpKind::Sigmoid, 6),
+    // Base and exponent of one float dtype (checked with the operands).
+    ("Pow", OpKind::Pow, 7),
+    // ONNX's bool output is npurt's u8 (0 or 1, the same bytes).
+    ("Equal", OpKind::Equal, 7),
+    // Negative indices count from the end from opset 11 on, as npurt's Gather does.
+    ("Gather", OpKind::Gather, 11),
 ];
+
+/// ONNX ops that npurt's op-name table does not name but that are a reshape of their first
+/// input, claimed as npurt's `Reshape` to the shape ORT's operands make: the op and the
+/// first opset whose semantics the mapping follows (negative axes from 11 on).
+pub const RESHAPES: [(&str, i32); 3] = [("Unsqueeze", 11), ("Squeeze", 11), ("Flatten", 11)];
 
 /// The dtypes claimed for every op but `Cast`. bf16 is not: ORT's CPU EP, the reference,
 /// has almost no bf16 kernels.
 pub const FLOATS: [DType; 2] = [DType::F32, DType::F16];
 
-/// npurt's dtype for an ONNX element type (`ONNXTensorElementDataType`); `None` for the
-/// ones npurt has not (bool included: npurt's u8 is not ONNX's bool).
+/// npurt's dtype for a tensor of ONNX element type `elem` that a node reads or writes: as
+/// [`dtype_of`], and ONNX's bool (9) as npurt's u8, whose 0 and 1 are the same bytes. Sound
+/// because no claimed op reads a bool other than as its 0/1 bytes (Cast from bool gives 0
+/// or 1, a reshape moves bytes, Equal compares them) and none writes one but Equal.
+pub fn operand_dtype(elem: i32) -> Option<DType> {
+    if elem == BOOL { Some(DType::U8) } else { dtype_of(elem) }
+}
+
+/// ONNX's element type of bool.
+pub const BOOL: i32 = 9;
+
+/// npurt's dtype for an ONNX element type (`ONNXTensorElementDataType`) as a value type, such
+/// as a Cast's `to`; `None` for the ones npurt has not (bool included: a Cast to bool is
+/// `x != 0`, npurt's Cast to u8 truncates).
 pub fn dtype_of(elem: i32) -> Option<DType> {
     match elem {
         1 => Some(DType::F32),
@@ -65,14 +98,16 @@ pub fn dtype_of(elem: i32) -> Option<DType> {
     }
 }
 
-fn decline<T>(msg: impl Into<String>) -> Result<T, Decline> {
-    Err(Decline(msg.into()))
-}
-
 /// The claimed entry of `node`'s op: by the op-name table, in the exact ONNX spelling.
 fn claimed_kind(node: &NodeInfo) -> Result<OpKind, Decline> {
     if !node.is_onnx() {
         return decline(format!("domain {:?} is not ONNX's", node.domain));
+    }
+    if let Some(&(_, since)) = RESHAPES.iter().find(|(n, _)| *n == node.op_type) {
+        if node.since_version < since {
+            return decline(format!("opset {} semantics (npurt follows from opset {since})", node.since_version));
+        }
+        return Ok(OpKind::Reshape);
     }
     let Some(kind) = names::lookup(&node.op_type) else {
         return decline("not in npurt's op table");
@@ -89,48 +124,6 @@ fn claimed_kind(node: &NodeInfo) -> Result<OpKind, Decline> {
     Ok(kind)
 }
 
-/// Attribute readers that refuse any attribute the mapping does not know.
-struct Attrs<'a> {
-    map: &'a HashMap<String, Attr>,
-}
-
-impl Attrs<'_> {
-    fn only(&self, known: &[&str]) -> Result<(), Decline> {
-        match self.map.keys().find(|k| !known.contains(&k.as_str())) {
-            Some(k) => decline(format!("attribute `{k}` is not mapped")),
-            None => Ok(()),
-        }
-    }
-    fn int(&self, name: &str, default: i64) -> Result<i64, Decline> {
-        match self.map.get(name) {
-            None => Ok(default),
-            Some(Attr::Int(v)) => Ok(*v),
-            Some(_) => decline(format!("attribute `{name}` is not an int")),
-        }
-    }
-    fn float(&self, name: &str, default: f32) -> Result<f32, Decline> {
-        match self.map.get(name) {
-            None => Ok(default),
-            Some(Attr::Float(v)) => Ok(*v),
-            Some(_) => decline(format!("attribute `{name}` is not a float")),
-        }
-    }
-    fn string(&self, name: &str, default: &str) -> Result<String, Decline> {
-        match self.map.get(name) {
-            None => Ok(default.to_string()),
-            Some(Attr::String(v)) => Ok(v.clone()),
-            Some(_) => decline(format!("attribute `{name}` is not a string")),
-        }
-    }
-    fn flag(&self, name: &str) -> Result<bool, Decline> {
-        match self.int(name, 0)? {
-            0 => Ok(false),
-            1 => Ok(true),
-            v => decline(format!("attribute `{name}` = {v}")),
-        }
-    }
-}
-
 /// The npurt op for a node whose kind is claimed, from its attributes; `first` is the first
 /// input's meta.
 fn op_for(kind: OpKind, node: &NodeInfo, first: Option<&TensorMeta>) -> Result<Op, Decline> {
@@ -145,7 +138,11 @@ fn op_for(kind: OpKind, node: &NodeInfo, first: Option<&TensorMeta>) -> Result<O
         | OpKind::Tanh
         | OpKind::Exp
         | OpKind::Sqrt
-        | OpKind::Erf => {
+        | OpKind::Erf
+        | OpKind::Neg
+        | OpKind::Sigmoid
+        | OpKind::Pow
+        | OpKind::Equal => {
             a.only(&[])?;
             match kind {
                 OpKind::Relu => Op::Relu,
@@ -156,6 +153,10 @@ fn op_for(kind: OpKind, node: &NodeInfo, first: Option<&TensorMeta>) -> Result<O
                 OpKind::Tanh => Op::Tanh,
                 OpKind::Exp => Op::Exp,
                 OpKind::Sqrt => Op::Sqrt,
+                OpKind::Neg => Op::Neg,
+                OpKind::Sigmoid => Op::Sigmoid,
+                OpKind::Pow => Op::Pow,
+                OpKind::Equal => Op::Equal,
                 _ => Op::Erf,
             }
         }
@@ -182,7 +183,17 @@ fn op_for(kind: OpKind, node: &NodeInfo, first: Option<&TensorMeta>) -> Result<O
             Op::Gemm { trans_a, trans_b, alpha: a.float("alpha", 1.0)?, beta: a.float("beta", 1.0)? }
         }
         OpKind::LayerNorm => layer_norm(node, &a, rank)?,
-        OpKind::Reshape => reshape(node, &a, first)?,
+        OpKind::Reshape if node.op_type == "Reshape" => reshape(node, &a, first)?,
+        OpKind::Reshape => shape::reshape_like(node, &a, first)?,
+        OpKind::Gather => {
+            a.only(&["axis"])?;
+            let axis = a.int("axis", 0)?;
+            let axis = if axis < 0 { axis + rank as i64 } else { axis };
+            match usize::try_from(axis) {
+                Ok(axis) if axis < rank.max(1) => Op::Gather { axis },
+                _ => return decline(format!("attribute `axis` = {} for rank {rank}", a.int("axis", 0)?)),
+            }
+        }
         OpKind::Copy => {
             a.only(&[])?;
             Op::Copy
@@ -255,8 +266,8 @@ fn reshape(node: &NodeInfo, a: &Attrs<'_>, first: Option<&TensorMeta>) -> Result
 }
 
 /// The operand's npurt meta: a known dtype and static dims.
-fn meta_of(v: &ValueMeta) -> Result<TensorMeta, Decline> {
-    let Some(dtype) = dtype_of(v.elem) else {
+pub fn meta_of(v: &ValueMeta) -> Result<TensorMeta, Decline> {
+    let Some(dtype) = operand_dtype(v.elem) else {
         return decline(format!("{:?} has ONNX element type {}", v.name, v.elem));
     };
     match &v.dims {
@@ -272,7 +283,13 @@ fn meta_of(v: &ValueMeta) -> Result<TensorMeta, Decline> {
 #[derive(Debug, Clone)]
 pub struct Mapped {
     pub op: Op,
+    /// The operands' metas as the op sees them (after [`Mapped::pre`]).
     pub inputs: Vec<TensorMeta>,
+    /// Per operand, the shape it is reshaped to before the op (a 1-D MatMul operand, as
+    /// ONNX promotes it); empty when none is.
+    pub pre: Vec<Option<Vec<isize>>>,
+    /// The shape the op's output is reshaped to (the dims a 1-D MatMul operand added).
+    pub post: Option<Vec<isize>>,
 }
 
 /// Values of symbolic dims (`dim_param` names).
@@ -305,11 +322,12 @@ pub fn concretize(node: &NodeInfo, b: &Bindings) -> Result<NodeInfo, Decline> {
 }
 
 /// Binds the symbolic dims of `declared` to the dims of `actual` (a tensor ORT feeds),
-/// checking its dtype, its rank, its fixed dims and the symbols bound already.
+/// checking its dtype, its rank, its fixed dims and the symbols bound already; an unnamed
+/// unknown dim takes the tensor's.
 pub fn bind(declared: &ValueMeta, actual: &TensorMeta, b: &mut Bindings) -> Result<(), String> {
     let dims = declared.dims.as_deref().unwrap_or(&[]);
     let want = format!("{:?} is declared {} {dims:?}, got {actual}", declared.name, declared.elem);
-    if dtype_of(declared.elem) != Some(actual.dtype) || dims.len() != actual.shape.rank() {
+    if operand_dtype(declared.elem) != Some(actual.dtype) || dims.len() != actual.shape.rank() {
         return Err(want);
     }
     for (i, (&d, &got)) in dims.iter().zip(actual.shape.dims()).enumerate() {
@@ -319,7 +337,9 @@ pub fn bind(declared: &ValueMeta, actual: &TensorMeta, b: &mut Bindings) -> Resu
             }
             continue;
         }
-        let Some(sym) = declared.symbol(i) else { return Err(format!("{want}: dim {i} is unnamed")) };
+        // An unnamed dim (ORT could not infer it) takes the tensor's: the group is walked
+        // again with the dims fed, as when it was claimed with the dims the walk made.
+        let Some(sym) = declared.symbol(i) else { continue };
         match b.get(sym) {
             Some(&v) if v != got => return Err(format!("{want}: `{sym}` is {v} elsewhere")),
             Some(_) => {}
@@ -331,8 +351,8 @@ pub fn bind(declared: &ValueMeta, actual: &TensorMeta, b: &mut Bindings) -> Resu
     Ok(())
 }
 
-/// Decides whether npurt claims `node`; on success the npurt op and its input metas. A node
-/// with symbolic dims is claimed when every unknown dim is named, its outputs' names all
+/// Whether `node` maps with ORT's declared dims alone (no graph around it); on success the npurt
+/// op and its input metas. A node with symbolic dims maps when every unknown dim is named, its outputs' names all
 /// appear in its inputs, and it maps with static shapes under two different sets of distinct
 /// values for the names (its metas are those of the first).
 pub fn map_node(node: &NodeInfo) -> Result<Mapped, Decline> {
@@ -366,193 +386,71 @@ pub fn map_node(node: &NodeInfo) -> Result<Mapped, Decline> {
     first.ok_or_else(|| Decline("no probe".into()))
 }
 
-/// [`map_node`] for a node whose every operand has static dims.
+/// [`map_node`] for a node whose every operand has static dims: [`map_concrete`], and ORT's
+/// declared outputs exactly the inferred ones.
 fn map_static(node: &NodeInfo) -> Result<Mapped, Decline> {
-    let kind = claimed_kind(node)?;
-    // Optional inputs are trailing for every claimed op: the present ones, in order.
-    let present: Vec<&ValueMeta> = node.inputs.iter().map_while(Option::as_ref).collect();
-    if present.len() != node.inputs.iter().flatten().count() {
-        return decline("an optional input is missing before a present one");
-    }
-    // A Reshape's second input, its shape, becomes the op's attribute.
-    let operands = if kind == OpKind::Reshape { &present[..present.len().min(1)] } else { &present[..] };
-    let inputs = operands.iter().map(|v| meta_of(v)).collect::<Result<Vec<_>, _>>()?;
+    let (m, inferred) = map_concrete(node)?;
     let outputs: Vec<&ValueMeta> = node.outputs.iter().flatten().collect();
-    let op = op_for(kind, node, inputs.first())?;
-    let floats_only = kind != OpKind::Cast;
-    for (v, m) in operands.iter().zip(&inputs) {
-        if floats_only && !FLOATS.contains(&m.dtype) {
-            return decline(format!("{:?} is {} (claimed: f32, f16)", v.name, m.dtype));
-        }
-    }
-    let inferred = op.infer(&inputs).map_err(|e| Decline(format!("npurt refuses it: {e}")))?;
-    if inferred.len() != outputs.len() {
-        return decline(format!("{} output(s), npurt gives {}", outputs.len(), inferred.len()));
-    }
     for (v, m) in outputs.iter().zip(&inferred) {
         let declared = meta_of(v)?;
         if declared != *m {
             return decline(format!("ORT declares {:?} as {declared}, npurt infers {m}", v.name));
         }
     }
-    Ok(Mapped { op, inputs })
+    Ok(m)
+}
+
+/// The dtypes npurt computes as ONNX does for `kind`'s operands.
+fn check_dtypes(kind: OpKind, operands: &[&ValueMeta], inputs: &[TensorMeta]) -> Result<(), Decline> {
+    let allowed: &[DType] = match kind {
+        // Moves or converts bytes: any dtype.
+        OpKind::Cast | OpKind::Reshape | OpKind::Copy => return Ok(()),
+        OpKind::Equal => &[DType::F32, DType::F16, DType::I32, DType::I64, DType::U8],
+        _ => &FLOATS,
+    };
+    for (k, (v, m)) in operands.iter().zip(inputs).enumerate() {
+        let ok = if kind == OpKind::Gather && k == 1 {
+            matches!(m.dtype, DType::I32 | DType::I64)
+        } else {
+            allowed.contains(&m.dtype)
+        };
+        if !ok {
+            return decline(format!("{:?} is {} (claimed: {allowed:?})", v.name, m.dtype));
+        }
+    }
+    Ok(())
+}
+
+/// Maps a node whose operands have static dims and returns, besides the mapping, the
+/// output metas npurt infers (ORT's declared ones are not checked here).
+pub fn map_concrete(node: &NodeInfo) -> Result<(Mapped, Vec<TensorMeta>), Decline> {
+    let kind = claimed_kind(node)?;
+    // Optional inputs are trailing for every claimed op: the present ones, in order.
+    let present: Vec<&ValueMeta> = node.inputs.iter().map_while(Option::as_ref).collect();
+    if present.len() != node.inputs.iter().flatten().count() {
+        return decline("an optional input is missing before a present one");
+    }
+    // A Reshape's second input (its shape, or the axes of an Unsqueeze or Squeeze) becomes
+    // the op's attribute.
+    let operands = if kind == OpKind::Reshape { &present[..present.len().min(1)] } else { &present[..] };
+    let inputs = operands.iter().map(|v| meta_of(v)).collect::<Result<Vec<_>, _>>()?;
+    let outputs: Vec<&ValueMeta> = node.outputs.iter().flatten().collect();
+    let op = op_for(kind, node, inputs.first())?;
+    check_dtypes(kind, operands, &inputs)?;
+    let (pre, post, shaped) = shape::promote_matmul(&op, &inputs)?;
+    let mut inferred = op.infer(&shaped).map_err(|e| {
+        let named: Vec<String> = operands.iter().zip(&shaped).map(|(v, m)| format!("{:?} {m}", v.name)).collect();
+        Decline(format!("npurt refuses it with operands [{}]: {e}", named.join(", ")))
+    })?;
+    if let (Some(post), Some(out)) = (&post, inferred.first_mut()) {
+        let dims: Vec<usize> = post.iter().map(|&d| d as usize).collect();
+        out.shape = Shape::from(dims);
+    }
+    if inferred.len() != outputs.len() {
+        return decline(format!("{} output(s), npurt gives {}", outputs.len(), inferred.len()));
+    }
+    Ok((Mapped { op, inputs: shaped, pre, post }, inferred))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn value(name: &str, elem: i32, dims: &[i64]) -> Option<ValueMeta> {
-        Some(ValueMeta {
-            name: name.into(),
-            elem,
-            dims: Some(dims.to_vec()),
-            symbols: vec![],
-            constant: false,
-            data: None,
-            handle: std::ptr::null(),
-        })
-    }
-
-    fn node(op: &str, since: i32, inputs: Vec<Option<ValueMeta>>, out: &[i64]) -> NodeInfo {
-        NodeInfo {
-            node: std::ptr::null(),
-            name: "n".into(),
-            op_type: op.into(),
-            domain: String::new(),
-            since_version: since,
-            inputs,
-            outputs: vec![value("y", 1, out)],
-            attrs: HashMap::new(),
-        }
-    }
-
-    #[test]
-    fn every_claimed_spelling_is_the_op_name_tables() {
-        for (onnx, kind, _) in CLAIMED {
-            assert_eq!(names::lookup(onnx), Some(kind), "{onnx}");
-        }
-    }
-
-    #[test]
-    fn claims_f32_static_nodes_that_npurt_validates() {
-        let n = node("Add", 14, vec![value("a", 1, &[2, 3]), value("b", 1, &[3])], &[2, 3]);
-        assert_eq!(map_node(&n).unwrap().op, Op::Add);
-        let n = node("MatMul", 13, vec![value("a", 1, &[2, 3]), value("b", 1, &[3, 4])], &[2, 4]);
-        assert!(map_node(&n).is_ok());
-        let mut n = node("Relu", 14, vec![value("a", 10, &[3])], &[3]);
-        n.outputs = vec![value("y", 10, &[3])];
-        assert!(map_node(&n).is_ok(), "f16");
-    }
-
-    #[test]
-    fn declines_what_npurt_computes_differently_or_not_at_all() {
-        let cases = [
-            // 1-D MatMul operand (ONNX promotes, npurt does not).
-            node("MatMul", 13, vec![value("a", 1, &[3]), value("b", 1, &[3, 4])], &[4]),
-            // Symbolic dim.
-            node("Relu", 14, vec![value("a", 1, &[-1, 3])], &[-1, 3]),
-            // Not f32 or f16.
-            node("Relu", 14, vec![value("a", 11, &[3])], &[3]),
-            node("Relu", 14, vec![value("a", 16, &[3])], &[3]),
-            // Softmax before opset 13.
-            node("Softmax", 11, vec![value("a", 1, &[2, 3])], &[2, 3]),
-            // Not in the table, or not claimed.
-            node("Conv", 11, vec![value("a", 1, &[1, 1, 3, 3])], &[1, 1, 3, 3]),
-            // A Reshape whose shape is not a constant.
-            node("Reshape", 14, vec![value("a", 1, &[6]), value("s", 7, &[2])], &[2, 3]),
-            // Not the ONNX spelling.
-            node("relu", 14, vec![value("a", 1, &[3])], &[3]),
-            // Output shape differs from what npurt infers.
-            node("Add", 14, vec![value("a", 1, &[2, 3]), value("b", 1, &[3])], &[3, 2]),
-            // LayerNormalization without bias.
-            node("LayerNormalization", 17, vec![value("x", 1, &[2, 4]), value("s", 1, &[4])], &[2, 4]),
-        ];
-        for n in cases {
-            assert!(map_node(&n).is_err(), "{n:?}");
-        }
-    }
-
-    fn sym(name: &str, dims: &[i64], symbols: &[&str]) -> Option<ValueMeta> {
-        let mut v = value(name, 1, dims).unwrap();
-        v.symbols = symbols.iter().map(|s| s.to_string()).collect();
-        Some(v)
-    }
-
-    #[test]
-    fn named_symbolic_dims_are_claimed_and_bound_per_run() {
-        let mut n = node("MatMul", 13, vec![sym("a", &[-1, -1, 3], &["b", "s", ""]), value("w", 1, &[3, 4])], &[]);
-        n.outputs = vec![sym("y", &[-1, -1, 4], &["b", "s", ""])];
-        assert!(map_node(&n).is_ok());
-        // Bound from the tensors ORT feeds, then made static.
-        let mut b = Bindings::new();
-        let a = n.inputs[0].as_ref().unwrap();
-        bind(a, &TensorMeta::new(DType::F32, [2, 5, 3]), &mut b).unwrap();
-        let c = concretize(&n, &b).unwrap();
-        assert_eq!(c.outputs[0].as_ref().unwrap().dims, Some(vec![2, 5, 4]));
-        assert!(map_node(&c).is_ok());
-        // A bound symbol must agree, fixed dims must match, dtypes too.
-        assert!(bind(a, &TensorMeta::new(DType::F32, [3, 5, 3]), &mut b).is_err());
-        assert!(bind(a, &TensorMeta::new(DType::F32, [2, 5, 4]), &mut Bindings::new()).is_err());
-        assert!(bind(a, &TensorMeta::new(DType::F16, [2, 5, 3]), &mut Bindings::new()).is_err());
-    }
-
-    #[test]
-    fn symbolic_dims_npurt_cannot_relate_are_declined() {
-        // An output dim no input names (ORT's `unk__0` after a broadcast of two symbols).
-        let mut n = node("Add", 14, vec![sym("a", &[-1], &["n"]), sym("b", &[-1], &["m"])], &[]);
-        n.outputs = vec![sym("y", &[-1], &["unk__0"])];
-        assert!(map_node(&n).is_err());
-        // Two symbols that only broadcast if equal or 1.
-        n.outputs = vec![sym("y", &[-1], &["n"])];
-        assert!(map_node(&n).is_err());
-        // A symbol against a fixed dim.
-        let mut n = node("Add", 14, vec![sym("a", &[-1], &["n"]), value("b", 1, &[5])], &[]);
-        n.outputs = vec![value("y", 1, &[5])];
-        assert!(map_node(&n).is_err());
-    }
-
-    #[test]
-    fn reshape_takes_its_constant_shape_with_onnx_zeros() {
-        let shape = |v: &[i64]| {
-            Some(ValueMeta { constant: true, data: Some(v.to_vec()), ..value("s", 7, &[v.len() as i64]).unwrap() })
-        };
-        // ONNX's 0 copies the input's dim (npurt's would be a zero-size dim).
-        let n = node("Reshape", 14, vec![value("a", 1, &[2, 3, 4]), shape(&[0, -1])], &[2, 12]);
-        let m = map_node(&n).unwrap();
-        assert_eq!(m.op, Op::Reshape { shape: vec![2, -1] });
-        assert_eq!(m.inputs.len(), 1, "the shape is not an operand");
-        let mut z = n.clone();
-        z.attrs.insert("allowzero".into(), Attr::Int(1));
-        assert!(map_node(&z).is_err());
-        let n = node("Reshape", 14, vec![value("a", 1, &[2, 3, 4]), shape(&[4, 0, 2])], &[4, 3, 2]);
-        assert_eq!(map_node(&n).unwrap().op, Op::Reshape { shape: vec![4, 3, 2] });
-    }
-
-    #[test]
-    fn attributes_map_or_decline() {
-        let mut n = node("Softmax", 13, vec![value("a", 1, &[2, 3])], &[2, 3]);
-        n.attrs.insert("axis".into(), Attr::Int(0));
-        assert_eq!(map_node(&n).unwrap().op, Op::Softmax { axis: 0 });
-        n.attrs.insert("unknown".into(), Attr::Int(0));
-        assert!(map_node(&n).unwrap_err().0.contains("unknown"));
-        let mut g = node("Gelu", 20, vec![value("a", 1, &[3])], &[3]);
-        g.attrs.insert("approximate".into(), Attr::String("tanh".into()));
-        assert_eq!(map_node(&g).unwrap().op, Op::Gelu(GeluApprox::Tanh));
-        let mut ln = node(
-            "LayerNormalization",
-            17,
-            vec![value("x", 1, &[2, 4]), value("s", 1, &[4]), value("b", 1, &[4])],
-            &[2, 4],
-        );
-        assert!(map_node(&ln).is_ok());
-        ln.attrs.insert("axis".into(), Attr::Int(0));
-        assert!(map_node(&ln).is_err());
-        let mut c = node("Cast", 19, vec![value("a", 1, &[3])], &[3]);
-        c.outputs = vec![value("y", 7, &[3])];
-        c.attrs.insert("to".into(), Attr::Int(7));
-        assert_eq!(map_node(&c).unwrap().op, Op::Cast { to: DType::I64 });
-        c.attrs.insert("to".into(), Attr::Int(9));
-        assert!(map_node(&c).is_err(), "bool is not npurt's u8");
-    }
-}
+mod tests;

@@ -1,0 +1,218 @@
+use super::*;
+
+fn value(name: &str, elem: i32, dims: &[i64]) -> Option<ValueMeta> {
+    Some(ValueMeta {
+        name: name.into(),
+        elem,
+        dims: Some(dims.to_vec()),
+        symbols: vec![],
+        constant: false,
+        data: None,
+        handle: std::ptr::null(),
+    })
+}
+
+fn node(op: &str, since: i32, inputs: Vec<Option<ValueMeta>>, out: &[i64]) -> NodeInfo {
+    NodeInfo {
+        node: std::ptr::null(),
+        name: "n".into(),
+        op_type: op.into(),
+        domain: String::new(),
+        since_version: since,
+        inputs,
+        outputs: vec![value("y", 1, out)],
+        attrs: HashMap::new(),
+    }
+}
+
+#[test]
+fn every_claimed_spelling_is_the_op_name_tables() {
+    for (onnx, kind, _) in CLAIMED {
+        assert_eq!(names::lookup(onnx), Some(kind), "{onnx}");
+    }
+}
+
+#[test]
+fn claims_f32_static_nodes_that_npurt_validates() {
+    let n = node("Add", 14, vec![value("a", 1, &[2, 3]), value("b", 1, &[3])], &[2, 3]);
+    assert_eq!(map_node(&n).unwrap().op, Op::Add);
+    let n = node("MatMul", 13, vec![value("a", 1, &[2, 3]), value("b", 1, &[3, 4])], &[2, 4]);
+    assert!(map_node(&n).is_ok());
+    let mut n = node("Relu", 14, vec![value("a", 10, &[3])], &[3]);
+    n.outputs = vec![value("y", 10, &[3])];
+    assert!(map_node(&n).is_ok(), "f16");
+}
+
+#[test]
+fn declines_what_npurt_computes_differently_or_not_at_all() {
+    let cases = [
+        // 1-D MatMul operand whose promoted product ORT declares otherwise.
+        node("MatMul", 13, vec![value("a", 1, &[3]), value("b", 1, &[3, 4])], &[1, 4]),
+        // Symbolic dim.
+        node("Relu", 14, vec![value("a", 1, &[-1, 3])], &[-1, 3]),
+        // Not f32 or f16.
+        node("Relu", 14, vec![value("a", 11, &[3])], &[3]),
+        node("Relu", 14, vec![value("a", 16, &[3])], &[3]),
+        // Softmax before opset 13.
+        node("Softmax", 11, vec![value("a", 1, &[2, 3])], &[2, 3]),
+        // Not in the table, or not claimed.
+        node("Conv", 11, vec![value("a", 1, &[1, 1, 3, 3])], &[1, 1, 3, 3]),
+        // A Reshape whose shape is not a constant.
+        node("Reshape", 14, vec![value("a", 1, &[6]), value("s", 7, &[2])], &[2, 3]),
+        // Not the ONNX spelling.
+        node("relu", 14, vec![value("a", 1, &[3])], &[3]),
+        // Output shape differs from what npurt infers.
+        node("Add", 14, vec![value("a", 1, &[2, 3]), value("b", 1, &[3])], &[3, 2]),
+        // LayerNormalization without bias.
+        node("LayerNormalization", 17, vec![value("x", 1, &[2, 4]), value("s", 1, &[4])], &[2, 4]),
+    ];
+    for n in cases {
+        assert!(map_node(&n).is_err(), "{n:?}");
+    }
+}
+
+fn sym(name: &str, dims: &[i64], symbols: &[&str]) -> Option<ValueMeta> {
+    let mut v = value(name, 1, dims).unwrap();
+    v.symbols = symbols.iter().map(|s| s.to_string()).collect();
+    Some(v)
+}
+
+#[test]
+fn named_symbolic_dims_are_claimed_and_bound_per_run() {
+    let mut n = node("MatMul", 13, vec![sym("a", &[-1, -1, 3], &["b", "s", ""]), value("w", 1, &[3, 4])], &[]);
+    n.outputs = vec![sym("y", &[-1, -1, 4], &["b", "s", ""])];
+    assert!(map_node(&n).is_ok());
+    // Bound from the tensors ORT feeds, then made static.
+    let mut b = Bindings::new();
+    let a = n.inputs[0].as_ref().unwrap();
+    bind(a, &TensorMeta::new(DType::F32, [2, 5, 3]), &mut b).unwrap();
+    let c = concretize(&n, &b).unwrap();
+    assert_eq!(c.outputs[0].as_ref().unwrap().dims, Some(vec![2, 5, 4]));
+    assert!(map_node(&c).is_ok());
+    // A bound symbol must agree, fixed dims must match, dtypes too.
+    assert!(bind(a, &TensorMeta::new(DType::F32, [3, 5, 3]), &mut b).is_err());
+    assert!(bind(a, &TensorMeta::new(DType::F32, [2, 5, 4]), &mut Bindings::new()).is_err());
+    assert!(bind(a, &TensorMeta::new(DType::F16, [2, 5, 3]), &mut Bindings::new()).is_err());
+}
+
+#[test]
+fn symbolic_dims_npurt_cannot_relate_are_declined() {
+    // An output dim no input names (ORT's `unk__0` after a broadcast of two symbols).
+    let mut n = node("Add", 14, vec![sym("a", &[-1], &["n"]), sym("b", &[-1], &["m"])], &[]);
+    n.outputs = vec![sym("y", &[-1], &["unk__0"])];
+    assert!(map_node(&n).is_err());
+    // Two symbols that only broadcast if equal or 1.
+    n.outputs = vec![sym("y", &[-1], &["n"])];
+    assert!(map_node(&n).is_err());
+    // A symbol against a fixed dim.
+    let mut n = node("Add", 14, vec![sym("a", &[-1], &["n"]), value("b", 1, &[5])], &[]);
+    n.outputs = vec![value("y", 1, &[5])];
+    assert!(map_node(&n).is_err());
+}
+
+#[test]
+fn reshape_takes_its_constant_shape_with_onnx_zeros() {
+    let shape = |v: &[i64]| {
+        Some(ValueMeta { constant: true, data: Some(v.to_vec()), ..value("s", 7, &[v.len() as i64]).unwrap() })
+    };
+    // ONNX's 0 copies the input's dim (npurt's would be a zero-size dim).
+    let n = node("Reshape", 14, vec![value("a", 1, &[2, 3, 4]), shape(&[0, -1])], &[2, 12]);
+    let m = map_node(&n).unwrap();
+    assert_eq!(m.op, Op::Reshape { shape: vec![2, -1] });
+    assert_eq!(m.inputs.len(), 1, "the shape is not an operand");
+    let mut z = n.clone();
+    z.attrs.insert("allowzero".into(), Attr::Int(1));
+    assert!(map_node(&z).is_err());
+    let n = node("Reshape", 14, vec![value("a", 1, &[2, 3, 4]), shape(&[4, 0, 2])], &[4, 3, 2]);
+    assert_eq!(map_node(&n).unwrap().op, Op::Reshape { shape: vec![4, 3, 2] });
+}
+
+#[test]
+fn attributes_map_or_decline() {
+    let mut n = node("Softmax", 13, vec![value("a", 1, &[2, 3])], &[2, 3]);
+    n.attrs.insert("axis".into(), Attr::Int(0));
+    assert_eq!(map_node(&n).unwrap().op, Op::Softmax { axis: 0 });
+    n.attrs.insert("unknown".into(), Attr::Int(0));
+    assert!(map_node(&n).unwrap_err().0.contains("unknown"));
+    let mut g = node("Gelu", 20, vec![value("a", 1, &[3])], &[3]);
+    g.attrs.insert("approximate".into(), Attr::String("tanh".into()));
+    assert_eq!(map_node(&g).unwrap().op, Op::Gelu(GeluApprox::Tanh));
+    let mut ln =
+        node("LayerNormalization", 17, vec![value("x", 1, &[2, 4]), value("s", 1, &[4]), value("b", 1, &[4])], &[2, 4]);
+    assert!(map_node(&ln).is_ok());
+    ln.attrs.insert("axis".into(), Attr::Int(0));
+    assert!(map_node(&ln).is_err());
+    let mut c = node("Cast", 19, vec![value("a", 1, &[3])], &[3]);
+    c.outputs = vec![value("y", 7, &[3])];
+    c.attrs.insert("to".into(), Attr::Int(7));
+    assert_eq!(map_node(&c).unwrap().op, Op::Cast { to: DType::I64 });
+    c.attrs.insert("to".into(), Attr::Int(9));
+    assert!(map_node(&c).is_err(), "bool is not npurt's u8");
+}
+
+fn konst(name: &str, data: &[i64]) -> Option<ValueMeta> {
+    Some(ValueMeta { constant: true, data: Some(data.to_vec()), ..value(name, 7, &[data.len() as i64]).unwrap() })
+}
+
+#[test]
+fn the_ops_a_transformer_export_needs_are_claimed() {
+    for op in ["Neg", "Sigmoid"] {
+        assert!(map_node(&node(op, 13, vec![value("a", 1, &[2, 3])], &[2, 3])).is_ok(), "{op}");
+    }
+    let p = node("Pow", 15, vec![value("a", 1, &[2, 3]), value("b", 1, &[])], &[2, 3]);
+    assert_eq!(map_node(&p).unwrap().op, Op::Pow);
+    // An integer exponent (ONNX allows it, npurt does not).
+    assert!(map_node(&node("Pow", 15, vec![value("a", 1, &[2, 3]), value("b", 7, &[])], &[2, 3])).is_err());
+    // Equal's bool output is npurt's u8; i64 operands compare exactly.
+    let mut e = node("Equal", 13, vec![value("a", 7, &[2, 3]), value("b", 7, &[3])], &[]);
+    e.outputs = vec![value("y", BOOL, &[2, 3])];
+    assert_eq!(map_node(&e).unwrap().op, Op::Equal);
+    // A Cast to bool is not npurt's Cast to u8 (which truncates 0.5 to 0).
+    let mut c = node("Cast", 19, vec![value("a", 1, &[3])], &[]);
+    c.outputs = vec![value("y", BOOL, &[3])];
+    c.attrs.insert("to".into(), Attr::Int(BOOL as i64));
+    assert!(map_node(&c).is_err());
+    // Gather of f32 rows by i64 indices (negative ones wrap in npurt as in ONNX), any axis.
+    let g = node("Gather", 13, vec![value("w", 1, &[10, 4]), value("i", 7, &[2, 5])], &[2, 5, 4]);
+    assert_eq!(map_node(&g).unwrap().op, Op::Gather { axis: 0 });
+    let mut g = node("Gather", 13, vec![value("w", 1, &[10, 4]), value("i", 6, &[3])], &[10, 3]);
+    g.attrs.insert("axis".into(), Attr::Int(-1));
+    assert_eq!(map_node(&g).unwrap().op, Op::Gather { axis: 1 });
+    // Gather before opset 11 (negative indices undefined) is not claimed.
+    assert!(map_node(&node("Gather", 1, vec![value("w", 1, &[10, 4]), value("i", 7, &[2])], &[2, 4])).is_err());
+}
+
+#[test]
+fn unsqueeze_squeeze_and_flatten_are_reshapes_of_any_dtype() {
+    let mut u = node("Unsqueeze", 13, vec![value("m", 7, &[2, 5]), konst("ax", &[1, -2])], &[]);
+    u.outputs = vec![value("y", 7, &[2, 1, 1, 5])];
+    let m = map_node(&u).unwrap();
+    assert_eq!(m.op, Op::Reshape { shape: vec![2, 1, 1, 5] });
+    assert_eq!(m.inputs.len(), 1, "the axes are not an operand");
+    let s = node("Squeeze", 13, vec![value("x", 1, &[2, 1, 5]), konst("ax", &[1])], &[2, 5]);
+    assert_eq!(map_node(&s).unwrap().op, Op::Reshape { shape: vec![2, 5] });
+    let s = node("Squeeze", 13, vec![value("x", 1, &[2, 1, 5]), konst("ax", &[0])], &[1, 5]);
+    assert!(map_node(&s).is_err(), "a dim that is not 1");
+    let s = node("Squeeze", 13, vec![value("x", 1, &[1, 3, 1])], &[3]);
+    assert_eq!(map_node(&s).unwrap().op, Op::Reshape { shape: vec![3] });
+    let mut f = node("Flatten", 13, vec![value("x", 1, &[2, 3, 4])], &[6, 4]);
+    f.attrs.insert("axis".into(), Attr::Int(-1));
+    assert_eq!(map_node(&f).unwrap().op, Op::Reshape { shape: vec![6, 4] });
+    // Axes that are not a constant.
+    let u = node("Unsqueeze", 13, vec![value("m", 1, &[2]), value("ax", 7, &[1])], &[1, 2]);
+    assert!(map_node(&u).is_err());
+}
+
+#[test]
+fn matmul_with_a_1d_operand_is_promoted_as_onnx_does() {
+    let n = node("MatMul", 13, vec![value("a", 1, &[3]), value("b", 1, &[2, 3, 4])], &[2, 4]);
+    let m = map_node(&n).unwrap();
+    assert_eq!(m.pre, vec![Some(vec![1, 3]), None]);
+    assert_eq!(m.post, Some(vec![2, 4]));
+    let n = node("MatMul", 13, vec![value("a", 1, &[5, 3]), value("b", 1, &[3])], &[5]);
+    assert_eq!(map_node(&n).unwrap().post, Some(vec![5]));
+    let n = node("MatMul", 13, vec![value("a", 1, &[3]), value("b", 1, &[3])], &[]);
+    assert_eq!(map_node(&n).unwrap().post, Some(vec![]));
+    let n = node("MatMul", 13, vec![value("a", 1, &[3]), value("b", 1, &[4])], &[]);
+    assert!(map_node(&n).is_err());
+}
