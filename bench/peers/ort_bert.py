@@ -459,9 +459,12 @@ def warmed_session(args):
     session's load time in seconds."""
     import numpy as np
     c = config(args.model)
-    path = os.path.join(args.workdir, f"{args.variant}.onnx")
+    path = os.path.join(args.workdir, "unfused.onnx" if args.variant == "ep" else f"{args.variant}.onnx")
     t0 = time.perf_counter()
-    sess = session(path, args.child_threads)
+    if args.variant == "ep":  # npurt's EP on the unfused graph (bench/peers/npurt_ep.py)
+        sess = __import__("npurt_ep").ep_session(path, args.child_threads, args.ep_precision)
+    else:
+        sess = session(path, args.child_threads)
     load_s = time.perf_counter() - t0
     feeds = feeds_for(sess, np, bench_inputs(np, c, args.batch, args.seq))
     out = sess.run(["last_hidden_state"], feeds)[0]  # warm-up
@@ -680,7 +683,8 @@ def main():
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--check-child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--variant", help="with --serve: unfused or fused")
+    ap.add_argument("--variant", help="with --serve: unfused, fused or ep (unfused with npurt's EP)")
+    ap.add_argument("--ep-precision", default="f32", help="with --variant ep: the EP's precision option")
     ap.add_argument("--child-threads", type=int, default=1, help="with --serve: intra_op_num_threads")
     args = ap.parse_args()
 
@@ -699,8 +703,8 @@ def main():
         os.makedirs(args.workdir, exist_ok=True)
         return do_build(args)
     if args.serve:
-        if args.variant not in ("unfused", "fused"):
-            ap.error("--serve needs --variant unfused or fused")
+        if args.variant not in ("unfused", "fused", "ep"):
+            ap.error("--serve needs --variant unfused, fused or ep")
         return do_serve(args)
     if args.child:
         return do_child(args)

@@ -32,7 +32,9 @@ pub struct OrtArgs {
     /// npurt's precisions, one contender each (f32, bf16)
     #[arg(long, value_name = "P,...", default_value = "f32", value_parser = parse_precisions, requires = "compare_ort")]
     precisions: Precisions,
-    /// ONNX Runtime's graphs, one contender each per thread count (unfused, fused)
+    /// ONNX Runtime's graphs, one contender each per thread count: unfused, fused, or ep (the
+    /// unfused graph with npurt's ONNX Runtime EP, libnpurt_ort_ep.so, one contender per
+    /// precision too)
     #[arg(long, value_name = "V,...", default_value = "unfused,fused", value_parser = parse_variants,
           requires = "compare_ort")]
     ort_variants: Csv,
@@ -78,8 +80,8 @@ fn parse_precisions(s: &str) -> std::result::Result<Precisions, String> {
 
 fn parse_variants(s: &str) -> std::result::Result<Csv, String> {
     let v = list(s)?;
-    match v.0.iter().find(|x| !matches!(x.as_str(), "unfused" | "fused")) {
-        Some(bad) => Err(format!("{bad:?}: expected unfused or fused")),
+    match v.0.iter().find(|x| !matches!(x.as_str(), "unfused" | "fused" | "ep")) {
+        Some(bad) => Err(format!("{bad:?}: expected unfused, fused or ep")),
         None => Ok(v),
     }
 }
@@ -95,6 +97,10 @@ fn parse_counts(s: &str) -> std::result::Result<Csv, String> {
 fn parse_counts_or_none(s: &str) -> std::result::Result<Csv, String> {
     if s.trim() == "none" { Ok(Csv(Vec::new())) } else { parse_counts(s) }
 }
+
+/// The row-name prefix of the EP contenders (ONNX Runtime running the unfused graph with
+/// npurt's execution provider), followed by the precision; these rows are not ORT's own.
+const EP_ROW: &str = "ORT+EP ";
 
 /// The record marker of both peer scripts (openvino_bert.py speaks ort_bert.py's protocol).
 const ORT_MARK: &str = "@@ORT_BERT_RESULT ";
@@ -238,11 +244,13 @@ impl<'a> Setup<'a> {
         Ok(Setup { base, args, rounds, exe, script, ov_script, ov_threads, workdir })
     }
 
-    /// The contenders of one pair: npurt per precision, ORT per variant and thread count,
-    /// OpenVINO per thread count.
+    /// The contenders of one pair: npurt per precision, ORT per variant and thread count (the
+    /// EP variant per precision too), OpenVINO per thread count.
     fn contenders(&self) -> usize {
         let args = self.args;
-        args.precisions.0.len() + args.ort_variants.0.len() * args.ort_threads.0.len() + self.ov_threads.len()
+        let per_variant = |v: &String| if v == "ep" { args.precisions.0.len() } else { 1 };
+        let ort: usize = args.ort_variants.0.iter().map(per_variant).sum();
+        args.precisions.0.len() + ort * args.ort_threads.0.len() + self.ov_threads.len()
     }
 
     /// The line naming the contenders, the rounds and the host's load.
@@ -388,11 +396,26 @@ fn spawn_contenders(setup: &Setup, model: &str, seq: usize, dir: &Path, pb: &Pro
         cs.push(Contender::spawn(format!("npurt {p}"), true, cmd, pb)?);
     }
     for v in &args.ort_variants.0 {
+        // The EP variant runs once per npurt precision (the EP's `precision` option).
+        let precisions: Vec<Option<&str>> = if v == "ep" {
+            args.precisions.0.iter().map(|p| Some(p.name())).collect()
+        } else {
+            vec![None]
+        };
         for t in &args.ort_threads.0 {
-            let mut cmd = Command::new("python3");
-            cmd.arg(&setup.script).args(["--model", model, "--seq", &seq.to_string(), "--serve", "--variant", v]);
-            cmd.args(["--child-threads", t, "--workdir"]).arg(dir);
-            cs.push(Contender::spawn(format!("ORT {v} x{t}"), false, cmd, pb)?);
+            for p in &precisions {
+                let mut cmd = Command::new("python3");
+                cmd.arg(&setup.script).args(["--model", model, "--seq", &seq.to_string(), "--serve", "--variant", v]);
+                cmd.args(["--child-threads", t, "--workdir"]).arg(dir);
+                let name = match p {
+                    Some(p) => {
+                        cmd.args(["--ep-precision", p]);
+                        format!("{EP_ROW}{p}")
+                    }
+                    None => format!("ORT {v} x{t}"),
+                };
+                cs.push(Contender::spawn(name, false, cmd, pb)?);
+            }
         }
     }
     if let Some(ov) = &setup.ov_script {
@@ -473,7 +496,7 @@ fn report(
     }
     let fastest = |prefix: &str| {
         fin.iter()
-            .filter(|f| f.0.starts_with(prefix))
+            .filter(|f| f.0.starts_with(prefix) && !f.0.starts_with(EP_ROW))
             .min_by(|a, b| median(&mut a.1.clone()).total_cmp(&median(&mut b.1.clone())))
     };
     // (median ratio, median of the per-round ratios) of npurt's times over a peer's.
@@ -510,6 +533,28 @@ fn report(
         }
         ratios.push(serde_json::Value::Object(r));
     }
+    // The EP against npurt alone at its precision (what going through ORT costs) and against
+    // ORT's best.
+    for f in fin.iter().filter(|f| f.0.starts_with(EP_ROW)) {
+        let mut r = serde_json::Map::new();
+        r.insert("ep".into(), f.0.clone().into());
+        let own = format!("npurt {}", &f.0[EP_ROW.len()..]);
+        if let Some(npurt) = fin.iter().find(|g| g.0 == own) {
+            let (ratio, paired) = ratio_to(f, npurt);
+            println!("  ratio {} / {own} (the EP's overhead): {ratio:.2} (median of per-round ratios {paired:.2})", f.0);
+            r.insert("npurt".into(), own.into());
+            r.insert("npurt_ratio".into(), ratio.into());
+            r.insert("npurt_paired_ratio".into(), paired.into());
+        }
+        if let Some(best) = best_ort {
+            let (ratio, paired) = ratio_to(f, best);
+            println!("  ratio {} / {} (ORT's best): {ratio:.2} (median of per-round ratios {paired:.2})", f.0, best.0);
+            r.insert("ort".into(), best.0.clone().into());
+            r.insert("ratio".into(), ratio.into());
+            r.insert("paired_ratio".into(), paired.into());
+        }
+        ratios.push(serde_json::Value::Object(r));
+    }
     doc.push(serde_json::json!({"model": model, "seq": seq, "rows": rows, "ratios": ratios}));
 }
 
@@ -543,5 +588,23 @@ mod tests {
             }
             assert!((doc[0]["ratios"][0]["ratio"].as_f64().unwrap() - 0.5).abs() < 1e-9);
         }
+    }
+
+    /// An EP row is put against npurt at its precision and against ORT's own best, and is
+    /// not taken for ORT's best itself.
+    #[test]
+    fn ep_rows_are_compared_with_npurt_and_ort_alone() {
+        let fin = [
+            finished("npurt f32", &[10.0, 10.0, 10.0], Some(2e9)),
+            finished("ORT unfused x2", &[30.0, 30.0, 30.0], None),
+            finished("ORT+EP f32", &[11.0, 11.0, 11.0], None),
+        ];
+        let mut doc = Vec::new();
+        report("m", 32, (200.0, 0.0), None, &fin, &mut doc);
+        let ratios = doc[0]["ratios"].as_array().unwrap();
+        assert_eq!(ratios[0]["ort"], "ORT unfused x2", "the EP row is not ORT's best");
+        let ep = ratios.iter().find(|r| r["ep"] == "ORT+EP f32").unwrap();
+        assert!((ep["npurt_ratio"].as_f64().unwrap() - 1.1).abs() < 1e-9);
+        assert!((ep["ratio"].as_f64().unwrap() - 11.0 / 30.0).abs() < 1e-9);
     }
 }
