@@ -48,6 +48,7 @@ const PHASE1: &[&str] = &[
     "aclnnReluGetWorkspaceSize",
     "aclnnRmsNormGetWorkspaceSize",
     "aclnnRsqrtGetWorkspaceSize",
+    "aclnnSWhereGetWorkspaceSize",
     "aclnnSigmoidGetWorkspaceSize",
     "aclnnSiluGetWorkspaceSize",
     "aclnnSoftmaxGetWorkspaceSize",

@@ -104,6 +104,16 @@ on_every_backend!(extreme_inputs_give_the_documented_answers_on_every_tier, |b: 
             vec![f(&[4], &[f64::NAN, 0.0, -inf, 1.0]), f(&[4], &[f64::NAN, -0.0, -inf, 2.0])],
             vec![0.0, 1.0, 1.0, 0.0],
         ),
+        (
+            "where: a non-zero condition picks x, NaN and -0 pass unchanged",
+            Op::Where,
+            vec![
+                (DType::U8, vec![5], vec![0.0, 1.0, 255.0, 2.0, 0.0]),
+                f(&[5], &[1.0, f64::NAN, -0.0, inf, 3.0]),
+                f(&[], &[-7.0]),
+            ],
+            vec![-7.0, f64::NAN, -0.0, inf, -7.0],
+        ),
         ("neg flips every sign", Op::Neg, vec![f(&[4], &[0.0, -inf, f64::NAN, 2.5])], vec![-0.0, inf, f64::NAN, -2.5]),
         (
             "sigmoid saturates without NaN",

@@ -98,6 +98,8 @@ const _: () = {
         aclnnSqrt,
         aclnnEqTensorGetWorkspaceSize,
         aclnnEqTensor,
+        aclnnSWhereGetWorkspaceSize,
+        aclnnSWhere,
         aclnnPowTensorTensorGetWorkspaceSize,
         aclnnPowTensorTensor,
         aclnnNegGetWorkspaceSize,

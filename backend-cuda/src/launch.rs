@@ -216,7 +216,7 @@ impl Device {
             | Op::ReduceSum { .. }
             | Op::ReduceMean { .. }
             | Op::Attention { .. } => self.nvrtc_rows(tier, args, &ss.cu),
-            Op::Copy | Op::Reshape { .. } | Op::Permute { .. } | Op::Gather { .. } | Op::Cast { .. } => {
+            Op::Copy | Op::Reshape { .. } | Op::Permute { .. } | Op::Gather { .. } | Op::Cast { .. } | Op::Where => {
                 self.nvrtc_data(args, ss)
             }
         }
@@ -394,6 +394,12 @@ impl Device {
                 let p = plan::gather(dims(0), *axis, idx.layout.numel());
                 ss.check_error_word.store(true, Ordering::Release);
                 self.per_item(st, Tier::Reference, dt, Kern::Gather(idx.dtype), &p, &[a(0), a(1), o, self.error_word])
+            }
+            Op::Where => {
+                // The module of x's dtype; the condition is read as u8.
+                let p = plan::select(dims(0), dims(1), dims(2), ops.od).map_err(bad)?;
+                let ptrs = [a(0), a(1), a(2), o];
+                self.per_item(st, Tier::Reference, ins[1].dtype, Kern::Where, &p, &ptrs)
             }
             Op::Cast { to } => {
                 let p = KParams { n: out.layout.numel() as i64, ..Default::default() };

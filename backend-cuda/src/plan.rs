@@ -139,6 +139,11 @@ pub fn equal(a: &[usize], b: &[usize], out: &[usize]) -> Result<KParams, String>
     indexed(out, &[broadcast_strides(a, out), broadcast_strides(b, out)])
 }
 
+/// `condition ? x : y` with the three operands broadcast to `out` (strides sa, sb, sc).
+pub fn select(c: &[usize], x: &[usize], y: &[usize], out: &[usize]) -> Result<KParams, String> {
+    indexed(out, &[broadcast_strides(c, out), broadcast_strides(x, out), broadcast_strides(y, out)])
+}
+
 /// Element-wise unary op (contiguous).
 pub fn unary(op: &Op, n: usize) -> Result<KParams, String> {
     let (code, factor) = unary_code(op).ok_or("not a unary op")?;

@@ -172,6 +172,7 @@ mod tests {
             ("Neg", OpKind::Neg),
             ("Pow", OpKind::Pow),
             ("Equal", OpKind::Equal),
+            ("Where", OpKind::Where),
             ("Sigmoid", OpKind::Sigmoid),
             ("Softmax", OpKind::Softmax),
             ("LayerNormalization", OpKind::LayerNorm),

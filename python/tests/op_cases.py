@@ -65,6 +65,7 @@ def cases(seed: int = 0) -> List[Case]:
     idx = np.array([[1, 3], [9, 0]], np.int64)
     bias = f(6)
     c = f(8, 12)
+    cond = (r.random((4, 1)) > 0.5).astype(np.uint8) * np.array([[1, 7, 0, 255, 1, 0]], np.uint8)
     return [
         ("MatMul", [a, b], {}, lambda a, b: a.astype(np.float64) @ b),
         ("MatMul", [a, b.T.copy()], {"trans_b": True}, lambda a, bt: a.astype(np.float64) @ bt.T),
@@ -85,6 +86,7 @@ def cases(seed: int = 0) -> List[Case]:
         ("Sigmoid", [x], {}, lambda t: 1 / (1 + np.exp(-t.astype(np.float64)))),
         ("Pow", [pos, x], {}, lambda b, e: np.power(b.astype(np.float64), e)),
         ("Equal", [x, np.where(r.random(x.shape) > 0.5, x, y)], {}, lambda a, b: (a == b).astype(np.uint8)),
+        ("Where", [cond, x, y[:1]], {}, lambda c, a, b: np.where(c != 0, a, b)),
         ("Softmax", [x], {"axis": -1}, lambda x: softmax(x, -1)),
         ("Softmax", [x], {"axis": 0}, lambda x: softmax(x, 0)),
         ("LayerNorm", [x, g, beta], {"eps": 1e-5}, lambda x, g, b: layernorm(x, g, b, 1e-5)),

@@ -299,7 +299,8 @@ fn arithmetic(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
     }
 }
 
-/// Data movement, every dtype: Permute, Reshape, Copy and Gather (negative indices too).
+/// Data movement, every dtype: Permute, Equal, Where, Reshape, Copy and Gather (negative
+/// indices too).
 fn data_movement(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
     // Data movement: every dtype.
     for (s, perm) in [
@@ -319,6 +320,21 @@ fn data_movement(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
             *v = a.get(i).copied().unwrap_or(*v);
         }
         out.push(fixed(Op::Equal, vec![(f, sa, a), (f, sb, b)], 1));
+    }
+    // Where on every dtype with three-way broadcasting; conditions 0, 1 and other non-zero
+    // bytes (all true).
+    for (sc, sx, sy) in [
+        (vec![], vec![], vec![]),
+        (vec![7], vec![7], vec![7]),
+        (vec![3, 1], vec![1, 5], vec![3, 5]),
+        (vec![2, 1, 4], vec![4], vec![3, 1]),
+        (vec![5], vec![], vec![1]),
+        (vec![0, 3], vec![1, 3], vec![3]),
+    ] {
+        let n: usize = sc.iter().product();
+        let cv: Vec<f64> = (0..n).map(|_| [0.0, 1.0, 0.0, 2.0, 255.0][(rng.next() * 5.0) as usize % 5]).collect();
+        let (xv, yv) = (values(rng, f, &sx, ""), values(rng, f, &sy, ""));
+        out.push(fixed(Op::Where, vec![(DType::U8, sc, cv), (f, sx, xv), (f, sy, yv)], 1));
     }
     add(out, Op::Reshape { shape: vec![3, -1] }, vec![(f, vec![2, 3, 2], "")], 1, rng);
     add(out, Op::Copy, vec![(f, vec![5, 7], "")], 1, rng);

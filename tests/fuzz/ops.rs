@@ -68,6 +68,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         Just(Op::Div),
         Just(Op::Pow),
         Just(Op::Equal),
+        Just(Op::Where),
         Just(Op::Relu),
         approx().prop_map(Op::Gelu),
         Just(Op::Tanh),

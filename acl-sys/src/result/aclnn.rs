@@ -280,6 +280,9 @@ two_phase! {
     sqrt_get_workspace_size, sqrt => aclnnSqrtGetWorkspaceSize, aclnnSqrt(
         self_: *const aclTensor, out: *mut aclTensor,
     );
+    s_where_get_workspace_size, s_where => aclnnSWhereGetWorkspaceSize, aclnnSWhere(
+        condition: *const aclTensor, self_: *const aclTensor, other: *const aclTensor, out: *mut aclTensor,
+    );
     eq_tensor_get_workspace_size, eq_tensor => aclnnEqTensorGetWorkspaceSize, aclnnEqTensor(
         self_: *const aclTensor, other: *const aclTensor, out: *mut aclTensor,
     );

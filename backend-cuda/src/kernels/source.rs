@@ -26,6 +26,8 @@ pub enum Kern {
     Cast(DType),
     /// `a == b` into a u8 output.
     Equal,
+    /// `condition ? x : y` with a u8 condition.
+    Where,
 }
 
 impl Kern {
@@ -43,6 +45,7 @@ impl Kern {
             Kern::Gather(i) => format!("gather_{}", i.name()),
             Kern::Cast(to) => format!("cast_{}", to.name()),
             Kern::Equal => "equal".into(),
+            Kern::Where => "where".into(),
         }
     }
 }
@@ -93,7 +96,7 @@ pub fn kernels(tier: Tier, dtype: DType) -> Vec<Kern> {
             } else if int_arith {
                 v.push(Kern::Binary);
             }
-            v.extend([Kern::Copy, Kern::Gather(DType::I32), Kern::Gather(DType::I64), Kern::Equal]);
+            v.extend([Kern::Copy, Kern::Gather(DType::I32), Kern::Gather(DType::I64), Kern::Equal, Kern::Where]);
             v.extend(DType::ALL.iter().map(|&t| Kern::Cast(t)));
         }
         Tier::Generic => {
@@ -175,6 +178,9 @@ pub fn module_source(tier: Tier, dtype: DType) -> Option<String> {
             }
             (Kern::Equal, _) => {
                 format!("(P p, const {t}* a, const {t}* b, u8* o) {{ k_equal_{tag}<{t}>(p, a, b, o); }}")
+            }
+            (Kern::Where, _) => {
+                format!("(P p, const u8* c, const {t}* x, const {t}* y, {t}* o) {{ k_where_ref<{t}>(p, c, x, y, o); }}")
             }
             (Kern::Cast(to), _) => {
                 let ot = ctype(to);
@@ -552,6 +558,12 @@ template <class T> __device__ void k_copy_ref(const P& p, const T* x, T* o) {
     ll i = gtid();
     if (i >= p.n) return;
     o[i] = x[offs(p, p.sa, i)];
+}
+// condition ? x : y, each read through its own (broadcast) strides.
+template <class T> __device__ void k_where_ref(const P& p, const u8* c, const T* x, const T* y, T* o) {
+    ll i = gtid();
+    if (i >= p.n) return;
+    o[i] = c[offs(p, p.sa, i)] ? x[offs(p, p.sb, i)] : y[offs(p, p.sc, i)];
 }
 // i = [outer, axis len, count, inner]; an index out of range writes 0 and sets *err.
 template <class T, class I> __device__ void k_gather_ref(const P& p, const T* x, const I* idx, T* o, int* err) {

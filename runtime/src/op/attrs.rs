@@ -83,6 +83,7 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
         OpKind::Div => Op::Div,
         OpKind::Pow => Op::Pow,
         OpKind::Equal => Op::Equal,
+        OpKind::Where => Op::Where,
         OpKind::Relu => Op::Relu,
         OpKind::Gelu => Op::Gelu(approx(get("approx"))?),
         OpKind::BiasGelu => Op::BiasGelu(approx(get("approx"))?),

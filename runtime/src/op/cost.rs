@@ -24,7 +24,7 @@ impl Op {
             Op::MatMul { trans_a, .. } => p(&[2, on, inner(0, *trans_a)]),
             Op::Gemm { trans_a, .. } => p(&[2, on, inner(0, *trans_a)]).saturating_add(p(&[2, on])),
             Op::Linear => p(&[2, on, inner(0, false)]).saturating_add(on),
-            Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Equal | Op::Relu | Op::Neg | Op::Scale { .. } => on,
+            Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Equal | Op::Where | Op::Relu | Op::Neg | Op::Scale { .. } => on,
             Op::Gelu(_) | Op::BiasGelu(_) | Op::LayerNorm { .. } => p(&[8, on]),
             Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Sigmoid => p(&[4, on]),
             Op::Pow => p(&[8, on]),

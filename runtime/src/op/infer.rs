@@ -54,6 +54,7 @@ impl Op {
                 })?;
                 one(DType::U8, s)
             }
+            Op::Where => select(o),
             Op::Relu
             | Op::Gelu(_)
             | Op::Tanh
@@ -226,6 +227,22 @@ fn binary(o: &Operands<'_>) -> Result<Vec<TensorMeta>> {
     o.same_dtype(0, 1)?;
     let s = Shape::broadcast(&o.inputs[0].shape, &o.inputs[1].shape).ok_or_else(|| {
         Error::invalid(o.op, format!("shapes do not broadcast: a is {}, b is {}", o.inputs[0].shape, o.inputs[1].shape))
+    })?;
+    one(x.dtype, s)
+}
+
+/// `condition ? x : y` with the three shapes broadcast together.
+fn select(o: &Operands<'_>) -> Result<Vec<TensorMeta>> {
+    let (c, x, y) = (&o.inputs[0], &o.inputs[1], &o.inputs[2]);
+    if c.dtype != DType::U8 {
+        return Err(Error::invalid(o.op, format!("condition must be u8 (bool), got {c}")));
+    }
+    o.same_dtype(1, 2)?;
+    let s = Shape::broadcast(&c.shape, &x.shape).and_then(|s| Shape::broadcast(&s, &y.shape)).ok_or_else(|| {
+        Error::invalid(
+            o.op,
+            format!("shapes do not broadcast: condition is {}, x is {}, y is {}", c.shape, x.shape, y.shape),
+        )
     })?;
     one(x.dtype, s)
 }

@@ -98,6 +98,9 @@ pub enum Op {
     /// `a == b` with broadcasting (ONNX Equal): a u8 1 or 0 (npurt's bool) for operands of
     /// any one dtype; NaN equals nothing, `-0` equals `0`.
     Equal,
+    /// `condition ? x : y` element by element with three-way broadcasting (ONNX Where):
+    /// a u8 condition (npurt's bool, non-zero is true), x and y of any one dtype.
+    Where,
     Relu,
     Gelu(GeluApprox),
     Tanh,
@@ -173,6 +176,7 @@ pub enum OpKind {
     Div,
     Pow,
     Equal,
+    Where,
     Relu,
     Gelu,
     Tanh,
@@ -197,7 +201,7 @@ pub enum OpKind {
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 30] = [
+    pub const ALL: [OpKind; 31] = [
         OpKind::MatMul,
         OpKind::Gemm,
         OpKind::Linear,
@@ -207,6 +211,7 @@ impl OpKind {
         OpKind::Div,
         OpKind::Pow,
         OpKind::Equal,
+        OpKind::Where,
         OpKind::Relu,
         OpKind::Gelu,
         OpKind::Tanh,
@@ -241,6 +246,7 @@ impl OpKind {
             OpKind::Div => "Div",
             OpKind::Pow => "Pow",
             OpKind::Equal => "Equal",
+            OpKind::Where => "Where",
             OpKind::Relu => "ReLU",
             OpKind::Gelu => "GELU",
             OpKind::Tanh => "Tanh",
@@ -275,6 +281,7 @@ impl OpKind {
                 | OpKind::Div
                 | OpKind::Pow
                 | OpKind::Equal
+                | OpKind::Where
                 | OpKind::Relu
                 | OpKind::Gelu
                 | OpKind::Tanh
@@ -333,6 +340,7 @@ pub(super) fn arity(kind: OpKind) -> (usize, usize) {
         OpKind::Gemm => (2, 3),
         OpKind::Linear => (2, 3),
         OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Pow | OpKind::Equal => (2, 2),
+        OpKind::Where => (3, 3),
         OpKind::LayerNorm => (3, 3),
         OpKind::Gather => (2, 2),
         OpKind::Attention => (3, 4),
@@ -351,6 +359,7 @@ pub(super) fn operand_name(kind: OpKind, i: usize) -> &'static str {
         OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div => &["a", "b"],
         OpKind::Pow => &["x", "y"],
         OpKind::Equal => &["a", "b"],
+        OpKind::Where => &["condition", "x", "y"],
         OpKind::LayerNorm => &["x", "gamma", "beta"],
         OpKind::Gather => &["data", "indices"],
         OpKind::Attention => &["q", "k", "v", "mask"],
@@ -373,6 +382,7 @@ impl Op {
             Op::Div => OpKind::Div,
             Op::Pow => OpKind::Pow,
             Op::Equal => OpKind::Equal,
+            Op::Where => OpKind::Where,
             Op::Relu => OpKind::Relu,
             Op::Gelu(_) => OpKind::Gelu,
             Op::Tanh => OpKind::Tanh,

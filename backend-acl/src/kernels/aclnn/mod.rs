@@ -37,7 +37,7 @@ use acl_sys::Api;
 use call::{Call, View, align512};
 use compositions::{Attention, AttentionScratch, attention, flash_attention, gather};
 use data::{inplace_copy, permute};
-use elementwise::{add_sub, cast, eq, gelu, mul_div, muls, pow, unary};
+use elementwise::{add_sub, cast, eq, gelu, mul_div, muls, pow, s_where, unary};
 use matmul::{addmm, cube_math, matmul};
 use norm::{layer_norm, softmax};
 use reduce::reduce;
@@ -159,6 +159,7 @@ fn compose(c: &mut Call, how: Mapping, args: &LaunchArgs) -> BResult<()> {
         Op::Mul | Op::Div => mul_div(c, matches!(args.op, Op::Div), x, &ins[1], &out),
         Op::Pow => pow(c, x, &ins[1], &out),
         Op::Equal => eq(c, x, &ins[1], &out),
+        Op::Where => s_where(c, x, &ins[1], &ins[2], &out),
         Op::Relu | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Neg | Op::Sigmoid => unary(c, &args.op, x, &out),
         Op::Gelu(a) => gelu(c, x, *a, &out),
         Op::Scale { factor } => muls(c, x, *factor, &out),
