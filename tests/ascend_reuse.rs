@@ -23,6 +23,7 @@ const PHASE1: &[&str] = &[
     "aclnnAmaxGetWorkspaceSize",
     "aclnnBatchMatMulGetWorkspaceSize",
     "aclnnCastGetWorkspaceSize",
+    "aclnnCatGetWorkspaceSize",
     "aclnnDivGetWorkspaceSize",
     "aclnnEmbeddingGetWorkspaceSize",
     "aclnnEqScalarGetWorkspaceSize",

@@ -114,6 +114,12 @@ on_every_backend!(extreme_inputs_give_the_documented_answers_on_every_tier, |b: 
             ],
             vec![-7.0, f64::NAN, -0.0, inf, -7.0],
         ),
+        (
+            "concat along a negative axis keeps NaN and -0",
+            Op::Concat { axis: -1 },
+            vec![f(&[2, 2], &[1.0, f64::NAN, 3.0, 4.0]), f(&[2, 1], &[-0.0, -inf])],
+            vec![1.0, f64::NAN, -0.0, 3.0, 4.0, -inf],
+        ),
         ("neg flips every sign", Op::Neg, vec![f(&[4], &[0.0, -inf, f64::NAN, 2.5])], vec![-0.0, inf, f64::NAN, -2.5]),
         (
             "sigmoid saturates without NaN",

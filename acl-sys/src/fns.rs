@@ -561,6 +561,13 @@ api! {
     ) -> aclnnStatus;
     [OpApi] fn aclnnNeg(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
         -> aclnnStatus;
+    [OpApi] fn aclnnCatGetWorkspaceSize(
+        tensors: *const aclTensorList, dim: i64, out: *mut aclTensor, workspaceSize: *mut u64,
+        executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnCat(
+        workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
+    ) -> aclnnStatus;
     [OpApi] fn aclnnSWhereGetWorkspaceSize(
         condition: *const aclTensor, self_: *const aclTensor, other: *const aclTensor, out: *mut aclTensor,
         workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,

@@ -144,6 +144,20 @@ pub fn select(c: &[usize], x: &[usize], y: &[usize], out: &[usize]) -> Result<KP
     indexed(out, &[broadcast_strides(c, out), broadcast_strides(x, out), broadcast_strides(y, out)])
 }
 
+/// Concat: per input, a placing copy of its elements (strides sa) to the output's
+/// (strides sb, over the input's dims; the launch offsets the output to the input's block
+/// along `axis`).
+pub fn concat<'a>(ins: impl Iterator<Item = &'a [usize]>, out: &[usize], axis: usize) -> Result<Vec<KParams>, String> {
+    let os = contiguous_strides(out);
+    ins.map(|d| {
+        if d.len() != out.len() || axis >= d.len() {
+            return Err("a concat input differs from the output in rank".to_string());
+        }
+        indexed(d, &[contiguous_strides(d), os.clone()])
+    })
+    .collect()
+}
+
 /// Element-wise unary op (contiguous).
 pub fn unary(op: &Op, n: usize) -> Result<KParams, String> {
     let (code, factor) = unary_code(op).ok_or("not a unary op")?;

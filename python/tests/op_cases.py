@@ -87,6 +87,7 @@ def cases(seed: int = 0) -> List[Case]:
         ("Pow", [pos, x], {}, lambda b, e: np.power(b.astype(np.float64), e)),
         ("Equal", [x, np.where(r.random(x.shape) > 0.5, x, y)], {}, lambda a, b: (a == b).astype(np.uint8)),
         ("Where", [cond, x, y[:1]], {}, lambda c, a, b: np.where(c != 0, a, b)),
+        ("Concat", [x, y[:, :2], x[:, :1]], {"axis": -1}, lambda *t: np.concatenate(t, -1)),
         ("Softmax", [x], {"axis": -1}, lambda x: softmax(x, -1)),
         ("Softmax", [x], {"axis": 0}, lambda x: softmax(x, 0)),
         ("LayerNorm", [x, g, beta], {"eps": 1e-5}, lambda x, g, b: layernorm(x, g, b, 1e-5)),

@@ -299,8 +299,8 @@ fn arithmetic(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
     }
 }
 
-/// Data movement, every dtype: Permute, Equal, Where, Reshape, Copy and Gather (negative
-/// indices too).
+/// Data movement, every dtype: Permute, Equal, Where, Concat, Reshape, Copy and Gather
+/// (negative indices too).
 fn data_movement(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
     // Data movement: every dtype.
     for (s, perm) in [
@@ -335,6 +335,16 @@ fn data_movement(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
         let cv: Vec<f64> = (0..n).map(|_| [0.0, 1.0, 0.0, 2.0, 255.0][(rng.next() * 5.0) as usize % 5]).collect();
         let (xv, yv) = (values(rng, f, &sx, ""), values(rng, f, &sy, ""));
         out.push(fixed(Op::Where, vec![(DType::U8, sc, cv), (f, sx, xv), (f, sy, yv)], 1));
+    }
+    // Concat of one to three inputs, negative axes and empty blocks included.
+    for (shapes, axis) in [
+        (vec![vec![3, 4]], 0),
+        (vec![vec![2, 3], vec![4, 3]], 0),
+        (vec![vec![2, 1, 3], vec![2, 4, 3], vec![2, 0, 3]], -2),
+        (vec![vec![5], vec![0], vec![2]], -1),
+        (vec![vec![2, 3, 1], vec![2, 3, 2]], 2),
+    ] {
+        add(out, Op::Concat { axis }, shapes.into_iter().map(|s| (f, s, "")).collect(), 1, rng);
     }
     add(out, Op::Reshape { shape: vec![3, -1] }, vec![(f, vec![2, 3, 2], "")], 1, rng);
     add(out, Op::Copy, vec![(f, vec![5, 7], "")], 1, rng);

@@ -69,6 +69,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         Just(Op::Pow),
         Just(Op::Equal),
         Just(Op::Where),
+        axis().prop_map(|axis| Op::Concat { axis }),
         Just(Op::Relu),
         approx().prop_map(Op::Gelu),
         Just(Op::Tanh),
@@ -154,7 +155,7 @@ pub fn case(huge: bool) -> impl Strategy<Value = (Op, Vec<TensorMeta>)> {
     (op(), base, dtype(), prop::collection::vec(operand, 6), 0usize..8).prop_map(|(op, base, d0, ops, pick)| {
         let (lo, hi) = op.arity();
         // 0..=hi-lo extra operands past the minimum, or (rarely) a wrong count.
-        let n = if pick == 7 { (pick + lo) % 6 } else { lo + pick % (hi - lo + 1) };
+        let n = if pick == 7 { (pick + lo) % 6 } else { lo + pick % (hi - lo + 1) }.min(ops.len());
         let metas = ops[..n]
             .iter()
             .enumerate()

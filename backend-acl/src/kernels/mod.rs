@@ -92,6 +92,7 @@ names! {
     Pow => "pow.aclnn-powtensortensor.vector", "pow.host.reference";
     Equal => "equal.aclnn-eqtensor.vector", "equal.host.reference";
     Where => "where.aclnn-swhere.vector", "where.host.reference";
+    Concat => "concat.aclnn-cat.vector", "concat.host.reference";
     Relu => "relu.aclnn.vector", "relu.host.reference";
     Gelu => "gelu.aclnn.vector", "gelu.host.reference";
     Tanh => "tanh.aclnn.vector", "tanh.host.reference";

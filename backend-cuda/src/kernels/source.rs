@@ -28,6 +28,8 @@ pub enum Kern {
     Equal,
     /// `condition ? x : y` with a u8 condition.
     Where,
+    /// Strided element copy into strided places of the output (Concat's blocks).
+    Place,
 }
 
 impl Kern {
@@ -46,6 +48,7 @@ impl Kern {
             Kern::Cast(to) => format!("cast_{}", to.name()),
             Kern::Equal => "equal".into(),
             Kern::Where => "where".into(),
+            Kern::Place => "place".into(),
         }
     }
 }
@@ -96,7 +99,14 @@ pub fn kernels(tier: Tier, dtype: DType) -> Vec<Kern> {
             } else if int_arith {
                 v.push(Kern::Binary);
             }
-            v.extend([Kern::Copy, Kern::Gather(DType::I32), Kern::Gather(DType::I64), Kern::Equal, Kern::Where]);
+            v.extend([
+                Kern::Copy,
+                Kern::Gather(DType::I32),
+                Kern::Gather(DType::I64),
+                Kern::Equal,
+                Kern::Where,
+                Kern::Place,
+            ]);
             v.extend(DType::ALL.iter().map(|&t| Kern::Cast(t)));
         }
         Tier::Generic => {
@@ -182,6 +192,7 @@ pub fn module_source(tier: Tier, dtype: DType) -> Option<String> {
             (Kern::Where, _) => {
                 format!("(P p, const u8* c, const {t}* x, const {t}* y, {t}* o) {{ k_where_ref<{t}>(p, c, x, y, o); }}")
             }
+            (Kern::Place, _) => format!("(P p, const {t}* x, {t}* o) {{ k_place_ref<{t}>(p, x, o); }}"),
             (Kern::Cast(to), _) => {
                 let ot = ctype(to);
                 format!("(P p, const {t}* x, {ot}* o) {{ k_cast_ref<{t}, {ot}>(p, x, o); }}")
@@ -564,6 +575,12 @@ template <class T> __device__ void k_where_ref(const P& p, const u8* c, const T*
     ll i = gtid();
     if (i >= p.n) return;
     o[i] = c[offs(p, p.sa, i)] ? x[offs(p, p.sb, i)] : y[offs(p, p.sc, i)];
+}
+// Element i of x (strides sa) to its place in o (strides sb).
+template <class T> __device__ void k_place_ref(const P& p, const T* x, T* o) {
+    ll i = gtid();
+    if (i >= p.n) return;
+    o[offs(p, p.sb, i)] = x[offs(p, p.sa, i)];
 }
 // i = [outer, axis len, count, inner]; an index out of range writes 0 and sets *err.
 template <class T, class I> __device__ void k_gather_ref(const P& p, const T* x, const I* idx, T* o, int* err) {

@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 /// | LayerNorm, AddLayerNorm | `eps` (1e-5) |
 /// | Permute/Transpose | `perm` (comma list; default reverses the axes) |
 /// | Reshape | `shape` (comma list, one -1 allowed) |
+/// | Concat | `axis` (required; negative counts from the end) |
 /// | Gather/Embedding | `axis` (0) |
 /// | Cast | `to` (f32) |
 /// | ReduceSum, ReduceMean | `axes` (comma list; empty = all), `keepdims` (true, as ONNX) |
@@ -84,6 +85,14 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
         OpKind::Pow => Op::Pow,
         OpKind::Equal => Op::Equal,
         OpKind::Where => Op::Where,
+        OpKind::Concat => Op::Concat {
+            axis: parse(
+                op,
+                "axis",
+                Some(get("axis").ok_or_else(|| Error::invalid(op, "needs attribute axis=..."))?),
+                0,
+            )?,
+        },
         OpKind::Relu => Op::Relu,
         OpKind::Gelu => Op::Gelu(approx(get("approx"))?),
         OpKind::BiasGelu => Op::BiasGelu(approx(get("approx"))?),

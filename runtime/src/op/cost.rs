@@ -43,7 +43,12 @@ impl Op {
                 let scores = p(&[b as u64, h as u64, s as u64, t as u64]);
                 p(&[2, scores, (d as u64).saturating_add(dv as u64)]).saturating_add(p(&[5, scores]))
             }
-            Op::Permute { .. } | Op::Reshape { .. } | Op::Gather { .. } | Op::Cast { .. } | Op::Copy => 0,
+            Op::Permute { .. }
+            | Op::Reshape { .. }
+            | Op::Gather { .. }
+            | Op::Cast { .. }
+            | Op::Copy
+            | Op::Concat { .. } => 0,
         }
     }
 

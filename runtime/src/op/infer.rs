@@ -55,6 +55,7 @@ impl Op {
                 one(DType::U8, s)
             }
             Op::Where => select(o),
+            Op::Concat { axis } => concat(o, *axis),
             Op::Relu
             | Op::Gelu(_)
             | Op::Tanh
@@ -245,6 +246,36 @@ fn select(o: &Operands<'_>) -> Result<Vec<TensorMeta>> {
         )
     })?;
     one(x.dtype, s)
+}
+
+/// Inputs joined along `axis`: one dtype and rank, the other dims equal.
+fn concat(o: &Operands<'_>, axis: isize) -> Result<Vec<TensorMeta>> {
+    let x = o.x();
+    if x.shape.rank() == 0 {
+        return Err(Error::invalid(o.op, format!("inputs must have rank >= 1, input 0 is {x}")));
+    }
+    let ax = x
+        .shape
+        .axis(axis)
+        .ok_or_else(|| Error::invalid(o.op, format!("axis {axis} is out of range for input 0 {}", x.shape)))?;
+    let mut dims = x.shape.0.clone();
+    for (i, t) in o.inputs.iter().enumerate().skip(1) {
+        if t.dtype != x.dtype {
+            return Err(Error::invalid(o.op, format!("dtypes differ: input 0 is {x}, input {i} is {t}")));
+        }
+        let fits = t.shape.rank() == x.shape.rank()
+            && t.shape.0.iter().zip(&x.shape.0).enumerate().all(|(d, (a, b))| d == ax || a == b);
+        if !fits {
+            return Err(Error::invalid(
+                o.op,
+                format!("input {i} {} does not match input 0 {} outside axis {axis}", t.shape, x.shape),
+            ));
+        }
+        dims[ax] = dims[ax]
+            .checked_add(t.shape.0[ax])
+            .ok_or_else(|| Error::invalid(o.op, format!("the joined axis {axis} overflows")))?;
+    }
+    one(x.dtype, Shape(dims))
 }
 
 /// LayerNorm and AddLayerNorm (its residual second).

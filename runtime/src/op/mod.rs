@@ -16,4 +16,4 @@ mod table;
 
 pub use attrs::op_from_attrs;
 pub use infer::{normalise_axes, resolve_reshape};
-pub use table::{AttentionLayout, GeluApprox, Op, OpKind, TensorMeta};
+pub use table::{AttentionLayout, CONCAT_MAX_INPUTS, GeluApprox, Op, OpKind, TensorMeta};

@@ -101,6 +101,11 @@ pub enum Op {
     /// `condition ? x : y` element by element with three-way broadcasting (ONNX Where):
     /// a u8 condition (npurt's bool, non-zero is true), x and y of any one dtype.
     Where,
+    /// Joins 1 to [`CONCAT_MAX_INPUTS`] operands of one dtype and rank along `axis`
+    /// (negative counts from the end), their other dims equal (ONNX Concat).
+    Concat {
+        axis: isize,
+    },
     Relu,
     Gelu(GeluApprox),
     Tanh,
@@ -177,6 +182,7 @@ pub enum OpKind {
     Pow,
     Equal,
     Where,
+    Concat,
     Relu,
     Gelu,
     Tanh,
@@ -201,7 +207,7 @@ pub enum OpKind {
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 31] = [
+    pub const ALL: [OpKind; 32] = [
         OpKind::MatMul,
         OpKind::Gemm,
         OpKind::Linear,
@@ -212,6 +218,7 @@ impl OpKind {
         OpKind::Pow,
         OpKind::Equal,
         OpKind::Where,
+        OpKind::Concat,
         OpKind::Relu,
         OpKind::Gelu,
         OpKind::Tanh,
@@ -247,6 +254,7 @@ impl OpKind {
             OpKind::Pow => "Pow",
             OpKind::Equal => "Equal",
             OpKind::Where => "Where",
+            OpKind::Concat => "Concat",
             OpKind::Relu => "ReLU",
             OpKind::Gelu => "GELU",
             OpKind::Tanh => "Tanh",
@@ -333,6 +341,10 @@ impl fmt::Display for TensorMeta {
     }
 }
 
+/// The most operands one Concat joins (ONNX sets no bound; a longer list is refused with
+/// an error naming the count).
+pub const CONCAT_MAX_INPUTS: usize = 64;
+
 /// `(min, max)` number of inputs of each op.
 pub(super) fn arity(kind: OpKind) -> (usize, usize) {
     match kind {
@@ -341,6 +353,7 @@ pub(super) fn arity(kind: OpKind) -> (usize, usize) {
         OpKind::Linear => (2, 3),
         OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Pow | OpKind::Equal => (2, 2),
         OpKind::Where => (3, 3),
+        OpKind::Concat => (1, CONCAT_MAX_INPUTS),
         OpKind::LayerNorm => (3, 3),
         OpKind::Gather => (2, 2),
         OpKind::Attention => (3, 4),
@@ -360,6 +373,7 @@ pub(super) fn operand_name(kind: OpKind, i: usize) -> &'static str {
         OpKind::Pow => &["x", "y"],
         OpKind::Equal => &["a", "b"],
         OpKind::Where => &["condition", "x", "y"],
+        OpKind::Concat => return "input",
         OpKind::LayerNorm => &["x", "gamma", "beta"],
         OpKind::Gather => &["data", "indices"],
         OpKind::Attention => &["q", "k", "v", "mask"],
@@ -383,6 +397,7 @@ impl Op {
             Op::Pow => OpKind::Pow,
             Op::Equal => OpKind::Equal,
             Op::Where => OpKind::Where,
+            Op::Concat { .. } => OpKind::Concat,
             Op::Relu => OpKind::Relu,
             Op::Gelu(_) => OpKind::Gelu,
             Op::Tanh => OpKind::Tanh,

@@ -33,6 +33,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> KernelResult {
         Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Pow => binary(op, ins, outs, &out_dims),
         Op::Equal => equal(&ins[0], &ins[1], &mut outs[0]),
         Op::Where => select(&ins[0], &ins[1], &ins[2], &mut outs[0]),
+        Op::Concat { axis } => concat(ins, &mut outs[0], *axis),
         Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Neg | Op::Sigmoid | Op::Scale { .. } => {
             unary(op, ins, outs)
         }

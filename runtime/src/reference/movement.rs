@@ -1,9 +1,9 @@
 //! Element selection and data movement shared by every host tier (the reference tier, the
 //! CPU backend's generic and fast tiers, the Ascend backend's host tier and acl-emu), so
-//! that all of them give the same bytes: `Where`. Whole elements are moved, never
+//! that all of them give the same bytes: `Where`, `Concat`. Whole elements are moved, never
 //! converted, so every dtype is exact.
 
-use super::operands::{In, Out, broadcast_strides, gather_offsets};
+use super::operands::{In, Out, broadcast_strides, gather_offsets, numel};
 use crate::kernel::{KernelError, KernelResult};
 
 /// Copies element `from` of `x` to element `to` of `o` (same dtype).
@@ -28,6 +28,30 @@ pub fn select(c: &In, x: &In, y: &In, o: &mut Out) -> KernelResult {
         } else {
             put(o, i, y, yi);
         }
+    }
+    Ok(())
+}
+
+/// The inputs joined along `axis` (negative counts from the end): per index of the axes
+/// before it, each input's block in turn.
+pub fn concat(ins: &[In], o: &mut Out, axis: isize) -> KernelResult {
+    let od = o.dims.to_vec();
+    let ax = crate::shape::Shape::new(od.clone())
+        .axis(axis)
+        .ok_or_else(|| KernelError::Internal(format!("Concat: axis {axis} out of range")))?;
+    let es = o.dtype.size();
+    let (outer, inner) = (numel(&od[..ax]), numel(&od[ax + 1..]));
+    let row = od[ax] * inner * es;
+    let mut at = 0;
+    for x in ins {
+        if x.dtype != o.dtype || x.dims.len() != od.len() {
+            return Err(KernelError::Internal("Concat: an input differs from the output in dtype or rank".into()));
+        }
+        let w = x.dims[ax] * inner * es;
+        for r in 0..outer {
+            o.bytes[r * row + at..r * row + at + w].copy_from_slice(&x.bytes[r * w..(r + 1) * w]);
+        }
+        at += w;
     }
     Ok(())
 }

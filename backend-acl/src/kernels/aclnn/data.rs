@@ -1,4 +1,4 @@
-//! Data movement: aclnnPermute (`aclnnop/aclnn_permute.h`), aclnnInplaceCopy
+//! Data movement: aclnnPermute (`aclnnop/aclnn_permute.h`), aclnnCat (`aclnn_cat.h`), aclnnInplaceCopy
 //! (`aclnnop/aclnn_copy.h`), aclnnIndexSelect (`aclnnop/aclnn_index_select.h`), and the
 //! unaligned device-to-device byte copy made of aclnnInplaceCopy.
 
@@ -17,6 +17,17 @@ pub(super) fn permute(c: &mut Call, x: &View, perm: &[usize], out: &View) -> BRe
     // SAFETY: live descriptors owned by `c`.
     let p1 = unsafe { nn::permute_get_workspace_size(c.api, tx, dims, to) };
     c.run(p1, nn::permute)
+}
+
+/// The inputs joined along `axis` (aclnnCat over a tensor list). Not for recordings: the
+/// list's descriptors are patched by list position, which [`super::Recorded`] does not
+/// track (see [`super::repeatable`]).
+pub(super) fn cat(c: &mut Call, ins: &[View], axis: usize, out: &View) -> BResult<()> {
+    let list = c.tensor_list(ins)?;
+    let to = c.output(out)?;
+    // SAFETY: a live tensor list and descriptor owned by `c`.
+    let p1 = unsafe { nn::cat_get_workspace_size(c.api, list, axis as i64, to) };
+    c.run(p1, nn::cat)
 }
 
 /// Not for recordings: CANN does not allow repeatable executors for in-place copies
