@@ -120,6 +120,18 @@ on_every_backend!(extreme_inputs_give_the_documented_answers_on_every_tier, |b: 
             vec![f(&[2, 2], &[1.0, f64::NAN, 3.0, 4.0]), f(&[2, 1], &[-0.0, -inf])],
             vec![1.0, f64::NAN, -0.0, 3.0, 4.0, -inf],
         ),
+        (
+            "slice backwards by 2 from the end, the end clamped",
+            Op::Slice { starts: vec![-1], ends: vec![-100], axes: vec![0], steps: vec![-2] },
+            vec![f(&[5], &[0.0, 1.0, f64::NAN, 3.0, -0.0])],
+            vec![-0.0, f64::NAN, 0.0],
+        ),
+        (
+            "expand broadcasts both ways",
+            Op::Expand { shape: vec![1, 3] },
+            vec![f(&[2, 1], &[1.0, f64::NAN])],
+            vec![1.0, 1.0, 1.0, f64::NAN, f64::NAN, f64::NAN],
+        ),
         ("neg flips every sign", Op::Neg, vec![f(&[4], &[0.0, -inf, f64::NAN, 2.5])], vec![-0.0, inf, f64::NAN, -2.5]),
         (
             "sigmoid saturates without NaN",

@@ -222,7 +222,9 @@ impl Device {
             | Op::Gather { .. }
             | Op::Cast { .. }
             | Op::Where
-            | Op::Concat { .. } => self.nvrtc_data(args, ss),
+            | Op::Concat { .. }
+            | Op::Slice { .. }
+            | Op::Expand { .. } => self.nvrtc_data(args, ss),
         }
     }
 
@@ -419,6 +421,17 @@ impl Device {
                     at += dims(j)[ax] as u64;
                 }
                 Ok(())
+            }
+            Op::Slice { starts, ends, axes, steps } => {
+                // A strided read of the window (negative steps read backwards) from its
+                // first element.
+                let w = runtime::op::resolve_slice(dims(0), starts, ends, axes, steps).map_err(bad)?;
+                let (p, first) = plan::slice(dims(0), &w).map_err(bad)?;
+                self.per_item(st, Tier::Reference, dt, Kern::Copy, &p, &[a(0) + first * dt.size() as u64, o])
+            }
+            Op::Expand { .. } => {
+                let p = plan::indexed(ops.od, &[plan::broadcast_strides(dims(0), ops.od)]).map_err(bad)?;
+                self.per_item(st, Tier::Reference, dt, Kern::Copy, &p, &[a(0), o])
             }
             Op::Cast { to } => {
                 let p = KParams { n: out.layout.numel() as i64, ..Default::default() };

@@ -158,6 +158,20 @@ pub fn concat<'a>(ins: impl Iterator<Item = &'a [usize]>, out: &[usize], axis: u
     .collect()
 }
 
+/// A resolved Slice of a contiguous operand of `dims`: the copy's parameters (strides
+/// `step * stride`, negative for a backward axis) and the element offset of the window's
+/// first element.
+pub fn slice(dims: &[usize], w: &[runtime::op::SliceAxis]) -> Result<(KParams, u64), String> {
+    if w.len() != dims.len() {
+        return Err("the slice window differs from the operand in rank".into());
+    }
+    let st = contiguous_strides(dims);
+    let first: i64 = w.iter().zip(&st).map(|(a, s)| a.start as i64 * s).sum();
+    let out: Vec<usize> = w.iter().map(|a| a.len).collect();
+    let strides: Vec<i64> = w.iter().zip(&st).map(|(a, s)| a.step * s).collect();
+    Ok((indexed(&out, &[strides])?, first as u64))
+}
+
 /// Element-wise unary op (contiguous).
 pub fn unary(op: &Op, n: usize) -> Result<KParams, String> {
     let (code, factor) = unary_code(op).ok_or("not a unary op")?;

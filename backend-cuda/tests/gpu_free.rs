@@ -451,3 +451,28 @@ fn cublas_declines_gemm_with_alpha_zero() {
     assert!((sg.supports)(&KernelQuery { op: &gemm(0.5), inputs: &ins, outputs: &outs }).is_ok());
     assert!((tiled.supports)(&KernelQuery { op: &gemm(0.0), inputs: &ins, outputs: &outs }).is_ok());
 }
+
+#[test]
+fn data_movement_plans_of_where_concat_and_slice() {
+    // Where: three broadcast stride lists over the output.
+    let p = plan::select(&[3, 1], &[1, 5], &[5], &[3, 5]).unwrap();
+    assert_eq!((p.n, p.rank), (15, 2));
+    assert_eq!((&p.sa[..2], &p.sb[..2], &p.sc[..2]), (&[1, 0][..], &[0, 1][..], &[0, 1][..]));
+    // Concat along axis 1 of [2, 5]: each input's own strides, placed at the output's.
+    let ps = plan::concat([&[2usize, 2][..], &[2, 3][..]].into_iter(), &[2, 5], 1).unwrap();
+    assert_eq!((ps[0].n, &ps[0].sa[..2], &ps[0].sb[..2]), (4, &[2, 1][..], &[5, 1][..]));
+    assert_eq!((ps[1].n, &ps[1].sa[..2], &ps[1].sb[..2]), (6, &[3, 1][..], &[5, 1][..]));
+    // Slice [4, 6] rows 3, 1 (step -2) and every third column from 5 backwards: negative
+    // strides from the window's first element (row 3, column 5).
+    let w = runtime::op::resolve_slice(&[4, 6], &[3, 5], &[0, -7], &[0, 1], &[-2, -3]).unwrap();
+    let (p, first) = plan::slice(&[4, 6], &w).unwrap();
+    assert_eq!(first, 3 * 6 + 5);
+    assert_eq!((p.n, p.rank, &p.dims[..2], &p.sa[..2]), (4, 2, &[2, 2][..], &[-12, -3][..]));
+    // Where, Concat and Slice's copy are in every dtype's reference module.
+    for d in DType::ALL {
+        let e = source::entry_points(Tier::Reference, d);
+        for k in ["where", "place", "copy"] {
+            assert!(e.contains(&format!("npurt_{k}_{}_ref", d.name())), "{k} {d}: {e:?}");
+        }
+    }
+}

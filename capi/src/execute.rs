@@ -174,6 +174,8 @@ mod tests {
             ("Equal", OpKind::Equal),
             ("Where", OpKind::Where),
             ("Concat", OpKind::Concat),
+            ("Slice", OpKind::Slice),
+            ("Expand", OpKind::Expand),
             ("Sigmoid", OpKind::Sigmoid),
             ("Softmax", OpKind::Softmax),
             ("LayerNormalization", OpKind::LayerNorm),
@@ -191,6 +193,8 @@ mod tests {
                 let attrs = match kind {
                     OpKind::Reshape => Some("shape=2,3"),
                     OpKind::Concat => Some("axis=0"),
+                    OpKind::Slice => Some("starts=0;ends=1"),
+                    OpKind::Expand => Some("shape=2,3"),
                     _ => None,
                 };
                 let op = parse_op(&spelling, attrs, 2).unwrap_or_else(|e| panic!("{spelling}: {}", e.msg));

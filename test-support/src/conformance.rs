@@ -299,8 +299,8 @@ fn arithmetic(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
     }
 }
 
-/// Data movement, every dtype: Permute, Equal, Where, Concat, Reshape, Copy and Gather
-/// (negative indices too).
+/// Data movement, every dtype: Permute, Equal, Where, Concat, Slice, Expand, Reshape, Copy
+/// and Gather (negative indices too).
 fn data_movement(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
     // Data movement: every dtype.
     for (s, perm) in [
@@ -345,6 +345,31 @@ fn data_movement(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
         (vec![vec![2, 3, 1], vec![2, 3, 2]], 2),
     ] {
         add(out, Op::Concat { axis }, shapes.into_iter().map(|s| (f, s, "")).collect(), 1, rng);
+    }
+    // Slice: steps forwards and backwards, negative and out-of-range starts and ends,
+    // negative axes, axes omitted, empty windows.
+    let (lo, hi) = (i64::MIN, i64::MAX);
+    for (s, starts, ends, axes, steps) in [
+        (vec![10], vec![2], vec![8], vec![], vec![2]),
+        (vec![10], vec![-1], vec![-11], vec![0], vec![-1]),
+        (vec![3, 5, 4], vec![1, -3], vec![hi, 100], vec![-1, 1], vec![]),
+        (vec![4, 6], vec![0], vec![10], vec![], vec![]),
+        (vec![4, 6], vec![3, 5], vec![0, -7], vec![0, 1], vec![-2, -3]),
+        (vec![5], vec![3], vec![3], vec![], vec![]),
+        (vec![2, 3], vec![lo], vec![hi], vec![1], vec![hi]),
+        (vec![2, 3, 4], vec![-2, 1], vec![lo, 3], vec![2, 0], vec![-1, 1]),
+    ] {
+        add(out, Op::Slice { starts, ends, axes, steps }, vec![(f, s, "")], 1, rng);
+    }
+    // Expand: both ways, from a scalar, to a zero-size dim.
+    for (s, shape) in [
+        (vec![3, 1], vec![2, 1, 4]),
+        (vec![], vec![5]),
+        (vec![4], vec![1]),
+        (vec![2, 1], vec![0]),
+        (vec![1, 3], vec![3, 1]),
+    ] {
+        add(out, Op::Expand { shape }, vec![(f, s, "")], 1, rng);
     }
     add(out, Op::Reshape { shape: vec![3, -1] }, vec![(f, vec![2, 3, 2], "")], 1, rng);
     add(out, Op::Copy, vec![(f, vec![5, 7], "")], 1, rng);

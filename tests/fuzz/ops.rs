@@ -70,6 +70,14 @@ pub fn op() -> impl Strategy<Value = Op> {
         Just(Op::Equal),
         Just(Op::Where),
         axis().prop_map(|axis| Op::Concat { axis }),
+        (
+            prop::collection::vec(any::<i64>(), 0..4),
+            prop::collection::vec(prop_oneof![-9i64..9, any::<i64>()], 0..4),
+            prop::collection::vec(axis(), 0..4),
+            prop::collection::vec(prop_oneof![-3i64..4, any::<i64>()], 0..4),
+        )
+            .prop_map(|(starts, ends, axes, steps)| Op::Slice { starts, ends, axes, steps }),
+        prop::collection::vec(prop_oneof![0usize..5, Just(usize::MAX)], 0..5).prop_map(|shape| Op::Expand { shape }),
         Just(Op::Relu),
         approx().prop_map(Op::Gelu),
         Just(Op::Tanh),

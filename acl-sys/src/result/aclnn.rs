@@ -311,6 +311,12 @@ two_phase! {
     sqrt_get_workspace_size, sqrt => aclnnSqrtGetWorkspaceSize, aclnnSqrt(
         self_: *const aclTensor, out: *mut aclTensor,
     );
+    slice_get_workspace_size, slice => aclnnSliceGetWorkspaceSize, aclnnSlice(
+        self_: *const aclTensor, dim: i64, start: i64, end: i64, step: i64, out: *mut aclTensor,
+    );
+    expand_get_workspace_size, expand => aclnnExpandGetWorkspaceSize, aclnnExpand(
+        self_: *const aclTensor, size: *const aclIntArray, out: *mut aclTensor,
+    );
     cat_get_workspace_size, cat => aclnnCatGetWorkspaceSize, aclnnCat(
         tensors: *const aclTensorList, dim: i64, out: *mut aclTensor,
     );

@@ -18,6 +18,8 @@ use crate::error::{Error, Result};
 /// | Permute/Transpose | `perm` (comma list; default reverses the axes) |
 /// | Reshape | `shape` (comma list, one -1 allowed) |
 /// | Concat | `axis` (required; negative counts from the end) |
+/// | Slice | `starts`, `ends` (required), `axes` (empty = the first ones), `steps` (empty = 1) |
+/// | Expand | `shape` (required, comma list) |
 /// | Gather/Embedding | `axis` (0) |
 /// | Cast | `to` (f32) |
 /// | ReduceSum, ReduceMean | `axes` (comma list; empty = all), `keepdims` (true, as ONNX) |
@@ -85,6 +87,24 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
         OpKind::Pow => Op::Pow,
         OpKind::Equal => Op::Equal,
         OpKind::Where => Op::Where,
+        OpKind::Slice => {
+            let req =
+                |k: &str, v: Option<String>| v.ok_or_else(|| Error::invalid(op, format!("needs attribute {k}=...")));
+            let starts = list(op, "starts", &req("starts", get("starts"))?)?;
+            let ends = list(op, "ends", &req("ends", get("ends"))?)?;
+            let axes = match get("axes") {
+                Some(v) => list(op, "axes", &v)?,
+                None => Vec::new(),
+            };
+            let steps = match get("steps") {
+                Some(v) => list(op, "steps", &v)?,
+                None => Vec::new(),
+            };
+            Op::Slice { starts, ends, axes, steps }
+        }
+        OpKind::Expand => Op::Expand {
+            shape: list(op, "shape", &get("shape").ok_or_else(|| Error::invalid(op, "needs attribute shape=..."))?)?,
+        },
         OpKind::Concat => Op::Concat {
             axis: parse(
                 op,

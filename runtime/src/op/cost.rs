@@ -48,7 +48,9 @@ impl Op {
             | Op::Gather { .. }
             | Op::Cast { .. }
             | Op::Copy
-            | Op::Concat { .. } => 0,
+            | Op::Concat { .. }
+            | Op::Slice { .. }
+            | Op::Expand { .. } => 0,
         }
     }
 

@@ -106,6 +106,22 @@ pub enum Op {
     Concat {
         axis: isize,
     },
+    /// A strided window of x (ONNX Slice with constant starts, ends, axes and steps):
+    /// `starts`, `ends` and `steps` per axis of `axes` (empty: the first `starts.len()`
+    /// axes; negative axes count from the end), `steps` empty for all 1. Negative
+    /// starts and ends count from the end, out-of-range ones clamp, a negative step walks
+    /// backwards, a zero step is refused ([`crate::op::resolve_slice`]).
+    Slice {
+        starts: Vec<i64>,
+        ends: Vec<i64>,
+        axes: Vec<isize>,
+        steps: Vec<i64>,
+    },
+    /// x broadcast with `shape` both ways (ONNX Expand): the output is their NumPy
+    /// broadcast, so a 1 in `shape` keeps x's dim.
+    Expand {
+        shape: Vec<usize>,
+    },
     Relu,
     Gelu(GeluApprox),
     Tanh,
@@ -183,6 +199,8 @@ pub enum OpKind {
     Equal,
     Where,
     Concat,
+    Slice,
+    Expand,
     Relu,
     Gelu,
     Tanh,
@@ -207,7 +225,7 @@ pub enum OpKind {
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 32] = [
+    pub const ALL: [OpKind; 34] = [
         OpKind::MatMul,
         OpKind::Gemm,
         OpKind::Linear,
@@ -219,6 +237,8 @@ impl OpKind {
         OpKind::Equal,
         OpKind::Where,
         OpKind::Concat,
+        OpKind::Slice,
+        OpKind::Expand,
         OpKind::Relu,
         OpKind::Gelu,
         OpKind::Tanh,
@@ -255,6 +275,8 @@ impl OpKind {
             OpKind::Equal => "Equal",
             OpKind::Where => "Where",
             OpKind::Concat => "Concat",
+            OpKind::Slice => "Slice",
+            OpKind::Expand => "Expand",
             OpKind::Relu => "ReLU",
             OpKind::Gelu => "GELU",
             OpKind::Tanh => "Tanh",
@@ -398,6 +420,8 @@ impl Op {
             Op::Equal => OpKind::Equal,
             Op::Where => OpKind::Where,
             Op::Concat { .. } => OpKind::Concat,
+            Op::Slice { .. } => OpKind::Slice,
+            Op::Expand { .. } => OpKind::Expand,
             Op::Relu => OpKind::Relu,
             Op::Gelu(_) => OpKind::Gelu,
             Op::Tanh => OpKind::Tanh,

@@ -34,6 +34,8 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> KernelResult {
         Op::Equal => equal(&ins[0], &ins[1], &mut outs[0]),
         Op::Where => select(&ins[0], &ins[1], &ins[2], &mut outs[0]),
         Op::Concat { axis } => concat(ins, &mut outs[0], *axis),
+        Op::Slice { starts, ends, axes, steps } => slice(&ins[0], &mut outs[0], starts, ends, axes, steps),
+        Op::Expand { .. } => expand(&ins[0], &mut outs[0]),
         Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Neg | Op::Sigmoid | Op::Scale { .. } => {
             unary(op, ins, outs)
         }

@@ -1,6 +1,6 @@
 //! Element selection and data movement shared by every host tier (the reference tier, the
 //! CPU backend's generic and fast tiers, the Ascend backend's host tier and acl-emu), so
-//! that all of them give the same bytes: `Where`, `Concat`. Whole elements are moved, never
+//! that all of them give the same bytes: `Where`, `Concat`, `Slice`, `Expand`. Whole elements are moved, never
 //! converted, so every dtype is exact.
 
 use super::operands::{In, Out, broadcast_strides, gather_offsets, numel};
@@ -53,5 +53,40 @@ pub fn concat(ins: &[In], o: &mut Out, axis: isize) -> KernelResult {
         }
         at += w;
     }
+    Ok(())
+}
+
+/// Element offsets of x (of `dims`, contiguous) that a resolved Slice takes, in output
+/// order.
+pub fn slice_sources(dims: &[usize], w: &[crate::op::SliceAxis]) -> Vec<usize> {
+    let st = crate::shape::Shape::new(dims.to_vec()).contiguous_strides();
+    let base: usize = w.iter().zip(&st).map(|(a, s)| a.start * s).sum();
+    let out: Vec<usize> = w.iter().map(|a| a.len).collect();
+    let mut v = Vec::with_capacity(numel(&out));
+    crate::shape::for_each_index(&out, |_, idx| {
+        let off = idx.iter().zip(w).zip(&st).map(|((&i, a), &s)| i as i64 * a.step * s as i64).sum::<i64>();
+        v.push((base as i64 + off) as usize);
+    });
+    v
+}
+
+/// ONNX Slice with constant starts, ends, axes and steps ([`crate::op::resolve_slice`]).
+pub fn slice(x: &In, o: &mut Out, starts: &[i64], ends: &[i64], axes: &[isize], steps: &[i64]) -> KernelResult {
+    let w = crate::op::resolve_slice(x.dims, starts, ends, axes, steps).map_err(KernelError::Internal)?;
+    let src = slice_sources(x.dims, &w);
+    if src.len() != o.numel() {
+        return Err(KernelError::Internal("Slice: the output does not match the window".into()));
+    }
+    super::operands::move_elements(x, o, &src);
+    Ok(())
+}
+
+/// x broadcast to the output's dims (ONNX Expand).
+pub fn expand(x: &In, o: &mut Out) -> KernelResult {
+    if x.dims.len() > o.dims.len() || x.dtype != o.dtype {
+        return Err(KernelError::Internal("Expand: the output does not hold x broadcast".into()));
+    }
+    let src = gather_offsets(o.dims, &broadcast_strides(x.dims, o.dims));
+    super::operands::move_elements(x, o, &src);
     Ok(())
 }

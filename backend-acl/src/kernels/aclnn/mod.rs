@@ -36,7 +36,7 @@ use crate::stream::StreamRec;
 use acl_sys::Api;
 use call::{Call, View, align512};
 use compositions::{Attention, AttentionScratch, attention, flash_attention, gather};
-use data::{cat, inplace_copy, permute};
+use data::{cat, expand, inplace_copy, permute, slice};
 use elementwise::{add_sub, cast, eq, gelu, mul_div, muls, pow, s_where, unary};
 use matmul::{addmm, cube_math, matmul};
 use norm::{layer_norm, softmax};
@@ -167,6 +167,12 @@ fn compose(c: &mut Call, how: Mapping, args: &LaunchArgs) -> BResult<()> {
                 .ok_or_else(|| AclBackendError::BadRequest(format!("{op}: axis {axis} out of range")))?;
             cat(c, &ins, ax, &out)
         }
+        Op::Slice { starts, ends, axes, steps } => {
+            let w = runtime::op::resolve_slice(&x.dims, starts, ends, axes, steps)
+                .map_err(|m| AclBackendError::BadRequest(format!("{op}: {m}")))?;
+            slice(c, x, &w, &out)
+        }
+        Op::Expand { .. } => expand(c, x, &out),
         Op::Relu | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Neg | Op::Sigmoid => unary(c, &args.op, x, &out),
         Op::Gelu(a) => gelu(c, x, *a, &out),
         Op::Scale { factor } => muls(c, x, *factor, &out),
