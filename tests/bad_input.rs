@@ -27,7 +27,7 @@ fn invalid_calls() -> Vec<(Op, Vec<(DType, Vec<usize>)>)> {
         (Op::Linear, vec![(F32, vec![2, 3]), (F32, vec![4, 3]), (F32, vec![3])]),
         (Op::Add, vec![(F32, vec![2, 3]), (F32, vec![4])]),
         (Op::Sub, vec![(F32, vec![2]), (I32, vec![2])]),
-        (Op::Mul, vec![(U8, vec![2]), (U8, vec![2])]),
+        (Op::Mul, vec![(U8, vec![2]), (I32, vec![2])]),
         (Op::Div, vec![(F32, vec![3])]),
         (Op::Relu, vec![(I32, vec![3])]),
         (Op::Gelu(GeluApprox::Erf), vec![(I64, vec![3])]),

@@ -99,6 +99,18 @@ on_every_backend!(extreme_inputs_give_the_documented_answers_on_every_tier, |b: 
             vec![1.0, 1.0, f64::NAN, inf, -inf, 1.0],
         ),
         (
+            "u8 wraps mod 256 and x / 0 is 0",
+            Op::Add,
+            vec![(DType::U8, vec![3], vec![255.0, 200.0, 7.0]), (DType::U8, vec![3], vec![1.0, 100.0, 0.0])],
+            vec![0.0, 44.0, 7.0],
+        ),
+        (
+            "u8 division truncates, x / 0 is 0",
+            Op::Div,
+            vec![(DType::U8, vec![3], vec![255.0, 7.0, 0.0]), (DType::U8, vec![3], vec![2.0, 0.0, 0.0])],
+            vec![127.0, 0.0, 0.0],
+        ),
+        (
             "equal: NaN is unequal, -0 equals 0",
             Op::Equal,
             vec![f(&[4], &[f64::NAN, 0.0, -inf, 1.0]), f(&[4], &[f64::NAN, -0.0, -inf, 2.0])],

@@ -132,8 +132,8 @@ fn every_module_defines_its_entry_points() {
             }
         }
     }
-    // ref and generic: 6 dtypes (Equal takes every dtype); fast: 3 floats + 2 integer types.
-    assert_eq!(modules, 6 + 6 + 5);
+    // Every dtype on every tier: integer arithmetic (u8 included) is on all three.
+    assert_eq!(modules, 6 + 6 + 6);
 }
 
 #[test]
@@ -147,15 +147,20 @@ fn module_contents_per_dtype() {
     }
     assert!(ref_f16.contains(&"npurt_gather_i64_f16_ref".to_string()));
     let ref_u8 = source::entry_points(Tier::Reference, DType::U8);
-    assert!(!ref_u8.iter().any(|e| e.contains("binary") || e.contains("matmul")));
+    assert!(!ref_u8.iter().any(|e| e.contains("matmul")));
+    assert!(ref_u8.contains(&"npurt_binary_u8_ref".to_string()));
     assert!(ref_u8.contains(&"npurt_copy_u8_ref".to_string()));
     assert!(ref_u8.contains(&"npurt_equal_u8_ref".to_string()));
     assert_eq!(
         source::entry_points(Tier::Generic, DType::I32),
         vec!["npurt_binary_i32_gen".to_string(), "npurt_equal_i32_gen".to_string()]
     );
-    // u8's generic module holds Equal alone (writing u8 for any operand dtype).
-    assert_eq!(source::entry_points(Tier::Generic, DType::U8), vec!["npurt_equal_u8_gen".to_string()]);
+    // u8's generic module: wrapping arithmetic and Equal.
+    assert_eq!(
+        source::entry_points(Tier::Generic, DType::U8),
+        vec!["npurt_binary_u8_gen".to_string(), "npurt_equal_u8_gen".to_string()]
+    );
+    assert_eq!(source::entry_points(Tier::HighPerformance, DType::U8), vec!["npurt_binary_u8_fast".to_string()]);
     let gen_f16 = source::module_source(Tier::Generic, DType::F16).unwrap();
     assert!(gen_f16.contains("(P p, const h16* a, const h16* b, u8* o) { k_equal_gen<h16>(p, a, b, o); }"));
     assert!(!source::entry_points(Tier::HighPerformance, DType::F32).iter().any(|e| e.contains("equal")));

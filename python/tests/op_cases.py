@@ -65,6 +65,9 @@ def cases(seed: int = 0) -> List[Case]:
     idx = np.array([[1, 3], [9, 0]], np.int64)
     bias = f(6)
     c = f(8, 12)
+    u8a = r.integers(0, 256, (4, 6), dtype=np.uint8)
+    u8b = r.integers(0, 256, (4, 6), dtype=np.uint8)
+    u8b[0, :3] = 0
     cond = (r.random((4, 1)) > 0.5).astype(np.uint8) * np.array([[1, 7, 0, 255, 1, 0]], np.uint8)
     return [
         ("MatMul", [a, b], {}, lambda a, b: a.astype(np.float64) @ b),
@@ -75,6 +78,10 @@ def cases(seed: int = 0) -> List[Case]:
         ("Sub", [x, y], {}, lambda x, y: x - y),
         ("Mul", [x, y], {}, lambda x, y: x * y),
         ("Div", [x, pos], {}, lambda x, y: x / y),
+        ("Add", [u8a, u8b], {}, lambda p, q: p + q),
+        ("Mul", [u8a, u8b], {}, lambda p, q: p * q),
+        ("Sub", [u8a, u8b[:1]], {}, lambda p, q: p - q),
+        ("Div", [u8a, u8b], {}, lambda p, q: np.where(q == 0, 0, p // np.maximum(q, 1)).astype(np.uint8)),
         ("Relu", [x], {}, lambda x: np.maximum(x, 0)),
         ("Gelu", [x], {}, gelu),
         ("GELU", [x], {"approx": "tanh"}, gelu_tanh),

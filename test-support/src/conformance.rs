@@ -54,6 +54,9 @@ fn values(rng: &mut Rng, dtype: DType, shape: &[usize], kind: &str) -> Vec<f64> 
     let n: usize = shape.iter().product();
     (0..n)
         .map(|_| match (dtype.is_int(), kind) {
+            // u8 covers its whole range, so that sums and products wrap.
+            (true, "nonzero") if dtype == DType::U8 => rng.uniform(1.0, 256.0).floor(),
+            (true, _) if dtype == DType::U8 => rng.uniform(0.0, 256.0).floor(),
             (true, "nonzero") => {
                 let v = rng.uniform(1.0, 9.0).floor();
                 if rng.next() < 0.5 { -v } else { v }
@@ -91,10 +94,8 @@ pub fn cases(dtype: DType, seed: u64) -> Vec<Case> {
             add(&mut out, Op::Cast { to }, vec![(f, vec![3, 11], "")], 1, &mut rng);
         }
     }
-    // Arithmetic with broadcasting (floats and integers).
-    if dtype != DType::U8 {
-        arithmetic(&mut out, f, &mut rng);
-    }
+    // Arithmetic with broadcasting (floats and integers, u8 wrapping).
+    arithmetic(&mut out, f, &mut rng);
     data_movement(&mut out, f, &mut rng);
     if dtype.is_int() {
         for to in [DType::F32, DType::I64, DType::U8] {
@@ -417,12 +418,19 @@ pub fn extreme_cases(dtype: DType) -> Vec<Case> {
     out
 }
 
-/// Integer extremes: overflow, division by zero and by -1, narrowing casts; u8 only casts.
+/// Integer extremes: overflow, division by zero and by -1, narrowing casts; u8 wrapping.
 fn extreme_int(dtype: DType) -> Vec<Case> {
     let f = dtype;
     let mut out = Vec::new();
     if dtype == DType::U8 {
         out.push(fixed(Op::Cast { to: DType::I32 }, vec![(f, vec![3], vec![0.0, 128.0, 255.0])], 1));
+        // Wrapping mod 256, truncating division, x / 0 = 0.
+        let a = vec![255.0, 0.0, 200.0, 7.0, 0.0, 255.0, 128.0];
+        let b = vec![1.0, 1.0, 100.0, 0.0, 0.0, 255.0, 2.0];
+        for op in [Op::Add, Op::Sub, Op::Mul, Op::Div] {
+            out.push(fixed(op, vec![(f, vec![7], a.clone()), (f, vec![7], b.clone())], 1));
+        }
+        out.push(fixed(Op::Div, vec![(f, vec![3], vec![9.0, 0.0, 255.0]), (f, vec![], vec![0.0])], 1));
         return out;
     }
     // i64::MAX is not an f64; 2^63 saturates to it on upload.

@@ -81,7 +81,7 @@ pub fn entry_name(k: Kern, dtype: DType, tier: Tier) -> String {
 /// The kernels the module of (`tier`, `dtype`) contains.
 pub fn kernels(tier: Tier, dtype: DType) -> Vec<Kern> {
     let float = dtype.is_float();
-    let int_arith = matches!(dtype, DType::I32 | DType::I64);
+    let int_arith = dtype.is_int();
     let mut v = Vec::new();
     match tier {
         Tier::Reference => {

@@ -233,9 +233,6 @@ fn linear(o: &Operands<'_>) -> Result<Vec<TensorMeta>> {
 /// Elementwise with broadcasting.
 fn binary(o: &Operands<'_>) -> Result<Vec<TensorMeta>> {
     let x = o.x();
-    if o.inputs[0].dtype == DType::U8 {
-        return Err(Error::invalid(o.op, format!("u8 operands are masks, not numbers: a is {}", o.inputs[0])));
-    }
     o.same_dtype(0, 1)?;
     let s = Shape::broadcast(&o.inputs[0].shape, &o.inputs[1].shape).ok_or_else(|| {
         Error::invalid(o.op, format!("shapes do not broadcast: a is {}, b is {}", o.inputs[0].shape, o.inputs[1].shape))

@@ -91,7 +91,7 @@ pub enum Op {
     Add,
     Sub,
     Mul,
-    /// Division; integer division by zero yields 0.
+    /// Division; integers (i32, i64, u8) truncate and a division by zero yields 0.
     Div,
     /// `a ^ b` (ONNX Pow) with broadcasting, floats only, C `pow`'s special values.
     Pow,
