@@ -4,6 +4,33 @@ use super::table::{AttentionLayout, GeluApprox, Op, OpKind};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
+/// A number attribute, `d` when absent.
+fn parse<T: std::str::FromStr>(op: &'static str, k: &str, v: Option<String>, d: T) -> Result<T> {
+    match v {
+        None => Ok(d),
+        Some(s) => s.trim().parse().map_err(|_| Error::invalid(op, format!("attribute {k}={s:?} is malformed"))),
+    }
+}
+
+/// A flag as ONNX writes it (`0` / `1`) or as a word (`true` / `false`).
+fn flag(op: &'static str, k: &str, v: Option<String>, d: bool) -> Result<bool> {
+    match v.as_deref().map(str::trim) {
+        None => Ok(d),
+        Some("1" | "true") => Ok(true),
+        Some("0" | "false") => Ok(false),
+        Some(s) => Err(Error::invalid(op, format!("attribute {k}={s:?} is malformed (0, 1, true or false)"))),
+    }
+}
+
+/// A comma list of numbers.
+fn list<T: std::str::FromStr>(op: &'static str, k: &str, v: &str) -> Result<Vec<T>> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().map_err(|_| Error::invalid(op, format!("attribute {k}: {s:?} is not a number"))))
+        .collect()
+}
+
 /// Builds an op from its kind and `key=value` attributes (the CLI and model loaders use
 /// this). Unknown keys are errors, and so is a key given twice ("given twice", naming it);
 /// missing keys take the defaults shown.
@@ -39,28 +66,6 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
             v.clone()
         })
     };
-    fn parse<T: std::str::FromStr>(op: &'static str, k: &str, v: Option<String>, d: T) -> Result<T> {
-        match v {
-            None => Ok(d),
-            Some(s) => s.trim().parse().map_err(|_| Error::invalid(op, format!("attribute {k}={s:?} is malformed"))),
-        }
-    }
-    /// A flag as ONNX writes it (`0` / `1`) or as a word (`true` / `false`).
-    fn flag(op: &'static str, k: &str, v: Option<String>, d: bool) -> Result<bool> {
-        match v.as_deref().map(str::trim) {
-            None => Ok(d),
-            Some("1" | "true") => Ok(true),
-            Some("0" | "false") => Ok(false),
-            Some(s) => Err(Error::invalid(op, format!("attribute {k}={s:?} is malformed (0, 1, true or false)"))),
-        }
-    }
-    fn list<T: std::str::FromStr>(op: &'static str, k: &str, v: &str) -> Result<Vec<T>> {
-        v.split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(|s| s.parse().map_err(|_| Error::invalid(op, format!("attribute {k}: {s:?} is not a number"))))
-            .collect()
-    }
     let approx = |v: Option<String>| -> Result<GeluApprox> {
         match v.as_deref() {
             None | Some("erf") => Ok(GeluApprox::Erf),
