@@ -468,7 +468,7 @@ pub fn resolve_reshape(from: &Shape, to: &[isize]) -> Option<Shape> {
 }
 
 /// One axis of a resolved Slice: the first element taken, the step between elements
-/// taken (negative walks backwards) and how many are taken.
+/// taken (negative walks backwards) and how many are taken. Plain data: `Send` and `Sync`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SliceAxis {
     pub start: usize,
