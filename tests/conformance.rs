@@ -99,10 +99,50 @@ on_every_backend!(extreme_inputs_give_the_documented_answers_on_every_tier, |b: 
             vec![1.0, 1.0, f64::NAN, inf, -inf, 1.0],
         ),
         (
+            "u8 wraps mod 256 and x / 0 is 0",
+            Op::Add,
+            vec![(DType::U8, vec![3], vec![255.0, 200.0, 7.0]), (DType::U8, vec![3], vec![1.0, 100.0, 0.0])],
+            vec![0.0, 44.0, 7.0],
+        ),
+        (
+            "u8 division truncates, x / 0 is 0",
+            Op::Div,
+            vec![(DType::U8, vec![3], vec![255.0, 7.0, 0.0]), (DType::U8, vec![3], vec![2.0, 0.0, 0.0])],
+            vec![127.0, 0.0, 0.0],
+        ),
+        (
             "equal: NaN is unequal, -0 equals 0",
             Op::Equal,
             vec![f(&[4], &[f64::NAN, 0.0, -inf, 1.0]), f(&[4], &[f64::NAN, -0.0, -inf, 2.0])],
             vec![0.0, 1.0, 1.0, 0.0],
+        ),
+        (
+            "where: a non-zero condition picks x, NaN and -0 pass unchanged",
+            Op::Where,
+            vec![
+                (DType::U8, vec![5], vec![0.0, 1.0, 255.0, 2.0, 0.0]),
+                f(&[5], &[1.0, f64::NAN, -0.0, inf, 3.0]),
+                f(&[], &[-7.0]),
+            ],
+            vec![-7.0, f64::NAN, -0.0, inf, -7.0],
+        ),
+        (
+            "concat along a negative axis keeps NaN and -0",
+            Op::Concat { axis: -1 },
+            vec![f(&[2, 2], &[1.0, f64::NAN, 3.0, 4.0]), f(&[2, 1], &[-0.0, -inf])],
+            vec![1.0, f64::NAN, -0.0, 3.0, 4.0, -inf],
+        ),
+        (
+            "slice backwards by 2 from the end, the end clamped",
+            Op::Slice { starts: vec![-1], ends: vec![-100], axes: vec![0], steps: vec![-2] },
+            vec![f(&[5], &[0.0, 1.0, f64::NAN, 3.0, -0.0])],
+            vec![-0.0, f64::NAN, 0.0],
+        ),
+        (
+            "expand broadcasts both ways",
+            Op::Expand { shape: vec![1, 3] },
+            vec![f(&[2, 1], &[1.0, f64::NAN])],
+            vec![1.0, 1.0, 1.0, f64::NAN, f64::NAN, f64::NAN],
         ),
         ("neg flips every sign", Op::Neg, vec![f(&[4], &[0.0, -inf, f64::NAN, 2.5])], vec![-0.0, inf, f64::NAN, -2.5]),
         (

@@ -2,7 +2,8 @@
 //! exported symbol has exactly the type acl-sys declares for it.
 
 use crate::aclnn::{
-    attention::*, basics::*, copy::*, elementwise::*, executor::*, gather::*, masking::*, matmul::*, norm::*, reduce::*,
+    attention::*, basics::*, copy::*, elementwise::*, executor::*, gather::*, masking::*, matmul::*, movement::*,
+    norm::*, reduce::*,
 };
 use crate::control::{aclEmuGetRunCounters, aclEmuResetRunCounters};
 use crate::rt::{capture::*, context::*, device::*, event::*, init::*, memory::*, stream::*};
@@ -61,6 +62,8 @@ const _: () = {
         aclDestroyScalar,
         aclCreateIntArray,
         aclDestroyIntArray,
+        aclCreateTensorList,
+        aclDestroyTensorList,
         aclSetAclOpExecutorRepeatable,
         aclDestroyAclOpExecutor,
         aclSetInputTensorAddr,
@@ -98,6 +101,14 @@ const _: () = {
         aclnnSqrt,
         aclnnEqTensorGetWorkspaceSize,
         aclnnEqTensor,
+        aclnnSWhereGetWorkspaceSize,
+        aclnnSWhere,
+        aclnnCatGetWorkspaceSize,
+        aclnnCat,
+        aclnnSliceGetWorkspaceSize,
+        aclnnSlice,
+        aclnnExpandGetWorkspaceSize,
+        aclnnExpand,
         aclnnPowTensorTensorGetWorkspaceSize,
         aclnnPowTensorTensor,
         aclnnNegGetWorkspaceSize,
@@ -184,6 +195,8 @@ pub const EXPORTED: &[&str] = &[
     "aclDestroyScalar",
     "aclCreateIntArray",
     "aclDestroyIntArray",
+    "aclCreateTensorList",
+    "aclDestroyTensorList",
     "aclSetAclOpExecutorRepeatable",
     "aclDestroyAclOpExecutor",
     "aclSetInputTensorAddr",

@@ -324,6 +324,8 @@ pub struct Tables {
     pub tensors: HashMap<u64, TensorDesc>,
     pub scalars: HashMap<u64, (acl_sys::aclDataType, f64)>,
     pub int_arrays: HashMap<u64, Vec<i64>>,
+    /// Tensor lists: the tensor handles each owns (destroyed with it).
+    pub tensor_lists: HashMap<u64, Vec<u64>>,
     pub calls: HashMap<String, u64>,
     /// Streams being captured, with the capture each belongs to (the instance handle
     /// `aclmdlRICaptureEnd` will hand out).
@@ -380,6 +382,7 @@ pub const TAG_EXEC: u64 = 0xEC00_0000_0000;
 pub const TAG_TENSOR: u64 = 0x7E00_0000_0000;
 pub const TAG_SCALAR: u64 = 0x5C00_0000_0000;
 pub const TAG_INTARRAY: u64 = 0x1A00_0000_0000;
+pub const TAG_TENSORLIST: u64 = 0x7100_0000_0000;
 pub const TAG_CONTEXT: u64 = 0xC700_0000_0000;
 pub const TAG_MODEL: u64 = 0x3D00_0000_0000;
 
@@ -407,6 +410,7 @@ impl Tables {
             tensors: HashMap::new(),
             scalars: HashMap::new(),
             int_arrays: HashMap::new(),
+            tensor_lists: HashMap::new(),
             calls: HashMap::new(),
             captures: HashMap::new(),
             capturing: HashMap::new(),
@@ -432,7 +436,8 @@ impl Tables {
             streams: self.streams.len() as u64,
             events: self.events.len() as u64,
             executors: self.executors.len() as u64,
-            descriptors: (self.tensors.len() + self.scalars.len() + self.int_arrays.len()) as u64,
+            descriptors: (self.tensors.len() + self.scalars.len() + self.int_arrays.len() + self.tensor_lists.len())
+                as u64,
             device_bytes: self.mem.iter().map(|m| m.used).sum(),
             device_refs: self.device_refs.values().sum(),
             models: self.models.len() as u64,

@@ -561,6 +561,34 @@ api! {
     ) -> aclnnStatus;
     [OpApi] fn aclnnNeg(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
         -> aclnnStatus;
+    [OpApi] fn aclnnSliceGetWorkspaceSize(
+        self_: *const aclTensor, dim: i64, start: i64, end: i64, step: i64, out: *mut aclTensor,
+        workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnSlice(
+        workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnExpandGetWorkspaceSize(
+        self_: *const aclTensor, size: *const aclIntArray, out: *mut aclTensor, workspaceSize: *mut u64,
+        executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnExpand(
+        workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnCatGetWorkspaceSize(
+        tensors: *const aclTensorList, dim: i64, out: *mut aclTensor, workspaceSize: *mut u64,
+        executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnCat(
+        workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnSWhereGetWorkspaceSize(
+        condition: *const aclTensor, self_: *const aclTensor, other: *const aclTensor, out: *mut aclTensor,
+        workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnSWhere(
+        workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
+    ) -> aclnnStatus;
     [OpApi] fn aclnnEqTensorGetWorkspaceSize(
         self_: *const aclTensor, other: *const aclTensor, out: *mut aclTensor, workspaceSize: *mut u64,
         executor: *mut *mut aclOpExecutor,

@@ -216,9 +216,15 @@ impl Device {
             | Op::ReduceSum { .. }
             | Op::ReduceMean { .. }
             | Op::Attention { .. } => self.nvrtc_rows(tier, args, &ss.cu),
-            Op::Copy | Op::Reshape { .. } | Op::Permute { .. } | Op::Gather { .. } | Op::Cast { .. } => {
-                self.nvrtc_data(args, ss)
-            }
+            Op::Copy
+            | Op::Reshape { .. }
+            | Op::Permute { .. }
+            | Op::Gather { .. }
+            | Op::Cast { .. }
+            | Op::Where
+            | Op::Concat { .. }
+            | Op::Slice { .. }
+            | Op::Expand { .. } => self.nvrtc_data(args, ss),
         }
     }
 
@@ -394,6 +400,38 @@ impl Device {
                 let p = plan::gather(dims(0), *axis, idx.layout.numel());
                 ss.check_error_word.store(true, Ordering::Release);
                 self.per_item(st, Tier::Reference, dt, Kern::Gather(idx.dtype), &p, &[a(0), a(1), o, self.error_word])
+            }
+            Op::Where => {
+                // The module of x's dtype; the condition is read as u8.
+                let p = plan::select(dims(0), dims(1), dims(2), ops.od).map_err(bad)?;
+                let ptrs = [a(0), a(1), a(2), o];
+                self.per_item(st, Tier::Reference, ins[1].dtype, Kern::Where, &p, &ptrs)
+            }
+            Op::Concat { axis } => {
+                // One placing copy per input, into its block of the output.
+                let od = ops.od;
+                let ax = runtime::Shape::new(od.to_vec()).axis(*axis).ok_or_else(|| bad("concat axis out of range"))?;
+                let step = (od[ax + 1..].iter().product::<usize>() * dt.size()) as u64;
+                let mut at = 0u64;
+                for (j, p) in plan::concat(ins.iter().map(|x| x.layout.dims()), od, ax).map_err(bad)?.iter().enumerate()
+                {
+                    if p.n > 0 {
+                        self.per_item(st, Tier::Reference, dt, Kern::Place, p, &[a(j), o + at * step])?;
+                    }
+                    at += dims(j)[ax] as u64;
+                }
+                Ok(())
+            }
+            Op::Slice { starts, ends, axes, steps } => {
+                // A strided read of the window (negative steps read backwards) from its
+                // first element.
+                let w = runtime::op::resolve_slice(dims(0), starts, ends, axes, steps).map_err(bad)?;
+                let (p, first) = plan::slice(dims(0), &w).map_err(bad)?;
+                self.per_item(st, Tier::Reference, dt, Kern::Copy, &p, &[a(0) + first * dt.size() as u64, o])
+            }
+            Op::Expand { .. } => {
+                let p = plan::indexed(ops.od, &[plan::broadcast_strides(dims(0), ops.od)]).map_err(bad)?;
+                self.per_item(st, Tier::Reference, dt, Kern::Copy, &p, &[a(0), o])
             }
             Op::Cast { to } => {
                 let p = KParams { n: out.layout.numel() as i64, ..Default::default() };

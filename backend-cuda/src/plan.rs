@@ -139,6 +139,39 @@ pub fn equal(a: &[usize], b: &[usize], out: &[usize]) -> Result<KParams, String>
     indexed(out, &[broadcast_strides(a, out), broadcast_strides(b, out)])
 }
 
+/// `condition ? x : y` with the three operands broadcast to `out` (strides sa, sb, sc).
+pub fn select(c: &[usize], x: &[usize], y: &[usize], out: &[usize]) -> Result<KParams, String> {
+    indexed(out, &[broadcast_strides(c, out), broadcast_strides(x, out), broadcast_strides(y, out)])
+}
+
+/// Concat: per input, a placing copy of its elements (strides sa) to the output's
+/// (strides sb, over the input's dims; the launch offsets the output to the input's block
+/// along `axis`).
+pub fn concat<'a>(ins: impl Iterator<Item = &'a [usize]>, out: &[usize], axis: usize) -> Result<Vec<KParams>, String> {
+    let os = contiguous_strides(out);
+    ins.map(|d| {
+        if d.len() != out.len() || axis >= d.len() {
+            return Err("a concat input differs from the output in rank".to_string());
+        }
+        indexed(d, &[contiguous_strides(d), os.clone()])
+    })
+    .collect()
+}
+
+/// A resolved Slice of a contiguous operand of `dims`: the copy's parameters (strides
+/// `step * stride`, negative for a backward axis) and the element offset of the window's
+/// first element.
+pub fn slice(dims: &[usize], w: &[runtime::op::SliceAxis]) -> Result<(KParams, u64), String> {
+    if w.len() != dims.len() {
+        return Err("the slice window differs from the operand in rank".into());
+    }
+    let st = contiguous_strides(dims);
+    let first: i64 = w.iter().zip(&st).map(|(a, s)| a.start as i64 * s).sum();
+    let out: Vec<usize> = w.iter().map(|a| a.len).collect();
+    let strides: Vec<i64> = w.iter().zip(&st).map(|(a, s)| a.step * s).collect();
+    Ok((indexed(&out, &[strides])?, first as u64))
+}
+
 /// Element-wise unary op (contiguous).
 pub fn unary(op: &Op, n: usize) -> Result<KParams, String> {
     let (code, factor) = unary_code(op).ok_or("not a unary op")?;

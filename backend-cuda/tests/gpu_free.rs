@@ -132,8 +132,8 @@ fn every_module_defines_its_entry_points() {
             }
         }
     }
-    // ref and generic: 6 dtypes (Equal takes every dtype); fast: 3 floats + 2 integer types.
-    assert_eq!(modules, 6 + 6 + 5);
+    // Every dtype on every tier: integer arithmetic (u8 included) is on all three.
+    assert_eq!(modules, 6 + 6 + 6);
 }
 
 #[test]
@@ -147,15 +147,20 @@ fn module_contents_per_dtype() {
     }
     assert!(ref_f16.contains(&"npurt_gather_i64_f16_ref".to_string()));
     let ref_u8 = source::entry_points(Tier::Reference, DType::U8);
-    assert!(!ref_u8.iter().any(|e| e.contains("binary") || e.contains("matmul")));
+    assert!(!ref_u8.iter().any(|e| e.contains("matmul")));
+    assert!(ref_u8.contains(&"npurt_binary_u8_ref".to_string()));
     assert!(ref_u8.contains(&"npurt_copy_u8_ref".to_string()));
     assert!(ref_u8.contains(&"npurt_equal_u8_ref".to_string()));
     assert_eq!(
         source::entry_points(Tier::Generic, DType::I32),
         vec!["npurt_binary_i32_gen".to_string(), "npurt_equal_i32_gen".to_string()]
     );
-    // u8's generic module holds Equal alone (writing u8 for any operand dtype).
-    assert_eq!(source::entry_points(Tier::Generic, DType::U8), vec!["npurt_equal_u8_gen".to_string()]);
+    // u8's generic module: wrapping arithmetic and Equal.
+    assert_eq!(
+        source::entry_points(Tier::Generic, DType::U8),
+        vec!["npurt_binary_u8_gen".to_string(), "npurt_equal_u8_gen".to_string()]
+    );
+    assert_eq!(source::entry_points(Tier::HighPerformance, DType::U8), vec!["npurt_binary_u8_fast".to_string()]);
     let gen_f16 = source::module_source(Tier::Generic, DType::F16).unwrap();
     assert!(gen_f16.contains("(P p, const h16* a, const h16* b, u8* o) { k_equal_gen<h16>(p, a, b, o); }"));
     assert!(!source::entry_points(Tier::HighPerformance, DType::F32).iter().any(|e| e.contains("equal")));
@@ -450,4 +455,29 @@ fn cublas_declines_gemm_with_alpha_zero() {
     assert!((sg.supports)(&KernelQuery { op: &gemm(0.0), inputs: &ins, outputs: &outs }).is_err());
     assert!((sg.supports)(&KernelQuery { op: &gemm(0.5), inputs: &ins, outputs: &outs }).is_ok());
     assert!((tiled.supports)(&KernelQuery { op: &gemm(0.0), inputs: &ins, outputs: &outs }).is_ok());
+}
+
+#[test]
+fn data_movement_plans_of_where_concat_and_slice() {
+    // Where: three broadcast stride lists over the output.
+    let p = plan::select(&[3, 1], &[1, 5], &[5], &[3, 5]).unwrap();
+    assert_eq!((p.n, p.rank), (15, 2));
+    assert_eq!((&p.sa[..2], &p.sb[..2], &p.sc[..2]), (&[1, 0][..], &[0, 1][..], &[0, 1][..]));
+    // Concat along axis 1 of [2, 5]: each input's own strides, placed at the output's.
+    let ps = plan::concat([&[2usize, 2][..], &[2, 3][..]].into_iter(), &[2, 5], 1).unwrap();
+    assert_eq!((ps[0].n, &ps[0].sa[..2], &ps[0].sb[..2]), (4, &[2, 1][..], &[5, 1][..]));
+    assert_eq!((ps[1].n, &ps[1].sa[..2], &ps[1].sb[..2]), (6, &[3, 1][..], &[5, 1][..]));
+    // Slice [4, 6] rows 3, 1 (step -2) and every third column from 5 backwards: negative
+    // strides from the window's first element (row 3, column 5).
+    let w = runtime::op::resolve_slice(&[4, 6], &[3, 5], &[0, -7], &[0, 1], &[-2, -3]).unwrap();
+    let (p, first) = plan::slice(&[4, 6], &w).unwrap();
+    assert_eq!(first, 3 * 6 + 5);
+    assert_eq!((p.n, p.rank, &p.dims[..2], &p.sa[..2]), (4, 2, &[2, 2][..], &[-12, -3][..]));
+    // Where, Concat and Slice's copy are in every dtype's reference module.
+    for d in DType::ALL {
+        let e = source::entry_points(Tier::Reference, d);
+        for k in ["where", "place", "copy"] {
+            assert!(e.contains(&format!("npurt_{k}_{}_ref", d.name())), "{k} {d}: {e:?}");
+        }
+    }
 }

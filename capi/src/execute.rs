@@ -172,6 +172,10 @@ mod tests {
             ("Neg", OpKind::Neg),
             ("Pow", OpKind::Pow),
             ("Equal", OpKind::Equal),
+            ("Where", OpKind::Where),
+            ("Concat", OpKind::Concat),
+            ("Slice", OpKind::Slice),
+            ("Expand", OpKind::Expand),
             ("Sigmoid", OpKind::Sigmoid),
             ("Softmax", OpKind::Softmax),
             ("LayerNormalization", OpKind::LayerNorm),
@@ -185,7 +189,14 @@ mod tests {
         ];
         for (name, kind) in onnx {
             for spelling in [name.to_string(), name.to_ascii_lowercase(), name.to_ascii_uppercase()] {
-                let attrs = if kind == OpKind::Reshape { Some("shape=2,3") } else { None };
+                // The ops whose attributes have no default.
+                let attrs = match kind {
+                    OpKind::Reshape => Some("shape=2,3"),
+                    OpKind::Concat => Some("axis=0"),
+                    OpKind::Slice => Some("starts=0;ends=1"),
+                    OpKind::Expand => Some("shape=2,3"),
+                    _ => None,
+                };
                 let op = parse_op(&spelling, attrs, 2).unwrap_or_else(|e| panic!("{spelling}: {}", e.msg));
                 assert_eq!(op.kind(), kind, "{spelling}");
             }

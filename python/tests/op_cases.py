@@ -65,6 +65,10 @@ def cases(seed: int = 0) -> List[Case]:
     idx = np.array([[1, 3], [9, 0]], np.int64)
     bias = f(6)
     c = f(8, 12)
+    u8a = r.integers(0, 256, (4, 6), dtype=np.uint8)
+    u8b = r.integers(0, 256, (4, 6), dtype=np.uint8)
+    u8b[0, :3] = 0
+    cond = (r.random((4, 1)) > 0.5).astype(np.uint8) * np.array([[1, 7, 0, 255, 1, 0]], np.uint8)
     return [
         ("MatMul", [a, b], {}, lambda a, b: a.astype(np.float64) @ b),
         ("MatMul", [a, b.T.copy()], {"trans_b": True}, lambda a, bt: a.astype(np.float64) @ bt.T),
@@ -74,6 +78,10 @@ def cases(seed: int = 0) -> List[Case]:
         ("Sub", [x, y], {}, lambda x, y: x - y),
         ("Mul", [x, y], {}, lambda x, y: x * y),
         ("Div", [x, pos], {}, lambda x, y: x / y),
+        ("Add", [u8a, u8b], {}, lambda p, q: p + q),
+        ("Mul", [u8a, u8b], {}, lambda p, q: p * q),
+        ("Sub", [u8a, u8b[:1]], {}, lambda p, q: p - q),
+        ("Div", [u8a, u8b], {}, lambda p, q: np.where(q == 0, 0, p // np.maximum(q, 1)).astype(np.uint8)),
         ("Relu", [x], {}, lambda x: np.maximum(x, 0)),
         ("Gelu", [x], {}, gelu),
         ("GELU", [x], {"approx": "tanh"}, gelu_tanh),
@@ -85,6 +93,11 @@ def cases(seed: int = 0) -> List[Case]:
         ("Sigmoid", [x], {}, lambda t: 1 / (1 + np.exp(-t.astype(np.float64)))),
         ("Pow", [pos, x], {}, lambda b, e: np.power(b.astype(np.float64), e)),
         ("Equal", [x, np.where(r.random(x.shape) > 0.5, x, y)], {}, lambda a, b: (a == b).astype(np.uint8)),
+        ("Where", [cond, x, y[:1]], {}, lambda c, a, b: np.where(c != 0, a, b)),
+        ("Concat", [x, y[:, :2], x[:, :1]], {"axis": -1}, lambda *t: np.concatenate(t, -1)),
+        ("Slice", [x], {"starts": (3, -1), "ends": (0, -100), "axes": (0, -1), "steps": (-1, -2)},
+         lambda t: t[3:0:-1, ::-2]),
+        ("Expand", [x[:1]], {"shape": (2, 4, 1)}, lambda t: np.broadcast_to(t, (2, 4, 6))),
         ("Softmax", [x], {"axis": -1}, lambda x: softmax(x, -1)),
         ("Softmax", [x], {"axis": 0}, lambda x: softmax(x, 0)),
         ("LayerNorm", [x, g, beta], {"eps": 1e-5}, lambda x, g, b: layernorm(x, g, b, 1e-5)),

@@ -54,6 +54,9 @@ fn values(rng: &mut Rng, dtype: DType, shape: &[usize], kind: &str) -> Vec<f64> 
     let n: usize = shape.iter().product();
     (0..n)
         .map(|_| match (dtype.is_int(), kind) {
+            // u8 covers its whole range, so that sums and products wrap.
+            (true, "nonzero") if dtype == DType::U8 => rng.uniform(1.0, 256.0).floor(),
+            (true, _) if dtype == DType::U8 => rng.uniform(0.0, 256.0).floor(),
             (true, "nonzero") => {
                 let v = rng.uniform(1.0, 9.0).floor();
                 if rng.next() < 0.5 { -v } else { v }
@@ -91,10 +94,8 @@ pub fn cases(dtype: DType, seed: u64) -> Vec<Case> {
             add(&mut out, Op::Cast { to }, vec![(f, vec![3, 11], "")], 1, &mut rng);
         }
     }
-    // Arithmetic with broadcasting (floats and integers).
-    if dtype != DType::U8 {
-        arithmetic(&mut out, f, &mut rng);
-    }
+    // Arithmetic with broadcasting (floats and integers, u8 wrapping).
+    arithmetic(&mut out, f, &mut rng);
     data_movement(&mut out, f, &mut rng);
     if dtype.is_int() {
         for to in [DType::F32, DType::I64, DType::U8] {
@@ -299,7 +300,8 @@ fn arithmetic(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
     }
 }
 
-/// Data movement, every dtype: Permute, Reshape, Copy and Gather (negative indices too).
+/// Data movement, every dtype: Permute, Equal, Where, Concat, Slice, Expand, Reshape, Copy
+/// and Gather (negative indices too).
 fn data_movement(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
     // Data movement: every dtype.
     for (s, perm) in [
@@ -319,6 +321,56 @@ fn data_movement(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
             *v = a.get(i).copied().unwrap_or(*v);
         }
         out.push(fixed(Op::Equal, vec![(f, sa, a), (f, sb, b)], 1));
+    }
+    // Where on every dtype with three-way broadcasting; conditions 0, 1 and other non-zero
+    // bytes (all true).
+    for (sc, sx, sy) in [
+        (vec![], vec![], vec![]),
+        (vec![7], vec![7], vec![7]),
+        (vec![3, 1], vec![1, 5], vec![3, 5]),
+        (vec![2, 1, 4], vec![4], vec![3, 1]),
+        (vec![5], vec![], vec![1]),
+        (vec![0, 3], vec![1, 3], vec![3]),
+    ] {
+        let n: usize = sc.iter().product();
+        let cv: Vec<f64> = (0..n).map(|_| [0.0, 1.0, 0.0, 2.0, 255.0][(rng.next() * 5.0) as usize % 5]).collect();
+        let (xv, yv) = (values(rng, f, &sx, ""), values(rng, f, &sy, ""));
+        out.push(fixed(Op::Where, vec![(DType::U8, sc, cv), (f, sx, xv), (f, sy, yv)], 1));
+    }
+    // Concat of one to three inputs, negative axes and empty blocks included.
+    for (shapes, axis) in [
+        (vec![vec![3, 4]], 0),
+        (vec![vec![2, 3], vec![4, 3]], 0),
+        (vec![vec![2, 1, 3], vec![2, 4, 3], vec![2, 0, 3]], -2),
+        (vec![vec![5], vec![0], vec![2]], -1),
+        (vec![vec![2, 3, 1], vec![2, 3, 2]], 2),
+    ] {
+        add(out, Op::Concat { axis }, shapes.into_iter().map(|s| (f, s, "")).collect(), 1, rng);
+    }
+    // Slice: steps forwards and backwards, negative and out-of-range starts and ends,
+    // negative axes, axes omitted, empty windows.
+    let (lo, hi) = (i64::MIN, i64::MAX);
+    for (s, starts, ends, axes, steps) in [
+        (vec![10], vec![2], vec![8], vec![], vec![2]),
+        (vec![10], vec![-1], vec![-11], vec![0], vec![-1]),
+        (vec![3, 5, 4], vec![1, -3], vec![hi, 100], vec![-1, 1], vec![]),
+        (vec![4, 6], vec![0], vec![10], vec![], vec![]),
+        (vec![4, 6], vec![3, 5], vec![0, -7], vec![0, 1], vec![-2, -3]),
+        (vec![5], vec![3], vec![3], vec![], vec![]),
+        (vec![2, 3], vec![lo], vec![hi], vec![1], vec![hi]),
+        (vec![2, 3, 4], vec![-2, 1], vec![lo, 3], vec![2, 0], vec![-1, 1]),
+    ] {
+        add(out, Op::Slice { starts, ends, axes, steps }, vec![(f, s, "")], 1, rng);
+    }
+    // Expand: both ways, from a scalar, to a zero-size dim.
+    for (s, shape) in [
+        (vec![3, 1], vec![2, 1, 4]),
+        (vec![], vec![5]),
+        (vec![4], vec![1]),
+        (vec![2, 1], vec![0]),
+        (vec![1, 3], vec![3, 1]),
+    ] {
+        add(out, Op::Expand { shape }, vec![(f, s, "")], 1, rng);
     }
     add(out, Op::Reshape { shape: vec![3, -1] }, vec![(f, vec![2, 3, 2], "")], 1, rng);
     add(out, Op::Copy, vec![(f, vec![5, 7], "")], 1, rng);
@@ -366,12 +418,19 @@ pub fn extreme_cases(dtype: DType) -> Vec<Case> {
     out
 }
 
-/// Integer extremes: overflow, division by zero and by -1, narrowing casts; u8 only casts.
+/// Integer extremes: overflow, division by zero and by -1, narrowing casts; u8 wrapping.
 fn extreme_int(dtype: DType) -> Vec<Case> {
     let f = dtype;
     let mut out = Vec::new();
     if dtype == DType::U8 {
         out.push(fixed(Op::Cast { to: DType::I32 }, vec![(f, vec![3], vec![0.0, 128.0, 255.0])], 1));
+        // Wrapping mod 256, truncating division, x / 0 = 0.
+        let a = vec![255.0, 0.0, 200.0, 7.0, 0.0, 255.0, 128.0];
+        let b = vec![1.0, 1.0, 100.0, 0.0, 0.0, 255.0, 2.0];
+        for op in [Op::Add, Op::Sub, Op::Mul, Op::Div] {
+            out.push(fixed(op, vec![(f, vec![7], a.clone()), (f, vec![7], b.clone())], 1));
+        }
+        out.push(fixed(Op::Div, vec![(f, vec![3], vec![9.0, 0.0, 255.0]), (f, vec![], vec![0.0])], 1));
         return out;
     }
     // i64::MAX is not an f64; 2^63 saturates to it on upload.

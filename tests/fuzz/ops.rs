@@ -68,6 +68,16 @@ pub fn op() -> impl Strategy<Value = Op> {
         Just(Op::Div),
         Just(Op::Pow),
         Just(Op::Equal),
+        Just(Op::Where),
+        axis().prop_map(|axis| Op::Concat { axis }),
+        (
+            prop::collection::vec(any::<i64>(), 0..4),
+            prop::collection::vec(prop_oneof![-9i64..9, any::<i64>()], 0..4),
+            prop::collection::vec(axis(), 0..4),
+            prop::collection::vec(prop_oneof![-3i64..4, any::<i64>()], 0..4),
+        )
+            .prop_map(|(starts, ends, axes, steps)| Op::Slice { starts, ends, axes, steps }),
+        prop::collection::vec(prop_oneof![0usize..5, Just(usize::MAX)], 0..5).prop_map(|shape| Op::Expand { shape }),
         Just(Op::Relu),
         approx().prop_map(Op::Gelu),
         Just(Op::Tanh),
@@ -153,7 +163,7 @@ pub fn case(huge: bool) -> impl Strategy<Value = (Op, Vec<TensorMeta>)> {
     (op(), base, dtype(), prop::collection::vec(operand, 6), 0usize..8).prop_map(|(op, base, d0, ops, pick)| {
         let (lo, hi) = op.arity();
         // 0..=hi-lo extra operands past the minimum, or (rarely) a wrong count.
-        let n = if pick == 7 { (pick + lo) % 6 } else { lo + pick % (hi - lo + 1) };
+        let n = if pick == 7 { (pick + lo) % 6 } else { lo + pick % (hi - lo + 1) }.min(ops.len());
         let metas = ops[..n]
             .iter()
             .enumerate()

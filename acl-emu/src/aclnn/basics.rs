@@ -1,4 +1,4 @@
-//! aclnn basics: tensor, scalar and int-array descriptors, executors (repeatable or
+//! aclnn basics: tensor, scalar, int-array and tensor-list descriptors, executors (repeatable or
 //! one-shot), and the helpers every operator's phase 1 and phase 2 share.
 
 use crate::descriptors::{Executor, Kernel, Src, TensorDesc};
@@ -121,6 +121,56 @@ pub unsafe extern "C" fn aclDestroyIntArray(array: *const aclIntArray) -> aclnnS
             .map(|_| ())
             .ok_or_else(|| Fail(ACLNN_ERR_PARAM_INVALID, "unknown aclIntArray".into()))
     })
+}
+
+/// A list of known tensors, which it then owns (`aclDestroyTensorList` destroys them too,
+/// as CANN documents); a tensor already in a list is refused.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclCreateTensorList(value: *const *const aclTensor, size: u64) -> *mut aclTensorList {
+    guard_handle("aclCreateTensorList", |t| {
+        // SAFETY: C contract: `value` holds `size` pointers.
+        let v: Vec<u64> = unsafe { read_array(value, size) }?.into_iter().map(|p| h(p.cast())).collect();
+        for (i, k) in v.iter().enumerate() {
+            if !t.tensors.contains_key(k) {
+                return fail(ACLNN_ERR_PARAM_INVALID, format!("value[{i}]: unknown aclTensor {k:#x}"));
+            }
+            if v[..i].contains(k) || t.tensor_lists.values().any(|l| l.contains(k)) {
+                return fail(ACLNN_ERR_PARAM_INVALID, format!("value[{i}]: aclTensor {k:#x} is already in a list"));
+            }
+        }
+        let hd = emu().handle(TAG_TENSORLIST);
+        t.tensor_lists.insert(hd, v);
+        Ok(hd)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclDestroyTensorList(array: *const aclTensorList) -> aclnnStatus {
+    guard("aclDestroyTensorList", |t| {
+        if array.is_null() {
+            return Ok(());
+        }
+        let v = t
+            .tensor_lists
+            .remove(&h(array.cast()))
+            .ok_or_else(|| Fail(ACLNN_ERR_PARAM_INVALID, "unknown aclTensorList".into()))?;
+        for k in v {
+            t.tensors.remove(&k);
+        }
+        Ok(())
+    })
+}
+
+/// The tensors of the list behind handle `h`, as inputs.
+pub(crate) fn tensor_list(t: &Tables, hd: u64, what: &str) -> R<Vec<Src>> {
+    if hd == 0 {
+        return fail(ACLNN_ERR_PARAM_NULLPTR, format!("{what} is NULL"));
+    }
+    let v = t
+        .tensor_lists
+        .get(&hd)
+        .ok_or_else(|| Fail(ACLNN_ERR_PARAM_INVALID, format!("{what}: unknown aclTensorList")))?;
+    v.iter().map(|&k| Ok(Src::Tensor(k, desc(t, k, what)?))).collect()
 }
 
 #[unsafe(no_mangle)]

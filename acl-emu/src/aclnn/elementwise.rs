@@ -1,5 +1,5 @@
 //! Element-wise operators: binary arithmetic (aclnnAdd, aclnnSub, aclnnMul, aclnnDiv,
-//! aclnnPowTensorTensor, and the comparison aclnnEqTensor),
+//! aclnnPowTensorTensor, the comparison aclnnEqTensor and the selection aclnnSWhere),
 //! activations and other unary functions (aclnnNeg and aclnnSigmoid among them), and the scalar forms aclnnMuls and aclnnAdds.
 
 use crate::aclnn::basics::{ex, finish, phase2, scalar, tout, tsrc};
@@ -18,6 +18,7 @@ phase2!(
     aclnnDiv,
     aclnnPowTensorTensor,
     aclnnEqTensor,
+    aclnnSWhere,
     aclnnRelu,
     aclnnGelu,
     aclnnGeluV2,
@@ -134,6 +135,27 @@ pub unsafe extern "C" fn aclnnEqTensorGetWorkspaceSize(
     executor: *mut *mut aclOpExecutor,
 ) -> aclnnStatus {
     binary("aclnnEqTensor", Op::Equal, self_, other, None, out, workspaceSize, executor)
+}
+
+/// `condition ? self : other` with broadcasting; the condition UINT8 (or BOOL, stored
+/// alike) as the header documents.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclnnSWhereGetWorkspaceSize(
+    condition: *const aclTensor,
+    self_: *const aclTensor,
+    other: *const aclTensor,
+    out: *mut aclTensor,
+    workspaceSize: *mut u64,
+    executor: *mut *mut aclOpExecutor,
+) -> aclnnStatus {
+    guard("aclnnSWhereGetWorkspaceSize", |t| {
+        let c = tsrc(t, condition, "condition")?;
+        let (a, b) = (tsrc(t, self_, "self")?, tsrc(t, other, "other")?);
+        let o = tout(t, out, "out")?;
+        let e = ex("aclnnSWhere", Op::Where, vec![c, a, b], vec![o], 0);
+        // SAFETY: C contract: out-pointers are NULL or writable.
+        unsafe { finish(t, e, workspaceSize, executor) }
+    })
 }
 
 fn unary(

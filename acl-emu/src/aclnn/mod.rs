@@ -10,5 +10,6 @@ pub mod executor;
 pub mod gather;
 pub mod masking;
 pub mod matmul;
+pub mod movement;
 pub mod norm;
 pub mod reduce;

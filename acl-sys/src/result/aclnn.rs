@@ -126,6 +126,37 @@ pub unsafe fn destroy_int_array(api: &Api, array: *const aclIntArray) -> Result<
     check(api, "aclDestroyIntArray", code)
 }
 
+/// `aclCreateTensorList(value, size)`: a list of `size` tensor descriptors, which it then
+/// owns (destroying the list destroys them).
+///
+/// # Safety
+/// `value` holds `size` live descriptors from [`create_tensor`], none in another list.
+pub unsafe fn create_tensor_list(
+    api: &Api,
+    value: *const *const aclTensor,
+    size: u64,
+) -> Result<*mut aclTensorList, AclError> {
+    let f = api.aclCreateTensorList()?;
+    // SAFETY: the caller's contract on `value`.
+    let l = unsafe { f(value, size) };
+    if l.is_null() {
+        return Err(null_object(api, "aclCreateTensorList"));
+    }
+    Ok(l)
+}
+
+/// `aclDestroyTensorList(array)`: frees the list and the descriptors in it.
+///
+/// # Safety
+/// `array` came from [`create_tensor_list`], is destroyed once, no call still to return
+/// uses it, and its descriptors are not destroyed on their own.
+pub unsafe fn destroy_tensor_list(api: &Api, array: *const aclTensorList) -> Result<(), AclError> {
+    let f = api.aclDestroyTensorList()?;
+    // SAFETY: the caller's contract on `array`.
+    let code = unsafe { f(array) };
+    check(api, "aclDestroyTensorList", code)
+}
+
 /// `aclSetAclOpExecutorRepeatable(executor)`: phase 2 may then run many times, and the
 /// executor lives until [`destroy_executor`].
 ///
@@ -279,6 +310,18 @@ two_phase! {
     );
     sqrt_get_workspace_size, sqrt => aclnnSqrtGetWorkspaceSize, aclnnSqrt(
         self_: *const aclTensor, out: *mut aclTensor,
+    );
+    slice_get_workspace_size, slice => aclnnSliceGetWorkspaceSize, aclnnSlice(
+        self_: *const aclTensor, dim: i64, start: i64, end: i64, step: i64, out: *mut aclTensor,
+    );
+    expand_get_workspace_size, expand => aclnnExpandGetWorkspaceSize, aclnnExpand(
+        self_: *const aclTensor, size: *const aclIntArray, out: *mut aclTensor,
+    );
+    cat_get_workspace_size, cat => aclnnCatGetWorkspaceSize, aclnnCat(
+        tensors: *const aclTensorList, dim: i64, out: *mut aclTensor,
+    );
+    s_where_get_workspace_size, s_where => aclnnSWhereGetWorkspaceSize, aclnnSWhere(
+        condition: *const aclTensor, self_: *const aclTensor, other: *const aclTensor, out: *mut aclTensor,
     );
     eq_tensor_get_workspace_size, eq_tensor => aclnnEqTensorGetWorkspaceSize, aclnnEqTensor(
         self_: *const aclTensor, other: *const aclTensor, out: *mut aclTensor,

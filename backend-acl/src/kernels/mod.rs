@@ -91,6 +91,10 @@ names! {
     Div => "div.aclnn.vector", "div.host.reference";
     Pow => "pow.aclnn-powtensortensor.vector", "pow.host.reference";
     Equal => "equal.aclnn-eqtensor.vector", "equal.host.reference";
+    Where => "where.aclnn-swhere.vector", "where.host.reference";
+    Concat => "concat.aclnn-cat.vector", "concat.host.reference";
+    Slice => "slice.aclnn-slice.vector", "slice.host.reference";
+    Expand => "expand.aclnn-expand.vector", "expand.host.reference";
     Relu => "relu.aclnn.vector", "relu.host.reference";
     Gelu => "gelu.aclnn.vector", "gelu.host.reference";
     Tanh => "tanh.aclnn.vector", "tanh.host.reference";
@@ -169,6 +173,12 @@ fn check(q: &KernelQuery<'_>, p: Policy) -> Result<(), String> {
             Err("saturating casts to u8 are not documented for aclnnCast".into())
         }
         Op::ReduceSum { .. } | Op::ReduceMean { .. } if x.shape.rank() == 0 => Err("0-D reductions".into()),
+        Op::Slice { steps, .. } if steps.iter().any(|&s| s < 0) => {
+            Err("aclnnSlice walks forwards only: a negative step is left to the host tier".into())
+        }
+        Op::Slice { .. } if x.shape.rank() == 0 || out_empty => {
+            Err("0-D operands and empty windows are left to the host tier".into())
+        }
         _ => Ok(()),
     }
 }

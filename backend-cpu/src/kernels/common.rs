@@ -1,10 +1,11 @@
 //! What every CPU kernel shares: the operand views and element loaders of the core
-//! ([`runtime::reference::operands`], re-exported here), the kernel context, and the
+//! ([`runtime::reference::operands`] and [`runtime::reference::movement`], re-exported here), the kernel context, and the
 //! f32 view of an output that the f32-computing kernels write through.
 
 use crate::features::CpuFeatures;
 
 pub use runtime::reference::math::*;
+pub use runtime::reference::movement::*;
 pub use runtime::reference::operands::*;
 pub use runtime::{KernelError, KernelResult as KResult};
 

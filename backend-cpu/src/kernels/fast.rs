@@ -328,6 +328,11 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
         Op::Cast { .. } => cast(&ins[0], &mut outs[0]),
         // Exact comparison, shared with the other tiers (memory-bound: no SIMD form).
         Op::Equal => equal(&ins[0], &ins[1], &mut outs[0]),
+        // Whole elements moved, shared with the other tiers.
+        Op::Where => select(&ins[0], &ins[1], &ins[2], &mut outs[0]),
+        Op::Concat { axis } => concat(ins, &mut outs[0], *axis),
+        Op::Slice { starts, ends, axes, steps } => slice(&ins[0], &mut outs[0], starts, ends, axes, steps),
+        Op::Expand { .. } => expand(&ins[0], &mut outs[0]),
         Op::ReduceSum { axes, .. } | Op::ReduceMean { axes, .. } => {
             let shape = runtime::Shape::new(ins[0].dims.to_vec());
             let axes = runtime::op::normalise_axes(&shape, axes).ok_or("axes out of range")?;

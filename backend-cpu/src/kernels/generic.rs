@@ -187,6 +187,11 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
         Op::Cast { .. } => cast(&ins[0], &mut outs[0]),
         // Exact comparison, shared with the other tiers.
         Op::Equal => equal(&ins[0], &ins[1], &mut outs[0]),
+        // Whole elements moved, shared with the other tiers.
+        Op::Where => select(&ins[0], &ins[1], &ins[2], &mut outs[0]),
+        Op::Concat { axis } => concat(ins, &mut outs[0], *axis),
+        Op::Slice { starts, ends, axes, steps } => slice(&ins[0], &mut outs[0], starts, ends, axes, steps),
+        Op::Expand { .. } => expand(&ins[0], &mut outs[0]),
         Op::ReduceSum { axes, keepdims: _ } | Op::ReduceMean { axes, keepdims: _ } => {
             let shape = runtime::Shape::new(ins[0].dims.to_vec());
             let mut axes = runtime::op::normalise_axes(&shape, axes).ok_or("axes out of range")?;

@@ -124,7 +124,15 @@ fn unit_of(kind: OpKind, imp: Impl) -> Unit {
         Impl::Blas => TENSOR_CORES,
         Impl::Memcpy => CUDA_CORES,
         Impl::Nvrtc(Tier::Reference) => match kind {
-            OpKind::Permute | OpKind::Reshape | OpKind::Gather | OpKind::Cast | OpKind::Copy => CUDA_CORES,
+            OpKind::Permute
+            | OpKind::Reshape
+            | OpKind::Gather
+            | OpKind::Cast
+            | OpKind::Copy
+            | OpKind::Where
+            | OpKind::Concat
+            | OpKind::Slice
+            | OpKind::Expand => CUDA_CORES,
             _ => CUDA_CORES_FP64,
         },
         Impl::Nvrtc(_) => CUDA_CORES,
@@ -207,7 +215,13 @@ fn build(blas: bool, tf32: bool) -> KernelTable<Impl> {
             OpKind::Reshape => {
                 t.add(kind, Reference, CUDA_CORES, "memcpy", any, Impl::Memcpy);
             }
-            OpKind::Permute | OpKind::Gather | OpKind::Cast => {
+            OpKind::Permute
+            | OpKind::Gather
+            | OpKind::Cast
+            | OpKind::Where
+            | OpKind::Concat
+            | OpKind::Slice
+            | OpKind::Expand => {
                 t.add(kind, Reference, unit_of(kind, r), "thread-per-element", any, r);
             }
         }

@@ -26,6 +26,10 @@ pub enum Kern {
     Cast(DType),
     /// `a == b` into a u8 output.
     Equal,
+    /// `condition ? x : y` with a u8 condition.
+    Where,
+    /// Strided element copy into strided places of the output (Concat's blocks).
+    Place,
 }
 
 impl Kern {
@@ -43,6 +47,8 @@ impl Kern {
             Kern::Gather(i) => format!("gather_{}", i.name()),
             Kern::Cast(to) => format!("cast_{}", to.name()),
             Kern::Equal => "equal".into(),
+            Kern::Where => "where".into(),
+            Kern::Place => "place".into(),
         }
     }
 }
@@ -75,7 +81,7 @@ pub fn entry_name(k: Kern, dtype: DType, tier: Tier) -> String {
 /// The kernels the module of (`tier`, `dtype`) contains.
 pub fn kernels(tier: Tier, dtype: DType) -> Vec<Kern> {
     let float = dtype.is_float();
-    let int_arith = matches!(dtype, DType::I32 | DType::I64);
+    let int_arith = dtype.is_int();
     let mut v = Vec::new();
     match tier {
         Tier::Reference => {
@@ -93,7 +99,14 @@ pub fn kernels(tier: Tier, dtype: DType) -> Vec<Kern> {
             } else if int_arith {
                 v.push(Kern::Binary);
             }
-            v.extend([Kern::Copy, Kern::Gather(DType::I32), Kern::Gather(DType::I64), Kern::Equal]);
+            v.extend([
+                Kern::Copy,
+                Kern::Gather(DType::I32),
+                Kern::Gather(DType::I64),
+                Kern::Equal,
+                Kern::Where,
+                Kern::Place,
+            ]);
             v.extend(DType::ALL.iter().map(|&t| Kern::Cast(t)));
         }
         Tier::Generic => {
@@ -176,6 +189,10 @@ pub fn module_source(tier: Tier, dtype: DType) -> Option<String> {
             (Kern::Equal, _) => {
                 format!("(P p, const {t}* a, const {t}* b, u8* o) {{ k_equal_{tag}<{t}>(p, a, b, o); }}")
             }
+            (Kern::Where, _) => {
+                format!("(P p, const u8* c, const {t}* x, const {t}* y, {t}* o) {{ k_where_ref<{t}>(p, c, x, y, o); }}")
+            }
+            (Kern::Place, _) => format!("(P p, const {t}* x, {t}* o) {{ k_place_ref<{t}>(p, x, o); }}"),
             (Kern::Cast(to), _) => {
                 let ot = ctype(to);
                 format!("(P p, const {t}* x, {ot}* o) {{ k_cast_ref<{t}, {ot}>(p, x, o); }}")
@@ -552,6 +569,18 @@ template <class T> __device__ void k_copy_ref(const P& p, const T* x, T* o) {
     ll i = gtid();
     if (i >= p.n) return;
     o[i] = x[offs(p, p.sa, i)];
+}
+// condition ? x : y, each read through its own (broadcast) strides.
+template <class T> __device__ void k_where_ref(const P& p, const u8* c, const T* x, const T* y, T* o) {
+    ll i = gtid();
+    if (i >= p.n) return;
+    o[i] = c[offs(p, p.sa, i)] ? x[offs(p, p.sb, i)] : y[offs(p, p.sc, i)];
+}
+// Element i of x (strides sa) to its place in o (strides sb).
+template <class T> __device__ void k_place_ref(const P& p, const T* x, T* o) {
+    ll i = gtid();
+    if (i >= p.n) return;
+    o[offs(p, p.sb, i)] = x[offs(p, p.sa, i)];
 }
 // i = [outer, axis len, count, inner]; an index out of range writes 0 and sets *err.
 template <class T, class I> __device__ void k_gather_ref(const P& p, const T* x, const I* idx, T* o, int* err) {

@@ -4,6 +4,33 @@ use super::table::{AttentionLayout, GeluApprox, Op, OpKind};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
+/// A number attribute, `d` when absent.
+fn parse<T: std::str::FromStr>(op: &'static str, k: &str, v: Option<String>, d: T) -> Result<T> {
+    match v {
+        None => Ok(d),
+        Some(s) => s.trim().parse().map_err(|_| Error::invalid(op, format!("attribute {k}={s:?} is malformed"))),
+    }
+}
+
+/// A flag as ONNX writes it (`0` / `1`) or as a word (`true` / `false`).
+fn flag(op: &'static str, k: &str, v: Option<String>, d: bool) -> Result<bool> {
+    match v.as_deref().map(str::trim) {
+        None => Ok(d),
+        Some("1" | "true") => Ok(true),
+        Some("0" | "false") => Ok(false),
+        Some(s) => Err(Error::invalid(op, format!("attribute {k}={s:?} is malformed (0, 1, true or false)"))),
+    }
+}
+
+/// A comma list of numbers.
+fn list<T: std::str::FromStr>(op: &'static str, k: &str, v: &str) -> Result<Vec<T>> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().map_err(|_| Error::invalid(op, format!("attribute {k}: {s:?} is not a number"))))
+        .collect()
+}
+
 /// Builds an op from its kind and `key=value` attributes (the CLI and model loaders use
 /// this). Unknown keys are errors, and so is a key given twice ("given twice", naming it);
 /// missing keys take the defaults shown.
@@ -17,6 +44,9 @@ use crate::error::{Error, Result};
 /// | LayerNorm, AddLayerNorm | `eps` (1e-5) |
 /// | Permute/Transpose | `perm` (comma list; default reverses the axes) |
 /// | Reshape | `shape` (comma list, one -1 allowed) |
+/// | Concat | `axis` (required; negative counts from the end) |
+/// | Slice | `starts`, `ends` (required), `axes` (empty = the first ones), `steps` (empty = 1) |
+/// | Expand | `shape` (required, comma list) |
 /// | Gather/Embedding | `axis` (0) |
 /// | Cast | `to` (f32) |
 /// | ReduceSum, ReduceMean | `axes` (comma list; empty = all), `keepdims` (true, as ONNX) |
@@ -36,28 +66,6 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
             v.clone()
         })
     };
-    fn parse<T: std::str::FromStr>(op: &'static str, k: &str, v: Option<String>, d: T) -> Result<T> {
-        match v {
-            None => Ok(d),
-            Some(s) => s.trim().parse().map_err(|_| Error::invalid(op, format!("attribute {k}={s:?} is malformed"))),
-        }
-    }
-    /// A flag as ONNX writes it (`0` / `1`) or as a word (`true` / `false`).
-    fn flag(op: &'static str, k: &str, v: Option<String>, d: bool) -> Result<bool> {
-        match v.as_deref().map(str::trim) {
-            None => Ok(d),
-            Some("1" | "true") => Ok(true),
-            Some("0" | "false") => Ok(false),
-            Some(s) => Err(Error::invalid(op, format!("attribute {k}={s:?} is malformed (0, 1, true or false)"))),
-        }
-    }
-    fn list<T: std::str::FromStr>(op: &'static str, k: &str, v: &str) -> Result<Vec<T>> {
-        v.split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(|s| s.parse().map_err(|_| Error::invalid(op, format!("attribute {k}: {s:?} is not a number"))))
-            .collect()
-    }
     let approx = |v: Option<String>| -> Result<GeluApprox> {
         match v.as_deref() {
             None | Some("erf") => Ok(GeluApprox::Erf),
@@ -83,6 +91,33 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
         OpKind::Div => Op::Div,
         OpKind::Pow => Op::Pow,
         OpKind::Equal => Op::Equal,
+        OpKind::Where => Op::Where,
+        OpKind::Slice => {
+            let req =
+                |k: &str, v: Option<String>| v.ok_or_else(|| Error::invalid(op, format!("needs attribute {k}=...")));
+            let starts = list(op, "starts", &req("starts", get("starts"))?)?;
+            let ends = list(op, "ends", &req("ends", get("ends"))?)?;
+            let axes = match get("axes") {
+                Some(v) => list(op, "axes", &v)?,
+                None => Vec::new(),
+            };
+            let steps = match get("steps") {
+                Some(v) => list(op, "steps", &v)?,
+                None => Vec::new(),
+            };
+            Op::Slice { starts, ends, axes, steps }
+        }
+        OpKind::Expand => Op::Expand {
+            shape: list(op, "shape", &get("shape").ok_or_else(|| Error::invalid(op, "needs attribute shape=..."))?)?,
+        },
+        OpKind::Concat => Op::Concat {
+            axis: parse(
+                op,
+                "axis",
+                Some(get("axis").ok_or_else(|| Error::invalid(op, "needs attribute axis=..."))?),
+                0,
+            )?,
+        },
         OpKind::Relu => Op::Relu,
         OpKind::Gelu => Op::Gelu(approx(get("approx"))?),
         OpKind::BiasGelu => Op::BiasGelu(approx(get("approx"))?),

@@ -24,7 +24,7 @@ impl Op {
             Op::MatMul { trans_a, .. } => p(&[2, on, inner(0, *trans_a)]),
             Op::Gemm { trans_a, .. } => p(&[2, on, inner(0, *trans_a)]).saturating_add(p(&[2, on])),
             Op::Linear => p(&[2, on, inner(0, false)]).saturating_add(on),
-            Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Equal | Op::Relu | Op::Neg | Op::Scale { .. } => on,
+            Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Equal | Op::Where | Op::Relu | Op::Neg | Op::Scale { .. } => on,
             Op::Gelu(_) | Op::BiasGelu(_) | Op::LayerNorm { .. } => p(&[8, on]),
             Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Sigmoid => p(&[4, on]),
             Op::Pow => p(&[8, on]),
@@ -43,7 +43,14 @@ impl Op {
                 let scores = p(&[b as u64, h as u64, s as u64, t as u64]);
                 p(&[2, scores, (d as u64).saturating_add(dv as u64)]).saturating_add(p(&[5, scores]))
             }
-            Op::Permute { .. } | Op::Reshape { .. } | Op::Gather { .. } | Op::Cast { .. } | Op::Copy => 0,
+            Op::Permute { .. }
+            | Op::Reshape { .. }
+            | Op::Gather { .. }
+            | Op::Cast { .. }
+            | Op::Copy
+            | Op::Concat { .. }
+            | Op::Slice { .. }
+            | Op::Expand { .. } => 0,
         }
     }
 

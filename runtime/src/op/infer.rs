@@ -54,6 +54,19 @@ impl Op {
                 })?;
                 one(DType::U8, s)
             }
+            Op::Where => select(o),
+            Op::Concat { axis } => concat(o, *axis),
+            Op::Slice { starts, ends, axes, steps } => {
+                let w = resolve_slice(x.shape.dims(), starts, ends, axes, steps)
+                    .map_err(|m| Error::invalid(o.op, format!("{m} (x is {})", x.shape)))?;
+                one(x.dtype, Shape(w.iter().map(|a| a.len).collect()))
+            }
+            Op::Expand { shape } => {
+                let s = Shape::broadcast(&x.shape, &Shape(shape.clone())).ok_or_else(|| {
+                    Error::invalid(o.op, format!("x {} does not broadcast with shape {shape:?}", x.shape))
+                })?;
+                one(x.dtype, s)
+            }
             Op::Relu
             | Op::Gelu(_)
             | Op::Tanh
@@ -220,14 +233,57 @@ fn linear(o: &Operands<'_>) -> Result<Vec<TensorMeta>> {
 /// Elementwise with broadcasting.
 fn binary(o: &Operands<'_>) -> Result<Vec<TensorMeta>> {
     let x = o.x();
-    if o.inputs[0].dtype == DType::U8 {
-        return Err(Error::invalid(o.op, format!("u8 operands are masks, not numbers: a is {}", o.inputs[0])));
-    }
     o.same_dtype(0, 1)?;
     let s = Shape::broadcast(&o.inputs[0].shape, &o.inputs[1].shape).ok_or_else(|| {
         Error::invalid(o.op, format!("shapes do not broadcast: a is {}, b is {}", o.inputs[0].shape, o.inputs[1].shape))
     })?;
     one(x.dtype, s)
+}
+
+/// `condition ? x : y` with the three shapes broadcast together.
+fn select(o: &Operands<'_>) -> Result<Vec<TensorMeta>> {
+    let (c, x, y) = (&o.inputs[0], &o.inputs[1], &o.inputs[2]);
+    if c.dtype != DType::U8 {
+        return Err(Error::invalid(o.op, format!("condition must be u8 (bool), got {c}")));
+    }
+    o.same_dtype(1, 2)?;
+    let s = Shape::broadcast(&c.shape, &x.shape).and_then(|s| Shape::broadcast(&s, &y.shape)).ok_or_else(|| {
+        Error::invalid(
+            o.op,
+            format!("shapes do not broadcast: condition is {}, x is {}, y is {}", c.shape, x.shape, y.shape),
+        )
+    })?;
+    one(x.dtype, s)
+}
+
+/// Inputs joined along `axis`: one dtype and rank, the other dims equal.
+fn concat(o: &Operands<'_>, axis: isize) -> Result<Vec<TensorMeta>> {
+    let x = o.x();
+    if x.shape.rank() == 0 {
+        return Err(Error::invalid(o.op, format!("inputs must have rank >= 1, input 0 is {x}")));
+    }
+    let ax = x
+        .shape
+        .axis(axis)
+        .ok_or_else(|| Error::invalid(o.op, format!("axis {axis} is out of range for input 0 {}", x.shape)))?;
+    let mut dims = x.shape.0.clone();
+    for (i, t) in o.inputs.iter().enumerate().skip(1) {
+        if t.dtype != x.dtype {
+            return Err(Error::invalid(o.op, format!("dtypes differ: input 0 is {x}, input {i} is {t}")));
+        }
+        let fits = t.shape.rank() == x.shape.rank()
+            && t.shape.0.iter().zip(&x.shape.0).enumerate().all(|(d, (a, b))| d == ax || a == b);
+        if !fits {
+            return Err(Error::invalid(
+                o.op,
+                format!("input {i} {} does not match input 0 {} outside axis {axis}", t.shape, x.shape),
+            ));
+        }
+        dims[ax] = dims[ax]
+            .checked_add(t.shape.0[ax])
+            .ok_or_else(|| Error::invalid(o.op, format!("the joined axis {axis} overflows")))?;
+    }
+    one(x.dtype, Shape(dims))
 }
 
 /// LayerNorm and AddLayerNorm (its residual second).
@@ -411,6 +467,66 @@ pub fn resolve_reshape(from: &Shape, to: &[isize]) -> Option<Shape> {
     Some(Shape(dims))
 }
 
+/// One axis of a resolved Slice: the first element taken, the step between elements
+/// taken (negative walks backwards) and how many are taken. Plain data: `Send` and `Sync`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SliceAxis {
+    pub start: usize,
+    pub step: i64,
+    pub len: usize,
+}
+
+/// Resolves a Slice against x's `dims` as ONNX Slice-13 does, one [`SliceAxis`] per dim
+/// (untouched dims take all): a negative start or end counts from the end, then both
+/// clamp to `[0, d]` (step > 0) or `[-1, d - 1]` (step < 0); the length is
+/// `ceil((end - start) / step)`, 0 when negative. Errors (as text): lists of different
+/// lengths, an axis out of range or repeated, a zero step.
+pub fn resolve_slice(
+    dims: &[usize],
+    starts: &[i64],
+    ends: &[i64],
+    axes: &[isize],
+    steps: &[i64],
+) -> std::result::Result<Vec<SliceAxis>, String> {
+    let n = starts.len();
+    if ends.len() != n || (!axes.is_empty() && axes.len() != n) || (!steps.is_empty() && steps.len() != n) {
+        return Err(format!(
+            "starts, ends, axes and steps differ in length: {n}, {}, {}, {} (axes and steps may be empty)",
+            ends.len(),
+            axes.len(),
+            steps.len()
+        ));
+    }
+    let mut out: Vec<SliceAxis> = dims.iter().map(|&d| SliceAxis { start: 0, step: 1, len: d }).collect();
+    let mut seen = vec![false; dims.len()];
+    let r = dims.len() as i128;
+    for i in 0..n {
+        let a = if axes.is_empty() { i as i128 } else { axes[i] as i128 };
+        let a = if a < 0 { a + r } else { a };
+        if !(0..r).contains(&a) || std::mem::replace(&mut seen[a as usize], true) {
+            return Err(format!(
+                "axis {} is out of range or repeated",
+                if axes.is_empty() { i as isize } else { axes[i] }
+            ));
+        }
+        let step = steps.get(i).copied().unwrap_or(1);
+        if step == 0 {
+            return Err(format!("step {i} is 0"));
+        }
+        let d = dims[a as usize] as i128;
+        let at = |v: i64| if v < 0 { v as i128 + d } else { v as i128 };
+        let (start, len) = if step > 0 {
+            let (s, e) = (at(starts[i]).clamp(0, d), at(ends[i]).clamp(0, d));
+            (s, ((e - s).max(0) + step as i128 - 1) / step as i128)
+        } else {
+            let (s, e) = (at(starts[i]).clamp(-1, d - 1), at(ends[i]).clamp(-1, d - 1));
+            (s, ((s - e).max(0) - step as i128 - 1) / -(step as i128))
+        };
+        out[a as usize] = SliceAxis { start: start.max(0) as usize, step, len: len as usize };
+    }
+    Ok(out)
+}
+
 /// Normalises reduction axes (empty means all axes); `None` if out of range or repeated.
 pub fn normalise_axes(shape: &Shape, axes: &[isize]) -> Option<Vec<usize>> {
     if axes.is_empty() {
@@ -446,6 +562,26 @@ mod tests {
     fn matmul_batched_broadcast() {
         let o = Op::MatMul { trans_a: false, trans_b: true }.infer(&[m(&[2, 1, 5, 3]), m(&[4, 7, 3])]).unwrap();
         assert_eq!(o[0].shape, Shape::from([2, 4, 5, 7]));
+    }
+
+    #[test]
+    fn slice_resolves_as_onnx() {
+        let lens = |d: &[usize], st: &[i64], en: &[i64], ax: &[isize], sp: &[i64]| {
+            resolve_slice(d, st, en, ax, sp).map(|w| w.iter().map(|a| (a.start, a.step, a.len)).collect::<Vec<_>>())
+        };
+        // Clamping, counting from the end, INT64 bounds, omitted axes.
+        assert_eq!(lens(&[10], &[-3], &[i64::MAX], &[], &[]), Ok(vec![(7, 1, 3)]));
+        assert_eq!(lens(&[10], &[i64::MIN], &[-8], &[], &[]), Ok(vec![(0, 1, 2)]));
+        // Backwards: start clamps to d - 1, end to -1 (before the first element).
+        assert_eq!(lens(&[5], &[100], &[i64::MIN], &[0], &[-2]), Ok(vec![(4, -2, 3)]));
+        assert_eq!(lens(&[5], &[-6], &[-100], &[0], &[-1]), Ok(vec![(0, -1, 0)]));
+        // Negative axes; untouched dims take all; empty windows.
+        assert_eq!(lens(&[2, 3], &[5], &[1], &[-1], &[]), Ok(vec![(0, 1, 2), (3, 1, 0)]));
+        assert!(lens(&[4], &[0], &[2], &[0], &[0]).unwrap_err().contains("step 0 is 0"));
+        assert!(lens(&[4, 4], &[0, 0], &[1, 1], &[0, -2], &[]).unwrap_err().contains("repeated"));
+        assert!(lens(&[4], &[0], &[], &[], &[]).unwrap_err().contains("differ in length"));
+        let e = Op::Slice { starts: vec![0], ends: vec![1], axes: vec![3], steps: vec![] }.infer(&[m(&[2, 2])]);
+        assert!(e.unwrap_err().to_string().starts_with("Slice: axis 3 is out of range"));
     }
 
     #[test]

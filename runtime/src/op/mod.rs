@@ -15,5 +15,5 @@ pub mod names;
 mod table;
 
 pub use attrs::op_from_attrs;
-pub use infer::{normalise_axes, resolve_reshape};
-pub use table::{AttentionLayout, GeluApprox, Op, OpKind, TensorMeta};
+pub use infer::{SliceAxis, normalise_axes, resolve_reshape, resolve_slice};
+pub use table::{AttentionLayout, CONCAT_MAX_INPUTS, GeluApprox, Op, OpKind, TensorMeta};

@@ -6,7 +6,7 @@
 //! names where they differ from npurt's (`Transpose`, `LayerNormalization`, `Identity`),
 //! and the other names in use for the same op (`Embedding`, `BatchMatMul`, `SoftmaxV2`).
 //! ONNX's `MatMul`, `Gemm`, `Gather`, `ReduceSum`, `ReduceMean`, `Softmax`, `Relu`,
-//! `Gelu`, `Tanh`, `Erf`, `Exp`, `Sqrt`, `Neg`, `Sigmoid`, `Pow`, `Equal`, `Cast`, `Reshape` and the binary arithmetic ops
+//! `Gelu`, `Tanh`, `Erf`, `Exp`, `Sqrt`, `Neg`, `Sigmoid`, `Pow`, `Equal`, `Where`, `Concat`, `Slice`, `Expand`, `Cast`, `Reshape` and the binary arithmetic ops
 //! are npurt's names already (up to case).
 //!
 //! Each front reports an unknown name with its own error; [`OpKind::ALL`] lists the

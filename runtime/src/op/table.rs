@@ -91,13 +91,37 @@ pub enum Op {
     Add,
     Sub,
     Mul,
-    /// Division; integer division by zero yields 0.
+    /// Division; integers (i32, i64, u8) truncate and a division by zero yields 0.
     Div,
     /// `a ^ b` (ONNX Pow) with broadcasting, floats only, C `pow`'s special values.
     Pow,
     /// `a == b` with broadcasting (ONNX Equal): a u8 1 or 0 (npurt's bool) for operands of
     /// any one dtype; NaN equals nothing, `-0` equals `0`.
     Equal,
+    /// `condition ? x : y` element by element with three-way broadcasting (ONNX Where):
+    /// a u8 condition (npurt's bool, non-zero is true), x and y of any one dtype.
+    Where,
+    /// Joins 1 to [`CONCAT_MAX_INPUTS`] operands of one dtype and rank along `axis`
+    /// (negative counts from the end), their other dims equal (ONNX Concat).
+    Concat {
+        axis: isize,
+    },
+    /// A strided window of x (ONNX Slice with constant starts, ends, axes and steps):
+    /// `starts`, `ends` and `steps` per axis of `axes` (empty: the first `starts.len()`
+    /// axes; negative axes count from the end), `steps` empty for all 1. Negative
+    /// starts and ends count from the end, out-of-range ones clamp, a negative step walks
+    /// backwards, a zero step is refused ([`crate::op::resolve_slice`]).
+    Slice {
+        starts: Vec<i64>,
+        ends: Vec<i64>,
+        axes: Vec<isize>,
+        steps: Vec<i64>,
+    },
+    /// x broadcast with `shape` both ways (ONNX Expand): the output is their NumPy
+    /// broadcast, so a 1 in `shape` keeps x's dim.
+    Expand {
+        shape: Vec<usize>,
+    },
     Relu,
     Gelu(GeluApprox),
     Tanh,
@@ -173,6 +197,10 @@ pub enum OpKind {
     Div,
     Pow,
     Equal,
+    Where,
+    Concat,
+    Slice,
+    Expand,
     Relu,
     Gelu,
     Tanh,
@@ -197,7 +225,7 @@ pub enum OpKind {
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 30] = [
+    pub const ALL: [OpKind; 34] = [
         OpKind::MatMul,
         OpKind::Gemm,
         OpKind::Linear,
@@ -207,6 +235,10 @@ impl OpKind {
         OpKind::Div,
         OpKind::Pow,
         OpKind::Equal,
+        OpKind::Where,
+        OpKind::Concat,
+        OpKind::Slice,
+        OpKind::Expand,
         OpKind::Relu,
         OpKind::Gelu,
         OpKind::Tanh,
@@ -241,6 +273,10 @@ impl OpKind {
             OpKind::Div => "Div",
             OpKind::Pow => "Pow",
             OpKind::Equal => "Equal",
+            OpKind::Where => "Where",
+            OpKind::Concat => "Concat",
+            OpKind::Slice => "Slice",
+            OpKind::Expand => "Expand",
             OpKind::Relu => "ReLU",
             OpKind::Gelu => "GELU",
             OpKind::Tanh => "Tanh",
@@ -275,6 +311,7 @@ impl OpKind {
                 | OpKind::Div
                 | OpKind::Pow
                 | OpKind::Equal
+                | OpKind::Where
                 | OpKind::Relu
                 | OpKind::Gelu
                 | OpKind::Tanh
@@ -326,6 +363,10 @@ impl fmt::Display for TensorMeta {
     }
 }
 
+/// The most operands one Concat joins (ONNX sets no bound; a longer list is refused with
+/// an error naming the count).
+pub const CONCAT_MAX_INPUTS: usize = 64;
+
 /// `(min, max)` number of inputs of each op.
 pub(super) fn arity(kind: OpKind) -> (usize, usize) {
     match kind {
@@ -333,6 +374,8 @@ pub(super) fn arity(kind: OpKind) -> (usize, usize) {
         OpKind::Gemm => (2, 3),
         OpKind::Linear => (2, 3),
         OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Pow | OpKind::Equal => (2, 2),
+        OpKind::Where => (3, 3),
+        OpKind::Concat => (1, CONCAT_MAX_INPUTS),
         OpKind::LayerNorm => (3, 3),
         OpKind::Gather => (2, 2),
         OpKind::Attention => (3, 4),
@@ -351,6 +394,8 @@ pub(super) fn operand_name(kind: OpKind, i: usize) -> &'static str {
         OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div => &["a", "b"],
         OpKind::Pow => &["x", "y"],
         OpKind::Equal => &["a", "b"],
+        OpKind::Where => &["condition", "x", "y"],
+        OpKind::Concat => return "input",
         OpKind::LayerNorm => &["x", "gamma", "beta"],
         OpKind::Gather => &["data", "indices"],
         OpKind::Attention => &["q", "k", "v", "mask"],
@@ -373,6 +418,10 @@ impl Op {
             Op::Div => OpKind::Div,
             Op::Pow => OpKind::Pow,
             Op::Equal => OpKind::Equal,
+            Op::Where => OpKind::Where,
+            Op::Concat { .. } => OpKind::Concat,
+            Op::Slice { .. } => OpKind::Slice,
+            Op::Expand { .. } => OpKind::Expand,
             Op::Relu => OpKind::Relu,
             Op::Gelu(_) => OpKind::Gelu,
             Op::Tanh => OpKind::Tanh,

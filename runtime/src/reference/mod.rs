@@ -7,12 +7,14 @@
 //! inputs contiguous except for `Copy`, outputs contiguous.
 
 pub mod math;
+pub mod movement;
 pub mod operands;
 
 use crate::dtype::DType;
 use crate::kernel::{KernelError, KernelResult};
 use crate::op::{AttentionLayout, GeluApprox, Op};
 use math::*;
+use movement::*;
 use operands::*;
 
 pub use operands::{In, Out};
@@ -30,6 +32,10 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> KernelResult {
         Op::Linear => linear(ins, outs),
         Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Pow => binary(op, ins, outs, &out_dims),
         Op::Equal => equal(&ins[0], &ins[1], &mut outs[0]),
+        Op::Where => select(&ins[0], &ins[1], &ins[2], &mut outs[0]),
+        Op::Concat { axis } => concat(ins, &mut outs[0], *axis),
+        Op::Slice { starts, ends, axes, steps } => slice(&ins[0], &mut outs[0], starts, ends, axes, steps),
+        Op::Expand { .. } => expand(&ins[0], &mut outs[0]),
         Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Neg | Op::Sigmoid | Op::Scale { .. } => {
             unary(op, ins, outs)
         }

@@ -8,7 +8,7 @@ use crate::error::AclBackendError;
 use crate::memory::Intermediates;
 use crate::stream::{self, StreamRec};
 use acl_sys::result::aclnn as nn;
-use acl_sys::{AclError, Api, aclDataType, aclIntArray, aclOpExecutor, aclScalar, aclTensor};
+use acl_sys::{AclError, Api, aclDataType, aclIntArray, aclOpExecutor, aclScalar, aclTensor, aclTensorList};
 use runtime::{DType, TensorArg};
 use std::ffi::c_void;
 
@@ -39,6 +39,9 @@ pub(super) struct Call<'a> {
     tensors: Vec<*mut aclTensor>,
     scalars: Vec<*mut aclScalar>,
     arrays: Vec<*mut aclIntArray>,
+    /// Tensor lists, each owning its descriptors (not in `tensors`); only ops that are
+    /// not recorded use them ([`super::repeatable`]).
+    lists: Vec<*mut aclTensorList>,
     /// The tensors of the operator being put together.
     pending: Vec<Pending>,
     /// Recording (see the module documentation), with the stream's intermediates;
@@ -51,6 +54,11 @@ impl Drop for Call<'_> {
         // A recording that failed: its executors go first (they use the descriptors).
         if let Some((r, _)) = self.recording.take() {
             r.release(self.api);
+        }
+        for l in self.lists.drain(..) {
+            // SAFETY: created by aclCreateTensorList and destroyed once, with the
+            // descriptors it owns; no call still to return uses it (phase 2 has returned).
+            let _ = unsafe { nn::destroy_tensor_list(self.api, l) };
         }
         destroy_descriptors(self.api, &mut self.tensors, &mut self.scalars, &mut self.arrays);
     }
@@ -124,6 +132,7 @@ impl<'a> Call<'a> {
             tensors: Vec::new(),
             scalars: Vec::new(),
             arrays: Vec::new(),
+            lists: Vec::new(),
             pending: Vec::new(),
             recording: record.map(|i| (Recorded::new(op, rec), i)),
         }
@@ -252,6 +261,18 @@ impl<'a> Call<'a> {
         let a = unsafe { nn::create_int_array(self.api, v.as_ptr(), v.len() as u64) }.map_err(|e| self.err(e))?;
         self.arrays.push(a);
         Ok(a)
+    }
+
+    /// A tensor list of descriptors of `views` (inputs), which then belong to the list.
+    pub(super) fn tensor_list(&mut self, views: &[View]) -> BResult<*mut aclTensorList> {
+        let ts: Vec<*const aclTensor> =
+            views.iter().map(|v| self.tensor(v).map(|t| t.cast_const())).collect::<BResult<_>>()?;
+        // SAFETY: `ts` are live descriptors just created by this call, in no other list.
+        let l = unsafe { nn::create_tensor_list(self.api, ts.as_ptr(), ts.len() as u64) }.map_err(|e| self.err(e))?;
+        // The list destroys them now.
+        self.tensors.retain(|t| !ts.contains(&t.cast_const()));
+        self.lists.push(l);
+        Ok(l)
     }
 
     /// Phase 1's result `p1`, then (one-shot) the workspace and phase 2 `p2` on the

@@ -1,9 +1,10 @@
-//! Data movement: aclnnPermute (`aclnnop/aclnn_permute.h`), aclnnInplaceCopy
+//! Data movement: aclnnPermute (`aclnnop/aclnn_permute.h`), aclnnCat (`aclnn_cat.h`),
+//! aclnnSlice (`aclnn_slice.h`), aclnnExpand (`aclnn_expand.h`), aclnnInplaceCopy
 //! (`aclnnop/aclnn_copy.h`), aclnnIndexSelect (`aclnnop/aclnn_index_select.h`), and the
 //! unaligned device-to-device byte copy made of aclnnInplaceCopy.
 
 use super::call::BResult;
-use super::call::{Call, View};
+use super::call::{Call, View, align512};
 use crate::error::AclBackendError;
 use crate::stream::StreamRec;
 use acl_sys::Api;
@@ -17,6 +18,69 @@ pub(super) fn permute(c: &mut Call, x: &View, perm: &[usize], out: &View) -> BRe
     // SAFETY: live descriptors owned by `c`.
     let p1 = unsafe { nn::permute_get_workspace_size(c.api, tx, dims, to) };
     c.run(p1, nn::permute)
+}
+
+/// The inputs joined along `axis` (aclnnCat over a tensor list). Not for recordings: the
+/// list's descriptors are patched by list position, which [`super::Recorded`] does not
+/// track (see [`super::repeatable`]).
+pub(super) fn cat(c: &mut Call, ins: &[View], axis: usize, out: &View) -> BResult<()> {
+    let list = c.tensor_list(ins)?;
+    let to = c.output(out)?;
+    // SAFETY: a live tensor list and descriptor owned by `c`.
+    let p1 = unsafe { nn::cat_get_workspace_size(c.api, list, axis as i64, to) };
+    c.run(p1, nn::cat)
+}
+
+/// A resolved Slice with positive steps and a non-empty window: one aclnnSlice per axis
+/// it cuts (a single full-axis aclnnSlice, a copy, when it cuts none), the partial results
+/// in two alternating scratch buffers.
+pub(super) fn slice(c: &mut Call, x: &View, w: &[runtime::op::SliceAxis], out: &View) -> BResult<()> {
+    let cut: Vec<usize> =
+        (0..w.len()).filter(|&a| !(w[a].start == 0 && w[a].step == 1 && w[a].len == x.dims[a])).collect();
+    if cut.is_empty() {
+        let d = x.dims.first().copied().unwrap_or(1) as i64;
+        return slice_axis(c, x, 0, (0, d, 1), out);
+    }
+    let mut shapes = Vec::with_capacity(cut.len());
+    let mut dims = x.dims.clone();
+    for &a in &cut {
+        dims[a] = w[a].len;
+        shapes.push(dims.clone());
+    }
+    let es = x.dtype.size();
+    let half = shapes[..cut.len() - 1].iter().map(|s| align512(s.iter().product::<usize>() * es)).max().unwrap_or(0);
+    let base = if half > 0 { c.scratch(2 * half)? } else { 0 };
+    let mut cur = x.clone();
+    for (i, &a) in cut.iter().enumerate() {
+        let dst = if i + 1 == cut.len() {
+            out.clone()
+        } else {
+            View::contiguous(base + ((i % 2) * half) as u64, x.dtype, &shapes[i])
+        };
+        let s = w[a];
+        // The element after the last one taken: never past the axis.
+        let end = s.start as i64 + (s.len as i64 - 1) * s.step + 1;
+        slice_axis(c, &cur, a, (s.start as i64, end, s.step), &dst)?;
+        cur = dst;
+    }
+    Ok(())
+}
+
+fn slice_axis(c: &mut Call, x: &View, dim: usize, (start, end, step): (i64, i64, i64), out: &View) -> BResult<()> {
+    let (tx, to) = (c.tensor(x)?, c.output(out)?);
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::slice_get_workspace_size(c.api, tx, dim as i64, start, end, step, to) };
+    c.run(p1, nn::slice)
+}
+
+/// x broadcast to the output's dims (aclnnExpand).
+pub(super) fn expand(c: &mut Call, x: &View, out: &View) -> BResult<()> {
+    let (tx, to) = (c.tensor(x)?, c.output(out)?);
+    let size: Vec<i64> = out.dims.iter().map(|&d| d as i64).collect();
+    let size = c.ints(&size)?;
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::expand_get_workspace_size(c.api, tx, size, to) };
+    c.run(p1, nn::expand)
 }
 
 /// Not for recordings: CANN does not allow repeatable executors for in-place copies

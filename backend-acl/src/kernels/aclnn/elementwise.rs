@@ -1,5 +1,5 @@
 //! Element-wise operators on the Vector unit: aclnnAdd / aclnnAdds / aclnnSub
-//! (`aclnn_add.h`, `aclnn_sub.h`), aclnnMul / aclnnMuls / aclnnDiv, aclnnPowTensorTensor, aclnnEqTensor, aclnnGelu / aclnnGeluV2,
+//! (`aclnn_add.h`, `aclnn_sub.h`), aclnnMul / aclnnMuls / aclnnDiv, aclnnPowTensorTensor, aclnnEqTensor, aclnnSWhere, aclnnGelu / aclnnGeluV2,
 //! aclnnRelu, aclnnTanh, aclnnErf, aclnnExp, aclnnSqrt and aclnnCast (`aclnnop/` headers
 //! of ops-nn and ops-math).
 
@@ -51,6 +51,14 @@ pub(super) fn eq(c: &mut Call, x: &View, y: &View, out: &View) -> BResult<()> {
     // SAFETY: live descriptors owned by `c`.
     let p1 = unsafe { nn::eq_tensor_get_workspace_size(c.api, tx, ty, to) };
     c.run(p1, nn::eq_tensor)
+}
+
+/// `condition ? x : y` with broadcasting, a UINT8 condition (aclnnSWhere).
+pub(super) fn s_where(c: &mut Call, cond: &View, x: &View, y: &View, out: &View) -> BResult<()> {
+    let (tc, tx, ty, to) = (c.tensor(cond)?, c.tensor(x)?, c.tensor(y)?, c.output(out)?);
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::s_where_get_workspace_size(c.api, tc, tx, ty, to) };
+    c.run(p1, nn::s_where)
 }
 
 pub(super) fn muls(c: &mut Call, x: &View, factor: f32, out: &View) -> BResult<()> {

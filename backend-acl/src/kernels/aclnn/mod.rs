@@ -36,8 +36,8 @@ use crate::stream::StreamRec;
 use acl_sys::Api;
 use call::{Call, View, align512};
 use compositions::{Attention, AttentionScratch, attention, flash_attention, gather};
-use data::{inplace_copy, permute};
-use elementwise::{add_sub, cast, eq, gelu, mul_div, muls, pow, unary};
+use data::{cat, expand, inplace_copy, permute, slice};
+use elementwise::{add_sub, cast, eq, gelu, mul_div, muls, pow, s_where, unary};
 use matmul::{addmm, cube_math, matmul};
 use norm::{layer_norm, softmax};
 use reduce::reduce;
@@ -47,9 +47,10 @@ type BResult<T> = std::result::Result<T, AclBackendError>;
 
 /// Whether a frozen plan may record `op`'s executors (make them repeatable): not the
 /// ops composed of aclnnInplaceCopy (Reshape, Copy), which CANN excludes from repeatable
-/// executors; those stay one-shot, with their phase 1 on every run.
+/// executors, nor Concat, whose aclnnCat takes its inputs as a tensor list; those stay
+/// one-shot, with their phase 1 on every run.
 pub(crate) fn repeatable(op: &Op) -> bool {
-    !matches!(op, Op::Reshape { .. } | Op::Copy)
+    !matches!(op, Op::Reshape { .. } | Op::Copy | Op::Concat { .. })
 }
 
 /// How [`compose`] maps an op onto aclnn operators.
@@ -159,6 +160,19 @@ fn compose(c: &mut Call, how: Mapping, args: &LaunchArgs) -> BResult<()> {
         Op::Mul | Op::Div => mul_div(c, matches!(args.op, Op::Div), x, &ins[1], &out),
         Op::Pow => pow(c, x, &ins[1], &out),
         Op::Equal => eq(c, x, &ins[1], &out),
+        Op::Where => s_where(c, x, &ins[1], &ins[2], &out),
+        Op::Concat { axis } => {
+            let ax = runtime::Shape::new(out.dims.clone())
+                .axis(*axis)
+                .ok_or_else(|| AclBackendError::BadRequest(format!("{op}: axis {axis} out of range")))?;
+            cat(c, &ins, ax, &out)
+        }
+        Op::Slice { starts, ends, axes, steps } => {
+            let w = runtime::op::resolve_slice(&x.dims, starts, ends, axes, steps)
+                .map_err(|m| AclBackendError::BadRequest(format!("{op}: {m}")))?;
+            slice(c, x, &w, &out)
+        }
+        Op::Expand { .. } => expand(c, x, &out),
         Op::Relu | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Neg | Op::Sigmoid => unary(c, &args.op, x, &out),
         Op::Gelu(a) => gelu(c, x, *a, &out),
         Op::Scale { factor } => muls(c, x, *factor, &out),
