@@ -76,6 +76,8 @@ def _feeds(sess, seed: int = 5) -> dict:
             feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
         elif "mask" in i.name:
             feeds[i.name] = np.ones(shape, dtype=np.int64)
+        elif "type" in i.name:  # BERT's token_type_ids: segment 0
+            feeds[i.name] = np.zeros(shape, dtype=np.int64)
         else:
             feeds[i.name] = rng.integers(0, 100, size=shape).astype(np.int64)
     return feeds
@@ -315,6 +317,30 @@ def test_a_transformer_block_runs_on_the_npu_as_one_fused_node(toolkit, block, s
     r = check_model_on_npu(toolkit, block, soc)
     ops = set(r["subgraphs"][0][1])
     assert {"LayerNormalization", "Softmax", "Transpose"} <= ops, ops
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """The BERT encoder of bench/peers/ort_bert.py as HF's exporter writes it (embeddings with
+    the position-id shape chain, the additive mask, 2 layers of attention, erf GELU and
+    LayerNormalization; symbolic batch and sequence dims), small: hidden 64, 4 heads."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ort_bert", REPO / "bench" / "peers" / "ort_bert.py")
+    ob = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ob)
+    d = tmp_path_factory.mktemp("bert")
+    c = dict(vocab=100, hidden=64, layers=2, heads=4, ffn=128, max_pos=64, type_vocab=2, eps=1e-12)
+    model = ob.build_unfused(onnx, np, c, str(d), seed=33)
+    onnx.save(model, str(d / "unfused.onnx"))
+    return d / "unfused.onnx"
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B2", "Ascend910A"])
+def test_a_bert_export_runs_on_the_npu_as_one_fused_node(toolkit, bert, soc):
+    r = check_model_on_npu(toolkit, bert, soc)
+    ops = set(r["subgraphs"][0][1])
+    assert {"Gather", "LayerNormalization", "Softmax", "Erf", "Shape", "Slice"} <= ops, ops
 
 
 @pytest.mark.parametrize("capture, replays", [("on", 1), ("off", 0)])
