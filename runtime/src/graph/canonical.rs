@@ -1,0 +1,346 @@
+//! Canonicalisation: rewrites the spellings an exporter uses (ONNX as Hugging Face's
+//! exporter writes a BERT encoder, which the ONNX Runtime EP hands over) into the ops npurt's
+//! own models build, so that [`super::fusion`] and the backends' prepared kernels see the
+//! same graph either way. Run by the compile right before fusion (and only when fusion is
+//! on), in two rounds over the graph:
+//!
+//! 1. **Scalar products.** `Mul(x, c)`, `Mul(c, x)` → `Scale(c)(x)` and `Div(x, c)` →
+//!    `Scale(1 / c)(x)`, for f32 or f16 `x` and a constant `c` of one element whose
+//!    broadcast leaves `x`'s shape as it is. `Scale` is `x * factor`, computed in f32 and
+//!    rounded once to `x`'s dtype: a `Mul` becomes bitwise the same (an f16 product of two
+//!    f16 values is exact in f32). A `Div` becomes a product by `1 / c` rounded to f32: two
+//!    roundings instead of one, bitwise the same where `c` is a power of two (BERT's
+//!    `sqrt(64)`), otherwise within one unit in the last place. It fires only where `c` is
+//!    finite and `1 / c` a normal f32.
+//! 2. **Structure**, on round 1's graph:
+//!    * `MatMul(a, Permute(b, [0, 2, 3, 1]))` → `MatMul { trans_b }(a, Permute(b, [0, 2, 1, 3]))`:
+//!      the key already transposed for the product becomes the head-split key that
+//!      fusion's Attention pattern reads (and folds into its `bsnd` layout where the device
+//!      allows). Exact: the same elements are multiplied.
+//!    * The erf GELU spelled out, `x · 0.5 · (1 + erf(x · (1/√2)))` (after round 1: `Scale`s,
+//!      the two products in any order and nesting) → `Gelu(Erf)(x)`, within f32 rounding of
+//!      the expansion. Fusion then makes `BiasGelu` out of it.
+//!    * `Add(MatMul(x, W), b)` (either operand order) with `W` a constant `[K, N]` and `b` a
+//!      constant `[N]` → `Linear(x, Wᵀ, b)`; a `MatMul(x, W)` with no such bias → `Linear(x, Wᵀ)`.
+//!      Only `Linear` gets the backends' prepared weights (packed panels on the CPU) and the
+//!      precision rewrite's bf16/f16 weights, as npurt's own layers do. Where the device has
+//!      no `Linear` kernel for the operands, the `MatMul` stays.
+//!
+//! **The weight is held once.** `Linear` reads `w` as `[N, K]`; the rewrite transposes the
+//! constant's host bytes *in place of the original* (the same value, the same name; the
+//! `[K, N]` bytes are dropped with the graph the compile owns), and only where the `MatMul`
+//! is the constant's sole reader and the graph does not return it. Nothing else holds the
+//! `[K, N]` form, and under `compile_shared` the transposed constant is what the store keys
+//! (name, dtype, shape and a fingerprint of the bytes, all the same for every input shape
+//! of the model): the second shape's compile transposes its host copy again (host work,
+//! like the precision rewrite's conversion) but uploads and packs nothing; the device copy
+//! is the first compile's. The compile may briefly hold both host layouts of one weight
+//! where the caller still shares the original bytes.
+//!
+//! Like fusion, a rewrite fires only when its intermediates have no other reader and are
+//! not graph outputs; [`CanonicalStats`] counts each.
+
+pub use super::fusion::CanonicalStats;
+use super::fusion::{Emit, Group, KernelOf, Matcher, Src, rebuild};
+use super::ir::{Graph, HostTensor, ValueId, ValueKind};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::op::{GeluApprox, Op, TensorMeta};
+use std::collections::HashMap;
+
+/// The graph with the rewrites of the module docs applied, and their counts. Takes the
+/// graph so that a transposed weight replaces the original bytes instead of joining them.
+pub fn canonicalize(g: Graph, kernel_of: KernelOf<'_>) -> Result<(Graph, CanonicalStats)> {
+    let mut stats = CanonicalStats::default();
+    let g = {
+        let m = Matcher { g: &g, consumers: g.consumers(), kernel_of };
+        let groups = m.scalar_products(&mut stats);
+        if groups.is_empty() { g } else { rebuild(&g, &groups)? }
+    };
+    let m = Matcher { g: &g, consumers: g.consumers(), kernel_of };
+    let (groups, transpose) = m.structure(&mut stats);
+    if groups.is_empty() {
+        return Ok((g, stats));
+    }
+    let mut g = g;
+    for w in transpose {
+        if let ValueKind::Constant(t) = &mut g.values[w.0].kind {
+            *t = transposed(t);
+            g.values[w.0].meta = t.meta();
+        }
+    }
+    Ok((rebuild(&g, &groups)?, stats))
+}
+
+/// A 2-D constant `[K, N]` as `[N, K]`.
+fn transposed(t: &HostTensor) -> HostTensor {
+    let (k, n) = (t.shape.dims()[0], t.shape.dims()[1]);
+    let es = t.dtype.size();
+    let src = t.bytes.as_slice();
+    let mut out = vec![0u8; src.len()];
+    for r in 0..k {
+        for c in 0..n {
+            let (from, to) = ((r * n + c) * es, (c * k + r) * es);
+            out[to..to + es].copy_from_slice(&src[from..from + es]);
+        }
+    }
+    HostTensor { dtype: t.dtype, shape: [n, k].into(), bytes: out.into() }
+}
+
+/// Records `group`, rooted at node `i`, and marks its nodes taken.
+fn take(i: usize, group: Group, taken: &mut [bool], groups: &mut HashMap<usize, Group>) {
+    for &a in &group.absorbed {
+        taken[a] = true;
+    }
+    taken[i] = true;
+    groups.insert(i, group);
+}
+
+/// The value of a one-element f32 or f16 constant, as f32.
+fn scalar(g: &Graph, v: ValueId) -> Option<f32> {
+    let ValueKind::Constant(t) = &g.values[v.0].kind else { return None };
+    if t.shape.numel() != 1 {
+        return None;
+    }
+    let b = t.bytes.as_slice();
+    match t.dtype {
+        DType::F32 => Some(f32::from_le_bytes(b.get(..4)?.try_into().ok()?)),
+        DType::F16 => Some(half::f16::from_le_bytes(b.get(..2)?.try_into().ok()?).to_f32()),
+        _ => None,
+    }
+}
+
+/// Whether the rewrites treat values of `dtype`.
+fn float(dtype: DType) -> bool {
+    matches!(dtype, DType::F32 | DType::F16)
+}
+
+impl Matcher<'_> {
+    /// Round 1: every `Mul`/`Div` by a one-element constant, as a `Scale`.
+    fn scalar_products(&self, stats: &mut CanonicalStats) -> HashMap<usize, Group> {
+        let g = self.g;
+        let mut groups = HashMap::new();
+        for (i, n) in g.nodes.iter().enumerate() {
+            let factor = match (&n.op, &n.inputs[..]) {
+                (Op::Mul, &[a, b]) => match (scalar(g, a), scalar(g, b)) {
+                    (_, Some(c)) => Some((a, c)),
+                    (Some(c), None) => Some((b, c)),
+                    (None, None) => None,
+                },
+                (Op::Div, &[a, b]) => {
+                    scalar(g, b).filter(|c| c.is_finite() && (1.0 / c).is_normal()).map(|c| (a, 1.0 / c))
+                }
+                _ => None,
+            };
+            let Some((x, factor)) = factor else { continue };
+            if !factor.is_finite() || !float(g.meta(x).dtype) || g.meta(x) != g.meta(n.outputs[0]) {
+                continue;
+            }
+            groups.insert(i, Group::one(vec![], &n.name, Op::Scale { factor }, &[x]));
+            stats.scale += 1;
+        }
+        groups
+    }
+
+    /// Round 2: the trans_b, GELU and bias-`Linear` rewrites, then a bias-free `Linear` for
+    /// each `MatMul` by a constant left; the groups, and the weights to transpose.
+    fn structure(&self, stats: &mut CanonicalStats) -> (HashMap<usize, Group>, Vec<ValueId>) {
+        let g = self.g;
+        let mut groups: HashMap<usize, Group> = HashMap::new();
+        let mut taken = vec![false; g.nodes.len()];
+        let mut transpose = Vec::new();
+        for (i, n) in g.nodes.iter().enumerate() {
+            let found = match &n.op {
+                Op::MatMul { trans_a: false, trans_b: false } => {
+                    self.key_transposed(i, &taken).inspect(|_| stats.matmul_trans_b += 1)
+                }
+                Op::Mul | Op::Scale { .. } => self.erf_gelu(i, &taken).inspect(|_| stats.gelu += 1),
+                Op::Add => self.linear_bias(i, &taken).map(|(group, w)| {
+                    transpose.push(w);
+                    stats.linear += 1;
+                    stats.linear_bias += 1;
+                    group
+                }),
+                _ => None,
+            };
+            if let Some(group) = found {
+                take(i, group, &mut taken, &mut groups);
+            }
+        }
+        for (i, n) in g.nodes.iter().enumerate() {
+            if taken[i] || n.op != (Op::MatMul { trans_a: false, trans_b: false }) {
+                continue;
+            }
+            if let Some(w) = self.constant_weight(i) {
+                let group = Group::one(vec![], &n.name, Op::Linear, &[n.inputs[0], w]);
+                transpose.push(w);
+                stats.linear += 1;
+                take(i, group, &mut taken, &mut groups);
+            }
+        }
+        (groups, transpose)
+    }
+
+    /// `MatMul(a, Permute(b, [0, 2, 3, 1]))` rooted at node `i` → `MatMul { trans_b }(a,
+    /// Permute(b, [0, 2, 1, 3]))`.
+    fn key_transposed(&self, i: usize, taken: &[bool]) -> Option<Group> {
+        let g = self.g;
+        let n = &g.nodes[i];
+        let p = self.sole(n.inputs[1], i).filter(|&p| !taken[p])?;
+        if g.nodes[p].op != (Op::Permute { perm: vec![0, 2, 3, 1] }) {
+            return None;
+        }
+        let split = Emit {
+            name: g.nodes[p].name.clone(),
+            op: Op::Permute { perm: vec![0, 2, 1, 3] },
+            inputs: vec![Src::Old(g.nodes[p].inputs[0])],
+        };
+        let product = Emit {
+            name: n.name.clone(),
+            op: Op::MatMul { trans_a: false, trans_b: true },
+            inputs: vec![Src::Old(n.inputs[0]), Src::Emitted(0)],
+        };
+        Some(Group { absorbed: vec![p], emit: vec![split, product], stands_for: None })
+    }
+
+    /// The constant `[K, N]` weight of the `MatMul` node `i` (`x @ W`, x of rank ≥ 2), when
+    /// the node is its sole reader, the graph does not return it, and the device has a
+    /// `Linear` kernel for `x` and `Wᵀ` (with `bias`, when given).
+    fn linear_weight(&self, i: usize, bias: Option<ValueId>) -> Option<ValueId> {
+        let g = self.g;
+        let n = &g.nodes[i];
+        let (x, w) = (n.inputs[0], n.inputs[1]);
+        let (xm, wm) = (g.meta(x), g.meta(w));
+        let ValueKind::Constant(_) = g.values[w.0].kind else { return None };
+        if wm.shape.rank() != 2 || xm.shape.rank() < 2 || xm.dtype != wm.dtype || !float(xm.dtype) {
+            return None;
+        }
+        if self.consumers[w.0] != [super::ir::NodeId(i)] || g.outputs.contains(&w) || x == w {
+            return None;
+        }
+        let (k, nn) = (wm.shape.dims()[0], wm.shape.dims()[1]);
+        let mut metas = vec![xm.clone(), TensorMeta::new(wm.dtype, [nn, k])];
+        metas.extend(bias.map(|b| g.meta(b).clone()));
+        (self.kernel_of)(&Op::Linear, &metas)?;
+        Some(w)
+    }
+
+    /// [`Self::linear_weight`] of a `MatMul` node `i` with no bias.
+    fn constant_weight(&self, i: usize) -> Option<ValueId> {
+        self.linear_weight(i, None)
+    }
+
+    /// `Add(MatMul(x, W), b)` or `Add(b, MatMul(x, W))` rooted at the `Add`, node `i` →
+    /// `Linear(x, Wᵀ, b)`; the group and `W`.
+    fn linear_bias(&self, i: usize, taken: &[bool]) -> Option<(Group, ValueId)> {
+        let g = self.g;
+        let n = &g.nodes[i];
+        let (a, b) = (n.inputs[0], n.inputs[1]);
+        let matmul = |v: ValueId| {
+            self.sole(v, i).filter(|&p| !taken[p] && g.nodes[p].op == (Op::MatMul { trans_a: false, trans_b: false }))
+        };
+        let (mm, bias) = match (matmul(a), matmul(b)) {
+            (Some(mm), _) if self.is_bias(b, a) => (mm, b),
+            (_, Some(mm)) if self.is_bias(a, b) => (mm, a),
+            _ => return None,
+        };
+        let w = self.linear_weight(mm, Some(bias))?;
+        let x = g.nodes[mm].inputs[0];
+        Some((Group::one(vec![mm], &n.name, Op::Linear, &[x, w, bias]), w))
+    }
+
+    /// Whether `b` is a constant `[N]` bias for the product `y` (`[.., N]`), of its dtype.
+    fn is_bias(&self, b: ValueId, y: ValueId) -> bool {
+        let g = self.g;
+        let (bm, ym) = (g.meta(b), g.meta(y));
+        matches!(g.values[b.0].kind, ValueKind::Constant(_))
+            && bm.dtype == ym.dtype
+            && ym.shape.rank() >= 1
+            && bm.shape.dims() == [ym.shape.last()]
+    }
+}
+
+/// The factors of a product tree (`Mul`s and `Scale`s read only by the tree).
+struct Product {
+    /// The operands that are not such products, in order.
+    leaves: Vec<ValueId>,
+    /// The product of the `Scale` factors.
+    factor: f32,
+    /// The tree's nodes below its root.
+    nodes: Vec<usize>,
+}
+
+impl Matcher<'_> {
+    /// The product tree rooted at node `i` (at most 4 nodes deep).
+    fn product(&self, i: usize, taken: &[bool]) -> Product {
+        let mut p = Product { leaves: Vec::new(), factor: 1.0, nodes: Vec::new() };
+        self.factors(i, 0, taken, &mut p);
+        p
+    }
+
+    fn factors(&self, i: usize, depth: usize, taken: &[bool], p: &mut Product) {
+        let n = &self.g.nodes[i];
+        if let Op::Scale { factor } = n.op {
+            p.factor *= factor;
+        }
+        for &v in &n.inputs {
+            let inner = self
+                .sole(v, i)
+                .filter(|&q| depth < 4 && !taken[q] && matches!(self.g.nodes[q].op, Op::Mul | Op::Scale { .. }));
+            match inner {
+                Some(q) if self.g.meta(v) == self.g.meta(n.outputs[0]) => {
+                    p.nodes.push(q);
+                    self.factors(q, depth + 1, taken, p);
+                }
+                _ => p.leaves.push(v),
+            }
+        }
+    }
+
+    /// `x · 0.5 · (1 + erf(x · (1/√2)))` rooted at node `i` (a `Mul` or `Scale`) →
+    /// `Gelu(Erf)(x)`.
+    fn erf_gelu(&self, i: usize, taken: &[bool]) -> Option<Group> {
+        let g = self.g;
+        let n = &g.nodes[i];
+        let p = self.product(i, taken);
+        if p.factor != 0.5 || p.leaves.len() != 2 {
+            return None;
+        }
+        let out = g.meta(n.outputs[0]);
+        let (x, inner) = [(p.leaves[0], p.leaves[1]), (p.leaves[1], p.leaves[0])]
+            .into_iter()
+            .find_map(|(x, e)| Some((x, self.one_plus_erf(x, e, &p, i)?)))?;
+        if g.meta(x) != out || !float(out.dtype) {
+            return None;
+        }
+        let mut absorbed = p.nodes;
+        absorbed.extend(inner);
+        if absorbed.iter().any(|&a| taken[a]) {
+            return None;
+        }
+        Some(Group::one(absorbed, &n.name, Op::Gelu(GeluApprox::Erf), &[x]))
+    }
+
+    /// The nodes of `e = 1 + erf(x · (1/√2))` (`Add`, `Erf`, `Scale`), each read only by
+    /// the next, `e` only by the product tree `p` rooted at `root`.
+    fn one_plus_erf(&self, x: ValueId, e: ValueId, p: &Product, root: usize) -> Option<[usize; 3]> {
+        let g = self.g;
+        let reader = std::iter::once(root).chain(p.nodes.iter().copied()).find(|&r| g.nodes[r].inputs.contains(&e))?;
+        let add = self.sole(e, reader)?;
+        let Op::Add = g.nodes[add].op else { return None };
+        let (a, b) = (g.nodes[add].inputs[0], g.nodes[add].inputs[1]);
+        let erf_out = match (scalar(g, a), scalar(g, b)) {
+            (_, Some(1.0)) => a,
+            (Some(1.0), _) => b,
+            _ => return None,
+        };
+        if g.meta(erf_out) != g.meta(e) {
+            return None;
+        }
+        let erf = self.sole(erf_out, add).filter(|&q| g.nodes[q].op == Op::Erf)?;
+        let sc = self.sole(g.nodes[erf].inputs[0], erf)?;
+        let Op::Scale { factor } = g.nodes[sc].op else { return None };
+        let within = (factor - std::f32::consts::FRAC_1_SQRT_2).abs() <= 2.0 * f32::EPSILON;
+        (within && g.nodes[sc].inputs[0] == x).then_some([add, erf, sc])
+    }
+}
