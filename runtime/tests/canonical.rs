@@ -60,7 +60,8 @@ fn onnx_layer_compiles_to_the_ops_of_npurts_layer() {
         Spelling::default(),
         Spelling { bias_first: true, ..Spelling::default() },
         Spelling { half_last: true, by_mul: true, ..Spelling::default() },
-        Spelling { bias_first: true, half_last: true, by_mul: true },
+        Spelling { bias_first: true, half_last: true, by_mul: true, gemm: false },
+        Spelling { gemm: true, ..Spelling::default() },
     ];
     for sp in spellings {
         let g = onnx_layer(batch, seq, sp);
@@ -69,7 +70,16 @@ fn onnx_layer_compiles_to_the_ops_of_npurts_layer() {
         assert_eq!(op_multiset(fused.graph()), want_ops, "{sp:?}");
         let c = &fused.fusion_stats().canonical;
         // The two divisions (or products by reciprocals) and the GELU's 0.5.
-        let want = CanonicalStats { scale: 3, matmul_trans_b: 1, gelu: 1, linear: 6, linear_bias: 6 };
+        let gemm = if sp.gemm { 6 } else { 0 };
+        let want = CanonicalStats {
+            scale: 3,
+            matmul_trans_b: 1,
+            gelu: 1,
+            linear: 6,
+            linear_bias: 6,
+            gemm,
+            gemm_reshapes: gemm,
+        };
         assert_eq!(*c, want, "{sp:?}");
         let f = fused.fusion_stats();
         assert_eq!((f.attention, f.attention_permutes_folded, f.bias_gelu, f.add_layer_norm), (1, 1, 1, 2), "{f:?}");
@@ -275,6 +285,55 @@ fn a_product_by_a_constant_becomes_linear_with_its_bias_when_alone() {
     let rt = host();
     let x = rt.from_slice(&bert_layer::param("x", 12), [3, 4], 0).unwrap();
     for g in [biased_product(false, false), biased_product(true, false)] {
+        let a = CompiledGraph::compile(&rt, &g, options(true)).unwrap().run(&[&x]).unwrap();
+        let b = CompiledGraph::compile(&rt, &g, options(false)).unwrap().run(&[&x]).unwrap();
+        for (a, b) in a.iter().zip(&b) {
+            assert!(rel_diff(a, b) <= 1e-6, "{}", g.dump());
+        }
+    }
+}
+
+/// `Reshape(x, [6, 4])` → `Gemm(·, W, b)` → `Reshape(·, [2, 3, 5])`, W `[4, 5]` (or `[5, 4]`
+/// with `trans_b`); `leak` returns the flattened input too, `alpha` scales the product.
+fn flattened_gemm(trans_b: bool, leak: bool, alpha: f32) -> Graph {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [2, 3, 4]);
+    let dims = if trans_b { [5, 4] } else { [4, 5] };
+    let w = g.constant("w", HostTensor::from_vec(dims, bert_layer::param("w", 20)).unwrap());
+    let b = g.constant("b", HostTensor::from_vec([5], bert_layer::param("b", 5)).unwrap());
+    let flat = g.op("flat", Op::Reshape { shape: vec![6, 4] }, &[x]).unwrap();
+    let y = g.op("gemm", Op::Gemm { trans_a: false, trans_b, alpha, beta: 1.0 }, &[flat, w, b]).unwrap();
+    let y = g.op("back", Op::Reshape { shape: vec![2, 3, 5] }, &[y]).unwrap();
+    g.output(y);
+    if leak {
+        g.output(flat);
+    }
+    g
+}
+
+#[test]
+fn a_gemm_by_a_constant_becomes_linear_and_takes_its_reshapes_when_alone() {
+    let (out, stats) = canon(&flattened_gemm(false, false, 1.0));
+    assert_eq!((stats.linear, stats.linear_bias, stats.gemm, stats.gemm_reshapes), (1, 1, 1, 1));
+    assert_eq!(ops(&out), [Op::Linear]);
+    assert_eq!(out.meta(out.nodes[0].inputs[0]).shape.dims(), [2, 3, 4], "the Linear reads x itself");
+    assert_eq!(out.meta(out.nodes[0].inputs[1]).shape.dims(), [5, 4]);
+    // trans_b: the weight is already [N, K] and stays as it is.
+    let (out, stats) = canon(&flattened_gemm(true, false, 1.0));
+    assert_eq!((stats.gemm, stats.gemm_reshapes), (1, 1));
+    assert_eq!(out.values[out.nodes[0].inputs[1].0].kind, flattened_gemm(true, false, 1.0).values[1].kind);
+    // The flattened input read elsewhere: a 2-D Linear between the reshapes.
+    let (out, stats) = canon(&flattened_gemm(false, true, 1.0));
+    assert_eq!((stats.gemm, stats.gemm_reshapes), (1, 0));
+    assert_eq!(ops(&out), [Op::Reshape { shape: vec![6, 4] }, Op::Linear, Op::Reshape { shape: vec![2, 3, 5] }]);
+    // alpha ≠ 1 is not a Linear.
+    let (out, stats) = canon(&flattened_gemm(false, false, 2.0));
+    assert_eq!(stats.linear, 0);
+    assert_eq!(ops(&out), ops(&flattened_gemm(false, false, 2.0)));
+    // Same values as the unfused graphs.
+    let rt = host();
+    let x = rt.from_slice(&bert_layer::param("x", 24), [2, 3, 4], 0).unwrap();
+    for g in [flattened_gemm(false, false, 1.0), flattened_gemm(true, false, 1.0), flattened_gemm(false, true, 1.0)] {
         let a = CompiledGraph::compile(&rt, &g, options(true)).unwrap().run(&[&x]).unwrap();
         let b = CompiledGraph::compile(&rt, &g, options(false)).unwrap().run(&[&x]).unwrap();
         for (a, b) in a.iter().zip(&b) {

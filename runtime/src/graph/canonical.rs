@@ -22,9 +22,15 @@
 //!      the expansion. Fusion then makes `BiasGelu` out of it.
 //!    * `Add(MatMul(x, W), b)` (either operand order) with `W` a constant `[K, N]` and `b` a
 //!      constant `[N]` → `Linear(x, Wᵀ, b)`; a `MatMul(x, W)` with no such bias → `Linear(x, Wᵀ)`.
-//!      Only `Linear` gets the backends' prepared weights (packed panels on the CPU) and the
-//!      precision rewrite's bf16/f16 weights, as npurt's own layers do. Where the device has
-//!      no `Linear` kernel for the operands, the `MatMul` stays.
+//!      `Gemm(a, W, c)` with `alpha` 1, `beta` 1 (or no `c`), `a` not transposed, `W` a
+//!      constant (`[K, N]`, or `[N, K]` with `trans_b`, then used as it is) and `c` a
+//!      constant `[N]` or absent → `Linear` too, and where `a` is `Reshape(x, [M, K])` and
+//!      the product goes only into a `Reshape` back to `x`'s leading dims (what ONNX
+//!      Runtime's level-1 transformations make of a 3-D `MatMul` + `Add` before an EP sees
+//!      it) the `Linear` reads `x` and replaces both reshapes. Only `Linear` gets the
+//!      backends' prepared weights (packed panels on the CPU) and the precision rewrite's
+//!      bf16/f16 weights, as npurt's own layers do. Where the device has no `Linear` kernel
+//!      for the operands, the `MatMul` or `Gemm` stays.
 //!
 //! **The weight is held once.** `Linear` reads `w` as `[N, K]`; the rewrite transposes the
 //! constant's host bytes *in place of the original* (the same value, the same name; the
@@ -155,6 +161,14 @@ impl Matcher<'_> {
                     self.key_transposed(i, &taken).inspect(|_| stats.matmul_trans_b += 1)
                 }
                 Op::Mul | Op::Scale { .. } => self.erf_gelu(i, &taken).inspect(|_| stats.gelu += 1),
+                Op::Gemm { .. } => self.gemm_linear(i, &taken).map(|(group, w, biased, collapsed)| {
+                    transpose.extend(w);
+                    stats.linear += 1;
+                    stats.linear_bias += usize::from(biased);
+                    stats.gemm += 1;
+                    stats.gemm_reshapes += usize::from(collapsed);
+                    group
+                }),
                 Op::Add => self.linear_bias(i, &taken).map(|(group, w)| {
                     transpose.push(w);
                     stats.linear += 1;
@@ -203,22 +217,25 @@ impl Matcher<'_> {
         Some(Group { absorbed: vec![p], emit: vec![split, product], stands_for: None })
     }
 
-    /// The constant `[K, N]` weight of the `MatMul` node `i` (`x @ W`, x of rank ≥ 2), when
-    /// the node is its sole reader, the graph does not return it, and the device has a
-    /// `Linear` kernel for `x` and `Wᵀ` (with `bias`, when given).
-    fn linear_weight(&self, i: usize, bias: Option<ValueId>) -> Option<ValueId> {
+    /// The constant weight `w` of node `i` (`x @ w`, x of rank ≥ 2), `[K, N]` when `kn`
+    /// (then the node must be its sole reader, and the graph must not return it), else
+    /// `[N, K]`; `None` unless the device has a `Linear` kernel for `x` and the `[N, K]` form
+    /// (with `bias`, when given).
+    fn linear_weight(&self, i: usize, x: ValueId, w: ValueId, kn: bool, bias: Option<ValueId>) -> Option<ValueId> {
         let g = self.g;
-        let n = &g.nodes[i];
-        let (x, w) = (n.inputs[0], n.inputs[1]);
         let (xm, wm) = (g.meta(x), g.meta(w));
         let ValueKind::Constant(_) = g.values[w.0].kind else { return None };
-        if wm.shape.rank() != 2 || xm.shape.rank() < 2 || xm.dtype != wm.dtype || !float(xm.dtype) {
+        if wm.shape.rank() != 2 || xm.shape.rank() < 2 || xm.dtype != wm.dtype || !float(xm.dtype) || x == w {
             return None;
         }
-        if self.consumers[w.0] != [super::ir::NodeId(i)] || g.outputs.contains(&w) || x == w {
+        if kn && (self.consumers[w.0] != [super::ir::NodeId(i)] || g.outputs.contains(&w)) {
             return None;
         }
-        let (k, nn) = (wm.shape.dims()[0], wm.shape.dims()[1]);
+        let [r, c] = [wm.shape.dims()[0], wm.shape.dims()[1]];
+        let (nn, k) = if kn { (c, r) } else { (r, c) };
+        if xm.shape.last() != k {
+            return None;
+        }
         let mut metas = vec![xm.clone(), TensorMeta::new(wm.dtype, [nn, k])];
         metas.extend(bias.map(|b| g.meta(b).clone()));
         (self.kernel_of)(&Op::Linear, &metas)?;
@@ -227,7 +244,8 @@ impl Matcher<'_> {
 
     /// [`Self::linear_weight`] of a `MatMul` node `i` with no bias.
     fn constant_weight(&self, i: usize) -> Option<ValueId> {
-        self.linear_weight(i, None)
+        let n = &self.g.nodes[i];
+        self.linear_weight(i, n.inputs[0], n.inputs[1], true, None)
     }
 
     /// `Add(MatMul(x, W), b)` or `Add(b, MatMul(x, W))` rooted at the `Add`, node `i` →
@@ -244,9 +262,56 @@ impl Matcher<'_> {
             (_, Some(mm)) if self.is_bias(a, b) => (mm, a),
             _ => return None,
         };
-        let w = self.linear_weight(mm, Some(bias))?;
         let x = g.nodes[mm].inputs[0];
+        let w = self.linear_weight(mm, x, g.nodes[mm].inputs[1], true, Some(bias))?;
         Some((Group::one(vec![mm], &n.name, Op::Linear, &[x, w, bias]), w))
+    }
+
+    /// `Gemm(a, W, c)` rooted at node `i`, with `alpha` and `beta` 1, no transposed `a`, a
+    /// constant `W` (`[K, N]`, or `[N, K]` with `trans_b`) and a constant `[N]` bias `c` or
+    /// none → `Linear`; where `a` is `Reshape(x, [M, K])` and the product is read only
+    /// by a `Reshape` to `x`'s leading dims and `N` (what ONNX Runtime makes of a 3-D
+    /// `MatMul` + `Add`), the `Linear` reads `x` and stands for that `Reshape`. The group,
+    /// the weight to transpose, whether it took a bias and whether it took the reshapes.
+    fn gemm_linear(&self, i: usize, taken: &[bool]) -> Option<(Group, Option<ValueId>, bool, bool)> {
+        let g = self.g;
+        let n = &g.nodes[i];
+        let Op::Gemm { trans_a: false, trans_b, alpha, beta } = n.op else { return None };
+        let bias = n.inputs.get(2).copied();
+        if alpha != 1.0 || bias.is_some_and(|c| beta != 1.0 || !self.is_bias(c, n.outputs[0])) {
+            return None;
+        }
+        let reshapes = self.flattened(i, taken);
+        let x = reshapes.map_or(n.inputs[0], |r| r.0);
+        let w = self.linear_weight(i, x, n.inputs[1], !trans_b, bias)?;
+        let ins: Vec<ValueId> = [x, w].into_iter().chain(bias).collect();
+        let mut group = Group::one(vec![], &n.name, Op::Linear, &ins);
+        if let Some((_, inner, outer)) = reshapes {
+            group.absorbed = vec![inner, outer];
+            group.stands_for = Some(g.nodes[outer].outputs[0]);
+        }
+        Some((group, (!trans_b).then_some(w), bias.is_some(), reshapes.is_some()))
+    }
+
+    /// For the 2-D product node `i`: `x`, the `Reshape` node flattening it to the product's
+    /// `[M, K]` and the one after the product giving it back `x`'s leading dims, each read
+    /// only there and not a graph output.
+    fn flattened(&self, i: usize, taken: &[bool]) -> Option<(ValueId, usize, usize)> {
+        let g = self.g;
+        let n = &g.nodes[i];
+        let reshape = |p: usize| !taken[p] && matches!(g.nodes[p].op, Op::Reshape { .. });
+        let inner = self.sole(n.inputs[0], i).filter(|&p| reshape(p))?;
+        let x = g.nodes[inner].inputs[0];
+        let out = n.outputs[0];
+        let [super::ir::NodeId(outer)] = self.consumers[out.0][..] else { return None };
+        if !reshape(outer) || g.outputs.contains(&out) {
+            return None;
+        }
+        let (xd, ad, od) = (g.meta(x).shape.dims(), g.meta(n.inputs[0]).shape.dims(), g.meta(out).shape.dims());
+        let lead = xd.split_last()?.1;
+        let back = g.meta(g.nodes[outer].outputs[0]).shape.dims();
+        let same_lead = back.split_last().is_some_and(|(n_out, l)| l == lead && od.last() == Some(n_out));
+        (xd.len() >= 2 && xd.last() == ad.last() && same_lead).then_some((x, inner, outer))
     }
 
     /// Whether `b` is a constant `[N]` bias for the product `y` (`[.., N]`), of its dtype.

@@ -78,10 +78,14 @@ pub struct CanonicalStats {
     pub matmul_trans_b: usize,
     /// Erf GELU expansions → `Gelu(Erf)`.
     pub gelu: usize,
-    /// `MatMul` by a constant (and its bias `Add`) → `Linear`.
+    /// `MatMul` by a constant (and its bias `Add`), or `Gemm` by one → `Linear`.
     pub linear: usize,
-    /// Of [`Self::linear`], those that took a bias `Add`.
+    /// Of [`Self::linear`], those that took a bias (an `Add`, or a `Gemm`'s `C`).
     pub linear_bias: usize,
+    /// Of [`Self::linear`], those made from a `Gemm`.
+    pub gemm: usize,
+    /// Of [`Self::gemm`], those that took the `Reshape`s around a 2-D `Gemm` of 3-D tokens.
+    pub gemm_reshapes: usize,
 }
 
 pub fn fuse(g: &Graph, kernel_of: KernelOf<'_>) -> Result<(Graph, FusionStats)> {

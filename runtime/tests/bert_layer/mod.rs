@@ -26,6 +26,9 @@ pub struct Spelling {
     /// The scores scaled by `Mul(s, 1/sqrt(dh))` instead of `Div(s, sqrt(dh))`, and the
     /// GELU's `x / sqrt 2` as `Mul(x, 1/sqrt 2)`.
     pub by_mul: bool,
+    /// Each linear as ONNX Runtime's level-1 transformations hand it to an EP:
+    /// `Reshape(x, [B·S, K])` → `Gemm(·, W, b)` → `Reshape(·, [B, S, N])`.
+    pub gemm: bool,
 }
 
 /// `n` seeded values in [-0.1, 0.1] for the parameter `name` (the same in both builds).
@@ -119,6 +122,13 @@ pub fn onnx_layer(batch: usize, seq: usize, sp: Spelling) -> Graph {
     let linear = |g: &mut Graph, name: &str, x: ValueId, n: usize, k: usize| {
         let w = constant(g, &format!("{name}.weight"), &[k, n], transpose(&weight(name, n, k), n, k));
         let bias = constant(g, &format!("{name}.bias"), &[n], param(&format!("{name}.bias"), n));
+        if sp.gemm {
+            let rows = (batch * seq) as isize;
+            let flat = g.op(&format!("{name}/Flatten"), Op::Reshape { shape: vec![rows, k as isize] }, &[x]).unwrap();
+            let gemm = Op::Gemm { trans_a: false, trans_b: false, alpha: 1.0, beta: 1.0 };
+            let y = g.op(&format!("{name}/Gemm"), gemm, &[flat, w, bias]).unwrap();
+            return g.op(&format!("{name}/Unflatten"), Op::Reshape { shape: vec![b, s, n as isize] }, &[y]).unwrap();
+        }
         let mm = g.op(&format!("{name}/MatMul"), Op::MatMul { trans_a: false, trans_b: false }, &[x, w]).unwrap();
         let ins = if sp.bias_first { [bias, mm] } else { [mm, bias] };
         g.op(&format!("{name}/Add"), Op::Add, &ins).unwrap()
