@@ -10,8 +10,11 @@
 //!    rounded once to `x`'s dtype: a `Mul` becomes bitwise the same (an f16 product of two
 //!    f16 values is exact in f32). A `Div` becomes a product by `1 / c` rounded to f32: two
 //!    roundings instead of one, bitwise the same where `c` is a power of two (BERT's
-//!    `sqrt(64)`), otherwise within one unit in the last place. It fires only where `c` is
-//!    finite and `1 / c` a normal f32.
+//!    `sqrt(64)`), otherwise within two units in the last place. It fires only where `c` is
+//!    finite and `1 / c` a normal f32, and where the device has a `Scale` kernel for `x`.
+//!    (The CPU and reference kernels compute `Scale` as said; an aclnn `Muls` on f16 may
+//!    round the factor to f16 first, which a `Div`'s reciprocal can feel: still within f16
+//!    rounding of the `Div`.)
 //! 2. **Structure**, on round 1's graph:
 //!    * `MatMul(a, Permute(b, [0, 2, 3, 1]))` → `MatMul { trans_b }(a, Permute(b, [0, 2, 1, 3]))`:
 //!      the key already transposed for the product becomes the head-split key that
@@ -142,7 +145,11 @@ impl Matcher<'_> {
             if !factor.is_finite() || !float(g.meta(x).dtype) || g.meta(x) != g.meta(n.outputs[0]) {
                 continue;
             }
-            groups.insert(i, Group::one(vec![], &n.name, Op::Scale { factor }, &[x]));
+            let op = Op::Scale { factor };
+            if (self.kernel_of)(&op, std::slice::from_ref(g.meta(x))).is_none() {
+                continue;
+            }
+            groups.insert(i, Group::one(vec![], &n.name, op, &[x]));
             stats.scale += 1;
         }
         groups
@@ -375,7 +382,8 @@ impl Matcher<'_> {
         let (x, inner) = [(p.leaves[0], p.leaves[1]), (p.leaves[1], p.leaves[0])]
             .into_iter()
             .find_map(|(x, e)| Some((x, self.one_plus_erf(x, e, &p, i)?)))?;
-        if g.meta(x) != out || !float(out.dtype) {
+        let gelu = Op::Gelu(GeluApprox::Erf);
+        if g.meta(x) != out || !float(out.dtype) || (self.kernel_of)(&gelu, std::slice::from_ref(out)).is_none() {
             return None;
         }
         let mut absorbed = p.nodes;
@@ -383,7 +391,7 @@ impl Matcher<'_> {
         if absorbed.iter().any(|&a| taken[a]) {
             return None;
         }
-        Some(Group::one(absorbed, &n.name, Op::Gelu(GeluApprox::Erf), &[x]))
+        Some(Group::one(absorbed, &n.name, gelu, &[x]))
     }
 
     /// The nodes of `e = 1 + erf(x · (1/√2))` (`Add`, `Erf`, `Scale`), each read only by
