@@ -318,6 +318,7 @@ fn a_gemm_by_a_constant_becomes_linear_and_takes_its_reshapes_when_alone() {
     assert_eq!(ops(&out), [Op::Linear]);
     assert_eq!(out.meta(out.nodes[0].inputs[0]).shape.dims(), [2, 3, 4], "the Linear reads x itself");
     assert_eq!(out.meta(out.nodes[0].inputs[1]).shape.dims(), [5, 4]);
+    assert_eq!(out.value(out.outputs[0]).name, "back", "the output keeps its name");
     // trans_b: the weight is already [N, K] and stays as it is.
     let (out, stats) = canon(&flattened_gemm(true, false, 1.0));
     assert_eq!((stats.gemm, stats.gemm_reshapes), (1, 1));

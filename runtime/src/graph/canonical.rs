@@ -294,7 +294,8 @@ impl Matcher<'_> {
         let ins: Vec<ValueId> = [x, w].into_iter().chain(bias).collect();
         let mut group = Group::one(vec![], &n.name, Op::Linear, &ins);
         if let Some((_, inner, outer)) = reshapes {
-            group.absorbed = vec![inner, outer];
+            // Named as the value it stands for, which may be a graph output.
+            group = Group::one(vec![inner, outer], &g.nodes[outer].name, Op::Linear, &ins);
             group.stands_for = Some(g.nodes[outer].outputs[0]);
         }
         Some((group, (!trans_b).then_some(w), bias.is_some(), reshapes.is_some()))

@@ -140,6 +140,9 @@ fn fuse(rt: &Runtime, graph: Graph, on: bool) -> Result<(Graph, FusionStats)> {
     let (graph, canonical) = canonical::canonicalize(graph, &kernel_of)?;
     let (graph, mut stats) = fusion::fuse(&graph, &kernel_of)?;
     stats.canonical = canonical;
+    if stats != FusionStats::default() {
+        log::info!("compiled graph: fusion {stats:?}");
+    }
     Ok((graph, stats))
 }
 
