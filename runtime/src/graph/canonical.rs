@@ -27,10 +27,13 @@
 //!      constant `[N]` → `Linear(x, Wᵀ, b)`; a `MatMul(x, W)` with no such bias → `Linear(x, Wᵀ)`.
 //!      `Gemm(a, W, c)` with `alpha` 1, `beta` 1 (or no `c`), `a` not transposed, `W` a
 //!      constant (`[K, N]`, or `[N, K]` with `trans_b`, then used as it is) and `c` a
-//!      constant `[N]` or absent → `Linear` too, and where `a` is `Reshape(x, [M, K])` and
-//!      the product goes only into a `Reshape` back to `x`'s leading dims (what ONNX
-//!      Runtime's level-1 transformations make of a 3-D `MatMul` + `Add` before an EP sees
-//!      it) the `Linear` reads `x` and replaces both reshapes. Only `Linear` gets the
+//!      constant `[N]` or absent → `Linear` too. ONNX Runtime's level-1 transformations hand
+//!      an EP a 3-D `MatMul` + `Add` as `Reshape(x, [M, K])` → `Gemm` → `Reshape(L ++ R)`,
+//!      with a neighbouring reshape merged in (BERT's head split makes `R` `[H, D]`; its head
+//!      merge makes `x` `[B, S, H, D]`): where the leading dims `L` multiply to `M`, the
+//!      `Linear` reads `x` seen as `L ++ [K]` (a `Reshape` view only where `x` is not so
+//!      already) and is reshaped to `R` only where `R` is not `[N]` — npurt's own layer's
+//!      `Reshape`s, no more. Only `Linear` gets the
 //!      backends' prepared weights (packed panels on the CPU) and the precision rewrite's
 //!      bf16/f16 weights, as npurt's own layers do. Where the device has no `Linear` kernel
 //!      for the operands, the `MatMul` or `Gemm` stays.
@@ -240,13 +243,21 @@ impl Matcher<'_> {
         Some(Group { absorbed: vec![p], emit: vec![split, product], stands_for: None })
     }
 
-    /// The constant weight `w` of node `i` (`x @ w`, x of rank ≥ 2), `[K, N]` when `kn`
+    /// The constant weight `w` of node `i` (`x @ w`, x of rank ≥ 2 and of meta `xm`), `[K, N]` when `kn`
     /// (then the node must be its sole reader, and the graph must not return it), else
     /// `[N, K]`; `None` unless the device has a `Linear` kernel for `x` and the `[N, K]` form
     /// (with `bias`, when given).
-    fn linear_weight(&self, i: usize, x: ValueId, w: ValueId, kn: bool, bias: Option<ValueId>) -> Option<ValueId> {
+    fn linear_weight(
+        &self,
+        i: usize,
+        x: ValueId,
+        xm: &TensorMeta,
+        w: ValueId,
+        kn: bool,
+        bias: Option<ValueId>,
+    ) -> Option<ValueId> {
         let g = self.g;
-        let (xm, wm) = (g.meta(x), g.meta(w));
+        let wm = g.meta(w);
         let ValueKind::Constant(_) = g.values[w.0].kind else { return None };
         if wm.shape.rank() != 2 || xm.shape.rank() < 2 || xm.dtype != wm.dtype || !float(xm.dtype) || x == w {
             return None;
@@ -268,7 +279,7 @@ impl Matcher<'_> {
     /// [`Self::linear_weight`] of a `MatMul` node `i` with no bias.
     fn constant_weight(&self, i: usize) -> Option<ValueId> {
         let n = &self.g.nodes[i];
-        self.linear_weight(i, n.inputs[0], n.inputs[1], true, None)
+        self.linear_weight(i, n.inputs[0], self.g.meta(n.inputs[0]), n.inputs[1], true, None)
     }
 
     /// `Add(MatMul(x, W), b)` or `Add(b, MatMul(x, W))` rooted at the `Add`, node `i` →
@@ -286,16 +297,14 @@ impl Matcher<'_> {
             _ => return None,
         };
         let x = g.nodes[mm].inputs[0];
-        let w = self.linear_weight(mm, x, g.nodes[mm].inputs[1], true, Some(bias))?;
+        let w = self.linear_weight(mm, x, g.meta(x), g.nodes[mm].inputs[1], true, Some(bias))?;
         Some((Group::one(vec![mm], &n.name, Op::Linear, &[x, w, bias]), w))
     }
 
     /// `Gemm(a, W, c)` rooted at node `i`, with `alpha` and `beta` 1, no transposed `a`, a
     /// constant `W` (`[K, N]`, or `[N, K]` with `trans_b`) and a constant `[N]` bias `c` or
-    /// none → `Linear`; where `a` is `Reshape(x, [M, K])` and the product is read only
-    /// by a `Reshape` to `x`'s leading dims and `N` (what ONNX Runtime makes of a 3-D
-    /// `MatMul` + `Add`), the `Linear` reads `x` and stands for that `Reshape`. The group,
-    /// the weight to transpose, whether it took a bias and whether it took the reshapes.
+    /// none → `Linear`; with the reshapes around it where [`Self::rows_split`] finds them.
+    /// The group, the weight to transpose, whether it took a bias and the reshapes.
     fn gemm_linear(&self, i: usize, taken: &[bool]) -> Option<(Group, Option<ValueId>, bool, bool)> {
         let g = self.g;
         let n = &g.nodes[i];
@@ -304,38 +313,76 @@ impl Matcher<'_> {
         if alpha != 1.0 || bias.is_some_and(|c| beta != 1.0 || !self.is_bias(c, n.outputs[0])) {
             return None;
         }
-        let reshapes = self.flattened(i, taken);
-        let x = reshapes.map_or(n.inputs[0], |r| r.0);
-        let w = self.linear_weight(i, x, n.inputs[1], !trans_b, bias)?;
-        let ins: Vec<ValueId> = [x, w].into_iter().chain(bias).collect();
-        let mut group = Group::one(vec![], &n.name, Op::Linear, &ins);
-        if let Some((_, inner, outer)) = reshapes {
-            // Named as the value it stands for, which may be a graph output.
-            group = Group::one(vec![inner, outer], &g.nodes[outer].name, Op::Linear, &ins);
-            group.stands_for = Some(g.nodes[outer].outputs[0]);
+        let around = self.rows_split(i, taken);
+        let a = n.inputs[0];
+        let (x, xm) = match &around {
+            Some(r) => (r.x, TensorMeta::new(g.meta(a).dtype, r.x_dims.clone())),
+            None => (a, g.meta(a).clone()),
+        };
+        let w = self.linear_weight(i, x, &xm, n.inputs[1], !trans_b, bias)?;
+        let transpose = (!trans_b).then_some(w);
+        let Some(r) = around else {
+            let ins: Vec<ValueId> = [a, w].into_iter().chain(bias).collect();
+            return Some((Group::one(vec![], &n.name, Op::Linear, &ins), transpose, bias.is_some(), false));
+        };
+        let (inner, outer) = (&g.nodes[r.inner], &g.nodes[r.outer]);
+        let dims = |d: &[usize]| d.iter().map(|&v| v as isize).collect::<Vec<isize>>();
+        let mut emit = Vec::new();
+        let xs = if g.meta(x).shape.dims() == r.x_dims.as_slice() {
+            Src::Old(x)
+        } else {
+            let op = Op::Reshape { shape: dims(&r.x_dims) };
+            emit.push(Emit { name: inner.name.clone(), op, inputs: vec![Src::Old(x)] });
+            Src::Emitted(0)
+        };
+        let out_dims = g.meta(outer.outputs[0]).shape.dims();
+        let split_cols = out_dims.len() != r.x_dims.len();
+        // The last node is named as the value it stands for, which may be a graph output.
+        let name = if split_cols { n.name.clone() } else { outer.name.clone() };
+        let inputs = [xs, Src::Old(w)].into_iter().chain(bias.map(Src::Old)).collect();
+        emit.push(Emit { name, op: Op::Linear, inputs });
+        if split_cols {
+            let y = Src::Emitted(emit.len() - 1);
+            emit.push(Emit { name: outer.name.clone(), op: Op::Reshape { shape: dims(out_dims) }, inputs: vec![y] });
         }
-        Some((group, (!trans_b).then_some(w), bias.is_some(), reshapes.is_some()))
+        let group = Group { absorbed: vec![r.inner, r.outer], emit, stands_for: Some(outer.outputs[0]) };
+        Some((group, transpose, bias.is_some(), true))
     }
 
-    /// For the 2-D product node `i`: `x`, the `Reshape` node flattening it to the product's
-    /// `[M, K]` and the one after the product giving it back `x`'s leading dims, each read
-    /// only there and not a graph output.
-    fn flattened(&self, i: usize, taken: &[bool]) -> Option<(ValueId, usize, usize)> {
+    /// The reshapes around the 2-D product node `i` (`[M, K]` → `[M, N]`) that ONNX Runtime
+    /// puts there: `Reshape(x, [M, K])` before it and a `Reshape` to `L ++ R` after it, where
+    /// the leading dims `L` (the longest prefix) multiply to `M` and so `R` to `N` (e.g. `[B,
+    /// S, N]`, or `[B, S, H, D]` where a head split was merged in). Each read only there and
+    /// not a graph output. The product is then `Linear` of `x` seen as `L ++ [K]`, reshaped
+    /// to `L ++ R` where `R` is not `[N]`.
+    fn rows_split(&self, i: usize, taken: &[bool]) -> Option<RowsSplit> {
         let g = self.g;
         let n = &g.nodes[i];
         let reshape = |p: usize| !taken[p] && matches!(g.nodes[p].op, Op::Reshape { .. });
         let inner = self.sole(n.inputs[0], i).filter(|&p| reshape(p))?;
-        let x = g.nodes[inner].inputs[0];
         let out = n.outputs[0];
         let [super::ir::NodeId(outer)] = self.consumers[out.0][..] else { return None };
         if !reshape(outer) || g.outputs.contains(&out) {
             return None;
         }
-        let (xd, ad, od) = (g.meta(x).shape.dims(), g.meta(n.inputs[0]).shape.dims(), g.meta(out).shape.dims());
-        let lead = xd.split_last()?.1;
-        let back = g.meta(g.nodes[outer].outputs[0]).shape.dims();
-        let same_lead = back.split_last().is_some_and(|(n_out, l)| l == lead && od.last() == Some(n_out));
-        (xd.len() >= 2 && xd.last() == ad.last() && same_lead).then_some((x, inner, outer))
+        let &[m, k] = g.meta(n.inputs[0]).shape.dims() else { return None };
+        let o = g.meta(g.nodes[outer].outputs[0]).shape.dims();
+        if m == 0 {
+            return None;
+        }
+        let mut lead = None;
+        let mut prod = 1usize;
+        for (j, &d) in o.iter().enumerate() {
+            prod = prod.checked_mul(d)?;
+            if prod == m {
+                lead = Some(j + 1);
+            } else if prod > m {
+                break;
+            }
+        }
+        let lead = lead.filter(|&l| l < o.len())?;
+        let x_dims = o[..lead].iter().copied().chain([k]).collect();
+        Some(RowsSplit { x: g.nodes[inner].inputs[0], inner, outer, x_dims })
     }
 
     /// Whether `b` is a constant `[N]` bias for the product `y` (`[.., N]`), of its dtype.
@@ -347,6 +394,17 @@ impl Matcher<'_> {
             && ym.shape.rank() >= 1
             && bm.shape.dims() == [ym.shape.last()]
     }
+}
+
+/// The reshapes around a 2-D `Gemm` (see [`Matcher::rows_split`]).
+struct RowsSplit {
+    /// What the first reshape flattens.
+    x: ValueId,
+    /// The reshape nodes before and after the product.
+    inner: usize,
+    outer: usize,
+    /// `L ++ [K]`: how the `Linear` sees `x`.
+    x_dims: Vec<usize>,
 }
 
 /// The factors of a product tree (`Mul`s and `Scale`s read only by the tree).

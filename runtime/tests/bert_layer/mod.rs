@@ -169,7 +169,46 @@ pub fn onnx_layer(batch: usize, seq: usize, sp: Spelling) -> Graph {
     let r2 = g.op("residual2/Add", Op::Add, &[o, x1]).unwrap();
     let y = layer_norm(&mut g, "ln2", r2);
     g.output(y);
-    g
+    if sp.gemm { merge_reshapes(&g) } else { g }
+}
+
+/// `g` with each `Reshape` of a `Reshape` read only there made one `Reshape` (as ONNX
+/// Runtime's level-1 transformations merge them: the head split into the projection's
+/// `Reshape` back from its 2-D `Gemm`, the head merge into the next one's flattening).
+fn merge_reshapes(g: &Graph) -> Graph {
+    use runtime::graph::{NodeId, ValueKind};
+    let readers = g.consumers();
+    let is_reshape = |n: usize| matches!(g.nodes[n].op, Op::Reshape { .. });
+    let merged = |n: usize| {
+        let out = g.nodes[n].outputs[0];
+        is_reshape(n) && !g.outputs.contains(&out) && matches!(readers[out.0][..], [NodeId(r)] if is_reshape(r))
+    };
+    let mut out = Graph::new();
+    let mut map = std::collections::HashMap::new();
+    for (i, v) in g.values.iter().enumerate() {
+        match &v.kind {
+            ValueKind::Input => map.insert(ValueId(i), out.input(&v.name, v.meta.dtype, v.meta.shape.clone())),
+            ValueKind::Constant(t) => map.insert(ValueId(i), out.constant(&v.name, t.clone())),
+            ValueKind::Node(_) => None,
+        };
+    }
+    for (i, n) in g.nodes.iter().enumerate() {
+        if merged(i) {
+            continue;
+        }
+        let mut ins: Vec<ValueId> = n.inputs.clone();
+        if let (Op::Reshape { .. }, ValueKind::Node(NodeId(p))) = (&n.op, &g.value(ins[0]).kind)
+            && merged(*p)
+        {
+            ins = g.nodes[*p].inputs.clone();
+        }
+        let ins: Vec<ValueId> = ins.iter().map(|v| map[v]).collect();
+        map.insert(n.outputs[0], out.op(&n.name, n.op.clone(), &ins).unwrap());
+    }
+    for o in &g.outputs {
+        out.output(map[o]);
+    }
+    out
 }
 
 /// `x · 0.5 · (1 + erf(x / sqrt 2))` as the exporter spells it.
