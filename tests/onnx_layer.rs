@@ -147,3 +147,33 @@ fn onnx_layer_makes_npurts_aclnn_calls() {
         assert_eq!((c.device_allocations, c.streams, c.events, c.executors), (0, 0, 0, 0), "{soc}: {c:?}");
     }
 }
+
+on_every_backend!(onnx_layer_weights_are_held_once_across_shapes, |b| {
+    // Two shapes of the ONNX layer compiled with one store: the second transposes its host
+    // weights again but uploads (and, on the CPU, packs) none of them.
+    let rt = common::runtime(&b);
+    let store = runtime::graph::SharedConstants::new();
+    let in_use = || rt.pool_stats(0).unwrap().in_use_bytes;
+    let opts = || options(&rt, true, Precision::F32);
+    let g = onnx_layer(1, 8, SPELLINGS[2]);
+    let weight_bytes = g.constant_bytes();
+    CompiledGraph::compile_shared(&rt, g, opts(), &store).unwrap();
+    let (held, held_bytes) = (store.len(), store.device_bytes());
+    // Each constant once: the [N, K] weights in place of the [K, N] ones, not beside them.
+    assert_eq!(held_bytes, weight_bytes, "{}: the store after one shape", b.name());
+    let before = in_use();
+    let second = CompiledGraph::compile_shared(&rt, onnx_layer(2, 8, SPELLINGS[2]), opts(), &store).unwrap();
+    let grew = in_use() - before;
+    assert_eq!((store.len(), store.device_bytes()), (held, held_bytes), "{}: the second shape", b.name());
+    let arena = second.arena_stats().bytes + second.arena_stats().backend_bytes;
+    println!(
+        "{}: store {held} constants, {held_bytes} bytes; the second shape allocated {grew} (arena {arena})",
+        b.name()
+    );
+    assert!(grew <= arena + 4 * 512, "{}: the second shape allocated {grew} bytes, arena {arena}", b.name());
+    let ins = layer_inputs(&rt, 2, 8);
+    let refs: Vec<&Tensor> = ins.iter().collect();
+    let own = CompiledGraph::compile(&rt, &onnx_layer(2, 8, SPELLINGS[2]), opts()).unwrap();
+    let (got, want) = (second.run(&refs).unwrap(), own.run(&refs).unwrap());
+    assert_eq!(rel_diff(&got[0], &want[0]), 0.0, "{}: shared weights give the same result", b.name());
+});

@@ -331,6 +331,17 @@ fn a_gemm_by_a_constant_becomes_linear_and_takes_its_reshapes_when_alone() {
     let (out, stats) = canon(&flattened_gemm(false, true, 1.0));
     assert_eq!((stats.gemm, stats.gemm_reshapes), (1, 0));
     assert_eq!(ops(&out), [Op::Reshape { shape: vec![6, 4] }, Op::Linear, Op::Reshape { shape: vec![2, 3, 5] }]);
+    // A reshape after the product that does not split its rows: a 2-D Linear between them.
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [2, 3, 4]);
+    let w = g.constant("w", HostTensor::from_vec([4, 5], bert_layer::param("w", 20)).unwrap());
+    let flat = g.op("flat", Op::Reshape { shape: vec![6, 4] }, &[x]).unwrap();
+    let y = g.op("gemm", Op::Gemm { trans_a: false, trans_b: false, alpha: 1.0, beta: 1.0 }, &[flat, w]).unwrap();
+    let y = g.op("back", Op::Reshape { shape: vec![3, 10] }, &[y]).unwrap();
+    g.output(y);
+    let (out, stats) = canon(&g);
+    assert_eq!((stats.gemm, stats.gemm_reshapes, stats.linear_bias), (1, 0, 0));
+    assert_eq!(ops(&out), [Op::Reshape { shape: vec![6, 4] }, Op::Linear, Op::Reshape { shape: vec![3, 10] }]);
     // alpha ≠ 1 is not a Linear.
     let (out, stats) = canon(&flattened_gemm(false, false, 2.0));
     assert_eq!(stats.linear, 0);
