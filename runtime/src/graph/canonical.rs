@@ -243,9 +243,9 @@ impl Matcher<'_> {
         Some(Group { absorbed: vec![p], emit: vec![split, product], stands_for: None })
     }
 
-    /// The constant weight `w` of node `i` (`x @ w`, x of rank ≥ 2 and of meta `xm`), `[K, N]` when `kn`
-    /// (then the node must be its sole reader, and the graph must not return it), else
-    /// `[N, K]`; `None` unless the device has a `Linear` kernel for `x` and the `[N, K]` form
+    /// The constant weight `w` of node `i` (`x @ w`, `x` of rank ≥ 2 seen as `xm`), `[K, N]`
+    /// when `kn` (then the node must be its sole reader, and the graph must not return it),
+    /// else `[N, K]`; `None` unless the device has a `Linear` kernel for `x` and the `[N, K]` form
     /// (with `bias`, when given).
     fn linear_weight(
         &self,
