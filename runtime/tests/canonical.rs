@@ -357,3 +357,43 @@ fn a_gemm_by_a_constant_becomes_linear_and_takes_its_reshapes_when_alone() {
         }
     }
 }
+
+#[test]
+fn f16_graphs_take_the_same_rewrites() {
+    // An f16 projection with bias, scaled by Div, through the spelled-out GELU: the 2-byte
+    // weight transposed, the factors read from f16 constants; within f16 rounding of the
+    // unfused graph.
+    let h = |v: f32| half::f16::from_f32(v);
+    let f16s = |v: Vec<f32>| v.into_iter().map(h).collect::<Vec<half::f16>>();
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F16, [2, 3, 8]);
+    let w = g.constant("w", HostTensor::from_vec([8, 6], f16s(bert_layer::param("w", 48))).unwrap());
+    let b = g.constant("b", HostTensor::from_vec([6], f16s(bert_layer::param("b", 6))).unwrap());
+    let c = |g: &mut Graph, name: &str, v: f32| {
+        g.constant(name, HostTensor::from_vec(Vec::<usize>::new(), vec![h(v)]).unwrap())
+    };
+    let (four, sqrt2, one, half) =
+        (c(&mut g, "four", 0.25), c(&mut g, "sqrt2", 2f32.sqrt()), c(&mut g, "one", 1.0), c(&mut g, "half", 0.5));
+    let mm = g.op("mm", Op::MatMul { trans_a: false, trans_b: false }, &[x, w]).unwrap();
+    let y = g.op("add", Op::Add, &[mm, b]).unwrap();
+    let y = g.op("div", Op::Div, &[y, four]).unwrap();
+    let d = g.op("gdiv", Op::Div, &[y, sqrt2]).unwrap();
+    let e = g.op("erf", Op::Erf, &[d]).unwrap();
+    let e = g.op("gadd", Op::Add, &[e, one]).unwrap();
+    let t = g.op("gmul", Op::Mul, &[y, e]).unwrap();
+    let out = g.op("ghalf", Op::Mul, &[t, half]).unwrap();
+    g.output(out);
+    let (canonical, stats) = canon(&g);
+    assert_eq!((stats.scale, stats.linear_bias, stats.gelu), (3, 1, 1), "{}", canonical.dump());
+    assert_eq!(ops(&canonical), [Op::Linear, Op::Scale { factor: 4.0 }, Op::Gelu(GeluApprox::Erf)]);
+    let rt = host();
+    let xs = rt.from_slice(&f16s(bert_layer::param("x", 48).iter().map(|v| v * 10.0).collect()), [2, 3, 8], 0).unwrap();
+    let run = |fuse: bool| -> Vec<f32> {
+        let out = CompiledGraph::compile(&rt, &g, options(fuse)).unwrap().run(&[&xs]).unwrap().remove(0);
+        out.to_ndarray::<half::f16>().unwrap().iter().map(|v| v.to_f32()).collect()
+    };
+    let (fused, unfused) = (run(true), run(false));
+    for (a, b) in fused.iter().zip(&unfused) {
+        assert!((a - b).abs() <= 2e-3 * b.abs().max(1.0), "fused {a} against unfused {b}");
+    }
+}

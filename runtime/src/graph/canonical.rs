@@ -21,8 +21,8 @@
 //!      fusion's Attention pattern reads (and folds into its `bsnd` layout where the device
 //!      allows). Exact: the same elements are multiplied.
 //!    * The erf GELU spelled out, `x · 0.5 · (1 + erf(x · (1/√2)))` (after round 1: `Scale`s,
-//!      the two products in any order and nesting) → `Gelu(Erf)(x)`, within f32 rounding of
-//!      the expansion. Fusion then makes `BiasGelu` out of it.
+//!      the two products in any order and nesting; `1/√2` within `x`'s dtype's epsilon, as
+//!      an f16 `√2` rounds) → `Gelu(Erf)(x)`, within `x`'s rounding of the expansion. Fusion then makes `BiasGelu` out of it.
 //!    * `Add(MatMul(x, W), b)` (either operand order) with `W` a constant `[K, N]` and `b` a
 //!      constant `[N]` → `Linear(x, Wᵀ, b)`; a `MatMul(x, W)` with no such bias → `Linear(x, Wᵀ)`.
 //!      `Gemm(a, W, c)` with `alpha` 1, `beta` 1 (or no `c`), `a` not transposed, `W` a
@@ -488,7 +488,9 @@ impl Matcher<'_> {
         let erf = self.sole(erf_out, add).filter(|&q| g.nodes[q].op == Op::Erf)?;
         let sc = self.sole(g.nodes[erf].inputs[0], erf)?;
         let Op::Scale { factor } = g.nodes[sc].op else { return None };
-        let within = (factor - std::f32::consts::FRAC_1_SQRT_2).abs() <= 2.0 * f32::EPSILON;
+        // 1/√2 as the exporter could write it in `x`'s dtype (√2 rounded, then inverted).
+        let eps = g.meta(x).dtype.epsilon() as f32;
+        let within = (factor - std::f32::consts::FRAC_1_SQRT_2).abs() <= eps;
         (within && g.nodes[sc].inputs[0] == x).then_some([add, erf, sc])
     }
 }
