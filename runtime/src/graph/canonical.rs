@@ -46,8 +46,11 @@
 //! (name, dtype, shape and a fingerprint of the bytes, all the same for every input shape
 //! of the model): the second shape's compile transposes its host copy again (host work,
 //! like the precision rewrite's conversion) but uploads and packs nothing; the device copy
-//! is the first compile's. The compile may briefly hold both host layouts of one weight
-//! where the caller still shares the original bytes.
+//! is the first compile's. What a compile holds for a moment: the transposed host bytes of
+//! the rewritten weights, each until its upload (or store hit) releases it, beside the
+//! `[K, N]` bytes where the caller still shares them (`compile` rather than
+//! `compile_owned`/`compile_shared` with the graph handed over) — one more host copy of
+//! those weights at the peak, none after the compile.
 //!
 //! Like fusion, a rewrite fires only when its intermediates have no other reader and are
 //! not graph outputs; [`CanonicalStats`] counts each.
