@@ -2,6 +2,7 @@
 //! first run arena, in the order [`CompiledGraph::compile_with`] runs them.
 
 use super::arena::InstanceSet;
+use super::canonical;
 use super::exec::{CompileOptions, CompiledGraph};
 use super::fusion::{self, FusionStats};
 use super::host_tier::{self, HostTierNode};
@@ -129,13 +130,20 @@ fn resolve_auto_precision(rt: &Runtime, options: &mut CompileOptions) -> Result<
     Ok(())
 }
 
-/// The fusion pass, when on (the fused ops where the device runs them).
+/// The canonical rewrites and the fusion pass, when on (the fused ops where the device
+/// runs them).
 fn fuse(rt: &Runtime, graph: Graph, on: bool) -> Result<(Graph, FusionStats)> {
     if !on {
         return Ok((graph, FusionStats::default()));
     }
     let kernel_of = |op: &crate::op::Op, ins: &[TensorMeta]| rt.select_kernel(op, ins).ok().map(|k| k.name.to_string());
-    fusion::fuse(&graph, &kernel_of)
+    let (graph, canonical) = canonical::canonicalize(graph, &kernel_of)?;
+    let (graph, mut stats) = fusion::fuse(&graph, &kernel_of)?;
+    stats.canonical = canonical;
+    if stats != FusionStats::default() {
+        log::info!("compiled graph: fusion {stats:?}");
+    }
+    Ok((graph, stats))
 }
 
 /// Linear weights stored in the chosen low precision (bf16, f16), where it is one.

@@ -10,7 +10,9 @@
 //! * `LayerNorm(Add(x, residual))` → `AddLayerNorm`
 //!
 //! A pattern fuses only when its intermediates have no other reader and are not graph
-//! outputs.
+//! outputs. The compile first runs [`super::canonical`], which rewrites an exporter's
+//! spellings (ONNX's bias `Add` after a `MatMul`, the erf GELU spelled out, a pre-transposed
+//! key, `Div` by a constant) into the forms these patterns match.
 
 use super::ir::{Graph, NodeId, ValueId, ValueKind};
 use crate::error::Result;
@@ -21,27 +23,27 @@ use std::collections::HashMap;
 pub type KernelOf<'a> = &'a dyn Fn(&Op, &[TensorMeta]) -> Option<String>;
 
 /// What one fusion replaces.
-struct Group {
+pub(super) struct Group {
     /// Nodes whose work the fused node absorbs (not emitted).
-    absorbed: Vec<usize>,
+    pub(super) absorbed: Vec<usize>,
     /// The replacement nodes, emitted at the root's position; the last one produces the
     /// root's output.
-    emit: Vec<Emit>,
+    pub(super) emit: Vec<Emit>,
     /// The value the last emitted node stands for, when not the root's output (a later
     /// absorbed node's).
-    stands_for: Option<ValueId>,
+    pub(super) stands_for: Option<ValueId>,
 }
 
 /// A replacement node.
-struct Emit {
-    name: String,
-    op: Op,
-    inputs: Vec<Src>,
+pub(super) struct Emit {
+    pub(super) name: String,
+    pub(super) op: Op,
+    pub(super) inputs: Vec<Src>,
 }
 
 impl Group {
     /// One node `name` running `op` on `inputs` (old values) in place of the root and `absorbed`.
-    fn one(absorbed: Vec<usize>, name: &str, op: Op, inputs: &[ValueId]) -> Group {
+    pub(super) fn one(absorbed: Vec<usize>, name: &str, op: Op, inputs: &[ValueId]) -> Group {
         let inputs = inputs.iter().map(|v| Src::Old(*v)).collect();
         Group { absorbed, emit: vec![Emit { name: name.to_string(), op, inputs }], stands_for: None }
     }
@@ -49,12 +51,12 @@ impl Group {
 
 /// An input of an emitted node: an old value, or the output of an earlier emitted node.
 #[derive(Clone, Copy)]
-enum Src {
+pub(super) enum Src {
     Old(ValueId),
     Emitted(usize),
 }
 
-/// Counts of each fusion applied.
+/// Counts of each fusion applied. `Send + Sync`, plain data.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FusionStats {
     pub attention: usize,
@@ -62,6 +64,28 @@ pub struct FusionStats {
     pub attention_permutes_folded: usize,
     pub bias_gelu: usize,
     pub add_layer_norm: usize,
+    /// The canonical rewrites run before fusion ([`super::canonical`]).
+    pub canonical: CanonicalStats,
+}
+
+/// Counts of each canonical rewrite ([`super::canonical`]) applied, part of
+/// [`FusionStats`]. `Send + Sync`, plain data.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CanonicalStats {
+    /// `Mul` or `Div` by a one-element constant → `Scale`.
+    pub scale: usize,
+    /// `MatMul` of a pre-transposed key → `MatMul { trans_b }` of the head-split key.
+    pub matmul_trans_b: usize,
+    /// Erf GELU expansions → `Gelu(Erf)`.
+    pub gelu: usize,
+    /// `MatMul` by a constant (and its bias `Add`), or `Gemm` by one → `Linear`.
+    pub linear: usize,
+    /// Of [`Self::linear`], those that took a bias (an `Add`, or a `Gemm`'s `C`).
+    pub linear_bias: usize,
+    /// Of [`Self::linear`], those made from a `Gemm`.
+    pub gemm: usize,
+    /// Of [`Self::gemm`], those that took the `Reshape`s around a 2-D `Gemm` of 3-D tokens.
+    pub gemm_reshapes: usize,
 }
 
 pub fn fuse(g: &Graph, kernel_of: KernelOf<'_>) -> Result<(Graph, FusionStats)> {
@@ -71,17 +95,17 @@ pub fn fuse(g: &Graph, kernel_of: KernelOf<'_>) -> Result<(Graph, FusionStats)> 
 }
 
 /// What the patterns are matched against.
-struct Matcher<'a> {
-    g: &'a Graph,
-    consumers: Vec<Vec<NodeId>>,
+pub(super) struct Matcher<'a> {
+    pub(super) g: &'a Graph,
+    pub(super) consumers: Vec<Vec<NodeId>>,
     /// The kernel the device would run an op on.
-    kernel_of: KernelOf<'a>,
+    pub(super) kernel_of: KernelOf<'a>,
 }
 
 impl Matcher<'_> {
     /// The single-consumer producer node of `v` (read by node `by`), if fusing through it
     /// is allowed.
-    fn sole(&self, v: ValueId, by: usize) -> Option<usize> {
+    pub(super) fn sole(&self, v: ValueId, by: usize) -> Option<usize> {
         let g = self.g;
         match g.values[v.0].kind {
             ValueKind::Node(NodeId(p))
@@ -249,7 +273,7 @@ impl Matcher<'_> {
 }
 
 /// The graph with each group's nodes in place of its root and absorbed nodes.
-fn rebuild(g: &Graph, groups: &HashMap<usize, Group>) -> Result<Graph> {
+pub(super) fn rebuild(g: &Graph, groups: &HashMap<usize, Group>) -> Result<Graph> {
     let absorbed: std::collections::HashSet<usize> =
         groups.values().flat_map(|gr| gr.absorbed.iter().copied()).collect();
     let mut out = Graph::new();

@@ -2,12 +2,13 @@
 //! stream assignment), run many times.
 //!
 //! * [`ir`] — values, nodes, constants, the builder and whole-graph validation.
+//! * [`canonical`] — rewrites an exporter's spellings (ONNX's) into the ops fusion matches.
 //! * [`fusion`] — rewrites to the fused ops (Attention, BiasGelu, AddLayerNorm).
 //! * [`schedule`] — stream assignment and the happens-before relation it implies.
 //! * [`planner`] — offsets of intermediates in one arena.
 //! * [`precision`] — compile-time precision rewrites (bf16 weights).
 //! * [`exec`] — the compiled graph: its options, what it holds, its run arenas.
-//! * [`compile`] — the compile passes, in order: fusion, precision, kernel selection,
+//! * [`compile`] — the compile passes, in order: canonical rewrites and fusion, precision, kernel selection,
 //!   scheduling, constants, views, the memory plan, thread budgets, the first arena.
 //! * [`run`] — a run: through the arena's frozen plan, or node by node.
 //! * [`arena`] — the per-graph set of run arenas that lets many threads run one graph.
@@ -17,6 +18,7 @@
 //! * [`shared`] — constants shared by the graphs compiled from one model.
 
 mod arena;
+pub mod canonical;
 mod compile;
 pub mod exec;
 mod frozen;
