@@ -397,11 +397,8 @@ fn spawn_contenders(setup: &Setup, model: &str, seq: usize, dir: &Path, pb: &Pro
     }
     for v in &args.ort_variants.0 {
         // The EP variant runs once per npurt precision (the EP's `precision` option).
-        let precisions: Vec<Option<&str>> = if v == "ep" {
-            args.precisions.0.iter().map(|p| Some(p.name())).collect()
-        } else {
-            vec![None]
-        };
+        let precisions: Vec<Option<&str>> =
+            if v == "ep" { args.precisions.0.iter().map(|p| Some(p.name())).collect() } else { vec![None] };
         for t in &args.ort_threads.0 {
             for p in &precisions {
                 let mut cmd = Command::new("python3");
@@ -510,26 +507,28 @@ fn report(
         .into_iter()
         .flatten()
         .min_by(|a, b| median(&mut a.1.clone()).total_cmp(&median(&mut b.1.clone())));
+    // One ratio of `f` over `peer`, printed with what the peer is, and recorded under `keys`
+    // (its name, the ratio of medians, the median of the per-round ratios).
+    let put = |r: &mut serde_json::Map<String, serde_json::Value>,
+               f: &Finished,
+               peer: &Finished,
+               what: &str,
+               keys: [&str; 3]| {
+        let (ratio, paired) = ratio_to(f, peer);
+        println!("  ratio {} / {} ({what}): {ratio:.2} (median of per-round ratios {paired:.2})", f.0, peer.0);
+        r.insert(keys[0].into(), peer.0.clone().into());
+        r.insert(keys[1].into(), ratio.into());
+        r.insert(keys[2].into(), paired.into());
+    };
     let mut ratios = Vec::new();
     for f in fin.iter().filter(|f| f.0.starts_with("npurt")) {
         let mut r = serde_json::Map::new();
         r.insert("npurt".into(), f.0.clone().into());
         if let Some(best) = best_ort {
-            let (ratio, paired) = ratio_to(f, best);
-            println!("  ratio {} / {} (ORT's best): {ratio:.2} (median of per-round ratios {paired:.2})", f.0, best.0);
-            r.insert("ort".into(), best.0.clone().into());
-            r.insert("ratio".into(), ratio.into());
-            r.insert("paired_ratio".into(), paired.into());
+            put(&mut r, f, best, "ORT's best", ["ort", "ratio", "paired_ratio"]);
         }
         if let (Some(peer), true) = (faster_peer, best_ov.is_some()) {
-            let (ratio, paired) = ratio_to(f, peer);
-            println!(
-                "  ratio {} / {} (the faster peer): {ratio:.2} (median of per-round ratios {paired:.2})",
-                f.0, peer.0
-            );
-            r.insert("peer".into(), peer.0.clone().into());
-            r.insert("peer_ratio".into(), ratio.into());
-            r.insert("peer_paired_ratio".into(), paired.into());
+            put(&mut r, f, peer, "the faster peer", ["peer", "peer_ratio", "peer_paired_ratio"]);
         }
         ratios.push(serde_json::Value::Object(r));
     }
@@ -540,18 +539,10 @@ fn report(
         r.insert("ep".into(), f.0.clone().into());
         let own = format!("npurt {}", &f.0[EP_ROW.len()..]);
         if let Some(npurt) = fin.iter().find(|g| g.0 == own) {
-            let (ratio, paired) = ratio_to(f, npurt);
-            println!("  ratio {} / {own} (the EP's overhead): {ratio:.2} (median of per-round ratios {paired:.2})", f.0);
-            r.insert("npurt".into(), own.into());
-            r.insert("npurt_ratio".into(), ratio.into());
-            r.insert("npurt_paired_ratio".into(), paired.into());
+            put(&mut r, f, npurt, "the EP's overhead", ["npurt", "npurt_ratio", "npurt_paired_ratio"]);
         }
         if let Some(best) = best_ort {
-            let (ratio, paired) = ratio_to(f, best);
-            println!("  ratio {} / {} (ORT's best): {ratio:.2} (median of per-round ratios {paired:.2})", f.0, best.0);
-            r.insert("ort".into(), best.0.clone().into());
-            r.insert("ratio".into(), ratio.into());
-            r.insert("paired_ratio".into(), paired.into());
+            put(&mut r, f, best, "ORT's best", ["ort", "ratio", "paired_ratio"]);
         }
         ratios.push(serde_json::Value::Object(r));
     }
