@@ -32,28 +32,6 @@ EP_NAME = "NpurtExecutionProvider"
 TOLERANCE = {"Ascend910B2": 1e-4, "Ascend910A": 2e-2}
 
 
-def ep_library() -> "pathlib.Path | None":
-    env = os.environ.get("NPURT_ORT_EP_LIB")
-    if env:
-        return pathlib.Path(env) if pathlib.Path(env).is_file() else None
-    for profile in ("release", "debug"):
-        p = REPO / "target" / profile / "libnpurt_ort_ep.so"
-        if p.is_file():
-            return p
-    return None
-
-
-def emulator() -> "pathlib.Path | None":
-    env = os.environ.get("ACL_EMU_LIB")
-    if env:
-        return pathlib.Path(env) if pathlib.Path(env).is_file() else None
-    for profile in ("debug", "release"):
-        p = REPO / "target" / profile / "libacl_emu.so"
-        if p.is_file():
-            return p
-    return None
-
-
 # --- the child: runs in a process whose environment points npurt at the emulator ---------------
 
 class RunCounters(ctypes.Structure):
@@ -156,6 +134,8 @@ if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "child":
 
 import pytest  # noqa: E402 - the child above needs no pytest
 
+from conftest import emu_lib, ep_lib  # noqa: E402
+
 try:
     import onnxruntime as ort
 except ImportError as e:  # pragma: no cover - depends on the environment
@@ -169,11 +149,11 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     pytest.skip(f"the onnx package is not importable ({e}); pip install onnx", allow_module_level=True)
 
-LIB = ep_library()
+LIB = ep_lib()
 if LIB is None:
     pytest.skip("libnpurt_ort_ep.so is not built (cargo build -p npurt-ort-ep --release, or set NPURT_ORT_EP_LIB)",
                 allow_module_level=True)
-EMU = emulator()
+EMU = emu_lib()
 if EMU is None:
     pytest.skip("libacl_emu.so not found under target/debug or target/release "
                 "(run `cargo build -p acl-emu` or set ACL_EMU_LIB)", allow_module_level=True)

@@ -18,6 +18,7 @@ import subprocess
 
 import numpy as np
 import pytest
+from conftest import ep_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SOURCE = REPO / "ort-ep" / "examples" / "c" / "run_model.c"
@@ -50,17 +51,6 @@ def _ort_library(tmp: pathlib.Path) -> "pathlib.Path | None":
     return d
 
 
-def _ep_library() -> "pathlib.Path | None":
-    env = os.environ.get("NPURT_ORT_EP_LIB")
-    if env:
-        return pathlib.Path(env) if pathlib.Path(env).is_file() else None
-    for profile in ("release", "debug"):
-        p = REPO / "target" / profile / "libnpurt_ort_ep.so"
-        if p.is_file():
-            return p
-    return None
-
-
 W = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
 B = np.array([0.5, -1.0, 0.25], dtype=np.float32)
 
@@ -73,7 +63,7 @@ def example(tmp_path_factory):
     cc = shutil.which(os.environ.get("CC", "cc"))
     if cc is None:
         pytest.skip("no C compiler (cc) on PATH")
-    ep = _ep_library()
+    ep = ep_lib()
     if ep is None:
         pytest.skip("libnpurt_ort_ep.so is not built (cargo build -p npurt-ort-ep --release)")
     onnx = pytest.importorskip("onnx", reason="the onnx package writes the example's model")
