@@ -59,7 +59,13 @@ pub enum Attr {
     Ints(Vec<i64>),
     Float(f32),
     String(String),
-    /// Any other kind (graphs, tensors, string lists, float lists): never accepted.
+    /// A tensor (a ConstantOfShape's `value`): its ONNX element type, and its elements when
+    /// they are integers or bools (at most [`SMALL_CONSTANT`] of them; `None` otherwise).
+    Tensor {
+        elem: i32,
+        ints: Option<Vec<i64>>,
+    },
+    /// Any other kind (graphs, string lists, float lists): never accepted.
     Other,
 }
 
@@ -380,6 +386,82 @@ unsafe fn read_attr(ort: &Ort, a: *const OrtOpAttr, ty: OrtOpAttrType) -> Result
             let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
             Ok(Attr::String(String::from_utf8_lossy(&raw[..end]).into_owned()))
         }
+        // SAFETY: a is a tensor attribute valid for this call.
+        OrtOpAttrType::ORT_OP_ATTR_TENSOR => unsafe { tensor_attr(ort, a) },
         _ => Ok(Attr::Other),
     }
+}
+
+/// A tensor attribute's element type and, for an integer or bool tensor of at most
+/// [`SMALL_CONSTANT`] elements, its elements.
+///
+/// # Safety
+/// `a` is a tensor attribute valid for the current call.
+unsafe fn tensor_attr(ort: &Ort, a: *const OrtOpAttr) -> Result<Attr, EpError> {
+    let mut value: *mut ort_sys::OrtValue = ptr::null_mut();
+    // SAFETY: a is valid; ORT makes a new value the caller releases.
+    ort.check("OpAttr_GetTensorAttributeAsOrtValue", unsafe {
+        (ort.api.OpAttr_GetTensorAttributeAsOrtValue)(a, &mut value)
+    })?;
+    if value.is_null() {
+        return Ok(Attr::Other);
+    }
+    // SAFETY: value is the tensor ORT just made, released right after.
+    let read = unsafe { tensor_ints(ort, value) };
+    // SAFETY: value came from OpAttr_GetTensorAttributeAsOrtValue and is released once.
+    unsafe { (ort.api.ReleaseValue)(value) };
+    let (elem, ints) = read?;
+    Ok(Attr::Tensor { elem, ints })
+}
+
+/// The element type of a host tensor and, for an integer or bool one of at most
+/// [`SMALL_CONSTANT`] elements, its elements as i64.
+///
+/// # Safety
+/// `value` is a valid tensor for the current call.
+unsafe fn tensor_ints(ort: &Ort, value: *const ort_sys::OrtValue) -> Result<(i32, Option<Vec<i64>>), EpError> {
+    let mut elem = ONNXTensorElementDataType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+    let mut dims: *const i64 = ptr::null();
+    let mut rank = 0usize;
+    // SAFETY: value is valid; ORT returns a pointer to its own shape array.
+    ort.check("GetTensorElementTypeAndShapeDataReference", unsafe {
+        (ort.api.GetTensorElementTypeAndShapeDataReference)(value, &mut elem, &mut dims, &mut rank)
+    })?;
+    let dims: &[i64] = if rank == 0 || dims.is_null() {
+        &[]
+    } else {
+        // SAFETY: ORT's array of `rank` dims, alive with the value.
+        unsafe { std::slice::from_raw_parts(dims, rank) }
+    };
+    let n = dims.iter().try_fold(1usize, |n, &d| usize::try_from(d).ok().and_then(|d| n.checked_mul(d)));
+    let width = match elem as i32 {
+        7 => 8,
+        6 => 4,
+        2 | 9 => 1,
+        _ => 0,
+    };
+    let Some(n) = n.filter(|&n| width > 0 && n <= SMALL_CONSTANT) else { return Ok((elem as i32, None)) };
+    if n == 0 {
+        return Ok((elem as i32, Some(Vec::new())));
+    }
+    let mut data: *const c_void = ptr::null();
+    // SAFETY: value is a valid tensor; ORT returns its data pointer.
+    ort.check("GetTensorData", unsafe { (ort.api.GetTensorData)(value, &mut data) })?;
+    if data.is_null() {
+        return Ok((elem as i32, None));
+    }
+    let p = data.cast::<u8>();
+    let mut ints = Vec::with_capacity(n);
+    for i in 0..n {
+        // SAFETY: a host tensor of n elements of `width` bytes each; read unaligned to be safe.
+        let x = unsafe {
+            match width {
+                8 => p.cast::<i64>().add(i).read_unaligned(),
+                4 => i64::from(p.cast::<i32>().add(i).read_unaligned()),
+                _ => i64::from(*p.add(i)),
+            }
+        };
+        ints.push(x);
+    }
+    Ok((elem as i32, Some(ints)))
 }

@@ -400,6 +400,12 @@ fn add_node(
         }
     };
     ids.insert(out.name.clone(), id);
+    // A Split's further outputs: one op each on the same operands.
+    for (op, v) in mapped.rest.iter().zip(node.outputs.iter().skip(1)) {
+        let Some(v) = v else { return Err(EpError::Graph(format!("node {label}: an output is missing"))) };
+        let id = g.op(&v.name, op.clone(), &args).map_err(refused)?;
+        ids.insert(v.name.clone(), id);
+    }
     Ok(())
 }
 
@@ -755,5 +761,18 @@ mod tests {
             [Out::Host(h), Out::Graph(0)] => assert_eq!(h.data, vec![2]),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_split_is_one_slice_node_per_output() {
+        let k = Some(ValueMeta { elem: 7, data: Some(vec![1, 3]), constant: true, ..value("sp", &[2], true).unwrap() });
+        let mut split = node("Split", vec![value("x", &[2, 4], false), k], None);
+        split.outputs = vec![value("y0", &[2, 1], false), value("y1", &[2, 3], false)];
+        split.attrs.insert("axis".into(), crate::graph::Attr::Int(1));
+        let f = fused(vec![value("x", &[2, 4], false)], vec![value("y0", &[2, 1], false), value("y1", &[2, 3], false)]);
+        let b = build_graph(&f, &[split], &metas(&f), ops::Bindings::new(), &mut weights).unwrap();
+        assert_eq!(b.graph.nodes.len(), 2);
+        assert!(b.graph.nodes.iter().all(|n| matches!(n.op, Op::Slice { .. })));
+        assert!(matches!(b.outputs[..], [Out::Graph(0), Out::Graph(1)]));
     }
 }

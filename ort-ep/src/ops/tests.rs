@@ -216,3 +216,155 @@ fn matmul_with_a_1d_operand_is_promoted_as_onnx_does() {
     let n = node("MatMul", 13, vec![value("a", 1, &[3]), value("b", 1, &[4])], &[]);
     assert!(map_node(&n).is_err());
 }
+
+fn typed(name: &str, elem: i32, dims: &[i64]) -> Option<ValueMeta> {
+    value(name, elem, dims)
+}
+
+fn with_out(mut n: NodeInfo, outs: Vec<Option<ValueMeta>>) -> NodeInfo {
+    n.outputs = outs;
+    n
+}
+
+#[test]
+fn where_takes_a_bool_condition_and_any_one_dtype() {
+    let w = node("Where", 16, vec![typed("c", BOOL, &[2, 1]), value("x", 1, &[3]), value("y", 1, &[2, 3])], &[2, 3]);
+    assert_eq!(map_node(&w).unwrap().op, Op::Where);
+    let w = with_out(
+        node("Where", 16, vec![typed("c", BOOL, &[3]), typed("x", 7, &[3]), typed("y", 7, &[])], &[]),
+        vec![typed("z", 7, &[3])],
+    );
+    assert_eq!(map_node(&w).unwrap().inputs.len(), 3, "i64 x and y");
+    // A uint8 condition is not ONNX's bool; x and y of two dtypes are npurt's refusal.
+    let w = node("Where", 16, vec![typed("c", 2, &[3]), value("x", 1, &[3]), value("y", 1, &[3])], &[3]);
+    assert!(map_node(&w).unwrap_err().0.contains("not bool"));
+    let w = node("Where", 16, vec![typed("c", BOOL, &[3]), value("x", 1, &[3]), typed("y", 10, &[3])], &[3]);
+    assert!(map_node(&w).unwrap_err().0.contains("npurt refuses"));
+}
+
+#[test]
+fn concat_maps_its_axis_and_npurt_validates_the_operands() {
+    let mut c = node("Concat", 13, vec![value("a", 1, &[2, 3]), value("b", 1, &[2, 5])], &[2, 8]);
+    c.attrs.insert("axis".into(), Attr::Int(-1));
+    assert_eq!(map_node(&c).unwrap().op, Op::Concat { axis: -1 });
+    // Other dims differ: npurt's validation refuses it.
+    let mut bad = node("Concat", 13, vec![value("a", 1, &[2, 3]), value("b", 1, &[3, 3])], &[5, 3]);
+    bad.attrs.insert("axis".into(), Attr::Int(1));
+    assert!(map_node(&bad).is_err());
+    // No axis.
+    assert!(map_node(&node("Concat", 13, vec![value("a", 1, &[2])], &[2])).unwrap_err().0.contains("axis"));
+}
+
+#[test]
+fn slice_and_expand_take_constant_or_folded_index_inputs() {
+    let s = node(
+        "Slice",
+        13,
+        vec![
+            value("x", 1, &[4, 6]),
+            konst("s", &[1, -1]),
+            konst("e", &[i64::MAX, -7]),
+            konst("a", &[0, 1]),
+            konst("p", &[2, -2]),
+        ],
+        &[2, 3],
+    );
+    let m = map_node(&s).unwrap();
+    assert_eq!(m.op, Op::Slice { starts: vec![1, -1], ends: vec![i64::MAX, -7], axes: vec![0, 1], steps: vec![2, -2] });
+    assert_eq!(m.inputs.len(), 1, "the bounds are attributes");
+    // Starts computed at run time, a zero step, Slice-1's attributes.
+    let s = node("Slice", 13, vec![value("x", 1, &[4]), value("s", 7, &[1]), konst("e", &[3])], &[3]);
+    assert!(map_node(&s).unwrap_err().0.contains("not a constant"));
+    let s = node(
+        "Slice",
+        13,
+        vec![value("x", 1, &[4]), konst("s", &[0]), konst("e", &[3]), konst("a", &[0]), konst("p", &[0])],
+        &[3],
+    );
+    assert!(map_node(&s).unwrap_err().0.contains("npurt refuses"));
+    assert!(map_node(&node("Slice", 1, vec![value("x", 1, &[4])], &[4])).is_err());
+    let e = node("Expand", 13, vec![value("x", 1, &[3, 1]), konst("s", &[2, 1, 4])], &[2, 3, 4]);
+    assert_eq!(map_node(&e).unwrap().op, Op::Expand { shape: vec![2, 1, 4] });
+    let e = node("Expand", 13, vec![value("x", 1, &[3]), konst("s", &[-1])], &[3]);
+    assert!(map_node(&e).unwrap_err().0.contains("shape entry -1"));
+    let e = node("Expand", 13, vec![value("x", 1, &[3]), konst("s", &[2])], &[3]);
+    assert!(map_node(&e).is_err(), "3 and 2 do not broadcast");
+}
+
+#[test]
+fn split_is_one_slice_per_output() {
+    let slice =
+        |s: i64, e: i64, axis: isize| Op::Slice { starts: vec![s], ends: vec![e], axes: vec![axis], steps: vec![] };
+    // Sizes from the input (opset 13).
+    let n = with_out(
+        node("Split", 13, vec![value("x", 1, &[2, 5]), konst("sp", &[2, 3])], &[]),
+        vec![value("y0", 1, &[2, 2]), value("y1", 1, &[2, 3])],
+    );
+    let mut n = n;
+    n.attrs.insert("axis".into(), Attr::Int(-1));
+    let m = map_node(&n).unwrap();
+    assert_eq!((m.op, m.rest), (slice(0, 2, 1), vec![slice(2, 5, 1)]));
+    // The attribute (opset 11), equal parts, num_outputs' uneven last chunk (opset 18).
+    let mut a =
+        with_out(node("Split", 11, vec![value("x", 1, &[6])], &[]), vec![value("y0", 1, &[1]), value("y1", 1, &[5])]);
+    a.attrs.insert("split".into(), Attr::Ints(vec![1, 5]));
+    assert_eq!(map_node(&a).unwrap().rest, vec![slice(1, 6, 0)]);
+    let eq =
+        with_out(node("Split", 13, vec![value("x", 1, &[6])], &[]), vec![value("y0", 1, &[3]), value("y1", 1, &[3])]);
+    assert_eq!(map_node(&eq).unwrap().op, slice(0, 3, 0));
+    let outs = vec![value("y0", 7, &[3]), value("y1", 7, &[3]), value("y2", 7, &[1])];
+    let mut u = with_out(node("Split", 18, vec![typed("x", 7, &[7])], &[]), outs);
+    u.attrs.insert("num_outputs".into(), Attr::Int(3));
+    assert_eq!(map_node(&u).unwrap().rest, vec![slice(3, 6, 0), slice(6, 7, 0)]);
+    // Not evenly divisible without sizes; sizes that do not add up; sizes computed at run time.
+    let odd =
+        with_out(node("Split", 13, vec![value("x", 1, &[5])], &[]), vec![value("y0", 1, &[2]), value("y1", 1, &[3])]);
+    assert!(map_node(&odd).unwrap_err().0.contains("equal parts"));
+    let bad = with_out(
+        node("Split", 13, vec![value("x", 1, &[5]), konst("sp", &[2, 2])], &[]),
+        vec![value("y0", 1, &[2]), value("y1", 1, &[2])],
+    );
+    assert!(map_node(&bad).unwrap_err().0.contains("split sizes"));
+    let run = with_out(
+        node("Split", 13, vec![value("x", 1, &[5]), value("sp", 7, &[2])], &[]),
+        vec![value("y0", 1, &[2]), value("y1", 1, &[3])],
+    );
+    assert!(map_node(&run).unwrap_err().0.contains("not a constant"));
+}
+
+#[test]
+fn integer_arithmetic_is_claimed_and_integer_pow_is_not() {
+    for (elem, op) in [(6, "Add"), (7, "Sub"), (2, "Mul"), (7, "Div"), (6, "Div")] {
+        let n = with_out(
+            node(op, 14, vec![typed("a", elem, &[2, 3]), typed("b", elem, &[3])], &[]),
+            vec![typed("y", elem, &[2, 3])],
+        );
+        assert!(map_node(&n).is_ok(), "{op} of element type {elem}");
+    }
+    let p = with_out(node("Pow", 15, vec![typed("a", 7, &[3]), typed("b", 7, &[3])], &[]), vec![typed("y", 7, &[3])]);
+    assert!(map_node(&p).is_err());
+    // Operands of two dtypes are npurt's refusal (ONNX requires one).
+    let n = with_out(node("Add", 14, vec![typed("a", 6, &[3]), typed("b", 7, &[3])], &[]), vec![typed("y", 7, &[3])]);
+    assert!(map_node(&n).is_err());
+}
+
+#[test]
+fn layer_norm_stash_type_0_only_for_f32() {
+    let ln = |elem: i32, stash: i64| {
+        let mut n = with_out(
+            node(
+                "LayerNormalization",
+                17,
+                vec![typed("x", elem, &[2, 4]), typed("s", elem, &[4]), typed("b", elem, &[4])],
+                &[],
+            ),
+            vec![typed("y", elem, &[2, 4])],
+        );
+        n.attrs.insert("stash_type".into(), Attr::Int(stash));
+        map_node(&n)
+    };
+    assert!(ln(1, 0).is_ok());
+    assert!(ln(1, 1).is_ok() && ln(10, 1).is_ok());
+    assert!(ln(10, 0).unwrap_err().0.contains("not f32"));
+    assert!(ln(1, 10).unwrap_err().0.contains("stash_type 10"));
+}
