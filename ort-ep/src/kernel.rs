@@ -282,7 +282,7 @@ pub fn build_graph(
     let read: std::collections::HashSet<&str> = steps
         .iter()
         .filter_map(|s| match s {
-            Ok(Step::Mapped(n, m)) => Some(n.inputs.iter().flatten().take(m.inputs.len()).map(|v| v.name.as_str())),
+            Ok(Step::Mapped(n, m)) => Some(m.operand_names(n)),
             _ => None,
         })
         .flatten()
@@ -362,7 +362,11 @@ fn add_node(
 ) -> Result<(), EpError> {
     let label = node.label();
     let mut args = Vec::new();
-    for v in node.inputs.iter().flatten().take(mapped.inputs.len()) {
+    if let (Some(t), Some(Some(out))) = (&mapped.fill, node.outputs.first()) {
+        let name = format!("{}/npurt_value", out.name);
+        args.push(g.try_constant(&name, (**t).clone()).map_err(|e| npurt_err(format!("node {label}"), e))?);
+    }
+    for v in node.inputs.iter().flatten().take(mapped.operand_names(node).len()) {
         let id = match ids.get(&v.name) {
             Some(&id) => id,
             None => {
@@ -774,5 +778,17 @@ mod tests {
         assert_eq!(b.graph.nodes.len(), 2);
         assert!(b.graph.nodes.iter().all(|n| matches!(n.op, Op::Slice { .. })));
         assert!(matches!(b.outputs[..], [Out::Graph(0), Out::Graph(1)]));
+    }
+
+    #[test]
+    fn a_constant_of_shape_is_its_value_expanded() {
+        let k = Some(ValueMeta { elem: 7, data: Some(vec![2, 3]), constant: true, ..value("s", &[2], true).unwrap() });
+        let mut c = node("ConstantOfShape", vec![k], value("y", &[2, 3], false));
+        let v = crate::graph::Attr::Tensor { elem: 1, bytes: Some(1.5f32.to_le_bytes().to_vec()) };
+        c.attrs.insert("value".into(), v);
+        let f = fused(vec![], vec![value("y", &[2, 3], false)]);
+        let b = build_graph(&f, &[c], &[], ops::Bindings::new(), &mut weights).unwrap();
+        assert!(matches!(b.graph.nodes[..], [ref n] if n.op == Op::Expand { shape: vec![2, 3] }));
+        assert!(b.inputs.is_empty());
     }
 }

@@ -369,6 +369,8 @@ ONE_NODE = {
                             attrs={"axis": 1, "num_outputs": 3}, opset=18),
     "Split sizes": lambda: _moved("Split", [("x", (5, 2), _rand(5, 2))], [("a", (1, 2)), ("b", (4, 2))],
                                   consts=[("sp", [1, 4])]),
+    "Gather int64": lambda: _moved("Gather", [("d", (2, 5), np.arange(10).reshape(2, 5)),
+                                              ("i", (3,), np.array([4, -1, 0]))], [("z", (2, 3))], attrs={"axis": 1}),
     # Integers wrap in their width as ONNX's (NumPy's) do; Div truncates.
     "Add int64": lambda: _moved("Add", [("a", (4,), np.array([2 ** 63 - 1, -5, 7, 0])),
                                         ("b", (4,), np.array([1, 2, -9, 0]))], [("z", (4,))]),
@@ -595,6 +597,13 @@ def test_constant_of_shape_folds_and_integer_arithmetic_runs_on_npurt(registered
         assert sorted(assigned.get(EP_NAME, [])) == ["ConstantOfShape", "Mul", "Shape"], assigned
         _assert_close(got, want)
         assert got[0].shape == (batch, 3)
+    # A float value does not fold: npurt's Expand of the value to the folded shape.
+    nodes[1] = helper.make_node("ConstantOfShape", ["s"], ["c"], value=helper.make_tensor("v", TensorProto.FLOAT, [1], [2.5]))
+    nodes[2] = helper.make_node("Add", ["c", "x"], ["m"])
+    model = _build(nodes, [("x", ("batch", 3))], [("m", ("batch", 3))])
+    got, want, assigned = _run_both(model, {"x": _rand(4, 3)})
+    assert sorted(assigned.get(EP_NAME, [])) == ["Add", "ConstantOfShape", "Shape"], assigned
+    _assert_close(got, want)
 
 
 @needs_onnx

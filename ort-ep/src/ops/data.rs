@@ -2,10 +2,11 @@
 //! as npurt's ops of the same names, their index inputs (a Slice's starts, an Expand's shape, a
 //! Split's sizes) read from constants or values folded on the host and made attributes.
 
-use runtime::{Op, TensorMeta};
+use runtime::graph::HostTensor;
+use runtime::{DType, Op, Shape, TensorMeta};
 
-use super::base::{Attrs, Decline, decline};
-use crate::graph::{Attr, NodeInfo};
+use super::base::{Attrs, Decline, decline, operand_dtype};
+use crate::graph::{Attr, NodeInfo, elem_size};
 
 /// The values of input `i` of `node`: a constant or a value folded on the host (`None` when
 /// the input is absent).
@@ -38,10 +39,13 @@ pub fn slice(node: &NodeInfo, a: &Attrs<'_>) -> Result<Op, Decline> {
 /// folded value with no negative entry.
 pub fn expand(node: &NodeInfo, a: &Attrs<'_>) -> Result<Op, Decline> {
     a.only(&[])?;
-    let Some(shape) = values(node, 1, "shape")? else { return decline("no shape") };
-    let shape: Result<Vec<usize>, Decline> =
-        shape.iter().map(|&d| usize::try_from(d).map_err(|_| Decline(format!("shape entry {d}")))).collect();
-    Ok(Op::Expand { shape: shape? })
+    Ok(Op::Expand { shape: shape_at(node, 1)? })
+}
+
+/// The dims input `i` of `node` gives: a constant or folded value with no negative entry.
+fn shape_at(node: &NodeInfo, i: usize) -> Result<Vec<usize>, Decline> {
+    let Some(shape) = values(node, i, "shape")? else { return decline("no shape") };
+    shape.iter().map(|&d| usize::try_from(d).map_err(|_| Decline(format!("shape entry {d}")))).collect()
 }
 
 /// ONNX Concat (opset 4 on, `axis` required) as npurt's.
@@ -113,4 +117,25 @@ pub fn split(node: &NodeInfo, a: &Attrs<'_>, x: Option<&TensorMeta>) -> Result<V
         at += s;
     }
     Ok(out)
+}
+
+/// ONNX ConstantOfShape (opset 9 on) as npurt's Expand of its `value` (a one-element tensor
+/// attribute of one of npurt's dtypes or bool, bf16 aside; none is an f32 0), a 0-d constant, to
+/// the shape, a constant or folded value with no negative entry: the op and the constant.
+pub fn constant_of_shape(node: &NodeInfo, a: &Attrs<'_>) -> Result<(Op, HostTensor), Decline> {
+    a.only(&["value"])?;
+    let (elem, bytes) = match a.map.get("value") {
+        None => (1, 0f32.to_le_bytes().to_vec()),
+        Some(Attr::Tensor { elem, bytes: Some(b) }) if elem_size(*elem) == Some(b.len()) => (*elem, b.clone()),
+        Some(_) => return decline("attribute `value` is not one element of a fixed-width type"),
+    };
+    let dtype = match operand_dtype(elem) {
+        Some(d) if d.size() == bytes.len() && d != DType::BF16 => d,
+        _ => return decline(format!("`value` of ONNX element type {elem} (claimed: npurt's dtypes but bf16)")),
+    };
+    if node.outputs.len() != 1 {
+        return decline("not one output");
+    }
+    let op = Op::Expand { shape: shape_at(node, 0)? };
+    Ok((op, HostTensor { dtype, shape: Shape::from(Vec::<usize>::new()), bytes: bytes.into() }))
 }

@@ -251,8 +251,13 @@ pub fn eval(node: &NodeInfo, inputs: &[Option<&HostValue>], shape: Option<&[usiz
 /// shape its input gives; without `value` a float 0, which is not folded.
 fn constant_of_shape(node: &NodeInfo, shape: &HostValue, out_elem: i32) -> Result<HostValue, Decline> {
     only(node, &["value"])?;
+    let one = |elem: i32, b: &Option<Vec<u8>>| {
+        b.as_deref().and_then(|b| crate::graph::ints_of(elem, b)).filter(|v| v.len() == 1).map(|v| v[0])
+    };
     let v = match node.attrs.get("value") {
-        Some(Attr::Tensor { elem, ints: Some(v) }) if *elem == out_elem && v.len() == 1 => v[0],
+        Some(Attr::Tensor { elem, bytes }) if *elem == out_elem && one(*elem, bytes).is_some() => {
+            one(*elem, bytes).unwrap_or(0)
+        }
         Some(Attr::Tensor { elem, .. }) if *elem != out_elem => {
             return decline(format!("`value` of element type {elem} for an output of {out_elem}"));
         }
@@ -476,16 +481,16 @@ mod tests {
 
     #[test]
     fn constant_of_shape_folds_an_integer_value() {
-        let one = || Attr::Tensor { elem: 7, ints: Some(vec![1]) };
+        let one = || Attr::Tensor { elem: 7, bytes: Some(1i64.to_le_bytes().to_vec()) };
         let c = eval(&node("ConstantOfShape", 7, &[("value", one())]), &[Some(&v(&[2], &[2, 3]))], None).unwrap();
         assert_eq!(c, v(&[2, 3], &[1; 6]));
         // No value (a float 0), a float value, a value of another type than the output's, a
         // negative dim, too many elements.
         let shape = v(&[1], &[3]);
         assert!(eval(&node("ConstantOfShape", 1, &[]), &[Some(&shape)], None).is_err());
-        let f = Attr::Tensor { elem: 1, ints: None };
+        let f = Attr::Tensor { elem: 1, bytes: Some(1f32.to_le_bytes().to_vec()) };
         assert!(eval(&node("ConstantOfShape", 1, &[("value", f)]), &[Some(&shape)], None).is_err());
-        let b = Attr::Tensor { elem: BOOL, ints: Some(vec![1]) };
+        let b = Attr::Tensor { elem: BOOL, bytes: Some(vec![1]) };
         assert!(eval(&node("ConstantOfShape", 7, &[("value", b)]), &[Some(&shape)], None).is_err());
         assert!(eval(&node("ConstantOfShape", 7, &[("value", one())]), &[Some(&v(&[1], &[-1]))], None).is_err());
         let big = v(&[2], &[1 << 20, 1 << 20]);

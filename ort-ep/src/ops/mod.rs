@@ -17,12 +17,12 @@
 
 use std::collections::HashMap;
 
+use runtime::graph::HostTensor;
 use runtime::op::names;
 use runtime::{DType, GeluApprox, Op, OpKind, Shape, TensorMeta};
 
-pub use base::Decline;
 use base::{Attrs, decline};
-use data::split;
+pub use base::{BOOL, Decline, dtype_of, operand_dtype};
 
 use crate::graph::{Attr, NodeInfo, ValueMeta};
 
@@ -78,6 +78,11 @@ pub const CLAIMED: [(&str, OpKind, i32); 27] = [
 /// output from this opset on (the `split` sizes an attribute before 13, an input from 13).
 pub const SPLIT_SINCE: i32 = 2;
 
+/// ONNX's `ConstantOfShape` (opset 9 on) that does not fold on the host (a float `value`) runs
+/// as npurt's Expand of its `value`, a one-element constant, to the shape, a constant or
+/// folded value.
+pub const CONSTANT_OF_SHAPE_SINCE: i32 = 9;
+
 /// ONNX ops that npurt's op-name table does not name but that are a reshape of their first
 /// input, claimed as npurt's `Reshape` to the shape ORT's operands make: the op and the
 /// first opset whose semantics the mapping follows (negative axes from 11 on).
@@ -87,44 +92,20 @@ pub const RESHAPES: [(&str, i32); 3] = [("Unsqueeze", 11), ("Squeeze", 11), ("Fl
 /// has almost no bf16 kernels.
 pub const FLOATS: [DType; 2] = [DType::F32, DType::F16];
 
-/// npurt's dtype for a tensor of ONNX element type `elem` that a node reads or writes: as
-/// [`dtype_of`], and ONNX's bool (9) as npurt's u8, whose 0 and 1 are the same bytes. Sound
-/// because no claimed op reads a bool other than as its 0/1 bytes (Cast from bool gives 0
-/// or 1, a reshape, Concat, Slice, Split, Expand or Where's x and y move bytes, Where's
-/// condition tests them for non-zero, Equal compares them) and none writes one but Equal
-/// (0 or 1) and the ops that move bools they read.
-pub fn operand_dtype(elem: i32) -> Option<DType> {
-    if elem == BOOL { Some(DType::U8) } else { dtype_of(elem) }
-}
-
-/// ONNX's element type of bool.
-pub const BOOL: i32 = 9;
-
-/// npurt's dtype for an ONNX element type (`ONNXTensorElementDataType`) as a value type, such
-/// as a Cast's `to`; `None` for the ones npurt has not (bool included: a Cast to bool is
-/// `x != 0`, npurt's Cast to u8 truncates).
-pub fn dtype_of(elem: i32) -> Option<DType> {
-    match elem {
-        1 => Some(DType::F32),
-        2 => Some(DType::U8),
-        6 => Some(DType::I32),
-        7 => Some(DType::I64),
-        10 => Some(DType::F16),
-        16 => Some(DType::BF16),
-        _ => None,
-    }
-}
-
 /// The claimed entry of `node`'s op: by the op-name table, in the exact ONNX spelling.
 fn claimed_kind(node: &NodeInfo) -> Result<OpKind, Decline> {
     if !node.is_onnx() {
         return decline(format!("domain {:?} is not ONNX's", node.domain));
     }
-    if node.op_type == "Split" {
-        if node.since_version < SPLIT_SINCE {
-            return decline(format!("opset {} semantics (npurt follows from opset {SPLIT_SINCE})", node.since_version));
+    for (op, since, kind) in
+        [("Split", SPLIT_SINCE, OpKind::Slice), ("ConstantOfShape", CONSTANT_OF_SHAPE_SINCE, OpKind::Expand)]
+    {
+        if node.op_type == op {
+            if node.since_version < since {
+                return decline(format!("opset {} semantics (npurt follows from opset {since})", node.since_version));
+            }
+            return Ok(kind);
         }
-        return Ok(OpKind::Slice);
     }
     if let Some(&(_, since)) = RESHAPES.iter().find(|(n, _)| *n == node.op_type) {
         if node.since_version < since {
@@ -235,7 +216,9 @@ fn op_for(kind: OpKind, node: &NodeInfo, first: Option<&TensorMeta>) -> Result<O
             }
         }
         OpKind::Cast => {
-            a.only(&["to", "saturate"])?;
+            // `saturate` (float8 targets) and `round_mode` (Cast-24 on: float8e8m0 targets only)
+            // change nothing for npurt's targets.
+            a.only(&["to", "saturate", "round_mode"])?;
             let to = a.int("to", 0)?;
             let Some(to) = i32::try_from(to).ok().and_then(dtype_of) else {
                 return decline(format!("Cast to ONNX element type {to}"));
@@ -327,6 +310,17 @@ pub struct Mapped {
     /// One op per further output, on the same operands (a Split's outputs after the first,
     /// `op` making the first); empty for a node of one output.
     pub rest: Vec<Op>,
+    /// The op's one operand when it is a constant the node makes rather than one of its
+    /// inputs (a ConstantOfShape's `value`, expanded to the shape).
+    pub fill: Option<Box<HostTensor>>,
+}
+
+impl Mapped {
+    /// The names of `node`'s inputs that are the op's operands, in order.
+    pub fn operand_names<'a>(&self, node: &'a NodeInfo) -> Vec<&'a str> {
+        let n = if self.fill.is_some() { 0 } else { self.inputs.len() };
+        node.inputs.iter().flatten().take(n).map(|v| v.name.as_str()).collect()
+    }
 }
 
 /// Values of symbolic dims (`dim_param` names).
@@ -460,8 +454,9 @@ fn check_dtypes(kind: OpKind, operands: &[&ValueMeta], inputs: &[TensorMeta]) ->
         _ => &FLOATS,
     };
     for (k, (v, m)) in operands.iter().zip(inputs).enumerate() {
-        let ok = if kind == OpKind::Gather && k == 1 {
-            matches!(m.dtype, DType::I32 | DType::I64)
+        // Gather moves whole elements of its data, of any dtype, by i32 or i64 indices.
+        let ok = if kind == OpKind::Gather {
+            k == 0 || matches!(m.dtype, DType::I32 | DType::I64)
         } else {
             allowed.contains(&m.dtype)
         };
@@ -476,6 +471,13 @@ fn check_dtypes(kind: OpKind, operands: &[&ValueMeta], inputs: &[TensorMeta]) ->
 /// output metas npurt infers (ORT's declared ones are not checked here).
 pub fn map_concrete(node: &NodeInfo) -> Result<(Mapped, Vec<TensorMeta>), Decline> {
     let kind = claimed_kind(node)?;
+    if node.op_type == "ConstantOfShape" {
+        let (op, value) = data::constant_of_shape(node, &Attrs { map: &node.attrs })?;
+        let scalar = TensorMeta::new(value.dtype, value.shape.clone());
+        let out = op.infer(std::slice::from_ref(&scalar)).map_err(|e| Decline(format!("npurt refuses it: {e}")))?;
+        let fill = Some(Box::new(value));
+        return Ok((Mapped { op, inputs: vec![scalar], pre: Vec::new(), post: None, rest: Vec::new(), fill }, out));
+    }
     // Optional inputs are trailing for every claimed op: the present ones, in order.
     let present: Vec<&ValueMeta> = node.inputs.iter().map_while(Option::as_ref).collect();
     if present.len() != node.inputs.iter().flatten().count() {
@@ -487,9 +489,10 @@ pub fn map_concrete(node: &NodeInfo) -> Result<(Mapped, Vec<TensorMeta>), Declin
     let data_only = matches!(kind, OpKind::Reshape | OpKind::Slice | OpKind::Expand);
     let operands = if data_only { &present[..present.len().min(1)] } else { &present[..] };
     let inputs = operands.iter().map(|v| meta_of(v)).collect::<Result<Vec<_>, _>>()?;
+
     let outputs: Vec<&ValueMeta> = node.outputs.iter().flatten().collect();
     let (op, rest) = if node.op_type == "Split" {
-        let mut ops = split(node, &Attrs { map: &node.attrs }, inputs.first())?;
+        let mut ops = data::split(node, &Attrs { map: &node.attrs }, inputs.first())?;
         let first = ops.remove(0);
         (first, ops)
     } else {
@@ -512,7 +515,7 @@ pub fn map_concrete(node: &NodeInfo) -> Result<(Mapped, Vec<TensorMeta>), Declin
     if inferred.len() != outputs.len() {
         return decline(format!("{} output(s), npurt gives {}", outputs.len(), inferred.len()));
     }
-    Ok((Mapped { op, inputs: shaped, pre, post, rest }, inferred))
+    Ok((Mapped { op, inputs: shaped, pre, post, rest, fill: None }, inferred))
 }
 
 #[cfg(test)]

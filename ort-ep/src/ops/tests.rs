@@ -146,6 +146,8 @@ fn attributes_map_or_decline() {
     c.outputs = vec![value("y", 7, &[3])];
     c.attrs.insert("to".into(), Attr::Int(7));
     assert_eq!(map_node(&c).unwrap().op, Op::Cast { to: DType::I64 });
+    c.attrs.insert("round_mode".into(), Attr::String("up".into()));
+    assert_eq!(map_node(&c).unwrap().op, Op::Cast { to: DType::I64 }, "round_mode is float8e8m0's only");
     c.attrs.insert("to".into(), Attr::Int(9));
     assert!(map_node(&c).is_err(), "bool is not npurt's u8");
 }
@@ -178,6 +180,11 @@ fn the_ops_a_transformer_export_needs_are_claimed() {
     let mut g = node("Gather", 13, vec![value("w", 1, &[10, 4]), value("i", 6, &[3])], &[10, 3]);
     g.attrs.insert("axis".into(), Attr::Int(-1));
     assert_eq!(map_node(&g).unwrap().op, Op::Gather { axis: 1 });
+    // Integer data is moved whole; float indices are not indices.
+    let mut g = node("Gather", 13, vec![value("w", 7, &[10]), value("i", 7, &[3])], &[]);
+    g.outputs = vec![value("y", 7, &[3])];
+    assert!(map_node(&g).is_ok());
+    assert!(map_node(&node("Gather", 13, vec![value("w", 1, &[10, 4]), value("i", 1, &[2])], &[2, 4])).is_err());
     // Gather before opset 11 (negative indices undefined) is not claimed.
     assert!(map_node(&node("Gather", 1, vec![value("w", 1, &[10, 4]), value("i", 7, &[2])], &[2, 4])).is_err());
 }
@@ -367,4 +374,41 @@ fn layer_norm_stash_type_0_only_for_f32() {
     assert!(ln(1, 1).is_ok() && ln(10, 1).is_ok());
     assert!(ln(10, 0).unwrap_err().0.contains("not f32"));
     assert!(ln(1, 10).unwrap_err().0.contains("stash_type 10"));
+}
+
+#[test]
+fn a_float_constant_of_shape_is_an_expand_of_its_value() {
+    let tensor = |elem: i32, bytes: Vec<u8>| Attr::Tensor { elem, bytes: Some(bytes) };
+    let mut n = node("ConstantOfShape", 20, vec![konst("s", &[2, 3])], &[2, 3]);
+    n.attrs.insert("value".into(), tensor(1, 2.5f32.to_le_bytes().to_vec()));
+    let m = map_node(&n).unwrap();
+    assert_eq!(m.op, Op::Expand { shape: vec![2, 3] });
+    let fill = m.fill.as_ref().unwrap();
+    assert_eq!((fill.dtype, fill.shape.rank(), fill.bytes.as_ref()), (DType::F32, 0, &2.5f32.to_le_bytes()[..]));
+    assert!(m.operand_names(&n).is_empty(), "the shape is not an operand");
+    // No value: an f32 0.
+    let z = node("ConstantOfShape", 20, vec![konst("s", &[4])], &[4]);
+    assert_eq!(map_node(&z).unwrap().fill.unwrap().bytes.as_ref(), &[0u8; 4][..]);
+    // A bf16 value, a value of two elements, a shape computed at run time, a negative dim.
+    let mut b = n.clone();
+    b.attrs.insert("value".into(), tensor(16, vec![0, 0]));
+    assert!(map_node(&b).is_err());
+    b.attrs.insert("value".into(), tensor(1, vec![0; 8]));
+    assert!(map_node(&b).is_err());
+    let mut r = node("ConstantOfShape", 20, vec![value("s", 7, &[2])], &[2, 3]);
+    r.attrs = n.attrs.clone();
+    assert!(map_node(&r).unwrap_err().0.contains("not a constant"));
+    let mut neg = node("ConstantOfShape", 20, vec![konst("s", &[-1])], &[2]);
+    neg.attrs = n.attrs.clone();
+    assert!(map_node(&neg).is_err());
+}
+
+#[test]
+fn tensor_bytes_read_as_integers_by_element_type() {
+    use crate::graph::ints_of;
+    assert_eq!(ints_of(7, &(-3i64).to_le_bytes()), Some(vec![-3]));
+    assert_eq!(ints_of(6, &[1, 0, 0, 0, 255, 255, 255, 255]), Some(vec![1, -1]));
+    assert_eq!(ints_of(9, &[1, 0]), Some(vec![1, 0]));
+    assert_eq!(ints_of(1, &[0; 4]), None, "float");
+    assert_eq!(ints_of(7, &[0; 5]), None, "not whole elements");
 }

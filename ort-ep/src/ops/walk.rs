@@ -24,7 +24,7 @@ pub enum Step {
     /// Computed on the host (its output is in [`Env::host`]).
     Folded,
     /// One npurt op: the node with its inputs' concrete dims (and folded data), and the op.
-    Mapped(Box<NodeInfo>, Mapped),
+    Mapped(Box<NodeInfo>, Box<Mapped>),
 }
 
 /// The values known so far. Not `Send`: its metas hold ORT's handles.
@@ -172,19 +172,40 @@ fn step(node: &NodeInfo, env: &mut Env, accept: &dyn Fn(&Mapped) -> Result<(), D
             node.inputs.iter().zip(&hosts).all(|(v, h)| v.is_none() || h.is_some())
         };
         if ready {
-            let v = fold::eval(node, &hosts, dims.as_deref())?;
-            let Some(Some(out)) = node.outputs.first() else { return decline("no output") };
-            env.output(out, &host_meta(&v)?)?;
-            env.set_host(&out.name, v.elem, v);
-            return Ok(Step::Folded);
+            match fold::eval(node, &hosts, dims.as_deref()) {
+                Ok(v) => {
+                    let Some(Some(out)) = node.outputs.first() else { return decline("no output") };
+                    env.output(out, &host_meta(&v)?)?;
+                    env.set_host(&out.name, v.elem, v);
+                    return Ok(Step::Folded);
+                }
+                // Not folded (a float ConstantOfShape or Cast, an integer division by 0): mapped
+                // where it maps, its known inputs then constants of the npurt graph.
+                Err(d) => {
+                    let (m, inferred) =
+                        map_concrete(node).map_err(|e| Decline(format!("not folded: {}; not mapped: {}", d.0, e.0)))?;
+                    return mapped(node, env, accept, m, inferred);
+                }
+            }
         }
     }
     let (m, inferred) = map_concrete(node)?;
+    mapped(node, env, accept, m, inferred)
+}
+
+/// A node mapped to `m` (its outputs' metas `inferred`), once `accept` agrees.
+fn mapped(
+    node: &NodeInfo,
+    env: &mut Env,
+    accept: &dyn Fn(&Mapped) -> Result<(), Decline>,
+    m: Mapped,
+    inferred: Vec<TensorMeta>,
+) -> Result<Step, Decline> {
     accept(&m)?;
     for (declared, made) in node.outputs.iter().flatten().zip(&inferred) {
         env.output(declared, made)?;
     }
-    Ok(Step::Mapped(Box::new(node.clone()), m))
+    Ok(Step::Mapped(Box::new(node.clone()), Box::new(m)))
 }
 
 /// Walks `nodes` in `order`: per node, what it becomes or why it cannot be npurt's. The
@@ -408,5 +429,25 @@ mod tests {
         assert!(v[2].is_err());
         assert!(v[3].as_ref().unwrap_err().0.contains("folded in another fused group"), "{v:?}");
         assert_eq!(groups, Some(vec![vec![0, 1]]));
+    }
+
+    #[test]
+    fn a_folded_value_cast_to_float_is_mapped_with_the_value_as_a_constant() {
+        // f = Cast(Shape(x)[1:2], float): not folded (a float value), so npurt's Cast of the
+        // folded value.
+        let x = val("x", 1, &[-1, 8], &["batch", ""]);
+        let mut shape = node("Shape", vec![x], val("s", 7, &[1], &[]));
+        shape.since_version = 15;
+        shape.attrs.insert("start".into(), Attr::Int(1));
+        let mut cast = node("Cast", vec![val("s", 7, &[1], &[])], val("f", 1, &[1], &[]));
+        cast.attrs.insert("to".into(), Attr::Int(1));
+        let (v, groups) = claim(&[shape.clone(), cast.clone()], &|_| Ok(()));
+        assert!(v.iter().all(Result::is_ok), "{v:?}");
+        assert_eq!(groups, Some(vec![vec![0, 1]]));
+        let mut env = Env::bound([("batch".to_string(), 3)].into());
+        let steps = walk(&[shape, cast], &[0, 1], &mut env, &|_| Ok(()));
+        let Ok(Step::Mapped(_, m)) = &steps[1] else { panic!("{:?}", steps[1]) };
+        assert_eq!(m.op, runtime::Op::Cast { to: runtime::DType::F32 });
+        assert_eq!(env.host["s"].data, vec![8]);
     }
 }
