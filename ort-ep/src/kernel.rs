@@ -782,12 +782,15 @@ mod tests {
 
     #[test]
     fn a_constant_of_shape_is_its_value_expanded() {
-        let k = Some(ValueMeta { elem: 7, data: Some(vec![2, 3]), constant: true, ..value("s", &[2], true).unwrap() });
-        let mut c = node("ConstantOfShape", vec![k], value("y", &[2, 3], false));
+        // y = ConstantOfShape(Shape(x), 1.5): x is only a Shape's input, so it is not fed.
+        let s = Some(ValueMeta { elem: 7, ..value("s", &[2], false).unwrap() });
+        let mut shape = node("Shape", vec![value("x", &[2, 3], false)], s.clone());
+        shape.since_version = 15;
+        let mut c = node("ConstantOfShape", vec![s], value("y", &[2, 3], false));
         let v = crate::graph::Attr::Tensor { elem: 1, bytes: Some(1.5f32.to_le_bytes().to_vec()) };
         c.attrs.insert("value".into(), v);
-        let f = fused(vec![], vec![value("y", &[2, 3], false)]);
-        let b = build_graph(&f, &[c], &[], ops::Bindings::new(), &mut weights).unwrap();
+        let f = fused(vec![value("x", &[2, 3], false)], vec![value("y", &[2, 3], false)]);
+        let b = build_graph(&f, &[shape, c], &metas(&f), ops::Bindings::new(), &mut weights).unwrap();
         assert!(matches!(b.graph.nodes[..], [ref n] if n.op == Op::Expand { shape: vec![2, 3] }));
         assert!(b.inputs.is_empty());
     }

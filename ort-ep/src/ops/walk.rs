@@ -154,7 +154,14 @@ fn host_meta(v: &HostValue) -> Result<TensorMeta, Decline> {
 }
 
 /// One node: folded when its op folds and its inputs are known on the host, else mapped.
-fn step(node: &NodeInfo, env: &mut Env, accept: &dyn Fn(&Mapped) -> Result<(), Decline>) -> Result<Step, Decline> {
+/// `const_only`: every input is a constant initializer (then a node that does not fold stays
+/// on ORT, which folds such constants itself, rather than making a fused node of constants).
+fn step(
+    node: &NodeInfo,
+    env: &mut Env,
+    accept: &dyn Fn(&Mapped) -> Result<(), Decline>,
+    const_only: bool,
+) -> Result<Step, Decline> {
     if node.is_onnx() && fold::FOLDED.contains(&node.op_type.as_str()) {
         let hosts: Vec<Option<&HostValue>> =
             node.inputs.iter().map(|v| v.as_ref().and_then(|v| env.host.get(&v.name))).collect();
@@ -181,6 +188,7 @@ fn step(node: &NodeInfo, env: &mut Env, accept: &dyn Fn(&Mapped) -> Result<(), D
                 }
                 // Not folded (a float ConstantOfShape or Cast, an integer division by 0): mapped
                 // where it maps, its known inputs then constants of the npurt graph.
+                Err(d) if const_only => return Err(Decline(format!("{} (of constants only)", d.0))),
                 Err(d) => {
                     let (m, inferred) =
                         map_concrete(node).map_err(|e| Decline(format!("not folded: {}; not mapped: {}", d.0, e.0)))?;
@@ -221,7 +229,8 @@ pub fn walk(
         let node = &nodes[i];
         let inputs = node.inputs.iter().map(|v| v.as_ref().map(|v| env.resolve(v))).collect();
         let concrete = NodeInfo { inputs, ..node.clone() };
-        let r = step(&concrete, env, accept);
+        let const_only = node.inputs.iter().flatten().all(|v| v.constant);
+        let r = step(&concrete, env, accept, const_only);
         if r.is_err() {
             for v in node.outputs.iter().flatten() {
                 if !env.metas.contains_key(&v.name) {
@@ -449,5 +458,10 @@ mod tests {
         let Ok(Step::Mapped(_, m)) = &steps[1] else { panic!("{:?}", steps[1]) };
         assert_eq!(m.op, runtime::Op::Cast { to: runtime::DType::F32 });
         assert_eq!(env.host["s"].data, vec![8]);
+        // A Cast of a constant initializer alone is left to ORT (a fused node of constants).
+        let mut c = node("Cast", vec![konst("k", &[1], &[2])], val("kf", 1, &[1], &[]));
+        c.attrs.insert("to".into(), Attr::Int(1));
+        let (v, _) = claim(&[c], &|_| Ok(()));
+        assert!(v[0].as_ref().unwrap_err().0.contains("of constants only"), "{v:?}");
     }
 }
