@@ -26,8 +26,9 @@ pub struct ValueMeta {
     pub symbols: Vec<String>,
     /// A constant initializer (a weight): its data is readable at `Compile`.
     pub constant: bool,
-    /// The values of a small int64 constant initializer (at most [`SMALL_CONSTANT`]
-    /// elements: a `Reshape`'s shape, a `Slice`'s bounds), read while the graph is walked;
+    /// The values of a small int64, int32 or bool constant initializer (at most
+    /// [`SMALL_CONSTANT`] elements: a `Reshape`'s shape, a `Slice`'s bounds), read while the
+    /// graph is walked;
     /// also the values folded on the host (`crate::ops::walk`).
     pub data: Option<Vec<i64>>,
     /// ORT's handle, valid only during the call that produced it.
@@ -47,7 +48,7 @@ impl ValueMeta {
     }
 }
 
-/// The most elements of an int64 constant whose values [`ValueMeta::data`] holds: enough for
+/// The most elements of an integer constant whose values [`ValueMeta::data`] holds: enough for
 /// a shape, a list of axes, or the position-id buffer of an encoder export that a shape
 /// subgraph slices (`[1, max_positions]`).
 pub const SMALL_CONSTANT: usize = 4096;
@@ -59,7 +60,13 @@ pub enum Attr {
     Ints(Vec<i64>),
     Float(f32),
     String(String),
-    /// Any other kind (graphs, tensors, string lists, float lists): never accepted.
+    /// A tensor (a ConstantOfShape's `value`): its ONNX element type, and its bytes when its
+    /// elements have a fixed width ([`elem_size`]) and number at most [`SMALL_CONSTANT`].
+    Tensor {
+        elem: i32,
+        bytes: Option<Vec<u8>>,
+    },
+    /// Any other kind (graphs, string lists, float lists): never accepted.
     Other,
 }
 
@@ -255,40 +262,29 @@ pub unsafe fn value_meta(ort: &Ort, vi: *const OrtValueInfo) -> Result<ValueMeta
         meta.symbols = names.into_iter().map(|s| unsafe { text(s) }).collect();
     }
     meta.elem = elem as i32;
-    let n = dims.iter().try_fold(1usize, |n, &d| usize::try_from(d).ok().and_then(|d| n.checked_mul(d)));
-    if constant
-        && elem == ONNXTensorElementDataType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64
-        && let Some(n) = n.filter(|&n| n <= SMALL_CONSTANT)
-    {
-        // SAFETY: vi is a constant initializer valid for this call, of n int64 elements.
-        meta.data = unsafe { small_i64(ort, vi, n) }?;
+    if constant && matches!(meta.elem, 6 | 7 | 9) {
+        // SAFETY: vi is a constant initializer valid for this call.
+        meta.data = unsafe { small_ints(ort, vi) }?;
     }
     meta.dims = Some(dims);
     Ok(meta)
 }
 
-/// The `n` values of an int64 constant initializer (`None` when ORT has no data for it).
+/// The values of an int64, int32 or bool constant initializer of at most
+/// [`SMALL_CONSTANT`] elements (`None` when ORT has no data for it).
 ///
 /// # Safety
-/// `vi` is a constant initializer of `n` int64 elements, valid for the current call.
-unsafe fn small_i64(ort: &Ort, vi: *const OrtValueInfo, n: usize) -> Result<Option<Vec<i64>>, EpError> {
+/// `vi` is a constant initializer valid for the current call.
+unsafe fn small_ints(ort: &Ort, vi: *const OrtValueInfo) -> Result<Option<Vec<i64>>, EpError> {
     let mut value: *const ort_sys::OrtValue = ptr::null();
     // SAFETY: vi is valid; ORT returns a value it owns (or null).
     ort.check("ValueInfo_GetInitializerValue", unsafe { (ort.api.ValueInfo_GetInitializerValue)(vi, &mut value) })?;
     if value.is_null() {
         return Ok(None);
     }
-    if n == 0 {
-        return Ok(Some(Vec::new()));
-    }
-    let mut data: *const c_void = ptr::null();
-    // SAFETY: value is a valid tensor; ORT returns its data pointer.
-    ort.check("GetTensorData", unsafe { (ort.api.GetTensorData)(value, &mut data) })?;
-    if data.is_null() {
-        return Ok(None);
-    }
-    // SAFETY: a host int64 tensor of n elements; read unaligned to be safe.
-    Ok(Some((0..n).map(|i| unsafe { data.cast::<i64>().add(i).read_unaligned() }).collect()))
+    // SAFETY: value is a valid tensor owned by ORT during this call.
+    let (elem, bytes) = unsafe { tensor_raw(ort, value) }?;
+    Ok(bytes.and_then(|b| ints_of(elem, &b)))
 }
 
 /// Element type and dims of a tensor type-and-shape info.
@@ -380,6 +376,95 @@ unsafe fn read_attr(ort: &Ort, a: *const OrtOpAttr, ty: OrtOpAttrType) -> Result
             let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
             Ok(Attr::String(String::from_utf8_lossy(&raw[..end]).into_owned()))
         }
+        // SAFETY: a is a tensor attribute valid for this call.
+        OrtOpAttrType::ORT_OP_ATTR_TENSOR => unsafe { tensor_attr(ort, a) },
         _ => Ok(Attr::Other),
     }
+}
+
+/// A tensor attribute's element type and, for a tensor of a fixed-width element type and at
+/// most [`SMALL_CONSTANT`] elements, its bytes.
+///
+/// # Safety
+/// `a` is a tensor attribute valid for the current call.
+unsafe fn tensor_attr(ort: &Ort, a: *const OrtOpAttr) -> Result<Attr, EpError> {
+    let mut value: *mut ort_sys::OrtValue = ptr::null_mut();
+    // SAFETY: a is valid; ORT makes a new value the caller releases.
+    ort.check("OpAttr_GetTensorAttributeAsOrtValue", unsafe {
+        (ort.api.OpAttr_GetTensorAttributeAsOrtValue)(a, &mut value)
+    })?;
+    if value.is_null() {
+        return Ok(Attr::Other);
+    }
+    // SAFETY: value is the tensor ORT just made, released right after.
+    let read = unsafe { tensor_raw(ort, value) };
+    // SAFETY: value came from OpAttr_GetTensorAttributeAsOrtValue and is released once.
+    unsafe { (ort.api.ReleaseValue)(value) };
+    let (elem, bytes) = read?;
+    Ok(Attr::Tensor { elem, bytes })
+}
+
+/// The size in bytes of one element of ONNX element type `elem`; `None` for strings and the
+/// sub-byte and complex types.
+pub fn elem_size(elem: i32) -> Option<usize> {
+    match elem {
+        2 | 3 | 9 => Some(1),
+        4 | 5 | 10 | 16 => Some(2),
+        1 | 6 | 12 => Some(4),
+        7 | 11 | 13 => Some(8),
+        _ => None,
+    }
+}
+
+/// The elements of an int64, int32, uint8 or bool tensor's little-endian `bytes` as i64;
+/// `None` for another element type or a length that is not a whole number of elements.
+pub fn ints_of(elem: i32, bytes: &[u8]) -> Option<Vec<i64>> {
+    let w = match elem {
+        7 | 6 | 2 | 9 => elem_size(elem)?,
+        _ => return None,
+    };
+    if !bytes.len().is_multiple_of(w) {
+        return None;
+    }
+    let ints = bytes.chunks_exact(w).map(|c| match c.len() {
+        8 => i64::from_le_bytes(c.try_into().unwrap_or([0; 8])),
+        4 => i64::from(i32::from_le_bytes(c.try_into().unwrap_or([0; 4]))),
+        _ => i64::from(c[0]),
+    });
+    Some(ints.collect())
+}
+
+/// The element type of a host tensor and, for one of a fixed-width element type
+/// ([`elem_size`]) and at most [`SMALL_CONSTANT`] elements, its bytes.
+///
+/// # Safety
+/// `value` is a valid tensor for the current call.
+unsafe fn tensor_raw(ort: &Ort, value: *const ort_sys::OrtValue) -> Result<(i32, Option<Vec<u8>>), EpError> {
+    let mut elem = ONNXTensorElementDataType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+    let mut dims: *const i64 = ptr::null();
+    let mut rank = 0usize;
+    // SAFETY: value is valid; ORT returns a pointer to its own shape array.
+    ort.check("GetTensorElementTypeAndShapeDataReference", unsafe {
+        (ort.api.GetTensorElementTypeAndShapeDataReference)(value, &mut elem, &mut dims, &mut rank)
+    })?;
+    let elem = elem as i32;
+    let dims: &[i64] = if rank == 0 || dims.is_null() {
+        &[]
+    } else {
+        // SAFETY: ORT's array of `rank` dims, alive with the value.
+        unsafe { std::slice::from_raw_parts(dims, rank) }
+    };
+    let n = dims.iter().try_fold(1usize, |n, &d| usize::try_from(d).ok().and_then(|d| n.checked_mul(d)));
+    let (Some(n), Some(w)) = (n.filter(|&n| n <= SMALL_CONSTANT), elem_size(elem)) else { return Ok((elem, None)) };
+    if n == 0 {
+        return Ok((elem, Some(Vec::new())));
+    }
+    let mut data: *const c_void = ptr::null();
+    // SAFETY: value is a valid tensor; ORT returns its data pointer.
+    ort.check("GetTensorData", unsafe { (ort.api.GetTensorData)(value, &mut data) })?;
+    if data.is_null() {
+        return Ok((elem, None));
+    }
+    // SAFETY: a host tensor of n elements of w bytes each (n * w <= 8 * SMALL_CONSTANT).
+    Ok((elem, Some(unsafe { std::slice::from_raw_parts(data.cast::<u8>(), n * w) }.to_vec())))
 }

@@ -282,7 +282,7 @@ pub fn build_graph(
     let read: std::collections::HashSet<&str> = steps
         .iter()
         .filter_map(|s| match s {
-            Ok(Step::Mapped(n, m)) => Some(n.inputs.iter().flatten().take(m.inputs.len()).map(|v| v.name.as_str())),
+            Ok(Step::Mapped(n, m)) => Some(m.operand_names(n)),
             _ => None,
         })
         .flatten()
@@ -362,7 +362,11 @@ fn add_node(
 ) -> Result<(), EpError> {
     let label = node.label();
     let mut args = Vec::new();
-    for v in node.inputs.iter().flatten().take(mapped.inputs.len()) {
+    if let (Some(t), Some(Some(out))) = (&mapped.fill, node.outputs.first()) {
+        let name = format!("{}/npurt_value", out.name);
+        args.push(g.try_constant(&name, (**t).clone()).map_err(|e| npurt_err(format!("node {label}"), e))?);
+    }
+    for v in node.inputs.iter().flatten().take(mapped.operand_names(node).len()) {
         let id = match ids.get(&v.name) {
             Some(&id) => id,
             None => {
@@ -400,6 +404,12 @@ fn add_node(
         }
     };
     ids.insert(out.name.clone(), id);
+    // A Split's further outputs: one op each on the same operands.
+    for (op, v) in mapped.rest.iter().zip(node.outputs.iter().skip(1)) {
+        let Some(v) = v else { return Err(EpError::Graph(format!("node {label}: an output is missing"))) };
+        let id = g.op(&v.name, op.clone(), &args).map_err(refused)?;
+        ids.insert(v.name.clone(), id);
+    }
     Ok(())
 }
 
@@ -755,5 +765,33 @@ mod tests {
             [Out::Host(h), Out::Graph(0)] => assert_eq!(h.data, vec![2]),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_split_is_one_slice_node_per_output() {
+        let k = Some(ValueMeta { elem: 7, data: Some(vec![1, 3]), constant: true, ..value("sp", &[2], true).unwrap() });
+        let mut split = node("Split", vec![value("x", &[2, 4], false), k], None);
+        split.outputs = vec![value("y0", &[2, 1], false), value("y1", &[2, 3], false)];
+        split.attrs.insert("axis".into(), crate::graph::Attr::Int(1));
+        let f = fused(vec![value("x", &[2, 4], false)], vec![value("y0", &[2, 1], false), value("y1", &[2, 3], false)]);
+        let b = build_graph(&f, &[split], &metas(&f), ops::Bindings::new(), &mut weights).unwrap();
+        assert_eq!(b.graph.nodes.len(), 2);
+        assert!(b.graph.nodes.iter().all(|n| matches!(n.op, Op::Slice { .. })));
+        assert!(matches!(b.outputs[..], [Out::Graph(0), Out::Graph(1)]));
+    }
+
+    #[test]
+    fn a_constant_of_shape_is_its_value_expanded() {
+        // y = ConstantOfShape(Shape(x), 1.5): x is only a Shape's input, so it is not fed.
+        let s = Some(ValueMeta { elem: 7, ..value("s", &[2], false).unwrap() });
+        let mut shape = node("Shape", vec![value("x", &[2, 3], false)], s.clone());
+        shape.since_version = 15;
+        let mut c = node("ConstantOfShape", vec![s], value("y", &[2, 3], false));
+        let v = crate::graph::Attr::Tensor { elem: 1, bytes: Some(1.5f32.to_le_bytes().to_vec()) };
+        c.attrs.insert("value".into(), v);
+        let f = fused(vec![value("x", &[2, 3], false)], vec![value("y", &[2, 3], false)]);
+        let b = build_graph(&f, &[shape, c], &metas(&f), ops::Bindings::new(), &mut weights).unwrap();
+        assert!(matches!(b.graph.nodes[..], [ref n] if n.op == Op::Expand { shape: vec![2, 3] }));
+        assert!(b.inputs.is_empty());
     }
 }

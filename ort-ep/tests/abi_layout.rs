@@ -179,6 +179,8 @@ fn ort_api_entries_of_the_graph_and_kernel_context_sit_where_ort_sys_put_them() 
             offset_of!(OrtApi, GetTensorElementTypeAndShapeDataReference) / P,
         ),
         ("TensorTypeAndShape_HasShape", offset_of!(OrtApi, TensorTypeAndShape_HasShape) / P),
+        ("OpAttr_GetTensorAttributeAsOrtValue", offset_of!(OrtApi, OpAttr_GetTensorAttributeAsOrtValue) / P),
+        ("ReleaseValue", offset_of!(OrtApi, ReleaseValue) / P),
     ];
     let want: &[(&str, usize)] = &[
         ("GetTensorMutableData", 51),
@@ -211,6 +213,8 @@ fn ort_api_entries_of_the_graph_and_kernel_context_sit_where_ort_sys_put_them() 
         ("GetTensorData", 378),
         ("GetTensorElementTypeAndShapeDataReference", 414),
         ("TensorTypeAndShape_HasShape", 390),
+        ("OpAttr_GetTensorAttributeAsOrtValue", 362),
+        ("ReleaseValue", 96),
     ];
     assert_eq!(got, want);
 }

@@ -25,9 +25,9 @@ EP_NAME = "NpurtExecutionProvider"
 # The ONNX op types the EP may claim (docs/ONNXRUNTIME.md, "What is claimed").
 CLAIMABLE = {"Relu", "Tanh", "Exp", "Sqrt", "Erf", "Add", "Sub", "Mul", "Div", "MatMul", "Gemm", "Softmax",
              "Transpose", "LayerNormalization", "Gelu", "Cast", "Reshape", "Identity", "Neg", "Sigmoid", "Pow",
-             "Equal", "Gather", "Unsqueeze", "Squeeze", "Flatten",
+             "Equal", "Gather", "Unsqueeze", "Squeeze", "Flatten", "Where", "Concat", "Slice", "Expand", "Split",
              # Folded on the host where a shape subgraph computes them.
-             "Shape", "Concat", "Slice", "Where", "Expand", "Range"}
+             "Shape", "Range", "ConstantOfShape"}
 # Between npurt and ORT's CPU EP: f32 (the same formulas, other summation orders and libm),
 # and f16 within one rounding of the result (2^-10 relative; npurt and ORT round f16 results of
 # f32 arithmetic at different steps).

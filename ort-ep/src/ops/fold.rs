@@ -13,7 +13,7 @@ use super::{BOOL, Decline, decline};
 use crate::graph::{Attr, NodeInfo};
 
 /// The ONNX ops [`eval`] computes.
-pub const FOLDED: [&str; 16] = [
+pub const FOLDED: [&str; 17] = [
     "Shape",
     "Gather",
     "Unsqueeze",
@@ -30,6 +30,7 @@ pub const FOLDED: [&str; 16] = [
     "Expand",
     "Range",
     "Identity",
+    "ConstantOfShape",
 ];
 
 /// The most elements a folded value may hold.
@@ -229,6 +230,7 @@ pub fn eval(node: &NodeInfo, inputs: &[Option<&HostValue>], shape: Option<&[usiz
             HostValue::new(out_elem, dims, data)
         }
         "Slice" => slice(node, inputs),
+        "ConstantOfShape" => constant_of_shape(node, x(0)?, out_elem),
         "Range" => {
             only(node, &[])?;
             let (s, l, d) = (x(0)?.scalar_at(0)?, x(1)?.scalar_at(0)?, x(2)?.scalar_at(0)?);
@@ -243,6 +245,31 @@ pub fn eval(node: &NodeInfo, inputs: &[Option<&HostValue>], shape: Option<&[usiz
         }
         other => decline(format!("{other} is not folded")),
     }
+}
+
+/// ONNX ConstantOfShape: `value`'s one element (a tensor attribute) at every index of the
+/// shape its input gives; without `value` a float 0, which is not folded.
+fn constant_of_shape(node: &NodeInfo, shape: &HostValue, out_elem: i32) -> Result<HostValue, Decline> {
+    only(node, &["value"])?;
+    let one = |elem: i32, b: &Option<Vec<u8>>| {
+        b.as_deref().and_then(|b| crate::graph::ints_of(elem, b)).filter(|v| v.len() == 1).map(|v| v[0])
+    };
+    let v = match node.attrs.get("value") {
+        Some(Attr::Tensor { elem, bytes }) if *elem == out_elem && one(*elem, bytes).is_some() => {
+            one(*elem, bytes).unwrap_or(0)
+        }
+        Some(Attr::Tensor { elem, .. }) if *elem != out_elem => {
+            return decline(format!("`value` of element type {elem} for an output of {out_elem}"));
+        }
+        Some(_) => return decline("attribute `value` is not one integer or bool"),
+        None => return decline("no `value`: a float 0"),
+    };
+    let dims = dims_of(shape)?;
+    let n = total(&dims)?;
+    if n > MAX_ELEMENTS {
+        return decline(format!("a folded value of {n} elements (at most {MAX_ELEMENTS})"));
+    }
+    HostValue::new(out_elem, dims, vec![v; n])
 }
 
 fn gather(node: &NodeInfo, data: &HostValue, idx: &HostValue, out_elem: i32) -> Result<HostValue, Decline> {
@@ -450,5 +477,23 @@ mod tests {
         assert!(eval(&node("Add", 7, &[]), &[Some(&v(&[1], &[1])), None], None).is_err());
         assert!(eval(&node("Shape", 7, &[]), &[None], None).is_err());
         assert!(eval(&node("Conv", 7, &[]), &[], None).is_err());
+    }
+
+    #[test]
+    fn constant_of_shape_folds_an_integer_value() {
+        let one = || Attr::Tensor { elem: 7, bytes: Some(1i64.to_le_bytes().to_vec()) };
+        let c = eval(&node("ConstantOfShape", 7, &[("value", one())]), &[Some(&v(&[2], &[2, 3]))], None).unwrap();
+        assert_eq!(c, v(&[2, 3], &[1; 6]));
+        // No value (a float 0), a float value, a value of another type than the output's, a
+        // negative dim, too many elements.
+        let shape = v(&[1], &[3]);
+        assert!(eval(&node("ConstantOfShape", 1, &[]), &[Some(&shape)], None).is_err());
+        let f = Attr::Tensor { elem: 1, bytes: Some(1f32.to_le_bytes().to_vec()) };
+        assert!(eval(&node("ConstantOfShape", 1, &[("value", f)]), &[Some(&shape)], None).is_err());
+        let b = Attr::Tensor { elem: BOOL, bytes: Some(vec![1]) };
+        assert!(eval(&node("ConstantOfShape", 7, &[("value", b)]), &[Some(&shape)], None).is_err());
+        assert!(eval(&node("ConstantOfShape", 7, &[("value", one())]), &[Some(&v(&[1], &[-1]))], None).is_err());
+        let big = v(&[2], &[1 << 20, 1 << 20]);
+        assert!(eval(&node("ConstantOfShape", 7, &[("value", one())]), &[Some(&big)], None).is_err());
     }
 }

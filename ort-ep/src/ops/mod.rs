@@ -5,7 +5,8 @@
 //! [`CLAIMED`], or is one of the [`RESHAPES`], at an opset whose semantics npurt follows;
 //! (2) every attribute is one npurt maps, with a value npurt computes as ONNX does (docs/OPS.md:
 //! where npurt offers less, the node stays on ORT); (3) its tensors have dtypes the op claims
-//! (f32 or f16 for arithmetic; see `check_dtypes`) and concrete dims; and (4) npurt's own
+//! (f32 or f16 for float arithmetic, i32, i64 and u8 for Add, Sub, Mul and Div, any for the
+//! ops that move elements; see `check_dtypes`) and concrete dims; and (4) npurt's own
 //! validation ([`Op::infer`], the op table's) accepts the operands. Anything else is a
 //! [`Decline`] with the reason, which the session's verbose log shows.
 //!
@@ -16,22 +17,24 @@
 
 use std::collections::HashMap;
 
+use runtime::graph::HostTensor;
 use runtime::op::names;
 use runtime::{DType, GeluApprox, Op, OpKind, Shape, TensorMeta};
 
-pub use base::Decline;
 use base::{Attrs, decline};
+pub use base::{BOOL, Decline, dtype_of, operand_dtype};
 
 use crate::graph::{Attr, NodeInfo, ValueMeta};
 
 mod base;
+mod data;
 pub mod fold;
 mod shape;
 pub mod walk;
 
 /// The ONNX ops claimed: the spelling, the npurt kind the op-name table maps it to, and the
 /// first opset version with the semantics npurt implements.
-pub const CLAIMED: [(&str, OpKind, i32); 23] = [
+pub const CLAIMED: [(&str, OpKind, i32); 27] = [
     ("Relu", OpKind::Relu, 6),
     ("Add", OpKind::Add, 7),
     ("Sub", OpKind::Sub, 7),
@@ -61,7 +64,24 @@ pub const CLAIMED: [(&str, OpKind, i32); 23] = [
     ("Equal", OpKind::Equal, 7),
     // Negative indices count from the end from opset 11 on, as npurt's Gather does.
     ("Gather", OpKind::Gather, 11),
+    // ONNX's bool condition is npurt's u8; x and y are moved whole.
+    ("Where", OpKind::Where, 9),
+    // `axis` required from opset 4 on.
+    ("Concat", OpKind::Concat, 4),
+    // Starts, ends, axes and steps are inputs from opset 10 on (constants or folded values).
+    ("Slice", OpKind::Slice, 10),
+    // The shape a constant or folded value.
+    ("Expand", OpKind::Expand, 8),
 ];
+
+/// ONNX's `Split`, which npurt's op-name table does not name, runs as one npurt Slice per
+/// output from this opset on (the `split` sizes an attribute before 13, an input from 13).
+pub const SPLIT_SINCE: i32 = 2;
+
+/// ONNX's `ConstantOfShape` (opset 9 on) that does not fold on the host (a float `value`) runs
+/// as npurt's Expand of its `value`, a one-element constant, to the shape, a constant or
+/// folded value.
+pub const CONSTANT_OF_SHAPE_SINCE: i32 = 9;
 
 /// ONNX ops that npurt's op-name table does not name but that are a reshape of their first
 /// input, claimed as npurt's `Reshape` to the shape ORT's operands make: the op and the
@@ -72,36 +92,20 @@ pub const RESHAPES: [(&str, i32); 3] = [("Unsqueeze", 11), ("Squeeze", 11), ("Fl
 /// has almost no bf16 kernels.
 pub const FLOATS: [DType; 2] = [DType::F32, DType::F16];
 
-/// npurt's dtype for a tensor of ONNX element type `elem` that a node reads or writes: as
-/// [`dtype_of`], and ONNX's bool (9) as npurt's u8, whose 0 and 1 are the same bytes. Sound
-/// because no claimed op reads a bool other than as its 0/1 bytes (Cast from bool gives 0
-/// or 1, a reshape moves bytes, Equal compares them) and none writes one but Equal.
-pub fn operand_dtype(elem: i32) -> Option<DType> {
-    if elem == BOOL { Some(DType::U8) } else { dtype_of(elem) }
-}
-
-/// ONNX's element type of bool.
-pub const BOOL: i32 = 9;
-
-/// npurt's dtype for an ONNX element type (`ONNXTensorElementDataType`) as a value type, such
-/// as a Cast's `to`; `None` for the ones npurt has not (bool included: a Cast to bool is
-/// `x != 0`, npurt's Cast to u8 truncates).
-pub fn dtype_of(elem: i32) -> Option<DType> {
-    match elem {
-        1 => Some(DType::F32),
-        2 => Some(DType::U8),
-        6 => Some(DType::I32),
-        7 => Some(DType::I64),
-        10 => Some(DType::F16),
-        16 => Some(DType::BF16),
-        _ => None,
-    }
-}
-
 /// The claimed entry of `node`'s op: by the op-name table, in the exact ONNX spelling.
 fn claimed_kind(node: &NodeInfo) -> Result<OpKind, Decline> {
     if !node.is_onnx() {
         return decline(format!("domain {:?} is not ONNX's", node.domain));
+    }
+    for (op, since, kind) in
+        [("Split", SPLIT_SINCE, OpKind::Slice), ("ConstantOfShape", CONSTANT_OF_SHAPE_SINCE, OpKind::Expand)]
+    {
+        if node.op_type == op {
+            if node.since_version < since {
+                return decline(format!("opset {} semantics (npurt follows from opset {since})", node.since_version));
+            }
+            return Ok(kind);
+        }
     }
     if let Some(&(_, since)) = RESHAPES.iter().find(|(n, _)| *n == node.op_type) {
         if node.since_version < since {
@@ -142,7 +146,8 @@ fn op_for(kind: OpKind, node: &NodeInfo, first: Option<&TensorMeta>) -> Result<O
         | OpKind::Neg
         | OpKind::Sigmoid
         | OpKind::Pow
-        | OpKind::Equal => {
+        | OpKind::Equal
+        | OpKind::Where => {
             a.only(&[])?;
             match kind {
                 OpKind::Relu => Op::Relu,
@@ -157,6 +162,7 @@ fn op_for(kind: OpKind, node: &NodeInfo, first: Option<&TensorMeta>) -> Result<O
                 OpKind::Sigmoid => Op::Sigmoid,
                 OpKind::Pow => Op::Pow,
                 OpKind::Equal => Op::Equal,
+                OpKind::Where => Op::Where,
                 _ => Op::Erf,
             }
         }
@@ -182,7 +188,10 @@ fn op_for(kind: OpKind, node: &NodeInfo, first: Option<&TensorMeta>) -> Result<O
             let (trans_a, trans_b) = (a.flag("transA")?, a.flag("transB")?);
             Op::Gemm { trans_a, trans_b, alpha: a.float("alpha", 1.0)?, beta: a.float("beta", 1.0)? }
         }
-        OpKind::LayerNorm => layer_norm(node, &a, rank)?,
+        OpKind::LayerNorm => layer_norm(node, &a, first)?,
+        OpKind::Concat => data::concat(&a)?,
+        OpKind::Slice => data::slice(node, &a)?,
+        OpKind::Expand => data::expand(node, &a)?,
         OpKind::Reshape if node.op_type == "Reshape" => reshape(node, &a, first)?,
         OpKind::Reshape => shape::reshape_like(node, &a, first)?,
         OpKind::Gather => {
@@ -207,7 +216,9 @@ fn op_for(kind: OpKind, node: &NodeInfo, first: Option<&TensorMeta>) -> Result<O
             }
         }
         OpKind::Cast => {
-            a.only(&["to", "saturate"])?;
+            // `saturate` (float8 targets) and `round_mode` (Cast-24 on: float8e8m0 targets only)
+            // change nothing for npurt's targets.
+            a.only(&["to", "saturate", "round_mode"])?;
             let to = a.int("to", 0)?;
             let Some(to) = i32::try_from(to).ok().and_then(dtype_of) else {
                 return decline(format!("Cast to ONNX element type {to}"));
@@ -219,16 +230,21 @@ fn op_for(kind: OpKind, node: &NodeInfo, first: Option<&TensorMeta>) -> Result<O
     Ok(op)
 }
 
-/// LayerNormalization as npurt's LayerNorm: the last axis, both scale and bias, f32
-/// statistics (`stash_type` 1), and only the `Y` output.
-fn layer_norm(node: &NodeInfo, a: &Attrs<'_>, rank: usize) -> Result<Op, Decline> {
+/// LayerNormalization as npurt's LayerNorm: the last axis, both scale and bias, and only the
+/// `Y` output. `stash_type` 1 (f32 statistics) or 0 (the input's dtype): for an f32 input the
+/// same; for an f16 one ONNX's statistics would be f16, but ORT's CPU EP, the reference, computes
+/// them in f32 whatever `stash_type` says (bit-identical outputs for 0 and 1), as npurt's
+/// wider statistics match within one f16 rounding.
+fn layer_norm(node: &NodeInfo, a: &Attrs<'_>, first: Option<&TensorMeta>) -> Result<Op, Decline> {
     a.only(&["axis", "epsilon", "stash_type"])?;
+    let rank = first.map_or(0, |m| m.shape.rank());
     let axis = a.int("axis", -1)?;
     if axis != -1 && axis != rank as i64 - 1 {
         return decline(format!("normalises from axis {axis}; npurt normalises the last axis only"));
     }
-    if a.int("stash_type", 1)? != 1 {
-        return decline("stash_type is not 1 (f32)");
+    match a.int("stash_type", 1)? {
+        0 | 1 => {}
+        other => return decline(format!("stash_type {other} (npurt's statistics are f32 or wider)")),
     }
     if node.inputs.len() != 3 || node.inputs[2].is_none() {
         return decline("no bias `B`; npurt's LayerNorm needs scale and bias");
@@ -290,6 +306,20 @@ pub struct Mapped {
     pub pre: Vec<Option<Vec<isize>>>,
     /// The shape the op's output is reshaped to (the dims a 1-D MatMul operand added).
     pub post: Option<Vec<isize>>,
+    /// One op per further output, on the same operands (a Split's outputs after the first,
+    /// `op` making the first); empty for a node of one output.
+    pub rest: Vec<Op>,
+    /// The op's one operand when it is a constant the node makes rather than one of its
+    /// inputs (a ConstantOfShape's `value`, expanded to the shape).
+    pub fill: Option<Box<HostTensor>>,
+}
+
+impl Mapped {
+    /// The names of `node`'s inputs that are the op's operands, in order.
+    pub fn operand_names<'a>(&self, node: &'a NodeInfo) -> Vec<&'a str> {
+        let n = if self.fill.is_some() { 0 } else { self.inputs.len() };
+        node.inputs.iter().flatten().take(n).map(|v| v.name.as_str()).collect()
+    }
 }
 
 /// Values of symbolic dims (`dim_param` names).
@@ -406,11 +436,26 @@ fn check_dtypes(kind: OpKind, operands: &[&ValueMeta], inputs: &[TensorMeta]) ->
         // Moves or converts bytes: any dtype.
         OpKind::Cast | OpKind::Reshape | OpKind::Copy => return Ok(()),
         OpKind::Equal => &[DType::F32, DType::F16, DType::I32, DType::I64, DType::U8],
+        // Integers wrap in their width on every tier as ONNX's (two's complement, u8 mod 256),
+        // and Div truncates; npurt's x / 0 = 0 is one answer to ONNX's undefined one.
+        OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div => {
+            &[DType::F32, DType::F16, DType::I32, DType::I64, DType::U8]
+        }
+        // Moves whole elements of any dtype; Where's condition must be ONNX's bool.
+        OpKind::Concat | OpKind::Slice | OpKind::Expand => return Ok(()),
+        OpKind::Where => {
+            return match operands.first() {
+                Some(c) if c.elem == BOOL => Ok(()),
+                Some(c) => decline(format!("condition {:?} has ONNX element type {}, not bool", c.name, c.elem)),
+                None => decline("no condition"),
+            };
+        }
         _ => &FLOATS,
     };
     for (k, (v, m)) in operands.iter().zip(inputs).enumerate() {
-        let ok = if kind == OpKind::Gather && k == 1 {
-            matches!(m.dtype, DType::I32 | DType::I64)
+        // Gather moves whole elements of its data, of any dtype, by i32 or i64 indices.
+        let ok = if kind == OpKind::Gather {
+            k == 0 || matches!(m.dtype, DType::I32 | DType::I64)
         } else {
             allowed.contains(&m.dtype)
         };
@@ -425,17 +470,33 @@ fn check_dtypes(kind: OpKind, operands: &[&ValueMeta], inputs: &[TensorMeta]) ->
 /// output metas npurt infers (ORT's declared ones are not checked here).
 pub fn map_concrete(node: &NodeInfo) -> Result<(Mapped, Vec<TensorMeta>), Decline> {
     let kind = claimed_kind(node)?;
+    if node.op_type == "ConstantOfShape" {
+        let (op, value) = data::constant_of_shape(node, &Attrs { map: &node.attrs })?;
+        let scalar = TensorMeta::new(value.dtype, value.shape.clone());
+        let out = op.infer(std::slice::from_ref(&scalar)).map_err(|e| Decline(format!("npurt refuses it: {e}")))?;
+        let fill = Some(Box::new(value));
+        return Ok((Mapped { op, inputs: vec![scalar], pre: Vec::new(), post: None, rest: Vec::new(), fill }, out));
+    }
     // Optional inputs are trailing for every claimed op: the present ones, in order.
     let present: Vec<&ValueMeta> = node.inputs.iter().map_while(Option::as_ref).collect();
     if present.len() != node.inputs.iter().flatten().count() {
         return decline("an optional input is missing before a present one");
     }
-    // A Reshape's second input (its shape, or the axes of an Unsqueeze or Squeeze) becomes
-    // the op's attribute.
-    let operands = if kind == OpKind::Reshape { &present[..present.len().min(1)] } else { &present[..] };
+    // The inputs after the first of a Reshape (its shape, or the axes of an Unsqueeze or
+    // Squeeze), a Slice (its bounds), an Expand (its shape) or a Split (its sizes) become the
+    // op's attributes.
+    let data_only = matches!(kind, OpKind::Reshape | OpKind::Slice | OpKind::Expand);
+    let operands = if data_only { &present[..present.len().min(1)] } else { &present[..] };
     let inputs = operands.iter().map(|v| meta_of(v)).collect::<Result<Vec<_>, _>>()?;
+
     let outputs: Vec<&ValueMeta> = node.outputs.iter().flatten().collect();
-    let op = op_for(kind, node, inputs.first())?;
+    let (op, rest) = if node.op_type == "Split" {
+        let mut ops = data::split(node, &Attrs { map: &node.attrs }, inputs.first())?;
+        let first = ops.remove(0);
+        (first, ops)
+    } else {
+        (op_for(kind, node, inputs.first())?, Vec::new())
+    };
     check_dtypes(kind, operands, &inputs)?;
     let (pre, post, shaped) = shape::promote_matmul(&op, &inputs)?;
     let mut inferred = op.infer(&shaped).map_err(|e| {
@@ -446,10 +507,14 @@ pub fn map_concrete(node: &NodeInfo) -> Result<(Mapped, Vec<TensorMeta>), Declin
         let dims: Vec<usize> = post.iter().map(|&d| d as usize).collect();
         out.shape = Shape::from(dims);
     }
+    for o in &rest {
+        let more = o.infer(&shaped).map_err(|e| Decline(format!("npurt refuses a further output's {o:?}: {e}")))?;
+        inferred.extend(more);
+    }
     if inferred.len() != outputs.len() {
         return decline(format!("{} output(s), npurt gives {}", outputs.len(), inferred.len()));
     }
-    Ok((Mapped { op, inputs: shaped, pre, post }, inferred))
+    Ok((Mapped { op, inputs: shaped, pre, post, rest, fill: None }, inferred))
 }
 
 #[cfg(test)]

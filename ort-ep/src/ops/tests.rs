@@ -146,6 +146,8 @@ fn attributes_map_or_decline() {
     c.outputs = vec![value("y", 7, &[3])];
     c.attrs.insert("to".into(), Attr::Int(7));
     assert_eq!(map_node(&c).unwrap().op, Op::Cast { to: DType::I64 });
+    c.attrs.insert("round_mode".into(), Attr::String("up".into()));
+    assert_eq!(map_node(&c).unwrap().op, Op::Cast { to: DType::I64 }, "round_mode is float8e8m0's only");
     c.attrs.insert("to".into(), Attr::Int(9));
     assert!(map_node(&c).is_err(), "bool is not npurt's u8");
 }
@@ -178,6 +180,11 @@ fn the_ops_a_transformer_export_needs_are_claimed() {
     let mut g = node("Gather", 13, vec![value("w", 1, &[10, 4]), value("i", 6, &[3])], &[10, 3]);
     g.attrs.insert("axis".into(), Attr::Int(-1));
     assert_eq!(map_node(&g).unwrap().op, Op::Gather { axis: 1 });
+    // Integer data is moved whole; float indices are not indices.
+    let mut g = node("Gather", 13, vec![value("w", 7, &[10]), value("i", 7, &[3])], &[]);
+    g.outputs = vec![value("y", 7, &[3])];
+    assert!(map_node(&g).is_ok());
+    assert!(map_node(&node("Gather", 13, vec![value("w", 1, &[10, 4]), value("i", 1, &[2])], &[2, 4])).is_err());
     // Gather before opset 11 (negative indices undefined) is not claimed.
     assert!(map_node(&node("Gather", 1, vec![value("w", 1, &[10, 4]), value("i", 7, &[2])], &[2, 4])).is_err());
 }
@@ -215,4 +222,192 @@ fn matmul_with_a_1d_operand_is_promoted_as_onnx_does() {
     assert_eq!(map_node(&n).unwrap().post, Some(vec![]));
     let n = node("MatMul", 13, vec![value("a", 1, &[3]), value("b", 1, &[4])], &[]);
     assert!(map_node(&n).is_err());
+}
+
+fn typed(name: &str, elem: i32, dims: &[i64]) -> Option<ValueMeta> {
+    value(name, elem, dims)
+}
+
+fn with_out(mut n: NodeInfo, outs: Vec<Option<ValueMeta>>) -> NodeInfo {
+    n.outputs = outs;
+    n
+}
+
+#[test]
+fn where_takes_a_bool_condition_and_any_one_dtype() {
+    let w = node("Where", 16, vec![typed("c", BOOL, &[2, 1]), value("x", 1, &[3]), value("y", 1, &[2, 3])], &[2, 3]);
+    assert_eq!(map_node(&w).unwrap().op, Op::Where);
+    let w = with_out(
+        node("Where", 16, vec![typed("c", BOOL, &[3]), typed("x", 7, &[3]), typed("y", 7, &[])], &[]),
+        vec![typed("z", 7, &[3])],
+    );
+    assert_eq!(map_node(&w).unwrap().inputs.len(), 3, "i64 x and y");
+    // A uint8 condition is not ONNX's bool; x and y of two dtypes are npurt's refusal.
+    let w = node("Where", 16, vec![typed("c", 2, &[3]), value("x", 1, &[3]), value("y", 1, &[3])], &[3]);
+    assert!(map_node(&w).unwrap_err().0.contains("not bool"));
+    let w = node("Where", 16, vec![typed("c", BOOL, &[3]), value("x", 1, &[3]), typed("y", 10, &[3])], &[3]);
+    assert!(map_node(&w).unwrap_err().0.contains("npurt refuses"));
+}
+
+#[test]
+fn concat_maps_its_axis_and_npurt_validates_the_operands() {
+    let mut c = node("Concat", 13, vec![value("a", 1, &[2, 3]), value("b", 1, &[2, 5])], &[2, 8]);
+    c.attrs.insert("axis".into(), Attr::Int(-1));
+    assert_eq!(map_node(&c).unwrap().op, Op::Concat { axis: -1 });
+    // Other dims differ: npurt's validation refuses it.
+    let mut bad = node("Concat", 13, vec![value("a", 1, &[2, 3]), value("b", 1, &[3, 3])], &[5, 3]);
+    bad.attrs.insert("axis".into(), Attr::Int(1));
+    assert!(map_node(&bad).is_err());
+    // No axis.
+    assert!(map_node(&node("Concat", 13, vec![value("a", 1, &[2])], &[2])).unwrap_err().0.contains("axis"));
+}
+
+#[test]
+fn slice_and_expand_take_constant_or_folded_index_inputs() {
+    let s = node(
+        "Slice",
+        13,
+        vec![
+            value("x", 1, &[4, 6]),
+            konst("s", &[1, -1]),
+            konst("e", &[i64::MAX, -7]),
+            konst("a", &[0, 1]),
+            konst("p", &[2, -2]),
+        ],
+        &[2, 3],
+    );
+    let m = map_node(&s).unwrap();
+    assert_eq!(m.op, Op::Slice { starts: vec![1, -1], ends: vec![i64::MAX, -7], axes: vec![0, 1], steps: vec![2, -2] });
+    assert_eq!(m.inputs.len(), 1, "the bounds are attributes");
+    // Starts computed at run time, a zero step, Slice-1's attributes.
+    let s = node("Slice", 13, vec![value("x", 1, &[4]), value("s", 7, &[1]), konst("e", &[3])], &[3]);
+    assert!(map_node(&s).unwrap_err().0.contains("not a constant"));
+    let s = node(
+        "Slice",
+        13,
+        vec![value("x", 1, &[4]), konst("s", &[0]), konst("e", &[3]), konst("a", &[0]), konst("p", &[0])],
+        &[3],
+    );
+    assert!(map_node(&s).unwrap_err().0.contains("npurt refuses"));
+    assert!(map_node(&node("Slice", 1, vec![value("x", 1, &[4])], &[4])).is_err());
+    let e = node("Expand", 13, vec![value("x", 1, &[3, 1]), konst("s", &[2, 1, 4])], &[2, 3, 4]);
+    assert_eq!(map_node(&e).unwrap().op, Op::Expand { shape: vec![2, 1, 4] });
+    let e = node("Expand", 13, vec![value("x", 1, &[3]), konst("s", &[-1])], &[3]);
+    assert!(map_node(&e).unwrap_err().0.contains("shape entry -1"));
+    let e = node("Expand", 13, vec![value("x", 1, &[3]), konst("s", &[2])], &[3]);
+    assert!(map_node(&e).is_err(), "3 and 2 do not broadcast");
+}
+
+#[test]
+fn split_is_one_slice_per_output() {
+    let slice =
+        |s: i64, e: i64, axis: isize| Op::Slice { starts: vec![s], ends: vec![e], axes: vec![axis], steps: vec![] };
+    // Sizes from the input (opset 13).
+    let n = with_out(
+        node("Split", 13, vec![value("x", 1, &[2, 5]), konst("sp", &[2, 3])], &[]),
+        vec![value("y0", 1, &[2, 2]), value("y1", 1, &[2, 3])],
+    );
+    let mut n = n;
+    n.attrs.insert("axis".into(), Attr::Int(-1));
+    let m = map_node(&n).unwrap();
+    assert_eq!((m.op, m.rest), (slice(0, 2, 1), vec![slice(2, 5, 1)]));
+    // The attribute (opset 11), equal parts, num_outputs' uneven last chunk (opset 18).
+    let mut a =
+        with_out(node("Split", 11, vec![value("x", 1, &[6])], &[]), vec![value("y0", 1, &[1]), value("y1", 1, &[5])]);
+    a.attrs.insert("split".into(), Attr::Ints(vec![1, 5]));
+    assert_eq!(map_node(&a).unwrap().rest, vec![slice(1, 6, 0)]);
+    let eq =
+        with_out(node("Split", 13, vec![value("x", 1, &[6])], &[]), vec![value("y0", 1, &[3]), value("y1", 1, &[3])]);
+    assert_eq!(map_node(&eq).unwrap().op, slice(0, 3, 0));
+    let outs = vec![value("y0", 7, &[3]), value("y1", 7, &[3]), value("y2", 7, &[1])];
+    let mut u = with_out(node("Split", 18, vec![typed("x", 7, &[7])], &[]), outs);
+    u.attrs.insert("num_outputs".into(), Attr::Int(3));
+    assert_eq!(map_node(&u).unwrap().rest, vec![slice(3, 6, 0), slice(6, 7, 0)]);
+    // Not evenly divisible without sizes; sizes that do not add up; sizes computed at run time.
+    let odd =
+        with_out(node("Split", 13, vec![value("x", 1, &[5])], &[]), vec![value("y0", 1, &[2]), value("y1", 1, &[3])]);
+    assert!(map_node(&odd).unwrap_err().0.contains("equal parts"));
+    let bad = with_out(
+        node("Split", 13, vec![value("x", 1, &[5]), konst("sp", &[2, 2])], &[]),
+        vec![value("y0", 1, &[2]), value("y1", 1, &[2])],
+    );
+    assert!(map_node(&bad).unwrap_err().0.contains("split sizes"));
+    let run = with_out(
+        node("Split", 13, vec![value("x", 1, &[5]), value("sp", 7, &[2])], &[]),
+        vec![value("y0", 1, &[2]), value("y1", 1, &[3])],
+    );
+    assert!(map_node(&run).unwrap_err().0.contains("not a constant"));
+}
+
+#[test]
+fn integer_arithmetic_is_claimed_and_integer_pow_is_not() {
+    for (elem, op) in [(6, "Add"), (7, "Sub"), (2, "Mul"), (7, "Div"), (6, "Div")] {
+        let n = with_out(
+            node(op, 14, vec![typed("a", elem, &[2, 3]), typed("b", elem, &[3])], &[]),
+            vec![typed("y", elem, &[2, 3])],
+        );
+        assert!(map_node(&n).is_ok(), "{op} of element type {elem}");
+    }
+    let p = with_out(node("Pow", 15, vec![typed("a", 7, &[3]), typed("b", 7, &[3])], &[]), vec![typed("y", 7, &[3])]);
+    assert!(map_node(&p).is_err());
+    // Operands of two dtypes are npurt's refusal (ONNX requires one).
+    let n = with_out(node("Add", 14, vec![typed("a", 6, &[3]), typed("b", 7, &[3])], &[]), vec![typed("y", 7, &[3])]);
+    assert!(map_node(&n).is_err());
+}
+
+#[test]
+fn layer_norm_stash_type_0_or_1() {
+    let ln = |elem: i32, stash: i64| {
+        let mut n = with_out(
+            node(
+                "LayerNormalization",
+                17,
+                vec![typed("x", elem, &[2, 4]), typed("s", elem, &[4]), typed("b", elem, &[4])],
+                &[],
+            ),
+            vec![typed("y", elem, &[2, 4])],
+        );
+        n.attrs.insert("stash_type".into(), Attr::Int(stash));
+        map_node(&n)
+    };
+    assert!(ln(1, 0).is_ok() && ln(10, 0).is_ok());
+    assert!(ln(1, 1).is_ok() && ln(10, 1).is_ok());
+    assert!(ln(1, 10).unwrap_err().0.contains("stash_type 10"));
+}
+
+#[test]
+fn a_float_constant_of_shape_is_an_expand_of_its_value() {
+    let tensor = |elem: i32, bytes: Vec<u8>| Attr::Tensor { elem, bytes: Some(bytes) };
+    let mut n = node("ConstantOfShape", 20, vec![konst("s", &[2, 3])], &[2, 3]);
+    n.attrs.insert("value".into(), tensor(1, 2.5f32.to_le_bytes().to_vec()));
+    let m = map_node(&n).unwrap();
+    assert_eq!(m.op, Op::Expand { shape: vec![2, 3] });
+    let fill = m.fill.as_ref().unwrap();
+    assert_eq!((fill.dtype, fill.shape.rank(), fill.bytes.as_ref()), (DType::F32, 0, &2.5f32.to_le_bytes()[..]));
+    assert!(m.operand_names(&n).is_empty(), "the shape is not an operand");
+    // No value: an f32 0.
+    let z = node("ConstantOfShape", 20, vec![konst("s", &[4])], &[4]);
+    assert_eq!(map_node(&z).unwrap().fill.unwrap().bytes.as_ref(), &[0u8; 4][..]);
+    // A bf16 value, a value of two elements, a shape computed at run time, a negative dim.
+    let mut b = n.clone();
+    b.attrs.insert("value".into(), tensor(16, vec![0, 0]));
+    assert!(map_node(&b).is_err());
+    b.attrs.insert("value".into(), tensor(1, vec![0; 8]));
+    assert!(map_node(&b).is_err());
+    let mut r = node("ConstantOfShape", 20, vec![value("s", 7, &[2])], &[2, 3]);
+    r.attrs = n.attrs.clone();
+    assert!(map_node(&r).unwrap_err().0.contains("not a constant"));
+    let mut neg = node("ConstantOfShape", 20, vec![konst("s", &[-1])], &[2]);
+    neg.attrs = n.attrs.clone();
+    assert!(map_node(&neg).is_err());
+}
+
+#[test]
+fn tensor_bytes_read_as_integers_by_element_type() {
+    use crate::graph::ints_of;
+    assert_eq!(ints_of(7, &(-3i64).to_le_bytes()), Some(vec![-3]));
+    assert_eq!(ints_of(6, &[1, 0, 0, 0, 255, 255, 255, 255]), Some(vec![1, -1]));
+    assert_eq!(ints_of(9, &[1, 0]), Some(vec![1, 0]));
+    assert_eq!(ints_of(1, &[0; 4]), None, "float");
+    assert_eq!(ints_of(7, &[0; 5]), None, "not whole elements");
 }

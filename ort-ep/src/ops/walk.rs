@@ -24,7 +24,7 @@ pub enum Step {
     /// Computed on the host (its output is in [`Env::host`]).
     Folded,
     /// One npurt op: the node with its inputs' concrete dims (and folded data), and the op.
-    Mapped(Box<NodeInfo>, Mapped),
+    Mapped(Box<NodeInfo>, Box<Mapped>),
 }
 
 /// The values known so far. Not `Send`: its metas hold ORT's handles.
@@ -154,7 +154,14 @@ fn host_meta(v: &HostValue) -> Result<TensorMeta, Decline> {
 }
 
 /// One node: folded when its op folds and its inputs are known on the host, else mapped.
-fn step(node: &NodeInfo, env: &mut Env, accept: &dyn Fn(&Mapped) -> Result<(), Decline>) -> Result<Step, Decline> {
+/// `const_only`: every input is a constant initializer (then a node that does not fold stays
+/// on ORT, which folds such constants itself, rather than making a fused node of constants).
+fn step(
+    node: &NodeInfo,
+    env: &mut Env,
+    accept: &dyn Fn(&Mapped) -> Result<(), Decline>,
+    const_only: bool,
+) -> Result<Step, Decline> {
     if node.is_onnx() && fold::FOLDED.contains(&node.op_type.as_str()) {
         let hosts: Vec<Option<&HostValue>> =
             node.inputs.iter().map(|v| v.as_ref().and_then(|v| env.host.get(&v.name))).collect();
@@ -172,19 +179,41 @@ fn step(node: &NodeInfo, env: &mut Env, accept: &dyn Fn(&Mapped) -> Result<(), D
             node.inputs.iter().zip(&hosts).all(|(v, h)| v.is_none() || h.is_some())
         };
         if ready {
-            let v = fold::eval(node, &hosts, dims.as_deref())?;
-            let Some(Some(out)) = node.outputs.first() else { return decline("no output") };
-            env.output(out, &host_meta(&v)?)?;
-            env.set_host(&out.name, v.elem, v);
-            return Ok(Step::Folded);
+            match fold::eval(node, &hosts, dims.as_deref()) {
+                Ok(v) => {
+                    let Some(Some(out)) = node.outputs.first() else { return decline("no output") };
+                    env.output(out, &host_meta(&v)?)?;
+                    env.set_host(&out.name, v.elem, v);
+                    return Ok(Step::Folded);
+                }
+                // Not folded (a float ConstantOfShape or Cast, an integer division by 0): mapped
+                // where it maps, its known inputs then constants of the npurt graph.
+                Err(d) if const_only => return Err(Decline(format!("{} (of constants only)", d.0))),
+                Err(d) => {
+                    let (m, inferred) =
+                        map_concrete(node).map_err(|e| Decline(format!("not folded: {}; not mapped: {}", d.0, e.0)))?;
+                    return mapped(node, env, accept, m, inferred);
+                }
+            }
         }
     }
     let (m, inferred) = map_concrete(node)?;
+    mapped(node, env, accept, m, inferred)
+}
+
+/// A node mapped to `m` (its outputs' metas `inferred`), once `accept` agrees.
+fn mapped(
+    node: &NodeInfo,
+    env: &mut Env,
+    accept: &dyn Fn(&Mapped) -> Result<(), Decline>,
+    m: Mapped,
+    inferred: Vec<TensorMeta>,
+) -> Result<Step, Decline> {
     accept(&m)?;
     for (declared, made) in node.outputs.iter().flatten().zip(&inferred) {
         env.output(declared, made)?;
     }
-    Ok(Step::Mapped(Box::new(node.clone()), m))
+    Ok(Step::Mapped(Box::new(node.clone()), Box::new(m)))
 }
 
 /// Walks `nodes` in `order`: per node, what it becomes or why it cannot be npurt's. The
@@ -200,7 +229,8 @@ pub fn walk(
         let node = &nodes[i];
         let inputs = node.inputs.iter().map(|v| v.as_ref().map(|v| env.resolve(v))).collect();
         let concrete = NodeInfo { inputs, ..node.clone() };
-        let r = step(&concrete, env, accept);
+        let const_only = node.inputs.iter().flatten().all(|v| v.constant);
+        let r = step(&concrete, env, accept, const_only);
         if r.is_err() {
             for v in node.outputs.iter().flatten() {
                 if !env.metas.contains_key(&v.name) {
@@ -381,12 +411,14 @@ mod tests {
 
     #[test]
     fn a_shape_value_from_outside_is_not_folded() {
-        // The Concat's input comes from a node that is not folded (declined): the Reshape's
-        // shape is unknown and the Reshape declined.
+        // The Concat's input comes from a node that is not folded (declined): the Concat is
+        // npurt's data-path op, but its value is not known on the host, so the Reshape's shape
+        // is unknown and the Reshape declined.
         let mut nodes = computed_reshape();
         nodes[0].op_type = "NotAnOp".into();
         let (v, _) = claim(&nodes, &|_| Ok(()));
-        assert!(v[0].is_err() && v[1].is_err() && v[2].is_err(), "{v:?}");
+        assert!(v[0].is_err() && v[1].is_ok() && v[2].is_err(), "{v:?}");
+        assert!(v[2].as_ref().unwrap_err().0.contains("not a small int64 constant"), "{v:?}");
     }
 
     #[test]
@@ -406,5 +438,30 @@ mod tests {
         assert!(v[2].is_err());
         assert!(v[3].as_ref().unwrap_err().0.contains("folded in another fused group"), "{v:?}");
         assert_eq!(groups, Some(vec![vec![0, 1]]));
+    }
+
+    #[test]
+    fn a_folded_value_cast_to_float_is_mapped_with_the_value_as_a_constant() {
+        // f = Cast(Shape(x)[1:2], float): not folded (a float value), so npurt's Cast of the
+        // folded value.
+        let x = val("x", 1, &[-1, 8], &["batch", ""]);
+        let mut shape = node("Shape", vec![x], val("s", 7, &[1], &[]));
+        shape.since_version = 15;
+        shape.attrs.insert("start".into(), Attr::Int(1));
+        let mut cast = node("Cast", vec![val("s", 7, &[1], &[])], val("f", 1, &[1], &[]));
+        cast.attrs.insert("to".into(), Attr::Int(1));
+        let (v, groups) = claim(&[shape.clone(), cast.clone()], &|_| Ok(()));
+        assert!(v.iter().all(Result::is_ok), "{v:?}");
+        assert_eq!(groups, Some(vec![vec![0, 1]]));
+        let mut env = Env::bound([("batch".to_string(), 3)].into());
+        let steps = walk(&[shape, cast], &[0, 1], &mut env, &|_| Ok(()));
+        let Ok(Step::Mapped(_, m)) = &steps[1] else { panic!("{:?}", steps[1]) };
+        assert_eq!(m.op, runtime::Op::Cast { to: runtime::DType::F32 });
+        assert_eq!(env.host["s"].data, vec![8]);
+        // A Cast of a constant initializer alone is left to ORT (a fused node of constants).
+        let mut c = node("Cast", vec![konst("k", &[1], &[2])], val("kf", 1, &[1], &[]));
+        c.attrs.insert("to".into(), Attr::Int(1));
+        let (v, _) = claim(&[c], &|_| Ok(()));
+        assert!(v[0].as_ref().unwrap_err().0.contains("of constants only"), "{v:?}");
     }
 }
