@@ -97,7 +97,7 @@ impl CompiledGraph {
     /// The graph with its first run arena, frozen when the memory plan is on and the
     /// backend can freeze every launch.
     fn with_first_arena(mut self) -> Result<CompiledGraph> {
-        let mut first = self.new_instance()?;
+        let mut first = self.new_instance(true)?;
         if self.options.memory_reuse {
             match self.freeze(&first) {
                 Ok(plan) => {

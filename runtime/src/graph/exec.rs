@@ -119,8 +119,11 @@ pub struct ArenaStats {
 
 impl CompiledGraph {
     /// A run arena: the planned arena (or per-run slots), streams, events, and the frozen
-    /// launches when the graph runs frozen.
-    pub(super) fn new_instance(&self) -> Result<Instance> {
+    /// launches when the graph runs frozen. With `sole` (no other arena exists), an arena
+    /// whose streams cannot be made (the runtime's `max_streams` user streams are taken,
+    /// e.g. by other compiled graphs) runs its nodes in order on the device's default
+    /// stream instead of failing: the same results, without the parallelism.
+    pub(super) fn new_instance(&self, sole: bool) -> Result<Instance> {
         let device = self.options.device;
         let rt = &self.rt;
         let mut slots = HashMap::with_capacity(self.inter.len());
@@ -141,7 +144,17 @@ impl CompiledGraph {
             }
         }
         let streams: Vec<Stream> = if self.schedule.streams > 1 {
-            (0..self.schedule.streams).map(|_| rt.stream(device)).collect::<Result<_>>()?
+            match (0..self.schedule.streams).map(|_| rt.stream(device)).collect::<Result<_>>() {
+                Ok(streams) => streams,
+                Err(e) if sole => {
+                    log::info!(
+                        "compiled graph: the schedule's {} streams cannot be made ({e}); the arena runs its nodes in order on the default stream",
+                        self.schedule.streams
+                    );
+                    Vec::new()
+                }
+                Err(e) => return Err(e),
+            }
         } else {
             Vec::new()
         };
@@ -166,7 +179,7 @@ impl CompiledGraph {
         loop {
             match set.take(may_make) {
                 Take::Got(l) => return Ok(l),
-                Take::Make => match self.new_instance() {
+                Take::Make => match self.new_instance(set.stats().alive <= 1) {
                     Ok(inst) => {
                         log::debug!("compiled graph: arena {} of at most {} made", set.stats().alive, set.max());
                         return Ok(set.adopt(inst));
