@@ -10,14 +10,12 @@ theirs with `onnx.helper` and skip, saying so, when the `onnx` package is not im
 
 from __future__ import annotations
 
-import os
-import pathlib
 import threading
 
 import numpy as np
 import pytest
+from conftest import ep_lib
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 EP_NAME = "NpurtExecutionProvider"
 
 try:
@@ -31,17 +29,6 @@ if _version < (1, 24):
                 allow_module_level=True)
 
 
-def _library() -> "pathlib.Path | None":
-    env = os.environ.get("NPURT_ORT_EP_LIB")
-    if env:
-        return pathlib.Path(env) if pathlib.Path(env).is_file() else None
-    for profile in ("release", "debug"):
-        p = REPO / "target" / profile / "libnpurt_ort_ep.so"
-        if p.is_file():
-            return p
-    return None
-
-
 try:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -53,7 +40,7 @@ else:
 
 needs_onnx = pytest.mark.skipif(onnx is None, reason=_ONNX_MISSING or "onnx present")
 
-LIB = _library()
+LIB = ep_lib()
 if LIB is None:
     pytest.skip("libnpurt_ort_ep.so is not built (cargo build -p npurt-ort-ep --release, or set NPURT_ORT_EP_LIB)",
                 allow_module_level=True)
