@@ -434,12 +434,14 @@ pub fn ints_of(elem: i32, bytes: &[u8]) -> Option<Vec<i64>> {
     Some(ints.collect())
 }
 
-/// The element type of a host tensor and, for one of a fixed-width element type
-/// ([`elem_size`]) and at most [`SMALL_CONSTANT`] elements, its bytes.
+/// The ONNX element type and the dims of a tensor, the dims borrowed from ORT.
 ///
 /// # Safety
-/// `value` is a valid tensor for the current call.
-unsafe fn tensor_raw(ort: &Ort, value: *const ort_sys::OrtValue) -> Result<(i32, Option<Vec<u8>>), EpError> {
+/// `value` is a valid tensor for the lifetime `'a` the caller picks (the current call).
+pub unsafe fn tensor_type_and_dims<'a>(
+    ort: &Ort,
+    value: *const ort_sys::OrtValue,
+) -> Result<(i32, &'a [i64]), EpError> {
     let mut elem = ONNXTensorElementDataType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
     let mut dims: *const i64 = ptr::null();
     let mut rank = 0usize;
@@ -447,13 +449,23 @@ unsafe fn tensor_raw(ort: &Ort, value: *const ort_sys::OrtValue) -> Result<(i32,
     ort.check("GetTensorElementTypeAndShapeDataReference", unsafe {
         (ort.api.GetTensorElementTypeAndShapeDataReference)(value, &mut elem, &mut dims, &mut rank)
     })?;
-    let elem = elem as i32;
     let dims: &[i64] = if rank == 0 || dims.is_null() {
         &[]
     } else {
-        // SAFETY: ORT's array of `rank` dims, alive with the value.
+        // SAFETY: ORT's array of `rank` dims, alive with the value (for 'a).
         unsafe { std::slice::from_raw_parts(dims, rank) }
     };
+    Ok((elem as i32, dims))
+}
+
+/// The element type of a host tensor and, for one of a fixed-width element type
+/// ([`elem_size`]) and at most [`SMALL_CONSTANT`] elements, its bytes.
+///
+/// # Safety
+/// `value` is a valid tensor for the current call.
+unsafe fn tensor_raw(ort: &Ort, value: *const ort_sys::OrtValue) -> Result<(i32, Option<Vec<u8>>), EpError> {
+    // SAFETY: value is a valid tensor for the current call, as this function's caller promises.
+    let (elem, dims) = unsafe { tensor_type_and_dims(ort, value) }?;
     let n = dims.iter().try_fold(1usize, |n, &d| usize::try_from(d).ok().and_then(|d| n.checked_mul(d)));
     let (Some(n), Some(w)) = (n.filter(|&n| n <= SMALL_CONSTANT), elem_size(elem)) else { return Ok((elem, None)) };
     if n == 0 {

@@ -18,8 +18,7 @@ use runtime::graph::{CompileOptions, CompiledGraph, Graph, HostTensor, SharedCon
 use runtime::{DType, Op, Shape, Tensor, TensorMeta};
 
 use crate::abi::{
-    EP_API_VERSION, ONNXTensorElementDataType, OrtGraph, OrtKernelContext, OrtNode, OrtNodeComputeContext,
-    OrtNodeComputeInfo, OrtValue, StatusPtr,
+    EP_API_VERSION, OrtGraph, OrtKernelContext, OrtNode, OrtNodeComputeContext, OrtNodeComputeInfo, OrtValue, StatusPtr,
 };
 use crate::graph::{self, NodeInfo, ValueMeta};
 use crate::ops::fold::HostValue;
@@ -436,21 +435,9 @@ unsafe fn initializer(ort: &Ort, v: &ValueMeta) -> Result<HostTensor, EpError> {
 /// # Safety
 /// `value` is a valid host tensor for the lifetime `'a` the caller picks (the current call).
 unsafe fn tensor_bytes<'a>(ort: &Ort, value: *const OrtValue) -> Result<(TensorMeta, &'a [u8]), EpError> {
-    let mut elem = ONNXTensorElementDataType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
-    let mut dims: *const i64 = ptr::null();
-    let mut rank = 0usize;
-    // SAFETY: value is valid; ORT returns a pointer to its own shape array.
-    ort.check("GetTensorElementTypeAndShapeDataReference", unsafe {
-        (ort.api.GetTensorElementTypeAndShapeDataReference)(value, &mut elem, &mut dims, &mut rank)
-    })?;
-    let dims: &[i64] = if rank == 0 || dims.is_null() {
-        &[]
-    } else {
-        // SAFETY: ORT's array of `rank` dims, alive with the value.
-        unsafe { std::slice::from_raw_parts(dims, rank) }
-    };
-    let dtype =
-        ops::operand_dtype(elem as i32).ok_or_else(|| EpError::Graph(format!("ONNX element type {}", elem as i32)))?;
+    // SAFETY: value is a valid host tensor for 'a, as this function's caller promises.
+    let (elem, dims) = unsafe { graph::tensor_type_and_dims(ort, value) }?;
+    let dtype = ops::operand_dtype(elem).ok_or_else(|| EpError::Graph(format!("ONNX element type {elem}")))?;
     let shape: Vec<usize> = dims
         .iter()
         .map(|&d| usize::try_from(d))
