@@ -130,16 +130,22 @@ on_every_backend!(tiny_bert_runs_concurrently, serial_runs(), |b: Arc<dyn Backen
     assert_eq!(bad, 0, "{bad} of 18 concurrent tiny-BERT runs wrong");
 });
 
-// A second arena needs streams of its own; with the runtime's stream cap used up by the
-// first, concurrent runs wait for that one instead of failing.
-on_every_backend!(runs_wait_when_no_further_arena_can_be_made, serial_runs(), |b: Arc<dyn Backend>| {
-    let rt = Runtime::with_backend(b, RuntimeConfig { max_streams: 2, ..RuntimeConfig::default() }).unwrap();
+/// `relu(x) + tanh(x)` on a [64, 64] input: two branches a schedule may put on two streams.
+fn two_branches() -> Graph {
     let mut g = Graph::new();
     let x = g.input("x", DType::F32, [64, 64]);
     let l = g.op("l", Op::Relu, &[x]).unwrap();
     let r = g.op("r", Op::Tanh, &[x]).unwrap();
     let y = g.op("y", Op::Add, &[l, r]).unwrap();
     g.output(y);
+    g
+}
+
+// A second arena needs streams of its own; with the runtime's stream cap used up by the
+// first, concurrent runs wait for that one instead of failing.
+on_every_backend!(runs_wait_when_no_further_arena_can_be_made, serial_runs(), |b: Arc<dyn Backend>| {
+    let rt = Runtime::with_backend(b, RuntimeConfig { max_streams: 2, ..RuntimeConfig::default() }).unwrap();
+    let g = two_branches();
     let opts = CompileOptions { max_streams: 2, ..options(true, 4) };
     let cg = CompiledGraph::compile(&rt, &g, opts).unwrap();
     if cg.schedule().streams < 2 {
@@ -161,12 +167,7 @@ on_every_backend!(runs_wait_when_no_further_arena_can_be_made, serial_runs(), |b
 // order on the default stream instead of failing to compile.
 on_every_backend!(a_graph_without_free_streams_runs_on_the_default_stream, serial_runs(), |b: Arc<dyn Backend>| {
     let rt = Runtime::with_backend(b, RuntimeConfig { max_streams: 2, ..RuntimeConfig::default() }).unwrap();
-    let mut g = Graph::new();
-    let x = g.input("x", DType::F32, [64, 64]);
-    let l = g.op("l", Op::Relu, &[x]).unwrap();
-    let r = g.op("r", Op::Tanh, &[x]).unwrap();
-    let y = g.op("y", Op::Add, &[l, r]).unwrap();
-    g.output(y);
+    let g = two_branches();
     let opts = CompileOptions { max_streams: 2, ..options(true, 4) };
     let held: Vec<_> = (0..2).map(|_| rt.stream(0).unwrap()).collect();
     assert!(rt.stream(0).is_err(), "the cap is taken");
