@@ -15,7 +15,6 @@ Each skips, saying why, without onnxruntime >= 1.24 or the onnx package.
 
 from __future__ import annotations
 
-import gc
 import importlib.util
 import json
 import os
@@ -28,27 +27,12 @@ import pytest
 
 import npurt
 import npurt.ort
+from ort_support import SKIP, TensorProto, helper, onnx, rt, unregister_package_ep
 from conftest import REPO
 
 EP_NAME = "NpurtExecutionProvider"
 
-try:
-    import onnxruntime as rt
-except ImportError as e:  # pragma: no cover - depends on the environment
-    rt = None
-    _SKIP = f"onnxruntime is not importable ({e}); pip install onnxruntime"
-else:
-    _v = tuple(int(p) for p in rt.__version__.split(".")[:2] if p.isdigit())
-    _SKIP = f"onnxruntime {rt.__version__} is older than 1.24, the EP ABI" if _v < (1, 24) else ""
-
-try:
-    import onnx
-    from onnx import TensorProto, helper
-except ImportError as e:  # pragma: no cover - depends on the environment
-    onnx = None
-    _SKIP = _SKIP or f"the onnx package is not importable ({e}); pip install onnx"
-
-pytestmark = pytest.mark.skipif(bool(_SKIP), reason=_SKIP or "onnxruntime and onnx present")
+pytestmark = pytest.mark.skipif(bool(SKIP), reason=SKIP or "onnxruntime and onnx present")
 
 TINY = dict(vocab=100, hidden=64, layers=2, heads=4, ffn=128, max_pos=64, type_vocab=2, eps=1e-12)
 
@@ -64,11 +48,7 @@ def _ort_bert():
 @pytest.fixture(scope="module")
 def registered():
     yield
-    gc.collect()
-    try:
-        rt.unregister_execution_provider_library(npurt.ort.REGISTRATION_NAME)
-    except Exception:  # noqa: BLE001 - not registered by this module
-        pass
+    unregister_package_ep()
 
 
 def _session(path, optimize=True):

@@ -13,13 +13,13 @@ claimed and declined nodes are printed (`pytest -s`). Skips, saying why, without
 from __future__ import annotations
 
 import collections
-import gc
 import warnings
 
 import numpy as np
 import pytest
 
 import npurt.ort
+from ort_support import unregister_package_ep
 
 EP_NAME = "NpurtExecutionProvider"
 # The ONNX op types the EP may claim (docs/ONNXRUNTIME.md, "What is claimed").
@@ -93,11 +93,7 @@ def _against_expected(case, got) -> "tuple[float, float]":
 @pytest.fixture(scope="module")
 def registered():
     yield
-    gc.collect()
-    try:
-        rt.unregister_execution_provider_library(npurt.ort.REGISTRATION_NAME)
-    except Exception:  # noqa: BLE001 - not registered by this module
-        pass
+    unregister_package_ep()
 
 
 def test_onnx_node_cases_of_claimed_ops_match_the_cpu_ep(registered):

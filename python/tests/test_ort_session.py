@@ -8,7 +8,6 @@ onnxruntime ≥ 1.24 or the `onnx` package (which builds their models).
 from __future__ import annotations
 
 import ctypes
-import gc
 import os
 
 import numpy as np
@@ -16,26 +15,11 @@ import pytest
 
 import npurt
 import npurt.ort
+from ort_support import SKIP, TensorProto, helper, onnx, rt, unregister_package_ep
 
 EP_NAME = "NpurtExecutionProvider"
 
-try:
-    import onnxruntime as rt
-except ImportError as e:  # pragma: no cover - depends on the environment
-    rt = None
-    _SKIP = f"onnxruntime is not importable ({e}); pip install onnxruntime"
-else:
-    _v = tuple(int(p) for p in rt.__version__.split(".")[:2] if p.isdigit())
-    _SKIP = f"onnxruntime {rt.__version__} is older than 1.24, the EP ABI" if _v < (1, 24) else ""
-
-try:
-    import onnx
-    from onnx import TensorProto, helper
-except ImportError as e:  # pragma: no cover - depends on the environment
-    onnx = None
-    _SKIP = _SKIP or f"the onnx package is not importable ({e}); pip install onnx"
-
-needs_ort = pytest.mark.skipif(bool(_SKIP), reason=_SKIP or "onnxruntime and onnx present")
+needs_ort = pytest.mark.skipif(bool(SKIP), reason=SKIP or "onnxruntime and onnx present")
 
 
 def test_the_ep_name_is_the_issues():
@@ -57,11 +41,7 @@ def ep():
     """Unregisters what npurt.ort.session registered, after the module (other test modules
     register their own build of the library)."""
     yield npurt.ort
-    gc.collect()  # the sessions first: ORT refuses to unregister a library still in use
-    try:
-        rt.unregister_execution_provider_library(npurt.ort.REGISTRATION_NAME)
-    except Exception:  # noqa: BLE001 - not registered by this module (already offered)
-        pass
+    unregister_package_ep()
 
 
 def _model() -> bytes:

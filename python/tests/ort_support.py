@@ -1,0 +1,37 @@
+"""What the ONNX Runtime tests of the Python package share: `onnxruntime` and `onnx` imported
+where present, the reason to skip when either is missing or ORT is older than the plugin EP
+ABI (1.24), and unregistering the library `npurt.ort.session` registered."""
+
+from __future__ import annotations
+
+import gc
+
+import npurt.ort
+
+try:
+    import onnxruntime as rt
+except ImportError as e:  # pragma: no cover - depends on the environment
+    rt = None
+    SKIP = f"onnxruntime is not importable ({e}); pip install onnxruntime"
+else:
+    _v = tuple(int(p) for p in rt.__version__.split(".")[:2] if p.isdigit())
+    SKIP = f"onnxruntime {rt.__version__} is older than 1.24, the EP ABI" if _v < (1, 24) else ""
+
+try:
+    import onnx
+    from onnx import TensorProto, helper
+except ImportError as e:  # pragma: no cover - depends on the environment
+    onnx = TensorProto = helper = None
+    SKIP = SKIP or f"the onnx package is not importable ({e}); pip install onnx"
+
+__all__ = ["SKIP", "TensorProto", "helper", "onnx", "rt", "unregister_package_ep"]
+
+
+def unregister_package_ep() -> None:
+    """Unregisters what `npurt.ort.session` registered (the sessions first: ORT refuses to
+    unregister a library still in use); nothing when this process did not register it."""
+    gc.collect()
+    try:
+        rt.unregister_execution_provider_library(npurt.ort.REGISTRATION_NAME)
+    except Exception:  # noqa: BLE001 - not registered by this process (or already offered)
+        pass
