@@ -191,3 +191,19 @@ on_every_backend!(extreme_inputs_give_the_documented_answers_on_every_tier, |b: 
         }
     }
 });
+
+/// Every op of the table has a case in the suite (random or extreme inputs, some dtype): an
+/// op added to the table without one fails here.
+#[test]
+fn the_suite_has_a_case_of_every_op_of_the_table() {
+    use npurt::OpKind;
+    use npurt_test_support::conformance::{cases, extreme_cases};
+    let mut seen = std::collections::HashSet::new();
+    for d in [DType::F32, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U8] {
+        for c in cases(d, 1).iter().chain(&extreme_cases(d)) {
+            seen.insert(c.op.kind());
+        }
+    }
+    let missing: Vec<OpKind> = OpKind::ALL.into_iter().filter(|k| !seen.contains(k)).collect();
+    assert!(missing.is_empty(), "no conformance case of {missing:?}");
+}
