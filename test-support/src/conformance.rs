@@ -185,14 +185,7 @@ fn unary(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
         add(out, Op::Sqrt, vec![(f, s.clone(), "positive")], 1, rng);
     }
     // Pow: positive bases (a negative one to a fractional power is NaN), broadcasting.
-    for (sa, sb) in [
-        (vec![], vec![]),
-        (vec![0], vec![1]),
-        (vec![7], vec![7]),
-        (vec![3, 17], vec![17]),
-        (vec![2, 1, 5], vec![4, 1]),
-        (vec![1], vec![2, 33]),
-    ] {
+    for (sa, sb) in broadcast_pairs().into_iter().take(6) {
         add(out, Op::Pow, vec![(f, sa, "positive"), (f, sb, "")], 1, rng);
     }
 }
@@ -281,9 +274,11 @@ fn attention(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
     }
 }
 
-/// Add, Sub, Mul and Div with broadcasting (floats and integers; divisors nonzero).
-fn arithmetic(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
-    for (sa, sb) in [
+/// Operand shapes of the broadcasting binary ops: 0-d, empty, equal, trailing, both sides
+/// stretched, one padded; the last two (both stretched at once, a long row) only for the
+/// arithmetic ops.
+fn broadcast_pairs() -> [(Vec<usize>, Vec<usize>); 8] {
+    [
         (vec![], vec![]),
         (vec![0], vec![1]),
         (vec![7], vec![7]),
@@ -292,7 +287,12 @@ fn arithmetic(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
         (vec![1], vec![2, 33]),
         (vec![4, 1, 9], vec![1, 3, 9]),
         (vec![1031], vec![1031]),
-    ] {
+    ]
+}
+
+/// Add, Sub, Mul and Div with broadcasting (floats and integers; divisors nonzero).
+fn arithmetic(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
+    for (sa, sb) in broadcast_pairs() {
         for op in [Op::Add, Op::Sub, Op::Mul] {
             add(out, op, vec![(f, sa.clone(), ""), (f, sb.clone(), "")], 1, rng);
         }
