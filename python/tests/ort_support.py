@@ -1,10 +1,13 @@
 """What the ONNX Runtime tests of the Python package share: `onnxruntime` and `onnx` imported
 where present, the reason to skip when either is missing or ORT is older than the plugin EP
-ABI (1.24), and unregistering the library `npurt.ort.session` registered."""
+ABI (1.24), unregistering the library `npurt.ort.session` registered, and the BERT builder of
+bench/peers/ort_bert.py with the small configuration the tests export."""
 
 from __future__ import annotations
 
 import gc
+import importlib.util
+import pathlib
 
 import npurt.ort
 
@@ -24,7 +27,10 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     onnx = TensorProto = helper = None
     SKIP = SKIP or f"the onnx package is not importable ({e}); pip install onnx"
 
-__all__ = ["SKIP", "TensorProto", "helper", "onnx", "rt", "unregister_package_ep"]
+__all__ = ["SKIP", "TINY_BERT", "TensorProto", "helper", "onnx", "ort_bert", "rt", "unregister_package_ep"]
+
+#: A 2-layer BERT small enough for every test: hidden 64, 4 heads, 100 tokens.
+TINY_BERT = dict(vocab=100, hidden=64, layers=2, heads=4, ffn=128, max_pos=64, type_vocab=2, eps=1e-12)
 
 
 def unregister_package_ep() -> None:
@@ -35,3 +41,12 @@ def unregister_package_ep() -> None:
         rt.unregister_execution_provider_library(npurt.ort.REGISTRATION_NAME)
     except Exception:  # noqa: BLE001 - not registered by this process (or already offered)
         pass
+
+
+def ort_bert():
+    """bench/peers/ort_bert.py as a module (its builder, not a copy of it)."""
+    path = pathlib.Path(__file__).resolve().parents[2] / "bench" / "peers" / "ort_bert.py"
+    spec = importlib.util.spec_from_file_location("ort_bert", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

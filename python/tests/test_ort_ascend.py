@@ -24,7 +24,6 @@ import sys
 
 import numpy as np
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 HERE = pathlib.Path(__file__).resolve().parent
 EP_NAME = "NpurtExecutionProvider"
 #: Outputs within this × max |reference| of ORT's CPU EP at precision f32: the 910B2 computes
@@ -135,6 +134,7 @@ if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "child":
 import pytest  # noqa: E402 - the child above needs no pytest
 
 from conftest import emu_lib, ep_lib  # noqa: E402
+from ort_support import TINY_BERT, ort_bert  # noqa: E402
 
 try:
     import onnxruntime as ort
@@ -304,14 +304,8 @@ def bert(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     """The BERT encoder of bench/peers/ort_bert.py as HF's exporter writes it (embeddings with
     the position-id shape chain, the additive mask, 2 layers of attention, erf GELU and
     LayerNormalization; symbolic batch and sequence dims), small: hidden 64, 4 heads."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("ort_bert", REPO / "bench" / "peers" / "ort_bert.py")
-    ob = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ob)
     d = tmp_path_factory.mktemp("bert")
-    c = dict(vocab=100, hidden=64, layers=2, heads=4, ffn=128, max_pos=64, type_vocab=2, eps=1e-12)
-    model = ob.build_unfused(onnx, np, c, str(d), seed=33)
+    model = ort_bert().build_unfused(onnx, np, TINY_BERT, str(d), seed=33)
     onnx.save(model, str(d / "unfused.onnx"))
     return d / "unfused.onnx"
 

@@ -15,7 +15,6 @@ Each skips, saying why, without onnxruntime >= 1.24 or the onnx package.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import pathlib
@@ -27,22 +26,12 @@ import pytest
 
 import npurt
 import npurt.ort
-from ort_support import SKIP, TensorProto, helper, onnx, rt, unregister_package_ep
+from ort_support import SKIP, TINY_BERT, TensorProto, helper, onnx, ort_bert, rt, unregister_package_ep
 from conftest import REPO
 
 EP_NAME = "NpurtExecutionProvider"
 
 pytestmark = pytest.mark.skipif(bool(SKIP), reason=SKIP or "onnxruntime and onnx present")
-
-TINY = dict(vocab=100, hidden=64, layers=2, heads=4, ffn=128, max_pos=64, type_vocab=2, eps=1e-12)
-
-
-def _ort_bert():
-    """bench/peers/ort_bert.py as a module (its builder, not a copy of it)."""
-    spec = importlib.util.spec_from_file_location("ort_bert", REPO / "bench" / "peers" / "ort_bert.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +71,7 @@ def _assert_within(got, want, rel=1e-4):
 
 
 def _build_bert(tmp_path, c, weights=None, shape_chains=False):
-    ob = _ort_bert()
+    ob = ort_bert()
     model = ob.build_unfused(onnx, np, c, str(tmp_path), seed=33, weights=weights, shape_chains=shape_chains)
     path = tmp_path / "unfused.onnx"
     onnx.save(model, str(path))
@@ -94,7 +83,7 @@ def _build_bert(tmp_path, c, weights=None, shape_chains=False):
 def test_the_bert_export_runs_entirely_on_npurt_in_one_fused_node(registered, tmp_path, shape_chains, optimize):
     # With shape_chains, each attention Reshape's target comes from Shape -> Gather ->
     # Unsqueeze -> Concat of the activation (as torch.onnx exports x.size()[:-1] + (nh, dh)).
-    path, names = _build_bert(tmp_path, TINY, shape_chains=shape_chains)
+    path, names = _build_bert(tmp_path, TINY_BERT, shape_chains=shape_chains)
     sess = _session(path, optimize)
     cpu = rt.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     sub = _subgraphs(sess)
@@ -106,10 +95,10 @@ def test_the_bert_export_runs_entirely_on_npurt_in_one_fused_node(registered, tm
           f"{'ORT-optimized' if optimize else 'as exported'}): {len(names)} exported nodes, "
           f"{len(on_ep[0][1])} on {EP_NAME} in 1 fused node")
     for batch, seq in ((2, 7), (1, 12), (2, 7)):
-        feeds = _bert_feeds(batch, seq, TINY["vocab"], seed=batch * 100 + seq)
+        feeds = _bert_feeds(batch, seq, TINY_BERT["vocab"], seed=batch * 100 + seq)
         (got,) = sess.run(None, feeds)
         (want,) = cpu.run(None, feeds)
-        assert got.shape == (batch, seq, TINY["hidden"])
+        assert got.shape == (batch, seq, TINY_BERT["hidden"])
         _assert_within(got, want)
 
 
@@ -209,9 +198,9 @@ def test_a_conv_in_front_of_a_matmul_block_stays_on_ort_and_results_match(regist
 
 
 def test_four_threads_on_one_bert_session_equal_the_serial_run(registered, tmp_path):
-    path, _ = _build_bert(tmp_path, TINY)
+    path, _ = _build_bert(tmp_path, TINY_BERT)
     sess = _session(path)
-    feeds = [_bert_feeds(1 + k % 2, 5 + k, TINY["vocab"], seed=k) for k in range(4)]
+    feeds = [_bert_feeds(1 + k % 2, 5 + k, TINY_BERT["vocab"], seed=k) for k in range(4)]
     serial = [sess.run(None, f)[0] for f in feeds]
     results: "list[list]" = [[] for _ in feeds]
     errors = []
