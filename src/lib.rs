@@ -16,6 +16,7 @@
 
 pub mod embed;
 pub mod files;
+pub mod llm;
 pub mod models;
 pub mod npy;
 

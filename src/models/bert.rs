@@ -51,7 +51,7 @@ impl From<WeightError> for Error {
 }
 
 /// The first element of `t` (f32, f16 or bf16) that is NaN or infinite.
-fn first_non_finite(t: &HostTensor) -> Option<(usize, f32)> {
+pub(crate) fn first_non_finite(t: &HostTensor) -> Option<(usize, f32)> {
     fn scan<const N: usize>(bytes: &[u8], exp: u32, to_f32: impl Fn(u32) -> f32) -> Option<(usize, f32)> {
         let word = |c: &[u8]| c.iter().rev().fold(0u32, |a, &b| (a << 8) | b as u32);
         // A branch-free pass first (vectorises); the position only when something is there.
@@ -70,7 +70,7 @@ fn first_non_finite(t: &HostTensor) -> Option<(usize, f32)> {
 }
 
 /// `t` with f16 / bf16 values as f32 (the encoder computes in f32); f32 as it is.
-fn float_as_f32(name: &str, t: HostTensor) -> std::result::Result<HostTensor, WeightError> {
+pub(crate) fn float_as_f32(name: &str, t: HostTensor) -> std::result::Result<HostTensor, WeightError> {
     let widen = |v: Vec<f32>| HostTensor {
         dtype: DType::F32,
         shape: t.shape.clone(),
@@ -120,7 +120,7 @@ fn zeroed_f32_bytes(n: usize) -> Option<Vec<u8>> {
 
 /// Fills `n` normal values (as f32 little-endian bytes) in parallel chunks
 /// (deterministic for a seed).
-fn random_normal(seed: u64, n: usize, std: f32) -> Option<Vec<u8>> {
+pub(crate) fn random_normal(seed: u64, n: usize, std: f32) -> Option<Vec<u8>> {
     const CHUNK: usize = 1 << 20;
     let chunks = n.div_ceil(CHUNK).max(1);
     let mut out = zeroed_f32_bytes(n)?;
