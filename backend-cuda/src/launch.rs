@@ -225,6 +225,9 @@ impl Device {
             | Op::Concat { .. }
             | Op::Slice { .. }
             | Op::Expand { .. } => self.nvrtc_data(args, ss),
+            Op::Silu | Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::SwiGlu => {
+                Err(bad(format!("{}: no CUDA kernel", args.op.name())))
+            }
         }
     }
 

@@ -179,6 +179,7 @@ mod tests {
             ("Sigmoid", OpKind::Sigmoid),
             ("Softmax", OpKind::Softmax),
             ("LayerNormalization", OpKind::LayerNorm),
+            ("RMSNormalization", OpKind::RmsNorm),
             ("Transpose", OpKind::Permute),
             ("Reshape", OpKind::Reshape),
             ("Gather", OpKind::Gather),

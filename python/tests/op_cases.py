@@ -30,6 +30,17 @@ def layernorm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float) -> np.nda
     return (x - m) / np.sqrt(v + eps) * g + b
 
 
+def rmsnorm(x: np.ndarray, w: Any, eps: float) -> np.ndarray:
+    x = x.astype(np.float64)
+    y = x / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
+    return y if w is None else y * w
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    return x / (1 + np.exp(-x))
+
+
 def softmax(x: np.ndarray, axis: int) -> np.ndarray:
     x = x.astype(np.float64)
     e = np.exp(x - x.max(axis, keepdims=True))
@@ -115,6 +126,12 @@ def cases(seed: int = 0) -> List[Case]:
         ("Attention", [q, k, v, mask], {}, attention),
         ("BiasGelu", [x, bias], {}, lambda t, bb: gelu(t + bb)),
         ("AddLayerNorm", [x, y, g, beta], {"eps": 1e-5}, lambda t, rr, g, b: layernorm(t + rr, g, b, 1e-5)),
+        ("RmsNorm", [x, g], {"eps": 1e-5}, lambda t, w: rmsnorm(t, w, 1e-5)),
+        ("RMSNormalization", [x], {"eps": 1e-3}, lambda t: rmsnorm(t, None, 1e-3)),
+        ("AddRmsNorm", [x, y, g], {"eps": 1e-5}, lambda t, rr, w: rmsnorm(t + rr, w, 1e-5)),
+        ("Silu", [x], {}, silu),
+        ("SwiGlu", [x], {}, lambda t: silu(t[:, :3]) * t[:, 3:]),
+        ("SwiGlu", [x, y], {}, lambda gt, up: silu(gt) * up),
     ]
 
 

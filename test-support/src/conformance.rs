@@ -90,6 +90,7 @@ pub fn cases(dtype: DType, seed: u64) -> Vec<Case> {
         unary(&mut out, f, &mut rng);
         rows(&mut out, f, &mut rng);
         attention(&mut out, f, &mut rng);
+        out.extend(crate::decoder_cases::random(f, seed).into_iter().map(|(o, i, a)| fixed(o, i, a)));
         for to in [DType::F32, DType::F16, DType::BF16, DType::I32] {
             add(&mut out, Op::Cast { to }, vec![(f, vec![3, 11], "")], 1, &mut rng);
         }
@@ -474,6 +475,7 @@ fn extreme_elementwise(out: &mut Vec<Case>, f: DType, big: f64) {
     ] {
         out.push(fixed(op, vec![(f, vec![n], specials.clone())], 1));
     }
+    out.extend(crate::decoder_cases::extreme_gates(f, &specials).into_iter().map(|(o, i, a)| fixed(o, i, a)));
     // Every pair of a few specials: inf - inf, 0 / 0, x / -0, big * big, NaN anywhere.
     let few = [INF, -INF, NAN, 0.0, -0.0, 1.0, -1.0, big, -big];
     let (a, b): (Vec<f64>, Vec<f64>) = few.iter().flat_map(|&x| few.iter().map(move |&y| (x, y))).unzip();
@@ -537,6 +539,7 @@ fn extreme_rows(out: &mut Vec<Case>, f: DType, big: f64) {
         vec![(f, vec![2, 4], sum_a.clone()), (f, vec![2, 4], sum_b), (f, vec![4], g), (f, vec![4], bt)],
         4,
     ));
+    out.extend(crate::decoder_cases::extreme_rms(f, big, mid, &sum_a).into_iter().map(|(o, i, a)| fixed(o, i, a)));
     let bias = if dtype == DType::F16 { vec![INF, NAN, -INF, 0.0] } else { vec![-big, big, NAN, INF] };
     for approx in [GeluApprox::Erf, GeluApprox::Tanh] {
         out.push(fixed(Op::BiasGelu(approx), vec![(f, vec![2, 4], sum_a.clone()), (f, vec![4], bias.clone())], 1));
@@ -699,7 +702,8 @@ fn run_case(rt: &Runtime, case: &Case) -> Result<Option<(DType, Vec<f64>)>> {
     let ins: Vec<Tensor> = case.inputs.iter().map(|(d, s, v)| upload(rt, *d, s, v)).collect::<Result<_>>()?;
     let refs: Vec<&Tensor> = ins.iter().collect();
     match rt.run(&case.op, &refs) {
-        Ok(outs) => Ok(Some((outs[0].dtype(), download(&outs[0])?))),
+        // Every output, one after another (AddRmsNorm has two of one dtype).
+        Ok(outs) => Ok(Some((outs[0].dtype(), outs.iter().map(download).collect::<Result<Vec<_>>>()?.concat()))),
         Err(Error::NoKernel { .. }) => Ok(None),
         Err(e) => Err(e),
     }

@@ -103,6 +103,11 @@ pub fn op() -> impl Strategy<Value = Op> {
         }),
         approx().prop_map(Op::BiasGelu),
         float_attr().prop_map(|eps| Op::AddLayerNorm { eps: eps.abs() * 1e-5 }),
+        Just(Op::Silu),
+        float_attr().prop_map(|eps| Op::RmsNorm { eps: eps.abs() * 1e-5 }),
+        float_attr().prop_map(|eps| Op::RmsNorm { eps }),
+        float_attr().prop_map(|eps| Op::AddRmsNorm { eps: eps.abs() * 1e-5 }),
+        Just(Op::SwiGlu),
     ]
 }
 

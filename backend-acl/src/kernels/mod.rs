@@ -116,6 +116,10 @@ names! {
     Attention => "attention.aclnn-composed.cube", "attention.host.reference";
     BiasGelu => "biasgelu.aclnn-add-gelu.vector", "biasgelu.host.reference";
     AddLayerNorm => "addlayernorm.aclnn-add-layernorm.vector", "addlayernorm.host.reference";
+    Silu => "silu.aclnn.vector", "silu.host.reference";
+    RmsNorm => "rmsnorm.aclnn.vector", "rmsnorm.host.reference";
+    AddRmsNorm => "addrmsnorm.aclnn.vector", "addrmsnorm.host.reference";
+    SwiGlu => "swiglu.aclnn.vector", "swiglu.host.reference";
 }
 
 /// The name of the kernel that runs op `k`'s FP32 products on the 910's Cube in FP16, for
@@ -173,6 +177,9 @@ fn check(q: &KernelQuery<'_>, p: Policy) -> Result<(), String> {
             Err("saturating casts to u8 are not documented for aclnnCast".into())
         }
         Op::ReduceSum { .. } | Op::ReduceMean { .. } if x.shape.rank() == 0 => Err("0-D reductions".into()),
+        Op::Silu | Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::SwiGlu => {
+            Err("no aclnn mapping yet: the host tier runs it".into())
+        }
         Op::Slice { steps, .. } if steps.iter().any(|&s| s < 0) => {
             Err("aclnnSlice walks forwards only: a negative step is left to the host tier".into())
         }

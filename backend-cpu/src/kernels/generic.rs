@@ -124,7 +124,16 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             let r = Zip::from(&av).and(&bv).map_collect(|x, y| x.powf(*y));
             put(&mut outs[0], r)
         }
-        Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Neg | Op::Sigmoid | Op::Scale { .. } => {
+        Op::Relu
+        | Op::Gelu(_)
+        | Op::Tanh
+        | Op::Erf
+        | Op::Exp
+        | Op::Sqrt
+        | Op::Neg
+        | Op::Sigmoid
+        | Op::Silu
+        | Op::Scale { .. } => {
             let x = arr(&ins[0])?;
             let y = match op {
                 // NaN propagates (`f32::max` would turn it into 0).
@@ -136,6 +145,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
                 Op::Sqrt => x.mapv(f32::sqrt),
                 Op::Neg => x.mapv(|v| -v),
                 Op::Sigmoid => x.mapv(sigmoid_f32),
+                Op::Silu => x.mapv(silu_f32),
                 Op::Scale { factor } => x * *factor,
                 _ => return Err(KernelError::Internal("not a unary op".into())),
             };
@@ -210,6 +220,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             let v: Vec<f64> = x.iter().copied().collect();
             store_f64(&mut outs[0], &v)
         }
+        Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::SwiGlu => super::norm::generic(op, ins, outs),
         Op::Attention { scale, layout } => {
             // Computed in [B, H, S, D]: tokens-first operands are transposed in and out.
             let swap = *layout == AttentionLayout::Bsnd;

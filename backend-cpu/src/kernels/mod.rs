@@ -17,6 +17,7 @@ pub mod fast;
 pub mod gemm_bf16;
 pub mod gemm_packed;
 pub mod generic;
+pub mod norm;
 pub mod simd_math;
 
 use crate::features::CpuFeatures;

@@ -224,6 +224,8 @@ fn build(blas: bool, tf32: bool) -> KernelTable<Impl> {
             | OpKind::Expand => {
                 t.add(kind, Reference, unit_of(kind, r), "thread-per-element", any, r);
             }
+            // No CUDA kernel yet: selection refuses them with `Error::NoKernel`.
+            OpKind::Silu | OpKind::RmsNorm | OpKind::AddRmsNorm | OpKind::SwiGlu => {}
         }
     }
     t

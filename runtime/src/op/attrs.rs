@@ -130,6 +130,7 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
         OpKind::Softmax => Op::Softmax { axis: parse(op, "axis", get("axis"), -1)? },
         OpKind::LayerNorm => Op::LayerNorm { eps: parse(op, "eps", get("eps"), 1e-5)? },
         OpKind::AddLayerNorm => Op::AddLayerNorm { eps: parse(op, "eps", get("eps"), 1e-5)? },
+        OpKind::Silu | OpKind::SwiGlu | OpKind::RmsNorm | OpKind::AddRmsNorm => decoder_op(kind, op, &mut get)?,
         OpKind::Permute => Op::Permute {
             perm: match get("perm") {
                 Some(v) => list(op, "perm", &v)?,
@@ -170,6 +171,17 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
         return Err(Error::invalid(op, format!("unknown attribute {:?}", attrs[i].0)));
     }
     Ok(built)
+}
+
+/// The decoder-LLM row ops: RmsNorm and AddRmsNorm with `eps` (1e-5), Silu and SwiGlu
+/// with no attribute.
+fn decoder_op(kind: OpKind, op: &'static str, get: &mut dyn FnMut(&str) -> Option<String>) -> Result<Op> {
+    Ok(match kind {
+        OpKind::Silu => Op::Silu,
+        OpKind::SwiGlu => Op::SwiGlu,
+        OpKind::RmsNorm => Op::RmsNorm { eps: parse(op, "eps", get("eps"), 1e-5)? },
+        _ => Op::AddRmsNorm { eps: parse(op, "eps", get("eps"), 1e-5)? },
+    })
 }
 
 #[cfg(test)]

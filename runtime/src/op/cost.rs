@@ -30,6 +30,12 @@ impl Op {
             Op::Pow => p(&[8, on]),
             Op::Softmax { .. } => p(&[5, on]),
             Op::AddLayerNorm { .. } => p(&[9, on]),
+            // Square-and-add, scale, weight; AddRmsNorm adds the sum; SiLU is a sigmoid
+            // and a product, SwiGlu one more product.
+            Op::RmsNorm { .. } => p(&[4, on]),
+            Op::AddRmsNorm { .. } => p(&[5, on]),
+            Op::Silu => p(&[5, on]),
+            Op::SwiGlu => p(&[6, on]),
             Op::ReduceSum { .. } | Op::ReduceMean { .. } => inputs.first().map_or(0, |t| t.shape.numel() as u64),
             Op::Attention { layout, .. } => {
                 let (Some(q), Some(k)) = (inputs.first().map(|t| &t.shape), inputs.get(1).map(|t| &t.shape)) else {

@@ -75,6 +75,7 @@ impl Op {
             | Op::Sqrt
             | Op::Neg
             | Op::Sigmoid
+            | Op::Silu
             | Op::Scale { .. } => {
                 o.need_float(0)?;
                 if let Op::Scale { factor } = self
@@ -104,6 +105,8 @@ impl Op {
             Op::Copy => one(x.dtype, x.shape.clone()),
             Op::Attention { scale, layout } => attention(o, *scale, *layout),
             Op::BiasGelu(_) => bias_gelu(o),
+            Op::RmsNorm { eps } | Op::AddRmsNorm { eps } => rms_norm(o, *eps),
+            Op::SwiGlu => swiglu(o),
         }
     }
 }
@@ -316,6 +319,67 @@ fn layer_norm(o: &Operands<'_>, eps: f32) -> Result<Vec<TensorMeta>> {
         }
     }
     one(x.dtype, x.shape.clone())
+}
+
+/// RmsNorm (x, optional weight) and AddRmsNorm (x, residual, weight; two outputs: the
+/// normalised sum and the sum).
+fn rms_norm(o: &Operands<'_>, eps: f32) -> Result<Vec<TensorMeta>> {
+    let x = o.x();
+    let add = o.kind == OpKind::AddRmsNorm;
+    o.need_float(0)?;
+    for i in 1..o.inputs.len() {
+        o.same_dtype(0, i)?;
+    }
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(Error::invalid(o.op, format!("eps must be finite and >= 0, got {eps}")));
+    }
+    if x.shape.rank() < 1 {
+        return Err(Error::invalid(o.op, format!("x must have rank >= 1, got {}", x.shape)));
+    }
+    if add && o.inputs[1].shape != x.shape {
+        return Err(Error::invalid(
+            o.op,
+            format!("residual must match x: x is {}, residual is {}", x.shape, o.inputs[1].shape),
+        ));
+    }
+    let d = x.shape.last();
+    let w = if add { 2 } else { 1 };
+    if let Some(m) = o.inputs.get(w)
+        && m.shape.0 != [d]
+    {
+        return Err(Error::invalid(
+            o.op,
+            format!("{} must be [{d}] (the last axis of x {}), got {}", o.name(w), x.shape, m.shape),
+        ));
+    }
+    let y = TensorMeta { dtype: x.dtype, shape: x.shape.clone() };
+    Ok(if add { vec![y.clone(), y] } else { vec![y] })
+}
+
+/// SwiGlu: one input `[.., 2N]` (gate first) or gate and up of one shape, to `[.., N]`.
+fn swiglu(o: &Operands<'_>) -> Result<Vec<TensorMeta>> {
+    let x = o.x();
+    o.need_float(0)?;
+    if let Some(up) = o.inputs.get(1) {
+        o.same_dtype(0, 1)?;
+        if up.shape != x.shape {
+            return Err(Error::invalid(
+                o.op,
+                format!("gate and up must have one shape: x is {}, up is {}", x.shape, up.shape),
+            ));
+        }
+        return one(x.dtype, x.shape.clone());
+    }
+    if x.shape.rank() < 1 || !x.shape.last().is_multiple_of(2) {
+        return Err(Error::invalid(
+            o.op,
+            format!("x must have rank >= 1 and an even last axis (gate and up halves), got {}", x.shape),
+        ));
+    }
+    let mut s = x.shape.clone();
+    let last = s.rank() - 1;
+    s.0[last] /= 2;
+    one(x.dtype, s)
 }
 
 /// An axis permutation.

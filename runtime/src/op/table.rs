@@ -132,11 +132,19 @@ pub enum Op {
     Neg,
     /// `1 / (1 + e^-x)` (ONNX Sigmoid).
     Sigmoid,
+    /// `x * sigmoid(x)` (SiLU, Swish with beta 1).
+    Silu,
     Softmax {
         axis: isize,
     },
     /// Normalises over the last axis: inputs x, gamma `[D]`, beta `[D]`.
     LayerNorm {
+        eps: f32,
+    },
+    /// Root-mean-square norm over the last axis (ONNX RMSNormalization with axis -1):
+    /// inputs x `[.., D]` and an optional weight `[D]`;
+    /// `x / sqrt(mean(x², last axis) + eps) * weight`.
+    RmsNorm {
         eps: f32,
     },
     /// Output dim `i` is input dim `perm[i]`.
@@ -183,6 +191,15 @@ pub enum Op {
     AddLayerNorm {
         eps: f32,
     },
+    /// `rmsnorm(x + residual) * weight`: inputs x, residual (x's shape), weight `[D]`;
+    /// two outputs, the normalised sum and the sum `x + residual` itself (the residual
+    /// passed on to the next layer).
+    AddRmsNorm {
+        eps: f32,
+    },
+    /// `silu(gate) * up`: one input x `[.., 2N]` whose first half is the gate (output
+    /// `[.., N]`), or two inputs gate and up of one shape.
+    SwiGlu,
 }
 
 /// The op's identity without attributes; kernels are registered per kind.
@@ -209,8 +226,10 @@ pub enum OpKind {
     Sqrt,
     Neg,
     Sigmoid,
+    Silu,
     Softmax,
     LayerNorm,
+    RmsNorm,
     Permute,
     Reshape,
     Gather,
@@ -222,10 +241,12 @@ pub enum OpKind {
     Attention,
     BiasGelu,
     AddLayerNorm,
+    AddRmsNorm,
+    SwiGlu,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 34] = [
+    pub const ALL: [OpKind; 38] = [
         OpKind::MatMul,
         OpKind::Gemm,
         OpKind::Linear,
@@ -247,8 +268,10 @@ impl OpKind {
         OpKind::Sqrt,
         OpKind::Neg,
         OpKind::Sigmoid,
+        OpKind::Silu,
         OpKind::Softmax,
         OpKind::LayerNorm,
+        OpKind::RmsNorm,
         OpKind::Permute,
         OpKind::Reshape,
         OpKind::Gather,
@@ -260,6 +283,8 @@ impl OpKind {
         OpKind::Attention,
         OpKind::BiasGelu,
         OpKind::AddLayerNorm,
+        OpKind::AddRmsNorm,
+        OpKind::SwiGlu,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -285,8 +310,10 @@ impl OpKind {
             OpKind::Sqrt => "Sqrt",
             OpKind::Neg => "Neg",
             OpKind::Sigmoid => "Sigmoid",
+            OpKind::Silu => "Silu",
             OpKind::Softmax => "Softmax",
             OpKind::LayerNorm => "LayerNorm",
+            OpKind::RmsNorm => "RmsNorm",
             OpKind::Permute => "Permute",
             OpKind::Reshape => "Reshape",
             OpKind::Gather => "Gather",
@@ -298,6 +325,8 @@ impl OpKind {
             OpKind::Attention => "Attention",
             OpKind::BiasGelu => "BiasGelu",
             OpKind::AddLayerNorm => "AddLayerNorm",
+            OpKind::AddRmsNorm => "AddRmsNorm",
+            OpKind::SwiGlu => "SwiGlu",
         }
     }
 
@@ -320,6 +349,7 @@ impl OpKind {
                 | OpKind::Sqrt
                 | OpKind::Neg
                 | OpKind::Sigmoid
+                | OpKind::Silu
                 | OpKind::Scale
                 | OpKind::Cast
                 | OpKind::Copy
@@ -381,6 +411,9 @@ pub(super) fn arity(kind: OpKind) -> (usize, usize) {
         OpKind::Attention => (3, 4),
         OpKind::BiasGelu => (2, 2),
         OpKind::AddLayerNorm => (4, 4),
+        OpKind::RmsNorm => (1, 2),
+        OpKind::AddRmsNorm => (3, 3),
+        OpKind::SwiGlu => (1, 2),
         _ => (1, 1),
     }
 }
@@ -401,6 +434,9 @@ pub(super) fn operand_name(kind: OpKind, i: usize) -> &'static str {
         OpKind::Attention => &["q", "k", "v", "mask"],
         OpKind::BiasGelu => &["x", "bias"],
         OpKind::AddLayerNorm => &["x", "residual", "gamma", "beta"],
+        OpKind::RmsNorm => &["x", "weight"],
+        OpKind::AddRmsNorm => &["x", "residual", "weight"],
+        OpKind::SwiGlu => &["x", "up"],
         _ => &["x"],
     };
     names.get(i).copied().unwrap_or("operand")
@@ -430,8 +466,10 @@ impl Op {
             Op::Sqrt => OpKind::Sqrt,
             Op::Neg => OpKind::Neg,
             Op::Sigmoid => OpKind::Sigmoid,
+            Op::Silu => OpKind::Silu,
             Op::Softmax { .. } => OpKind::Softmax,
             Op::LayerNorm { .. } => OpKind::LayerNorm,
+            Op::RmsNorm { .. } => OpKind::RmsNorm,
             Op::Permute { .. } => OpKind::Permute,
             Op::Reshape { .. } => OpKind::Reshape,
             Op::Gather { .. } => OpKind::Gather,
@@ -443,6 +481,8 @@ impl Op {
             Op::Attention { .. } => OpKind::Attention,
             Op::BiasGelu(_) => OpKind::BiasGelu,
             Op::AddLayerNorm { .. } => OpKind::AddLayerNorm,
+            Op::AddRmsNorm { .. } => OpKind::AddRmsNorm,
+            Op::SwiGlu => OpKind::SwiGlu,
         }
     }
 

@@ -8,6 +8,7 @@
 
 pub mod math;
 pub mod movement;
+pub mod norm;
 pub mod operands;
 
 use crate::dtype::DType;
@@ -36,9 +37,16 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> KernelResult {
         Op::Concat { axis } => concat(ins, &mut outs[0], *axis),
         Op::Slice { starts, ends, axes, steps } => slice(&ins[0], &mut outs[0], starts, ends, axes, steps),
         Op::Expand { .. } => expand(&ins[0], &mut outs[0]),
-        Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Neg | Op::Sigmoid | Op::Scale { .. } => {
-            unary(op, ins, outs)
-        }
+        Op::Relu
+        | Op::Gelu(_)
+        | Op::Tanh
+        | Op::Erf
+        | Op::Exp
+        | Op::Sqrt
+        | Op::Neg
+        | Op::Sigmoid
+        | Op::Silu
+        | Op::Scale { .. } => unary(op, ins, outs),
         Op::Softmax { axis } => softmax(ins, outs, *axis),
         Op::LayerNorm { eps } => {
             let x = load_f64(&ins[0])?;
@@ -78,6 +86,9 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> KernelResult {
         Op::Cast { .. } => cast(&ins[0], &mut outs[0]),
         Op::ReduceSum { axes, .. } | Op::ReduceMean { axes, .. } => reduce(op, ins, outs, axes),
         Op::Attention { scale, layout } => attention(ins, outs, *scale, *layout),
+        Op::RmsNorm { eps } => norm::rms_norm(ins, outs, *eps),
+        Op::AddRmsNorm { eps } => norm::add_rms_norm(ins, outs, *eps),
+        Op::SwiGlu => norm::swiglu(ins, outs),
     }
 }
 
@@ -170,6 +181,7 @@ fn unary(op: &Op, ins: &[In], outs: &mut [Out]) -> KernelResult {
         Op::Sqrt => Box::new(f64::sqrt),
         Op::Neg => Box::new(|v: f64| -v),
         Op::Sigmoid => Box::new(sigmoid_f64),
+        Op::Silu => Box::new(silu_f64),
         Op::Scale { factor } => {
             let f = *factor as f64;
             Box::new(move |v: f64| v * f)
