@@ -225,6 +225,8 @@ impl Device {
             | Op::Concat { .. }
             | Op::Slice { .. }
             | Op::Expand { .. } => self.nvrtc_data(args, ss),
+            // The kernel table declines Rope (no CUDA kernel yet).
+            Op::Rope { .. } => Err(bad("Rope has no CUDA kernel")),
         }
     }
 

@@ -116,6 +116,7 @@ names! {
     Attention => "attention.aclnn-composed.cube", "attention.host.reference";
     BiasGelu => "biasgelu.aclnn-add-gelu.vector", "biasgelu.host.reference";
     AddLayerNorm => "addlayernorm.aclnn-add-layernorm.vector", "addlayernorm.host.reference";
+    Rope => "rope.aclnn.vector", "rope.host.reference";
 }
 
 /// The name of the kernel that runs op `k`'s FP32 products on the 910's Cube in FP16, for
@@ -164,6 +165,15 @@ fn check(q: &KernelQuery<'_>, p: Policy) -> Result<(), String> {
                  permutes on this device"
                 .into())
         }
+        Op::Attention { causal: true, .. } => {
+            Err("causal Attention has no aclnn mapping yet: the host tier takes it".into())
+        }
+        Op::Attention { .. } if q.inputs[1].shape.dims().get(1) != x.shape.dims().get(1) => {
+            Err("grouped-query Attention (k, v with fewer heads than q) has no aclnn mapping yet: the host tier \
+                 takes it"
+                .into())
+        }
+        Op::Rope { .. } => Err("Rope has no aclnn mapping yet: the host tier takes it".into()),
         Op::Attention { .. } if q.inputs.get(3).is_some_and(|m| m.dtype == DType::U8) => {
             Err("u8 (keep/drop) masks have no aclnn composition; an additive float mask has".into())
         }
