@@ -87,16 +87,31 @@ fn invalid_calls() -> Vec<(Op, Vec<(DType, Vec<usize>)>)> {
         (Op::Scale { factor: f32::NAN }, vec![(F32, vec![2])]),
         (Op::Copy, vec![(F32, vec![2]), (F32, vec![2])]),
         (
-            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd },
+            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd, causal: false },
             vec![(F32, vec![1, 2, 3, 4]), (F32, vec![1, 2, 3, 5]), (F32, vec![1, 2, 3, 4])],
         ),
         (
-            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd },
+            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd, causal: false },
             vec![(F32, vec![1, 2, 3, 4]), (F32, vec![1, 2, 3, 4]), (F32, vec![1, 2, 3, 4]), (I64, vec![1, 1, 1, 3])],
         ),
         (
-            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd },
+            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd, causal: false },
             vec![(F32, vec![1, 2, 3, 4]), (F32, vec![1, 2, 5, 4]), (F32, vec![1, 2, 5, 4]), (U8, vec![1, 1, 1, 4])],
+        ),
+        (
+            // Grouped-query: k's 3 heads do not divide q's 4.
+            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd, causal: true },
+            vec![(F32, vec![1, 4, 3, 4]), (F32, vec![1, 3, 3, 4]), (F32, vec![1, 3, 3, 4])],
+        ),
+        (
+            // An odd head dim.
+            Op::Rope { interleaved: false, layout: npurt::AttentionLayout::Bnsd },
+            vec![(F32, vec![1, 2, 3, 5]), (F32, vec![4, 2]), (F32, vec![4, 2]), (I64, vec![1, 3])],
+        ),
+        (
+            // Float positions.
+            Op::Rope { interleaved: true, layout: npurt::AttentionLayout::Bsnd },
+            vec![(F32, vec![1, 3, 2, 4]), (F32, vec![4, 2]), (F32, vec![4, 2]), (F32, vec![1, 3])],
         ),
         (Op::BiasGelu(GeluApprox::Tanh), vec![(F32, vec![2, 4]), (F32, vec![2])]),
         (Op::AddLayerNorm { eps: 1e-5 }, vec![(F32, vec![2, 4]), (F32, vec![2, 3]), (F32, vec![4]), (F32, vec![4])]),
@@ -274,7 +289,7 @@ fn inferred_shapes_whose_size_overflows_are_invalid() {
         (Op::Linear, vec![m(F32, &[1 << 40, 1]), m(F32, &[1 << 40, 1])], "output 0"),
         (Op::Gather { axis: 0 }, vec![m(F32, &[4, 1 << 30]), m(I64, &[1 << 40])], "output 0"),
         (
-            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd },
+            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd, causal: false },
             vec![m(F32, &[1, 1, 1 << 33, 1]), m(F32, &[1, 1, 1 << 33, 1]), m(F32, &[1, 1, 1 << 33, 1])],
             "scores",
         ),
@@ -299,11 +314,11 @@ fn inferred_shapes_whose_size_overflows_are_invalid() {
     assert_eq!(Op::Add.bytes(&[huge.clone(), huge.clone()], &[huge.clone()]), u64::MAX);
     let q = m(F32, &[1 << 20, 1 << 20, 1 << 20, 1 << 20]);
     assert_eq!(
-        Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd }
+        Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd, causal: false }
             .flops(&[q.clone(), q.clone(), q.clone()], &[q]),
         u64::MAX
     );
-    assert_eq!(Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd }.flops(&[], &[]), 0);
+    assert_eq!(Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd, causal: false }.flops(&[], &[]), 0);
 }
 
 #[test]

@@ -178,7 +178,7 @@ on_every_backend!(extreme_inputs_give_the_documented_answers_on_every_tier, |b: 
         ),
         (
             "attention of a fully masked row is 0",
-            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd },
+            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd, causal: false },
             vec![
                 f(&[1, 1, 1, 2], &[1.0, 2.0]),
                 f(&[1, 1, 2, 2], &[1.0; 4]),
@@ -186,6 +186,23 @@ on_every_backend!(extreme_inputs_give_the_documented_answers_on_every_tier, |b: 
                 (DType::U8, vec![1, 1, 1, 2], vec![0.0, 0.0]),
             ],
             vec![0.0, 0.0],
+        ),
+        (
+            "causal attention with more queries than keys: the first row sees none and is 0",
+            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd, causal: true },
+            vec![f(&[1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0]), f(&[1, 1, 1, 2], &[1.0; 2]), f(&[1, 1, 1, 2], &[5.0, -1.0])],
+            vec![0.0, 0.0, 5.0, -1.0],
+        ),
+        (
+            "rope turns a pair by its angle",
+            Op::Rope { interleaved: false, layout: npurt::AttentionLayout::Bnsd },
+            vec![
+                f(&[1, 1, 1, 2], &[1.0, 2.0]),
+                f(&[2, 1], &[1.0, 0.0]),
+                f(&[2, 1], &[0.0, 1.0]),
+                (DType::I32, vec![1, 1], vec![1.0]),
+            ],
+            vec![-2.0, 1.0],
         ),
     ];
     for tier in [Tier::Reference, Tier::Generic, Tier::HighPerformance] {

@@ -228,6 +228,8 @@ impl Device {
             Op::Silu | Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::SwiGlu => {
                 Err(bad(format!("{}: no CUDA kernel", args.op.name())))
             }
+            // The kernel table declines Rope (no CUDA kernel yet).
+            Op::Rope { .. } => Err(bad("Rope has no CUDA kernel")),
         }
     }
 

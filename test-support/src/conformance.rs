@@ -91,6 +91,7 @@ pub fn cases(dtype: DType, seed: u64) -> Vec<Case> {
         rows(&mut out, f, &mut rng);
         attention(&mut out, f, &mut rng);
         out.extend(crate::decoder_cases::random(f, seed).into_iter().map(|(o, i, a)| fixed(o, i, a)));
+        crate::conformance_rope::cases(&mut out, fixed, f, seed);
         for to in [DType::F32, DType::F16, DType::BF16, DType::I32] {
             add(&mut out, Op::Cast { to }, vec![(f, vec![3, 11], "")], 1, &mut rng);
         }
@@ -234,7 +235,7 @@ fn attention(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
         let k = vec![b, h, t, d];
         add(
             out,
-            Op::Attention { scale: None, layout: AttentionLayout::Bnsd },
+            Op::Attention { scale: None, layout: AttentionLayout::Bnsd, causal: false },
             vec![(f, q.clone(), ""), (f, k.clone(), ""), (f, k.clone(), "")],
             t * d,
             rng,
@@ -244,7 +245,7 @@ fn attention(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
             mask_vals[0] = 1.0;
         }
         out.push(Case {
-            op: Op::Attention { scale: Some(0.3), layout: AttentionLayout::Bnsd },
+            op: Op::Attention { scale: Some(0.3), layout: AttentionLayout::Bnsd, causal: false },
             inputs: vec![
                 (f, q.clone(), values(rng, f, &q, "")),
                 (f, k.clone(), values(rng, f, &k, "")),
@@ -255,7 +256,7 @@ fn attention(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
         });
         add(
             out,
-            Op::Attention { scale: None, layout: AttentionLayout::Bnsd },
+            Op::Attention { scale: None, layout: AttentionLayout::Bnsd, causal: false },
             vec![(f, q.clone(), ""), (f, k.clone(), ""), (f, k.clone(), ""), (f, vec![s, t], "")],
             t * d,
             rng,
@@ -267,7 +268,7 @@ fn attention(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
         let k = vec![b, t, h, d];
         add(
             out,
-            Op::Attention { scale: Some(0.4), layout: AttentionLayout::Bsnd },
+            Op::Attention { scale: Some(0.4), layout: AttentionLayout::Bsnd, causal: false },
             vec![(f, q.clone(), ""), (f, k.clone(), ""), (f, k.clone(), ""), (f, vec![b, 1, 1, t], "")],
             t * d,
             rng,
@@ -416,6 +417,7 @@ pub fn extreme_cases(dtype: DType) -> Vec<Case> {
     extreme_products(&mut out, f);
     extreme_attention(&mut out, f);
     extreme_casts_and_gather(&mut out, f);
+    crate::conformance_rope::extreme_cases(&mut out, fixed, f);
     out
 }
 
@@ -591,7 +593,7 @@ fn extreme_attention(out: &mut Vec<Case>, f: DType) {
             (f, vec![1, 1, 3, 2], v.to_vec()),
             (m.0, vec![1, 1, 4, 3], m.1),
         ];
-        fixed(Op::Attention { scale, layout: AttentionLayout::Bnsd }, ins, 6)
+        fixed(Op::Attention { scale, layout: AttentionLayout::Bnsd, causal: false }, ins, 6)
     };
     out.push(att(&q, &k, &v, (f, fmask.clone()), None));
     let mut v_inf = v.clone();
@@ -628,7 +630,7 @@ fn extreme_casts_and_gather(out: &mut Vec<Case>, f: DType) {
 }
 
 /// Cases every tier must refuse with an error (never a panic, never a result): Gather
-/// indices outside `[-n, n)`.
+/// indices outside `[-n, n)`, Rope positions outside `[0, P)`.
 pub fn error_cases(dtype: DType) -> Vec<Case> {
     let data: Vec<f64> = (0..12).map(|i| i as f64).collect();
     let mut out = Vec::new();
@@ -647,6 +649,7 @@ pub fn error_cases(dtype: DType) -> Vec<Case> {
             1,
         ));
     }
+    crate::conformance_rope::error_cases(&mut out, fixed, dtype);
     out
 }
 

@@ -97,8 +97,15 @@ pub fn op() -> impl Strategy<Value = Op> {
         (axes, any::<bool>()).prop_map(|(axes, keepdims)| Op::ReduceMean { axes, keepdims }),
         float_attr().prop_map(|factor| Op::Scale { factor }),
         Just(Op::Copy),
-        (prop::option::of(float_attr()), prop::bool::ANY).prop_map(|(scale, bsnd)| Op::Attention {
-            scale,
+        (prop::option::of(float_attr()), prop::bool::ANY, prop::bool::ANY).prop_map(|(scale, bsnd, causal)| {
+            Op::Attention {
+                scale,
+                layout: if bsnd { npurt::AttentionLayout::Bsnd } else { npurt::AttentionLayout::Bnsd },
+                causal,
+            }
+        }),
+        (prop::bool::ANY, prop::bool::ANY).prop_map(|(interleaved, bsnd)| Op::Rope {
+            interleaved,
             layout: if bsnd { npurt::AttentionLayout::Bsnd } else { npurt::AttentionLayout::Bnsd },
         }),
         approx().prop_map(Op::BiasGelu),

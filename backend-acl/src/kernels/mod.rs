@@ -120,6 +120,7 @@ names! {
     RmsNorm => "rmsnorm.aclnn.vector", "rmsnorm.host.reference";
     AddRmsNorm => "addrmsnorm.aclnn.vector", "addrmsnorm.host.reference";
     SwiGlu => "swiglu.aclnn.vector", "swiglu.host.reference";
+    Rope => "rope.aclnn.vector", "rope.host.reference";
 }
 
 /// The name of the kernel that runs op `k`'s FP32 products on the 910's Cube in FP16, for
@@ -168,6 +169,15 @@ fn check(q: &KernelQuery<'_>, p: Policy) -> Result<(), String> {
                  permutes on this device"
                 .into())
         }
+        Op::Attention { causal: true, .. } => {
+            Err("causal Attention has no aclnn mapping yet: the host tier takes it".into())
+        }
+        Op::Attention { .. } if q.inputs[1].shape.dims().get(1) != x.shape.dims().get(1) => {
+            Err("grouped-query Attention (k, v with fewer heads than q) has no aclnn mapping yet: the host tier \
+                 takes it"
+                .into())
+        }
+        Op::Rope { .. } => Err("Rope has no aclnn mapping yet: the host tier takes it".into()),
         Op::Attention { .. } if q.inputs.get(3).is_some_and(|m| m.dtype == DType::U8) => {
             Err("u8 (keep/drop) masks have no aclnn composition; an additive float mask has".into())
         }

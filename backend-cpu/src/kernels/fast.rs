@@ -386,8 +386,13 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
                 Ok(())
             })
         }
-        Op::Attention { scale, layout } => super::attention::attention(ins, &mut outs[0], *scale, *layout, ctx),
         Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::SwiGlu => super::norm::fast(op, ins, outs, isa),
+        Op::Attention { scale, layout, causal } => {
+            super::attention::attention(ins, &mut outs[0], *scale, *layout, *causal, ctx)
+        }
+        Op::Rope { interleaved, layout } => {
+            super::rope::rope(ins, &mut outs[0], *interleaved, *layout, ctx.threads > 1)
+        }
     }
 }
 

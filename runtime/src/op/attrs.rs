@@ -22,6 +22,15 @@ fn flag(op: &'static str, k: &str, v: Option<String>, d: bool) -> Result<bool> {
     }
 }
 
+/// Attention's and Rope's `layout` (bnsd when absent).
+fn layout(op: &'static str, v: Option<String>) -> Result<AttentionLayout> {
+    match v {
+        Some(v) => AttentionLayout::parse(&v)
+            .ok_or_else(|| Error::invalid(op, format!("attribute layout={v:?} is not bnsd or bsnd"))),
+        None => Ok(AttentionLayout::Bnsd),
+    }
+}
+
 /// A comma list of numbers.
 fn list<T: std::str::FromStr>(op: &'static str, k: &str, v: &str) -> Result<Vec<T>> {
     v.split(',')
@@ -51,7 +60,8 @@ fn list<T: std::str::FromStr>(op: &'static str, k: &str, v: &str) -> Result<Vec<
 /// | Cast | `to` (f32) |
 /// | ReduceSum, ReduceMean | `axes` (comma list; empty = all), `keepdims` (true, as ONNX) |
 /// | Scale | `factor` (1) |
-/// | Attention | `scale` (1/sqrt(D)), `layout` = `bnsd` \| `bsnd` (bnsd) |
+/// | Attention | `scale` (1/sqrt(D)), `layout` = `bnsd` \| `bsnd` (bnsd), `causal` (false) |
+/// | Rope | `interleaved` (false: rotate-half), `layout` = `bnsd` \| `bsnd` (bnsd) |
 pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize) -> Result<Op> {
     let op = kind.name();
     for (i, (k, v)) in attrs.iter().enumerate() {
@@ -160,11 +170,12 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
                 Some(v) => Some(parse(op, "scale", Some(v), 1.0)?),
                 None => None,
             },
-            layout: match get("layout") {
-                Some(v) => AttentionLayout::parse(&v)
-                    .ok_or_else(|| Error::invalid(op, format!("attribute layout={v:?} is not bnsd or bsnd")))?,
-                None => AttentionLayout::Bnsd,
-            },
+            layout: layout(op, get("layout"))?,
+            causal: flag(op, "causal", get("causal"), false)?,
+        },
+        OpKind::Rope => Op::Rope {
+            interleaved: flag(op, "interleaved", get("interleaved"), false)?,
+            layout: layout(op, get("layout"))?,
         },
     };
     if let Some(i) = used.iter().position(|u| !u) {

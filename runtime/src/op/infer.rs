@@ -103,7 +103,8 @@ impl Op {
             Op::Cast { to } => one(*to, x.shape.clone()),
             Op::ReduceSum { axes, keepdims } | Op::ReduceMean { axes, keepdims } => reduce(o, axes, *keepdims),
             Op::Copy => one(x.dtype, x.shape.clone()),
-            Op::Attention { scale, layout } => attention(o, *scale, *layout),
+            Op::Attention { scale, layout, .. } => attention(o, *scale, *layout),
+            Op::Rope { interleaved: _, layout } => super::rope::infer_rope(o.op, o.inputs, *layout),
             Op::BiasGelu(_) => bias_gelu(o),
             Op::RmsNorm { eps } | Op::AddRmsNorm { eps } => rms_norm(o, *eps),
             Op::SwiGlu => swiglu(o),
@@ -449,11 +450,13 @@ fn attention(o: &Operands<'_>, scale: Option<f32>, layout: AttentionLayout) -> R
     // Checked as [B, H, S, D] whatever the layout.
     let (q4, k4, v4) = (layout.bhsd(&q.0), layout.bhsd(&k.0), layout.bhsd(&v.0));
     let ([b, h, s, d], t) = (q4, k4[2]);
-    if q4[..2] != k4[..2] || k4[..3] != v4[..3] || d != k4[3] {
+    // Grouped-query: k and v may hold fewer heads, a divisor of q's.
+    let kv_heads_ok = k4[1] != 0 && h % k4[1] == 0 || h == k4[1];
+    if q4[0] != k4[0] || !kv_heads_ok || k4[..3] != v4[..3] || d != k4[3] {
         return Err(Error::invalid(
             o.op,
             format!(
-                "q, k, v do not agree ({}): q is {}, k is {}, v is {}",
+                "q, k, v do not agree ({}; k and v may hold fewer heads than q, a divisor of its): q is {}, k is {}, v is {}",
                 layout.name(),
                 o.inputs[0].shape,
                 o.inputs[1].shape,

@@ -181,8 +181,25 @@ pub enum Op {
     /// (added to the scores). `scale` defaults to `1/sqrt(D)`. With `layout`
     /// [`AttentionLayout::Bsnd`], q, k, v and the output hold tokens before heads
     /// (`[B, S, H, D]`); the mask keeps its `[B, H, S, T]` axes.
+    ///
+    /// Grouped-query from the shapes: k and v may hold `H_kv` heads with `H % H_kv == 0`;
+    /// query head `h` reads kv head `h / (H / H_kv)`. With `causal`, query `i` sees only
+    /// keys `j <= i + (T - S)` (aligned bottom-right: `T - S` is the past length); the
+    /// keys it does not see are left out of its row (not added as -inf), and a row that
+    /// sees none is 0. The mask, when given, still adds.
     Attention {
         scale: Option<f32>,
+        layout: AttentionLayout,
+        causal: bool,
+    },
+    /// Rotary position embedding: x 4-D (`[B, H, S, D]` in [`AttentionLayout::Bnsd`],
+    /// `[B, S, H, D]` in [`AttentionLayout::Bsnd`]), cos and sin `[P, D/2]` (f32 or x's
+    /// dtype), positions `[B, S]` (i32 or i64). Rotate-half (`interleaved` false) pairs
+    /// features `i` and `i + D/2`; interleaved pairs `2i` and `2i + 1`; pair `i` of token
+    /// `(b, s)` turns by the angle of row `positions[b, s]` of the tables
+    /// ([`crate::op::rope_tables`]). A position outside `[0, P)` is an error at run time.
+    Rope {
+        interleaved: bool,
         layout: AttentionLayout,
     },
     /// `gelu(x + bias)`, bias `[N]` on the last axis.
@@ -243,10 +260,11 @@ pub enum OpKind {
     AddLayerNorm,
     AddRmsNorm,
     SwiGlu,
+    Rope,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 38] = [
+    pub const ALL: [OpKind; 39] = [
         OpKind::MatMul,
         OpKind::Gemm,
         OpKind::Linear,
@@ -285,6 +303,7 @@ impl OpKind {
         OpKind::AddLayerNorm,
         OpKind::AddRmsNorm,
         OpKind::SwiGlu,
+        OpKind::Rope,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -327,6 +346,7 @@ impl OpKind {
             OpKind::AddLayerNorm => "AddLayerNorm",
             OpKind::AddRmsNorm => "AddRmsNorm",
             OpKind::SwiGlu => "SwiGlu",
+            OpKind::Rope => "Rope",
         }
     }
 
@@ -414,6 +434,7 @@ pub(super) fn arity(kind: OpKind) -> (usize, usize) {
         OpKind::RmsNorm => (1, 2),
         OpKind::AddRmsNorm => (3, 3),
         OpKind::SwiGlu => (1, 2),
+        OpKind::Rope => (4, 4),
         _ => (1, 1),
     }
 }
@@ -437,6 +458,7 @@ pub(super) fn operand_name(kind: OpKind, i: usize) -> &'static str {
         OpKind::RmsNorm => &["x", "weight"],
         OpKind::AddRmsNorm => &["x", "residual", "weight"],
         OpKind::SwiGlu => &["x", "up"],
+        OpKind::Rope => &["x", "cos", "sin", "positions"],
         _ => &["x"],
     };
     names.get(i).copied().unwrap_or("operand")
@@ -483,6 +505,7 @@ impl Op {
             Op::AddLayerNorm { .. } => OpKind::AddLayerNorm,
             Op::AddRmsNorm { .. } => OpKind::AddRmsNorm,
             Op::SwiGlu => OpKind::SwiGlu,
+            Op::Rope { .. } => OpKind::Rope,
         }
     }
 

@@ -204,6 +204,8 @@ fn compose(c: &mut Call, how: Mapping, args: &LaunchArgs) -> BResult<()> {
         Op::Silu | Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::SwiGlu => {
             Err(AclBackendError::BadRequest(format!("{op}: no aclnn mapping yet")))
         }
+        // The support predicates decline Rope on the aclnn tiers (the host tier runs it).
+        Op::Rope { .. } => Err(AclBackendError::BadRequest(format!("{op}: no aclnn mapping; the host tier runs it"))),
         Op::Attention { scale, .. } if how.flash => {
             let d = *x.dims.last().unwrap_or(&1);
             let scale = scale.unwrap_or(1.0 / (d.max(1) as f32).sqrt());
