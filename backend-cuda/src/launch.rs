@@ -225,6 +225,8 @@ impl Device {
             | Op::Concat { .. }
             | Op::Slice { .. }
             | Op::Expand { .. } => self.nvrtc_data(args, ss),
+            // Not in the kernel table (no CUDA kernel yet).
+            Op::KvCacheWrite | Op::PagedAttention { .. } => Err(bad("not an op of this backend")),
         }
     }
 

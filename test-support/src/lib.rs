@@ -20,6 +20,7 @@
 
 pub mod cli;
 pub mod conformance;
+pub mod conformance_paged;
 pub mod emu;
 pub mod gate;
 pub mod graphs;

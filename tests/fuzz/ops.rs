@@ -103,6 +103,8 @@ pub fn op() -> impl Strategy<Value = Op> {
         }),
         approx().prop_map(Op::BiasGelu),
         float_attr().prop_map(|eps| Op::AddLayerNorm { eps: eps.abs() * 1e-5 }),
+        Just(Op::KvCacheWrite),
+        prop::option::of(float_attr()).prop_map(|scale| Op::PagedAttention { scale }),
     ]
 }
 

@@ -376,6 +376,8 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
             })
         }
         Op::Attention { scale, layout } => super::attention::attention(ins, &mut outs[0], *scale, *layout, ctx),
+        Op::KvCacheWrite => super::paged::kv_cache_write(ins, outs),
+        Op::PagedAttention { scale } => super::paged::paged_attention(ins, &mut outs[0], *scale, ctx.threads != 1),
     }
 }
 

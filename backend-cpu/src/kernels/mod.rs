@@ -7,7 +7,8 @@
 //!   products, multi-threaded ([`fast`]).
 //!
 //! Beside the tiers: [`common`] (operands, context), [`simd_math`] (the `exp`/`tanh`/`erf`
-//! approximations and row softmax the fast tier and [`attention`] share), and the matrix
+//! approximations and row softmax the fast tier and [`attention`] share), the paged KV
+//! cache ([`paged`]: KvCacheWrite and PagedAttention for the generic and fast tiers), and the matrix
 //! products [`blas`], [`gemm_packed`] (f32) and [`gemm_bf16`] (bf16).
 
 pub mod attention;
@@ -17,6 +18,7 @@ pub mod fast;
 pub mod gemm_bf16;
 pub mod gemm_packed;
 pub mod generic;
+pub mod paged;
 pub mod simd_math;
 
 use crate::features::CpuFeatures;

@@ -9,6 +9,7 @@
 pub mod math;
 pub mod movement;
 pub mod operands;
+pub mod paged;
 
 use crate::dtype::DType;
 use crate::kernel::{KernelError, KernelResult};
@@ -78,6 +79,8 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> KernelResult {
         Op::Cast { .. } => cast(&ins[0], &mut outs[0]),
         Op::ReduceSum { axes, .. } | Op::ReduceMean { axes, .. } => reduce(op, ins, outs, axes),
         Op::Attention { scale, layout } => attention(ins, outs, *scale, *layout),
+        Op::KvCacheWrite => paged::kv_cache_write(ins, outs),
+        Op::PagedAttention { scale } => paged::paged_attention(ins, &mut outs[0], *scale),
     }
 }
 
