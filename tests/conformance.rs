@@ -144,6 +144,30 @@ on_every_backend!(extreme_inputs_give_the_documented_answers_on_every_tier, |b: 
             vec![f(&[2, 1], &[1.0, f64::NAN])],
             vec![1.0, 1.0, 1.0, f64::NAN, f64::NAN, f64::NAN],
         ),
+        (
+            "paged attention reads its positions through the block table, two heads sharing one kv head",
+            Op::PagedAttention { scale: Some(1.0) },
+            vec![
+                f(&[1, 2, 2], &[2.0, 0.0, 0.0, 0.0]),
+                f(&[2, 1, 1, 2], &[0.0, 0.0, 1.0, 0.0]),
+                f(&[2, 1, 1, 2], &[0.0, 4.0, 2.0, 0.0]),
+                (DType::I32, vec![1, 2], vec![1.0, 0.0]),
+                (DType::I32, vec![1], vec![2.0]),
+            ],
+            vec![1.761_594_2, 0.476_811_7, 1.0, 2.0],
+        ),
+        (
+            "kv cache write skips a negative slot",
+            Op::KvCacheWrite,
+            vec![
+                f(&[2, 1, 1, 1], &[7.0, 8.0]),
+                f(&[2, 1, 1, 1], &[5.0, 6.0]),
+                f(&[2, 1, 1], &[1.0, f64::NAN]),
+                f(&[2, 1, 1], &[-0.0, 3.0]),
+                (DType::I32, vec![2], vec![1.0, -1.0]),
+            ],
+            vec![7.0, 1.0],
+        ),
         ("neg flips every sign", Op::Neg, vec![f(&[4], &[0.0, -inf, f64::NAN, 2.5])], vec![-0.0, inf, f64::NAN, -2.5]),
         (
             "sigmoid saturates without NaN",

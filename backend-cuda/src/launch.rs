@@ -230,6 +230,8 @@ impl Device {
             }
             // The kernel table declines Rope (no CUDA kernel yet).
             Op::Rope { .. } => Err(bad("Rope has no CUDA kernel")),
+            // Not in the kernel table (no CUDA kernel yet).
+            Op::KvCacheWrite | Op::PagedAttention { .. } => Err(bad("not an op of this backend")),
         }
     }
 

@@ -23,6 +23,7 @@ pub mod cli;
 pub mod conformance;
 pub mod decoder_cases;
 pub mod conformance_rope;
+pub mod conformance_paged;
 pub mod emu;
 pub mod gate;
 pub mod graphs;

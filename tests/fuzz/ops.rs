@@ -115,6 +115,8 @@ pub fn op() -> impl Strategy<Value = Op> {
         float_attr().prop_map(|eps| Op::RmsNorm { eps }),
         float_attr().prop_map(|eps| Op::AddRmsNorm { eps: eps.abs() * 1e-5 }),
         Just(Op::SwiGlu),
+        Just(Op::KvCacheWrite),
+        prop::option::of(float_attr()).prop_map(|scale| Op::PagedAttention { scale }),
     ]
 }
 

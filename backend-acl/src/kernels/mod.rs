@@ -121,6 +121,8 @@ names! {
     AddRmsNorm => "addrmsnorm.aclnn.vector", "addrmsnorm.host.reference";
     SwiGlu => "swiglu.aclnn.vector", "swiglu.host.reference";
     Rope => "rope.aclnn.vector", "rope.host.reference";
+    KvCacheWrite => "kvcachewrite.aclnn.vector", "kvcachewrite.host.reference";
+    PagedAttention => "pagedattention.aclnn.cube", "pagedattention.host.reference";
 }
 
 /// The name of the kernel that runs op `k`'s FP32 products on the 910's Cube in FP16, for
@@ -249,6 +251,11 @@ impl Table {
         let flash = flash_symbols && has_flash_attention(soc);
         let mut t = Table { is_910, ..Table::default() };
         for k in OpKind::ALL {
+            if matches!(k, OpKind::KvCacheWrite | OpKind::PagedAttention) {
+                // No aclnn mapping yet, and the host tier would not see the caches
+                // updated in place: refused (no kernel).
+                continue;
+            }
             let (fname, hname) = names(k);
             if k == OpKind::Attention && flash {
                 // Earlier entries of a tier are preferred: ahead of the composition.

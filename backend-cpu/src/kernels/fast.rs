@@ -393,6 +393,8 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
         Op::Rope { interleaved, layout } => {
             super::rope::rope(ins, &mut outs[0], *interleaved, *layout, ctx.threads > 1)
         }
+        Op::KvCacheWrite => super::paged::kv_cache_write(ins, outs),
+        Op::PagedAttention { scale } => super::paged::paged_attention(ins, &mut outs[0], *scale, ctx.threads != 1),
     }
 }
 

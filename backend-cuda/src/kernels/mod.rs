@@ -240,6 +240,8 @@ fn build(blas: bool, tf32: bool) -> KernelTable<Impl> {
             }
             // No CUDA kernel yet: selection refuses them with `Error::NoKernel`.
             OpKind::Silu | OpKind::RmsNorm | OpKind::AddRmsNorm | OpKind::SwiGlu => {}
+            // No CUDA kernels yet: refused (no kernel).
+            OpKind::KvCacheWrite | OpKind::PagedAttention => {}
         }
     }
     t

@@ -40,6 +40,18 @@ fn list<T: std::str::FromStr>(op: &'static str, k: &str, v: &str) -> Result<Vec<
         .collect()
 }
 
+/// KvCacheWrite (no attributes) or PagedAttention (`scale`, default 1/sqrt(D)).
+fn paged_op(kind: OpKind, scale: Option<String>) -> Result<Op> {
+    let op = kind.name();
+    match (kind, scale) {
+        (OpKind::PagedAttention, s) => {
+            Ok(Op::PagedAttention { scale: s.map(|v| parse(op, "scale", Some(v), 1.0)).transpose()? })
+        }
+        (_, Some(_)) => Err(Error::invalid(op, "unknown attribute \"scale\"")),
+        (_, None) => Ok(Op::KvCacheWrite),
+    }
+}
+
 /// Builds an op from its kind and `key=value` attributes (the CLI and model loaders use
 /// this). Unknown keys are errors, and so is a key given twice ("given twice", naming it);
 /// missing keys take the defaults shown.
@@ -62,6 +74,7 @@ fn list<T: std::str::FromStr>(op: &'static str, k: &str, v: &str) -> Result<Vec<
 /// | Scale | `factor` (1) |
 /// | Attention | `scale` (1/sqrt(D)), `layout` = `bnsd` \| `bsnd` (bnsd), `causal` (false) |
 /// | Rope | `interleaved` (false: rotate-half), `layout` = `bnsd` \| `bsnd` (bnsd) |
+/// | PagedAttention | `scale` (1/sqrt(D)) |
 pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize) -> Result<Op> {
     let op = kind.name();
     for (i, (k, v)) in attrs.iter().enumerate() {
@@ -177,6 +190,7 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
             interleaved: flag(op, "interleaved", get("interleaved"), false)?,
             layout: layout(op, get("layout"))?,
         },
+        OpKind::KvCacheWrite | OpKind::PagedAttention => paged_op(kind, get("scale"))?,
     };
     if let Some(i) = used.iter().position(|u| !u) {
         return Err(Error::invalid(op, format!("unknown attribute {:?}", attrs[i].0)));

@@ -54,7 +54,20 @@ impl Op {
                 let scores = p(&[b as u64, h as u64, seen]);
                 p(&[2, scores, (d as u64).saturating_add(dv as u64)]).saturating_add(p(&[5, scores]))
             }
-            Op::Permute { .. }
+            // Per query head: context · D products for the scores and as many for the
+            // values, at most every slot of the cache (the lengths are known at run time).
+            Op::PagedAttention { .. } => {
+                let (Some(q), Some(c)) = (inputs.first().map(|t| &t.shape), inputs.get(1).map(|t| &t.shape)) else {
+                    return 0;
+                };
+                let ctx = inputs
+                    .get(3)
+                    .map_or(0, |t| t.shape.numel() as u64)
+                    .saturating_mul(*c.0.get(1).unwrap_or(&0) as u64);
+                p(&[4, q.numel() as u64, ctx.saturating_add(1)])
+            }
+            Op::KvCacheWrite
+            | Op::Permute { .. }
             | Op::Reshape { .. }
             | Op::Gather { .. }
             | Op::Cast { .. }
@@ -72,6 +85,8 @@ impl Op {
         let read = match self {
             // Gather reads only the selected rows.
             Op::Gather { .. } => sum(&mut inputs.get(1).into_iter().chain(outputs.first())),
+            // The rows written, their slots, and as many bytes written as read.
+            Op::KvCacheWrite => return sum(&mut inputs[2.min(inputs.len())..].iter()).saturating_mul(2),
             _ => sum(&mut inputs.iter()),
         };
         read.saturating_add(sum(&mut outputs.iter()))

@@ -108,6 +108,8 @@ impl Op {
             Op::BiasGelu(_) => bias_gelu(o),
             Op::RmsNorm { eps } | Op::AddRmsNorm { eps } => rms_norm(o, *eps),
             Op::SwiGlu => swiglu(o),
+            Op::KvCacheWrite => kv_cache_write(o),
+            Op::PagedAttention { scale } => paged_attention(o, *scale),
         }
     }
 }
@@ -148,6 +150,74 @@ impl Operands<'_> {
             ))
         }
     }
+}
+
+/// The key and value caches `[NB, BS, KVH, D]` at inputs `k` and `k + 1`: float, one
+/// dtype and shape. Returns their dims.
+fn paged_caches(o: &Operands<'_>, k: usize) -> Result<[usize; 4]> {
+    o.need_float(k)?;
+    o.same_dtype(k, k + 1)?;
+    let (kc, vc) = (&o.inputs[k].shape, &o.inputs[k + 1].shape);
+    if kc.rank() != 4 || kc != vc {
+        return Err(Error::invalid(
+            o.op,
+            format!("key_cache and value_cache must be one [NB, BS, KVH, D] shape: they are {kc} and {vc}"),
+        ));
+    }
+    Ok([kc.0[0], kc.0[1], kc.0[2], kc.0[3]])
+}
+
+/// Input `i` is a 1-D or 2-D integer operand of these dims and one of `dtypes`.
+fn int_operand(o: &Operands<'_>, i: usize, dims: &[usize], dtypes: &[DType]) -> Result<()> {
+    let t = &o.inputs[i];
+    if !dtypes.contains(&t.dtype) || t.shape.dims() != dims {
+        let want: Vec<String> = dtypes.iter().map(|d| d.to_string()).collect();
+        return Err(Error::invalid(o.op, format!("{} must be {} {:?}, got {t}", o.name(i), want.join(" or "), dims)));
+    }
+    Ok(())
+}
+
+/// KvCacheWrite: caches `[NB, BS, KVH, D]`, key and value `[N, KVH, D]` of the caches'
+/// dtype, slots `[N]` i32/i64; the outputs are the caches (updated in place).
+fn kv_cache_write(o: &Operands<'_>) -> Result<Vec<TensorMeta>> {
+    let [_, _, kvh, d] = paged_caches(o, 0)?;
+    o.same_dtype(0, 2)?;
+    o.same_dtype(0, 3)?;
+    let (k, v) = (&o.inputs[2].shape, &o.inputs[3].shape);
+    if k.rank() != 3 || k != v || k.0[1] != kvh || k.0[2] != d {
+        return Err(Error::invalid(
+            o.op,
+            format!("key and value must both be [N, {kvh}, {d}] (the caches' KVH and D): they are {k} and {v}"),
+        ));
+    }
+    int_operand(o, 4, &[k.0[0]], &[DType::I32, DType::I64])?;
+    Ok(vec![o.inputs[0].clone(), o.inputs[1].clone()])
+}
+
+/// PagedAttention: q `[B, H, D]`, caches `[NB, BS, KVH, D]` with H a multiple of KVH,
+/// block_tables `[B, MB]` i32, context_lens `[B]` i32; the output is q's shape.
+fn paged_attention(o: &Operands<'_>, scale: Option<f32>) -> Result<Vec<TensorMeta>> {
+    let x = o.x();
+    o.need_float(0)?;
+    o.same_dtype(0, 1)?;
+    let [_, _, kvh, d] = paged_caches(o, 1)?;
+    let q = &x.shape;
+    if q.rank() != 3 || q.0[2] != d || kvh == 0 || !q.0[1].is_multiple_of(kvh) {
+        return Err(Error::invalid(
+            o.op,
+            format!("q must be [B, H, {d}] with H a multiple of the caches' {kvh} kv heads, got {q}"),
+        ));
+    }
+    let b = q.0[0];
+    let mb = o.inputs[3].shape.dims().get(1).copied().unwrap_or(0);
+    int_operand(o, 3, &[b, mb], &[DType::I32])?;
+    int_operand(o, 4, &[b], &[DType::I32])?;
+    if let Some(s) = scale
+        && !s.is_finite()
+    {
+        return Err(Error::invalid(o.op, format!("scale must be finite, got {s}")));
+    }
+    one(x.dtype, q.clone())
 }
 
 /// One output of `dtype` and `shape`.

@@ -217,6 +217,21 @@ pub enum Op {
     /// `silu(gate) * up`: one input x `[.., 2N]` whose first half is the gate (output
     /// `[.., N]`), or two inputs gate and up of one shape.
     SwiGlu,
+    /// Writes `key` and `value` rows `[N, KVH, D]` into a block-paged cache pair
+    /// `[NB, BS, KVH, D]` at `slots` `[N]` (i32/i64, slot = block · BS + offset; a negative
+    /// slot is padding and skipped). Inputs key_cache, value_cache, key, value, slots;
+    /// two outputs, the caches **updated in place**: output 0 is input 0's memory and
+    /// output 1 input 1's ([`Op::in_place`]). A slot ≥ NB · BS is an error at run time.
+    KvCacheWrite,
+    /// One decode query per sequence over a block-paged cache: q `[B, H, D]`, key_cache and
+    /// value_cache `[NB, BS, KVH, D]`, block_tables `[B, MB]` i32, context_lens `[B]` i32;
+    /// output `[B, H, D]`. Sequence b attends positions `0..context_lens[b]`, position p at
+    /// slot `block_tables[b][p / BS] · BS + p % BS`; query head h reads kv head
+    /// `h / (H / KVH)`. A zero length gives a zero row; a length above MB · BS or a block
+    /// id outside `[0, NB)` is an error at run time. `scale` defaults to 1/sqrt(D).
+    PagedAttention {
+        scale: Option<f32>,
+    },
 }
 
 /// The op's identity without attributes; kernels are registered per kind.
@@ -261,10 +276,12 @@ pub enum OpKind {
     AddRmsNorm,
     SwiGlu,
     Rope,
+    KvCacheWrite,
+    PagedAttention,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 39] = [
+    pub const ALL: [OpKind; 41] = [
         OpKind::MatMul,
         OpKind::Gemm,
         OpKind::Linear,
@@ -304,6 +321,8 @@ impl OpKind {
         OpKind::AddRmsNorm,
         OpKind::SwiGlu,
         OpKind::Rope,
+        OpKind::KvCacheWrite,
+        OpKind::PagedAttention,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -347,6 +366,8 @@ impl OpKind {
             OpKind::AddRmsNorm => "AddRmsNorm",
             OpKind::SwiGlu => "SwiGlu",
             OpKind::Rope => "Rope",
+            OpKind::KvCacheWrite => "KvCacheWrite",
+            OpKind::PagedAttention => "PagedAttention",
         }
     }
 
@@ -435,7 +456,17 @@ pub(super) fn arity(kind: OpKind) -> (usize, usize) {
         OpKind::AddRmsNorm => (3, 3),
         OpKind::SwiGlu => (1, 2),
         OpKind::Rope => (4, 4),
+        OpKind::KvCacheWrite => (5, 5),
+        OpKind::PagedAttention => (5, 5),
         _ => (1, 1),
+    }
+}
+
+/// The in-place `(input, output)` pairs of each op (see [`Op::in_place`]).
+pub(super) fn in_place(kind: OpKind) -> &'static [(usize, usize)] {
+    match kind {
+        OpKind::KvCacheWrite => &[(0, 0), (1, 1)],
+        _ => &[],
     }
 }
 
@@ -459,6 +490,8 @@ pub(super) fn operand_name(kind: OpKind, i: usize) -> &'static str {
         OpKind::AddRmsNorm => &["x", "residual", "weight"],
         OpKind::SwiGlu => &["x", "up"],
         OpKind::Rope => &["x", "cos", "sin", "positions"],
+        OpKind::KvCacheWrite => &["key_cache", "value_cache", "key", "value", "slots"],
+        OpKind::PagedAttention => &["q", "key_cache", "value_cache", "block_tables", "context_lens"],
         _ => &["x"],
     };
     names.get(i).copied().unwrap_or("operand")
@@ -506,6 +539,8 @@ impl Op {
             Op::AddRmsNorm { .. } => OpKind::AddRmsNorm,
             Op::SwiGlu => OpKind::SwiGlu,
             Op::Rope { .. } => OpKind::Rope,
+            Op::KvCacheWrite => OpKind::KvCacheWrite,
+            Op::PagedAttention { .. } => OpKind::PagedAttention,
         }
     }
 
@@ -525,5 +560,15 @@ impl Op {
     /// Number of inputs this op accepts, as `(min, max)`.
     pub fn arity(&self) -> (usize, usize) {
         arity(self.kind())
+    }
+
+    /// The outputs that are inputs' memory, updated in place, as `(input, output)` pairs
+    /// (empty for every op that writes fresh outputs). Eagerly the caller passes the same
+    /// tensor as that input and that output (or disjoint ones: the input is then copied
+    /// into the output first); a compiled graph gives the output the input's memory. A
+    /// kernel of such an op reads the input's elements through the output (the input
+    /// operand's bytes are not passed to host kernels).
+    pub fn in_place(&self) -> &'static [(usize, usize)] {
+        in_place(self.kind())
     }
 }

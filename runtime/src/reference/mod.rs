@@ -11,6 +11,7 @@ pub mod movement;
 pub mod norm;
 pub mod operands;
 pub mod rope;
+pub mod paged;
 
 use crate::dtype::DType;
 use crate::kernel::{KernelError, KernelResult};
@@ -91,6 +92,8 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> KernelResult {
         Op::SwiGlu => norm::swiglu(ins, outs),
         Op::Attention { scale, layout, causal } => attention(ins, outs, *scale, *layout, *causal),
         Op::Rope { interleaved, layout } => rope::rope(ins, &mut outs[0], *interleaved, *layout),
+        Op::KvCacheWrite => paged::kv_cache_write(ins, outs),
+        Op::PagedAttention { scale } => paged::paged_attention(ins, &mut outs[0], *scale),
     }
 }
 

@@ -230,5 +230,9 @@ fn compose(c: &mut Call, how: Mapping, args: &LaunchArgs) -> BResult<()> {
             let parts = Attention { q: x, k: &ins[1], v: &ins[2], mask: ins.get(3), scale };
             attention(c, &parts, &sc, &out, cube_math(is_910, x.dtype))
         }
+        // Not in the kernel table (no aclnn mapping yet).
+        Op::KvCacheWrite | Op::PagedAttention { .. } => {
+            Err(AclBackendError::BadRequest(format!("{}: no aclnn mapping", args.op.name())))
+        }
     }
 }
