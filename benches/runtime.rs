@@ -129,7 +129,7 @@ fn bert_tail_kernel(bencher: Bencher, which: &str) {
                 _ => (512, 16, 64),
             };
             let qkv = vec![1, s, h, d];
-            let op = Op::Attention { scale: None, layout: npurt::AttentionLayout::Bsnd };
+            let op = Op::Attention { scale: None, layout: npurt::AttentionLayout::Bsnd, causal: false };
             (op, vec![qkv.clone(), qkv.clone(), qkv.clone(), vec![1, 1, 1, s]], qkv)
         }
     };

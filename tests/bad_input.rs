@@ -62,6 +62,20 @@ fn invalid_calls() -> Vec<(Op, Vec<(DType, Vec<usize>)>)> {
         (Op::Softmax { axis: 2 }, vec![(F32, vec![3, 4])]),
         (Op::LayerNorm { eps: 1e-5 }, vec![(F32, vec![2, 4]), (F32, vec![3]), (F32, vec![4])]),
         (Op::LayerNorm { eps: -1.0 }, vec![(F32, vec![2, 4]), (F32, vec![4]), (F32, vec![4])]),
+        (Op::RmsNorm { eps: 1e-5 }, vec![(I32, vec![2, 4])]),
+        (Op::RmsNorm { eps: 1e-5 }, vec![(F32, vec![2, 4]), (F32, vec![2])]),
+        (Op::RmsNorm { eps: 1e-5 }, vec![(F32, vec![2, 4]), (F16, vec![4])]),
+        (Op::RmsNorm { eps: f32::NAN }, vec![(F32, vec![2, 4])]),
+        (Op::RmsNorm { eps: 1e-5 }, vec![(F32, vec![])]),
+        (Op::AddRmsNorm { eps: 1e-5 }, vec![(F32, vec![2, 4]), (F32, vec![1, 4]), (F32, vec![4])]),
+        (Op::AddRmsNorm { eps: 1e-5 }, vec![(F32, vec![2, 4]), (F32, vec![2, 4])]),
+        (Op::AddRmsNorm { eps: 1e-5 }, vec![(BF16, vec![2, 4]), (BF16, vec![2, 4]), (BF16, vec![3])]),
+        (Op::Silu, vec![(I64, vec![2])]),
+        (Op::SwiGlu, vec![(F32, vec![2, 5])]),
+        (Op::SwiGlu, vec![(F32, vec![])]),
+        (Op::SwiGlu, vec![(F32, vec![2, 4]), (F32, vec![2, 2])]),
+        (Op::SwiGlu, vec![(F32, vec![2, 4]), (F16, vec![2, 4])]),
+        (Op::SwiGlu, vec![(U8, vec![2, 4])]),
         (Op::Permute { perm: vec![0, 0] }, vec![(F32, vec![2, 3])]),
         (Op::Reshape { shape: vec![5, -1] }, vec![(F32, vec![2, 3])]),
         (Op::Reshape { shape: vec![-1, -1] }, vec![(F32, vec![2, 3])]),
@@ -73,25 +87,107 @@ fn invalid_calls() -> Vec<(Op, Vec<(DType, Vec<usize>)>)> {
         (Op::Scale { factor: f32::NAN }, vec![(F32, vec![2])]),
         (Op::Copy, vec![(F32, vec![2]), (F32, vec![2])]),
         (
-            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd },
+            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd, causal: false },
             vec![(F32, vec![1, 2, 3, 4]), (F32, vec![1, 2, 3, 5]), (F32, vec![1, 2, 3, 4])],
         ),
         (
-            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd },
+            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd, causal: false },
             vec![(F32, vec![1, 2, 3, 4]), (F32, vec![1, 2, 3, 4]), (F32, vec![1, 2, 3, 4]), (I64, vec![1, 1, 1, 3])],
         ),
         (
-            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd },
+            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd, causal: false },
             vec![(F32, vec![1, 2, 3, 4]), (F32, vec![1, 2, 5, 4]), (F32, vec![1, 2, 5, 4]), (U8, vec![1, 1, 1, 4])],
+        ),
+        (
+            // Grouped-query: k's 3 heads do not divide q's 4.
+            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd, causal: true },
+            vec![(F32, vec![1, 4, 3, 4]), (F32, vec![1, 3, 3, 4]), (F32, vec![1, 3, 3, 4])],
+        ),
+        (
+            // An odd head dim.
+            Op::Rope { interleaved: false, layout: npurt::AttentionLayout::Bnsd },
+            vec![(F32, vec![1, 2, 3, 5]), (F32, vec![4, 2]), (F32, vec![4, 2]), (I64, vec![1, 3])],
+        ),
+        (
+            // Float positions.
+            Op::Rope { interleaved: true, layout: npurt::AttentionLayout::Bsnd },
+            vec![(F32, vec![1, 3, 2, 4]), (F32, vec![4, 2]), (F32, vec![4, 2]), (F32, vec![1, 3])],
         ),
         (Op::BiasGelu(GeluApprox::Tanh), vec![(F32, vec![2, 4]), (F32, vec![2])]),
         (Op::AddLayerNorm { eps: 1e-5 }, vec![(F32, vec![2, 4]), (F32, vec![2, 3]), (F32, vec![4]), (F32, vec![4])]),
     ]
 }
 
+/// Invalid calls of the paged KV cache's ops.
+fn paged_invalid_calls() -> Vec<(Op, Vec<(DType, Vec<usize>)>)> {
+    use DType::*;
+    vec![
+        (
+            Op::KvCacheWrite,
+            vec![
+                (F32, vec![4, 2, 1, 8]),
+                (F32, vec![4, 2, 1, 8]),
+                (F32, vec![3, 2, 8]),
+                (F32, vec![3, 2, 8]),
+                (I32, vec![3]),
+            ],
+        ),
+        (
+            Op::KvCacheWrite,
+            vec![
+                (F32, vec![4, 2, 1, 8]),
+                (F32, vec![4, 2, 1, 8]),
+                (F32, vec![3, 1, 8]),
+                (F32, vec![3, 1, 8]),
+                (F32, vec![3]),
+            ],
+        ),
+        (
+            Op::KvCacheWrite,
+            vec![
+                (I32, vec![4, 2, 1, 8]),
+                (I32, vec![4, 2, 1, 8]),
+                (I32, vec![3, 1, 8]),
+                (I32, vec![3, 1, 8]),
+                (I32, vec![3]),
+            ],
+        ),
+        (
+            Op::PagedAttention { scale: None },
+            vec![
+                (F32, vec![2, 3, 8]),
+                (F32, vec![4, 2, 2, 8]),
+                (F32, vec![4, 2, 2, 8]),
+                (I32, vec![2, 2]),
+                (I32, vec![2]),
+            ],
+        ),
+        (
+            Op::PagedAttention { scale: None },
+            vec![
+                (F32, vec![2, 4, 8]),
+                (F32, vec![4, 2, 2, 8]),
+                (F32, vec![4, 2, 2, 8]),
+                (I64, vec![2, 2]),
+                (I32, vec![2]),
+            ],
+        ),
+        (
+            Op::PagedAttention { scale: Some(f32::NAN) },
+            vec![
+                (F32, vec![2, 4, 8]),
+                (F32, vec![4, 2, 2, 8]),
+                (F32, vec![4, 2, 2, 8]),
+                (I32, vec![2, 2]),
+                (I32, vec![2]),
+            ],
+        ),
+    ]
+}
+
 on_every_backend!(every_op_rejects_bad_input, |b| {
     let rt = common::runtime(&b);
-    let calls = invalid_calls();
+    let calls = invalid_calls().into_iter().chain(paged_invalid_calls());
     let mut covered = std::collections::BTreeSet::new();
     for (op, sig) in calls {
         let ins: Vec<Tensor> = sig.iter().map(|(d, s)| t(&rt, *d, s)).collect();
@@ -146,6 +242,40 @@ on_every_backend!(aliasing_is_rejected, |b| {
     assert!(matches!(e, Error::Invalid { op: "Add", .. }), "{e}");
     let ok = t(&rt, DType::F32, &[2, 4]);
     rt.execute(&Op::Add, &[&w, &w], &[&ok]).expect("distinct output is fine");
+});
+
+// An in-place op (KvCacheWrite) takes its caches as its outputs, exactly: the same tensor,
+// or a separate one (the input is copied in first); any other overlap is still refused.
+on_every_backend!(in_place_pairs_are_the_only_aliasing_allowed, |b| {
+    let rt = common::runtime(&b);
+    let kc = t(&rt, DType::F32, &[2, 2, 1, 2]);
+    let vc = t(&rt, DType::F32, &[2, 2, 1, 2]);
+    let k = rt.from_slice(&[1f32, 2.0], vec![1, 1, 2], 0).unwrap();
+    let slots = rt.from_slice(&[3i32], vec![1], 0).unwrap();
+    let ins = [&kc, &vc, &k, &k, &slots];
+    match rt.execute(&Op::KvCacheWrite, &ins, &[&kc, &vc]) {
+        Err(Error::NoKernel { .. }) => {
+            eprintln!("SKIP {}: no KvCacheWrite kernel", b.name());
+            return;
+        }
+        r => {
+            r.expect("the caches as their own outputs");
+        }
+    }
+    let got: Vec<f32> = kc.to_ndarray::<f32>().unwrap().iter().copied().collect();
+    assert_eq!(got, [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 2.0]);
+    // Outputs swapped, or one cache twice: overlaps outside the declared pairs.
+    let e = rt.execute(&Op::KvCacheWrite, &ins, &[&vc, &kc]).unwrap_err();
+    assert!(e.to_string().contains("overlaps input"), "{e}");
+    let e = rt.execute(&Op::KvCacheWrite, &ins, &[&kc, &kc]).unwrap_err();
+    assert!(e.to_string().contains("outputs 0 and 1 overlap"), "{e}");
+    // Separate outputs: the inputs are left as they were.
+    let fresh = t(&rt, DType::F32, &[2, 2, 1, 2]);
+    let slot0 = rt.from_slice(&[0i32], vec![1], 0).unwrap();
+    let outs = rt.run(&Op::KvCacheWrite, &[&kc, &fresh, &k, &k, &slot0]).unwrap();
+    let o0: Vec<f32> = outs[0].to_ndarray::<f32>().unwrap().iter().copied().collect();
+    assert_eq!(o0, [1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 1.0, 2.0]);
+    assert_eq!(kc.to_ndarray::<f32>().unwrap().iter().copied().collect::<Vec<_>>(), got);
 });
 
 on_every_backend!(devices_and_runtimes_are_checked, |b| {
@@ -260,7 +390,7 @@ fn inferred_shapes_whose_size_overflows_are_invalid() {
         (Op::Linear, vec![m(F32, &[1 << 40, 1]), m(F32, &[1 << 40, 1])], "output 0"),
         (Op::Gather { axis: 0 }, vec![m(F32, &[4, 1 << 30]), m(I64, &[1 << 40])], "output 0"),
         (
-            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd },
+            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd, causal: false },
             vec![m(F32, &[1, 1, 1 << 33, 1]), m(F32, &[1, 1, 1 << 33, 1]), m(F32, &[1, 1, 1 << 33, 1])],
             "scores",
         ),
@@ -285,11 +415,11 @@ fn inferred_shapes_whose_size_overflows_are_invalid() {
     assert_eq!(Op::Add.bytes(&[huge.clone(), huge.clone()], &[huge.clone()]), u64::MAX);
     let q = m(F32, &[1 << 20, 1 << 20, 1 << 20, 1 << 20]);
     assert_eq!(
-        Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd }
+        Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd, causal: false }
             .flops(&[q.clone(), q.clone(), q.clone()], &[q]),
         u64::MAX
     );
-    assert_eq!(Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd }.flops(&[], &[]), 0);
+    assert_eq!(Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd, causal: false }.flops(&[], &[]), 0);
 }
 
 #[test]

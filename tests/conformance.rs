@@ -144,6 +144,30 @@ on_every_backend!(extreme_inputs_give_the_documented_answers_on_every_tier, |b: 
             vec![f(&[2, 1], &[1.0, f64::NAN])],
             vec![1.0, 1.0, 1.0, f64::NAN, f64::NAN, f64::NAN],
         ),
+        (
+            "paged attention reads its positions through the block table, two heads sharing one kv head",
+            Op::PagedAttention { scale: Some(1.0) },
+            vec![
+                f(&[1, 2, 2], &[2.0, 0.0, 0.0, 0.0]),
+                f(&[2, 1, 1, 2], &[0.0, 0.0, 1.0, 0.0]),
+                f(&[2, 1, 1, 2], &[0.0, 4.0, 2.0, 0.0]),
+                (DType::I32, vec![1, 2], vec![1.0, 0.0]),
+                (DType::I32, vec![1], vec![2.0]),
+            ],
+            vec![1.761_594_2, 0.476_811_7, 1.0, 2.0],
+        ),
+        (
+            "kv cache write skips a negative slot",
+            Op::KvCacheWrite,
+            vec![
+                f(&[2, 1, 1, 1], &[7.0, 8.0]),
+                f(&[2, 1, 1, 1], &[5.0, 6.0]),
+                f(&[2, 1, 1], &[1.0, f64::NAN]),
+                f(&[2, 1, 1], &[-0.0, 3.0]),
+                (DType::I32, vec![2], vec![1.0, -1.0]),
+            ],
+            vec![7.0, 1.0],
+        ),
         ("neg flips every sign", Op::Neg, vec![f(&[4], &[0.0, -inf, f64::NAN, 2.5])], vec![-0.0, inf, f64::NAN, -2.5]),
         (
             "sigmoid saturates without NaN",
@@ -151,6 +175,19 @@ on_every_backend!(extreme_inputs_give_the_documented_answers_on_every_tier, |b: 
             vec![f(&[5], &[-inf, inf, f64::NAN, 0.0, -100.0])],
             vec![0.0, 1.0, f64::NAN, 0.5, 3.720_075_976_020_836e-44],
         ),
+        (
+            "silu of -inf is NaN (-inf * 0), of +inf is +inf",
+            Op::Silu,
+            vec![f(&[4], &[-inf, inf, f64::NAN, 0.0])],
+            vec![f64::NAN, inf, f64::NAN, 0.0],
+        ),
+        (
+            "rmsnorm: a row with inf is NaN there and 0 elsewhere, huge rows stay finite",
+            Op::RmsNorm { eps: 1e-5 },
+            vec![f(&[2, 2], &[inf, 1.0, 3e38, -3e38])],
+            vec![f64::NAN, 0.0, 1.0, -1.0],
+        ),
+        ("swiglu: the gate is the first half", Op::SwiGlu, vec![f(&[1, 4], &[0.0, inf, 5.0, 7.0])], vec![0.0, inf]),
         (
             "float to i32 saturates, NaN is 0",
             Op::Cast { to: DType::I32 },
@@ -165,7 +202,7 @@ on_every_backend!(extreme_inputs_give_the_documented_answers_on_every_tier, |b: 
         ),
         (
             "attention of a fully masked row is 0",
-            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd },
+            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd, causal: false },
             vec![
                 f(&[1, 1, 1, 2], &[1.0, 2.0]),
                 f(&[1, 1, 2, 2], &[1.0; 4]),
@@ -173,6 +210,23 @@ on_every_backend!(extreme_inputs_give_the_documented_answers_on_every_tier, |b: 
                 (DType::U8, vec![1, 1, 1, 2], vec![0.0, 0.0]),
             ],
             vec![0.0, 0.0],
+        ),
+        (
+            "causal attention with more queries than keys: the first row sees none and is 0",
+            Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd, causal: true },
+            vec![f(&[1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0]), f(&[1, 1, 1, 2], &[1.0; 2]), f(&[1, 1, 1, 2], &[5.0, -1.0])],
+            vec![0.0, 0.0, 5.0, -1.0],
+        ),
+        (
+            "rope turns a pair by its angle",
+            Op::Rope { interleaved: false, layout: npurt::AttentionLayout::Bnsd },
+            vec![
+                f(&[1, 1, 1, 2], &[1.0, 2.0]),
+                f(&[2, 1], &[1.0, 0.0]),
+                f(&[2, 1], &[0.0, 1.0]),
+                (DType::I32, vec![1, 1], vec![1.0]),
+            ],
+            vec![-2.0, 1.0],
         ),
     ];
     for tier in [Tier::Reference, Tier::Generic, Tier::HighPerformance] {

@@ -490,3 +490,122 @@ fn cpu_balanced_schedule_uses_one_stream_on_few_threads() {
         assert_eq!(streams == 1, one, "{threads} threads, {strategy:?}: {streams} streams");
     }
 }
+
+/// A decode-like graph over a paged KV cache (block size 2, one kv head for two query
+/// heads): the caches are graph inputs; node 0 attends the caches as they came in, node 1
+/// writes the step's rows in place (KvCacheWrite), node 2 attends the updated caches.
+fn paged_decode_graph() -> Graph {
+    let mut g = Graph::new();
+    let kc = g.input("key_cache", DType::F32, [4, 2, 1, 4]);
+    let vc = g.input("value_cache", DType::F32, [4, 2, 1, 4]);
+    let k = g.input("key", DType::F32, [2, 1, 4]);
+    let v = g.input("value", DType::F32, [2, 1, 4]);
+    let slots = g.input("slots", DType::I64, [2]);
+    let q = g.input("q", DType::F32, [2, 2, 4]);
+    let bt = g.input("block_tables", DType::I32, [2, 2]);
+    let lens = g.input("context_lens", DType::I32, [2]);
+    let pa = Op::PagedAttention { scale: None };
+    let before = g.op("attend_before", pa.clone(), &[q, kc, vc, bt, lens]).unwrap();
+    let upd = g.op_multi("write", Op::KvCacheWrite, &[kc, vc, k, v, slots]).unwrap();
+    let after = g.op("attend_after", pa, &[q, upd[0], upd[1], bt, lens]).unwrap();
+    g.output(before);
+    g.output(after);
+    g
+}
+
+/// The decode-like graph, run twice (new slots and lengths each step) on every schedule,
+/// frozen or node by node: the attention before the write sees the caches as they came
+/// in, the one after sees the step's rows, and the caller's caches hold both steps' rows.
+#[test]
+fn paged_decode_graph_updates_the_caches_in_place() {
+    let b = common::backend("cpu").expect("cpu backend");
+    let rt = common::runtime(&b);
+    let g = paged_decode_graph();
+    let f = |s: &[usize], v: Vec<f32>| rt.from_slice(&v, s.to_vec(), 0).unwrap();
+    let rows = |step: usize| (0..8).map(|i| (i + 8 * step) as f32 * 0.25 - 1.0).collect::<Vec<f32>>();
+    let q = f(&[2, 2, 4], (0..16).map(|i| (i as f32 * 0.37).sin()).collect());
+    let bt = rt.from_slice(&[0i32, 1, 2, 3], vec![2, 2], 0).unwrap();
+    let strategies = [
+        options(true, true, false, ScheduleStrategy::Throughput),
+        options(true, false, false, ScheduleStrategy::Throughput),
+        options(true, true, true, ScheduleStrategy::Latency),
+    ];
+    for opts in strategies {
+        let cg = CompiledGraph::compile(&rt, &g, opts.clone()).unwrap();
+        let (kc, vc) = (f(&[4, 2, 1, 4], vec![0.0; 32]), f(&[4, 2, 1, 4], vec![0.0; 32]));
+        // Eager copies of the caches, updated with the same steps.
+        let (ek, ev) = (f(&[4, 2, 1, 4], vec![0.0; 32]), f(&[4, 2, 1, 4], vec![0.0; 32]));
+        // Step 0: sequence 0 at slot 0 (block 0), sequence 1 at slot 4 (block 2); step 1:
+        // the next slot of each, one more position of context.
+        for (step, slots, lens) in [(0, [0i64, 4], [1i32, 1]), (1, [1, 5], [2, 2])] {
+            let (k, v) = (f(&[2, 1, 4], rows(step)), f(&[2, 1, 4], rows(step).iter().map(|x| -x).collect()));
+            let slots = rt.from_slice(&slots, vec![2], 0).unwrap();
+            let lens = rt.from_slice(&lens, vec![2], 0).unwrap();
+            let pa = Op::PagedAttention { scale: None };
+            let want_before = rt.run(&pa, &[&q, &ek, &ev, &bt, &lens]).unwrap();
+            rt.execute(&Op::KvCacheWrite, &[&ek, &ev, &k, &v, &slots], &[&ek, &ev]).unwrap();
+            let want_after = rt.run(&pa, &[&q, &ek, &ev, &bt, &lens]).unwrap();
+            let got = cg.run(&[&kc, &vc, &k, &v, &slots, &q, &bt, &lens]).unwrap();
+            assert_eq!(max_diff(&got[0], &want_before[0]), 0.0, "{opts:?} step {step}: before the write");
+            assert_eq!(max_diff(&got[1], &want_after[0]), 0.0, "{opts:?} step {step}: after the write");
+            if step == 0 {
+                assert_eq!(max_diff(&got[0], &f(&[2, 2, 4], vec![0.0; 16])), 0.0, "zero caches give zero rows");
+            }
+        }
+        let (kv, vv) = (kc.to_ndarray::<f32>().unwrap(), vc.to_ndarray::<f32>().unwrap());
+        let k_rows: Vec<f32> = kv.iter().copied().collect();
+        for (slot, step, seq) in [(0, 0, 0), (1, 1, 0), (4, 0, 1), (5, 1, 1)] {
+            assert_eq!(&k_rows[slot * 4..slot * 4 + 4], &rows(step)[seq * 4..seq * 4 + 4], "{opts:?} slot {slot}");
+        }
+        assert!(k_rows[8..16].iter().chain(&k_rows[24..]).all(|&x| x == 0.0), "{opts:?}: other slots untouched");
+        assert_eq!(max_diff(&kc, &ek), 0.0);
+        assert_eq!(max_diff(&vc, &ev), 0.0);
+        assert_eq!(vv.iter().copied().sum::<f32>(), -kv.iter().copied().sum::<f32>());
+    }
+}
+
+/// A KvCacheWrite whose outputs nothing reads still runs (its effect is the update); the
+/// rules of in-place updates in graphs are checked when compiling, naming the node.
+#[test]
+fn in_place_nodes_are_never_dead_and_their_rules_are_checked() {
+    let b = common::backend("cpu").expect("cpu backend");
+    let rt = common::runtime(&b);
+    let mut g = Graph::new();
+    let kc = g.input("key_cache", DType::F32, [2, 1, 1, 2]);
+    let vc = g.input("value_cache", DType::F32, [2, 1, 1, 2]);
+    let k = g.input("key", DType::F32, [1, 1, 2]);
+    let slots = g.input("slots", DType::I32, [1]);
+    g.op_multi("write", Op::KvCacheWrite, &[kc, vc, k, k, slots]).unwrap();
+    let other = g.op("other", Op::Copy, &[k]).unwrap();
+    g.output(other);
+    for opts in [
+        options(true, true, false, ScheduleStrategy::Throughput),
+        options(false, false, false, ScheduleStrategy::Throughput),
+    ] {
+        let cg = CompiledGraph::compile(&rt, &g, opts).unwrap();
+        let (kct, vct) =
+            (rt.zeros(DType::F32, [2, 1, 1, 2], 0).unwrap(), rt.zeros(DType::F32, [2, 1, 1, 2], 0).unwrap());
+        let kt = rt.from_slice(&[3f32, 4.0], vec![1, 1, 2], 0).unwrap();
+        let st = rt.from_slice(&[1i32], vec![1], 0).unwrap();
+        cg.run(&[&kct, &vct, &kt, &st]).unwrap();
+        assert_eq!(kct.to_ndarray::<f32>().unwrap().iter().copied().collect::<Vec<_>>(), [0.0, 0.0, 3.0, 4.0]);
+        assert_eq!(vct.to_ndarray::<f32>().unwrap().iter().copied().collect::<Vec<_>>(), [0.0, 0.0, 3.0, 4.0]);
+    }
+    // A reader of the cache as it was, placed after the update, is refused.
+    let mut late = g.clone();
+    let opts = options(true, true, false, ScheduleStrategy::Throughput);
+    let late_out = late.op("late", Op::Copy, &[kc]).unwrap();
+    late.output(late_out);
+    let e = CompiledGraph::compile(&rt, &late, opts.clone()).map(|_| ());
+    assert!(e.unwrap_err().to_string().contains("reads it after the update"));
+    // A constant is never written.
+    let mut c = Graph::new();
+    let kcc = c.constant("cache", HostTensor::from_vec([2, 1, 1, 2], vec![0f32; 4]).unwrap());
+    let k = c.input("key", DType::F32, [1, 1, 2]);
+    let s = c.input("slots", DType::I32, [1]);
+    let vcc = c.input("value_cache", DType::F32, [2, 1, 1, 2]);
+    let o = c.op_multi("write", Op::KvCacheWrite, &[kcc, vcc, k, k, s]).unwrap();
+    c.output(o[1]);
+    let e = CompiledGraph::compile(&rt, &c, opts).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("constant") && e.contains("node \"write\""), "{e}");
+}

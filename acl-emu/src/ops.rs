@@ -179,7 +179,7 @@ fn modelled_cost(t: &Tables, ex: &Executor) -> crate::model::Cost {
         // Cube work with the FLOPs and bytes of a fused Attention producing the attention
         // result (the softmax statistics add 64 bytes a row).
         Kernel::FlashAttention { .. } => t.soc.kernel(
-            &Op::Attention { scale: None, layout: Default::default() },
+            &Op::Attention { scale: None, layout: Default::default(), causal: false },
             &ins,
             outs.last().map(std::slice::from_ref).unwrap_or(&[]),
             false,

@@ -114,7 +114,10 @@ fn workload(tk: &std::path::Path) -> Result<Vec<f32>, String> {
     let v = rt.from_slice(&h(&[1., 2., 3., 4.]), [1, 1, 2, 2], 0).map_err(e)?;
     let mask = rt.from_slice(&h(&[0., 0., f32::NEG_INFINITY, f32::NEG_INFINITY]), [1, 1, 2, 2], 0).map_err(e)?;
     let att = rt
-        .run(&Op::Attention { scale: None, layout: runtime::AttentionLayout::Bnsd }, &[&q, &q, &v, &mask])
+        .run(
+            &Op::Attention { scale: None, layout: runtime::AttentionLayout::Bnsd, causal: false },
+            &[&q, &q, &v, &mask],
+        )
         .map_err(e)?
         .remove(0);
     let mut all = Vec::new();

@@ -373,10 +373,18 @@ fn flash_attention_nodes_reuse_their_executors() {
         let v = g.input("v", DType::F16, [bs, h, s, d]);
         let mask = g.input("mask", DType::F16, [bs, 1, 1, s]);
         let masked = g
-            .op("masked", Op::Attention { scale: None, layout: runtime::AttentionLayout::Bnsd }, &[q, k, v, mask])
+            .op(
+                "masked",
+                Op::Attention { scale: None, layout: runtime::AttentionLayout::Bnsd, causal: false },
+                &[q, k, v, mask],
+            )
             .unwrap();
         let plain_att = g
-            .op("plain", Op::Attention { scale: Some(0.3), layout: runtime::AttentionLayout::Bnsd }, &[q, k, v])
+            .op(
+                "plain",
+                Op::Attention { scale: Some(0.3), layout: runtime::AttentionLayout::Bnsd, causal: false },
+                &[q, k, v],
+            )
             .unwrap();
         g.output(masked);
         g.output(plain_att);

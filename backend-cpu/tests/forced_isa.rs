@@ -168,7 +168,8 @@ fn prepacked_linear(isa: Isa) {
 }
 
 /// The SIMD element-wise kernels on lengths that leave a tail after every vector width
-/// and that run in parallel chunks, and the row softmax, against the reference tier.
+/// and that run in parallel chunks, and the row softmax and RmsNorm, against the reference
+/// tier.
 fn element_wise(isa: Isa) {
     let Some(b) = forced(isa) else { return };
     let (fast, reference) = (runtime(&b, Tier::HighPerformance), runtime(&b, Tier::Reference));
@@ -184,6 +185,8 @@ fn element_wise(isa: Isa) {
         Op::Gelu(GeluApprox::Erf),
         Op::Gelu(GeluApprox::Tanh),
         Op::Softmax { axis: -1 },
+        Op::Silu,
+        Op::RmsNorm { eps: 1e-5 },
     ];
     for len in [37, 1003, 40_001] {
         let mut v = values(len, 6);
@@ -191,8 +194,9 @@ fn element_wise(isa: Isa) {
         let pos: Vec<f32> = v.iter().map(|x| x.abs()).collect();
         for op in &ops {
             let src = if matches!(op, Op::Sqrt) { &pos } else { &v };
-            // Softmax also over several rows (40 001 = 13 x 3077).
-            let shape = if matches!(op, Op::Softmax { .. }) && len == 40_001 { vec![13, 3077] } else { vec![len] };
+            // The row ops also over several rows (40 001 = 13 x 3077).
+            let rows = matches!(op, Op::Softmax { .. } | Op::RmsNorm { .. });
+            let shape = if rows && len == 40_001 { vec![13, 3077] } else { vec![len] };
             let t = fast.from_slice(src, shape.clone(), 0).unwrap();
             let (got, r) = fast.run_with_report(op, &[&t]).unwrap();
             assert_eq!(r.tier, Tier::HighPerformance, "{isa} {op:?}");

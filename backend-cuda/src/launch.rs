@@ -225,6 +225,13 @@ impl Device {
             | Op::Concat { .. }
             | Op::Slice { .. }
             | Op::Expand { .. } => self.nvrtc_data(args, ss),
+            Op::Silu | Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::SwiGlu => {
+                Err(bad(format!("{}: no CUDA kernel", args.op.name())))
+            }
+            // The kernel table declines Rope (no CUDA kernel yet).
+            Op::Rope { .. } => Err(bad("Rope has no CUDA kernel")),
+            // Not in the kernel table (no CUDA kernel yet).
+            Op::KvCacheWrite | Op::PagedAttention { .. } => Err(bad("not an op of this backend")),
         }
     }
 

@@ -257,7 +257,7 @@ fn support_predicates_decline_what_kernels_cannot_do() {
     let ins = [q.clone(), k.clone(), k];
     assert!(
         (at.supports)(&KernelQuery {
-            op: &Op::Attention { scale: None, layout: runtime::AttentionLayout::Bnsd },
+            op: &Op::Attention { scale: None, layout: runtime::AttentionLayout::Bnsd, causal: false },
             inputs: &ins,
             outputs: &o
         })

@@ -179,6 +179,7 @@ mod tests {
             ("Sigmoid", OpKind::Sigmoid),
             ("Softmax", OpKind::Softmax),
             ("LayerNormalization", OpKind::LayerNorm),
+            ("RMSNormalization", OpKind::RmsNorm),
             ("Transpose", OpKind::Permute),
             ("Reshape", OpKind::Reshape),
             ("Gather", OpKind::Gather),
@@ -186,6 +187,7 @@ mod tests {
             ("ReduceSum", OpKind::ReduceSum),
             ("ReduceMean", OpKind::ReduceMean),
             ("Identity", OpKind::Copy),
+            ("RotaryEmbedding", OpKind::Rope),
         ];
         for (name, kind) in onnx {
             for spelling in [name.to_string(), name.to_ascii_lowercase(), name.to_ascii_uppercase()] {

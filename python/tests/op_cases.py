@@ -30,6 +30,17 @@ def layernorm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float) -> np.nda
     return (x - m) / np.sqrt(v + eps) * g + b
 
 
+def rmsnorm(x: np.ndarray, w: Any, eps: float) -> np.ndarray:
+    x = x.astype(np.float64)
+    y = x / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
+    return y if w is None else y * w
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    return x / (1 + np.exp(-x))
+
+
 def softmax(x: np.ndarray, axis: int) -> np.ndarray:
     x = x.astype(np.float64)
     e = np.exp(x - x.max(axis, keepdims=True))
@@ -41,6 +52,29 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Any = None) -> 
     if mask is not None:
         s = np.where(mask != 0, s, -np.inf) if mask.dtype == np.uint8 else s + mask
     return softmax(s, -1) @ v
+
+
+def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, pos: np.ndarray, interleaved: bool = False) -> np.ndarray:
+    """Rope of x ``[B, H, S, D]`` at ``pos`` ``[B, S]``: rotate-half or interleaved pairs."""
+    x = x.astype(np.float64)
+    c, s = cos[pos][:, None].astype(np.float64), sin[pos][:, None].astype(np.float64)
+    if interleaved:
+        a, b = x[..., 0::2], x[..., 1::2]
+        out = np.empty_like(x)
+        out[..., 0::2], out[..., 1::2] = a * c - b * s, b * c + a * s
+        return out
+    h = x.shape[-1] // 2
+    a, b = x[..., :h], x[..., h:]
+    return np.concatenate([a * c - b * s, b * c + a * s], -1)
+
+
+def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Causal grouped-query attention, bottom-right aligned."""
+    g = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, g, 1), np.repeat(v, g, 1)
+    s_len, t_len = q.shape[2], k.shape[2]
+    keep = np.arange(t_len)[None, :] <= np.arange(s_len)[:, None] + (t_len - s_len)
+    return attention(q, k, v, keep.astype(np.uint8))
 
 
 Case = Tuple[str, List[np.ndarray], Dict[str, Any], Callable[..., np.ndarray]]
@@ -60,6 +94,9 @@ def cases(seed: int = 0) -> List[Case]:
     g, beta = f(6), f(6)
     q, k, v = f(1, 2, 5, 8), f(1, 2, 7, 8), f(1, 2, 7, 8)
     mask = (r.random((1, 1, 5, 7)) > 0.3).astype(np.uint8)
+    rx = f(2, 3, 4, 8)
+    rcos, rsin = np.cos(f(16, 4)), np.sin(f(16, 4))
+    rpos = r.integers(0, 16, (2, 4)).astype(np.int64)
     mask[..., 0] = 1
     table = f(10, 6)
     idx = np.array([[1, 3], [9, 0]], np.int64)
@@ -113,8 +150,18 @@ def cases(seed: int = 0) -> List[Case]:
         ("Copy", [x], {}, lambda t: t),
         ("Attention", [q, k, v], {}, attention),
         ("Attention", [q, k, v, mask], {}, attention),
+        ("Attention", [q, k[:, :1], v[:, :1]], {"causal": True}, causal_attention),
+        ("Rope", [rx, rcos, rsin, rpos], {}, rope),
+        ("Rope", [rx, rcos, rsin, rpos.astype(np.int32)], {"interleaved": True},
+         lambda *t: rope(*t, interleaved=True)),
         ("BiasGelu", [x, bias], {}, lambda t, bb: gelu(t + bb)),
         ("AddLayerNorm", [x, y, g, beta], {"eps": 1e-5}, lambda t, rr, g, b: layernorm(t + rr, g, b, 1e-5)),
+        ("RmsNorm", [x, g], {"eps": 1e-5}, lambda t, w: rmsnorm(t, w, 1e-5)),
+        ("RMSNormalization", [x], {"eps": 1e-3}, lambda t: rmsnorm(t, None, 1e-3)),
+        ("AddRmsNorm", [x, y, g], {"eps": 1e-5}, lambda t, rr, w: rmsnorm(t + rr, w, 1e-5)),
+        ("Silu", [x], {}, silu),
+        ("SwiGlu", [x], {}, lambda t: silu(t[:, :3]) * t[:, 3:]),
+        ("SwiGlu", [x, y], {}, lambda gt, up: silu(gt) * up),
     ]
 
 

@@ -215,28 +215,45 @@ impl Runtime {
                 return Err(Error::invalid(name, format!("{what} {i} ({}) {msg}", t.meta())));
             }
         }
-        // Aliasing: an output may not overlap an input or another output.
+        // Aliasing: an output may not overlap an input or another output, except the
+        // in-place pairs of the op given the same memory; one given separate memory gets
+        // the input's elements copied in first and is then updated in place.
+        let pairs = op.in_place();
+        let mut copy_in: Vec<(usize, usize)> = Vec::new();
         for (i, o) in outputs.iter().enumerate() {
-            let overlaps = |t: &Tensor| t.overlaps(o);
-            if let Some(j) = inputs.iter().position(|t| overlaps(t)) {
-                return Err(Error::invalid(
-                    name,
-                    format!(
-                        "output {i} ({}) overlaps input {j} ({}); in-place execution is not supported",
-                        o.meta(),
-                        inputs[j].meta()
-                    ),
-                ));
+            for (j, t) in inputs.iter().enumerate() {
+                let paired = pairs.contains(&(j, i));
+                if paired && same_memory(t, o) {
+                    continue;
+                }
+                if t.overlaps(o) {
+                    let why = if paired {
+                        "; an in-place output must be exactly its input's memory (the same tensor) or separate from it"
+                    } else {
+                        "; in-place execution is not supported"
+                    };
+                    return Err(Error::invalid(
+                        name,
+                        format!("output {i} ({}) overlaps input {j} ({}){why}", o.meta(), inputs[j].meta()),
+                    ));
+                }
+                if paired {
+                    copy_in.push((j, i));
+                }
             }
-            if let Some(j) = outputs.iter().enumerate().position(|(j, t)| j != i && overlaps(t)) {
+            if let Some(j) = outputs.iter().enumerate().position(|(j, t)| j != i && t.overlaps(o)) {
                 return Err(Error::invalid(name, format!("outputs {i} and {j} overlap")));
             }
         }
-        // Kernels other than Copy read dense operands: materialise strided views first.
+        for &(j, i) in &copy_in {
+            self.execute_at(target, &Op::Copy, &[inputs[j]], &[outputs[i]])?;
+        }
+        // Kernels other than Copy read dense operands: materialise strided views first
+        // (an in-place input is read through its output).
         let mut owned = Vec::new();
         if !matches!(op, Op::Copy) {
-            for t in inputs {
-                if !t.is_contiguous() {
+            for (j, t) in inputs.iter().enumerate() {
+                if !t.is_contiguous() && !pairs.iter().any(|p| p.0 == j) {
                     let c = self.empty_for(t.dtype, t.shape().clone(), target)?;
                     self.execute_at(target, &Op::Copy, &[t], &[&c])?;
                     owned.push(Some(c));
@@ -249,8 +266,9 @@ impl Runtime {
         let in_args = inputs
             .iter()
             .enumerate()
-            .map(|(i, t)| match owned.get(i) {
-                Some(Some(c)) => {
+            .map(|(i, t)| match (owned.get(i), pairs.iter().find(|p| p.0 == i)) {
+                (_, Some(&(_, o))) => outputs[o].arg(),
+                (Some(Some(c)), None) => {
                     c.storage.mark_use(target);
                     c.arg()
                 }
@@ -304,10 +322,30 @@ impl Runtime {
                 return Err(Error::invalid(name, format!("operand {} is not contiguous", t.meta())));
             }
         }
+        // An in-place pair is one memory: both fixed and the same, or both per run (from
+        // one address slot, which the caller patches into both).
+        let pairs = op.in_place();
+        for &(j, i) in pairs {
+            let same = match (inputs.get(j), outputs.get(i)) {
+                (Some(FrozenOperand::Fixed(a)), Some(FrozenOperand::Fixed(b))) => same_memory(a, b),
+                (Some(FrozenOperand::PerRun(_)), Some(FrozenOperand::PerRun(_))) => true,
+                _ => false,
+            };
+            if !same {
+                return Err(Error::invalid(name, format!("output {i} must be input {j}'s memory (updated in place)")));
+            }
+        }
         for (i, o) in outputs.iter().enumerate() {
             let FrozenOperand::Fixed(o) = o else { continue };
-            let overlaps = |x: &FrozenOperand<'_>| matches!(x, FrozenOperand::Fixed(t) if t.overlaps(o));
-            if inputs.iter().any(overlaps) || outputs.iter().enumerate().any(|(j, x)| j != i && overlaps(x)) {
+            let overlaps = |j: usize, x: &FrozenOperand<'_>| {
+                !pairs.contains(&(j, i)) && matches!(x, FrozenOperand::Fixed(t) if t.overlaps(o))
+            };
+            if inputs.iter().enumerate().any(|(j, x)| overlaps(j, x))
+                || outputs
+                    .iter()
+                    .enumerate()
+                    .any(|(j, x)| j != i && matches!(x, FrozenOperand::Fixed(t) if t.overlaps(o)))
+            {
                 return Err(Error::invalid(name, format!("output {i} ({}) overlaps another operand", o.meta())));
             }
         }
@@ -367,6 +405,12 @@ impl Runtime {
     pub(crate) fn owns(&self, t: &Tensor) -> bool {
         t.runtime_is(&self.inner)
     }
+}
+
+/// True when two tensors are the same view of one buffer (an in-place pair).
+fn same_memory(a: &Tensor, b: &Tensor) -> bool {
+    let (x, y) = (a.arg(), b.arg());
+    a.shares_storage(b) && x.ptr == y.ptr && x.dtype == y.dtype && *x.layout == *y.layout
 }
 
 /// The outputs a launch was given must be as many, and each of the dtype and shape, that

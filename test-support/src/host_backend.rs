@@ -185,8 +185,14 @@ impl HostBackend {
             .zip(&in_bytes)
             .map(|(a, b)| In { dtype: a.dtype, dims: a.layout.dims(), strides: &a.layout.strides, bytes: b })
             .collect();
-        let mut out_bytes: Vec<Vec<u8>> =
-            args.outputs.iter().map(|o| vec![0u8; o.layout.numel() * o.dtype.size()]).collect();
+        // An in-place output starts from the memory's current elements (the op updates it).
+        let mut out_bytes: Vec<Vec<u8>> = Vec::with_capacity(args.outputs.len());
+        for (k, o) in args.outputs.iter().enumerate() {
+            let len = o.layout.numel() * o.dtype.size();
+            let start = o.ptr.0 + (o.layout.offset * o.dtype.size()) as u64;
+            let in_place = args.op.in_place().iter().any(|p| p.1 == k);
+            out_bytes.push(if in_place && len > 0 { self.read(start, len)? } else { vec![0u8; len] });
+        }
         {
             let mut outs: Vec<Out> = args
                 .outputs

@@ -2,7 +2,8 @@
 //!
 //! * [`cli`] — where the `npurt` binary is, for tests outside its package.
 //! * [`conformance`] — the conformance suite: every op × dtype × tier against the
-//!   reference tier, run by each backend's tests.
+//!   reference tier, run by each backend's tests ([`conformance_rope`]: its cases of
+//!   Rope and of causal and grouped-query Attention).
 //! * [`emu`] — the acl-emu harness: find the emulator library, lay out a fake CANN
 //!   toolkit whose libraries are the emulator, and call its control functions
 //!   (configuration, fault injection, counters of live objects).
@@ -20,6 +21,9 @@
 
 pub mod cli;
 pub mod conformance;
+pub mod decoder_cases;
+pub mod conformance_rope;
+pub mod conformance_paged;
 pub mod emu;
 pub mod gate;
 pub mod graphs;

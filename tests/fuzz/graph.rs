@@ -129,7 +129,7 @@ fn node_op() -> impl Strategy<Value = Op> {
         Op::Cast { to: DType::F16 },
         Op::Cast { to: DType::F32 },
         Op::Gather { axis: 0 },
-        Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd },
+        Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd, causal: false },
     ]);
     prop_oneof![6 => fitting, 1 => ops::op()]
 }

@@ -97,12 +97,26 @@ pub fn op() -> impl Strategy<Value = Op> {
         (axes, any::<bool>()).prop_map(|(axes, keepdims)| Op::ReduceMean { axes, keepdims }),
         float_attr().prop_map(|factor| Op::Scale { factor }),
         Just(Op::Copy),
-        (prop::option::of(float_attr()), prop::bool::ANY).prop_map(|(scale, bsnd)| Op::Attention {
-            scale,
+        (prop::option::of(float_attr()), prop::bool::ANY, prop::bool::ANY).prop_map(|(scale, bsnd, causal)| {
+            Op::Attention {
+                scale,
+                layout: if bsnd { npurt::AttentionLayout::Bsnd } else { npurt::AttentionLayout::Bnsd },
+                causal,
+            }
+        }),
+        (prop::bool::ANY, prop::bool::ANY).prop_map(|(interleaved, bsnd)| Op::Rope {
+            interleaved,
             layout: if bsnd { npurt::AttentionLayout::Bsnd } else { npurt::AttentionLayout::Bnsd },
         }),
         approx().prop_map(Op::BiasGelu),
         float_attr().prop_map(|eps| Op::AddLayerNorm { eps: eps.abs() * 1e-5 }),
+        Just(Op::Silu),
+        float_attr().prop_map(|eps| Op::RmsNorm { eps: eps.abs() * 1e-5 }),
+        float_attr().prop_map(|eps| Op::RmsNorm { eps }),
+        float_attr().prop_map(|eps| Op::AddRmsNorm { eps: eps.abs() * 1e-5 }),
+        Just(Op::SwiGlu),
+        Just(Op::KvCacheWrite),
+        prop::option::of(float_attr()).prop_map(|scale| Op::PagedAttention { scale }),
     ]
 }
 

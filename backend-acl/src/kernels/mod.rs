@@ -116,6 +116,13 @@ names! {
     Attention => "attention.aclnn-composed.cube", "attention.host.reference";
     BiasGelu => "biasgelu.aclnn-add-gelu.vector", "biasgelu.host.reference";
     AddLayerNorm => "addlayernorm.aclnn-add-layernorm.vector", "addlayernorm.host.reference";
+    Silu => "silu.aclnn.vector", "silu.host.reference";
+    RmsNorm => "rmsnorm.aclnn.vector", "rmsnorm.host.reference";
+    AddRmsNorm => "addrmsnorm.aclnn.vector", "addrmsnorm.host.reference";
+    SwiGlu => "swiglu.aclnn.vector", "swiglu.host.reference";
+    Rope => "rope.aclnn.vector", "rope.host.reference";
+    KvCacheWrite => "kvcachewrite.aclnn.vector", "kvcachewrite.host.reference";
+    PagedAttention => "pagedattention.aclnn.cube", "pagedattention.host.reference";
 }
 
 /// The name of the kernel that runs op `k`'s FP32 products on the 910's Cube in FP16, for
@@ -164,6 +171,15 @@ fn check(q: &KernelQuery<'_>, p: Policy) -> Result<(), String> {
                  permutes on this device"
                 .into())
         }
+        Op::Attention { causal: true, .. } => {
+            Err("causal Attention has no aclnn mapping yet: the host tier takes it".into())
+        }
+        Op::Attention { .. } if q.inputs[1].shape.dims().get(1) != x.shape.dims().get(1) => {
+            Err("grouped-query Attention (k, v with fewer heads than q) has no aclnn mapping yet: the host tier \
+                 takes it"
+                .into())
+        }
+        Op::Rope { .. } => Err("Rope has no aclnn mapping yet: the host tier takes it".into()),
         Op::Attention { .. } if q.inputs.get(3).is_some_and(|m| m.dtype == DType::U8) => {
             Err("u8 (keep/drop) masks have no aclnn composition; an additive float mask has".into())
         }
@@ -173,6 +189,9 @@ fn check(q: &KernelQuery<'_>, p: Policy) -> Result<(), String> {
             Err("saturating casts to u8 are not documented for aclnnCast".into())
         }
         Op::ReduceSum { .. } | Op::ReduceMean { .. } if x.shape.rank() == 0 => Err("0-D reductions".into()),
+        Op::Silu | Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::SwiGlu => {
+            Err("no aclnn mapping yet: the host tier runs it".into())
+        }
         Op::Slice { steps, .. } if steps.iter().any(|&s| s < 0) => {
             Err("aclnnSlice walks forwards only: a negative step is left to the host tier".into())
         }
@@ -232,6 +251,11 @@ impl Table {
         let flash = flash_symbols && has_flash_attention(soc);
         let mut t = Table { is_910, ..Table::default() };
         for k in OpKind::ALL {
+            if matches!(k, OpKind::KvCacheWrite | OpKind::PagedAttention) {
+                // No aclnn mapping yet, and the host tier would not see the caches
+                // updated in place: refused (no kernel).
+                continue;
+            }
             let (fname, hname) = names(k);
             if k == OpKind::Attention && flash {
                 // Earlier entries of a tier are preferred: ahead of the composition.

@@ -14,6 +14,13 @@
 //! read in place at the row stride `H·D`, and each block's output rows are copied to
 //! theirs: no head split or merge permute around the op.
 //!
+//! Grouped-query: query head `h` reads kv head `h / (H / H_kv)` in place (no copy of the
+//! shared heads). Causal: a block of query rows computes its scores only against the keys
+//! its last row sees (`causal_keys`), so the key blocks past the diagonal are never
+//! multiplied (causal prefill does about half the work); within the block each row's
+//! softmax spans its own keys, the others weigh 0, and a row whose product then holds NaN
+//! (`0 · inf` from a key it does not see) is formed again from its own keys.
+//!
 //! Extreme rows, as the other tiers compute them: a row whose scores hold a NaN or +inf
 //! gives NaN; a row whose every score is -inf (all keys masked out) gives 0, whatever V
 //! holds. A u8 mask adds -inf where it is 0 (so a masked NaN score stays NaN).
@@ -88,21 +95,33 @@ struct HeadScratch {
     scores: Vec<f32>,
 }
 
-pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, layout: AttentionLayout, ctx: &Ctx) -> KResult {
+pub fn attention(
+    ins: &[In],
+    out: &mut Out,
+    scale: Option<f32>,
+    layout: AttentionLayout,
+    causal: bool,
+    ctx: &Ctx,
+) -> KResult {
     let isa = ctx.features.isa;
     let (q, k, v) = (load_f32(&ins[0])?, load_f32(&ins[1])?, load_f32(&ins[2])?);
     let [bsz, h, s, d] = layout.bhsd(ins[0].dims);
-    let ([_, _, t, _], [_, _, _, dv]) = (layout.bhsd(ins[1].dims), layout.bhsd(ins[2].dims));
+    let ([_, hkv, t, _], [_, _, _, dv]) = (layout.bhsd(ins[1].dims), layout.bhsd(ins[2].dims));
+    let group = h.checked_div(hkv).unwrap_or(1);
     // Element strides of (batch, head, row) in each operand: the operands of a head are
     // strided rows in the tokens-first layout.
-    let (sq, sk) = (layout.strides([bsz, h, s, d]), layout.strides([bsz, h, t, d]));
-    let (sv, so) = (layout.strides([bsz, h, t, dv]), layout.strides([bsz, h, s, dv]));
+    let (sq, sk) = (layout.strides([bsz, h, s, d]), layout.strides([bsz, hkv, t, d]));
+    let (sv, so) = (layout.strides([bsz, hkv, t, dv]), layout.strides([bsz, h, s, dv]));
     let span = |rows: usize, stride: usize, width: usize| if rows == 0 { 0 } else { (rows - 1) * stride + width };
     // The element offset of row `i` of head `bh` (batch · heads + head) in an operand.
     let at = |st: [usize; 4], bh: usize, i: usize| (bh / h) * st[0] + (bh % h) * st[1] + i * st[2];
-    // Head `bh`'s keys and values: `t` rows at their row strides.
-    let k_head = |bh: usize| &k[at(sk, bh, 0)..][..span(t, sk[2], d)];
-    let v_head = |bh: usize| &v[at(sv, bh, 0)..][..span(t, sv[2], dv)];
+    // The same in k or v, whose head is the query head's kv head.
+    let kv_at = |st: [usize; 4], bh: usize| (bh / h) * st[0] + (bh % h / group) * st[1];
+    // The first `n` keys and values of query head `bh`'s kv head, at their row strides.
+    let k_head = |bh: usize, n: usize| &k[kv_at(sk, bh)..][..span(n, sk[2], d)];
+    let v_head = |bh: usize, n: usize| &v[kv_at(sv, bh)..][..span(n, sv[2], dv)];
+    // The keys query row `i` sees.
+    let seen = |i: usize| if causal { runtime::reference::causal_keys(i, s, t) } else { t };
     let scale = scale.unwrap_or(1.0 / (d as f32).sqrt());
     // The GEMM skips its product for alpha = 0; `0 * score` keeps a non-finite score NaN.
     let (alpha, post) = if scale == 0.0 { (1.0, Some(0.0f32)) } else { (scale, None) };
@@ -139,11 +158,17 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, layout: Attentio
             let (bi, hh) = (bh / h, bh % h);
             let i0 = blk * ROWS;
             let rows = ob.len() / dv;
+            // The keys the block's last row sees: the key blocks past them are skipped.
+            let t = seen(i0 + rows - 1);
+            if t == 0 {
+                ob.fill(0.0);
+                return Ok(());
+            }
             let qb = &q[at(sq, bh, i0)..][..span(rows, sq[2], d)];
             scores.resize(rows * t, 0.0);
             let kt = match kv {
                 Some(kv) => BMatrix::Packed { layout: &kv.lk, data: kv.kt },
-                None => BMatrix::Strided(Strided { data: k_head(bh), rs: 1, cs: sk[2] }),
+                None => BMatrix::Strided(Strided { data: k_head(bh, t), rs: 1, cs: sk[2] }),
             };
             let a = Strided { data: qb, rs: sq[2], cs: 1 };
             let c = &mut scores[..];
@@ -166,12 +191,19 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, layout: Attentio
                 if let Some(f) = post {
                     row.iter_mut().for_each(|x| *x *= f);
                 }
-                let m = mask.map(|m| m.row(bi, hh, i0 + r, t));
-                masked[r] = softmax_in_place(isa, row, m);
+                // Causal: the row's own keys; the others weigh 0.
+                let lim = seen(i0 + r);
+                row[lim..].fill(0.0);
+                if lim == 0 {
+                    masked[r] = true;
+                    continue;
+                }
+                let m = mask.map(|m| m.row(bi, hh, i0 + r, lim));
+                masked[r] = softmax_in_place(isa, &mut row[..lim], m);
             }
             let v = match kv {
                 Some(kv) => BMatrix::Packed { layout: &kv.lv, data: kv.v },
-                None => BMatrix::Strided(Strided { data: v_head(bh), rs: sv[2], cs: 1 }),
+                None => BMatrix::Strided(Strided { data: v_head(bh, t), rs: sv[2], cs: 1 }),
             };
             let a = Strided { data: scores, rs: t, cs: 1 };
             blas::sgemm(Sgemm {
@@ -191,6 +223,13 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, layout: Attentio
             for (r, out_row) in ob.chunks_mut(dv).enumerate() {
                 if masked[r] {
                     out_row.fill(0.0);
+                } else if causal && out_row.iter().any(|x| x.is_nan()) {
+                    // Formed again from the row's own keys only (a key it does not see
+                    // weighs 0, and `0 · inf` is NaN).
+                    let (p, vh) = (&scores[r * t..][..seen(i0 + r)], v_head(bh, t));
+                    for (c, o) in out_row.iter_mut().enumerate() {
+                        *o = p.iter().enumerate().map(|(j, &w)| w * vh[j * sv[2] + c]).sum();
+                    }
                 }
             }
             Ok(())
@@ -208,14 +247,14 @@ pub fn attention(ins: &[In], out: &mut Out, scale: Option<f32>, layout: Attentio
             }
             Ok(())
         };
-        if blocks > 1 && blas::use_packed() && (ctx.threads <= 1 || heads >= 2 * ctx.threads) {
+        if !causal && blocks > 1 && blas::use_packed() && (ctx.threads <= 1 || heads >= 2 * ctx.threads) {
             // Per head: K and V packed once, then its blocks.
             let (lk, lv) = (PackedBLayout::for_cpu(isa, d, t), PackedBLayout::for_cpu(isa, t, dv));
             let run = |bh: usize, sc: &mut HeadScratch| -> KResult {
                 sc.kt.resize(lk.len(), 0.0);
                 sc.v.resize(lv.len(), 0.0);
-                gemm_packed::pack_b(&lk, k_head(bh), 1, sk[2], &mut sc.kt)?;
-                gemm_packed::pack_b(&lv, v_head(bh), sv[2], 1, &mut sc.v)?;
+                gemm_packed::pack_b(&lk, k_head(bh, t), 1, sk[2], &mut sc.kt)?;
+                gemm_packed::pack_b(&lv, v_head(bh, t), sv[2], 1, &mut sc.v)?;
                 let kv = HeadKv { kt: &sc.kt, v: &sc.v, lk, lv };
                 (0..blocks).try_for_each(|blk| block_out(bh, blk, &mut sc.out, &mut sc.scores, Some(&kv)))
             };

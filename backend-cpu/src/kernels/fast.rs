@@ -54,6 +54,7 @@ simd_map!(exp_map, <F> |x| exp_approx::<F>(x));
 simd_map!(tanh_map, <F> |x| tanh_approx::<F>(x));
 simd_map!(neg_map, <F> |x| -x);
 simd_map!(sigmoid_map, <F> |x| sigmoid_approx::<F>(x));
+simd_map!(silu_map, <F> |x| x * sigmoid_approx::<F>(x));
 simd_map!(gelu_tanh_map, <F> |x| 0.5 * x * (1.0 + tanh_approx::<F>(0.797_884_6 * (x + 0.044715 * x * x * x))));
 simd_map!(erf_map, <F> |x| erf_approx::<F>(x));
 simd_map!(gelu_erf_map, <F> |x| gelu_erf_approx::<F>(x));
@@ -218,7 +219,16 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
                 Ok(())
             })
         }
-        Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Neg | Op::Sigmoid | Op::Scale { .. } => {
+        Op::Relu
+        | Op::Gelu(_)
+        | Op::Tanh
+        | Op::Erf
+        | Op::Exp
+        | Op::Sqrt
+        | Op::Neg
+        | Op::Sigmoid
+        | Op::Silu
+        | Op::Scale { .. } => {
             let x = load_f32(&ins[0])?;
             with_f32_out(&mut outs[0], |o| {
                 match op {
@@ -229,6 +239,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
                     Op::Tanh => par_unary(isa, &x, o, tanh_map),
                     Op::Neg => par_unary(isa, &x, o, neg_map),
                     Op::Sigmoid => par_unary(isa, &x, o, sigmoid_map),
+                    Op::Silu => par_unary(isa, &x, o, silu_map),
                     Op::Erf => par_unary(isa, &x, o, erf_map),
                     Op::Gelu(GeluApprox::Erf) => par_unary(isa, &x, o, gelu_erf_map),
                     Op::Gelu(GeluApprox::Tanh) => par_unary(isa, &x, o, gelu_tanh_map),
@@ -375,7 +386,15 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
                 Ok(())
             })
         }
-        Op::Attention { scale, layout } => super::attention::attention(ins, &mut outs[0], *scale, *layout, ctx),
+        Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::SwiGlu => super::norm::fast(op, ins, outs, isa),
+        Op::Attention { scale, layout, causal } => {
+            super::attention::attention(ins, &mut outs[0], *scale, *layout, *causal, ctx)
+        }
+        Op::Rope { interleaved, layout } => {
+            super::rope::rope(ins, &mut outs[0], *interleaved, *layout, ctx.threads > 1)
+        }
+        Op::KvCacheWrite => super::paged::kv_cache_write(ins, outs),
+        Op::PagedAttention { scale } => super::paged::paged_attention(ins, &mut outs[0], *scale, ctx.threads != 1),
     }
 }
 

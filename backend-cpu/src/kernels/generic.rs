@@ -124,7 +124,16 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             let r = Zip::from(&av).and(&bv).map_collect(|x, y| x.powf(*y));
             put(&mut outs[0], r)
         }
-        Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Neg | Op::Sigmoid | Op::Scale { .. } => {
+        Op::Relu
+        | Op::Gelu(_)
+        | Op::Tanh
+        | Op::Erf
+        | Op::Exp
+        | Op::Sqrt
+        | Op::Neg
+        | Op::Sigmoid
+        | Op::Silu
+        | Op::Scale { .. } => {
             let x = arr(&ins[0])?;
             let y = match op {
                 // NaN propagates (`f32::max` would turn it into 0).
@@ -136,6 +145,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
                 Op::Sqrt => x.mapv(f32::sqrt),
                 Op::Neg => x.mapv(|v| -v),
                 Op::Sigmoid => x.mapv(sigmoid_f32),
+                Op::Silu => x.mapv(silu_f32),
                 Op::Scale { factor } => x * *factor,
                 _ => return Err(KernelError::Internal("not a unary op".into())),
             };
@@ -210,7 +220,9 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             let v: Vec<f64> = x.iter().copied().collect();
             store_f64(&mut outs[0], &v)
         }
-        Op::Attention { scale, layout } => {
+        Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::SwiGlu => super::norm::generic(op, ins, outs),
+        Op::Rope { interleaved, layout } => super::rope::rope(ins, &mut outs[0], *interleaved, *layout, false),
+        Op::Attention { scale, layout, causal } => {
             // Computed in [B, H, S, D]: tokens-first operands are transposed in and out.
             let swap = *layout == AttentionLayout::Bsnd;
             let bnsd = |x: ArrayD<f32>| {
@@ -218,8 +230,11 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             };
             let (q, k, v) = (bnsd(arr(&ins[0])?), bnsd(arr(&ins[1])?), bnsd(arr(&ins[2])?));
             let [bsz, h, s, d] = layout.bhsd(ins[0].dims);
-            let ([_, _, t, _], [_, _, _, dv]) = (layout.bhsd(ins[1].dims), layout.bhsd(ins[2].dims));
+            let ([_, hkv, t, _], [_, _, _, dv]) = (layout.bhsd(ins[1].dims), layout.bhsd(ins[2].dims));
             let scale = scale.unwrap_or(1.0 / (d as f32).sqrt());
+            // Grouped-query: query head `hh` reads kv head `hh / group`.
+            let group = h.checked_div(hkv).unwrap_or(1);
+            let kv = |bh: usize| (bh / h) * hkv + (bh % h) / group;
             let sd = IxDyn(&[bsz, h, s, t]);
             let mask = match ins.get(3) {
                 Some(m) => {
@@ -236,8 +251,8 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             let mut out = Vec::with_capacity(bsz * h * s * dv);
             for bh in 0..bsz * h {
                 let qm = mat(&q, bh * s * d, s, d, false)?;
-                let km = mat(&k, bh * t * d, t, d, true)?;
-                let vm = mat(&v, bh * t * dv, t, dv, false)?;
+                let km = mat(&k, kv(bh) * t * d, t, d, true)?;
+                let vm = mat(&v, kv(bh) * t * dv, t, dv, false)?;
                 let mut sc = qm.dot(&km) * scale;
                 if let Some(m) = &mask {
                     let ms = m.as_slice().ok_or("layout")?;
@@ -245,7 +260,11 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
                     sc += &mv;
                 }
                 let mut masked = Vec::new();
-                for (i, mut row) in sc.rows_mut().into_iter().enumerate() {
+                for (i, mut full) in sc.rows_mut().into_iter().enumerate() {
+                    // Causal: the keys past the row's own place are left out (weight 0).
+                    let seen = if *causal { runtime::reference::causal_keys(i, s, t) } else { t };
+                    full.slice_mut(ndarray::s![seen..]).fill(0.0);
+                    let mut row = full.slice_mut(ndarray::s![..seen]);
                     let m = row.fold(f32::NEG_INFINITY, |a, &b| a.max(b));
                     if row.iter().any(|x| x.is_nan()) || m == f32::INFINITY {
                         // NaN in, or inf - inf: the softmax is NaN.
@@ -263,6 +282,17 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
                     row.mapv_inplace(|x| x / sum);
                 }
                 let mut y = sc.dot(&vm);
+                if *causal {
+                    // A key a row does not see has weight 0 there, but `0 · inf` is NaN: a
+                    // row with NaN is formed again from the keys it sees only.
+                    for (i, mut yr) in y.rows_mut().into_iter().enumerate() {
+                        let seen = runtime::reference::causal_keys(i, s, t);
+                        if yr.iter().any(|x| x.is_nan()) {
+                            let p = sc.row(i);
+                            yr.assign(&p.slice(ndarray::s![..seen]).dot(&vm.slice(ndarray::s![..seen, ..])));
+                        }
+                    }
+                }
                 for i in masked {
                     y.row_mut(i).fill(0.0);
                 }
@@ -274,5 +304,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             }
             store_f32(&mut outs[0], &out)
         }
+        Op::KvCacheWrite => super::paged::kv_cache_write(ins, outs),
+        Op::PagedAttention { scale } => super::paged::paged_attention(ins, &mut outs[0], *scale, false),
     }
 }

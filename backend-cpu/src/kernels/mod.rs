@@ -7,8 +7,10 @@
 //!   products, multi-threaded ([`fast`]).
 //!
 //! Beside the tiers: [`common`] (operands, context), [`simd_math`] (the `exp`/`tanh`/`erf`
-//! approximations and row softmax the fast tier and [`attention`] share), and the matrix
-//! products [`blas`], [`gemm_packed`] (f32) and [`gemm_bf16`] (bf16).
+//! approximations and row softmax the fast tier and [`attention`] share), [`rope`] (Rope in
+//! f32, both tiers), the paged KV cache ([`paged`]: KvCacheWrite and PagedAttention for the
+//! generic and fast tiers), and the matrix products [`blas`], [`gemm_packed`] (f32) and
+//! [`gemm_bf16`] (bf16).
 
 pub mod attention;
 pub mod blas;
@@ -17,6 +19,9 @@ pub mod fast;
 pub mod gemm_bf16;
 pub mod gemm_packed;
 pub mod generic;
+pub mod norm;
+pub mod rope;
+pub mod paged;
 pub mod simd_math;
 
 use crate::features::CpuFeatures;

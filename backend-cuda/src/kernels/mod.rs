@@ -60,8 +60,19 @@ fn heads_first(q: &KernelQuery<'_>) -> Result<(), String> {
         runtime::Op::Attention { layout: runtime::AttentionLayout::Bsnd, .. } => {
             Err("layout bsnd: the CUDA attention kernels take [B, H, S, D] (bnsd) operands only".into())
         }
+        runtime::Op::Attention { causal: true, .. } => {
+            Err("causal: the CUDA attention kernels have no causal form".into())
+        }
+        runtime::Op::Attention { .. } if q.inputs[1].shape.dims().get(1) != q.inputs[0].shape.dims().get(1) => {
+            Err("grouped-query (k, v with fewer heads than q): the CUDA attention kernels need equal heads".into())
+        }
         _ => Ok(()),
     }
+}
+
+/// Rope has no CUDA kernel: the table lists it so that the refusal says why.
+fn no_rope(_: &KernelQuery<'_>) -> Result<(), String> {
+    Err("Rope has no CUDA kernel".into())
 }
 
 fn fused_attention(q: &KernelQuery<'_>) -> Result<(), String> {
@@ -208,6 +219,9 @@ fn build(blas: bool, tf32: bool) -> KernelTable<Impl> {
                 t.add(kind, HighPerformance, unit_of(kind, f), "fused-block-per-query", fused_attention, f);
                 t.add(kind, Reference, unit_of(kind, r), "thread-per-element", heads_first, r);
             }
+            OpKind::Rope => {
+                t.add(kind, Reference, unit_of(kind, r), "thread-per-element", no_rope, r);
+            }
             OpKind::Copy => {
                 t.add(kind, HighPerformance, CUDA_CORES, "memcpy", any, Impl::Memcpy);
                 t.add(kind, Reference, unit_of(kind, r), "strided", any, r);
@@ -224,6 +238,10 @@ fn build(blas: bool, tf32: bool) -> KernelTable<Impl> {
             | OpKind::Expand => {
                 t.add(kind, Reference, unit_of(kind, r), "thread-per-element", any, r);
             }
+            // No CUDA kernel yet: selection refuses them with `Error::NoKernel`.
+            OpKind::Silu | OpKind::RmsNorm | OpKind::AddRmsNorm | OpKind::SwiGlu => {}
+            // No CUDA kernels yet: refused (no kernel).
+            OpKind::KvCacheWrite | OpKind::PagedAttention => {}
         }
     }
     t

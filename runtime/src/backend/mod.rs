@@ -15,7 +15,9 @@
 //!   the work is done, so deferral is a safety net, not the normal path.
 //! * **(M3) reject overlapping outputs.** A launch whose output operands overlap each
 //!   other or an input is refused (the runtime validates this first, with a clearer
-//!   message).
+//!   message). The one exception is an op's in-place pair ([`Op::in_place`]): that input
+//!   and output are one memory, which [`LaunchArgs::validate`] checks and then reports
+//!   once, as the output.
 //! * **(M4) own its handles.** Unknown or destroyed stream and event ids give an error.
 //! * **(M5) never panic across the call.** Driver and kernel failures become
 //!   [`crate::Error`] values (reported at the next synchronisation when asynchronous).
@@ -181,7 +183,10 @@ pub struct LaunchArgs {
 impl LaunchArgs {
     /// Checks this launch of `kernel` against its op (rule M6) and returns the byte range
     /// of every operand (inputs, then outputs; see [`TensorArg::byte_range`]) for the
-    /// backend to check against its allocations (M1) and for overlaps (M3).
+    /// backend to check against its allocations (M1) and for overlaps (M3). The input of
+    /// an in-place pair ([`Op::in_place`]) must be exactly its output's memory, and its
+    /// range is returned empty at its address: the memory is the output's, checked,
+    /// pinned and passed to the kernel once (so M3 holds for every other operand).
     ///
     /// Pass the backend's own description of the kernel (looked up by `id` and `name` in
     /// its table), not the caller's copy: its support predicate is called. A predicate
@@ -200,6 +205,15 @@ impl LaunchArgs {
         }
         for (j, a) in self.outputs.iter().enumerate() {
             ranges.push(operand_range(op, "output", j, a, true)?);
+        }
+        // An in-place pair is one memory: the input's range is left empty (at its
+        // address), so that its bytes are checked, pinned and passed once, as the output.
+        for &(i, o) in self.op.in_place() {
+            let (Some(a), Some(b)) = (self.inputs.get(i), self.outputs.get(o)) else { continue };
+            if a.ptr != b.ptr || a.dtype != b.dtype || *a.layout != *b.layout {
+                return Err(Error::invalid(op, format!("output {o} must be input {i}'s memory (updated in place)")));
+            }
+            ranges[i].1 = 0;
         }
         let passed = |c: &RefCell<Passed>| c.try_borrow().is_ok_and(|p| p.iter().any(|s| s.matches(kernel, self)));
         if !PASSED.with(passed) {

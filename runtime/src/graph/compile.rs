@@ -54,6 +54,7 @@ impl CompiledGraph {
         shared: Option<&SharedConstants>,
     ) -> Result<CompiledGraph> {
         graph.validate()?;
+        super::inplace::check(&graph)?;
         resolve_auto_precision(rt, &mut options)?;
         let (mut graph, fusion) = fuse(rt, graph, options.fuse)?;
         store_weights_in(rt, &mut graph, options.precision);
@@ -65,7 +66,7 @@ impl CompiledGraph {
         let mut sharing = Sharing::new(shared, &graph, device);
         let prepacked = prepare_constants(rt, &mut graph, &kernels.names, &mut sharing)?;
         let constants = upload_constants(rt, &mut graph, device, &mut sharing)?;
-        let aliases = find_views(&graph);
+        let aliases = find_views(&graph)?;
         let inter = intermediates(&graph, &aliases);
         let readers = readers_through_views(&graph, &aliases);
         let plan =
@@ -342,9 +343,12 @@ fn upload_constants(
     Ok(constants)
 }
 
-/// Reshapes of contiguous values that become views (no kernel, no buffer), each with the
-/// value whose buffer it shares.
-fn find_views(graph: &Graph) -> HashMap<ValueId, ValueId> {
+/// Values that hold another value's memory, each with the value whose buffer it is: the
+/// Reshapes of contiguous values, which become views (no kernel, no buffer), and the
+/// outputs of in-place ops ([`crate::Op::in_place`]), which are their inputs' memory
+/// updated (a kernel, no buffer of their own; see [`super::inplace`]). An in-place output
+/// that is a graph output must update a graph input (the run returns that tensor).
+fn find_views(graph: &Graph) -> Result<HashMap<ValueId, ValueId>> {
     let mut alias_of: HashMap<ValueId, ValueId> = HashMap::new();
     for n in &graph.nodes {
         if let crate::op::Op::Reshape { .. } = n.op {
@@ -355,8 +359,21 @@ fn find_views(graph: &Graph) -> HashMap<ValueId, ValueId> {
                 alias_of.insert(out, root);
             }
         }
+        for &(i, o) in n.op.in_place() {
+            let (src, out) = (n.inputs[i], n.outputs[o]);
+            if graph.outputs.contains(&out) && graph.values[src.0].kind != ValueKind::Input {
+                return Err(Error::Unsupported(format!(
+                    "node {:?} ({}): its in-place output {o} is a graph output but updates {:?}, which is not a graph input",
+                    n.name,
+                    n.op.name(),
+                    graph.values[src.0].name
+                )));
+            }
+            let root = alias_of.get(&src).copied().unwrap_or(src);
+            alias_of.insert(out, root);
+        }
     }
-    alias_of
+    Ok(alias_of)
 }
 
 /// Intermediates: every node output that is not a graph output or a view.

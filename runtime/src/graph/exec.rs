@@ -236,7 +236,12 @@ impl CompiledGraph {
     }
     /// Reshape nodes turned into views (they run no kernel).
     pub fn view_nodes(&self) -> usize {
-        self.aliases.len()
+        self.graph.nodes.iter().filter(|n| self.is_view(n)).count()
+    }
+
+    /// True when node `n` runs no kernel: a Reshape whose output is a view of its input.
+    pub(super) fn is_view(&self, n: &super::ir::Node) -> bool {
+        matches!(n.op, crate::op::Op::Reshape { .. }) && n.outputs.first().is_some_and(|o| self.aliases.contains_key(o))
     }
 }
 

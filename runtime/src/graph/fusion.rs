@@ -201,7 +201,7 @@ impl Matcher<'_> {
         if absorbed.iter().any(|&a| taken[a]) {
             return None;
         }
-        let attention = |layout| Op::Attention { scale: Some(scale), layout };
+        let attention = |layout| Op::Attention { scale: Some(scale), layout, causal: false };
         let folded = self.fold_head_permutes(i, qk, [q, k, v], mask, scale);
         let is_folded = folded.is_some();
         let (op, [q, k, v], stands_for) = match folded {
@@ -365,7 +365,7 @@ impl Matcher<'_> {
         let metas = |ins: [ValueId; 3]| -> Vec<TensorMeta> {
             ins.iter().chain(mask.as_ref()).map(|x| g.meta(*x).clone()).collect()
         };
-        let attention = |layout| Op::Attention { scale: Some(scale), layout };
+        let attention = |layout| Op::Attention { scale: Some(scale), layout, causal: false };
         let same = kernel_of(&attention(AttentionLayout::Bnsd), &metas([q, k, v]))?;
         (kernel_of(&attention(AttentionLayout::Bsnd), &metas(qkv))? == same).then_some(Folded {
             absorbed: [pq, pk, pv, merge],

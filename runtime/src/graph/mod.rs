@@ -2,6 +2,7 @@
 //! stream assignment), run many times.
 //!
 //! * [`ir`] — values, nodes, constants, the builder and whole-graph validation.
+//! * [`inplace`] — in-place ops in graphs (KvCacheWrite): their rules and the write-after-read order.
 //! * [`canonical`] — rewrites an exporter's spellings (ONNX's) into the ops fusion matches.
 //! * [`fusion`] — rewrites to the fused ops (Attention, BiasGelu, AddLayerNorm).
 //! * [`schedule`] — stream assignment and the happens-before relation it implies.
@@ -24,6 +25,7 @@ pub mod exec;
 mod frozen;
 pub mod fusion;
 pub mod host_tier;
+pub mod inplace;
 pub mod ir;
 pub mod planner;
 mod precision;

@@ -109,7 +109,7 @@ impl CompiledGraph {
             vals.insert(*id, t);
         }
         for o in &g.outputs {
-            if !vals.contains_key(o) {
+            if !vals.contains_key(o) && !self.aliases.contains_key(o) {
                 let m = g.meta(*o);
                 vals.insert(*o, self.rt.empty(m.dtype, m.shape.clone(), device)?);
             }
@@ -133,10 +133,16 @@ impl CompiledGraph {
                 stream.wait(ev)?;
             }
         }
-        if let Some(out) = n.outputs.first().filter(|o| self.aliases.contains_key(o)) {
-            let view = self.view(&vals[&n.inputs[0]], *out, stream)?;
-            vals.insert(*out, view);
+        if self.is_view(n) {
+            let out = n.outputs[0];
+            let view = self.view(&vals[&n.inputs[0]], out, stream)?;
+            vals.insert(out, view);
         } else {
+            // An in-place output is its input's tensor (updated by the launch).
+            for &(i, o) in n.op.in_place() {
+                let t = vals[&n.inputs[i]].clone();
+                vals.insert(n.outputs[o], t);
+            }
             let ins: Vec<&Tensor> = n.inputs.iter().map(|v| &vals[v]).collect();
             let outs: Vec<&Tensor> = n.outputs.iter().map(|v| &vals[v]).collect();
             let before = if run.profile { Some(stream.record_queued()?) } else { None };

@@ -45,15 +45,19 @@ pub struct Schedule {
     reach: Vec<Vec<u64>>,
 }
 
-/// Producers (nodes) of each node's inputs.
+/// Producers (nodes) of each node's inputs, and for a node updating a value in place the
+/// nodes that read the value before it ([`super::inplace::write_after_read`]).
 pub fn dependencies(g: &Graph) -> Vec<Vec<usize>> {
+    let war = super::inplace::write_after_read(g);
     g.nodes
         .iter()
-        .map(|n| {
+        .zip(war)
+        .map(|(n, war)| {
             let mut d: Vec<usize> = n
                 .inputs
                 .iter()
                 .filter_map(|v| if let ValueKind::Node(p) = g.values[v.0].kind { Some(p.0) } else { None })
+                .chain(war)
                 .collect();
             d.sort_unstable();
             d.dedup();

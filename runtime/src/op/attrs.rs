@@ -22,6 +22,15 @@ fn flag(op: &'static str, k: &str, v: Option<String>, d: bool) -> Result<bool> {
     }
 }
 
+/// Attention's and Rope's `layout` (bnsd when absent).
+fn layout(op: &'static str, v: Option<String>) -> Result<AttentionLayout> {
+    match v {
+        Some(v) => AttentionLayout::parse(&v)
+            .ok_or_else(|| Error::invalid(op, format!("attribute layout={v:?} is not bnsd or bsnd"))),
+        None => Ok(AttentionLayout::Bnsd),
+    }
+}
+
 /// A comma list of numbers.
 fn list<T: std::str::FromStr>(op: &'static str, k: &str, v: &str) -> Result<Vec<T>> {
     v.split(',')
@@ -29,6 +38,18 @@ fn list<T: std::str::FromStr>(op: &'static str, k: &str, v: &str) -> Result<Vec<
         .filter(|s| !s.is_empty())
         .map(|s| s.parse().map_err(|_| Error::invalid(op, format!("attribute {k}: {s:?} is not a number"))))
         .collect()
+}
+
+/// KvCacheWrite (no attributes) or PagedAttention (`scale`, default 1/sqrt(D)).
+fn paged_op(kind: OpKind, scale: Option<String>) -> Result<Op> {
+    let op = kind.name();
+    match (kind, scale) {
+        (OpKind::PagedAttention, s) => {
+            Ok(Op::PagedAttention { scale: s.map(|v| parse(op, "scale", Some(v), 1.0)).transpose()? })
+        }
+        (_, Some(_)) => Err(Error::invalid(op, "unknown attribute \"scale\"")),
+        (_, None) => Ok(Op::KvCacheWrite),
+    }
 }
 
 /// Builds an op from its kind and `key=value` attributes (the CLI and model loaders use
@@ -51,7 +72,9 @@ fn list<T: std::str::FromStr>(op: &'static str, k: &str, v: &str) -> Result<Vec<
 /// | Cast | `to` (f32) |
 /// | ReduceSum, ReduceMean | `axes` (comma list; empty = all), `keepdims` (true, as ONNX) |
 /// | Scale | `factor` (1) |
-/// | Attention | `scale` (1/sqrt(D)), `layout` = `bnsd` \| `bsnd` (bnsd) |
+/// | Attention | `scale` (1/sqrt(D)), `layout` = `bnsd` \| `bsnd` (bnsd), `causal` (false) |
+/// | Rope | `interleaved` (false: rotate-half), `layout` = `bnsd` \| `bsnd` (bnsd) |
+/// | PagedAttention | `scale` (1/sqrt(D)) |
 pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize) -> Result<Op> {
     let op = kind.name();
     for (i, (k, v)) in attrs.iter().enumerate() {
@@ -130,6 +153,7 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
         OpKind::Softmax => Op::Softmax { axis: parse(op, "axis", get("axis"), -1)? },
         OpKind::LayerNorm => Op::LayerNorm { eps: parse(op, "eps", get("eps"), 1e-5)? },
         OpKind::AddLayerNorm => Op::AddLayerNorm { eps: parse(op, "eps", get("eps"), 1e-5)? },
+        OpKind::Silu | OpKind::SwiGlu | OpKind::RmsNorm | OpKind::AddRmsNorm => decoder_op(kind, op, &mut get)?,
         OpKind::Permute => Op::Permute {
             perm: match get("perm") {
                 Some(v) => list(op, "perm", &v)?,
@@ -159,17 +183,30 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
                 Some(v) => Some(parse(op, "scale", Some(v), 1.0)?),
                 None => None,
             },
-            layout: match get("layout") {
-                Some(v) => AttentionLayout::parse(&v)
-                    .ok_or_else(|| Error::invalid(op, format!("attribute layout={v:?} is not bnsd or bsnd")))?,
-                None => AttentionLayout::Bnsd,
-            },
+            layout: layout(op, get("layout"))?,
+            causal: flag(op, "causal", get("causal"), false)?,
         },
+        OpKind::Rope => Op::Rope {
+            interleaved: flag(op, "interleaved", get("interleaved"), false)?,
+            layout: layout(op, get("layout"))?,
+        },
+        OpKind::KvCacheWrite | OpKind::PagedAttention => paged_op(kind, get("scale"))?,
     };
     if let Some(i) = used.iter().position(|u| !u) {
         return Err(Error::invalid(op, format!("unknown attribute {:?}", attrs[i].0)));
     }
     Ok(built)
+}
+
+/// The decoder-LLM row ops: RmsNorm and AddRmsNorm with `eps` (1e-5), Silu and SwiGlu
+/// with no attribute.
+fn decoder_op(kind: OpKind, op: &'static str, get: &mut dyn FnMut(&str) -> Option<String>) -> Result<Op> {
+    Ok(match kind {
+        OpKind::Silu => Op::Silu,
+        OpKind::SwiGlu => Op::SwiGlu,
+        OpKind::RmsNorm => Op::RmsNorm { eps: parse(op, "eps", get("eps"), 1e-5)? },
+        _ => Op::AddRmsNorm { eps: parse(op, "eps", get("eps"), 1e-5)? },
+    })
 }
 
 #[cfg(test)]

@@ -30,8 +30,16 @@ impl Op {
             Op::Pow => p(&[8, on]),
             Op::Softmax { .. } => p(&[5, on]),
             Op::AddLayerNorm { .. } => p(&[9, on]),
+            // Square-and-add, scale, weight; AddRmsNorm adds the sum; SiLU is a sigmoid
+            // and a product, SwiGlu one more product.
+            Op::RmsNorm { .. } => p(&[4, on]),
+            Op::AddRmsNorm { .. } => p(&[5, on]),
+            Op::Silu => p(&[5, on]),
+            Op::SwiGlu => p(&[6, on]),
+            // Per output element: two products and a sum.
+            Op::Rope { .. } => p(&[3, on]),
             Op::ReduceSum { .. } | Op::ReduceMean { .. } => inputs.first().map_or(0, |t| t.shape.numel() as u64),
-            Op::Attention { layout, .. } => {
+            Op::Attention { layout, causal, .. } => {
                 let (Some(q), Some(k)) = (inputs.first().map(|t| &t.shape), inputs.get(1).map(|t| &t.shape)) else {
                     return 0;
                 };
@@ -40,10 +48,26 @@ impl Op {
                 }
                 let ([b, h, s, d], [_, _, t, _]) = (layout.bhsd(&q.0), layout.bhsd(&k.0));
                 let dv = outputs.first().map_or(d, |o| o.shape.last());
-                let scores = p(&[b as u64, h as u64, s as u64, t as u64]);
+                // Causal: the scores a query row sees, summed over the rows (the keys
+                // it does not see are skipped, not computed).
+                let seen = if *causal { causal_pairs(s, t) } else { p(&[s as u64, t as u64]) };
+                let scores = p(&[b as u64, h as u64, seen]);
                 p(&[2, scores, (d as u64).saturating_add(dv as u64)]).saturating_add(p(&[5, scores]))
             }
-            Op::Permute { .. }
+            // Per query head: context · D products for the scores and as many for the
+            // values, at most every slot of the cache (the lengths are known at run time).
+            Op::PagedAttention { .. } => {
+                let (Some(q), Some(c)) = (inputs.first().map(|t| &t.shape), inputs.get(1).map(|t| &t.shape)) else {
+                    return 0;
+                };
+                let ctx = inputs
+                    .get(3)
+                    .map_or(0, |t| t.shape.numel() as u64)
+                    .saturating_mul(*c.0.get(1).unwrap_or(&0) as u64);
+                p(&[4, q.numel() as u64, ctx.saturating_add(1)])
+            }
+            Op::KvCacheWrite
+            | Op::Permute { .. }
             | Op::Reshape { .. }
             | Op::Gather { .. }
             | Op::Cast { .. }
@@ -61,10 +85,21 @@ impl Op {
         let read = match self {
             // Gather reads only the selected rows.
             Op::Gather { .. } => sum(&mut inputs.get(1).into_iter().chain(outputs.first())),
+            // The rows written, their slots, and as many bytes written as read.
+            Op::KvCacheWrite => return sum(&mut inputs[2.min(inputs.len())..].iter()).saturating_mul(2),
             _ => sum(&mut inputs.iter()),
         };
         read.saturating_add(sum(&mut outputs.iter()))
     }
+}
+
+/// The (query, key) pairs a causal attention of `s` queries over `t` keys computes:
+/// query `i` sees keys `0..=i + t - s` (bottom-right aligned), clamped to `0..t`.
+pub(crate) fn causal_pairs(s: usize, t: usize) -> u64 {
+    (0..s).fold(0u64, |a, i| {
+        let seen = (i as i128 + t as i128 - s as i128 + 1).clamp(0, t as i128) as u64;
+        a.saturating_add(seen)
+    })
 }
 
 #[cfg(test)]
@@ -82,5 +117,19 @@ mod tests {
         let i = [m(&[512, 1024]), m(&[1024, 4096])];
         let o = op.infer(&i).unwrap();
         assert_eq!(op.flops(&i, &o), 2 * 512 * 1024 * 4096);
+    }
+
+    #[test]
+    fn causal_attention_counts_the_scores_it_computes() {
+        // Square: the lower triangle with its diagonal; a past of 2 keys adds 2 per row;
+        // more queries than keys leaves the first rows empty.
+        assert_eq!(causal_pairs(4, 4), 10);
+        assert_eq!(causal_pairs(2, 4), 7);
+        assert_eq!(causal_pairs(4, 2), 3);
+        let full = Op::Attention { scale: None, layout: Default::default(), causal: false };
+        let causal = Op::Attention { scale: None, layout: Default::default(), causal: true };
+        let i = [m(&[1, 2, 128, 64]), m(&[1, 2, 128, 64]), m(&[1, 2, 128, 64])];
+        let o = full.infer(&i).unwrap();
+        assert!(causal.flops(&i, &o) * 19 / 10 < full.flops(&i, &o));
     }
 }

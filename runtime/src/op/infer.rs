@@ -75,6 +75,7 @@ impl Op {
             | Op::Sqrt
             | Op::Neg
             | Op::Sigmoid
+            | Op::Silu
             | Op::Scale { .. } => {
                 o.need_float(0)?;
                 if let Op::Scale { factor } = self
@@ -102,8 +103,13 @@ impl Op {
             Op::Cast { to } => one(*to, x.shape.clone()),
             Op::ReduceSum { axes, keepdims } | Op::ReduceMean { axes, keepdims } => reduce(o, axes, *keepdims),
             Op::Copy => one(x.dtype, x.shape.clone()),
-            Op::Attention { scale, layout } => attention(o, *scale, *layout),
+            Op::Attention { scale, layout, .. } => attention(o, *scale, *layout),
+            Op::Rope { interleaved: _, layout } => super::rope::infer_rope(o.op, o.inputs, *layout),
             Op::BiasGelu(_) => bias_gelu(o),
+            Op::RmsNorm { eps } | Op::AddRmsNorm { eps } => rms_norm(o, *eps),
+            Op::SwiGlu => swiglu(o),
+            Op::KvCacheWrite => kv_cache_write(o),
+            Op::PagedAttention { scale } => paged_attention(o, *scale),
         }
     }
 }
@@ -144,6 +150,74 @@ impl Operands<'_> {
             ))
         }
     }
+}
+
+/// The key and value caches `[NB, BS, KVH, D]` at inputs `k` and `k + 1`: float, one
+/// dtype and shape. Returns their dims.
+fn paged_caches(o: &Operands<'_>, k: usize) -> Result<[usize; 4]> {
+    o.need_float(k)?;
+    o.same_dtype(k, k + 1)?;
+    let (kc, vc) = (&o.inputs[k].shape, &o.inputs[k + 1].shape);
+    if kc.rank() != 4 || kc != vc {
+        return Err(Error::invalid(
+            o.op,
+            format!("key_cache and value_cache must be one [NB, BS, KVH, D] shape: they are {kc} and {vc}"),
+        ));
+    }
+    Ok([kc.0[0], kc.0[1], kc.0[2], kc.0[3]])
+}
+
+/// Input `i` is a 1-D or 2-D integer operand of these dims and one of `dtypes`.
+fn int_operand(o: &Operands<'_>, i: usize, dims: &[usize], dtypes: &[DType]) -> Result<()> {
+    let t = &o.inputs[i];
+    if !dtypes.contains(&t.dtype) || t.shape.dims() != dims {
+        let want: Vec<String> = dtypes.iter().map(|d| d.to_string()).collect();
+        return Err(Error::invalid(o.op, format!("{} must be {} {:?}, got {t}", o.name(i), want.join(" or "), dims)));
+    }
+    Ok(())
+}
+
+/// KvCacheWrite: caches `[NB, BS, KVH, D]`, key and value `[N, KVH, D]` of the caches'
+/// dtype, slots `[N]` i32/i64; the outputs are the caches (updated in place).
+fn kv_cache_write(o: &Operands<'_>) -> Result<Vec<TensorMeta>> {
+    let [_, _, kvh, d] = paged_caches(o, 0)?;
+    o.same_dtype(0, 2)?;
+    o.same_dtype(0, 3)?;
+    let (k, v) = (&o.inputs[2].shape, &o.inputs[3].shape);
+    if k.rank() != 3 || k != v || k.0[1] != kvh || k.0[2] != d {
+        return Err(Error::invalid(
+            o.op,
+            format!("key and value must both be [N, {kvh}, {d}] (the caches' KVH and D): they are {k} and {v}"),
+        ));
+    }
+    int_operand(o, 4, &[k.0[0]], &[DType::I32, DType::I64])?;
+    Ok(vec![o.inputs[0].clone(), o.inputs[1].clone()])
+}
+
+/// PagedAttention: q `[B, H, D]`, caches `[NB, BS, KVH, D]` with H a multiple of KVH,
+/// block_tables `[B, MB]` i32, context_lens `[B]` i32; the output is q's shape.
+fn paged_attention(o: &Operands<'_>, scale: Option<f32>) -> Result<Vec<TensorMeta>> {
+    let x = o.x();
+    o.need_float(0)?;
+    o.same_dtype(0, 1)?;
+    let [_, _, kvh, d] = paged_caches(o, 1)?;
+    let q = &x.shape;
+    if q.rank() != 3 || q.0[2] != d || kvh == 0 || !q.0[1].is_multiple_of(kvh) {
+        return Err(Error::invalid(
+            o.op,
+            format!("q must be [B, H, {d}] with H a multiple of the caches' {kvh} kv heads, got {q}"),
+        ));
+    }
+    let b = q.0[0];
+    let mb = o.inputs[3].shape.dims().get(1).copied().unwrap_or(0);
+    int_operand(o, 3, &[b, mb], &[DType::I32])?;
+    int_operand(o, 4, &[b], &[DType::I32])?;
+    if let Some(s) = scale
+        && !s.is_finite()
+    {
+        return Err(Error::invalid(o.op, format!("scale must be finite, got {s}")));
+    }
+    one(x.dtype, q.clone())
 }
 
 /// One output of `dtype` and `shape`.
@@ -318,6 +392,67 @@ fn layer_norm(o: &Operands<'_>, eps: f32) -> Result<Vec<TensorMeta>> {
     one(x.dtype, x.shape.clone())
 }
 
+/// RmsNorm (x, optional weight) and AddRmsNorm (x, residual, weight; two outputs: the
+/// normalised sum and the sum).
+fn rms_norm(o: &Operands<'_>, eps: f32) -> Result<Vec<TensorMeta>> {
+    let x = o.x();
+    let add = o.kind == OpKind::AddRmsNorm;
+    o.need_float(0)?;
+    for i in 1..o.inputs.len() {
+        o.same_dtype(0, i)?;
+    }
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(Error::invalid(o.op, format!("eps must be finite and >= 0, got {eps}")));
+    }
+    if x.shape.rank() < 1 {
+        return Err(Error::invalid(o.op, format!("x must have rank >= 1, got {}", x.shape)));
+    }
+    if add && o.inputs[1].shape != x.shape {
+        return Err(Error::invalid(
+            o.op,
+            format!("residual must match x: x is {}, residual is {}", x.shape, o.inputs[1].shape),
+        ));
+    }
+    let d = x.shape.last();
+    let w = if add { 2 } else { 1 };
+    if let Some(m) = o.inputs.get(w)
+        && m.shape.0 != [d]
+    {
+        return Err(Error::invalid(
+            o.op,
+            format!("{} must be [{d}] (the last axis of x {}), got {}", o.name(w), x.shape, m.shape),
+        ));
+    }
+    let y = TensorMeta { dtype: x.dtype, shape: x.shape.clone() };
+    Ok(if add { vec![y.clone(), y] } else { vec![y] })
+}
+
+/// SwiGlu: one input `[.., 2N]` (gate first) or gate and up of one shape, to `[.., N]`.
+fn swiglu(o: &Operands<'_>) -> Result<Vec<TensorMeta>> {
+    let x = o.x();
+    o.need_float(0)?;
+    if let Some(up) = o.inputs.get(1) {
+        o.same_dtype(0, 1)?;
+        if up.shape != x.shape {
+            return Err(Error::invalid(
+                o.op,
+                format!("gate and up must have one shape: x is {}, up is {}", x.shape, up.shape),
+            ));
+        }
+        return one(x.dtype, x.shape.clone());
+    }
+    if x.shape.rank() < 1 || !x.shape.last().is_multiple_of(2) {
+        return Err(Error::invalid(
+            o.op,
+            format!("x must have rank >= 1 and an even last axis (gate and up halves), got {}", x.shape),
+        ));
+    }
+    let mut s = x.shape.clone();
+    let last = s.rank() - 1;
+    s.0[last] /= 2;
+    one(x.dtype, s)
+}
+
 /// An axis permutation.
 fn permute(o: &Operands<'_>, perm: &[usize]) -> Result<Vec<TensorMeta>> {
     let x = o.x();
@@ -385,11 +520,13 @@ fn attention(o: &Operands<'_>, scale: Option<f32>, layout: AttentionLayout) -> R
     // Checked as [B, H, S, D] whatever the layout.
     let (q4, k4, v4) = (layout.bhsd(&q.0), layout.bhsd(&k.0), layout.bhsd(&v.0));
     let ([b, h, s, d], t) = (q4, k4[2]);
-    if q4[..2] != k4[..2] || k4[..3] != v4[..3] || d != k4[3] {
+    // Grouped-query: k and v may hold fewer heads, a divisor of q's.
+    let kv_heads_ok = k4[1] != 0 && h % k4[1] == 0 || h == k4[1];
+    if q4[0] != k4[0] || !kv_heads_ok || k4[..3] != v4[..3] || d != k4[3] {
         return Err(Error::invalid(
             o.op,
             format!(
-                "q, k, v do not agree ({}): q is {}, k is {}, v is {}",
+                "q, k, v do not agree ({}; k and v may hold fewer heads than q, a divisor of its): q is {}, k is {}, v is {}",
                 layout.name(),
                 o.inputs[0].shape,
                 o.inputs[1].shape,

@@ -3,7 +3,8 @@
 //!
 //! Case rule: names compare ASCII case-insensitively and are taken as given (no trimming).
 //! A name is an [`OpKind::name`] (npurt's own) or one of [`ALIASES`]: the ONNX operator
-//! names where they differ from npurt's (`Transpose`, `LayerNormalization`, `Identity`),
+//! names where they differ from npurt's (`Transpose`, `LayerNormalization`, `RMSNormalization`,
+//! `Identity`, `RotaryEmbedding`),
 //! and the other names in use for the same op (`Embedding`, `BatchMatMul`, `SoftmaxV2`).
 //! ONNX's `MatMul`, `Gemm`, `Gather`, `ReduceSum`, `ReduceMean`, `Softmax`, `Relu`,
 //! `Gelu`, `Tanh`, `Erf`, `Exp`, `Sqrt`, `Neg`, `Sigmoid`, `Pow`, `Equal`, `Where`, `Concat`, `Slice`, `Expand`, `Cast`, `Reshape` and the binary arithmetic ops
@@ -15,11 +16,13 @@
 use super::table::OpKind;
 
 /// Names besides [`OpKind::name`], lower case, with the kind each stands for.
-pub const ALIASES: [(&str, OpKind); 6] = [
+pub const ALIASES: [(&str, OpKind); 8] = [
     // ONNX operator names.
     ("transpose", OpKind::Permute),
     ("layernormalization", OpKind::LayerNorm),
+    ("rmsnormalization", OpKind::RmsNorm),
     ("identity", OpKind::Copy),
+    ("rotaryembedding", OpKind::Rope),
     // Other names in use: the embedding lookup, the batched product, Softmax's second
     // version (Ascend's operator name).
     ("embedding", OpKind::Gather),
@@ -66,6 +69,7 @@ mod tests {
         }
         assert_eq!(lookup("Transpose"), Some(OpKind::Permute));
         assert_eq!(lookup("LayerNormalization"), Some(OpKind::LayerNorm));
+        assert_eq!(lookup("RMSNormalization"), Some(OpKind::RmsNorm));
         assert_eq!(lookup("Identity"), Some(OpKind::Copy));
         assert_eq!(lookup("Embedding"), Some(OpKind::Gather));
         assert_eq!(lookup("BatchMatMul"), Some(OpKind::MatMul));

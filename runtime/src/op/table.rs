@@ -132,11 +132,19 @@ pub enum Op {
     Neg,
     /// `1 / (1 + e^-x)` (ONNX Sigmoid).
     Sigmoid,
+    /// `x * sigmoid(x)` (SiLU, Swish with beta 1).
+    Silu,
     Softmax {
         axis: isize,
     },
     /// Normalises over the last axis: inputs x, gamma `[D]`, beta `[D]`.
     LayerNorm {
+        eps: f32,
+    },
+    /// Root-mean-square norm over the last axis (ONNX RMSNormalization with axis -1):
+    /// inputs x `[.., D]` and an optional weight `[D]`;
+    /// `x / sqrt(mean(x², last axis) + eps) * weight`.
+    RmsNorm {
         eps: f32,
     },
     /// Output dim `i` is input dim `perm[i]`.
@@ -173,8 +181,25 @@ pub enum Op {
     /// (added to the scores). `scale` defaults to `1/sqrt(D)`. With `layout`
     /// [`AttentionLayout::Bsnd`], q, k, v and the output hold tokens before heads
     /// (`[B, S, H, D]`); the mask keeps its `[B, H, S, T]` axes.
+    ///
+    /// Grouped-query from the shapes: k and v may hold `H_kv` heads with `H % H_kv == 0`;
+    /// query head `h` reads kv head `h / (H / H_kv)`. With `causal`, query `i` sees only
+    /// keys `j <= i + (T - S)` (aligned bottom-right: `T - S` is the past length); the
+    /// keys it does not see are left out of its row (not added as -inf), and a row that
+    /// sees none is 0. The mask, when given, still adds.
     Attention {
         scale: Option<f32>,
+        layout: AttentionLayout,
+        causal: bool,
+    },
+    /// Rotary position embedding: x 4-D (`[B, H, S, D]` in [`AttentionLayout::Bnsd`],
+    /// `[B, S, H, D]` in [`AttentionLayout::Bsnd`]), cos and sin `[P, D/2]` (f32 or x's
+    /// dtype), positions `[B, S]` (i32 or i64). Rotate-half (`interleaved` false) pairs
+    /// features `i` and `i + D/2`; interleaved pairs `2i` and `2i + 1`; pair `i` of token
+    /// `(b, s)` turns by the angle of row `positions[b, s]` of the tables
+    /// ([`crate::op::rope_tables`]). A position outside `[0, P)` is an error at run time.
+    Rope {
+        interleaved: bool,
         layout: AttentionLayout,
     },
     /// `gelu(x + bias)`, bias `[N]` on the last axis.
@@ -182,6 +207,30 @@ pub enum Op {
     /// `layernorm(x + residual)`: inputs x, residual, gamma, beta.
     AddLayerNorm {
         eps: f32,
+    },
+    /// `rmsnorm(x + residual) * weight`: inputs x, residual (x's shape), weight `[D]`;
+    /// two outputs, the normalised sum and the sum `x + residual` itself (the residual
+    /// passed on to the next layer).
+    AddRmsNorm {
+        eps: f32,
+    },
+    /// `silu(gate) * up`: one input x `[.., 2N]` whose first half is the gate (output
+    /// `[.., N]`), or two inputs gate and up of one shape.
+    SwiGlu,
+    /// Writes `key` and `value` rows `[N, KVH, D]` into a block-paged cache pair
+    /// `[NB, BS, KVH, D]` at `slots` `[N]` (i32/i64, slot = block · BS + offset; a negative
+    /// slot is padding and skipped). Inputs key_cache, value_cache, key, value, slots;
+    /// two outputs, the caches **updated in place**: output 0 is input 0's memory and
+    /// output 1 input 1's ([`Op::in_place`]). A slot ≥ NB · BS is an error at run time.
+    KvCacheWrite,
+    /// One decode query per sequence over a block-paged cache: q `[B, H, D]`, key_cache and
+    /// value_cache `[NB, BS, KVH, D]`, block_tables `[B, MB]` i32, context_lens `[B]` i32;
+    /// output `[B, H, D]`. Sequence b attends positions `0..context_lens[b]`, position p at
+    /// slot `block_tables[b][p / BS] · BS + p % BS`; query head h reads kv head
+    /// `h / (H / KVH)`. A zero length gives a zero row; a length above MB · BS or a block
+    /// id outside `[0, NB)` is an error at run time. `scale` defaults to 1/sqrt(D).
+    PagedAttention {
+        scale: Option<f32>,
     },
 }
 
@@ -209,8 +258,10 @@ pub enum OpKind {
     Sqrt,
     Neg,
     Sigmoid,
+    Silu,
     Softmax,
     LayerNorm,
+    RmsNorm,
     Permute,
     Reshape,
     Gather,
@@ -222,10 +273,15 @@ pub enum OpKind {
     Attention,
     BiasGelu,
     AddLayerNorm,
+    AddRmsNorm,
+    SwiGlu,
+    Rope,
+    KvCacheWrite,
+    PagedAttention,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 34] = [
+    pub const ALL: [OpKind; 41] = [
         OpKind::MatMul,
         OpKind::Gemm,
         OpKind::Linear,
@@ -247,8 +303,10 @@ impl OpKind {
         OpKind::Sqrt,
         OpKind::Neg,
         OpKind::Sigmoid,
+        OpKind::Silu,
         OpKind::Softmax,
         OpKind::LayerNorm,
+        OpKind::RmsNorm,
         OpKind::Permute,
         OpKind::Reshape,
         OpKind::Gather,
@@ -260,6 +318,11 @@ impl OpKind {
         OpKind::Attention,
         OpKind::BiasGelu,
         OpKind::AddLayerNorm,
+        OpKind::AddRmsNorm,
+        OpKind::SwiGlu,
+        OpKind::Rope,
+        OpKind::KvCacheWrite,
+        OpKind::PagedAttention,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -285,8 +348,10 @@ impl OpKind {
             OpKind::Sqrt => "Sqrt",
             OpKind::Neg => "Neg",
             OpKind::Sigmoid => "Sigmoid",
+            OpKind::Silu => "Silu",
             OpKind::Softmax => "Softmax",
             OpKind::LayerNorm => "LayerNorm",
+            OpKind::RmsNorm => "RmsNorm",
             OpKind::Permute => "Permute",
             OpKind::Reshape => "Reshape",
             OpKind::Gather => "Gather",
@@ -298,6 +363,11 @@ impl OpKind {
             OpKind::Attention => "Attention",
             OpKind::BiasGelu => "BiasGelu",
             OpKind::AddLayerNorm => "AddLayerNorm",
+            OpKind::AddRmsNorm => "AddRmsNorm",
+            OpKind::SwiGlu => "SwiGlu",
+            OpKind::Rope => "Rope",
+            OpKind::KvCacheWrite => "KvCacheWrite",
+            OpKind::PagedAttention => "PagedAttention",
         }
     }
 
@@ -320,6 +390,7 @@ impl OpKind {
                 | OpKind::Sqrt
                 | OpKind::Neg
                 | OpKind::Sigmoid
+                | OpKind::Silu
                 | OpKind::Scale
                 | OpKind::Cast
                 | OpKind::Copy
@@ -381,7 +452,21 @@ pub(super) fn arity(kind: OpKind) -> (usize, usize) {
         OpKind::Attention => (3, 4),
         OpKind::BiasGelu => (2, 2),
         OpKind::AddLayerNorm => (4, 4),
+        OpKind::RmsNorm => (1, 2),
+        OpKind::AddRmsNorm => (3, 3),
+        OpKind::SwiGlu => (1, 2),
+        OpKind::Rope => (4, 4),
+        OpKind::KvCacheWrite => (5, 5),
+        OpKind::PagedAttention => (5, 5),
         _ => (1, 1),
+    }
+}
+
+/// The in-place `(input, output)` pairs of each op (see [`Op::in_place`]).
+pub(super) fn in_place(kind: OpKind) -> &'static [(usize, usize)] {
+    match kind {
+        OpKind::KvCacheWrite => &[(0, 0), (1, 1)],
+        _ => &[],
     }
 }
 
@@ -401,6 +486,12 @@ pub(super) fn operand_name(kind: OpKind, i: usize) -> &'static str {
         OpKind::Attention => &["q", "k", "v", "mask"],
         OpKind::BiasGelu => &["x", "bias"],
         OpKind::AddLayerNorm => &["x", "residual", "gamma", "beta"],
+        OpKind::RmsNorm => &["x", "weight"],
+        OpKind::AddRmsNorm => &["x", "residual", "weight"],
+        OpKind::SwiGlu => &["x", "up"],
+        OpKind::Rope => &["x", "cos", "sin", "positions"],
+        OpKind::KvCacheWrite => &["key_cache", "value_cache", "key", "value", "slots"],
+        OpKind::PagedAttention => &["q", "key_cache", "value_cache", "block_tables", "context_lens"],
         _ => &["x"],
     };
     names.get(i).copied().unwrap_or("operand")
@@ -430,8 +521,10 @@ impl Op {
             Op::Sqrt => OpKind::Sqrt,
             Op::Neg => OpKind::Neg,
             Op::Sigmoid => OpKind::Sigmoid,
+            Op::Silu => OpKind::Silu,
             Op::Softmax { .. } => OpKind::Softmax,
             Op::LayerNorm { .. } => OpKind::LayerNorm,
+            Op::RmsNorm { .. } => OpKind::RmsNorm,
             Op::Permute { .. } => OpKind::Permute,
             Op::Reshape { .. } => OpKind::Reshape,
             Op::Gather { .. } => OpKind::Gather,
@@ -443,6 +536,11 @@ impl Op {
             Op::Attention { .. } => OpKind::Attention,
             Op::BiasGelu(_) => OpKind::BiasGelu,
             Op::AddLayerNorm { .. } => OpKind::AddLayerNorm,
+            Op::AddRmsNorm { .. } => OpKind::AddRmsNorm,
+            Op::SwiGlu => OpKind::SwiGlu,
+            Op::Rope { .. } => OpKind::Rope,
+            Op::KvCacheWrite => OpKind::KvCacheWrite,
+            Op::PagedAttention { .. } => OpKind::PagedAttention,
         }
     }
 
@@ -462,5 +560,15 @@ impl Op {
     /// Number of inputs this op accepts, as `(min, max)`.
     pub fn arity(&self) -> (usize, usize) {
         arity(self.kind())
+    }
+
+    /// The outputs that are inputs' memory, updated in place, as `(input, output)` pairs
+    /// (empty for every op that writes fresh outputs). Eagerly the caller passes the same
+    /// tensor as that input and that output (or disjoint ones: the input is then copied
+    /// into the output first); a compiled graph gives the output the input's memory. A
+    /// kernel of such an op reads the input's elements through the output (the input
+    /// operand's bytes are not passed to host kernels).
+    pub fn in_place(&self) -> &'static [(usize, usize)] {
+        in_place(self.kind())
     }
 }

@@ -30,3 +30,11 @@ pub fn gelu_tanh_f32(x: f32) -> f32 {
     const C: f32 = 0.797_884_6;
     0.5 * x * (1.0 + (C * (x + 0.044715 * x * x * x)).tanh())
 }
+/// SiLU `x * sigmoid(x)` in IEEE arithmetic: `silu(-inf) = -inf * 0 = NaN`.
+pub fn silu_f64(x: f64) -> f64 {
+    x * sigmoid_f64(x)
+}
+/// [`silu_f64`] in f32.
+pub fn silu_f32(x: f32) -> f32 {
+    x * sigmoid_f32(x)
+}

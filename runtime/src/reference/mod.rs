@@ -8,7 +8,10 @@
 
 pub mod math;
 pub mod movement;
+pub mod norm;
 pub mod operands;
+pub mod rope;
+pub mod paged;
 
 use crate::dtype::DType;
 use crate::kernel::{KernelError, KernelResult};
@@ -36,9 +39,16 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> KernelResult {
         Op::Concat { axis } => concat(ins, &mut outs[0], *axis),
         Op::Slice { starts, ends, axes, steps } => slice(&ins[0], &mut outs[0], starts, ends, axes, steps),
         Op::Expand { .. } => expand(&ins[0], &mut outs[0]),
-        Op::Relu | Op::Gelu(_) | Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Neg | Op::Sigmoid | Op::Scale { .. } => {
-            unary(op, ins, outs)
-        }
+        Op::Relu
+        | Op::Gelu(_)
+        | Op::Tanh
+        | Op::Erf
+        | Op::Exp
+        | Op::Sqrt
+        | Op::Neg
+        | Op::Sigmoid
+        | Op::Silu
+        | Op::Scale { .. } => unary(op, ins, outs),
         Op::Softmax { axis } => softmax(ins, outs, *axis),
         Op::LayerNorm { eps } => {
             let x = load_f64(&ins[0])?;
@@ -77,7 +87,13 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> KernelResult {
         }
         Op::Cast { .. } => cast(&ins[0], &mut outs[0]),
         Op::ReduceSum { axes, .. } | Op::ReduceMean { axes, .. } => reduce(op, ins, outs, axes),
-        Op::Attention { scale, layout } => attention(ins, outs, *scale, *layout),
+        Op::RmsNorm { eps } => norm::rms_norm(ins, outs, *eps),
+        Op::AddRmsNorm { eps } => norm::add_rms_norm(ins, outs, *eps),
+        Op::SwiGlu => norm::swiglu(ins, outs),
+        Op::Attention { scale, layout, causal } => attention(ins, outs, *scale, *layout, *causal),
+        Op::Rope { interleaved, layout } => rope::rope(ins, &mut outs[0], *interleaved, *layout),
+        Op::KvCacheWrite => paged::kv_cache_write(ins, outs),
+        Op::PagedAttention { scale } => paged::paged_attention(ins, &mut outs[0], *scale),
     }
 }
 
@@ -170,6 +186,7 @@ fn unary(op: &Op, ins: &[In], outs: &mut [Out]) -> KernelResult {
         Op::Sqrt => Box::new(f64::sqrt),
         Op::Neg => Box::new(|v: f64| -v),
         Op::Sigmoid => Box::new(sigmoid_f64),
+        Op::Silu => Box::new(silu_f64),
         Op::Scale { factor } => {
             let f = *factor as f64;
             Box::new(move |v: f64| v * f)
@@ -229,15 +246,19 @@ fn reduce(op: &Op, ins: &[In], outs: &mut [Out], axes: &[isize]) -> KernelResult
     store_f64(&mut outs[0], &acc)
 }
 
-/// Scaled dot-product attention (f64 softmax per row).
-fn attention(ins: &[In], outs: &mut [Out], scale: Option<f32>, layout: AttentionLayout) -> KernelResult {
+/// Scaled dot-product attention (f64 softmax per row), grouped-query when k and v hold
+/// fewer heads than q; with `causal`, query `i` sees keys `0..causal_keys(i)` only.
+fn attention(ins: &[In], outs: &mut [Out], scale: Option<f32>, layout: AttentionLayout, causal: bool) -> KernelResult {
     let (q, k, v) = (load_f64(&ins[0])?, load_f64(&ins[1])?, load_f64(&ins[2])?);
     let [bsz, h, s, d] = layout.bhsd(ins[0].dims);
-    let ([_, _, t, _], [_, _, _, dv]) = (layout.bhsd(ins[1].dims), layout.bhsd(ins[2].dims));
-    // Element offsets of (batch·heads + head, row) in each operand's layout.
+    let ([_, hkv, t, _], [_, _, _, dv]) = (layout.bhsd(ins[1].dims), layout.bhsd(ins[2].dims));
+    // Element offsets of (batch·heads + head, row) in each operand's layout; a query head
+    // reads kv head `head / group`.
+    let group = h.checked_div(hkv).unwrap_or(1);
     let row_at = |st: [usize; 4], bh: usize, i: usize| (bh / h) * st[0] + (bh % h) * st[1] + i * st[2];
+    let kv_at = |st: [usize; 4], bh: usize, j: usize| (bh / h) * st[0] + (bh % h / group) * st[1] + j * st[2];
     let (sq, sk, sv) =
-        (layout.strides([bsz, h, s, d]), layout.strides([bsz, h, t, d]), layout.strides([bsz, h, t, dv]));
+        (layout.strides([bsz, h, s, d]), layout.strides([bsz, hkv, t, d]), layout.strides([bsz, hkv, t, dv]));
     let so = layout.strides([bsz, h, s, dv]);
     let scale = scale.map_or(1.0 / (d as f64).sqrt(), |x| x as f64);
     let score_dims = [bsz, h, s, t];
@@ -249,9 +270,12 @@ fn attention(ins: &[In], outs: &mut [Out], scale: Option<f32>, layout: Attention
     let mut row = vec![0.0; t];
     for bh in 0..bsz * h {
         for i in 0..s {
-            for j in 0..t {
+            // The keys this query sees: all, or those up to its place bottom-right aligned.
+            let seen = if causal { causal_keys(i, s, t) } else { t };
+            let row = &mut row[..seen];
+            for (j, rj) in row.iter_mut().enumerate() {
                 let mut acc = 0.0;
-                let (qi, kj) = (row_at(sq, bh, i), row_at(sk, bh, j));
+                let (qi, kj) = (row_at(sq, bh, i), kv_at(sk, bh, j));
                 for p in 0..d {
                     acc += q[qi + p] * k[kj + p];
                 }
@@ -261,7 +285,7 @@ fn attention(ins: &[In], outs: &mut [Out], scale: Option<f32>, layout: Attention
                     // A u8 mask is additive too: 0 adds -inf (a NaN score stays NaN).
                     acc += if *dt == DType::U8 { if mv == 0.0 { f64::NEG_INFINITY } else { 0.0 } } else { mv };
                 }
-                row[j] = acc;
+                *rj = acc;
             }
             let oi = row_at(so, bh, i);
             let o = &mut out[oi..oi + dv];
@@ -272,7 +296,7 @@ fn attention(ins: &[In], outs: &mut [Out], scale: Option<f32>, layout: Attention
                 continue;
             }
             if mx == f64::NEG_INFINITY {
-                // Every key masked out: the row attends to nothing and is 0.
+                // Every key masked out (or none seen): the row attends to nothing and is 0.
                 continue;
             }
             let mut sum = 0.0;
@@ -282,14 +306,20 @@ fn attention(ins: &[In], outs: &mut [Out], scale: Option<f32>, layout: Attention
             }
             for (c, oc) in o.iter_mut().enumerate() {
                 let mut acc = 0.0;
-                for j in 0..t {
-                    acc += row[j] * v[row_at(sv, bh, j) + c];
+                for (j, rj) in row.iter().enumerate() {
+                    acc += rj * v[kv_at(sv, bh, j) + c];
                 }
                 *oc = acc / sum;
             }
         }
     }
     store_f64(&mut outs[0], &out)
+}
+
+/// How many keys query `i` of `s` sees in a causal attention over `t` keys: those
+/// `j <= i + (t - s)` (aligned bottom-right), clamped to `0..=t`.
+pub fn causal_keys(i: usize, s: usize, t: usize) -> usize {
+    (i as i128 + t as i128 - s as i128 + 1).clamp(0, t as i128) as usize
 }
 
 fn layer_norm(x: &[f64], g: &[f64], b: &[f64], eps: f64) -> Vec<f64> {

@@ -201,6 +201,11 @@ fn compose(c: &mut Call, how: Mapping, args: &LaunchArgs) -> BResult<()> {
             add_sub(c, false, x, &ins[1], &tmp)?;
             layer_norm(c, &tmp, &ins[2], &ins[3], *eps, &out)
         }
+        Op::Silu | Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::SwiGlu => {
+            Err(AclBackendError::BadRequest(format!("{op}: no aclnn mapping yet")))
+        }
+        // The support predicates decline Rope on the aclnn tiers (the host tier runs it).
+        Op::Rope { .. } => Err(AclBackendError::BadRequest(format!("{op}: no aclnn mapping; the host tier runs it"))),
         Op::Attention { scale, .. } if how.flash => {
             let d = *x.dims.last().unwrap_or(&1);
             let scale = scale.unwrap_or(1.0 / (d.max(1) as f32).sqrt());
@@ -224,6 +229,10 @@ fn compose(c: &mut Call, how: Mapping, args: &LaunchArgs) -> BResult<()> {
             };
             let parts = Attention { q: x, k: &ins[1], v: &ins[2], mask: ins.get(3), scale };
             attention(c, &parts, &sc, &out, cube_math(is_910, x.dtype))
+        }
+        // Not in the kernel table (no aclnn mapping yet).
+        Op::KvCacheWrite | Op::PagedAttention { .. } => {
+            Err(AclBackendError::BadRequest(format!("{}: no aclnn mapping", args.op.name())))
         }
     }
 }

@@ -37,8 +37,7 @@ impl CompiledGraph {
             for p in waits {
                 layout.push(FrozenStep::Wait { stream: s, event: p }, UnitCounts::default());
             }
-            let is_alias = n.outputs.first().is_some_and(|o| self.aliases.contains_key(o));
-            if !is_alias {
+            if !self.is_view(n) {
                 let node = self.freeze_node(inst, &slots, nid.0, inst.stream_at(s, &default))?;
                 for &(_, k) in &node.launch.patches {
                     if !slot_streams[k].contains(&s) {
@@ -66,7 +65,11 @@ impl CompiledGraph {
         let mut per_run_ids: Vec<ValueId> = Vec::new();
         let mut outputs = Vec::with_capacity(g.outputs.len());
         for o in &g.outputs {
-            let src = if let Some(i) = g.inputs.iter().position(|x| x == o) {
+            // A graph output with an alias is an in-place output (Reshapes that are graph
+            // outputs are not views), which updates a graph input (compile checks it): the
+            // run returns that input's tensor.
+            let root = self.aliases.get(o).unwrap_or(o);
+            let src = if let Some(i) = g.inputs.iter().position(|x| x == root) {
                 OutputSrc::Input(i)
             } else if let Some(t) = self.constants.get(o) {
                 OutputSrc::Constant(t.clone())
