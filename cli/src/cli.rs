@@ -4,7 +4,7 @@
 //! are global: they may stand before or after the subcommand, and override the `NPURT_*`
 //! environment that [`RuntimeConfig::with_env`] reads.
 
-use crate::{bench, demo, embed, info, op};
+use crate::{bench, demo, embed, generate, info, op};
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use npurt::{Precision, Result, Runtime, RuntimeConfig, Tier};
 
@@ -92,6 +92,8 @@ enum Command {
     /// Sentence embeddings from a sentence-transformers model directory (texts from the
     /// arguments, or one per line of standard input)
     Embed(embed::EmbedArgs),
+    /// Text from a Llama or Qwen2 model directory, streamed to standard output
+    Generate(generate::GenerateArgs),
 }
 
 /// Runs the parsed command line; without a subcommand, prints the help.
@@ -107,6 +109,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Op(args) => op::run(config, args),
         Command::Bench(args) => bench::run(config, args),
         Command::Embed(args) => embed::run(config, args),
+        Command::Generate(args) => generate::run(config, args),
     }
 }
 

@@ -10,6 +10,7 @@ mod chart;
 mod cli;
 mod demo;
 mod embed;
+mod generate;
 mod info;
 mod op;
 mod outputs;

@@ -3,6 +3,7 @@
 
 pub mod bert;
 pub mod bert_config;
+pub mod llama;
 pub mod llama_config;
 pub mod llama_weights;
 pub mod safetensors;

@@ -6,6 +6,7 @@ mod common;
 mod compare_ort;
 mod concurrent;
 mod gemm;
+mod llm;
 mod peak;
 mod serve;
 
@@ -29,6 +30,9 @@ enum Which {
     /// BERT latency, memory and utilisation (--ablation: none, +pool, +reuse, +parallel,
     /// +mapping); or --concurrent, --accuracy, --compare-ort
     Bert(Box<bert::BertArgs>),
+    /// A decoder LLM (model directory or preset): prefill ms, decode ms per token,
+    /// tokens/s, KV-cache MiB and the share of memory bandwidth
+    Llm(llm::LlmArgs),
 }
 
 pub fn run(config: RuntimeConfig, args: BenchArgs) -> Result<()> {
@@ -36,5 +40,6 @@ pub fn run(config: RuntimeConfig, args: BenchArgs) -> Result<()> {
         Which::Gemm(a) => gemm::run(config, a),
         Which::Peak(a) => peak::run(config, a),
         Which::Bert(a) => bert::run(config, *a),
+        Which::Llm(a) => llm::run(config, a),
     }
 }

@@ -1,0 +1,130 @@
+//! `npurt bench llm`: a decoder LLM's prefill and decode speed, from a model directory or
+//! a preset of random weights. Decode at batch 1 reads every weight once per token, so
+//! it is bounded by memory bandwidth: the report gives the share of the machine's
+//! measured copy bandwidth that the weight reads reach.
+
+use crate::values::positive;
+use clap::Args;
+use npurt::llm::{Llm, LlmOptions, SamplingParams};
+use npurt::{Result, Runtime, RuntimeConfig};
+use std::time::{Duration, Instant};
+
+/// `npurt bench llm --model DIR|PRESET --prompt-len P --gen G [--batch B] [--json F]`
+#[derive(Args)]
+pub struct LlmArgs {
+    /// A Llama or Qwen2 model directory, or a preset of random weights: llama-tiny,
+    /// qwen2-0.5b
+    #[arg(long, value_name = "DIR|PRESET")]
+    model: String,
+    /// Prompt tokens per sequence
+    #[arg(long, value_name = "P", value_parser = positive)]
+    prompt_len: usize,
+    /// Tokens generated per sequence (stop tokens ignored)
+    #[arg(long = "gen", value_name = "G", value_parser = positive)]
+    new_tokens: usize,
+    /// Sequences generated together
+    #[arg(long, value_name = "B", default_value = "1", value_parser = positive)]
+    batch: usize,
+    /// Seed of the preset's weights and of the prompt's tokens
+    #[arg(long, value_name = "S", default_value = "0")]
+    seed: u64,
+    /// Also write the figures as JSON to FILE
+    #[arg(long, value_name = "FILE", value_parser = crate::outputs::output_file)]
+    json: Option<String>,
+}
+
+/// The best of five copies of a 256 MiB buffer, in bytes moved (read + write) per second.
+fn copy_bandwidth() -> f64 {
+    let n = 256 << 20;
+    let src = vec![1u8; n];
+    let mut dst = vec![0u8; n];
+    let mut best = Duration::MAX;
+    for _ in 0..5 {
+        let t = Instant::now();
+        dst.copy_from_slice(&src);
+        best = best.min(t.elapsed());
+        std::hint::black_box(&mut dst);
+    }
+    2.0 * n as f64 / best.as_secs_f64().max(1e-9)
+}
+
+/// Prefill time (call start to the first token of every sequence) and decode time (from
+/// there to the last token) of one generation.
+fn timed(llm: &Llm, prompts: &[Vec<u32>], new_tokens: usize) -> Result<(Duration, Duration)> {
+    let params =
+        SamplingParams { max_new_tokens: new_tokens, stop_token_ids: Some(vec![]), ..SamplingParams::default() };
+    let t0 = Instant::now();
+    let (mut firsts, mut prefill) = (0, Duration::ZERO);
+    llm.generate_ids_stream(prompts, &params, |_| {
+        firsts += 1;
+        if firsts == prompts.len() {
+            prefill = t0.elapsed();
+        }
+        Ok(())
+    })?;
+    Ok((prefill, t0.elapsed().saturating_sub(prefill)))
+}
+
+pub fn run(config: RuntimeConfig, a: LlmArgs) -> Result<()> {
+    let rt = Runtime::with_config(config)?;
+    let options =
+        LlmOptions { max_batch: a.batch, max_seq_len: Some(a.prompt_len + a.new_tokens), ..LlmOptions::default() };
+    let t = Instant::now();
+    let llm = if npurt::models::llama::LlamaConfig::preset(&a.model).is_some() {
+        Llm::preset(&rt, &a.model, a.seed, options)?
+    } else {
+        Llm::from_dir_with(&rt, &a.model, options)?
+    };
+    let load = t.elapsed();
+    let vocab = llm.config().vocab_size as u64;
+    let mut state = a.seed | 1;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % vocab) as u32
+    };
+    let prompts: Vec<Vec<u32>> = (0..a.batch).map(|_| (0..a.prompt_len).map(|_| next()).collect()).collect();
+    // The first call compiles the prefill and decode buckets; the second is timed.
+    let t = Instant::now();
+    timed(&llm, &prompts, a.new_tokens.min(2))?;
+    let compile = t.elapsed();
+    let (prefill, decode) = timed(&llm, &prompts, a.new_tokens)?;
+    let steps = a.new_tokens.saturating_sub(1).max(1);
+    let per_token = decode.as_secs_f64() / steps as f64;
+    let tokens_per_s = (a.batch * a.new_tokens.saturating_sub(1)) as f64 / decode.as_secs_f64().max(1e-9);
+    let device_weights = llm.shared_constant_bytes();
+    let weights = if device_weights > 0 { device_weights } else { llm.weight_bytes() };
+    let bandwidth = copy_bandwidth();
+    let share = weights as f64 / per_token.max(1e-12) / bandwidth;
+    let kv_mib = llm.kv_cache_bytes() as f64 / 1048576.0;
+    println!(
+        "model {} on {}: batch {}, prompt {} tokens, {} generated",
+        a.model,
+        rt.backend_name(),
+        a.batch,
+        a.prompt_len,
+        a.new_tokens
+    );
+    println!("  load {:.1} ms, first call (compiles) {:.1} ms", load.as_secs_f64() * 1e3, compile.as_secs_f64() * 1e3);
+    println!("  prefill          {:>10.2} ms", prefill.as_secs_f64() * 1e3);
+    println!("  decode per token {:>10.3} ms ({tokens_per_s:.1} tokens/s)", per_token * 1e3);
+    println!("  KV cache         {kv_mib:>10.3} MiB");
+    println!(
+        "  weights {:.1} MiB per token at {:.1} GB/s copy bandwidth: {:.1} % of it",
+        weights as f64 / 1048576.0,
+        bandwidth / 1e9,
+        share * 100.0
+    );
+    if let Some(path) = &a.json {
+        let doc = serde_json::json!({
+            "model": a.model, "backend": rt.backend_name(), "batch": a.batch,
+            "prompt_len": a.prompt_len, "gen": a.new_tokens,
+            "prefill_ms": prefill.as_secs_f64() * 1e3, "decode_ms_per_token": per_token * 1e3,
+            "tokens_per_s": tokens_per_s, "kv_cache_mib": kv_mib, "weight_bytes": weights,
+            "copy_bandwidth_gbs": bandwidth / 1e9, "bandwidth_share": share,
+        });
+        crate::outputs::write_json(path, &doc)?;
+    }
+    Ok(())
+}

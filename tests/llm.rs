@@ -1,0 +1,277 @@
+//! Decoder LLMs end to end: the `llama-tiny` preset through prefill and decode on the CPU,
+//! continuous batching giving each sequence what it gets alone, threads sharing one model,
+//! the weights held once across the prefill and decode graphs; and the tiny Llama and
+//! Qwen2 models of `scripts/make_tiny_llm.py` against `transformers`' logits and greedy
+//! tokens, on the CPU and over acl-emu.
+
+mod common;
+
+use npurt::llm::{FinishReason, Llm, LlmOptions, SamplingParams};
+use npurt::models::llama::Step;
+use npurt::{Error, RuntimeConfig};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+fn cpu() -> npurt::Runtime {
+    npurt::Runtime::with_config(RuntimeConfig { backend: Some("cpu".into()), ..RuntimeConfig::default() })
+        .expect("cpu runtime")
+}
+
+fn tiny(rt: &npurt::Runtime, options: LlmOptions) -> Llm {
+    Llm::preset(rt, "llama-tiny", 3, LlmOptions { max_seq_len: Some(128), ..options }).expect("llama-tiny")
+}
+
+fn greedy(n: usize) -> SamplingParams {
+    SamplingParams { stop_token_ids: Some(vec![]), ..SamplingParams::greedy(n) }
+}
+
+/// Prompts of 3, 9, 17 and 30 tokens.
+fn prompts() -> Vec<Vec<u32>> {
+    [3usize, 9, 17, 30].iter().map(|&n| (0..n as u32).map(|i| (i * 37 + n as u32) % 256).collect()).collect()
+}
+
+#[test]
+fn the_preset_runs_prefill_and_decode_on_the_cpu() {
+    let rt = cpu();
+    let llm = tiny(&rt, LlmOptions::default());
+    let mut events = Vec::new();
+    let out = llm
+        .generate_ids_stream(&[vec![1, 5, 7]], &greedy(8), |e| {
+            assert_eq!(e.logits.len(), 256);
+            assert!(e.logits.iter().all(|x| x.is_finite()));
+            assert_eq!(e.token_id as usize, npurt::llm::argmax(e.logits), "greedy takes the argmax");
+            events.push((e.token_id, e.finish_reason));
+            Ok(())
+        })
+        .expect("generate");
+    assert_eq!(out[0].token_ids.len(), 8);
+    assert_eq!(out[0].finish_reason, FinishReason::Length);
+    assert_eq!(events.iter().map(|e| e.0).collect::<Vec<_>>(), out[0].token_ids);
+    assert_eq!(events.last().unwrap().1, Some(FinishReason::Length));
+    let steps = llm.compiled_steps();
+    assert!(
+        steps.contains(&Step::Prefill { batch: 1, seq: 16 }) && steps.contains(&Step::Decode { batch: 1 }),
+        "{steps:?}"
+    );
+    // The same call again: the same tokens, nothing compiled.
+    assert_eq!(llm.generate_ids(&[vec![1, 5, 7]], &greedy(8)).unwrap(), out);
+    assert_eq!(llm.compiled_steps(), steps);
+    // A stop token ends the sequence, kept in token_ids.
+    let first = out[0].token_ids[0];
+    let stop = SamplingParams { stop_token_ids: Some(vec![first]), ..SamplingParams::greedy(8) };
+    let s = llm.generate_ids(&[vec![1, 5, 7]], &stop).unwrap();
+    assert_eq!((s[0].token_ids.clone(), s[0].finish_reason), (vec![first], FinishReason::Stop));
+    // Seeded sampling repeats with its seed.
+    let sample = SamplingParams { temperature: 1.0, top_k: 20, seed: 9, ..greedy(8) };
+    assert_eq!(
+        llm.generate_ids(&[vec![1, 5, 7]], &sample).unwrap(),
+        llm.generate_ids(&[vec![1, 5, 7]], &sample).unwrap()
+    );
+}
+
+/// The prefill and decode graphs share the device copies of the weights: compiling the
+/// decode graph after the prefill graph adds no constant.
+#[test]
+fn the_weights_are_held_once_across_graphs() {
+    let rt = cpu();
+    let llm = tiny(&rt, LlmOptions::default());
+    llm.generate_ids(&[vec![1, 2, 3]], &greedy(1)).unwrap();
+    assert_eq!(llm.compiled_steps(), vec![Step::Prefill { batch: 1, seq: 16 }]);
+    let after_prefill = llm.shared_constant_bytes();
+    // Every weight once (and the rotary tables), not once per graph.
+    let w = llm.weight_bytes();
+    assert!(after_prefill >= w && after_prefill < 2 * w, "{after_prefill} bytes of constants for {w} bytes of weights");
+    let pool_prefill = rt.pool_stats(0).unwrap();
+    llm.generate_ids(&[vec![1, 2, 3]], &greedy(3)).unwrap();
+    assert_eq!(llm.compiled_steps().len(), 2);
+    assert_eq!(llm.shared_constant_bytes(), after_prefill, "the decode graph uploaded no weight of its own");
+    let pool_decode = rt.pool_stats(0).unwrap();
+    let grown = (pool_decode.in_use_bytes + pool_decode.system_bytes)
+        .saturating_sub(pool_prefill.in_use_bytes + pool_prefill.system_bytes);
+    assert!(grown < llm.weight_bytes(), "the pool grew by {grown} bytes, the weights are {}", llm.weight_bytes());
+}
+
+/// Four sequences of different lengths batched, and with a batch of two (sequences
+/// leaving and joining between steps), give each sequence its tokens alone.
+#[test]
+fn batched_sequences_get_what_they_get_alone() {
+    let rt = cpu();
+    let llm = tiny(&rt, LlmOptions::default());
+    let ps = prompts();
+    let alone: Vec<Vec<u32>> = ps
+        .iter()
+        .map(|p| llm.generate_ids(std::slice::from_ref(p), &greedy(12)).unwrap()[0].token_ids.clone())
+        .collect();
+    let together = llm.generate_ids(&ps, &greedy(12)).unwrap();
+    assert_eq!(together.iter().map(|g| g.token_ids.clone()).collect::<Vec<_>>(), alone);
+    let pairs = tiny(&rt, LlmOptions { max_batch: 2, ..LlmOptions::default() });
+    let out = pairs.generate_ids(&ps, &greedy(12)).unwrap();
+    assert_eq!(out.iter().map(|g| g.token_ids.clone()).collect::<Vec<_>>(), alone);
+    assert!(pairs.compiled_steps().iter().all(|s| !matches!(s, Step::Decode { batch } if *batch > 2)));
+}
+
+#[test]
+fn four_threads_share_one_model() {
+    let rt = cpu();
+    let llm = Arc::new(tiny(&rt, LlmOptions::default()));
+    let ps = prompts();
+    let alone: Vec<_> = ps.iter().map(|p| llm.generate_ids(std::slice::from_ref(p), &greedy(10)).unwrap()).collect();
+    let handles: Vec<_> = ps
+        .iter()
+        .cloned()
+        .map(|p| {
+            let llm = Arc::clone(&llm);
+            std::thread::spawn(move || {
+                (0..3).map(|_| llm.generate_ids(std::slice::from_ref(&p), &greedy(10)).unwrap()).collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    for (h, want) in handles.into_iter().zip(&alone) {
+        for got in h.join().expect("thread") {
+            assert_eq!(&got, want);
+        }
+    }
+}
+
+#[test]
+fn bad_requests_are_typed_errors() {
+    let rt = cpu();
+    let llm = tiny(&rt, LlmOptions { num_blocks: Some(2), ..LlmOptions::default() });
+    let e = llm.generate_ids(&[vec![1; 40]], &greedy(4)).unwrap_err();
+    assert!(matches!(e, Error::Config(_)) && e.to_string().contains("block"), "{e}");
+    let e = llm.generate_ids(&[vec![]], &greedy(4)).unwrap_err();
+    assert!(e.to_string().contains("empty"), "{e}");
+    let e = llm.generate_ids(&[vec![999]], &greedy(4)).unwrap_err();
+    assert!(e.to_string().contains("vocab_size"), "{e}");
+    let e = llm.generate(&["text"], &greedy(4)).unwrap_err();
+    assert!(e.to_string().contains("no tokenizer"), "{e}");
+    let bad = SamplingParams { top_p: 0.0, ..greedy(4) };
+    assert!(llm.generate_ids(&[vec![1]], &bad).is_err());
+    // The pool is whole again after the refusals: a request that fits runs.
+    assert_eq!(llm.generate_ids(&[vec![1; 20]], &greedy(4)).unwrap()[0].token_ids.len(), 4);
+    assert!(Llm::preset(&rt, "gpt-9", 1, LlmOptions::default()).is_err());
+}
+
+// ---- against transformers ----------------------------------------------------------------
+
+/// The directory of the tiny models: `NPURT_TINY_LLM_DIR`, else target/test-assets/tiny-llm
+/// (made now with scripts/make_tiny_llm.py when `transformers` imports); `None` with the
+/// reason printed when neither is possible.
+fn tiny_llm_dir(test: &str) -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("NPURT_TINY_LLM_DIR") {
+        return Some(PathBuf::from(d));
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = root.join("target/test-assets/tiny-llm");
+    if dir.join("llama/reference.json").is_file() && dir.join("qwen2/reference.json").is_file() {
+        return Some(dir);
+    }
+    let import = std::process::Command::new("python3").args(["-c", "import transformers, torch"]).output();
+    if !import.is_ok_and(|o| o.status.success()) {
+        println!("SKIP {test}: NPURT_TINY_LLM_DIR is unset and python3 cannot import transformers and torch");
+        return None;
+    }
+    let status = std::process::Command::new("python3")
+        .arg(root.join("scripts/make_tiny_llm.py"))
+        .arg(&dir)
+        .status()
+        .expect("run scripts/make_tiny_llm.py");
+    assert!(status.success(), "scripts/make_tiny_llm.py failed");
+    Some(dir)
+}
+
+struct Case {
+    prompt: String,
+    prompt_ids: Vec<u32>,
+    logits: Vec<Vec<f32>>,
+    greedy: Vec<u32>,
+}
+
+fn cases(model: &std::path::Path) -> Vec<Case> {
+    let text = std::fs::read_to_string(model.join("reference.json")).expect("reference.json");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("reference.json parses");
+    let floats = |x: &serde_json::Value| x.as_array().unwrap().iter().map(|f| f.as_f64().unwrap() as f32).collect();
+    let ints = |x: &serde_json::Value| x.as_array().unwrap().iter().map(|f| f.as_u64().unwrap() as u32).collect();
+    v["cases"]
+        .as_array()
+        .expect("cases")
+        .iter()
+        .map(|c| {
+            let mut logits: Vec<Vec<f32>> = vec![floats(&c["prefill_logits"])];
+            logits.extend(c["decode_logits"].as_array().unwrap().iter().map(floats));
+            Case {
+                prompt: c["prompt"].as_str().unwrap().to_string(),
+                prompt_ids: ints(&c["prompt_ids"]),
+                logits,
+                greedy: ints(&c["greedy_ids"]),
+            }
+        })
+        .collect()
+}
+
+/// Every case of `model` on `rt`: prompt ids, then (with `all_logits`) every step's logits
+/// within 1e-3 of the largest |logit| and the 17 greedy ids, else the first greedy id.
+fn matches_transformers(rt: &runtime::Runtime, model: &std::path::Path, all_logits: bool) -> Result<(), String> {
+    let llm = Llm::from_dir(rt, model).unwrap_or_else(|e| panic!("{}: {e}", model.display()));
+    let cases = cases(model);
+    for c in &cases {
+        assert_eq!(llm.encode(&c.prompt).unwrap(), c.prompt_ids, "{}: {:?}", model.display(), c.prompt);
+    }
+    let prompts: Vec<&str> = cases.iter().map(|c| c.prompt.as_str()).collect();
+    let n = if all_logits { 17 } else { 1 };
+    let mut got: Vec<Vec<Vec<f32>>> = vec![Vec::new(); cases.len()];
+    let out = match llm.generate_stream(&prompts, &greedy(n), |e| {
+        got[e.prompt].push(e.logits.to_vec());
+        Ok(())
+    }) {
+        Ok(out) => out,
+        // An op the backend has no kernel for yet: the caller skips, saying which.
+        Err(e) if e.to_string().contains("registers no kernel for this op") => return Err(e.to_string()),
+        Err(e) => panic!("{}: generate: {e}", model.display()),
+    };
+    for (i, c) in cases.iter().enumerate() {
+        assert_eq!(out[i].token_ids, c.greedy[..n], "{}: {:?}: greedy ids", model.display(), c.prompt);
+        if !all_logits {
+            continue;
+        }
+        for (step, (g, w)) in got[i].iter().zip(&c.logits).enumerate() {
+            let scale = w.iter().fold(0f32, |m, x| m.max(x.abs()));
+            let err = g.iter().zip(w).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            assert!(
+                err <= 1e-3 * scale,
+                "{}: {:?} step {step}: max error {err}, max |logit| {scale}",
+                model.display(),
+                c.prompt
+            );
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn tiny_models_match_transformers_on_the_cpu() {
+    let Some(dir) = tiny_llm_dir("tiny_models_match_transformers_on_the_cpu") else { return };
+    let rt = cpu();
+    for m in ["llama", "qwen2"] {
+        matches_transformers(&rt, &dir.join(m), true).expect("the CPU runs every op");
+    }
+}
+
+#[cfg(feature = "acl")]
+#[test]
+fn tiny_models_match_transformers_over_acl_emu() {
+    let test = "tiny_models_match_transformers_over_acl_emu";
+    let Some(dir) = tiny_llm_dir(test) else { return };
+    for (soc, all_logits) in [("Ascend910B2", true), ("Ascend910A", false)] {
+        let Some(emu) = common::AclEmu::on(soc, test) else { return };
+        let rt = common::runtime(&emu.backend);
+        for m in ["llama", "qwen2"] {
+            if let Err(e) = matches_transformers(&rt, &dir.join(m), all_logits) {
+                println!("SKIP {test} on {soc}: {e}");
+                break;
+            }
+        }
+        drop(rt);
+        emu.finish();
+    }
+}
