@@ -108,6 +108,17 @@ fn batched_sequences_get_what_they_get_alone() {
     let out = pairs.generate_ids(&ps, &greedy(12)).unwrap();
     assert_eq!(out.iter().map(|g| g.token_ids.clone()).collect::<Vec<_>>(), alone);
     assert!(pairs.compiled_steps().iter().all(|s| !matches!(s, Step::Decode { batch } if *batch > 2)));
+    // A stop token ends the first sequence early: the third joins while the second is
+    // still decoding, in the decode buckets already compiled.
+    let stop = SamplingParams { stop_token_ids: Some(vec![alone[0][3]]), ..SamplingParams::greedy(12) };
+    let alone: Vec<Vec<u32>> =
+        ps.iter().map(|p| pairs.generate_ids(std::slice::from_ref(p), &stop).unwrap()[0].token_ids.clone()).collect();
+    assert!(alone[0].len() <= 4 && alone[1].len() > alone[0].len(), "{alone:?}");
+    let steps = pairs.compiled_steps();
+    let out = pairs.generate_ids(&ps, &stop).unwrap();
+    assert_eq!(out.iter().map(|g| g.token_ids.clone()).collect::<Vec<_>>(), alone);
+    let decode = |v: &[Step]| v.iter().filter(|s| matches!(s, Step::Decode { .. })).count();
+    assert_eq!(decode(&pairs.compiled_steps()), decode(&steps), "a join recompiled a decode step");
 }
 
 #[test]
