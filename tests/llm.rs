@@ -220,40 +220,60 @@ fn cases(model: &std::path::Path) -> Vec<Case> {
         .collect()
 }
 
-/// Every case of `model` on `rt`: prompt ids, then (with `all_logits`) every step's logits
-/// within 1e-3 of the largest |logit| and the 17 greedy ids, else the first greedy id.
-fn matches_transformers(rt: &runtime::Runtime, model: &std::path::Path, all_logits: bool) -> Result<(), String> {
+/// How closely a run must follow `transformers`.
+#[derive(Clone, Copy, Debug)]
+enum Check {
+    /// f32: the prefill and 16 decode steps' logits within 1e-3 × max |logit|, the 17
+    /// greedy ids identical.
+    Exact,
+    /// Products in fp16 / bf16: the prefill logits within `LOOSE` × max |logit|, and the
+    /// first greedy id identical wherever the reference's top-2 margin exceeds twice the
+    /// error (a closer call is within the rounding either way).
+    Loose,
+}
+
+/// The reduced-precision tolerance of [`Check::Loose`], relative to the largest |logit|.
+const LOOSE: f32 = 3e-2;
+
+/// The largest |x|, and the gap between the two largest values of `v`.
+fn scale_and_margin(v: &[f32]) -> (f32, f32) {
+    let mut sorted = v.to_vec();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    (v.iter().fold(0f32, |m, x| m.max(x.abs())), sorted[0] - sorted[1])
+}
+
+/// Every case of `model` on `rt`: the prompt ids, then the logits and greedy ids as
+/// `check` says. `Err` (to skip, saying why) when the backend has no kernel for an op.
+fn matches_transformers(rt: &runtime::Runtime, model: &std::path::Path, check: Check) -> Result<(), String> {
     let llm = Llm::from_dir(rt, model).unwrap_or_else(|e| panic!("{}: {e}", model.display()));
     let cases = cases(model);
     for c in &cases {
         assert_eq!(llm.encode(&c.prompt).unwrap(), c.prompt_ids, "{}: {:?}", model.display(), c.prompt);
     }
     let prompts: Vec<&str> = cases.iter().map(|c| c.prompt.as_str()).collect();
-    let n = if all_logits { 17 } else { 1 };
+    let n = if matches!(check, Check::Exact) { 17 } else { 1 };
     let mut got: Vec<Vec<Vec<f32>>> = vec![Vec::new(); cases.len()];
     let out = match llm.generate_stream(&prompts, &greedy(n), |e| {
         got[e.prompt].push(e.logits.to_vec());
         Ok(())
     }) {
         Ok(out) => out,
-        // An op the backend has no kernel for yet: the caller skips, saying which.
         Err(e) if e.to_string().contains("registers no kernel for this op") => return Err(e.to_string()),
         Err(e) => panic!("{}: generate: {e}", model.display()),
     };
     for (i, c) in cases.iter().enumerate() {
-        assert_eq!(out[i].token_ids, c.greedy[..n], "{}: {:?}: greedy ids", model.display(), c.prompt);
-        if !all_logits {
-            continue;
-        }
+        let what = format!("{} {check:?}: {:?}", model.display(), c.prompt);
         for (step, (g, w)) in got[i].iter().zip(&c.logits).enumerate() {
-            let scale = w.iter().fold(0f32, |m, x| m.max(x.abs()));
+            let (scale, margin) = scale_and_margin(w);
             let err = g.iter().zip(w).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-            assert!(
-                err <= 1e-3 * scale,
-                "{}: {:?} step {step}: max error {err}, max |logit| {scale}",
-                model.display(),
-                c.prompt
-            );
+            let tol = if matches!(check, Check::Exact) { 1e-3 } else { LOOSE };
+            assert!(err <= tol * scale, "{what}: step {step}: max error {err}, max |logit| {scale}");
+            if matches!(check, Check::Loose) && margin > 2.0 * err {
+                assert_eq!(out[i].token_ids[0], c.greedy[0], "{what}: the first greedy id");
+            }
+        }
+        if matches!(check, Check::Exact) {
+            assert_eq!(out[i].token_ids, c.greedy, "{what}: greedy ids");
         }
     }
     Ok(())
@@ -264,7 +284,14 @@ fn tiny_models_match_transformers_on_the_cpu() {
     let Some(dir) = tiny_llm_dir("tiny_models_match_transformers_on_the_cpu") else { return };
     let rt = cpu();
     for m in ["llama", "qwen2"] {
-        matches_transformers(&rt, &dir.join(m), true).expect("the CPU runs every op");
+        matches_transformers(&rt, &dir.join(m), Check::Exact).expect("the CPU runs every op");
+    }
+    for precision in [npurt::Precision::Bf16, npurt::Precision::F16] {
+        let cfg = RuntimeConfig { backend: Some("cpu".into()), precision, ..RuntimeConfig::default() };
+        let rt = npurt::Runtime::with_config(cfg).expect("cpu runtime");
+        for m in ["llama", "qwen2"] {
+            matches_transformers(&rt, &dir.join(m), Check::Loose).expect("the CPU runs every op");
+        }
     }
 }
 
@@ -273,11 +300,11 @@ fn tiny_models_match_transformers_on_the_cpu() {
 fn tiny_models_match_transformers_over_acl_emu() {
     let test = "tiny_models_match_transformers_over_acl_emu";
     let Some(dir) = tiny_llm_dir(test) else { return };
-    for (soc, all_logits) in [("Ascend910B2", true), ("Ascend910A", false)] {
+    for (soc, check) in [("Ascend910B2", Check::Exact), ("Ascend910A", Check::Loose)] {
         let Some(emu) = common::AclEmu::on(soc, test) else { return };
         let rt = common::runtime(&emu.backend);
         for m in ["llama", "qwen2"] {
-            if let Err(e) = matches_transformers(&rt, &dir.join(m), all_logits) {
+            if let Err(e) = matches_transformers(&rt, &dir.join(m), check) {
                 println!("SKIP {test} on {soc}: {e}");
                 break;
             }
