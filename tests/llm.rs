@@ -313,3 +313,40 @@ fn tiny_models_match_transformers_over_acl_emu() {
         emu.finish();
     }
 }
+
+/// `Llm` may be shared between threads and moved to one.
+#[test]
+fn llm_is_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Llm>();
+    send_sync::<npurt::llm::Generation>();
+    send_sync::<npurt::llm::LlmTokenizer>();
+}
+
+/// A sharded directory (`model.safetensors.index.json` naming its shards) loads as the
+/// single file does; a shard named by a path is refused.
+#[test]
+fn sharded_weights_load_as_one_file() {
+    let Some(dir) = tiny_llm_dir("sharded_weights_load_as_one_file") else { return };
+    let src = dir.join("llama");
+    let out = std::env::temp_dir().join(format!("npurt-llm-shards-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    for f in ["config.json", "tokenizer.json", "generation_config.json"] {
+        std::fs::copy(src.join(f), out.join(f)).unwrap();
+    }
+    let shard = "model-00001-of-00001.safetensors";
+    std::fs::copy(src.join("model.safetensors"), out.join(shard)).unwrap();
+    let names = npurt::models::safetensors::SafetensorsFile::open(src.join("model.safetensors")).unwrap().names();
+    let map: serde_json::Map<String, serde_json::Value> = names.iter().map(|n| (n.clone(), shard.into())).collect();
+    let index = serde_json::json!({ "metadata": {}, "weight_map": map });
+    std::fs::write(out.join("model.safetensors.index.json"), index.to_string()).unwrap();
+    let rt = cpu();
+    let want = Llm::from_dir(&rt, &src).unwrap().generate(&["Hello"], &greedy(6)).unwrap();
+    assert_eq!(Llm::from_dir(&rt, &out).unwrap().generate(&["Hello"], &greedy(6)).unwrap(), want);
+    let mut bad = serde_json::json!({ "weight_map": map });
+    bad["weight_map"]["model.norm.weight"] = "../model.safetensors".into();
+    std::fs::write(out.join("model.safetensors.index.json"), bad.to_string()).unwrap();
+    let e = Llm::from_dir(&rt, &out).unwrap_err();
+    assert!(e.to_string().contains("is not a file name"), "{e}");
+    std::fs::remove_dir_all(&out).ok();
+}
