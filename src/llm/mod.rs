@@ -151,6 +151,13 @@ impl Llm {
     pub fn weight_bytes(&self) -> usize {
         self.engine().weights.bytes()
     }
+    /// Bytes of the weights one decode step reads on the host (merged, f32): all of them
+    /// but an untied embedding table, of which a step reads one row per sequence.
+    pub fn weight_bytes_per_token(&self) -> usize {
+        let e = self.engine();
+        let embed = if e.weights.lm_head.is_some() { e.weights.embed.bytes.len() } else { 0 };
+        e.weights.bytes() - embed
+    }
     /// Device bytes of the constants the compiled graphs share (each weight once).
     pub fn shared_constant_bytes(&self) -> usize {
         self.engine().constants.device_bytes()

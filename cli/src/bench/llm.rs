@@ -93,8 +93,11 @@ pub fn run(config: RuntimeConfig, a: LlmArgs) -> Result<()> {
     let steps = a.new_tokens.saturating_sub(1).max(1);
     let per_token = decode.as_secs_f64() / steps as f64;
     let tokens_per_s = (a.batch * a.new_tokens.saturating_sub(1)) as f64 / decode.as_secs_f64().max(1e-9);
-    let device_weights = llm.shared_constant_bytes();
-    let weights = if device_weights > 0 { device_weights } else { llm.weight_bytes() };
+    // The weights a decode step reads, in the dtype the device holds them in (the share of
+    // f32 bytes the compiled constants take: 1 in f32, about 1/2 with bf16 / f16 weights).
+    let (host, device) = (llm.weight_bytes(), llm.shared_constant_bytes());
+    let stored = if device > 0 { (device as f64 / host as f64).min(1.0) } else { 1.0 };
+    let weights = (llm.weight_bytes_per_token() as f64 * stored) as usize;
     let bandwidth = copy_bandwidth();
     let share = weights as f64 / per_token.max(1e-12) / bandwidth;
     let kv_mib = llm.kv_cache_bytes() as f64 / 1048576.0;
