@@ -350,3 +350,28 @@ fn sharded_weights_load_as_one_file() {
     assert!(e.to_string().contains("is not a file name"), "{e}");
     std::fs::remove_dir_all(&out).ok();
 }
+
+/// The pieces a stream gives concatenate to the generated text, with byte-level tokens
+/// that split characters (a random model draws them freely), and text pieces never hold
+/// a replacement character that the whole text lacks.
+#[test]
+fn streamed_text_is_the_generated_text() {
+    let Some(dir) = tiny_llm_dir("streamed_text_is_the_generated_text") else { return };
+    let rt = cpu();
+    for m in ["llama", "qwen2"] {
+        let llm = Llm::from_dir(&rt, dir.join(m)).unwrap();
+        for seed in 0..4 {
+            let params = SamplingParams { temperature: 1.5, seed, ..greedy(24) };
+            let mut streamed = vec![String::new(); 2];
+            let out = llm
+                .generate_stream(&["Hello", "Grouped-query attention: ünïcödé ✓"], &params, |e| {
+                    streamed[e.prompt].push_str(e.text);
+                    Ok(())
+                })
+                .unwrap();
+            for (s, g) in streamed.iter().zip(&out) {
+                assert_eq!(s, &g.text, "{m} seed {seed}: {:?}", g.token_ids);
+            }
+        }
+    }
+}
