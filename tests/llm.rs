@@ -158,6 +158,13 @@ fn bad_requests_are_typed_errors() {
     assert!(e.to_string().contains("no tokenizer"), "{e}");
     let bad = SamplingParams { top_p: 0.0, ..greedy(4) };
     assert!(llm.generate_ids(&[vec![1]], &bad).is_err());
+    // A sequence stops at the end of the position table (max_seq_len 128): a prompt of
+    // 126 tokens gets 3 tokens, the last one written at position 127.
+    let roomy = tiny(&rt, LlmOptions::default());
+    let end = roomy.generate_ids(&[vec![1; 126]], &greedy(10)).unwrap();
+    assert_eq!((end[0].token_ids.len(), end[0].finish_reason), (3, FinishReason::Length));
+    let e = roomy.generate_ids(&[vec![1; 129]], &greedy(1)).unwrap_err();
+    assert!(e.to_string().contains("more than max_seq_len 128"), "{e}");
     // The pool is whole again after the refusals: a request that fits runs.
     assert_eq!(llm.generate_ids(&[vec![1; 20]], &greedy(4)).unwrap()[0].token_ids.len(), 4);
     assert!(Llm::preset(&rt, "gpt-9", 1, LlmOptions::default()).is_err());
