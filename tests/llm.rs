@@ -165,6 +165,11 @@ fn bad_requests_are_typed_errors() {
     assert_eq!((end[0].token_ids.len(), end[0].finish_reason), (3, FinishReason::Length));
     let e = roomy.generate_ids(&[vec![1; 129]], &greedy(1)).unwrap_err();
     assert!(e.to_string().contains("more than max_seq_len 128"), "{e}");
+    // A callback that panics leaves the model usable, its blocks back in the pool.
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        llm.generate_ids_stream(&[vec![1; 20]], &greedy(4), |_| panic!("callback")).ok();
+    }));
+    assert!(panicked.is_err());
     // The pool is whole again after the refusals: a request that fits runs.
     assert_eq!(llm.generate_ids(&[vec![1; 20]], &greedy(4)).unwrap()[0].token_ids.len(), 4);
     assert!(Llm::preset(&rt, "gpt-9", 1, LlmOptions::default()).is_err());

@@ -153,6 +153,15 @@ impl Engine {
         requests: &mut [Request],
         on: &mut dyn FnMut(Emitted<'_>) -> Result<()>,
     ) -> Result<Vec<(Vec<u32>, FinishReason)>> {
+        // A call holds the engine from start to end, so sequences found here were left by
+        // a call that panicked (in a callback): their blocks go back to the pool.
+        if self.blocks.sequences() > 0 {
+            log::warn!(
+                "llm: {} sequence(s) left by an interrupted call; freeing their blocks",
+                self.blocks.sequences()
+            );
+            self.blocks = BlockManager::new(self.cache.num_blocks, self.cache.block_size)?;
+        }
         let mut out: Vec<(Vec<u32>, FinishReason)> = vec![(Vec::new(), FinishReason::Length); requests.len()];
         let mut waiting: VecDeque<usize> = VecDeque::new();
         for (i, r) in requests.iter().enumerate() {
