@@ -21,9 +21,9 @@
 
 pub mod cli;
 pub mod conformance;
-pub mod decoder_cases;
-pub mod conformance_rope;
 pub mod conformance_paged;
+pub mod conformance_rope;
+pub mod decoder_cases;
 pub mod emu;
 pub mod gate;
 pub mod graphs;

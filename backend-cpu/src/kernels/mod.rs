@@ -20,8 +20,8 @@ pub mod gemm_bf16;
 pub mod gemm_packed;
 pub mod generic;
 pub mod norm;
-pub mod rope;
 pub mod paged;
+pub mod rope;
 pub mod simd_math;
 
 use crate::features::CpuFeatures;

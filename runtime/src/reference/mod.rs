@@ -10,8 +10,8 @@ pub mod math;
 pub mod movement;
 pub mod norm;
 pub mod operands;
-pub mod rope;
 pub mod paged;
+pub mod rope;
 
 use crate::dtype::DType;
 use crate::kernel::{KernelError, KernelResult};
