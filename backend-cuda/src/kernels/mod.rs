@@ -224,8 +224,9 @@ fn build(blas: bool, tf32: bool) -> KernelTable<Impl> {
             | OpKind::Expand => {
                 t.add(kind, Reference, unit_of(kind, r), "thread-per-element", any, r);
             }
-            // No CUDA kernels yet: refused (no kernel).
-            OpKind::KvCacheWrite | OpKind::PagedAttention => {}
+            OpKind::KvCacheWrite | OpKind::PagedAttention => {
+                t.add(kind, Reference, unit_of(kind, r), "thread-per-element", any, r);
+            }
         }
     }
     t
