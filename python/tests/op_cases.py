@@ -43,6 +43,32 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Any = None) -> 
     return softmax(s, -1) @ v
 
 
+def kv_cache_write(kc, vc, key, value, slots):
+    """The key cache after KvCacheWrite (output 0): rows at their slots, negative slots skipped."""
+    out = kc.copy().reshape(-1, *kc.shape[2:])
+    for i, s in enumerate(slots):
+        if s >= 0:
+            out[s] = key[i]
+    return out.reshape(kc.shape)
+
+
+def paged_attention(q, kc, vc, tables, lens):
+    """Each sequence's query heads over its cached positions (block table), grouped-query."""
+    b, h, d = q.shape
+    bs, kvh = kc.shape[1], kc.shape[2]
+    out = np.zeros((b, h, d))
+    for i in range(b):
+        slots = [tables[i][p // bs] * bs + p % bs for p in range(int(lens[i]))]
+        if not slots:
+            continue
+        k = kc.reshape(-1, kvh, d)[slots].astype(np.float64)
+        v = vc.reshape(-1, kvh, d)[slots].astype(np.float64)
+        for hh in range(h):
+            kv = hh // (h // kvh)
+            out[i, hh] = softmax(k[:, kv] @ q[i, hh] / math.sqrt(d), -1) @ v[:, kv]
+    return out
+
+
 Case = Tuple[str, List[np.ndarray], Dict[str, Any], Callable[..., np.ndarray]]
 
 
@@ -115,6 +141,10 @@ def cases(seed: int = 0) -> List[Case]:
         ("Attention", [q, k, v, mask], {}, attention),
         ("BiasGelu", [x, bias], {}, lambda t, bb: gelu(t + bb)),
         ("AddLayerNorm", [x, y, g, beta], {"eps": 1e-5}, lambda t, rr, g, b: layernorm(t + rr, g, b, 1e-5)),
+        ("KvCacheWrite", [f(3, 2, 1, 4), f(3, 2, 1, 4), f(2, 1, 4), f(2, 1, 4), np.array([4, -1], np.int64)], {},
+         kv_cache_write),
+        ("PagedAttention", [f(2, 4, 8), f(5, 2, 2, 8), f(5, 2, 2, 8), np.array([[3, 1, 0], [2, 4, 0]], np.int32),
+                            np.array([5, 0], np.int32)], {}, paged_attention),
     ]
 
 
