@@ -516,11 +516,16 @@ fn paged_decode_graph() -> Graph {
 /// The decode-like graph, run twice (new slots and lengths each step) on every schedule,
 /// frozen or node by node: the attention before the write sees the caches as they came
 /// in, the one after sees the step's rows, and the caller's caches hold both steps' rows.
-#[test]
-fn paged_decode_graph_updates_the_caches_in_place() {
-    let b = common::backend("cpu").expect("cpu backend");
+on_every_backend!(paged_decode_graph_updates_the_caches_in_place, |b| {
     let rt = common::runtime(&b);
     let g = paged_decode_graph();
+    for n in &g.nodes {
+        let metas: Vec<npurt::TensorMeta> = n.inputs.iter().map(|v| g.meta(*v).clone()).collect();
+        if let Err(e @ npurt::Error::NoKernel { .. }) = rt.select_kernel(&n.op, &metas) {
+            eprintln!("SKIP paged_decode_graph_updates_the_caches_in_place on {}: {e}", b.name());
+            return;
+        }
+    }
     let f = |s: &[usize], v: Vec<f32>| rt.from_slice(&v, s.to_vec(), 0).unwrap();
     let rows = |step: usize| (0..8).map(|i| (i + 8 * step) as f32 * 0.25 - 1.0).collect::<Vec<f32>>();
     let q = f(&[2, 2, 4], (0..16).map(|i| (i as f32 * 0.37).sin()).collect());
@@ -562,7 +567,7 @@ fn paged_decode_graph_updates_the_caches_in_place() {
         assert_eq!(max_diff(&vc, &ev), 0.0);
         assert_eq!(vv.iter().copied().sum::<f32>(), -kv.iter().copied().sum::<f32>());
     }
-}
+});
 
 /// A KvCacheWrite whose outputs nothing reads still runs (its effect is the update); the
 /// rules of in-place updates in graphs are checked when compiling, naming the node.

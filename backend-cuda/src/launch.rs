@@ -230,8 +230,7 @@ impl Device {
             }
             // The kernel table declines Rope (no CUDA kernel yet).
             Op::Rope { .. } => Err(bad("Rope has no CUDA kernel")),
-            // Not in the kernel table (no CUDA kernel yet).
-            Op::KvCacheWrite | Op::PagedAttention { .. } => Err(bad("not an op of this backend")),
+            Op::KvCacheWrite | Op::PagedAttention { .. } => self.nvrtc_data(args, ss),
         }
     }
 
@@ -443,6 +442,19 @@ impl Device {
             Op::Cast { to } => {
                 let p = KParams { n: out.layout.numel() as i64, ..Default::default() };
                 self.per_item(st, Tier::Reference, dt, Kern::Cast(*to), &p, &[a(0), o])
+            }
+            // In place: outputs 0 and 1 are inputs 0 and 1 (the caches).
+            Op::KvCacheWrite => {
+                let p = plan::kv_write(dims(0), dims(2));
+                ss.check_error_word.store(true, Ordering::Release);
+                let ptrs = [a(2), a(3), a(4), a(0), a(1), self.error_word];
+                self.per_item(st, Tier::Reference, dt, Kern::KvWrite(ins[4].dtype), &p, &ptrs)
+            }
+            Op::PagedAttention { scale } => {
+                let p = plan::paged_attention(dims(0), dims(1), dims(3), *scale);
+                ss.check_error_word.store(true, Ordering::Release);
+                let ptrs = [a(0), a(1), a(2), a(3), a(4), o, self.error_word];
+                self.per_item(st, Tier::Reference, dt, Kern::Paged, &p, &ptrs)
             }
             _ => Err(bad("not an op of this kernel family")),
         }

@@ -425,6 +425,33 @@ pub fn attention(q: &[usize], k: &[usize], v: &[usize], mask: Option<(&[usize], 
     p
 }
 
+/// KvCacheWrite: one work item per element of the key rows `[N, KVH, D]`; i = [cache
+/// slots NB · BS, row elements KVH · D].
+pub fn kv_write(cache: &[usize], rows: &[usize]) -> KParams {
+    let row = cache[2] * cache[3];
+    let mut p = KParams { n: (rows[0] * row) as i64, ..Default::default() };
+    p.i[0] = (cache[0] * cache[1]) as i64;
+    p.i[1] = row as i64;
+    p
+}
+
+/// PagedAttention: one work item per output element of q `[B, H, D]`; i = [H, D, BS,
+/// KVH, MB, NB], f[0] = scale (default 1/sqrt(D)).
+pub fn paged_attention(q: &[usize], cache: &[usize], tables: &[usize], scale: Option<f32>) -> KParams {
+    let (h, d) = (q[1], q[2]);
+    let mut p = KParams { n: (q[0] * h * d) as i64, ..Default::default() };
+    p.i[..6].copy_from_slice(&[
+        h as i64,
+        d as i64,
+        cache[1] as i64,
+        cache[2] as i64,
+        tables[1] as i64,
+        cache[0] as i64,
+    ]);
+    p.f[0] = scale.map_or(1.0 / (d.max(1) as f64).sqrt(), |x| x as f64);
+    p
+}
+
 /// 1-D launch shape for `n` work items with `block` threads, at most `max_blocks` blocks.
 pub fn grid_1d(n: usize, block: u32, max_blocks: u32) -> (u32, u32) {
     let blocks = n.div_ceil(block as usize).clamp(1, max_blocks.max(1) as usize);

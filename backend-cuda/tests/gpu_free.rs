@@ -481,3 +481,29 @@ fn data_movement_plans_of_where_concat_and_slice() {
         }
     }
 }
+
+#[test]
+fn paged_cache_kernels_and_plans() {
+    use source::Kern;
+    // The float reference modules hold both kernels (both slot dtypes for the write).
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        let ks = source::kernels(Tier::Reference, dtype);
+        for k in [Kern::KvWrite(DType::I32), Kern::KvWrite(DType::I64), Kern::Paged] {
+            assert!(ks.contains(&k), "{dtype}: {k:?}");
+        }
+        let src = source::module_source(Tier::Reference, dtype).unwrap();
+        let entry = source::entry_name(Kern::KvWrite(DType::I64), dtype, Tier::Reference);
+        assert_eq!(entry, format!("npurt_kv_write_i64_{}_ref", dtype.name()));
+        assert!(src.contains(&format!("void {entry}(")));
+        assert!(src.contains("k_paged_attention_ref<") && src.contains("k_kv_write_ref<"));
+    }
+    assert!(!source::kernels(Tier::Reference, DType::I32).contains(&Kern::Paged));
+    // Caches [NB 5, BS 16, KVH 2, D 8], 3 rows; q [B 4, H 6, D 8], tables [4, 7].
+    let p = plan::kv_write(&[5, 16, 2, 8], &[3, 2, 8]);
+    assert_eq!((p.n, p.i[0], p.i[1]), (3 * 16, 80, 16));
+    let p = plan::paged_attention(&[4, 6, 8], &[5, 16, 2, 8], &[4, 7], None);
+    assert_eq!(p.n, 4 * 6 * 8);
+    assert_eq!(&p.i[..6], &[6, 8, 16, 2, 7, 5]);
+    assert!((p.f[0] - 1.0 / 8f64.sqrt()).abs() < 1e-12);
+    assert_eq!(plan::paged_attention(&[1, 2, 4], &[1, 1, 1, 4], &[1, 1], Some(0.5)).f[0], 0.5);
+}

@@ -75,6 +75,30 @@ def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     s_len, t_len = q.shape[2], k.shape[2]
     keep = np.arange(t_len)[None, :] <= np.arange(s_len)[:, None] + (t_len - s_len)
     return attention(q, k, v, keep.astype(np.uint8))
+def kv_cache_write(kc, vc, key, value, slots):
+    """The key cache after KvCacheWrite (output 0): rows at their slots, negative slots skipped."""
+    out = kc.copy().reshape(-1, *kc.shape[2:])
+    for i, s in enumerate(slots):
+        if s >= 0:
+            out[s] = key[i]
+    return out.reshape(kc.shape)
+
+
+def paged_attention(q, kc, vc, tables, lens):
+    """Each sequence's query heads over its cached positions (block table), grouped-query."""
+    b, h, d = q.shape
+    bs, kvh = kc.shape[1], kc.shape[2]
+    out = np.zeros((b, h, d))
+    for i in range(b):
+        slots = [tables[i][p // bs] * bs + p % bs for p in range(int(lens[i]))]
+        if not slots:
+            continue
+        k = kc.reshape(-1, kvh, d)[slots].astype(np.float64)
+        v = vc.reshape(-1, kvh, d)[slots].astype(np.float64)
+        for hh in range(h):
+            kv = hh // (h // kvh)
+            out[i, hh] = softmax(k[:, kv] @ q[i, hh] / math.sqrt(d), -1) @ v[:, kv]
+    return out
 
 
 Case = Tuple[str, List[np.ndarray], Dict[str, Any], Callable[..., np.ndarray]]
@@ -162,6 +186,10 @@ def cases(seed: int = 0) -> List[Case]:
         ("Silu", [x], {}, silu),
         ("SwiGlu", [x], {}, lambda t: silu(t[:, :3]) * t[:, 3:]),
         ("SwiGlu", [x, y], {}, lambda gt, up: silu(gt) * up),
+        ("KvCacheWrite", [f(3, 2, 1, 4), f(3, 2, 1, 4), f(2, 1, 4), f(2, 1, 4), np.array([4, -1], np.int64)], {},
+         kv_cache_write),
+        ("PagedAttention", [f(2, 4, 8), f(5, 2, 2, 8), f(5, 2, 2, 8), np.array([[3, 1, 0], [2, 4, 0]], np.int32),
+                            np.array([5, 0], np.int32)], {}, paged_attention),
     ]
 
 

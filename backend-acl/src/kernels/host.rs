@@ -54,14 +54,16 @@ pub(crate) fn run(api: &Api, rec: &StreamRec, args: &LaunchArgs) -> BResult<()> 
             bytes: bytes(w, *len),
         })
         .collect();
-    let mut out_bufs: Vec<(Vec<u64>, usize)> = args
-        .outputs
-        .iter()
-        .map(|o| {
-            let n = o.layout.numel() * o.dtype.size();
-            (words(n), n)
-        })
-        .collect();
+    // An in-place output (KvCacheWrite's caches) starts from the memory's elements.
+    let mut out_bufs: Vec<(Vec<u64>, usize)> = Vec::with_capacity(args.outputs.len());
+    for (k, o) in args.outputs.iter().enumerate() {
+        let n = o.layout.numel() * o.dtype.size();
+        let mut w = words(n);
+        if n > 0 && args.op.in_place().iter().any(|p| p.1 == k) {
+            memory::d2h(api, range(o).0, bytes_mut(&mut w, n))?;
+        }
+        out_bufs.push((w, n));
+    }
     {
         let mut outs: Vec<Out> = args
             .outputs

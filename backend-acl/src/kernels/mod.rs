@@ -251,12 +251,12 @@ impl Table {
         let flash = flash_symbols && has_flash_attention(soc);
         let mut t = Table { is_910, ..Table::default() };
         for k in OpKind::ALL {
+            let (fname, hname) = names(k);
             if matches!(k, OpKind::KvCacheWrite | OpKind::PagedAttention) {
-                // No aclnn mapping yet, and the host tier would not see the caches
-                // updated in place: refused (no kernel).
+                // No aclnn mapping yet: the host reference tier only.
+                t.kernels.add_named(hname, k, Tier::Reference, HOST, sup_host, Impl::Host);
                 continue;
             }
-            let (fname, hname) = names(k);
             if k == OpKind::Attention && flash {
                 // Earlier entries of a tier are preferred: ahead of the composition.
                 t.kernels.add_named(FLASH_ATTENTION, k, Tier::HighPerformance, CUBE, sup_flash, Impl::AclnnFlash);

@@ -240,8 +240,9 @@ fn build(blas: bool, tf32: bool) -> KernelTable<Impl> {
             }
             // No CUDA kernel yet: selection refuses them with `Error::NoKernel`.
             OpKind::Silu | OpKind::RmsNorm | OpKind::AddRmsNorm | OpKind::SwiGlu => {}
-            // No CUDA kernels yet: refused (no kernel).
-            OpKind::KvCacheWrite | OpKind::PagedAttention => {}
+            OpKind::KvCacheWrite | OpKind::PagedAttention => {
+                t.add(kind, Reference, unit_of(kind, r), "thread-per-element", any, r);
+            }
         }
     }
     t

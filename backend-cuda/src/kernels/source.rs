@@ -30,6 +30,10 @@ pub enum Kern {
     Where,
     /// Strided element copy into strided places of the output (Concat's blocks).
     Place,
+    /// KvCacheWrite with i32 / i64 slots: rows into both caches, in place.
+    KvWrite(DType),
+    /// PagedAttention (i32 block tables and context lengths).
+    Paged,
 }
 
 impl Kern {
@@ -49,6 +53,8 @@ impl Kern {
             Kern::Equal => "equal".into(),
             Kern::Where => "where".into(),
             Kern::Place => "place".into(),
+            Kern::KvWrite(i) => format!("kv_write_{}", i.name()),
+            Kern::Paged => "paged_attention".into(),
         }
     }
 }
@@ -95,6 +101,9 @@ pub fn kernels(tier: Tier, dtype: DType) -> Vec<Kern> {
                     Kern::Reduce,
                     Kern::Matmul,
                     Kern::Attention,
+                    Kern::KvWrite(DType::I32),
+                    Kern::KvWrite(DType::I64),
+                    Kern::Paged,
                 ]);
             } else if int_arith {
                 v.push(Kern::Binary);
@@ -193,6 +202,15 @@ pub fn module_source(tier: Tier, dtype: DType) -> Option<String> {
                 format!("(P p, const u8* c, const {t}* x, const {t}* y, {t}* o) {{ k_where_ref<{t}>(p, c, x, y, o); }}")
             }
             (Kern::Place, _) => format!("(P p, const {t}* x, {t}* o) {{ k_place_ref<{t}>(p, x, o); }}"),
+            (Kern::KvWrite(i), _) => {
+                let it = ctype(i);
+                format!(
+                    "(P p, const {t}* k, const {t}* v, const {it}* slots, {t}* kc, {t}* vc, int* err) {{ k_kv_write_ref<{t}, {it}>(p, k, v, slots, kc, vc, err); }}"
+                )
+            }
+            (Kern::Paged, _) => format!(
+                "(P p, const {t}* q, const {t}* kc, const {t}* vc, const int* bt, const int* lens, {t}* o, int* err) {{ k_paged_attention_ref<{t}>(p, q, kc, vc, bt, lens, o, err); }}"
+            ),
             (Kern::Cast(to), _) => {
                 let ot = ctype(to);
                 format!("(P p, const {t}* x, {ot}* o) {{ k_cast_ref<{t}, {ot}>(p, x, o); }}")
@@ -596,6 +614,64 @@ template <class T, class I> __device__ void k_gather_ref(const P& p, const T* x,
         return;
     }
     o[t] = x[(ou * len + j) * inner + r];
+}
+// KvCacheWrite: i = [cache slots (NB * BS), row elements (KVH * D)]; one thread per
+// element of the key and value rows. A negative slot is padding (skipped); a slot past
+// the cache writes nothing and sets *err. The caches are updated in place.
+template <class T, class I>
+__device__ void k_kv_write_ref(const P& p, const T* k, const T* v, const I* slots, T* kc, T* vc, int* err) {
+    ll t = gtid();
+    if (t >= p.n) return;
+    ll row = p.i[1], r = t % row;
+    ll s = (ll)slots[t / row];
+    if (s < 0) return;
+    if (s >= p.i[0]) {
+        if (err) atomicCAS(err, 0, 1);
+        return;
+    }
+    kc[s * row + r] = k[t];
+    vc[s * row + r] = v[t];
+}
+// PagedAttention: i = [H, D, BS, KVH, MB, NB], f[0] = scale; one thread per output
+// element (sequence, head, column), f64 as the other reference kernels. Sequence b's
+// position j lives at slot bt[b * MB + j / BS] * BS + j % BS. A length outside
+// [0, MB * BS] or a block id outside [0, NB) writes 0 and sets *err; a zero length, or
+// scores all -inf, give 0; a NaN or +inf score gives NaN.
+template <class T>
+__device__ void k_paged_attention_ref(const P& p, const T* q, const T* kc, const T* vc, const int* bt, const int* lens, T* o, int* err) {
+    ll t = gtid();
+    if (t >= p.n) return;
+    ll H = p.i[0], D = p.i[1], BS = p.i[2], KVH = p.i[3], MB = p.i[4], NB = p.i[5];
+    ll c = t % D, rest = t / D, h = rest % H, b = rest / H;
+    ll kv = h / (H / KVH), len = (ll)lens[b];
+    if (len < 0 || len > MB * BS) { if (err) atomicCAS(err, 0, 1); o[t] = Cv<T>::od(0.0); return; }
+    for (ll j = 0; j < len; j += BS) {
+        ll blk = (ll)bt[b * MB + j / BS];
+        if (blk < 0 || blk >= NB) { if (err) atomicCAS(err, 0, 1); o[t] = Cv<T>::od(0.0); return; }
+    }
+    const T* qr = q + (b * H + h) * D;
+    double mx = NEG_INF_D;
+    bool nan = false;
+    for (ll j = 0; j < len; ++j) {
+        ll at = (((ll)bt[b * MB + j / BS] * BS + j % BS) * KVH + kv) * D;
+        double s = 0.0;
+        for (ll d = 0; d < D; ++d) s += Cv<T>::d(qr[d]) * Cv<T>::d(kc[at + d]);
+        s *= p.f[0];
+        if (s != s) nan = true;
+        else mx = fmax(mx, s);
+    }
+    if (nan || mx == INF_D) { o[t] = Cv<T>::od(NAN_D); return; }
+    if (mx == NEG_INF_D) { o[t] = Cv<T>::od(0.0); return; }
+    double sum = 0.0, acc = 0.0;
+    for (ll j = 0; j < len; ++j) {
+        ll at = (((ll)bt[b * MB + j / BS] * BS + j % BS) * KVH + kv) * D;
+        double s = 0.0;
+        for (ll d = 0; d < D; ++d) s += Cv<T>::d(qr[d]) * Cv<T>::d(kc[at + d]);
+        double e = exp(s * p.f[0] - mx);
+        sum += e;
+        acc += e * Cv<T>::d(vc[at + c]);
+    }
+    o[t] = Cv<T>::od(acc / sum);
 }
 template <class TI, class TO> __device__ __forceinline__ TO cast_elem(TI v) {
     // Integer sources go through `ol`: wrapping to integers, one rounding to f32.

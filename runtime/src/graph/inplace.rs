@@ -94,3 +94,61 @@ pub fn check(g: &Graph) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+
+    /// Caches as inputs; a reader of the old cache (through a Reshape), the update, a
+    /// reader of the updated cache, and a second update chained on the first.
+    #[test]
+    fn updates_are_ordered_after_the_readers_of_the_old_value() {
+        let mut g = Graph::new();
+        let kc = g.input("kc", DType::F32, [2, 2, 1, 2]);
+        let vc = g.input("vc", DType::F32, [2, 2, 1, 2]);
+        let k = g.input("k", DType::F32, [1, 1, 2]);
+        let s = g.input("s", DType::I32, [1]);
+        let flat = g.op("flat", Op::Reshape { shape: vec![-1] }, &[kc]).unwrap();
+        let old = g.op("old", Op::Relu, &[flat]).unwrap();
+        let w1 = g.op_multi("w1", Op::KvCacheWrite, &[kc, vc, k, k, s]).unwrap();
+        let new = g.op("new", Op::Relu, &[w1[0]]).unwrap();
+        let w2 = g.op_multi("w2", Op::KvCacheWrite, &[w1[0], w1[1], k, k, s]).unwrap();
+        g.output(old);
+        g.output(new);
+        g.output(w2[1]);
+        check(&g).unwrap();
+        assert_eq!(memory_root(&g, w2[0]), kc);
+        assert_eq!(memory_root(&g, w2[1]), vc);
+        assert_eq!(memory_root(&g, flat), kc);
+        let war = write_after_read(&g);
+        // w1 (node 2) waits for the Reshape and its reader; w2 (node 4) for `new`.
+        assert_eq!(war[2], vec![0, 1]);
+        assert_eq!(war[4], vec![3]);
+        assert!(war[0].is_empty() && war[1].is_empty() && war[3].is_empty());
+        let deps = crate::graph::schedule::dependencies(&g);
+        assert!(deps[2].contains(&1) && deps[4].contains(&3) && deps[4].contains(&2));
+    }
+
+    #[test]
+    fn two_updates_of_one_value_and_aliased_inputs_are_refused() {
+        let mut g = Graph::new();
+        let kc = g.input("kc", DType::F32, [2, 2, 1, 2]);
+        let vc = g.input("vc", DType::F32, [2, 2, 1, 2]);
+        let k = g.input("k", DType::F32, [1, 1, 2]);
+        let s = g.input("s", DType::I32, [1]);
+        let a = g.op_multi("a", Op::KvCacheWrite, &[kc, vc, k, k, s]).unwrap();
+        let b = g.op_multi("b", Op::KvCacheWrite, &[kc, vc, k, k, s]).unwrap();
+        g.output(a[0]);
+        g.output(b[0]);
+        let e = check(&g).unwrap_err().to_string();
+        assert!(e.contains("node \"a\"") && e.contains("reads it after the update"), "{e}");
+        let mut h = Graph::new();
+        let kc = h.input("kc", DType::F32, [2, 2, 1, 2]);
+        let k = h.input("k", DType::F32, [1, 1, 2]);
+        let s = h.input("s", DType::I32, [1]);
+        let o = h.op_multi("same", Op::KvCacheWrite, &[kc, kc, k, k, s]).unwrap();
+        h.output(o[0]);
+        assert!(check(&h).unwrap_err().to_string().contains("same memory as another input"));
+    }
+}

@@ -34,7 +34,7 @@ pub fn resolve_slots(slots: &In, total: usize) -> Result<Vec<Option<usize>>, Ker
 /// The sequences of a PagedAttention, checked: each one's context length, and the cache
 /// block of each of its positions' blocks (`blocks[b · MB + j]`, valid for `j` below
 /// `ceil(len / BS)`; the entries past a sequence's length are never read, so they may
-/// hold anything).
+/// hold anything). Plain data: Send and Sync.
 pub struct PagedSeqs {
     pub lens: Vec<usize>,
     pub blocks: Vec<usize>,
