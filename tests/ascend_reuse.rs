@@ -18,6 +18,7 @@ use runtime::graph::{CompileOptions, CompiledGraph, ScheduleStrategy};
 const PHASE1: &[&str] = &[
     "aclnnAddGetWorkspaceSize",
     "aclnnAddLayerNormGetWorkspaceSize",
+    "aclnnAddRmsNormGetWorkspaceSize",
     "aclnnAddmmGetWorkspaceSize",
     "aclnnAddsGetWorkspaceSize",
     "aclnnAmaxGetWorkspaceSize",
@@ -57,6 +58,7 @@ const PHASE1: &[&str] = &[
     "aclnnSoftmaxGetWorkspaceSize",
     "aclnnSqrtGetWorkspaceSize",
     "aclnnSubGetWorkspaceSize",
+    "aclnnSwiGluGetWorkspaceSize",
     "aclnnTanhGetWorkspaceSize",
 ];
 

@@ -1,7 +1,7 @@
 //! What an aclnn executor computes ([`Kernel`]): a runtime op (through
 //! [`crate::compute`]), or one of the aclnn operators the runtime has no op for —
-//! aclnnAmax, aclnnEqScalar, aclnnInplaceMaskedFillScalar, aclnnFlashAttentionScore —
-//! computed here.
+//! aclnnAmax, aclnnEqScalar, aclnnInplaceMaskedFillScalar, aclnnFlashAttentionScore,
+//! aclnnRmsNorm and aclnnAddRmsNorm (with their rstd output) — computed here.
 
 use runtime::reference::operands::{
     broadcast_strides, gather_offsets, load_f64, load_i64, numel, store_f64, store_i64,
@@ -41,6 +41,13 @@ pub enum Kernel {
         scale: f64,
         heads: usize,
         kv_heads: usize,
+    },
+    /// aclnnRmsNorm (inputs `[x, gamma]`, outputs `[y, rstd]`) and aclnnAddRmsNorm (inputs
+    /// `[x1, x2, gamma]`, outputs `[y, rstd, xOut]`, xOut the sum rounded to x's dtype and
+    /// y its norm): the runtime's reference RmsNorm over the last axis (gamma `[D]`, of x's
+    /// dtype or FLOAT), rstd FLOAT `[.., 1]` (x's dims with the last one 1).
+    RmsNorm {
+        eps: f64,
     },
 }
 
@@ -90,6 +97,25 @@ fn infer(k: &Kernel, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>, String> {
             Some(b) if b == s.shape => Ok(vec![s.clone()]),
             _ => Err(format!("mask {:?} does not broadcast to selfRef {:?}", m.shape.dims(), s.shape.dims())),
         },
+        (Kernel::RmsNorm { .. }, [x, .., g]) if inputs.len() <= 3 => {
+            let d = *x.shape.dims().last().unwrap_or(&0);
+            let add = inputs.len() == 3;
+            if g.shape.dims() != [d] || !(g.dtype == x.dtype || g.dtype == DType::F32) || !x.dtype.is_float() {
+                return Err(format!("x {x} and gamma {g}: gamma must be [{d}] of x's dtype or FLOAT (emulated form)"));
+            }
+            if add && inputs[1] != *x {
+                return Err(format!("x1 {x} and x2 {} differ", inputs[1]));
+            }
+            let mut rd = x.shape.dims().to_vec();
+            if let Some(l) = rd.last_mut() {
+                *l = 1;
+            }
+            let mut outs = vec![x.clone(), TensorMeta::new(DType::F32, rd)];
+            if add {
+                outs.push(x.clone());
+            }
+            Ok(outs)
+        }
         (Kernel::FlashAttention { .. }, []) => Ok(Vec::new()),
         (Kernel::FlashAttention { heads, kv_heads, .. }, [q, k, v, ..]) if inputs.len() <= 4 => {
             let (qd, kd, vd) = (q.shape.dims(), k.shape.dims(), v.shape.dims());
@@ -125,6 +151,9 @@ pub const FA_STAT_WIDTH: usize = 8;
 fn run_other(k: &Kernel, ins: &[In], outs: &mut [Out]) -> KernelResult {
     if let Kernel::FlashAttention { scale, heads, kv_heads } = k {
         return flash_attention(*scale, *heads, *kv_heads, ins, outs);
+    }
+    if let Kernel::RmsNorm { eps } = k {
+        return rms_norm(*eps, ins, outs);
     }
     let n_outs = outs.len();
     let ([x, rest @ ..], [o]) = (ins, outs) else {
@@ -239,6 +268,34 @@ fn flash_attention(scale: f64, heads: usize, kv_heads: usize, ins: &[In], outs: 
     store_f64(mx, &maxes)?;
     store_f64(sm, &sums)?;
     store_f64(o, &out)
+}
+
+/// aclnnRmsNorm / aclnnAddRmsNorm: y by the runtime's reference RmsNorm (of the sum
+/// rounded to the dtype, which xOut holds), rstd `1 / sqrt(mean(x²) + eps)` per row.
+fn rms_norm(eps: f64, ins: &[In], outs: &mut [Out]) -> KernelResult {
+    let (x, g) = match (ins, &mut *outs) {
+        ([x, g], [_, _]) => (load_f64(x)?, load_f64(g)?),
+        ([a, b, g], [_, _, sum]) => {
+            let dt = sum.dtype;
+            let v: Vec<f64> = load_f64(a)?
+                .iter()
+                .zip(load_f64(b)?)
+                .map(|(p, q)| runtime::reference::norm::round_to(dt, p + q))
+                .collect();
+            store_f64(sum, &v)?;
+            (v, load_f64(g)?)
+        }
+        _ => return Err(KernelError::Internal(format!("RmsNorm: {} inputs, {} outputs", ins.len(), outs.len()))),
+    };
+    let d = g.len();
+    let y = runtime::reference::norm::rms_rows(&x, d, Some(&g), eps);
+    let rstd: Vec<f64> = if d == 0 {
+        Vec::new()
+    } else {
+        x.chunks(d).map(|r| 1.0 / (r.iter().map(|v| v * v).sum::<f64>() / d as f64 + eps).sqrt()).collect()
+    };
+    store_f64(&mut outs[0], &y)?;
+    store_f64(&mut outs[1], &rstd)
 }
 
 /// One element of `dt` holding `v` (a bool holds `v != 0`).

@@ -145,6 +145,14 @@ const _: () = {
         aclnnInplaceMaskedFillScalar,
         aclnnFlashAttentionScoreGetWorkspaceSize,
         aclnnFlashAttentionScore,
+        aclnnSiluGetWorkspaceSize,
+        aclnnSilu,
+        aclnnSwiGluGetWorkspaceSize,
+        aclnnSwiGlu,
+        aclnnRmsNormGetWorkspaceSize,
+        aclnnRmsNorm,
+        aclnnAddRmsNormGetWorkspaceSize,
+        aclnnAddRmsNorm,
     );
 };
 

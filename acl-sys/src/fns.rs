@@ -675,6 +675,25 @@ api! {
     ) -> aclnnStatus;
     [OpApi] fn aclnnRmsNorm(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
         -> aclnnStatus;
+    /// Prototype from hicann/ops-nn's operator docs (`aclnnAddRmsNorm.md`; the header is
+    /// generated when the operator is built, `aclnnop/aclnn_add_rms_norm.h`). Atlas A2/A3
+    /// (and inference) SoCs; no kernel for the 910 family. `rstdOut` is FLOAT.
+    [OpApi] fn aclnnAddRmsNormGetWorkspaceSize(
+        x1: *const aclTensor, x2: *const aclTensor, gamma: *const aclTensor, epsilon: f64, yOut: *const aclTensor,
+        rstdOut: *const aclTensor, xOut: *const aclTensor, workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnAddRmsNorm(
+        workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
+    ) -> aclnnStatus;
+    /// Prototype from hicann/ops-nn's operator docs (`aclnnSwiGlu.md`; the header is
+    /// generated when the operator is built, `aclnnop/aclnn_swi_glu.h`): `silu(A) * B` with
+    /// A and B the first and second halves of x along `dim`. Atlas A2/A3 SoCs.
+    [OpApi] fn aclnnSwiGluGetWorkspaceSize(
+        x: *const aclTensor, dim: i64, out: *const aclTensor, workspaceSize: *mut u64,
+        executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnSwiGlu(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
     /// Prototype from hicann/ops-nn's operator docs (`aclnnAddLayerNorm.md`): that repository
     /// has no header for it (it is generated when the operator is built).
     [OpApi] fn aclnnAddLayerNormGetWorkspaceSize(
@@ -818,6 +837,10 @@ pub const OPTIONAL: &[&str] = &[
     "aclnnFinalize",
     "aclnnRmsNormGetWorkspaceSize",
     "aclnnRmsNorm",
+    "aclnnAddRmsNormGetWorkspaceSize",
+    "aclnnAddRmsNorm",
+    "aclnnSwiGluGetWorkspaceSize",
+    "aclnnSwiGlu",
     "aclnnAddLayerNormGetWorkspaceSize",
     "aclnnAddLayerNorm",
     "aclnnFlashAttentionScoreGetWorkspaceSize",

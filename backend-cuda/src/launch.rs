@@ -225,12 +225,11 @@ impl Device {
             | Op::Concat { .. }
             | Op::Slice { .. }
             | Op::Expand { .. } => self.nvrtc_data(args, ss),
-            Op::Silu | Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::SwiGlu => {
-                Err(bad(format!("{}: no CUDA kernel", args.op.name())))
-            }
             // The kernel table declines Rope (no CUDA kernel yet).
             Op::Rope { .. } => Err(bad("Rope has no CUDA kernel")),
             Op::KvCacheWrite | Op::PagedAttention { .. } => self.nvrtc_data(args, ss),
+            Op::Silu => self.nvrtc_elementwise(tier, args, &ss.cu),
+            Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::SwiGlu => self.nvrtc_rows(tier, args, &ss.cu),
         }
     }
 
@@ -297,6 +296,7 @@ impl Device {
             | Op::Sqrt
             | Op::Neg
             | Op::Sigmoid
+            | Op::Silu
             | Op::Scale { .. } => {
                 let mut p = plan::unary(op, out.layout.numel()).map_err(bad)?;
                 let ptrs = [a(0), o];
@@ -377,6 +377,28 @@ impl Device {
                         self.per_row(st, tier, dt, Kern::Attention, &p, p.i[0] * p.i[1], 128, smem, &ptrs)
                     }
                     _ => self.per_item(st, tier, dt, Kern::Attention, &p, &ptrs),
+                }
+            }
+            Op::RmsNorm { eps } | Op::AddRmsNorm { eps } => {
+                let res = matches!(op, Op::AddRmsNorm { .. });
+                // The weight: AddRmsNorm's third input, RmsNorm's optional second.
+                let (w, weighted) = if res { (a(2), true) } else { (a(1), ins.len() == 2) };
+                let p = plan::rms_norm(dims(0), *eps, res, weighted);
+                let sum = args.outputs.get(1).map_or(0, addr);
+                let ptrs = [a(0), if res { a(1) } else { 0 }, w, o, sum];
+                match tier {
+                    Tier::Reference => self.per_item(st, tier, dt, Kern::RmsNorm, &p, &ptrs),
+                    Tier::Generic => self.per_row(st, tier, dt, Kern::RmsNorm, &p, p.n, BLOCK, 0, &ptrs),
+                    Tier::HighPerformance => self.per_warp(st, tier, dt, Kern::RmsNorm, &p, p.n, &ptrs),
+                }
+            }
+            Op::SwiGlu => {
+                let n = ops.out.layout.numel();
+                let p = plan::swiglu(n, ops.od.last().copied().unwrap_or(1), ins.len() == 2);
+                let ptrs = [a(0), a(1), o];
+                match tier {
+                    Tier::Reference => self.per_item(st, tier, dt, Kern::SwiGlu, &p, &ptrs),
+                    _ => self.strided(st, tier, dt, Kern::SwiGlu, &p, p.n, &ptrs),
                 }
             }
             _ => Err(bad("not an op of this kernel family")),

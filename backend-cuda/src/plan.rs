@@ -36,6 +36,7 @@ pub fn unary_code(op: &Op) -> Option<(i64, f64)> {
         Op::Scale { factor } => (7, *factor as f64),
         Op::Neg => (8, 1.0),
         Op::Sigmoid => (9, 1.0),
+        Op::Silu => (10, 1.0),
         _ => return None,
     })
 }
@@ -210,6 +211,23 @@ pub fn layer_norm(dims: &[usize], eps: f32, residual: bool) -> KParams {
     p.i[1] = width as i64;
     p.i[3] = residual as i64;
     p.f[0] = eps as f64;
+    p
+}
+
+/// (Add)RmsNorm over the last axis of `dims`: `n` = rows, `i = [rows, width, _, residual,
+/// weight]`, `f[0]` = eps.
+pub fn rms_norm(dims: &[usize], eps: f32, residual: bool, weight: bool) -> KParams {
+    let mut p = layer_norm(dims, eps, residual);
+    p.i[4] = weight as i64;
+    p
+}
+
+/// SwiGlu of an output of `n` elements whose last axis is `half` long: `i = [_, half,
+/// two inputs]`.
+pub fn swiglu(n: usize, half: usize, two: bool) -> KParams {
+    let mut p = KParams { n: n as i64, ..Default::default() };
+    p.i[1] = half.max(1) as i64;
+    p.i[2] = two as i64;
     p
 }
 

@@ -507,3 +507,48 @@ fn paged_cache_kernels_and_plans() {
     assert!((p.f[0] - 1.0 / 8f64.sqrt()).abs() < 1e-12);
     assert_eq!(plan::paged_attention(&[1, 2, 4], &[1, 1, 1, 4], &[1, 1], Some(0.5)).f[0], 0.5);
 }
+
+#[test]
+fn decoder_row_ops_have_kernels_on_every_float_tier() {
+    for tier in Tier::ALL {
+        for dt in [DType::F32, DType::F16, DType::BF16] {
+            let entries = source::entry_points(tier, dt);
+            let src = source::module_source(tier, dt).unwrap();
+            let (t, tag) = (source::ctype(dt), source::tier_tag(tier));
+            for (k, body) in [
+                ("rms_norm", format!("k_rms_norm_{tag}<{t}>(p, x, r, g, o, s)")),
+                ("swiglu", format!("k_swiglu_{tag}<{t}>(p, x, u, o)")),
+            ] {
+                assert!(entries.contains(&format!("npurt_{k}_{}_{tag}", dt.name())), "{tier} {dt}: {k}");
+                assert!(src.contains(&body), "{tier} {dt}: {body}");
+            }
+        }
+        // No integer module has them.
+        assert!(!source::entry_points(tier, DType::I32).iter().any(|e| e.contains("rms") || e.contains("swiglu")));
+    }
+    // Silu is code 10 of the unary kernels, x times case 9's sigmoid.
+    assert_eq!(plan::unary_code(&Op::Silu), Some((10, 1.0)));
+    assert!(source::PRELUDE.contains("case 10:"));
+    // A non-finite mean square makes the row NaN on every tier; the sum of squares is f64.
+    assert_eq!(source::KERNELS.matches("rms_bad(ms) ?").count(), 3);
+    let r = plan::rms_norm(&[2, 3, 64], 1e-6, true, true);
+    assert_eq!((r.n, r.i[1], r.i[3], r.i[4]), (6, 64, 1, 1));
+    assert!((r.f[0] - 1e-6).abs() < 1e-12);
+    let r = plan::rms_norm(&[5, 0], 1e-5, false, false);
+    assert_eq!((r.n, r.i[1], r.i[3], r.i[4]), (0, 0, 0, 0));
+    let s = plan::swiglu(12, 4, false);
+    assert_eq!((s.n, s.i[1], s.i[2]), (12, 4, 0));
+    assert_eq!(plan::swiglu(0, 0, true).i[1..3], [1, 1]);
+    // Every tier registers each of the four ops.
+    let t = kernels::table(true, false).infos();
+    for kind in [OpKind::RmsNorm, OpKind::AddRmsNorm, OpKind::SwiGlu, OpKind::Silu] {
+        for tier in Tier::ALL {
+            assert!(t.iter().any(|k| k.op == kind && k.tier == tier), "{kind} {tier}");
+        }
+    }
+    assert!(
+        t.iter().any(|k| k.name == "rmsnorm.fast.warp-per-row"),
+        "{:?}",
+        t.iter().map(|k| &k.name).collect::<Vec<_>>()
+    );
+}

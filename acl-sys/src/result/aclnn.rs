@@ -371,6 +371,19 @@ two_phase! {
         aclnnInplaceMaskedFillScalarGetWorkspaceSize, aclnnInplaceMaskedFillScalar(
         selfRef: *mut aclTensor, mask: *const aclTensor, value: *const aclScalar,
     );
+    silu_get_workspace_size, silu => aclnnSiluGetWorkspaceSize, aclnnSilu(
+        self_: *const aclTensor, out: *mut aclTensor,
+    );
+    rms_norm_get_workspace_size, rms_norm => aclnnRmsNormGetWorkspaceSize, aclnnRmsNorm(
+        x: *const aclTensor, gamma: *const aclTensor, epsilon: f64, yOut: *const aclTensor, rstdOut: *const aclTensor,
+    );
+    add_rms_norm_get_workspace_size, add_rms_norm => aclnnAddRmsNormGetWorkspaceSize, aclnnAddRmsNorm(
+        x1: *const aclTensor, x2: *const aclTensor, gamma: *const aclTensor, epsilon: f64, yOut: *const aclTensor,
+        rstdOut: *const aclTensor, xOut: *const aclTensor,
+    );
+    swi_glu_get_workspace_size, swi_glu => aclnnSwiGluGetWorkspaceSize, aclnnSwiGlu(
+        x: *const aclTensor, dim: i64, out: *const aclTensor,
+    );
 }
 
 /// The attributes of `aclnnFlashAttentionScoreGetWorkspaceSize` (hicann/ops-transformer,

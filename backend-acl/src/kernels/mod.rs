@@ -189,9 +189,6 @@ fn check(q: &KernelQuery<'_>, p: Policy) -> Result<(), String> {
             Err("saturating casts to u8 are not documented for aclnnCast".into())
         }
         Op::ReduceSum { .. } | Op::ReduceMean { .. } if x.shape.rank() == 0 => Err("0-D reductions".into()),
-        Op::Silu | Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::SwiGlu => {
-            Err("no aclnn mapping yet: the host tier runs it".into())
-        }
         Op::Slice { steps, .. } if steps.iter().any(|&s| s < 0) => {
             Err("aclnnSlice walks forwards only: a negative step is left to the host tier".into())
         }

@@ -238,8 +238,21 @@ fn build(blas: bool, tf32: bool) -> KernelTable<Impl> {
             | OpKind::Expand => {
                 t.add(kind, Reference, unit_of(kind, r), "thread-per-element", any, r);
             }
-            // No CUDA kernel yet: selection refuses them with `Error::NoKernel`.
-            OpKind::Silu | OpKind::RmsNorm | OpKind::AddRmsNorm | OpKind::SwiGlu => {}
+            OpKind::Silu => std3(&mut t, any),
+            OpKind::RmsNorm | OpKind::AddRmsNorm => {
+                let f = Impl::Nvrtc(HighPerformance);
+                t.add(kind, HighPerformance, unit_of(kind, f), "warp-per-row", any, f);
+                let g = Impl::Nvrtc(Generic);
+                t.add(kind, Generic, unit_of(kind, g), "block-per-row", any, g);
+                t.add(kind, Reference, unit_of(kind, r), "thread-per-row", any, r);
+            }
+            OpKind::SwiGlu => {
+                let f = Impl::Nvrtc(HighPerformance);
+                t.add(kind, HighPerformance, unit_of(kind, f), "grid-stride-f32", any, f);
+                let g = Impl::Nvrtc(Generic);
+                t.add(kind, Generic, unit_of(kind, g), "grid-stride", any, g);
+                t.add(kind, Reference, unit_of(kind, r), "thread-per-element", any, r);
+            }
             OpKind::KvCacheWrite | OpKind::PagedAttention => {
                 t.add(kind, Reference, unit_of(kind, r), "thread-per-element", any, r);
             }

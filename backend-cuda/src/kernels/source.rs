@@ -34,6 +34,10 @@ pub enum Kern {
     KvWrite(DType),
     /// PagedAttention (i32 block tables and context lengths).
     Paged,
+    /// RmsNorm over the last axis, and AddRmsNorm (the sum written as a second output).
+    RmsNorm,
+    /// `silu(gate) * up`, gate and up the halves of x's last axis or two inputs.
+    SwiGlu,
 }
 
 impl Kern {
@@ -55,6 +59,8 @@ impl Kern {
             Kern::Place => "place".into(),
             Kern::KvWrite(i) => format!("kv_write_{}", i.name()),
             Kern::Paged => "paged_attention".into(),
+            Kern::RmsNorm => "rms_norm".into(),
+            Kern::SwiGlu => "swiglu".into(),
         }
     }
 }
@@ -104,6 +110,8 @@ pub fn kernels(tier: Tier, dtype: DType) -> Vec<Kern> {
                     Kern::KvWrite(DType::I32),
                     Kern::KvWrite(DType::I64),
                     Kern::Paged,
+                    Kern::RmsNorm,
+                    Kern::SwiGlu,
                 ]);
             } else if int_arith {
                 v.push(Kern::Binary);
@@ -128,6 +136,8 @@ pub fn kernels(tier: Tier, dtype: DType) -> Vec<Kern> {
                     Kern::LayerNorm,
                     Kern::Reduce,
                     Kern::Matmul,
+                    Kern::RmsNorm,
+                    Kern::SwiGlu,
                 ]);
             } else if int_arith {
                 v.push(Kern::Binary);
@@ -137,6 +147,7 @@ pub fn kernels(tier: Tier, dtype: DType) -> Vec<Kern> {
         Tier::HighPerformance => {
             if float {
                 v.extend([Kern::Binary, Kern::Unary, Kern::BiasGelu, Kern::Softmax, Kern::LayerNorm, Kern::Attention]);
+                v.extend([Kern::RmsNorm, Kern::SwiGlu]);
             } else if int_arith {
                 v.push(Kern::Binary);
             }
@@ -211,6 +222,12 @@ pub fn module_source(tier: Tier, dtype: DType) -> Option<String> {
             (Kern::Paged, _) => format!(
                 "(P p, const {t}* q, const {t}* kc, const {t}* vc, const int* bt, const int* lens, {t}* o, int* err) {{ k_paged_attention_ref<{t}>(p, q, kc, vc, bt, lens, o, err); }}"
             ),
+            (Kern::RmsNorm, _) => format!(
+                "(P p, const {t}* x, const {t}* r, const {t}* g, {t}* o, {t}* s) {{ k_rms_norm_{tag}<{t}>(p, x, r, g, o, s); }}"
+            ),
+            (Kern::SwiGlu, _) => {
+                format!("(P p, const {t}* x, const {t}* u, {t}* o) {{ k_swiglu_{tag}<{t}>(p, x, u, o); }}")
+            }
             (Kern::Cast(to), _) => {
                 let ot = ctype(to);
                 format!("(P p, const {t}* x, {ot}* o) {{ k_cast_ref<{t}, {ot}>(p, x, o); }}")
@@ -377,6 +394,10 @@ template <class F> __device__ __forceinline__ F unop(int op, F x, F factor) {
             const F e = m_exp(x < F(0) ? x : -x);
             return x >= F(0) ? F(1) / (F(1) + e) : e / (F(1) + e);
         }
+        case 10: {  // SiLU x * sigmoid(x), the sigmoid as case 9: silu(-inf) = -inf * 0 = NaN
+            const F e = m_exp(x < F(0) ? x : -x);
+            return x * (x >= F(0) ? F(1) / (F(1) + e) : e / (F(1) + e));
+        }
         default: return x * factor;
     }
 }
@@ -451,6 +472,13 @@ __device__ float block_max(float v, float* sh) {
 }
 
 template <class T> struct alignas(4 * sizeof(T)) V4 { T v[4]; };
+// RmsNorm's rows (p.i[1] wide, p.n of them): p.i[3] = AddRmsNorm (the sum x + r, rounded to
+// T, is written to s and normalised), p.i[4] = a weight g, p.f[0] = eps. The sum of squares
+// is in f64 on every tier; a row whose mean square is not finite (inf or NaN) is NaN.
+__device__ __forceinline__ bool rms_bad(double ms) { return !(ms - ms == 0.0); }
+// SwiGlu's gate and up of output element i: p.i[1] = N (the output's last axis), p.i[2] =
+// two inputs (gate x, up u) rather than one x of rows [gate | up].
+__device__ __forceinline__ ll swi_gate(const P& p, ll i) { return p.i[2] ? i : (i / p.i[1]) * 2 * p.i[1] + i % p.i[1]; }
 // Element j of (x + residual) for (Add)LayerNorm: the sum is formed in f32 on every tier.
 template <class T> __device__ __forceinline__ float ln_elem(const T* xr, const T* rr, bool res, ll j) {
     return res ? Cv<T>::f(xr[j]) + Cv<T>::f(rr[j]) : Cv<T>::f(xr[j]);
@@ -509,6 +537,30 @@ template <class T> __device__ void k_layer_norm_ref(const P& p, const T* x, cons
         double v = (double)ln_elem<T>(xr, rr, res, j);
         o[row * d + j] = Cv<T>::od((v - mean) * inv * Cv<T>::d(g[j]) + Cv<T>::d(b[j]));
     }
+}
+template <class T> __device__ void k_rms_norm_ref(const P& p, const T* x, const T* r, const T* g, T* o, T* s) {
+    ll row = gtid();
+    if (row >= p.n) return;
+    ll d = p.i[1];
+    const T* xr = x + row * d;
+    if (p.i[3]) {
+        for (ll j = 0; j < d; ++j) s[row * d + j] = Cv<T>::od(Cv<T>::d(xr[j]) + Cv<T>::d(r[row * d + j]));
+        xr = s + row * d;
+    }
+    double q = 0.0;
+    for (ll j = 0; j < d; ++j) q += Cv<T>::d(xr[j]) * Cv<T>::d(xr[j]);
+    double ms = q / (double)d, inv = 1.0 / sqrt(ms + p.f[0]);
+    for (ll j = 0; j < d; ++j) {
+        double w = p.i[4] ? Cv<T>::d(g[j]) : 1.0;
+        o[row * d + j] = Cv<T>::od(rms_bad(ms) ? NAN_D : Cv<T>::d(xr[j]) * inv * w);
+    }
+}
+template <class T> __device__ void k_swiglu_ref(const P& p, const T* x, const T* u, T* o) {
+    ll i = gtid();
+    if (i >= p.n) return;
+    ll gi = swi_gate(p, i);
+    double up = p.i[2] ? Cv<T>::d(u[i]) : Cv<T>::d(x[gi + p.i[1]]);
+    o[i] = Cv<T>::od(unop<double>(10, Cv<T>::d(x[gi]), 1.0) * up);
 }
 // Offset of reduction step `r` over the reduced dims (sizes in sb, strides in sc).
 __device__ __forceinline__ ll red_offs(const P& p, ll r) {
@@ -755,6 +807,33 @@ template <class T> __device__ void k_layer_norm_gen(const P& p, const T* x, cons
         }
     }
 }
+// (Add)RmsNorm, one block per row: each thread reads back only the sums it wrote.
+template <class T> __device__ void k_rms_norm_gen(const P& p, const T* x, const T* r, const T* g, T* o, T* s) {
+    __shared__ double sh[32];
+    ll d = p.i[1];
+    for (ll row = blockIdx.x; row < p.n; row += gridDim.x) {
+        const T* xr = x + row * d;
+        if (p.i[3]) {
+            for (ll j = threadIdx.x; j < d; j += blockDim.x)
+                s[row * d + j] = Cv<T>::of(Cv<T>::f(xr[j]) + Cv<T>::f(r[row * d + j]));
+            xr = s + row * d;
+        }
+        double q = 0.0;
+        for (ll j = threadIdx.x; j < d; j += blockDim.x) q += (double)Cv<T>::f(xr[j]) * (double)Cv<T>::f(xr[j]);
+        double ms = block_sum(q, sh) / (double)d, inv = 1.0 / sqrt(ms + p.f[0]);
+        for (ll j = threadIdx.x; j < d; j += blockDim.x) {
+            float nv = (float)((double)Cv<T>::f(xr[j]) * inv);
+            o[row * d + j] = Cv<T>::of(rms_bad(ms) ? NAN_F : nv * (p.i[4] ? Cv<T>::f(g[j]) : 1.f));
+        }
+    }
+}
+template <class T> __device__ void k_swiglu_gen(const P& p, const T* x, const T* u, T* o) {
+    for (ll i = gtid(); i < p.n; i += gstride()) {
+        ll gi = swi_gate(p, i);
+        float up = p.i[2] ? Cv<T>::f(u[i]) : Cv<T>::f(x[gi + p.i[1]]);
+        o[i] = Cv<T>::of(unop<float>(10, Cv<T>::f(x[gi]), 1.f) * up);
+    }
+}
 // One block per output element.
 template <class T> __device__ void k_reduce_gen(const P& p, const T* x, T* o) {
     __shared__ double sh[32];
@@ -873,6 +952,38 @@ template <class T> __device__ void k_layer_norm_fast(const P& p, const T* x, con
             float nv = (float)(((double)ln_elem<T>(xr, rr, res, j) - mean) * inv);
             o[row * d + j] = Cv<T>::of(nv * Cv<T>::f(g[j]) + Cv<T>::f(b[j]));
         }
+    }
+}
+// (Add)RmsNorm, one warp per row (the decode-time shape: many short rows).
+template <class T> __device__ void k_rms_norm_fast(const P& p, const T* x, const T* r, const T* g, T* o, T* s) {
+    ll d = p.i[1];
+    int lane = threadIdx.x & 31;
+    ll warps = ((ll)gridDim.x * blockDim.x) >> 5;
+    for (ll row = gtid() >> 5; row < p.n; row += warps) {
+        const T* xr = x + row * d;
+        if (p.i[3]) {
+            for (ll j = lane; j < d; j += 32) s[row * d + j] = Cv<T>::of(Cv<T>::f(xr[j]) + Cv<T>::f(r[row * d + j]));
+            xr = s + row * d;
+        }
+        double q = 0.0;
+        for (ll j = lane; j < d; j += 32) q += (double)Cv<T>::f(xr[j]) * (double)Cv<T>::f(xr[j]);
+        double ms = warp_sum(q) / (double)d;
+        float inv = (float)(1.0 / sqrt(ms + p.f[0]));
+        // The scale as f32 where that keeps it normal; else the product in f64, as the CPU.
+        bool wide = !(inv >= 1e-30f && inv <= 1e30f);
+        for (ll j = lane; j < d; j += 32) {
+            float v = Cv<T>::f(xr[j]);
+            float nv = wide ? (float)((double)v / sqrt(ms + p.f[0])) : v * inv;
+            o[row * d + j] = Cv<T>::of(rms_bad(ms) ? NAN_F : nv * (p.i[4] ? Cv<T>::f(g[j]) : 1.f));
+        }
+    }
+}
+template <class T> __device__ void k_swiglu_fast(const P& p, const T* x, const T* u, T* o) {
+    for (ll i = gtid(); i < p.n; i += gstride()) {
+        ll gi = swi_gate(p, i);
+        float a = Cv<T>::f(x[gi]);
+        float up = p.i[2] ? Cv<T>::f(u[i]) : Cv<T>::f(x[gi + p.i[1]]);
+        o[i] = Cv<T>::of(a / (1.f + expf(-a)) * up);
     }
 }
 // Fused attention: one block per query row; q row and the T scores live in dynamic

@@ -411,3 +411,31 @@ fn tensor_bytes_read_as_integers_by_element_type() {
     assert_eq!(ints_of(1, &[0; 4]), None, "float");
     assert_eq!(ints_of(7, &[0; 5]), None, "not whole elements");
 }
+
+#[test]
+fn rms_normalization_is_claimed_on_the_last_axis_with_f32_statistics() {
+    let mut n = node("RMSNormalization", 23, vec![value("x", 1, &[2, 3, 8]), value("s", 1, &[8])], &[2, 3, 8]);
+    assert_eq!(map_node(&n).unwrap().op, Op::RmsNorm { eps: 1e-5 });
+    n.attrs.insert("epsilon".into(), Attr::Float(1e-6));
+    n.attrs.insert("axis".into(), Attr::Int(2));
+    assert_eq!(map_node(&n).unwrap().op, Op::RmsNorm { eps: 1e-6 });
+    // Another axis, statistics in the input's dtype, a scale npurt does not take, an f16 input
+    // with its own f16 scale (claimed), an older opset or an unknown attribute: declined
+    // where npurt differs.
+    n.attrs.insert("axis".into(), Attr::Int(1));
+    assert!(map_node(&n).is_err());
+    n.attrs.insert("axis".into(), Attr::Int(-1));
+    n.attrs.insert("stash_type".into(), Attr::Int(0));
+    assert!(map_node(&n).is_err());
+    n.attrs.remove("stash_type");
+    let scale_of_one = node("RMSNormalization", 23, vec![value("x", 1, &[2, 8]), value("s", 1, &[1])], &[2, 8]);
+    assert!(map_node(&scale_of_one).is_err());
+    let mut half = node("RMSNormalization", 23, vec![value("x", 10, &[2, 8]), value("s", 10, &[8])], &[2, 8]);
+    half.outputs = vec![value("y", 10, &[2, 8])];
+    assert!(map_node(&half).is_ok());
+    let mut old = n.clone();
+    old.since_version = 22;
+    assert!(map_node(&old).is_err());
+    n.attrs.insert("beta".into(), Attr::Float(0.0));
+    assert!(map_node(&n).is_err());
+}

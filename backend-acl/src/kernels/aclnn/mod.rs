@@ -21,6 +21,7 @@
 mod call;
 mod compositions;
 mod data;
+mod decoder;
 mod elementwise;
 mod matmul;
 mod norm;
@@ -201,11 +202,15 @@ fn compose(c: &mut Call, how: Mapping, args: &LaunchArgs) -> BResult<()> {
             add_sub(c, false, x, &ins[1], &tmp)?;
             layer_norm(c, &tmp, &ins[2], &ins[3], *eps, &out)
         }
-        Op::Silu | Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::SwiGlu => {
-            Err(AclBackendError::BadRequest(format!("{op}: no aclnn mapping yet")))
+        Op::Silu => unary(c, &args.op, x, &out),
+        Op::RmsNorm { eps } => decoder::rms_norm(c, is_910, x, ins.get(1), *eps, &out),
+        Op::AddRmsNorm { eps } => {
+            let sum = View::operand(&args.outputs[1], n_in + 1);
+            decoder::add_rms_norm(c, is_910, (x, &ins[1], &ins[2]), *eps, (&out, &sum))
         }
         // The support predicates decline Rope on the aclnn tiers (the host tier runs it).
         Op::Rope { .. } => Err(AclBackendError::BadRequest(format!("{op}: no aclnn mapping; the host tier runs it"))),
+        Op::SwiGlu => decoder::swiglu(c, is_910, x, ins.get(1), &out),
         Op::Attention { scale, .. } if how.flash => {
             let d = *x.dims.last().unwrap_or(&1);
             let scale = scale.unwrap_or(1.0 / (d.max(1) as f32).sqrt());
