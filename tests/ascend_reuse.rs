@@ -58,6 +58,7 @@ const PHASE1: &[&str] = &[
     "aclnnSqrtGetWorkspaceSize",
     "aclnnSubGetWorkspaceSize",
     "aclnnTanhGetWorkspaceSize",
+    "aclnnTriuGetWorkspaceSize",
 ];
 
 /// Phase-1 calls, phase-2 calls (the same names without `GetWorkspaceSize`) and address

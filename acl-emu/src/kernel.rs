@@ -1,6 +1,6 @@
 //! What an aclnn executor computes ([`Kernel`]): a runtime op (through
 //! [`crate::compute`]), or one of the aclnn operators the runtime has no op for —
-//! aclnnAmax, aclnnEqScalar, aclnnInplaceMaskedFillScalar, aclnnFlashAttentionScore —
+//! aclnnAmax, aclnnEqScalar, aclnnInplaceMaskedFillScalar, aclnnTriu, aclnnFlashAttentionScore —
 //! computed here.
 
 use runtime::reference::operands::{
@@ -31,6 +31,11 @@ pub enum Kernel {
     /// is true. Inputs `[selfRef, mask]`, output `selfRef`.
     MaskedFill {
         value: f64,
+    },
+    /// aclnnTriu: over the last two dims (row `i`, column `j`), the elements with
+    /// `j - i >= diagonal` kept, the others 0; whole elements are moved.
+    Triu {
+        diagonal: i64,
     },
     /// aclnnFlashAttentionScore, layout BNSD: `softmax(scale * (pse + q·kᵀ)) · v` per
     /// query head (key/value head `h / (heads / kv_heads)`). Inputs `[q, k, v]` or
@@ -86,6 +91,7 @@ fn infer(k: &Kernel, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>, String> {
             Ok(vec![TensorMeta::new(x.dtype, dims)])
         }
         (Kernel::EqScalar { out, .. }, [x]) => Ok(vec![TensorMeta::new(*out, x.shape.clone())]),
+        (Kernel::Triu { .. }, [x]) if x.shape.rank() >= 2 => Ok(vec![x.clone()]),
         (Kernel::MaskedFill { .. }, [s, m]) => match Shape::broadcast(&s.shape, &m.shape) {
             Some(b) if b == s.shape => Ok(vec![s.clone()]),
             _ => Err(format!("mask {:?} does not broadcast to selfRef {:?}", m.shape.dims(), s.shape.dims())),
@@ -141,6 +147,16 @@ fn run_other(k: &Kernel, ins: &[In], outs: &mut [Out]) -> KernelResult {
                 load_i64(x)?.into_iter().map(|a| f64::from(u8::from(Some(a) == iv))).collect()
             };
             store_f64(o, &eq)
+        }
+        (Kernel::Triu { diagonal }, []) => {
+            let (es, r) = (x.dtype.size(), x.dims.len());
+            let (rows, cols) = (x.dims[r - 2], x.dims[r - 1]);
+            for (e, (src, dst)) in x.bytes.chunks(es).zip(o.bytes.chunks_mut(es)).take(x.numel()).enumerate() {
+                let (i, j) = ((e / cols.max(1)) % rows.max(1), e % cols.max(1));
+                let keep = j as i64 - i as i64 >= *diagonal;
+                if keep { dst.copy_from_slice(src) } else { dst.fill(0) }
+            }
+            Ok(())
         }
         (Kernel::MaskedFill { value }, [m]) => {
             let es = x.dtype.size();

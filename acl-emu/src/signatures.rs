@@ -143,6 +143,8 @@ const _: () = {
         aclnnEqScalar,
         aclnnInplaceMaskedFillScalarGetWorkspaceSize,
         aclnnInplaceMaskedFillScalar,
+        aclnnTriuGetWorkspaceSize,
+        aclnnTriu,
         aclnnFlashAttentionScoreGetWorkspaceSize,
         aclnnFlashAttentionScore,
     );

@@ -589,6 +589,13 @@ api! {
     [OpApi] fn aclnnSWhere(
         workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
     ) -> aclnnStatus;
+    [OpApi] fn aclnnTriuGetWorkspaceSize(
+        self_: *const aclTensor, diagonal: i64, out: *mut aclTensor, workspaceSize: *mut u64,
+        executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnTriu(
+        workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
+    ) -> aclnnStatus;
     [OpApi] fn aclnnEqTensorGetWorkspaceSize(
         self_: *const aclTensor, other: *const aclTensor, out: *mut aclTensor, workspaceSize: *mut u64,
         executor: *mut *mut aclOpExecutor,

@@ -165,15 +165,6 @@ fn check(q: &KernelQuery<'_>, p: Policy) -> Result<(), String> {
                  permutes on this device"
                 .into())
         }
-        Op::Attention { causal: true, .. } => {
-            Err("causal Attention has no aclnn mapping yet: the host tier takes it".into())
-        }
-        Op::Attention { .. } if q.inputs[1].shape.dims().get(1) != x.shape.dims().get(1) => {
-            Err("grouped-query Attention (k, v with fewer heads than q) has no aclnn mapping yet: the host tier \
-                 takes it"
-                .into())
-        }
-        Op::Rope { .. } => Err("Rope has no aclnn mapping yet: the host tier takes it".into()),
         Op::Attention { .. } if q.inputs.get(3).is_some_and(|m| m.dtype == DType::U8) => {
             Err("u8 (keep/drop) masks have no aclnn composition; an additive float mask has".into())
         }
@@ -214,6 +205,9 @@ fn sup_a2(q: &KernelQuery<'_>) -> Result<(), String> {
 /// host tier takes those).
 fn sup_flash(q: &KernelQuery<'_>) -> Result<(), String> {
     sup_a2(q)?;
+    if let Op::Attention { causal: true, .. } = q.op {
+        return Err("causal: the composition takes it (its causal mask is built on the device)".into());
+    }
     let (x, v) = (&q.inputs[0], &q.inputs[2]);
     if !matches!(x.dtype, DType::F16 | DType::BF16 | DType::F32) {
         return Err(format!("aclnnFlashAttentionScore takes fp16, bf16 and f32, not {}", x.dtype));

@@ -3,11 +3,21 @@
 //! rows zeroed), Attention as one aclnnFlashAttentionScore
 //! (`aclnnop/aclnn_flash_attention_score.h`, ops-transformer) with the scale and the
 //! masked rows handled around it, and Gather through IndexSelect.
+//!
+//! The composed Attention is grouped-query and causal too. Grouped-query without copying
+//! k and v: with `G = H / H_kv` query heads per kv head, q `[B, H, S, D]` is the same
+//! memory as `[B, H_kv, G·S, D]`, so each product is one batched product over the kv
+//! heads (and the scores, `[B, H, S, T]`, are `[B, H_kv, G·S, T]`). Causal: a bool mask
+//! `[S, T]` true past each row's last key (`j > i + T − S`) is built on the device —
+//! aclnnTriu of a broadcast 1 with diagonal `T − S + 1`, the 1 made by aclnnEqTensor of a
+//! byte with itself — and the scores there are set to -inf (aclnnInplaceMaskedFillScalar,
+//! which replaces, so a NaN score a row does not see stays out of it), before the row
+//! tests and the softmax.
 
 use super::call::BResult;
 use super::call::{Call, View, align512};
 use super::data::{index_select, inplace_copy};
-use super::elementwise::{add_sub, adds, muls};
+use super::elementwise::{add_sub, adds, eq, muls};
 use super::matmul::matmul;
 use super::norm::softmax;
 use super::reduce::{all_minus_inf, zero_rows};
@@ -33,6 +43,9 @@ pub(super) struct AttentionScratch {
     pub(super) row_max: View,
     /// Whether a row's scores are all -inf, `[B, H, S, 1]` (bool over u8 storage).
     pub(super) masked: View,
+    /// Causal attention: two bytes (`[2]`, u8) for the 1 the mask is cut from, and the mask
+    /// `[S, T]` (bool over u8).
+    pub(super) causal: Option<(View, View)>,
 }
 
 /// Attention composed of aclnn operators: `q · kᵀ` on the Cube (k transposed through its
@@ -44,17 +57,60 @@ pub(super) struct AttentionScratch {
 /// NaN or +inf maximum and stays NaN.
 pub(super) fn attention(c: &mut Call, a: &Attention, sc: &AttentionScratch, out: &View, cube: i8) -> BResult<()> {
     let pair = &sc.pair;
-    matmul(c, a.q, &a.k.t(true), &pair[0], cube)?;
+    // Grouped-query: q, the scores and out as `[B, H_kv, G·S, ..]` (contiguous operands).
+    let (b, h, s, hkv) = (a.q.dims[0], a.q.dims[1], a.q.dims[2], a.k.dims[1]);
+    let grouped = |v: &View| {
+        let mut d = v.dims.clone();
+        if hkv != h && hkv != 0 {
+            d = vec![b, hkv, (h / hkv) * s, d[3]];
+        }
+        v.reshaped(&d)
+    };
+    matmul(c, &grouped(a.q), &a.k.t(true), &grouped(&pair[0]), cube)?;
     muls(c, &pair[0], a.scale, &pair[1])?;
     let mut cur = 1;
     if let Some(m) = a.mask {
         add_sub(c, false, &pair[1], m, &pair[0])?;
         cur = 0;
     }
+    if let Some((one, mask)) = &sc.causal {
+        causal_mask(c, one, mask)?;
+        fill_where(c, &pair[cur], mask, f64::NEG_INFINITY)?;
+    }
     all_minus_inf(c, &pair[cur], &sc.row_max, &sc.masked)?;
     softmax(c, &pair[cur], -1, &pair[1 - cur])?;
-    matmul(c, &pair[1 - cur], a.v, out, cube)?;
+    matmul(c, &grouped(&pair[1 - cur]), a.v, &grouped(out), cube)?;
     zero_rows(c, out, &sc.masked)
+}
+
+/// The causal mask `[S, T]` (bool over u8), true where key `j` is past query `i`'s last,
+/// `j > i + T − S`: aclnnTriu with diagonal `T − S + 1` of a 1 broadcast to `[S, T]`, the
+/// 1 being aclnnEqTensor of `two[0]` (any byte equals itself) written to `two[1]`.
+fn causal_mask(c: &mut Call, two: &View, mask: &View) -> BResult<()> {
+    let (s, t) = (mask.dims[0], mask.dims[1]);
+    let mut byte = two.reshaped(&[1]);
+    eq(c, &byte, &byte, &{
+        let mut o = byte.clone();
+        o.offset += 1;
+        o
+    })?;
+    byte.offset += 1;
+    let (one, to) = (View { dims: vec![s, t], strides: vec![0, 0], ..byte }, c.bool_output(mask)?);
+    let tone = c.bool_tensor(&one)?;
+    let diagonal = t as i64 - s as i64 + 1;
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::triu_get_workspace_size(c.api, tone, diagonal, to) };
+    c.run(p1, nn::triu)
+}
+
+/// `value` where `mask` (bool over u8, broadcast to `x`) is true, in place
+/// (aclnnInplaceMaskedFillScalar).
+fn fill_where(c: &mut Call, x: &View, mask: &View, value: f64) -> BResult<()> {
+    let (tx, tm) = (c.tensor(x)?, c.bool_tensor(mask)?);
+    let v = c.scalar_for(x.dtype, value)?;
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::inplace_masked_fill_scalar_get_workspace_size(c.api, tx, tm, v) };
+    c.run(p1, nn::inplace_masked_fill_scalar)
 }
 
 /// `m` (broadcastable to `[B, H, S, T]`, at most 4-D) as a 4-D view: leading dims of 1.
