@@ -39,9 +39,11 @@ fn operand(dt: DType, shape: &[usize], seed: u64) -> Operand {
     (dt, shape.to_vec(), values(shape.iter().product(), seed))
 }
 
-/// The cases: (what, op, inputs, the aclnn calls it must make at least once, calls it
-/// must not make, on the 910B2 only).
-fn cases() -> Vec<(&'static str, Op, Vec<Operand>, Vec<&'static str>, Vec<&'static str>, bool)> {
+/// A case: what, op, inputs, the aclnn calls it must make at least once, calls it must
+/// not make, on the 910B2 only.
+type Case = (&'static str, Op, Vec<Operand>, Vec<&'static str>, Vec<&'static str>, bool);
+
+fn cases() -> Vec<Case> {
     let causal = |layout| Op::Attention { scale: None, layout, causal: true };
     let (cos, sin) = runtime::op::rope_tables(10000.0, 8, 16);
     let table = |v: Vec<f32>| (DType::F32, vec![16, 4], v.into_iter().map(f64::from).collect::<Vec<_>>());
