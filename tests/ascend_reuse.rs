@@ -48,6 +48,7 @@ const PHASE1: &[&str] = &[
     "aclnnPowTensorTensorGetWorkspaceSize",
     "aclnnReduceSumGetWorkspaceSize",
     "aclnnReluGetWorkspaceSize",
+    "aclnnRotaryPositionEmbeddingGetWorkspaceSize",
     "aclnnRmsNormGetWorkspaceSize",
     "aclnnRsqrtGetWorkspaceSize",
     "aclnnSWhereGetWorkspaceSize",

@@ -37,6 +37,12 @@ pub enum Kernel {
     Triu {
         diagonal: i64,
     },
+    /// aclnnRotaryPositionEmbedding: `x · cos + rotate(x) · sin` with cos and sin (x's
+    /// last dim) broadcast to x; `mode` 0 pairs `d` with `d ± D/2`, 1 pairs `2i` with
+    /// `2i + 1`. Inputs `[x, cos, sin]`.
+    Rotary {
+        mode: i64,
+    },
     /// aclnnFlashAttentionScore, layout BNSD: `softmax(scale * (pse + q·kᵀ)) · v` per
     /// query head (key/value head `h / (heads / kv_heads)`). Inputs `[q, k, v]` or
     /// `[q, k, v, pse]` (pse `[1 or B, heads, 1 or S, T]`); outputs softmaxMax and
@@ -92,6 +98,7 @@ fn infer(k: &Kernel, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>, String> {
         }
         (Kernel::EqScalar { out, .. }, [x]) => Ok(vec![TensorMeta::new(*out, x.shape.clone())]),
         (Kernel::Triu { .. }, [x]) if x.shape.rank() >= 2 => Ok(vec![x.clone()]),
+        (Kernel::Rotary { .. }, [x, _, _]) => Ok(vec![x.clone()]),
         (Kernel::MaskedFill { .. }, [s, m]) => match Shape::broadcast(&s.shape, &m.shape) {
             Some(b) if b == s.shape => Ok(vec![s.clone()]),
             _ => Err(format!("mask {:?} does not broadcast to selfRef {:?}", m.shape.dims(), s.shape.dims())),
@@ -157,6 +164,28 @@ fn run_other(k: &Kernel, ins: &[In], outs: &mut [Out]) -> KernelResult {
                 if keep { dst.copy_from_slice(src) } else { dst.fill(0) }
             }
             Ok(())
+        }
+        (Kernel::Rotary { mode }, [c, s]) => {
+            let (xv, cv, sv) = (load_f64(x)?, load_f64(c)?, load_f64(s)?);
+            let (co, so) = (
+                gather_offsets(x.dims, &broadcast_strides(c.dims, x.dims)),
+                gather_offsets(x.dims, &broadcast_strides(s.dims, x.dims)),
+            );
+            let d = *x.dims.last().unwrap_or(&1);
+            let half = d / 2;
+            let y: Vec<f64> = (0..xv.len())
+                .map(|e| {
+                    let (row, f) = (e - e % d.max(1), e % d.max(1));
+                    let rot = match (*mode, f < half, f % 2 == 0) {
+                        (0, true, _) => -xv[row + f + half],
+                        (0, false, _) => xv[row + f - half],
+                        (_, _, true) => -xv[e + 1],
+                        (_, _, false) => xv[e - 1],
+                    };
+                    xv[e] * cv[co[e]] + rot * sv[so[e]]
+                })
+                .collect();
+            store_f64(o, &y)
         }
         (Kernel::MaskedFill { value }, [m]) => {
             let es = x.dtype.size();

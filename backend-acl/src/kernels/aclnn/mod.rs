@@ -59,8 +59,10 @@ pub(crate) fn repeatable(op: &Op) -> bool {
 pub(crate) struct Mapping {
     /// The SoC computes FP32 matrix products in FP16 (cubeMathType 1): the 910 family.
     pub is_910: bool,
-    /// Attention as one `aclnnFlashAttentionScore` (kernel `attention.aclnn-flash.cube`,
-    /// Atlas A2/A3) rather than composed of matrix products and a softmax.
+    /// The fused Atlas A2/A3 operator rather than a composition: Attention as one
+    /// `aclnnFlashAttentionScore` (kernel `attention.aclnn-flash.cube`) rather than matrix
+    /// products and a softmax, Rope as one `aclnnRotaryPositionEmbedding` (kernel
+    /// `rope.aclnn-fused.vector`).
     pub flash: bool,
 }
 
@@ -202,6 +204,7 @@ fn compose(c: &mut Call, how: Mapping, args: &LaunchArgs) -> BResult<()> {
             add_sub(c, false, x, &ins[1], &tmp)?;
             layer_norm(c, &tmp, &ins[2], &ins[3], *eps, &out)
         }
+        Op::Rope { interleaved, layout } if how.flash => rope::rope_fused(c, &ins, &out, *interleaved, *layout),
         Op::Rope { interleaved, layout } => rope::rope(c, &ins, &out, *interleaved, *layout),
         Op::Attention { scale, .. } if how.flash => {
             let d = *x.dims.last().unwrap_or(&1);

@@ -6,10 +6,17 @@
 //! x and of the output — the halves `[.., :D/2]` and `[.., D/2:]` (rotate-half) or the
 //! even and odd features (interleaved) — by aclnnMul and aclnnSub / aclnnAdd, the gathered
 //! rows broadcast over the heads through a zero stride; the result cast to x's dtype.
+//!
+//! On Atlas A2/A3, [`rope_fused`]: the gathered rows laid out as full-width tables of x's
+//! dtype (each half-row written twice by aclnnCast into strided views: `[c, c]` for
+//! rotate-half, `[c0, c0, c1, c1, ..]` interleaved), then one aclnnRotaryPositionEmbedding
+//! (mode 0 half, 1 interleave) with the tables as `[B, 1, S, D]` (bnsd) or `[B, S, 1, D]`
+//! (bsnd).
 
 use super::call::{BResult, Call, View, align512};
 use super::data::index_select;
 use super::elementwise::{add_sub, cast, mul_div};
+use acl_sys::result::aclnn as nn;
 use runtime::{AttentionLayout, DType};
 
 /// `out = rope(x)` with the tables `cos`, `sin` (`[P, D/2]`) at `positions` (`[B, S]`).
@@ -96,4 +103,49 @@ pub(super) fn rope(c: &mut Call, ins: &[View], out: &View, interleaved: bool, la
         cast(c, &y32, out.dtype, out)?;
     }
     Ok(())
+}
+
+/// Rope as one aclnnRotaryPositionEmbedding after gathering and widening the table rows
+/// (see the module documentation); the kernel table offers it where the operator's
+/// documented shapes allow.
+pub(super) fn rope_fused(
+    c: &mut Call,
+    ins: &[View],
+    out: &View,
+    interleaved: bool,
+    layout: AttentionLayout,
+) -> BResult<()> {
+    let (x, cos, sin, pos) = (&ins[0], &ins[1], &ins[2], &ins[3]);
+    let d = x.dims[3];
+    let half = d / 2;
+    let [b, _, s, _] = layout.bhsd(&x.dims);
+    let tokens = b * s;
+    let gathered = align512(tokens * half * cos.dtype.size());
+    let full = align512(tokens * d * x.dtype.size());
+    let base = c.scratch(2 * gathered + 2 * full)?;
+    let idx = pos.reshaped(&[tokens]);
+    let table_dims = match layout {
+        AttentionLayout::Bnsd => [b, 1, s, d],
+        AttentionLayout::Bsnd => [b, s, 1, d],
+    };
+    let mut wide = Vec::with_capacity(2);
+    for (i, table) in [cos, sin].into_iter().enumerate() {
+        let g = View::contiguous(base + (i * gathered) as u64, table.dtype, &[tokens, half]);
+        index_select(c, table, 0, &idx, &g)?;
+        let w = View::contiguous(base + (2 * gathered + i * full) as u64, x.dtype, &[tokens, d]);
+        let (step, second) = if interleaved { (2, 1) } else { (1, half) };
+        for first in [true, false] {
+            let mut v = w.clone();
+            v.dims = vec![tokens, half];
+            v.strides = vec![d, step];
+            v.offset += if first { 0 } else { second };
+            cast(c, &g, x.dtype, &v)?;
+        }
+        wide.push(w.reshaped(&table_dims));
+    }
+    let (tx, tc, ts, to) = (c.tensor(x)?, c.tensor(&wide[0])?, c.tensor(&wide[1])?, c.output(out)?);
+    let mode = i64::from(interleaved);
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::rotary_position_embedding_get_workspace_size(c.api, tx, tc, ts, mode, to) };
+    c.run(p1, nn::rotary_position_embedding)
 }
