@@ -52,6 +52,9 @@ pub enum Kernel {
         scale: f64,
         heads: usize,
         kv_heads: usize,
+        /// sparseMode 3 (rightDownCausal): query `i` sees keys `j <= i + T - S`; the scores
+        /// of the others are replaced by -inf.
+        causal: bool,
     },
 }
 
@@ -136,8 +139,8 @@ pub const FA_STAT_WIDTH: usize = 8;
 
 /// Computes a non-`Op` kernel on contiguous inputs into contiguous outputs.
 fn run_other(k: &Kernel, ins: &[In], outs: &mut [Out]) -> KernelResult {
-    if let Kernel::FlashAttention { scale, heads, kv_heads } = k {
-        return flash_attention(*scale, *heads, *kv_heads, ins, outs);
+    if let Kernel::FlashAttention { scale, heads, kv_heads, causal } = k {
+        return flash_attention(*scale, (*heads, *kv_heads), *causal, ins, outs);
     }
     let n_outs = outs.len();
     let ([x, rest @ ..], [o]) = (ins, outs) else {
@@ -235,7 +238,13 @@ fn amax(x: &In, axes: &[usize], o: &mut Out) -> KernelResult {
 /// makes the row NaN, and so does a row whose scores are all -inf (0 / 0): the docs do not
 /// say what the hardware's kernel writes for such a fully masked row (innerPrecise 2 only
 /// "computes invalid rows" to avoid a loss of precision), so callers must not rely on it.
-fn flash_attention(scale: f64, heads: usize, kv_heads: usize, ins: &[In], outs: &mut [Out]) -> KernelResult {
+fn flash_attention(
+    scale: f64,
+    (heads, kv_heads): (usize, usize),
+    causal: bool,
+    ins: &[In],
+    outs: &mut [Out],
+) -> KernelResult {
     let ([q, k, v, pse @ ..], [mx, sm, o]) = (ins, outs) else {
         return if ins.is_empty() { Ok(()) } else { Err(KernelError::Internal("flash attention operands".into())) };
     };
@@ -264,7 +273,9 @@ fn flash_attention(scale: f64, heads: usize, kv_heads: usize, ins: &[In], outs: 
                         let (pb_i, ps_i) = (if *pb == 1 { 0 } else { bi }, if *ps == 1 { 0 } else { i });
                         p[((pb_i * heads + h) * ps + ps_i) * t + j]
                     });
-                    *x = scale * (bias + dot);
+                    // rightDownCausal replaces the scores past the row's last key.
+                    let past = causal && j as i64 > i as i64 + t as i64 - s as i64;
+                    *x = if past { f64::NEG_INFINITY } else { scale * (bias + dot) };
                 }
                 let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                 let mut sum = 0.0;

@@ -209,8 +209,10 @@ fn sup_a2(q: &KernelQuery<'_>) -> Result<(), String> {
 /// host tier takes those).
 fn sup_flash(q: &KernelQuery<'_>) -> Result<(), String> {
     sup_a2(q)?;
-    if let Op::Attention { causal: true, .. } = q.op {
-        return Err("causal: the composition takes it (its causal mask is built on the device)".into());
+    if let Op::Attention { causal: true, .. } = q.op
+        && !matches!(q.inputs[0].dtype, DType::F16 | DType::BF16)
+    {
+        return Err("causal f32: the composition takes it (the fused causal form serves fp16 and bf16)".into());
     }
     let (x, v) = (&q.inputs[0], &q.inputs[2]);
     if !matches!(x.dtype, DType::F16 | DType::BF16 | DType::F32) {

@@ -206,11 +206,11 @@ fn compose(c: &mut Call, how: Mapping, args: &LaunchArgs) -> BResult<()> {
         }
         Op::Rope { interleaved, layout } if how.flash => rope::rope_fused(c, &ins, &out, *interleaved, *layout),
         Op::Rope { interleaved, layout } => rope::rope(c, &ins, &out, *interleaved, *layout),
-        Op::Attention { scale, .. } if how.flash => {
+        Op::Attention { scale, causal, .. } if how.flash => {
             let d = *x.dims.last().unwrap_or(&1);
             let scale = scale.unwrap_or(1.0 / (d.max(1) as f32).sqrt());
             let parts = Attention { q: x, k: &ins[1], v: &ins[2], mask: ins.get(3), scale };
-            flash_attention(c, &parts, &out)
+            flash_attention(c, &parts, &out, *causal)
         }
         Op::Attention { scale, causal, .. } => {
             let d = *x.dims.last().unwrap_or(&1);
