@@ -5,7 +5,6 @@
 use runtime::{AttentionLayout, Op, TensorMeta};
 
 use super::base::{Attrs, Decline, decline};
-use super::meta_of;
 use crate::graph::NodeInfo;
 
 /// RotaryEmbedding-23 with a 4-D X (`[B, H, S, D]`, npurt's bnsd), `position_ids` given
@@ -67,9 +66,12 @@ pub fn attention(node: &NodeInfo, a: &Attrs<'_>, first: Option<&TensorMeta>) -> 
     if a.float("softcap", 0.0)? != 0.0 {
         return decline("softcap");
     }
-    let Some(k) = node.inputs.get(1).and_then(Option::as_ref) else { return decline("no K") };
-    let k = meta_of(k)?;
-    let (qd, kd) = (q.shape.dims(), k.shape.dims());
+    // K's dims as ORT declares them (static here: the node is mapped with concrete dims).
+    let Some(kd) = node.inputs.get(1).and_then(Option::as_ref).and_then(|k| k.dims.clone()) else {
+        return decline("K has no known dims");
+    };
+    let kd: Vec<usize> = kd.iter().map(|&d| d.max(0) as usize).collect();
+    let qd = q.shape.dims();
     for (attr, want) in [("q_num_heads", qd[1]), ("kv_num_heads", kd.get(1).copied().unwrap_or(0))] {
         if let n @ 1.. = a.int(attr, 0)?
             && n != want as i64
