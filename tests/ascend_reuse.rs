@@ -49,6 +49,7 @@ const PHASE1: &[&str] = &[
     "aclnnPowTensorTensorGetWorkspaceSize",
     "aclnnReduceSumGetWorkspaceSize",
     "aclnnReluGetWorkspaceSize",
+    "aclnnRotaryPositionEmbeddingGetWorkspaceSize",
     "aclnnRmsNormGetWorkspaceSize",
     "aclnnRsqrtGetWorkspaceSize",
     "aclnnSWhereGetWorkspaceSize",
@@ -60,6 +61,7 @@ const PHASE1: &[&str] = &[
     "aclnnSubGetWorkspaceSize",
     "aclnnSwiGluGetWorkspaceSize",
     "aclnnTanhGetWorkspaceSize",
+    "aclnnTriuGetWorkspaceSize",
 ];
 
 /// Phase-1 calls, phase-2 calls (the same names without `GetWorkspaceSize`) and address

@@ -1,6 +1,6 @@
 //! What an aclnn executor computes ([`Kernel`]): a runtime op (through
 //! [`crate::compute`]), or one of the aclnn operators the runtime has no op for —
-//! aclnnAmax, aclnnEqScalar, aclnnInplaceMaskedFillScalar, aclnnFlashAttentionScore,
+//! aclnnAmax, aclnnEqScalar, aclnnInplaceMaskedFillScalar, aclnnTriu, aclnnFlashAttentionScore,
 //! aclnnRmsNorm and aclnnAddRmsNorm (with their rstd output) — computed here.
 
 use runtime::reference::operands::{
@@ -32,6 +32,17 @@ pub enum Kernel {
     MaskedFill {
         value: f64,
     },
+    /// aclnnTriu: over the last two dims (row `i`, column `j`), the elements with
+    /// `j - i >= diagonal` kept, the others 0; whole elements are moved.
+    Triu {
+        diagonal: i64,
+    },
+    /// aclnnRotaryPositionEmbedding: `x · cos + rotate(x) · sin` with cos and sin (x's
+    /// last dim) broadcast to x; `mode` 0 pairs `d` with `d ± D/2`, 1 pairs `2i` with
+    /// `2i + 1`. Inputs `[x, cos, sin]`.
+    Rotary {
+        mode: i64,
+    },
     /// aclnnFlashAttentionScore, layout BNSD: `softmax(scale * (pse + q·kᵀ)) · v` per
     /// query head (key/value head `h / (heads / kv_heads)`). Inputs `[q, k, v]` or
     /// `[q, k, v, pse]` (pse `[1 or B, heads, 1 or S, T]`); outputs softmaxMax and
@@ -41,6 +52,9 @@ pub enum Kernel {
         scale: f64,
         heads: usize,
         kv_heads: usize,
+        /// sparseMode 3 (rightDownCausal): query `i` sees keys `j <= i + T - S`; the scores
+        /// of the others are replaced by -inf.
+        causal: bool,
     },
     /// aclnnRmsNorm (inputs `[x, gamma]`, outputs `[y, rstd]`) and aclnnAddRmsNorm (inputs
     /// `[x1, x2, gamma]`, outputs `[y, rstd, xOut]`, xOut the sum rounded to x's dtype and
@@ -93,6 +107,8 @@ fn infer(k: &Kernel, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>, String> {
             Ok(vec![TensorMeta::new(x.dtype, dims)])
         }
         (Kernel::EqScalar { out, .. }, [x]) => Ok(vec![TensorMeta::new(*out, x.shape.clone())]),
+        (Kernel::Triu { .. }, [x]) if x.shape.rank() >= 2 => Ok(vec![x.clone()]),
+        (Kernel::Rotary { .. }, [x, _, _]) => Ok(vec![x.clone()]),
         (Kernel::MaskedFill { .. }, [s, m]) => match Shape::broadcast(&s.shape, &m.shape) {
             Some(b) if b == s.shape => Ok(vec![s.clone()]),
             _ => Err(format!("mask {:?} does not broadcast to selfRef {:?}", m.shape.dims(), s.shape.dims())),
@@ -149,8 +165,8 @@ pub const FA_STAT_WIDTH: usize = 8;
 
 /// Computes a non-`Op` kernel on contiguous inputs into contiguous outputs.
 fn run_other(k: &Kernel, ins: &[In], outs: &mut [Out]) -> KernelResult {
-    if let Kernel::FlashAttention { scale, heads, kv_heads } = k {
-        return flash_attention(*scale, *heads, *kv_heads, ins, outs);
+    if let Kernel::FlashAttention { scale, heads, kv_heads, causal } = k {
+        return flash_attention(*scale, (*heads, *kv_heads), *causal, ins, outs);
     }
     if let Kernel::RmsNorm { eps } = k {
         return rms_norm(*eps, ins, outs);
@@ -170,6 +186,38 @@ fn run_other(k: &Kernel, ins: &[In], outs: &mut [Out]) -> KernelResult {
                 load_i64(x)?.into_iter().map(|a| f64::from(u8::from(Some(a) == iv))).collect()
             };
             store_f64(o, &eq)
+        }
+        (Kernel::Triu { diagonal }, []) => {
+            let (es, r) = (x.dtype.size(), x.dims.len());
+            let (rows, cols) = (x.dims[r - 2], x.dims[r - 1]);
+            for (e, (src, dst)) in x.bytes.chunks(es).zip(o.bytes.chunks_mut(es)).take(x.numel()).enumerate() {
+                let (i, j) = ((e / cols.max(1)) % rows.max(1), e % cols.max(1));
+                let keep = j as i64 - i as i64 >= *diagonal;
+                if keep { dst.copy_from_slice(src) } else { dst.fill(0) }
+            }
+            Ok(())
+        }
+        (Kernel::Rotary { mode }, [c, s]) => {
+            let (xv, cv, sv) = (load_f64(x)?, load_f64(c)?, load_f64(s)?);
+            let (co, so) = (
+                gather_offsets(x.dims, &broadcast_strides(c.dims, x.dims)),
+                gather_offsets(x.dims, &broadcast_strides(s.dims, x.dims)),
+            );
+            let d = *x.dims.last().unwrap_or(&1);
+            let half = d / 2;
+            let y: Vec<f64> = (0..xv.len())
+                .map(|e| {
+                    let (row, f) = (e - e % d.max(1), e % d.max(1));
+                    let rot = match (*mode, f < half, f % 2 == 0) {
+                        (0, true, _) => -xv[row + f + half],
+                        (0, false, _) => xv[row + f - half],
+                        (_, _, true) => -xv[e + 1],
+                        (_, _, false) => xv[e - 1],
+                    };
+                    xv[e] * cv[co[e]] + rot * sv[so[e]]
+                })
+                .collect();
+            store_f64(o, &y)
         }
         (Kernel::MaskedFill { value }, [m]) => {
             let es = x.dtype.size();
@@ -219,7 +267,13 @@ fn amax(x: &In, axes: &[usize], o: &mut Out) -> KernelResult {
 /// makes the row NaN, and so does a row whose scores are all -inf (0 / 0): the docs do not
 /// say what the hardware's kernel writes for such a fully masked row (innerPrecise 2 only
 /// "computes invalid rows" to avoid a loss of precision), so callers must not rely on it.
-fn flash_attention(scale: f64, heads: usize, kv_heads: usize, ins: &[In], outs: &mut [Out]) -> KernelResult {
+fn flash_attention(
+    scale: f64,
+    (heads, kv_heads): (usize, usize),
+    causal: bool,
+    ins: &[In],
+    outs: &mut [Out],
+) -> KernelResult {
     let ([q, k, v, pse @ ..], [mx, sm, o]) = (ins, outs) else {
         return if ins.is_empty() { Ok(()) } else { Err(KernelError::Internal("flash attention operands".into())) };
     };
@@ -248,7 +302,9 @@ fn flash_attention(scale: f64, heads: usize, kv_heads: usize, ins: &[In], outs: 
                         let (pb_i, ps_i) = (if *pb == 1 { 0 } else { bi }, if *ps == 1 { 0 } else { i });
                         p[((pb_i * heads + h) * ps + ps_i) * t + j]
                     });
-                    *x = scale * (bias + dot);
+                    // rightDownCausal replaces the scores past the row's last key.
+                    let past = causal && j as i64 > i as i64 + t as i64 - s as i64;
+                    *x = if past { f64::NEG_INFINITY } else { scale * (bias + dot) };
                 }
                 let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                 let mut sum = 0.0;

@@ -178,8 +178,8 @@ fn modelled_cost(t: &Tables, ex: &Executor) -> crate::model::Cost {
         Kernel::Op(op) => t.soc.kernel(op, &ins, &outs, ex.fp16_compute),
         // Cube work with the FLOPs and bytes of a fused Attention producing the attention
         // result (the softmax statistics add 64 bytes a row).
-        Kernel::FlashAttention { .. } => t.soc.kernel(
-            &Op::Attention { scale: None, layout: Default::default(), causal: false },
+        Kernel::FlashAttention { causal, .. } => t.soc.kernel(
+            &Op::Attention { scale: None, layout: Default::default(), causal: *causal },
             &ins,
             outs.last().map(std::slice::from_ref).unwrap_or(&[]),
             false,

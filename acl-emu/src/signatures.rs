@@ -3,7 +3,7 @@
 
 use crate::aclnn::{
     attention::*, basics::*, copy::*, elementwise::*, executor::*, gather::*, masking::*, matmul::*, movement::*,
-    norm::*, reduce::*,
+    norm::*, reduce::*, rotary::*,
 };
 use crate::control::{aclEmuGetRunCounters, aclEmuResetRunCounters};
 use crate::rt::{capture::*, context::*, device::*, event::*, init::*, memory::*, stream::*};
@@ -143,6 +143,10 @@ const _: () = {
         aclnnEqScalar,
         aclnnInplaceMaskedFillScalarGetWorkspaceSize,
         aclnnInplaceMaskedFillScalar,
+        aclnnTriuGetWorkspaceSize,
+        aclnnTriu,
+        aclnnRotaryPositionEmbeddingGetWorkspaceSize,
+        aclnnRotaryPositionEmbedding,
         aclnnFlashAttentionScoreGetWorkspaceSize,
         aclnnFlashAttentionScore,
         aclnnSiluGetWorkspaceSize,

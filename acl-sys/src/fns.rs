@@ -24,6 +24,7 @@
 //! | `aclFinalizeReference` | `aclFinalize` |
 //! | `aclmdlRICapture*`, `aclmdlRIExecuteAsync`, `aclmdlRIDestroy` | per-node launches (no graph capture) |
 //! | `aclnnFlashAttentionScore*` | fused Attention composed of other aclnn operators |
+//! | `aclnnRotaryPositionEmbedding*` | Rope composed of other aclnn operators |
 //! | everything else marked optional | the feature is reported as unavailable |
 
 #![allow(non_snake_case)]
@@ -589,6 +590,13 @@ api! {
     [OpApi] fn aclnnSWhere(
         workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
     ) -> aclnnStatus;
+    [OpApi] fn aclnnTriuGetWorkspaceSize(
+        self_: *const aclTensor, diagonal: i64, out: *mut aclTensor, workspaceSize: *mut u64,
+        executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnTriu(
+        workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
+    ) -> aclnnStatus;
     [OpApi] fn aclnnEqTensorGetWorkspaceSize(
         self_: *const aclTensor, other: *const aclTensor, out: *mut aclTensor, workspaceSize: *mut u64,
         executor: *mut *mut aclOpExecutor,
@@ -665,6 +673,17 @@ api! {
         attentionOutOut: *const aclTensor, workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
     ) -> aclnnStatus;
     [OpApi] fn aclnnFlashAttentionScore(
+        workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
+    ) -> aclnnStatus;
+    // RotaryPositionEmbedding: prototype from hicann/ops-transformer's operator docs
+    // (posembedding/rotary_position_embedding/docs/aclnnRotaryPositionEmbedding.md; the header is
+    // generated when the operator is built). Atlas A2/A3 (and inference) SoCs, not the 910
+    // family; optional, older toolkits may lack it. mode 0 = half, 1 = interleave.
+    [OpApi] fn aclnnRotaryPositionEmbeddingGetWorkspaceSize(
+        x: *const aclTensor, cos: *const aclTensor, sin: *const aclTensor, mode: i64, out: *mut aclTensor,
+        workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnRotaryPositionEmbedding(
         workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
     ) -> aclnnStatus;
     /// Prototype from hicann/ops-nn's operator docs (`aclnnRmsNorm.md`): that repository has
@@ -845,6 +864,8 @@ pub const OPTIONAL: &[&str] = &[
     "aclnnAddLayerNorm",
     "aclnnFlashAttentionScoreGetWorkspaceSize",
     "aclnnFlashAttentionScore",
+    "aclnnRotaryPositionEmbeddingGetWorkspaceSize",
+    "aclnnRotaryPositionEmbedding",
     "aclEmuGetRunCounters",
     "aclEmuResetRunCounters",
 ];

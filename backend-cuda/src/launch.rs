@@ -225,11 +225,10 @@ impl Device {
             | Op::Concat { .. }
             | Op::Slice { .. }
             | Op::Expand { .. } => self.nvrtc_data(args, ss),
-            // The kernel table declines Rope (no CUDA kernel yet).
-            Op::Rope { .. } => Err(bad("Rope has no CUDA kernel")),
             Op::KvCacheWrite | Op::PagedAttention { .. } => self.nvrtc_data(args, ss),
             Op::Silu => self.nvrtc_elementwise(tier, args, &ss.cu),
             Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::SwiGlu => self.nvrtc_rows(tier, args, &ss.cu),
+            Op::Rope { .. } => self.nvrtc_data(args, ss),
         }
     }
 
@@ -366,9 +365,9 @@ impl Device {
                     _ => self.per_row(st, tier, dt, Kern::Reduce, &p, p.n, BLOCK, 0, &ptrs),
                 }
             }
-            Op::Attention { scale, .. } => {
+            Op::Attention { scale, causal, .. } => {
                 let mask = ins.get(3).map(|m| (m.layout.dims(), m.dtype == DType::U8));
-                let p = plan::attention(dims(0), dims(1), dims(2), mask, *scale);
+                let p = plan::attention(dims(0), dims(1), dims(2), mask, *scale, *causal);
                 let ptrs = [a(0), a(1), a(2), a(3), o];
                 match tier {
                     Tier::HighPerformance => {
@@ -428,6 +427,13 @@ impl Device {
                 let p = plan::gather(dims(0), *axis, idx.layout.numel());
                 ss.check_error_word.store(true, Ordering::Release);
                 self.per_item(st, Tier::Reference, dt, Kern::Gather(idx.dtype), &p, &[a(0), a(1), o, self.error_word])
+            }
+            Op::Rope { interleaved, layout } => {
+                // Positions outside the tables set the error word, as Gather's indices.
+                let p = plan::rope(dims(0), dims(1)[0], *layout == runtime::AttentionLayout::Bsnd, *interleaved);
+                ss.check_error_word.store(true, Ordering::Release);
+                let ptrs = [a(0), a(1), a(2), a(3), o, self.error_word];
+                self.per_item(st, Tier::Reference, dt, Kern::Rope(ins[3].dtype), &p, &ptrs)
             }
             Op::Where => {
                 // The module of x's dtype; the condition is read as u8.

@@ -27,6 +27,7 @@ CLAIMABLE = {"Relu", "Tanh", "Exp", "Sqrt", "Erf", "Add", "Sub", "Mul", "Div", "
              "Transpose", "LayerNormalization", "Gelu", "Cast", "Reshape", "Identity", "Neg", "Sigmoid", "Pow",
              "Equal", "Gather", "Unsqueeze", "Squeeze", "Flatten", "Where", "Concat", "Slice", "Expand", "Split",
              "RMSNormalization",
+             "RotaryEmbedding", "Attention",
              # Folded on the host where a shape subgraph computes them.
              "Shape", "Range", "ConstantOfShape"}
 # Between npurt and ORT's CPU EP: f32 (the same formulas, other summation orders and libm),

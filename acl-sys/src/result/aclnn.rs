@@ -323,6 +323,13 @@ two_phase! {
     s_where_get_workspace_size, s_where => aclnnSWhereGetWorkspaceSize, aclnnSWhere(
         condition: *const aclTensor, self_: *const aclTensor, other: *const aclTensor, out: *mut aclTensor,
     );
+    rotary_position_embedding_get_workspace_size, rotary_position_embedding =>
+        aclnnRotaryPositionEmbeddingGetWorkspaceSize, aclnnRotaryPositionEmbedding(
+        x: *const aclTensor, cos: *const aclTensor, sin: *const aclTensor, mode: i64, out: *mut aclTensor,
+    );
+    triu_get_workspace_size, triu => aclnnTriuGetWorkspaceSize, aclnnTriu(
+        self_: *const aclTensor, diagonal: i64, out: *mut aclTensor,
+    );
     eq_tensor_get_workspace_size, eq_tensor => aclnnEqTensorGetWorkspaceSize, aclnnEqTensor(
         self_: *const aclTensor, other: *const aclTensor, out: *mut aclTensor,
     );

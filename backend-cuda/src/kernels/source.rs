@@ -38,6 +38,8 @@ pub enum Kern {
     RmsNorm,
     /// `silu(gate) * up`, gate and up the halves of x's last axis or two inputs.
     SwiGlu,
+    /// Rope with f32 tables and positions of the given dtype.
+    Rope(DType),
 }
 
 impl Kern {
@@ -61,6 +63,7 @@ impl Kern {
             Kern::Paged => "paged_attention".into(),
             Kern::RmsNorm => "rms_norm".into(),
             Kern::SwiGlu => "swiglu".into(),
+            Kern::Rope(i) => format!("rope_{}", i.name()),
         }
     }
 }
@@ -112,6 +115,8 @@ pub fn kernels(tier: Tier, dtype: DType) -> Vec<Kern> {
                     Kern::Paged,
                     Kern::RmsNorm,
                     Kern::SwiGlu,
+                    Kern::Rope(DType::I32),
+                    Kern::Rope(DType::I64),
                 ]);
             } else if int_arith {
                 v.push(Kern::Binary);
@@ -227,6 +232,12 @@ pub fn module_source(tier: Tier, dtype: DType) -> Option<String> {
             ),
             (Kern::SwiGlu, _) => {
                 format!("(P p, const {t}* x, const {t}* u, {t}* o) {{ k_swiglu_{tag}<{t}>(p, x, u, o); }}")
+            }
+            (Kern::Rope(i), _) => {
+                let it = ctype(i);
+                format!(
+                    "(P p, const {t}* x, const float* c, const float* s, const {it}* pos, {t}* o, int* err) {{ k_rope_ref<{t}, {it}>(p, x, c, s, pos, o, err); }}"
+                )
             }
             (Kern::Cast(to), _) => {
                 let ot = ctype(to);
@@ -604,17 +615,54 @@ template <class T> __device__ __forceinline__ double att_mask(const P& p, const 
     if (p.i[5] == 1) return ((const u8*)m)[off] != 0 ? s : s + NEG_INF_D;
     return s + Cv<T>::d(((const T*)m)[off]);
 }
+// The kv head (batch · H_kv + kv head) that head `bh` (batch · H + head) reads: i[7] holds
+// 2·G + causal, G query heads per kv head.
+__device__ __forceinline__ ll att_kv(const P& p, ll bh) {
+    ll h = p.i[6], g = p.i[7] >> 1;
+    return (bh / h) * (h / g) + (bh % h) / g;
+}
+// How many keys query row `i` sees: all, or causal (bottom-right) those j <= i + T - S.
+__device__ __forceinline__ ll att_keys(const P& p, ll i) {
+    ll Tn = p.i[2];
+    if (!(p.i[7] & 1)) return Tn;
+    ll n = i + Tn - p.i[1] + 1;
+    return n < 0 ? 0 : (n > Tn ? Tn : n);
+}
+// Rope, one output element per thread (f64 arithmetic, one rounding): the pair of feature
+// f of row r (its token's position from `pos`, checked against the P table rows: outside,
+// the error word is set and the element is 0).
+template <class T, class I> __device__ void k_rope_ref(const P& p, const T* x, const float* cs, const float* sn, const I* pos, T* o, int* err) {
+    ll t = gtid();
+    if (t >= p.n) return;
+    ll H = p.i[1], S = p.i[2], D = p.i[3], half = D / 2;
+    ll f = t % D, r = t / D;
+    ll tok = p.i[5] ? r / H : (r / (H * S)) * S + r % S;
+    ll ps = (ll)pos[tok];
+    if (ps < 0 || ps >= p.i[4]) {
+        if (err) atomicCAS(err, 0, 1);
+        o[t] = T();
+        return;
+    }
+    bool first;
+    ll i, a, b;
+    if (p.i[6]) { i = f / 2; first = (f % 2) == 0; a = r * D + 2 * i; b = a + 1; }
+    else { first = f < half; i = first ? f : f - half; a = r * D + i; b = a + half; }
+    double c = (double)cs[ps * half + i], s = (double)sn[ps * half + i];
+    double xa = Cv<T>::d(x[a]), xb = Cv<T>::d(x[b]);
+    o[t] = Cv<T>::od(first ? xa * c - xb * s : xb * c + xa * s);
+}
 // A row with a NaN or +inf score is NaN; a row of only -inf scores (all keys masked) is 0.
 template <class T> __device__ void k_attention_ref(const P& p, const T* q, const T* k, const T* v, const void* mk, T* o) {
     ll t = gtid();
     if (t >= p.n) return;
     ll S = p.i[1], Tn = p.i[2], D = p.i[3], Dv = p.i[4];
     ll c = t % Dv, rest = t / Dv, i = rest % S, bh = rest / S;
+    ll kv = att_kv(p, bh), lim = att_keys(p, i);
     const T* qr = q + (bh * S + i) * D;
     double mx = NEG_INF_D;
     bool nan = false;
-    for (ll j = 0; j < Tn; ++j) {
-        const T* kr = k + (bh * Tn + j) * D;
+    for (ll j = 0; j < lim; ++j) {
+        const T* kr = k + (kv * Tn + j) * D;
         double s = 0.0;
         for (ll d = 0; d < D; ++d) s += Cv<T>::d(qr[d]) * Cv<T>::d(kr[d]);
         s = att_mask<T>(p, mk, bh, i, j, s * p.f[0]);
@@ -624,14 +672,14 @@ template <class T> __device__ void k_attention_ref(const P& p, const T* q, const
     if (nan || mx == INF_D) { o[t] = Cv<T>::od(NAN_D); return; }
     if (mx == NEG_INF_D) { o[t] = Cv<T>::od(0.0); return; }
     double sum = 0.0, acc = 0.0;
-    for (ll j = 0; j < Tn; ++j) {
-        const T* kr = k + (bh * Tn + j) * D;
+    for (ll j = 0; j < lim; ++j) {
+        const T* kr = k + (kv * Tn + j) * D;
         double s = 0.0;
         for (ll d = 0; d < D; ++d) s += Cv<T>::d(qr[d]) * Cv<T>::d(kr[d]);
         s = att_mask<T>(p, mk, bh, i, j, s * p.f[0]);
         double e = exp(s - mx);
         sum += e;
-        acc += e * Cv<T>::d(v[(bh * Tn + j) * Dv + c]);
+        acc += e * Cv<T>::d(v[(kv * Tn + j) * Dv + c]);
     }
     o[t] = Cv<T>::od(acc / sum);
 }
@@ -996,11 +1044,13 @@ template <class T> __device__ void k_attention_fast(const P& p, const T* q, cons
     float* sc = smem + D;
     for (ll row = blockIdx.x; row < p.i[0] * S; row += gridDim.x) {
         ll bh = row / S, i = row % S;
+        // The kv head it reads and the keys it sees: the others are never read.
+        ll kv = att_kv(p, bh), lim = att_keys(p, i);
         for (ll d = threadIdx.x; d < D; d += blockDim.x) qs[d] = Cv<T>::f(q[row * D + d]);
         __syncthreads();
         float mx = NEG_INF_F, nan = 0.f;
-        for (ll j = threadIdx.x; j < Tn; j += blockDim.x) {
-            const T* kr = k + (bh * Tn + j) * D;
+        for (ll j = threadIdx.x; j < lim; j += blockDim.x) {
+            const T* kr = k + (kv * Tn + j) * D;
             float s = 0.f;
             for (ll d = 0; d < D; ++d) s = fmaf(qs[d], Cv<T>::f(kr[d]), s);
             float sv = (float)att_mask<T>(p, mk, bh, i, j, (double)(s * (float)p.f[0]));
@@ -1014,7 +1064,7 @@ template <class T> __device__ void k_attention_fast(const P& p, const T* q, cons
         bool bad = nan > 0.f || mx == INF_F, masked = !bad && mx == NEG_INF_F;
         float sum = 0.f;
         if (!bad && !masked) {
-            for (ll j = threadIdx.x; j < Tn; j += blockDim.x) {
+            for (ll j = threadIdx.x; j < lim; j += blockDim.x) {
                 float e = expf(sc[j] - mx);
                 sc[j] = e;
                 sum += e;
@@ -1024,7 +1074,7 @@ template <class T> __device__ void k_attention_fast(const P& p, const T* q, cons
         for (ll c = threadIdx.x; c < Dv; c += blockDim.x) {
             float acc = 0.f;
             if (!bad && !masked)
-                for (ll j = 0; j < Tn; ++j) acc = fmaf(sc[j], Cv<T>::f(v[(bh * Tn + j) * Dv + c]), acc);
+                for (ll j = 0; j < lim; ++j) acc = fmaf(sc[j], Cv<T>::f(v[(kv * Tn + j) * Dv + c]), acc);
             o[row * Dv + c] = Cv<T>::of(bad ? NAN_F : (masked ? 0.f : acc / sum));
         }
         __syncthreads();

@@ -28,13 +28,14 @@ use crate::graph::{Attr, NodeInfo, ValueMeta};
 
 mod base;
 mod data;
+mod decoder;
 pub mod fold;
 mod shape;
 pub mod walk;
 
 /// The ONNX ops claimed: the spelling, the npurt kind the op-name table maps it to, and the
 /// first opset version with the semantics npurt implements.
-pub const CLAIMED: [(&str, OpKind, i32); 28] = [
+pub const CLAIMED: [(&str, OpKind, i32); 30] = [
     ("Relu", OpKind::Relu, 6),
     ("Add", OpKind::Add, 7),
     ("Sub", OpKind::Sub, 7),
@@ -74,6 +75,10 @@ pub const CLAIMED: [(&str, OpKind, i32); 28] = [
     ("Expand", OpKind::Expand, 8),
     // New in opset 23; the last axis, f32 statistics.
     ("RMSNormalization", OpKind::RmsNorm, 23),
+    // 4-D X with position_ids, the whole head rotated (`decoder::rotary`).
+    ("RotaryEmbedding", OpKind::Rope, 23),
+    // 4-D, no mask and no past; is_causal with as many queries as keys (`decoder::attention`).
+    ("Attention", OpKind::Attention, 23),
 ];
 
 /// ONNX's `Split`, which npurt's op-name table does not name, runs as one npurt Slice per
@@ -192,6 +197,8 @@ fn op_for(kind: OpKind, node: &NodeInfo, first: Option<&TensorMeta>) -> Result<O
         }
         OpKind::LayerNorm => layer_norm(node, &a, first)?,
         OpKind::RmsNorm => rms_norm(&a, first)?,
+        OpKind::Rope => decoder::rotary(node, &a, first)?,
+        OpKind::Attention => decoder::attention(node, &a, first)?,
         OpKind::Concat => data::concat(&a)?,
         OpKind::Slice => data::slice(node, &a)?,
         OpKind::Expand => data::expand(node, &a)?,
@@ -473,9 +480,12 @@ fn check_dtypes(kind: OpKind, operands: &[&ValueMeta], inputs: &[TensorMeta]) ->
         _ => &FLOATS,
     };
     for (k, (v, m)) in operands.iter().zip(inputs).enumerate() {
-        // Gather moves whole elements of its data, of any dtype, by i32 or i64 indices.
+        // Gather moves whole elements of its data, of any dtype, by i32 or i64 indices;
+        // Rope's fourth operand is its positions.
         let ok = if kind == OpKind::Gather {
             k == 0 || matches!(m.dtype, DType::I32 | DType::I64)
+        } else if kind == OpKind::Rope && k == 3 {
+            matches!(m.dtype, DType::I32 | DType::I64)
         } else {
             allowed.contains(&m.dtype)
         };
