@@ -11,17 +11,11 @@ use runtime::{
 };
 use std::sync::Arc;
 
+mod case;
 mod extreme;
+pub use case::Case;
+use case::fixed;
 pub use extreme::extreme_cases;
-
-/// One case: an op and its host inputs (dtype, shape, values as f64).
-#[derive(Clone, Debug)]
-pub struct Case {
-    pub op: Op,
-    pub inputs: Vec<(DType, Vec<usize>, Vec<f64>)>,
-    /// Longest accumulation in the op (matmul K, softmax axis, norm width), for tolerances.
-    pub accumulation: usize,
-}
 
 /// A disagreement between a tier and the reference.
 #[derive(Clone, Debug)]
@@ -397,13 +391,6 @@ fn data_movement(out: &mut Vec<Case>, f: DType, rng: &mut Rng) {
             });
         }
     }
-}
-
-const INF: f64 = f64::INFINITY;
-const NAN: f64 = f64::NAN;
-
-fn fixed(op: Op, inputs: Vec<(DType, Vec<usize>, Vec<f64>)>, accumulation: usize) -> Case {
-    Case { op, inputs, accumulation }
 }
 
 /// Cases every tier must refuse with an error (never a panic, never a result): Gather

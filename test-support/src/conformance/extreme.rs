@@ -2,7 +2,8 @@
 //! docs/OPS.md states for ±inf, NaN, signed zeros, magnitudes near a dtype's limits, fully
 //! masked attention rows, integer overflow and out-of-range casts.
 
-use super::*;
+use super::case::{Case, INF, NAN, fixed};
+use runtime::{AttentionLayout, DType, GeluApprox, Op};
 
 /// Fixed cases on extreme values for `dtype` (see docs/OPS.md for the answers every tier
 /// must give): ±inf, NaN, signed zeros, magnitudes near the dtype's limits, exp's overflow
