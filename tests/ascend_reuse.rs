@@ -18,6 +18,7 @@ use runtime::graph::{CompileOptions, CompiledGraph, ScheduleStrategy};
 const PHASE1: &[&str] = &[
     "aclnnAddGetWorkspaceSize",
     "aclnnAddLayerNormGetWorkspaceSize",
+    "aclnnAddRmsNormGetWorkspaceSize",
     "aclnnAddmmGetWorkspaceSize",
     "aclnnAddsGetWorkspaceSize",
     "aclnnAmaxGetWorkspaceSize",
@@ -48,6 +49,7 @@ const PHASE1: &[&str] = &[
     "aclnnPowTensorTensorGetWorkspaceSize",
     "aclnnReduceSumGetWorkspaceSize",
     "aclnnReluGetWorkspaceSize",
+    "aclnnRotaryPositionEmbeddingGetWorkspaceSize",
     "aclnnRmsNormGetWorkspaceSize",
     "aclnnRsqrtGetWorkspaceSize",
     "aclnnSWhereGetWorkspaceSize",
@@ -57,7 +59,9 @@ const PHASE1: &[&str] = &[
     "aclnnSoftmaxGetWorkspaceSize",
     "aclnnSqrtGetWorkspaceSize",
     "aclnnSubGetWorkspaceSize",
+    "aclnnSwiGluGetWorkspaceSize",
     "aclnnTanhGetWorkspaceSize",
+    "aclnnTriuGetWorkspaceSize",
 ];
 
 /// Phase-1 calls, phase-2 calls (the same names without `GetWorkspaceSize`) and address

@@ -513,9 +513,9 @@ fn paged_decode_graph() -> Graph {
     g
 }
 
-/// The decode-like graph, run twice (new slots and lengths each step) on every schedule,
-/// frozen or node by node: the attention before the write sees the caches as they came
-/// in, the one after sees the step's rows, and the caller's caches hold both steps' rows.
+// The decode-like graph, run twice (new slots and lengths each step) on every schedule,
+// frozen or node by node: the attention before the write sees the caches as they came
+// in, the one after sees the step's rows, and the caller's caches hold both steps' rows.
 on_every_backend!(paged_decode_graph_updates_the_caches_in_place, |b| {
     let rt = common::runtime(&b);
     let g = paged_decode_graph();

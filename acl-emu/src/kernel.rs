@@ -1,7 +1,7 @@
 //! What an aclnn executor computes ([`Kernel`]): a runtime op (through
 //! [`crate::compute`]), or one of the aclnn operators the runtime has no op for —
-//! aclnnAmax, aclnnEqScalar, aclnnInplaceMaskedFillScalar, aclnnFlashAttentionScore —
-//! computed here.
+//! aclnnAmax, aclnnEqScalar, aclnnInplaceMaskedFillScalar, aclnnTriu, aclnnFlashAttentionScore,
+//! aclnnRmsNorm and aclnnAddRmsNorm (with their rstd output) — computed here.
 
 use runtime::reference::operands::{
     broadcast_strides, gather_offsets, load_f64, load_i64, numel, store_f64, store_i64,
@@ -32,6 +32,17 @@ pub enum Kernel {
     MaskedFill {
         value: f64,
     },
+    /// aclnnTriu: over the last two dims (row `i`, column `j`), the elements with
+    /// `j - i >= diagonal` kept, the others 0; whole elements are moved.
+    Triu {
+        diagonal: i64,
+    },
+    /// aclnnRotaryPositionEmbedding: `x · cos + rotate(x) · sin` with cos and sin (x's
+    /// last dim) broadcast to x; `mode` 0 pairs `d` with `d ± D/2`, 1 pairs `2i` with
+    /// `2i + 1`. Inputs `[x, cos, sin]`.
+    Rotary {
+        mode: i64,
+    },
     /// aclnnFlashAttentionScore, layout BNSD: `softmax(scale * (pse + q·kᵀ)) · v` per
     /// query head (key/value head `h / (heads / kv_heads)`). Inputs `[q, k, v]` or
     /// `[q, k, v, pse]` (pse `[1 or B, heads, 1 or S, T]`); outputs softmaxMax and
@@ -41,6 +52,16 @@ pub enum Kernel {
         scale: f64,
         heads: usize,
         kv_heads: usize,
+        /// sparseMode 3 (rightDownCausal): query `i` sees keys `j <= i + T - S`; the scores
+        /// of the others are replaced by -inf.
+        causal: bool,
+    },
+    /// aclnnRmsNorm (inputs `[x, gamma]`, outputs `[y, rstd]`) and aclnnAddRmsNorm (inputs
+    /// `[x1, x2, gamma]`, outputs `[y, rstd, xOut]`, xOut the sum rounded to x's dtype and
+    /// y its norm): the runtime's reference RmsNorm over the last axis (gamma `[D]`, of x's
+    /// dtype or FLOAT), rstd FLOAT `[.., 1]` (x's dims with the last one 1).
+    RmsNorm {
+        eps: f64,
     },
 }
 
@@ -86,10 +107,31 @@ fn infer(k: &Kernel, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>, String> {
             Ok(vec![TensorMeta::new(x.dtype, dims)])
         }
         (Kernel::EqScalar { out, .. }, [x]) => Ok(vec![TensorMeta::new(*out, x.shape.clone())]),
+        (Kernel::Triu { .. }, [x]) if x.shape.rank() >= 2 => Ok(vec![x.clone()]),
+        (Kernel::Rotary { .. }, [x, _, _]) => Ok(vec![x.clone()]),
         (Kernel::MaskedFill { .. }, [s, m]) => match Shape::broadcast(&s.shape, &m.shape) {
             Some(b) if b == s.shape => Ok(vec![s.clone()]),
             _ => Err(format!("mask {:?} does not broadcast to selfRef {:?}", m.shape.dims(), s.shape.dims())),
         },
+        (Kernel::RmsNorm { .. }, [x, .., g]) if inputs.len() <= 3 => {
+            let d = *x.shape.dims().last().unwrap_or(&0);
+            let add = inputs.len() == 3;
+            if g.shape.dims() != [d] || !(g.dtype == x.dtype || g.dtype == DType::F32) || !x.dtype.is_float() {
+                return Err(format!("x {x} and gamma {g}: gamma must be [{d}] of x's dtype or FLOAT (emulated form)"));
+            }
+            if add && inputs[1] != *x {
+                return Err(format!("x1 {x} and x2 {} differ", inputs[1]));
+            }
+            let mut rd = x.shape.dims().to_vec();
+            if let Some(l) = rd.last_mut() {
+                *l = 1;
+            }
+            let mut outs = vec![x.clone(), TensorMeta::new(DType::F32, rd)];
+            if add {
+                outs.push(x.clone());
+            }
+            Ok(outs)
+        }
         (Kernel::FlashAttention { .. }, []) => Ok(Vec::new()),
         (Kernel::FlashAttention { heads, kv_heads, .. }, [q, k, v, ..]) if inputs.len() <= 4 => {
             let (qd, kd, vd) = (q.shape.dims(), k.shape.dims(), v.shape.dims());
@@ -123,8 +165,11 @@ pub const FA_STAT_WIDTH: usize = 8;
 
 /// Computes a non-`Op` kernel on contiguous inputs into contiguous outputs.
 fn run_other(k: &Kernel, ins: &[In], outs: &mut [Out]) -> KernelResult {
-    if let Kernel::FlashAttention { scale, heads, kv_heads } = k {
-        return flash_attention(*scale, *heads, *kv_heads, ins, outs);
+    if let Kernel::FlashAttention { scale, heads, kv_heads, causal } = k {
+        return flash_attention(*scale, (*heads, *kv_heads), *causal, ins, outs);
+    }
+    if let Kernel::RmsNorm { eps } = k {
+        return rms_norm(*eps, ins, outs);
     }
     let n_outs = outs.len();
     let ([x, rest @ ..], [o]) = (ins, outs) else {
@@ -141,6 +186,38 @@ fn run_other(k: &Kernel, ins: &[In], outs: &mut [Out]) -> KernelResult {
                 load_i64(x)?.into_iter().map(|a| f64::from(u8::from(Some(a) == iv))).collect()
             };
             store_f64(o, &eq)
+        }
+        (Kernel::Triu { diagonal }, []) => {
+            let (es, r) = (x.dtype.size(), x.dims.len());
+            let (rows, cols) = (x.dims[r - 2], x.dims[r - 1]);
+            for (e, (src, dst)) in x.bytes.chunks(es).zip(o.bytes.chunks_mut(es)).take(x.numel()).enumerate() {
+                let (i, j) = ((e / cols.max(1)) % rows.max(1), e % cols.max(1));
+                let keep = j as i64 - i as i64 >= *diagonal;
+                if keep { dst.copy_from_slice(src) } else { dst.fill(0) }
+            }
+            Ok(())
+        }
+        (Kernel::Rotary { mode }, [c, s]) => {
+            let (xv, cv, sv) = (load_f64(x)?, load_f64(c)?, load_f64(s)?);
+            let (co, so) = (
+                gather_offsets(x.dims, &broadcast_strides(c.dims, x.dims)),
+                gather_offsets(x.dims, &broadcast_strides(s.dims, x.dims)),
+            );
+            let d = *x.dims.last().unwrap_or(&1);
+            let half = d / 2;
+            let y: Vec<f64> = (0..xv.len())
+                .map(|e| {
+                    let (row, f) = (e - e % d.max(1), e % d.max(1));
+                    let rot = match (*mode, f < half, f % 2 == 0) {
+                        (0, true, _) => -xv[row + f + half],
+                        (0, false, _) => xv[row + f - half],
+                        (_, _, true) => -xv[e + 1],
+                        (_, _, false) => xv[e - 1],
+                    };
+                    xv[e] * cv[co[e]] + rot * sv[so[e]]
+                })
+                .collect();
+            store_f64(o, &y)
         }
         (Kernel::MaskedFill { value }, [m]) => {
             let es = x.dtype.size();
@@ -190,7 +267,13 @@ fn amax(x: &In, axes: &[usize], o: &mut Out) -> KernelResult {
 /// makes the row NaN, and so does a row whose scores are all -inf (0 / 0): the docs do not
 /// say what the hardware's kernel writes for such a fully masked row (innerPrecise 2 only
 /// "computes invalid rows" to avoid a loss of precision), so callers must not rely on it.
-fn flash_attention(scale: f64, heads: usize, kv_heads: usize, ins: &[In], outs: &mut [Out]) -> KernelResult {
+fn flash_attention(
+    scale: f64,
+    (heads, kv_heads): (usize, usize),
+    causal: bool,
+    ins: &[In],
+    outs: &mut [Out],
+) -> KernelResult {
     let ([q, k, v, pse @ ..], [mx, sm, o]) = (ins, outs) else {
         return if ins.is_empty() { Ok(()) } else { Err(KernelError::Internal("flash attention operands".into())) };
     };
@@ -219,7 +302,9 @@ fn flash_attention(scale: f64, heads: usize, kv_heads: usize, ins: &[In], outs: 
                         let (pb_i, ps_i) = (if *pb == 1 { 0 } else { bi }, if *ps == 1 { 0 } else { i });
                         p[((pb_i * heads + h) * ps + ps_i) * t + j]
                     });
-                    *x = scale * (bias + dot);
+                    // rightDownCausal replaces the scores past the row's last key.
+                    let past = causal && j as i64 > i as i64 + t as i64 - s as i64;
+                    *x = if past { f64::NEG_INFINITY } else { scale * (bias + dot) };
                 }
                 let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                 let mut sum = 0.0;
@@ -239,6 +324,34 @@ fn flash_attention(scale: f64, heads: usize, kv_heads: usize, ins: &[In], outs: 
     store_f64(mx, &maxes)?;
     store_f64(sm, &sums)?;
     store_f64(o, &out)
+}
+
+/// aclnnRmsNorm / aclnnAddRmsNorm: y by the runtime's reference RmsNorm (of the sum
+/// rounded to the dtype, which xOut holds), rstd `1 / sqrt(mean(x²) + eps)` per row.
+fn rms_norm(eps: f64, ins: &[In], outs: &mut [Out]) -> KernelResult {
+    let (x, g) = match (ins, &mut *outs) {
+        ([x, g], [_, _]) => (load_f64(x)?, load_f64(g)?),
+        ([a, b, g], [_, _, sum]) => {
+            let dt = sum.dtype;
+            let v: Vec<f64> = load_f64(a)?
+                .iter()
+                .zip(load_f64(b)?)
+                .map(|(p, q)| runtime::reference::norm::round_to(dt, p + q))
+                .collect();
+            store_f64(sum, &v)?;
+            (v, load_f64(g)?)
+        }
+        _ => return Err(KernelError::Internal(format!("RmsNorm: {} inputs, {} outputs", ins.len(), outs.len()))),
+    };
+    let d = g.len();
+    let y = runtime::reference::norm::rms_rows(&x, d, Some(&g), eps);
+    let rstd: Vec<f64> = if d == 0 {
+        Vec::new()
+    } else {
+        x.chunks(d).map(|r| 1.0 / (r.iter().map(|v| v * v).sum::<f64>() / d as f64 + eps).sqrt()).collect()
+    };
+    store_f64(&mut outs[0], &y)?;
+    store_f64(&mut outs[1], &rstd)
 }
 
 /// One element of `dt` holding `v` (a bool holds `v != 0`).

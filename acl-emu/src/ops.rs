@@ -178,12 +178,19 @@ fn modelled_cost(t: &Tables, ex: &Executor) -> crate::model::Cost {
         Kernel::Op(op) => t.soc.kernel(op, &ins, &outs, ex.fp16_compute),
         // Cube work with the FLOPs and bytes of a fused Attention producing the attention
         // result (the softmax statistics add 64 bytes a row).
-        Kernel::FlashAttention { .. } => t.soc.kernel(
-            &Op::Attention { scale: None, layout: Default::default(), causal: false },
+        Kernel::FlashAttention { causal, .. } => t.soc.kernel(
+            &Op::Attention { scale: None, layout: Default::default(), causal: *causal },
             &ins,
             outs.last().map(std::slice::from_ref).unwrap_or(&[]),
             false,
         ),
+        // Vector work with the FLOPs and bytes of the runtime's RmsNorm / AddRmsNorm (the
+        // rstd output adds 4 bytes a row).
+        Kernel::RmsNorm { eps } => {
+            let op =
+                if ins.len() == 3 { Op::AddRmsNorm { eps: *eps as f32 } } else { Op::RmsNorm { eps: *eps as f32 } };
+            t.soc.kernel(&op, &ins, &outs, false)
+        }
         // Reductions, comparisons and fills: memory-bound Vector work, costed as a copy of
         // their operands.
         _ => t.soc.kernel(&Op::Copy, &ins, &outs, false),

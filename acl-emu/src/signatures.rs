@@ -3,7 +3,7 @@
 
 use crate::aclnn::{
     attention::*, basics::*, copy::*, elementwise::*, executor::*, gather::*, masking::*, matmul::*, movement::*,
-    norm::*, reduce::*,
+    norm::*, reduce::*, rotary::*,
 };
 use crate::control::{aclEmuGetRunCounters, aclEmuResetRunCounters};
 use crate::rt::{capture::*, context::*, device::*, event::*, init::*, memory::*, stream::*};
@@ -143,8 +143,20 @@ const _: () = {
         aclnnEqScalar,
         aclnnInplaceMaskedFillScalarGetWorkspaceSize,
         aclnnInplaceMaskedFillScalar,
+        aclnnTriuGetWorkspaceSize,
+        aclnnTriu,
+        aclnnRotaryPositionEmbeddingGetWorkspaceSize,
+        aclnnRotaryPositionEmbedding,
         aclnnFlashAttentionScoreGetWorkspaceSize,
         aclnnFlashAttentionScore,
+        aclnnSiluGetWorkspaceSize,
+        aclnnSilu,
+        aclnnSwiGluGetWorkspaceSize,
+        aclnnSwiGlu,
+        aclnnRmsNormGetWorkspaceSize,
+        aclnnRmsNorm,
+        aclnnAddRmsNormGetWorkspaceSize,
+        aclnnAddRmsNorm,
     );
 };
 

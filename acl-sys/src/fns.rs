@@ -24,6 +24,7 @@
 //! | `aclFinalizeReference` | `aclFinalize` |
 //! | `aclmdlRICapture*`, `aclmdlRIExecuteAsync`, `aclmdlRIDestroy` | per-node launches (no graph capture) |
 //! | `aclnnFlashAttentionScore*` | fused Attention composed of other aclnn operators |
+//! | `aclnnRotaryPositionEmbedding*` | Rope composed of other aclnn operators |
 //! | everything else marked optional | the feature is reported as unavailable |
 
 #![allow(non_snake_case)]
@@ -589,6 +590,13 @@ api! {
     [OpApi] fn aclnnSWhere(
         workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
     ) -> aclnnStatus;
+    [OpApi] fn aclnnTriuGetWorkspaceSize(
+        self_: *const aclTensor, diagonal: i64, out: *mut aclTensor, workspaceSize: *mut u64,
+        executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnTriu(
+        workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
+    ) -> aclnnStatus;
     [OpApi] fn aclnnEqTensorGetWorkspaceSize(
         self_: *const aclTensor, other: *const aclTensor, out: *mut aclTensor, workspaceSize: *mut u64,
         executor: *mut *mut aclOpExecutor,
@@ -667,6 +675,17 @@ api! {
     [OpApi] fn aclnnFlashAttentionScore(
         workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
     ) -> aclnnStatus;
+    // RotaryPositionEmbedding: prototype from hicann/ops-transformer's operator docs
+    // (posembedding/rotary_position_embedding/docs/aclnnRotaryPositionEmbedding.md; the header is
+    // generated when the operator is built). Atlas A2/A3 (and inference) SoCs, not the 910
+    // family; optional, older toolkits may lack it. mode 0 = half, 1 = interleave.
+    [OpApi] fn aclnnRotaryPositionEmbeddingGetWorkspaceSize(
+        x: *const aclTensor, cos: *const aclTensor, sin: *const aclTensor, mode: i64, out: *mut aclTensor,
+        workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnRotaryPositionEmbedding(
+        workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
+    ) -> aclnnStatus;
     /// Prototype from hicann/ops-nn's operator docs (`aclnnRmsNorm.md`): that repository has
     /// no header for it (it is generated when the operator is built).
     [OpApi] fn aclnnRmsNormGetWorkspaceSize(
@@ -674,6 +693,25 @@ api! {
         workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
     ) -> aclnnStatus;
     [OpApi] fn aclnnRmsNorm(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+        -> aclnnStatus;
+    /// Prototype from hicann/ops-nn's operator docs (`aclnnAddRmsNorm.md`; the header is
+    /// generated when the operator is built, `aclnnop/aclnn_add_rms_norm.h`). Atlas A2/A3
+    /// (and inference) SoCs; no kernel for the 910 family. `rstdOut` is FLOAT.
+    [OpApi] fn aclnnAddRmsNormGetWorkspaceSize(
+        x1: *const aclTensor, x2: *const aclTensor, gamma: *const aclTensor, epsilon: f64, yOut: *const aclTensor,
+        rstdOut: *const aclTensor, xOut: *const aclTensor, workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnAddRmsNorm(
+        workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
+    ) -> aclnnStatus;
+    /// Prototype from hicann/ops-nn's operator docs (`aclnnSwiGlu.md`; the header is
+    /// generated when the operator is built, `aclnnop/aclnn_swi_glu.h`): `silu(A) * B` with
+    /// A and B the first and second halves of x along `dim`. Atlas A2/A3 SoCs.
+    [OpApi] fn aclnnSwiGluGetWorkspaceSize(
+        x: *const aclTensor, dim: i64, out: *const aclTensor, workspaceSize: *mut u64,
+        executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnSwiGlu(workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
         -> aclnnStatus;
     /// Prototype from hicann/ops-nn's operator docs (`aclnnAddLayerNorm.md`): that repository
     /// has no header for it (it is generated when the operator is built).
@@ -818,10 +856,16 @@ pub const OPTIONAL: &[&str] = &[
     "aclnnFinalize",
     "aclnnRmsNormGetWorkspaceSize",
     "aclnnRmsNorm",
+    "aclnnAddRmsNormGetWorkspaceSize",
+    "aclnnAddRmsNorm",
+    "aclnnSwiGluGetWorkspaceSize",
+    "aclnnSwiGlu",
     "aclnnAddLayerNormGetWorkspaceSize",
     "aclnnAddLayerNorm",
     "aclnnFlashAttentionScoreGetWorkspaceSize",
     "aclnnFlashAttentionScore",
+    "aclnnRotaryPositionEmbeddingGetWorkspaceSize",
+    "aclnnRotaryPositionEmbedding",
     "aclEmuGetRunCounters",
     "aclEmuResetRunCounters",
 ];

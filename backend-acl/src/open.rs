@@ -33,7 +33,9 @@ impl AclBackend {
         }
         let flash =
             b.api.aclnnFlashAttentionScoreGetWorkspaceSize().is_ok() && b.api.aclnnFlashAttentionScore().is_ok();
-        b.table = Table::build(b.soc(), &cfg, flash);
+        let rope = b.api.aclnnRotaryPositionEmbeddingGetWorkspaceSize().is_ok()
+            && b.api.aclnnRotaryPositionEmbedding().is_ok();
+        b.table = Table::build(b.soc(), &cfg, flash, rope);
         log::info!(
             "acl: {} device(s), SoC {}, libraries from {} ({})",
             b.devs.len(),

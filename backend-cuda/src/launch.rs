@@ -225,12 +225,10 @@ impl Device {
             | Op::Concat { .. }
             | Op::Slice { .. }
             | Op::Expand { .. } => self.nvrtc_data(args, ss),
-            Op::Silu | Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::SwiGlu => {
-                Err(bad(format!("{}: no CUDA kernel", args.op.name())))
-            }
-            // The kernel table declines Rope (no CUDA kernel yet).
-            Op::Rope { .. } => Err(bad("Rope has no CUDA kernel")),
             Op::KvCacheWrite | Op::PagedAttention { .. } => self.nvrtc_data(args, ss),
+            Op::Silu => self.nvrtc_elementwise(tier, args, &ss.cu),
+            Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::SwiGlu => self.nvrtc_rows(tier, args, &ss.cu),
+            Op::Rope { .. } => self.nvrtc_data(args, ss),
         }
     }
 
@@ -297,6 +295,7 @@ impl Device {
             | Op::Sqrt
             | Op::Neg
             | Op::Sigmoid
+            | Op::Silu
             | Op::Scale { .. } => {
                 let mut p = plan::unary(op, out.layout.numel()).map_err(bad)?;
                 let ptrs = [a(0), o];
@@ -366,9 +365,9 @@ impl Device {
                     _ => self.per_row(st, tier, dt, Kern::Reduce, &p, p.n, BLOCK, 0, &ptrs),
                 }
             }
-            Op::Attention { scale, .. } => {
+            Op::Attention { scale, causal, .. } => {
                 let mask = ins.get(3).map(|m| (m.layout.dims(), m.dtype == DType::U8));
-                let p = plan::attention(dims(0), dims(1), dims(2), mask, *scale);
+                let p = plan::attention(dims(0), dims(1), dims(2), mask, *scale, *causal);
                 let ptrs = [a(0), a(1), a(2), a(3), o];
                 match tier {
                     Tier::HighPerformance => {
@@ -377,6 +376,28 @@ impl Device {
                         self.per_row(st, tier, dt, Kern::Attention, &p, p.i[0] * p.i[1], 128, smem, &ptrs)
                     }
                     _ => self.per_item(st, tier, dt, Kern::Attention, &p, &ptrs),
+                }
+            }
+            Op::RmsNorm { eps } | Op::AddRmsNorm { eps } => {
+                let res = matches!(op, Op::AddRmsNorm { .. });
+                // The weight: AddRmsNorm's third input, RmsNorm's optional second.
+                let (w, weighted) = if res { (a(2), true) } else { (a(1), ins.len() == 2) };
+                let p = plan::rms_norm(dims(0), *eps, res, weighted);
+                let sum = args.outputs.get(1).map_or(0, addr);
+                let ptrs = [a(0), if res { a(1) } else { 0 }, w, o, sum];
+                match tier {
+                    Tier::Reference => self.per_item(st, tier, dt, Kern::RmsNorm, &p, &ptrs),
+                    Tier::Generic => self.per_row(st, tier, dt, Kern::RmsNorm, &p, p.n, BLOCK, 0, &ptrs),
+                    Tier::HighPerformance => self.per_warp(st, tier, dt, Kern::RmsNorm, &p, p.n, &ptrs),
+                }
+            }
+            Op::SwiGlu => {
+                let n = ops.out.layout.numel();
+                let p = plan::swiglu(n, ops.od.last().copied().unwrap_or(1), ins.len() == 2);
+                let ptrs = [a(0), a(1), o];
+                match tier {
+                    Tier::Reference => self.per_item(st, tier, dt, Kern::SwiGlu, &p, &ptrs),
+                    _ => self.strided(st, tier, dt, Kern::SwiGlu, &p, p.n, &ptrs),
                 }
             }
             _ => Err(bad("not an op of this kernel family")),
@@ -406,6 +427,13 @@ impl Device {
                 let p = plan::gather(dims(0), *axis, idx.layout.numel());
                 ss.check_error_word.store(true, Ordering::Release);
                 self.per_item(st, Tier::Reference, dt, Kern::Gather(idx.dtype), &p, &[a(0), a(1), o, self.error_word])
+            }
+            Op::Rope { interleaved, layout } => {
+                // Positions outside the tables set the error word, as Gather's indices.
+                let p = plan::rope(dims(0), dims(1)[0], *layout == runtime::AttentionLayout::Bsnd, *interleaved);
+                ss.check_error_word.store(true, Ordering::Release);
+                let ptrs = [a(0), a(1), a(2), a(3), o, self.error_word];
+                self.per_item(st, Tier::Reference, dt, Kern::Rope(ins[3].dtype), &p, &ptrs)
             }
             Op::Where => {
                 // The module of x's dtype; the condition is read as u8.

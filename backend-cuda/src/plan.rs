@@ -36,6 +36,7 @@ pub fn unary_code(op: &Op) -> Option<(i64, f64)> {
         Op::Scale { factor } => (7, *factor as f64),
         Op::Neg => (8, 1.0),
         Op::Sigmoid => (9, 1.0),
+        Op::Silu => (10, 1.0),
         _ => return None,
     })
 }
@@ -210,6 +211,23 @@ pub fn layer_norm(dims: &[usize], eps: f32, residual: bool) -> KParams {
     p.i[1] = width as i64;
     p.i[3] = residual as i64;
     p.f[0] = eps as f64;
+    p
+}
+
+/// (Add)RmsNorm over the last axis of `dims`: `n` = rows, `i = [rows, width, _, residual,
+/// weight]`, `f[0]` = eps.
+pub fn rms_norm(dims: &[usize], eps: f32, residual: bool, weight: bool) -> KParams {
+    let mut p = layer_norm(dims, eps, residual);
+    p.i[4] = weight as i64;
+    p
+}
+
+/// SwiGlu of an output of `n` elements whose last axis is `half` long: `i = [_, half,
+/// two inputs]`.
+pub fn swiglu(n: usize, half: usize, two: bool) -> KParams {
+    let mut p = KParams { n: n as i64, ..Default::default() };
+    p.i[1] = half.max(1) as i64;
+    p.i[2] = two as i64;
     p
 }
 
@@ -410,13 +428,23 @@ impl MatmulPlan {
     }
 }
 
-/// Attention: `i = [B*H, S, T, D, Dv, mask mode, H]`, mask strides over `[B, H, S, T]` in
-/// `sc`, `f[0]` = scale. Mask mode: 0 none, 1 u8 keep-mask, 2 additive (q's dtype).
-pub fn attention(q: &[usize], k: &[usize], v: &[usize], mask: Option<(&[usize], bool)>, scale: Option<f32>) -> KParams {
+/// Attention: `i = [B*H, S, T, D, Dv, mask mode, H, 2·G + causal]`, mask strides over
+/// `[B, H, S, T]` in `sc`, `f[0]` = scale. Mask mode: 0 none, 1 u8 keep-mask, 2 additive
+/// (q's dtype). `G = H / H_kv` query heads share a kv head (grouped-query; k's heads are
+/// `k[1]`); causal: query `i` sees keys `j <= i + T - S`.
+pub fn attention(
+    q: &[usize],
+    k: &[usize],
+    v: &[usize],
+    mask: Option<(&[usize], bool)>,
+    scale: Option<f32>,
+    causal: bool,
+) -> KParams {
     let (b, h, s, d) = (q[0], q[1], q[2], q[3]);
     let (t, dv) = (k[2], v[3]);
+    let group = h.checked_div(k[1]).unwrap_or(1).max(1);
     let mut p = KParams { n: (b * h * s * dv) as i64, ..Default::default() };
-    p.i = [(b * h) as i64, s as i64, t as i64, d as i64, dv as i64, 0, h as i64, 0];
+    p.i = [(b * h) as i64, s as i64, t as i64, d as i64, dv as i64, 0, h as i64, 2 * group as i64 + i64::from(causal)];
     if let Some((md, is_u8)) = mask {
         p.i[5] = if is_u8 { 1 } else { 2 };
         put(&mut p.sc, &broadcast_strides(md, &[b, h, s, t]));
@@ -449,6 +477,16 @@ pub fn paged_attention(q: &[usize], cache: &[usize], tables: &[usize], scale: Op
         cache[0] as i64,
     ]);
     p.f[0] = scale.map_or(1.0 / (d.max(1) as f64).sqrt(), |x| x as f64);
+    p
+}
+
+/// Rope over a contiguous x of `dims` (`[B, H, S, D]` or, with `bsnd`, `[B, S, H, D]`) with
+/// f32 tables of `positions` rows: `i = [B, H, S, D, P, bsnd, interleaved]`, one work item
+/// per output element.
+pub fn rope(dims: &[usize], positions: usize, bsnd: bool, interleaved: bool) -> KParams {
+    let [b, h, s, d] = if bsnd { [dims[0], dims[2], dims[1], dims[3]] } else { [dims[0], dims[1], dims[2], dims[3]] };
+    let mut p = KParams { n: numel(dims) as i64, ..Default::default() };
+    p.i[..7].copy_from_slice(&[b, h, s, d, positions, usize::from(bsnd), usize::from(interleaved)].map(|v| v as i64));
     p
 }
 

@@ -265,6 +265,44 @@ fn support_predicates_decline_what_kernels_cannot_do() {
     );
 }
 
+/// Causal, grouped-query Attention and Rope in the plans and the generated source: the
+/// group size and the causal flag travel in `i[7]`, both attention kernels read the kv
+/// head and the keys a row sees through them, Rope has an entry per position dtype and
+/// declines tables that are not f32.
+#[test]
+fn causal_gqa_attention_and_rope_in_plans_and_source() {
+    let a = plan::attention(&[1, 8, 5, 4], &[1, 2, 9, 4], &[1, 2, 9, 4], None, None, true);
+    assert_eq!((a.i[6], a.i[7]), (8, 2 * 4 + 1));
+    let r = plan::rope(&[2, 5, 3, 8], 16, true, true);
+    assert_eq!((r.n, &r.i[..7]), (2 * 5 * 3 * 8, &[2, 3, 5, 8, 16, 1, 1][..]));
+    let src = source::module_source(Tier::Reference, DType::F16).unwrap();
+    for needle in ["att_kv(p, bh)", "att_keys(p, i)", "k_rope_ref<h16, int>", "k_rope_ref<h16, ll>", "atomicCAS(err"] {
+        assert!(src.contains(needle), "reference module lacks {needle}");
+    }
+    let fast = source::module_source(Tier::HighPerformance, DType::F32).unwrap();
+    assert!(fast.contains("ll kv = att_kv(p, bh), lim = att_keys(p, i);"));
+    assert!(fast.contains("for (ll j = 0; j < lim; ++j) acc = fmaf"));
+    let entries = source::entry_points(Tier::Reference, DType::BF16);
+    assert!(entries.contains(&"npurt_rope_i64_bf16_ref".to_string()));
+    assert!(!source::entry_points(Tier::Reference, DType::I32).iter().any(|e| e.contains("rope")));
+    use runtime::{KernelQuery, TensorMeta};
+    let t = kernels::table(true, false).infos();
+    let rope = t.iter().find(|k| k.op == runtime::OpKind::Rope).unwrap();
+    let m = |d: DType, s: &[usize]| TensorMeta::new(d, s.to_vec());
+    let op = Op::Rope { interleaved: false, layout: runtime::AttentionLayout::Bnsd };
+    let ins = |tab| [m(DType::F16, &[1, 2, 3, 8]), m(tab, &[4, 4]), m(tab, &[4, 4]), m(DType::I64, &[1, 3])];
+    let outs = [m(DType::F16, &[1, 2, 3, 8])];
+    assert!((rope.supports)(&KernelQuery { op: &op, inputs: &ins(DType::F32), outputs: &outs }).is_ok());
+    let e = (rope.supports)(&KernelQuery { op: &op, inputs: &ins(DType::F16), outputs: &outs }).unwrap_err();
+    assert!(e.contains("f32 cos/sin tables"), "{e}");
+    // The fused kernel takes causal and grouped-query signatures (bnsd).
+    let at = t.iter().find(|k| k.name == "attention.fast.fused-block-per-query").unwrap();
+    let gqa = [m(DType::F32, &[1, 8, 5, 4]), m(DType::F32, &[1, 2, 9, 4]), m(DType::F32, &[1, 2, 9, 4])];
+    let o = [m(DType::F32, &[1, 8, 5, 4])];
+    let causal = Op::Attention { scale: None, layout: runtime::AttentionLayout::Bnsd, causal: true };
+    assert!((at.supports)(&KernelQuery { op: &causal, inputs: &gqa, outputs: &o }).is_ok());
+}
+
 #[test]
 fn params_block_matches_the_c_struct() {
     // struct P { ll n; ll rank; ll dims[8]; ll sa[8]; ll sb[8]; ll sc[8]; ll i[8]; double f[4]; }
@@ -364,9 +402,9 @@ fn row_op_params() {
     assert_eq!((all.n, all.i[1]), (1, 0));
     let g = plan::gather(&[3, 5, 2], 1, 4);
     assert_eq!((g.n, g.i[0], g.i[1], g.i[2], g.i[3]), (24, 3, 5, 4, 2));
-    let a = plan::attention(&[2, 3, 5, 4], &[2, 3, 7, 4], &[2, 3, 7, 6], Some((&[2, 1, 1, 7], true)), None);
+    let a = plan::attention(&[2, 3, 5, 4], &[2, 3, 7, 4], &[2, 3, 7, 6], Some((&[2, 1, 1, 7], true)), None, false);
     assert_eq!(a.n, 2 * 3 * 5 * 6);
-    assert_eq!(a.i[5], 1);
+    assert_eq!((a.i[5], a.i[7]), (1, 2));
     assert_eq!(&a.sc[..4], &[7, 0, 0, 1]);
     assert!((a.f[0] - 0.5).abs() < 1e-12);
     assert_eq!(plan::unary(&Op::Scale { factor: -1.75 }, 3).unwrap().f[0], -1.75);
@@ -506,4 +544,49 @@ fn paged_cache_kernels_and_plans() {
     assert_eq!(&p.i[..6], &[6, 8, 16, 2, 7, 5]);
     assert!((p.f[0] - 1.0 / 8f64.sqrt()).abs() < 1e-12);
     assert_eq!(plan::paged_attention(&[1, 2, 4], &[1, 1, 1, 4], &[1, 1], Some(0.5)).f[0], 0.5);
+}
+
+#[test]
+fn decoder_row_ops_have_kernels_on_every_float_tier() {
+    for tier in Tier::ALL {
+        for dt in [DType::F32, DType::F16, DType::BF16] {
+            let entries = source::entry_points(tier, dt);
+            let src = source::module_source(tier, dt).unwrap();
+            let (t, tag) = (source::ctype(dt), source::tier_tag(tier));
+            for (k, body) in [
+                ("rms_norm", format!("k_rms_norm_{tag}<{t}>(p, x, r, g, o, s)")),
+                ("swiglu", format!("k_swiglu_{tag}<{t}>(p, x, u, o)")),
+            ] {
+                assert!(entries.contains(&format!("npurt_{k}_{}_{tag}", dt.name())), "{tier} {dt}: {k}");
+                assert!(src.contains(&body), "{tier} {dt}: {body}");
+            }
+        }
+        // No integer module has them.
+        assert!(!source::entry_points(tier, DType::I32).iter().any(|e| e.contains("rms") || e.contains("swiglu")));
+    }
+    // Silu is code 10 of the unary kernels, x times case 9's sigmoid.
+    assert_eq!(plan::unary_code(&Op::Silu), Some((10, 1.0)));
+    assert!(source::PRELUDE.contains("case 10:"));
+    // A non-finite mean square makes the row NaN on every tier; the sum of squares is f64.
+    assert_eq!(source::KERNELS.matches("rms_bad(ms) ?").count(), 3);
+    let r = plan::rms_norm(&[2, 3, 64], 1e-6, true, true);
+    assert_eq!((r.n, r.i[1], r.i[3], r.i[4]), (6, 64, 1, 1));
+    assert!((r.f[0] - 1e-6).abs() < 1e-12);
+    let r = plan::rms_norm(&[5, 0], 1e-5, false, false);
+    assert_eq!((r.n, r.i[1], r.i[3], r.i[4]), (0, 0, 0, 0));
+    let s = plan::swiglu(12, 4, false);
+    assert_eq!((s.n, s.i[1], s.i[2]), (12, 4, 0));
+    assert_eq!(plan::swiglu(0, 0, true).i[1..3], [1, 1]);
+    // Every tier registers each of the four ops.
+    let t = kernels::table(true, false).infos();
+    for kind in [OpKind::RmsNorm, OpKind::AddRmsNorm, OpKind::SwiGlu, OpKind::Silu] {
+        for tier in Tier::ALL {
+            assert!(t.iter().any(|k| k.op == kind && k.tier == tier), "{kind} {tier}");
+        }
+    }
+    assert!(
+        t.iter().any(|k| k.name == "rmsnorm.fast.warp-per-row"),
+        "{:?}",
+        t.iter().map(|k| &k.name).collect::<Vec<_>>()
+    );
 }

@@ -489,3 +489,42 @@ fn bench_gemm_on_a_forced_path_reports_percent_of_peak() {
         assert!(!r.status.success() && err.contains("lacks avx512f"), "{err}");
     }
 }
+
+/// AddRmsNorm's two outputs come back as two `--output` files (the normalised sum, then the
+/// sum); RmsNorm answers to ONNX's RMSNormalization.
+#[test]
+fn op_writes_every_output_of_add_rms_norm() {
+    let dir = std::env::temp_dir().join(format!("npurt-cli-rms-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (x, xv) = f32_array(&[3, 8], 11);
+    let (r, rv) = f32_array(&[3, 8], 12);
+    let (w, wv) = f32_array(&[8], 13);
+    let sum: Vec<f64> = xv.iter().zip(&rv).map(|(a, b)| (a + b) as f64).collect();
+    let norm = |v: &[f64]| -> Vec<f64> {
+        v.chunks(8)
+            .flat_map(|row| {
+                let inv = 1.0 / (row.iter().map(|a| a * a).sum::<f64>() / 8.0 + 1e-5).sqrt();
+                row.iter().zip(&wv).map(move |(a, g)| a * inv * *g as f64).collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let paths: Vec<_> = ["x", "r", "w"].iter().map(|n| dir.join(format!("{n}.npy"))).collect();
+    for (p, a) in paths.iter().zip([&x, &r, &w]) {
+        npy::write(p, a).unwrap();
+    }
+    let (y, s) = (dir.join("y.npy"), dir.join("sum.npy"));
+    let mut c = bin();
+    c.args(["op", "AddRmsNorm"]);
+    for p in &paths {
+        c.arg("--input").arg(p);
+    }
+    let out = c.arg("--output").arg(&y).arg("--output").arg(&s).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    close(&floats(&npy::read(&s).unwrap()), &sum, 1e-6);
+    close(&floats(&npy::read(&y).unwrap()), &norm(&sum), 1e-5);
+    let xs: Vec<f64> = xv.iter().map(|&a| a as f64).collect();
+    for imp in ["reference", "fast"] {
+        let o = run_op(&dir, "RMSNormalization", &[&x, &w], &["eps=1e-5"], imp);
+        close(&floats(&o), &norm(&xs), 1e-5);
+    }
+}

@@ -21,6 +21,7 @@ import numpy as np
 from . import _native, ort  # ort: the ONNX Runtime EP (imports onnxruntime only in ort.session)
 from ._errors import BackendUnavailableError, DeviceError, Error, OutOfMemoryError, ValidationError
 from ._graph import CompiledGraph, Embedder, Graph, MemoryPlan, Profile, Value, bert
+from ._llm import LLM, GenerationResult, StreamedToken
 from ._results import ExecutionResult, HardwareUtilization, MemoryInfo
 from ._runtime import Event, MemoryPool, Runtime, Stream, default_runtime
 from ._tensor import ShapeLike, Tensor
@@ -36,7 +37,8 @@ __all__ = [
     "__version__", "ort",
     # objects
     "Runtime", "Tensor", "Stream", "Event", "MemoryPool", "Graph", "Value", "CompiledGraph", "MemoryPlan",
-    "Profile", "Embedder", "ExecutionResult", "MemoryInfo", "HardwareUtilization",
+    "Profile", "Embedder", "LLM", "GenerationResult", "StreamedToken", "ExecutionResult", "MemoryInfo",
+    "HardwareUtilization",
     # errors
     "Error", "ValidationError", "OutOfMemoryError", "DeviceError", "BackendUnavailableError",
     # module API

@@ -3,7 +3,7 @@
 Users call the ``npurt`` package; these objects are its building blocks.
 """
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -193,6 +193,34 @@ class CompiledGraph:
 def bert(rt: Runtime, model: str, batch: int, seq: int, device: int, opts: Dict[str, Any],
          seed: int = 42) -> CompiledGraph:
     """A compiled BERT encoder from a preset or a Hugging Face directory."""
+
+class LLM:
+    """A decoder LLM over a Hugging Face model directory (``npurt.LLM`` wraps one)."""
+
+    def __init__(self, rt: Runtime, model_dir: str, device: int = 0, max_batch: int = 8, block_size: int = 16,
+                 max_seq_len: Optional[int] = None) -> None: ...
+    @property
+    def eos_token_ids(self) -> List[int]: ...
+    @property
+    def kv_cache_bytes(self) -> int: ...
+    @property
+    def limits(self) -> Tuple[int, int]: ...
+    @property
+    def vocab_size(self) -> int: ...
+    def encode(self, text: str) -> List[int]: ...
+    def generate(self, prompts: Union[List[str], List[List[int]]], max_new_tokens: int, temperature: float,
+                 top_k: int, top_p: float, seed: int,
+                 stop_token_ids: Optional[List[int]]) -> List[Tuple[str, List[int], str]]:
+        """``(text, generated ids, finish reason)`` per prompt, the GIL released."""
+    def stream(self, prompt: Union[List[str], List[List[int]]], max_new_tokens: int, temperature: float,
+               top_k: int, top_p: float, seed: int, stop_token_ids: Optional[List[int]]) -> LLMStream:
+        """One prompt generated on a thread of its own."""
+
+class LLMStream:
+    """Iterator of ``(token_id, text, finish_reason or None)``."""
+
+    def __iter__(self) -> LLMStream: ...
+    def __next__(self) -> Tuple[int, str, Optional[str]]: ...
 
 class Embedder:
     """The runtime's sentence embedder over a sentence-transformers model directory

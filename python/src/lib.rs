@@ -9,6 +9,7 @@ mod errors;
 mod execute;
 mod graph;
 mod handle;
+mod llm;
 mod runtime;
 mod stream;
 mod tensor;
@@ -67,6 +68,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<graph::PyGraph>()?;
     m.add_class::<graph::PyCompiledGraph>()?;
     m.add_class::<embed::PyEmbedder>()?;
+    m.add_class::<llm::PyLlm>()?;
+    m.add_class::<llm::PyLlmStream>()?;
     m.add_function(wrap_pyfunction!(execute::execute, m)?)?;
     m.add_function(wrap_pyfunction!(execute::execute_batch, m)?)?;
     m.add_function(wrap_pyfunction!(execute::op_names, m)?)?;

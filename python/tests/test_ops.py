@@ -36,6 +36,7 @@ def test_attention_tokens_first_layout_equals_heads_first(rt: npurt.Runtime) -> 
 def test_every_op_of_the_table_is_covered() -> None:
     canonical = {n.lower(): n for n in npurt.op_names()}
     canonical["transpose"] = "Permute"
+    canonical["rmsnormalization"] = "RmsNorm"
     assert {canonical[c[0].lower()] for c in cases()} == set(npurt.op_names())
 
 

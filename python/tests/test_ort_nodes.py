@@ -26,6 +26,8 @@ EP_NAME = "NpurtExecutionProvider"
 CLAIMABLE = {"Relu", "Tanh", "Exp", "Sqrt", "Erf", "Add", "Sub", "Mul", "Div", "MatMul", "Gemm", "Softmax",
              "Transpose", "LayerNormalization", "Gelu", "Cast", "Reshape", "Identity", "Neg", "Sigmoid", "Pow",
              "Equal", "Gather", "Unsqueeze", "Squeeze", "Flatten", "Where", "Concat", "Slice", "Expand", "Split",
+             "RMSNormalization",
+             "RotaryEmbedding", "Attention",
              # Folded on the host where a shape subgraph computes them.
              "Shape", "Range", "ConstantOfShape"}
 # Between npurt and ORT's CPU EP: f32 (the same formulas, other summation orders and libm),
@@ -199,3 +201,34 @@ def test_an_input_of_unknown_rank_leaves_its_node_to_ort(registered):
     assert on_ep == [], on_ep
     x = np.linspace(-2, 2, 6, dtype=np.float32).reshape(2, 3)
     np.testing.assert_array_equal(sess.run(None, {"x": x})[0], np.maximum(x, 0))
+
+
+def test_rms_normalization_on_the_last_axis_is_claimed_and_matches_the_cpu_ep(registered):
+    # ONNX RMSNormalization-23 with the defaults (axis -1, stash_type 1) and an epsilon runs as
+    # npurt's RmsNorm; axis 0 and stash_type 0 stay on ORT (npurt normalises the last axis, in f64).
+    from onnx import TensorProto, helper
+
+    r = np.random.default_rng(3)
+    x = r.standard_normal((2, 3, 16)).astype(np.float32)
+    scale = r.standard_normal(16).astype(np.float32)
+    for attrs, on_npurt in [({}, True), ({"epsilon": 1e-3}, True), ({"axis": 2}, True), ({"axis": 0}, False),
+                            ({"stash_type": 0}, False)]:
+        nodes = [helper.make_node("RMSNormalization", ["x", "scale"], ["y"], **attrs)]
+        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, x.shape)],
+                                  [helper.make_tensor("scale", TensorProto.FLOAT, scale.shape, scale.tolist())])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+        model.ir_version = 10
+        data = model.SerializeToString()
+        sess = npurt.ort.session(data, sess_options=_options(True))
+        sess.disable_fallback()
+        on_ep = [n.op_type for s in sess.get_provider_graph_assignment_info() if s.ep_name == EP_NAME
+                 for n in s.get_nodes()]
+        assert on_ep == (["RMSNormalization"] if on_npurt else []), (attrs, on_ep)
+        cpu = rt.InferenceSession(data, sess_options=_options(False), providers=["CPUExecutionProvider"])
+        want = cpu.run(None, {"x": x})[0]
+        assert _differ(sess.run(None, {"x": x}), [want]) is None, attrs
+        eps = attrs.get("epsilon", 1e-5)
+        if attrs.get("axis", -1) in (-1, 2):
+            mine = x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + eps) * scale
+            np.testing.assert_allclose(want, mine, rtol=1e-5, atol=1e-6)

@@ -9,8 +9,9 @@
 //! shapes the tiling accepts, keepProb in (0, 1], sparseMode 0..=6, innerPrecise 0..=2, and
 //! the outputs' dtypes and shapes; last the SoC (no kernel: 561003). What the emulator does
 //! not compute is refused as "not emulated" (161002): layouts other than BNSD, dropout, the
-//! reserved padding mask, the boolean attention mask, prefix sparsity and pse compressed to
-//! its last 1024 rows. Phase 2 queues [`Kernel::FlashAttention`], which computes
+//! reserved padding mask, boolean attention masks other than sparseMode 3's causal one
+//! (rightDownCausal: query `i` sees keys `j <= i + S2 - S1`), prefix sparsity and pse
+//! compressed to its last 1024 rows. Phase 2 queues [`Kernel::FlashAttention`], which computes
 //! `softmax(scaleValue * (pse + q·kᵀ)) · v` with the softmax row maxima and sums.
 //!
 //! A repeatable executor's address setters count the prototype's tensors: inputs query 0,
@@ -141,7 +142,10 @@ struct Options {
     inner_precise: i64,
 }
 
-fn check_options(t: &Tables, o: &Options) -> R<()> {
+/// Checks the options; true when they ask for rightDownCausal (sparseMode 3 with its
+/// 2048×2048 attention mask, the one mask the emulator computes with: it reads the mask's
+/// shape and dtype, not its contents, which that mode fixes as true above the diagonal).
+fn check_options(t: &Tables, o: &Options) -> R<bool> {
     if !(o.keep_prob > 0.0 && o.keep_prob <= 1.0) {
         return invalid(format!("keepProb must be in (0, 1], got {}", o.keep_prob));
     }
@@ -151,11 +155,16 @@ fn check_options(t: &Tables, o: &Options) -> R<()> {
     if !o.padding_mask.is_null() {
         return invalid("paddingMaskOptional is reserved: pass NULL".into());
     }
-    if let Some((_, m)) = optional(t, o.atten_mask, "attenMaskOptional")? {
+    let mask = optional(t, o.atten_mask, "attenMaskOptional")?;
+    if let Some((_, m)) = &mask {
         if m.dtype != ACL_BOOL && m.dtype != ACL_UINT8 {
             return invalid(format!("attenMask data type {} is not BOOL or UINT8", m.dtype.0));
         }
-        return not_emulated("attenMaskOptional");
+        if o.sparse_mode != 3 || m.dims != [CAUSAL_MASK, CAUSAL_MASK] {
+            return not_emulated("attenMaskOptional other than sparseMode 3's 2048x2048 causal mask");
+        }
+    } else if o.sparse_mode == 3 {
+        return invalid("sparseMode 3 (rightDownCausal) needs the 2048x2048 attenMaskOptional".into());
     }
     if !o.prefix.is_null() {
         return not_emulated("prefixOptional (sparse modes 5 and 6)");
@@ -166,8 +175,11 @@ fn check_options(t: &Tables, o: &Options) -> R<()> {
     if !(0..=2).contains(&o.inner_precise) {
         return invalid(format!("innerPrecise must be 0, 1 or 2, got {}", o.inner_precise));
     }
-    Ok(())
+    Ok(mask.is_some())
 }
+
+/// The side of the compressed causal mask sparseMode 3 takes.
+const CAUSAL_MASK: i64 = 2048;
 
 /// pse is [B or 1, N, Sq or 1, Skv]; the compressed (ALiBi) form is not emulated.
 fn check_pse(pd: &[i64], s: Bnsd, q: &TensorDesc) -> R<()> {
@@ -243,7 +255,7 @@ pub unsafe extern "C" fn aclnnFlashAttentionScoreGetWorkspaceSize(
         if mx.numel() == 0 && sm.numel() == 0 && o.numel() == 0 {
             let e = ex(
                 "aclnnFlashAttentionScore",
-                Kernel::FlashAttention { scale: 0.0, heads: 0, kv_heads: 0 },
+                Kernel::FlashAttention { scale: 0.0, heads: 0, kv_heads: 0, causal: false },
                 vec![],
                 vec![],
                 0,
@@ -266,7 +278,7 @@ pub unsafe extern "C" fn aclnnFlashAttentionScoreGetWorkspaceSize(
             sparse_mode: sparseMode,
             inner_precise: innerPrecise,
         };
-        check_options(t, &options)?;
+        let causal = check_options(t, &options)?;
         let mut inputs = vec![Src::Tensor(hq, q.clone()), Src::Tensor(hk, k), Src::Tensor(hv, v)];
         if let Some((hp, p)) = pse {
             check_pse(&p.dims, s, &q)?;
@@ -279,7 +291,8 @@ pub unsafe extern "C" fn aclnnFlashAttentionScoreGetWorkspaceSize(
                 format!("aclnnFlashAttentionScore has no kernel for {} (Atlas A2/A3 training only)", t.cfg.soc),
             );
         }
-        let kernel = Kernel::FlashAttention { scale: scaleValue, heads: s.n1 as usize, kv_heads: s.n2 as usize };
+        let kernel =
+            Kernel::FlashAttention { scale: scaleValue, heads: s.n1 as usize, kv_heads: s.n2 as usize, causal };
         let outputs = vec![(hmx, mx), (hsm, sm), (ho, o)];
         let e = ex("aclnnFlashAttentionScore", kernel, inputs, outputs, t.cfg.workspace);
         // SAFETY: C contract: out-pointers are writable (checked non-NULL above).

@@ -29,7 +29,9 @@ phase2!(
     aclnnNeg,
     aclnnSigmoid,
     aclnnMuls,
-    aclnnAdds
+    aclnnAdds,
+    aclnnSilu,
+    aclnnSwiGlu
 );
 
 fn binary(
@@ -201,6 +203,35 @@ unary_export! {
     aclnnSqrtGetWorkspaceSize => aclnnSqrt, Op::Sqrt;
     aclnnNegGetWorkspaceSize => aclnnNeg, Op::Neg;
     aclnnSigmoidGetWorkspaceSize => aclnnSigmoid, Op::Sigmoid;
+    aclnnSiluGetWorkspaceSize => aclnnSilu, Op::Silu;
+}
+
+/// aclnnSwiGlu: `silu(A) * B`, A and B the halves of x along `dim` (the last axis only is
+/// emulated: npurt's SwiGlu). No kernel on the 910 family (Atlas A2/A3 only, per CANN's
+/// docs).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclnnSwiGluGetWorkspaceSize(
+    x: *const aclTensor,
+    dim: i64,
+    out: *const aclTensor,
+    workspaceSize: *mut u64,
+    executor: *mut *mut aclOpExecutor,
+) -> aclnnStatus {
+    guard("aclnnSwiGluGetWorkspaceSize", |t| {
+        if t.cfg.is_910() {
+            return fail(ACLNN_ERR_INNER_FIND_KERNEL_ERROR, format!("aclnnSwiGlu has no kernel for {}", t.cfg.soc));
+        }
+        let a = tsrc(t, x, "x")?;
+        let Src::Tensor(_, xd) = &a else { return fail(ACLNN_ERR_PARAM_INVALID, "x") };
+        let rank = xd.dims.len() as i64;
+        if dim != -1 && dim != rank - 1 {
+            return fail(ACLNN_ERR_PARAM_INVALID, format!("aclnnSwiGlu: dim {dim} is not emulated (last axis only)"));
+        }
+        let o = tout(t, out.cast_mut(), "out")?;
+        let e = ex("aclnnSwiGlu", Op::SwiGlu, vec![a], vec![o], 0);
+        // SAFETY: C contract: out-pointers are NULL or writable.
+        unsafe { finish(t, e, workspaceSize, executor) }
+    })
 }
 
 /// Relu's `out` is `const aclTensor *` in the header.

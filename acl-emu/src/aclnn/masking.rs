@@ -1,7 +1,8 @@
 //! The operators the Ascend backend needs to give fully masked attention rows the
 //! reference's answer (0, where softmax of an all -inf row is NaN): aclnnAmax (maximum
 //! over dims), aclnnEqScalar (element == scalar, bool out) and
-//! aclnnInplaceMaskedFillScalar (value where a bool mask is true).
+//! aclnnInplaceMaskedFillScalar (value where a bool mask is true); and aclnnTriu (the
+//! upper triangle of the last two dims), from which the backend builds causal masks.
 //!
 //! The runtime has no op for them, so their executors carry a [`Kernel`] computed here.
 //! Phase 1 checks what hicann/ops-math's op_api sources check (`aclnn_amax.cpp`,
@@ -17,7 +18,7 @@ use acl_sys::codes::*;
 use acl_sys::*;
 use runtime::DType;
 
-phase2!(aclnnAmax, aclnnEqScalar, aclnnInplaceMaskedFillScalar);
+phase2!(aclnnAmax, aclnnEqScalar, aclnnInplaceMaskedFillScalar, aclnnTriu);
 
 /// The (handle, descriptor) of a tensor argument.
 fn tensor(t: &Tables, p: *const aclTensor, what: &str) -> R<(u64, TensorDesc)> {
@@ -140,6 +141,33 @@ pub unsafe extern "C" fn aclnnInplaceMaskedFillScalarGetWorkspaceSize(
             vec![(hs, s)],
             0,
         );
+        // SAFETY: C contract: out-pointers are NULL or writable.
+        unsafe { finish(t, e, workspaceSize, executor) }
+    })
+}
+
+/// The upper triangle of self's last two dims (2-D to 8-D), moved into out of the same
+/// dtype and shape (hicann/ops-math `aclnn_triu.cpp` checks: every dtype the emulator holds
+/// is in its list, BF16 on Atlas A2/A3 only).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclnnTriuGetWorkspaceSize(
+    self_: *const aclTensor,
+    diagonal: i64,
+    out: *mut aclTensor,
+    workspaceSize: *mut u64,
+    executor: *mut *mut aclOpExecutor,
+) -> aclnnStatus {
+    guard("aclnnTriuGetWorkspaceSize", |t| {
+        let (hx, x) = tensor(t, self_, "self")?;
+        let (ho, o) = tensor(t, out, "out")?;
+        let (xm, om) = (x.meta()?, o.meta()?);
+        if !(2..=8).contains(&x.dims.len()) {
+            return fail(ACLNN_ERR_PARAM_INVALID, format!("aclnnTriu: self must have 2 to 8 dims, got {:?}", x.dims));
+        }
+        if xm != om {
+            return fail(ACLNN_ERR_PARAM_INVALID, format!("aclnnTriu: out {om} differs from self {xm}"));
+        }
+        let e = ex("aclnnTriu", Kernel::Triu { diagonal }, vec![Src::Tensor(hx, x)], vec![(ho, o)], 0);
         // SAFETY: C contract: out-pointers are NULL or writable.
         unsafe { finish(t, e, workspaceSize, executor) }
     })

@@ -13,3 +13,4 @@ pub mod matmul;
 pub mod movement;
 pub mod norm;
 pub mod reduce;
+pub mod rotary;

@@ -323,6 +323,13 @@ two_phase! {
     s_where_get_workspace_size, s_where => aclnnSWhereGetWorkspaceSize, aclnnSWhere(
         condition: *const aclTensor, self_: *const aclTensor, other: *const aclTensor, out: *mut aclTensor,
     );
+    rotary_position_embedding_get_workspace_size, rotary_position_embedding =>
+        aclnnRotaryPositionEmbeddingGetWorkspaceSize, aclnnRotaryPositionEmbedding(
+        x: *const aclTensor, cos: *const aclTensor, sin: *const aclTensor, mode: i64, out: *mut aclTensor,
+    );
+    triu_get_workspace_size, triu => aclnnTriuGetWorkspaceSize, aclnnTriu(
+        self_: *const aclTensor, diagonal: i64, out: *mut aclTensor,
+    );
     eq_tensor_get_workspace_size, eq_tensor => aclnnEqTensorGetWorkspaceSize, aclnnEqTensor(
         self_: *const aclTensor, other: *const aclTensor, out: *mut aclTensor,
     );
@@ -370,6 +377,19 @@ two_phase! {
     inplace_masked_fill_scalar_get_workspace_size, inplace_masked_fill_scalar =>
         aclnnInplaceMaskedFillScalarGetWorkspaceSize, aclnnInplaceMaskedFillScalar(
         selfRef: *mut aclTensor, mask: *const aclTensor, value: *const aclScalar,
+    );
+    silu_get_workspace_size, silu => aclnnSiluGetWorkspaceSize, aclnnSilu(
+        self_: *const aclTensor, out: *mut aclTensor,
+    );
+    rms_norm_get_workspace_size, rms_norm => aclnnRmsNormGetWorkspaceSize, aclnnRmsNorm(
+        x: *const aclTensor, gamma: *const aclTensor, epsilon: f64, yOut: *const aclTensor, rstdOut: *const aclTensor,
+    );
+    add_rms_norm_get_workspace_size, add_rms_norm => aclnnAddRmsNormGetWorkspaceSize, aclnnAddRmsNorm(
+        x1: *const aclTensor, x2: *const aclTensor, gamma: *const aclTensor, epsilon: f64, yOut: *const aclTensor,
+        rstdOut: *const aclTensor, xOut: *const aclTensor,
+    );
+    swi_glu_get_workspace_size, swi_glu => aclnnSwiGluGetWorkspaceSize, aclnnSwiGlu(
+        x: *const aclTensor, dim: i64, out: *const aclTensor,
     );
 }
 

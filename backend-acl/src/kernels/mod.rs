@@ -35,7 +35,8 @@ pub enum Impl {
     /// aclnn calls with FP32 operands that the 910's Cube computes in FP16
     /// (`cubeMathType = 1`); the first launch warns once.
     AclnnFp16Compute,
-    /// Attention as one aclnnFlashAttentionScore (Atlas A2/A3).
+    /// The fused Atlas A2/A3 operator: Attention as one aclnnFlashAttentionScore, Rope as
+    /// one aclnnRotaryPositionEmbedding.
     AclnnFlash,
     /// The host reference tier on copies.
     Host,
@@ -50,6 +51,9 @@ impl Impl {
 
 /// The fused Attention kernel that is one aclnnFlashAttentionScore.
 pub(crate) const FLASH_ATTENTION: &str = "attention.aclnn-flash.cube";
+
+/// The fused Rope kernel that is one aclnnRotaryPositionEmbedding (Atlas A2/A3).
+pub(crate) const FUSED_ROPE: &str = "rope.aclnn-fused.vector";
 
 /// The kernels, numbered by their position, and beside each how it runs.
 ///
@@ -178,15 +182,6 @@ fn check(q: &KernelQuery<'_>, p: Policy) -> Result<(), String> {
                  permutes on this device"
                 .into())
         }
-        Op::Attention { causal: true, .. } => {
-            Err("causal Attention has no aclnn mapping yet: the host tier takes it".into())
-        }
-        Op::Attention { .. } if q.inputs[1].shape.dims().get(1) != x.shape.dims().get(1) => {
-            Err("grouped-query Attention (k, v with fewer heads than q) has no aclnn mapping yet: the host tier \
-                 takes it"
-                .into())
-        }
-        Op::Rope { .. } => Err("Rope has no aclnn mapping yet: the host tier takes it".into()),
         Op::Attention { .. } if q.inputs.get(3).is_some_and(|m| m.dtype == DType::U8) => {
             Err("u8 (keep/drop) masks have no aclnn composition; an additive float mask has".into())
         }
@@ -196,9 +191,6 @@ fn check(q: &KernelQuery<'_>, p: Policy) -> Result<(), String> {
             Err("saturating casts to u8 are not documented for aclnnCast".into())
         }
         Op::ReduceSum { .. } | Op::ReduceMean { .. } if x.shape.rank() == 0 => Err("0-D reductions".into()),
-        Op::Silu | Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::SwiGlu => {
-            Err("no aclnn mapping yet: the host tier runs it".into())
-        }
         Op::Slice { steps, .. } if steps.iter().any(|&s| s < 0) => {
             Err("aclnnSlice walks forwards only: a negative step is left to the host tier".into())
         }
@@ -230,6 +222,11 @@ fn sup_a2(q: &KernelQuery<'_>) -> Result<(), String> {
 /// host tier takes those).
 fn sup_flash(q: &KernelQuery<'_>) -> Result<(), String> {
     sup_a2(q)?;
+    if let Op::Attention { causal: true, .. } = q.op
+        && !matches!(q.inputs[0].dtype, DType::F16 | DType::BF16)
+    {
+        return Err("causal f32: the composition takes it (the fused causal form serves fp16 and bf16)".into());
+    }
     let (x, v) = (&q.inputs[0], &q.inputs[2]);
     if !matches!(x.dtype, DType::F16 | DType::BF16 | DType::F32) {
         return Err(format!("aclnnFlashAttentionScore takes fp16, bf16 and f32, not {}", x.dtype));
@@ -243,6 +240,33 @@ fn sup_flash(q: &KernelQuery<'_>) -> Result<(), String> {
         _ => Ok(()),
     }
 }
+/// aclnnRotaryPositionEmbedding as its docs bound it on Atlas A2/A3: D below 896; half
+/// mode with B and N below 1000, in bsnd, or in bnsd where `(D/2)` fills whole 32-byte
+/// blocks and `B·N <= 8·S`; interleave mode with one batch (its tables are `11SD` /
+/// `1S1D` only: positions differ per batch) and `B·N < 1000`.
+fn sup_rope_fused(q: &KernelQuery<'_>) -> Result<(), String> {
+    sup_a2(q)?;
+    let Op::Rope { interleaved, layout } = q.op else { return Err("not a Rope".into()) };
+    let x = &q.inputs[0];
+    let [b, n, s, d] = layout.bhsd(x.shape.dims());
+    if d >= 896 {
+        return Err(format!("aclnnRotaryPositionEmbedding takes D below 896, got {x}"));
+    }
+    if *interleaved {
+        if b != 1 || b * n >= 1000 {
+            return Err(format!("interleave mode takes one batch (tables 11SD / 1S1D) and B·N < 1000: x {x}"));
+        }
+        return Ok(());
+    }
+    if b >= 1000 || n >= 1000 {
+        return Err(format!("half mode takes B and N below 1000: x {x}"));
+    }
+    let per_block = 32 / x.dtype.size();
+    if *layout == runtime::AttentionLayout::Bnsd && ((d / 2) % per_block != 0 || b * n > 8 * s) {
+        return Err(format!("half mode in bnsd needs D/2 a multiple of {per_block} and B·N <= 8·S: x {x}"));
+    }
+    Ok(())
+}
 fn sup_host(_: &KernelQuery<'_>) -> Result<(), String> {
     Ok(())
 }
@@ -250,12 +274,14 @@ fn sup_host(_: &KernelQuery<'_>) -> Result<(), String> {
 impl Table {
     /// The table for SoC `soc` (device 0's) under `cfg`; `flash_symbols`: the toolkit
     /// exports both aclnnFlashAttentionScore symbols (optional: only newer operator
-    /// libraries have them, `aclnnop/aclnn_flash_attention_score.h`).
-    pub fn build(soc: &str, cfg: &AclConfig, flash_symbols: bool) -> Table {
+    /// libraries have them, `aclnnop/aclnn_flash_attention_score.h`); `rope_symbols`: it
+    /// exports both aclnnRotaryPositionEmbedding symbols (optional as well).
+    pub fn build(soc: &str, cfg: &AclConfig, flash_symbols: bool, rope_symbols: bool) -> Table {
         let is_910 = is_910_family(soc);
         let fast: runtime::kernel::SupportFn = if is_910 { sup_910_exact } else { sup_a2 };
         let fp16_compute = is_910 && cfg.fp32_matmul == Fp32Matmul::Fp16;
         let flash = flash_symbols && has_flash_attention(soc);
+        let fused_rope = rope_symbols && has_flash_attention(soc);
         let mut t = Table { is_910, ..Table::default() };
         for k in OpKind::ALL {
             let (fname, hname) = names(k);
@@ -267,6 +293,9 @@ impl Table {
             if k == OpKind::Attention && flash {
                 // Earlier entries of a tier are preferred: ahead of the composition.
                 t.kernels.add_named(FLASH_ATTENTION, k, Tier::HighPerformance, CUBE, sup_flash, Impl::AclnnFlash);
+            }
+            if k == OpKind::Rope && fused_rope {
+                t.kernels.add_named(FUSED_ROPE, k, Tier::HighPerformance, VECTOR, sup_rope_fused, Impl::AclnnFlash);
             }
             t.kernels.add_named(fname, k, Tier::HighPerformance, unit_of(k), fast, Impl::Aclnn);
             if let Some(n) = fp16_compute.then(|| fp16_compute_name(k)).flatten() {

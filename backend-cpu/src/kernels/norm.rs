@@ -83,6 +83,11 @@ pub fn generic(op: &Op, ins: &[In], outs: &mut [Out]) -> KResult {
 
 fn rms_generic(x: &[f32], w: Option<&[f32]>, eps: f32, out: &mut [f32]) {
     let ms = x.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / x.len().max(1) as f64;
+    if !ms.is_finite() {
+        // A row holding ±inf or NaN is NaN throughout (as on the reference tier).
+        out.fill(f32::NAN);
+        return;
+    }
     let inv = 1.0 / (ms + eps as f64).sqrt();
     for (i, (o, &v)) in out.iter_mut().zip(x).enumerate() {
         *o = (v as f64 * inv) as f32 * w.map_or(1.0, |w| w[i]);
@@ -234,9 +239,14 @@ fn sum_sq(x: &[f32]) -> f64 {
 #[inline(always)]
 fn rms_body<const F: bool>(x: &[f32], w: Option<&[f32]>, eps: f32, out: &mut [f32]) {
     let ms = sum_sq(x) / x.len().max(1) as f64;
+    if !ms.is_finite() {
+        // A row holding ±inf or NaN is NaN throughout (as on the reference tier).
+        out.fill(f32::NAN);
+        return;
+    }
     let inv = 1.0 / (ms + eps as f64).sqrt();
     // The scale as f32 where it is a normal f32 with room to spare; otherwise (huge or
-    // tiny rows, inf, NaN) the product in f64, as the reference forms it.
+    // tiny rows, eps 0 on a zero row) the product in f64, as the reference forms it.
     if (1e-30..=1e30).contains(&inv) {
         let s = inv as f32;
         match w {

@@ -60,19 +60,17 @@ fn heads_first(q: &KernelQuery<'_>) -> Result<(), String> {
         runtime::Op::Attention { layout: runtime::AttentionLayout::Bsnd, .. } => {
             Err("layout bsnd: the CUDA attention kernels take [B, H, S, D] (bnsd) operands only".into())
         }
-        runtime::Op::Attention { causal: true, .. } => {
-            Err("causal: the CUDA attention kernels have no causal form".into())
-        }
-        runtime::Op::Attention { .. } if q.inputs[1].shape.dims().get(1) != q.inputs[0].shape.dims().get(1) => {
-            Err("grouped-query (k, v with fewer heads than q): the CUDA attention kernels need equal heads".into())
-        }
         _ => Ok(()),
     }
 }
 
-/// Rope has no CUDA kernel: the table lists it so that the refusal says why.
-fn no_rope(_: &KernelQuery<'_>) -> Result<(), String> {
-    Err("Rope has no CUDA kernel".into())
+/// The Rope kernel reads f32 cos and sin tables.
+fn rope_f32_tables(q: &KernelQuery<'_>) -> Result<(), String> {
+    match q.inputs.get(1).map(|m| m.dtype) {
+        Some(runtime::DType::F32) => Ok(()),
+        Some(d) => Err(format!("the CUDA Rope kernel reads f32 cos/sin tables, not {d}")),
+        None => Err("Rope needs its tables".into()),
+    }
 }
 
 fn fused_attention(q: &KernelQuery<'_>) -> Result<(), String> {
@@ -220,7 +218,7 @@ fn build(blas: bool, tf32: bool) -> KernelTable<Impl> {
                 t.add(kind, Reference, unit_of(kind, r), "thread-per-element", heads_first, r);
             }
             OpKind::Rope => {
-                t.add(kind, Reference, unit_of(kind, r), "thread-per-element", no_rope, r);
+                t.add(kind, Reference, unit_of(kind, r), "thread-per-element", rope_f32_tables, r);
             }
             OpKind::Copy => {
                 t.add(kind, HighPerformance, CUDA_CORES, "memcpy", any, Impl::Memcpy);
@@ -238,8 +236,21 @@ fn build(blas: bool, tf32: bool) -> KernelTable<Impl> {
             | OpKind::Expand => {
                 t.add(kind, Reference, unit_of(kind, r), "thread-per-element", any, r);
             }
-            // No CUDA kernel yet: selection refuses them with `Error::NoKernel`.
-            OpKind::Silu | OpKind::RmsNorm | OpKind::AddRmsNorm | OpKind::SwiGlu => {}
+            OpKind::Silu => std3(&mut t, any),
+            OpKind::RmsNorm | OpKind::AddRmsNorm => {
+                let f = Impl::Nvrtc(HighPerformance);
+                t.add(kind, HighPerformance, unit_of(kind, f), "warp-per-row", any, f);
+                let g = Impl::Nvrtc(Generic);
+                t.add(kind, Generic, unit_of(kind, g), "block-per-row", any, g);
+                t.add(kind, Reference, unit_of(kind, r), "thread-per-row", any, r);
+            }
+            OpKind::SwiGlu => {
+                let f = Impl::Nvrtc(HighPerformance);
+                t.add(kind, HighPerformance, unit_of(kind, f), "grid-stride-f32", any, f);
+                let g = Impl::Nvrtc(Generic);
+                t.add(kind, Generic, unit_of(kind, g), "grid-stride", any, g);
+                t.add(kind, Reference, unit_of(kind, r), "thread-per-element", any, r);
+            }
             OpKind::KvCacheWrite | OpKind::PagedAttention => {
                 t.add(kind, Reference, unit_of(kind, r), "thread-per-element", any, r);
             }

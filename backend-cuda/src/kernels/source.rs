@@ -34,6 +34,12 @@ pub enum Kern {
     KvWrite(DType),
     /// PagedAttention (i32 block tables and context lengths).
     Paged,
+    /// RmsNorm over the last axis, and AddRmsNorm (the sum written as a second output).
+    RmsNorm,
+    /// `silu(gate) * up`, gate and up the halves of x's last axis or two inputs.
+    SwiGlu,
+    /// Rope with f32 tables and positions of the given dtype.
+    Rope(DType),
 }
 
 impl Kern {
@@ -55,6 +61,9 @@ impl Kern {
             Kern::Place => "place".into(),
             Kern::KvWrite(i) => format!("kv_write_{}", i.name()),
             Kern::Paged => "paged_attention".into(),
+            Kern::RmsNorm => "rms_norm".into(),
+            Kern::SwiGlu => "swiglu".into(),
+            Kern::Rope(i) => format!("rope_{}", i.name()),
         }
     }
 }
@@ -104,6 +113,10 @@ pub fn kernels(tier: Tier, dtype: DType) -> Vec<Kern> {
                     Kern::KvWrite(DType::I32),
                     Kern::KvWrite(DType::I64),
                     Kern::Paged,
+                    Kern::RmsNorm,
+                    Kern::SwiGlu,
+                    Kern::Rope(DType::I32),
+                    Kern::Rope(DType::I64),
                 ]);
             } else if int_arith {
                 v.push(Kern::Binary);
@@ -128,6 +141,8 @@ pub fn kernels(tier: Tier, dtype: DType) -> Vec<Kern> {
                     Kern::LayerNorm,
                     Kern::Reduce,
                     Kern::Matmul,
+                    Kern::RmsNorm,
+                    Kern::SwiGlu,
                 ]);
             } else if int_arith {
                 v.push(Kern::Binary);
@@ -137,6 +152,7 @@ pub fn kernels(tier: Tier, dtype: DType) -> Vec<Kern> {
         Tier::HighPerformance => {
             if float {
                 v.extend([Kern::Binary, Kern::Unary, Kern::BiasGelu, Kern::Softmax, Kern::LayerNorm, Kern::Attention]);
+                v.extend([Kern::RmsNorm, Kern::SwiGlu]);
             } else if int_arith {
                 v.push(Kern::Binary);
             }
@@ -211,6 +227,18 @@ pub fn module_source(tier: Tier, dtype: DType) -> Option<String> {
             (Kern::Paged, _) => format!(
                 "(P p, const {t}* q, const {t}* kc, const {t}* vc, const int* bt, const int* lens, {t}* o, int* err) {{ k_paged_attention_ref<{t}>(p, q, kc, vc, bt, lens, o, err); }}"
             ),
+            (Kern::RmsNorm, _) => format!(
+                "(P p, const {t}* x, const {t}* r, const {t}* g, {t}* o, {t}* s) {{ k_rms_norm_{tag}<{t}>(p, x, r, g, o, s); }}"
+            ),
+            (Kern::SwiGlu, _) => {
+                format!("(P p, const {t}* x, const {t}* u, {t}* o) {{ k_swiglu_{tag}<{t}>(p, x, u, o); }}")
+            }
+            (Kern::Rope(i), _) => {
+                let it = ctype(i);
+                format!(
+                    "(P p, const {t}* x, const float* c, const float* s, const {it}* pos, {t}* o, int* err) {{ k_rope_ref<{t}, {it}>(p, x, c, s, pos, o, err); }}"
+                )
+            }
             (Kern::Cast(to), _) => {
                 let ot = ctype(to);
                 format!("(P p, const {t}* x, {ot}* o) {{ k_cast_ref<{t}, {ot}>(p, x, o); }}")
@@ -377,6 +405,10 @@ template <class F> __device__ __forceinline__ F unop(int op, F x, F factor) {
             const F e = m_exp(x < F(0) ? x : -x);
             return x >= F(0) ? F(1) / (F(1) + e) : e / (F(1) + e);
         }
+        case 10: {  // SiLU x * sigmoid(x), the sigmoid as case 9: silu(-inf) = -inf * 0 = NaN
+            const F e = m_exp(x < F(0) ? x : -x);
+            return x * (x >= F(0) ? F(1) / (F(1) + e) : e / (F(1) + e));
+        }
         default: return x * factor;
     }
 }
@@ -451,6 +483,13 @@ __device__ float block_max(float v, float* sh) {
 }
 
 template <class T> struct alignas(4 * sizeof(T)) V4 { T v[4]; };
+// RmsNorm's rows (p.i[1] wide, p.n of them): p.i[3] = AddRmsNorm (the sum x + r, rounded to
+// T, is written to s and normalised), p.i[4] = a weight g, p.f[0] = eps. The sum of squares
+// is in f64 on every tier; a row whose mean square is not finite (inf or NaN) is NaN.
+__device__ __forceinline__ bool rms_bad(double ms) { return !(ms - ms == 0.0); }
+// SwiGlu's gate and up of output element i: p.i[1] = N (the output's last axis), p.i[2] =
+// two inputs (gate x, up u) rather than one x of rows [gate | up].
+__device__ __forceinline__ ll swi_gate(const P& p, ll i) { return p.i[2] ? i : (i / p.i[1]) * 2 * p.i[1] + i % p.i[1]; }
 // Element j of (x + residual) for (Add)LayerNorm: the sum is formed in f32 on every tier.
 template <class T> __device__ __forceinline__ float ln_elem(const T* xr, const T* rr, bool res, ll j) {
     return res ? Cv<T>::f(xr[j]) + Cv<T>::f(rr[j]) : Cv<T>::f(xr[j]);
@@ -510,6 +549,30 @@ template <class T> __device__ void k_layer_norm_ref(const P& p, const T* x, cons
         o[row * d + j] = Cv<T>::od((v - mean) * inv * Cv<T>::d(g[j]) + Cv<T>::d(b[j]));
     }
 }
+template <class T> __device__ void k_rms_norm_ref(const P& p, const T* x, const T* r, const T* g, T* o, T* s) {
+    ll row = gtid();
+    if (row >= p.n) return;
+    ll d = p.i[1];
+    const T* xr = x + row * d;
+    if (p.i[3]) {
+        for (ll j = 0; j < d; ++j) s[row * d + j] = Cv<T>::od(Cv<T>::d(xr[j]) + Cv<T>::d(r[row * d + j]));
+        xr = s + row * d;
+    }
+    double q = 0.0;
+    for (ll j = 0; j < d; ++j) q += Cv<T>::d(xr[j]) * Cv<T>::d(xr[j]);
+    double ms = q / (double)d, inv = 1.0 / sqrt(ms + p.f[0]);
+    for (ll j = 0; j < d; ++j) {
+        double w = p.i[4] ? Cv<T>::d(g[j]) : 1.0;
+        o[row * d + j] = Cv<T>::od(rms_bad(ms) ? NAN_D : Cv<T>::d(xr[j]) * inv * w);
+    }
+}
+template <class T> __device__ void k_swiglu_ref(const P& p, const T* x, const T* u, T* o) {
+    ll i = gtid();
+    if (i >= p.n) return;
+    ll gi = swi_gate(p, i);
+    double up = p.i[2] ? Cv<T>::d(u[i]) : Cv<T>::d(x[gi + p.i[1]]);
+    o[i] = Cv<T>::od(unop<double>(10, Cv<T>::d(x[gi]), 1.0) * up);
+}
 // Offset of reduction step `r` over the reduced dims (sizes in sb, strides in sc).
 __device__ __forceinline__ ll red_offs(const P& p, ll r) {
     ll o = 0;
@@ -552,17 +615,54 @@ template <class T> __device__ __forceinline__ double att_mask(const P& p, const 
     if (p.i[5] == 1) return ((const u8*)m)[off] != 0 ? s : s + NEG_INF_D;
     return s + Cv<T>::d(((const T*)m)[off]);
 }
+// The kv head (batch · H_kv + kv head) that head `bh` (batch · H + head) reads: i[7] holds
+// 2·G + causal, G query heads per kv head.
+__device__ __forceinline__ ll att_kv(const P& p, ll bh) {
+    ll h = p.i[6], g = p.i[7] >> 1;
+    return (bh / h) * (h / g) + (bh % h) / g;
+}
+// How many keys query row `i` sees: all, or causal (bottom-right) those j <= i + T - S.
+__device__ __forceinline__ ll att_keys(const P& p, ll i) {
+    ll Tn = p.i[2];
+    if (!(p.i[7] & 1)) return Tn;
+    ll n = i + Tn - p.i[1] + 1;
+    return n < 0 ? 0 : (n > Tn ? Tn : n);
+}
+// Rope, one output element per thread (f64 arithmetic, one rounding): the pair of feature
+// f of row r (its token's position from `pos`, checked against the P table rows: outside,
+// the error word is set and the element is 0).
+template <class T, class I> __device__ void k_rope_ref(const P& p, const T* x, const float* cs, const float* sn, const I* pos, T* o, int* err) {
+    ll t = gtid();
+    if (t >= p.n) return;
+    ll H = p.i[1], S = p.i[2], D = p.i[3], half = D / 2;
+    ll f = t % D, r = t / D;
+    ll tok = p.i[5] ? r / H : (r / (H * S)) * S + r % S;
+    ll ps = (ll)pos[tok];
+    if (ps < 0 || ps >= p.i[4]) {
+        if (err) atomicCAS(err, 0, 1);
+        o[t] = T();
+        return;
+    }
+    bool first;
+    ll i, a, b;
+    if (p.i[6]) { i = f / 2; first = (f % 2) == 0; a = r * D + 2 * i; b = a + 1; }
+    else { first = f < half; i = first ? f : f - half; a = r * D + i; b = a + half; }
+    double c = (double)cs[ps * half + i], s = (double)sn[ps * half + i];
+    double xa = Cv<T>::d(x[a]), xb = Cv<T>::d(x[b]);
+    o[t] = Cv<T>::od(first ? xa * c - xb * s : xb * c + xa * s);
+}
 // A row with a NaN or +inf score is NaN; a row of only -inf scores (all keys masked) is 0.
 template <class T> __device__ void k_attention_ref(const P& p, const T* q, const T* k, const T* v, const void* mk, T* o) {
     ll t = gtid();
     if (t >= p.n) return;
     ll S = p.i[1], Tn = p.i[2], D = p.i[3], Dv = p.i[4];
     ll c = t % Dv, rest = t / Dv, i = rest % S, bh = rest / S;
+    ll kv = att_kv(p, bh), lim = att_keys(p, i);
     const T* qr = q + (bh * S + i) * D;
     double mx = NEG_INF_D;
     bool nan = false;
-    for (ll j = 0; j < Tn; ++j) {
-        const T* kr = k + (bh * Tn + j) * D;
+    for (ll j = 0; j < lim; ++j) {
+        const T* kr = k + (kv * Tn + j) * D;
         double s = 0.0;
         for (ll d = 0; d < D; ++d) s += Cv<T>::d(qr[d]) * Cv<T>::d(kr[d]);
         s = att_mask<T>(p, mk, bh, i, j, s * p.f[0]);
@@ -572,14 +672,14 @@ template <class T> __device__ void k_attention_ref(const P& p, const T* q, const
     if (nan || mx == INF_D) { o[t] = Cv<T>::od(NAN_D); return; }
     if (mx == NEG_INF_D) { o[t] = Cv<T>::od(0.0); return; }
     double sum = 0.0, acc = 0.0;
-    for (ll j = 0; j < Tn; ++j) {
-        const T* kr = k + (bh * Tn + j) * D;
+    for (ll j = 0; j < lim; ++j) {
+        const T* kr = k + (kv * Tn + j) * D;
         double s = 0.0;
         for (ll d = 0; d < D; ++d) s += Cv<T>::d(qr[d]) * Cv<T>::d(kr[d]);
         s = att_mask<T>(p, mk, bh, i, j, s * p.f[0]);
         double e = exp(s - mx);
         sum += e;
-        acc += e * Cv<T>::d(v[(bh * Tn + j) * Dv + c]);
+        acc += e * Cv<T>::d(v[(kv * Tn + j) * Dv + c]);
     }
     o[t] = Cv<T>::od(acc / sum);
 }
@@ -755,6 +855,33 @@ template <class T> __device__ void k_layer_norm_gen(const P& p, const T* x, cons
         }
     }
 }
+// (Add)RmsNorm, one block per row: each thread reads back only the sums it wrote.
+template <class T> __device__ void k_rms_norm_gen(const P& p, const T* x, const T* r, const T* g, T* o, T* s) {
+    __shared__ double sh[32];
+    ll d = p.i[1];
+    for (ll row = blockIdx.x; row < p.n; row += gridDim.x) {
+        const T* xr = x + row * d;
+        if (p.i[3]) {
+            for (ll j = threadIdx.x; j < d; j += blockDim.x)
+                s[row * d + j] = Cv<T>::of(Cv<T>::f(xr[j]) + Cv<T>::f(r[row * d + j]));
+            xr = s + row * d;
+        }
+        double q = 0.0;
+        for (ll j = threadIdx.x; j < d; j += blockDim.x) q += (double)Cv<T>::f(xr[j]) * (double)Cv<T>::f(xr[j]);
+        double ms = block_sum(q, sh) / (double)d, inv = 1.0 / sqrt(ms + p.f[0]);
+        for (ll j = threadIdx.x; j < d; j += blockDim.x) {
+            float nv = (float)((double)Cv<T>::f(xr[j]) * inv);
+            o[row * d + j] = Cv<T>::of(rms_bad(ms) ? NAN_F : nv * (p.i[4] ? Cv<T>::f(g[j]) : 1.f));
+        }
+    }
+}
+template <class T> __device__ void k_swiglu_gen(const P& p, const T* x, const T* u, T* o) {
+    for (ll i = gtid(); i < p.n; i += gstride()) {
+        ll gi = swi_gate(p, i);
+        float up = p.i[2] ? Cv<T>::f(u[i]) : Cv<T>::f(x[gi + p.i[1]]);
+        o[i] = Cv<T>::of(unop<float>(10, Cv<T>::f(x[gi]), 1.f) * up);
+    }
+}
 // One block per output element.
 template <class T> __device__ void k_reduce_gen(const P& p, const T* x, T* o) {
     __shared__ double sh[32];
@@ -875,6 +1002,38 @@ template <class T> __device__ void k_layer_norm_fast(const P& p, const T* x, con
         }
     }
 }
+// (Add)RmsNorm, one warp per row (the decode-time shape: many short rows).
+template <class T> __device__ void k_rms_norm_fast(const P& p, const T* x, const T* r, const T* g, T* o, T* s) {
+    ll d = p.i[1];
+    int lane = threadIdx.x & 31;
+    ll warps = ((ll)gridDim.x * blockDim.x) >> 5;
+    for (ll row = gtid() >> 5; row < p.n; row += warps) {
+        const T* xr = x + row * d;
+        if (p.i[3]) {
+            for (ll j = lane; j < d; j += 32) s[row * d + j] = Cv<T>::of(Cv<T>::f(xr[j]) + Cv<T>::f(r[row * d + j]));
+            xr = s + row * d;
+        }
+        double q = 0.0;
+        for (ll j = lane; j < d; j += 32) q += (double)Cv<T>::f(xr[j]) * (double)Cv<T>::f(xr[j]);
+        double ms = warp_sum(q) / (double)d;
+        float inv = (float)(1.0 / sqrt(ms + p.f[0]));
+        // The scale as f32 where that keeps it normal; else the product in f64, as the CPU.
+        bool wide = !(inv >= 1e-30f && inv <= 1e30f);
+        for (ll j = lane; j < d; j += 32) {
+            float v = Cv<T>::f(xr[j]);
+            float nv = wide ? (float)((double)v / sqrt(ms + p.f[0])) : v * inv;
+            o[row * d + j] = Cv<T>::of(rms_bad(ms) ? NAN_F : nv * (p.i[4] ? Cv<T>::f(g[j]) : 1.f));
+        }
+    }
+}
+template <class T> __device__ void k_swiglu_fast(const P& p, const T* x, const T* u, T* o) {
+    for (ll i = gtid(); i < p.n; i += gstride()) {
+        ll gi = swi_gate(p, i);
+        float a = Cv<T>::f(x[gi]);
+        float up = p.i[2] ? Cv<T>::f(u[i]) : Cv<T>::f(x[gi + p.i[1]]);
+        o[i] = Cv<T>::of(a / (1.f + expf(-a)) * up);
+    }
+}
 // Fused attention: one block per query row; q row and the T scores live in dynamic
 // shared memory ((D + T) floats).
 template <class T> __device__ void k_attention_fast(const P& p, const T* q, const T* k, const T* v, const void* mk, T* o) {
@@ -885,11 +1044,13 @@ template <class T> __device__ void k_attention_fast(const P& p, const T* q, cons
     float* sc = smem + D;
     for (ll row = blockIdx.x; row < p.i[0] * S; row += gridDim.x) {
         ll bh = row / S, i = row % S;
+        // The kv head it reads and the keys it sees: the others are never read.
+        ll kv = att_kv(p, bh), lim = att_keys(p, i);
         for (ll d = threadIdx.x; d < D; d += blockDim.x) qs[d] = Cv<T>::f(q[row * D + d]);
         __syncthreads();
         float mx = NEG_INF_F, nan = 0.f;
-        for (ll j = threadIdx.x; j < Tn; j += blockDim.x) {
-            const T* kr = k + (bh * Tn + j) * D;
+        for (ll j = threadIdx.x; j < lim; j += blockDim.x) {
+            const T* kr = k + (kv * Tn + j) * D;
             float s = 0.f;
             for (ll d = 0; d < D; ++d) s = fmaf(qs[d], Cv<T>::f(kr[d]), s);
             float sv = (float)att_mask<T>(p, mk, bh, i, j, (double)(s * (float)p.f[0]));
@@ -903,7 +1064,7 @@ template <class T> __device__ void k_attention_fast(const P& p, const T* q, cons
         bool bad = nan > 0.f || mx == INF_F, masked = !bad && mx == NEG_INF_F;
         float sum = 0.f;
         if (!bad && !masked) {
-            for (ll j = threadIdx.x; j < Tn; j += blockDim.x) {
+            for (ll j = threadIdx.x; j < lim; j += blockDim.x) {
                 float e = expf(sc[j] - mx);
                 sc[j] = e;
                 sum += e;
@@ -913,7 +1074,7 @@ template <class T> __device__ void k_attention_fast(const P& p, const T* q, cons
         for (ll c = threadIdx.x; c < Dv; c += blockDim.x) {
             float acc = 0.f;
             if (!bad && !masked)
-                for (ll j = 0; j < Tn; ++j) acc = fmaf(sc[j], Cv<T>::f(v[(bh * Tn + j) * Dv + c]), acc);
+                for (ll j = 0; j < lim; ++j) acc = fmaf(sc[j], Cv<T>::f(v[(kv * Tn + j) * Dv + c]), acc);
             o[row * Dv + c] = Cv<T>::of(bad ? NAN_F : (masked ? 0.f : acc / sum));
         }
         __syncthreads();

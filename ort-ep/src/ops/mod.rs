@@ -28,13 +28,14 @@ use crate::graph::{Attr, NodeInfo, ValueMeta};
 
 mod base;
 mod data;
+mod decoder;
 pub mod fold;
 mod shape;
 pub mod walk;
 
 /// The ONNX ops claimed: the spelling, the npurt kind the op-name table maps it to, and the
 /// first opset version with the semantics npurt implements.
-pub const CLAIMED: [(&str, OpKind, i32); 27] = [
+pub const CLAIMED: [(&str, OpKind, i32); 30] = [
     ("Relu", OpKind::Relu, 6),
     ("Add", OpKind::Add, 7),
     ("Sub", OpKind::Sub, 7),
@@ -72,6 +73,12 @@ pub const CLAIMED: [(&str, OpKind, i32); 27] = [
     ("Slice", OpKind::Slice, 10),
     // The shape a constant or folded value.
     ("Expand", OpKind::Expand, 8),
+    // New in opset 23; the last axis, f32 statistics.
+    ("RMSNormalization", OpKind::RmsNorm, 23),
+    // 4-D X with position_ids, the whole head rotated (`decoder::rotary`).
+    ("RotaryEmbedding", OpKind::Rope, 23),
+    // 4-D, no mask and no past; is_causal with as many queries as keys (`decoder::attention`).
+    ("Attention", OpKind::Attention, 23),
 ];
 
 /// ONNX's `Split`, which npurt's op-name table does not name, runs as one npurt Slice per
@@ -189,6 +196,9 @@ fn op_for(kind: OpKind, node: &NodeInfo, first: Option<&TensorMeta>) -> Result<O
             Op::Gemm { trans_a, trans_b, alpha: a.float("alpha", 1.0)?, beta: a.float("beta", 1.0)? }
         }
         OpKind::LayerNorm => layer_norm(node, &a, first)?,
+        OpKind::RmsNorm => rms_norm(&a, first)?,
+        OpKind::Rope => decoder::rotary(node, &a, first)?,
+        OpKind::Attention => decoder::attention(node, &a, first)?,
         OpKind::Concat => data::concat(&a)?,
         OpKind::Slice => data::slice(node, &a)?,
         OpKind::Expand => data::expand(node, &a)?,
@@ -253,6 +263,23 @@ fn layer_norm(node: &NodeInfo, a: &Attrs<'_>, first: Option<&TensorMeta>) -> Res
         return decline("Mean or InvStdDev output asked for; npurt has none");
     }
     Ok(Op::LayerNorm { eps: a.float("epsilon", 1e-5)? })
+}
+
+/// RMSNormalization (opset 23) as npurt's RmsNorm: the last axis only (`axis` -1, or the
+/// last by number) and `stash_type` 1, the default: statistics in f32, which npurt's f64
+/// ones match within rounding; 0 (statistics in the input's dtype) is declined. The scale
+/// must be `[D]`: npurt's validation declines the other shapes ONNX broadcasts.
+fn rms_norm(a: &Attrs<'_>, first: Option<&TensorMeta>) -> Result<Op, Decline> {
+    a.only(&["axis", "epsilon", "stash_type"])?;
+    let rank = first.map_or(0, |m| m.shape.rank());
+    let axis = a.int("axis", -1)?;
+    if axis != -1 && axis != rank as i64 - 1 {
+        return decline(format!("normalises from axis {axis}; npurt normalises the last axis only"));
+    }
+    match a.int("stash_type", 1)? {
+        1 => Ok(Op::RmsNorm { eps: a.float("epsilon", 1e-5)? }),
+        other => decline(format!("stash_type {other} (npurt's statistics are f64, not the input's dtype)")),
+    }
 }
 
 /// ONNX's Reshape as npurt's: the shape a small constant, each 0 (ONNX's default
@@ -453,9 +480,12 @@ fn check_dtypes(kind: OpKind, operands: &[&ValueMeta], inputs: &[TensorMeta]) ->
         _ => &FLOATS,
     };
     for (k, (v, m)) in operands.iter().zip(inputs).enumerate() {
-        // Gather moves whole elements of its data, of any dtype, by i32 or i64 indices.
+        // Gather moves whole elements of its data, of any dtype, by i32 or i64 indices;
+        // Rope's fourth operand is its positions.
         let ok = if kind == OpKind::Gather {
             k == 0 || matches!(m.dtype, DType::I32 | DType::I64)
+        } else if kind == OpKind::Rope && k == 3 {
+            matches!(m.dtype, DType::I32 | DType::I64)
         } else {
             allowed.contains(&m.dtype)
         };

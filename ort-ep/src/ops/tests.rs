@@ -411,3 +411,92 @@ fn tensor_bytes_read_as_integers_by_element_type() {
     assert_eq!(ints_of(1, &[0; 4]), None, "float");
     assert_eq!(ints_of(7, &[0; 5]), None, "not whole elements");
 }
+
+#[test]
+fn rms_normalization_is_claimed_on_the_last_axis_with_f32_statistics() {
+    let mut n = node("RMSNormalization", 23, vec![value("x", 1, &[2, 3, 8]), value("s", 1, &[8])], &[2, 3, 8]);
+    assert_eq!(map_node(&n).unwrap().op, Op::RmsNorm { eps: 1e-5 });
+    n.attrs.insert("epsilon".into(), Attr::Float(1e-6));
+    n.attrs.insert("axis".into(), Attr::Int(2));
+    assert_eq!(map_node(&n).unwrap().op, Op::RmsNorm { eps: 1e-6 });
+    // Another axis, statistics in the input's dtype, a scale npurt does not take, an f16 input
+    // with its own f16 scale (claimed), an older opset or an unknown attribute: declined
+    // where npurt differs.
+    n.attrs.insert("axis".into(), Attr::Int(1));
+    assert!(map_node(&n).is_err());
+    n.attrs.insert("axis".into(), Attr::Int(-1));
+    n.attrs.insert("stash_type".into(), Attr::Int(0));
+    assert!(map_node(&n).is_err());
+    n.attrs.remove("stash_type");
+    let scale_of_one = node("RMSNormalization", 23, vec![value("x", 1, &[2, 8]), value("s", 1, &[1])], &[2, 8]);
+    assert!(map_node(&scale_of_one).is_err());
+    let mut half = node("RMSNormalization", 23, vec![value("x", 10, &[2, 8]), value("s", 10, &[8])], &[2, 8]);
+    half.outputs = vec![value("y", 10, &[2, 8])];
+    assert!(map_node(&half).is_ok());
+    let mut old = n.clone();
+    old.since_version = 22;
+    assert!(map_node(&old).is_err());
+    n.attrs.insert("beta".into(), Attr::Float(0.0));
+    assert!(map_node(&n).is_err());
+}
+
+#[test]
+fn rotary_embedding_23_with_position_ids_is_npurts_rope() {
+    let x = || value("x", 1, &[2, 3, 5, 8]);
+    let rope = |ins: Vec<Option<ValueMeta>>| node("RotaryEmbedding", 23, ins, &[2, 3, 5, 8]);
+    let full = vec![x(), value("c", 1, &[16, 4]), value("s", 1, &[16, 4]), value("p", 7, &[2, 5])];
+    let mut n = rope(full.clone());
+    assert_eq!(map_node(&n).unwrap().op, Op::Rope { interleaved: false, layout: runtime::AttentionLayout::Bnsd });
+    n.attrs.insert("interleaved".into(), Attr::Int(1));
+    assert_eq!(map_node(&n).unwrap().op, Op::Rope { interleaved: true, layout: runtime::AttentionLayout::Bnsd });
+    // Declined: no position_ids (per-token caches), a partial rotation, a 3-D X, float
+    // positions, an older opset.
+    let no_pos = rope(vec![x(), value("c", 1, &[2, 5, 4]), value("s", 1, &[2, 5, 4])]);
+    assert!(map_node(&no_pos).unwrap_err().0.contains("position_ids"));
+    let mut part = rope(full.clone());
+    part.attrs.insert("rotary_embedding_dim".into(), Attr::Int(4));
+    assert!(map_node(&part).unwrap_err().0.contains("rotates part"));
+    let mut flat = rope(vec![value("x", 1, &[2, 5, 24]), full[1].clone(), full[2].clone(), full[3].clone()]);
+    flat.outputs = vec![value("y", 1, &[2, 5, 24])];
+    flat.attrs.insert("num_heads".into(), Attr::Int(3));
+    assert!(map_node(&flat).unwrap_err().0.contains("not 4-D"));
+    let float_pos = rope(vec![x(), full[1].clone(), full[2].clone(), value("p", 1, &[2, 5])]);
+    assert!(map_node(&float_pos).is_err());
+    let old = node("RotaryEmbedding", 22, full, &[2, 3, 5, 8]);
+    assert!(map_node(&old).is_err());
+}
+
+#[test]
+fn attention_23_is_claimed_where_its_causal_alignment_is_npurts() {
+    let att = |q: &[i64], k: &[i64], out: &[i64]| {
+        node("Attention", 23, vec![value("q", 1, q), value("k", 1, k), value("v", 1, k)], out)
+    };
+    // Grouped-query 4:1, no causal, with a scale.
+    let mut n = att(&[1, 8, 5, 4], &[1, 2, 7, 4], &[1, 8, 5, 4]);
+    n.attrs.insert("scale".into(), Attr::Float(0.5));
+    let bnsd = runtime::AttentionLayout::Bnsd;
+    assert_eq!(map_node(&n).unwrap().op, Op::Attention { scale: Some(0.5), layout: bnsd, causal: false });
+    // Causal with as many queries as keys: ONNX's top-left mask is npurt's bottom-right one.
+    let mut c = att(&[1, 4, 6, 4], &[1, 2, 6, 4], &[1, 4, 6, 4]);
+    c.attrs.insert("is_causal".into(), Attr::Int(1));
+    assert_eq!(map_node(&c).unwrap().op, Op::Attention { scale: None, layout: bnsd, causal: true });
+    // Causal over more keys than queries: the alignments differ.
+    let mut t = att(&[1, 4, 2, 4], &[1, 2, 6, 4], &[1, 4, 2, 4]);
+    t.attrs.insert("is_causal".into(), Attr::Int(1));
+    assert!(map_node(&t).unwrap_err().0.contains("top-left"));
+    // A mask, a softcap, a present_key output, mismatched kv_num_heads: declined.
+    let mut m = att(&[1, 4, 6, 4], &[1, 2, 6, 4], &[1, 4, 6, 4]);
+    m.inputs.push(value("mask", 9, &[6, 6]));
+    assert!(map_node(&m).unwrap_err().0.contains("attn_mask"));
+    let mut s = att(&[1, 4, 6, 4], &[1, 2, 6, 4], &[1, 4, 6, 4]);
+    s.attrs.insert("softcap".into(), Attr::Float(30.0));
+    assert!(map_node(&s).unwrap_err().0.contains("softcap"));
+    let p = with_out(
+        att(&[1, 4, 6, 4], &[1, 2, 6, 4], &[1, 4, 6, 4]),
+        vec![value("y", 1, &[1, 4, 6, 4]), value("pk", 1, &[1, 2, 6, 4])],
+    );
+    assert!(map_node(&p).unwrap_err().0.contains("present_key"));
+    let mut h = att(&[1, 4, 6, 4], &[1, 2, 6, 4], &[1, 4, 6, 4]);
+    h.attrs.insert("kv_num_heads".into(), Attr::Int(4));
+    assert!(map_node(&h).unwrap_err().0.contains("kv_num_heads"));
+}

@@ -186,10 +186,7 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
             layout: layout(op, get("layout"))?,
             causal: flag(op, "causal", get("causal"), false)?,
         },
-        OpKind::Rope => Op::Rope {
-            interleaved: flag(op, "interleaved", get("interleaved"), false)?,
-            layout: layout(op, get("layout"))?,
-        },
+        OpKind::Rope => decoder_op(kind, op, &mut get)?,
         OpKind::KvCacheWrite | OpKind::PagedAttention => paged_op(kind, get("scale"))?,
     };
     if let Some(i) = used.iter().position(|u| !u) {
@@ -198,12 +195,16 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
     Ok(built)
 }
 
-/// The decoder-LLM row ops: RmsNorm and AddRmsNorm with `eps` (1e-5), Silu and SwiGlu
-/// with no attribute.
+/// The decoder-LLM ops: RmsNorm and AddRmsNorm with `eps` (1e-5), Silu and SwiGlu with no
+/// attribute, Rope with `interleaved` (false) and `layout` (bnsd).
 fn decoder_op(kind: OpKind, op: &'static str, get: &mut dyn FnMut(&str) -> Option<String>) -> Result<Op> {
     Ok(match kind {
         OpKind::Silu => Op::Silu,
         OpKind::SwiGlu => Op::SwiGlu,
+        OpKind::Rope => Op::Rope {
+            interleaved: flag(op, "interleaved", get("interleaved"), false)?,
+            layout: layout(op, get("layout"))?,
+        },
         OpKind::RmsNorm => Op::RmsNorm { eps: parse(op, "eps", get("eps"), 1e-5)? },
         _ => Op::AddRmsNorm { eps: parse(op, "eps", get("eps"), 1e-5)? },
     })

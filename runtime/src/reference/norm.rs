@@ -19,8 +19,9 @@ pub fn round_to(dtype: DType, v: f64) -> f64 {
 }
 
 /// `x / sqrt(mean(x²) + eps) * w` per row of `d`, in f64 (the sum of squares of f32
-/// values cannot overflow there). IEEE throughout: a row holding ±inf has a mean square of
-/// inf, so its finite elements become 0 and the infinite ones NaN (`inf * 0`).
+/// values cannot overflow there). A row holding ±inf or NaN (its mean square is not
+/// finite) is NaN throughout, as LayerNorm's rows are, so that every tier and the
+/// compositions of other backends agree on it.
 pub fn rms_rows(x: &[f64], d: usize, w: Option<&[f64]>, eps: f64) -> Vec<f64> {
     let mut out = vec![0.0; x.len()];
     if d == 0 {
@@ -28,6 +29,10 @@ pub fn rms_rows(x: &[f64], d: usize, w: Option<&[f64]>, eps: f64) -> Vec<f64> {
     }
     for (row, o) in x.chunks(d).zip(out.chunks_mut(d)) {
         let ms = row.iter().map(|v| v * v).sum::<f64>() / d as f64;
+        if !ms.is_finite() {
+            o.fill(f64::NAN);
+            continue;
+        }
         let inv = 1.0 / (ms + eps).sqrt();
         for i in 0..d {
             o[i] = row[i] * inv * w.map_or(1.0, |w| w[i]);

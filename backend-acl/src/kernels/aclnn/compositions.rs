@@ -3,11 +3,21 @@
 //! rows zeroed), Attention as one aclnnFlashAttentionScore
 //! (`aclnnop/aclnn_flash_attention_score.h`, ops-transformer) with the scale and the
 //! masked rows handled around it, and Gather through IndexSelect.
+//!
+//! The composed Attention is grouped-query and causal too. Grouped-query without copying
+//! k and v: with `G = H / H_kv` query heads per kv head, q `[B, H, S, D]` is the same
+//! memory as `[B, H_kv, G·S, D]`, so each product is one batched product over the kv
+//! heads (and the scores, `[B, H, S, T]`, are `[B, H_kv, G·S, T]`). Causal: a bool mask
+//! `[S, T]` true past each row's last key (`j > i + T − S`) is built on the device —
+//! aclnnTriu of a broadcast 1 with diagonal `T − S + 1`, the 1 made by aclnnEqTensor of a
+//! byte with itself — and the scores there are set to -inf (aclnnInplaceMaskedFillScalar,
+//! which replaces, so a NaN score a row does not see stays out of it), before the row
+//! tests and the softmax.
 
 use super::call::BResult;
 use super::call::{Call, View, align512};
 use super::data::{index_select, inplace_copy};
-use super::elementwise::{add_sub, adds, muls};
+use super::elementwise::{add_sub, adds, eq, muls};
 use super::matmul::matmul;
 use super::norm::softmax;
 use super::reduce::{all_minus_inf, zero_rows};
@@ -33,6 +43,9 @@ pub(super) struct AttentionScratch {
     pub(super) row_max: View,
     /// Whether a row's scores are all -inf, `[B, H, S, 1]` (bool over u8 storage).
     pub(super) masked: View,
+    /// Causal attention: two bytes (`[2]`, u8) for the 1 the mask is cut from, and the mask
+    /// `[S, T]` (bool over u8).
+    pub(super) causal: Option<(View, View)>,
 }
 
 /// Attention composed of aclnn operators: `q · kᵀ` on the Cube (k transposed through its
@@ -44,17 +57,69 @@ pub(super) struct AttentionScratch {
 /// NaN or +inf maximum and stays NaN.
 pub(super) fn attention(c: &mut Call, a: &Attention, sc: &AttentionScratch, out: &View, cube: i8) -> BResult<()> {
     let pair = &sc.pair;
-    matmul(c, a.q, &a.k.t(true), &pair[0], cube)?;
+    // Grouped-query: q, the scores and out as `[B, H_kv, G·S, ..]` (contiguous operands).
+    let (b, h, s, hkv) = (a.q.dims[0], a.q.dims[1], a.q.dims[2], a.k.dims[1]);
+    let grouped = |v: &View| {
+        let mut d = v.dims.clone();
+        if hkv != h && hkv != 0 {
+            d = vec![b, hkv, (h / hkv) * s, d[3]];
+        }
+        v.reshaped(&d)
+    };
+    matmul(c, &grouped(a.q), &a.k.t(true), &grouped(&pair[0]), cube)?;
     muls(c, &pair[0], a.scale, &pair[1])?;
     let mut cur = 1;
     if let Some(m) = a.mask {
         add_sub(c, false, &pair[1], m, &pair[0])?;
         cur = 0;
     }
+    if let Some((one, mask)) = &sc.causal {
+        causal_mask(c, one, mask)?;
+        fill_where(c, &pair[cur], mask, f64::NEG_INFINITY)?;
+    }
     all_minus_inf(c, &pair[cur], &sc.row_max, &sc.masked)?;
     softmax(c, &pair[cur], -1, &pair[1 - cur])?;
-    matmul(c, &pair[1 - cur], a.v, out, cube)?;
+    matmul(c, &grouped(&pair[1 - cur]), a.v, &grouped(out), cube)?;
     zero_rows(c, out, &sc.masked)
+}
+
+/// The causal mask `[S, T]` (bool over u8), true where key `j` is past query `i`'s last,
+/// `j > i + T − S`: [`cut_triangle`] with diagonal `T − S + 1`.
+fn causal_mask(c: &mut Call, two: &View, mask: &View) -> BResult<()> {
+    let (s, t) = (mask.dims[0], mask.dims[1]);
+    cut_triangle(c, two, mask, t as i64 - s as i64 + 1)
+}
+
+/// The side of the operator's causal attenMask (sparseMode 3).
+const CAUSAL_MASK: usize = 2048;
+
+/// `mask` (2-D, bool over u8) true where `j − i >= diagonal`: aclnnTriu of a 1 broadcast
+/// to the mask's shape, the 1 being aclnnEqTensor of `two[0]` (any byte equals itself)
+/// written to `two[1]`.
+fn cut_triangle(c: &mut Call, two: &View, mask: &View, diagonal: i64) -> BResult<()> {
+    let (s, t) = (mask.dims[0], mask.dims[1]);
+    let mut byte = two.reshaped(&[1]);
+    eq(c, &byte, &byte, &{
+        let mut o = byte.clone();
+        o.offset += 1;
+        o
+    })?;
+    byte.offset += 1;
+    let (one, to) = (View { dims: vec![s, t], strides: vec![0, 0], ..byte }, c.bool_output(mask)?);
+    let tone = c.bool_tensor(&one)?;
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::triu_get_workspace_size(c.api, tone, diagonal, to) };
+    c.run(p1, nn::triu)
+}
+
+/// `value` where `mask` (bool over u8, broadcast to `x`) is true, in place
+/// (aclnnInplaceMaskedFillScalar).
+fn fill_where(c: &mut Call, x: &View, mask: &View, value: f64) -> BResult<()> {
+    let (tx, tm) = (c.tensor(x)?, c.bool_tensor(mask)?);
+    let v = c.scalar_for(x.dtype, value)?;
+    // SAFETY: live descriptors owned by `c`.
+    let p1 = unsafe { nn::inplace_masked_fill_scalar_get_workspace_size(c.api, tx, tm, v) };
+    c.run(p1, nn::inplace_masked_fill_scalar)
 }
 
 /// `m` (broadcastable to `[B, H, S, T]`, at most 4-D) as a 4-D view: leading dims of 1.
@@ -83,7 +148,14 @@ pub(super) const FA_STATS: usize = 8;
 /// zeroed (aclnnInplaceMaskedFillScalar). Its softmax row maxima and sums (FLOAT
 /// `[B, H, S, 8]`) go to scratch; the reserved softmaxOut and the dropout, padding and
 /// boolean attention masks are NULL.
-pub(super) fn flash_attention(c: &mut Call, a: &Attention, out: &View) -> BResult<()> {
+///
+/// Causal (`causal`: fp16 and bf16, the support predicate keeps f32 on the composition):
+/// sparseMode 3 (rightDownCausal, the op table's bottom-right alignment) with the
+/// attenMask that mode takes, `[2048, 2048]` bool true above the diagonal, cut on the device
+/// by aclnnTriu (diagonal 1) from a broadcast 1 as the composition's mask is; with more
+/// queries than keys the first `S − T` rows see no key, and are zeroed through a `[S, 1]`
+/// mask cut the same way (diagonal `T − S + 1`).
+pub(super) fn flash_attention(c: &mut Call, a: &Attention, out: &View, causal: bool) -> BResult<()> {
     let (b, h, s, d) = (a.q.dims[0], a.q.dims[1], a.q.dims[2], a.q.dims[3]);
     let t = a.k.dims[2];
     let stats = [b, h, s, FA_STATS];
@@ -92,7 +164,18 @@ pub(super) fn flash_attention(c: &mut Call, a: &Attention, out: &View) -> BResul
     let rows = m4.as_ref().map_or(0, |m| m.dims[..3].iter().product::<usize>());
     let q_bytes = if a.mask.is_some() { align512(b * h * s * d * a.q.dtype.size()) } else { 0 };
     let row_bytes = align512(rows * a.q.dtype.size());
-    let base = c.scratch(2 * stat_bytes + q_bytes + row_bytes + align512(rows))?;
+    let fixed = 2 * stat_bytes + q_bytes + row_bytes + align512(rows);
+    let causal_bytes = if causal { 512 + CAUSAL_MASK * CAUSAL_MASK + align512(s) } else { 0 };
+    let base = c.scratch(fixed + causal_bytes)?;
+    // Causal: two bytes for the 1, the operator's mask, the rows that see no key.
+    let causal_views = causal.then(|| {
+        let at = |off: usize| base + (fixed + off) as u64;
+        (
+            View::contiguous(at(0), DType::U8, &[2]),
+            View::contiguous(at(512), DType::U8, &[CAUSAL_MASK, CAUSAL_MASK]),
+            View::contiguous(at(512 + CAUSAL_MASK * CAUSAL_MASK), DType::U8, &[s, 1]),
+        )
+    });
     let max = View::contiguous(base, DType::F32, &stats);
     let sum = View::contiguous(base + stat_bytes as u64, DType::F32, &stats);
     let mut q = a.q.clone();
@@ -111,11 +194,18 @@ pub(super) fn flash_attention(c: &mut Call, a: &Attention, out: &View) -> BResul
         pse = Some(p);
     }
     let (tq, tk, tv) = (c.tensor(&q)?, c.tensor(a.k)?, c.tensor(a.v)?);
+    if let Some((one, mask, _)) = &causal_views {
+        cut_triangle(c, one, mask, 1)?;
+    }
     let tp = match &pse {
         Some(p) => c.tensor(p)?,
         None => c.absent(false),
     };
-    let (drop_mask, padding_mask, atten_mask) = (c.absent(false), c.absent(false), c.absent(false));
+    let (drop_mask, padding_mask) = (c.absent(false), c.absent(false));
+    let atten_mask = match &causal_views {
+        Some((_, mask, _)) => c.bool_tensor(mask)?,
+        None => c.absent(false),
+    };
     let (tmax, tsum) = (c.output(&max)?, c.output(&sum)?);
     let softmax_out = c.absent(true);
     let to = c.output(out)?;
@@ -129,7 +219,8 @@ pub(super) fn flash_attention(c: &mut Call, a: &Attention, out: &View) -> BResul
         head_num: h as i64,
         input_layout: c"BNSD",
         inner_precise: 0,
-        sparse_mode: 0,
+        // 3: rightDownCausal, with its 2048×2048 mask; 0: no sparsity.
+        sparse_mode: if causal { 3 } else { 0 },
     };
     // SAFETY: live descriptors owned by `c`; NULL for the optional masks, the prefix and
     // the reserved softmaxOut, as the operator documents them.
@@ -152,6 +243,12 @@ pub(super) fn flash_attention(c: &mut Call, a: &Attention, out: &View) -> BResul
         )
     };
     c.run(p1, nn::flash_attention_score)?;
+    if let Some((one, _, none_seen)) = &causal_views
+        && s > t
+    {
+        cut_triangle(c, one, none_seen, t as i64 - s as i64 + 1)?;
+        zero_rows(c, out, &none_seen.reshaped(&[1, 1, s, 1]))?;
+    }
     let Some(m) = m4 else { return Ok(()) };
     let rd: Vec<usize> = m.dims[..3].iter().copied().chain([1]).collect();
     let row_max = View::contiguous(base + (2 * stat_bytes + q_bytes) as u64, m.dtype, &rd);

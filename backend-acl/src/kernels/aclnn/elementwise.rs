@@ -94,7 +94,7 @@ pub(super) fn gelu(c: &mut Call, x: &View, approx: GeluApprox, out: &View) -> BR
     }
 }
 
-/// Relu, Tanh, Erf, Exp, Sqrt, Neg or Sigmoid.
+/// Relu, Tanh, Erf, Exp, Sqrt, Neg, Sigmoid or Silu.
 pub(super) fn unary(c: &mut Call, op: &Op, x: &View, out: &View) -> BResult<()> {
     let (tx, to) = (c.tensor(x)?, c.output(out)?);
     let (p1, p2): (_, Phase2) = match op {
@@ -110,6 +110,8 @@ pub(super) fn unary(c: &mut Call, op: &Op, x: &View, out: &View) -> BResult<()> 
         Op::Neg => (unsafe { nn::neg_get_workspace_size(c.api, tx, to) }, nn::neg),
         // SAFETY: as above.
         Op::Sigmoid => (unsafe { nn::sigmoid_get_workspace_size(c.api, tx, to) }, nn::sigmoid),
+        // SAFETY: as above.
+        Op::Silu => (unsafe { nn::silu_get_workspace_size(c.api, tx, to) }, nn::silu),
         // SAFETY: as above.
         _ => (unsafe { nn::sqrt_get_workspace_size(c.api, tx, to) }, nn::sqrt),
     };

@@ -2,7 +2,7 @@
 //! the composition of the ops aclnn has no single operator for. By file: [`call`]
 //! (descriptors and the two-phase call), [`recorded`] (repeatable executors of frozen
 //! plans), the op mappings by family ([`matmul`], [`elementwise`], [`norm`], [`reduce`],
-//! [`data`]) and [`compositions`]; this module maps each op onto them ([`compose`]).
+//! [`data`]) and [`compositions`] ([`rope`]: Rope's); this module maps each op onto them ([`compose`]).
 //!
 //! A [`Call`] owns the descriptors of one op and runs its operators one of two ways:
 //! * one-shot ([`run`]: eager launches, and the nodes of frozen plans whose ops cannot
@@ -21,12 +21,14 @@
 mod call;
 mod compositions;
 mod data;
+mod decoder;
 mod elementwise;
 mod matmul;
 mod norm;
 mod paged;
 mod recorded;
 mod reduce;
+mod rope;
 
 pub(crate) use data::byte_copy;
 pub(crate) use recorded::Recorded;
@@ -60,8 +62,10 @@ pub(crate) fn repeatable(op: &Op) -> bool {
 pub(crate) struct Mapping {
     /// The SoC computes FP32 matrix products in FP16 (cubeMathType 1): the 910 family.
     pub is_910: bool,
-    /// Attention as one `aclnnFlashAttentionScore` (kernel `attention.aclnn-flash.cube`,
-    /// Atlas A2/A3) rather than composed of matrix products and a softmax.
+    /// The fused Atlas A2/A3 operator rather than a composition: Attention as one
+    /// `aclnnFlashAttentionScore` (kernel `attention.aclnn-flash.cube`) rather than matrix
+    /// products and a softmax, Rope as one `aclnnRotaryPositionEmbedding` (kernel
+    /// `rope.aclnn-fused.vector`).
     pub flash: bool,
 }
 
@@ -203,24 +207,30 @@ fn compose(c: &mut Call, how: Mapping, args: &LaunchArgs) -> BResult<()> {
             add_sub(c, false, x, &ins[1], &tmp)?;
             layer_norm(c, &tmp, &ins[2], &ins[3], *eps, &out)
         }
-        Op::Silu | Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::SwiGlu => {
-            Err(AclBackendError::BadRequest(format!("{op}: no aclnn mapping yet")))
+        Op::Silu => unary(c, &args.op, x, &out),
+        Op::RmsNorm { eps } => decoder::rms_norm(c, is_910, x, ins.get(1), *eps, &out),
+        Op::AddRmsNorm { eps } => {
+            let sum = View::operand(&args.outputs[1], n_in + 1);
+            decoder::add_rms_norm(c, is_910, (x, &ins[1], &ins[2]), *eps, (&out, &sum))
         }
-        // The support predicates decline Rope on the aclnn tiers (the host tier runs it).
-        Op::Rope { .. } => Err(AclBackendError::BadRequest(format!("{op}: no aclnn mapping; the host tier runs it"))),
-        Op::Attention { scale, .. } if how.flash => {
+        Op::SwiGlu => decoder::swiglu(c, is_910, x, ins.get(1), &out),
+        Op::Rope { interleaved, layout } if how.flash => rope::rope_fused(c, &ins, &out, *interleaved, *layout),
+        Op::Rope { interleaved, layout } => rope::rope(c, &ins, &out, *interleaved, *layout),
+        Op::Attention { scale, causal, .. } if how.flash => {
             let d = *x.dims.last().unwrap_or(&1);
             let scale = scale.unwrap_or(1.0 / (d.max(1) as f32).sqrt());
             let parts = Attention { q: x, k: &ins[1], v: &ins[2], mask: ins.get(3), scale };
-            flash_attention(c, &parts, &out)
+            flash_attention(c, &parts, &out, *causal)
         }
-        Op::Attention { scale, .. } => {
+        Op::Attention { scale, causal, .. } => {
             let d = *x.dims.last().unwrap_or(&1);
             let scale = scale.unwrap_or(1.0 / (d.max(1) as f32).sqrt());
             let (b, h, s, t) = (x.dims[0], x.dims[1], x.dims[2], ins[1].dims[2]);
             let bytes = align512(b * h * s * t * x.dtype.size());
             let row_max = align512(b * h * s * x.dtype.size());
-            let base = c.scratch(2 * bytes + row_max + align512(b * h * s))?;
+            let fixed = 2 * bytes + row_max + align512(b * h * s);
+            let base = c.scratch(fixed + if *causal { 512 + align512(s * t) } else { 0 })?;
+            let at = |off: usize| base + off as u64;
             let sc = AttentionScratch {
                 pair: [
                     View::contiguous(base, x.dtype, &[b, h, s, t]),
@@ -228,6 +238,12 @@ fn compose(c: &mut Call, how: Mapping, args: &LaunchArgs) -> BResult<()> {
                 ],
                 row_max: View::contiguous(base + 2 * bytes as u64, x.dtype, &[b, h, s, 1]),
                 masked: View::contiguous(base + (2 * bytes + row_max) as u64, DType::U8, &[b, h, s, 1]),
+                causal: causal.then(|| {
+                    (
+                        View::contiguous(at(fixed), DType::U8, &[2]),
+                        View::contiguous(at(fixed + 512), DType::U8, &[s, t]),
+                    )
+                }),
             };
             let parts = Attention { q: x, k: &ins[1], v: &ins[2], mask: ins.get(3), scale };
             attention(c, &parts, &sc, &out, cube_math(is_910, x.dtype))
