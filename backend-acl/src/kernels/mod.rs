@@ -72,6 +72,7 @@ fn unit_of(k: OpKind) -> Unit {
     match k {
         OpKind::MatMul | OpKind::Gemm | OpKind::Linear | OpKind::Attention => CUBE,
         OpKind::Permute | OpKind::Reshape | OpKind::Copy => SCALAR,
+        OpKind::PagedAttention => CUBE,
         _ => VECTOR,
     }
 }
@@ -137,6 +138,7 @@ fn fp16_compute_name(k: OpKind) -> Option<&'static str> {
         OpKind::Gemm => "gemm.aclnn-addmm-fp16compute.cube",
         OpKind::Linear => "linear.aclnn-addmm-fp16compute.cube",
         OpKind::Attention => "attention.aclnn-composed-fp16compute.cube",
+        OpKind::PagedAttention => "pagedattention.aclnn-fp16compute.cube",
         _ => return None,
     })
 }
@@ -166,6 +168,11 @@ fn check(q: &KernelQuery<'_>, p: Policy) -> Result<(), String> {
         Op::MatMul { .. } | Op::Gemm { .. } | Op::Linear | Op::Attention { .. }
             if x.dtype == DType::F32 && p.is_910 && !p.f32_cube =>
         {
+            Err("FP32 on the 910's Cube computes in FP16 (cubeMathType 1): the fp16compute kernel takes it, \
+                 unless NPURT_ACL_FP32_MATMUL=exact"
+                .into())
+        }
+        Op::PagedAttention { .. } if x.dtype == DType::F32 && p.is_910 && !p.f32_cube => {
             Err("FP32 on the 910's Cube computes in FP16 (cubeMathType 1): the fp16compute kernel takes it, \
                  unless NPURT_ACL_FP32_MATMUL=exact"
                 .into())
@@ -278,7 +285,7 @@ impl Table {
         let mut t = Table { is_910, ..Table::default() };
         for k in OpKind::ALL {
             let (fname, hname) = names(k);
-            if matches!(k, OpKind::KvCacheWrite | OpKind::PagedAttention) {
+            if k == OpKind::KvCacheWrite {
                 // No aclnn mapping yet: the host reference tier only.
                 t.kernels.add_named(hname, k, Tier::Reference, HOST, sup_host, Impl::Host);
                 continue;

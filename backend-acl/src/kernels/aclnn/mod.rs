@@ -25,6 +25,7 @@ mod decoder;
 mod elementwise;
 mod matmul;
 mod norm;
+mod paged;
 mod recorded;
 mod reduce;
 mod rope;
@@ -42,6 +43,7 @@ use data::{cat, expand, inplace_copy, permute, slice};
 use elementwise::{add_sub, cast, eq, gelu, mul_div, muls, pow, s_where, unary};
 use matmul::{addmm, cube_math, matmul};
 use norm::{layer_norm, softmax};
+use paged::paged_attention;
 use reduce::reduce;
 use runtime::{DType, LaunchArgs, Op};
 
@@ -246,9 +248,8 @@ fn compose(c: &mut Call, how: Mapping, args: &LaunchArgs) -> BResult<()> {
             let parts = Attention { q: x, k: &ins[1], v: &ins[2], mask: ins.get(3), scale };
             attention(c, &parts, &sc, &out, cube_math(is_910, x.dtype))
         }
+        Op::PagedAttention { .. } => paged_attention(c, &args.op, &ins, &out, cube_math(is_910, x.dtype)),
         // Not in the kernel table (no aclnn mapping yet).
-        Op::KvCacheWrite | Op::PagedAttention { .. } => {
-            Err(AclBackendError::BadRequest(format!("{}: no aclnn mapping", args.op.name())))
-        }
+        Op::KvCacheWrite => Err(AclBackendError::BadRequest(format!("{}: no aclnn mapping", args.op.name()))),
     }
 }

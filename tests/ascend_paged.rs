@@ -1,0 +1,215 @@
+//! The paged KV cache on Ascend (over acl-emu, both SoCs): PagedAttention runs on the aclnn
+//! tier (a composition of basic operators, no host tier) and matches the CPU, and a
+//! compiled decode step (caches as inputs, KvCacheWrite then PagedAttention) run again with
+//! new slots, block tables and lengths makes no phase-1 call: the lengths and tables are
+//! device tensors read by the recorded executors, the length mask built on the device.
+#![cfg(feature = "acl")]
+
+mod common;
+
+use common::AclEmu;
+use npurt::{DType, Op, Precision, Tensor};
+use npurt_test_support::emu::Emu;
+use runtime::Runtime;
+use runtime::graph::{CompileOptions, CompiledGraph, Graph, ScheduleStrategy};
+
+/// The phase-1 entry points the PagedAttention composition (and the graph's other nodes)
+/// may call.
+const PHASE1: &[&str] = &[
+    "aclnnAddGetWorkspaceSize",
+    "aclnnAddsGetWorkspaceSize",
+    "aclnnAmaxGetWorkspaceSize",
+    "aclnnBatchMatMulGetWorkspaceSize",
+    "aclnnCastGetWorkspaceSize",
+    "aclnnEqScalarGetWorkspaceSize",
+    "aclnnEqTensorGetWorkspaceSize",
+    "aclnnIndexSelectGetWorkspaceSize",
+    "aclnnInplaceCopyGetWorkspaceSize",
+    "aclnnInplaceMaskedFillScalarGetWorkspaceSize",
+    "aclnnMatmulGetWorkspaceSize",
+    "aclnnMulsGetWorkspaceSize",
+    "aclnnReluGetWorkspaceSize",
+    "aclnnSWhereGetWorkspaceSize",
+    "aclnnSoftmaxGetWorkspaceSize",
+    "aclnnSubGetWorkspaceSize",
+];
+
+/// (phase-1 calls, phase-2 calls) since the emulator was configured.
+fn calls(ctl: &Emu) -> (u64, u64) {
+    let p1 = PHASE1.iter().map(|n| ctl.calls(n)).sum();
+    let p2 = PHASE1.iter().map(|n| ctl.calls(n.trim_end_matches("GetWorkspaceSize"))).sum();
+    (p1, p2)
+}
+
+fn values(n: usize, seed: usize) -> Vec<f32> {
+    (0..n).map(|i| ((i * 37 + seed * 11) as f32 * 0.173).sin()).collect()
+}
+
+fn upload(rt: &Runtime, dtype: DType, shape: &[usize], v: &[f32]) -> Tensor {
+    let t = rt.from_slice(v, shape.to_vec(), 0).unwrap();
+    if dtype == DType::F32 { t } else { rt.run(&Op::Cast { to: dtype }, &[&t]).unwrap().remove(0) }
+}
+
+fn to_f32(rt: &Runtime, t: &Tensor) -> Vec<f32> {
+    let t =
+        if t.dtype() == DType::F32 { t.clone() } else { rt.run(&Op::Cast { to: DType::F32 }, &[t]).unwrap().remove(0) };
+    t.to_ndarray::<f32>().unwrap().iter().copied().collect()
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(p, q)| (p - q).abs()).fold(0.0, f32::max)
+}
+
+/// One batch: 3 sequences of lengths 5, 0 and 12 over 6 blocks of 4 slots, 2 kv heads for 4
+/// query heads, blocks out of order, table entries past a length holding -9 (never read),
+/// with `seed` varying the operands and `lens` the lengths.
+fn batch(rt: &Runtime, dtype: DType, seed: usize, tables: &[i32], lens: &[i32]) -> Vec<Tensor> {
+    let (nb, bs, kvh, h, d, b) = (6, 4, 2, 4, 8, lens.len());
+    let c = nb * bs * kvh * d;
+    vec![
+        upload(rt, dtype, &[b, h, d], &values(b * h * d, seed)),
+        upload(rt, dtype, &[nb, bs, kvh, d], &values(c, seed + 1)),
+        upload(rt, dtype, &[nb, bs, kvh, d], &values(c, seed + 2)),
+        rt.from_slice(tables, vec![b, tables.len() / b], 0).unwrap(),
+        rt.from_slice(lens, vec![b], 0).unwrap(),
+    ]
+}
+
+fn cpu() -> Runtime {
+    common::runtime(&common::backend("cpu").unwrap())
+}
+
+/// PagedAttention over acl-emu: the selected kernel is the aclnn composition (the fp16compute
+/// one for f32 on the 910A), and its result is the CPU's within the dtype's tolerance.
+#[test]
+fn paged_attention_runs_on_the_aclnn_tier_on_both_socs() {
+    for (soc, dtypes) in
+        [("Ascend910A", &[DType::F32, DType::F16][..]), ("Ascend910B2", &[DType::F32, DType::F16, DType::BF16][..])]
+    {
+        let Some(emu) = AclEmu::on(soc, "paged_attention_runs_on_the_aclnn_tier_on_both_socs") else { return };
+        let rt = common::runtime(&emu.backend);
+        let cpu = cpu();
+        for &dt in dtypes {
+            let tables = [2, 0, -9, -9, -9, -9, 5, 1, 3];
+            let ins = batch(&rt, dt, 3, &tables, &[5, 0, 12]);
+            let want_ins = batch(&cpu, dt, 3, &tables, &[5, 0, 12]);
+            let op = Op::PagedAttention { scale: None };
+            let metas: Vec<npurt::TensorMeta> = ins.iter().map(|t| t.meta().clone()).collect();
+            let k = rt.select_kernel(&op, &metas).unwrap();
+            assert!(k.name.starts_with("pagedattention.aclnn"), "{soc} {dt}: kernel {}", k.name);
+            let before = emu.ctl.calls("aclnnIndexSelect");
+            let got = to_f32(&rt, &rt.run(&op, &ins.iter().collect::<Vec<_>>()).unwrap()[0]);
+            assert!(emu.ctl.calls("aclnnIndexSelect") > before, "{soc} {dt}: no aclnnIndexSelect launch");
+            let want = to_f32(&cpu, &cpu.run(&op, &want_ins.iter().collect::<Vec<_>>()).unwrap()[0]);
+            let tol = if dt == DType::F32 && soc != "Ascend910A" { 1e-5 } else { 3e-2 };
+            let diff = max_diff(&got, &want);
+            assert!(diff <= tol, "{soc} {dt}: max diff {diff} from the CPU");
+            assert!(got[32..64].iter().all(|&x| x == 0.0), "{soc} {dt}: the zero-length sequence's row is 0");
+        }
+        // A used block id outside [0, NB) and a length above MB·BS fail on the device: an
+        // error, not a result.
+        for (tables, lens) in [([2, 6, 0], [5]), ([2, 0, 1], [13]), ([2, 0, 1], [-1])] {
+            let ins = batch(&rt, DType::F16, 1, &tables, &lens);
+            let r = rt
+                .run(&Op::PagedAttention { scale: None }, &ins.iter().collect::<Vec<_>>())
+                .and_then(|o| rt.run(&Op::Cast { to: DType::F32 }, &[&o[0]]))
+                .and_then(|o| o[0].to_ndarray::<f32>().map(|_| ()));
+            assert!(r.is_err(), "{soc}: tables {tables:?}, lengths {lens:?} gave a result");
+        }
+        drop(rt);
+        let c = emu.finish();
+        assert_eq!((c.device_allocations, c.executors, c.descriptors), (0, 0, 0), "{soc}: {c:?}");
+    }
+}
+
+/// caches `[6, 4, 2, 8]` and a step of 2 sequences: KvCacheWrite then PagedAttention on the
+/// updated caches.
+fn decode_graph() -> Graph {
+    let (nb, bs, kvh, h, d, b, mb) = (6, 4, 2, 4, 8, 2, 3);
+    let mut g = Graph::new();
+    let kc = g.input("key_cache", DType::F32, [nb, bs, kvh, d]);
+    let vc = g.input("value_cache", DType::F32, [nb, bs, kvh, d]);
+    let k = g.input("key", DType::F32, [b, kvh, d]);
+    let v = g.input("value", DType::F32, [b, kvh, d]);
+    let slots = g.input("slots", DType::I32, [b]);
+    let q = g.input("q", DType::F32, [b, h, d]);
+    let bt = g.input("block_tables", DType::I32, [b, mb]);
+    let lens = g.input("context_lens", DType::I32, [b]);
+    let upd = g.op_multi("write", Op::KvCacheWrite, &[kc, vc, k, v, slots]).unwrap();
+    let out = g.op("attend", Op::PagedAttention { scale: None }, &[q, upd[0], upd[1], bt, lens]).unwrap();
+    g.output(out);
+    g
+}
+
+/// Two decode steps of a compiled graph with different slots, block tables and lengths:
+/// compiling records the executors, neither step makes a phase-1 call (the lengths and
+/// tables are device data feeding the device-built mask, so the recorded executors stay
+/// valid), and both give the CPU's result.
+#[test]
+fn a_warm_decode_step_makes_no_phase1_call() {
+    for soc in ["Ascend910A", "Ascend910B2"] {
+        let Some(emu) = AclEmu::on(soc, "a_warm_decode_step_makes_no_phase1_call") else { return };
+        {
+            let rt = common::runtime(&emu.backend);
+            let cpu = cpu();
+            let opts = CompileOptions {
+                device: 0,
+                fuse: true,
+                memory_reuse: true,
+                parallel: false,
+                strategy: ScheduleStrategy::Latency,
+                max_streams: 1,
+                precision: Precision::F32,
+                max_arenas: 2,
+                deny_host_tier: false,
+                graph_capture: runtime::GraphCapture::Off,
+            };
+            let g = decode_graph();
+            let before = calls(&emu.ctl);
+            let cg = CompiledGraph::compile(&rt, &g, opts).unwrap();
+            let after = calls(&emu.ctl);
+            let compiled = (after.0 - before.0, after.1 - before.1);
+            assert!(cg.runs_frozen(), "{soc}");
+            assert!(compiled.0 > 0 && compiled.1 == 0, "{soc}: compiling records, launching nothing: {compiled:?}");
+            let cc = values(6 * 4 * 2 * 8, 9);
+            let (kc, vc) = (upload(&rt, DType::F32, &[6, 4, 2, 8], &cc), upload(&rt, DType::F32, &[6, 4, 2, 8], &cc));
+            let (ek, ev) = (upload(&cpu, DType::F32, &[6, 4, 2, 8], &cc), upload(&cpu, DType::F32, &[6, 4, 2, 8], &cc));
+            let mut counts = Vec::new();
+            let steps: [([i32; 2], [i32; 6], [i32; 2]); 2] =
+                [([9, 20], [2, -9, -9, 5, 0, -9], [2, 5]), ([10, 4], [2, -9, -9, 1, 5, 3], [3, 9])];
+            for (step, (slots, tables, lens)) in steps.iter().enumerate() {
+                let mk = |r: &Runtime| {
+                    vec![
+                        upload(r, DType::F32, &[2, 2, 8], &values(32, step + 20)),
+                        upload(r, DType::F32, &[2, 2, 8], &values(32, step + 30)),
+                        r.from_slice(&slots[..], vec![2], 0).unwrap(),
+                        upload(r, DType::F32, &[2, 4, 8], &values(64, step + 40)),
+                        r.from_slice(&tables[..], vec![2, 3], 0).unwrap(),
+                        r.from_slice(&lens[..], vec![2], 0).unwrap(),
+                    ]
+                };
+                let (a, w) = (mk(&rt), mk(&cpu));
+                let before = calls(&emu.ctl);
+                let got = cg.run(&[&kc, &vc, &a[0], &a[1], &a[2], &a[3], &a[4], &a[5]]).unwrap();
+                let after = calls(&emu.ctl);
+                counts.push((after.0 - before.0, after.1 - before.1));
+                cpu.execute(&Op::KvCacheWrite, &[&ek, &ev, &w[0], &w[1], &w[2]], &[&ek, &ev]).unwrap();
+                let want = cpu.run(&Op::PagedAttention { scale: None }, &[&w[3], &ek, &ev, &w[4], &w[5]]).unwrap();
+                let diff = max_diff(&to_f32(&rt, &got[0]), &to_f32(&cpu, &want[0]));
+                // The 910A computes f32 products in fp16.
+                let tol = if soc == "Ascend910A" { 2e-2 } else { 1e-5 };
+                assert!(diff <= tol, "{soc} step {step}: max diff {diff} from the CPU");
+                assert_eq!(max_diff(&to_f32(&rt, &kc), &to_f32(&cpu, &ek)), 0.0, "{soc} step {step}: key cache");
+            }
+            println!("{soc}: (phase 1, phase 2) at compile time {compiled:?}, per step: {counts:?}");
+            assert!(counts[0].1 > 0, "{soc}: the first step launches: {counts:?}");
+            for (k, c) in counts.iter().enumerate() {
+                assert_eq!(c.0, 0, "{soc}: step {k} made phase-1 calls: {counts:?}");
+                assert_eq!(c.1, counts[0].1, "{soc}: step {k} launched another set: {counts:?}");
+            }
+        }
+        let c = emu.finish();
+        assert_eq!((c.device_allocations, c.executors, c.descriptors), (0, 0, 0), "{soc}: {c:?}");
+    }
+}
