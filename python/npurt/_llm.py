@@ -109,6 +109,7 @@ class LLM:
 
     @property
     def vocab_size(self) -> int:
+        """Entries of the model's vocabulary (rows of its output projection)."""
         return int(self._m.vocab_size)
 
     def encode(self, text: str) -> List[int]:

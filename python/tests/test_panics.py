@@ -37,8 +37,10 @@ def o(tmp_path_factory: pytest.TempPathFactory) -> types.SimpleNamespace:
     report = _native.execute("Relu", [t._t], None, [], None)[0]
     model = tiny_model.write(tmp_path_factory.mktemp("tiny") / "model")
     emb = rt.Embedder(model, batch_size=2)
+    llm_dir = tiny_model.write_llm(tmp_path_factory.mktemp("tiny-llm") / "model")
+    llm = npurt.LLM(llm_dir, runtime=rt, max_batch=2)
     return types.SimpleNamespace(rt=rt, n=rt._rt(), t=t, g=g, x=x, cg=cg, s=s, e=e, report=report, model=model,
-                                 emb=emb)
+                                 emb=emb, llm_dir=llm_dir, llm=llm)
 
 
 CASES = {
@@ -128,6 +130,11 @@ CASES = {
     "Embedder.__init__": lambda o: o.rt.Embedder(o.model),
     "Embedder.batch_size": lambda o: o.emb.batch_size,
     "Embedder.embed": lambda o: o.emb.embed(["hello world"]),
+    "LLM.__init__": lambda o: npurt.LLM(o.llm_dir, runtime=o.rt, max_batch=1),
+    "LLM.encode": lambda o: o.llm.encode("hello world"),
+    "LLM.generate": lambda o: o.llm.generate(["hello", "quick brown fox"], max_new_tokens=3),
+    "LLM.stream": lambda o: list(o.llm.stream("hello", max_new_tokens=3)),
+    "LLMStream.__next__": lambda o: next(o.llm.stream("hello", max_new_tokens=3)),
     # module functions
     "compiled_backends": lambda o: npurt.compiled_backends(),
     "init_logging": lambda o: npurt.enable_logging(),

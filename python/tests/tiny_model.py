@@ -87,3 +87,35 @@ def write(root: pathlib.Path, normalize: bool = False, with_weights: bool = True
     if with_weights:
         (root / "model.safetensors").write_bytes(safetensors_bytes(weights()))
     return root
+
+
+LLM_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 12, "hidden_size": 16,
+              "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
+              "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+              "tie_word_embeddings": False, "bos_token_id": 0, "eos_token_id": 1, "hidden_act": "silu"}
+
+
+def write_llm(root: pathlib.Path, seed: int = 3) -> pathlib.Path:
+    """A tiny Llama decoder directory (1 layer, grouped-query 2:1, vocabulary 12: the
+    word-level tokenizer above) with seeded random weights; returns it."""
+    root.mkdir(parents=True, exist_ok=True)
+    c = LLM_CONFIG
+    r = np.random.default_rng(seed)
+    h, inter, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    kv = h // c["num_attention_heads"] * c["num_key_value_heads"]
+
+    def normal(*shape: int) -> np.ndarray:
+        return (r.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
+
+    p = "model.layers.0"
+    w = {"model.embed_tokens.weight": normal(v, h), "model.norm.weight": np.ones(h, np.float32),
+         "lm_head.weight": normal(v, h), f"{p}.input_layernorm.weight": np.ones(h, np.float32),
+         f"{p}.post_attention_layernorm.weight": np.ones(h, np.float32),
+         f"{p}.self_attn.q_proj.weight": normal(h, h), f"{p}.self_attn.k_proj.weight": normal(kv, h),
+         f"{p}.self_attn.v_proj.weight": normal(kv, h), f"{p}.self_attn.o_proj.weight": normal(h, h),
+         f"{p}.mlp.gate_proj.weight": normal(inter, h), f"{p}.mlp.up_proj.weight": normal(inter, h),
+         f"{p}.mlp.down_proj.weight": normal(h, inter)}
+    (root / "config.json").write_text(json.dumps(c))
+    (root / "tokenizer.json").write_text(json.dumps(TOKENIZER))
+    (root / "model.safetensors").write_bytes(safetensors_bytes(w))
+    return root
