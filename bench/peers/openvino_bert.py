@@ -6,13 +6,15 @@ weights, same inputs: see its docstring), in its unfused form (standard ONNX ops
 PyTorch export writes them); OpenVINO applies its own fusions when it compiles the model.
 It is compiled for the CPU with
 
-    PERFORMANCE_HINT = LATENCY, INFERENCE_NUM_THREADS = T, INFERENCE_PRECISION_HINT = f32
+    PERFORMANCE_HINT = LATENCY, INFERENCE_NUM_THREADS = T, INFERENCE_PRECISION_HINT = P
 
-(f32 forced: on a CPU with AVX-512-BF16 or AMX, OpenVINO would otherwise run bf16) and
-timed with one synchronous infer request per run.
+with P = f32 unless `--precision bf16` asks otherwise (f32 must be forced: on a CPU with
+AVX-512-BF16 or AMX, OpenVINO runs bf16 by default), and timed with one synchronous infer
+request per run.
 
     python3 bench/peers/openvino_bert.py --model bert-base --seq 128 --runs 5
     python3 bench/peers/openvino_bert.py --model minilm-l6 --seq 32 --threads 1,2 --json out.json
+    python3 bench/peers/openvino_bert.py --model bert-base --seq 128 --threads 2 --precision bf16
 
 Each thread count runs in a fresh subprocess, so its peak RSS is its own. `--serve` keeps
 one compiled model loaded and answers `run` lines on stdin with one timed inference each
@@ -69,7 +71,7 @@ def compiled(args):
     cm = core.compile_model(model, "CPU", {
         "PERFORMANCE_HINT": "LATENCY",
         "INFERENCE_NUM_THREADS": args.child_threads,
-        "INFERENCE_PRECISION_HINT": "f32",
+        "INFERENCE_PRECISION_HINT": args.precision,
     })
     load_s = time.perf_counter() - t0
     req = cm.create_infer_request()
@@ -93,7 +95,7 @@ def child(args):
         times.append((time.perf_counter() - t) * 1e3)
     ru, hwm = OB.peak_mem()
     s = sorted(times)
-    OB.emit({"threads": args.child_threads, "median_ms": s[len(s) // 2], "min_ms": s[0], "max_ms": s[-1],
+    OB.emit({"threads": args.child_threads, "precision": args.precision, "median_ms": s[len(s) // 2], "min_ms": s[0], "max_ms": s[-1],
              "times_ms": times, "rss_peak_bytes": ru, "vmhwm_bytes": hwm, "compile_s": load_s, "finite": finite})
 
 
@@ -103,7 +105,8 @@ def serve(args):
     import numpy as np
     import openvino as ov
     cm, req, feeds, out, load_s = compiled(args)
-    OB.emit({"ready": True, "variant": "openvino", "threads": args.child_threads, "session_load_s": load_s,
+    OB.emit({"ready": True, "variant": "openvino", "threads": args.child_threads, "precision": args.precision,
+             "session_load_s": load_s,
              "finite": bool(np.isfinite(out).all()), "openvino": ov.__version__})
     for line in sys.stdin:
         cmd = line.strip()
@@ -137,6 +140,9 @@ def main():
     ap.add_argument("--build", action="store_true", help="only write unfused.onnx into --workdir")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child-threads", type=int, default=1, help="with --serve: INFERENCE_NUM_THREADS")
+    ap.add_argument("--precision", choices=("f32", "bf16"), default="f32",
+                    help="INFERENCE_PRECISION_HINT (default f32; bf16 is OpenVINO's own default on CPUs with "
+                         "AMX or AVX-512-BF16)")
     args = ap.parse_args()
 
     missing = [m for m in ("numpy", "onnx", "openvino") if importlib.util.find_spec(m) is None]
@@ -160,13 +166,13 @@ def main():
     workdir = args.workdir or tempfile.mkdtemp(prefix="openvino_bert_")
     os.makedirs(workdir, exist_ok=True)
     common = ["--model", args.model, "--seq", str(args.seq), "--batch", str(args.batch), "--runs", str(args.runs),
-              "--seed", str(args.seed), "--workdir", workdir]
+              "--seed", str(args.seed), "--workdir", workdir, "--precision", args.precision]
     import openvino as ov
     print(f"BERT {args.model} (hidden {c['hidden']}, {c['layers']} layers), batch {args.batch}, seq {args.seq}; "
-          f"OpenVINO {ov.__version__} CPU, LATENCY hint, f32; {args.runs} runs after 1 warm-up; "
+          f"OpenVINO {ov.__version__} CPU, LATENCY hint, {args.precision}; {args.runs} runs after 1 warm-up; "
           f"python {platform.python_version()}, cpus={os.cpu_count()}", flush=True)
     doc = {"tool": "openvino CPU", "model": args.model, "config": c, "batch": args.batch, "seq": args.seq,
-           "runs": args.runs, "threads": threads, "seed": args.seed, "openvino": ov.__version__}
+           "runs": args.runs, "threads": threads, "precision": args.precision, "seed": args.seed, "openvino": ov.__version__}
     try:
         run_child(common + ["--build"], "building the model")
         print(f"{'threads':>7} {'median ms':>10} {'min..max ms':>18} {'HWM MiB':>8} {'compile s':>9}", flush=True)

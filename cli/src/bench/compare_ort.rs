@@ -46,6 +46,11 @@ pub struct OrtArgs {
     #[arg(long, value_name = "N,...|none", default_value = "2", value_parser = parse_counts_or_none,
           requires = "compare_ort")]
     openvino_threads: Csv,
+    /// OpenVINO's INFERENCE_PRECISION_HINT values (f32, bf16), one contender each per thread
+    /// count
+    #[arg(long, value_name = "P,...", default_value = "f32", value_parser = parse_precisions,
+          requires = "compare_ort")]
+    openvino_precisions: Precisions,
     /// Pause before each timed run, milliseconds
     #[arg(long, value_name = "MS", default_value = "200", requires = "compare_ort")]
     pause_ms: u64,
@@ -250,7 +255,9 @@ impl<'a> Setup<'a> {
         let args = self.args;
         let per_variant = |v: &String| if v == "ep" { args.precisions.0.len() } else { 1 };
         let ort: usize = args.ort_variants.0.iter().map(per_variant).sum();
-        args.precisions.0.len() + ort * args.ort_threads.0.len() + self.ov_threads.len()
+        args.precisions.0.len()
+            + ort * args.ort_threads.0.len()
+            + self.ov_threads.len() * args.openvino_precisions.0.len()
     }
 
     /// The line naming the contenders, the rounds and the host's load.
@@ -269,7 +276,8 @@ impl<'a> Setup<'a> {
             if ov_threads.is_empty() {
                 String::new()
             } else {
-                format!(", OpenVINO x {} threads", ov_threads.join("/"))
+                let ov_precisions = self.args.openvino_precisions.0.iter().map(|p| p.name()).collect::<Vec<_>>();
+                format!(", OpenVINO {} x {} threads", ov_precisions.join("/"), ov_threads.join("/"))
             },
             load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
         );
@@ -417,10 +425,17 @@ fn spawn_contenders(setup: &Setup, model: &str, seq: usize, dir: &Path, pb: &Pro
     }
     if let Some(ov) = &setup.ov_script {
         for t in setup.ov_threads {
-            let mut cmd = Command::new("python3");
-            cmd.arg(ov).args(["--model", model, "--seq", &seq.to_string(), "--serve"]);
-            cmd.args(["--child-threads", t, "--workdir"]).arg(dir);
-            cs.push(Contender::spawn(format!("OpenVINO x{t}"), false, cmd, pb)?);
+            for p in &args.openvino_precisions.0 {
+                let mut cmd = Command::new("python3");
+                cmd.arg(ov).args(["--model", model, "--seq", &seq.to_string(), "--serve"]);
+                cmd.args(["--precision", p.name(), "--child-threads", t, "--workdir"]).arg(dir);
+                // The f32 row keeps its old name, which earlier JSON files and docs use.
+                let name = match p.name() {
+                    "f32" => format!("OpenVINO x{t}"),
+                    other => format!("OpenVINO {other} x{t}"),
+                };
+                cs.push(Contender::spawn(name, false, cmd, pb)?);
+            }
         }
     }
     Ok(cs)
@@ -491,9 +506,10 @@ fn report(
         rows.push(serde_json::json!({"contender": name, "median_ms": med, "times_ms": times,
             "peak_rss_bytes": rss, "gflops": gf, "pct_of_fma_peak": of_peak, "ready": ready}));
     }
-    let fastest = |prefix: &str| {
+    // The fastest row of a peer at one precision (the bf16 rows name their precision).
+    let fastest = |prefix: &str, bf16: bool| {
         fin.iter()
-            .filter(|f| f.0.starts_with(prefix) && !f.0.starts_with(EP_ROW))
+            .filter(|f| f.0.starts_with(prefix) && !f.0.starts_with(EP_ROW) && f.0.contains("bf16") == bf16)
             .min_by(|a, b| median(&mut a.1.clone()).total_cmp(&median(&mut b.1.clone())))
     };
     // (median ratio, median of the per-round ratios) of npurt's times over a peer's.
@@ -502,7 +518,8 @@ fn report(
         let mut paired: Vec<f64> = f.1.iter().zip(&peer.1).map(|(a, b)| a / b).collect();
         (ratio, median(&mut paired))
     };
-    let (best_ort, best_ov) = (fastest("ORT"), fastest("OpenVINO"));
+    let (best_ort, best_ov, best_ov_bf16) =
+        (fastest("ORT", false), fastest("OpenVINO", false), fastest("OpenVINO", true));
     let faster_peer = [best_ort, best_ov]
         .into_iter()
         .flatten()
@@ -528,7 +545,11 @@ fn report(
             put(&mut r, f, best, "ORT's best", ["ort", "ratio", "paired_ratio"]);
         }
         if let (Some(peer), true) = (faster_peer, best_ov.is_some()) {
-            put(&mut r, f, peer, "the faster peer", ["peer", "peer_ratio", "peer_paired_ratio"]);
+            put(&mut r, f, peer, "the faster f32 peer", ["peer", "peer_ratio", "peer_paired_ratio"]);
+        }
+        // bf16 against bf16: OpenVINO's default on a CPU with AMX or AVX-512-BF16.
+        if let (Some(peer), true) = (best_ov_bf16, f.0.ends_with("bf16")) {
+            put(&mut r, f, peer, "OpenVINO at bf16", ["openvino_bf16", "bf16_ratio", "bf16_paired_ratio"]);
         }
         ratios.push(serde_json::Value::Object(r));
     }
@@ -597,5 +618,29 @@ mod tests {
         let ep = ratios.iter().find(|r| r["ep"] == "ORT+EP f32").unwrap();
         assert!((ep["npurt_ratio"].as_f64().unwrap() - 1.1).abs() < 1e-9);
         assert!((ep["ratio"].as_f64().unwrap() - 11.0 / 30.0).abs() < 1e-9);
+    }
+
+    /// npurt f32 is put against the faster f32 peer, never OpenVINO's bf16 row, and npurt
+    /// bf16 against OpenVINO's fastest bf16 row.
+    #[test]
+    fn each_precision_is_put_against_its_own_peers() {
+        let fin = [
+            finished("npurt f32", &[10.0, 10.0, 10.0], None),
+            finished("npurt bf16", &[6.0, 6.0, 6.0], None),
+            finished("ORT fused x2", &[12.0, 12.0, 12.0], None),
+            finished("OpenVINO x2", &[8.0, 8.0, 8.0], None),
+            finished("OpenVINO bf16 x1", &[5.0, 5.0, 5.0], None),
+            finished("OpenVINO bf16 x2", &[4.0, 4.0, 4.0], None),
+        ];
+        let mut doc = Vec::new();
+        report("m", 32, (200.0, 0.0), None, &fin, &mut doc);
+        let ratios = doc[0]["ratios"].as_array().unwrap();
+        let f32_row = ratios.iter().find(|r| r["npurt"] == "npurt f32").unwrap();
+        assert_eq!(f32_row["peer"], "OpenVINO x2");
+        assert!((f32_row["peer_ratio"].as_f64().unwrap() - 10.0 / 8.0).abs() < 1e-9);
+        assert!(f32_row.get("openvino_bf16").is_none(), "{f32_row:?}");
+        let bf16_row = ratios.iter().find(|r| r["npurt"] == "npurt bf16").unwrap();
+        assert_eq!(bf16_row["openvino_bf16"], "OpenVINO bf16 x2");
+        assert!((bf16_row["bf16_ratio"].as_f64().unwrap() - 6.0 / 4.0).abs() < 1e-9);
     }
 }
