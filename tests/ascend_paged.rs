@@ -273,10 +273,12 @@ fn a_warm_decode_step_makes_no_phase1_call() {
                     ]
                 };
                 let (a, w) = (mk(&rt), mk(&cpu));
-                let before = calls(&emu.ctl);
+                let (before, all_before) = (calls(&emu.ctl), emu.run.counters().unwrap().phase1_calls);
                 let got = cg.run(&[&kc, &vc, &a[0], &a[1], &a[2], &a[3], &a[4], &a[5]]).unwrap();
-                let after = calls(&emu.ctl);
+                let (after, all_after) = (calls(&emu.ctl), emu.run.counters().unwrap().phase1_calls);
                 counts.push((after.0 - before.0, after.1 - before.1));
+                // Every aclnn*GetWorkspaceSize, listed above or not.
+                assert_eq!(all_after - all_before, 0, "{soc} {dt} step {step}: phase-1 calls in a warm step");
                 cpu.execute(&Op::KvCacheWrite, &[&ek, &ev, &w[0], &w[1], &w[2]], &[&ek, &ev]).unwrap();
                 let want = cpu.run(&Op::PagedAttention { scale: None }, &[&w[3], &ek, &ev, &w[4], &w[5]]).unwrap();
                 let diff = max_diff(&to_f32(&rt, &got[0]), &to_f32(&cpu, &want[0]));
