@@ -126,8 +126,9 @@ pub(super) fn kv_cache_write(c: &mut Call, fused: bool, ins: &[View]) -> BResult
     };
     let kw = rows(c, &mut m, key, kc)?;
     let vw = rows(c, &mut m, value, vc)?;
-    let fused =
-        fused && matches!(dt, DType::F16 | DType::BF16) && c.api.aclnnScatterPaKvCacheGetWorkspaceSize().is_ok();
+    // Both symbols are optional: a toolkit without them takes aclnnScatterNdUpdate.
+    let exported = c.api.aclnnScatterPaKvCacheGetWorkspaceSize().is_ok() && c.api.aclnnScatterPaKvCache().is_ok();
+    let fused = fused && matches!(dt, DType::F16 | DType::BF16) && exported;
     if fused {
         let (tk, tkc, ts) = (c.tensor(&kw.reshaped(&[n, kvh, d]))?, c.tensor(kc)?, c.tensor(&rd.t)?);
         let (tv, tvc) = (c.tensor(&vw.reshaped(&[n, kvh, d]))?, c.tensor(vc)?);
