@@ -1,8 +1,9 @@
-//! The paged KV cache on Ascend (over acl-emu, both SoCs): PagedAttention runs on the aclnn
-//! tier (a composition of basic operators, no host tier) and matches the CPU, and a
-//! compiled decode step (caches as inputs, KvCacheWrite then PagedAttention) run again with
-//! new slots, block tables and lengths makes no phase-1 call: the lengths and tables are
-//! device tensors read by the recorded executors, the length mask built on the device.
+//! The paged KV cache on Ascend (over acl-emu, both SoCs): PagedAttention and KvCacheWrite
+//! run on the aclnn tier (no host tier) and match the CPU, and a compiled decode step
+//! (caches as inputs, KvCacheWrite then PagedAttention, the host tier denied) run again
+//! with new slots, padding slots among them, block tables and lengths makes no phase-1
+//! call: slots, lengths and tables are device tensors read by the recorded executors, the
+//! length mask and the padding rows' redirection built on the device.
 #![cfg(feature = "acl")]
 
 mod common;
@@ -30,6 +31,8 @@ const PHASE1: &[&str] = &[
     "aclnnMulsGetWorkspaceSize",
     "aclnnReluGetWorkspaceSize",
     "aclnnSWhereGetWorkspaceSize",
+    "aclnnScatterNdUpdateGetWorkspaceSize",
+    "aclnnScatterPaKvCacheGetWorkspaceSize",
     "aclnnSoftmaxGetWorkspaceSize",
     "aclnnSubGetWorkspaceSize",
 ];
@@ -123,17 +126,87 @@ fn paged_attention_runs_on_the_aclnn_tier_on_both_socs() {
     }
 }
 
-/// caches `[6, 4, 2, 8]` and a step of 2 sequences: KvCacheWrite then PagedAttention on the
-/// updated caches.
-fn decode_graph() -> Graph {
+/// KvCacheWrite over acl-emu, eagerly: the aclnn kernel is selected (one
+/// aclnnScatterPaKvCache for fp16 and bf16 on the 910B2, aclnnScatterNdUpdate elsewhere),
+/// the caches match the CPU's bit for bit with padding slots (-1) skipped, i32 and i64
+/// slots, a step of padding only changes nothing, and a slot past the cache is an error.
+#[test]
+fn kv_cache_write_runs_on_the_aclnn_tier_on_both_socs() {
+    for (soc, dtypes) in
+        [("Ascend910A", &[DType::F32, DType::F16][..]), ("Ascend910B2", &[DType::F32, DType::F16, DType::BF16][..])]
+    {
+        let Some(emu) = AclEmu::on(soc, "kv_cache_write_runs_on_the_aclnn_tier_on_both_socs") else { return };
+        let rt = common::runtime(&emu.backend);
+        let cpu = cpu();
+        let shape = [6, 4, 2, 8];
+        let cc = values(6 * 4 * 2 * 8, 5);
+        for &dt in dtypes {
+            let fused = soc == "Ascend910B2" && dt != DType::F32;
+            let (kc, vc) = (upload(&rt, dt, &shape, &cc), upload(&rt, dt, &shape, &values(cc.len(), 6)));
+            let (ek, ev) = (upload(&cpu, dt, &shape, &cc), upload(&cpu, dt, &shape, &values(cc.len(), 6)));
+            let cases: [&[i64]; 4] = [&[9, -1, 20], &[-1, 3, -1], &[-1, -1, -1], &[23, 0, -1]];
+            for (i, slots) in cases.iter().enumerate() {
+                let mk = |r: &Runtime, wide: bool| {
+                    let s = if wide {
+                        r.from_slice(slots, vec![3], 0).unwrap()
+                    } else {
+                        let s32: Vec<i32> = slots.iter().map(|&s| s as i32).collect();
+                        r.from_slice(&s32, vec![3], 0).unwrap()
+                    };
+                    vec![
+                        upload(r, dt, &[3, 2, 8], &values(48, i + 50)),
+                        upload(r, dt, &[3, 2, 8], &values(48, i + 60)),
+                        s,
+                    ]
+                };
+                let (a, w) = (mk(&rt, i % 2 == 1), mk(&cpu, i % 2 == 1));
+                let ins = [&kc, &vc, &a[0], &a[1], &a[2]];
+                let metas: Vec<npurt::TensorMeta> = ins.iter().map(|t| t.meta().clone()).collect();
+                let k = rt.select_kernel(&Op::KvCacheWrite, &metas).unwrap();
+                let want_kernel = if fused { "kvcachewrite.aclnn-fused" } else { "kvcachewrite.aclnn.vector" };
+                assert!(k.name.starts_with(want_kernel), "{soc} {dt}: kernel {}", k.name);
+                let (pa, nd) = (emu.ctl.calls("aclnnScatterPaKvCache"), emu.ctl.calls("aclnnScatterNdUpdate"));
+                rt.execute(&Op::KvCacheWrite, &ins, &[&kc, &vc]).unwrap();
+                cpu.execute(&Op::KvCacheWrite, &[&ek, &ev, &w[0], &w[1], &w[2]], &[&ek, &ev]).unwrap();
+                let launched =
+                    (emu.ctl.calls("aclnnScatterPaKvCache") - pa, emu.ctl.calls("aclnnScatterNdUpdate") - nd);
+                assert_eq!(launched, if fused { (1, 0) } else { (0, 2) }, "{soc} {dt} {slots:?}: scatters launched");
+                for (got, want, what) in [(&kc, &ek, "key"), (&vc, &ev, "value")] {
+                    let d = max_diff(&to_f32(&rt, got), &to_f32(&cpu, want));
+                    assert_eq!(d, 0.0, "{soc} {dt} slots {slots:?}: the {what} cache differs from the CPU's");
+                }
+            }
+        }
+        // A slot past the cache fails on the device: an error, not a silent write.
+        let kc = upload(&rt, DType::F16, &shape, &cc);
+        let vc = upload(&rt, DType::F16, &shape, &cc);
+        let bad = [
+            upload(&rt, DType::F16, &[1, 2, 8], &values(16, 1)),
+            upload(&rt, DType::F16, &[1, 2, 8], &values(16, 2)),
+            rt.from_slice(&[24i32], vec![1], 0).unwrap(),
+        ];
+        let r = rt
+            .execute(&Op::KvCacheWrite, &[&kc, &vc, &bad[0], &bad[1], &bad[2]], &[&kc, &vc])
+            .and_then(|_| rt.synchronize(0));
+        assert!(r.is_err(), "{soc}: slot 24 of 24 gave no error");
+        drop((kc, vc, bad));
+        drop(rt);
+        let c = emu.finish();
+        assert_eq!((c.device_allocations, c.executors, c.descriptors), (0, 0, 0), "{soc}: {c:?}");
+    }
+}
+
+/// caches `[6, 4, 2, 8]` of `dt` and a step of 2 sequences: KvCacheWrite then
+/// PagedAttention on the updated caches.
+fn decode_graph(dt: DType) -> Graph {
     let (nb, bs, kvh, h, d, b, mb) = (6, 4, 2, 4, 8, 2, 3);
     let mut g = Graph::new();
-    let kc = g.input("key_cache", DType::F32, [nb, bs, kvh, d]);
-    let vc = g.input("value_cache", DType::F32, [nb, bs, kvh, d]);
-    let k = g.input("key", DType::F32, [b, kvh, d]);
-    let v = g.input("value", DType::F32, [b, kvh, d]);
+    let kc = g.input("key_cache", dt, [nb, bs, kvh, d]);
+    let vc = g.input("value_cache", dt, [nb, bs, kvh, d]);
+    let k = g.input("key", dt, [b, kvh, d]);
+    let v = g.input("value", dt, [b, kvh, d]);
     let slots = g.input("slots", DType::I32, [b]);
-    let q = g.input("q", DType::F32, [b, h, d]);
+    let q = g.input("q", dt, [b, h, d]);
     let bt = g.input("block_tables", DType::I32, [b, mb]);
     let lens = g.input("context_lens", DType::I32, [b]);
     let upd = g.op_multi("write", Op::KvCacheWrite, &[kc, vc, k, v, slots]).unwrap();
@@ -142,15 +215,17 @@ fn decode_graph() -> Graph {
     g
 }
 
-/// Two decode steps of a compiled graph with different slots, block tables and lengths:
-/// compiling records the executors, neither step makes a phase-1 call (the lengths and
-/// tables are device data feeding the device-built mask, so the recorded executors stay
-/// valid), and both give the CPU's result.
+/// Three decode steps of a compiled graph with the host tier denied, with different slots
+/// (a padding slot, then padding only), block tables and lengths: compiling records the
+/// executors, no step makes a phase-1 call (slots, lengths and tables are device data, so
+/// the recorded executors stay valid), every step launches the same set, and each gives
+/// the CPU's result and caches (bit for bit). f32 and f16; on the 910B2 the f16 cache write
+/// is one aclnnScatterPaKvCache.
 #[test]
 fn a_warm_decode_step_makes_no_phase1_call() {
     for soc in ["Ascend910A", "Ascend910B2"] {
         let Some(emu) = AclEmu::on(soc, "a_warm_decode_step_makes_no_phase1_call") else { return };
-        {
+        for dt in [DType::F32, DType::F16] {
             let rt = common::runtime(&emu.backend);
             let cpu = cpu();
             let opts = CompileOptions {
@@ -160,53 +235,68 @@ fn a_warm_decode_step_makes_no_phase1_call() {
                 parallel: false,
                 strategy: ScheduleStrategy::Latency,
                 max_streams: 1,
-                precision: Precision::F32,
+                precision: if dt == DType::F32 { Precision::F32 } else { Precision::F16 },
                 max_arenas: 2,
-                deny_host_tier: false,
+                deny_host_tier: true,
                 graph_capture: runtime::GraphCapture::Off,
             };
-            let g = decode_graph();
+            let g = decode_graph(dt);
             let before = calls(&emu.ctl);
             let cg = CompiledGraph::compile(&rt, &g, opts).unwrap();
             let after = calls(&emu.ctl);
             let compiled = (after.0 - before.0, after.1 - before.1);
-            assert!(cg.runs_frozen(), "{soc}");
-            assert!(compiled.0 > 0 && compiled.1 == 0, "{soc}: compiling records, launching nothing: {compiled:?}");
+            assert!(cg.runs_frozen(), "{soc} {dt}");
+            assert!(
+                compiled.0 > 0 && compiled.1 == 0,
+                "{soc} {dt}: compiling records, launching nothing: {compiled:?}"
+            );
             let cc = values(6 * 4 * 2 * 8, 9);
-            let (kc, vc) = (upload(&rt, DType::F32, &[6, 4, 2, 8], &cc), upload(&rt, DType::F32, &[6, 4, 2, 8], &cc));
-            let (ek, ev) = (upload(&cpu, DType::F32, &[6, 4, 2, 8], &cc), upload(&cpu, DType::F32, &[6, 4, 2, 8], &cc));
+            let (kc, vc) = (upload(&rt, dt, &[6, 4, 2, 8], &cc), upload(&rt, dt, &[6, 4, 2, 8], &cc));
+            let (ek, ev) = (upload(&cpu, dt, &[6, 4, 2, 8], &cc), upload(&cpu, dt, &[6, 4, 2, 8], &cc));
             let mut counts = Vec::new();
-            let steps: [([i32; 2], [i32; 6], [i32; 2]); 2] =
-                [([9, 20], [2, -9, -9, 5, 0, -9], [2, 5]), ([10, 4], [2, -9, -9, 1, 5, 3], [3, 9])];
+            let steps: [([i32; 2], [i32; 6], [i32; 2]); 3] = [
+                ([9, 20], [2, -9, -9, 5, 0, -9], [2, 5]),
+                ([10, -1], [2, -9, -9, 1, 5, 3], [3, 9]),
+                ([-1, -1], [2, -9, -9, 1, 5, 3], [3, 9]),
+            ];
+            let scatters = |c: &Emu| (c.calls("aclnnScatterPaKvCache"), c.calls("aclnnScatterNdUpdate"));
+            let first = scatters(&emu.ctl);
             for (step, (slots, tables, lens)) in steps.iter().enumerate() {
                 let mk = |r: &Runtime| {
                     vec![
-                        upload(r, DType::F32, &[2, 2, 8], &values(32, step + 20)),
-                        upload(r, DType::F32, &[2, 2, 8], &values(32, step + 30)),
+                        upload(r, dt, &[2, 2, 8], &values(32, step + 20)),
+                        upload(r, dt, &[2, 2, 8], &values(32, step + 30)),
                         r.from_slice(&slots[..], vec![2], 0).unwrap(),
-                        upload(r, DType::F32, &[2, 4, 8], &values(64, step + 40)),
+                        upload(r, dt, &[2, 4, 8], &values(64, step + 40)),
                         r.from_slice(&tables[..], vec![2, 3], 0).unwrap(),
                         r.from_slice(&lens[..], vec![2], 0).unwrap(),
                     ]
                 };
                 let (a, w) = (mk(&rt), mk(&cpu));
-                let before = calls(&emu.ctl);
+                let (before, all_before) = (calls(&emu.ctl), emu.run.counters().unwrap().phase1_calls);
                 let got = cg.run(&[&kc, &vc, &a[0], &a[1], &a[2], &a[3], &a[4], &a[5]]).unwrap();
-                let after = calls(&emu.ctl);
+                let (after, all_after) = (calls(&emu.ctl), emu.run.counters().unwrap().phase1_calls);
                 counts.push((after.0 - before.0, after.1 - before.1));
+                // Every aclnn*GetWorkspaceSize, listed above or not.
+                assert_eq!(all_after - all_before, 0, "{soc} {dt} step {step}: phase-1 calls in a warm step");
                 cpu.execute(&Op::KvCacheWrite, &[&ek, &ev, &w[0], &w[1], &w[2]], &[&ek, &ev]).unwrap();
                 let want = cpu.run(&Op::PagedAttention { scale: None }, &[&w[3], &ek, &ev, &w[4], &w[5]]).unwrap();
                 let diff = max_diff(&to_f32(&rt, &got[0]), &to_f32(&cpu, &want[0]));
                 // The 910A computes f32 products in fp16.
-                let tol = if soc == "Ascend910A" { 2e-2 } else { 1e-5 };
-                assert!(diff <= tol, "{soc} step {step}: max diff {diff} from the CPU");
-                assert_eq!(max_diff(&to_f32(&rt, &kc), &to_f32(&cpu, &ek)), 0.0, "{soc} step {step}: key cache");
+                let tol = if soc == "Ascend910A" || dt != DType::F32 { 2e-2 } else { 1e-5 };
+                assert!(diff <= tol, "{soc} {dt} step {step}: max diff {diff} from the CPU");
+                assert_eq!(max_diff(&to_f32(&rt, &kc), &to_f32(&cpu, &ek)), 0.0, "{soc} {dt} step {step}: key cache");
+                assert_eq!(max_diff(&to_f32(&rt, &vc), &to_f32(&cpu, &ev)), 0.0, "{soc} {dt} step {step}: value cache");
             }
-            println!("{soc}: (phase 1, phase 2) at compile time {compiled:?}, per step: {counts:?}");
-            assert!(counts[0].1 > 0, "{soc}: the first step launches: {counts:?}");
+            let last = scatters(&emu.ctl);
+            let fused = soc == "Ascend910B2" && dt == DType::F16;
+            let per_run = if fused { (1, 0) } else { (0, 2) };
+            assert_eq!((last.0 - first.0, last.1 - first.1), (3 * per_run.0, 3 * per_run.1), "{soc} {dt}: scatters");
+            println!("{soc} {dt}: (phase 1, phase 2) at compile time {compiled:?}, per step: {counts:?}");
+            assert!(counts[0].1 > 0, "{soc} {dt}: the first step launches: {counts:?}");
             for (k, c) in counts.iter().enumerate() {
-                assert_eq!(c.0, 0, "{soc}: step {k} made phase-1 calls: {counts:?}");
-                assert_eq!(c.1, counts[0].1, "{soc}: step {k} launched another set: {counts:?}");
+                assert_eq!(c.0, 0, "{soc} {dt}: step {k} made phase-1 calls: {counts:?}");
+                assert_eq!(c.1, counts[0].1, "{soc} {dt}: step {k} launched another set: {counts:?}");
             }
         }
         let c = emu.finish();

@@ -63,6 +63,16 @@ pub enum Kernel {
     RmsNorm {
         eps: f64,
     },
+    /// aclnnScatterNdUpdate: `var[indices[i]] = updates[i]`, whole slices moved (`K`, the
+    /// indices' last dim, indexes var's first K dims). Inputs `[var, indices, updates]`,
+    /// output var (in place). Every index tuple is checked before anything is written: one
+    /// outside var fails the launch (the AI Core exception of CANN's unchecked kernel).
+    ScatterNd,
+    /// aclnnScatterPaKvCache, cacheMode "Norm": the runtime's KvCacheWrite (reference
+    /// kernel). Inputs `[key, keyCache, slotMapping, value, valueCache]` (the prototype's
+    /// order), outputs the two caches (in place). The docs bound the slots to
+    /// `[0, NB·BS)`: a negative one fails the launch like one past the end.
+    PaKvCache,
 }
 
 impl From<Op> for Kernel {
@@ -156,6 +166,17 @@ fn infer(k: &Kernel, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>, String> {
             let stats = TensorMeta::new(DType::F32, vec![b, *heads, s, FA_STAT_WIDTH]);
             Ok(vec![stats.clone(), stats, TensorMeta::new(q.dtype, vec![b, *heads, s, vd[3]])])
         }
+        (Kernel::ScatterNd, [var, idx, upd]) => {
+            let (vd, id, ud) = (var.shape.dims(), idx.shape.dims(), upd.shape.dims());
+            let k = id.last().copied().unwrap_or(0);
+            let want: Vec<usize> =
+                id[..id.len().saturating_sub(1)].iter().chain(&vd[k.min(vd.len())..]).copied().collect();
+            if id.is_empty() || k == 0 || k > vd.len() || ud != want.as_slice() {
+                return Err(format!("indices {id:?} and updates {ud:?} do not index var {vd:?}"));
+            }
+            Ok(vec![var.clone()])
+        }
+        (Kernel::PaKvCache, [_, kc, _, _, vc]) => Ok(vec![kc.clone(), vc.clone()]),
         _ => Err(format!("{} operands do not fit {k:?}", inputs.len())),
     }
 }
@@ -170,6 +191,9 @@ fn run_other(k: &Kernel, ins: &[In], outs: &mut [Out]) -> KernelResult {
     }
     if let Kernel::RmsNorm { eps } = k {
         return rms_norm(*eps, ins, outs);
+    }
+    if let Kernel::PaKvCache = k {
+        return pa_kv_cache(ins, outs);
     }
     let n_outs = outs.len();
     let ([x, rest @ ..], [o]) = (ins, outs) else {
@@ -232,8 +256,55 @@ fn run_other(k: &Kernel, ins: &[In], outs: &mut [Out]) -> KernelResult {
             }
             Ok(())
         }
+        (Kernel::ScatterNd, [idx, upd]) => scatter_nd(x, idx, upd, o),
         _ => Err(KernelError::Internal(format!("{} inputs for {k:?}", ins.len()))),
     }
+}
+
+/// aclnnScatterNdUpdate (see [`Kernel::ScatterNd`]).
+fn scatter_nd(var: &In, idx: &In, upd: &In, o: &mut Out) -> KernelResult {
+    let es = var.dtype.size();
+    let n = var.numel() * es;
+    let k = *idx.dims.last().unwrap_or(&1);
+    let row: usize = var.dims[k..].iter().product::<usize>() * es;
+    let ids = load_i64(idx)?;
+    let mut rows = Vec::with_capacity(ids.len() / k.max(1));
+    for t in ids.chunks(k.max(1)) {
+        let mut r = 0usize;
+        for (&i, &d) in t.iter().zip(var.dims) {
+            let u = usize::try_from(i).ok().filter(|&u| u < d);
+            r = r * d + u.ok_or(KernelError::IndexOutOfRange { index: i, len: d })?;
+        }
+        rows.push(r);
+    }
+    o.bytes[..n].copy_from_slice(&var.bytes[..n]);
+    for (i, r) in rows.into_iter().enumerate() {
+        o.bytes[r * row..(r + 1) * row].copy_from_slice(&upd.bytes[i * row..(i + 1) * row]);
+    }
+    Ok(())
+}
+
+/// aclnnScatterPaKvCache (see [`Kernel::PaKvCache`]): the caches copied to the outputs,
+/// the slots checked against `[0, NB·BS)`, then the reference KvCacheWrite.
+fn pa_kv_cache(ins: &[In], outs: &mut [Out]) -> KernelResult {
+    let [key, kc, slots, value, vc] = ins else {
+        return Err(KernelError::Internal(format!("{} inputs for aclnnScatterPaKvCache", ins.len())));
+    };
+    let total = kc.dims[0] * kc.dims[1];
+    for &s in &load_i64(slots)? {
+        if usize::try_from(s).map_or(true, |s| s >= total) {
+            return Err(KernelError::IndexOutOfRange { index: s, len: total });
+        }
+    }
+    for (src, o) in [kc, vc].into_iter().zip(outs.iter_mut()) {
+        let n = src.numel() * src.dtype.size();
+        o.bytes[..n].copy_from_slice(&src.bytes[..n]);
+    }
+    fn again<'a>(i: &In<'a>) -> In<'a> {
+        In { dtype: i.dtype, dims: i.dims, strides: i.strides, bytes: i.bytes }
+    }
+    let ordered = [again(kc), again(vc), again(key), again(value), again(slots)];
+    runtime::reference::run(&Op::KvCacheWrite, &ordered, outs)
 }
 
 /// The maximum over `axes`: NaN wins (as torch.amax); integers and bools exactly.

@@ -191,6 +191,13 @@ fn modelled_cost(t: &Tables, ex: &Executor) -> crate::model::Cost {
                 if ins.len() == 3 { Op::AddRmsNorm { eps: *eps as f32 } } else { Op::RmsNorm { eps: *eps as f32 } };
             t.soc.kernel(&op, &ins, &outs, false)
         }
+        // Row scatters into a cache in place: the rows written and their indices (read once,
+        // written once), never the whole cache, as the runtime's KvCacheWrite is costed.
+        Kernel::ScatterNd => t.soc.kernel(&Op::KvCacheWrite, &[&ins[..1], &ins[..1], &ins[1..]].concat(), &[], false),
+        Kernel::PaKvCache => {
+            let order: Vec<TensorMeta> = [1, 4, 0, 3, 2].iter().filter_map(|&i| ins.get(i).cloned()).collect();
+            t.soc.kernel(&Op::KvCacheWrite, &order, &[], false)
+        }
         // Reductions, comparisons and fills: memory-bound Vector work, costed as a copy of
         // their operands.
         _ => t.soc.kernel(&Op::Copy, &ins, &outs, false),

@@ -3,7 +3,7 @@
 
 use crate::aclnn::{
     attention::*, basics::*, copy::*, elementwise::*, executor::*, gather::*, masking::*, matmul::*, movement::*,
-    norm::*, reduce::*, rotary::*,
+    norm::*, reduce::*, rotary::*, scatter::*,
 };
 use crate::control::{aclEmuGetRunCounters, aclEmuResetRunCounters};
 use crate::rt::{capture::*, context::*, device::*, event::*, init::*, memory::*, stream::*};
@@ -147,6 +147,10 @@ const _: () = {
         aclnnTriu,
         aclnnRotaryPositionEmbeddingGetWorkspaceSize,
         aclnnRotaryPositionEmbedding,
+        aclnnScatterNdUpdateGetWorkspaceSize,
+        aclnnScatterNdUpdate,
+        aclnnScatterPaKvCacheGetWorkspaceSize,
+        aclnnScatterPaKvCache,
         aclnnFlashAttentionScoreGetWorkspaceSize,
         aclnnFlashAttentionScore,
         aclnnSiluGetWorkspaceSize,

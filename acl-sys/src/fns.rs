@@ -25,6 +25,7 @@
 //! | `aclmdlRICapture*`, `aclmdlRIExecuteAsync`, `aclmdlRIDestroy` | per-node launches (no graph capture) |
 //! | `aclnnFlashAttentionScore*` | fused Attention composed of other aclnn operators |
 //! | `aclnnRotaryPositionEmbedding*` | Rope composed of other aclnn operators |
+//! | `aclnnScatterPaKvCache*` | KvCacheWrite as two `aclnnScatterNdUpdate` |
 //! | everything else marked optional | the feature is reported as unavailable |
 
 #![allow(non_snake_case)]
@@ -675,6 +676,32 @@ api! {
     [OpApi] fn aclnnFlashAttentionScore(
         workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
     ) -> aclnnStatus;
+    // ScatterNdUpdate: `varRef[indices[i]] = updates[i]` in place, prototype as CANN's
+    // `aclnnop/level2/aclnn_scatter_nd_update.h` (hicann/ops-nn, index/scatter_nd_update).
+    // CANN's API reference lists it for Atlas training (910), A2/A3 and inference SoCs
+    // (FLOAT16, FLOAT32 and BOOL on the 910); indices must not be out of range.
+    [OpApi] fn aclnnScatterNdUpdateGetWorkspaceSize(
+        varRef: *mut aclTensor, indices: *const aclTensor, updates: *const aclTensor, workspaceSize: *mut u64,
+        executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnScatterNdUpdate(
+        workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
+    ) -> aclnnStatus;
+    // ScatterPaKvCache: prototype from hicann/ops-transformer's operator docs
+    // (attention/scatter_pa_kv_cache/docs/aclnnScatterPaKvCache.md; the header is generated
+    // when the operator is built). Atlas A2/A3 only (not the 910 family); optional. The two
+    // `char *` modes are NUL-terminated strings the operator only reads (NULL = "Norm" /
+    // "None"); strides and offsets only matter in "Nct" mode.
+    [OpApi] fn aclnnScatterPaKvCacheGetWorkspaceSize(
+        key: *const aclTensor, keyCacheRef: *mut aclTensor, slotMapping: *const aclTensor,
+        value: *const aclTensor, valueCacheRef: *mut aclTensor, compressLensOptional: *const aclTensor,
+        compressSeqOffsetOptional: *const aclTensor, seqLensOptional: *const aclTensor,
+        cacheModeOptional: *mut c_char, scatterModeOptional: *mut c_char, stridesOptional: *const aclIntArray,
+        offsetsOptional: *const aclIntArray, workspaceSize: *mut u64, executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnScatterPaKvCache(
+        workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
+    ) -> aclnnStatus;
     // RotaryPositionEmbedding: prototype from hicann/ops-transformer's operator docs
     // (posembedding/rotary_position_embedding/docs/aclnnRotaryPositionEmbedding.md; the header is
     // generated when the operator is built). Atlas A2/A3 (and inference) SoCs, not the 910
@@ -866,6 +893,8 @@ pub const OPTIONAL: &[&str] = &[
     "aclnnFlashAttentionScore",
     "aclnnRotaryPositionEmbeddingGetWorkspaceSize",
     "aclnnRotaryPositionEmbedding",
+    "aclnnScatterPaKvCacheGetWorkspaceSize",
+    "aclnnScatterPaKvCache",
     "aclEmuGetRunCounters",
     "aclEmuResetRunCounters",
 ];

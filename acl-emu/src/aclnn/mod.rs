@@ -14,3 +14,4 @@ pub mod movement;
 pub mod norm;
 pub mod reduce;
 pub mod rotary;
+pub mod scatter;

@@ -327,6 +327,18 @@ two_phase! {
         aclnnRotaryPositionEmbeddingGetWorkspaceSize, aclnnRotaryPositionEmbedding(
         x: *const aclTensor, cos: *const aclTensor, sin: *const aclTensor, mode: i64, out: *mut aclTensor,
     );
+    scatter_nd_update_get_workspace_size, scatter_nd_update =>
+        aclnnScatterNdUpdateGetWorkspaceSize, aclnnScatterNdUpdate(
+        varRef: *mut aclTensor, indices: *const aclTensor, updates: *const aclTensor,
+    );
+    scatter_pa_kv_cache_get_workspace_size, scatter_pa_kv_cache =>
+        aclnnScatterPaKvCacheGetWorkspaceSize, aclnnScatterPaKvCache(
+        key: *const aclTensor, keyCacheRef: *mut aclTensor, slotMapping: *const aclTensor,
+        value: *const aclTensor, valueCacheRef: *mut aclTensor, compressLensOptional: *const aclTensor,
+        compressSeqOffsetOptional: *const aclTensor, seqLensOptional: *const aclTensor,
+        cacheModeOptional: *mut std::ffi::c_char, scatterModeOptional: *mut std::ffi::c_char,
+        stridesOptional: *const aclIntArray, offsetsOptional: *const aclIntArray,
+    );
     triu_get_workspace_size, triu => aclnnTriuGetWorkspaceSize, aclnnTriu(
         self_: *const aclTensor, diagonal: i64, out: *mut aclTensor,
     );

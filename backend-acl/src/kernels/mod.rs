@@ -55,6 +55,10 @@ pub(crate) const FLASH_ATTENTION: &str = "attention.aclnn-flash.cube";
 /// The fused Rope kernel that is one aclnnRotaryPositionEmbedding (Atlas A2/A3).
 pub(crate) const FUSED_ROPE: &str = "rope.aclnn-fused.vector";
 
+/// The KvCacheWrite kernel that is one aclnnScatterPaKvCache (Atlas A2/A3, fp16 and bf16;
+/// where the toolkit lacks the operator it runs as the composition's aclnnScatterNdUpdate).
+pub(crate) const FUSED_KV_WRITE: &str = "kvcachewrite.aclnn-fused.vector";
+
 /// The kernels, numbered by their position, and beside each how it runs.
 ///
 /// The Ascend kernel names (`matmul.aclnn.cube`, `matmul.host.reference`, ...) predate
@@ -267,6 +271,14 @@ fn sup_rope_fused(q: &KernelQuery<'_>) -> Result<(), String> {
     }
     Ok(())
 }
+/// aclnnScatterPaKvCache: FLOAT16 or BFLOAT16 caches (its docs exclude FLOAT on A2/A3).
+fn sup_kv_fused(q: &KernelQuery<'_>) -> Result<(), String> {
+    sup_a2(q)?;
+    match q.inputs[0].dtype {
+        DType::F16 | DType::BF16 => Ok(()),
+        d => Err(format!("aclnnScatterPaKvCache takes fp16 and bf16 caches, not {d}: two aclnnScatterNdUpdate do")),
+    }
+}
 fn sup_host(_: &KernelQuery<'_>) -> Result<(), String> {
     Ok(())
 }
@@ -285,10 +297,9 @@ impl Table {
         let mut t = Table { is_910, ..Table::default() };
         for k in OpKind::ALL {
             let (fname, hname) = names(k);
-            if k == OpKind::KvCacheWrite {
-                // No aclnn mapping yet: the host reference tier only.
-                t.kernels.add_named(hname, k, Tier::Reference, HOST, sup_host, Impl::Host);
-                continue;
+            if k == OpKind::KvCacheWrite && has_flash_attention(soc) {
+                // aclnnScatterPaKvCache (fp16, bf16), ahead of the two aclnnScatterNdUpdate.
+                t.kernels.add_named(FUSED_KV_WRITE, k, Tier::HighPerformance, VECTOR, sup_kv_fused, Impl::AclnnFlash);
             }
             if k == OpKind::Attention && flash {
                 // Earlier entries of a tier are preferred: ahead of the composition.

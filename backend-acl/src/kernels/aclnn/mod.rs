@@ -2,7 +2,8 @@
 //! the composition of the ops aclnn has no single operator for. By file: [`call`]
 //! (descriptors and the two-phase call), [`recorded`] (repeatable executors of frozen
 //! plans), the op mappings by family ([`matmul`], [`elementwise`], [`norm`], [`reduce`],
-//! [`data`]) and [`compositions`] ([`rope`]: Rope's); this module maps each op onto them ([`compose`]).
+//! [`data`]) and [`compositions`] ([`rope`]: Rope's; [`paged`]: PagedAttention's;
+//! [`kvcache`]: KvCacheWrite's); this module maps each op onto them ([`compose`]).
 //!
 //! A [`Call`] owns the descriptors of one op and runs its operators one of two ways:
 //! * one-shot ([`run`]: eager launches, and the nodes of frozen plans whose ops cannot
@@ -23,6 +24,7 @@ mod compositions;
 mod data;
 mod decoder;
 mod elementwise;
+mod kvcache;
 mod matmul;
 mod norm;
 mod paged;
@@ -249,7 +251,6 @@ fn compose(c: &mut Call, how: Mapping, args: &LaunchArgs) -> BResult<()> {
             attention(c, &parts, &sc, &out, cube_math(is_910, x.dtype))
         }
         Op::PagedAttention { .. } => paged_attention(c, &args.op, &ins, &out, cube_math(is_910, x.dtype)),
-        // Not in the kernel table (no aclnn mapping yet).
-        Op::KvCacheWrite => Err(AclBackendError::BadRequest(format!("{}: no aclnn mapping", args.op.name()))),
+        Op::KvCacheWrite => kvcache::kv_cache_write(c, how.flash, &ins),
     }
 }

@@ -18,33 +18,33 @@ use acl_sys::result::aclnn as nn;
 use runtime::{DType, Op};
 
 /// Scratch offsets, bumped in 512-byte aligned pieces.
-struct Bump {
-    base: u64,
-    at: usize,
+pub(super) struct Bump {
+    pub(super) base: u64,
+    pub(super) at: usize,
 }
 
 impl Bump {
-    fn take(&mut self, dtype: DType, dims: &[usize]) -> View {
+    pub(super) fn take(&mut self, dtype: DType, dims: &[usize]) -> View {
         let v = View::contiguous(self.base + self.at as u64, dtype, dims);
         self.at += align512(dims.iter().product::<usize>() * dtype.size());
         v
     }
 }
 
-fn bytes(dtype: DType, dims: &[usize]) -> usize {
+pub(super) fn bytes(dtype: DType, dims: &[usize]) -> usize {
     align512(dims.iter().product::<usize>() * dtype.size())
 }
 
-/// `[0, 1, .., n-1]` (i32, `a` `[n]`) written into `a` on the device: a[0] = 0 through
+/// `[0, 1, .., n-1]` (i32 or i64, `a` `[n]`) written into `a` on the device: a[0] = 0 through
 /// aclnnInplaceMaskedFillScalar under an always-true mask (`lens == lens`: integers are
 /// never NaN), then doubling, a[k..2k] = a[0..k] + k (aclnnAdds): ⌈log2 t⌉ operators and no
 /// host constant, so one-shot launches and recordings build it the same way.
-fn arange(c: &mut Call, a: &View, lens: &View, truth: &View) -> BResult<()> {
+pub(super) fn arange(c: &mut Call, a: &View, lens: &View, truth: &View) -> BResult<()> {
     let t = a.dims[0];
     let first = lens.reshaped(&[1]);
     eq(c, &first, &first, truth)?;
     let (ta, tb) = (c.tensor(&a.reshaped(&[1]))?, c.bool_tensor(truth)?);
-    let zero = c.scalar_for(DType::I32, 0.0)?;
+    let zero = c.scalar_for(a.dtype, 0.0)?;
     // SAFETY: live descriptors owned by `c`.
     let p1 = unsafe { nn::inplace_masked_fill_scalar_get_workspace_size(c.api, ta, tb, zero) };
     c.run(p1, nn::inplace_masked_fill_scalar)?;
