@@ -37,7 +37,6 @@ pub struct PyLlm {
     llm: Arc<Llm>,
 }
 
-#[allow(clippy::too_many_arguments)]
 fn params(
     max_new_tokens: usize,
     temperature: f32,
