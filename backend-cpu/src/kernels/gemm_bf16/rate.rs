@@ -1,0 +1,110 @@
+//! The bf16 micro-kernel's own speed on one thread, apart from the product around it: the
+//! AMX block (32 × 32 outputs over the whole k) or the AVX-512-BF16 register tile, on
+//! packed operands that stay in the caches. `npurt bench peak --kernels` prints it as a
+//! share of the unit's measured peak.
+
+use super::packed::{AMX_MR, KC, MR, NR};
+use std::time::{Duration, Instant};
+
+/// k-pairs of each timed AMX call (k = 768, BERT-base's hidden size): x block and panel
+/// 48 KiB each.
+pub const RATE_KP: usize = 384;
+
+/// One micro-kernel's measured speed (plain data: Send and Sync).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bf16KernelRate {
+    /// `"amx-bf16 32x32"` or `"avx512-bf16 12x32"`.
+    pub kernel: String,
+    /// k-pairs per call.
+    pub kc: usize,
+    /// Outputs of each call.
+    pub rows: usize,
+    pub cols: usize,
+    /// Median GFLOP/s with every operand in L1/L2.
+    pub in_cache_gflops: f64,
+}
+
+/// The AMX kernel (`amx`) or the AVX-512-BF16 tile timed on this thread: `runs` runs of
+/// about `run_time` after a warm-up; `None` where this CPU (or the OS) does not offer it.
+pub fn kernel_rate(amx: bool, run_time: Duration, runs: usize) -> Option<Bf16KernelRate> {
+    let f = crate::features::get();
+    if !(if amx { f.amx_bf16 } else { f.avx512bf16 }) {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let (rows, kc) = if amx { (AMX_MR, RATE_KP) } else { (MR, KC) };
+        // Packed operands of bf16 1/64 (any values do; these keep the sums small).
+        let a = vec![0x3c80_3c80u32; rows * kc];
+        let b = vec![0x3c80_3c80u32; kc * NR];
+        let mut c = vec![0f32; rows * NR];
+        // SAFETY: `f.amx_bf16`: the OS enabled AMX; the tiles live on this thread until the
+        // function returns.
+        let _tiles = amx.then(|| unsafe { super::amx::Tiles::configure() });
+        let call = |c: &mut [f32]| {
+            if amx {
+                // SAFETY: tiles configured above; `a` holds a packed 32-row block of `kc`
+                // pairs (a multiple of 16), `b` one panel (also the prefetched one), `c` 32
+                // rows of 32 columns.
+                unsafe { super::amx::block(kc, a.as_ptr(), b.as_ptr(), b.as_ptr(), c.as_mut_ptr(), NR, false) };
+            } else {
+                // SAFETY: `f.avx512bf16` (with AVX-512F); `a` holds `MR` rows of `kc` words,
+                // `b` `kc * NR` words, `c` `MR` rows of `NR` columns.
+                unsafe { super::x86::tile(rows, kc, &a, kc, &b, c, NR, NR, false) };
+            }
+        };
+        let flops = 2.0 * (rows * NR * kc * 2) as f64;
+        let mut timed = |calls: usize| {
+            let t = Instant::now();
+            for _ in 0..calls {
+                call(&mut c);
+            }
+            t.elapsed()
+        };
+        let mut calls = 1usize;
+        let mut warm = timed(calls);
+        while warm < run_time / 8 && calls < 1 << 24 {
+            calls *= 2;
+            warm = timed(calls);
+        }
+        let per_run = ((calls as f64 * run_time.as_secs_f64() / warm.as_secs_f64().max(1e-9)) as usize).max(1);
+        let figures =
+            (0..runs.max(1)).map(|_| flops * per_run as f64 / timed(per_run).as_secs_f64().max(1e-12) / 1e9).collect();
+        let name = if amx { "amx-bf16" } else { "avx512-bf16" };
+        Some(Bf16KernelRate {
+            kernel: format!("{name} {rows}x{NR}"),
+            kc,
+            rows,
+            cols: NR,
+            in_cache_gflops: crate::peak::upper_median(figures),
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::peak::{PeakUnit, measure_unit};
+
+    #[test]
+    fn each_bf16_kernel_this_cpu_has_reports_a_positive_rate_against_its_peak() {
+        for (amx, unit) in [(true, PeakUnit::AmxBf16), (false, PeakUnit::Avx512Bf16)] {
+            let Some(r) = kernel_rate(amx, Duration::from_millis(20), 3) else {
+                println!("SKIP {unit}: not offered on this CPU");
+                assert!(unit.check(crate::features::get()).is_err());
+                continue;
+            };
+            assert!(r.in_cache_gflops.is_finite() && r.in_cache_gflops > 0.0, "{r:?}");
+            assert!(r.kernel.contains(&format!("{}x{}", r.rows, r.cols)), "{r:?}");
+            let peak = measure_unit(unit, 1, 3, Duration::from_millis(20)).unwrap().gflops;
+            println!(
+                "{}: {:.0} GF/s, {unit} peak {peak:.0} GF/s ({:.0} %)",
+                r.kernel,
+                r.in_cache_gflops,
+                100.0 * r.in_cache_gflops / peak
+            );
+        }
+    }
+}
