@@ -77,16 +77,17 @@ pub fn pack_rows(x: &[f32], k: usize, r0: usize, r1: usize, kp: usize, dst: &mut
     }
 }
 
-/// `c[32 × 32] = (load_c ? c : 0) + a · panel` over all `kp` k-pairs: one packed x block
-/// (`kp * 32` words, see [`pack_rows`]) times one packed panel (`kp * NR` words); `next`
-/// is a panel read soon after (prefetched a little per step).
+/// `c[32 × 32] = (load_c ? c : 0) + a · panel` over `kc` k-pairs: a packed x block
+/// (`kc` steps of 32 rows × 16 words, see [`pack_rows`]) times a slice of a packed panel
+/// (`kc * NR` words); `next` (when not null) is where the panel data read soon after
+/// starts: `kc * NR` words of it are prefetched into L2, a step's worth per step.
 ///
 /// # Safety
-/// Tiles configured on this thread ([`Tiles::configure`]); `kp % 16 == 0`, `kp > 0`; `a`
-/// and `panel` hold the words above; `next` is readable for `kp * NR` words; `c` holds 32
-/// rows of stride `ldc` with 32 columns each.
+/// Tiles configured on this thread ([`Tiles::configure`]); `kc % 16 == 0`, `kc > 0`; `a`
+/// and `panel` hold the words above; `c` holds 32 rows of stride `ldc` with 32 columns
+/// each.
 pub unsafe fn block(
-    kp: usize,
+    kc: usize,
     a: *const u32,
     panel: *const u32,
     next: *const u32,
@@ -112,31 +113,60 @@ pub unsafe fn block(
         } else {
             asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack, nomem));
         }
-        let steps = kp / AMX_KP;
+        let steps = kc / AMX_KP;
         // Bytes of the next panel to prefetch per step: all of it over the steps.
         let step_bytes = AMX_KP * NR * 4;
-        for s in 0..steps {
+        let (sa, sb) = (AMX_KP * 4, NR * 4);
+        // Software-pipelined: each source tile is reloaded for the next step right after
+        // the last product of this step that reads it, so that the tile unit, which runs
+        // in order, never waits for a whole step's loads before its first product.
+        asm!(
+            "tileloadd tmm4, [{a0} + {sa}*1]",
+            "tileloadd tmm6, [{b0} + {sb}*1]",
+            "tileloadd tmm7, [{b1} + {sb}*1]",
+            "tileloadd tmm5, [{a1} + {sa}*1]",
+            a0 = in(reg) a, a1 = in(reg) a.add(16 * AMX_KP),
+            b0 = in(reg) panel, b1 = in(reg) panel.add(16),
+            sa = in(reg) sa, sb = in(reg) sb,
+            options(nostack, readonly)
+        );
+        for s in 1..steps {
             let a0 = a.add(s * AMX_MR * AMX_KP);
             let b0 = panel.add(s * AMX_KP * NR);
-            let nx = next.add(s * AMX_KP * NR) as *const i8;
             asm!(
-                "tileloadd tmm4, [{a0} + {sa}*1]",
-                "tileloadd tmm6, [{b0} + {sb}*1]",
-                "tileloadd tmm7, [{b1} + {sb}*1]",
                 "tdpbf16ps tmm0, tmm4, tmm6",
-                "tileloadd tmm5, [{a1} + {sa}*1]",
                 "tdpbf16ps tmm1, tmm4, tmm7",
+                "tileloadd tmm4, [{a0} + {sa}*1]",
                 "tdpbf16ps tmm2, tmm5, tmm6",
+                "tileloadd tmm6, [{b0} + {sb}*1]",
                 "tdpbf16ps tmm3, tmm5, tmm7",
+                "tileloadd tmm7, [{b1} + {sb}*1]",
+                "tileloadd tmm5, [{a1} + {sa}*1]",
                 a0 = in(reg) a0, a1 = in(reg) a0.add(16 * AMX_KP),
                 b0 = in(reg) b0, b1 = in(reg) b0.add(16),
-                sa = in(reg) AMX_KP * 4, sb = in(reg) NR * 4,
+                sa = in(reg) sa, sb = in(reg) sb,
                 options(nostack, readonly)
             );
-            let mut o = 0;
-            while o < step_bytes {
-                _mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(nx.add(o));
-                o += 256;
+            if !next.is_null() {
+                let nx = next.wrapping_add((s - 1) * AMX_KP * NR) as *const i8;
+                let mut o = 0;
+                while o < step_bytes {
+                    _mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(nx.wrapping_add(o));
+                    o += 64;
+                }
+            }
+        }
+        asm!(
+            "tdpbf16ps tmm0, tmm4, tmm6",
+            "tdpbf16ps tmm1, tmm4, tmm7",
+            "tdpbf16ps tmm2, tmm5, tmm6",
+            "tdpbf16ps tmm3, tmm5, tmm7",
+            options(nostack, nomem)
+        );
+        if !next.is_null() {
+            let nx = next.wrapping_add((steps - 1) * AMX_KP * NR) as *const i8;
+            for o in (0..step_bytes).step_by(64) {
+                _mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(nx.wrapping_add(o));
             }
         }
         asm!(
@@ -150,9 +180,18 @@ pub unsafe fn block(
     }
 }
 
+/// k-pairs per pass over a task's blocks: a packed x block's slice (16 KiB) stays in L1
+/// while it meets [`GROUP`] panels' slices (16 KiB each, from L2).
+pub const KC_AMX: usize = 128;
+/// Panels per group: the group's whole slice of the weight (`GROUP * kp * 128` bytes) stays
+/// in L2 while every row block of the task passes over it.
+pub const GROUP: usize = 4;
+
 /// One task of the product: rows `r0..r1` of `c` (row stride `n`) times panels `p0..p1`,
-/// `a` the task's rows packed by [`pack_rows`]. Blocks that leave `c` (rows past `r1` or
-/// columns past `n`) go through a 32 × 32 scratch block.
+/// `a` the task's rows packed by [`pack_rows`]. Per group of [`GROUP`] panels, per slice of
+/// [`KC_AMX`] k-pairs, each row block meets each panel of the group (its x slice from L1);
+/// the first row block prefetches the slice after. Blocks that leave `c` (rows past `r1`
+/// or columns past `n`) go through a 32 × 32 scratch block.
 ///
 /// # Safety
 /// Tiles configured on this thread; `kp % 16 == 0`, `kp > 0`; `data` the packed weight
@@ -175,33 +214,45 @@ pub unsafe fn task(
     #[repr(C, align(64))]
     struct Scratch([f32; AMX_MR * NR]);
     let mut scratch = Scratch([0.0; AMX_MR * NR]);
-    for pi in p0..p1 {
-        let panel = data[pi * kp * NR..].as_ptr();
-        let next = data[(pi + 1).min(p1 - 1) * kp * NR..].as_ptr();
-        let cols = NR.min(n - pi * NR);
-        for b in 0..blocks {
-            let i0 = r0 + b * AMX_MR;
-            let rows = AMX_MR.min(r1 - i0);
-            let ab = a[b * AMX_MR * kp..].as_ptr();
-            // The next panel is prefetched while the last row block runs on this one.
-            let nx = if b + 1 == blocks { next } else { panel };
-            if rows == AMX_MR && cols == NR {
-                // SAFETY: 32 full rows and columns of `c` from (i0, pi * NR); tiles
-                // configured; `ab`, `panel` and `nx` hold `kp * 32` words (contract).
-                unsafe { block(kp, ab, panel, nx, c[i0 * n + pi * NR..].as_mut_ptr(), n, load_c) };
-                continue;
-            }
-            let s = &mut scratch.0;
-            if load_c {
-                for r in 0..rows {
-                    s[r * NR..r * NR + cols].copy_from_slice(&c[(i0 + r) * n + pi * NR..][..cols]);
+    for g0 in (p0..p1).step_by(GROUP) {
+        let g1 = (g0 + GROUP).min(p1);
+        for k0 in (0..kp).step_by(KC_AMX) {
+            let kc = KC_AMX.min(kp - k0);
+            let load = load_c || k0 > 0;
+            for b in 0..blocks {
+                let i0 = r0 + b * AMX_MR;
+                let rows = AMX_MR.min(r1 - i0);
+                let ab = a[b * AMX_MR * kp + k0 * AMX_MR..].as_ptr();
+                for pi in g0..g1 {
+                    let panel = data[pi * kp * NR + k0 * NR..].as_ptr();
+                    // The first row block brings the panel's next slice (or, after the
+                    // last, the next group's) towards L2.
+                    let next = match (b, k0 + KC_AMX < kp) {
+                        (0, true) => panel.wrapping_add(kc * NR),
+                        (0, false) if pi + GROUP < p1 => data[(pi + GROUP) * kp * NR..].as_ptr(),
+                        _ => std::ptr::null(),
+                    };
+                    let cols = NR.min(n - pi * NR);
+                    if rows == AMX_MR && cols == NR {
+                        // SAFETY: 32 full rows and columns of `c` from (i0, pi * NR); tiles
+                        // configured; `ab` holds `kc` steps of 32 rows and `panel` `kc * NR`
+                        // words (contract); `next` is only prefetched.
+                        unsafe { block(kc, ab, panel, next, c[i0 * n + pi * NR..].as_mut_ptr(), n, load) };
+                        continue;
+                    }
+                    let s = &mut scratch.0;
+                    if load {
+                        for r in 0..rows {
+                            s[r * NR..r * NR + cols].copy_from_slice(&c[(i0 + r) * n + pi * NR..][..cols]);
+                        }
+                    }
+                    // SAFETY: the scratch block holds 32 rows of 32 columns at stride NR;
+                    // the rest as above.
+                    unsafe { block(kc, ab, panel, next, s.as_mut_ptr(), NR, load) };
+                    for r in 0..rows {
+                        c[(i0 + r) * n + pi * NR..][..cols].copy_from_slice(&s[r * NR..r * NR + cols]);
+                    }
                 }
-            }
-            // SAFETY: the scratch block holds 32 rows of 32 columns at stride NR; the
-            // rest as above.
-            unsafe { block(kp, ab, panel, nx, s.as_mut_ptr(), NR, load_c) };
-            for r in 0..rows {
-                c[(i0 + r) * n + pi * NR..][..cols].copy_from_slice(&s[r * NR..r * NR + cols]);
             }
         }
     }

@@ -33,7 +33,7 @@ mod x86;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use amx::Tiles;
 pub use packed::{AMX_MR, KC, MR, NR, PackedInPlace, PackedWeight};
-pub use rate::{Bf16KernelRate, RATE_KP, kernel_rate};
+pub use rate::{Bf16KernelRate, kernel_rate};
 
 use crate::features::CpuFeatures;
 use packed::{AMX_KP, to_pairs_scalar};
@@ -128,7 +128,7 @@ fn amx_split(m: usize, panels: usize, threads: usize, flops: usize) -> (usize, u
 
 thread_local! {
     /// Each thread's packed x, kept between calls (no allocation per product).
-    static PACKED_X: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
+    static PACKED_X: std::cell::RefCell<Vec<packed::Line>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// The AMX product: one task per thread (see [`amx_split`]); each packs its rows of x into
@@ -144,11 +144,13 @@ fn gemm_amx(f: &CpuFeatures, m: usize, x: &[f32], w: &PackedWeight<'_>, c: &mut 
     let run = |&(ri, pj): &(usize, usize)| {
         let (r0, r1) = (ri * rows_per, ((ri + 1) * rows_per).min(m));
         let (p0, p1) = (pj * panels_per, ((pj + 1) * panels_per).min(panels));
-        PACKED_X.with_borrow_mut(|a| {
+        PACKED_X.with_borrow_mut(|lines| {
             let len = amx::packed_len(r1 - r0, kp);
-            if a.len() < len {
-                a.resize(len, 0);
+            if lines.len() * 16 < len {
+                lines.resize(len.div_ceil(16), packed::Line::default());
             }
+            // 64-byte aligned words: the tile loads of x run at full speed.
+            let a: &mut [u32] = bytemuck::cast_slice_mut(lines);
             amx::pack_rows(x, k, r0, r1, kp, a, f.avx512bf16);
             // SAFETY: tasks touch disjoint (row range × panel range) blocks of `c`, whose
             // `m * n` elements `gemm` checked; no other reference to `c` is used meanwhile.

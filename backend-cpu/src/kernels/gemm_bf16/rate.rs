@@ -1,14 +1,12 @@
 //! The bf16 micro-kernel's own speed on one thread, apart from the product around it: the
-//! AMX block (32 × 32 outputs over the whole k) or the AVX-512-BF16 register tile, on
-//! packed operands that stay in the caches. `npurt bench peak --kernels` prints it as a
+//! AMX block (32 × 32 outputs over a slice of k, as the product's inner loop runs it: one
+//! x block's slice against a group of panels' slices, C loaded and stored per block) or
+//! the AVX-512-BF16 register tile, on packed operands that stay in the caches. `npurt bench peak --kernels` prints it as a
 //! share of the unit's measured peak.
 
+use super::amx::{GROUP, KC_AMX};
 use super::packed::{AMX_MR, KC, MR, NR};
 use std::time::{Duration, Instant};
-
-/// k-pairs of each timed AMX call (k = 768, BERT-base's hidden size): x block and panel
-/// 48 KiB each.
-pub const RATE_KP: usize = 384;
 
 /// One micro-kernel's measured speed (plain data: Send and Sync).
 #[derive(Clone, Debug, PartialEq)]
@@ -33,31 +31,37 @@ pub fn kernel_rate(amx: bool, run_time: Duration, runs: usize) -> Option<Bf16Ker
     }
     #[cfg(target_arch = "x86_64")]
     {
-        let (rows, kc) = if amx { (AMX_MR, RATE_KP) } else { (MR, KC) };
-        // Packed operands of bf16 1/64 (any values do; these keep the sums small).
-        let a = vec![0x3c80_3c80u32; rows * kc];
-        let b = vec![0x3c80_3c80u32; kc * NR];
-        let mut c = vec![0f32; rows * NR];
+        let (rows, kc, cols) = if amx { (AMX_MR, KC_AMX, GROUP * NR) } else { (MR, KC, NR) };
+        // Packed operands of bf16 1/64 (any values do; these keep the sums small), in
+        // 64-byte aligned lines as the product packs them.
+        let line = super::packed::Line([0x3c80_3c80u32; 16]);
+        let (al, bl) = (vec![line; (rows * kc).div_ceil(16)], vec![line; kc * cols / 16]);
+        let (a, b): (&[u32], &[u32]) = (bytemuck::cast_slice(&al), bytemuck::cast_slice(&bl));
+        let mut cl = vec![super::packed::Line::default(); rows * cols / 16];
+        let c: &mut [f32] = bytemuck::cast_slice_mut(&mut cl);
         // SAFETY: `f.amx_bf16`: the OS enabled AMX; the tiles live on this thread until the
         // function returns.
         let _tiles = amx.then(|| unsafe { super::amx::Tiles::configure() });
         let call = |c: &mut [f32]| {
             if amx {
-                // SAFETY: tiles configured above; `a` holds a packed 32-row block of `kc`
-                // pairs (a multiple of 16), `b` one panel (also the prefetched one), `c` 32
-                // rows of 32 columns.
-                unsafe { super::amx::block(kc, a.as_ptr(), b.as_ptr(), b.as_ptr(), c.as_mut_ptr(), NR, false) };
+                for g in 0..GROUP {
+                    let (bp, cp) = (b[g * kc * NR..].as_ptr(), c[g * NR..].as_mut_ptr());
+                    // SAFETY: tiles configured above; `a` holds a packed 32-row block of `kc`
+                    // pairs (a multiple of 16), `bp` one panel slice of `kc * NR` words, `cp`
+                    // 32 rows of stride `cols` with 32 columns each.
+                    unsafe { super::amx::block(kc, a.as_ptr(), bp, std::ptr::null(), cp, cols, true) };
+                }
             } else {
                 // SAFETY: `f.avx512bf16` (with AVX-512F); `a` holds `MR` rows of `kc` words,
                 // `b` `kc * NR` words, `c` `MR` rows of `NR` columns.
-                unsafe { super::x86::tile(rows, kc, &a, kc, &b, c, NR, NR, false) };
+                unsafe { super::x86::tile(rows, kc, a, kc, b, c, NR, NR, false) };
             }
         };
-        let flops = 2.0 * (rows * NR * kc * 2) as f64;
+        let flops = 2.0 * (rows * cols * kc * 2) as f64;
         let mut timed = |calls: usize| {
             let t = Instant::now();
             for _ in 0..calls {
-                call(&mut c);
+                call(c);
             }
             t.elapsed()
         };
@@ -75,7 +79,7 @@ pub fn kernel_rate(amx: bool, run_time: Duration, runs: usize) -> Option<Bf16Ker
             kernel: format!("{name} {rows}x{NR}"),
             kc,
             rows,
-            cols: NR,
+            cols,
             in_cache_gflops: crate::peak::upper_median(figures),
         })
     }
@@ -97,7 +101,7 @@ mod tests {
                 continue;
             };
             assert!(r.in_cache_gflops.is_finite() && r.in_cache_gflops > 0.0, "{r:?}");
-            assert!(r.kernel.contains(&format!("{}x{}", r.rows, r.cols)), "{r:?}");
+            assert!(r.kernel.contains(&format!("{}x", r.rows)) && r.cols % 32 == 0, "{r:?}");
             let peak = measure_unit(unit, 1, 3, Duration::from_millis(20)).unwrap().gflops;
             println!(
                 "{}: {:.0} GF/s, {unit} peak {peak:.0} GF/s ({:.0} %)",
