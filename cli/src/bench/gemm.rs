@@ -3,7 +3,8 @@
 //! f32 figure also as a percentage of the FMA peak measured at the start (`bench peak`), or
 //! with `--paired` right after each timed run, on a host whose load moves within seconds;
 //! every bf16 figure as a percentage of the bf16 unit's peak (AMX tiles, else AVX-512-BF16
-//! dot products) measured at the start. `--precision` picks the columns.
+//! dot products) measured at the start. The global `--precision` picks the columns: `f32`
+//! the f32 ones, `bf16` the bf16 one, otherwise (`auto`, the default) both.
 
 use super::common::median;
 use super::peak::parse_isa;
@@ -17,13 +18,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// `npurt bench gemm [--precision f32|bf16|all] [--peer numpy] [--runs N] [--all-tiers] [--isa ISA] [--peak GFLOPS] [--paired] [--shape MxKxN]... [--json FILE]`
+/// `npurt bench gemm [--precision f32|bf16] [--peer numpy] [--runs N] [--all-tiers] [--isa ISA] [--peak GFLOPS] [--paired] [--shape MxKxN]... [--json FILE]`
 #[derive(Args)]
 pub struct GemmArgs {
-    /// The products to time: f32 (the tiers and the prepacked f32 kernel), bf16 (the bf16
-    /// unit on a prepacked weight, as a share of its measured peak) or all
-    #[arg(long, value_name = "P", value_enum, default_value = "all")]
-    precision: Precision,
     /// Time a peer in the same run, before and after npurt
     #[arg(long, value_name = "PEER")]
     peer: Option<Peer>,
@@ -70,13 +67,6 @@ fn positive_f64(s: &str) -> std::result::Result<f64, String> {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
         _ => Err("expected a positive number".into()),
     }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Precision {
-    F32,
-    Bf16,
-    All,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -197,12 +187,15 @@ pub fn time_gemm_bf16(cfg: &RuntimeConfig, s: Shape, runs: usize) -> Option<f64>
     let w: Vec<npurt::bf16> =
         (0..n * k).map(|i| npurt::bf16::from_f32(((i * 104_729) % 1000) as f32 / 1000.0 - 0.5)).collect();
     let pw = gemm_bf16::PackedWeight::pack(&w, n, k).ok()?;
-    let mut c = vec![0f32; m * n];
+    // The output 64-byte aligned, as the runtime's buffers are (its pool's alignment).
+    let mut c_buf = vec![0f32; m * n + 16];
+    let off = c_buf.as_ptr().align_offset(64).min(16);
+    let c = &mut c_buf[off..off + m * n];
     let threads = cfg.threads.unwrap_or(backend_cpu::features::get().cores);
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().ok()?;
     pool.install(|| {
         let f = backend_cpu::features::get();
-        let once = || gemm_bf16::gemm(f, m, &x, &pw, &mut c, false, threads).map_err(|e| Error::backend("cpu", e));
+        let once = || gemm_bf16::gemm(f, m, &x, &pw, c, false, threads).map_err(|e| Error::backend("cpu", e));
         sample(runs, 2.0 * (m * k * n) as f64, None, once).ok().map(|f| f.gflops)
     })
 }
@@ -373,7 +366,8 @@ struct Columns {
 fn plan<'a>(cfg: &RuntimeConfig, args: &'a GemmArgs) -> Result<Plan<'a>> {
     let runs = args.runs;
     let numpy = args.peer == Some(Peer::Numpy);
-    let f32 = args.precision != Precision::Bf16;
+    let only = cfg.precision;
+    let f32 = only != npurt::Precision::Bf16;
     let tiers: Vec<Tier> = match (f32, args.all_tiers) {
         (false, _) => Vec::new(),
         (true, true) => vec![Tier::HighPerformance, Tier::Generic],
@@ -381,8 +375,8 @@ fn plan<'a>(cfg: &RuntimeConfig, args: &'a GemmArgs) -> Result<Plan<'a>> {
     };
     let f = backend_cpu::features::select(args.isa).map_err(backend_cpu::CpuError::from)?;
     let isa = f.isa;
-    let bf16 = args.precision != Precision::F32 && isa == Isa::Avx512 && f.avx512bf16;
-    if args.precision == Precision::Bf16 && !bf16 {
+    let bf16 = only != npurt::Precision::F32 && isa == Isa::Avx512 && f.avx512bf16;
+    if only == npurt::Precision::Bf16 && !bf16 {
         let why = f.slow_precision(DType::BF16).unwrap_or_else(|| "the bf16 unit is not in use".into());
         return Err(Error::Unsupported(format!("no bf16 GEMM to time here: {why}")));
     }

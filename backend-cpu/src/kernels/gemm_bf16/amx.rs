@@ -180,7 +180,7 @@ pub unsafe fn block(
     }
 }
 
-/// k-pairs per pass over a task's blocks: a packed x block's slice (16 KiB) stays in L1
+/// Most k-pairs per pass over a task's blocks: a packed x block's slice (16 KiB) stays in L1
 /// while it meets [`GROUP`] panels' slices (16 KiB each, from L2).
 pub const KC_AMX: usize = 128;
 /// Panels per group: the group's whole slice of the weight (`GROUP * kp * 128` bytes) stays
@@ -214,10 +214,12 @@ pub unsafe fn task(
     #[repr(C, align(64))]
     struct Scratch([f32; AMX_MR * NR]);
     let mut scratch = Scratch([0.0; AMX_MR * NR]);
+    // Slices of equal depth, at most KC_AMX (k = 384: two of 96 pairs, not 128 and 64).
+    let slice = kp.div_ceil(kp.div_ceil(KC_AMX)).div_ceil(AMX_KP) * AMX_KP;
     for g0 in (p0..p1).step_by(GROUP) {
         let g1 = (g0 + GROUP).min(p1);
-        for k0 in (0..kp).step_by(KC_AMX) {
-            let kc = KC_AMX.min(kp - k0);
+        for k0 in (0..kp).step_by(slice) {
+            let kc = slice.min(kp - k0);
             let load = load_c || k0 > 0;
             for b in 0..blocks {
                 let i0 = r0 + b * AMX_MR;
@@ -227,7 +229,7 @@ pub unsafe fn task(
                     let panel = data[pi * kp * NR + k0 * NR..].as_ptr();
                     // The first row block brings the panel's next slice (or, after the
                     // last, the next group's) towards L2.
-                    let next = match (b, k0 + KC_AMX < kp) {
+                    let next = match (b, k0 + slice < kp) {
                         (0, true) => panel.wrapping_add(kc * NR),
                         (0, false) if pi + GROUP < p1 => data[(pi + GROUP) * kp * NR..].as_ptr(),
                         _ => std::ptr::null(),
