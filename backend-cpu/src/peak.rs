@@ -514,4 +514,24 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn each_bf16_kernel_this_cpu_has_reports_a_positive_rate_against_its_peak() {
+        for (amx, unit) in [(true, PeakUnit::AmxBf16), (false, PeakUnit::Avx512Bf16)] {
+            let Some(r) = crate::kernels::gemm_bf16::kernel_rate(amx, Duration::from_millis(20), 3) else {
+                println!("SKIP {unit}: not offered on this CPU");
+                assert!(unit.check(crate::features::get()).is_err());
+                continue;
+            };
+            assert!(r.in_cache_gflops.is_finite() && r.in_cache_gflops > 0.0, "{r:?}");
+            assert!(r.kernel.contains(&format!("{}x", r.rows)) && r.cols % 32 == 0, "{r:?}");
+            let peak = measure_unit(unit, 1, 3, Duration::from_millis(20)).unwrap().gflops;
+            println!(
+                "{}: {:.0} GF/s, {unit} peak {peak:.0} GF/s ({:.0} %)",
+                r.kernel,
+                r.in_cache_gflops,
+                100.0 * r.in_cache_gflops / peak
+            );
+        }
+    }
 }

@@ -64,7 +64,7 @@ pub fn pack_rows(x: &[f32], k: usize, r0: usize, r1: usize, kp: usize, dst: &mut
         for r in 0..AMX_MR {
             let i = r0 + b * AMX_MR + r;
             if i < r1 {
-                super::to_pairs(&x[i * k..(i + 1) * k], buf, bf16);
+                super::convert::to_pairs(&x[i * k..(i + 1) * k], buf, bf16);
             } else {
                 buf.fill(0);
             }

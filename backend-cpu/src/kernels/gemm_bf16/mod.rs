@@ -25,6 +25,7 @@
 
 #[cfg(target_arch = "x86_64")]
 mod amx;
+mod convert;
 mod packed;
 mod rate;
 #[cfg(target_arch = "x86_64")]
@@ -36,7 +37,8 @@ pub use packed::{AMX_MR, KC, MR, NR, PackedInPlace, PackedWeight};
 pub use rate::{Bf16KernelRate, kernel_rate};
 
 use crate::features::CpuFeatures;
-use packed::{AMX_KP, to_pairs_scalar};
+use convert::to_pairs;
+use packed::AMX_KP;
 use rayon::prelude::*;
 use runtime::KernelError;
 
@@ -207,18 +209,6 @@ fn block(m: usize, xb: &[u32], w: &PackedWeight<'_>, c: &mut [f32], accumulate: 
     }
 }
 
-/// f32 → bf16 (round to nearest even), two per word; an odd k leaves the last high half 0.
-/// `bf16`: the CPU has AVX-512-BF16 (the features detected it).
-fn to_pairs(src: &[f32], dst: &mut [u32], bf16: bool) {
-    #[cfg(target_arch = "x86_64")]
-    if bf16 {
-        // SAFETY: AVX-512-BF16 (with AVX-512F) was detected, as `bf16` says.
-        unsafe { x86::to_pairs(src, dst) };
-        return;
-    }
-    to_pairs_scalar(src, dst)
-}
-
 #[cfg(not(target_arch = "x86_64"))]
 mod x86 {
     pub unsafe fn to_pairs(_: &[f32], _: &mut [u32]) {}
@@ -231,6 +221,7 @@ mod x86 {
 mod tests {
     use super::*;
     use half::bf16;
+    use packed::to_pairs_scalar;
 
     /// The same product in f64 from the bf16-rounded operands.
     fn reference(m: usize, n: usize, k: usize, x: &[f32], w: &[bf16], c0: &[f32], acc: bool) -> Vec<f32> {

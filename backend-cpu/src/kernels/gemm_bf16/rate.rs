@@ -80,35 +80,16 @@ pub fn kernel_rate(amx: bool, run_time: Duration, runs: usize) -> Option<Bf16Ker
             kc,
             rows,
             cols,
-            in_cache_gflops: crate::peak::upper_median(figures),
+            in_cache_gflops: upper_median(figures),
         })
     }
     #[cfg(not(target_arch = "x86_64"))]
     None
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::peak::{PeakUnit, measure_unit};
-
-    #[test]
-    fn each_bf16_kernel_this_cpu_has_reports_a_positive_rate_against_its_peak() {
-        for (amx, unit) in [(true, PeakUnit::AmxBf16), (false, PeakUnit::Avx512Bf16)] {
-            let Some(r) = kernel_rate(amx, Duration::from_millis(20), 3) else {
-                println!("SKIP {unit}: not offered on this CPU");
-                assert!(unit.check(crate::features::get()).is_err());
-                continue;
-            };
-            assert!(r.in_cache_gflops.is_finite() && r.in_cache_gflops > 0.0, "{r:?}");
-            assert!(r.kernel.contains(&format!("{}x", r.rows)) && r.cols % 32 == 0, "{r:?}");
-            let peak = measure_unit(unit, 1, 3, Duration::from_millis(20)).unwrap().gflops;
-            println!(
-                "{}: {:.0} GF/s, {unit} peak {peak:.0} GF/s ({:.0} %)",
-                r.kernel,
-                r.in_cache_gflops,
-                100.0 * r.in_cache_gflops / peak
-            );
-        }
-    }
+/// The median of `v` (the upper one of an even count); `v` is not empty.
+#[cfg(target_arch = "x86_64")]
+fn upper_median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
