@@ -14,14 +14,22 @@
 //! A tile of [`MR`]×[`NR`] outputs lives in 24 zmm registers over a block of [`KC`]
 //! k-pairs: per pair, two panel loads, `MR` broadcasts and `2·MR` `vdpbf16ps`.
 //!
-//! Where the CPU has AMX and the OS enabled it (`features::amx_bf16`), blocks of
-//! [`AMX_MR`]×[`NR`] outputs run on the tile unit instead: four 16×16 f32 accumulator
-//! tiles, and per 16 k-pairs two tiles of x rows and two of the packed panel (the panel
-//! layout is already AMX's pair-interleaved B layout) feeding four `tdpbf16ps`. Rows and
-//! columns left over run on the AVX-512-BF16 tile.
+//! Where the CPU has AMX and the OS enabled it (`features::amx_bf16`) and the k-pairs are
+//! a multiple of 16, the whole product runs on the tile unit instead (`amx.rs`): one task
+//! per thread, cut by whole 32-row blocks where they share out evenly, else by ranges of
+//! panels (so that both threads work at m = 32); each task packs its rows of x, rounded to
+//! bf16, into tile-ready 64-byte aligned blocks and configures its tiles once. Blocks of
+//! [`AMX_MR`]×[`NR`] outputs live in four 16×16 f32 accumulator tiles over a slice of at
+//! most 128 k-pairs; per 16 k-pairs two tiles of x rows and two of the packed panel (the
+//! panel layout is already AMX's pair-interleaved B layout) feed four `tdpbf16ps`,
+//! software-pipelined. Per group of 4 panels and slice, every row block passes over the
+//! group (its x slice stays in L1), and the first prefetches the panels' next slice into
+//! L2. Rows and columns past the output's edge go through a scratch block.
 //!
-//! Files: `packed.rs` holds the constants and the k-pair layouts, `x86.rs` the
-//! AVX-512-BF16 tile and conversion, `amx.rs` the AMX tiles; this file the product.
+//! Files: `packed.rs` holds the constants and the k-pair layouts, `convert.rs` the
+//! rounding of x to bf16 pairs, `x86.rs` the AVX-512-BF16 tile and conversion, `amx.rs` the
+//! AMX tiles and tasks, `rate.rs` the micro-kernels' own speed (`bench peak --kernels`);
+//! this file the product.
 
 #[cfg(target_arch = "x86_64")]
 mod amx;
