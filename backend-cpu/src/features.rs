@@ -166,6 +166,13 @@ pub fn forced(isa: Isa) -> Result<&'static CpuFeatures, IsaError> {
     }))
 }
 
+/// [`get`] with AMX left unused: the bf16 products run on AVX-512-BF16 dot products, as on
+/// a CPU without AMX (for tests and measurements of that path).
+pub fn without_amx() -> &'static CpuFeatures {
+    static F: OnceLock<CpuFeatures> = OnceLock::new();
+    F.get_or_init(|| CpuFeatures { amx_bf16: false, ..get().clone() })
+}
+
 #[cfg(target_arch = "x86_64")]
 fn x86() -> (Isa, bool, bool, Vec<&'static str>) {
     let mut d = Vec::new();

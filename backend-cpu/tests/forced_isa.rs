@@ -246,3 +246,43 @@ fn the_widest_path_is_the_default_and_scalar_always_runs() {
     }
     println!("widest path on this CPU: {}", f.widest);
 }
+
+/// The bf16 product on AVX-512-BF16 dot products with AMX left unused (as on a CPU without
+/// AMX), on one and two threads, at BERT-like and ragged shapes, against f64 on the
+/// bf16-rounded operands; and the AMX path on the same shapes where this CPU has it.
+#[test]
+fn the_bf16_product_runs_on_avx512_bf16_without_amx() {
+    use backend_cpu::kernels::gemm_bf16::{PackedWeight, gemm};
+    use half::bf16;
+    if !backend_cpu::features::get().avx512bf16 {
+        println!("SKIP: this CPU has no AVX-512-BF16");
+        return;
+    }
+    let no_amx = backend_cpu::features::without_amx();
+    assert!(!no_amx.amx_bf16 && no_amx.avx512bf16);
+    let mut paths = vec![no_amx];
+    if backend_cpu::features::get().amx_bf16 {
+        paths.push(backend_cpu::features::get());
+    } else {
+        println!("AMX path: not on this CPU");
+    }
+    for f in paths {
+        for (m, k, n) in [(32, 384, 96), (37, 130, 70), (128, 64, 64)] {
+            let (xv, wv) = (values(m * k, 1), values(n * k, 2));
+            let w: Vec<bf16> = wv.iter().map(|&v| bf16::from_f32(v)).collect();
+            let pw = PackedWeight::pack(&w, n, k).unwrap();
+            let want: Vec<f64> = (0..m * n)
+                .map(|e| {
+                    let (i, j) = (e / n, e % n);
+                    (0..k).map(|q| bf16::from_f32(xv[i * k + q]).to_f64() * w[j * k + q].to_f64()).sum::<f64>()
+                })
+                .collect();
+            for threads in [1, 2] {
+                let mut c = vec![0f32; m * n];
+                gemm(f, m, &xv, &pw, &mut c, false, threads).unwrap();
+                let what = format!("bf16 {m}x{k}x{n} amx={} threads={threads}", f.amx_bf16);
+                assert_close(&what, &c, &want, 1e-4 * (k as f64).sqrt());
+            }
+        }
+    }
+}

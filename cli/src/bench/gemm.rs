@@ -1,7 +1,10 @@
 //! `npurt bench gemm`: f32 GEMM at the BERT shapes, per tier, with the weight prepacked
 //! and on the bf16 unit, optionally against OpenBLAS through NumPy in the same run; every
-//! figure also as a percentage of the FMA peak measured at the start (`bench peak`), or
-//! with `--paired` right after each timed run, on a host whose load moves within seconds.
+//! f32 figure also as a percentage of the FMA peak measured at the start (`bench peak`), or
+//! with `--paired` right after each timed run, on a host whose load moves within seconds;
+//! every bf16 figure as a percentage of the bf16 unit's peak (AMX tiles, else AVX-512-BF16
+//! dot products) measured at the start. The global `--precision` picks the columns: `f32`
+//! the f32 ones, `bf16` the bf16 one, otherwise (`auto`, the default) both.
 
 use super::common::median;
 use super::peak::parse_isa;
@@ -15,7 +18,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// `npurt bench gemm [--peer numpy] [--runs N] [--all-tiers] [--isa ISA] [--peak GFLOPS] [--paired] [--shape MxKxN]... [--json FILE]`
+/// `npurt bench gemm [--precision f32|bf16] [--peer numpy] [--runs N] [--all-tiers] [--isa ISA] [--peak GFLOPS] [--paired] [--shape MxKxN]... [--json FILE]`
 #[derive(Args)]
 pub struct GemmArgs {
     /// Time a peer in the same run, before and after npurt
@@ -184,12 +187,15 @@ pub fn time_gemm_bf16(cfg: &RuntimeConfig, s: Shape, runs: usize) -> Option<f64>
     let w: Vec<npurt::bf16> =
         (0..n * k).map(|i| npurt::bf16::from_f32(((i * 104_729) % 1000) as f32 / 1000.0 - 0.5)).collect();
     let pw = gemm_bf16::PackedWeight::pack(&w, n, k).ok()?;
-    let mut c = vec![0f32; m * n];
+    // The output 64-byte aligned, as the runtime's buffers are (its pool's alignment).
+    let mut c_buf = vec![0f32; m * n + 16];
+    let off = c_buf.as_ptr().align_offset(64).min(16);
+    let c = &mut c_buf[off..off + m * n];
     let threads = cfg.threads.unwrap_or(backend_cpu::features::get().cores);
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().ok()?;
     pool.install(|| {
         let f = backend_cpu::features::get();
-        let once = || gemm_bf16::gemm(f, m, &x, &pw, &mut c, false, threads).map_err(|e| Error::backend("cpu", e));
+        let once = || gemm_bf16::gemm(f, m, &x, &pw, c, false, threads).map_err(|e| Error::backend("cpu", e));
         sample(runs, 2.0 * (m * k * n) as f64, None, once).ok().map(|f| f.gflops)
     })
 }
@@ -330,8 +336,14 @@ struct Plan<'a> {
     /// One runtime per tier, for the eager columns.
     eager: Vec<runtime::Runtime>,
     on_cpu: bool,
-    /// The FMA peak the f32 and bf16 percentages refer to.
+    /// The f32 columns are timed.
+    f32: bool,
+    /// The bf16 column is timed.
+    bf16: bool,
+    /// The FMA peak the f32 percentages refer to.
     peak: Option<f64>,
+    /// The bf16 unit's peak (all threads) the bf16 percentages refer to, and the unit.
+    bf16_peak: Option<(f64, &'static str)>,
     /// [`Plan::peak`] where the eager columns run on the CPU.
     eager_peak: Option<f64>,
     probe: Option<Probe>,
@@ -354,22 +366,45 @@ struct Columns {
 fn plan<'a>(cfg: &RuntimeConfig, args: &'a GemmArgs) -> Result<Plan<'a>> {
     let runs = args.runs;
     let numpy = args.peer == Some(Peer::Numpy);
-    let tiers: Vec<Tier> =
-        if args.all_tiers { vec![Tier::HighPerformance, Tier::Generic] } else { vec![Tier::HighPerformance] };
+    let only = cfg.precision;
+    let f32 = only != npurt::Precision::Bf16;
+    let tiers: Vec<Tier> = match (f32, args.all_tiers) {
+        (false, _) => Vec::new(),
+        (true, true) => vec![Tier::HighPerformance, Tier::Generic],
+        (true, false) => vec![Tier::HighPerformance],
+    };
     let f = backend_cpu::features::select(args.isa).map_err(backend_cpu::CpuError::from)?;
     let isa = f.isa;
+    let bf16 = only != npurt::Precision::F32 && isa == Isa::Avx512 && f.avx512bf16;
+    if only == npurt::Precision::Bf16 && !bf16 {
+        let why = f.slow_precision(DType::BF16).unwrap_or_else(|| "the bf16 unit is not in use".into());
+        return Err(Error::Unsupported(format!("no bf16 GEMM to time here: {why}")));
+    }
     let threads = cfg.threads.unwrap_or(f.cores);
     let shapes: &[Shape] = if args.shapes.is_empty() { SHAPES } else { &args.shapes };
     let eager: Vec<runtime::Runtime> = tiers.iter().map(|&t| eager_runtime(cfg, t, args.isa)).collect::<Result<_>>()?;
     let on_cpu = eager.iter().all(|rt| rt.backend_name() == "cpu");
     let forced = if f.forced { format!(" (forced; the CPU runs up to {})", f.widest) } else { String::new() };
-    println!("GEMM f32, median of {runs} runs, {threads} threads, ISA {isa}{forced}");
-    let peak = reference_peak(args, isa, threads)?;
+    let what = match (f32, bf16) {
+        (true, true) => "f32 and bf16",
+        (false, _) => "bf16",
+        (true, false) => "f32",
+    };
+    println!("GEMM {what}, median of {runs} runs, {threads} threads, ISA {isa}{forced}");
+    let peak = if f32 { reference_peak(args, isa, threads)? } else { None };
     match peak {
-        Some((p, how)) => println!("FMA peak ({how}, {isa}, {threads} threads): {p:.1} GFLOP/s; (%) = share of it"),
-        None => println!("no FMA peak on the {isa} path (give --peak GFLOPS for percentages)"),
+        Some((p, how)) => {
+            println!("FMA peak ({how}, {isa}, {threads} threads): {p:.1} GFLOP/s; (%) of f32 = share of it")
+        }
+        None if f32 => println!("no FMA peak on the {isa} path (give --peak GFLOPS for percentages)"),
+        None => {}
     }
     let peak = peak.map(|p| p.0);
+    let bf16_peak =
+        if bf16 { super::peak::bf16_peak(f, threads, 5, 100)?.map(|p| (p.gflops, p.unit.name())) } else { None };
+    if let Some((p, unit)) = bf16_peak {
+        println!("bf16 peak (measured, {unit}, {threads} threads): {p:.1} GFLOP/s; (%) of bf16 = share of it");
+    }
     let probe = (args.paired && backend_cpu::peak::accumulators(isa).is_some()).then_some(Probe { isa, threads });
     if probe.is_some() {
         println!(
@@ -380,7 +415,23 @@ fn plan<'a>(cfg: &RuntimeConfig, args: &'a GemmArgs) -> Result<Plan<'a>> {
         println!("eager columns run on the {} backend: no percentage of the CPU's peak", eager[0].backend_name());
     }
     let eager_peak = if on_cpu { peak } else { None };
-    Ok(Plan { runs, numpy, features: f, isa, threads, tiers, shapes, eager, on_cpu, peak, eager_peak, probe })
+    Ok(Plan {
+        runs,
+        numpy,
+        features: f,
+        isa,
+        threads,
+        tiers,
+        shapes,
+        eager,
+        on_cpu,
+        f32,
+        bf16,
+        peak,
+        bf16_peak,
+        eager_peak,
+        probe,
+    })
 }
 
 /// Times every column at every shape, the peer (when asked for) before and after ours, so
@@ -411,10 +462,13 @@ fn measure(cfg: &RuntimeConfig, plan: &Plan) -> Result<Columns> {
         );
     }
     pb.set_message("f32 prepacked");
-    let prepacked: Vec<Option<Figure>> =
-        shapes.iter().map(|&s| time_gemm_prepacked(cfg, isa, s, runs, plan.probe)).inspect(|_| pb.inc(1)).collect();
+    let prepacked: Vec<Option<Figure>> = shapes
+        .iter()
+        .map(|&s| if plan.f32 { time_gemm_prepacked(cfg, isa, s, runs, plan.probe) } else { None })
+        .inspect(|_| pb.inc(1))
+        .collect();
     pb.set_message("bf16");
-    let bf16: Vec<Option<f64>> = if isa == Isa::Avx512 {
+    let bf16: Vec<Option<f64>> = if plan.bf16 {
         shapes.iter().map(|&s| time_gemm_bf16(cfg, s, runs)).inspect(|_| pb.inc(1)).collect()
     } else {
         shapes.iter().map(|_| None).inspect(|_| pb.inc(1)).collect()
@@ -435,7 +489,9 @@ fn print_table(plan: &Plan, cols: &Columns) -> Vec<serde_json::Value> {
     for t in &plan.tiers {
         print!(" {:>21}", format!("npurt {t}"));
     }
-    print!(" {:>21}", "f32 prepacked");
+    if plan.f32 {
+        print!(" {:>21}", "f32 prepacked");
+    }
     if p1.is_some() {
         print!(" {:>21} {:>8} {:>8}", "OpenBLAS", "ratio", "pre/BLAS");
     }
@@ -453,14 +509,19 @@ fn print_table(plan: &Plan, cols: &Columns) -> Vec<serde_json::Value> {
             let variant = if *t == Tier::HighPerformance { "fast" } else { "generic" };
             rows.push(json_row(s, variant, plan.on_cpu.then_some(isa), o[i], eager_peak));
         }
-        print!(" {}", cell(pre[i], peak));
+        if plan.f32 {
+            print!(" {}", cell(pre[i], peak));
+        }
         if let Some(g) = pre[i] {
             rows.push(json_row(s, "prepacked", Some(isa), g, peak));
         }
         if let (Some((a, _)), Some((b, _))) = (p1, p2) {
             let mut v: Vec<f64> = [a.get(&name), b.get(&name)].into_iter().flatten().copied().collect();
             let peer_g = median(&mut v);
-            print!(" {} {:>7.2}x", cell(Some(plain(peer_g)), peak), ours[0][i].gflops / peer_g);
+            match ours.first() {
+                Some(o) => print!(" {} {:>7.2}x", cell(Some(plain(peer_g)), peak), o[i].gflops / peer_g),
+                None => print!(" {} {:>8}", cell(Some(plain(peer_g)), peak), "-"),
+            }
             match pre[i] {
                 Some(g) => print!(" {:>7.2}x", g.gflops / peer_g),
                 None => print!(" {:>8}", "-"),
@@ -468,10 +529,13 @@ fn print_table(plan: &Plan, cols: &Columns) -> Vec<serde_json::Value> {
             rows.push(json_row(s, "openblas", None, plain(peer_g), peak));
         }
         if has_bf16 {
-            // bf16 against the f32 FMA peak: above 100 % where bf16 dot products beat it.
-            print!(" {}", cell(bf16[i].map(plain), peak));
+            // bf16 against the bf16 unit's own measured peak.
+            let (bpeak, unit) = (plan.bf16_peak.map(|p| p.0), plan.bf16_peak.map_or(isa.name(), |p| p.1));
+            print!(" {}", cell(bf16[i].map(plain), bpeak));
             if let Some(g) = bf16[i] {
-                rows.push(json_row(s, "bf16", Some(isa), plain(g), peak));
+                let mut row = json_row(s, "bf16", Some(isa), plain(g), bpeak);
+                row["unit"] = unit.into();
+                rows.push(row);
             }
         }
         println!();
@@ -488,6 +552,8 @@ fn write_json(path: &str, plan: &Plan, peak_given: bool, rows: Vec<serde_json::V
         "threads": plan.threads,
         "runs": plan.runs,
         "peak_gflops": plan.peak,
+        "bf16_peak_gflops": plan.bf16_peak.map(|p| p.0),
+        "bf16_peak_unit": plan.bf16_peak.map(|p| p.1),
         "peak_source": if peak_given { "given" } else { "measured" },
         "paired": plan.probe.is_some(),
         "rows": rows,

@@ -1,11 +1,18 @@
-//! The AMX tile path.
+//! The AMX tile path: x packed per thread into tile-ready blocks while it is rounded to
+//! bf16, and 32 × 32 output blocks that stay in four accumulator tiles over the whole k.
+//!
+//! Packed x ([`pack_rows`]): per block of [`AMX_MR`] rows and per step of [`AMX_KP`]
+//! k-pairs, 32 rows of 16 words (2 KiB, contiguous), so that the two x tiles of a step are
+//! two loads of stride 64 bytes from one place. Rows past `m` are zero.
 
-use super::packed::{AMX_KP, NR};
+use super::packed::{AMX_KP, AMX_MR, NR};
 use std::arch::asm;
+use std::arch::x86_64::_mm_prefetch;
 
 /// The tile configuration of this thread for as long as it lives: eight tiles of
-/// 16 rows × 64 bytes (0–3 accumulators, 4–5 x rows, 6–7 panel halves).
-pub struct Tiles(());
+/// 16 rows × 64 bytes (0–3 accumulators, 4–5 x rows, 6–7 panel halves). Neither Send
+/// nor Sync: the configuration belongs to the thread that made it.
+pub struct Tiles(std::marker::PhantomData<*const ()>);
 
 #[repr(C, align(64))]
 struct Config([u8; 64]);
@@ -23,69 +30,232 @@ impl Tiles {
         // SAFETY: `cfg` is a valid 64-byte palette-1 configuration, 64-byte aligned;
         // AMX is enabled (the caller's contract).
         unsafe { asm!("ldtilecfg [{0}]", in(reg) cfg.0.as_ptr(), options(nostack, readonly)) };
-        Tiles(())
+        Tiles(std::marker::PhantomData)
     }
 }
 
 impl Drop for Tiles {
     fn drop(&mut self) {
         // SAFETY: tiles were configured by `configure` on this thread (a `Tiles` is
-        // neither Send nor shared: it lives on the stack of `block`).
+        // neither Send nor shared).
         unsafe { asm!("tilerelease", options(nostack, nomem)) };
     }
 }
 
-/// `c[32 × 32] (+)= a[32 rows × kc pairs] · panel[kc pairs × 32]`.
+/// Words of packed x for `rows` rows of `kp` k-pairs (`kp % AMX_KP == 0`).
+pub fn packed_len(rows: usize, kp: usize) -> usize {
+    rows.div_ceil(AMX_MR) * AMX_MR * kp
+}
+
+/// Packs rows `x[r0..r1]` of `k` f32 each (`k.div_ceil(2) == kp`, `kp % AMX_KP == 0`)
+/// into `dst` (at least [`packed_len`]`(r1 - r0, kp)` words), rounded to bf16.
+pub fn pack_rows(x: &[f32], k: usize, r0: usize, r1: usize, kp: usize, dst: &mut [u32], bf16: bool) {
+    let blocks = (r1 - r0).div_ceil(AMX_MR);
+    let mut row = [0u32; 4096];
+    let mut heap = Vec::new();
+    let buf: &mut [u32] = if kp <= row.len() {
+        &mut row[..kp]
+    } else {
+        heap.resize(kp, 0);
+        &mut heap
+    };
+    for b in 0..blocks {
+        let blk = &mut dst[b * AMX_MR * kp..(b + 1) * AMX_MR * kp];
+        for r in 0..AMX_MR {
+            let i = r0 + b * AMX_MR + r;
+            if i < r1 {
+                super::convert::to_pairs(&x[i * k..(i + 1) * k], buf, bf16);
+            } else {
+                buf.fill(0);
+            }
+            // Scatter the row's pairs to its place in every step of the block.
+            for (s, chunk) in buf.chunks_exact(AMX_KP).enumerate() {
+                let o = s * AMX_MR * AMX_KP + r * AMX_KP;
+                blk[o..o + AMX_KP].copy_from_slice(chunk);
+            }
+        }
+    }
+}
+
+/// `c[32 × 32] = (load_c ? c : 0) + a · panel` over `kc` k-pairs: a packed x block
+/// (`kc` steps of 32 rows × 16 words, see [`pack_rows`]) times a slice of a packed panel
+/// (`kc * NR` words); `next` (when not null) is where the panel data read soon after
+/// starts: `kc * NR` words of it are prefetched into L2, a step's worth per step.
 ///
 /// # Safety
-/// Tiles configured on this thread ([`Tiles::configure`]); `kc % 16 == 0`; `a` holds
-/// 32 rows of stride `lda` words with `kc` words each; `panel` `kc * NR` words; `c` 32
-/// rows of stride `ldc` with 32 columns each.
-pub unsafe fn block(kc: usize, a: &[u32], lda: usize, panel: &[u32], c: &mut [f32], ldc: usize, load_c: bool) {
-    debug_assert!(kc.is_multiple_of(AMX_KP) && a.len() >= 31 * lda + kc && panel.len() >= kc * NR);
-    debug_assert!(c.len() >= 31 * ldc + 32);
-    let (sa, sb, sc) = (lda * 4, NR * 4, ldc * 4);
-    let c0 = c.as_mut_ptr();
+/// Tiles configured on this thread ([`Tiles::configure`]); `kc % 16 == 0`, `kc > 0`; `a`
+/// and `panel` hold the words above; `c` holds 32 rows of stride `ldc` with 32 columns
+/// each.
+pub unsafe fn block(
+    kc: usize,
+    a: *const u32,
+    panel: *const u32,
+    next: *const u32,
+    c: *mut f32,
+    ldc: usize,
+    load_c: bool,
+) {
+    let sc = ldc * 4;
     // SAFETY (every tile load and store below): each touches 16 rows of 64 bytes at
-    // the given stride, inside `a`, `panel` or `c` by the contract above.
+    // the given stride, inside `a`, `panel` or `c` by the contract above; prefetches
+    // do not fault.
     unsafe {
-        let (c1, c2, c3) = (c0.add(16), c0.add(16 * ldc), c0.add(16 * ldc + 16));
+        let (c1, c2, c3) = (c.add(16), c.add(16 * ldc), c.add(16 * ldc + 16));
         if load_c {
             asm!(
                 "tileloadd tmm0, [{c0} + {s}*1]",
                 "tileloadd tmm1, [{c1} + {s}*1]",
                 "tileloadd tmm2, [{c2} + {s}*1]",
                 "tileloadd tmm3, [{c3} + {s}*1]",
-                c0 = in(reg) c0, c1 = in(reg) c1, c2 = in(reg) c2, c3 = in(reg) c3, s = in(reg) sc,
+                c0 = in(reg) c, c1 = in(reg) c1, c2 = in(reg) c2, c3 = in(reg) c3, s = in(reg) sc,
                 options(nostack, readonly)
             );
         } else {
             asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack, nomem));
         }
-        let (a0, a1, b) = (a.as_ptr(), a.as_ptr().add(16 * lda), panel.as_ptr());
-        for p in (0..kc).step_by(AMX_KP) {
+        let steps = kc / AMX_KP;
+        // Bytes of the next panel to prefetch per step: all of it over the steps.
+        let step_bytes = AMX_KP * NR * 4;
+        let (sa, sb) = (AMX_KP * 4, NR * 4);
+        // Software-pipelined: each source tile is reloaded for the next step right after
+        // the last product of this step that reads it, so that the tile unit, which runs
+        // in order, never waits for a whole step's loads before its first product.
+        asm!(
+            "tileloadd tmm4, [{a0} + {sa}*1]",
+            "tileloadd tmm6, [{b0} + {sb}*1]",
+            "tileloadd tmm7, [{b1} + {sb}*1]",
+            "tileloadd tmm5, [{a1} + {sa}*1]",
+            a0 = in(reg) a, a1 = in(reg) a.add(16 * AMX_KP),
+            b0 = in(reg) panel, b1 = in(reg) panel.add(16),
+            sa = in(reg) sa, sb = in(reg) sb,
+            options(nostack, readonly)
+        );
+        for s in 1..steps {
+            let a0 = a.add(s * AMX_MR * AMX_KP);
+            let b0 = panel.add(s * AMX_KP * NR);
             asm!(
-                "tileloadd tmm4, [{a0} + {sa}*1]",
-                "tileloadd tmm5, [{a1} + {sa}*1]",
-                "tileloadd tmm6, [{b0} + {sb}*1]",
-                "tileloadd tmm7, [{b1} + {sb}*1]",
                 "tdpbf16ps tmm0, tmm4, tmm6",
                 "tdpbf16ps tmm1, tmm4, tmm7",
+                "tileloadd tmm4, [{a0} + {sa}*1]",
                 "tdpbf16ps tmm2, tmm5, tmm6",
+                "tileloadd tmm6, [{b0} + {sb}*1]",
                 "tdpbf16ps tmm3, tmm5, tmm7",
-                a0 = in(reg) a0.add(p), a1 = in(reg) a1.add(p),
-                b0 = in(reg) b.add(p * NR), b1 = in(reg) b.add(p * NR + 16),
+                "tileloadd tmm7, [{b1} + {sb}*1]",
+                "tileloadd tmm5, [{a1} + {sa}*1]",
+                a0 = in(reg) a0, a1 = in(reg) a0.add(16 * AMX_KP),
+                b0 = in(reg) b0, b1 = in(reg) b0.add(16),
                 sa = in(reg) sa, sb = in(reg) sb,
                 options(nostack, readonly)
             );
+            if !next.is_null() {
+                let nx = next.wrapping_add((s - 1) * AMX_KP * NR) as *const i8;
+                let mut o = 0;
+                while o < step_bytes {
+                    _mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(nx.wrapping_add(o));
+                    o += 64;
+                }
+            }
+        }
+        asm!(
+            "tdpbf16ps tmm0, tmm4, tmm6",
+            "tdpbf16ps tmm1, tmm4, tmm7",
+            "tdpbf16ps tmm2, tmm5, tmm6",
+            "tdpbf16ps tmm3, tmm5, tmm7",
+            options(nostack, nomem)
+        );
+        if !next.is_null() {
+            let nx = next.wrapping_add((steps - 1) * AMX_KP * NR) as *const i8;
+            for o in (0..step_bytes).step_by(64) {
+                _mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(nx.wrapping_add(o));
+            }
         }
         asm!(
             "tilestored [{c0} + {s}*1], tmm0",
             "tilestored [{c1} + {s}*1], tmm1",
             "tilestored [{c2} + {s}*1], tmm2",
             "tilestored [{c3} + {s}*1], tmm3",
-            c0 = in(reg) c0, c1 = in(reg) c1, c2 = in(reg) c2, c3 = in(reg) c3, s = in(reg) sc,
+            c0 = in(reg) c, c1 = in(reg) c1, c2 = in(reg) c2, c3 = in(reg) c3, s = in(reg) sc,
             options(nostack)
         );
+    }
+}
+
+/// Most k-pairs per pass over a task's blocks: a packed x block's slice (16 KiB) stays in L1
+/// while it meets [`GROUP`] panels' slices (16 KiB each, from L2).
+pub const KC_AMX: usize = 128;
+/// Panels per group: the group's whole slice of the weight (`GROUP * kp * 128` bytes) stays
+/// in L2 while every row block of the task passes over it.
+pub const GROUP: usize = 4;
+
+/// One task of the product: rows `r0..r1` of `c` (row stride `n`) times panels `p0..p1`,
+/// `a` the task's rows packed by [`pack_rows`]. Per group of [`GROUP`] panels, per slice of
+/// [`KC_AMX`] k-pairs, each row block meets each panel of the group (its x slice from L1);
+/// the first row block prefetches the slice after. Blocks that leave `c` (rows past `r1`
+/// or columns past `n`) go through a 32 × 32 scratch block.
+///
+/// # Safety
+/// Tiles configured on this thread; `kp % 16 == 0`, `kp > 0`; `data` the packed weight
+/// (`n.div_ceil(NR) * kp * NR` words); `c` is the whole `[m × n]` output with `r1 <= m`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn task(
+    kp: usize,
+    n: usize,
+    a: &[u32],
+    data: &[u32],
+    c: &mut [f32],
+    (r0, r1): (usize, usize),
+    (p0, p1): (usize, usize),
+    load_c: bool,
+) {
+    debug_assert!(a.len() >= packed_len(r1 - r0, kp) && c.len() >= r1 * n);
+    let panels = n.div_ceil(NR);
+    debug_assert!(p1 <= panels && data.len() >= panels * kp * NR);
+    let blocks = (r1 - r0).div_ceil(AMX_MR);
+    #[repr(C, align(64))]
+    struct Scratch([f32; AMX_MR * NR]);
+    let mut scratch = Scratch([0.0; AMX_MR * NR]);
+    // Slices of equal depth, at most KC_AMX (k = 384: two of 96 pairs, not 128 and 64).
+    let slice = kp.div_ceil(kp.div_ceil(KC_AMX)).div_ceil(AMX_KP) * AMX_KP;
+    for g0 in (p0..p1).step_by(GROUP) {
+        let g1 = (g0 + GROUP).min(p1);
+        for k0 in (0..kp).step_by(slice) {
+            let kc = slice.min(kp - k0);
+            let load = load_c || k0 > 0;
+            for b in 0..blocks {
+                let i0 = r0 + b * AMX_MR;
+                let rows = AMX_MR.min(r1 - i0);
+                let ab = a[b * AMX_MR * kp + k0 * AMX_MR..].as_ptr();
+                for pi in g0..g1 {
+                    let panel = data[pi * kp * NR + k0 * NR..].as_ptr();
+                    // The first row block brings the panel's next slice (or, after the
+                    // last, the next group's) towards L2.
+                    let next = match (b, k0 + slice < kp) {
+                        (0, true) => panel.wrapping_add(kc * NR),
+                        (0, false) if pi + GROUP < p1 => data[(pi + GROUP) * kp * NR..].as_ptr(),
+                        _ => std::ptr::null(),
+                    };
+                    let cols = NR.min(n - pi * NR);
+                    if rows == AMX_MR && cols == NR {
+                        // SAFETY: 32 full rows and columns of `c` from (i0, pi * NR); tiles
+                        // configured; `ab` holds `kc` steps of 32 rows and `panel` `kc * NR`
+                        // words (contract); `next` is only prefetched.
+                        unsafe { block(kc, ab, panel, next, c[i0 * n + pi * NR..].as_mut_ptr(), n, load) };
+                        continue;
+                    }
+                    let s = &mut scratch.0;
+                    if load {
+                        for r in 0..rows {
+                            s[r * NR..r * NR + cols].copy_from_slice(&c[(i0 + r) * n + pi * NR..][..cols]);
+                        }
+                    }
+                    // SAFETY: the scratch block holds 32 rows of 32 columns at stride NR;
+                    // the rest as above.
+                    unsafe { block(kc, ab, panel, next, s.as_mut_ptr(), NR, load) };
+                    for r in 0..rows {
+                        c[(i0 + r) * n + pi * NR..][..cols].copy_from_slice(&s[r * NR..r * NR + cols]);
+                    }
+                }
+            }
+        }
     }
 }
