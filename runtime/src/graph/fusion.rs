@@ -459,3 +459,45 @@ impl Matcher<'_> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+
+    /// `LayerNorm(Add(x, r))`, the AddLayerNorm pattern.
+    fn add_then_norm() -> Graph {
+        let mut g = Graph::new();
+        let x = g.input("x", DType::F32, vec![4, 8]);
+        let r = g.input("r", DType::F32, vec![4, 8]);
+        let (gamma, beta) = (g.input("gamma", DType::F32, vec![8]), g.input("beta", DType::F32, vec![8]));
+        let s = g.op("sum", Op::Add, &[x, r]).unwrap();
+        let y = g.op("norm", Op::LayerNorm { eps: 1e-5 }, &[s, gamma, beta]).unwrap();
+        g.output(y);
+        g
+    }
+
+    #[test]
+    fn a_fusion_the_model_says_is_slower_is_left_out() {
+        let g = add_then_norm();
+        let no_kernel = |_: &Op, _: &[TensorMeta]| None;
+        // The fused op costs 3, the two it replaces 1 each: left out, counted.
+        let slower = |op: &Op, _: &[TensorMeta]| Some(if matches!(op, Op::AddLayerNorm { .. }) { 3.0 } else { 1.0 });
+        let (out, stats) = fuse_by_cost(&g, &no_kernel, &slower, Patterns::ALL).unwrap();
+        assert_eq!((stats.add_layer_norm, stats.add_layer_norm_declined), (0, 1), "{stats:?}");
+        assert_eq!(out.nodes.len(), 2);
+        // Cheaper, or equal: fused.
+        let same = |op: &Op, _: &[TensorMeta]| Some(if matches!(op, Op::AddLayerNorm { .. }) { 2.0 } else { 1.0 });
+        let (out, stats) = fuse_by_cost(&g, &no_kernel, &same, Patterns::ALL).unwrap();
+        assert_eq!((stats.add_layer_norm, stats.add_layer_norm_declined), (1, 0), "{stats:?}");
+        assert!(matches!(out.nodes[..], [ref n] if matches!(n.op, Op::AddLayerNorm { .. })));
+        // No model for one side: fused, as without a model at all.
+        let partial = |op: &Op, _: &[TensorMeta]| (!matches!(op, Op::Add)).then_some(9.0);
+        assert_eq!(fuse_by_cost(&g, &no_kernel, &partial, Patterns::ALL).unwrap().1.add_layer_norm, 1);
+        assert_eq!(fuse(&g, &no_kernel).unwrap().1.add_layer_norm, 1);
+        // A pattern left out of the set is declined whatever the model says.
+        let off = Patterns { add_layer_norm: false, ..Patterns::ALL };
+        let (_, stats) = fuse_by_cost(&g, &no_kernel, &same, off).unwrap();
+        assert_eq!((stats.add_layer_norm, stats.add_layer_norm_declined), (0, 1), "{stats:?}");
+    }
+}
