@@ -169,6 +169,8 @@ fn bench_bert_over_the_emulator_reports_its_counters_and_a_modelled_latency() {
         "allocations",
         "replays",
         "modelled_latency_ms",
+        "roofline_ms",
+        "latency_over_roofline",
     ] {
         assert!(e.get(k).is_some_and(|v| v.is_number()), "{k} in {e}");
     }
@@ -185,6 +187,9 @@ fn bench_bert_over_the_emulator_reports_its_counters_and_a_modelled_latency() {
     assert!(row["median_ms"].is_number() && row["host_tier_nodes"].is_number(), "{row}");
     let line = t.lines().find(|l| l.contains("acl-emu, last timed run")).unwrap_or_else(|| panic!("{t}"));
     assert!(line.contains("modelled latency") && line.contains("modelled, not measured"), "{line}");
+    // The kernels' summed roofline bound is below the modelled latency (which adds launches).
+    let (bound, latency) = (e["roofline_ms"].as_f64().unwrap(), e["modelled_latency_ms"].as_f64().unwrap());
+    assert!(bound > 0.0 && bound < latency && line.contains("roofline bound"), "{e} {line}");
 
     let (t, row) = run("cpu");
     assert!(row["emulator"].is_null(), "no emulator object on the CPU: {row}");

@@ -1,7 +1,7 @@
 //! Whole models on the Ascend backend over acl-emu, as a 910 (`Ascend910A`) and a 910B
 //! (`Ascend910B2`) run them by default: precision `auto` (fp16 on Ascend), every node on
-//! aclnn (fused Attention composed of aclnn operators on the 910, one
-//! aclnnFlashAttentionScore on the 910B2; f32 products on the 910's Cube in FP16), no node
+//! aclnn (Attention unfused on the 910, where its composition is modelled slower, one
+//! aclnnFlashAttentionScore on the 910B2 where it fuses; f32 products on the 910's Cube in FP16), no node
 //! on the host tier, and results within fp16's tolerance of the CPU's f32.
 #![cfg(feature = "acl")]
 
@@ -48,7 +48,15 @@ fn model_runs_on_the_npu(test: &str, soc: &str, cfg: &BertConfig, batch: usize, 
         let linears: Vec<_> = g.nodes.iter().filter(|n| matches!(n.op, Op::Linear)).collect();
         assert_eq!(linears.len(), 6 * cfg.num_hidden_layers, "the fused graph's Linear nodes");
         assert!(linears.iter().all(|n| g.meta(n.inputs[1]).dtype == DType::F16), "every Linear weight in fp16");
-        assert_eq!(cg.fusion_stats().attention, cfg.num_hidden_layers, "fused Attention per layer");
+        // The graph fusion follows the device's cost model: on the 910A the composed
+        // Attention costs more than the products it replaces, so none fuses there; on the
+        // 910B2 a layer's Attention fuses where the modelled schedule gains by it.
+        let fs = cg.fusion_stats();
+        assert_eq!(fs.attention + fs.attention_declined, cfg.num_hidden_layers, "{soc}: Attention matches: {fs:?}");
+        if soc == "Ascend910A" {
+            assert_eq!(fs.attention, 0, "{soc}: the composition is modelled slower than the unfused products: {fs:?}");
+        }
+        let fused_attention = fs.attention;
 
         let ins = bert_inputs(&rt, batch, seq, cfg.vocab_size);
         let refs: Vec<&Tensor> = ins.iter().collect();
@@ -62,7 +70,7 @@ fn model_runs_on_the_npu(test: &str, soc: &str, cfg: &BertConfig, batch: usize, 
         } else {
             "attention.aclnn-flash.cube"
         };
-        assert_eq!(attention.len(), cfg.num_hidden_layers, "{soc}: {attention:?}");
+        assert_eq!(attention.len(), fused_attention, "{soc}: {attention:?}");
         assert!(attention.iter().all(|k| *k == expect), "{soc}: {attention:?}");
         // Frozen runs: the first launches the recorded executors, the second captures the
         // graph, the later ones replay it: one replay, no aclnn call, no copy between host
@@ -89,7 +97,7 @@ fn model_runs_on_the_npu(test: &str, soc: &str, cfg: &BertConfig, batch: usize, 
         }
         // The frozen runs launch the same kernels: the flash kernel where the SoC has it
         // (the first launches it, the second captures it, replays call no aclnn entry).
-        let want_flash = if soc == "Ascend910A" { 0 } else { cfg.num_hidden_layers as u64 };
+        let want_flash = if soc == "Ascend910A" { 0 } else { fused_attention as u64 };
         assert_eq!(flash, vec![want_flash, want_flash, 0, 0], "{soc}: aclnnFlashAttentionScore launches per run");
         let want_t = rt.from_slice(want.as_slice().expect("contiguous"), want.shape().to_vec(), 0).expect("upload");
         let cos = cosine(&want_t, &first[0]);

@@ -75,9 +75,14 @@ on_every_backend!(tiny_bert_graph_equals_eager, |b| {
         assert_eq!(cg.runs_frozen(), reuse, "fuse={fuse} reuse={reuse} parallel={parallel}");
         if fuse {
             let f = cg.fusion_stats();
-            assert_eq!(f.attention, cfg.num_hidden_layers, "{f:?}");
-            assert_eq!(f.add_layer_norm, 2 * cfg.num_hidden_layers, "{f:?}");
-            assert_eq!(f.bias_gelu, cfg.num_hidden_layers, "{f:?}");
+            // Every match fuses, except where the backend's device model says the fused
+            // form is slower (Ascend: docs/ASCEND.md, "The mapping follows the modelled cost").
+            assert_eq!(f.attention + f.attention_declined, cfg.num_hidden_layers, "{f:?}");
+            assert_eq!(f.add_layer_norm + f.add_layer_norm_declined, 2 * cfg.num_hidden_layers, "{f:?}");
+            assert_eq!(f.bias_gelu + f.bias_gelu_declined, cfg.num_hidden_layers, "{f:?}");
+            if b.name() != "acl" {
+                assert_eq!(f.attention_declined + f.add_layer_norm_declined + f.bias_gelu_declined, 0, "{f:?}");
+            }
             // The head split/merge permutes fold into the tokens-first layout where the
             // device runs it on its Attention kernel (the CPU does; CUDA and the aclnn
             // compositions keep the permutes), and all of them or none.

@@ -23,6 +23,9 @@ pub struct Timeline {
     pub cube_ps: u64,
     pub vector_ps: u64,
     pub copy_ps: u64,
+    /// The kernels' roofline bounds since the reset, summed over streams
+    /// ([`Cost::bound_ps`]).
+    pub roofline_ps: u64,
 }
 
 impl Timeline {
@@ -33,6 +36,7 @@ impl Timeline {
             Unit::Copy => &mut self.copy_ps,
         };
         *slot = slot.saturating_add(c.ps);
+        self.roofline_ps = self.roofline_ps.saturating_add(c.bound_ps);
     }
 
     fn reach(&mut self, t: u64) {
@@ -67,7 +71,7 @@ impl Timeline {
 
     /// A point on the stream (an event record): the instant the stream reaches it.
     pub fn mark(&mut self, stream: &AtomicU64) -> u64 {
-        self.run_on(stream, Cost { ps: 0, unit: Unit::Copy }).1
+        self.run_on(stream, Cost { ps: 0, unit: Unit::Copy, bound_ps: 0 }).1
     }
 
     /// The stream waits for an event recorded at `at`.
@@ -99,6 +103,7 @@ impl Timeline {
         self.cube_ps = 0;
         self.vector_ps = 0;
         self.copy_ps = 0;
+        self.roofline_ps = 0;
     }
 
     /// Modelled time from the last reset to the latest instant reached, picoseconds.
@@ -112,7 +117,7 @@ mod tests {
     use super::*;
 
     fn cost(ps: u64) -> Cost {
-        Cost { ps, unit: Unit::Vector }
+        Cost { ps, unit: Unit::Vector, bound_ps: ps / 2 }
     }
 
     #[test]
@@ -131,9 +136,11 @@ mod tests {
         t.host_waits(b.load(Ordering::Relaxed));
         let c = AtomicU64::new(0);
         assert_eq!(t.run_on(&c, cost(2)), (16, 18));
-        t.host_runs(Cost { ps: 4, unit: Unit::Copy });
+        t.host_runs(Cost { ps: 4, unit: Unit::Copy, bound_ps: 0 });
         assert_eq!(t.elapsed_ps(), 20);
         assert_eq!((t.vector_ps, t.copy_ps), (21, 4));
+        // Halves of 10, 5, 3, 1 and 2 ps, rounded down: 5 + 2 + 1 + 1 (the 1 ps kernel adds 0).
+        assert_eq!(t.roofline_ps, 9, "the kernels' bounds");
         t.reset();
         assert_eq!((t.elapsed_ps(), t.vector_ps), (0, 0));
         assert_eq!(t.run_on(&a, cost(7)), (20, 27), "a reset starts every stream at the latest instant");

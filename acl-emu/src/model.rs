@@ -50,6 +50,11 @@ pub enum Unit {
 pub struct Cost {
     pub ps: u64,
     pub unit: Unit,
+    /// A kernel's roofline bound, picoseconds: `max(FLOPs / peak, bytes / HBM bandwidth)`
+    /// with the Cube at its FP16 peak whatever the dtype and the Vector units at their
+    /// peak for the widest operand, no launch cost ([`Soc::roofline`]); 0 for copies and
+    /// fills, which are not kernels.
+    pub bound_ps: u64,
 }
 
 /// Where a copy goes.
@@ -151,7 +156,24 @@ impl Soc {
             (Unit::Vector, self.vector_flops(widest))
         };
         let secs = (flops / peak).max(bytes / self.hbm);
-        Cost { ps: ps(secs).saturating_add(LAUNCH_PS), unit }
+        let bound_ps = self.roofline(op, inputs, outputs);
+        Cost { ps: ps(secs).saturating_add(LAUNCH_PS), unit, bound_ps }
+    }
+
+    /// The roofline bound of one execution of `op`, picoseconds: `max(FLOPs / peak,
+    /// bytes / HBM bandwidth)`, the peak being the Cube's FP16 rate for matrix products
+    /// (whatever their dtype: the bound `npurt bench bert` reports next to the modelled
+    /// latency) and the Vector units' rate for the widest operand otherwise; no launch.
+    pub fn roofline(&self, op: &Op, inputs: &[TensorMeta], outputs: &[TensorMeta]) -> u64 {
+        let flops = op.flops(inputs, outputs) as f64;
+        let bytes = op.bytes(inputs, outputs) as f64;
+        let peak = if matches!(op, Op::MatMul { .. } | Op::Gemm { .. } | Op::Linear | Op::Attention { .. }) {
+            self.cube_flops(DType::F16)
+        } else {
+            let widest = inputs.iter().chain(outputs).map(|m| m.dtype).max_by_key(|d| d.size()).unwrap_or(DType::F16);
+            self.vector_flops(widest)
+        };
+        ps((flops / peak).max(bytes / self.hbm))
     }
 
     /// The modelled duration of a copy of `bytes`.
@@ -160,12 +182,12 @@ impl Soc {
             CopyDir::HostToDevice | CopyDir::DeviceToHost => bytes as f64 / self.pcie,
             CopyDir::DeviceToDevice => 2.0 * bytes as f64 / self.hbm,
         };
-        Cost { ps: ps(secs).saturating_add(COPY_PS), unit: Unit::Copy }
+        Cost { ps: ps(secs).saturating_add(COPY_PS), unit: Unit::Copy, bound_ps: 0 }
     }
 
     /// The modelled duration of a fill of `bytes` of device memory.
     pub fn fill(&self, bytes: u64) -> Cost {
-        Cost { ps: ps(bytes as f64 / self.hbm).saturating_add(COPY_PS), unit: Unit::Copy }
+        Cost { ps: ps(bytes as f64 / self.hbm).saturating_add(COPY_PS), unit: Unit::Copy, bound_ps: 0 }
     }
 }
 
@@ -215,6 +237,8 @@ mod tests {
         let add = soc.kernel(&Op::Add, &i, &o, false);
         assert_eq!(add.unit, Unit::Vector);
         assert_eq!(add.ps, ps(3.0 * 4096.0 * 4096.0 * 2.0 / soc.hbm) + LAUNCH_PS);
+        assert_eq!(c.bound_ps, ps(compute), "the bound is the roofline without the launch");
+        assert_eq!(add.bound_ps, add.ps - LAUNCH_PS);
         // An empty op costs the launch alone.
         let e = [m(DType::F16, &[0])];
         assert_eq!(soc.kernel(&Op::Relu, &e, &e, false).ps, LAUNCH_PS);

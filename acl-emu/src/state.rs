@@ -452,6 +452,7 @@ impl Tables {
             modelled_cube_ns: ns(self.timeline.cube_ps),
             modelled_vector_ns: ns(self.timeline.vector_ps),
             modelled_copy_ns: ns(self.timeline.copy_ps),
+            modelled_roofline_ns: ns(self.timeline.roofline_ps),
             ..self.run
         }
     }

@@ -799,6 +799,9 @@ pub struct aclEmuRunCounters {
     pub modelled_vector_ns: u64,
     /// Modelled time of copies and fills, summed.
     pub modelled_copy_ns: u64,
+    /// The kernels' roofline bounds summed (each `max(FLOPs / peak, bytes / HBM
+    /// bandwidth)`, the Cube at its FP16 peak, no launch cost), in nanoseconds.
+    pub modelled_roofline_ns: u64,
 }
 
 /// Symbols whose absence is normal on some CANN releases (neither torch_npu 2.14 nor

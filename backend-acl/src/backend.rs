@@ -39,6 +39,17 @@ unsafe impl Backend for AclBackend {
     fn device_info(&self, device: usize) -> Result<DeviceInfo> {
         Ok(self.dev(device)?.info.clone())
     }
+    fn modelled_cost(
+        &self,
+        device: usize,
+        kernel: &KernelInfo,
+        op: &runtime::Op,
+        inputs: &[runtime::TensorMeta],
+        outputs: &[runtime::TensorMeta],
+    ) -> Option<Duration> {
+        let (_, imp) = self.table.resolve(kernel)?;
+        crate::cost::SocModel::of(&self.devs.get(device)?.soc).kernel(imp, op, inputs, outputs)
+    }
     fn memory_free(&self, device: usize) -> Option<u64> {
         self.bind(device).ok()?;
         memory::free_bytes(&self.api)

@@ -40,12 +40,20 @@ pub struct RunCounters {
     pub modelled_cube: Duration,
     pub modelled_vector: Duration,
     pub modelled_copy: Duration,
+    /// The kernels' roofline bounds summed over streams: each `max(FLOPs / peak, bytes /
+    /// HBM bandwidth)` with the Cube at its FP16 peak and no launch cost (modelled).
+    pub roofline: Duration,
 }
 
 impl RunCounters {
     /// The modelled elapsed time in milliseconds.
     pub fn modelled_latency_ms(&self) -> f64 {
         self.modelled.as_secs_f64() * 1e3
+    }
+
+    /// The summed roofline bound of the kernels in milliseconds.
+    pub fn roofline_ms(&self) -> f64 {
+        self.roofline.as_secs_f64() * 1e3
     }
 }
 
@@ -68,6 +76,7 @@ impl From<aclEmuRunCounters> for RunCounters {
             modelled_cube: Duration::from_nanos(c.modelled_cube_ns),
             modelled_vector: Duration::from_nanos(c.modelled_vector_ns),
             modelled_copy: Duration::from_nanos(c.modelled_copy_ns),
+            roofline: Duration::from_nanos(c.modelled_roofline_ns),
         }
     }
 }

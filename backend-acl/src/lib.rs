@@ -27,6 +27,7 @@
 
 mod backend;
 mod config;
+pub mod cost;
 mod device;
 pub mod emulator;
 pub mod error;

@@ -169,6 +169,16 @@ impl Runtime {
         self.select_for(op, inputs, &outputs).cloned()
     }
 
+    /// The device time `op` would take on `device` with the kernel `execute` would pick,
+    /// by the backend's model of its device ([`crate::Backend::modelled_cost`]); `None`
+    /// where the backend has no model, or the op is invalid or has no kernel.
+    pub fn modelled_cost(&self, device: usize, op: &Op, inputs: &[TensorMeta]) -> Option<std::time::Duration> {
+        let outputs = op.infer(inputs).ok()?;
+        let kernel = self.select_for(op, inputs, &outputs).ok()?;
+        let ordinal = self.inner.device(device).ok()?.ordinal;
+        self.inner.backend.modelled_cost(ordinal, kernel, op, inputs, &outputs)
+    }
+
     /// Lets the backend prepare a compiled node's constant inputs for the kernel that
     /// `execute` will choose (see [`Backend::prepack`]).
     pub(crate) fn prepack(

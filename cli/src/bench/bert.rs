@@ -147,6 +147,9 @@ struct EmulatorRun {
     synchronizations: u64,
     replays: u64,
     modelled_latency_ms: f64,
+    /// The kernels' roofline bounds summed (modelled): each max(FLOPs / Cube FP16 or
+    /// Vector peak, bytes / HBM bandwidth), no launch cost.
+    roofline_ms: f64,
 }
 
 /// Zeroes the emulator's counters and restarts its modelled clock; false when the
@@ -180,6 +183,7 @@ fn emulator_read(rt: &Runtime) -> Result<Option<EmulatorRun>> {
         synchronizations: c.synchronizations,
         replays: c.replays,
         modelled_latency_ms: c.modelled_latency_ms(),
+        roofline_ms: c.roofline_ms(),
     }))
 }
 
@@ -207,7 +211,14 @@ fn emulator_json(e: &EmulatorRun) -> serde_json::Value {
         "synchronizations": e.synchronizations,
         "replays": e.replays,
         "modelled_latency_ms": e.modelled_latency_ms,
+        "roofline_ms": e.roofline_ms,
+        "latency_over_roofline": latency_over_roofline(e),
     })
+}
+
+/// The modelled latency over the summed roofline bound (`None` when the bound is 0).
+fn latency_over_roofline(e: &EmulatorRun) -> Option<f64> {
+    (e.roofline_ms > 0.0).then(|| e.modelled_latency_ms / e.roofline_ms)
 }
 
 /// The emulator's line under a row of the table, from a child's JSON; `None` when the
@@ -217,7 +228,7 @@ fn emulator_text(v: &serde_json::Value) -> Option<String> {
     let n = |k: &str| e[k].as_u64().unwrap_or(0);
     let kib = |k: &str| e[k].as_u64().unwrap_or(0) as f64 / 1024.0;
     Some(format!(
-        "{:<10} acl-emu, last timed run: aclnn {} phase-1 + {} phase-2 calls; H2D {} copies ({:.1} KiB), D2H {} ({:.1} KiB), D2D {} ({:.1} KiB); {} allocations, {} synchronisations, {} replays; modelled latency {:.3} ms (modelled, not measured)",
+        "{:<10} acl-emu, last timed run: aclnn {} phase-1 + {} phase-2 calls; H2D {} copies ({:.1} KiB), D2H {} ({:.1} KiB), D2D {} ({:.1} KiB); {} allocations, {} synchronisations, {} replays; modelled latency {:.3} ms (modelled, not measured); roofline bound {:.3} ms, latency / bound {}",
         "",
         n("phase1_calls"),
         n("phase2_calls"),
@@ -231,6 +242,8 @@ fn emulator_text(v: &serde_json::Value) -> Option<String> {
         n("synchronizations"),
         n("replays"),
         e["modelled_latency_ms"].as_f64().unwrap_or(f64::NAN),
+        e["roofline_ms"].as_f64().unwrap_or(f64::NAN),
+        e["latency_over_roofline"].as_f64().map_or("-".into(), |r| format!("{r:.2}")),
     ))
 }
 

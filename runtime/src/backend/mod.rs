@@ -444,6 +444,23 @@ pub unsafe trait Backend: Send + Sync {
         Precision::F32
     }
 
+    /// The device time `kernel` would take running `op` on operands of these metas on
+    /// `device`, by the backend's own model of the device, or `None` where it has none
+    /// (the default). A compiled graph's fusion asks it to choose between a fused op and
+    /// the ops it replaces (`Optimizations::hardware_mapping`): it fuses unless the model
+    /// says the fused form is slower. Ascend models each aclnn call a kernel makes as
+    /// acl-emu does (docs/ASCEND.md, "The mapping follows the modelled cost").
+    fn modelled_cost(
+        &self,
+        _device: usize,
+        _kernel: &KernelInfo,
+        _op: &Op,
+        _inputs: &[TensorMeta],
+        _outputs: &[TensorMeta],
+    ) -> Option<Duration> {
+        None
+    }
+
     /// Every implementation this backend offers.
     fn kernels(&self) -> &[KernelInfo];
     /// Called once per node when a graph is compiled, with the host bytes of the node's

@@ -56,11 +56,11 @@ impl CompiledGraph {
         graph.validate()?;
         super::inplace::check(&graph)?;
         resolve_auto_precision(rt, &mut options)?;
-        let (mut graph, fusion) = fuse(rt, graph, options.fuse)?;
+        let (mut graph, fusion) = fuse(rt, graph, options.fuse, &options)?;
         store_weights_in(rt, &mut graph, options.precision);
         let device = options.device;
         rt.device_info(device)?;
-        let kernels = select_kernels(rt, &graph)?;
+        let kernels = select_kernels(rt, &graph, device)?;
         let host_tier = check_host_tier(rt, &graph, options.deny_host_tier)?;
         let schedule = schedule(rt, &graph, &options, &kernels.cost)?;
         let mut sharing = Sharing::new(shared, &graph, device);
@@ -132,19 +132,105 @@ fn resolve_auto_precision(rt: &Runtime, options: &mut CompileOptions) -> Result<
 }
 
 /// The canonical rewrites and the fusion pass, when on (the fused ops where the device
-/// runs them).
-fn fuse(rt: &Runtime, graph: Graph, on: bool) -> Result<(Graph, FusionStats)> {
+/// runs them, and where the device's model, if the backend has one, does not say they are
+/// slower: see [`choose_patterns`]).
+fn fuse(rt: &Runtime, graph: Graph, on: bool, options: &CompileOptions) -> Result<(Graph, FusionStats)> {
     if !on {
         return Ok((graph, FusionStats::default()));
     }
     let kernel_of = |op: &crate::op::Op, ins: &[TensorMeta]| rt.select_kernel(op, ins).ok().map(|k| k.name.to_string());
     let (graph, canonical) = canonical::canonicalize(graph, &kernel_of)?;
-    let (graph, mut stats) = fusion::fuse(&graph, &kernel_of)?;
+    let (graph, mut stats) = choose_patterns(rt, &graph, &kernel_of, options)?;
     stats.canonical = canonical;
     if stats != FusionStats::default() {
         log::info!("compiled graph: fusion {stats:?}");
     }
     Ok((graph, stats))
+}
+
+/// Fusion where the backend models its device ([`Runtime::modelled_cost`]): each match
+/// fuses only if its fused nodes cost no more than the nodes they replace, and then each
+/// pattern that fused is left out in turn, kept out where that shortens the modelled
+/// critical path of the graph as it will be scheduled (a fused node waits for all of its
+/// inputs, where the unfused ops could overlap one input's producer with the others: on
+/// two streams that can outweigh the fusion's saving). Without a model, every match fuses.
+fn choose_patterns(
+    rt: &Runtime,
+    graph: &Graph,
+    kernel_of: fusion::KernelOf<'_>,
+    options: &CompileOptions,
+) -> Result<(Graph, FusionStats)> {
+    let (device, precision) = (options.device, options.precision);
+    let cost_of = |op: &crate::op::Op, ins: &[TensorMeta]| {
+        rt.modelled_cost(device, op, &as_compiled(op, ins, precision)).map(|d| d.as_secs_f64())
+    };
+    let mut on = fusion::Patterns::ALL;
+    let mut best = fusion::fuse_by_cost(graph, kernel_of, &cost_of, on)?;
+    let modelled = graph.nodes.iter().any(|n| {
+        let ins: Vec<TensorMeta> = n.inputs.iter().map(|v| graph.meta(*v).clone()).collect();
+        cost_of(&n.op, &ins).is_some()
+    });
+    if !modelled || !options.parallel {
+        return Ok(best);
+    }
+    let mut best_span = modelled_span(rt, &best.0, options, &cost_of)?;
+    for pattern in 0..3 {
+        let mut trial = on;
+        let fused = match pattern {
+            0 => std::mem::replace(&mut trial.attention, false) && best.1.attention > 0,
+            1 => std::mem::replace(&mut trial.bias_gelu, false) && best.1.bias_gelu > 0,
+            _ => std::mem::replace(&mut trial.add_layer_norm, false) && best.1.add_layer_norm > 0,
+        };
+        if !fused {
+            continue;
+        }
+        let candidate = fusion::fuse_by_cost(graph, kernel_of, &cost_of, trial)?;
+        let span = modelled_span(rt, &candidate.0, options, &cost_of)?;
+        log::debug!(
+            "fusion: patterns {trial:?} give a modelled span of {:.1} µs against {:.1} µs",
+            span * 1e6,
+            best_span * 1e6
+        );
+        if span < best_span {
+            (on, best, best_span) = (trial, candidate, span);
+        }
+    }
+    Ok(best)
+}
+
+/// The metas a node will run with once the precision pass has stored Linear weights in
+/// `precision` (bf16, f16): what its modelled cost should see before that pass.
+fn as_compiled(op: &crate::op::Op, ins: &[TensorMeta], precision: Precision) -> Vec<TensorMeta> {
+    let mut ins = ins.to_vec();
+    let low = match precision {
+        Precision::F16 => DType::F16,
+        Precision::Bf16 => DType::BF16,
+        Precision::F32 | Precision::Auto => return ins,
+    };
+    if matches!(op, crate::op::Op::Linear) && ins.len() >= 2 && ins[0].dtype == DType::F32 && ins[1].dtype == DType::F32
+    {
+        ins[1].dtype = low;
+    }
+    ins
+}
+
+/// The modelled critical path of `graph` as [`schedule`] lays it out, seconds (a node
+/// the model does not cover counts as nothing).
+fn modelled_span(rt: &Runtime, graph: &Graph, options: &CompileOptions, cost_of: fusion::CostOf<'_>) -> Result<f64> {
+    let cost: Vec<f64> = graph
+        .nodes
+        .iter()
+        .map(|n| {
+            let ins: Vec<TensorMeta> = n.inputs.iter().map(|v| graph.meta(*v).clone()).collect();
+            cost_of(&n.op, &ins).unwrap_or(0.0)
+        })
+        .collect();
+    let s = schedule(rt, graph, options, &cost)?;
+    if s.streams <= 1 {
+        // One stream: the nodes one after the other (`est_start` is then their order).
+        return Ok(cost.iter().sum());
+    }
+    Ok(s.est_start.iter().zip(&cost).map(|(t, c)| t + c).fold(0.0, f64::max))
 }
 
 /// Linear weights stored in the chosen low precision (bf16, f16), where it is one.
@@ -166,12 +252,13 @@ fn store_weights_in(rt: &Runtime, graph: &mut Graph, precision: Precision) {
 struct Kernels {
     /// Kernel name per node.
     names: Vec<String>,
-    /// Estimated seconds per node (FLOPs at 50 GFLOP/s, bytes at 10 GB/s, 2 µs launch).
+    /// Estimated seconds per node: the backend's model of its device where it has one
+    /// ([`Runtime::modelled_cost`]), else FLOPs at 50 GFLOP/s, bytes at 10 GB/s, 2 µs launch.
     cost: Vec<f64>,
 }
 
 /// Kernel selection per node (errors name the node).
-fn select_kernels(rt: &Runtime, graph: &Graph) -> Result<Kernels> {
+fn select_kernels(rt: &Runtime, graph: &Graph, device: usize) -> Result<Kernels> {
     let mut cost = Vec::with_capacity(graph.nodes.len());
     let mut names = Vec::with_capacity(graph.nodes.len());
     for n in &graph.nodes {
@@ -183,7 +270,8 @@ fn select_kernels(rt: &Runtime, graph: &Graph) -> Result<Kernels> {
         names.push(k.name.to_string());
         let f = n.op.flops(&ins, &outs) as f64;
         let b = n.op.bytes(&ins, &outs) as f64;
-        cost.push(f / 50e9 + b / 10e9 + 2e-6);
+        let modelled = rt.modelled_cost(device, &n.op, &ins).map(|d| d.as_secs_f64());
+        cost.push(modelled.unwrap_or(f / 50e9 + b / 10e9 + 2e-6));
     }
     Ok(Kernels { names, cost })
 }

@@ -22,6 +22,10 @@ use std::collections::HashMap;
 /// The name of the kernel the device would run `op` on with these inputs, if any.
 pub type KernelOf<'a> = &'a dyn Fn(&Op, &[TensorMeta]) -> Option<String>;
 
+/// The modelled device seconds of `op` with these inputs on the device, if the backend
+/// models it ([`crate::Runtime::modelled_cost`]).
+pub type CostOf<'a> = &'a dyn Fn(&Op, &[TensorMeta]) -> Option<f64>;
+
 /// What one fusion replaces.
 pub(super) struct Group {
     /// Nodes whose work the fused node absorbs (not emitted).
@@ -64,6 +68,11 @@ pub struct FusionStats {
     pub attention_permutes_folded: usize,
     pub bias_gelu: usize,
     pub add_layer_norm: usize,
+    /// Matches left unfused because the device's model says the fused form is slower
+    /// (see [`fuse_by_cost`]): Attention, BiasGelu and AddLayerNorm patterns.
+    pub attention_declined: usize,
+    pub bias_gelu_declined: usize,
+    pub add_layer_norm_declined: usize,
     /// The canonical rewrites run before fusion ([`super::canonical`]).
     pub canonical: CanonicalStats,
 }
@@ -89,9 +98,73 @@ pub struct CanonicalStats {
 }
 
 pub fn fuse(g: &Graph, kernel_of: KernelOf<'_>) -> Result<(Graph, FusionStats)> {
+    fuse_by_cost(g, kernel_of, &|_: &Op, _: &[TensorMeta]| None, Patterns::ALL)
+}
+
+/// Which fusion patterns may apply. `Send + Sync`, plain data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Patterns {
+    pub attention: bool,
+    pub bias_gelu: bool,
+    pub add_layer_norm: bool,
+}
+
+impl Patterns {
+    pub const ALL: Patterns = Patterns { attention: true, bias_gelu: true, add_layer_norm: true };
+}
+
+/// [`fuse`], with each match kept unfused where `cost_of` models both forms and the fused
+/// nodes cost more than the nodes they replace (counted in the `*_declined` stats). Where
+/// either form has no model, the match fuses.
+/// A pattern left out of `patterns` counts as declined too.
+pub fn fuse_by_cost(
+    g: &Graph,
+    kernel_of: KernelOf<'_>,
+    cost_of: CostOf<'_>,
+    patterns: Patterns,
+) -> Result<(Graph, FusionStats)> {
     let m = Matcher { g, consumers: g.consumers(), kernel_of };
-    let (groups, stats) = m.groups();
+    let (groups, stats) = m.groups(cost_of, patterns);
     Ok((rebuild(g, &groups)?, stats))
+}
+
+/// Whether `group`, rooted at node `root`, is no slower by `cost_of` than the nodes it
+/// replaces (true where either side has no model).
+fn pays(g: &Graph, root: usize, group: &Group, cost_of: CostOf<'_>) -> bool {
+    let node_cost = |i: usize| {
+        let n = &g.nodes[i];
+        let ins: Vec<TensorMeta> = n.inputs.iter().map(|v| g.meta(*v).clone()).collect();
+        cost_of(&n.op, &ins)
+    };
+    let unfused: Option<f64> = group.absorbed.iter().chain(std::iter::once(&root)).map(|&i| node_cost(i)).sum();
+    let mut emitted: Vec<TensorMeta> = Vec::new();
+    let mut fused = Some(0.0);
+    for e in &group.emit {
+        let ins: Vec<TensorMeta> = e
+            .inputs
+            .iter()
+            .map(|s| match s {
+                Src::Old(v) => g.meta(*v).clone(),
+                Src::Emitted(k) => emitted[*k].clone(),
+            })
+            .collect();
+        let Ok(outs) = e.op.infer(&ins) else { return true };
+        let Some(out) = outs.into_iter().next() else { return true };
+        fused = fused.zip(cost_of(&e.op, &ins)).map(|(a, b)| a + b);
+        emitted.push(out);
+    }
+    match (fused, unfused) {
+        (Some(f), Some(u)) => {
+            log::debug!(
+                "fusion at {:?}: modelled {:.1} µs fused, {:.1} µs unfused",
+                g.nodes[root].name,
+                f * 1e6,
+                u * 1e6
+            );
+            f <= u
+        }
+        _ => true,
+    }
 }
 
 /// What the patterns are matched against.
@@ -118,7 +191,7 @@ impl Matcher<'_> {
     }
 
     /// The fusions to apply, by root node (no node in two), and their counts.
-    fn groups(&self) -> (HashMap<usize, Group>, FusionStats) {
+    fn groups(&self, cost_of: CostOf<'_>, on: Patterns) -> (HashMap<usize, Group>, FusionStats) {
         let g = self.g;
         let mut groups: HashMap<usize, Group> = HashMap::new();
         let mut taken = vec![false; g.nodes.len()];
@@ -127,17 +200,29 @@ impl Matcher<'_> {
             let group = match &n.op {
                 Op::MatMul { trans_a: false, trans_b: false } => {
                     let Some((group, folded)) = self.attention(i, &taken) else { continue };
+                    if !on.attention || !pays(g, i, &group, cost_of) {
+                        stats.attention_declined += 1;
+                        continue;
+                    }
                     stats.attention += 1;
                     stats.attention_permutes_folded += usize::from(folded);
                     group
                 }
                 Op::Gelu(approx) => {
                     let Some(group) = self.bias_gelu(i, *approx, &taken) else { continue };
+                    if !on.bias_gelu || !pays(g, i, &group, cost_of) {
+                        stats.bias_gelu_declined += 1;
+                        continue;
+                    }
                     stats.bias_gelu += 1;
                     group
                 }
                 Op::LayerNorm { eps } => {
                     let Some(group) = self.add_layer_norm(i, *eps, &taken) else { continue };
+                    if !on.add_layer_norm || !pays(g, i, &group, cost_of) {
+                        stats.add_layer_norm_declined += 1;
+                        continue;
+                    }
                     stats.add_layer_norm += 1;
                     group
                 }
@@ -372,5 +457,47 @@ impl Matcher<'_> {
             qkv,
             output: g.nodes[merge].outputs[0],
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+
+    /// `LayerNorm(Add(x, r))`, the AddLayerNorm pattern.
+    fn add_then_norm() -> Graph {
+        let mut g = Graph::new();
+        let x = g.input("x", DType::F32, vec![4, 8]);
+        let r = g.input("r", DType::F32, vec![4, 8]);
+        let (gamma, beta) = (g.input("gamma", DType::F32, vec![8]), g.input("beta", DType::F32, vec![8]));
+        let s = g.op("sum", Op::Add, &[x, r]).unwrap();
+        let y = g.op("norm", Op::LayerNorm { eps: 1e-5 }, &[s, gamma, beta]).unwrap();
+        g.output(y);
+        g
+    }
+
+    #[test]
+    fn a_fusion_the_model_says_is_slower_is_left_out() {
+        let g = add_then_norm();
+        let no_kernel = |_: &Op, _: &[TensorMeta]| None;
+        // The fused op costs 3, the two it replaces 1 each: left out, counted.
+        let slower = |op: &Op, _: &[TensorMeta]| Some(if matches!(op, Op::AddLayerNorm { .. }) { 3.0 } else { 1.0 });
+        let (out, stats) = fuse_by_cost(&g, &no_kernel, &slower, Patterns::ALL).unwrap();
+        assert_eq!((stats.add_layer_norm, stats.add_layer_norm_declined), (0, 1), "{stats:?}");
+        assert_eq!(out.nodes.len(), 2);
+        // Cheaper, or equal: fused.
+        let same = |op: &Op, _: &[TensorMeta]| Some(if matches!(op, Op::AddLayerNorm { .. }) { 2.0 } else { 1.0 });
+        let (out, stats) = fuse_by_cost(&g, &no_kernel, &same, Patterns::ALL).unwrap();
+        assert_eq!((stats.add_layer_norm, stats.add_layer_norm_declined), (1, 0), "{stats:?}");
+        assert!(matches!(out.nodes[..], [ref n] if matches!(n.op, Op::AddLayerNorm { .. })));
+        // No model for one side: fused, as without a model at all.
+        let partial = |op: &Op, _: &[TensorMeta]| (!matches!(op, Op::Add)).then_some(9.0);
+        assert_eq!(fuse_by_cost(&g, &no_kernel, &partial, Patterns::ALL).unwrap().1.add_layer_norm, 1);
+        assert_eq!(fuse(&g, &no_kernel).unwrap().1.add_layer_norm, 1);
+        // A pattern left out of the set is declined whatever the model says.
+        let off = Patterns { add_layer_norm: false, ..Patterns::ALL };
+        let (_, stats) = fuse_by_cost(&g, &no_kernel, &same, off).unwrap();
+        assert_eq!((stats.add_layer_norm, stats.add_layer_norm_declined), (0, 1), "{stats:?}");
     }
 }
