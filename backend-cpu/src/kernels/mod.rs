@@ -18,6 +18,7 @@ pub mod common;
 pub mod fast;
 pub mod gemm_bf16;
 pub mod gemm_packed;
+pub mod gemv;
 pub mod generic;
 pub mod norm;
 pub mod paged;
