@@ -58,6 +58,10 @@ fn reference(
     out
 }
 
+/// A layout to test: its name, the weight, the weight widened to f32, how x is rounded,
+/// the tolerance.
+type Case<'a> = (&'a str, WeightData<'a>, &'a [f32], fn(f32) -> f32, f64);
+
 /// Runs every layout at one shape on one path and checks the results.
 fn check_shape(name: &str, f: &CpuFeatures, m: usize, n: usize, k: usize) {
     let x = values(m * k, 1);
@@ -74,7 +78,7 @@ fn check_shape(name: &str, f: &CpuFeatures, m: usize, n: usize, k: usize) {
     let c0 = values(m * n, 4);
     let exact: fn(f32) -> f32 = |v| v;
     let to_bf16: fn(f32) -> f32 = |v| bf16::from_f32(v).to_f32();
-    let cases: [(&str, WeightData<'_>, &[f32], fn(f32) -> f32, f64); 5] = [
+    let cases: [Case<'_>; 5] = [
         ("f32 rows", WeightData::F32(&w32), &w32, exact, 1e-6),
         ("f16 rows", WeightData::F16(&w16), &w16f, exact, 1e-6),
         ("bf16 rows", WeightData::Bf16(&wb), &wbf, exact, 1e-6),
@@ -145,5 +149,45 @@ fn empty_and_bad_operands() {
         let packed = vec![0f32; scalar_layout.len()];
         let other = Weight { n: 2, k: 3, data: WeightData::F32Packed(&scalar_layout, &packed) };
         println!("{}", err(gemv(f, 1, &[0.0; 3], &other, None, &mut c, false, 1)));
+    }
+}
+
+/// Weight bytes streamed per second by each layout at a decode step's shapes (a reading,
+/// not a check: `cargo test -p backend-cpu --lib gemv::tests::stream_rate -- --ignored
+/// --nocapture`).
+#[test]
+#[ignore = "a timing to read, not a check"]
+fn stream_rate() {
+    let f = features::get();
+    let (n, k) = (32768, 896);
+    let w32 = values(n * k, 2);
+    let wb: Vec<bf16> = w32.iter().map(|&v| bf16::from_f32(v)).collect();
+    let layout = PackedBLayout::for_cpu(f.isa, k, n);
+    let mut packed = vec![0f32; layout.len()];
+    pack_b(&layout, &w32, 1, k, &mut packed).unwrap();
+    let pw = PackedWeight::pack(&wb, n, k).unwrap();
+    let x = values(MAX_M * k, 1);
+    let mut c = vec![0f32; MAX_M * n];
+    let cases = [
+        ("f32 rows", WeightData::F32(&w32)),
+        ("bf16 rows", WeightData::Bf16(&wb)),
+        ("f32 packed", WeightData::F32Packed(&layout, &packed)),
+        ("bf16 packed", WeightData::Bf16Packed(&pw)),
+    ];
+    for (what, data) in cases {
+        let w = Weight { n, k, data };
+        for m in [1, 8] {
+            for threads in [1, 2] {
+                let mut t: Vec<f64> = (0..7)
+                    .map(|_| {
+                        let t0 = std::time::Instant::now();
+                        gemv(f, m, &x, &w, None, &mut c, false, threads).unwrap();
+                        t0.elapsed().as_secs_f64()
+                    })
+                    .collect();
+                t.sort_by(f64::total_cmp);
+                println!("{what:12} m={m} t={threads}: {:6.1} GB/s", w.bytes() as f64 / t[3] / 1e9);
+            }
+        }
     }
 }

@@ -54,10 +54,10 @@ pub unsafe fn rows512<const E: u8, const M: usize, const R: usize>(
     unsafe {
         for b in 0..full {
             let p = b * 16;
-            for r in 0..R {
+            for (r, wv) in wv.iter_mut().enumerate() {
                 let row = w.add(r * k * esize);
                 _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(p * esize + PREFETCH).cast());
-                wv[r] = load16::<E>(row, p);
+                *wv = load16::<E>(row, p);
             }
             for (i, acc) in acc.iter_mut().enumerate() {
                 let xv = _mm512_loadu_ps(x.add(i * ldx + p));
@@ -235,10 +235,10 @@ pub unsafe fn rows256<const E: u8, const M: usize, const R: usize>(
     unsafe {
         for b in 0..full {
             let p = b * 8;
-            for r in 0..R {
+            for (r, wv) in wv.iter_mut().enumerate() {
                 let row = w.add(r * k * esize);
                 _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(p * esize + PREFETCH).cast());
-                wv[r] = load8::<E>(row, p);
+                *wv = load8::<E>(row, p);
             }
             for (i, acc) in acc.iter_mut().enumerate() {
                 let xv = _mm256_loadu_ps(x.add(i * ldx + p));
