@@ -20,9 +20,13 @@ fn small_m(ins: &[In]) -> Option<usize> {
     (1..=MAX_M).contains(&m).then_some(m)
 }
 
-/// Runs `c = x · wᵀ + bias` on the weight `w`.
-fn run(ins: &[In], outs: &mut [Out], ctx: &Ctx, m: usize, w: &Weight<'_>) -> KResult {
-    let x = load_f32(&ins[0])?;
+/// Runs `c = x · wᵀ + bias` on the weight `w`; `round_x`: x rounded to bf16 first (what
+/// the bf16 unit multiplies, whatever the weight's layout).
+fn run(ins: &[In], outs: &mut [Out], ctx: &Ctx, m: usize, w: &Weight<'_>, round_x: bool) -> KResult {
+    let mut x = load_f32(&ins[0])?;
+    if round_x {
+        x.to_mut().iter_mut().for_each(|v| *v = half::bf16::from_f32(*v).to_f32());
+    }
     let bias = match ins.get(2) {
         Some(b) => Some(load_f32(b)?),
         None => None,
@@ -46,30 +50,31 @@ pub fn linear_f32(ins: &[In], outs: &mut [Out], ctx: &Ctx) -> Option<KResult> {
         (None, DType::BF16) => WeightData::Bf16(elems(bytes, n, k)?),
         _ => return None,
     };
-    Some(run(ins, outs, ctx, m, &Weight { n, k, data }))
+    Some(run(ins, outs, ctx, m, &Weight { n, k, data }, false))
 }
 
 /// The bf16 unit's Linear at `m <= MAX_M`: the k-pair panels where the graph packed the
 /// weight (`vdpbf16ps` on x rounded to bf16, as the GEMM computes), the row-major bf16
-/// weight read in place otherwise (widened to f32: no per-call packing of the weight);
+/// weight read in place otherwise (no per-call packing of the weight; x rounded to bf16
+/// too, the products exact in f32 as `vdpbf16ps` makes them);
 /// `None` where it does not apply.
 pub fn linear_bf16(ins: &[In], outs: &mut [Out], ctx: &Ctx) -> Option<KResult> {
     let m = small_m(ins)?;
     let (n, k) = (*ins[1].dims.first()?, *ins[1].dims.get(1)?);
     let pre = ctx.prepacked.as_ref();
     if let Some(p) = pre.and_then(|p| p.0.downcast_ref::<PackedWeight<'static>>()).filter(|p| p.n == n && p.k == k) {
-        return Some(run(ins, outs, ctx, m, &Weight { n, k, data: WeightData::Bf16Packed(p) }));
+        return Some(run(ins, outs, ctx, m, &Weight { n, k, data: WeightData::Bf16Packed(p) }, false));
     }
     if pre.and_then(|p| p.0.downcast_ref::<PackedInPlace>()) == Some(&PackedInPlace { n, k }) {
         let view = match PackedWeight::view(ins[1].bytes, n, k) {
             Ok(v) => v,
             Err(e) => return Some(Err(e)),
         };
-        return Some(run(ins, outs, ctx, m, &Weight { n, k, data: WeightData::Bf16Packed(&view) }));
+        return Some(run(ins, outs, ctx, m, &Weight { n, k, data: WeightData::Bf16Packed(&view) }, false));
     }
     if pre.is_some() || ins[1].dtype != DType::BF16 {
         return None;
     }
     let data = WeightData::Bf16(elems(ins[1].bytes, n, k)?);
-    Some(run(ins, outs, ctx, m, &Weight { n, k, data }))
+    Some(run(ins, outs, ctx, m, &Weight { n, k, data }, true))
 }

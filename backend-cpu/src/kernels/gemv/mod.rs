@@ -8,7 +8,8 @@
 //! * row-major `[n, k]` f32, f16 or bf16 (an eager call, a weight the graph could not
 //!   relayout, such as an embedding table tied to the output projection): dot products
 //!   along each weight row, f16/bf16 widened to f32 in registers (the f32 products the
-//!   fast tier computes for these weights), `R` rows at a time;
+//!   fast tier computes for these weights; the bf16 unit's Linear rounds x to bf16 first,
+//!   as its GEMM does), `R` rows at a time;
 //! * f32 prepacked by a compiled graph ([`PackedBLayout`]: k slices of panels of `NR`
 //!   columns): each panel streamed once, `m` broadcasts per k;
 //! * bf16 prepacked ([`PackedWeight`]: panels of 32 columns of k-pair words): each panel
@@ -132,11 +133,14 @@ pub fn gemv(
         return Err(KernelError::Internal(format!("gemv takes at most {MAX_M} rows, got {m}")));
     }
     w.check(f.isa)?;
-    if x.len() < m * k {
-        return Err(KernelError::TooShort { what: "gemv x", needed: m * k, got: x.len() });
+    // `n * k` fits (checked above) but `m * k` or `m * n` alone may not where the other is 0.
+    let (mk, mn) =
+        m.checked_mul(k).zip(m.checked_mul(n)).ok_or(KernelError::Internal(format!("gemv {m}x{k}x{n} overflows")))?;
+    if x.len() < mk {
+        return Err(KernelError::TooShort { what: "gemv x", needed: mk, got: x.len() });
     }
-    if c.len() < m * n {
-        return Err(KernelError::TooShort { what: "gemv output", needed: m * n, got: c.len() });
+    if c.len() < mn {
+        return Err(KernelError::TooShort { what: "gemv output", needed: mn, got: c.len() });
     }
     if let Some(b) = bias.filter(|b| b.len() < n) {
         return Err(KernelError::TooShort { what: "gemv bias", needed: n, got: b.len() });
