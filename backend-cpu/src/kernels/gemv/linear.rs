@@ -1,7 +1,8 @@
 //! The fast tier's Linear at `m <= MAX_M` rows: picks the weight layout the node holds
 //! (prepacked by a compiled graph, or row-major) and runs [`gemv`](super::gemv).
 
-use super::{MAX_M, Weight, WeightData, gemv};
+use super::driver::gemv;
+use super::weight::{MAX_M, Weight, WeightData};
 use crate::kernels::common::*;
 use crate::kernels::gemm_bf16::{PackedInPlace, PackedWeight};
 use crate::kernels::gemm_packed::PackedBLayout;

@@ -1,7 +1,7 @@
 //! The portable kernels of the small-m Linear: the same contracts as `x86.rs`, plain
 //! loops with f32 sums (any target; the reference the SIMD paths are tested beside).
 
-use super::{F16, F32};
+use super::weight::{F16, F32};
 use half::{bf16, f16};
 
 /// Element `idx` of a row-major weight of kind `E`, widened to f32.

@@ -2,9 +2,15 @@
 //! they are skipped), every weight layout, m 1..=8, n not a multiple of a panel, odd k,
 //! bias and accumulation on and off, 1 and 2 threads.
 
-use super::*;
+use super::driver::gemv;
+use super::weight::{MAX_M, Weight, WeightData};
+use crate::features::Isa;
 use crate::features::{self, CpuFeatures};
+use crate::kernels::gemm_bf16::PackedWeight;
+use crate::kernels::gemm_packed::PackedBLayout;
 use crate::kernels::gemm_packed::pack_b;
+use half::{bf16, f16};
+use runtime::KernelError;
 
 /// The paths to test: each ISA this CPU runs, and AVX2 without F16C (its row-major
 /// weights take the scalar kernels).

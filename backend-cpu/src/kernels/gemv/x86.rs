@@ -5,7 +5,7 @@
 //! Every kernel computes `M` rows of x against a few weight columns and leaves the sums
 //! in a small output array; the caller adds bias and accumulation and writes `c`.
 
-use super::{F16, F32};
+use super::weight::{F16, F32};
 use std::arch::x86_64::*;
 
 /// Cache lines read ahead of the weight stream (per stream).
