@@ -147,6 +147,10 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
                     )
                 });
             }
+            // At most `gemv::MAX_M` rows (a decode step): the weight streamed once.
+            if let Some(r) = super::gemv::linear_f32(ins, outs, ctx) {
+                return r;
+            }
             let (x, w) = (load_f32(&ins[0])?, load_f32(&ins[1])?);
             let (n, k) = (ins[1].dims[0], ins[1].dims[1]);
             let m = numel(&ins[0].dims[..ins[0].dims.len() - 1]);
@@ -613,6 +617,10 @@ pub fn batched_matmul(
 /// Linear with a bf16 weight on AVX-512-BF16 (see `gemm_bf16`): `x` rounded to bf16,
 /// products accumulated in f32, bias added in f32.
 pub fn linear_bf16(_op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
+    // At most `gemv::MAX_M` rows (a decode step): the weight streamed once, never packed per call.
+    if let Some(r) = super::gemv::linear_bf16(ins, outs, ctx) {
+        return r;
+    }
     let x = load_f32(&ins[0])?;
     let (n, k) = (ins[1].dims[0], ins[1].dims[1]);
     let m = numel(&ins[0].dims[..ins[0].dims.len() - 1]);

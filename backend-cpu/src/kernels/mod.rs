@@ -11,6 +11,8 @@
 //! f32, both tiers), the paged KV cache ([`paged`]: KvCacheWrite and PagedAttention for the
 //! generic and fast tiers), and the matrix products [`blas`], [`gemm_packed`] (f32) and
 //! [`gemm_bf16`] (bf16).
+//! The fast tier's Linear with at most [`gemv::MAX_M`] rows (a decode step) runs
+//! [`gemv`]: the weight streamed once for all rows, in any of the layouts above.
 
 pub mod attention;
 pub mod blas;
@@ -18,6 +20,7 @@ pub mod common;
 pub mod fast;
 pub mod gemm_bf16;
 pub mod gemm_packed;
+pub mod gemv;
 pub mod generic;
 pub mod norm;
 pub mod paged;

@@ -55,6 +55,13 @@ impl PackedBLayout {
     pub(super) fn kc(&self) -> usize {
         self.kc
     }
+
+    /// The k depth of each packed slice (the last may be shorter) and the columns of each
+    /// panel: where a reader other than the GEMM finds panel `q` of slice `s` (at
+    /// `s * kc * n.div_ceil(nr) * nr + q * kc_s * nr` floats, `kc_s` that slice's depth).
+    pub fn panel_shape(&self) -> (usize, usize) {
+        (self.kc, self.nr)
+    }
 }
 
 /// Packs `b` (`k×n`, element `(p, j)` at `b[p*rsb + j*csb]`) into `dst` in `layout`'s order.
