@@ -211,7 +211,7 @@ pub unsafe fn compile(
             .map_err(|e| npurt_err(format!("fused node {:?} of [{labels}]: compile", fused.name), e))?;
         Plan::Static { graph: Arc::new(compiled), inputs: metas }
     } else {
-        let mut weights = Stash::new()?;
+        let mut weights = Stash::new();
         for v in
             nodes.iter().flat_map(|n| n.inputs.iter().flatten()).filter(|v| v.constant && !inputs.contains(&v.name))
         {

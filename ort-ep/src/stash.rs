@@ -30,7 +30,9 @@ const ALIGN: u64 = 64;
 /// (`&mut self`), then only read (each [`Stash::get`] maps its own region).
 #[derive(Debug)]
 pub struct Stash {
-    file: File,
+    /// `None` when no file could be made there: the weights are then kept in memory (a
+    /// warning said so).
+    file: Option<File>,
     entries: HashMap<String, Entry>,
     /// The end of the last weight written.
     end: u64,
@@ -44,6 +46,8 @@ struct Entry {
     shape: Shape,
     offset: u64,
     len: usize,
+    /// The bytes, when there is no file.
+    held: Option<HostBytes>,
 }
 
 /// One weight's mapping, owned by the [`HostBytes`] of the constant that reads it.
@@ -68,24 +72,46 @@ fn io(what: String) -> impl FnOnce(std::io::Error) -> EpError {
     move |e| EpError::Graph(format!("{what}: {e}"))
 }
 
+/// A new file in `dir`, unlinked at once.
+fn create_file(dir: &std::path::Path) -> Result<File, EpError> {
+    let mut last = None;
+    for attempt in 0..16u32 {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let path = dir.join(format!("npurt-ort-ep-{}-{nanos}-{attempt}.weights", std::process::id()));
+        match std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path) {
+            Ok(file) => {
+                std::fs::remove_file(&path).map_err(io(format!("unlinking {}", path.display())))?;
+                return Ok(file);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(io(format!("creating the weights file {}", path.display()))(e)),
+        }
+    }
+    Err(EpError::Graph(format!("creating a weights file in {}: {last:?}", dir.display())))
+}
+
 impl Stash {
     /// An empty stash: a new file in the temporary directory (`TMPDIR`), unlinked at once.
-    pub fn new() -> Result<Stash, EpError> {
-        let dir = std::env::temp_dir();
-        let mut last = None;
-        for attempt in 0..16u32 {
-            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-            let path = dir.join(format!("npurt-ort-ep-{}-{nanos}-{attempt}.weights", std::process::id()));
-            match std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path) {
-                Ok(file) => {
-                    std::fs::remove_file(&path).map_err(io(format!("unlinking {}", path.display())))?;
-                    return Ok(Stash { file, entries: HashMap::new(), end: 0, mapped: Arc::default() });
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
-                Err(e) => return Err(io(format!("creating the weights file {}", path.display()))(e)),
+    pub fn new() -> Stash {
+        Stash::new_in(&std::env::temp_dir())
+    }
+
+    /// An empty stash in a new file in `dir`, unlinked at once; where none can be made there,
+    /// one that keeps the weights in memory, with a warning.
+    pub fn new_in(dir: &std::path::Path) -> Stash {
+        let file = match create_file(dir) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                log::warn!("{e}; the weights of a fused group with symbolic dims stay in memory (held twice)");
+                None
             }
-        }
-        Err(EpError::Graph(format!("creating a weights file in {}: {last:?}", dir.display())))
+        };
+        Stash { file, entries: HashMap::new(), end: 0, mapped: Arc::default() }
+    }
+
+    /// Whether the weights are in a file (else in memory).
+    pub fn in_file(&self) -> bool {
+        self.file.is_some()
     }
 
     /// Writes weight `name` (its little-endian element bytes); a name written already keeps
@@ -99,8 +125,14 @@ impl Stash {
         let (Some(offset), Some(end)) = (offset, end) else {
             return Err(EpError::Graph(format!("weight {name:?}: the weights file would pass 2^64 bytes")));
         };
-        self.file.write_all_at(bytes, offset).map_err(io(format!("writing weight {name:?} to the weights file")))?;
-        self.entries.insert(name.to_string(), Entry { dtype, shape, offset, len: bytes.len() });
+        let held = match &self.file {
+            Some(f) => {
+                f.write_all_at(bytes, offset).map_err(io(format!("writing weight {name:?} to the weights file")))?;
+                None
+            }
+            None => Some(HostBytes::from(bytes.to_vec())),
+        };
+        self.entries.insert(name.to_string(), Entry { dtype, shape, offset, len: bytes.len(), held });
         self.end = end;
         Ok(())
     }
@@ -110,15 +142,18 @@ impl Stash {
     pub fn get(&self, name: &str) -> Option<Result<HostTensor, EpError>> {
         let e = self.entries.get(name)?;
         let tensor = |bytes| HostTensor { dtype: e.dtype, shape: e.shape.clone(), bytes };
-        if e.len == 0 {
-            return Some(Ok(tensor(HostBytes::default())));
-        }
+        let file = match (&e.held, &self.file) {
+            (Some(held), _) => return Some(Ok(tensor(held.clone()))),
+            _ if e.len == 0 => return Some(Ok(tensor(HostBytes::default()))),
+            (None, Some(f)) => f,
+            (None, None) => return Some(Err(EpError::Graph(format!("weight {name:?} has no bytes")))),
+        };
         let mut options = memmap2::MmapOptions::new();
         options.offset(e.offset).len(e.len);
         // SAFETY: the file is this stash's own, unlinked at creation, so nothing outside the
         // process can reach it, and the stash only ever appends past the regions it wrote
         // (a region is never written again once mapped): the mapped bytes never change.
-        let map = unsafe { options.map(&self.file) };
+        let map = unsafe { options.map(file) };
         let map = match map {
             Ok(m) => m,
             Err(err) => return Some(Err(io(format!("mapping weight {name:?}"))(err))),
@@ -141,7 +176,7 @@ impl Stash {
         self.entries.is_empty()
     }
 
-    /// Bytes of the weights written (in the file, none of them in memory).
+    /// Bytes of the weights written (in the file, when there is one).
     pub fn bytes(&self) -> usize {
         self.entries.values().map(|e| e.len).sum()
     }
@@ -159,7 +194,8 @@ mod tests {
 
     #[test]
     fn weights_come_back_from_the_file_and_are_unmapped_with_their_last_reader() {
-        let mut s = Stash::new().unwrap();
+        let mut s = Stash::new();
+        assert!(s.in_file());
         let a: Vec<u8> = (0..1000u32).flat_map(|x| (x as f32).to_le_bytes()).collect();
         s.put("a", DType::F32, Shape::from(vec![10, 100]), &a).unwrap();
         s.put("b", DType::U8, Shape::from(vec![3]), &[7, 8, 9]).unwrap();
@@ -181,5 +217,16 @@ mod tests {
         assert_eq!(s.mapped_bytes(), 4003, "a clone keeps the mapping");
         drop((clone, tb));
         assert_eq!(s.mapped_bytes(), 0);
+    }
+
+    #[test]
+    fn without_a_file_the_weights_stay_in_memory() {
+        let mut s = Stash::new_in(std::path::Path::new("/nonexistent/npurt-ort-ep"));
+        assert!(!s.in_file());
+        s.put("b", DType::U8, Shape::from(vec![3]), &[7, 8, 9]).unwrap();
+        s.put("e", DType::F32, Shape::from(vec![0]), &[]).unwrap();
+        assert_eq!(&s.get("b").unwrap().unwrap().bytes[..], &[7, 8, 9]);
+        assert!(s.get("e").unwrap().unwrap().bytes.is_empty());
+        assert_eq!((s.len(), s.bytes(), s.mapped_bytes()), (2, 3, 0));
     }
 }

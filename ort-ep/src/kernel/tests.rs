@@ -163,7 +163,7 @@ fn a_symbolic_group_compiles_each_shape_from_npurt_s_one_copy_of_its_weights() {
     let f = fused(vec![sym("x", k)], vec![sym("y", n)]);
     let w: Vec<f32> = (0..k * n).map(|i| ((i * 7) % 13) as f32 / 13.0 - 0.5).collect();
     let b: Vec<f32> = (0..n).map(|i| i as f32 / 8.0).collect();
-    let mut stash = Stash::new().unwrap();
+    let mut stash = Stash::new();
     stash.put("w", DType::F32, Shape::from(vec![k, n]), bytemuck::cast_slice(&w)).unwrap();
     stash.put("b", DType::F32, Shape::from(vec![n]), bytemuck::cast_slice(&b)).unwrap();
     let rt = cpu();
