@@ -72,6 +72,13 @@ fn io(what: String) -> impl FnOnce(std::io::Error) -> EpError {
     move |e| EpError::Graph(format!("{what}: {e}"))
 }
 
+impl Default for Stash {
+    /// [`Stash::new`].
+    fn default() -> Stash {
+        Stash::new()
+    }
+}
+
 /// A new file in `dir`, unlinked at once.
 fn create_file(dir: &std::path::Path) -> Result<File, EpError> {
     let mut last = None;
