@@ -6,7 +6,8 @@
 //! held by npurt only (`drop_constant_initializers` was set when the group was claimed).
 //! A group whose inputs have symbolic dims is compiled at its first run with each new set of
 //! input shapes (the symbols bound from the tensors ORT feeds), with the weights' device
-//! copies shared by all of them (`compile_shared`), and the compiled graphs cached.
+//! copies shared by all of them (`compile_shared`), and the compiled graphs cached; its weights
+//! wait for those compiles in a file, not in memory ([`Stash`]).
 //! Inputs and outputs are copied between ORT's host buffers and npurt's tensors.
 
 use core::ffi::c_void;
@@ -26,6 +27,7 @@ use crate::ops::walk::{Env, Step, walk};
 use crate::ops::{self, Mapped};
 use crate::ort::{EpError, Ort};
 use crate::partition;
+use crate::stash::Stash;
 
 /// One compiled fused node. `base` comes first so that the `OrtNodeComputeInfo*` ORT passes
 /// back points at the whole struct. `Send + Sync`: immutable after `Compile` but for the
@@ -72,7 +74,7 @@ const MAX_SHAPES: usize = 32;
 struct Shapes {
     fused: NodeInfo,
     nodes: Vec<NodeInfo>,
-    weights: HashMap<String, HostTensor>,
+    weights: Stash,
     options: CompileOptions,
     shared: SharedConstants,
     cache: Mutex<HashMap<Vec<TensorMeta>, Arc<Compiled>>>,
@@ -109,6 +111,18 @@ impl Compiled {
 }
 
 impl Shapes {
+    /// Group `nodes` fused as `fused`, its weights in `weights`, nothing compiled yet.
+    fn new(fused: &NodeInfo, nodes: &[NodeInfo], weights: Stash, options: CompileOptions) -> Shapes {
+        Shapes {
+            fused: detached(fused),
+            nodes: nodes.iter().map(detached).collect(),
+            weights,
+            options,
+            shared: SharedConstants::new(),
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
     /// The graph compiled for `metas` (the tensors ORT feeds), compiled now if new.
     fn graph_for(&self, rt: &npurt::Runtime, metas: &[TensorMeta]) -> Result<Arc<Compiled>, EpError> {
         let mut cache = self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -120,11 +134,12 @@ impl Shapes {
             let Some(v) = v else { return Err(EpError::Graph("a fused input is missing".into())) };
             ops::bind(v, m, &mut b).map_err(|e| EpError::Graph(format!("input {e}")))?;
         }
+        // Each weight a mapping of its own that only the graph holds: npurt frees it once
+        // its device copy is made or found in the store.
         let mut weights = |v: &ValueMeta| {
             self.weights
                 .get(&v.name)
-                .cloned()
-                .ok_or_else(|| EpError::Graph(format!("weight {:?} was not kept", v.name)))
+                .unwrap_or_else(|| Err(EpError::Graph(format!("weight {:?} was not kept", v.name))))
         };
         let built = build_graph(&self.fused, &self.nodes, metas, b, &mut weights)?;
         let shapes: Vec<String> = metas.iter().map(|m| m.to_string()).collect();
@@ -196,23 +211,14 @@ pub unsafe fn compile(
             .map_err(|e| npurt_err(format!("fused node {:?} of [{labels}]: compile", fused.name), e))?;
         Plan::Static { graph: Arc::new(compiled), inputs: metas }
     } else {
-        let mut weights = HashMap::new();
+        let mut weights = Stash::new();
         for v in
             nodes.iter().flat_map(|n| n.inputs.iter().flatten()).filter(|v| v.constant && !inputs.contains(&v.name))
         {
-            if !weights.contains_key(&v.name) {
-                // SAFETY: the operand's handle is valid during this call.
-                weights.insert(v.name.clone(), unsafe { initializer(&ort, v) }?);
-            }
+            // SAFETY: the operand's handle is valid during this call.
+            unsafe { stash_initializer(&ort, v, &mut weights) }?;
         }
-        Plan::Shapes(Box::new(Shapes {
-            fused: detached(&fused),
-            nodes: nodes.iter().map(detached).collect(),
-            weights,
-            options,
-            shared: SharedConstants::new(),
-            cache: Mutex::new(HashMap::new()),
-        }))
+        Plan::Shapes(Box::new(Shapes::new(&fused, &nodes, weights, options)))
     };
     Ok(Box::new(Kernel {
         base: OrtNodeComputeInfo {
@@ -417,6 +423,29 @@ fn add_node(
 /// # Safety
 /// `v.handle` is valid during the current call.
 unsafe fn initializer(ort: &Ort, v: &ValueMeta) -> Result<HostTensor, EpError> {
+    // SAFETY: per this function's contract.
+    let (meta, bytes) = unsafe { initializer_bytes(ort, v) }?;
+    Ok(HostTensor { dtype: meta.dtype, shape: meta.shape, bytes: bytes.to_vec().into() })
+}
+
+/// Writes a constant initializer's data into `stash`, straight from ORT's buffer.
+///
+/// # Safety
+/// `v.handle` is valid during the current call.
+unsafe fn stash_initializer(ort: &Ort, v: &ValueMeta, stash: &mut Stash) -> Result<(), EpError> {
+    if stash.contains(&v.name) {
+        return Ok(());
+    }
+    // SAFETY: per this function's contract.
+    let (meta, bytes) = unsafe { initializer_bytes(ort, v) }?;
+    stash.put(&v.name, meta.dtype, meta.shape, bytes)
+}
+
+/// The meta and bytes of a constant initializer, borrowed from ORT.
+///
+/// # Safety
+/// `v.handle` is valid during the current call, which the bytes must not outlive.
+unsafe fn initializer_bytes<'a>(ort: &Ort, v: &ValueMeta) -> Result<(TensorMeta, &'a [u8]), EpError> {
     let mut value: *const OrtValue = ptr::null();
     // SAFETY: the handle is valid; ORT returns a value it owns (or null).
     ort.check("ValueInfo_GetInitializerValue", unsafe {
@@ -426,8 +455,7 @@ unsafe fn initializer(ort: &Ort, v: &ValueMeta) -> Result<HostTensor, EpError> {
         return Err(EpError::Graph(format!("initializer {:?} has no value", v.name)));
     }
     // SAFETY: value is a valid tensor owned by ORT during this call.
-    let (meta, bytes) = unsafe { tensor_bytes(ort, value) }?;
-    Ok(HostTensor { dtype: meta.dtype, shape: meta.shape, bytes: bytes.to_vec().into() })
+    unsafe { tensor_bytes(ort, value) }
 }
 
 /// The meta and host bytes of an ORT tensor.
@@ -644,141 +672,4 @@ pub unsafe fn release(infos: *mut *mut OrtNodeComputeInfo, n: usize) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::graph::ValueMeta;
-
-    fn value(name: &str, dims: &[i64], constant: bool) -> Option<ValueMeta> {
-        Some(ValueMeta {
-            name: name.into(),
-            elem: 1,
-            dims: Some(dims.to_vec()),
-            symbols: vec![],
-            constant,
-            data: None,
-            handle: ptr::null(),
-        })
-    }
-
-    fn node(op: &str, inputs: Vec<Option<ValueMeta>>, out: Option<ValueMeta>) -> NodeInfo {
-        NodeInfo {
-            node: ptr::null(),
-            name: String::new(),
-            op_type: op.into(),
-            domain: String::new(),
-            since_version: 17,
-            inputs,
-            outputs: vec![out],
-            attrs: Default::default(),
-        }
-    }
-
-    fn fused(inputs: Vec<Option<ValueMeta>>, outputs: Vec<Option<ValueMeta>>) -> NodeInfo {
-        NodeInfo { name: "NpurtExecutionProvider_0".into(), ..node("Fused", inputs, None) }.with_outputs(outputs)
-    }
-
-    impl NodeInfo {
-        fn with_outputs(mut self, outputs: Vec<Option<ValueMeta>>) -> NodeInfo {
-            self.outputs = outputs;
-            self
-        }
-    }
-
-    fn metas(f: &NodeInfo) -> Vec<TensorMeta> {
-        f.inputs.iter().flatten().map(|v| static_meta(v).unwrap()).collect()
-    }
-
-    fn weights(v: &ValueMeta) -> Result<HostTensor, EpError> {
-        let n: i64 = v.dims.as_ref().unwrap().iter().product();
-        Ok(HostTensor::from_vec(vec![n as usize], vec![1f32; n as usize]).unwrap())
-    }
-
-    #[test]
-    fn a_group_becomes_one_graph_with_its_weights_as_constants() {
-        let nodes = [
-            node("Relu", vec![value("x", &[4], false)], value("r", &[4], false)),
-            node("Add", vec![value("r", &[4], false), value("w", &[4], true)], value("z", &[4], false)),
-        ];
-        let f = fused(vec![value("x", &[4], false)], vec![value("z", &[4], false)]);
-        let b = build_graph(&f, &nodes, &metas(&f), ops::Bindings::new(), &mut weights).unwrap();
-        assert_eq!(b.graph.nodes.len(), 2);
-        assert_eq!(b.graph.inputs.len(), 1);
-        assert!(matches!(b.outputs[..], [Out::Graph(0)]));
-        assert!(
-            b.graph.values.iter().any(|v| v.name == "w" && matches!(v.kind, runtime::graph::ValueKind::Constant(_)))
-        );
-    }
-
-    #[test]
-    fn a_refused_node_is_named_with_its_op_and_operands() {
-        // ORT declares `r` as [2, 3] where it is used, but the Relu made it [4]: npurt's
-        // builder refuses the Add, and the error says where.
-        let nodes = [
-            node("Relu", vec![value("x", &[4], false)], value("r", &[4], false)),
-            node("Add", vec![value("r", &[2, 3], false), value("y", &[2, 3], false)], value("z", &[2, 3], false)),
-        ];
-        let f = fused(vec![value("x", &[4], false), value("y", &[2, 3], false)], vec![value("z", &[2, 3], false)]);
-        let e = build_graph(&f, &nodes, &metas(&f), ops::Bindings::new(), &mut weights).unwrap_err().to_string();
-        for part in ["NpurtExecutionProvider_0", "\"z\" (Add)", "\"r\" f32 [4]", "\"y\" f32 [2, 3]", "Add:"] {
-            assert!(e.contains(part), "{part} not in {e}");
-        }
-        // An operand that nothing makes, and an op that is not npurt's.
-        let nodes = [node("Relu", vec![value("q", &[4], false)], value("r", &[4], false))];
-        let f = fused(vec![], vec![value("r", &[4], false)]);
-        let e = build_graph(&f, &nodes, &metas(&f), ops::Bindings::new(), &mut weights).unwrap_err().to_string();
-        assert!(e.contains("\"r\" (Relu)") && e.contains("\"q\" comes from nowhere"), "{e}");
-        let nodes = [node("Conv", vec![value("x", &[4], false)], value("c", &[4], false))];
-        let f = fused(vec![value("x", &[4], false)], vec![value("c", &[4], false)]);
-        let e = build_graph(&f, &nodes, &metas(&f), ops::Bindings::new(), &mut weights).unwrap_err().to_string();
-        assert!(e.contains("\"c\" (Conv) is not npurt's"), "{e}");
-    }
-
-    #[test]
-    fn a_folded_value_is_a_host_output_and_a_constant_of_the_graph() {
-        // s = Shape(x); y = Reshape(x, Concat(s[0..1], [-1])); both s and y leave the group.
-        let int = |name: &str, n: i64| Some(ValueMeta { elem: 7, ..value(name, &[n], false).unwrap() });
-        let k = Some(ValueMeta { data: Some(vec![-1]), constant: true, ..int("k", 1).unwrap() });
-        let mut shape = node("Shape", vec![value("x", &[2, 3, 4], false)], int("s", 3));
-        shape.since_version = 15;
-        shape.attrs.insert("end".into(), crate::graph::Attr::Int(1));
-        let mut cat = node("Concat", vec![int("s", 1), k], int("t", 2));
-        cat.attrs.insert("axis".into(), crate::graph::Attr::Int(0));
-        shape.outputs = vec![int("s", 1)];
-        let reshape = node("Reshape", vec![value("x", &[2, 3, 4], false), int("t", 2)], value("y", &[2, 12], false));
-        let f = fused(vec![value("x", &[2, 3, 4], false)], vec![int("s", 1), value("y", &[2, 12], false)]);
-        let b = build_graph(&f, &[shape, cat, reshape], &metas(&f), ops::Bindings::new(), &mut weights).unwrap();
-        assert_eq!(b.graph.nodes.len(), 1, "only the Reshape is npurt's");
-        match &b.outputs[..] {
-            [Out::Host(h), Out::Graph(0)] => assert_eq!(h.data, vec![2]),
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn a_split_is_one_slice_node_per_output() {
-        let k = Some(ValueMeta { elem: 7, data: Some(vec![1, 3]), constant: true, ..value("sp", &[2], true).unwrap() });
-        let mut split = node("Split", vec![value("x", &[2, 4], false), k], None);
-        split.outputs = vec![value("y0", &[2, 1], false), value("y1", &[2, 3], false)];
-        split.attrs.insert("axis".into(), crate::graph::Attr::Int(1));
-        let f = fused(vec![value("x", &[2, 4], false)], vec![value("y0", &[2, 1], false), value("y1", &[2, 3], false)]);
-        let b = build_graph(&f, &[split], &metas(&f), ops::Bindings::new(), &mut weights).unwrap();
-        assert_eq!(b.graph.nodes.len(), 2);
-        assert!(b.graph.nodes.iter().all(|n| matches!(n.op, Op::Slice { .. })));
-        assert!(matches!(b.outputs[..], [Out::Graph(0), Out::Graph(1)]));
-    }
-
-    #[test]
-    fn a_constant_of_shape_is_its_value_expanded() {
-        // y = ConstantOfShape(Shape(x), 1.5): x is only a Shape's input, so it is not fed.
-        let s = Some(ValueMeta { elem: 7, ..value("s", &[2], false).unwrap() });
-        let mut shape = node("Shape", vec![value("x", &[2, 3], false)], s.clone());
-        shape.since_version = 15;
-        let mut c = node("ConstantOfShape", vec![s], value("y", &[2, 3], false));
-        let v = crate::graph::Attr::Tensor { elem: 1, bytes: Some(1.5f32.to_le_bytes().to_vec()) };
-        c.attrs.insert("value".into(), v);
-        let f = fused(vec![value("x", &[2, 3], false)], vec![value("y", &[2, 3], false)]);
-        let b = build_graph(&f, &[shape, c], &metas(&f), ops::Bindings::new(), &mut weights).unwrap();
-        assert!(matches!(b.graph.nodes[..], [ref n] if n.op == Op::Expand { shape: vec![2, 3] }));
-        assert!(b.inputs.is_empty());
-    }
-}
+mod tests;

@@ -22,6 +22,7 @@ pub mod ops;
 pub mod options;
 pub mod ort;
 pub mod partition;
+pub mod stash;
 
 use core::ffi::c_char;
 use std::panic::{AssertUnwindSafe, catch_unwind};

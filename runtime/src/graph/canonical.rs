@@ -67,10 +67,15 @@ use std::collections::HashMap;
 /// graph so that a transposed weight replaces the original bytes instead of joining them.
 pub fn canonicalize(g: Graph, kernel_of: KernelOf<'_>) -> Result<(Graph, CanonicalStats)> {
     let mut stats = CanonicalStats::default();
-    let g = {
-        let m = Matcher { g: &g, consumers: g.consumers(), kernel_of };
-        let groups = m.scalar_products(&mut stats);
-        if groups.is_empty() { g } else { rebuild(&g, &groups)? }
+    let groups = Matcher { g: &g, consumers: g.consumers(), kernel_of }.scalar_products(&mut stats);
+    // The graph taken is dropped once rebuilt: were it kept to the end (a shadowed binding
+    // lives on), it would hold every weight's original bytes through the transposes below.
+    let g = if groups.is_empty() {
+        g
+    } else {
+        let rebuilt = rebuild(&g, &groups)?;
+        drop(g);
+        rebuilt
     };
     let m = Matcher { g: &g, consumers: g.consumers(), kernel_of };
     let (groups, transpose) = m.structure(&mut stats);

@@ -9,6 +9,7 @@ use crate::backend::Prepacked;
 use crate::dtype::DType;
 use crate::tensor::Tensor;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// What identifies a constant across the graphs of one model.
@@ -67,6 +68,8 @@ pub(super) struct Entry {
 #[derive(Default)]
 pub struct SharedConstants {
     map: Mutex<HashMap<Key, Entry>>,
+    /// Device copies handed to compiles in place of an upload.
+    served: AtomicUsize,
 }
 
 impl std::fmt::Debug for SharedConstants {
@@ -91,6 +94,12 @@ impl SharedConstants {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// How many times a compile took a constant's device copy from the store instead of
+    /// uploading it (each constant of each compile counts once).
+    pub fn served(&self) -> usize {
+        self.served.load(Ordering::Relaxed)
     }
 
     /// Device bytes of the constants held.
@@ -155,7 +164,11 @@ impl<'s> Sharing<'s> {
 
     /// The store's device copy of constant `id`, when it serves it.
     pub(super) fn hit(&self, id: ValueId) -> Option<Tensor> {
-        self.hits.get(&id).map(|e| e.tensor.clone())
+        let t = self.hits.get(&id).map(|e| e.tensor.clone())?;
+        if let Some(st) = self.store {
+            st.served.fetch_add(1, Ordering::Relaxed);
+        }
+        Some(t)
     }
 
     /// Offers the store the device copy of constant `id` this compile uploaded (with what
