@@ -387,3 +387,25 @@ fn streamed_text_is_the_generated_text() {
         }
     }
 }
+
+/// The engine keeps no host copy of the weights once a graph is compiled (on the CPU the
+/// compiled constants are the only copy); a later bucket reads them again from their
+/// source, finds every one in the shared constants (nothing uploaded anew), and gives what
+/// a fresh model gives.
+#[test]
+fn no_host_copy_of_the_weights_is_kept_after_the_first_compile() {
+    let rt = cpu();
+    let llm = tiny(&rt, LlmOptions::default());
+    assert_eq!(llm.host_weight_bytes(), llm.weight_bytes(), "the weights read at load");
+    llm.generate_ids(&[vec![1, 2, 3]], &greedy(2)).unwrap();
+    assert_eq!(llm.host_weight_bytes(), 0, "a host copy beside the compiled constants");
+    let held = llm.shared_constant_bytes();
+    // Two prompts of 20 tokens: a new prefill bucket and a new decode bucket.
+    let two: Vec<Vec<u32>> = vec![(0..20).collect(), (5..25).collect()];
+    let got = llm.generate_ids(&two, &greedy(3)).unwrap();
+    assert_eq!(llm.compiled_steps().len(), 4, "{:?}", llm.compiled_steps());
+    assert_eq!(llm.host_weight_bytes(), 0);
+    assert_eq!(llm.shared_constant_bytes(), held, "weights read again were uploaded anew");
+    let fresh = tiny(&rt, LlmOptions::default());
+    assert_eq!(got, fresh.generate_ids(&two, &greedy(3)).unwrap());
+}

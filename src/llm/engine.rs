@@ -6,7 +6,7 @@
 use super::blocks::{BlockError, BlockManager, SeqId};
 use super::options::{FinishReason, LlmOptions};
 use super::sampler::Sampler;
-use crate::models::llama::{self, CacheShape, LlamaConfig, LlamaWeights, RopeTables, Step};
+use crate::models::llama::{self, CacheShape, LlamaConfig, LlamaSource, LlamaWeights, RopeTables, Step};
 use runtime::graph::{CompileOptions, CompiledGraph, SharedConstants};
 use runtime::{DType, Error, Result, Tensor};
 use std::collections::{HashMap, VecDeque};
@@ -45,10 +45,22 @@ pub(crate) fn bucket(n: usize, min: usize, max: usize) -> usize {
 }
 
 /// A model loaded on a device with its KV caches. `Send`; used through `&mut self`.
+///
+/// The weights live once, in the compiled graphs' shared constants (on the CPU those are
+/// host memory; on a device, device memory): the host copy read at load is handed to the
+/// first compile, which frees each weight as it uploads it, and a later shape bucket reads
+/// the weights again from their source (the memory-mapped files, or the seed of random
+/// ones) for as long as its own compile takes.
 pub(crate) struct Engine {
     rt: runtime::Runtime,
     pub config: LlamaConfig,
-    pub weights: LlamaWeights,
+    /// The weights read at load, until the first compile takes them.
+    weights: Option<LlamaWeights>,
+    /// Where to read the weights again for another bucket.
+    source: LlamaSource,
+    /// Bytes of the weights (merged, f32), and of those a decode step reads.
+    pub weight_bytes: usize,
+    pub weight_bytes_per_token: usize,
     rope: RopeTables,
     pub cache: CacheShape,
     pub max_batch: usize,
@@ -63,7 +75,13 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
-    pub fn new(rt: &runtime::Runtime, config: LlamaConfig, weights: LlamaWeights, o: &LlmOptions) -> Result<Engine> {
+    pub fn new(
+        rt: &runtime::Runtime,
+        config: LlamaConfig,
+        weights: LlamaWeights,
+        source: LlamaSource,
+        o: &LlmOptions,
+    ) -> Result<Engine> {
         if o.max_batch == 0 || o.block_size == 0 {
             return Err(Error::Config("llm: max_batch and block_size must be at least 1".into()));
         }
@@ -84,6 +102,10 @@ impl Engine {
             caches.push(rt.zeros(DType::F32, cache.dims(&config), o.device)?);
         }
         let rope = RopeTables::new(&config, max_seq_len)?;
+        // A decode step reads every weight but an untied embedding table, of which it reads
+        // one row per sequence.
+        let weight_bytes = weights.bytes();
+        let untied_embed = if weights.lm_head.is_some() { weights.embed.bytes.len() } else { 0 };
         Ok(Engine {
             rt: rt.clone(),
             rope,
@@ -97,8 +119,17 @@ impl Engine {
             blocks,
             next_seq: 0,
             config,
-            weights,
+            weight_bytes,
+            weight_bytes_per_token: weight_bytes - untied_embed,
+            weights: Some(weights),
+            source,
         })
+    }
+
+    /// Bytes of weights the engine holds on the host beside the compiled graphs' constants
+    /// (those read at load until the first compile; 0 after it).
+    pub fn host_weight_bytes(&self) -> usize {
+        self.weights.as_ref().map_or(0, LlamaWeights::bytes)
     }
 
     pub fn device(&self) -> usize {
@@ -109,7 +140,14 @@ impl Engine {
     pub fn graph(&mut self, step: Step) -> Result<&CompiledGraph> {
         if !self.graphs.contains_key(&step) {
             let t = std::time::Instant::now();
-            let g = llama::build(&self.config, &self.weights, &self.rope, self.cache, step)?;
+            // The graph holds the only host copy of the weights, which its compile frees as
+            // it uploads each (or finds it in `constants`).
+            let weights = match self.weights.take() {
+                Some(w) => w,
+                None => llama::load(&self.config, self.source.clone())?,
+            };
+            let g = llama::build(&self.config, &weights, &self.rope, self.cache, step)?;
+            drop(weights);
             let c = CompiledGraph::compile_shared(&self.rt, g.graph, self.compile.clone(), &self.constants)?;
             log::debug!("llm: compiled {step:?} in {:?}", t.elapsed());
             self.graphs.insert(step, c);

@@ -96,8 +96,9 @@ impl Llm {
                 eos = ids;
             }
         }
-        let weights = llama::load(&config, LlamaSource::from_dir(dir)?)?;
-        Self::new(rt, config, weights, Some(tokenizer), eos, &options)
+        let source = LlamaSource::from_dir(dir)?;
+        let weights = llama::load(&config, source.clone())?;
+        Self::new(rt, config, weights, source, Some(tokenizer), eos, &options)
     }
 
     /// A preset of seeded random weights (`llama-tiny`, `qwen2-0.5b`; see
@@ -108,19 +109,20 @@ impl Llm {
         })?;
         let weights = llama::load(&config, LlamaSource::Random(seed))?;
         let eos = config.eos_token_ids.clone();
-        Self::new(rt, config, weights, None, eos, &options)
+        Self::new(rt, config, weights, LlamaSource::Random(seed), None, eos, &options)
     }
 
     fn new(
         rt: &runtime::Runtime,
         config: LlamaConfig,
         weights: llama::LlamaWeights,
+        source: LlamaSource,
         tokenizer: Option<LlmTokenizer>,
         eos: Vec<u32>,
         options: &LlmOptions,
     ) -> Result<Llm> {
         rt.device_info(options.device)?;
-        let engine = Engine::new(rt, config.clone(), weights, options)?;
+        let engine = Engine::new(rt, config.clone(), weights, source, options)?;
         Ok(Llm { engine: Mutex::new(engine), tokenizer, config, eos })
     }
 
@@ -147,16 +149,20 @@ impl Llm {
     pub fn kv_cache_bytes(&self) -> usize {
         self.cache_shape().bytes(&self.config).unwrap_or(usize::MAX)
     }
-    /// Bytes of the weights on the host (merged, f32).
+    /// Bytes of the weights (merged, f32).
     pub fn weight_bytes(&self) -> usize {
-        self.engine().weights.bytes()
+        self.engine().weight_bytes
     }
-    /// Bytes of the weights one decode step reads on the host (merged, f32): all of them
-    /// but an untied embedding table, of which a step reads one row per sequence.
+    /// Bytes of the weights one decode step reads (merged, f32): all of them but an untied
+    /// embedding table, of which a step reads one row per sequence.
     pub fn weight_bytes_per_token(&self) -> usize {
-        let e = self.engine();
-        let embed = if e.weights.lm_head.is_some() { e.weights.embed.bytes.len() } else { 0 };
-        e.weights.bytes() - embed
+        self.engine().weight_bytes_per_token
+    }
+    /// Bytes of weights held on the host beside the compiled graphs' constants: those read
+    /// at load, until the first generation compiles a graph (0 from then on; a later shape
+    /// reads them again from their source only while it compiles).
+    pub fn host_weight_bytes(&self) -> usize {
+        self.engine().host_weight_bytes()
     }
     /// Device bytes of the constants the compiled graphs share (each weight once).
     pub fn shared_constant_bytes(&self) -> usize {

@@ -71,7 +71,8 @@ impl LlamaWeights {
     }
 }
 
-/// Where the weights come from. `Send + Sync`.
+/// Where the weights come from. `Send + Sync`; cloning shares the maps and tensors.
+#[derive(Clone)]
 pub enum LlamaSource {
     /// Hugging Face names (`model.layers.0.self_attn.q_proj.weight`, ...).
     Named(HashMap<String, HostTensor>),

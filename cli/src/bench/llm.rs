@@ -48,21 +48,79 @@ fn copy_bandwidth() -> f64 {
     2.0 * n as f64 / best.as_secs_f64().max(1e-9)
 }
 
-/// Prefill time (call start to the first token of every sequence) and decode time (from
-/// there to the last token) of one generation.
-fn timed(llm: &Llm, prompts: &[Vec<u32>], new_tokens: usize) -> Result<(Duration, Duration)> {
+/// What acl-emu counted and modelled (not measured) at one instant since its reset.
+#[derive(Clone, Copy, Default)]
+struct Emulated {
+    modelled_ms: f64,
+    phase1_calls: u64,
+    phase2_calls: u64,
+}
+
+/// Zeroes acl-emu's counters and restarts its modelled clock; false when not over it.
+#[cfg(feature = "acl")]
+fn emulator_reset(rt: &Runtime) -> Result<bool> {
+    match rt.acl_emulator() {
+        Some(e) => {
+            e.reset()?;
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
+/// What acl-emu counted since [`emulator_reset`] (the run synchronised: logits were read).
+#[cfg(feature = "acl")]
+fn emulator_read(rt: &Runtime) -> Result<Option<Emulated>> {
+    let Some(e) = rt.acl_emulator() else { return Ok(None) };
+    let c = e.counters()?;
+    Ok(Some(Emulated {
+        modelled_ms: c.modelled_latency_ms(),
+        phase1_calls: c.phase1_calls,
+        phase2_calls: c.phase2_calls,
+    }))
+}
+
+#[cfg(not(feature = "acl"))]
+fn emulator_reset(_rt: &Runtime) -> Result<bool> {
+    Ok(false)
+}
+
+#[cfg(not(feature = "acl"))]
+fn emulator_read(_rt: &Runtime) -> Result<Option<Emulated>> {
+    Ok(None)
+}
+
+/// One generation's prefill time (call start to the first token of every sequence) and
+/// decode time (from there to the last token); over acl-emu also the emulator's counters
+/// at the end of prefill and at the end of the call.
+struct Timed {
+    prefill: Duration,
+    decode: Duration,
+    emulated: Option<(Emulated, Emulated)>,
+}
+
+fn timed(rt: &Runtime, llm: &Llm, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Timed> {
     let params =
         SamplingParams { max_new_tokens: new_tokens, stop_token_ids: Some(vec![]), ..SamplingParams::default() };
+    let emulating = emulator_reset(rt)?;
     let t0 = Instant::now();
-    let (mut firsts, mut prefill) = (0, Duration::ZERO);
+    let (mut firsts, mut prefill, mut at_prefill) = (0, Duration::ZERO, None);
     llm.generate_ids_stream(prompts, &params, |_| {
         firsts += 1;
         if firsts == prompts.len() {
             prefill = t0.elapsed();
+            if emulating {
+                at_prefill = emulator_read(rt)?;
+            }
         }
         Ok(())
     })?;
-    Ok((prefill, t0.elapsed().saturating_sub(prefill)))
+    let decode = t0.elapsed().saturating_sub(prefill);
+    let emulated = match (at_prefill, if emulating { emulator_read(rt)? } else { None }) {
+        (Some(p), Some(end)) => Some((p, end)),
+        _ => None,
+    };
+    Ok(Timed { prefill, decode, emulated })
 }
 
 pub fn run(config: RuntimeConfig, a: LlmArgs) -> Result<()> {
@@ -87,9 +145,9 @@ pub fn run(config: RuntimeConfig, a: LlmArgs) -> Result<()> {
     let prompts: Vec<Vec<u32>> = (0..a.batch).map(|_| (0..a.prompt_len).map(|_| next()).collect()).collect();
     // The first call compiles the prefill and decode buckets; the second is timed.
     let t = Instant::now();
-    timed(&llm, &prompts, a.new_tokens.min(2))?;
+    timed(&rt, &llm, &prompts, a.new_tokens.min(2))?;
     let compile = t.elapsed();
-    let (prefill, decode) = timed(&llm, &prompts, a.new_tokens)?;
+    let Timed { prefill, decode, emulated } = timed(&rt, &llm, &prompts, a.new_tokens)?;
     let steps = a.new_tokens.saturating_sub(1).max(1);
     let per_token = decode.as_secs_f64() / steps as f64;
     let tokens_per_s = (a.batch * a.new_tokens.saturating_sub(1)) as f64 / decode.as_secs_f64().max(1e-9);
@@ -119,6 +177,29 @@ pub fn run(config: RuntimeConfig, a: LlmArgs) -> Result<()> {
         bandwidth / 1e9,
         share * 100.0
     );
+    // Over acl-emu: the modelled (not measured) device time, and the aclnn calls of prefill
+    // and of each decode step (phase 1: GetWorkspaceSize, phase 2: launches).
+    let modelled = emulated.map(|(p, end)| {
+        let per = |a: u64, b: u64| (b.saturating_sub(a)) as f64 / steps as f64;
+        serde_json::json!({
+            "prefill_ms": p.modelled_ms,
+            "decode_ms_per_token": (end.modelled_ms - p.modelled_ms) / steps as f64,
+            "prefill_phase1_calls": p.phase1_calls, "prefill_phase2_calls": p.phase2_calls,
+            "decode_phase1_calls_per_step": per(p.phase1_calls, end.phase1_calls),
+            "decode_phase2_calls_per_step": per(p.phase2_calls, end.phase2_calls),
+        })
+    });
+    if let Some(m) = &modelled {
+        println!(
+            "  acl-emu, modelled (not measured): prefill {:.3} ms, decode {:.4} ms per token; aclnn calls: prefill {} + {}, per decode step {} phase-1 + {} phase-2",
+            m["prefill_ms"].as_f64().unwrap_or(0.0),
+            m["decode_ms_per_token"].as_f64().unwrap_or(0.0),
+            m["prefill_phase1_calls"],
+            m["prefill_phase2_calls"],
+            m["decode_phase1_calls_per_step"],
+            m["decode_phase2_calls_per_step"],
+        );
+    }
     if let Some(path) = &a.json {
         let doc = serde_json::json!({
             "model": a.model, "backend": rt.backend_name(), "batch": a.batch,
@@ -126,6 +207,7 @@ pub fn run(config: RuntimeConfig, a: LlmArgs) -> Result<()> {
             "prefill_ms": prefill.as_secs_f64() * 1e3, "decode_ms_per_token": per_token * 1e3,
             "tokens_per_s": tokens_per_s, "kv_cache_mib": kv_mib, "weight_bytes": weights,
             "copy_bandwidth_gbs": bandwidth / 1e9, "bandwidth_share": share,
+            "modelled": modelled,
         });
         crate::outputs::write_json(path, &doc)?;
     }
