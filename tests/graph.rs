@@ -316,6 +316,49 @@ fn bf16_precision_stays_close_to_f32() {
     assert!(cos > 0.999 && d < 0.1, "bf16 vs f32: cosine {cos}, max diff {d}");
 }
 
+/// Precision bf16 with an output projection tied to the embedding table (one constant read
+/// by a Gather and, as its weight, by a Linear): where the CPU has a bf16 unit the table is
+/// stored once in bf16, the gathered rows are cast back to f32 for the rest of the graph,
+/// and the logits stay close to f32's; elsewhere the table stays f32.
+#[test]
+fn bf16_precision_stores_a_tied_table_once() {
+    let rt =
+        npurt::Runtime::with_config(RuntimeConfig { backend: Some("cpu".into()), ..RuntimeConfig::default() }).unwrap();
+    let (vocab, hidden, rows) = (40usize, 64usize, 5usize);
+    let mut g = Graph::new();
+    let ids = g.input("ids", DType::I64, [rows]);
+    let table: Vec<f32> = (0..vocab * hidden).map(|i| ((i * 37 % 101) as f32 - 50.0) / 60.0).collect();
+    let t = g.constant("embed", HostTensor::from_vec([vocab, hidden], table).unwrap());
+    let x = g.op("embed_tokens", Op::Gather { axis: 0 }, &[t, ids]).unwrap();
+    let x = g.op("act", Op::Silu, &[x]).unwrap();
+    let logits = g.op("lm_head", Op::Linear, &[x, t]).unwrap();
+    g.output(logits);
+    let id_vals: Vec<i64> = vec![3, 0, 39, 17, 3];
+    let ids_t = rt.empty(DType::I64, [rows], 0).unwrap();
+    ids_t.copy_from_bytes(bytemuck::cast_slice(&id_vals)).unwrap();
+    let f32_opts = options(true, true, false, ScheduleStrategy::Latency);
+    let want = CompiledGraph::compile(&rt, &g, f32_opts.clone()).unwrap().run(&[&ids_t]).unwrap();
+    let cg = CompiledGraph::compile(&rt, &g, CompileOptions { precision: Precision::Bf16, ..f32_opts }).unwrap();
+    let got = cg.run(&[&ids_t]).unwrap();
+    let cgraph = cg.graph();
+    let lm_head = cgraph.nodes.iter().find(|n| n.name == "lm_head").unwrap();
+    let casts = cgraph.nodes.iter().filter(|n| n.op == (Op::Cast { to: DType::F32 })).count();
+    if backend_cpu::kernels::gemm_bf16::available() {
+        assert_eq!(cgraph.meta(lm_head.inputs[1]).dtype, DType::BF16, "the tied table is stored in bf16");
+        let gather = cgraph.nodes.iter().find(|n| n.name == "embed_tokens").unwrap();
+        assert_eq!(gather.inputs[0], lm_head.inputs[1], "one table, read by both");
+        assert_eq!(cgraph.meta(gather.outputs[0]).dtype, DType::BF16);
+        assert_eq!(casts, 1, "the gathered rows are cast back to f32 once");
+    } else {
+        println!("this CPU has no AVX-512-BF16: checking that the table stays f32");
+        assert_eq!(cgraph.meta(lm_head.inputs[1]).dtype, DType::F32);
+        assert_eq!(casts, 0);
+    }
+    let cos = cosine(&want[0], &got[0]);
+    let d = max_diff(&want[0], &got[0]);
+    assert!(cos > 0.999 && d < 0.2, "bf16 vs f32: cosine {cos}, max diff {d}");
+}
+
 // Precision f16: Linear weights stored in fp16 where the backend runs an fp16 weight above
 // its reference tier (every Linear on the CPU, and on Ascend through aclnn casts and an
 // fp16 product on the Cube); the output stays within fp16's tolerance

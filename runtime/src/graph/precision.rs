@@ -8,7 +8,9 @@ use crate::runtime::Runtime;
 /// Converts the f32 constant weights of Linear nodes to `dtype` (bf16 or fp16) where the
 /// backend would then run the node well: for bf16 on a bf16 unit (a kernel whose unit
 /// label names bf16), for fp16 on any kernel above the reference tier. A weight also read
-/// by other ops stays f32. Returns how many were converted.
+/// by other ops stays f32, except, for bf16, a table that Gathers also read (an output
+/// projection tied to the embedding): it is stored once in bf16 and each Gather's rows are
+/// cast back to f32. Returns how many were converted.
 ///
 /// Where the backend says `dtype` is not native on its first visible device
 /// ([`crate::Backend::slow_precision`]: e.g. bf16 on a CPU without AVX-512-BF16 or AMX),
@@ -18,6 +20,7 @@ pub(super) fn low_precision_weights(rt: &Runtime, graph: &mut Graph, dtype: DTyp
     let tag = dtype.name();
     let mut converted = 0;
     let mut candidates = 0;
+    let mut gathers: Vec<super::ir::NodeId> = Vec::new();
     for ni in 0..graph.nodes.len() {
         let n = &graph.nodes[ni];
         if !matches!(n.op, crate::op::Op::Linear) {
@@ -28,11 +31,19 @@ pub(super) fn low_precision_weights(rt: &Runtime, graph: &mut Graph, dtype: DTyp
         if t.dtype != DType::F32 || graph.meta(n.inputs[0]).dtype != DType::F32 {
             continue;
         }
-        // Every reader must be a Linear reading it as its weight only, and the graph must
-        // not return it: anything else would see bf16 / fp16 where it expects f32.
+        // Every reader must be a Linear reading it as its weight only, or, for bf16, a
+        // Gather of its rows (a table tied to an embedding: the rows gathered are cast back
+        // to f32 below), and the graph must not return it: anything else would see bf16 /
+        // fp16 where it expects f32.
+        let reads_only_as =
+            |r: &super::ir::Node, slot: usize| r.inputs.iter().enumerate().all(|(i, v)| *v != w || i == slot);
         let weight_only = |c: &super::ir::NodeId| {
             let r = &graph.nodes[c.0];
-            matches!(r.op, crate::op::Op::Linear) && r.inputs.iter().enumerate().all(|(i, v)| *v != w || i == 1)
+            match r.op {
+                crate::op::Op::Linear => reads_only_as(r, 1),
+                crate::op::Op::Gather { axis: 0 } => dtype == DType::BF16 && reads_only_as(r, 0),
+                _ => false,
+            }
         };
         if !consumers[w.0].iter().all(weight_only) || graph.outputs.contains(&w) {
             continue;
@@ -65,11 +76,45 @@ pub(super) fn low_precision_weights(rt: &Runtime, graph: &mut Graph, dtype: DTyp
         graph.values[w.0].meta.dtype = dtype;
         graph.values[w.0].kind = ValueKind::Constant(ht);
         converted += 1;
+        gathers.extend(consumers[w.0].iter().filter(|c| matches!(graph.nodes[c.0].op, crate::op::Op::Gather { .. })));
     }
     if candidates > 0 {
         warn_if_not_native(rt, dtype, converted, candidates);
     }
+    // The last first, so that the earlier positions stay valid.
+    gathers.sort_by_key(|g| std::cmp::Reverse(g.0));
+    for g in gathers {
+        cast_output_back(graph, g.0, dtype);
+    }
     converted
+}
+
+/// Node `ni` now writes `dtype` (its input became `dtype`): it writes a new value, and a
+/// `Cast` to f32 inserted right after it writes the value the graph had, so its readers see
+/// what they saw.
+fn cast_output_back(graph: &mut Graph, ni: usize, dtype: DType) {
+    use super::ir::{Node, NodeId, Value, ValueId};
+    let out = graph.nodes[ni].outputs[0];
+    let meta = TensorMeta { dtype, ..graph.meta(out).clone() };
+    let name = format!("{}.{}", graph.values[out.0].name, dtype.name());
+    for v in &mut graph.values {
+        if let ValueKind::Node(p) = &mut v.kind
+            && p.0 > ni
+        {
+            p.0 += 1;
+        }
+    }
+    let raw = ValueId(graph.values.len());
+    graph.values.push(Value { name: name.clone(), meta, kind: ValueKind::Node(NodeId(ni)) });
+    graph.nodes[ni].outputs[0] = raw;
+    graph.values[out.0].kind = ValueKind::Node(NodeId(ni + 1));
+    let cast = Node {
+        name: format!("{name}.f32"),
+        op: crate::op::Op::Cast { to: DType::F32 },
+        inputs: vec![raw],
+        outputs: vec![out],
+    };
+    graph.nodes.insert(ni + 1, cast);
 }
 
 /// The one warning of [`low_precision_weights`] when the backend says `dtype` is slow.
