@@ -9,6 +9,7 @@
 //! its bytes read and written over HBM, a fill its bytes over HBM, each plus
 //! [`COPY_PS`].
 
+use acl_sys::soc::{CUBE_MACS, SocFigures, VECTOR_LANES_FP16};
 use runtime::{DType, Op, TensorMeta};
 
 /// Fixed cost of one kernel launch on a stream: 3 µs (an assumption of the order of a
@@ -23,18 +24,8 @@ pub const REPLAY_PS: u64 = 10_000_000;
 /// (assumption: the device's scheduler walks the task list).
 pub const REPLAYED_LAUNCH_PS: u64 = 1_000_000;
 
-/// MACs of one Cube per cycle in FP16 / BF16: 16 x 16 x 16 (platform ini `cube_m/n/k_size`,
-/// Hot Chips 31 "4096 FP16 MACs").
-const CUBE_MACS: f64 = 4096.0;
-/// FP16 lanes of one Vector unit per cycle: 128 (platform ini `vec_calc_size`; the
-/// 2048-bit vector unit of Hot Chips 31); FP32 has half as many.
-const VECTOR_LANES_FP16: f64 = 128.0;
 /// PCIe 4.0 x16, one direction: 16 GT/s x 16 lanes x 128/130 / 8 bits.
 const PCIE4_X16: f64 = 16e9 * 16.0 * 128.0 / 130.0 / 8.0;
-/// Ascend 910: four HBM2 stacks x 1024 bits x 2.4 Gb/s = 1228.8 GB/s.
-const HBM_910: f64 = 4.0 * 1024.0 * 2.4e9 / 8.0;
-/// Atlas A2 (910B): 1.6 TB/s as commonly published (third-party; no Huawei datasheet).
-const HBM_A2: f64 = 1.6e12;
 
 /// The unit a kernel runs on, in the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,23 +80,12 @@ pub struct Soc {
 impl Soc {
     /// The figures of `name`; an unknown SoC gets the Ascend910A's (logged at debug).
     pub fn of(name: &str) -> Soc {
-        // (cube cores, vector cores, MHz, bf16 and FP32 cube, HBM): from CANN's platform
-        // description files (hicann/runtime, `platform_config/<SoC>.ini`), see docs/ASCEND.md.
-        let (cube, vector, mhz, a2, hbm) = match name {
-            "Ascend910A" => (32, 32, 1000, false, HBM_910),
-            "Ascend910B" => (30, 30, 900, false, HBM_910),
-            "Ascend910ProA" => (32, 32, 1100, false, HBM_910),
-            "Ascend910ProB" => (30, 30, 1150, false, HBM_910),
-            "Ascend910PremiumA" => (32, 32, 1220, false, HBM_910),
-            "Ascend910B1" => (24, 48, 1850, true, HBM_A2),
-            "Ascend910B2" | "Ascend910B2C" => (24, 48, 1800, true, HBM_A2),
-            "Ascend910B3" => (20, 40, 1800, true, HBM_A2),
-            "Ascend910B4" => (20, 40, 1500, true, HBM_A2),
-            other => {
-                log::debug!("acl-emu: no modelled figures for SoC {other:?}; using the Ascend910A's");
-                (32, 32, 1000, false, HBM_910)
-            }
-        };
+        // From CANN's platform description files (acl-sys's `soc` table, docs/ASCEND.md).
+        let f = SocFigures::of(name).unwrap_or_else(|| {
+            log::debug!("acl-emu: no modelled figures for SoC {name:?}; using the Ascend910A's");
+            SocFigures::ASCEND_910A
+        });
+        let (cube, vector, mhz, a2, hbm) = (f.cube_cores, f.vector_cores, f.mhz, f.atlas_a2, f.hbm);
         Soc {
             name: name.to_string(),
             cube_cores: cube,

@@ -10,6 +10,7 @@
 //!   symbol, calls it, and turns a failure into an [`AclError`] carrying the code, its
 //!   name, the calling function and the text of `aclGetRecentErrMsg`; out-parameters
 //!   come back as return values.
+//! * [`soc`]: the modelled figures of each Ascend SoC (cores, clock, HBM), plain data.
 //!
 //! No policy lives here: no allocation logic, no retries, no device selection.
 //!
@@ -27,6 +28,7 @@ mod error;
 pub mod fns;
 mod load;
 pub mod result;
+pub mod soc;
 pub mod types;
 
 pub use error::{AclError, LoadError};

@@ -3,7 +3,7 @@
 //! replace (docs/ASCEND.md, "The mapping follows the modelled cost").
 //!
 //! The model is acl-emu's (`acl-emu/src/model.rs`, docs/ASCEND.md "What acl-emu counts,
-//! and its modelled clock"), with the same figures per SoC: each aclnn call costs
+//! and its modelled clock"), with the same per-SoC figures (`acl_sys::soc`): each aclnn call costs
 //! `max(FLOPs / peak of its unit, bytes / HBM bandwidth)` plus the launch of a kernel
 //! inside a replayed capture (compiled graphs are captured and replayed by default). A
 //! kernel is the sum of the aclnn calls it makes: the 910's Attention composition pays
@@ -18,15 +18,6 @@ use std::time::Duration;
 /// Launch cost of one kernel inside a replayed capture, picoseconds (acl-emu's
 /// `REPLAYED_LAUNCH_PS`: an assumption, see docs/ASCEND.md).
 pub const REPLAYED_LAUNCH_PS: u64 = 1_000_000;
-
-/// MACs of one Cube per cycle in FP16 (16 x 16 x 16).
-const CUBE_MACS: f64 = 4096.0;
-/// FP16 lanes of one Vector unit per cycle (FP32: half).
-const VECTOR_LANES_FP16: f64 = 128.0;
-/// Ascend 910 HBM: four HBM2 stacks x 1024 bits x 2.4 Gb/s.
-const HBM_910: f64 = 4.0 * 1024.0 * 2.4e9 / 8.0;
-/// Atlas A2 HBM: 1.6 TB/s (third-party figure).
-const HBM_A2: f64 = 1.6e12;
 
 /// One SoC's modelled rates. Plain data: `Send + Sync`.
 #[derive(Clone, Debug, PartialEq)]
@@ -46,24 +37,12 @@ impl SocModel {
     /// The figures of `soc` (the `aclrtGetSocName` string, whole); an unknown SoC gets the
     /// Ascend910A's, as in acl-emu.
     pub fn of(soc: &str) -> SocModel {
-        // (cube cores, vector units, MHz, Atlas A2, HBM): CANN's platform_config ini files.
-        let (cube, vector, mhz, a2, hbm) = match soc {
-            "Ascend910B" => (30, 30, 900, false, HBM_910),
-            "Ascend910ProA" => (32, 32, 1100, false, HBM_910),
-            "Ascend910ProB" => (30, 30, 1150, false, HBM_910),
-            "Ascend910PremiumA" => (32, 32, 1220, false, HBM_910),
-            "Ascend910B1" => (24, 48, 1850, true, HBM_A2),
-            "Ascend910B2" | "Ascend910B2C" => (24, 48, 1800, true, HBM_A2),
-            "Ascend910B3" => (20, 40, 1800, true, HBM_A2),
-            "Ascend910B4" => (20, 40, 1500, true, HBM_A2),
-            _ => (32, 32, 1000, false, HBM_910),
-        };
-        let hz = mhz as f64 * 1e6;
+        let f = acl_sys::soc::SocFigures::of(soc).unwrap_or(acl_sys::soc::SocFigures::ASCEND_910A);
         SocModel {
-            cube_fp16: cube as f64 * CUBE_MACS * 2.0 * hz,
-            cube_fp32: a2,
-            vector_fp16: vector as f64 * VECTOR_LANES_FP16 * hz,
-            hbm,
+            cube_fp16: f.cube_fp16_flops(),
+            cube_fp32: f.atlas_a2,
+            vector_fp16: f.vector_fp16_flops(),
+            hbm: f.hbm,
         }
     }
 
