@@ -127,12 +127,16 @@ fn check<T: Object>(t: &Table, p: usize, what: &str) -> Result<(usize, Shared), 
     let foreign = || invalid(format!("{p:#x} is not a handle npurt made (expected an {want})"));
     let (index, tag, generation) = decode(p).ok_or_else(foreign)?;
     let kind = Kind::from_tag(tag).ok_or_else(foreign)?;
-    if kind != T::KIND {
-        return Err(invalid(format!("{p:#x} is an {} handle, not an {want}", kind.c_name())));
-    }
+    // Only bits that name an entry npurt made are read as a handle: any other value (a
+    // heap address, say) whose fields happen to decode stays "not a handle npurt made".
     let entry = t.entries.get(index).filter(|_| generation != 0).ok_or_else(foreign)?;
     match &entry.live {
-        Some((k, obj)) if *k == kind && entry.generation == generation => Ok((index, obj.clone())),
+        Some((k, obj)) if *k == kind && entry.generation == generation => {
+            if kind != T::KIND {
+                return Err(invalid(format!("{p:#x} is an {} handle, not an {want}", kind.c_name())));
+            }
+            Ok((index, obj.clone()))
+        }
         _ if generation < entry.generation => Err(invalid(format!("{want} handle {p:#x} was already released"))),
         _ => Err(foreign()),
     }
@@ -223,7 +227,10 @@ mod tests {
         assert_ne!(a, a2);
         assert!(get(a, "event").unwrap_err().msg.contains("already released"));
         assert_eq!(get(a2, "event").unwrap().0, 8);
-        for bogus in [1usize, 0xdead_beef, usize::MAX, 0x5555_1234_5678] {
+        // Bits whose tag field names a kind (Graph = 5 in bits 32..40) and whose index is
+        // past the table, as a heap address can be: not a handle npurt made.
+        let graph_like = 0x5605_ffda_e530usize;
+        for bogus in [1usize, 0xdead_beef, usize::MAX, 0x5555_1234_5678, graph_like] {
             let e = get(std::ptr::without_provenance::<A>(bogus), "event").unwrap_err();
             assert_eq!(e.status, NPURT_ERR_INVALID_HANDLE, "{bogus:#x}");
             assert!(e.msg.contains("is not a handle npurt made"), "{}", e.msg);
