@@ -195,19 +195,22 @@ pub const GROUP: usize = 4;
 ///
 /// # Safety
 /// Tiles configured on this thread; `kp % 16 == 0`, `kp > 0`; `data` the packed weight
-/// (`n.div_ceil(NR) * kp * NR` words); `c` is the whole `[m × n]` output with `r1 <= m`.
+/// (`n.div_ceil(NR) * kp * NR` words); `c` points to the whole `[m × n]` output with
+/// `r1 <= m`, valid for writes, whose (rows `r0..r1` × panels `p0..p1`) block no one else
+/// reads or writes during the call (other tasks may write other blocks at the same time:
+/// `c` is a raw pointer so that no two tasks hold a reference to the same memory).
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn task(
     kp: usize,
     n: usize,
     a: &[u32],
     data: &[u32],
-    c: &mut [f32],
+    c: *mut f32,
     (r0, r1): (usize, usize),
     (p0, p1): (usize, usize),
     load_c: bool,
 ) {
-    debug_assert!(a.len() >= packed_len(r1 - r0, kp) && c.len() >= r1 * n);
+    debug_assert!(a.len() >= packed_len(r1 - r0, kp));
     let panels = n.div_ceil(NR);
     debug_assert!(p1 <= panels && data.len() >= panels * kp * NR);
     let blocks = (r1 - r0).div_ceil(AMX_MR);
@@ -239,20 +242,31 @@ pub unsafe fn task(
                         // SAFETY: 32 full rows and columns of `c` from (i0, pi * NR); tiles
                         // configured; `ab` holds `kc` steps of 32 rows and `panel` `kc * NR`
                         // words (contract); `next` is only prefetched.
-                        unsafe { block(kc, ab, panel, next, c[i0 * n + pi * NR..].as_mut_ptr(), n, load) };
+                        unsafe { block(kc, ab, panel, next, c.add(i0 * n + pi * NR), n, load) };
                         continue;
                     }
                     let s = &mut scratch.0;
                     if load {
                         for r in 0..rows {
-                            s[r * NR..r * NR + cols].copy_from_slice(&c[(i0 + r) * n + pi * NR..][..cols]);
+                            // SAFETY: `cols` elements of row `i0 + r` from column `pi * NR`,
+                            // inside this task's block of `c` (contract), into the scratch row.
+                            unsafe {
+                                std::ptr::copy_nonoverlapping(
+                                    c.add((i0 + r) * n + pi * NR),
+                                    s[r * NR..].as_mut_ptr(),
+                                    cols,
+                                )
+                            };
                         }
                     }
                     // SAFETY: the scratch block holds 32 rows of 32 columns at stride NR;
                     // the rest as above.
                     unsafe { block(kc, ab, panel, next, s.as_mut_ptr(), NR, load) };
                     for r in 0..rows {
-                        c[(i0 + r) * n + pi * NR..][..cols].copy_from_slice(&s[r * NR..r * NR + cols]);
+                        // SAFETY: as for the loads above, in the other direction.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(s[r * NR..].as_ptr(), c.add((i0 + r) * n + pi * NR), cols)
+                        };
                     }
                 }
             }

@@ -162,15 +162,14 @@ fn gemm_amx(f: &CpuFeatures, m: usize, x: &[f32], w: &PackedWeight<'_>, c: &mut 
             // 64-byte aligned words: the tile loads of x run at full speed.
             let a: &mut [u32] = bytemuck::cast_slice_mut(lines);
             amx::pack_rows(x, k, r0, r1, kp, a, f.avx512bf16);
-            // SAFETY: tasks touch disjoint (row range × panel range) blocks of `c`, whose
-            // `m * n` elements `gemm` checked; no other reference to `c` is used meanwhile.
-            let c = unsafe { std::slice::from_raw_parts_mut(c_ptr.get(), m * n) };
             // SAFETY: `use_amx` checked that the OS enabled AMX; the tiles live for this
             // task on this thread.
             let _tiles = unsafe { amx::Tiles::configure() };
             // SAFETY: tiles configured just above; `kp % 16 == 0` and `kp > 0` (`use_amx`,
-            // `gemm`); `a` holds the task's packed rows; `w.data` the packed weight.
-            unsafe { amx::task(kp, n, a, &w.data, c, (r0, r1), (p0, p1), acc) };
+            // `gemm`); `a` holds the task's packed rows; `w.data` the packed weight; `c_ptr`
+            // is the `m × n` output `gemm` checked, borrowed mutably for this call, and the
+            // tasks' (row range × panel range) blocks are disjoint.
+            unsafe { amx::task(kp, n, a, &w.data, c_ptr.get(), (r0, r1), (p0, p1), acc) };
         });
     };
     if tasks.len() > 1 {

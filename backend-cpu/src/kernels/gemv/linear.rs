@@ -42,7 +42,12 @@ pub fn linear_f32(ins: &[In], outs: &mut [Out], ctx: &Ctx) -> Option<KResult> {
     let m = small_m(ins)?;
     let (n, k) = (*ins[1].dims.first()?, *ins[1].dims.get(1)?);
     let bytes = ins[1].bytes;
-    let packed = ctx.prepacked.as_ref().and_then(|p| p.0.downcast_ref::<PackedBLayout>());
+    let pre = ctx.prepacked.as_ref();
+    let packed = pre.and_then(|p| p.0.downcast_ref::<PackedBLayout>());
+    // Any other prepacked form (the bf16 panels) is not a row-major weight: not read here.
+    if pre.is_some() && packed.is_none() {
+        return None;
+    }
     let data = match (packed, ins[1].dtype) {
         (Some(l), DType::F32) => WeightData::F32Packed(l, elems(bytes, l.len(), 1)?),
         (Some(_), _) => return None,
