@@ -34,12 +34,12 @@ TOLERANCE = {"Ascend910B2": 1e-4, "Ascend910A": 2e-2}
 # --- the child: runs in a process whose environment points npurt at the emulator ---------------
 
 class RunCounters(ctypes.Structure):
-    """acl-emu's `aclEmuRunCounters` (acl-sys/src/fns.rs): sixteen uint64_t, in this order."""
+    """acl-emu's `aclEmuRunCounters` (acl-sys/src/fns.rs): seventeen uint64_t, in this order."""
 
     _fields_ = [(n, ctypes.c_uint64) for n in (
         "phase1_calls", "phase2_calls", "h2d_copies", "d2h_copies", "d2d_copies", "h2d_bytes", "d2h_bytes",
         "d2d_bytes", "allocations", "allocated_bytes", "synchronizations", "replays", "modelled_ns",
-        "modelled_cube_ns", "modelled_vector_ns", "modelled_copy_ns")]
+        "modelled_cube_ns", "modelled_vector_ns", "modelled_copy_ns", "modelled_roofline_ns")]
 
 
 def _feeds(sess, seed: int = 5) -> dict:
