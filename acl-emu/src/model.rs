@@ -9,7 +9,7 @@
 //! its bytes read and written over HBM, a fill its bytes over HBM, each plus
 //! [`COPY_PS`].
 
-use acl_sys::soc::{CUBE_MACS, SocFigures, VECTOR_LANES_FP16};
+use acl_sys::soc::{CUBE_MACS, SocFigures, VECTOR_LANES_FP16, secs_to_ps};
 use runtime::{DType, Op, TensorMeta};
 
 /// Fixed cost of one kernel launch on a stream: 3 µs (an assumption of the order of a
@@ -125,7 +125,7 @@ impl Soc {
     pub fn kernel(&self, op: &Op, inputs: &[TensorMeta], outputs: &[TensorMeta], fp16_compute: bool) -> Cost {
         let flops = op.flops(inputs, outputs) as f64;
         let bytes = op.bytes(inputs, outputs) as f64;
-        let cube = matches!(op, Op::MatMul { .. } | Op::Gemm { .. } | Op::Linear | Op::Attention { .. });
+        let cube = op.is_matrix_product();
         let (unit, peak) = if cube {
             let dt = inputs.first().map_or(DType::F16, |m| m.dtype);
             let dt = if fp16_compute && dt == DType::F32 { DType::F16 } else { dt };
@@ -137,7 +137,7 @@ impl Soc {
         };
         let secs = (flops / peak).max(bytes / self.hbm);
         let bound_ps = self.roofline(op, inputs, outputs);
-        Cost { ps: ps(secs).saturating_add(LAUNCH_PS), unit, bound_ps }
+        Cost { ps: secs_to_ps(secs).saturating_add(LAUNCH_PS), unit, bound_ps }
     }
 
     /// The roofline bound of one execution of `op`, picoseconds: `max(FLOPs / peak,
@@ -147,13 +147,13 @@ impl Soc {
     pub fn roofline(&self, op: &Op, inputs: &[TensorMeta], outputs: &[TensorMeta]) -> u64 {
         let flops = op.flops(inputs, outputs) as f64;
         let bytes = op.bytes(inputs, outputs) as f64;
-        let peak = if matches!(op, Op::MatMul { .. } | Op::Gemm { .. } | Op::Linear | Op::Attention { .. }) {
+        let peak = if op.is_matrix_product() {
             self.cube_flops(DType::F16)
         } else {
             let widest = inputs.iter().chain(outputs).map(|m| m.dtype).max_by_key(|d| d.size()).unwrap_or(DType::F16);
             self.vector_flops(widest)
         };
-        ps((flops / peak).max(bytes / self.hbm))
+        secs_to_ps((flops / peak).max(bytes / self.hbm))
     }
 
     /// The modelled duration of a copy of `bytes`.
@@ -162,24 +162,12 @@ impl Soc {
             CopyDir::HostToDevice | CopyDir::DeviceToHost => bytes as f64 / self.pcie,
             CopyDir::DeviceToDevice => 2.0 * bytes as f64 / self.hbm,
         };
-        Cost { ps: ps(secs).saturating_add(COPY_PS), unit: Unit::Copy, bound_ps: 0 }
+        Cost { ps: secs_to_ps(secs).saturating_add(COPY_PS), unit: Unit::Copy, bound_ps: 0 }
     }
 
     /// The modelled duration of a fill of `bytes` of device memory.
     pub fn fill(&self, bytes: u64) -> Cost {
-        Cost { ps: ps(bytes as f64 / self.hbm).saturating_add(COPY_PS), unit: Unit::Copy, bound_ps: 0 }
-    }
-}
-
-/// Seconds as whole picoseconds, rounded up; saturates.
-fn ps(secs: f64) -> u64 {
-    let v = (secs * 1e12).ceil();
-    if v.is_nan() || v <= 0.0 {
-        0
-    } else if v >= u64::MAX as f64 {
-        u64::MAX
-    } else {
-        v as u64
+        Cost { ps: secs_to_ps(bytes as f64 / self.hbm).saturating_add(COPY_PS), unit: Unit::Copy, bound_ps: 0 }
     }
 }
 
@@ -213,11 +201,11 @@ mod tests {
         let c = soc.kernel(&op, &i, &o, false);
         assert_eq!(c.unit, Unit::Cube);
         let compute = 2.0 * 4096f64.powi(3) / soc.cube_flops(DType::F16);
-        assert_eq!(c.ps, ps(compute) + LAUNCH_PS);
+        assert_eq!(c.ps, secs_to_ps(compute) + LAUNCH_PS);
         let add = soc.kernel(&Op::Add, &i, &o, false);
         assert_eq!(add.unit, Unit::Vector);
-        assert_eq!(add.ps, ps(3.0 * 4096.0 * 4096.0 * 2.0 / soc.hbm) + LAUNCH_PS);
-        assert_eq!(c.bound_ps, ps(compute), "the bound is the roofline without the launch");
+        assert_eq!(add.ps, secs_to_ps(3.0 * 4096.0 * 4096.0 * 2.0 / soc.hbm) + LAUNCH_PS);
+        assert_eq!(c.bound_ps, secs_to_ps(compute), "the bound is the roofline without the launch");
         assert_eq!(add.bound_ps, add.ps - LAUNCH_PS);
         // An empty op costs the launch alone.
         let e = [m(DType::F16, &[0])];
@@ -228,8 +216,8 @@ mod tests {
     fn copies_go_over_pcie_or_hbm() {
         let soc = Soc::of("Ascend910A");
         let mib = 1u64 << 20;
-        assert_eq!(soc.copy(CopyDir::HostToDevice, mib).ps, ps(mib as f64 / PCIE4_X16) + COPY_PS);
-        assert_eq!(soc.copy(CopyDir::DeviceToDevice, mib).ps, ps(2.0 * mib as f64 / soc.hbm) + COPY_PS);
+        assert_eq!(soc.copy(CopyDir::HostToDevice, mib).ps, secs_to_ps(mib as f64 / PCIE4_X16) + COPY_PS);
+        assert_eq!(soc.copy(CopyDir::DeviceToDevice, mib).ps, secs_to_ps(2.0 * mib as f64 / soc.hbm) + COPY_PS);
         assert_eq!(soc.fill(0).ps, COPY_PS);
     }
 }

@@ -76,6 +76,20 @@ impl SocFigures {
     }
 }
 
+/// Seconds as whole picoseconds, rounded up; 0 for NaN or a negative time, saturating at
+/// `u64::MAX`. The unit of every modelled duration, so acl-emu and the backend's copy of
+/// its model round the same way.
+pub fn secs_to_ps(secs: f64) -> u64 {
+    let v = (secs * 1e12).ceil();
+    if v.is_nan() || v <= 0.0 {
+        0
+    } else if v >= u64::MAX as f64 {
+        u64::MAX
+    } else {
+        v as u64
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,6 +12,7 @@
 //! against acl-emu's for every SoC it models.
 
 use crate::kernels::Impl;
+use acl_sys::soc::secs_to_ps;
 use runtime::{DType, Op, TensorMeta};
 use std::time::Duration;
 
@@ -52,14 +53,14 @@ impl SocModel {
     pub fn call_ps(&self, op: &Op, inputs: &[TensorMeta], outputs: &[TensorMeta], fp16_compute: bool) -> u64 {
         let flops = op.flops(inputs, outputs) as f64;
         let bytes = op.bytes(inputs, outputs) as f64;
-        let peak = if is_cube(op) {
+        let peak = if op.is_matrix_product() {
             let dt = inputs.first().map_or(DType::F16, |m| m.dtype);
             if dt == DType::F32 && !fp16_compute && self.cube_fp32 { self.cube_fp16 / 4.0 } else { self.cube_fp16 }
         } else {
             let widest = inputs.iter().chain(outputs).map(|m| m.dtype).max_by_key(|d| d.size()).unwrap_or(DType::F16);
             if widest.size() <= 2 { self.vector_fp16 } else { self.vector_fp16 / 2.0 }
         };
-        ps((flops / peak).max(bytes / self.hbm))
+        secs_to_ps((flops / peak).max(bytes / self.hbm))
     }
 
     /// The modelled time of kernel `imp` running `op` (inputs, outputs), each of its aclnn
@@ -73,25 +74,12 @@ impl SocModel {
         };
         let total = calls
             .iter()
-            .map(|c| self.call_ps(&c.op, &c.ins, &c.outs, fp16 && is_cube(&c.op)).saturating_add(REPLAYED_LAUNCH_PS))
+            .map(|c| {
+                self.call_ps(&c.op, &c.ins, &c.outs, fp16 && c.op.is_matrix_product())
+                    .saturating_add(REPLAYED_LAUNCH_PS)
+            })
             .fold(0u64, u64::saturating_add);
         Some(Duration::from_nanos(total / 1000))
-    }
-}
-
-fn is_cube(op: &Op) -> bool {
-    matches!(op, Op::MatMul { .. } | Op::Gemm { .. } | Op::Linear | Op::Attention { .. })
-}
-
-/// Seconds as whole picoseconds, rounded up (as acl-emu rounds).
-fn ps(secs: f64) -> u64 {
-    let v = (secs * 1e12).ceil();
-    if v.is_nan() || v <= 0.0 {
-        0
-    } else if v >= u64::MAX as f64 {
-        u64::MAX
-    } else {
-        v as u64
     }
 }
 

@@ -6,12 +6,13 @@
 //! device latency.
 
 use super::common::{CONFIGS, Model, Prepared, peak_rss, prepare, utilisation};
+use super::emulator::{EmulatorRun, emulator_read, emulator_reset};
 use super::{accuracy, compare_ort, concurrent, serve};
 use crate::outputs::{self, output_file};
 use crate::values::positive;
 use crate::{chart, progress};
 use clap::{ArgGroup, Args};
-use npurt::{Error, Result, Runtime, RuntimeConfig, Tensor};
+use npurt::{Error, Result, RuntimeConfig, Tensor};
 use runtime::graph::RunProfile;
 use std::time::{Duration, Instant};
 
@@ -130,71 +131,6 @@ struct BertRun {
     profile: RunProfile,
     /// What acl-emu counted and modelled during the last timed run (`None`: not over it).
     emulator: Option<EmulatorRun>,
-}
-
-/// The emulator's counters of one run, and its modelled latency (not a measurement).
-#[derive(Clone, Copy, Debug, Default)]
-struct EmulatorRun {
-    phase1_calls: u64,
-    phase2_calls: u64,
-    h2d_copies: u64,
-    d2h_copies: u64,
-    d2d_copies: u64,
-    h2d_bytes: u64,
-    d2h_bytes: u64,
-    d2d_bytes: u64,
-    allocations: u64,
-    synchronizations: u64,
-    replays: u64,
-    modelled_latency_ms: f64,
-    /// The kernels' roofline bounds summed (modelled): each max(FLOPs / Cube FP16 or
-    /// Vector peak, bytes / HBM bandwidth), no launch cost.
-    roofline_ms: f64,
-}
-
-/// Zeroes the emulator's counters and restarts its modelled clock; false when the
-/// runtime is not over acl-emu.
-#[cfg(feature = "acl")]
-fn emulator_reset(rt: &Runtime) -> Result<bool> {
-    match rt.acl_emulator() {
-        Some(e) => {
-            e.reset()?;
-            Ok(true)
-        }
-        None => Ok(false),
-    }
-}
-
-/// What the emulator counted since [`emulator_reset`].
-#[cfg(feature = "acl")]
-fn emulator_read(rt: &Runtime) -> Result<Option<EmulatorRun>> {
-    let Some(e) = rt.acl_emulator() else { return Ok(None) };
-    let c = e.counters()?;
-    Ok(Some(EmulatorRun {
-        phase1_calls: c.phase1_calls,
-        phase2_calls: c.phase2_calls,
-        h2d_copies: c.h2d_copies,
-        d2h_copies: c.d2h_copies,
-        d2d_copies: c.d2d_copies,
-        h2d_bytes: c.h2d_bytes,
-        d2h_bytes: c.d2h_bytes,
-        d2d_bytes: c.d2d_bytes,
-        allocations: c.allocations,
-        synchronizations: c.synchronizations,
-        replays: c.replays,
-        modelled_latency_ms: c.modelled_latency_ms(),
-        roofline_ms: c.roofline_ms(),
-    }))
-}
-
-#[cfg(not(feature = "acl"))]
-fn emulator_reset(_rt: &Runtime) -> Result<bool> {
-    Ok(false)
-}
-
-#[cfg(not(feature = "acl"))]
-fn emulator_read(_rt: &Runtime) -> Result<Option<EmulatorRun>> {
-    Ok(None)
 }
 
 fn emulator_json(e: &EmulatorRun) -> serde_json::Value {

@@ -3,6 +3,7 @@
 //! it is bounded by memory bandwidth: the report gives the share of the machine's
 //! measured copy bandwidth that the weight reads reach.
 
+use super::emulator::{EmulatorRun, emulator_read, emulator_reset};
 use crate::values::positive;
 use clap::Args;
 use npurt::llm::{Llm, LlmOptions, SamplingParams};
@@ -48,55 +49,13 @@ fn copy_bandwidth() -> f64 {
     2.0 * n as f64 / best.as_secs_f64().max(1e-9)
 }
 
-/// What acl-emu counted and modelled (not measured) at one instant since its reset.
-#[derive(Clone, Copy, Default)]
-struct Emulated {
-    modelled_ms: f64,
-    phase1_calls: u64,
-    phase2_calls: u64,
-}
-
-/// Zeroes acl-emu's counters and restarts its modelled clock; false when not over it.
-#[cfg(feature = "acl")]
-fn emulator_reset(rt: &Runtime) -> Result<bool> {
-    match rt.acl_emulator() {
-        Some(e) => {
-            e.reset()?;
-            Ok(true)
-        }
-        None => Ok(false),
-    }
-}
-
-/// What acl-emu counted since [`emulator_reset`] (the run synchronised: logits were read).
-#[cfg(feature = "acl")]
-fn emulator_read(rt: &Runtime) -> Result<Option<Emulated>> {
-    let Some(e) = rt.acl_emulator() else { return Ok(None) };
-    let c = e.counters()?;
-    Ok(Some(Emulated {
-        modelled_ms: c.modelled_latency_ms(),
-        phase1_calls: c.phase1_calls,
-        phase2_calls: c.phase2_calls,
-    }))
-}
-
-#[cfg(not(feature = "acl"))]
-fn emulator_reset(_rt: &Runtime) -> Result<bool> {
-    Ok(false)
-}
-
-#[cfg(not(feature = "acl"))]
-fn emulator_read(_rt: &Runtime) -> Result<Option<Emulated>> {
-    Ok(None)
-}
-
 /// One generation's prefill time (call start to the first token of every sequence) and
 /// decode time (from there to the last token); over acl-emu also the emulator's counters
 /// at the end of prefill and at the end of the call.
 struct Timed {
     prefill: Duration,
     decode: Duration,
-    emulated: Option<(Emulated, Emulated)>,
+    emulated: Option<(EmulatorRun, EmulatorRun)>,
 }
 
 fn timed(rt: &Runtime, llm: &Llm, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Timed> {
@@ -182,8 +141,8 @@ pub fn run(config: RuntimeConfig, a: LlmArgs) -> Result<()> {
     let modelled = emulated.map(|(p, end)| {
         let per = |a: u64, b: u64| (b.saturating_sub(a)) as f64 / steps as f64;
         serde_json::json!({
-            "prefill_ms": p.modelled_ms,
-            "decode_ms_per_token": (end.modelled_ms - p.modelled_ms) / steps as f64,
+            "prefill_ms": p.modelled_latency_ms,
+            "decode_ms_per_token": (end.modelled_latency_ms - p.modelled_latency_ms) / steps as f64,
             "prefill_phase1_calls": p.phase1_calls, "prefill_phase2_calls": p.phase2_calls,
             "decode_phase1_calls_per_step": per(p.phase1_calls, end.phase1_calls),
             "decode_phase2_calls_per_step": per(p.phase2_calls, end.phase2_calls),

@@ -5,6 +5,7 @@ mod bert;
 mod common;
 mod compare_ort;
 mod concurrent;
+mod emulator;
 mod gemm;
 mod llm;
 mod peak;

@@ -3,6 +3,12 @@
 use super::table::{Op, TensorMeta};
 
 impl Op {
+    /// A matrix product (MatMul, Gemm, Linear, fused Attention): the ops an NPU runs on its
+    /// matrix unit (Ascend's Cube), every other op on its vector units.
+    pub fn is_matrix_product(&self) -> bool {
+        matches!(self, Op::MatMul { .. } | Op::Gemm { .. } | Op::Linear | Op::Attention { .. })
+    }
+
     /// Floating-point operations of one execution (a multiply-add counts as 2); saturates
     /// at `u64::MAX`.
     pub fn flops(&self, inputs: &[TensorMeta], outputs: &[TensorMeta]) -> u64 {
