@@ -18,7 +18,7 @@ use std::ptr;
 use std::sync::{Arc, Mutex};
 
 use runtime::graph::{CompileOptions, CompiledGraph, Graph, HostTensor, SharedConstants, ValueId};
-use runtime::{DType, Op, Shape, Tensor, TensorMeta};
+use runtime::{DType, Op, Shape, TensorMeta};
 
 use crate::abi::{
     EP_API_VERSION, OrtGraph, OrtKernelContext, OrtNode, OrtNodeComputeContext, OrtNodeComputeInfo, OrtValue, StatusPtr,
