@@ -43,7 +43,8 @@ impl CompiledGraph {
     /// updates in place (it is the caller's, read only) or that shares bytes with an
     /// input lent before it, a buffer not aligned to the device's `min_alignment` (nor its
     /// element size), an output that is a graph input or a constant returned as it is;
-    /// every output when the graph does not run frozen. Elsewhere (Ascend, CUDA) the inputs are staged into device tensors and the
+    /// every output when the graph does not run frozen. Elsewhere (Ascend, CUDA, or a
+    /// backend that lends nothing) the inputs are staged into device tensors and the
     /// outputs copied out, one copy each way.
     pub fn run_host(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<HostRun> {
         let metas = self.check_host_buffers(inputs, outputs)?;
@@ -75,13 +76,28 @@ impl CompiledGraph {
             return Ok(stats);
         }
         let ordinal = self.rt.ordinal(self.options.device)?;
-        let mut copied = 0;
-        self.rt.backend().with_host_ranges(ordinal, &mut ranges, &mut |ptrs| {
+        let (mut copied, mut ran) = (0, false);
+        let r = self.rt.backend().with_host_ranges(ordinal, &mut ranges, &mut |ptrs| {
+            ran = true;
             copied = self.run_lent(inputs, &metas, &choice, ptrs, &mut copy_out)?;
             Ok(())
-        })?;
-        stats.copied_bytes = copied;
-        Ok(stats)
+        });
+        drop((ranges, copy_out));
+        match r {
+            Ok(()) => {
+                stats.copied_bytes = copied;
+                Ok(stats)
+            }
+            // A host-memory backend that lends nothing (the trait's default): staged.
+            Err(Error::Unsupported(why)) if !ran => {
+                log::debug!("compiled graph: host buffers staged: {why}");
+                let none = Choice { inputs: vec![false; inputs.len()], outputs: vec![false; outputs.len()] };
+                let mut all: Vec<Option<&mut [u8]>> = outputs.iter_mut().map(|b| Some(&mut **b)).collect();
+                let copied_bytes = self.run_lent(inputs, &metas, &none, &[], &mut all)?;
+                Ok(HostRun { lent_inputs: 0, lent_outputs: 0, copied_bytes })
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// The graph's input and output metas, once the buffers are checked against them.
