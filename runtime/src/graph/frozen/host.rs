@@ -43,9 +43,11 @@ impl CompiledGraph {
     /// updates in place (it is the caller's, read only) or that shares bytes with an
     /// input lent before it, a buffer not aligned to the device's `min_alignment` (nor its
     /// element size), an output that is a graph input or a constant returned as it is;
-    /// every output when the graph does not run frozen. Elsewhere (Ascend, CUDA, or a
-    /// backend that lends nothing) the inputs are staged into device tensors and the
-    /// outputs copied out, one copy each way.
+    /// every output when the graph does not run frozen. The whole run is staged when the
+    /// backend refuses the loan (a buffer another run has lent at the same moment: one
+    /// input fed to concurrent runs). Elsewhere (Ascend, CUDA, or a backend that lends
+    /// nothing) the inputs are staged into device tensors and the outputs copied out, one
+    /// copy each way.
     pub fn run_host(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<HostRun> {
         let metas = self.check_host_buffers(inputs, outputs)?;
         let choice = self.choose_lent(inputs, outputs)?;
@@ -88,8 +90,10 @@ impl CompiledGraph {
                 stats.copied_bytes = copied;
                 Ok(stats)
             }
-            // A host-memory backend that lends nothing (the trait's default): staged.
-            Err(Error::Unsupported(why)) if !ran => {
+            // Nothing was lent (a host-memory backend that lends nothing, the trait's
+            // default; or a buffer another run lends at this moment, e.g. one input array
+            // fed to concurrent runs): staged.
+            Err(why) if !ran => {
                 log::debug!("compiled graph: host buffers staged: {why}");
                 let none = Choice { inputs: vec![false; inputs.len()], outputs: vec![false; outputs.len()] };
                 let mut all: Vec<Option<&mut [u8]>> = outputs.iter_mut().map(|b| Some(&mut **b)).collect();
