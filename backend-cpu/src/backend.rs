@@ -399,4 +399,16 @@ unsafe impl Backend for CpuBackend {
     fn launch_batch(&self, device: usize, launches: Vec<(KernelInfo, LaunchArgs)>, stream: StreamId) -> Result<()> {
         self.dev(device)?.launch_batch_at(launches, stream)
     }
+
+    /// Lends the ranges through the device's allocation table (`memory::lend`); they leave
+    /// it once no launch pins them.
+    fn with_host_ranges(
+        &self,
+        device: usize,
+        ranges: &mut [runtime::HostRange<'_>],
+        f: &mut dyn FnMut(&[DevicePtr]) -> Result<()>,
+    ) -> Result<()> {
+        let dev = self.dev(device)?;
+        memory::lend(&dev.table, ranges, f)
+    }
 }

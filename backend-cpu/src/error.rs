@@ -1,6 +1,6 @@
 //! Errors of the CPU backend.
 
-use runtime::backend::allocations::BadAddress;
+use runtime::backend::allocations::{BadAddress, LoanError};
 use thiserror::Error;
 
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -13,6 +13,10 @@ pub enum CpuError {
     /// of an address that is not a live allocation's base.
     #[error("{0}")]
     BadAddress(#[from] BadAddress),
+    /// A host range that cannot be lent (`Backend::with_host_ranges`): empty, or
+    /// overlapping memory the device already holds.
+    #[error("{0}")]
+    Loan(#[from] LoanError),
     #[error("device cpu:{0} does not exist")]
     NoDevice(usize),
     #[error("unknown stream {0} on cpu:{1}")]

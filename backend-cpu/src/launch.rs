@@ -272,6 +272,7 @@ impl Device {
         if let Some(i) = overlapping_output(&ranges, n_in, |_| false) {
             return Err(CpuError::BadRequest(format!("{}: output {i} overlaps another operand", kernel.name)).into());
         }
+        self.table.check_writable(&ranges[n_in..]).map_err(CpuError::from)?;
         let pins = self.table.pin(&ranges).map_err(CpuError::from)?;
         let out_bytes: u64 = ranges[n_in..].iter().map(|o| o.1 as u64).sum();
         let (inline, threads) = self.placement(&args.op, args.threads, out_bytes);
@@ -350,6 +351,8 @@ impl Device {
                 return Err(bad(format!("{}: output {i} overlaps another operand", kernel.name)));
             }
             fixed.extend(ranges.iter().enumerate().filter(|(i, _)| !patched[*i]).map(|(_, r)| *r));
+            let fixed_outputs: Vec<(u64, usize)> = (n_in..n_ops).filter(|&i| !patched[i]).map(|i| ranges[i]).collect();
+            self.table.check_writable(&fixed_outputs).map_err(CpuError::from)?;
             let out_bytes: u64 = ranges[n_in..].iter().map(|o| o.1 as u64).sum();
             let (_, threads) = self.placement(&args.op, args.threads, out_bytes);
             nodes.push(FrozenNode {
@@ -403,6 +406,7 @@ impl Device {
             if let Some(i) = overlapping_output(&ranges, n.args.inputs.len(), |_| false) {
                 return Err(CpuError::BadRequest(format!("{}: output {i} overlaps another operand", n.kernel)).into());
             }
+            self.table.check_writable(&ranges[n.args.inputs.len()..]).map_err(CpuError::from)?;
         }
         let faults: Vec<Option<Fault>> = if self.faults.armed() {
             fz.nodes[nodes.clone()].iter().map(|n| self.faults.take(n.kernel)).collect()

@@ -6,6 +6,7 @@
 use crate::error::CpuError;
 use crate::stream::Job;
 use runtime::backend::allocations::{self, CopyError, Release};
+use runtime::{DevicePtr, HostRange};
 use std::alloc::Layout;
 use std::sync::Arc;
 
@@ -64,6 +65,7 @@ pub(crate) fn copy_in(table: &Arc<Table>, src: &[u8], dst: u64) -> Result<(), Cp
     if src.is_empty() {
         return Ok(());
     }
+    table.check_writable(&[(dst, src.len())])?;
     let _pins = table.pin(&[(dst, src.len())])?;
     // SAFETY: the destination range was validated and pinned just above; `src` is a
     // distinct host slice (device memory is never handed out as a Rust reference
@@ -90,6 +92,7 @@ pub(crate) fn copy_out(table: &Arc<Table>, src: u64, dst: &mut [u8]) -> Result<(
 /// zero bytes.
 pub(crate) fn copy_on_device(table: &Arc<Table>, src: u64, dst: u64, bytes: usize) -> Result<Option<Job>, CpuError> {
     let Some(c) = table.check_copy(src, dst, bytes).map_err(copy_error)? else { return Ok(None) };
+    table.check_writable(&[(dst, bytes)])?;
     let pins = table.pin(&c.ranges())?;
     Ok(Some(Box::new(move || {
         let _pins = pins;
@@ -106,6 +109,7 @@ pub(crate) fn fill(table: &Arc<Table>, dst: u64, value: u8, bytes: usize) -> Res
     if bytes == 0 {
         return Ok(None);
     }
+    table.check_writable(&[(dst, bytes)])?;
     let pins = table.pin(&[(dst, bytes)])?;
     Ok(Some(Box::new(move || {
         let _pins = pins;
@@ -122,12 +126,62 @@ pub(crate) fn map(table: &Arc<Table>, ptr: u64, len: usize, f: &mut dyn FnMut(&m
         f(&mut []);
         return Ok(());
     }
+    table.check_writable(&[(ptr, len)])?;
     let _pins = table.pin(&[(ptr, len)])?;
     // SAFETY: the range was validated and is pinned for the duration of `f`; device
     // work queued before this call has finished (the caller synchronised).
     let bytes = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
     f(bytes);
     Ok(())
+}
+
+/// `Backend::with_host_ranges`: lends `ranges` to the device (`table`) while `f` runs.
+/// The ranges leave the table before this returns, even when `f` fails or panics: the
+/// guard's drop ends each loan (no new pin from then on) and waits for the launches still
+/// pinning one (work queued by `f` on a user stream and not synchronised, say).
+pub(crate) fn lend(
+    table: &Arc<Table>,
+    ranges: &mut [HostRange<'_>],
+    f: &mut dyn FnMut(&[DevicePtr]) -> runtime::Result<()>,
+) -> runtime::Result<()> {
+    // Lent one by one: a range overlapping an earlier one is refused as overlapping a live
+    // loan, and the guard ends the loans made so far.
+    let mut loan = Loan { table, bases: Vec::with_capacity(ranges.len()) };
+    let mut ptrs = Vec::with_capacity(ranges.len());
+    for r in ranges.iter() {
+        let (base, len) = r.span();
+        if len == 0 {
+            ptrs.push(DevicePtr::NULL);
+            continue;
+        }
+        table.lend(base, len, r.writable()).map_err(CpuError::from)?;
+        loan.bases.push(base);
+        ptrs.push(DevicePtr(base));
+    }
+    let r = f(&ptrs);
+    drop(loan);
+    r
+}
+
+/// The ranges of one `lend` call: their loans end when it drops, once no launch pins them.
+struct Loan<'a> {
+    table: &'a Arc<Table>,
+    bases: Vec<u64>,
+}
+
+impl Drop for Loan<'_> {
+    fn drop(&mut self) {
+        for &b in &self.bases {
+            if let Err(e) = self.table.end_loan(b) {
+                log::error!("ending a host loan: {e}");
+            }
+        }
+        // A pin is held by a launch while it runs (or waits in a queue): the range is
+        // touched by no one once its last pin is gone.
+        while self.bases.iter().any(|&b| self.table.holds(b)) {
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -150,5 +204,60 @@ mod tests {
         assert!(t.is_empty());
         assert!(matches!(alloc(&t, 0, 16), Err(CpuError::BadRequest(_))));
         assert!(matches!(alloc(&t, 16, 3), Err(CpuError::BadRequest(_))));
+    }
+    #[test]
+    fn host_ranges_are_lent_for_the_call_only_and_read_ranges_are_never_written() {
+        use runtime::{Backend, StreamId};
+        let b = crate::CpuBackend::new(crate::CpuConfig::default()).unwrap();
+        let input = vec![7u8; 64];
+        let mut output = vec![0u8; 64];
+        let s = b.default_stream(0);
+        let mut seen = Vec::new();
+        let mut ranges = [HostRange::Read(&input), HostRange::Write(&mut output), HostRange::Read(&[])];
+        b.with_host_ranges(0, &mut ranges, &mut |p| {
+            seen = p.to_vec();
+            assert_eq!(p[2], DevicePtr::NULL, "an empty range has no address");
+            let (i, o) = (p[0], p[1]);
+            // The lent ranges are memory of the device: a queued copy reads one and writes the other.
+            b.copy_on_device(0, i, o, 64, s)?;
+            let mut back = [0u8; 8];
+            b.copy_to_host(0, o.offset(8), &mut back, s)?;
+            assert_eq!(back, [7; 8]);
+            // The input is only read.
+            assert!(b.copy_to_device(0, &[1, 2], i).is_err(), "a copy into a read range");
+            assert!(b.memset(0, i, 0, 4, s).is_err(), "a fill of a read range");
+            assert!(b.copy_on_device(0, o, i, 8, s).is_err(), "a device copy into a read range");
+            assert!(b.map_host(0, i, 4, &mut |_| {}).is_err(), "a mutable mapping of a read range");
+            assert!(b.map_host(0, o, 4, &mut |m| m[0] = 9)?, "the written range maps");
+            // A range that is not the lent bytes.
+            assert!(b.copy_to_host(0, o.offset(60), &mut [0u8; 8], s).is_err(), "past the range");
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(output[0], 9);
+        assert_eq!(&output[1..], &input[1..]);
+        // After the call the addresses are no memory of the device.
+        let mut back = [0u8; 4];
+        assert!(b.copy_to_host(0, seen[0], &mut back, StreamId(0)).is_err(), "the loan ended");
+        assert!(b.copy_to_host(0, seen[1], &mut back, StreamId(0)).is_err(), "the loan ended");
+        // A failing `f` still ends the loans, and its error comes back.
+        let e = b
+            .with_host_ranges(0, &mut [HostRange::Read(&input)], &mut |_| Err(runtime::Error::Unsupported("f".into())))
+            .unwrap_err();
+        assert!(matches!(e, runtime::Error::Unsupported(_)), "{e}");
+        // Overlapping ranges, or a range inside an allocation, are refused; nothing stays lent.
+        let e = b
+            .with_host_ranges(0, &mut [HostRange::Read(&input), HostRange::Read(&input[8..16])], &mut |_| Ok(()))
+            .unwrap_err();
+        assert!(e.to_string().contains("overlaps memory cpu:0 already holds"), "{e}");
+        let a = b.alloc(0, 64, 64).unwrap();
+        b.with_host_ranges(0, &mut [HostRange::Read(&input)], &mut |_| Ok(())).unwrap();
+        b.map_host(0, a, 64, &mut |m| {
+            let inner = &m[8..16];
+            let e = b.with_host_ranges(0, &mut [HostRange::Read(inner)], &mut |_| Ok(())).unwrap_err();
+            assert!(e.to_string().contains("overlaps"), "{e}");
+        })
+        .unwrap();
+        b.free(0, a).unwrap();
     }
 }

@@ -8,7 +8,9 @@
 //! input shapes (the symbols bound from the tensors ORT feeds), with the weights' device
 //! copies shared by all of them (`compile_shared`), and the compiled graphs cached; its weights
 //! wait for those compiles in a file, not in memory ([`Stash`]).
-//! Inputs and outputs are copied between ORT's host buffers and npurt's tensors.
+//! Where npurt's device memory is host memory (the CPU backend), `Compute` runs the graph
+//! over ORT's own input and output buffers ([`CompiledGraph::run_host`]): no copy either
+//! way. Elsewhere (Ascend) the inputs are copied into npurt's tensors and the outputs out.
 
 use core::ffi::c_void;
 use std::collections::HashMap;
@@ -16,7 +18,7 @@ use std::ptr;
 use std::sync::{Arc, Mutex};
 
 use runtime::graph::{CompileOptions, CompiledGraph, Graph, HostTensor, SharedConstants, ValueId};
-use runtime::{DType, Op, Shape, Tensor, TensorMeta};
+use runtime::{DType, Op, Shape, TensorMeta};
 
 use crate::abi::{
     EP_API_VERSION, OrtGraph, OrtKernelContext, OrtNode, OrtNodeComputeContext, OrtNodeComputeInfo, OrtValue, StatusPtr,
@@ -523,136 +525,6 @@ unsafe extern "system" fn compute(
     })
 }
 
-impl Kernel {
-    /// Copies the inputs in, runs, copies the outputs out.
-    ///
-    /// # Safety
-    /// `ctx` is ORT's kernel context of the current `Compute`.
-    unsafe fn run(&self, ctx: *mut OrtKernelContext) -> Result<(), EpError> {
-        if let Plan::Nothing = self.plan {
-            return Ok(());
-        }
-        let ort = &self.ort;
-        let mut fed = Vec::with_capacity(self.inputs.len());
-        for (i, name) in self.inputs.iter().enumerate() {
-            let mut v: *const OrtValue = ptr::null();
-            // SAFETY: ctx is valid; index i < the fused node's input count.
-            ort.check("KernelContext_GetInput", unsafe { (ort.api.KernelContext_GetInput)(ctx, i, &mut v) })?;
-            if v.is_null() {
-                return Err(EpError::Graph(format!("input {name:?} is missing")));
-            }
-            // SAFETY: v is ORT's input tensor, valid for this call.
-            fed.push(unsafe { tensor_bytes(ort, v) }?);
-        }
-        let metas: Vec<TensorMeta> = fed.iter().map(|(m, _)| m.clone()).collect();
-        let graph = match &self.plan {
-            Plan::Static { graph, inputs } => {
-                if let Some(((name, got), want)) = self.inputs.iter().zip(&metas).zip(inputs).find(|((_, g), w)| g != w)
-                {
-                    return Err(EpError::Graph(format!("input {name:?} is {got}, compiled for {want}")));
-                }
-                graph.clone()
-            }
-            Plan::Shapes(shapes) => shapes.graph_for(&self.rt, &metas)?,
-            Plan::Nothing => return Ok(()),
-        };
-        let mut tensors = Vec::with_capacity(graph.feeds.len());
-        for &i in &graph.feeds {
-            let (Some(name), Some((meta, bytes))) = (self.inputs.get(i), fed.get(i)) else {
-                return Err(EpError::Graph(format!("fused input {i} is missing")));
-            };
-            let t = self
-                .rt
-                .empty(meta.dtype, meta.shape.clone(), 0)
-                .map_err(|e| npurt_err(format!("input {name:?}"), e))?;
-            // The one copy in: straight from ORT's buffer into npurt's tensor.
-            t.copy_from_bytes(bytes).map_err(|e| npurt_err(format!("input {name:?}"), e))?;
-            tensors.push(t);
-        }
-        let refs: Vec<&Tensor> = tensors.iter().collect();
-        let outs = match &graph.graph {
-            Some(g) => g.run(&refs).map_err(|e| npurt_err("run".into(), e))?,
-            None => Vec::new(),
-        };
-        for (j, (out, name)) in graph.outputs.iter().zip(&self.outputs).enumerate() {
-            let (dims, nbytes): (Vec<i64>, usize) = match out {
-                Out::Graph(k) => {
-                    let t = outs.get(*k).ok_or_else(|| EpError::Graph(format!("output {name:?} not made")))?;
-                    (t.dims().iter().map(|&d| d as i64).collect(), t.nbytes())
-                }
-                Out::Host(h) => {
-                    let size = ops::operand_dtype(h.elem).map_or(8, |d| d.size());
-                    (h.dims.iter().map(|&d| d as i64).collect(), h.data.len() * size)
-                }
-            };
-            let mut ov: *mut OrtValue = ptr::null_mut();
-            // SAFETY: ctx is valid; ORT allocates output j with these dims.
-            ort.check("KernelContext_GetOutput", unsafe {
-                (ort.api.KernelContext_GetOutput)(ctx, j, dims.as_ptr(), dims.len(), &mut ov)
-            })?;
-            if nbytes == 0 {
-                continue;
-            }
-            let mut data: *mut c_void = ptr::null_mut();
-            // SAFETY: ov is the output ORT just allocated.
-            ort.check("GetTensorMutableData", unsafe { (ort.api.GetTensorMutableData)(ov, &mut data) })?;
-            if data.is_null() {
-                return Err(EpError::Null("output data"));
-            }
-            // SAFETY: ORT's output holds exactly nbytes bytes: these dims, and the dtype ORT
-            // declared, checked equal to npurt's when the group was walked; distinct from npurt's.
-            let dst = unsafe { std::slice::from_raw_parts_mut(data.cast::<u8>(), nbytes) };
-            match out {
-                Out::Graph(k) => write_output(&outs[*k], dst).map_err(|e| npurt_err(format!("output {name:?}"), e))?,
-                Out::Host(h) => write_host(h, dst)?,
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Writes a folded value's elements as its element type's bytes.
-fn write_host(h: &HostValue, dst: &mut [u8]) -> Result<(), EpError> {
-    match ops::operand_dtype(h.elem) {
-        Some(DType::I64) => dst.copy_from_slice(bytemuck::cast_slice(&h.data)),
-        Some(DType::I32) => {
-            let v: Vec<i32> = h.data.iter().map(|&x| x as i32).collect();
-            dst.copy_from_slice(bytemuck::cast_slice(&v));
-        }
-        Some(DType::U8) => dst.iter_mut().zip(&h.data).for_each(|(d, &x)| *d = x as u8),
-        _ => return Err(EpError::Graph(format!("a folded output of element type {}", h.elem))),
-    }
-    Ok(())
-}
-
-/// Copies a tensor's elements into `dst` (its bytes, in logical order): straight from npurt's
-/// memory when the device shares the host's (the CPU backend: one copy), else through a host
-/// array.
-fn write_output(t: &Tensor, dst: &mut [u8]) -> runtime::Result<()> {
-    fn of<T: runtime::Element>(t: &Tensor, dst: &mut [u8]) -> runtime::Result<()> {
-        let out: Option<&mut [T]> = bytemuck::try_cast_slice_mut(dst).ok();
-        match out {
-            Some(out) if t.supports_zero_copy() => t.with_host_view::<T, _>(|v| match v.as_slice() {
-                Some(s) => out.copy_from_slice(s),
-                None => out.iter_mut().zip(v.iter()).for_each(|(o, x)| *o = *x),
-            }),
-            _ => {
-                let (v, _) = t.to_ndarray::<T>()?.into_raw_vec_and_offset();
-                dst.copy_from_slice(bytemuck::cast_slice(&v));
-                Ok(())
-            }
-        }
-    }
-    match t.dtype() {
-        DType::F32 => of::<f32>(t, dst),
-        DType::F16 => of::<runtime::f16>(t, dst),
-        DType::BF16 => of::<runtime::bf16>(t, dst),
-        DType::I32 => of::<i32>(t, dst),
-        DType::I64 => of::<i64>(t, dst),
-        DType::U8 => of::<u8>(t, dst),
-    }
-}
-
 /// Releases compute infos made by [`compile`].
 ///
 /// # Safety
@@ -671,5 +543,6 @@ pub unsafe fn release(infos: *mut *mut OrtNodeComputeInfo, n: usize) {
     }
 }
 
+mod run;
 #[cfg(test)]
 mod tests;

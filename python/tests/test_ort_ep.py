@@ -654,6 +654,34 @@ def test_four_threads_on_one_session_equal_a_serial_run(registered):
         np.testing.assert_array_equal(r, s)
 
 
+
+@needs_onnx
+def test_four_threads_feeding_one_array_to_one_session_equal_a_serial_run(registered):
+    # On the CPU backend a run reads ORT's input buffers in place; four runs given the same
+    # array at once find it lent to another run and stage it instead: the same results.
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])]
+    model = _build(nodes, [("x", (64, 32))], [("y", (64, 24))], initializers=[("w", _rand(32, 24))])
+    so = ort.SessionOptions()
+    so.add_provider_for_devices(_npurt_devices(), {})
+    sess = ort.InferenceSession(model, sess_options=so)
+    feeds = {"x": _rand(64, 32)}
+    serial = sess.run(None, feeds)[0]
+    results: "list[list[object]]" = [[] for _ in range(4)]
+
+    def work(i):
+        for _ in range(20):
+            results[i].append(sess.run(None, feeds)[0])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for rs in results:
+        assert len(rs) == 20
+        for r in rs:
+            np.testing.assert_array_equal(r, serial)
+
 F16_CASES = {
     # op, input shapes, output shape, attributes, positive inputs
     "Relu": ("Relu", [(4, 6)], (4, 6), {}, False),

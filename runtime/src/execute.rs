@@ -411,7 +411,8 @@ impl Runtime {
         (t.device() != device).then(|| format!("is on {} but the stream is {stream}", self.device_label(t.device())))
     }
 
-    /// True when `t` was allocated by this runtime (or a clone of it).
+    /// True when `t` was allocated by this runtime (or a clone of it), or is a view of a
+    /// host range lent to this runtime's device for a scoped run (`crate::lent`).
     pub(crate) fn owns(&self, t: &Tensor) -> bool {
         t.runtime_is(&self.inner)
     }

@@ -16,6 +16,7 @@ pub mod error;
 mod execute;
 pub mod graph;
 pub mod kernel;
+mod lent;
 pub mod op;
 pub mod pool;
 pub mod reference;
@@ -28,8 +29,8 @@ pub mod tensor;
 mod utilisation;
 
 pub use backend::{
-    Backend, DeviceInfo, DevicePtr, EventId, Frozen, FrozenLaunch, FrozenRun, FrozenStep, LaunchArgs, Prepack,
-    Prepacked, StreamId, TensorArg, UnitInfo,
+    Backend, DeviceInfo, DevicePtr, EventId, Frozen, FrozenLaunch, FrozenRun, FrozenStep, HostRange, LaunchArgs,
+    Prepack, Prepacked, StreamId, TensorArg, UnitInfo,
 };
 pub use config::{GraphCapture, Optimizations, PoolConfig, Precision, ReuseStrategy, RuntimeConfig, Scheduling};
 pub use dtype::{DType, Element};

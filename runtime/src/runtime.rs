@@ -201,6 +201,7 @@ impl Runtime {
                 device,
                 block,
                 bytes: block.size,
+                kind: crate::tensor::StorageKind::Pool,
                 uses: Mutex::new(Vec::new()),
             }),
             dtype,

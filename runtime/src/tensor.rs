@@ -1,4 +1,5 @@
-//! Tensors: pool-allocated device buffers with a dtype and a strided layout.
+//! Tensors: pool-allocated device buffers with a dtype and a strided layout (or, inside one
+//! scoped run, views of host buffers lent to the device: `crate::lent`).
 
 use crate::backend::{StreamId, TensorArg};
 use crate::context::Inner;
@@ -20,8 +21,20 @@ pub(crate) struct Storage {
     pub(crate) device: usize,
     pub(crate) block: Block,
     pub(crate) bytes: usize,
+    /// A block of the device's pool, or a host range lent for one scoped run.
+    pub(crate) kind: StorageKind,
     /// Streams that queued work on this buffer since it was allocated.
     pub(crate) uses: Mutex<Vec<Use>>,
+}
+
+/// What a tensor's buffer is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StorageKind {
+    /// A block of the device's pool, given back when the last view drops.
+    Pool,
+    /// A host range the caller lent for one scoped run (`crate::lent`): nothing is given
+    /// back, and no view of it outlives the run.
+    Lent,
 }
 
 /// A stream that queued work on a buffer. User streams are held weakly: once a stream
@@ -69,6 +82,14 @@ impl Storage {
 
 impl Drop for Storage {
     fn drop(&mut self) {
+        if let StorageKind::Lent = self.kind {
+            // Nothing to give back; the lender waits for the device before the loan ends,
+            // and the work that used the range is awaited here already.
+            if let Err(e) = self.settle() {
+                log::debug!("a tensor over a lent host range: queued work failed: {e}");
+            }
+            return;
+        }
         let dev = &self.rt.devices[self.device];
         let mut events = Vec::new();
         // Hold the user streams alive while their release events are recorded.
@@ -348,6 +369,29 @@ impl Tensor {
             dev.ordinal,
             bytes,
             self.storage.block.ptr.offset(self.layout.offset * self.dtype.size()),
+        )
+    }
+
+    /// Copies this contiguous tensor's bytes into `dst` (exactly [`Tensor::nbytes`] long),
+    /// after the queued work that writes it (whose failures it reports).
+    pub(crate) fn copy_to_bytes(&self, dst: &mut [u8]) -> Result<()> {
+        if dst.len() != self.nbytes() || !self.is_contiguous() {
+            return Err(Error::invalid(
+                "Copy",
+                format!("{} bytes are not the contiguous tensor {} {}", dst.len(), self.dtype, self.layout.shape),
+            ));
+        }
+        self.storage.settle()?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let dev = &self.storage.rt.devices[self.storage.device];
+        let stream = self.storage.rt.backend.default_stream(dev.ordinal);
+        self.storage.rt.backend.copy_to_host(
+            dev.ordinal,
+            self.storage.block.ptr.offset(self.layout.offset * self.dtype.size()),
+            dst,
+            stream,
         )
     }
 

@@ -39,7 +39,10 @@ struct Entry<R> {
     pins: usize,
     /// `free` was called; the block goes back once `pins` reaches 0.
     freed: bool,
+    /// `None` for a lent range ([`AllocTable::lend`]): nothing to give back.
     record: Option<R>,
+    /// A lent range that may only be read ([`AllocTable::check_writable`]).
+    read_only: bool,
 }
 
 /// The live allocations of one device, keyed by base address.
@@ -89,7 +92,7 @@ impl<R: Release> AllocTable<R> {
             self.releaser.release(base, size, record);
             return Err(self.bad(base, size));
         }
-        m.insert(base, Entry { size, pins: 0, freed: false, record: Some(record) });
+        m.insert(base, Entry { size, pins: 0, freed: false, record: Some(record), read_only: false });
         Ok(())
     }
 
@@ -97,7 +100,7 @@ impl<R: Release> AllocTable<R> {
     pub fn free(&self, base: u64) -> Result<(), BadAddress> {
         let mut m = self.lock();
         let now = match m.get_mut(&base) {
-            Some(e) if !e.freed => {
+            Some(e) if !e.freed && e.record.is_some() => {
                 e.freed = true;
                 e.pins == 0
             }
@@ -158,6 +161,79 @@ impl<R: Release> AllocTable<R> {
 
     pub fn is_empty(&self) -> bool {
         self.lock().is_empty()
+    }
+}
+
+/// Why [`AllocTable::lend`] or [`AllocTable::end_loan`] refused.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum LoanError {
+    #[error("a lent range {addr:#x}+{len} of {device} is empty or runs past the address space")]
+    Empty { device: String, addr: u64, len: usize },
+    #[error("the lent range {addr:#x}+{len} overlaps memory {device} already holds (an allocation or a live loan)")]
+    Overlap { device: String, addr: u64, len: usize },
+    #[error("{addr:#x} is not the start of a range lent to {device} (its loan ended, or it never began)")]
+    NotLent { device: String, addr: u64 },
+}
+
+/// Lent ranges: host memory the backend did not allocate (an application's buffers),
+/// recorded for a while so that copies, launches and host mappings may name it like an
+/// allocation (rules M1, M2). A lent range releases nothing when it goes.
+impl<R: Release> AllocTable<R> {
+    /// Records `size` bytes at `base`, lent by their owner; `writable` says whether work
+    /// may write them. Refused when the range is empty, wraps the address space, or
+    /// overlaps a block or a lent range in the table.
+    pub fn lend(&self, base: u64, size: usize, writable: bool) -> Result<(), LoanError> {
+        let device = || self.device.clone();
+        let end = base.checked_add(size as u64).filter(|_| size > 0).ok_or_else(|| LoanError::Empty {
+            device: device(),
+            addr: base,
+            len: size,
+        })?;
+        let mut m = self.lock();
+        let before = m.range(..end).next_back().is_some_and(|(&b, e)| b.saturating_add(e.size as u64) > base);
+        if before {
+            return Err(LoanError::Overlap { device: device(), addr: base, len: size });
+        }
+        m.insert(base, Entry { size, pins: 0, freed: false, record: None, read_only: !writable });
+        Ok(())
+    }
+
+    /// Ends the loan of the range at `base`: no new pin is taken on it from now on, and it
+    /// leaves the table once the launches pinning it are done ([`AllocTable::holds`] says
+    /// when). Refused for an address that is not a lent range's base.
+    pub fn end_loan(&self, base: u64) -> Result<(), LoanError> {
+        let mut m = self.lock();
+        match m.get_mut(&base) {
+            Some(e) if e.record.is_none() && !e.freed => {
+                e.freed = true;
+                if e.pins == 0 {
+                    m.remove(&base);
+                }
+                Ok(())
+            }
+            _ => Err(LoanError::NotLent { device: self.device.clone(), addr: base }),
+        }
+    }
+
+    /// True while an entry (a block, or a lent range still pinned) starts at `base`.
+    pub fn holds(&self, base: u64) -> bool {
+        self.lock().contains_key(&base)
+    }
+
+    /// Refuses a non-empty range that lies in a read-only lent range: the destination of a
+    /// copy or fill, a launch's output, or a host mapping (which hands out `&mut` bytes).
+    pub fn check_writable(&self, ranges: &[(u64, usize)]) -> Result<(), BadAddress> {
+        let m = self.lock();
+        for &(addr, len) in ranges.iter().filter(|r| r.1 > 0) {
+            let hit = m
+                .range(..=addr)
+                .next_back()
+                .is_some_and(|(&b, e)| e.read_only && addr < b.saturating_add(e.size as u64));
+            if hit {
+                return Err(self.bad(addr, len));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -345,6 +421,36 @@ mod tests {
         });
         assert_eq!(c.0.load(Ordering::SeqCst), 800);
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn a_lent_range_is_used_like_a_block_and_released_without_freeing() {
+        let (t, c) = table();
+        t.insert(0x1000, 64, 0x1000).unwrap();
+        assert!(matches!(t.lend(0x1020, 8, true), Err(LoanError::Overlap { .. })), "inside a block");
+        assert!(matches!(t.lend(0x0ff8, 16, true), Err(LoanError::Overlap { .. })), "runs into a block");
+        assert!(matches!(t.lend(0x3000, 0, true), Err(LoanError::Empty { .. })));
+        assert!(matches!(t.lend(u64::MAX - 2, 8, true), Err(LoanError::Empty { .. })));
+        t.lend(0x2000, 32, false).unwrap();
+        t.lend(0x2020, 32, true).unwrap();
+        assert!(matches!(t.lend(0x201f, 2, true), Err(LoanError::Overlap { .. })), "two live loans");
+        assert_eq!(t.locate(0x2008, 8), Ok(0x2000));
+        assert!(t.locate(0x2018, 16).is_err(), "runs from one loan into the next");
+        assert!(t.check_writable(&[(0x2020, 32), (0x1000, 64), (0x2000, 0)]).is_ok());
+        assert!(t.check_writable(&[(0x2010, 4)]).is_err(), "read-only");
+        assert!(t.free(0x2000).is_err(), "a loan is not freed like a block");
+        let p = t.pin(&[(0x2000, 32)]).unwrap();
+        t.end_loan(0x2000).unwrap();
+        assert!(matches!(t.end_loan(0x2000), Err(LoanError::NotLent { .. })), "ended twice");
+        assert!(t.pin(&[(0x2000, 4)]).is_err(), "no pin after the loan ended");
+        assert!(t.holds(0x2000), "still pinned");
+        drop(p);
+        assert!(!t.holds(0x2000));
+        t.end_loan(0x2020).unwrap();
+        assert!(!t.holds(0x2020));
+        assert!(matches!(t.end_loan(0x1000), Err(LoanError::NotLent { .. })), "a block is not a loan");
+        drop(t);
+        assert_eq!(*c.1.lock().unwrap(), vec![0x1000], "only the block was released");
     }
 
     #[test]

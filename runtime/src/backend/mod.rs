@@ -342,6 +342,29 @@ pub struct FrozenRun<'a> {
     pub first_seq: u64,
 }
 
+/// A host buffer lent to a device by [`Backend::with_host_ranges`]. `Send + Sync` as
+/// the slices it holds.
+#[derive(Debug)]
+pub enum HostRange<'a> {
+    /// Only read by the work that names it (a run's input).
+    Read(&'a [u8]),
+    /// Written, and possibly read, by the work that names it (a run's output).
+    Write(&'a mut [u8]),
+}
+
+impl HostRange<'_> {
+    /// The range's first byte and length.
+    pub fn span(&self) -> (u64, usize) {
+        match self {
+            HostRange::Read(b) => (b.as_ptr() as u64, b.len()),
+            HostRange::Write(b) => (b.as_ptr() as u64, b.len()),
+        }
+    }
+    pub fn writable(&self) -> bool {
+        matches!(self, HostRange::Write(_))
+    }
+}
+
 /// What a backend made of a compiled graph's launches in [`Backend::freeze`]; handed back
 /// on every run.
 #[derive(Clone)]
@@ -544,6 +567,31 @@ pub unsafe trait Backend: Send + Sync {
     /// far (a plan makes them in its first runs); 0 (the default) when it holds none.
     fn frozen_bytes(&self, _frozen: &Frozen) -> usize {
         0
+    }
+
+    /// Lends host buffers npurt did not allocate (an application's inputs and outputs) to
+    /// `device` while `f` runs, so that a run can read and write them in place. Each
+    /// non-empty range is recorded in the device's allocation table as a lent range
+    /// ([`allocations::AllocTable::lend`]: giving it back frees nothing); copies,
+    /// launches and host mappings may name it like an allocation (M1, M2), except that a
+    /// [`HostRange::Read`] range is never written (a launch output, copy or fill
+    /// destination, or host mapping over it is refused). `f` gets each range's address
+    /// (`DevicePtr::NULL` for an empty one), in order.
+    ///
+    /// Before returning, whether `f` succeeded, failed or panicked, the backend waits for
+    /// every launch still using a range (queued by `f` and not synchronised), then removes
+    /// the ranges: once the call returns nothing refers to the buffers, and work
+    /// naming their addresses later is refused (M1). A tensor made over them inside `f`
+    /// must not be used after it. Errors: a range that overlaps an allocation, a live loan
+    /// or another range of the call (nothing is lent then); `f`'s error. Only a device whose memory is host memory can lend; the default
+    /// refuses with [`Error::Unsupported`] (device backends stage through copies).
+    fn with_host_ranges(
+        &self,
+        _device: usize,
+        _ranges: &mut [HostRange<'_>],
+        _f: &mut dyn FnMut(&[DevicePtr]) -> Result<()>,
+    ) -> Result<()> {
+        Err(Error::Unsupported(format!("{} devices cannot use host buffers in place", self.name())))
     }
 
     /// Queues several launches at once (one submission). The default queues them one by

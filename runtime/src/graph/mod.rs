@@ -35,6 +35,7 @@ pub mod schedule;
 pub mod shared;
 
 pub use exec::{ArenaStats, CompileOptions, CompiledGraph, DEFAULT_MAX_ARENAS};
+pub use frozen::host::HostRun;
 pub use host_tier::{HOST_UNIT, HostTierNode};
 pub use ir::{Graph, HostBytes, HostTensor, Node, NodeId, Value, ValueId, ValueKind};
 pub use planner::{Buffer, MemoryPlan};

@@ -60,7 +60,7 @@ impl CompiledGraph {
 
     /// Where each graph output comes from, and the per-run outputs: the distinct node
     /// outputs among the graph outputs, in order.
-    fn output_sources(&self) -> (Vec<OutputSrc>, Vec<ValueId>) {
+    pub(super) fn output_sources(&self) -> (Vec<OutputSrc>, Vec<ValueId>) {
         let g = &self.graph;
         let mut per_run_ids: Vec<ValueId> = Vec::new();
         let mut outputs = Vec::with_capacity(g.outputs.len());

@@ -4,10 +4,13 @@
 //! * [`build`] — [`CompiledGraph::freeze`](super::exec::CompiledGraph): validating each
 //!   node's launch and laying out the steps.
 //! * [`run`] — a run through a plan: per-run addresses patched in, the steps submitted.
+//! * [`host`] — [`CompiledGraph::run_host`](super::exec::CompiledGraph::run_host): a run
+//!   over the caller's host buffers, read and written in place where the device lends them.
 //!
 //! Each arena's `Instance` holds its own plan.
 
 mod build;
+pub mod host;
 mod run;
 
 use crate::backend::{Frozen, FrozenLaunch, FrozenStep};

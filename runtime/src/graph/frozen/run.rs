@@ -29,6 +29,20 @@ impl CompiledGraph {
         }
         let per_run: Vec<Tensor> =
             plan.per_run.iter().map(|m| self.rt.empty(m.dtype, m.shape.clone(), device)).collect::<Result<_>>()?;
+        self.run_frozen_over(inst, plan, inputs, per_run).map(Some)
+    }
+
+    /// A frozen run into `per_run` (one tensor per per-run output, contiguous, of its
+    /// meta, on the graph's device): what [`run_frozen`](Self::run_frozen) does once it
+    /// has its outputs. The inputs are contiguous tensors of this runtime's device.
+    pub(super) fn run_frozen_over(
+        &self,
+        inst: &Instance,
+        plan: &FrozenPlan,
+        inputs: &[&Tensor],
+        per_run: Vec<Tensor>,
+    ) -> Result<Vec<Tensor>> {
+        let device = self.options.device;
         let slot = |k: usize| -> &Tensor { if k < inputs.len() { inputs[k] } else { &per_run[k - inputs.len()] } };
         let addrs: Vec<DevicePtr> = (0..inputs.len() + per_run.len()).map(|k| DevicePtr(slot(k).data_ptr())).collect();
         let default = self.rt.default_stream(device)?;
@@ -58,7 +72,7 @@ impl CompiledGraph {
                 inst.done.iter().map(|e| e.as_ref().map_or(EventId(u64::MAX), |e| e.id())).collect();
             let run = FrozenRun { steps: &plan.steps, streams: &streams, events: &events, addrs: &addrs, first_seq };
             if self.rt.backend().launch_frozen_run(ordinal, f, run)? {
-                return self.finish_frozen(inst, plan, inputs, per_run).map(Some);
+                return self.finish_frozen(inst, plan, inputs, per_run);
             }
         }
         let run = StepRun { inst, plan, default: &default, ordinal, addrs: &addrs, first_seq };
@@ -77,7 +91,7 @@ impl CompiledGraph {
                 FrozenStep::Launch { stream, nodes } => self.launch_step(&run, *stream, nodes.clone(), units)?,
             }
         }
-        self.finish_frozen(inst, plan, inputs, per_run).map(Some)
+        self.finish_frozen(inst, plan, inputs, per_run)
     }
 
     /// One `Launch` step of a run submitted by itself: the backend's own form of the plan
