@@ -1,9 +1,11 @@
 //! The paged KV cache on Ascend (over acl-emu, both SoCs): PagedAttention and KvCacheWrite
-//! run on the aclnn tier (no host tier) and match the CPU, and a compiled decode step
+//! run on the aclnn tier (no host tier; PagedAttention as one aclnnIncreFlashAttentionV4 on
+//! the 910B2 at fp16/bf16 with a block size of 16) and match the CPU, and a compiled decode step
 //! (caches as inputs, KvCacheWrite then PagedAttention, the host tier denied) run again
 //! with new slots, padding slots among them, block tables and lengths makes no phase-1
 //! call: slots, lengths and tables are device tensors read by the recorded executors, the
-//! length mask and the padding rows' redirection built on the device.
+//! length mask and the padding rows' redirection built on the device. Also: acl-emu's
+//! model-only switch counts and models what a computing run does.
 #![cfg(feature = "acl")]
 
 mod common;
@@ -316,6 +318,40 @@ fn a_warm_decode_step_makes_no_phase1_call() {
                 assert_eq!(c.1, counts[0].1, "{soc} {dt}: step {k} launched another set: {counts:?}");
             }
         }
+        let c = emu.finish();
+        assert_eq!((c.device_allocations, c.executors, c.descriptors), (0, 0, 0), "{soc}: {c:?}");
+    }
+}
+
+/// acl-emu's model-only switch (`compute=0`, which `ACL_EMU_COMPUTE=0` sets at start): the
+/// `llama-tiny` preset's prefill and decode steps count the same aclnn calls, copies,
+/// allocations, synchronisations and modelled time (every unit, and the roofline) as a
+/// computing run, on both SoCs; only the arithmetic is skipped. A first computing run warms
+/// whatever the backend keeps between runtimes, so the two compared start alike.
+#[test]
+fn a_model_only_emulator_counts_and_models_what_a_computing_one_does() {
+    use npurt::llm::{Llm, LlmOptions, SamplingParams};
+    let test = "a_model_only_emulator_counts_and_models_what_a_computing_one_does";
+    for soc in ["Ascend910A", "Ascend910B2"] {
+        let Some(emu) = AclEmu::on(soc, test) else { return };
+        let mut seen = Vec::new();
+        for compute in ["1", "1", "0"] {
+            assert_eq!(emu.ctl.configure(&format!("compute={compute}")), 0, "{soc}: compute={compute}");
+            let rt = common::runtime(&emu.backend);
+            let options = LlmOptions { max_seq_len: Some(64), max_batch: 2, ..LlmOptions::default() };
+            let llm = Llm::preset(&rt, "llama-tiny", 3, options).expect("llama-tiny");
+            emu.run.reset().unwrap();
+            let params = SamplingParams { stop_token_ids: Some(vec![]), ..SamplingParams::greedy(4) };
+            let out = llm.generate_ids(&[vec![5, 9, 14, 2, 7], vec![3, 8]], &params);
+            seen.push((compute, out.map(|g| g.len()), emu.run.counters().unwrap()));
+            drop((llm, rt));
+        }
+        assert_eq!(emu.ctl.configure("compute=1"), 0, "{soc}: restore computing");
+        for (compute, out, c) in &seen {
+            assert_eq!(out.as_ref().ok(), Some(&2), "{soc} compute={compute}: {out:?}");
+            assert!(c.phase2_calls > 0 && c.modelled.as_nanos() > 0, "{soc} compute={compute}: {c:?}");
+        }
+        assert_eq!(seen[2].2, seen[1].2, "{soc}: model-only counters differ from computing ones");
         let c = emu.finish();
         assert_eq!((c.device_allocations, c.executors, c.descriptors), (0, 0, 0), "{soc}: {c:?}");
     }
