@@ -234,8 +234,10 @@ fn decode_graph(dt: DType) -> Graph {
 /// (a padding slot, then padding only), block tables and lengths: compiling records the
 /// executors, no step makes a phase-1 call (slots, lengths and tables are device data, so
 /// the recorded executors stay valid), every step launches the same set, and each gives
-/// the CPU's result and caches (bit for bit). f32 and f16; on the 910B2 the f16 cache write
-/// is one aclnnScatterPaKvCache.
+/// the CPU's result and caches (bit for bit). f32 and f16; on the 910B2 at f16 the cache
+/// write is one aclnnScatterPaKvCache and the attention one aclnnIncreFlashAttentionV4. Before
+/// the third step the caches move (copies): the executors follow them, the fused
+/// attention's through its tensor lists' members (aclSetDynamicInputTensorAddr).
 #[test]
 fn a_warm_decode_step_makes_no_phase1_call() {
     for soc in ["Ascend910A", "Ascend910B2"] {
@@ -266,7 +268,7 @@ fn a_warm_decode_step_makes_no_phase1_call() {
                 "{soc} {dt}: compiling records, launching nothing: {compiled:?}"
             );
             let cc = values(6 * 16 * 2 * 8, 9);
-            let (kc, vc) = (upload(&rt, dt, &[6, 16, 2, 8], &cc), upload(&rt, dt, &[6, 16, 2, 8], &cc));
+            let (mut kc, mut vc) = (upload(&rt, dt, &[6, 16, 2, 8], &cc), upload(&rt, dt, &[6, 16, 2, 8], &cc));
             let (ek, ev) = (upload(&cpu, dt, &[6, 16, 2, 8], &cc), upload(&cpu, dt, &[6, 16, 2, 8], &cc));
             let mut counts = Vec::new();
             let steps: [([i32; 2], [i32; 6], [i32; 2]); 3] = [
@@ -277,7 +279,15 @@ fn a_warm_decode_step_makes_no_phase1_call() {
             let scatters = |c: &Emu| (c.calls("aclnnScatterPaKvCache"), c.calls("aclnnScatterNdUpdate"));
             let ifa = emu.ctl.calls("aclnnIncreFlashAttentionV4");
             let first = scatters(&emu.ctl);
+            let mut moved = 0;
             for (step, (slots, tables, lens)) in steps.iter().enumerate() {
+                if step == 2 {
+                    // The caches move: the recorded executors follow them (the fused
+                    // attention's through its tensor lists' members).
+                    moved = emu.ctl.calls("aclSetDynamicInputTensorAddr");
+                    kc = rt.run(&Op::Copy, &[&kc]).unwrap().remove(0);
+                    vc = rt.run(&Op::Copy, &[&vc]).unwrap().remove(0);
+                }
                 let mk = |r: &Runtime| {
                     vec![
                         upload(r, dt, &[2, 2, 8], &values(32, step + 20)),
@@ -311,6 +321,9 @@ fn a_warm_decode_step_makes_no_phase1_call() {
             // The fused decode attention on the 910B2 at f16, its lengths in the mask.
             let ifa = emu.ctl.calls("aclnnIncreFlashAttentionV4") - ifa;
             assert_eq!(ifa, if fused { 3 } else { 0 }, "{soc} {dt}: aclnnIncreFlashAttentionV4 launches");
+            // Both caches' list members patched once when they moved.
+            let moved = emu.ctl.calls("aclSetDynamicInputTensorAddr") - moved;
+            assert_eq!(moved, if fused { 2 } else { 0 }, "{soc} {dt}: list members patched");
             println!("{soc} {dt}: (phase 1, phase 2) at compile time {compiled:?}, per step: {counts:?}");
             assert!(counts[0].1 > 0, "{soc} {dt}: the first step launches: {counts:?}");
             for (k, c) in counts.iter().enumerate() {
