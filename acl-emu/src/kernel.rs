@@ -73,8 +73,8 @@ pub enum Kernel {
     /// order), outputs the two caches (in place). The docs bound the slots to
     /// `[0, NB·BS)`: a negative one fails the launch like one past the end.
     PaKvCache,
-    /// aclnnIncreFlashAttentionV4, paged form (see [`crate::aclnn::incre_flash`]).
-    IncreFlash(crate::aclnn::incre_flash::IncreFlash),
+    /// aclnnIncreFlashAttentionV4, paged form (see [`crate::ifa_kernel`]).
+    IncreFlash(crate::ifa_kernel::IncreFlash),
 }
 
 impl From<Op> for Kernel {

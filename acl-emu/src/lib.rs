@@ -39,6 +39,7 @@ pub mod control;
 pub mod descriptors;
 pub mod error;
 mod ffi;
+pub mod ifa_kernel;
 pub mod kernel;
 pub mod model;
 pub mod ops;

@@ -198,7 +198,7 @@ fn modelled_cost(t: &Tables, ex: &Executor) -> crate::model::Cost {
             let order: Vec<TensorMeta> = [1, 4, 0, 3, 2].iter().filter_map(|&i| ins.get(i).cloned()).collect();
             t.soc.kernel(&Op::KvCacheWrite, &order, &[], false)
         }
-        Kernel::IncreFlash(f) => crate::aclnn::incre_flash::cost(&t.soc, f, &ins, &outs),
+        Kernel::IncreFlash(f) => crate::ifa_kernel::cost(&t.soc, f, &ins, &outs),
         // Reductions, comparisons and fills: memory-bound Vector work, costed as a copy of
         // their operands.
         _ => t.soc.kernel(&Op::Copy, &ins, &outs, false),
