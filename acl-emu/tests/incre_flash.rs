@@ -8,7 +8,7 @@ use acl_sys::result::{self as r, aclnn};
 use acl_sys::*;
 use npurt_test_support::emu::{Emu, emu_or_skip, fake_toolkit, serial};
 use std::ffi::c_void;
-use std::ptr::{null, null_mut};
+use std::ptr::null;
 
 /// Byte offsets in the one allocation: q `[1, 1, 32]`, the caches `[2, 16, 16]` (a second
 /// value cache too), the table `[1, 2]`, the mask `[1, 1, 1, 32]`, the output, the workspace.
@@ -109,10 +109,10 @@ fn fill(d: &Dev) {
 }
 
 /// Phase 1 with `block_size`; the key and value lists are returned for the setter.
-fn phase1(
-    d: &Dev,
-    block_size: i64,
-) -> (Result<(u64, *mut aclOpExecutor), AclError>, [*mut aclTensorList; 2], Vec<*mut aclTensor>) {
+/// Phase 1's result, the key and value lists, the other descriptors.
+type Made = (Result<(u64, *mut aclOpExecutor), AclError>, [*mut aclTensorList; 2], Vec<*mut aclTensor>);
+
+fn phase1(d: &Dev, block_size: i64) -> Made {
     let q = d.tensor(&[1, 1, 32], ACL_FLOAT16, Q);
     let (kc, vc) = (d.tensor(&[2, 16, 16], ACL_FLOAT16, KC), d.tensor(&[2, 16, 16], ACL_FLOAT16, VC));
     let bt = d.tensor(&[1, 2], ACL_INT32, BT);
