@@ -1,9 +1,11 @@
 //! The paged KV cache on Ascend (over acl-emu, both SoCs): PagedAttention and KvCacheWrite
-//! run on the aclnn tier (no host tier) and match the CPU, and a compiled decode step
+//! run on the aclnn tier (no host tier; PagedAttention as one aclnnIncreFlashAttentionV4 on
+//! the 910B2 at fp16/bf16 with a block size of 16) and match the CPU, and a compiled decode step
 //! (caches as inputs, KvCacheWrite then PagedAttention, the host tier denied) run again
 //! with new slots, padding slots among them, block tables and lengths makes no phase-1
 //! call: slots, lengths and tables are device tensors read by the recorded executors, the
-//! length mask and the padding rows' redirection built on the device.
+//! length mask and the padding rows' redirection built on the device. Also: acl-emu's
+//! model-only switch counts and models what a computing run does.
 #![cfg(feature = "acl")]
 
 mod common;
@@ -24,6 +26,7 @@ const PHASE1: &[&str] = &[
     "aclnnCastGetWorkspaceSize",
     "aclnnEqScalarGetWorkspaceSize",
     "aclnnEqTensorGetWorkspaceSize",
+    "aclnnIncreFlashAttentionV4GetWorkspaceSize",
     "aclnnIndexSelectGetWorkspaceSize",
     "aclnnInplaceCopyGetWorkspaceSize",
     "aclnnInplaceMaskedFillScalarGetWorkspaceSize",
@@ -64,11 +67,11 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(p, q)| (p - q).abs()).fold(0.0, f32::max)
 }
 
-/// One batch: 3 sequences of lengths 5, 0 and 12 over 6 blocks of 4 slots, 2 kv heads for 4
+/// One batch: sequences of lengths `lens` over 9 blocks of `bs` slots, 2 kv heads for 4
 /// query heads, blocks out of order, table entries past a length holding -9 (never read),
-/// with `seed` varying the operands and `lens` the lengths.
-fn batch(rt: &Runtime, dtype: DType, seed: usize, tables: &[i32], lens: &[i32]) -> Vec<Tensor> {
-    let (nb, bs, kvh, h, d, b) = (6, 4, 2, 4, 8, lens.len());
+/// with `seed` varying the operands.
+fn batch(rt: &Runtime, dtype: DType, seed: usize, tables: &[i32], lens: &[i32], bs: usize) -> Vec<Tensor> {
+    let (nb, kvh, h, d, b) = (9, 2, 4, 8, lens.len());
     let c = nb * bs * kvh * d;
     vec![
         upload(rt, dtype, &[b, h, d], &values(b * h * d, seed)),
@@ -83,8 +86,11 @@ fn cpu() -> Runtime {
     common::runtime(&common::backend("cpu").unwrap())
 }
 
-/// PagedAttention over acl-emu: the selected kernel is the aclnn composition (the fp16compute
-/// one for f32 on the 910A), and its result is the CPU's within the dtype's tolerance.
+/// PagedAttention over acl-emu: the selected kernel is one aclnnIncreFlashAttentionV4 on the
+/// 910B2 for fp16 and bf16 with a block size of 16, the aclnn composition otherwise (the
+/// fp16compute one for f32 on the 910A), and its result is the CPU's within the dtype's
+/// tolerance, a zero-length sequence's rows 0. Bad tables and lengths fail on the device
+/// on both paths.
 #[test]
 fn paged_attention_runs_on_the_aclnn_tier_on_both_socs() {
     for (soc, dtypes) in
@@ -93,17 +99,26 @@ fn paged_attention_runs_on_the_aclnn_tier_on_both_socs() {
         let Some(emu) = AclEmu::on(soc, "paged_attention_runs_on_the_aclnn_tier_on_both_socs") else { return };
         let rt = common::runtime(&emu.backend);
         let cpu = cpu();
-        for &dt in dtypes {
+        for (&dt, bs) in dtypes.iter().flat_map(|d| [(d, 4), (d, 16)]) {
             let tables = [2, 0, -9, -9, -9, -9, 5, 1, 3];
-            let ins = batch(&rt, dt, 3, &tables, &[5, 0, 12]);
-            let want_ins = batch(&cpu, dt, 3, &tables, &[5, 0, 12]);
+            let lens = if bs == 4 { [5, 0, 12] } else { [5, 0, 40] };
+            let ins = batch(&rt, dt, 3, &tables, &lens, bs);
+            let want_ins = batch(&cpu, dt, 3, &tables, &lens, bs);
             let op = Op::PagedAttention { scale: None };
             let metas: Vec<npurt::TensorMeta> = ins.iter().map(|t| t.meta().clone()).collect();
             let k = rt.select_kernel(&op, &metas).unwrap();
-            assert!(k.name.starts_with("pagedattention.aclnn"), "{soc} {dt}: kernel {}", k.name);
-            let before = emu.ctl.calls("aclnnIndexSelect");
+            let fused = soc == "Ascend910B2" && dt != DType::F32 && bs == 16;
+            if fused {
+                assert_eq!(k.name, "pagedattention.aclnn-fused.cube", "{soc} {dt} block size {bs}");
+            } else {
+                assert!(k.name.starts_with("pagedattention.aclnn"), "{soc} {dt}: kernel {}", k.name);
+                assert!(!k.name.contains("fused"), "{soc} {dt} block size {bs}: kernel {}", k.name);
+            }
+            let (before, ifa) = (emu.ctl.calls("aclnnIndexSelect"), emu.ctl.calls("aclnnIncreFlashAttentionV4"));
             let got = to_f32(&rt, &rt.run(&op, &ins.iter().collect::<Vec<_>>()).unwrap()[0]);
             assert!(emu.ctl.calls("aclnnIndexSelect") > before, "{soc} {dt}: no aclnnIndexSelect launch");
+            let launched = emu.ctl.calls("aclnnIncreFlashAttentionV4") - ifa;
+            assert_eq!(launched, u64::from(fused), "{soc} {dt} block size {bs}: aclnnIncreFlashAttentionV4 launches");
             let want = to_f32(&cpu, &cpu.run(&op, &want_ins.iter().collect::<Vec<_>>()).unwrap()[0]);
             let tol = if dt == DType::F32 && soc != "Ascend910A" { 1e-5 } else { 3e-2 };
             let diff = max_diff(&got, &want);
@@ -111,9 +126,9 @@ fn paged_attention_runs_on_the_aclnn_tier_on_both_socs() {
             assert!(got[32..64].iter().all(|&x| x == 0.0), "{soc} {dt}: the zero-length sequence's row is 0");
         }
         // A used block id outside [0, NB) and a length above MB·BS fail on the device: an
-        // error, not a result.
-        for (tables, lens) in [([2, 6, 0], [5]), ([2, 0, 1], [13]), ([2, 0, 1], [-1])] {
-            let ins = batch(&rt, DType::F16, 1, &tables, &lens);
+        // error, not a result (block size 16: the fused kernel on the 910B2).
+        for (tables, lens) in [([2, 9, 0], [20]), ([2, 0, 1], [49]), ([2, 0, 1], [-1])] {
+            let ins = batch(&rt, DType::F16, 1, &tables, &lens, 16);
             let r = rt
                 .run(&Op::PagedAttention { scale: None }, &ins.iter().collect::<Vec<_>>())
                 .and_then(|o| rt.run(&Op::Cast { to: DType::F32 }, &[&o[0]]))
@@ -196,10 +211,10 @@ fn kv_cache_write_runs_on_the_aclnn_tier_on_both_socs() {
     }
 }
 
-/// caches `[6, 4, 2, 8]` of `dt` and a step of 2 sequences: KvCacheWrite then
+/// caches `[6, 16, 2, 8]` of `dt` and a step of 2 sequences: KvCacheWrite then
 /// PagedAttention on the updated caches.
 fn decode_graph(dt: DType) -> Graph {
-    let (nb, bs, kvh, h, d, b, mb) = (6, 4, 2, 4, 8, 2, 3);
+    let (nb, bs, kvh, h, d, b, mb) = (6, 16, 2, 4, 8, 2, 3);
     let mut g = Graph::new();
     let kc = g.input("key_cache", dt, [nb, bs, kvh, d]);
     let vc = g.input("value_cache", dt, [nb, bs, kvh, d]);
@@ -219,8 +234,10 @@ fn decode_graph(dt: DType) -> Graph {
 /// (a padding slot, then padding only), block tables and lengths: compiling records the
 /// executors, no step makes a phase-1 call (slots, lengths and tables are device data, so
 /// the recorded executors stay valid), every step launches the same set, and each gives
-/// the CPU's result and caches (bit for bit). f32 and f16; on the 910B2 the f16 cache write
-/// is one aclnnScatterPaKvCache.
+/// the CPU's result and caches (bit for bit). f32 and f16; on the 910B2 at f16 the cache
+/// write is one aclnnScatterPaKvCache and the attention one aclnnIncreFlashAttentionV4. Before
+/// the third step the caches move (copies): the executors follow them, the fused
+/// attention's through its tensor lists' members (aclSetDynamicInputTensorAddr).
 #[test]
 fn a_warm_decode_step_makes_no_phase1_call() {
     for soc in ["Ascend910A", "Ascend910B2"] {
@@ -250,18 +267,27 @@ fn a_warm_decode_step_makes_no_phase1_call() {
                 compiled.0 > 0 && compiled.1 == 0,
                 "{soc} {dt}: compiling records, launching nothing: {compiled:?}"
             );
-            let cc = values(6 * 4 * 2 * 8, 9);
-            let (kc, vc) = (upload(&rt, dt, &[6, 4, 2, 8], &cc), upload(&rt, dt, &[6, 4, 2, 8], &cc));
-            let (ek, ev) = (upload(&cpu, dt, &[6, 4, 2, 8], &cc), upload(&cpu, dt, &[6, 4, 2, 8], &cc));
+            let cc = values(6 * 16 * 2 * 8, 9);
+            let (mut kc, mut vc) = (upload(&rt, dt, &[6, 16, 2, 8], &cc), upload(&rt, dt, &[6, 16, 2, 8], &cc));
+            let (ek, ev) = (upload(&cpu, dt, &[6, 16, 2, 8], &cc), upload(&cpu, dt, &[6, 16, 2, 8], &cc));
             let mut counts = Vec::new();
             let steps: [([i32; 2], [i32; 6], [i32; 2]); 3] = [
                 ([9, 20], [2, -9, -9, 5, 0, -9], [2, 5]),
-                ([10, -1], [2, -9, -9, 1, 5, 3], [3, 9]),
-                ([-1, -1], [2, -9, -9, 1, 5, 3], [3, 9]),
+                ([10, -1], [2, -9, -9, 1, 5, 3], [3, 20]),
+                ([-1, -1], [2, -9, -9, 1, 5, 3], [3, 40]),
             ];
             let scatters = |c: &Emu| (c.calls("aclnnScatterPaKvCache"), c.calls("aclnnScatterNdUpdate"));
+            let ifa = emu.ctl.calls("aclnnIncreFlashAttentionV4");
             let first = scatters(&emu.ctl);
+            let mut moved = 0;
             for (step, (slots, tables, lens)) in steps.iter().enumerate() {
+                if step == 2 {
+                    // The caches move: the recorded executors follow them (the fused
+                    // attention's through its tensor lists' members).
+                    moved = emu.ctl.calls("aclSetDynamicInputTensorAddr");
+                    kc = rt.run(&Op::Copy, &[&kc]).unwrap().remove(0);
+                    vc = rt.run(&Op::Copy, &[&vc]).unwrap().remove(0);
+                }
                 let mk = |r: &Runtime| {
                     vec![
                         upload(r, dt, &[2, 2, 8], &values(32, step + 20)),
@@ -292,6 +318,12 @@ fn a_warm_decode_step_makes_no_phase1_call() {
             let fused = soc == "Ascend910B2" && dt == DType::F16;
             let per_run = if fused { (1, 0) } else { (0, 2) };
             assert_eq!((last.0 - first.0, last.1 - first.1), (3 * per_run.0, 3 * per_run.1), "{soc} {dt}: scatters");
+            // The fused decode attention on the 910B2 at f16, its lengths in the mask.
+            let ifa = emu.ctl.calls("aclnnIncreFlashAttentionV4") - ifa;
+            assert_eq!(ifa, if fused { 3 } else { 0 }, "{soc} {dt}: aclnnIncreFlashAttentionV4 launches");
+            // Both caches' list members patched once when they moved.
+            let moved = emu.ctl.calls("aclSetDynamicInputTensorAddr") - moved;
+            assert_eq!(moved, if fused { 2 } else { 0 }, "{soc} {dt}: list members patched");
             println!("{soc} {dt}: (phase 1, phase 2) at compile time {compiled:?}, per step: {counts:?}");
             assert!(counts[0].1 > 0, "{soc} {dt}: the first step launches: {counts:?}");
             for (k, c) in counts.iter().enumerate() {
@@ -299,6 +331,40 @@ fn a_warm_decode_step_makes_no_phase1_call() {
                 assert_eq!(c.1, counts[0].1, "{soc} {dt}: step {k} launched another set: {counts:?}");
             }
         }
+        let c = emu.finish();
+        assert_eq!((c.device_allocations, c.executors, c.descriptors), (0, 0, 0), "{soc}: {c:?}");
+    }
+}
+
+/// acl-emu's model-only switch (`compute=0`, which `ACL_EMU_COMPUTE=0` sets at start): the
+/// `llama-tiny` preset's prefill and decode steps count the same aclnn calls, copies,
+/// allocations, synchronisations and modelled time (every unit, and the roofline) as a
+/// computing run, on both SoCs; only the arithmetic is skipped. A first computing run warms
+/// whatever the backend keeps between runtimes, so the two compared start alike.
+#[test]
+fn a_model_only_emulator_counts_and_models_what_a_computing_one_does() {
+    use npurt::llm::{Llm, LlmOptions, SamplingParams};
+    let test = "a_model_only_emulator_counts_and_models_what_a_computing_one_does";
+    for soc in ["Ascend910A", "Ascend910B2"] {
+        let Some(emu) = AclEmu::on(soc, test) else { return };
+        let mut seen = Vec::new();
+        for compute in ["1", "1", "0"] {
+            assert_eq!(emu.ctl.configure(&format!("compute={compute}")), 0, "{soc}: compute={compute}");
+            let rt = common::runtime(&emu.backend);
+            let options = LlmOptions { max_seq_len: Some(64), max_batch: 2, ..LlmOptions::default() };
+            let llm = Llm::preset(&rt, "llama-tiny", 3, options).expect("llama-tiny");
+            emu.run.reset().unwrap();
+            let params = SamplingParams { stop_token_ids: Some(vec![]), ..SamplingParams::greedy(4) };
+            let out = llm.generate_ids(&[vec![5, 9, 14, 2, 7], vec![3, 8]], &params);
+            seen.push((compute, out.map(|g| g.len()), emu.run.counters().unwrap()));
+            drop((llm, rt));
+        }
+        assert_eq!(emu.ctl.configure("compute=1"), 0, "{soc}: restore computing");
+        for (compute, out, c) in &seen {
+            assert_eq!(out.as_ref().ok(), Some(&2), "{soc} compute={compute}: {out:?}");
+            assert!(c.phase2_calls > 0 && c.modelled.as_nanos() > 0, "{soc} compute={compute}: {c:?}");
+        }
+        assert_eq!(seen[2].2, seen[1].2, "{soc}: model-only counters differ from computing ones");
         let c = emu.finish();
         assert_eq!((c.device_allocations, c.executors, c.descriptors), (0, 0, 0), "{soc}: {c:?}");
     }

@@ -18,11 +18,23 @@ pub struct Config {
     pub faults: Vec<FaultRule>,
     /// Workspace bytes the matmul-family, reduction and norm ops ask for.
     pub workspace: u64,
+    /// Whether launched kernels compute (`ACL_EMU_COMPUTE`, key `compute`; default on). Off,
+    /// the emulator only models: every check, call counter and modelled time is the same,
+    /// but a kernel writes nothing (its outputs keep what they held), so that whole models
+    /// can be costed on a small host. Copies and fills still move their bytes.
+    pub compute: bool,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { devices: 1, capacity: 1 << 30, soc: "Ascend910A".into(), faults: Vec::new(), workspace: 4096 }
+        Config {
+            devices: 1,
+            capacity: 1 << 30,
+            soc: "Ascend910A".into(),
+            faults: Vec::new(),
+            workspace: 4096,
+            compute: true,
+        }
     }
 }
 
@@ -35,6 +47,15 @@ pub fn parse_size(s: &str) -> Option<u64> {
         _ => (s, 1),
     };
     num.trim().parse::<u64>().ok()?.checked_mul(mul)
+}
+
+/// `0`/`off`/`false` or `1`/`on`/`true`.
+pub fn parse_switch(s: &str) -> Option<bool> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "0" | "off" | "false" => Some(false),
+        "1" | "on" | "true" => Some(true),
+        _ => None,
+    }
 }
 
 pub fn parse_faults(s: &str) -> Result<Vec<FaultRule>, String> {
@@ -83,6 +104,12 @@ impl Config {
                 None => log::warn!("acl-emu: ignoring ACL_EMU_WORKSPACE={v:?}"),
             }
         }
+        if let Some(v) = get("ACL_EMU_COMPUTE") {
+            match parse_switch(&v) {
+                Some(b) => c.compute = b,
+                None => log::warn!("acl-emu: ignoring ACL_EMU_COMPUTE={v:?} (0 or 1)"),
+            }
+        }
         if let Some(v) = get("ACL_EMU_FAIL") {
             match parse_faults(&v) {
                 Ok(f) => c.faults = f,
@@ -102,6 +129,7 @@ impl Config {
                 "soc" => self.soc = v.trim().to_string(),
                 "fail" => self.faults = parse_faults(v)?,
                 "workspace" => self.workspace = parse_size(v).ok_or_else(|| format!("workspace={v:?}"))?,
+                "compute" => self.compute = parse_switch(v).ok_or_else(|| format!("compute={v:?}"))?,
                 other => return Err(format!("unknown key {other:?}")),
             }
         }

@@ -14,7 +14,7 @@ use std::ffi::{CStr, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// Reconfigures the emulator: `key=value;...` with keys `devices`, `memory`, `soc`,
-/// `fail`, `workspace`. Call counts are reset (the run counters too when the change is
+/// `fail`, `workspace`, `compute` (0: model only). Call counts are reset (the run counters too when the change is
 /// structural). Changing devices, memory or the SoC
 /// requires that nothing is outstanding (returns ACL_ERROR_INVALID_PARAM otherwise).
 #[unsafe(no_mangle)]

@@ -73,6 +73,8 @@ pub enum Kernel {
     /// order), outputs the two caches (in place). The docs bound the slots to
     /// `[0, NB·BS)`: a negative one fails the launch like one past the end.
     PaKvCache,
+    /// aclnnIncreFlashAttentionV4, paged form (see [`crate::ifa_kernel`]).
+    IncreFlash(crate::ifa_kernel::IncreFlash),
 }
 
 impl From<Op> for Kernel {
@@ -177,6 +179,7 @@ fn infer(k: &Kernel, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>, String> {
             Ok(vec![var.clone()])
         }
         (Kernel::PaKvCache, [_, kc, _, _, vc]) => Ok(vec![kc.clone(), vc.clone()]),
+        (Kernel::IncreFlash(f), _) => f.infer(inputs),
         _ => Err(format!("{} operands do not fit {k:?}", inputs.len())),
     }
 }
@@ -194,6 +197,9 @@ fn run_other(k: &Kernel, ins: &[In], outs: &mut [Out]) -> KernelResult {
     }
     if let Kernel::PaKvCache = k {
         return pa_kv_cache(ins, outs);
+    }
+    if let Kernel::IncreFlash(f) = k {
+        return f.run(ins, outs);
     }
     let n_outs = outs.len();
     let ([x, rest @ ..], [o]) = (ins, outs) else {

@@ -16,7 +16,9 @@
 //!   addresses, BF16 (and aclnnExp, FP32 cube math without cubeMathType 1) on the 910;
 //! * knobs: `ACL_EMU_DEVICES` (1), `ACL_EMU_MEMORY` (1G per device), `ACL_EMU_SOC`
 //!   (`Ascend910A`), `ACL_EMU_WORKSPACE` (4K), `ACL_EMU_FAIL=aclrtMalloc:3:207001,...`
-//!   (the 3rd call of aclrtMalloc fails with 207001); the same at run time through
+//!   (the 3rd call of aclrtMalloc fails with 207001), `ACL_EMU_COMPUTE` (1; 0: model
+//!   only — every check, call counter and modelled time as with 1, but kernels write
+//!   nothing, so that whole models are costed in seconds); the same at run time through
 //!   `aclEmuConfigure("devices=2;memory=64M;fail=...")`;
 //! * `aclEmuCounters` reports outstanding allocations, streams, events, executors and
 //!   descriptors; `aclEmuCallCount(name)` how often a symbol was called;
@@ -37,6 +39,7 @@ pub mod control;
 pub mod descriptors;
 pub mod error;
 mod ffi;
+pub mod ifa_kernel;
 pub mod kernel;
 pub mod model;
 pub mod ops;

@@ -198,6 +198,7 @@ fn modelled_cost(t: &Tables, ex: &Executor) -> crate::model::Cost {
             let order: Vec<TensorMeta> = [1, 4, 0, 3, 2].iter().filter_map(|&i| ins.get(i).cloned()).collect();
             t.soc.kernel(&Op::KvCacheWrite, &order, &[], false)
         }
+        Kernel::IncreFlash(f) => crate::ifa_kernel::cost(&t.soc, f, &ins, &outs),
         // Reductions, comparisons and fills: memory-bound Vector work, costed as a copy of
         // their operands.
         _ => t.soc.kernel(&Op::Copy, &ins, &outs, false),
@@ -302,6 +303,10 @@ pub(crate) fn run(ex: Executor, ws: u64, ws_size: u64) -> R<()> {
     let mut bufs: Vec<(DType, Vec<usize>, Vec<u64>)> = Vec::new();
     {
         let mut t = lock(&e.t);
+        if !t.cfg.compute {
+            // Model only (`ACL_EMU_COMPUTE=0`): the launch was checked and costed already.
+            return Ok(());
+        }
         if ws != 0
             && ws_size > 0
             && let Some(d) = t.device_of_addr(ws)

@@ -2,8 +2,8 @@
 //! exported symbol has exactly the type acl-sys declares for it.
 
 use crate::aclnn::{
-    attention::*, basics::*, copy::*, elementwise::*, executor::*, gather::*, masking::*, matmul::*, movement::*,
-    norm::*, reduce::*, rotary::*, scatter::*,
+    attention::*, basics::*, copy::*, elementwise::*, executor::*, gather::*, incre_flash::*, masking::*, matmul::*,
+    movement::*, norm::*, reduce::*, rotary::*, scatter::*,
 };
 use crate::control::{aclEmuGetRunCounters, aclEmuResetRunCounters};
 use crate::rt::{capture::*, context::*, device::*, event::*, init::*, memory::*, stream::*};
@@ -151,6 +151,9 @@ const _: () = {
         aclnnScatterNdUpdate,
         aclnnScatterPaKvCacheGetWorkspaceSize,
         aclnnScatterPaKvCache,
+        aclnnIncreFlashAttentionV4GetWorkspaceSize,
+        aclnnIncreFlashAttentionV4,
+        aclSetDynamicInputTensorAddr,
         aclnnFlashAttentionScoreGetWorkspaceSize,
         aclnnFlashAttentionScore,
         aclnnSiluGetWorkspaceSize,
@@ -218,4 +221,5 @@ pub const EXPORTED: &[&str] = &[
     "aclSetInputTensorAddr",
     "aclSetOutputTensorAddr",
     "aclSetTensorAddr",
+    "aclSetDynamicInputTensorAddr",
 ];

@@ -26,6 +26,7 @@
 //! | `aclnnFlashAttentionScore*` | fused Attention composed of other aclnn operators |
 //! | `aclnnRotaryPositionEmbedding*` | Rope composed of other aclnn operators |
 //! | `aclnnScatterPaKvCache*` | KvCacheWrite as two `aclnnScatterNdUpdate` |
+//! | `aclnnIncreFlashAttentionV4*` | PagedAttention composed of other aclnn operators |
 //! | everything else marked optional | the feature is reported as unavailable |
 
 #![allow(non_snake_case)]
@@ -702,6 +703,25 @@ api! {
     [OpApi] fn aclnnScatterPaKvCache(
         workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
     ) -> aclnnStatus;
+    // IncreFlashAttentionV4: prototype from hicann/ops-transformer's operator docs
+    // (attention/incre_flash_attention/docs/aclnnIncreFlashAttentionV4.md; the header,
+    // aclnnop/aclnn_incre_flash_attention_v4.h, is generated when the operator is built).
+    // Atlas A2/A3 (and inference) SoCs, not the 910 family; optional. key and value are tensor
+    // lists (one member each in the paged form: the caches with blocktable and blockSize);
+    // `inputLayout` is a NUL-terminated string the operator only reads.
+    [OpApi] fn aclnnIncreFlashAttentionV4GetWorkspaceSize(
+        query: *const aclTensor, key: *const aclTensorList, value: *const aclTensorList,
+        pseShift: *const aclTensor, attenMask: *const aclTensor, actualSeqLengths: *const aclIntArray,
+        dequantScale1: *const aclTensor, quantScale1: *const aclTensor, dequantScale2: *const aclTensor,
+        quantScale2: *const aclTensor, quantOffset2: *const aclTensor, antiquantScale: *const aclTensor,
+        antiquantOffset: *const aclTensor, blocktable: *const aclTensor, kvPaddingSize: *const aclTensor,
+        numHeads: i64, scaleValue: f64, inputLayout: *mut c_char, numKeyValueHeads: i64, blockSize: i64,
+        innerPrecise: i64, attentionOut: *const aclTensor, workspaceSize: *mut u64,
+        executor: *mut *mut aclOpExecutor,
+    ) -> aclnnStatus;
+    [OpApi] fn aclnnIncreFlashAttentionV4(
+        workspace: *mut c_void, workspaceSize: u64, executor: *mut aclOpExecutor, stream: aclrtStream,
+    ) -> aclnnStatus;
     // RotaryPositionEmbedding: prototype from hicann/ops-transformer's operator docs
     // (posembedding/rotary_position_embedding/docs/aclnnRotaryPositionEmbedding.md; the header is
     // generated when the operator is built). Atlas A2/A3 (and inference) SoCs, not the 910
@@ -898,6 +918,8 @@ pub const OPTIONAL: &[&str] = &[
     "aclnnRotaryPositionEmbedding",
     "aclnnScatterPaKvCacheGetWorkspaceSize",
     "aclnnScatterPaKvCache",
+    "aclnnIncreFlashAttentionV4GetWorkspaceSize",
+    "aclnnIncreFlashAttentionV4",
     "aclEmuGetRunCounters",
     "aclEmuResetRunCounters",
 ];

@@ -27,7 +27,7 @@ use crate::error::{Fail, R, fail};
 use crate::ffi::{guard, h};
 use crate::state::Tables;
 use acl_sys::codes::*;
-use acl_sys::{aclOpExecutor, aclTensor, aclnnStatus};
+use acl_sys::{aclOpExecutor, aclTensor, aclTensorList, aclnnStatus};
 use std::ffi::c_void;
 
 /// Which tensors `index` counts.
@@ -57,6 +57,7 @@ fn input_slots(ex: &Executor) -> Vec<Option<usize>> {
         // paddingMaskOptional, attenMaskOptional, ...), stored as [q, k, v] or [q, k, v, pse];
         // the emulator takes none of the three masks.
         "aclnnFlashAttentionScore" => (0..7).map(|i| (i < ex.inputs.len().min(4)).then_some(i)).collect(),
+        "aclnnIncreFlashAttentionV4" => crate::aclnn::incre_flash::input_slots(ex),
         _ => ex.inputs.iter().enumerate().map(|(i, s)| matches!(s, Src::Tensor(..)).then_some(i)).collect(),
     }
 }
@@ -194,4 +195,96 @@ pub unsafe extern "C" fn aclSetTensorAddr(
     addr: *mut c_void,
 ) -> aclnnStatus {
     guard("aclSetTensorAddr", |t| set_addr(t, Side::Both, h(executor.cast()), index, h(tensor.cast()), h(addr)))
+}
+
+/// `aclSetDynamicInputTensorAddr`: member `relativeIndex` of the tensor list given as input
+/// `irIndex` (the operator's IR input index) moves to `addr`. The checks of the other
+/// setters, with the list in place of the tensor: the list must be a live one whose member
+/// at `relativeIndex` is the descriptor the executor holds there (161002), and only the
+/// lists of the operators the emulator knows by position are accepted
+/// (aclnnIncreFlashAttentionV4's key 1 and value 2, one member each).
+fn set_dynamic(t: &mut Tables, executor: u64, ir_index: usize, relative: usize, list: u64, addr: u64) -> R<()> {
+    if executor == 0 || list == 0 {
+        return fail(ACLNN_ERR_INNER_NULLPTR, "executor or tensor list is NULL");
+    }
+    let ex = t
+        .executors
+        .get(&executor)
+        .ok_or_else(|| Fail(ACLNN_ERR_INNER_NULLPTR, format!("unknown executor {executor:#x}")))?;
+    let at = match ex.phase2 {
+        "aclnnIncreFlashAttentionV4" => crate::aclnn::incre_flash::list_member(ir_index, relative),
+        _ => None,
+    };
+    let Some(at) = at else {
+        return fail(
+            ACLNN_ERR_PARAM_INVALID,
+            format!("{}: input {ir_index} member {relative} is no tensor list member it holds", ex.phase2),
+        );
+    };
+    let member = t.tensor_lists.get(&list).and_then(|l| l.get(relative).copied());
+    let held = match ex.inputs.get(at) {
+        Some(Src::Tensor(hd, _)) => *hd,
+        _ => 0,
+    };
+    if member != Some(held) {
+        return fail(
+            ACLNN_ERR_PARAM_INVALID,
+            format!("{}: the list's member {relative} is not the tensor held at input {ir_index}", ex.phase2),
+        );
+    }
+    move_held(t, executor, held, addr)
+}
+
+/// Moves tensor `held` of `executor` to `addr` after the checks of [`set_addr`] on the
+/// address itself (repeatable, aligned, inside one live allocation of its device).
+fn move_held(t: &mut Tables, executor: u64, held: u64, addr: u64) -> R<()> {
+    let ex = t.executors.get(&executor).ok_or_else(|| Fail(ACLNN_ERR_INNER_NULLPTR, "executor vanished".into()))?;
+    if !ex.repeatable {
+        return fail(ACLNN_ERR_PARAM_INVALID, format!("{}: the executor is not repeatable", ex.phase2));
+    }
+    if addr == 0 {
+        return fail(ACLNN_ERR_PARAM_NULLPTR, "addr is NULL");
+    }
+    if !addr.is_multiple_of(32) {
+        return fail(ACLNN_ERR_PARAM_INVALID, format!("addr {addr:#x} is not 32-byte aligned"));
+    }
+    let desc = ex.inputs.iter().find_map(|s| match s {
+        Src::Tensor(hd, d) if *hd == held => Some(d.clone()),
+        _ => None,
+    });
+    let Some(desc) = desc else { return fail(ACLNN_ERR_PARAM_INVALID, "the tensor is not an input") };
+    let moved = TensorDesc { addr, ..desc };
+    let (s, e) = moved.span();
+    let device = ex.device;
+    if e > s && !t.device_of_addr(s).is_some_and(|d| d as i32 == device && t.mem[d].find(s, e - s).is_some()) {
+        return fail(
+            ACLNN_ERR_PARAM_INVALID,
+            format!("bytes {s:#x}..{e:#x} are not inside one live allocation of device {device}"),
+        );
+    }
+    let ex = t.executors.get_mut(&executor).ok_or_else(|| Fail(ACLNN_ERR_INNER_NULLPTR, "executor vanished".into()))?;
+    for s in &mut ex.inputs {
+        if let Src::Tensor(hd, d) = s
+            && *hd == held
+        {
+            d.addr = addr;
+        }
+    }
+    if let Some(d) = t.tensors.get_mut(&held) {
+        d.addr = addr;
+    }
+    Ok(())
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclSetDynamicInputTensorAddr(
+    executor: *mut aclOpExecutor,
+    irIndex: usize,
+    relativeIndex: usize,
+    tensors: *mut aclTensorList,
+    addr: *mut c_void,
+) -> aclnnStatus {
+    guard("aclSetDynamicInputTensorAddr", |t| {
+        set_dynamic(t, h(executor.cast()), irIndex, relativeIndex, h(tensors.cast()), h(addr))
+    })
 }

@@ -8,6 +8,7 @@ pub mod copy;
 pub mod elementwise;
 pub mod executor;
 pub mod gather;
+pub mod incre_flash;
 pub mod masking;
 pub mod matmul;
 pub mod movement;

@@ -219,6 +219,29 @@ pub unsafe fn set_output_tensor_addr(
     check(api, "aclSetOutputTensorAddr", code)
 }
 
+/// `aclSetDynamicInputTensorAddr(executor, irIndex, relativeIndex, tensors, addr)`: member
+/// `relativeIndex` of the tensor list given as input `irIndex` (the operator's IR input
+/// index, its prototype's position) of a repeatable executor reads `addr` from its next
+/// phase 2 on.
+///
+/// # Safety
+/// `executor` was made repeatable and is live; `tensors` is the live list passed as that
+/// input at phase 1 and has such a member; `addr` is 32-byte aligned device memory that
+/// holds the member's view and stays allocated while launches reading it are queued.
+pub unsafe fn set_dynamic_input_tensor_addr(
+    api: &Api,
+    executor: *mut aclOpExecutor,
+    ir_index: usize,
+    relative_index: usize,
+    tensors: *mut aclTensorList,
+    addr: *mut c_void,
+) -> Result<(), AclError> {
+    let f = api.aclSetDynamicInputTensorAddr()?;
+    // SAFETY: the caller's contract on the executor, the list and the address.
+    let code = unsafe { f(executor, ir_index, relative_index, tensors, addr) };
+    check(api, "aclSetDynamicInputTensorAddr", code)
+}
+
 /// Declares phase 1 and phase 2 of each operator. Phase 1 takes the C parameters up to
 /// (not including) `workspaceSize, executor`; phase 2 always takes
 /// `(workspace, workspaceSize, executor, stream)`.
@@ -338,6 +361,16 @@ two_phase! {
         compressSeqOffsetOptional: *const aclTensor, seqLensOptional: *const aclTensor,
         cacheModeOptional: *mut std::ffi::c_char, scatterModeOptional: *mut std::ffi::c_char,
         stridesOptional: *const aclIntArray, offsetsOptional: *const aclIntArray,
+    );
+    incre_flash_attention_v4_get_workspace_size, incre_flash_attention_v4 =>
+        aclnnIncreFlashAttentionV4GetWorkspaceSize, aclnnIncreFlashAttentionV4(
+        query: *const aclTensor, key: *const aclTensorList, value: *const aclTensorList,
+        pseShift: *const aclTensor, attenMask: *const aclTensor, actualSeqLengths: *const aclIntArray,
+        dequantScale1: *const aclTensor, quantScale1: *const aclTensor, dequantScale2: *const aclTensor,
+        quantScale2: *const aclTensor, quantOffset2: *const aclTensor, antiquantScale: *const aclTensor,
+        antiquantOffset: *const aclTensor, blocktable: *const aclTensor, kvPaddingSize: *const aclTensor,
+        numHeads: i64, scaleValue: f64, inputLayout: *mut std::ffi::c_char, numKeyValueHeads: i64,
+        blockSize: i64, innerPrecise: i64, attentionOut: *const aclTensor,
     );
     triu_get_workspace_size, triu => aclnnTriuGetWorkspaceSize, aclnnTriu(
         self_: *const aclTensor, diagonal: i64, out: *mut aclTensor,

@@ -59,6 +59,11 @@ pub(crate) const FUSED_ROPE: &str = "rope.aclnn-fused.vector";
 /// where the toolkit lacks the operator it runs as the composition's aclnnScatterNdUpdate).
 pub(crate) const FUSED_KV_WRITE: &str = "kvcachewrite.aclnn-fused.vector";
 
+/// The PagedAttention kernel that is one aclnnIncreFlashAttentionV4 in its paged form
+/// (Atlas A2/A3, fp16 and bf16; where the toolkit lacks the operator it runs as the
+/// composition, `aclnn/paged.rs`).
+pub(crate) const FUSED_PAGED_ATTENTION: &str = "pagedattention.aclnn-fused.cube";
+
 /// The kernels, numbered by their position, and beside each how it runs.
 ///
 /// The Ascend kernel names (`matmul.aclnn.cube`, `matmul.host.reference`, ...) predate
@@ -279,6 +284,34 @@ fn sup_kv_fused(q: &KernelQuery<'_>) -> Result<(), String> {
         d => Err(format!("aclnnScatterPaKvCache takes fp16 and bf16 caches, not {d}: two aclnnScatterNdUpdate do")),
     }
 }
+/// aclnnIncreFlashAttentionV4, paged form, as its docs bound it on Atlas A2/A3: q and the
+/// caches fp16 or bf16 (f32 takes the composition), a block size a multiple of 16 up to
+/// 512, B <= 65536, at most 256 query heads, D <= 512; and, since every sequence is given
+/// the table's full reach `MB·BS` as its length (the real lengths go in as the mask), a
+/// cache of at least `B·MB` blocks (the docs: blocknum not below the blocks the lengths
+/// need, summed over the batch).
+fn sup_paged_fused(q: &KernelQuery<'_>) -> Result<(), String> {
+    sup_a2(q)?;
+    let (x, kc, bt) = (&q.inputs[0], &q.inputs[1], &q.inputs[3]);
+    if !matches!(x.dtype, DType::F16 | DType::BF16) || kc.dtype != x.dtype || q.inputs[2].dtype != x.dtype {
+        return Err(format!("aclnnIncreFlashAttentionV4 takes fp16 and bf16, not q {x}, caches {kc}: the composition"));
+    }
+    let ([b, h, d], [nb, bs, ..], [_, mb]) = (
+        <[usize; 3]>::try_from(x.shape.dims()).map_err(|_| format!("q {x} is not [B, H, D]"))?,
+        <[usize; 4]>::try_from(kc.shape.dims()).map_err(|_| format!("cache {kc} is not [NB, BS, KVH, D]"))?,
+        <[usize; 2]>::try_from(bt.shape.dims()).map_err(|_| format!("block_tables {bt} is not [B, MB]"))?,
+    );
+    if bs % 16 != 0 || bs > 512 || b > 65536 || h > 256 || d > 512 {
+        return Err(format!(
+            "aclnnIncreFlashAttentionV4 takes a block size multiple of 16 up to 512, B <= 65536, H <= 256, D <= 512: \
+             q {x}, cache {kc}"
+        ));
+    }
+    if b.checked_mul(mb).is_none_or(|need| nb < need) {
+        return Err(format!("a cache of {nb} blocks below B·MB = {b}·{mb}: the composition"));
+    }
+    Ok(())
+}
 fn sup_host(_: &KernelQuery<'_>) -> Result<(), String> {
     Ok(())
 }
@@ -300,6 +333,17 @@ impl Table {
             if k == OpKind::KvCacheWrite && has_flash_attention(soc) {
                 // aclnnScatterPaKvCache (fp16, bf16), ahead of the two aclnnScatterNdUpdate.
                 t.kernels.add_named(FUSED_KV_WRITE, k, Tier::HighPerformance, VECTOR, sup_kv_fused, Impl::AclnnFlash);
+            }
+            if k == OpKind::PagedAttention && has_flash_attention(soc) {
+                // aclnnIncreFlashAttentionV4 (fp16, bf16), ahead of the composition.
+                t.kernels.add_named(
+                    FUSED_PAGED_ATTENTION,
+                    k,
+                    Tier::HighPerformance,
+                    CUBE,
+                    sup_paged_fused,
+                    Impl::AclnnFlash,
+                );
             }
             if k == OpKind::Attention && flash {
                 // Earlier entries of a tier are preferred: ahead of the composition.

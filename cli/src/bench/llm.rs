@@ -148,6 +148,19 @@ pub fn run(config: RuntimeConfig, a: LlmArgs) -> Result<()> {
             "decode_phase2_calls_per_step": per(p.phase2_calls, end.phase2_calls),
         })
     });
+    // A model-only emulator (ACL_EMU_COMPUTE=0) computes nothing: say so beside its figures.
+    let mut modelled = modelled;
+    let model_only = modelled.is_some() && emulator_model_only();
+    if let Some(m) = modelled.as_mut() {
+        m["model_only"] = serde_json::Value::Bool(model_only);
+    }
+    if model_only {
+        println!(
+            "  acl-emu is model-only (ACL_EMU_COMPUTE=0): its kernels computed nothing, so the tokens are meaningless \
+             and the host times above are not a device's; the modelled figures and call counts below are those of a \
+             computing run"
+        );
+    }
     if let Some(m) = &modelled {
         println!(
             "  acl-emu, modelled (not measured): prefill {:.3} ms, decode {:.4} ms per token; aclnn calls: prefill {} + {}, per decode step {} phase-1 + {} phase-2",
@@ -171,4 +184,11 @@ pub fn run(config: RuntimeConfig, a: LlmArgs) -> Result<()> {
         crate::outputs::write_json(path, &doc)?;
     }
     Ok(())
+}
+
+/// Whether acl-emu was told to model without computing (`ACL_EMU_COMPUTE` 0, off or false,
+/// as the emulator reads it).
+fn emulator_model_only() -> bool {
+    std::env::var("ACL_EMU_COMPUTE")
+        .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "0" | "off" | "false"))
 }

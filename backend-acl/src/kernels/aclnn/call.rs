@@ -27,8 +27,9 @@ pub(super) fn acl_dtype(d: DType) -> aclDataType {
 }
 
 /// A tensor of the operator being put together: its descriptor, whether it is an output,
-/// and the launch operand it views with that operand's address.
-type Pending = (*mut aclTensor, bool, Option<(usize, u64)>);
+/// the launch operand it views with that operand's address, and, for a member of a tensor
+/// list, the list and the member's index in it (the list takes one input position).
+type Pending = (*mut aclTensor, bool, Option<(usize, u64)>, Option<(*mut aclTensorList, usize)>);
 
 /// One op's aclnn objects; destroyed (after phase 2 returned) when dropped, unless
 /// recorded ([`Call::finish`]).
@@ -39,8 +40,8 @@ pub(super) struct Call<'a> {
     tensors: Vec<*mut aclTensor>,
     scalars: Vec<*mut aclScalar>,
     arrays: Vec<*mut aclIntArray>,
-    /// Tensor lists, each owning its descriptors (not in `tensors`); only ops that are
-    /// not recorded use them ([`super::repeatable`]).
+    /// Tensor lists, each owning its descriptors (not in `tensors`); a recording keeps
+    /// them ([`Call::finish`]) and patches their members.
     lists: Vec<*mut aclTensorList>,
     /// The tensors of the operator being put together.
     pending: Vec<Pending>,
@@ -152,6 +153,7 @@ impl<'a> Call<'a> {
         r.tensors = std::mem::take(&mut self.tensors);
         r.scalars = std::mem::take(&mut self.scalars);
         r.arrays = std::mem::take(&mut self.arrays);
+        r.lists = std::mem::take(&mut self.lists);
         Some(r)
     }
 
@@ -203,7 +205,7 @@ impl<'a> Call<'a> {
     /// A NULL optional tensor of the operator being put together: it takes its place in
     /// the prototype's count of inputs (or outputs), as the address setters count them.
     pub(super) fn absent(&mut self, output: bool) -> *mut aclTensor {
-        self.pending.push((std::ptr::null_mut(), output, None));
+        self.pending.push((std::ptr::null_mut(), output, None, None));
         std::ptr::null_mut()
     }
 
@@ -237,7 +239,7 @@ impl<'a> Call<'a> {
         }
         .map_err(|e| self.err(e))?;
         self.tensors.push(t);
-        self.pending.push((t, output, v.operand.map(|j| (j, v.base))));
+        self.pending.push((t, output, v.operand.map(|j| (j, v.base)), None));
         Ok(t)
     }
 
@@ -272,6 +274,11 @@ impl<'a> Call<'a> {
         // The list destroys them now.
         self.tensors.retain(|t| !ts.contains(&t.cast_const()));
         self.lists.push(l);
+        // Its members are the last pending tensors: one input position, patched by member.
+        let first = self.pending.len() - ts.len();
+        for (k, p) in self.pending[first..].iter_mut().enumerate() {
+            p.3 = Some((l, k));
+        }
         Ok(l)
     }
 
@@ -316,12 +323,16 @@ impl<'a> Call<'a> {
         let exec = r.execs.len();
         r.execs.push(Exec { ex, ws, p2 });
         let (mut inputs, mut outputs) = (0, 0);
-        for (tensor, output, operand) in pending {
+        for (tensor, output, operand, list) in pending {
             let n = if output { &mut outputs } else { &mut inputs };
+            // A list's later members share its position.
+            if matches!(list, Some((_, k)) if k > 0) {
+                *n -= 1;
+            }
             let index = *n;
             *n += 1;
             if let Some((operand, addr)) = operand {
-                r.patches.push(Patch { exec, output, index, tensor, operand, addr });
+                r.patches.push(Patch { exec, output, index, tensor, operand, addr, list });
             }
         }
         Ok(())

@@ -2,8 +2,8 @@
 //! the composition of the ops aclnn has no single operator for. By file: [`call`]
 //! (descriptors and the two-phase call), [`recorded`] (repeatable executors of frozen
 //! plans), the op mappings by family ([`matmul`], [`elementwise`], [`norm`], [`reduce`],
-//! [`data`]) and [`compositions`] ([`rope`]: Rope's; [`paged`]: PagedAttention's;
-//! [`kvcache`]: KvCacheWrite's); this module maps each op onto them ([`compose`]).
+//! [`data`]) and [`compositions`] ([`rope`]: Rope's; [`paged`]: PagedAttention's, [`ifa`]:
+//! its fused form on Atlas A2/A3; [`kvcache`]: KvCacheWrite's); this module maps each op onto them ([`compose`]).
 //!
 //! A [`Call`] owns the descriptors of one op and runs its operators one of two ways:
 //! * one-shot ([`run`]: eager launches, and the nodes of frozen plans whose ops cannot
@@ -24,6 +24,7 @@ mod compositions;
 mod data;
 mod decoder;
 mod elementwise;
+mod ifa;
 mod kvcache;
 mod matmul;
 mod norm;
@@ -249,6 +250,11 @@ fn compose(c: &mut Call, how: Mapping, args: &LaunchArgs) -> BResult<()> {
             };
             let parts = Attention { q: x, k: &ins[1], v: &ins[2], mask: ins.get(3), scale };
             attention(c, &parts, &sc, &out, cube_math(is_910, x.dtype))
+        }
+        // One aclnnIncreFlashAttentionV4 where the toolkit exports it (the symbols are
+        // optional); the composition otherwise.
+        Op::PagedAttention { .. } if how.flash && ifa::exported(c) => {
+            ifa::paged_attention_fused(c, &args.op, &ins, &out)
         }
         Op::PagedAttention { .. } => paged_attention(c, &args.op, &ins, &out, cube_math(is_910, x.dtype)),
         Op::KvCacheWrite => kvcache::kv_cache_write(c, how.flash, &ins),

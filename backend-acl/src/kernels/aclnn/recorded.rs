@@ -5,7 +5,7 @@
 use crate::error::AclBackendError;
 use crate::stream::StreamRec;
 use acl_sys::result::aclnn as nn;
-use acl_sys::{AclError, Api, aclIntArray, aclOpExecutor, aclScalar, aclTensor, aclrtStream};
+use acl_sys::{AclError, Api, aclIntArray, aclOpExecutor, aclScalar, aclTensor, aclTensorList, aclrtStream};
 use std::ffi::c_void;
 
 type BResult<T> = std::result::Result<T, AclBackendError>;
@@ -64,6 +64,9 @@ pub(super) struct Patch {
     pub(super) operand: usize,
     /// The address the executor holds.
     pub(super) addr: u64,
+    /// A member of a tensor list: the list and the member's index (set through
+    /// `aclSetDynamicInputTensorAddr` with `index` as the IR input index).
+    pub(super) list: Option<(*mut aclTensorList, usize)>,
 }
 
 /// One op's repeatable executors, in launch order, with everything they use: their
@@ -79,6 +82,8 @@ pub(crate) struct Recorded {
     pub(super) tensors: Vec<*mut aclTensor>,
     pub(super) scalars: Vec<*mut aclScalar>,
     pub(super) arrays: Vec<*mut aclIntArray>,
+    /// Tensor lists, each owning its member descriptors (not in `tensors`).
+    pub(super) lists: Vec<*mut aclTensorList>,
     /// aclrtMalloc blocks of its constants (outside the allocation table): (address, bytes).
     pub(super) mem: Vec<(u64, usize)>,
 }
@@ -97,6 +102,7 @@ impl Recorded {
             tensors: Vec::new(),
             scalars: Vec::new(),
             arrays: Vec::new(),
+            lists: Vec::new(),
             mem: Vec::new(),
         }
     }
@@ -124,7 +130,8 @@ impl Recorded {
     }
 
     /// Points every tensor that views an operand at the operand's address for this run,
-    /// `addr(operand)` (`aclSetInputTensorAddr` / `aclSetOutputTensorAddr`, only where it
+    /// `addr(operand)` (`aclSetInputTensorAddr` / `aclSetOutputTensorAddr`, a list's member
+    /// `aclSetDynamicInputTensorAddr`, only where it
     /// changed). Each address is a validated, 32-byte aligned operand base.
     pub(crate) fn patch(&mut self, api: &Api, addr: impl Fn(usize) -> u64) -> BResult<()> {
         let op = self.op;
@@ -135,11 +142,14 @@ impl Recorded {
             }
             let ex = self.execs[p.exec].ex;
             // `ex` is a live repeatable executor of this record and `p.tensor` the live
-            // descriptor given to it at position `index` of its phase 1; `a` is a 32-byte
+            // descriptor given to it at position `index` of its phase 1 (or, for a list's
+            // member, `p.list` the live list given there, which holds it); `a` is a 32-byte
             // aligned device address the caller validated to hold the operand.
             // SAFETY: as above; that memory stays allocated while queued work uses it (M2).
             let r = unsafe {
-                if p.output {
+                if let Some((list, member)) = p.list {
+                    nn::set_dynamic_input_tensor_addr(api, ex, p.index, member, list, a as *mut c_void)
+                } else if p.output {
                     nn::set_output_tensor_addr(api, ex, p.index, p.tensor, a as *mut c_void)
                 } else {
                     nn::set_input_tensor_addr(api, ex, p.index, p.tensor, a as *mut c_void)
@@ -177,6 +187,11 @@ impl Recorded {
                     log::error!("acl: {}: {err}", self.op);
                 }
             }
+        }
+        for l in self.lists.drain(..) {
+            // SAFETY: created by aclCreateTensorList, destroyed once with the descriptors it
+            // owns; the executors that used it are gone and no queued work uses it (caller).
+            let _ = unsafe { nn::destroy_tensor_list(api, l) };
         }
         destroy_descriptors(api, &mut self.tensors, &mut self.scalars, &mut self.arrays);
         for (p, _) in self.mem.drain(..) {
