@@ -6,6 +6,7 @@
 //! k-pairs, 32 rows of 16 words (2 KiB, contiguous), so that the two x tiles of a step are
 //! two loads of stride 64 bytes from one place. Rows past `m` are zero.
 
+use super::Epilogue;
 use super::packed::{AMX_KP, AMX_MR, NR};
 use std::arch::asm;
 use std::arch::x86_64::_mm_prefetch;
@@ -203,16 +204,6 @@ pub fn slice_depth(kp: usize) -> usize {
     kp.div_ceil(kp.div_ceil(max)).div_ceil(AMX_KP) * AMX_KP
 }
 
-/// What a task does with each finished 32 × 32 block on its way to the output (the
-/// product's epilogue), and how it starts: `acc` adds the output's earlier values.
-/// Send and Sync (plain data and shared slices).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Epilogue<'a> {
-    pub acc: bool,
-    /// Added to every row (`n` values) after the products, in f32.
-    pub bias: Option<&'a [f32]>,
-}
-
 /// A 32 × 32 block of f32 at stride [`NR`], 64-byte aligned: where the tiles store.
 #[repr(C, align(64))]
 struct Scratch([f32; AMX_MR * NR]);
@@ -244,13 +235,13 @@ unsafe fn store(s: &Scratch, c: *mut f32, ldc: usize, rows: usize, cols: usize, 
         unsafe {
             let (src, dst) = (s.0.as_ptr().add(r * NR), c.add(r * ldc));
             let (mut v0, mut v1) = (_mm512_load_ps(src), _mm512_load_ps(src.add(16)));
-            if bias.is_some() {
-                v0 = _mm512_add_ps(v0, b0);
-                v1 = _mm512_add_ps(v1, b1);
-            }
             if add {
                 v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, dst));
                 v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, dst.add(16)));
+            }
+            if bias.is_some() {
+                v0 = _mm512_add_ps(v0, b0);
+                v1 = _mm512_add_ps(v1, b1);
             }
             _mm512_mask_storeu_ps(dst, m0, v0);
             _mm512_mask_storeu_ps(dst.add(16), m1, v1);
@@ -288,7 +279,7 @@ unsafe fn load(s: &mut Scratch, c: *const f32, ldc: usize, rows: usize, cols: us
 /// k (the whole k up to [`KC_AMX`] k-pairs), each row block meets each panel of the group
 /// (its x slice from L1 or L2); the first row block prefetches the slice after. Every
 /// block goes through a 32 × 32 scratch block in L1: the tiles store there, and the
-/// epilogue (`ep`) writes it to `c` with vector stores that overlap the next block's
+/// epilogue (`ep`, its GELU on `isa`) writes it to `c` with vector stores that overlap the next block's
 /// products (a tile store to output lines not in the caches would stall the tile unit).
 /// After a slice that is not the last, `c` holds the partial sums, loaded back for the next.
 ///
@@ -308,6 +299,7 @@ pub unsafe fn task(
     (r0, r1): (usize, usize),
     (p0, p1): (usize, usize),
     ep: Epilogue<'_>,
+    isa: crate::Isa,
 ) {
     debug_assert!(a.len() >= packed_len(r1 - r0, kp));
     let panels = n.div_ceil(NR);
@@ -348,6 +340,14 @@ pub unsafe fn task(
                     let bias = ep.bias.filter(|_| last).map(|b| b[pi * NR..].as_ptr());
                     // SAFETY: AVX-512F (contract); `cb` as above; `bias` has `n` values.
                     unsafe { store(&scratch, cb, n, rows, cols, first && ep.acc, bias) };
+                    if last && ep.gelu {
+                        for r in 0..rows {
+                            // SAFETY: row `r` of the block at `cb`, `cols` columns: this
+                            // task's alone (contract), no other reference to it is live.
+                            let row = unsafe { std::slice::from_raw_parts_mut(cb.add(r * n), cols) };
+                            super::finish_row(isa, row, None, true);
+                        }
+                    }
                 }
             }
         }

@@ -82,7 +82,8 @@ pub fn available() -> bool {
 /// `c[m×n] = x[m×k] · wᵀ + (if accumulate { c } else { 0 })`, `x` and `c` row-major and
 /// contiguous, on the features `f` the backend selected (`ctx.features`): AVX-512-BF16 dot
 /// products, or AMX tiles where `f` has them. Rows are split over `threads` (each thread
-/// owns its rows of `c`).
+/// owns its rows of `c`). Units `f` claims that this CPU lacks are refused
+/// ([`KernelError::MissingFeature`]).
 pub fn gemm(
     f: &CpuFeatures,
     m: usize,
@@ -92,26 +93,89 @@ pub fn gemm(
     accumulate: bool,
     threads: usize,
 ) -> Result<(), KernelError> {
+    gemm_with(f, m, x, w, c, Epilogue { acc: accumulate, ..Epilogue::default() }, threads)
+}
+
+/// What [`gemm_with`] does with each output on its way to `c`, in this order: the
+/// product, plus `c`'s earlier value (`acc`), plus `bias[j]`, then GELU (`gelu`: the erf
+/// form, computed as the `BiasGelu` kernel computes it). On the AMX path this runs on each
+/// finished 32 × 32 block while it is in L1; on AVX-512-BF16 after the product. Send and
+/// Sync (plain data and a shared slice).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Epilogue<'a> {
+    pub acc: bool,
+    /// `n` values added to every row.
+    pub bias: Option<&'a [f32]>,
+    pub gelu: bool,
+}
+
+/// [`gemm`] with an [`Epilogue`]: `c = gelu?(x · wᵀ + (acc ? c : 0) + bias)`.
+pub fn gemm_with(
+    f: &CpuFeatures,
+    m: usize,
+    x: &[f32],
+    w: &PackedWeight<'_>,
+    c: &mut [f32],
+    ep: Epilogue<'_>,
+    threads: usize,
+) -> Result<(), KernelError> {
     let (n, k, kp) = (w.n, w.k, w.kp);
-    if x.len() < m * k || c.len() < m * n {
+    let (xs, cs) = (m.checked_mul(k), m.checked_mul(n));
+    if xs.is_none_or(|l| x.len() < l) || cs.is_none_or(|l| c.len() < l) {
         return Err(KernelError::Internal(format!("bf16 gemm operands too short for {m}x{k}x{n}")));
+    }
+    if let Some(b) = ep.bias
+        && b.len() < n
+    {
+        return Err(KernelError::TooShort { what: "bf16 gemm bias", needed: n, got: b.len() });
     }
     check_units(f, crate::features::get())?;
     if m == 0 || n == 0 {
         return Ok(());
     }
-    if kp == 0 {
-        if !accumulate {
-            c[..m * n].fill(0.0);
-        }
-        return Ok(());
-    }
     let threads = threads.max(1);
     #[cfg(target_arch = "x86_64")]
-    if use_amx(f, kp) {
-        gemm_amx(f, m, x, w, c, accumulate, threads);
+    if kp > 0 && use_amx(f, kp) {
+        gemm_amx(f, m, x, w, c, ep, threads);
         return Ok(());
     }
+    if kp == 0 {
+        if !ep.acc {
+            c[..m * n].fill(0.0);
+        }
+    } else {
+        gemm_avx512(f, m, x, w, &mut c[..m * n], ep.acc, threads);
+    }
+    if ep.bias.is_some() || ep.gelu {
+        let isa = f.isa;
+        let tail = |row: &mut [f32]| finish_row(isa, row, ep.bias, ep.gelu);
+        if threads > 1 && m * n >= 1 << 15 {
+            c[..m * n].par_chunks_mut(n).for_each(tail);
+        } else {
+            c[..m * n].chunks_mut(n).for_each(tail);
+        }
+    }
+    Ok(())
+}
+
+/// The epilogue's bias and GELU on one stretch of a row (`bias` from the stretch's column).
+pub(super) fn finish_row(isa: crate::Isa, row: &mut [f32], bias: Option<&[f32]>, gelu: bool) {
+    if let Some(b) = bias {
+        row.iter_mut().zip(b).for_each(|(v, b)| *v += b);
+    }
+    if gelu {
+        let mut tmp = [0f32; 256];
+        for chunk in row.chunks_mut(tmp.len()) {
+            let t = &mut tmp[..chunk.len()];
+            t.copy_from_slice(chunk);
+            crate::kernels::fast::gelu_erf_map(isa, t, chunk);
+        }
+    }
+}
+
+/// The product on AVX-512-BF16 register tiles (no bias or GELU).
+fn gemm_avx512(f: &CpuFeatures, m: usize, x: &[f32], w: &PackedWeight<'_>, c: &mut [f32], acc: bool, threads: usize) {
+    let (n, k, kp) = (w.n, w.k, w.kp);
     // x rounded to bf16 pairs, rows padded to an even k.
     let mut xb = vec![0u32; m * kp];
     let convert = |(i, dst): (usize, &mut [u32])| to_pairs(&x[i * k..(i + 1) * k], dst, f.avx512bf16);
@@ -124,14 +188,13 @@ pub fn gemm(
     let body = |(ci, cc): (usize, &mut [f32])| {
         let i0 = ci * rows_per;
         let rows = cc.len() / n;
-        block(rows, &xb[i0 * kp..(i0 + rows) * kp], w, cc, accumulate);
+        block(rows, &xb[i0 * kp..(i0 + rows) * kp], w, cc, acc);
     };
     if threads > 1 && m > MR {
-        c[..m * n].par_chunks_mut(rows_per * n).enumerate().for_each(body);
+        c.par_chunks_mut(rows_per * n).enumerate().for_each(body);
     } else {
-        body((0, &mut c[..m * n]));
+        body((0, c));
     }
-    Ok(())
 }
 
 /// How the AMX product is cut into one task per thread: `(rows, panels)` per task along
@@ -179,7 +242,15 @@ const PACK_ROWS: usize = 8;
 /// packed), then one task per thread (see [`amx_split`]) that configures its tiles once
 /// and runs its blocks.
 #[cfg(target_arch = "x86_64")]
-fn gemm_amx(f: &CpuFeatures, m: usize, x: &[f32], w: &PackedWeight<'_>, c: &mut [f32], acc: bool, threads: usize) {
+fn gemm_amx(
+    f: &CpuFeatures,
+    m: usize,
+    x: &[f32],
+    w: &PackedWeight<'_>,
+    c: &mut [f32],
+    ep: Epilogue<'_>,
+    threads: usize,
+) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let (n, k, kp) = (w.n, w.k, w.kp);
     let panels = n.div_ceil(NR);
@@ -231,11 +302,10 @@ fn gemm_amx(f: &CpuFeatures, m: usize, x: &[f32], w: &PackedWeight<'_>, c: &mut 
         let _tiles = unsafe { amx::Tiles::configure() };
         // SAFETY: tiles configured just above; AVX-512F comes with AVX-512-BF16 (`gemm`
         // checked it); `kp % 16 == 0` and `kp > 0` (`use_amx`, `gemm`); `a` from row `r0` (a whole block) holds the task's packed rows; `w.data`
-        // the packed weight; `c_ptr` is the `m × n` output `gemm` checked, borrowed
+        // the packed weight; `ep.bias` has `n` values (`gemm_with` checked); `c_ptr` is
+        // the `m × n` output `gemm_with` checked, borrowed
         // mutably for this call, and the tasks' (row range × panel range) blocks are disjoint.
-        unsafe {
-            amx::task(kp, n, &a[r0 * kp..], &w.data, c_ptr.get(), (r0, r1), (p0, p1), amx::Epilogue { acc, bias: None })
-        };
+        unsafe { amx::task(kp, n, &a[r0 * kp..], &w.data, c_ptr.get(), (r0, r1), (p0, p1), ep, f.isa) };
     };
     if tasks.len() > 1 {
         tasks.par_iter().for_each(run);
@@ -379,6 +449,62 @@ mod tests {
         }
         let f = CpuFeatures { amx_bf16: false, ..crate::features::get().clone() };
         check(&f, &SHAPES);
+    }
+
+    /// The fused epilogue against the unfused pair, bit for bit: the product (with `acc`),
+    /// then the bias added and GELU applied as the `BiasGelu` kernel computes them.
+    fn check_epilogue(f: &CpuFeatures) {
+        for &(m, n, k) in &SHAPES {
+            let x: Vec<f32> = (0..m * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 97.0).collect();
+            let w: Vec<bf16> = (0..n * k).map(|i| bf16::from_f32(((i * 53 % 89) as f32 - 44.0) / 141.0)).collect();
+            let bias: Vec<f32> = (0..n).map(|j| (j % 5) as f32 * 0.25 - 0.5).collect();
+            let c0: Vec<f32> = (0..m * n).map(|i| (i % 7) as f32 * 0.1 - 0.3).collect();
+            let pw = PackedWeight::pack(&w, n, k).unwrap();
+            for (acc, gelu, threads) in [(false, true, 1), (false, true, 2), (true, true, 2), (false, false, 2)] {
+                let mut want = c0.clone();
+                gemm(f, m, &x, &pw, &mut want, acc, threads).unwrap();
+                for row in want.chunks_mut(n) {
+                    let t: Vec<f32> = row.iter().zip(&bias).map(|(v, b)| v + b).collect();
+                    if gelu {
+                        crate::kernels::fast::gelu_erf_map(f.isa, &t, row);
+                    } else {
+                        row.copy_from_slice(&t);
+                    }
+                }
+                let mut got = c0.clone();
+                let ep = Epilogue { acc, bias: Some(&bias), gelu };
+                gemm_with(f, m, &x, &pw, &mut got, ep, threads).unwrap();
+                let amx = f.amx_bf16;
+                for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(a.to_bits(), b.to_bits(), "{m}x{n}x{k} {ep:?} t={threads} amx={amx} [{i}]: {a} vs {b}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_bias_and_gelu_epilogue_matches_the_unfused_pair_bit_for_bit() {
+        if !available() {
+            println!("skipped: this CPU has no AVX-512-BF16 (the bf16 unit is not offered here)");
+            return;
+        }
+        let f = crate::features::get();
+        println!("AMX path: {}", if f.amx_bf16 { "on" } else { "not on this CPU" });
+        check_epilogue(f);
+        check_epilogue(crate::features::without_amx());
+    }
+
+    #[test]
+    fn a_short_bias_is_an_error() {
+        if !available() {
+            println!("skipped: this CPU has no AVX-512-BF16 (the bf16 unit is not offered here)");
+            return;
+        }
+        let pw = PackedWeight::pack(&[bf16::ONE; 40 * 32], 40, 32).unwrap();
+        let mut c = vec![0f32; 40 * 40];
+        let ep = Epilogue { bias: Some(&[0.0; 39]), ..Epilogue::default() };
+        let r = gemm_with(crate::features::get(), 40, &[1.0; 40 * 32], &pw, &mut c, ep, 2);
+        assert!(matches!(r, Err(KernelError::TooShort { needed: 40, got: 39, .. })), "{r:?}");
     }
 
     #[test]
