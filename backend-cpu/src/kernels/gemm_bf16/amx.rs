@@ -6,7 +6,7 @@
 //! k-pairs, 32 rows of 16 words (2 KiB, contiguous), so that the two x tiles of a step are
 //! two loads of stride 64 bytes from one place. Rows past `m` are zero.
 
-use super::Epilogue;
+use super::epilogue::{Epilogue, finish_row, tune};
 use super::packed::{AMX_KP, AMX_MR, NR};
 use std::arch::asm;
 use std::arch::x86_64::_mm_prefetch;
@@ -197,7 +197,7 @@ pub const GROUP: usize = 4;
 /// The k-pairs of one pass over a task's blocks for a product of `kp` k-pairs: the whole
 /// k, or slices of equal depth, at most [`KC_AMX`].
 pub fn slice_depth(kp: usize) -> usize {
-    let max = match super::tune(0) {
+    let max = match tune(0) {
         0 => KC_AMX,
         v => v,
     };
@@ -345,7 +345,7 @@ pub unsafe fn task(
                             // SAFETY: row `r` of the block at `cb`, `cols` columns: this
                             // task's alone (contract), no other reference to it is live.
                             let row = unsafe { std::slice::from_raw_parts_mut(cb.add(r * n), cols) };
-                            super::finish_row(isa, row, None, true);
+                            finish_row(isa, row, None, true);
                         }
                     }
                 }

@@ -32,13 +32,14 @@
 //! and columns past the output's edge.
 //!
 //! Files: `packed.rs` holds the constants and the k-pair layouts, `convert.rs` the
-//! rounding of x to bf16 pairs, `x86.rs` the AVX-512-BF16 tile and conversion, `amx.rs` the
+//! rounding of x to bf16 pairs, `epilogue.rs` the bias and GELU of the output's way out, `x86.rs` the AVX-512-BF16 tile and conversion, `amx.rs` the
 //! AMX tiles and tasks, `rate.rs` the micro-kernels' own speed (`bench peak --kernels`);
 //! this file the product.
 
 #[cfg(target_arch = "x86_64")]
 mod amx;
 mod convert;
+mod epilogue;
 mod packed;
 mod rate;
 #[cfg(target_arch = "x86_64")]
@@ -46,6 +47,11 @@ mod x86;
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) use amx::Tiles;
+pub use epilogue::Epilogue;
+#[cfg(test)]
+use epilogue::TUNE;
+use epilogue::finish_row;
+use epilogue::tune;
 pub use packed::{AMX_MR, KC, MR, NR, PackedInPlace, PackedWeight};
 pub use rate::{Bf16KernelRate, kernel_rate};
 
@@ -94,19 +100,6 @@ pub fn gemm(
     threads: usize,
 ) -> Result<(), KernelError> {
     gemm_with(f, m, x, w, c, Epilogue { acc: accumulate, ..Epilogue::default() }, threads)
-}
-
-/// What [`gemm_with`] does with each output on its way to `c`, in this order: the
-/// product, plus `c`'s earlier value (`acc`), plus `bias[j]`, then GELU (`gelu`: the erf
-/// form, computed as the `BiasGelu` kernel computes it). On the AMX path this runs on each
-/// finished 32 × 32 block while it is in L1; on AVX-512-BF16 after the product. Send and
-/// Sync (plain data and a shared slice).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Epilogue<'a> {
-    pub acc: bool,
-    /// `n` values added to every row.
-    pub bias: Option<&'a [f32]>,
-    pub gelu: bool,
 }
 
 /// [`gemm`] with an [`Epilogue`]: `c = gelu?(x · wᵀ + (acc ? c : 0) + bias)`.
@@ -158,21 +151,6 @@ pub fn gemm_with(
     Ok(())
 }
 
-/// The epilogue's bias and GELU on one stretch of a row (`bias` from the stretch's column).
-pub(super) fn finish_row(isa: crate::Isa, row: &mut [f32], bias: Option<&[f32]>, gelu: bool) {
-    if let Some(b) = bias {
-        row.iter_mut().zip(b).for_each(|(v, b)| *v += b);
-    }
-    if gelu {
-        let mut tmp = [0f32; 256];
-        for chunk in row.chunks_mut(tmp.len()) {
-            let t = &mut tmp[..chunk.len()];
-            t.copy_from_slice(chunk);
-            crate::kernels::fast::gelu_erf_map(isa, t, chunk);
-        }
-    }
-}
-
 /// The product on AVX-512-BF16 register tiles (no bias or GELU).
 fn gemm_avx512(f: &CpuFeatures, m: usize, x: &[f32], w: &PackedWeight<'_>, c: &mut [f32], acc: bool, threads: usize) {
     let (n, k, kp) = (w.n, w.k, w.kp);
@@ -211,22 +189,6 @@ fn amx_split(m: usize, panels: usize, threads: usize, flops: usize) -> (usize, u
     }
     let by_panels = tune(1) == 0 && panels >= threads && (m <= panels * NR || blocks < threads);
     if by_panels { (blocks * AMX_MR, panels.div_ceil(threads)) } else { (blocks.div_ceil(threads) * AMX_MR, panels) }
-}
-
-/// Knobs of the tests' timing aid (`tests::timing`): `[0]` the most k-pairs per slice
-/// (0: [`amx::KC_AMX`]), `[1]` nonzero to split the AMX work by rows only.
-#[cfg(test)]
-static TUNE: [std::sync::atomic::AtomicUsize; 2] = [const { std::sync::atomic::AtomicUsize::new(0) }; 2];
-
-/// The knob `i` of [`TUNE`] (0 outside the tests).
-fn tune(i: usize) -> usize {
-    #[cfg(test)]
-    return TUNE[i].load(std::sync::atomic::Ordering::Relaxed);
-    #[cfg(not(test))]
-    {
-        let _ = i;
-        0
-    }
 }
 
 thread_local! {
@@ -300,11 +262,12 @@ fn gemm_amx(
         // SAFETY: `use_amx` checked that the OS enabled AMX; the tiles live for this task on
         // this thread.
         let _tiles = unsafe { amx::Tiles::configure() };
-        // SAFETY: tiles configured just above; AVX-512F comes with AVX-512-BF16 (`gemm`
-        // checked it); `kp % 16 == 0` and `kp > 0` (`use_amx`, `gemm`); `a` from row `r0` (a whole block) holds the task's packed rows; `w.data`
-        // the packed weight; `ep.bias` has `n` values (`gemm_with` checked); `c_ptr` is
-        // the `m × n` output `gemm_with` checked, borrowed
-        // mutably for this call, and the tasks' (row range × panel range) blocks are disjoint.
+        // SAFETY: tiles configured just above; AVX-512F comes with AVX-512-BF16
+        // (`gemm_with` checked it); `kp % 16 == 0` and `kp > 0` (`use_amx`, `gemm_with`);
+        // `a` from row `r0` (a whole block) holds the task's packed rows; `w.data` the
+        // packed weight; `ep.bias` has `n` values (`gemm_with` checked); `c_ptr` is the
+        // `m × n` output `gemm_with` checked, borrowed mutably for this call, and the
+        // tasks' (row range × panel range) blocks are disjoint.
         unsafe { amx::task(kp, n, &a[r0 * kp..], &w.data, c_ptr.get(), (r0, r1), (p0, p1), ep, f.isa) };
     };
     if tasks.len() > 1 {
@@ -368,6 +331,7 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::simd_math;
     use half::bf16;
     use packed::to_pairs_scalar;
 
@@ -466,7 +430,9 @@ mod tests {
                 for row in want.chunks_mut(n) {
                     let t: Vec<f32> = row.iter().zip(&bias).map(|(v, b)| v + b).collect();
                     if gelu {
-                        crate::kernels::fast::gelu_erf_map(f.isa, &t, row);
+                        // What `fast::gelu_erf_map` computes on the AVX-512 path.
+                        assert_eq!(f.isa, crate::Isa::Avx512);
+                        row.iter_mut().zip(&t).for_each(|(d, &s)| *d = simd_math::gelu_erf_approx::<true>(s));
                     } else {
                         row.copy_from_slice(&t);
                     }
