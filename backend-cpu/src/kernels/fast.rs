@@ -614,8 +614,8 @@ pub fn batched_matmul(
     }
 }
 
-/// Linear with a bf16 weight on AVX-512-BF16 (see `gemm_bf16`): `x` rounded to bf16,
-/// products accumulated in f32, bias added in f32.
+/// Linear with a bf16 weight on AVX-512-BF16 or AMX (see `gemm_bf16`): `x` rounded to
+/// bf16, products accumulated in f32, bias added in f32 in the product's epilogue.
 pub fn linear_bf16(_op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
     // At most `gemv::MAX_M` rows (a decode step): the weight streamed once, never packed per call.
     if let Some(r) = super::gemv::linear_bf16(ins, outs, ctx) {
@@ -646,12 +646,10 @@ pub fn linear_bf16(_op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult
         Some(b) => Some(load_f32(b)?),
         None => None,
     };
-    with_f32_out(&mut outs[0], |c| {
-        if let Some(b) = &bias {
-            par_rows(c, n, |_, r| r.copy_from_slice(b));
-        }
-        super::gemm_bf16::gemm(ctx.features, m, &x, packed, c, bias.is_some(), ctx.threads)
-    })
+    // The bias is added in the product's epilogue (on AMX per block while it is in L1),
+    // not copied into the output first and read back.
+    let ep = super::gemm_bf16::Epilogue { bias: bias.as_deref(), ..Default::default() };
+    with_f32_out(&mut outs[0], |c| super::gemm_bf16::gemm_with(ctx.features, m, &x, packed, c, ep, ctx.threads))
 }
 
 /// Permute that moves whole rows when the last axis stays last (the attention head

@@ -1,10 +1,12 @@
-//! The AMX tile path: x packed per thread into tile-ready blocks while it is rounded to
-//! bf16, and 32 × 32 output blocks that stay in four accumulator tiles over the whole k.
+//! The AMX tile path: x packed into tile-ready blocks while it is rounded to bf16, and
+//! 32 × 32 output blocks that stay in four accumulator tiles over the whole k (up to
+//! [`KC_AMX`] k-pairs), stored through a scratch block and an epilogue.
 //!
 //! Packed x ([`pack_rows`]): per block of [`AMX_MR`] rows and per step of [`AMX_KP`]
 //! k-pairs, 32 rows of 16 words (2 KiB, contiguous), so that the two x tiles of a step are
 //! two loads of stride 64 bytes from one place. Rows past `m` are zero.
 
+use super::epilogue::{Epilogue, finish_row, tune};
 use super::packed::{AMX_KP, AMX_MR, NR};
 use std::arch::asm;
 use std::arch::x86_64::_mm_prefetch;
@@ -47,10 +49,15 @@ pub fn packed_len(rows: usize, kp: usize) -> usize {
     rows.div_ceil(AMX_MR) * AMX_MR * kp
 }
 
-/// Packs rows `x[r0..r1]` of `k` f32 each (`k.div_ceil(2) == kp`, `kp % AMX_KP == 0`)
-/// into `dst` (at least [`packed_len`]`(r1 - r0, kp)` words), rounded to bf16.
-pub fn pack_rows(x: &[f32], k: usize, r0: usize, r1: usize, kp: usize, dst: &mut [u32], bf16: bool) {
-    let blocks = (r1 - r0).div_ceil(AMX_MR);
+/// Packs rows `r0..r1` of the block-padded row range (rows at or past `m` are zero) of
+/// `x` (`m` rows of `k` f32, `k.div_ceil(2) == kp`, `kp % AMX_KP == 0`) into their places
+/// in the packed x at `dst` (all blocks, [`packed_len`]`(m, kp)` words), rounded to bf16.
+/// Each row's places are its own: threads may pack different rows at the same time.
+///
+/// # Safety
+/// `dst` is valid for writes of [`packed_len`]`(m, kp)` words; `r1 <= m.div_ceil(AMX_MR) *
+/// AMX_MR`; no one else reads or writes rows `r0..r1`'s places during the call.
+pub unsafe fn pack_rows(x: &[f32], m: usize, k: usize, (r0, r1): (usize, usize), kp: usize, dst: *mut u32, bf16: bool) {
     let mut row = [0u32; 4096];
     let mut heap = Vec::new();
     let buf: &mut [u32] = if kp <= row.len() {
@@ -59,20 +66,19 @@ pub fn pack_rows(x: &[f32], k: usize, r0: usize, r1: usize, kp: usize, dst: &mut
         heap.resize(kp, 0);
         &mut heap
     };
-    for b in 0..blocks {
-        let blk = &mut dst[b * AMX_MR * kp..(b + 1) * AMX_MR * kp];
-        for r in 0..AMX_MR {
-            let i = r0 + b * AMX_MR + r;
-            if i < r1 {
-                super::convert::to_pairs(&x[i * k..(i + 1) * k], buf, bf16);
-            } else {
-                buf.fill(0);
-            }
-            // Scatter the row's pairs to its place in every step of the block.
-            for (s, chunk) in buf.chunks_exact(AMX_KP).enumerate() {
-                let o = s * AMX_MR * AMX_KP + r * AMX_KP;
-                blk[o..o + AMX_KP].copy_from_slice(chunk);
-            }
+    for i in r0..r1 {
+        if i < m {
+            super::convert::to_pairs(&x[i * k..(i + 1) * k], buf, bf16);
+        } else {
+            buf.fill(0);
+        }
+        // Scatter the row's pairs to its place in every step of its block.
+        let (b, r) = (i / AMX_MR, i % AMX_MR);
+        for (s, chunk) in buf.chunks_exact(AMX_KP).enumerate() {
+            let o = b * AMX_MR * kp + s * AMX_MR * AMX_KP + r * AMX_KP;
+            // SAFETY: `o + AMX_KP <= packed_len(m, kp)` (row `i` of block `b` < blocks, step
+            // `s` < kp / AMX_KP); these words are row `i`'s alone (contract).
+            unsafe { std::ptr::copy_nonoverlapping(chunk.as_ptr(), dst.add(o), AMX_KP) };
         }
     }
 }
@@ -180,25 +186,109 @@ pub unsafe fn block(
     }
 }
 
-/// Most k-pairs per pass over a task's blocks: a packed x block's slice (16 KiB) stays in L1
-/// while it meets [`GROUP`] panels' slices (16 KiB each, from L2).
-pub const KC_AMX: usize = 128;
-/// Panels per group: the group's whole slice of the weight (`GROUP * kp * 128` bytes) stays
-/// in L2 while every row block of the task passes over it.
+/// Most k-pairs per pass over a task's blocks: up to this depth (k ≤ 1024) a block's
+/// accumulators stay in their tiles over the whole k; deeper products run in slices of
+/// equal depth, at most this, their partial sums kept in the output between slices.
+pub const KC_AMX: usize = 512;
+/// Panels per group: the group's slice of the weight (`GROUP * slice * 128` bytes) stays in
+/// L2 while every row block of the task passes over it.
 pub const GROUP: usize = 4;
+
+/// The k-pairs of one pass over a task's blocks for a product of `kp` k-pairs: the whole
+/// k, or slices of equal depth, at most [`KC_AMX`].
+pub fn slice_depth(kp: usize) -> usize {
+    let max = match tune(0) {
+        0 => KC_AMX,
+        v => v,
+    };
+    kp.div_ceil(kp.div_ceil(max)).div_ceil(AMX_KP) * AMX_KP
+}
+
+/// A 32 × 32 block of f32 at stride [`NR`], 64-byte aligned: where the tiles store.
+#[repr(C, align(64))]
+struct Scratch([f32; AMX_MR * NR]);
+
+/// Rows `rows` × columns `cols` of `s` (stride `NR`) written to `c` (stride `ldc`), with
+/// `c`'s earlier values added where `add` says so, then `bias` (`cols` values) where given.
+///
+/// # Safety
+/// AVX-512F; `c` holds `rows` rows of stride `ldc` with `cols <= NR` columns each, valid
+/// for reads and writes; `rows <= AMX_MR`; `bias`, where given, holds `cols` values.
+#[target_feature(enable = "avx512f")]
+unsafe fn store(s: &Scratch, c: *mut f32, ldc: usize, rows: usize, cols: usize, add: bool, bias: Option<*const f32>) {
+    use std::arch::x86_64::*;
+    let m0: __mmask16 = if cols >= 16 { 0xffff } else { ((1u32 << cols) - 1) as u16 };
+    let m1: __mmask16 = if cols >= 32 {
+        0xffff
+    } else if cols > 16 {
+        ((1u32 << (cols - 16)) - 1) as u16
+    } else {
+        0
+    };
+    // SAFETY: `bias` holds `cols` values (contract), masked.
+    let (b0, b1) = match bias {
+        Some(b) => unsafe { (_mm512_maskz_loadu_ps(m0, b), _mm512_maskz_loadu_ps(m1, b.add(16))) },
+        None => (_mm512_setzero_ps(), _mm512_setzero_ps()),
+    };
+    for r in 0..rows {
+        // SAFETY: row `r < rows` of `s` (32 × 32) and of `c` (contract), masked to `cols`.
+        unsafe {
+            let (src, dst) = (s.0.as_ptr().add(r * NR), c.add(r * ldc));
+            let (mut v0, mut v1) = (_mm512_load_ps(src), _mm512_load_ps(src.add(16)));
+            if add {
+                v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, dst));
+                v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, dst.add(16)));
+            }
+            if bias.is_some() {
+                v0 = _mm512_add_ps(v0, b0);
+                v1 = _mm512_add_ps(v1, b1);
+            }
+            _mm512_mask_storeu_ps(dst, m0, v0);
+            _mm512_mask_storeu_ps(dst.add(16), m1, v1);
+        }
+    }
+}
+
+/// Rows `rows` × columns `cols` of `c` (stride `ldc`) into `s` (stride `NR`).
+///
+/// # Safety
+/// As for [`store`], reads only.
+#[target_feature(enable = "avx512f")]
+unsafe fn load(s: &mut Scratch, c: *const f32, ldc: usize, rows: usize, cols: usize) {
+    use std::arch::x86_64::*;
+    let m0: __mmask16 = if cols >= 16 { 0xffff } else { ((1u32 << cols) - 1) as u16 };
+    let m1: __mmask16 = if cols >= 32 {
+        0xffff
+    } else if cols > 16 {
+        ((1u32 << (cols - 16)) - 1) as u16
+    } else {
+        0
+    };
+    for r in 0..rows {
+        // SAFETY: row `r` of `c` masked to `cols` (contract) and of `s`.
+        unsafe {
+            let (src, dst) = (c.add(r * ldc), s.0.as_mut_ptr().add(r * NR));
+            _mm512_store_ps(dst, _mm512_maskz_loadu_ps(m0, src));
+            _mm512_store_ps(dst.add(16), _mm512_maskz_loadu_ps(m1, src.add(16)));
+        }
+    }
+}
 
 /// One task of the product: rows `r0..r1` of `c` (row stride `n`) times panels `p0..p1`,
 /// `a` the task's rows packed by [`pack_rows`]. Per group of [`GROUP`] panels, per slice of
-/// [`KC_AMX`] k-pairs, each row block meets each panel of the group (its x slice from L1);
-/// the first row block prefetches the slice after. Blocks that leave `c` (rows past `r1`
-/// or columns past `n`) go through a 32 × 32 scratch block.
+/// k (the whole k up to [`KC_AMX`] k-pairs), each row block meets each panel of the group
+/// (its x slice from L1 or L2); the first row block prefetches the slice after. Every
+/// block goes through a 32 × 32 scratch block in L1: the tiles store there, and the
+/// epilogue (`ep`, its GELU on `isa`) writes it to `c` with vector stores that overlap the next block's
+/// products (a tile store to output lines not in the caches would stall the tile unit).
+/// After a slice that is not the last, `c` holds the partial sums, loaded back for the next.
 ///
 /// # Safety
-/// Tiles configured on this thread; `kp % 16 == 0`, `kp > 0`; `data` the packed weight
-/// (`n.div_ceil(NR) * kp * NR` words); `c` points to the whole `[m × n]` output with
-/// `r1 <= m`, valid for writes, whose (rows `r0..r1` × panels `p0..p1`) block no one else
-/// reads or writes during the call (other tasks may write other blocks at the same time:
-/// `c` is a raw pointer so that no two tasks hold a reference to the same memory).
+/// Tiles configured on this thread; AVX-512F; `kp % 16 == 0`, `kp > 0`; `data` the packed
+/// weight (`n.div_ceil(NR) * kp * NR` words); `c` points to the whole `[m × n]` output with
+/// `r1 <= m`, valid for reads and writes, whose (rows `r0..r1` × panels `p0..p1`) block no
+/// one else reads or writes during the call (other tasks may write other blocks at the
+/// same time: `c` is a raw pointer so that no two tasks hold a reference to the same memory).
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn task(
     kp: usize,
@@ -208,22 +298,20 @@ pub unsafe fn task(
     c: *mut f32,
     (r0, r1): (usize, usize),
     (p0, p1): (usize, usize),
-    load_c: bool,
+    ep: Epilogue<'_>,
+    isa: crate::Isa,
 ) {
     debug_assert!(a.len() >= packed_len(r1 - r0, kp));
     let panels = n.div_ceil(NR);
     debug_assert!(p1 <= panels && data.len() >= panels * kp * NR);
     let blocks = (r1 - r0).div_ceil(AMX_MR);
-    #[repr(C, align(64))]
-    struct Scratch([f32; AMX_MR * NR]);
     let mut scratch = Scratch([0.0; AMX_MR * NR]);
-    // Slices of equal depth, at most KC_AMX (k = 384: two of 96 pairs, not 128 and 64).
-    let slice = kp.div_ceil(kp.div_ceil(KC_AMX)).div_ceil(AMX_KP) * AMX_KP;
+    let slice = slice_depth(kp);
     for g0 in (p0..p1).step_by(GROUP) {
         let g1 = (g0 + GROUP).min(p1);
         for k0 in (0..kp).step_by(slice) {
             let kc = slice.min(kp - k0);
-            let load = load_c || k0 > 0;
+            let (first, last) = (k0 == 0, k0 + kc >= kp);
             for b in 0..blocks {
                 let i0 = r0 + b * AMX_MR;
                 let rows = AMX_MR.min(r1 - i0);
@@ -238,35 +326,27 @@ pub unsafe fn task(
                         _ => std::ptr::null(),
                     };
                     let cols = NR.min(n - pi * NR);
-                    if rows == AMX_MR && cols == NR {
-                        // SAFETY: 32 full rows and columns of `c` from (i0, pi * NR); tiles
-                        // configured; `ab` holds `kc` steps of 32 rows and `panel` `kc * NR`
-                        // words (contract); `next` is only prefetched.
-                        unsafe { block(kc, ab, panel, next, c.add(i0 * n + pi * NR), n, load) };
-                        continue;
+                    // SAFETY: (rows × cols) from (i0, pi * NR) lies in this task's block of
+                    // `c` (contract).
+                    let cb = unsafe { c.add(i0 * n + pi * NR) };
+                    if !first {
+                        // SAFETY: AVX-512F (contract); `cb` as above.
+                        unsafe { load(&mut scratch, cb, n, rows, cols) };
                     }
-                    let s = &mut scratch.0;
-                    if load {
+                    // SAFETY: tiles configured; `ab` holds `kc` steps of 32 rows and `panel`
+                    // `kc * NR` words (contract); `next` is only prefetched; the scratch
+                    // block is 32 rows of 32 columns at stride NR.
+                    unsafe { block(kc, ab, panel, next, scratch.0.as_mut_ptr(), NR, !first) };
+                    let bias = ep.bias.filter(|_| last).map(|b| b[pi * NR..].as_ptr());
+                    // SAFETY: AVX-512F (contract); `cb` as above; `bias` has `n` values.
+                    unsafe { store(&scratch, cb, n, rows, cols, first && ep.acc, bias) };
+                    if last && ep.gelu {
                         for r in 0..rows {
-                            // SAFETY: `cols` elements of row `i0 + r` from column `pi * NR`,
-                            // inside this task's block of `c` (contract), into the scratch row.
-                            unsafe {
-                                std::ptr::copy_nonoverlapping(
-                                    c.add((i0 + r) * n + pi * NR),
-                                    s[r * NR..].as_mut_ptr(),
-                                    cols,
-                                )
-                            };
+                            // SAFETY: row `r` of the block at `cb`, `cols` columns: this
+                            // task's alone (contract), no other reference to it is live.
+                            let row = unsafe { std::slice::from_raw_parts_mut(cb.add(r * n), cols) };
+                            finish_row(isa, row, None, true);
                         }
-                    }
-                    // SAFETY: the scratch block holds 32 rows of 32 columns at stride NR;
-                    // the rest as above.
-                    unsafe { block(kc, ab, panel, next, s.as_mut_ptr(), NR, load) };
-                    for r in 0..rows {
-                        // SAFETY: as for the loads above, in the other direction.
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(s[r * NR..].as_ptr(), c.add((i0 + r) * n + pi * NR), cols)
-                        };
                     }
                 }
             }

@@ -15,25 +15,31 @@
 //! k-pairs: per pair, two panel loads, `MR` broadcasts and `2·MR` `vdpbf16ps`.
 //!
 //! Where the CPU has AMX and the OS enabled it (`features::amx_bf16`) and the k-pairs are
-//! a multiple of 16, the whole product runs on the tile unit instead (`amx.rs`): one task
-//! per thread, cut by whole 32-row blocks where they share out evenly, else by ranges of
-//! panels (so that both threads work at m = 32); each task packs its rows of x, rounded to
-//! bf16, into tile-ready 64-byte aligned blocks and configures its tiles once. Blocks of
-//! [`AMX_MR`]×[`NR`] outputs live in four 16×16 f32 accumulator tiles over a slice of at
-//! most 128 k-pairs; per 16 k-pairs two tiles of x rows and two of the packed panel (the
-//! panel layout is already AMX's pair-interleaved B layout) feed four `tdpbf16ps`,
-//! software-pipelined. Per group of 4 panels and slice, every row block passes over the
-//! group (its x slice stays in L1), and the first prefetches the panels' next slice into
-//! L2. Rows and columns past the output's edge go through a scratch block.
+//! a multiple of 16, the whole product runs on the tile unit instead (`amx.rs`). x is
+//! rounded to bf16 and packed once per call into one shared buffer of tile-ready 64-byte
+//! aligned blocks: the threads claim pieces of 8 rows until none is left, then wait until
+//! every piece is packed (a piece is claimed only by a running task, so the wait ends).
+//! Then one task per thread, each reading all of x and a range of the panels, or all of
+//! the panels and a range of the rows, whichever makes each thread read less (so both
+//! threads work at m = 32 and 128). Blocks of [`AMX_MR`]×[`NR`] outputs live in four
+//! 16×16 f32 accumulator tiles over the whole k up to 512 k-pairs (k ≤ 1024; deeper
+//! products in equal slices of at most 512); per 16 k-pairs two tiles of x rows and two of
+//! the packed panel (the panel layout is already AMX's pair-interleaved B layout) feed four
+//! `tdpbf16ps`, software-pipelined. Per group of 4 panels and slice, every row block
+//! passes over the group, and the first prefetches the next panels into L2. Each block is
+//! stored to a scratch block in L1 and written to the output from there by the epilogue
+//! (earlier output added where accumulating, then the bias), which also handles the rows
+//! and columns past the output's edge.
 //!
 //! Files: `packed.rs` holds the constants and the k-pair layouts, `convert.rs` the
-//! rounding of x to bf16 pairs, `x86.rs` the AVX-512-BF16 tile and conversion, `amx.rs` the
+//! rounding of x to bf16 pairs, `epilogue.rs` the bias and GELU of the output's way out, `x86.rs` the AVX-512-BF16 tile and conversion, `amx.rs` the
 //! AMX tiles and tasks, `rate.rs` the micro-kernels' own speed (`bench peak --kernels`);
 //! this file the product.
 
 #[cfg(target_arch = "x86_64")]
 mod amx;
 mod convert;
+mod epilogue;
 mod packed;
 mod rate;
 #[cfg(target_arch = "x86_64")]
@@ -41,6 +47,11 @@ mod x86;
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) use amx::Tiles;
+pub use epilogue::Epilogue;
+#[cfg(test)]
+use epilogue::TUNE;
+use epilogue::finish_row;
+use epilogue::tune;
 pub use packed::{AMX_MR, KC, MR, NR, PackedInPlace, PackedWeight};
 pub use rate::{Bf16KernelRate, kernel_rate};
 
@@ -55,6 +66,19 @@ fn use_amx(f: &CpuFeatures, kp: usize) -> bool {
     f.amx_bf16 && kp.is_multiple_of(AMX_KP) && cfg!(target_arch = "x86_64")
 }
 
+/// Whether the units `f` asks for are ones this CPU has (`detected`): `CpuFeatures`' fields
+/// are public, and one built by hand could claim AMX or AVX-512-BF16 where the CPU (or the
+/// OS) does not offer them; their instructions would then fault.
+fn check_units(f: &CpuFeatures, detected: &CpuFeatures) -> Result<(), KernelError> {
+    if !f.avx512bf16 || !detected.avx512bf16 {
+        return Err(KernelError::MissingFeature("AVX-512-BF16"));
+    }
+    if f.amx_bf16 && !detected.amx_bf16 {
+        return Err(KernelError::MissingFeature("AMX-BF16 (enabled by the OS)"));
+    }
+    Ok(())
+}
+
 /// True when this CPU can run [`gemm`] (AVX-512-BF16 detected; a backend whose path is
 /// forced below AVX-512 does not use it: see [`CpuFeatures::avx512bf16`]).
 pub fn available() -> bool {
@@ -64,7 +88,8 @@ pub fn available() -> bool {
 /// `c[m×n] = x[m×k] · wᵀ + (if accumulate { c } else { 0 })`, `x` and `c` row-major and
 /// contiguous, on the features `f` the backend selected (`ctx.features`): AVX-512-BF16 dot
 /// products, or AMX tiles where `f` has them. Rows are split over `threads` (each thread
-/// owns its rows of `c`).
+/// owns its rows of `c`). Units `f` claims that this CPU lacks are refused
+/// ([`KernelError::MissingFeature`]).
 pub fn gemm(
     f: &CpuFeatures,
     m: usize,
@@ -74,28 +99,61 @@ pub fn gemm(
     accumulate: bool,
     threads: usize,
 ) -> Result<(), KernelError> {
+    gemm_with(f, m, x, w, c, Epilogue { acc: accumulate, ..Epilogue::default() }, threads)
+}
+
+/// [`gemm`] with an [`Epilogue`]: `c = gelu?(x · wᵀ + (acc ? c : 0) + bias)`.
+pub fn gemm_with(
+    f: &CpuFeatures,
+    m: usize,
+    x: &[f32],
+    w: &PackedWeight<'_>,
+    c: &mut [f32],
+    ep: Epilogue<'_>,
+    threads: usize,
+) -> Result<(), KernelError> {
     let (n, k, kp) = (w.n, w.k, w.kp);
-    if x.len() < m * k || c.len() < m * n {
+    let (xs, cs) = (m.checked_mul(k), m.checked_mul(n));
+    if xs.is_none_or(|l| x.len() < l) || cs.is_none_or(|l| c.len() < l) {
         return Err(KernelError::Internal(format!("bf16 gemm operands too short for {m}x{k}x{n}")));
     }
-    if !f.avx512bf16 {
-        return Err(KernelError::MissingFeature("AVX-512-BF16"));
+    if let Some(b) = ep.bias
+        && b.len() < n
+    {
+        return Err(KernelError::TooShort { what: "bf16 gemm bias", needed: n, got: b.len() });
     }
+    check_units(f, crate::features::get())?;
     if m == 0 || n == 0 {
-        return Ok(());
-    }
-    if kp == 0 {
-        if !accumulate {
-            c[..m * n].fill(0.0);
-        }
         return Ok(());
     }
     let threads = threads.max(1);
     #[cfg(target_arch = "x86_64")]
-    if use_amx(f, kp) {
-        gemm_amx(f, m, x, w, c, accumulate, threads);
+    if kp > 0 && use_amx(f, kp) {
+        gemm_amx(f, m, x, w, c, ep, threads);
         return Ok(());
     }
+    if kp == 0 {
+        if !ep.acc {
+            c[..m * n].fill(0.0);
+        }
+    } else {
+        gemm_avx512(f, m, x, w, &mut c[..m * n], ep.acc, threads);
+    }
+    if ep.bias.is_some() || ep.gelu {
+        let isa = f.isa;
+        let tail = |row: &mut [f32]| finish_row(isa, row, ep.bias, ep.gelu);
+        if threads > 1 && m * n >= 1 << 15 {
+            c[..m * n].par_chunks_mut(n).for_each(tail);
+        } else {
+            c[..m * n].chunks_mut(n).for_each(tail);
+        }
+    }
+    Ok(())
+}
+
+/// The product on AVX-512-BF16 register tiles (no bias or GELU).
+fn gemm_avx512(f: &CpuFeatures, m: usize, x: &[f32], w: &PackedWeight<'_>, c: &mut [f32], acc: bool, threads: usize) {
+    let (n, k, kp) = (w.n, w.k, w.kp);
     // x rounded to bf16 pairs, rows padded to an even k.
     let mut xb = vec![0u32; m * kp];
     let convert = |(i, dst): (usize, &mut [u32])| to_pairs(&x[i * k..(i + 1) * k], dst, f.avx512bf16);
@@ -108,20 +166,20 @@ pub fn gemm(
     let body = |(ci, cc): (usize, &mut [f32])| {
         let i0 = ci * rows_per;
         let rows = cc.len() / n;
-        block(rows, &xb[i0 * kp..(i0 + rows) * kp], w, cc, accumulate);
+        block(rows, &xb[i0 * kp..(i0 + rows) * kp], w, cc, acc);
     };
     if threads > 1 && m > MR {
-        c[..m * n].par_chunks_mut(rows_per * n).enumerate().for_each(body);
+        c.par_chunks_mut(rows_per * n).enumerate().for_each(body);
     } else {
-        body((0, &mut c[..m * n]));
+        body((0, c));
     }
-    Ok(())
 }
 
-/// How the AMX product is cut into one task per thread: `(row blocks, panels)` per task
-/// along each axis (`rows_per` rows, `panels_per` panels), for `m` rows, `panels` panels.
-/// Whole row blocks per thread where they divide evenly or are many (each thread packs
-/// only its rows); else every thread takes all rows and a range of panels (small m).
+/// How the AMX product is cut into one task per thread: `(rows, panels)` per task along
+/// each axis, for `m` rows and `panels` panels (x is packed once, shared by the tasks).
+/// Every task reads all of x and a range of the panels, or all of the panels and a range of
+/// the rows: whichever makes each thread read less (x's rows against w's columns), where
+/// that axis has enough for every thread.
 fn amx_split(m: usize, panels: usize, threads: usize, flops: usize) -> (usize, usize) {
     let blocks = m.div_ceil(AMX_MR);
     // Below about 1 MFLOP a second thread costs more than it saves.
@@ -129,65 +187,111 @@ fn amx_split(m: usize, panels: usize, threads: usize, flops: usize) -> (usize, u
     if threads == 1 {
         return (blocks * AMX_MR, panels);
     }
-    if blocks.is_multiple_of(threads) || blocks >= 4 * threads || panels < threads {
-        (blocks.div_ceil(threads) * AMX_MR, panels)
-    } else {
-        (blocks * AMX_MR, panels.div_ceil(threads))
-    }
+    let by_panels = tune(1) == 0 && panels >= threads && (m <= panels * NR || blocks < threads);
+    if by_panels { (blocks * AMX_MR, panels.div_ceil(threads)) } else { (blocks.div_ceil(threads) * AMX_MR, panels) }
 }
 
 thread_local! {
-    /// Each thread's packed x, kept between calls (no allocation per product).
-    static PACKED_X: std::cell::RefCell<Vec<packed::Line>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The calling thread's packed x, kept between calls (no allocation per product).
+    static PACKED_X: std::cell::Cell<Vec<packed::Line>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
-/// The AMX product: one task per thread (see [`amx_split`]); each packs its rows of x into
-/// tile-ready blocks, configures its tiles once, and runs its blocks over the whole k.
+/// Rows of x per piece of the shared packing (the tasks claim pieces until none is left).
+const PACK_ROWS: usize = 8;
+
+/// The AMX product: x packed once into a shared buffer of tile-ready blocks (the tasks
+/// claim pieces of rows until every piece is claimed, then wait until every piece is
+/// packed), then one task per thread (see [`amx_split`]) that configures its tiles once
+/// and runs its blocks.
 #[cfg(target_arch = "x86_64")]
-fn gemm_amx(f: &CpuFeatures, m: usize, x: &[f32], w: &PackedWeight<'_>, c: &mut [f32], acc: bool, threads: usize) {
+fn gemm_amx(
+    f: &CpuFeatures,
+    m: usize,
+    x: &[f32],
+    w: &PackedWeight<'_>,
+    c: &mut [f32],
+    ep: Epilogue<'_>,
+    threads: usize,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     let (n, k, kp) = (w.n, w.k, w.kp);
     let panels = n.div_ceil(NR);
     let (rows_per, panels_per) = amx_split(m, panels, threads, 2 * m * n * k);
     let tasks: Vec<(usize, usize)> =
         (0..m.div_ceil(rows_per)).flat_map(|ri| (0..panels.div_ceil(panels_per)).map(move |pj| (ri, pj))).collect();
+    // Taken out of the thread-local for the call: a thread that waits in `par_iter` may run
+    // another product meanwhile.
+    let mut lines = PACKED_X.take();
+    let len = amx::packed_len(m, kp);
+    if lines.len() * 16 < len {
+        lines.resize(len.div_ceil(16), packed::Line::default());
+    }
+    // 64-byte aligned words: the tile loads of x run at full speed.
+    let a_ptr = SendPtr(lines.as_mut_ptr().cast::<u32>());
+    let padded = m.div_ceil(AMX_MR) * AMX_MR;
+    let pieces = padded.div_ceil(PACK_ROWS);
+    let (claimed, packed) = (AtomicUsize::new(0), AtomicUsize::new(0));
     let c_ptr = SendPtr(c.as_mut_ptr());
     let run = |&(ri, pj): &(usize, usize)| {
+        loop {
+            let p = claimed.fetch_add(1, Ordering::Relaxed);
+            if p >= pieces {
+                break;
+            }
+            let rows = (p * PACK_ROWS, ((p + 1) * PACK_ROWS).min(padded));
+            // SAFETY: `a_ptr` holds `packed_len(m, kp)` words (resized above) that no
+            // reference covers during the tasks; piece `p` (its rows' places) is claimed
+            // by this task alone; `rows.1 <= padded`.
+            unsafe { amx::pack_rows(x, m, k, rows, kp, a_ptr.get(), f.avx512bf16) };
+            packed.fetch_add(1, Ordering::Release);
+        }
+        // Every piece is claimed, each by a task that is packing it: the wait ends.
+        let mut spins = 0u32;
+        while packed.load(Ordering::Acquire) < pieces {
+            spins += 1;
+            if spins < 1 << 12 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        // SAFETY: every piece is packed (acquired above) and no one writes x's words any more.
+        let a = unsafe { std::slice::from_raw_parts(a_ptr.get().cast_const(), len) };
         let (r0, r1) = (ri * rows_per, ((ri + 1) * rows_per).min(m));
         let (p0, p1) = (pj * panels_per, ((pj + 1) * panels_per).min(panels));
-        PACKED_X.with_borrow_mut(|lines| {
-            let len = amx::packed_len(r1 - r0, kp);
-            if lines.len() * 16 < len {
-                lines.resize(len.div_ceil(16), packed::Line::default());
-            }
-            // 64-byte aligned words: the tile loads of x run at full speed.
-            let a: &mut [u32] = bytemuck::cast_slice_mut(lines);
-            amx::pack_rows(x, k, r0, r1, kp, a, f.avx512bf16);
-            // SAFETY: `use_amx` checked that the OS enabled AMX; the tiles live for this
-            // task on this thread.
-            let _tiles = unsafe { amx::Tiles::configure() };
-            // SAFETY: tiles configured just above; `kp % 16 == 0` and `kp > 0` (`use_amx`,
-            // `gemm`); `a` holds the task's packed rows; `w.data` the packed weight; `c_ptr`
-            // is the `m × n` output `gemm` checked, borrowed mutably for this call, and the
-            // tasks' (row range × panel range) blocks are disjoint.
-            unsafe { amx::task(kp, n, a, &w.data, c_ptr.get(), (r0, r1), (p0, p1), acc) };
-        });
+        // SAFETY: `use_amx` checked that the OS enabled AMX; the tiles live for this task on
+        // this thread.
+        let _tiles = unsafe { amx::Tiles::configure() };
+        // SAFETY: tiles configured just above; AVX-512F comes with AVX-512-BF16
+        // (`gemm_with` checked it); `kp % 16 == 0` and `kp > 0` (`use_amx`, `gemm_with`);
+        // `a` from row `r0` (a whole block) holds the task's packed rows; `w.data` the
+        // packed weight; `ep.bias` has `n` values (`gemm_with` checked); `c_ptr` is the
+        // `m × n` output `gemm_with` checked, borrowed mutably for this call, and the
+        // tasks' (row range × panel range) blocks are disjoint.
+        unsafe { amx::task(kp, n, &a[r0 * kp..], &w.data, c_ptr.get(), (r0, r1), (p0, p1), ep, f.isa) };
     };
     if tasks.len() > 1 {
         tasks.par_iter().for_each(run);
     } else {
         tasks.iter().for_each(run);
     }
+    PACKED_X.set(lines);
 }
 
-/// A raw output pointer shared by tasks that write disjoint parts of it.
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-// SAFETY: only used by `gemm_amx`, whose tasks write disjoint blocks.
-unsafe impl Send for SendPtr {}
+/// A raw pointer shared by tasks that write disjoint parts of what it points to.
+struct SendPtr<T>(*mut T);
+impl<T> Clone for SendPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SendPtr<T> {}
+// SAFETY: only used by `gemm_amx`, whose tasks write disjoint parts.
+unsafe impl<T> Send for SendPtr<T> {}
 // SAFETY: as above.
-unsafe impl Sync for SendPtr {}
-impl SendPtr {
-    fn get(self) -> *mut f32 {
+unsafe impl<T> Sync for SendPtr<T> {}
+impl<T> SendPtr<T> {
+    fn get(self) -> *mut T {
         self.0
     }
 }
@@ -227,6 +331,7 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::simd_math;
     use half::bf16;
     use packed::to_pairs_scalar;
 
@@ -271,7 +376,7 @@ mod tests {
     /// Shapes for both paths; the AMX path takes those whose k-pairs are a multiple of 16
     /// (with leftover rows and columns through its scratch block, split by rows or by
     /// panels over two threads), the others run on AVX-512-BF16.
-    const SHAPES: [(usize, usize, usize); 13] = [
+    const SHAPES: [(usize, usize, usize); 15] = [
         (1, 1, 1),
         (13, 33, 7),
         (12, 32, 256),
@@ -285,6 +390,8 @@ mod tests {
         (33, 100, 96),
         (96, 65, 160),
         (128, 128, 8192),
+        (40, 70, 1056),
+        (65, 33, 1024),
     ];
 
     #[test]
@@ -308,16 +415,204 @@ mod tests {
         check(&f, &SHAPES);
     }
 
+    /// The fused epilogue against the unfused pair, bit for bit: the product (with `acc`),
+    /// then the bias added and GELU applied as the `BiasGelu` kernel computes them.
+    fn check_epilogue(f: &CpuFeatures) {
+        for &(m, n, k) in &SHAPES {
+            let x: Vec<f32> = (0..m * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 97.0).collect();
+            let w: Vec<bf16> = (0..n * k).map(|i| bf16::from_f32(((i * 53 % 89) as f32 - 44.0) / 141.0)).collect();
+            let bias: Vec<f32> = (0..n).map(|j| (j % 5) as f32 * 0.25 - 0.5).collect();
+            let c0: Vec<f32> = (0..m * n).map(|i| (i % 7) as f32 * 0.1 - 0.3).collect();
+            let pw = PackedWeight::pack(&w, n, k).unwrap();
+            for (acc, gelu, threads) in [(false, true, 1), (false, true, 2), (true, true, 2), (false, false, 2)] {
+                let mut want = c0.clone();
+                gemm(f, m, &x, &pw, &mut want, acc, threads).unwrap();
+                for row in want.chunks_mut(n) {
+                    let t: Vec<f32> = row.iter().zip(&bias).map(|(v, b)| v + b).collect();
+                    if gelu {
+                        // What `fast::gelu_erf_map` computes on the AVX-512 path.
+                        assert_eq!(f.isa, crate::Isa::Avx512);
+                        row.iter_mut().zip(&t).for_each(|(d, &s)| *d = simd_math::gelu_erf_approx::<true>(s));
+                    } else {
+                        row.copy_from_slice(&t);
+                    }
+                }
+                let mut got = c0.clone();
+                let ep = Epilogue { acc, bias: Some(&bias), gelu };
+                gemm_with(f, m, &x, &pw, &mut got, ep, threads).unwrap();
+                let amx = f.amx_bf16;
+                for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(a.to_bits(), b.to_bits(), "{m}x{n}x{k} {ep:?} t={threads} amx={amx} [{i}]: {a} vs {b}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_bias_and_gelu_epilogue_matches_the_unfused_pair_bit_for_bit() {
+        if !available() {
+            println!("skipped: this CPU has no AVX-512-BF16 (the bf16 unit is not offered here)");
+            return;
+        }
+        let f = crate::features::get();
+        println!("AMX path: {}", if f.amx_bf16 { "on" } else { "not on this CPU" });
+        check_epilogue(f);
+        check_epilogue(crate::features::without_amx());
+    }
+
+    #[test]
+    fn a_short_bias_is_an_error() {
+        if !available() {
+            println!("skipped: this CPU has no AVX-512-BF16 (the bf16 unit is not offered here)");
+            return;
+        }
+        let pw = PackedWeight::pack(&[bf16::ONE; 40 * 32], 40, 32).unwrap();
+        let mut c = vec![0f32; 40 * 40];
+        let ep = Epilogue { bias: Some(&[0.0; 39]), ..Epilogue::default() };
+        let r = gemm_with(crate::features::get(), 40, &[1.0; 40 * 32], &pw, &mut c, ep, 2);
+        assert!(matches!(r, Err(KernelError::TooShort { needed: 40, got: 39, .. })), "{r:?}");
+    }
+
+    #[test]
+    fn units_the_cpu_lacks_are_refused_not_run() {
+        let base = crate::features::get().clone();
+        let with = |bf16: bool, amx: bool| CpuFeatures { avx512bf16: bf16, amx_bf16: amx, ..base.clone() };
+        let missing = |r: Result<(), KernelError>| matches!(r, Err(KernelError::MissingFeature(_)));
+        // Detected without AMX: a request for AMX is refused, AVX-512-BF16 alone is not.
+        assert!(missing(check_units(&with(true, true), &with(true, false))));
+        assert!(check_units(&with(true, false), &with(true, false)).is_ok());
+        // Detected without AVX-512-BF16: every request is refused.
+        assert!(missing(check_units(&with(true, false), &with(false, false))));
+        assert!(missing(check_units(&with(false, false), &with(true, true))));
+        assert!(check_units(&with(true, true), &with(true, true)).is_ok());
+        // Through `gemm` on this CPU: a hand-built claim of a unit it lacks is an error.
+        let claim = with(true, true);
+        let pw = PackedWeight::pack(&[half::bf16::ONE; 32 * 32], 32, 32).unwrap();
+        let mut c = vec![0f32; 32 * 32];
+        let r = gemm(&claim, 32, &[1.0; 32 * 32], &pw, &mut c, false, 1);
+        if base.amx_bf16 {
+            println!("this CPU has AMX: the refusal through gemm is checked with the units above only");
+            r.unwrap();
+            assert!(c.iter().all(|&v| v == 32.0));
+        } else {
+            let shown = format!("{r:?}");
+            assert!(missing(r), "{shown}");
+        }
+    }
+
     #[test]
     fn work_is_split_so_that_both_threads_have_some_at_small_m() {
         let flops = |m: usize, n: usize| 2 * m * n * 768;
         // (rows per task, panels per task) for m rows, n / 32 panels, 2 threads.
         assert_eq!(amx_split(32, 48, 2, flops(32, 1536)), (32, 24));
-        assert_eq!(amx_split(128, 96, 2, flops(128, 3072)), (64, 96));
+        assert_eq!(amx_split(128, 96, 2, flops(128, 3072)), (128, 48));
         assert_eq!(amx_split(96, 24, 2, flops(96, 768)), (96, 12));
-        assert_eq!(amx_split(512, 32, 2, flops(512, 1024)), (256, 32));
+        assert_eq!(amx_split(512, 32, 2, flops(512, 1024)), (512, 16));
+        // More rows than columns: each thread takes half of the rows and every panel.
+        assert_eq!(amx_split(512, 12, 2, flops(512, 384)), (256, 12));
+        assert_eq!(amx_split(100, 1, 2, flops(100, 32)), (64, 1));
         assert_eq!(amx_split(1, 1, 2, flops(1, 32)), (32, 1));
         assert_eq!(amx_split(128, 96, 1, flops(128, 3072)), (128, 96));
+    }
+
+    /// Prints the AMX micro-kernel's in-cache rate and the product's at the BERT shapes,
+    /// per variant of [`TUNE`] (`VARIANTS="slice,rows;..."`, `THREADS`, `SHAPE`; `CPU=1`
+    /// times by the process's CPU time, for a host whose other load comes and goes).
+    #[test]
+    #[ignore = "a timing aid: prints GFLOP/s, asserts nothing"]
+    fn timing() {
+        use std::sync::atomic::Ordering;
+        let f = crate::features::get();
+        if !f.amx_bf16 {
+            println!("skipped: no AMX here");
+            return;
+        }
+        let env = |name: &str| std::env::var(name).ok();
+        // CPU time of this process (`CPU=1`: per thread of the product) or of this thread.
+        let cpu = |clock| {
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: `ts` is a valid timespec to write.
+            unsafe { libc::clock_gettime(clock, &mut ts) };
+            ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+        };
+        // SAFETY: `f.amx_bf16`: the OS enabled AMX; the tiles live until the block's end.
+        let tiles = unsafe { amx::Tiles::configure() };
+        for kc in [128usize, 192, 384, 512] {
+            let a = vec![packed::Line([0x3c80_3c80u32; 16]); AMX_MR * kc / 16];
+            let b = vec![packed::Line([0x3c80_3c80u32; 16]); amx::GROUP * kc * NR / 16];
+            let mut cl = vec![packed::Line::default(); AMX_MR * amx::GROUP * NR / 16];
+            let (a, b): (&[u32], &[u32]) = (bytemuck::cast_slice(&a), bytemuck::cast_slice(&b));
+            let c: &mut [f32] = bytemuck::cast_slice_mut(&mut cl);
+            let mut best = f64::MAX;
+            for _ in 0..20 {
+                let t0 = cpu(libc::CLOCK_THREAD_CPUTIME_ID);
+                for _ in 0..50 {
+                    for g in 0..amx::GROUP {
+                        let (bp, cp) = (b[g * kc * NR..].as_ptr(), c[g * NR..].as_mut_ptr());
+                        // SAFETY: tiles configured; `a` one packed block of `kc` pairs, `bp`
+                        // a panel slice of `kc * NR` words, `cp` 32 rows of 32 at stride 128.
+                        unsafe { amx::block(kc, a.as_ptr(), bp, std::ptr::null(), cp, amx::GROUP * NR, false) };
+                    }
+                }
+                best = best.min(cpu(libc::CLOCK_THREAD_CPUTIME_ID) - t0);
+            }
+            let g = 50.0 * (amx::GROUP * 2 * AMX_MR * NR * kc * 2) as f64 / best / 1e9;
+            println!("micro-kernel kc={kc}: {g:.0} GF/s by thread CPU time ({:.0} % of 2416)", g / 24.16);
+        }
+        drop(tiles);
+        let shapes =
+            [(512, 1024, 1024), (512, 1024, 4096), (128, 768, 768), (128, 768, 3072), (32, 384, 384), (32, 384, 1536)];
+        let variants: Vec<Vec<usize>> = env("VARIANTS")
+            .unwrap_or("0,0;128,0;0,1".into())
+            .split(';')
+            .map(|v| v.split(',').map(|t| t.parse().unwrap()).collect())
+            .collect();
+        let threads: usize = env("THREADS").map_or(2, |t| t.parse().unwrap());
+        let by_cpu = env("CPU").is_some();
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        for (m, k, n) in shapes {
+            if env("SHAPE").is_some_and(|o| o != format!("{m}x{k}x{n}")) {
+                continue;
+            }
+            let x: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
+            let w: Vec<bf16> =
+                (0..n * k).map(|i| bf16::from_f32(((i * 104_729) % 1000) as f32 / 1000.0 - 0.5)).collect();
+            let pw = PackedWeight::pack(&w, n, k).unwrap();
+            let mut c = vec![0f32; m * n];
+            let mut times = vec![Vec::new(); variants.len()];
+            for _round in 0..15 {
+                for (v, t) in variants.iter().zip(&mut times) {
+                    TUNE[0].store(v[0], Ordering::Relaxed);
+                    TUNE[1].store(v[1], Ordering::Relaxed);
+                    pool.install(|| {
+                        gemm(f, m, &x, &pw, &mut c, false, threads).unwrap();
+                        for _ in 0..10 {
+                            let (t0, c0) = (std::time::Instant::now(), cpu(libc::CLOCK_PROCESS_CPUTIME_ID));
+                            gemm(f, m, &x, &pw, &mut c, false, threads).unwrap();
+                            let used = (cpu(libc::CLOCK_PROCESS_CPUTIME_ID) - c0) / threads as f64;
+                            t.push(if by_cpu { used } else { t0.elapsed().as_secs_f64() });
+                        }
+                    });
+                }
+            }
+            for (v, t) in variants.iter().zip(&mut times) {
+                t.sort_by(f64::total_cmp);
+                let g = |s: f64| 2.0 * (m * n * k) as f64 / s / 1e9;
+                let pct = |s: f64| 100.0 * g(s) / (2416.0 * threads as f64);
+                let (b, q, h) = (t[0], t[t.len() / 4], t[t.len() / 2]);
+                println!(
+                    "{m}x{k}x{n} t={threads} v={v:?} best {:.0} GF/s ({:.0} %) p25 {:.0} ({:.0} %) median {:.0} ({:.0} %)",
+                    g(b),
+                    pct(b),
+                    g(q),
+                    pct(q),
+                    g(h),
+                    pct(h)
+                );
+            }
+        }
+        TUNE[0].store(0, Ordering::Relaxed);
+        TUNE[1].store(0, Ordering::Relaxed);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The bf16 micro-kernel's own speed on one thread, apart from the product around it: the
-//! AMX block (32 × 32 outputs over a slice of k, as the product's inner loop runs it: one
-//! x block's slice against a group of panels' slices, C loaded and stored per block) or
+//! AMX block (32 × 32 outputs over the deepest slice of k the product runs whole, as its
+//! inner loop runs it: one x block against a group of panels, C loaded and stored per block) or
 //! the AVX-512-BF16 register tile, on packed operands that stay in the caches. `npurt bench peak --kernels` prints it as a
 //! share of the unit's measured peak.
 
