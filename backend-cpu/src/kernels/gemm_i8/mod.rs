@@ -131,6 +131,7 @@ struct Product<'a> {
 
 /// `c[m×n] = x[m×k] · wᵀ + bias` on `path` (see the module). `x` and `c` row-major and
 /// contiguous; `threads` the budget (each takes a range of panels).
+#[allow(clippy::too_many_arguments)]
 pub fn linear(
     f: &CpuFeatures,
     path: Path,
@@ -275,4 +276,27 @@ unsafe fn store(p: &Product<'_>, acc: &[i32], i0: usize, rows: usize, pi: usize,
             out[j] = s as f32 * (sx * sw[j]) + b;
         }
     }
+}
+
+/// The fast tier's Linear when its node was prepared for int8 (`CpuBackend::prepack_int8`):
+/// `w` the packed weight, x and the output f32, on the fastest path for its rows.
+pub fn linear_node(
+    ins: &[super::common::In],
+    outs: &mut [super::common::Out],
+    ctx: &super::common::Ctx,
+    w: &PackedI8,
+) -> super::common::KResult {
+    use super::common::{load_f32, numel, with_f32_out};
+    let (wd, xd) = (ins[1].dims, ins[0].dims);
+    if wd != [w.n, w.k] || xd.last() != Some(&w.k) {
+        return Err(KernelError::Internal(format!("int8 weight [{}, {}] does not fit {wd:?} and x {xd:?}", w.n, w.k)));
+    }
+    let x = load_f32(&ins[0])?;
+    let bias = match ins.get(2) {
+        Some(b) => Some(load_f32(b)?),
+        None => None,
+    };
+    let m = numel(&xd[..xd.len() - 1]);
+    let path = Path::for_rows(ctx.features, m).unwrap_or(Path::Scalar);
+    with_f32_out(&mut outs[0], |c| linear(ctx.features, path, m, &x, w, bias.as_deref(), c, ctx.threads))
 }
