@@ -6,6 +6,7 @@ mod common;
 mod compare_ort;
 mod concurrent;
 mod gemm;
+mod gemm_i8;
 mod llm;
 mod peak;
 mod serve;

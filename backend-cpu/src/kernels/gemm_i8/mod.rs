@@ -44,8 +44,11 @@ pub enum Path {
 
 /// AVX-512F, BW and VL were detected (the quantiser's and VNNI's vector code).
 pub(crate) fn has_avx512bw() -> bool {
-    let d = &crate::features::get().detected;
-    ["avx512f", "avx512bw", "avx512vl"].iter().all(|f| d.contains(f))
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        let d = &crate::features::get().detected;
+        ["avx512f", "avx512bw", "avx512vl"].iter().all(|f| d.contains(f))
+    })
 }
 
 /// AMX-INT8 in CPUID (leaf 7, EDX bit 25).
@@ -257,8 +260,11 @@ unsafe fn task(path: Path, p: &Product<'_>, p0: usize, p1: usize) {
 unsafe fn store(p: &Product<'_>, acc: &[i32], i0: usize, rows: usize, pi: usize, offset: bool) {
     let n = p.w.n;
     let (j0, cols) = (pi * NR, NR.min(n - pi * NR));
+    let zeros = [0f32; NR];
+    let bias = p.bias.map_or(&zeros[..cols], |b| &b[j0..j0 + cols]);
+    let none = [0i32; NR];
+    let comp = if offset { &p.w.comp[j0..j0 + cols] } else { &none[..cols] };
     let sw = &p.w.scales[j0..j0 + cols];
-    let comp = &p.w.comp[j0..j0 + cols];
     for r in 0..rows {
         let i = i0 + r;
         // SAFETY: columns `j0..j0 + cols` of row `i < m` lie in this task's part of the
@@ -268,14 +274,33 @@ unsafe fn store(p: &Product<'_>, acc: &[i32], i0: usize, rows: usize, pi: usize,
             out.fill(f32::NAN);
             continue;
         }
-        let sx = p.x.scales[i];
-        let a = &acc[r * NR..r * NR + cols];
-        for j in 0..cols {
-            let s = if offset { a[j].wrapping_sub(comp[j]) } else { a[j] };
-            let b = p.bias.map_or(0.0, |b| b[j0 + j]);
-            out[j] = s as f32 * (sx * sw[j]) + b;
+        dequantise(&acc[r * NR..r * NR + cols], comp, p.x.scales[i], sw, bias, out);
+    }
+}
+
+/// `out[j] = (acc[j] - comp[j]) · (sx · sw[j]) + bias[j]` (the subtraction wrapping, as
+/// the VNNI sums do), on AVX-512 where the CPU has it.
+fn dequantise(acc: &[i32], comp: &[i32], sx: f32, sw: &[f32], bias: &[f32], out: &mut [f32]) {
+    #[inline(always)]
+    fn body(acc: &[i32], comp: &[i32], sx: f32, sw: &[f32], bias: &[f32], out: &mut [f32]) {
+        let n = out.len();
+        let (acc, comp, sw, bias) = (&acc[..n], &comp[..n], &sw[..n], &bias[..n]);
+        for j in 0..n {
+            out[j] = acc[j].wrapping_sub(comp[j]) as f32 * (sx * sw[j]) + bias[j];
         }
     }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+        fn wide(acc: &[i32], comp: &[i32], sx: f32, sw: &[f32], bias: &[f32], out: &mut [f32]) {
+            body(acc, comp, sx, sw, bias, out)
+        }
+        if has_avx512bw() {
+            // SAFETY: AVX-512F, BW and VL were detected on this CPU.
+            return unsafe { wide(acc, comp, sx, sw, bias, out) };
+        }
+    }
+    body(acc, comp, sx, sw, bias, out)
 }
 
 /// The fast tier's Linear when its node was prepared for int8 (`CpuBackend::prepack_int8`):

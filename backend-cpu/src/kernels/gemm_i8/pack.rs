@@ -183,13 +183,13 @@ pub fn quantise_rows(
         }
         dst[k..].fill(fill);
     };
-    let items = bytes_mut(&mut data).chunks_mut(kp.max(1)).zip(scales.iter_mut().zip(bad.iter_mut())).enumerate();
+    let buf = bytes_mut(&mut data);
     if kp == 0 {
         // Nothing to quantise: the scales stay 0.
     } else if threads > 1 && m * k >= 1 << 15 {
-        items.par_bridge().for_each(one);
+        buf.par_chunks_mut(kp).zip(scales.par_iter_mut().zip(bad.par_iter_mut())).enumerate().for_each(one);
     } else {
-        items.for_each(one);
+        buf.chunks_mut(kp).zip(scales.iter_mut().zip(bad.iter_mut())).enumerate().for_each(one);
     }
     QuantisedX { data, scales, bad }
 }
