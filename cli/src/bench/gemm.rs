@@ -318,7 +318,8 @@ fn json_row(s: Shape, variant: &str, isa: Option<Isa>, fig: Figure, peak: Option
 pub fn run(cfg: RuntimeConfig, args: GemmArgs) -> Result<()> {
     if cfg.precision == npurt::Precision::Int8 {
         let shapes: &[Shape] = if args.shapes.is_empty() { SHAPES } else { &args.shapes };
-        return super::gemm_i8::run(&cfg, shapes, args.runs, args.json.as_deref());
+        let bf16 = |s: Shape| time_gemm_bf16(&cfg, s, args.runs);
+        return super::gemm_i8::run(&cfg, shapes, args.runs, args.json.as_deref(), &bf16);
     }
     let plan = plan(&cfg, &args)?;
     let columns = measure(&cfg, &plan)?;

@@ -5,10 +5,12 @@
 //! median of the runs after one warm-up).
 
 use super::common::median;
-use super::gemm::Shape;
 use backend_cpu::kernels::gemm_i8::{self, PackedI8, Path};
 use npurt::{Error, Result, RuntimeConfig};
 use std::time::Instant;
+
+/// `(m, k, n, batch)`, as `bench gemm`'s table names its shapes.
+pub type Shape = (usize, usize, usize, usize);
 
 /// GFLOP/s of the int8 product of shape `s` on `path` with `threads`, or `None` for a
 /// batched shape.
@@ -40,9 +42,15 @@ fn time_int8(path: Path, s: Shape, runs: usize, threads: usize) -> Result<Option
     })
 }
 
-/// Times every shape on each int8 unit and the bf16 unit; prints the table (and writes
-/// it as JSON to `json`).
-pub fn run(cfg: &RuntimeConfig, shapes: &[Shape], runs: usize, json: Option<&str>) -> Result<()> {
+/// Times every shape on each int8 unit and, through `bf16` (GFLOP/s of a shape), on the
+/// bf16 unit; prints the table (and writes it as JSON to `json`).
+pub fn run(
+    cfg: &RuntimeConfig,
+    shapes: &[Shape],
+    runs: usize,
+    json: Option<&str>,
+    bf16: &dyn Fn(Shape) -> Option<f64>,
+) -> Result<()> {
     let f = backend_cpu::features::get();
     let paths: Vec<Path> = [Path::Amx, Path::Vnni].into_iter().filter(|p| p.available(f)).collect();
     if paths.is_empty() {
@@ -71,7 +79,7 @@ pub fn run(cfg: &RuntimeConfig, shapes: &[Shape], runs: usize, json: Option<&str
                 best = Some(best.map_or(g, |b| b.max(g)));
             }
         }
-        let bf16 = super::gemm::time_gemm_bf16(cfg, s, runs);
+        let bf16 = bf16(s);
         row.insert("bf16".into(), bf16.into());
         let ratio = best.zip(bf16).map(|(a, b)| a / b);
         println!(

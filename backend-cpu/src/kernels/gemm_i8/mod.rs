@@ -28,7 +28,7 @@ mod vnni;
 pub use pack::{KSTEP, MAX_K, NR, PackedI8};
 
 use crate::features::CpuFeatures;
-use pack::{QuantisedX, bytes, quantise_rows};
+use pack::{QuantisedX, bytes, has_avx512bw, quantise_rows};
 use runtime::KernelError;
 
 /// The unit an int8 product runs on. Send and Sync (a plain enum).
@@ -40,15 +40,6 @@ pub enum Path {
     Vnni,
     /// Plain loops (tests; never chosen by [`Path::best`]).
     Scalar,
-}
-
-/// AVX-512F, BW and VL were detected (the quantiser's and VNNI's vector code).
-pub(crate) fn has_avx512bw() -> bool {
-    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| {
-        let d = &crate::features::get().detected;
-        ["avx512f", "avx512bw", "avx512vl"].iter().all(|f| d.contains(f))
-    })
 }
 
 /// AMX-INT8 in CPUID (leaf 7, EDX bit 25).

@@ -17,6 +17,15 @@ pub const KSTEP: usize = 64;
 /// offset is taken off, so every sum is exact.
 pub const MAX_K: usize = 1 << 17;
 
+/// AVX-512F, BW and VL were detected (the quantiser's and the dequantisation's vector code).
+pub fn has_avx512bw() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        let d = &crate::features::get().detected;
+        ["avx512f", "avx512bw", "avx512vl"].iter().all(|f| d.contains(f))
+    })
+}
+
 /// 64 bytes aligned to 64: one cache line, one tile row.
 #[repr(C, align(64))]
 #[derive(Clone, Copy, Debug)]
@@ -210,7 +219,7 @@ fn quantise_row(row: &[f32], inv: f32, offset: bool, dst: &mut [u8]) {
         fn wide(row: &[f32], inv: f32, offset: bool, dst: &mut [u8]) {
             body(row, inv, offset, dst)
         }
-        if super::has_avx512bw() {
+        if has_avx512bw() {
             // SAFETY: AVX-512F, BW and VL were detected on this CPU.
             return unsafe { wide(row, inv, offset, dst) };
         }
