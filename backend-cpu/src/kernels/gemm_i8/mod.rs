@@ -188,20 +188,36 @@ unsafe fn task(path: Path, p: &Product<'_>, p0: usize, p1: usize) {
     match path {
         #[cfg(target_arch = "x86_64")]
         Path::Amx => {
-            #[repr(C, align(64))]
-            struct Scratch([i32; 32 * NR]);
-            let mut acc = Scratch([0; 32 * NR]);
+            // Per group of panels and per k-slice, every row block meets every panel of the
+            // group (its x slice from L1); the sums wait in `acc` between slices.
+            let blocks = p.m.div_ceil(32);
+            let slice = amx::slice(kp);
+            let mut acc = vec![amx::Block([0; 32 * NR]); blocks * amx::GROUP];
             // SAFETY: AMX enabled and AMX-INT8 present (`path` is available).
             unsafe { amx::configure() };
-            for pi in p0..p1 {
-                let panel = p.w.panel(pi);
-                for i0 in (0..p.m).step_by(32) {
-                    // SAFETY: x holds rows padded to whole blocks of 32 (`rows` above) of
-                    // `kp` bytes, `kp % KSTEP == 0`; the panel `kp · NR` bytes; the scratch
-                    // 1024 i32; tiles configured just above.
-                    unsafe { amx::block(kp, a[i0 * kp..].as_ptr(), kp, panel.as_ptr(), acc.0.as_mut_ptr()) };
-                    // SAFETY: forwarded (this task's columns).
-                    unsafe { store(p, &acc.0, i0, (p.m - i0).min(32), pi, false) };
+            for g0 in (p0..p1).step_by(amx::GROUP) {
+                let g1 = (g0 + amx::GROUP).min(p1);
+                for k0 in (0..kp).step_by(slice) {
+                    let kc = slice.min(kp - k0);
+                    for b in 0..blocks {
+                        let ab = a[b * 32 * kp + k0..].as_ptr();
+                        for pi in g0..g1 {
+                            let panel = p.w.panel(pi)[k0 * NR..].as_ptr();
+                            let c = acc[b * amx::GROUP + pi - g0].0.as_mut_ptr();
+                            // SAFETY: x holds rows padded to whole blocks of 32 (`rows` in
+                            // `linear`) of `kp` bytes, so block `b` has 32 rows from byte
+                            // `k0`, `kc` bytes each; the panel's slice is `kc · NR` bytes;
+                            // `c` a block of 1024 i32; `kc % KSTEP == 0`; tiles configured.
+                            unsafe { amx::block(kc, ab, kp, panel, c, k0 > 0) };
+                        }
+                    }
+                }
+                for b in 0..blocks {
+                    for pi in g0..g1 {
+                        let rows = (p.m - b * 32).min(32);
+                        // SAFETY: forwarded (this task's columns).
+                        unsafe { store(p, &acc[b * amx::GROUP + pi - g0].0, b * 32, rows, pi, false) };
+                    }
                 }
             }
         }
