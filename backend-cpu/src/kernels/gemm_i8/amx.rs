@@ -42,7 +42,8 @@ pub fn slice(kp: usize) -> usize {
     kp.div_ceil(n).div_ceil(KSTEP) * KSTEP
 }
 
-/// 32 × 32 i32 sums, 64-byte aligned (one tile store of 16 rows per half).
+/// 32 × 32 i32 sums, 64-byte aligned (one tile store of 16 rows per half). Send and Sync
+/// (plain integers).
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
 pub struct Block(pub [i32; 32 * NR]);

@@ -26,7 +26,7 @@ pub fn has_avx512bw() -> bool {
     })
 }
 
-/// 64 bytes aligned to 64: one cache line, one tile row.
+/// 64 bytes aligned to 64: one cache line, one tile row. Send and Sync (plain bytes).
 #[repr(C, align(64))]
 #[derive(Clone, Copy, Debug)]
 pub struct Line(pub [u8; 64]);
@@ -149,7 +149,8 @@ impl PackedI8 {
 }
 
 /// x quantised per row: `rows` rows of `kp` bytes (row `i` of x at `i · kp`; rows past `m`
-/// and bytes past `k` zero, or 128 with the offset), and each row's scale.
+/// and bytes past `k` zero, or 128 with the offset), and each row's scale. Send and Sync
+/// (plain owned data).
 pub struct QuantisedX {
     pub(super) data: Vec<Line>,
     pub(super) scales: Vec<f32>,
