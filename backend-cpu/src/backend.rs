@@ -366,6 +366,49 @@ unsafe impl Backend for CpuBackend {
         Ok(None)
     }
 
+    /// A Linear's constant f32 weight quantised per output channel and packed for the int8
+    /// kernels (`kernels::gemm_i8`), where this CPU has AMX-INT8 or AVX-512-VNNI and the
+    /// node runs on the fast tier's f32 Linear. The f32 weight stays beside it (read by
+    /// nothing once the node runs in int8). A weight holding ±inf or NaN is declined.
+    fn prepack_int8(
+        &self,
+        _device: usize,
+        kernel: &KernelInfo,
+        _op: &runtime::Op,
+        inputs: &[runtime::TensorMeta],
+        constants: &[Option<&[u8]>],
+    ) -> Result<Option<runtime::Prepack>> {
+        use kernels::gemm_i8::{PackedI8, Path};
+        let (Some(Some(bytes)), Some(meta), Some(x)) = (constants.get(1), inputs.get(1), inputs.first()) else {
+            return Ok(None);
+        };
+        let f32_fast = kernel.tier == runtime::Tier::HighPerformance && kernel.unit == self.features.matrix_unit();
+        if kernel.op != runtime::OpKind::Linear || !f32_fast || Path::best(self.features).is_none() {
+            return Ok(None);
+        }
+        if meta.shape.rank() != 2 || meta.dtype != runtime::DType::F32 || x.dtype != runtime::DType::F32 {
+            return Ok(None);
+        }
+        let (n, k) = (meta.shape.dims()[0], meta.shape.dims()[1]);
+        if n.checked_mul(k).and_then(|e| e.checked_mul(4)) != Some(bytes.len()) {
+            return Ok(None);
+        }
+        let w: Vec<f32> = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        let kname = kernel.name.clone();
+        let packed = PackedI8::quantise(&w, n, k)
+            .map_err(|source| -> runtime::Error { CpuError::Kernel { kernel: kname, source }.into() })?;
+        let Some(packed) = packed else {
+            log::info!("int8: a weight [{n}, {k}] holds inf or NaN; its Linear runs in f32");
+            return Ok(None);
+        };
+        log::debug!("int8: weight [{n}, {k}] quantised per channel ({} bytes)", packed.bytes());
+        Ok(Some(runtime::Prepack::new(Arc::new(packed))))
+    }
+
+    fn int8_missing(&self, _device: usize) -> Option<String> {
+        kernels::gemm_i8::missing(self.features)
+    }
+
     fn launch(&self, device: usize, kernel: &KernelInfo, args: LaunchArgs, stream: StreamId) -> Result<()> {
         let dev = self.dev(device)?;
         let p = dev.prepare_launch(kernel, args, stream)?;

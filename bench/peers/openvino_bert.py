@@ -12,9 +12,17 @@ with P = f32 unless `--precision bf16` asks otherwise (f32 must be forced: on a 
 AVX-512-BF16 or AMX, OpenVINO runs bf16 by default), and timed with one synchronous infer
 request per run.
 
+`--precision int8` first quantises the same ONNX file with NNCF (`nncf.quantize`, the
+transformer preset, calibrated on `--calibration` batches of random token ids drawn with
+`--seed`), saves it as int8.xml beside the ONNX file (reused by later runs on the same
+work directory), and compiles that with P = f32: the MatMuls NNCF quantised run in int8
+(AMX-INT8 or AVX-512-VNNI), everything else in f32, as `npurt --precision int8` does.
+NNCF must be installed (`pip install nncf`).
+
     python3 bench/peers/openvino_bert.py --model bert-base --seq 128 --runs 5
     python3 bench/peers/openvino_bert.py --model minilm-l6 --seq 32 --threads 1,2 --json out.json
     python3 bench/peers/openvino_bert.py --model bert-base --seq 128 --threads 2 --precision bf16
+    python3 bench/peers/openvino_bert.py --model minilm-l6 --seq 128 --threads 2 --precision int8
 
 Each thread count runs in a fresh subprocess, so its peak RSS is its own. `--serve` keeps
 one compiled model loaded and answers `run` lines on stdin with one timed inference each
@@ -59,19 +67,49 @@ def build(args):
     OB.emit({"unfused_path": path})
 
 
+def calibration(np, c, batch, seq, count, seed):
+    """`count` batches of random token ids (seeded), one segment, no padding."""
+    rng = np.random.default_rng(seed)
+    low = 101 if c["vocab"] > 202 else 0
+    return [{"input_ids": rng.integers(low, c["vocab"], size=(batch, seq), dtype=np.int64),
+             "token_type_ids": np.zeros((batch, seq), np.int64),
+             "attention_mask": np.ones((batch, seq), np.int64)} for _ in range(count)]
+
+
+def int8_model(args, core):
+    """The unfused model quantised by NNCF (int8.xml in args.workdir, made once)."""
+    import numpy as np
+    import openvino as ov
+    path = os.path.join(args.workdir, f"int8-s{args.seq}-b{args.batch}-c{args.calibration}-seed{args.seed}.xml")
+    if os.path.exists(path):
+        return core.read_model(path)
+    import nncf
+    model = core.read_model(os.path.join(args.workdir, "unfused.onnx"))
+    names = [p.get_any_name() for p in model.inputs]
+    data = calibration(np, OB.config(args.model), args.batch, args.seq, args.calibration, args.seed)
+    dataset = nncf.Dataset(data, lambda d: {n: d[n] for n in names})
+    q = nncf.quantize(model, dataset, subset_size=len(data), model_type=nncf.ModelType.TRANSFORMER)
+    ov.save_model(q, path)
+    return q
+
+
 def compiled(args):
     """The compiled model of args.workdir for args.child_threads threads, its inputs, the
-    warm-up output and the compile time in seconds."""
+    warm-up output and the compile time in seconds (with int8, the quantisation's too
+    when it runs)."""
     import numpy as np
     import openvino as ov
     c = OB.config(args.model)
     core = ov.Core()
     t0 = time.perf_counter()
-    model = core.read_model(os.path.join(args.workdir, "unfused.onnx"))
+    if args.precision == "int8":
+        model = int8_model(args, core)
+    else:
+        model = core.read_model(os.path.join(args.workdir, "unfused.onnx"))
     cm = core.compile_model(model, "CPU", {
         "PERFORMANCE_HINT": "LATENCY",
         "INFERENCE_NUM_THREADS": args.child_threads,
-        "INFERENCE_PRECISION_HINT": args.precision,
+        "INFERENCE_PRECISION_HINT": "f32" if args.precision == "int8" else args.precision,
     })
     load_s = time.perf_counter() - t0
     req = cm.create_infer_request()
@@ -140,15 +178,20 @@ def main():
     ap.add_argument("--build", action="store_true", help="only write unfused.onnx into --workdir")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child-threads", type=int, default=1, help="with --serve: INFERENCE_NUM_THREADS")
-    ap.add_argument("--precision", choices=("f32", "bf16"), default="f32",
+    ap.add_argument("--precision", choices=("f32", "bf16", "int8"), default="f32",
                     help="INFERENCE_PRECISION_HINT (default f32; bf16 is OpenVINO's own default on CPUs with "
-                         "AMX or AVX-512-BF16)")
+                         "AMX or AVX-512-BF16); int8: the model quantised by NNCF, the rest in f32")
+    ap.add_argument("--calibration", type=int, default=8,
+                    help="with --precision int8: calibration batches of random token ids (default 8)")
     args = ap.parse_args()
 
-    missing = [m for m in ("numpy", "onnx", "openvino") if importlib.util.find_spec(m) is None]
+    needed = ("numpy", "onnx", "openvino") + (("nncf",) if args.precision == "int8" else ())
+    missing = [m for m in needed if importlib.util.find_spec(m) is None]
     if missing:
-        print(f"openvino_bert.py: {', '.join(missing)} not installed: pip install onnx openvino", file=sys.stderr)
+        print(f"openvino_bert.py: {', '.join(missing)} not installed: pip install {' '.join(missing)}", file=sys.stderr)
         sys.exit(2)
+    if args.calibration < 1:
+        ap.error("need --calibration >= 1")
     c = OB.config(args.model)
     if not 1 <= args.seq <= c["max_pos"] or args.batch < 1 or args.runs < 1:
         ap.error(f"need 1 <= --seq <= {c['max_pos']}, --batch >= 1, --runs >= 1")
@@ -166,7 +209,8 @@ def main():
     workdir = args.workdir or tempfile.mkdtemp(prefix="openvino_bert_")
     os.makedirs(workdir, exist_ok=True)
     common = ["--model", args.model, "--seq", str(args.seq), "--batch", str(args.batch), "--runs", str(args.runs),
-              "--seed", str(args.seed), "--workdir", workdir, "--precision", args.precision]
+              "--seed", str(args.seed), "--workdir", workdir, "--precision", args.precision,
+              "--calibration", str(args.calibration)]
     import openvino as ov
     print(f"BERT {args.model} (hidden {c['hidden']}, {c['layers']} layers), batch {args.batch}, seq {args.seq}; "
           f"OpenVINO {ov.__version__} CPU, LATENCY hint, {args.precision}; {args.runs} runs after 1 warm-up; "

@@ -34,7 +34,7 @@ struct Global {
     devices: Option<usize>,
     /// Compiled graphs' matrix products: f32; f16 or bf16 (Linear weights stored in fp16 /
     /// bf16, f32 accumulation); auto (the device's own: f32 on the CPU) (env NPURT_PRECISION)
-    #[arg(long, global = true, value_name = "f32|f16|bf16|auto", value_parser = parse_precision)]
+    #[arg(long, global = true, value_name = "f32|f16|bf16|int8|auto", value_parser = parse_precision)]
     precision: Option<Precision>,
 }
 
@@ -53,7 +53,7 @@ fn parse_tier(s: &str) -> std::result::Result<TierChoice, String> {
 }
 
 fn parse_precision(s: &str) -> std::result::Result<Precision, String> {
-    Precision::parse(s).ok_or_else(|| "expected f32, f16, bf16 or auto".into())
+    Precision::parse(s).ok_or_else(|| "expected f32, f16, bf16, int8 or auto".into())
 }
 
 impl Global {

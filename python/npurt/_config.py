@@ -29,9 +29,10 @@ HW_MAPPING = ("auto", "cube_prefer", "vector_prefer")
 OPTIMIZATION_KEYS = ("memory_pool", "memory_reuse", "parallel_scheduling", "hardware_mapping")
 #: What the runtime's ``Precision::parse`` accepts (case-insensitive): ``f32``/``fp32``
 #: (everything in the graph's dtypes), ``bf16`` (Linear weights in bf16), ``f16``/``fp16``/
-#: ``half`` (Linear weights in fp16, f32 accumulation) and ``auto`` (what the device
+#: ``half`` (Linear weights in fp16, f32 accumulation), ``int8``/``i8`` (dynamic int8
+#: Linear products where the backend has an int8 unit) and ``auto`` (what the device
 #: computes well: f32 on the CPU and CUDA).
-PRECISIONS = ("f32", "fp32", "bf16", "f16", "fp16", "half", "auto")
+PRECISIONS = ("f32", "fp32", "bf16", "f16", "fp16", "half", "int8", "i8", "auto")
 
 
 def _bool(name: str, v: Any) -> bool:
@@ -120,10 +121,10 @@ def batch_size(size: Any) -> Dict[str, Any]:
 
 
 def precision(v: Any) -> str:
-    """The runtime's name (``f32``, ``bf16``, ``f16`` or ``auto``) of a precision among
-    :data:`PRECISIONS`; anything else raises ``ValueError``."""
+    """The runtime's name (``f32``, ``bf16``, ``f16``, ``int8`` or ``auto``) of a precision
+    among :data:`PRECISIONS`; anything else raises ``ValueError``."""
     p = _choice("precision", v, PRECISIONS)
-    return {"fp32": "f32", "fp16": "f16", "half": "f16"}.get(p, p)
+    return {"fp32": "f32", "fp16": "f16", "half": "f16", "i8": "int8"}.get(p, p)
 
 
 def hw_mapping(strategy: Any) -> Dict[str, Any]:

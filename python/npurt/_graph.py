@@ -125,8 +125,10 @@ class Graph:
         ``precision`` (default: the runtime's ``precision`` setting, else ``"auto"``):
         ``"f32"``/``"fp32"`` (the graph's own dtypes), ``"bf16"`` (Linear weights in bf16
         where the backend has a bf16 unit), ``"f16"``/``"fp16"``/``"half"`` (Linear weights
-        in fp16, f32 accumulation; activations, LayerNorm and Softmax statistics in f32) or
-        ``"auto"`` (f32 on the CPU and CUDA); anything else raises ``ValueError``.
+        in fp16, f32 accumulation; activations, LayerNorm and Softmax statistics in f32),
+        ``"int8"`` (Linear products in dynamic int8 on a CPU with AMX-INT8 or
+        AVX-512-VNNI; f32 with a warning elsewhere) or ``"auto"`` (f32 on the CPU and
+        CUDA); anything else raises ``ValueError``.
         ``streams``: most streams the schedule uses (1 = serial). The GIL is released while
         compiling; a Ctrl-C meanwhile raises ``KeyboardInterrupt`` when compiling ends."""
         rt = self._owner

@@ -43,6 +43,14 @@ pub enum Precision {
     /// its f32 weight. On a CPU without AVX-512-FP16 the weights are widened to f32 as each
     /// product reads them (F16C): fp16's rounding, f32's arithmetic.
     F16,
+    /// Dynamic int8 products for every Linear whose weight is a constant, where the
+    /// backend has an int8 unit ([`crate::Backend::prepack_int8`]: the CPU with AMX-INT8
+    /// or AVX-512-VNNI): the weight quantised once at compile time per output channel
+    /// (symmetric s8, an f32 scale per row), the activations per row at run time, i32
+    /// accumulation, dequantised with the bias in f32. Everything else runs in f32. Where
+    /// the backend has no int8 unit, one warning per graph says why and the graph runs
+    /// in f32.
+    Int8,
     /// The precision the device computes well, chosen per device when a graph is compiled
     /// ([`Precision::resolve`]).
     Auto,
@@ -54,6 +62,7 @@ impl Precision {
             "f32" | "fp32" => Some(Precision::F32),
             "bf16" => Some(Precision::Bf16),
             "f16" | "fp16" | "half" => Some(Precision::F16),
+            "int8" | "i8" => Some(Precision::Int8),
             "auto" => Some(Precision::Auto),
             _ => None,
         }
@@ -63,6 +72,7 @@ impl Precision {
             Precision::F32 => "f32",
             Precision::Bf16 => "bf16",
             Precision::F16 => "f16",
+            Precision::Int8 => "int8",
             Precision::Auto => "auto",
         }
     }
@@ -422,7 +432,7 @@ impl RuntimeConfig {
             )?;
         }
         if let Some(v) = get("NPURT_PRECISION")? {
-            self.precision = env::parse("NPURT_PRECISION", &v, "f32, f16, bf16 or auto", Precision::parse)?;
+            self.precision = env::parse("NPURT_PRECISION", &v, "f32, f16, bf16, int8 or auto", Precision::parse)?;
         }
         if let Some(v) = get("NPURT_ACL_GRAPH_CAPTURE")? {
             self.graph_capture = env::parse("NPURT_ACL_GRAPH_CAPTURE", &v, "on, off or auto", GraphCapture::parse)?;

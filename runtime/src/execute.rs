@@ -192,6 +192,20 @@ impl Runtime {
         self.inner.backend.prepack(kernel, op, inputs, constants)
     }
 
+    /// [`crate::Backend::prepack_int8`] for the kernel `op` selects on `device`.
+    pub(crate) fn prepack_int8(
+        &self,
+        device: usize,
+        op: &Op,
+        inputs: &[TensorMeta],
+        constants: &[Option<&[u8]>],
+    ) -> Result<Option<crate::backend::Prepack>> {
+        let outputs = op.infer(inputs)?;
+        let kernel = self.select_for(op, inputs, &outputs)?;
+        let ordinal = self.inner.device(device)?.ordinal;
+        self.inner.backend.prepack_int8(ordinal, kernel, op, inputs, constants)
+    }
+
     /// The chosen kernel, borrowed from the backend's table (no copy per launch).
     fn select_for(&self, op: &Op, inputs: &[TensorMeta], outputs: &[TensorMeta]) -> Result<&KernelInfo> {
         let q = KernelQuery { op, inputs, outputs };

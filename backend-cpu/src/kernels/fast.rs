@@ -138,6 +138,10 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
             })
         }
         Op::Linear => {
+            // A compiled graph's `int8` precision: the weight quantised at compile time.
+            if let Some(w) = ctx.prepacked.as_ref().and_then(|p| p.0.downcast_ref::<super::gemm_i8::PackedI8>()) {
+                return super::gemm_i8::linear_node(ins, outs, ctx, w);
+            }
             if ins[1].dtype == runtime::DType::F16 {
                 static ONCE: std::sync::Once = std::sync::Once::new();
                 ONCE.call_once(|| {

@@ -19,6 +19,7 @@ pub mod blas;
 pub mod common;
 pub mod fast;
 pub mod gemm_bf16;
+pub mod gemm_i8;
 pub mod gemm_packed;
 pub mod gemv;
 pub mod generic;

@@ -1,5 +1,5 @@
-//! `npurt bench bert --accuracy`: the final hidden states with fp16 or bf16 weights
-//! (`--precision`; bf16 when it names f32 or auto) against f32 on the same weights and
+//! `npurt bench bert --accuracy`: the final hidden states with fp16 or bf16 weights, or
+//! int8 Linear products (`--precision`; bf16 when it names f32 or auto) against f32 on the same weights and
 //! inputs (max |diff|, cosine over all values), printed and, with `--json FILE`, written
 //! as `{"precision", "cosine", "max_abs_diff", "values"}`.
 
@@ -9,7 +9,7 @@ use npurt::{Precision, Result, RuntimeConfig, Tensor};
 
 pub fn run(base: &RuntimeConfig, bm: &Model, batch: usize, seq: usize, json: Option<&str>) -> Result<()> {
     let low = match base.precision {
-        p @ (Precision::F16 | Precision::Bf16) => p,
+        p @ (Precision::F16 | Precision::Bf16 | Precision::Int8) => p,
         Precision::F32 | Precision::Auto => Precision::Bf16,
     };
     let pb = progress::bar(2, "accuracy");
@@ -23,6 +23,11 @@ pub fn run(base: &RuntimeConfig, bm: &Model, batch: usize, seq: usize, json: Opt
         let mut units: Vec<&str> = profile.nodes.iter().filter(|n| n.op == "Linear").map(|n| n.unit.label).collect();
         units.dedup();
         pb.suspend(|| println!("precision {}: Linear nodes ran on {}", p.name(), units.join(", ")));
+        if p == Precision::Int8 && cfg.backend.as_deref().is_none_or(|b| b == "cpu") {
+            let f = backend_cpu::features::get();
+            let unit = backend_cpu::kernels::gemm_i8::Path::best(f).map_or("none (f32)", |u| u.name());
+            pb.suspend(|| println!("precision int8: the CPU's int8 unit is {unit}"));
+        }
         outs.push(o[0].to_ndarray::<f32>()?.iter().copied().collect::<Vec<f32>>());
         pb.inc(1);
     }

@@ -29,7 +29,7 @@ pub struct OrtArgs {
     #[arg(long, value_name = "MODEL:SEQ,...", default_value = "bert-large:512,bert-large:128,bert-base:128",
           value_parser = parse_pairs, requires = "compare_ort")]
     pairs: Pairs,
-    /// npurt's precisions, one contender each (f32, bf16)
+    /// npurt's precisions, one contender each (f32, bf16, int8)
     #[arg(long, value_name = "P,...", default_value = "f32", value_parser = parse_precisions, requires = "compare_ort")]
     precisions: Precisions,
     /// ONNX Runtime's graphs, one contender each per thread count: unfused, fused, or ep (the
@@ -47,7 +47,7 @@ pub struct OrtArgs {
           requires = "compare_ort")]
     openvino_threads: Csv,
     /// OpenVINO's INFERENCE_PRECISION_HINT values (f32, bf16), one contender each per thread
-    /// count
+    /// count; int8: the model quantised by NNCF (bench/peers/openvino_bert.py)
     #[arg(long, value_name = "P,...", default_value = "f32", value_parser = parse_precisions,
           requires = "compare_ort")]
     openvino_precisions: Precisions,
@@ -79,7 +79,7 @@ fn parse_pairs(s: &str) -> std::result::Result<Pairs, String> {
 struct Precisions(Vec<Precision>);
 
 fn parse_precisions(s: &str) -> std::result::Result<Precisions, String> {
-    let one = |p: &String| Precision::parse(p).ok_or_else(|| format!("{p:?}: expected f32 or bf16"));
+    let one = |p: &String| Precision::parse(p).ok_or_else(|| format!("{p:?}: expected f32, bf16 or int8"));
     list(s)?.0.iter().map(one).collect::<std::result::Result<_, String>>().map(Precisions)
 }
 
@@ -510,8 +510,14 @@ fn report(
     let fastest = |prefix: &str, bf16: bool| {
         fin.iter()
             .filter(|f| f.0.starts_with(prefix) && !f.0.starts_with(EP_ROW) && f.0.contains("bf16") == bf16)
+            .filter(|f| !f.0.contains("int8"))
             .min_by(|a, b| median(&mut a.1.clone()).total_cmp(&median(&mut b.1.clone())))
     };
+    // OpenVINO's fastest int8 row (the model NNCF quantised).
+    let best_ov_int8 = fin
+        .iter()
+        .filter(|f| f.0.starts_with("OpenVINO") && f.0.contains("int8"))
+        .min_by(|a, b| median(&mut a.1.clone()).total_cmp(&median(&mut b.1.clone())));
     // (median ratio, median of the per-round ratios) of npurt's times over a peer's.
     let ratio_to = |f: &Finished, peer: &Finished| {
         let ratio = median(&mut f.1.clone()) / median(&mut peer.1.clone());
@@ -550,6 +556,10 @@ fn report(
         // bf16 against bf16: OpenVINO's default on a CPU with AMX or AVX-512-BF16.
         if let (Some(peer), true) = (best_ov_bf16, f.0.ends_with("bf16")) {
             put(&mut r, f, peer, "OpenVINO at bf16", ["openvino_bf16", "bf16_ratio", "bf16_paired_ratio"]);
+        }
+        // int8 against int8: OpenVINO running the model NNCF quantised.
+        if let (Some(peer), true) = (best_ov_int8, f.0.ends_with("int8")) {
+            put(&mut r, f, peer, "OpenVINO at int8", ["openvino_int8", "int8_ratio", "int8_paired_ratio"]);
         }
         ratios.push(serde_json::Value::Object(r));
     }

@@ -4,7 +4,8 @@
 //! with `--paired` right after each timed run, on a host whose load moves within seconds;
 //! every bf16 figure as a percentage of the bf16 unit's peak (AMX tiles, else AVX-512-BF16
 //! dot products) measured at the start. The global `--precision` picks the columns: `f32`
-//! the f32 ones, `bf16` the bf16 one, otherwise (`auto`, the default) both.
+//! the f32 ones, `bf16` the bf16 one, otherwise (`auto`, the default) both; `int8` times
+//! the int8 product against bf16 instead (`gemm_i8.rs`).
 
 use super::common::median;
 use super::peak::parse_isa;
@@ -315,6 +316,11 @@ fn json_row(s: Shape, variant: &str, isa: Option<Isa>, fig: Figure, peak: Option
 }
 
 pub fn run(cfg: RuntimeConfig, args: GemmArgs) -> Result<()> {
+    if cfg.precision == npurt::Precision::Int8 {
+        let shapes: &[Shape] = if args.shapes.is_empty() { SHAPES } else { &args.shapes };
+        let bf16 = |s: Shape| time_gemm_bf16(&cfg, s, args.runs);
+        return super::gemm_i8::run(&cfg, shapes, args.runs, args.json.as_deref(), &bf16);
+    }
     let plan = plan(&cfg, &args)?;
     let columns = measure(&cfg, &plan)?;
     let rows = print_table(&plan, &columns);

@@ -7,6 +7,7 @@ mod compare_ort;
 mod concurrent;
 mod emulator;
 mod gemm;
+mod gemm_i8;
 mod llm;
 mod peak;
 mod serve;

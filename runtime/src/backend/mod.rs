@@ -501,6 +501,27 @@ pub unsafe trait Backend: Send + Sync {
     ) -> Result<Option<Prepack>> {
         Ok(None)
     }
+    /// For a compiled graph's `int8` precision ([`Precision::Int8`]): what the backend
+    /// prepares for a Linear node (f32 x, a constant f32 weight `[N, K]`) so that `kernel`
+    /// runs it as a dynamic int8 product, handed back in [`LaunchArgs::prepacked`] as
+    /// [`prepack`](Self::prepack)'s is. `Ok(None)` (the default) where the backend has no
+    /// int8 product on `device` or declines this node: the node is then prepared by
+    /// `prepack` and runs in f32.
+    fn prepack_int8(
+        &self,
+        _device: usize,
+        _kernel: &KernelInfo,
+        _op: &Op,
+        _inputs: &[TensorMeta],
+        _constants: &[Option<&[u8]>],
+    ) -> Result<Option<Prepack>> {
+        Ok(None)
+    }
+    /// Why `device` has no int8 products (the warning of a graph compiled in `int8` that
+    /// runs in f32), or `None` when it has them. The default names the backend.
+    fn int8_missing(&self, _device: usize) -> Option<String> {
+        Some(format!("the {} backend has no int8 products", self.name()))
+    }
     /// Scratch bytes the kernel needs for this launch.
     fn workspace_size(&self, _kernel: &KernelInfo, _args: &LaunchArgs) -> usize {
         0

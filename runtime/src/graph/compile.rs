@@ -64,7 +64,12 @@ impl CompiledGraph {
         let host_tier = check_host_tier(rt, &graph, options.deny_host_tier)?;
         let schedule = schedule(rt, &graph, &options, &kernels.cost)?;
         let mut sharing = Sharing::new(shared, &graph, device);
-        let prepacked = prepare_constants(rt, &mut graph, &kernels.names, &mut sharing)?;
+        let int8 = if options.precision == Precision::Int8 {
+            precision::int8_linears(&graph)
+        } else {
+            vec![false; graph.nodes.len()]
+        };
+        let prepacked = prepare_constants(rt, &mut graph, &kernels.names, &int8, device, &mut sharing)?;
         let constants = upload_constants(rt, &mut graph, device, &mut sharing)?;
         let aliases = find_views(&graph)?;
         let inter = intermediates(&graph, &aliases);
@@ -205,7 +210,7 @@ fn as_compiled(op: &crate::op::Op, ins: &[TensorMeta], precision: Precision) -> 
     let low = match precision {
         Precision::F16 => DType::F16,
         Precision::Bf16 => DType::BF16,
-        Precision::F32 | Precision::Auto => return ins,
+        Precision::F32 | Precision::Int8 | Precision::Auto => return ins,
     };
     if matches!(op, crate::op::Op::Linear) && ins.len() >= 2 && ins[0].dtype == DType::F32 && ins[1].dtype == DType::F32
     {
@@ -244,7 +249,9 @@ fn store_weights_in(rt: &Runtime, graph: &mut Graph, precision: Precision) {
             let n = precision::low_precision_weights(rt, graph, DType::F16);
             log::info!("precision f16: {n} Linear weights stored in fp16");
         }
-        Precision::F32 | Precision::Auto => {}
+        // Int8: the weights stay f32 in the graph; the backend quantises them as it
+        // prepares each Linear (`prepare_constants`).
+        Precision::F32 | Precision::Int8 | Precision::Auto => {}
     }
 }
 
@@ -325,28 +332,49 @@ fn schedule(rt: &Runtime, graph: &Graph, options: &CompileOptions, cost: &[f64])
 /// Constant inputs prepared for their kernels once (e.g. packed weights), per node. A
 /// constant the backend wants in another layout is rewritten here, before its upload, when
 /// this node is its only reader (its original bytes are then never uploaded).
+///
+/// The nodes marked in `int8` (a graph compiled in `int8`) are offered to the backend's
+/// int8 preparation first ([`crate::Backend::prepack_int8`]); what it declines is prepared
+/// as in f32. What was prepared for int8 is shared under the kernel's name with `+int8`.
 fn prepare_constants(
     rt: &Runtime,
     graph: &mut Graph,
     kernels: &[String],
+    int8: &[bool],
+    device: usize,
     sharing: &mut Sharing<'_>,
 ) -> Result<Vec<Option<Prepacked>>> {
     let readers = graph.consumers();
     let mut prepacked = Vec::with_capacity(graph.nodes.len());
+    let mut quantised = 0;
     for (ni, k) in kernels.iter().enumerate() {
+        if int8.get(ni).copied().unwrap_or(false) {
+            let key = format!("{k}+int8");
+            let kernel = sharing.kernel(key.as_str());
+            let p = match sharing.reuse(graph, &graph.nodes[ni], kernel) {
+                Some(p) => Some(p),
+                None => prepare_node(rt, graph, &readers, ni, kernel, sharing, Some(device))?,
+            };
+            if p.is_some() {
+                quantised += 1;
+                prepacked.push(p);
+                continue;
+            }
+        }
         let kernel = sharing.kernel(k.as_str());
         let p = match sharing.reuse(graph, &graph.nodes[ni], kernel) {
             Some(p) => Some(p),
-            None => prepare_node(rt, graph, &readers, ni, kernel, sharing)?,
+            None => prepare_node(rt, graph, &readers, ni, kernel, sharing, None)?,
         };
         prepacked.push(p);
     }
+    precision::report_int8(rt, device, quantised, int8.iter().filter(|b| **b).count());
     Ok(prepacked)
 }
 
-/// What the backend prepares from node `ni`'s constant inputs, its relayouts applied to
-/// the graph; `None` when it prepares nothing, or when a constant it would lay out anew
-/// has other readers.
+/// What the backend prepares from node `ni`'s constant inputs (for an int8 product on
+/// device `int8_on` where given), its relayouts applied to the graph; `None` when it
+/// prepares nothing, or when a constant it would lay out anew has other readers.
 fn prepare_node(
     rt: &Runtime,
     graph: &mut Graph,
@@ -354,6 +382,7 @@ fn prepare_node(
     ni: usize,
     kernel: Option<&str>,
     sharing: &mut Sharing<'_>,
+    int8_on: Option<usize>,
 ) -> Result<Option<Prepacked>> {
     let n = &graph.nodes[ni];
     let consts: Vec<Option<&[u8]>> = n
@@ -368,9 +397,12 @@ fn prepare_node(
         return Ok(None);
     }
     let ins: Vec<TensorMeta> = n.inputs.iter().map(|v| graph.meta(*v).clone()).collect();
-    let Some(p) = rt
-        .prepack(&n.op, &ins, &consts)
-        .map_err(|e| Error::invalid(n.op.name(), format!("node {:?}: preparing constants: {e}", n.name)))?
+    let prepared = match int8_on {
+        Some(device) => rt.prepack_int8(device, &n.op, &ins, &consts),
+        None => rt.prepack(&n.op, &ins, &consts),
+    };
+    let Some(p) =
+        prepared.map_err(|e| Error::invalid(n.op.name(), format!("node {:?}: preparing constants: {e}", n.name)))?
     else {
         return Ok(None);
     };

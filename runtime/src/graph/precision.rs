@@ -130,3 +130,43 @@ fn warn_if_not_native(rt: &Runtime, dtype: DType, converted: usize, candidates: 
     };
     log::warn!("precision {tag} is not native on the {} backend: {why}; {what}", inner.backend.name());
 }
+
+/// The nodes a compiled graph's `int8` precision runs as dynamic int8 products: every
+/// Linear with f32 x and a constant f32 weight of rank 2 (the weight stays as it is in the
+/// graph, so other readers see it unchanged; the backend quantises it when it prepares
+/// the node, [`crate::Backend::prepack_int8`]).
+pub(super) fn int8_linears(graph: &Graph) -> Vec<bool> {
+    graph
+        .nodes
+        .iter()
+        .map(|n| {
+            let (Some(x), Some(w)) = (n.inputs.first(), n.inputs.get(1)) else { return false };
+            matches!(n.op, crate::op::Op::Linear)
+                && matches!(&graph.values[w.0].kind, ValueKind::Constant(t) if t.dtype == DType::F32 && t.shape.rank() == 2)
+                && graph.meta(*x).dtype == DType::F32
+        })
+        .collect()
+}
+
+/// The one line of a compiled graph's `int8` precision: how many of the `candidates`
+/// Linear layers were `quantised`, and, when none was, the backend's reason (a warning:
+/// the graph runs in f32).
+pub(super) fn report_int8(rt: &Runtime, device: usize, quantised: usize, candidates: usize) {
+    if candidates == 0 {
+        return;
+    }
+    if quantised > 0 {
+        log::info!("precision int8: {quantised} of {candidates} Linear layers run as dynamic int8 products");
+        return;
+    }
+    let inner = &rt.inner;
+    let why = inner
+        .device(device)
+        .ok()
+        .and_then(|d| inner.backend.int8_missing(d.ordinal))
+        .unwrap_or_else(|| "the backend declined every layer".into());
+    log::warn!(
+        "precision int8 is not available on the {} backend: {why}; all {candidates} Linear layers run in f32",
+        inner.backend.name()
+    );
+}
