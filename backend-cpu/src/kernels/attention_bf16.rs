@@ -1,0 +1,781 @@
+//! Attention with both products on the bf16 unit: AMX tiles where the CPU has them,
+//! AVX-512-BF16 dot products (`vdpbf16ps`) otherwise; the softmax in f32 registers.
+//!
+//! `out = softmax(scale · Q Kᵀ + mask) · V`, flash-style per block of [`BLOCK`] query rows:
+//! the block's scores (`BLOCK × t` f32, 64 KiB at t = 512) are produced, scaled, masked
+//! and normalised while in L1/L2, rounded to bf16 and multiplied by V at once; the `s × t`
+//! score matrix is never materialised, and no generic GEMM is called (the products are
+//! too small for its per-call packing and dispatch).
+//!
+//! Operands are f32 or bf16 (q, k and v of one dtype, as the op requires); they are
+//! rounded to bf16 while being laid out for the unit:
+//!
+//! * a head's K once per head (per unit of work), as the products' B operand: per block of
+//!   16 keys, per k-pair of the head dimension, one 64-byte row of 16 words (the pair of
+//!   key `n`: features `2p` and `2p + 1`), which is AMX's tile B layout and the rows
+//!   `vdpbf16ps` reads;
+//! * a head's V once likewise: per block of 16 output features, per pair of keys, the 16
+//!   features' pairs (keys `2p` and `2p + 1`);
+//! * the block's query rows and its probabilities as plain bf16 rows (A operands).
+//!
+//! Sizes are padded with zeros to whole tiles: d and dv to 32, t to 32 (a zero key adds a
+//! zero score that the softmax never reads, and its probability is 0 against a zero V
+//! row). Per (32 rows × 32 columns) output block, four 16×16 f32 accumulator tiles (or 16
+//! zmm accumulators per 8 rows) run over the whole k.
+//!
+//! Work: the heads are the units when there are as many as threads (K and V laid out once
+//! per head), else each head's blocks are shared among the threads. Causal attention
+//! computes each block only against the keys its last row sees; a row's own keys are
+//! normalised and the rest weigh 0.
+//!
+//! Extreme rows as on every tier: a row whose scores hold a NaN or +inf gives NaN; a row
+//! whose every score is -inf (all keys masked out, or none seen) gives 0, whatever V holds.
+//! Accuracy: q, k, v and the probabilities are rounded to bf16 (8 significant bits), the
+//! sums are f32.
+
+use super::common::*;
+use super::simd_math::softmax_in_place;
+use crate::features::CpuFeatures;
+use rayon::prelude::*;
+use runtime::{AttentionLayout, DType, Op};
+
+/// Query rows per block (two AMX tile rows).
+pub const BLOCK: usize = 32;
+
+/// The kernel entry: `Attention` (any layout, causal or not, grouped-query) with f32 or
+/// bf16 q, k, v, on a CPU with AVX-512-BF16 (and AMX where `ctx.features` has it).
+pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
+    let Op::Attention { scale, layout, causal } = *op else {
+        return Err(KernelError::Internal(format!("bf16 attention asked to run {}", op.name())));
+    };
+    attention(ins, &mut outs[0], scale, layout, causal, ctx)
+}
+
+/// An operand's elements as stored.
+#[derive(Clone, Copy)]
+enum Src<'a> {
+    F32(&'a [f32]),
+    Bf16(&'a [u16]),
+}
+
+impl<'a> Src<'a> {
+    fn new(x: &'a In, what: &'static str) -> Result<Src<'a>, KernelError> {
+        let n = x.numel();
+        let short = |got: usize| KernelError::TooShort { what, needed: n, got };
+        match x.dtype {
+            DType::F32 => {
+                let b = x.bytes.get(..n * 4).ok_or_else(|| short(x.bytes.len() / 4))?;
+                Ok(Src::F32(bytemuck::try_cast_slice(b).map_err(|e| KernelError::misaligned(what, e))?))
+            }
+            DType::BF16 => {
+                let b = x.bytes.get(..n * 2).ok_or_else(|| short(x.bytes.len() / 2))?;
+                Ok(Src::Bf16(bytemuck::try_cast_slice(b).map_err(|e| KernelError::misaligned(what, e))?))
+            }
+            other => Err(KernelError::Internal(format!("bf16 attention got {what} of {other}"))),
+        }
+    }
+
+    /// `n` elements from `at`, rounded to bf16, into `dst` (at least `n` long); the rest
+    /// of `dst` is zeroed.
+    fn row_to_bf16(self, at: usize, n: usize, dst: &mut [u16], f: &CpuFeatures) {
+        match self {
+            Src::F32(x) => f32_to_bf16(&x[at..at + n], &mut dst[..n], f),
+            Src::Bf16(x) => dst[..n].copy_from_slice(&x[at..at + n]),
+        }
+        dst[n..].fill(0);
+    }
+
+    /// Element `i` as f32 (the rare paths: NaN rows formed again).
+    fn get(self, i: usize) -> f32 {
+        match self {
+            Src::F32(x) => x[i],
+            Src::Bf16(x) => half::bf16::from_bits(x[i]).to_f32(),
+        }
+    }
+}
+
+/// f32 → bf16 bits, round to nearest even (NaN stays NaN).
+fn f32_to_bf16(src: &[f32], dst: &mut [u16], f: &CpuFeatures) {
+    #[cfg(target_arch = "x86_64")]
+    if f.avx512bf16 {
+        // SAFETY: AVX-512F/BW and AVX-512-BF16 were detected (`avx512bf16` implies them).
+        unsafe { x86::to_bf16(src, dst) };
+        return;
+    }
+    let _ = f;
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = half::bf16::from_f32(*s).to_bits();
+    }
+}
+
+/// The additive mask over `[b, h, s, t]`, read through broadcast strides.
+struct Mask<'a> {
+    vals: std::borrow::Cow<'a, [f32]>,
+    strides: [usize; 4],
+}
+
+impl Mask<'_> {
+    /// The optional mask input `ins[3]`: a u8 mask becomes 0 / -inf, a float one f32.
+    fn load<'a>(ins: &'a [In], score_dims: [usize; 4]) -> Result<Option<Mask<'a>>, KernelError> {
+        let Some(m) = ins.get(3) else { return Ok(None) };
+        let raw = load_f32(m)?;
+        let vals = if m.dtype == DType::U8 {
+            raw.iter().map(|&x| if x == 0.0 { f32::NEG_INFINITY } else { 0.0 }).collect::<Vec<_>>().into()
+        } else {
+            raw
+        };
+        let st = broadcast_strides(m.dims, &score_dims);
+        Ok(Some(Mask { vals, strides: [st[0], st[1], st[2], st[3]] }))
+    }
+
+    /// The mask row of query `i` of head `hh` in batch `bi` over `t` keys, with its stride.
+    fn row(&self, bi: usize, hh: usize, i: usize, t: usize) -> (&[f32], usize) {
+        let [sb, sh, ss, st] = self.strides;
+        let start = bi * sb + hh * sh + i * ss;
+        let len = if st == 0 { 1 } else { (t - 1) * st + 1 };
+        (&self.vals[start..start + len], st)
+    }
+}
+
+/// The f32 output, written row by row by the units of work.
+#[derive(Clone, Copy)]
+struct RowsOut {
+    ptr: *mut f32,
+    len: usize,
+}
+
+// SAFETY: the units write through the pointer only (`RowsOut::put`), each to the output
+// rows of its own (head, query block) pairs, which no other unit writes; the buffer
+// outlives the units (they are joined before `attention` returns).
+unsafe impl Send for RowsOut {}
+// SAFETY: as for `Send`: sharing `&RowsOut` shares only the address.
+unsafe impl Sync for RowsOut {}
+
+impl RowsOut {
+    /// Copies `row` to elements `at..at + row.len()`; panics outside the buffer.
+    fn put(self, at: usize, row: &[f32]) {
+        assert!(at + row.len() <= self.len, "attention output row outside the output");
+        // SAFETY: in bounds (asserted); only this unit writes these elements, and no
+        // reference to them is live (see the `Send` impl).
+        unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), self.ptr.add(at), row.len()) }
+    }
+}
+
+/// Padded sizes of one head: `dp` (d to 32), `tp` (t to 32), `dvp` (dv to 32).
+#[derive(Clone, Copy)]
+struct Dims {
+    d: usize,
+    dv: usize,
+    t: usize,
+    dp: usize,
+    tp: usize,
+    dvp: usize,
+}
+
+/// A thread's buffers, kept across its units.
+#[derive(Default)]
+struct Scratch {
+    /// K of the head: `tp / 16` blocks of `dp / 2` rows of 16 words.
+    kp: Vec<u32>,
+    /// V of the head: `dvp / 16` blocks of `tp / 2` rows of 16 words.
+    vp: Vec<u32>,
+    /// The block's query rows, `BLOCK × dp` bf16.
+    q: Vec<u16>,
+    /// The block's probabilities, `BLOCK × tp` bf16.
+    p: Vec<u16>,
+    /// The block's scores, `BLOCK × tp` f32.
+    s: Vec<f32>,
+    /// The block's output, `BLOCK × dvp` f32.
+    o: Vec<f32>,
+    /// One row rounded to bf16 (packing).
+    row: Vec<u16>,
+}
+
+/// How one product runs: AMX tiles, or `vdpbf16ps` on zmm registers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Unit {
+    Amx,
+    Avx512Bf16,
+}
+
+/// `c[32 × 32] = a[32 rows of lda words] · (b0 | b1)` over `kc` k-pairs (`kc % 16 == 0`):
+/// `b0` and `b1` are two blocks of 16 columns, `kc` rows of 16 words each.
+#[allow(clippy::too_many_arguments)]
+fn product(unit: Unit, kc: usize, a: &[u32], lda: usize, b0: &[u32], b1: &[u32], c: &mut [f32], ldc: usize) {
+    assert!(kc.is_multiple_of(16) && lda >= kc && a.len() >= 31 * lda + kc, "bf16 attention: A operand too short");
+    assert!(b0.len() >= kc * 16 && b1.len() >= kc * 16, "bf16 attention: B operand too short");
+    assert!(ldc >= 32 && c.len() >= 31 * ldc + 32, "bf16 attention: output block too short");
+    #[cfg(target_arch = "x86_64")]
+    match unit {
+        // SAFETY: tiles are configured on this thread (the unit of work holds a
+        // `Tiles`); the operands hold what the asserts above check.
+        Unit::Amx => unsafe { x86::amx_32x32(kc, a.as_ptr(), lda, b0.as_ptr(), b1.as_ptr(), c.as_mut_ptr(), ldc) },
+        // SAFETY: AVX-512-BF16 is present (only such CPUs select this kernel); the
+        // operands hold what the asserts above check.
+        Unit::Avx512Bf16 => unsafe {
+            for r in (0..32).step_by(8) {
+                x86::dp_8x32(
+                    kc,
+                    a.as_ptr().add(r * lda),
+                    lda,
+                    b0.as_ptr(),
+                    b1.as_ptr(),
+                    c.as_mut_ptr().add(r * ldc),
+                    ldc,
+                )
+            }
+        },
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (unit, kc, a, lda, b0, b1, c, ldc);
+        unreachable!("the bf16 attention is registered on x86-64 only")
+    }
+}
+
+/// Views a bf16 buffer (even length) as its k-pairs.
+fn words(x: &[u16]) -> &[u32] {
+    bytemuck::cast_slice(x)
+}
+
+/// Lays out the K of one head (rows at `k0 + n * stride`) into `sc.kp`.
+fn pack_k(sc: &mut Scratch, src: Src<'_>, k0: usize, stride: usize, dm: Dims, f: &CpuFeatures) {
+    let (kp2, blocks) = (dm.dp / 2, dm.tp / 16);
+    sc.kp.clear();
+    sc.kp.resize(blocks * kp2 * 16, 0);
+    sc.row.resize(dm.dp, 0);
+    for n in 0..dm.t {
+        src.row_to_bf16(k0 + n * stride, dm.d, &mut sc.row, f);
+        let blk = &mut sc.kp[(n / 16) * kp2 * 16..][..kp2 * 16];
+        for (p, w) in words(&sc.row).iter().enumerate() {
+            blk[p * 16 + n % 16] = *w;
+        }
+    }
+}
+
+/// Lays out the V of one head (rows at `v0 + j * stride`) into `sc.vp`.
+fn pack_v(sc: &mut Scratch, src: Src<'_>, v0: usize, stride: usize, dm: Dims, f: &CpuFeatures) {
+    let (tp2, blocks) = (dm.tp / 2, dm.dvp / 16);
+    sc.vp.clear();
+    sc.vp.resize(blocks * tp2 * 16, 0);
+    sc.row.resize(2 * dm.dvp, 0);
+    for p in 0..dm.t.div_ceil(2) {
+        let (lo, hi) = sc.row.split_at_mut(dm.dvp);
+        src.row_to_bf16(v0 + 2 * p * stride, dm.dv, lo, f);
+        if 2 * p + 1 < dm.t {
+            src.row_to_bf16(v0 + (2 * p + 1) * stride, dm.dv, hi, f);
+        } else {
+            hi.fill(0);
+        }
+        for c in 0..dm.dv {
+            let w = lo[c] as u32 | (hi[c] as u32) << 16;
+            sc.vp[((c / 16) * tp2 + p) * 16 + c % 16] = w;
+        }
+    }
+}
+
+/// Everything a unit of work reads.
+struct Job<'a> {
+    q: Src<'a>,
+    k: Src<'a>,
+    v: Src<'a>,
+    mask: Option<&'a Mask<'a>>,
+    dm: Dims,
+    /// Batch size, query heads, query rows, query heads per kv head.
+    bhsg: [usize; 4],
+    /// Element strides of (batch, head, row) of q, k, v and the output.
+    st: [[usize; 4]; 4],
+    scale: f32,
+    causal: bool,
+    f: &'a CpuFeatures,
+    unit: Unit,
+    out: RowsOut,
+}
+
+impl Job<'_> {
+    /// The element offset of row `i` of head `bh` (batch · heads + head) in operand `o`
+    /// (0 q, 3 output), or of kv head row `i` (1 k, 2 v) for query head `bh`.
+    fn at(&self, o: usize, bh: usize, i: usize) -> usize {
+        let [_, h, _, g] = self.bhsg;
+        let st = self.st[o];
+        let head = if o == 1 || o == 2 { bh % h / g } else { bh % h };
+        (bh / h) * st[0] + head * st[1] + i * st[2]
+    }
+
+    /// Query blocks `b0..b1` of head `bh`: K and V laid out, then each block.
+    fn head(&self, bh: usize, b0: usize, b1: usize, sc: &mut Scratch) {
+        let dm = self.dm;
+        pack_k(sc, self.k, self.at(1, bh, 0), self.st[1][2], dm, self.f);
+        pack_v(sc, self.v, self.at(2, bh, 0), self.st[2][2], dm, self.f);
+        sc.q.resize(BLOCK * dm.dp, 0);
+        sc.p.resize(BLOCK * dm.tp, 0);
+        sc.s.resize(BLOCK * dm.tp, 0.0);
+        sc.o.resize(BLOCK * dm.dvp, 0.0);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Unit::Amx` is chosen only where the features say the OS enabled AMX.
+        let _tiles = (self.unit == Unit::Amx).then(|| unsafe { super::gemm_bf16::Tiles::configure() });
+        for blk in b0..b1 {
+            self.block(bh, blk, sc);
+        }
+    }
+
+    /// One block of query rows of head `bh`.
+    fn block(&self, bh: usize, blk: usize, sc: &mut Scratch) {
+        let (dm, s) = (self.dm, self.bhsg[2]);
+        let (i0, rows) = (blk * BLOCK, BLOCK.min(s - blk * BLOCK));
+        // The keys the block's last row sees, in whole 32-key steps.
+        let seen = |i: usize| if self.causal { runtime::reference::causal_keys(i, s, dm.t) } else { dm.t };
+        let keys = seen(i0 + rows - 1);
+        let out_at = |r: usize| self.at(3, bh, i0 + r);
+        if keys == 0 {
+            let zero = vec![0f32; dm.dv];
+            (0..rows).for_each(|r| self.out.put(out_at(r), &zero));
+            return;
+        }
+        let kt = keys.next_multiple_of(32);
+        for r in 0..BLOCK {
+            let row = &mut sc.q[r * dm.dp..][..dm.dp];
+            if r < rows {
+                self.q.row_to_bf16(self.at(0, bh, i0 + r), dm.d, row, self.f);
+            } else {
+                row.fill(0);
+            }
+        }
+        let (kp2, tp2) = (dm.dp / 2, dm.tp / 2);
+        for n in (0..kt).step_by(32) {
+            let b = &sc.kp[(n / 16) * kp2 * 16..];
+            product(self.unit, kp2, words(&sc.q), kp2, b, &b[kp2 * 16..], &mut sc.s[n..], dm.tp);
+        }
+        let mut zero_row = [false; BLOCK];
+        let (bi, hh) = (bh / self.bhsg[1], bh % self.bhsg[1]);
+        for (r, zero) in zero_row.iter_mut().enumerate().take(rows) {
+            let lim = seen(i0 + r);
+            let row = &mut sc.s[r * dm.tp..][..lim];
+            // `scale · x` even for scale 0, so that a non-finite score stays NaN.
+            row.iter_mut().for_each(|x| *x *= self.scale);
+            *zero = lim == 0 || softmax_in_place(self.f.isa, row, self.mask.map(|m| m.row(bi, hh, i0 + r, lim)));
+            let p = &mut sc.p[r * dm.tp..][..dm.tp];
+            if *zero {
+                p.fill(0);
+            } else {
+                f32_to_bf16(row, &mut p[..lim], self.f);
+                p[lim..].fill(0);
+            }
+        }
+        for c in (0..dm.dvp).step_by(32) {
+            let b = &sc.vp[(c / 16) * tp2 * 16..];
+            let o = &mut sc.o[c..];
+            product(self.unit, kt / 2, words(&sc.p), tp2, b, &b[tp2 * 16..], o, dm.dvp);
+        }
+        for (r, &zero) in zero_row.iter().enumerate().take(rows) {
+            let o = &mut sc.o[r * dm.dvp..][..dm.dv];
+            if zero {
+                o.fill(0.0);
+            } else if self.causal && o.iter().any(|x| x.is_nan()) {
+                // Formed again from the row's own keys only (a key it does not see weighs
+                // 0 here, and `0 · inf` is NaN).
+                self.own_keys(bh, &sc.p[r * dm.tp..][..seen(i0 + r)], o);
+            }
+            self.out.put(out_at(r), o);
+        }
+    }
+
+    /// An output row of head `bh` from its probabilities `p` (bf16) over its own keys.
+    fn own_keys(&self, bh: usize, p: &[u16], o: &mut [f32]) {
+        let (v0, sv) = (self.at(2, bh, 0), self.st[2][2]);
+        for (c, x) in o.iter_mut().enumerate() {
+            *x = p
+                .iter()
+                .enumerate()
+                .map(|(j, &w)| half::bf16::from_bits(w).to_f32() * self.v.get(v0 + j * sv + c))
+                .sum();
+        }
+    }
+}
+
+fn attention(
+    ins: &[In],
+    out: &mut Out,
+    scale: Option<f32>,
+    layout: AttentionLayout,
+    causal: bool,
+    ctx: &Ctx,
+) -> KResult {
+    let f = ctx.features;
+    if !f.avx512bf16 {
+        return Err(KernelError::MissingFeature("AVX-512-BF16"));
+    }
+    let (q, k, v) = (Src::new(&ins[0], "q")?, Src::new(&ins[1], "k")?, Src::new(&ins[2], "v")?);
+    let [bsz, h, s, d] = layout.bhsd(ins[0].dims);
+    let ([_, hkv, t, _], [_, _, _, dv]) = (layout.bhsd(ins[1].dims), layout.bhsd(ins[2].dims));
+    let group = h.checked_div(hkv).unwrap_or(1).max(1);
+    let st = [
+        layout.strides([bsz, h, s, d]),
+        layout.strides([bsz, hkv, t, d]),
+        layout.strides([bsz, hkv, t, dv]),
+        layout.strides([bsz, h, s, dv]),
+    ];
+    let mask = Mask::load(ins, [bsz, h, s, t])?;
+    let r32 = |x: usize| x.max(1).next_multiple_of(32);
+    let dm = Dims { d, dv, t, dp: r32(d), tp: r32(t), dvp: r32(dv) };
+    let unit = if f.amx_bf16 && cfg!(target_arch = "x86_64") { Unit::Amx } else { Unit::Avx512Bf16 };
+    let scale = scale.unwrap_or(1.0 / (d as f32).sqrt());
+    with_f32_out(out, |o| {
+        if s * dv == 0 || bsz * h == 0 {
+            return Ok(());
+        }
+        if t == 0 {
+            o.fill(0.0);
+            return Ok(());
+        }
+        let out = RowsOut { ptr: o.as_mut_ptr(), len: o.len() };
+        let job = Job { q, k, v, mask: mask.as_ref(), dm, bhsg: [bsz, h, s, group], st, scale, causal, f, unit, out };
+        let (heads, blocks) = (bsz * h, s.div_ceil(BLOCK));
+        // Units: whole heads where they keep the threads busy, else parts of heads.
+        let threads = ctx.threads.max(1);
+        let parts = if heads >= threads { 1 } else { threads.div_ceil(heads).min(blocks) };
+        let per = blocks.div_ceil(parts);
+        let unit_of = |u: usize, sc: &mut Scratch| {
+            let (bh, part) = (u / parts, u % parts);
+            let b0 = (part * per).min(blocks);
+            job.head(bh, b0, (b0 + per).min(blocks), sc);
+        };
+        if threads > 1 && heads * parts > 1 {
+            (0..heads * parts).into_par_iter().for_each_init(Scratch::default, |sc, u| unit_of(u, sc));
+        } else {
+            let mut sc = Scratch::default();
+            (0..heads * parts).for_each(|u| unit_of(u, &mut sc));
+        }
+        Ok(())
+    })
+}
+
+/// The x86-64 code: conversions and the two micro-kernels.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::asm;
+    use std::arch::x86_64::*;
+
+    /// `src` rounded to bf16 bits into `dst` (same length).
+    ///
+    /// # Safety
+    /// AVX-512F/BW/VL and AVX-512-BF16 must be supported.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+    pub unsafe fn to_bf16(src: &[f32], dst: &mut [u16]) {
+        let n = src.len().min(dst.len());
+        let mut i = 0;
+        while i + 32 <= n {
+            // SAFETY: `i + 32 <= n` elements of both.
+            unsafe {
+                let lo = _mm512_loadu_ps(src.as_ptr().add(i));
+                let hi = _mm512_loadu_ps(src.as_ptr().add(i + 16));
+                let v: __m512bh = _mm512_cvtne2ps_pbh(hi, lo);
+                _mm512_storeu_si512(dst.as_mut_ptr().add(i) as *mut _, std::mem::transmute::<__m512bh, __m512i>(v));
+            }
+            i += 32;
+        }
+        while i < n {
+            let m: __mmask16 = ((1u32 << (n - i).min(16)) - 1) as u16;
+            // SAFETY: the masked lanes lie inside both slices (`m` covers `n - i` at most).
+            unsafe {
+                let x = _mm512_maskz_loadu_ps(m, src.as_ptr().add(i));
+                let v: __m256bh = _mm512_cvtneps_pbh(x);
+                _mm256_mask_storeu_epi16(
+                    dst.as_mut_ptr().add(i) as *mut _,
+                    m,
+                    std::mem::transmute::<__m256bh, __m256i>(v),
+                );
+            }
+            i += 16;
+        }
+    }
+
+    /// `c[8 × 32] = a · (b0 | b1)` over `kc` k-pairs with `vdpbf16ps`.
+    ///
+    /// # Safety
+    /// AVX-512F and AVX-512-BF16 must be supported; `a` holds 8 rows of stride `lda` with
+    /// `kc` words each, `b0` and `b1` `kc * 16` words, `c` 8 rows of stride `ldc` with 32
+    /// columns each.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub unsafe fn dp_8x32(
+        kc: usize,
+        a: *const u32,
+        lda: usize,
+        b0: *const u32,
+        b1: *const u32,
+        c: *mut f32,
+        ldc: usize,
+    ) {
+        let mut acc = [[_mm512_setzero_ps(); 2]; 8];
+        for p in 0..kc {
+            // SAFETY: `p < kc`: inside every operand by the contract.
+            unsafe {
+                let x0: __m512bh = std::mem::transmute(_mm512_loadu_si512(b0.add(p * 16) as *const _));
+                let x1: __m512bh = std::mem::transmute(_mm512_loadu_si512(b1.add(p * 16) as *const _));
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let w: __m512bh = std::mem::transmute(_mm512_set1_epi32(*a.add(r * lda + p) as i32));
+                    acc[0] = _mm512_dpbf16_ps(acc[0], w, x0);
+                    acc[1] = _mm512_dpbf16_ps(acc[1], w, x1);
+                }
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            // SAFETY: row `r < 8` of `c`, 32 columns.
+            unsafe {
+                _mm512_storeu_ps(c.add(r * ldc), acc[0]);
+                _mm512_storeu_ps(c.add(r * ldc + 16), acc[1]);
+            }
+        }
+    }
+
+    /// `c[32 × 32] = a · (b0 | b1)` over `kc` k-pairs on AMX: per step of 16 k-pairs, two
+    /// tiles of a's rows and the two B blocks' tiles feed four `tdpbf16ps` into four
+    /// accumulator tiles.
+    ///
+    /// # Safety
+    /// Tiles configured on this thread as `gemm_bf16::Tiles` does (eight 16 × 64-byte
+    /// tiles); `kc % 16 == 0`; `a` holds 32 rows of stride `lda` words with `kc` words
+    /// each, `b0` and `b1` `kc * 16` words, `c` 32 rows of stride `ldc` with 32 columns.
+    pub unsafe fn amx_32x32(
+        kc: usize,
+        a: *const u32,
+        lda: usize,
+        b0: *const u32,
+        b1: *const u32,
+        c: *mut f32,
+        ldc: usize,
+    ) {
+        let (sa, sc) = (lda * 4, ldc * 4);
+        // SAFETY (every tile load and store): 16 rows of 64 bytes at the given stride,
+        // inside `a`, `b0`, `b1` or `c` by the contract.
+        unsafe {
+            asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack, nomem));
+            for step in 0..kc / 16 {
+                let a0 = a.add(step * 16);
+                asm!(
+                    "tileloadd tmm4, [{a0} + {sa}*1]",
+                    "tileloadd tmm6, [{b0} + {sb}*1]",
+                    "tileloadd tmm7, [{b1} + {sb}*1]",
+                    "tdpbf16ps tmm0, tmm4, tmm6",
+                    "tileloadd tmm5, [{a1} + {sa}*1]",
+                    "tdpbf16ps tmm1, tmm4, tmm7",
+                    "tdpbf16ps tmm2, tmm5, tmm6",
+                    "tdpbf16ps tmm3, tmm5, tmm7",
+                    a0 = in(reg) a0, a1 = in(reg) a0.add(16 * lda),
+                    b0 = in(reg) b0.add(step * 256), b1 = in(reg) b1.add(step * 256),
+                    sa = in(reg) sa, sb = in(reg) 64usize,
+                    options(nostack, readonly)
+                );
+            }
+            let (c1, c2, c3) = (c.add(16), c.add(16 * ldc), c.add(16 * ldc + 16));
+            asm!(
+                "tilestored [{c0} + {s}*1], tmm0",
+                "tilestored [{c1} + {s}*1], tmm1",
+                "tilestored [{c2} + {s}*1], tmm2",
+                "tilestored [{c3} + {s}*1], tmm3",
+                c0 = in(reg) c, c1 = in(reg) c1, c2 = in(reg) c2, c3 = in(reg) c3, s = in(reg) sc,
+                options(nostack)
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use runtime::Shape;
+
+    /// One case: layout, batch, heads, kv heads, query rows, keys, d, dv, mask, causal.
+    #[derive(Clone, Copy, Debug)]
+    struct Case {
+        layout: AttentionLayout,
+        b: usize,
+        h: usize,
+        hkv: usize,
+        s: usize,
+        t: usize,
+        d: usize,
+        dv: usize,
+        mask: MaskKind,
+        causal: bool,
+    }
+
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum MaskKind {
+        None,
+        /// f32 `[b, 1, 1, t]`: 0 or -10000 (BERT's padding mask).
+        Padding,
+        /// u8 `[t]`.
+        Bytes,
+        /// f32 `[b, 1, 1, t]` with every key of the first batch masked out (-inf).
+        AllMasked,
+    }
+
+    fn fill(n: usize, m: usize) -> Vec<f32> {
+        (0..n).map(|i| ((i * m % 97) as f32 - 48.0) / 40.0).collect()
+    }
+
+    fn rounded(x: &[f32]) -> Vec<f32> {
+        x.iter().map(|v| half::bf16::from_f32(*v).to_f32()).collect()
+    }
+
+    fn dims(c: &Case, heads: usize, rows: usize, width: usize) -> Vec<usize> {
+        c.layout.dims([c.b, heads, rows, width]).to_vec()
+    }
+
+    /// Runs the case with operands of `dtype` on `features` and `threads`; also returns
+    /// the reference tier's output on the bf16-rounded operands (f64 sums).
+    fn run_case(c: &Case, dtype: DType, f: &'static CpuFeatures, threads: usize) -> (Vec<f32>, Vec<f32>) {
+        let (dq, dk, dvv) = (dims(c, c.h, c.s, c.d), dims(c, c.hkv, c.t, c.d), dims(c, c.hkv, c.t, c.dv));
+        let n = |d: &[usize]| d.iter().product::<usize>();
+        let (q, k, v) = (rounded(&fill(n(&dq), 31)), rounded(&fill(n(&dk), 17)), rounded(&fill(n(&dvv), 23)));
+        let (mask, mdims, mdtype): (Vec<u8>, Vec<usize>, DType) = match c.mask {
+            MaskKind::None => (vec![], vec![], DType::F32),
+            MaskKind::Padding | MaskKind::AllMasked => {
+                let m: Vec<f32> = (0..c.b * c.t)
+                    .map(|i| match (c.mask, i / c.t, i % c.t) {
+                        (MaskKind::AllMasked, 0, _) => f32::NEG_INFINITY,
+                        (_, bi, j) if j + 3 * bi >= c.t.saturating_sub(2) && j > 0 => -10000.0,
+                        _ => 0.0,
+                    })
+                    .collect();
+                (bytemuck::cast_slice(&m).to_vec(), vec![c.b, 1, 1, c.t], DType::F32)
+            }
+            MaskKind::Bytes => ((0..c.t).map(|j| u8::from(j % 5 != 3)).collect(), vec![c.t], DType::U8),
+        };
+        let bytes = |x: &[f32], dt: DType| -> Vec<u8> {
+            if dt == DType::BF16 {
+                x.iter().flat_map(|v| half::bf16::from_f32(*v).to_bits().to_le_bytes()).collect()
+            } else {
+                bytemuck::cast_slice(x).to_vec()
+            }
+        };
+        let mask_bytes = |dt: DType| {
+            if mdtype == DType::F32 && !mask.is_empty() {
+                let m: Vec<f32> = mask.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+                bytes(&m, dt)
+            } else {
+                mask.clone()
+            }
+        };
+        let op = Op::Attention { scale: None, layout: c.layout, causal: c.causal };
+        let od = dims(c, c.h, c.s, c.dv);
+        let go = |dt: DType, kernel: &dyn Fn(&[In], &mut [Out])| -> Vec<f32> {
+            let (qb, kb, vb) = (bytes(&q, dt), bytes(&k, dt), bytes(&v, dt));
+            let mdt = if mdtype == DType::U8 { DType::U8 } else { dt };
+            let mb = mask_bytes(dt);
+            let st = |d: &[usize]| Shape::new(d.to_vec()).contiguous_strides();
+            let (sq, sk, sv, sm) = (st(&dq), st(&dk), st(&dvv), st(&mdims));
+            let mut ins = vec![
+                In { dtype: dt, dims: &dq, strides: &sq, bytes: &qb },
+                In { dtype: dt, dims: &dk, strides: &sk, bytes: &kb },
+                In { dtype: dt, dims: &dvv, strides: &sv, bytes: &vb },
+            ];
+            if c.mask != MaskKind::None {
+                ins.push(In { dtype: mdt, dims: &mdims, strides: &sm, bytes: &mb });
+            }
+            let mut o = vec![0f32; n(&od)];
+            let mut outs = [Out { dtype: DType::F32, dims: &od, bytes: bytemuck::cast_slice_mut(&mut o) }];
+            kernel(&ins, &mut outs);
+            o
+        };
+        let ctx = Ctx { threads, features: f, prepacked: None };
+        let got = go(dtype, &|ins, outs| run(&op, ins, outs, &ctx).unwrap());
+        let want = go(DType::F32, &|ins, outs| runtime::reference::run(&op, ins, outs).unwrap());
+        (got, want)
+    }
+
+    fn check(c: &Case, dtype: DType, f: &'static CpuFeatures, threads: usize) {
+        let (got, want) = run_case(c, dtype, f, threads);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let ok = if w.is_nan() { g.is_nan() } else { (g - w).abs() <= 1e-2 * (1.0 + w.abs()) };
+            assert!(ok, "{c:?} {dtype:?} amx {} threads {threads} [{i}]: {g} vs {w}", f.amx_bf16);
+        }
+    }
+
+    /// The features to test: AMX where this CPU has it, and AVX-512-BF16 alone.
+    fn paths() -> Option<Vec<&'static CpuFeatures>> {
+        let f = crate::features::get();
+        if !f.avx512bf16 || f.isa != crate::features::Isa::Avx512 {
+            println!("skipped: this CPU has no AVX-512-BF16 (the bf16 attention is not offered here)");
+            return None;
+        }
+        if !f.amx_bf16 {
+            println!("AMX not available here: only the AVX-512-BF16 path is tested");
+        }
+        Some(if f.amx_bf16 { vec![f, crate::features::without_amx()] } else { vec![f] })
+    }
+
+    fn case(layout: AttentionLayout, [b, h, hkv, s, t, d, dv]: [usize; 7], mask: MaskKind, causal: bool) -> Case {
+        Case { layout, b, h, hkv, s, t, d, dv, mask, causal }
+    }
+
+    /// Against the f64 reference on bf16-rounded operands, within what rounding the
+    /// probabilities to bf16 costs: both layouts, s and t off the 32-row blocks, d 32 / 64
+    /// / 80, grouped-query, padding and u8 masks, causal, f32 and bf16 operands, one and two
+    /// threads, on AMX and on AVX-512-BF16.
+    #[test]
+    fn matches_the_reference_at_every_edge() {
+        let Some(paths) = paths() else { return };
+        use AttentionLayout::{Bnsd, Bsnd};
+        use MaskKind::*;
+        let cases = [
+            case(Bnsd, [1, 2, 2, 5, 7, 8, 8], None, false),
+            case(Bsnd, [2, 4, 2, 33, 40, 32, 32], Padding, false),
+            case(Bsnd, [1, 3, 1, 130, 64, 64, 64], Bytes, false),
+            case(Bnsd, [1, 1, 1, 128, 128, 64, 64], None, false),
+            case(Bsnd, [2, 2, 2, 17, 50, 80, 80], Padding, false),
+            case(Bnsd, [1, 2, 1, 40, 40, 64, 48], None, true),
+            case(Bsnd, [1, 2, 2, 20, 70, 32, 32], Padding, true),
+            case(Bsnd, [1, 2, 2, 70, 20, 32, 32], None, true),
+        ];
+        for c in &cases {
+            for f in &paths {
+                for threads in [1, 2] {
+                    check(c, DType::BF16, f, threads);
+                }
+                check(c, DType::F32, f, 2);
+            }
+        }
+    }
+
+    /// A row whose keys are all masked out (-inf) is 0; the other batch's rows are not.
+    #[test]
+    fn a_row_with_every_key_masked_is_zero() {
+        let Some(paths) = paths() else { return };
+        let c = case(AttentionLayout::Bsnd, [2, 2, 2, 9, 12, 32, 32], MaskKind::AllMasked, false);
+        for f in paths {
+            let (got, want) = run_case(&c, DType::BF16, f, 2);
+            let half = got.len() / 2;
+            assert!(got[..half].iter().all(|x| *x == 0.0), "masked rows: {:?}", &got[..8]);
+            assert!(got[half..].iter().any(|x| *x != 0.0));
+            check(&c, DType::BF16, f, 1);
+            assert_eq!(got.len(), want.len());
+        }
+    }
+
+    /// The registry offers the kernel for bf16 q, k, v only (f32 keeps the f32 kernel).
+    #[test]
+    fn chosen_for_bf16_operands_only() {
+        use runtime::TensorMeta;
+        if crate::features::get().isa != crate::features::Isa::Avx512 || !crate::kernels::gemm_bf16::available() {
+            println!("skipped: no AVX-512-BF16 here");
+            return;
+        }
+        let table = crate::kernels::table(crate::features::get());
+        let op = Op::Attention { scale: None, layout: AttentionLayout::Bsnd, causal: false };
+        let meta = |dt| TensorMeta::new(dt, Shape::new(vec![1, 8, 2, 32]));
+        let pick = |dt| {
+            let ins = vec![meta(dt), meta(dt), meta(dt)];
+            let outs = op.infer(&ins).unwrap();
+            let q = runtime::KernelQuery { op: &op, inputs: &ins, outputs: &outs };
+            table
+                .infos()
+                .iter()
+                .find(|k| k.op == runtime::OpKind::Attention && (k.supports)(&q).is_ok())
+                .map(|k| k.unit.label)
+        };
+        assert!(pick(DType::BF16).is_some_and(|l| l.contains("bf16")), "{:?}", pick(DType::BF16));
+        assert!(pick(DType::F32).is_some_and(|l| !l.contains("bf16")), "{:?}", pick(DType::F32));
+    }
+}
