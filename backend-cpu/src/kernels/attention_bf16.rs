@@ -238,18 +238,55 @@ fn words(x: &[u16]) -> &[u32] {
     bytemuck::cast_slice(x)
 }
 
+/// `dst[p * 16 + r] = src[r * w + p]`: 16 rows of `w` words transposed.
+fn transpose16(src: &[u32], w: usize, dst: &mut [u32], f: &CpuFeatures) {
+    assert!(src.len() >= 16 * w && dst.len() >= 16 * w, "bf16 attention: transpose operands too short");
+    #[cfg(target_arch = "x86_64")]
+    if f.avx512bf16 {
+        // SAFETY: AVX-512F was detected; the lengths are asserted above.
+        unsafe { x86::transpose16(src.as_ptr(), w, dst.as_mut_ptr()) };
+        return;
+    }
+    let _ = f;
+    for p in 0..w {
+        for r in 0..16 {
+            dst[p * 16 + r] = src[r * w + p];
+        }
+    }
+}
+
 /// Lays out the K of one head (rows at `k0 + n * stride`) into `sc.kp`.
 fn pack_k(sc: &mut Scratch, src: Src<'_>, k0: usize, stride: usize, dm: Dims, f: &CpuFeatures) {
     let (kp2, blocks) = (dm.dp / 2, dm.tp / 16);
     sc.kp.clear();
     sc.kp.resize(blocks * kp2 * 16, 0);
-    sc.row.resize(dm.dp, 0);
-    for n in 0..dm.t {
-        src.row_to_bf16(k0 + n * stride, dm.d, &mut sc.row, f);
-        let blk = &mut sc.kp[(n / 16) * kp2 * 16..][..kp2 * 16];
-        for (p, w) in words(&sc.row).iter().enumerate() {
-            blk[p * 16 + n % 16] = *w;
+    sc.row.resize(16 * dm.dp, 0);
+    for n0 in (0..dm.t).step_by(16) {
+        // Sixteen keys as rows, then their words transposed into the block.
+        for (r, row) in sc.row.chunks_exact_mut(dm.dp).enumerate() {
+            if n0 + r < dm.t {
+                src.row_to_bf16(k0 + (n0 + r) * stride, dm.d, row, f);
+            } else {
+                row.fill(0);
+            }
         }
+        let blk = &mut sc.kp[(n0 / 16) * kp2 * 16..][..kp2 * 16];
+        transpose16(words(&sc.row), kp2, blk, f);
+    }
+}
+
+/// `dst[i] = lo[i] | hi[i] << 16` (16 each): two keys' values made feature pairs.
+fn interleave(lo: &[u16], hi: &[u16], dst: &mut [u32], f: &CpuFeatures) {
+    #[cfg(target_arch = "x86_64")]
+    if f.avx512bf16 {
+        // SAFETY: AVX-512F/BW were detected (`avx512bf16` implies them); the slices'
+        // lengths are checked inside.
+        unsafe { x86::interleave16(lo, hi, dst) };
+        return;
+    }
+    let _ = f;
+    for ((d, &l), &h) in dst.iter_mut().zip(lo).zip(hi) {
+        *d = l as u32 | (h as u32) << 16;
     }
 }
 
@@ -267,11 +304,30 @@ fn pack_v(sc: &mut Scratch, src: Src<'_>, v0: usize, stride: usize, dm: Dims, f:
         } else {
             hi.fill(0);
         }
-        for c in 0..dm.dv {
-            let w = lo[c] as u32 | (hi[c] as u32) << 16;
-            sc.vp[((c / 16) * tp2 + p) * 16 + c % 16] = w;
+        for c in (0..dm.dv).step_by(16) {
+            let dst = &mut sc.vp[((c / 16) * tp2 + p) * 16..][..16];
+            interleave(&lo[c..c + 16], &hi[c..c + 16], dst, f);
         }
     }
+}
+
+/// `p = bf16(softmax(scale · row + mask))` (the mask `(values, stride)`); returns true
+/// for a row whose every score is -inf (then `p` is not written). `scale · x` even for
+/// scale 0, so that a non-finite score stays NaN. One fused pass per step on AVX-512 for a
+/// contiguous or broadcast mask, else the shared row softmax.
+fn probabilities(row: &mut [f32], scale: f32, mask: Option<(&[f32], usize)>, p: &mut [u16], f: &CpuFeatures) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if f.avx512bf16 && mask.is_none_or(|(_, st)| st <= 1) {
+        // SAFETY: AVX-512F/BW/VL and AVX-512-BF16 were detected; the mask, when given,
+        // holds `row.len()` values (stride 1) or one (stride 0), as `Mask::row` gives it.
+        return unsafe { x86::softmax_to_bf16(row, scale, mask, p) };
+    }
+    row.iter_mut().for_each(|x| *x *= scale);
+    let zero = softmax_in_place(f.isa, row, mask);
+    if !zero {
+        f32_to_bf16(row, p, f);
+    }
+    zero
 }
 
 /// Everything a unit of work reads.
@@ -351,14 +407,12 @@ impl Job<'_> {
         for (r, zero) in zero_row.iter_mut().enumerate().take(rows) {
             let lim = seen(i0 + r);
             let row = &mut sc.s[r * dm.tp..][..lim];
-            // `scale · x` even for scale 0, so that a non-finite score stays NaN.
-            row.iter_mut().for_each(|x| *x *= self.scale);
-            *zero = lim == 0 || softmax_in_place(self.f.isa, row, self.mask.map(|m| m.row(bi, hh, i0 + r, lim)));
             let p = &mut sc.p[r * dm.tp..][..dm.tp];
+            let m = self.mask.map(|m| m.row(bi, hh, i0 + r, lim));
+            *zero = lim == 0 || probabilities(row, self.scale, m, &mut p[..lim], self.f);
             if *zero {
                 p.fill(0);
             } else {
-                f32_to_bf16(row, &mut p[..lim], self.f);
                 p[lim..].fill(0);
             }
         }
@@ -488,6 +542,140 @@ mod x86 {
             }
             i += 16;
         }
+    }
+
+    /// `dst[i] = lo[i] | hi[i] << 16` for 16 elements.
+    ///
+    /// # Safety
+    /// AVX-512F and AVX-512BW must be supported.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub unsafe fn interleave16(lo: &[u16], hi: &[u16], dst: &mut [u32]) {
+        assert!(lo.len() >= 16 && hi.len() >= 16 && dst.len() >= 16, "interleave16: operands too short");
+        // SAFETY: 16 elements of each, asserted above.
+        unsafe {
+            let l = _mm512_cvtepu16_epi32(_mm256_loadu_si256(lo.as_ptr() as *const _));
+            let h = _mm512_cvtepu16_epi32(_mm256_loadu_si256(hi.as_ptr() as *const _));
+            _mm512_storeu_si512(dst.as_mut_ptr() as *mut _, _mm512_or_si512(l, _mm512_slli_epi32::<16>(h)));
+        }
+    }
+
+    /// `dst[p * 16 + r] = src[r * w + p]` for 16 rows of `w` words.
+    ///
+    /// # Safety
+    /// AVX-512F must be supported; `src` and `dst` hold `16 * w` words.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn transpose16(src: *const u32, w: usize, dst: *mut u32) {
+        let idx = _mm512_mullo_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+            _mm512_set1_epi32(w as i32),
+        );
+        for p in 0..w {
+            // SAFETY: the gathered words `r * w + p` (r < 16) lie in `src`; 16 words at
+            // `p * 16` in `dst`.
+            unsafe {
+                let v = _mm512_i32gather_epi32::<4>(idx, src.add(p) as *const _);
+                _mm512_storeu_si512(dst.add(p * 16) as *mut _, v);
+            }
+        }
+    }
+
+    /// `e^x` for 16 lanes of `x <= 0` (NaN stays NaN, -inf gives 0), relative error about
+    /// 3e-6: `2^n · e^r`, `r` in ±ln2/2, a degree-5 polynomial.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn exp16(x: __m512) -> __m512 {
+        let xc = _mm512_max_ps(x, _mm512_set1_ps(-100.0));
+        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(
+            xc,
+            _mm512_set1_ps(std::f32::consts::LOG2_E),
+        ));
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_145_75), xc);
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428_606_8e-6), r);
+        let mut p = _mm512_set1_ps(1.0 / 120.0);
+        for c in [1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+        }
+        let e = _mm512_scalef_ps(p, n);
+        // `max` drops a NaN x (it returns the second operand): put it back.
+        _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x), x)
+    }
+
+    /// `p = bf16(softmax(scale · row + mask))`, the row left holding the exponentials;
+    /// returns true (and writes nothing to `p`) when every score is -inf. A NaN or +inf
+    /// score makes the row NaN; the maximum ignores NaN.
+    ///
+    /// # Safety
+    /// AVX-512F/BW/VL and AVX-512-BF16 must be supported; `p.len() == row.len()`; a mask
+    /// holds `row.len()` values at stride 1, or one at stride 0.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+    pub unsafe fn softmax_to_bf16(row: &mut [f32], scale: f32, mask: Option<(&[f32], usize)>, p: &mut [u16]) -> bool {
+        let n = row.len();
+        assert!(p.len() >= n, "softmax_to_bf16: p too short");
+        let (mvals, bcast) = match mask {
+            Some((m, 1)) => {
+                assert!(m.len() >= n, "softmax_to_bf16: mask too short");
+                (Some(m), 0.0)
+            }
+            Some((m, _)) => (None, m[0]),
+            None => (None, 0.0),
+        };
+        let (sv, bv, ninf) = (_mm512_set1_ps(scale), _mm512_set1_ps(bcast), _mm512_set1_ps(f32::NEG_INFINITY));
+        let lanes = |i: usize| -> __mmask16 { ((1u32 << (n - i).min(16)) - 1) as u16 };
+        let mut mx = ninf;
+        let mut i = 0;
+        while i < n {
+            let k = lanes(i);
+            // SAFETY: the lanes in `k` lie inside `row` (and the mask, when read).
+            unsafe {
+                let mut x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, row.as_ptr().add(i)), sv);
+                x = match mvals {
+                    Some(m) => _mm512_add_ps(x, _mm512_maskz_loadu_ps(k, m.as_ptr().add(i))),
+                    None => _mm512_add_ps(x, bv),
+                };
+                _mm512_mask_storeu_ps(row.as_mut_ptr().add(i), k, x);
+                mx = _mm512_max_ps(_mm512_mask_mov_ps(ninf, k, x), mx);
+            }
+            i += 16;
+        }
+        let m = _mm512_reduce_max_ps(mx);
+        if m == f32::NEG_INFINITY {
+            // Only -inf and NaN: NaN if any NaN, else the row is masked out entirely.
+            if row.iter().any(|x| x.is_nan()) {
+                p[..n].fill(0x7fc0);
+                return false;
+            }
+            return true;
+        }
+        let (mv, mut sum) = (_mm512_set1_ps(m), _mm512_setzero_ps());
+        i = 0;
+        while i < n {
+            let k = lanes(i);
+            // SAFETY: as above.
+            unsafe {
+                let e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, row.as_ptr().add(i)), mv));
+                let e = _mm512_maskz_mov_ps(k, e);
+                _mm512_mask_storeu_ps(row.as_mut_ptr().add(i), k, e);
+                sum = _mm512_add_ps(sum, e);
+            }
+            i += 16;
+        }
+        let inv = _mm512_set1_ps(1.0 / _mm512_reduce_add_ps(sum));
+        i = 0;
+        while i < n {
+            let k = lanes(i);
+            // SAFETY: as above; `p` holds `n` elements.
+            unsafe {
+                let x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, row.as_ptr().add(i)), inv);
+                let b: __m256bh = _mm512_cvtneps_pbh(x);
+                _mm256_mask_storeu_epi16(
+                    p.as_mut_ptr().add(i) as *mut _,
+                    k,
+                    std::mem::transmute::<__m256bh, __m256i>(b),
+                );
+            }
+            i += 16;
+        }
+        false
     }
 
     /// `c[8 × 32] = a · (b0 | b1)` over `kc` k-pairs with `vdpbf16ps`.
@@ -777,5 +965,73 @@ mod tests {
         };
         assert!(pick(DType::BF16).is_some_and(|l| l.contains("bf16")), "{:?}", pick(DType::BF16));
         assert!(pick(DType::F32).is_some_and(|l| !l.contains("bf16")), "{:?}", pick(DType::F32));
+    }
+}
+
+/// Times at the BERT shapes (run with `cargo test --release -p backend-cpu --lib
+/// attention_bf16::timing -- --ignored --nocapture`): prints medians, asserts nothing.
+#[cfg(test)]
+mod timing {
+    use super::*;
+    use runtime::Shape;
+
+    fn median_us(mut f: impl FnMut()) -> f64 {
+        let mut t: Vec<f64> = (0..41)
+            .map(|_| {
+                let t0 = std::time::Instant::now();
+                f();
+                t0.elapsed().as_secs_f64() * 1e6
+            })
+            .collect();
+        t.sort_by(f64::total_cmp);
+        t[20]
+    }
+
+    #[test]
+    #[ignore = "a measurement, not a check"]
+    fn bert_shapes() {
+        let f = crate::features::get();
+        if !f.avx512bf16 {
+            println!("skipped: no AVX-512-BF16");
+            return;
+        }
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        for (name, h, s, d) in [("bert-base", 12, 128, 64), ("minilm s128", 12, 128, 32), ("minilm s32", 12, 32, 32)] {
+            let dims = vec![1, s, h, d];
+            let st = Shape::new(dims.clone()).contiguous_strides();
+            let x: Vec<f32> = (0..s * h * d).map(|i| ((i * 31 % 97) as f32 - 48.0) / 40.0).collect();
+            let xb: Vec<u16> = x.iter().map(|v| half::bf16::from_f32(*v).to_bits()).collect();
+            let mask = vec![0f32; s];
+            let (md, ms) = (vec![1, 1, 1, s], vec![s, s, s, 1]);
+            let op = Op::Attention { scale: None, layout: AttentionLayout::Bsnd, causal: false };
+            let mut o = vec![0f32; x.len()];
+            for threads in [1, 2] {
+                for (label, feat) in [("amx", f), ("avx512-bf16", crate::features::without_amx())] {
+                    let ctx = Ctx { threads, features: feat, prepacked: None };
+                    let mut time = |dt: DType, bytes: &[u8], k: &(dyn Fn(&[In], &mut [Out], &Ctx) + Sync)| {
+                        let mb: Vec<u8> =
+                            if dt == DType::BF16 { vec![0; 2 * s] } else { bytemuck::cast_slice(&mask).to_vec() };
+                        let mut ins: Vec<In> =
+                            (0..3).map(|_| In { dtype: dt, dims: &dims, strides: &st, bytes }).collect();
+                        ins.push(In { dtype: dt, dims: &md, strides: &ms, bytes: &mb });
+                        pool.install(|| {
+                            median_us(|| {
+                                let mut outs =
+                                    [Out { dtype: DType::F32, dims: &dims, bytes: bytemuck::cast_slice_mut(&mut o) }];
+                                k(&ins, &mut outs, &ctx)
+                            })
+                        })
+                    };
+                    let f32k = time(DType::F32, bytemuck::cast_slice(&x), &|i, o, c| {
+                        crate::kernels::fast::run(&op, i, o, c).unwrap()
+                    });
+                    let bf_f = time(DType::F32, bytemuck::cast_slice(&x), &|i, o, c| run(&op, i, o, c).unwrap());
+                    let bf_b = time(DType::BF16, bytemuck::cast_slice(&xb), &|i, o, c| run(&op, i, o, c).unwrap());
+                    println!(
+                        "TIMING {name} threads {threads} {label}: f32 kernel {f32k:.0} us, bf16 kernel on f32 {bf_f:.0} us, on bf16 {bf_b:.0} us"
+                    );
+                }
+            }
+        }
     }
 }
