@@ -94,6 +94,55 @@ impl<'a> Src<'a> {
     }
 }
 
+/// `Cast` between f32 and bf16 (the casts the precision pass puts around a bf16
+/// Attention): rounded to nearest even on AVX-512-BF16, widened exactly back, split over
+/// the threads for large tensors.
+pub fn cast(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
+    const CHUNK: usize = 1 << 14;
+    let (n, f) = (ins[0].numel(), ctx.features);
+    let par = ctx.threads > 1 && n >= 4 * CHUNK;
+    let out = &mut outs[0];
+    let short = |got: usize| KernelError::TooShort { what: "cast output", needed: n, got };
+    match (Src::new(&ins[0], "cast input")?, out.dtype) {
+        (Src::F32(x), DType::BF16) => {
+            let b = out.bytes.get_mut(..n * 2).ok_or_else(|| short(0))?;
+            let o: &mut [u16] =
+                bytemuck::try_cast_slice_mut(b).map_err(|e| KernelError::misaligned("cast output", e))?;
+            if par {
+                o.par_chunks_mut(CHUNK).zip(x.par_chunks(CHUNK)).for_each(|(d, s)| f32_to_bf16(s, d, f));
+            } else {
+                f32_to_bf16(x, o, f);
+            }
+        }
+        (Src::Bf16(x), DType::F32) => {
+            let b = out.bytes.get_mut(..n * 4).ok_or_else(|| short(0))?;
+            let o: &mut [f32] =
+                bytemuck::try_cast_slice_mut(b).map_err(|e| KernelError::misaligned("cast output", e))?;
+            if par {
+                o.par_chunks_mut(CHUNK).zip(x.par_chunks(CHUNK)).for_each(|(d, s)| bf16_to_f32(s, d, f));
+            } else {
+                bf16_to_f32(x, o, f);
+            }
+        }
+        _ => return Err(KernelError::Internal(format!("the bf16 cast asked to run {}", op.name()))),
+    }
+    Ok(())
+}
+
+/// bf16 bits → f32 (exact).
+fn bf16_to_f32(src: &[u16], dst: &mut [f32], f: &CpuFeatures) {
+    #[cfg(target_arch = "x86_64")]
+    if f.avx512bf16 {
+        // SAFETY: AVX-512F/BW were detected (`avx512bf16` implies them).
+        unsafe { x86::from_bf16(src, dst) };
+        return;
+    }
+    let _ = f;
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = f32::from_bits((*s as u32) << 16);
+    }
+}
+
 /// f32 → bf16 bits, round to nearest even (NaN stays NaN).
 fn f32_to_bf16(src: &[f32], dst: &mut [u16], f: &CpuFeatures) {
     #[cfg(target_arch = "x86_64")]
@@ -311,11 +360,19 @@ fn pack_v(sc: &mut Scratch, src: Src<'_>, v0: usize, stride: usize, dm: Dims, f:
     }
 }
 
-/// `p = bf16(softmax(scale · row + mask))` (the mask `(values, stride)`); returns true
-/// for a row whose every score is -inf (then `p` is not written). `scale · x` even for
-/// scale 0, so that a non-finite score stays NaN. One fused pass per step on AVX-512 for a
-/// contiguous or broadcast mask, else the shared row softmax.
-fn probabilities(row: &mut [f32], scale: f32, mask: Option<(&[f32], usize)>, p: &mut [u16], f: &CpuFeatures) -> bool {
+/// The row's probabilities up to a factor: `p = bf16(e)` with `e` proportional to
+/// `softmax(scale · row + mask)` (the mask `(values, stride)`), and the factor that
+/// normalises them (what the row's product is multiplied by); `None` for a row whose every
+/// score is -inf (then `p` is not written). `scale · x` even for scale 0, so that a
+/// non-finite score stays NaN. Two passes on AVX-512 for a contiguous or broadcast mask
+/// (the normalisation left to the product's `dv` outputs), else the shared row softmax.
+fn probabilities(
+    row: &mut [f32],
+    scale: f32,
+    mask: Option<(&[f32], usize)>,
+    p: &mut [u16],
+    f: &CpuFeatures,
+) -> Option<f32> {
     #[cfg(target_arch = "x86_64")]
     if f.avx512bf16 && mask.is_none_or(|(_, st)| st <= 1) {
         // SAFETY: AVX-512F/BW/VL and AVX-512-BF16 were detected; the mask, when given,
@@ -323,11 +380,11 @@ fn probabilities(row: &mut [f32], scale: f32, mask: Option<(&[f32], usize)>, p: 
         return unsafe { x86::softmax_to_bf16(row, scale, mask, p) };
     }
     row.iter_mut().for_each(|x| *x *= scale);
-    let zero = softmax_in_place(f.isa, row, mask);
-    if !zero {
-        f32_to_bf16(row, p, f);
+    if softmax_in_place(f.isa, row, mask) {
+        return None;
     }
-    zero
+    f32_to_bf16(row, p, f);
+    Some(1.0)
 }
 
 /// Everything a unit of work reads.
@@ -403,13 +460,17 @@ impl Job<'_> {
             product(self.unit, kp2, words(&sc.q), kp2, b, &b[kp2 * 16..], &mut sc.s[n..], dm.tp);
         }
         let mut zero_row = [false; BLOCK];
+        // What each row's product is multiplied by: 1 / the sum of its exponentials.
+        let mut inv = [1f32; BLOCK];
         let (bi, hh) = (bh / self.bhsg[1], bh % self.bhsg[1]);
         for (r, zero) in zero_row.iter_mut().enumerate().take(rows) {
             let lim = seen(i0 + r);
             let row = &mut sc.s[r * dm.tp..][..lim];
             let p = &mut sc.p[r * dm.tp..][..dm.tp];
             let m = self.mask.map(|m| m.row(bi, hh, i0 + r, lim));
-            *zero = lim == 0 || probabilities(row, self.scale, m, &mut p[..lim], self.f);
+            let norm = if lim == 0 { None } else { probabilities(row, self.scale, m, &mut p[..lim], self.f) };
+            *zero = norm.is_none();
+            inv[r] = norm.unwrap_or(0.0);
             if *zero {
                 p.fill(0);
             } else {
@@ -425,7 +486,11 @@ impl Job<'_> {
             let o = &mut sc.o[r * dm.dvp..][..dm.dv];
             if zero {
                 o.fill(0.0);
-            } else if self.causal && o.iter().any(|x| x.is_nan()) {
+                self.out.put(out_at(r), o);
+                continue;
+            }
+            o.iter_mut().for_each(|x| *x *= inv[r]);
+            if self.causal && o.iter().any(|x| x.is_nan()) {
                 // Formed again from the row's own keys only (a key it does not see weighs
                 // 0 here, and `0 · inf` is NaN).
                 self.own_keys(bh, &sc.p[r * dm.tp..][..seen(i0 + r)], o);
@@ -544,6 +609,26 @@ mod x86 {
         }
     }
 
+    /// `src` widened to f32 into `dst` (the shorter length of the two).
+    ///
+    /// # Safety
+    /// AVX-512F and AVX-512BW must be supported.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub unsafe fn from_bf16(src: &[u16], dst: &mut [f32]) {
+        let n = src.len().min(dst.len());
+        let mut i = 0;
+        while i < n {
+            let k: __mmask16 = ((1u32 << (n - i).min(16)) - 1) as u16;
+            // SAFETY: the lanes in `k` lie inside both slices.
+            unsafe {
+                let h = _mm256_maskz_loadu_epi16(k, src.as_ptr().add(i) as *const _);
+                let w = _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h));
+                _mm512_mask_storeu_ps(dst.as_mut_ptr().add(i), k, _mm512_castsi512_ps(w));
+            }
+            i += 16;
+        }
+    }
+
     /// `dst[i] = lo[i] | hi[i] << 16` for 16 elements.
     ///
     /// # Safety
@@ -600,15 +685,21 @@ mod x86 {
         _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x), x)
     }
 
-    /// `p = bf16(softmax(scale · row + mask))`, the row left holding the exponentials;
-    /// returns true (and writes nothing to `p`) when every score is -inf. A NaN or +inf
-    /// score makes the row NaN; the maximum ignores NaN.
+    /// `p = bf16(exp(scale · row + mask - max))` and `1 / sum` of the exponentials (f32,
+    /// before rounding); `None` (nothing written) when every score is -inf. A NaN or +inf
+    /// score makes the row NaN; the maximum ignores NaN. Two passes over the row: the
+    /// maximum, then the exponentials (the row is read, never written).
     ///
     /// # Safety
-    /// AVX-512F/BW/VL and AVX-512-BF16 must be supported; `p.len() == row.len()`; a mask
-    /// holds `row.len()` values at stride 1, or one at stride 0.
+    /// AVX-512F/BW/VL and AVX-512-BF16 must be supported; a mask holds `row.len()` values
+    /// at stride 1, or one at stride 0.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-    pub unsafe fn softmax_to_bf16(row: &mut [f32], scale: f32, mask: Option<(&[f32], usize)>, p: &mut [u16]) -> bool {
+    pub unsafe fn softmax_to_bf16(
+        row: &[f32],
+        scale: f32,
+        mask: Option<(&[f32], usize)>,
+        p: &mut [u16],
+    ) -> Option<f32> {
         let n = row.len();
         assert!(p.len() >= n, "softmax_to_bf16: p too short");
         let (mvals, bcast) = match mask {
@@ -621,61 +712,58 @@ mod x86 {
         };
         let (sv, bv, ninf) = (_mm512_set1_ps(scale), _mm512_set1_ps(bcast), _mm512_set1_ps(f32::NEG_INFINITY));
         let lanes = |i: usize| -> __mmask16 { ((1u32 << (n - i).min(16)) - 1) as u16 };
+        // SAFETY: the lanes in `k` lie inside `row` (and the mask, when read).
+        let score = |i: usize, k: __mmask16| unsafe {
+            let x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, row.as_ptr().add(i)), sv);
+            match mvals {
+                Some(m) => _mm512_add_ps(x, _mm512_maskz_loadu_ps(k, m.as_ptr().add(i))),
+                None => _mm512_add_ps(x, bv),
+            }
+        };
         let mut mx = ninf;
         let mut i = 0;
-        while i < n {
-            let k = lanes(i);
-            // SAFETY: the lanes in `k` lie inside `row` (and the mask, when read).
-            unsafe {
-                let mut x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, row.as_ptr().add(i)), sv);
-                x = match mvals {
-                    Some(m) => _mm512_add_ps(x, _mm512_maskz_loadu_ps(k, m.as_ptr().add(i))),
-                    None => _mm512_add_ps(x, bv),
-                };
-                _mm512_mask_storeu_ps(row.as_mut_ptr().add(i), k, x);
-                mx = _mm512_max_ps(_mm512_mask_mov_ps(ninf, k, x), mx);
-            }
+        while i + 16 <= n {
+            mx = _mm512_max_ps(score(i, 0xffff), mx);
             i += 16;
+        }
+        if i < n {
+            let k = lanes(i);
+            mx = _mm512_max_ps(_mm512_mask_mov_ps(ninf, k, score(i, k)), mx);
         }
         let m = _mm512_reduce_max_ps(mx);
         if m == f32::NEG_INFINITY {
             // Only -inf and NaN: NaN if any NaN, else the row is masked out entirely.
-            if row.iter().any(|x| x.is_nan()) {
-                p[..n].fill(0x7fc0);
-                return false;
+            let mut nan = false;
+            let mut i = 0;
+            while i < n {
+                let k = lanes(i);
+                let x = score(i, k);
+                nan |= _mm512_mask_cmp_ps_mask::<_CMP_UNORD_Q>(k, x, x) != 0;
+                i += 16;
             }
-            return true;
+            return nan.then(|| {
+                p[..n].fill(0x7fc0);
+                f32::NAN
+            });
         }
         let (mv, mut sum) = (_mm512_set1_ps(m), _mm512_setzero_ps());
         i = 0;
         while i < n {
             let k = lanes(i);
-            // SAFETY: as above.
+            let e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(score(i, k), mv)));
+            sum = _mm512_add_ps(sum, e);
+            let b: __m256bh = _mm512_cvtneps_pbh(e);
+            // SAFETY: the lanes in `k` lie inside `p` (`p.len() >= n`).
             unsafe {
-                let e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, row.as_ptr().add(i)), mv));
-                let e = _mm512_maskz_mov_ps(k, e);
-                _mm512_mask_storeu_ps(row.as_mut_ptr().add(i), k, e);
-                sum = _mm512_add_ps(sum, e);
-            }
-            i += 16;
-        }
-        let inv = _mm512_set1_ps(1.0 / _mm512_reduce_add_ps(sum));
-        i = 0;
-        while i < n {
-            let k = lanes(i);
-            // SAFETY: as above; `p` holds `n` elements.
-            unsafe {
-                let x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, row.as_ptr().add(i)), inv);
-                let b: __m256bh = _mm512_cvtneps_pbh(x);
                 _mm256_mask_storeu_epi16(
                     p.as_mut_ptr().add(i) as *mut _,
                     k,
                     std::mem::transmute::<__m256bh, __m256i>(b),
-                );
-            }
+                )
+            };
             i += 16;
         }
-        false
+        Some(1.0 / _mm512_reduce_add_ps(sum))
     }
 
     /// `c[8 × 32] = a · (b0 | b1)` over `kc` k-pairs with `vdpbf16ps`.
@@ -942,6 +1030,48 @@ mod tests {
         }
     }
 
+    /// The bf16 casts round as `half` does (to nearest even, NaN kept, inf kept) and widen
+    /// exactly, on one and two threads, at lengths off the vector width.
+    #[test]
+    fn casts_round_to_nearest_even_and_widen_exactly() {
+        if paths().is_none() {
+            return;
+        }
+        let f = crate::features::get();
+        for n in [1, 15, 17, 100, 70_001] {
+            let x: Vec<f32> = (0..n)
+                .map(|i| match i % 7 {
+                    0 => f32::NAN,
+                    1 => f32::INFINITY,
+                    2 => -1.0 - (i as f32) * 1e-3,
+                    3 => f32::from_bits(0x3f80_8000), // a tie: rounds to even
+                    _ => (i as f32).sin() * 1e5,
+                })
+                .collect();
+            let want: Vec<u16> = x.iter().map(|v| half::bf16::from_f32(*v).to_bits()).collect();
+            let dims = [n];
+            let st = [1usize];
+            for threads in [1, 2] {
+                let ctx = Ctx { threads, features: f, prepacked: None };
+                let ins = [In { dtype: DType::F32, dims: &dims, strides: &st, bytes: bytemuck::cast_slice(&x) }];
+                let mut got = vec![0u16; n];
+                let mut outs = [Out { dtype: DType::BF16, dims: &dims, bytes: bytemuck::cast_slice_mut(&mut got) }];
+                cast(&Op::Cast { to: DType::BF16 }, &ins, &mut outs, &ctx).unwrap();
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    let nan = |b: u16| half::bf16::from_bits(b).is_nan();
+                    assert!(g == w || nan(*g) && nan(*w), "n {n} [{i}] {}: {g:#x} vs {w:#x}", x[i]);
+                }
+                let ins = [In { dtype: DType::BF16, dims: &dims, strides: &st, bytes: bytemuck::cast_slice(&got) }];
+                let mut back = vec![0f32; n];
+                let mut outs = [Out { dtype: DType::F32, dims: &dims, bytes: bytemuck::cast_slice_mut(&mut back) }];
+                cast(&Op::Cast { to: DType::F32 }, &ins, &mut outs, &ctx).unwrap();
+                for (b, g) in back.iter().zip(&got) {
+                    assert_eq!(b.to_bits(), (*g as u32) << 16);
+                }
+            }
+        }
+    }
+
     /// The registry offers the kernel for bf16 q, k, v only (f32 keeps the f32 kernel).
     #[test]
     fn chosen_for_bf16_operands_only() {
@@ -974,6 +1104,8 @@ mod tests {
 mod timing {
     use super::*;
     use runtime::Shape;
+
+    type KernelRef<'k> = dyn Fn(&[In], &mut [Out], &Ctx) + Sync + 'k;
 
     fn median_us(mut f: impl FnMut()) -> f64 {
         let mut t: Vec<f64> = (0..41)
@@ -1008,7 +1140,7 @@ mod timing {
             for threads in [1, 2] {
                 for (label, feat) in [("amx", f), ("avx512-bf16", crate::features::without_amx())] {
                     let ctx = Ctx { threads, features: feat, prepacked: None };
-                    let mut time = |dt: DType, bytes: &[u8], k: &(dyn Fn(&[In], &mut [Out], &Ctx) + Sync)| {
+                    let mut time = |dt: DType, bytes: &[u8], k: &KernelRef| {
                         let mb: Vec<u8> =
                             if dt == DType::BF16 { vec![0; 2 * s] } else { bytemuck::cast_slice(&mask).to_vec() };
                         let mut ins: Vec<In> =

@@ -96,6 +96,19 @@ fn bf16_attention(q: &KernelQuery<'_>) -> Result<(), String> {
     Ok(())
 }
 
+/// The bf16 Cast: f32 to bf16 or back (the casts around a bf16 Attention), vectorised.
+fn bf16_cast(q: &KernelQuery<'_>) -> Result<(), String> {
+    use runtime::DType;
+    if !gemm_bf16::available() {
+        return Err("this CPU has no AVX-512-BF16".into());
+    }
+    match (q.op, q.inputs.first().map(|m| m.dtype)) {
+        (runtime::Op::Cast { to: DType::BF16 }, Some(DType::F32))
+        | (runtime::Op::Cast { to: DType::F32 }, Some(DType::BF16)) => Ok(()),
+        _ => Err("casts between f32 and bf16 only".into()),
+    }
+}
+
 /// The reference tier: the core's reference kernels (they need no context).
 pub fn reference(op: &runtime::Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
     runtime::reference::run(op, ins, outs)
@@ -138,6 +151,10 @@ pub fn table(f: &CpuFeatures) -> &'static Table {
                 let support: runtime::kernel::SupportFn =
                     if f.isa == crate::features::Isa::Avx512 { bf16_attention } else { bf16_linear_forced_off };
                 t.add(kind, Tier::HighPerformance, unit, unit.label, support, attention_bf16::run);
+            }
+            if kind == OpKind::Cast && f.isa == crate::features::Isa::Avx512 {
+                // Before the generic fast Cast: f32 to bf16 and back on AVX-512-BF16.
+                t.add(kind, Tier::HighPerformance, fast_unit, "avx512-bf16", bf16_cast, attention_bf16::cast);
             }
             t.add(kind, Tier::HighPerformance, fast_unit, fast_unit.label, fast_support, fast::run);
             let unit = f.baseline_unit();

@@ -132,7 +132,7 @@ fn warn_if_not_native(rt: &Runtime, dtype: DType, converted: usize, candidates: 
 }
 
 /// Runs each non-causal Attention with f32 operands on bf16 ones where the backend then
-/// runs it on a bf16 unit (a kernel whose unit label names bf16): `Cast`s to bf16 before
+/// runs it on a bf16 tile unit (a kernel whose unit label names bf16 and AMX): `Cast`s to bf16 before
 /// it (q, k, v and a float mask; one cast per value, shared by its readers) and one back
 /// to f32 after it, so the graph's other nodes see what they saw. Precision bf16 means
 /// the matrix products round their operands to bf16; this extends that from Linear to
@@ -149,7 +149,10 @@ pub(super) fn bf16_attention_operands(rt: &Runtime, graph: &mut Graph) -> usize 
             continue;
         }
         ins.iter_mut().filter(|m| m.dtype == DType::F32).for_each(|m| m.dtype = DType::BF16);
-        if rt.select_kernel(&n.op, &ins).is_ok_and(|k| k.unit.label.contains("bf16")) {
+        // A matrix unit of bf16 tiles (AMX: label `amx-…`): on bf16 dot products alone the
+        // small products of attention measured slower than the f32 kernel.
+        if rt.select_kernel(&n.op, &ins).is_ok_and(|k| k.unit.label.contains("bf16") && k.unit.label.starts_with("amx"))
+        {
             chosen.push(ni);
         }
     }
