@@ -148,6 +148,12 @@ pub(super) fn bf16_attention_operands(rt: &Runtime, graph: &mut Graph) -> usize 
         if ins.len() < 3 || ins[..3].iter().any(|m| m.dtype != DType::F32) || graph.outputs.contains(&n.outputs[0]) {
             continue;
         }
+        // Rows of fewer than 64 keys: the products are too short to pay for the casts (MiniLM
+        // at s 32 measured no faster than the f32 kernel).
+        let crate::op::Op::Attention { layout, .. } = n.op else { continue };
+        if ins[1].shape.rank() != 4 || layout.bhsd(ins[1].shape.dims())[2] < MIN_BF16_ATTENTION_KEYS {
+            continue;
+        }
         ins.iter_mut().filter(|m| m.dtype == DType::F32).for_each(|m| m.dtype = DType::BF16);
         // A matrix unit of bf16 tiles (AMX: label `amx-…`): on bf16 dot products alone the
         // small products of attention measured slower than the f32 kernel.
@@ -164,6 +170,9 @@ pub(super) fn bf16_attention_operands(rt: &Runtime, graph: &mut Graph) -> usize 
     }
     chosen.len()
 }
+
+/// The fewest keys for which [`bf16_attention_operands`] runs an Attention in bf16.
+const MIN_BF16_ATTENTION_KEYS: usize = 64;
 
 /// Inserts the casts of [`bf16_attention_operands`], reusing one per source value.
 struct CastInserter<'a> {
