@@ -186,11 +186,15 @@ impl Mask<'_> {
     }
 }
 
-/// The f32 output, written row by row by the units of work.
+/// The output (f32, or bf16 rounded from the f32 rows), written row by row by the units
+/// of work.
 #[derive(Clone, Copy)]
 struct RowsOut {
-    ptr: *mut f32,
+    ptr: *mut u8,
+    /// Elements.
     len: usize,
+    bf16: bool,
+    f: &'static CpuFeatures,
 }
 
 // SAFETY: the units write through the pointer only (`RowsOut::put`), each to the output
@@ -201,12 +205,22 @@ unsafe impl Send for RowsOut {}
 unsafe impl Sync for RowsOut {}
 
 impl RowsOut {
-    /// Copies `row` to elements `at..at + row.len()`; panics outside the buffer.
+    /// Writes `row` to elements `at..at + row.len()`; panics outside the buffer.
     fn put(self, at: usize, row: &[f32]) {
         assert!(at + row.len() <= self.len, "attention output row outside the output");
-        // SAFETY: in bounds (asserted); only this unit writes these elements, and no
-        // reference to them is live (see the `Send` impl).
-        unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), self.ptr.add(at), row.len()) }
+        if !self.bf16 {
+            // SAFETY: in bounds (asserted; `ptr` holds `len` f32, aligned: checked where
+            // made); only this unit writes these elements, and no reference to them is
+            // live (see the `Send` impl).
+            unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), (self.ptr as *mut f32).add(at), row.len()) };
+            return;
+        }
+        let mut buf = [0u16; 256];
+        for (i, c) in row.chunks(256).enumerate() {
+            f32_to_bf16(c, &mut buf[..c.len()], self.f);
+            // SAFETY: as above, for `len` u16.
+            unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), (self.ptr as *mut u16).add(at + i * 256), c.len()) };
+        }
     }
 }
 
@@ -467,8 +481,12 @@ impl Job<'_> {
             let lim = seen(i0 + r);
             let row = &mut sc.s[r * dm.tp..][..lim];
             let p = &mut sc.p[r * dm.tp..][..dm.tp];
-            let m = self.mask.map(|m| m.row(bi, hh, i0 + r, lim));
-            let norm = if lim == 0 { None } else { probabilities(row, self.scale, m, &mut p[..lim], self.f) };
+            let norm = match lim {
+                0 => None,
+                _ => {
+                    probabilities(row, self.scale, self.mask.map(|m| m.row(bi, hh, i0 + r, lim)), &mut p[..lim], self.f)
+                }
+            };
             *zero = norm.is_none();
             inv[r] = norm.unwrap_or(0.0);
             if *zero {
@@ -539,15 +557,11 @@ fn attention(
     let dm = Dims { d, dv, t, dp: r32(d), tp: r32(t), dvp: r32(dv) };
     let unit = if f.amx_bf16 && cfg!(target_arch = "x86_64") { Unit::Amx } else { Unit::Avx512Bf16 };
     let scale = scale.unwrap_or(1.0 / (d as f32).sqrt());
-    with_f32_out(out, |o| {
-        if s * dv == 0 || bsz * h == 0 {
+    let body = |out: RowsOut| -> KResult {
+        if s * dv == 0 || bsz * h == 0 || t == 0 {
+            // (t == 0: the buffer was zeroed by the caller.)
             return Ok(());
         }
-        if t == 0 {
-            o.fill(0.0);
-            return Ok(());
-        }
-        let out = RowsOut { ptr: o.as_mut_ptr(), len: o.len() };
         let job = Job { q, k, v, mask: mask.as_ref(), dm, bhsg: [bsz, h, s, group], st, scale, causal, f, unit, out };
         let (heads, blocks) = (bsz * h, s.div_ceil(BLOCK));
         // Units: whole heads where they keep the threads busy, else parts of heads.
@@ -566,6 +580,22 @@ fn attention(
             (0..heads * parts).for_each(|u| unit_of(u, &mut sc));
         }
         Ok(())
+    };
+    if out.dtype == DType::BF16 {
+        // Written in bf16 directly: no f32 buffer and no pass to round it.
+        let n = out.numel();
+        let b = out.bytes.get_mut(..n * 2).ok_or(KernelError::TooShort { what: "output", needed: n, got: 0 })?;
+        let o: &mut [u16] = bytemuck::try_cast_slice_mut(b).map_err(|e| KernelError::misaligned("output", e))?;
+        if t == 0 {
+            o.fill(0);
+        }
+        return body(RowsOut { ptr: o.as_mut_ptr() as *mut u8, len: n, bf16: true, f });
+    }
+    with_f32_out(out, |o| {
+        if t == 0 {
+            o.fill(0.0);
+        }
+        body(RowsOut { ptr: o.as_mut_ptr() as *mut u8, len: o.len(), bf16: false, f })
     })
 }
 
@@ -1004,6 +1034,7 @@ mod tests {
             case(Bnsd, [1, 2, 1, 40, 40, 64, 48], None, true),
             case(Bsnd, [1, 2, 2, 20, 70, 32, 32], Padding, true),
             case(Bsnd, [1, 2, 2, 70, 20, 32, 32], None, true),
+            case(Bnsd, [1, 4, 2, 7, 3, 4, 4], Padding, true),
         ];
         for c in &cases {
             for f in &paths {
@@ -1068,6 +1099,41 @@ mod tests {
                 for (b, g) in back.iter().zip(&got) {
                     assert_eq!(b.to_bits(), (*g as u32) << 16);
                 }
+            }
+        }
+    }
+
+    /// A bf16 output holds the f32 output's rows rounded to bf16, exactly.
+    #[test]
+    fn a_bf16_output_is_the_f32_output_rounded() {
+        let Some(paths) = paths() else { return };
+        let (dims, n) = (vec![1usize, 37, 3, 40], 37 * 3 * 40);
+        let st = Shape::new(dims.clone()).contiguous_strides();
+        let x: Vec<u16> = fill(n, 29).iter().map(|v| half::bf16::from_f32(*v).to_bits()).collect();
+        let ins: Vec<In> = (0..3)
+            .map(|_| In { dtype: DType::BF16, dims: &dims, strides: &st, bytes: bytemuck::cast_slice(&x) })
+            .collect();
+        let op = Op::Attention { scale: None, layout: AttentionLayout::Bsnd, causal: false };
+        for f in paths {
+            let ctx = Ctx { threads: 2, features: f, prepacked: None };
+            let mut o32 = vec![0f32; n];
+            run(
+                &op,
+                &ins,
+                &mut [Out { dtype: DType::F32, dims: &dims, bytes: bytemuck::cast_slice_mut(&mut o32) }],
+                &ctx,
+            )
+            .unwrap();
+            let mut o16 = vec![0u16; n];
+            run(
+                &op,
+                &ins,
+                &mut [Out { dtype: DType::BF16, dims: &dims, bytes: bytemuck::cast_slice_mut(&mut o16) }],
+                &ctx,
+            )
+            .unwrap();
+            for (a, b) in o32.iter().zip(&o16) {
+                assert_eq!(half::bf16::from_f32(*a).to_bits(), *b);
             }
         }
     }
