@@ -662,3 +662,49 @@ fn in_place_nodes_are_never_dead_and_their_rules_are_checked() {
     let e = CompiledGraph::compile(&rt, &c, opts).map(|_| ()).unwrap_err().to_string();
     assert!(e.contains("constant") && e.contains("node \"write\""), "{e}");
 }
+
+/// Precision bf16 with fused Attention: where the CPU has AMX-BF16, every non-causal
+/// Attention over at least 64 keys reads bf16 q, k and v (casts inserted around it, one per value) and runs on
+/// the bf16 unit; at f32 it keeps the f32 kernel. Either way the output stays close to f32's.
+#[test]
+fn bf16_precision_runs_attention_on_the_bf16_unit() {
+    let rt =
+        npurt::Runtime::with_config(RuntimeConfig { backend: Some("cpu".into()), ..RuntimeConfig::default() }).unwrap();
+    let cfg = BertConfig::tiny();
+    let bg = bert::build(&cfg, Weights::Random(7), 2, 64).unwrap();
+    let ins = bert_inputs(&rt, 2, 64, cfg.vocab_size);
+    let refs: Vec<&Tensor> = ins.iter().collect();
+    let f32_opts = options(true, true, false, ScheduleStrategy::Latency);
+    let f32_cg = CompiledGraph::compile(&rt, &bg.graph, f32_opts.clone()).unwrap();
+    let (want, f32_prof) = f32_cg.run_profiled(&refs).unwrap();
+    let units = |p: &runtime::graph::RunProfile| -> Vec<&'static str> {
+        p.nodes.iter().filter(|n| n.op == "Attention").map(|n| n.unit.label).collect()
+    };
+    let f32_units = units(&f32_prof);
+    assert!(!f32_units.is_empty(), "the fused graph has no Attention");
+    assert!(f32_units.iter().all(|u| !u.contains("bf16")), "f32 precision: {f32_units:?}");
+    let cg = CompiledGraph::compile(&rt, &bg.graph, CompileOptions { precision: Precision::Bf16, ..f32_opts }).unwrap();
+    let (got, prof) = cg.run_profiled(&refs).unwrap();
+    let bf16_units = units(&prof);
+    assert_eq!(bf16_units.len(), f32_units.len());
+    let unit = backend_cpu::features::get().bf16_unit().label;
+    if backend_cpu::kernels::gemm_bf16::available() && unit.starts_with("amx") {
+        assert!(bf16_units.iter().all(|u| *u == unit), "{bf16_units:?}");
+        let g = cg.graph();
+        let attention = g.nodes.iter().filter(|n| matches!(n.op, Op::Attention { .. }));
+        assert!(attention.clone().all(|n| n.inputs[..3].iter().all(|v| g.meta(*v).dtype == DType::BF16)));
+    } else {
+        println!("this CPU has no AMX-BF16 (bf16 unit {unit}): Attention keeps the f32 kernel");
+        assert_eq!(bf16_units, f32_units);
+    }
+    let cos = cosine(&want[0], &got[0]);
+    let d = max_diff(&want[0], &got[0]);
+    assert!(cos > 0.999 && d < 0.1, "bf16 vs f32: cosine {cos}, max diff {d}");
+    // 32 keys: too short to pay for the casts, Attention stays f32.
+    let short = bert::build(&cfg, Weights::Random(7), 1, 32).unwrap();
+    let opts = CompileOptions { precision: Precision::Bf16, ..options(true, true, false, ScheduleStrategy::Latency) };
+    let cg = CompiledGraph::compile(&rt, &short.graph, opts).unwrap();
+    let g = cg.graph();
+    let attention: Vec<_> = g.nodes.iter().filter(|n| matches!(n.op, Op::Attention { .. })).collect();
+    assert!(!attention.is_empty() && attention.iter().all(|n| g.meta(n.inputs[0]).dtype == DType::F32));
+}

@@ -10,11 +10,13 @@
 //! approximations and row softmax the fast tier and [`attention`] share), [`rope`] (Rope in
 //! f32, both tiers), the paged KV cache ([`paged`]: KvCacheWrite and PagedAttention for the
 //! generic and fast tiers), and the matrix products [`blas`], [`gemm_packed`] (f32) and
-//! [`gemm_bf16`] (bf16).
+//! [`gemm_bf16`] (bf16), and [`attention_bf16`] (Attention with bf16 q, k, v: both
+//! products on AMX or AVX-512-BF16, chosen before the f32 fast kernel).
 //! The fast tier's Linear with at most [`gemv::MAX_M`] rows (a decode step) runs
 //! [`gemv`]: the weight streamed once for all rows, in any of the layouts above.
 
 pub mod attention;
+pub mod attention_bf16;
 pub mod blas;
 pub mod common;
 pub mod fast;
@@ -74,6 +76,40 @@ fn bf16_linear(q: &KernelQuery<'_>) -> Result<(), String> {
     }
 }
 
+/// The bf16 Attention: bf16 q, k and v (a u8 or bf16 mask), on AVX-512-BF16 or AMX.
+fn bf16_attention(q: &KernelQuery<'_>) -> Result<(), String> {
+    use runtime::DType;
+    if !gemm_bf16::available() {
+        return Err("this CPU has no AVX-512-BF16 or AMX-BF16".into());
+    }
+    if q.inputs.len() < 3 || q.inputs[..3].iter().any(|m| m.dtype != DType::BF16) {
+        return Err("needs bf16 q, k and v".into());
+    }
+    let runtime::Op::Attention { layout, .. } = q.op else { return Err("not an Attention".into()) };
+    let (s, t) = (q.inputs[0].shape.dims(), q.inputs[1].shape.dims());
+    if s.len() != 4 || t.len() != 4 {
+        return Err("q and k must have 4 dims".into());
+    }
+    let scores = attention_bf16::BLOCK.saturating_mul(layout.bhsd(t)[2]);
+    if scores > 1 << 26 {
+        return Err(format!("score block of {scores} elements is too large"));
+    }
+    Ok(())
+}
+
+/// The bf16 Cast: f32 to bf16 or back (the casts around a bf16 Attention), vectorised.
+fn bf16_cast(q: &KernelQuery<'_>) -> Result<(), String> {
+    use runtime::DType;
+    if !gemm_bf16::available() {
+        return Err("this CPU has no AVX-512-BF16".into());
+    }
+    match (q.op, q.inputs.first().map(|m| m.dtype)) {
+        (runtime::Op::Cast { to: DType::BF16 }, Some(DType::F32))
+        | (runtime::Op::Cast { to: DType::F32 }, Some(DType::BF16)) => Ok(()),
+        _ => Err("casts between f32 and bf16 only".into()),
+    }
+}
+
 /// The reference tier: the core's reference kernels (they need no context).
 pub fn reference(op: &runtime::Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
     runtime::reference::run(op, ins, outs)
@@ -109,6 +145,17 @@ pub fn table(f: &CpuFeatures) -> &'static Table {
                 let support: runtime::kernel::SupportFn =
                     if f.isa == crate::features::Isa::Avx512 { bf16_linear } else { bf16_linear_forced_off };
                 t.add(kind, Tier::HighPerformance, unit, unit.label, support, fast::linear_bf16);
+            }
+            if kind == OpKind::Attention {
+                // Before the f32 fast kernel: chosen whenever q, k and v are bf16.
+                let unit = f.bf16_unit();
+                let support: runtime::kernel::SupportFn =
+                    if f.isa == crate::features::Isa::Avx512 { bf16_attention } else { bf16_linear_forced_off };
+                t.add(kind, Tier::HighPerformance, unit, unit.label, support, attention_bf16::run);
+            }
+            if kind == OpKind::Cast && f.isa == crate::features::Isa::Avx512 {
+                // Before the generic fast Cast: f32 to bf16 and back on AVX-512-BF16.
+                t.add(kind, Tier::HighPerformance, fast_unit, "avx512-bf16", bf16_cast, attention_bf16::cast);
             }
             t.add(kind, Tier::HighPerformance, fast_unit, fast_unit.label, fast_support, fast::run);
             let unit = f.baseline_unit();

@@ -244,6 +244,10 @@ fn store_weights_in(rt: &Runtime, graph: &mut Graph, precision: Precision) {
         Precision::Bf16 => {
             let n = precision::low_precision_weights(rt, graph, DType::BF16);
             log::info!("precision bf16: {n} Linear weights stored in bf16");
+            let a = precision::bf16_attention_operands(rt, graph);
+            if a > 0 {
+                log::info!("precision bf16: {a} Attention nodes read bf16 q, k and v");
+            }
         }
         Precision::F16 => {
             let n = precision::low_precision_weights(rt, graph, DType::F16);

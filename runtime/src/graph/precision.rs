@@ -170,3 +170,127 @@ pub(super) fn report_int8(rt: &Runtime, device: usize, quantised: usize, candida
         inner.backend.name()
     );
 }
+
+/// Runs each non-causal Attention with f32 operands on bf16 ones where the backend then
+/// runs it on a bf16 tile unit (a kernel whose unit label names bf16 and AMX): `Cast`s to bf16 before
+/// it (q, k, v and a float mask; one cast per value, shared by its readers) and one back
+/// to f32 after it, so the graph's other nodes see what they saw. Precision bf16 means
+/// the matrix products round their operands to bf16; this extends that from Linear to
+/// Attention's two products (the softmax stays f32 inside the kernel). Returns how many
+/// Attention nodes changed.
+pub(super) fn bf16_attention_operands(rt: &Runtime, graph: &mut Graph) -> usize {
+    let mut chosen = Vec::new();
+    for (ni, n) in graph.nodes.iter().enumerate() {
+        if !matches!(n.op, crate::op::Op::Attention { causal: false, .. }) {
+            continue;
+        }
+        let mut ins: Vec<TensorMeta> = n.inputs.iter().map(|v| graph.meta(*v).clone()).collect();
+        if ins.len() < 3 || ins[..3].iter().any(|m| m.dtype != DType::F32) || graph.outputs.contains(&n.outputs[0]) {
+            continue;
+        }
+        // Rows of fewer than 64 keys: the products are too short to pay for the casts (MiniLM
+        // at s 32 measured no faster than the f32 kernel).
+        let crate::op::Op::Attention { layout, .. } = n.op else { continue };
+        if ins[1].shape.rank() != 4 || layout.bhsd(ins[1].shape.dims())[2] < MIN_BF16_ATTENTION_KEYS {
+            continue;
+        }
+        ins.iter_mut().filter(|m| m.dtype == DType::F32).for_each(|m| m.dtype = DType::BF16);
+        // A matrix unit of bf16 tiles (AMX: label `amx-…`): on bf16 dot products alone the
+        // small products of attention measured slower than the f32 kernel.
+        if rt.select_kernel(&n.op, &ins).is_ok_and(|k| k.unit.label.contains("bf16") && k.unit.label.starts_with("amx"))
+        {
+            chosen.push(ni);
+        }
+    }
+    let mut g = CastInserter { graph, casts: Default::default() };
+    // Forward order with a running offset: each insertion shifts the later nodes.
+    let mut offset = 0;
+    for ni in chosen.iter().copied() {
+        offset += g.around(ni + offset);
+    }
+    chosen.len()
+}
+
+/// The fewest keys for which [`bf16_attention_operands`] runs an Attention in bf16.
+const MIN_BF16_ATTENTION_KEYS: usize = 64;
+
+/// Inserts the casts of [`bf16_attention_operands`], reusing one per source value.
+struct CastInserter<'a> {
+    graph: &'a mut Graph,
+    casts: std::collections::HashMap<super::ir::ValueId, super::ir::ValueId>,
+}
+
+impl CastInserter<'_> {
+    /// A node `op` at position `at` reading `input`, producing a new value `name` of
+    /// `meta`; every node from `at` on moves one down.
+    fn insert(
+        &mut self,
+        at: usize,
+        name: String,
+        op: crate::op::Op,
+        input: super::ir::ValueId,
+        meta: TensorMeta,
+    ) -> super::ir::ValueId {
+        use super::ir::{Node, NodeId, Value, ValueId};
+        let g = &mut *self.graph;
+        for v in &mut g.values {
+            if let ValueKind::Node(p) = &mut v.kind
+                && p.0 >= at
+            {
+                p.0 += 1;
+            }
+        }
+        let out = ValueId(g.values.len());
+        g.values.push(Value { name: name.clone(), meta, kind: ValueKind::Node(NodeId(at)) });
+        g.nodes.insert(at, Node { name, op, inputs: vec![input], outputs: vec![out] });
+        out
+    }
+
+    /// Casts around the Attention at `ni`; returns how many nodes went in before it.
+    fn around(&mut self, mut ni: usize) -> usize {
+        let mut before = 0;
+        for i in 0..self.graph.nodes[ni].inputs.len() {
+            let v = self.graph.nodes[ni].inputs[i];
+            if self.graph.meta(v).dtype != DType::F32 {
+                continue;
+            }
+            let cast = match self.casts.get(&v) {
+                Some(&c) => c,
+                None => {
+                    let meta = TensorMeta { dtype: DType::BF16, ..self.graph.meta(v).clone() };
+                    let name = format!("{}.bf16", self.graph.values[v.0].name);
+                    let c = self.insert(ni, name, crate::op::Op::Cast { to: DType::BF16 }, v, meta);
+                    ni += 1;
+                    before += 1;
+                    self.casts.insert(v, c);
+                    c
+                }
+            };
+            self.graph.nodes[ni].inputs[i] = cast;
+        }
+        // The output: the Attention writes a bf16 value, cast back into the old one.
+        let out = self.graph.nodes[ni].outputs[0];
+        let meta = TensorMeta { dtype: DType::BF16, ..self.graph.meta(out).clone() };
+        let name = format!("{}.bf16", self.graph.values[out.0].name);
+        let g = &mut *self.graph;
+        let raw = super::ir::ValueId(g.values.len());
+        g.values.push(super::ir::Value { name: name.clone(), meta, kind: ValueKind::Node(super::ir::NodeId(ni)) });
+        g.nodes[ni].outputs[0] = raw;
+        for v in &mut g.values {
+            if let ValueKind::Node(p) = &mut v.kind
+                && p.0 > ni
+            {
+                p.0 += 1;
+            }
+        }
+        g.values[out.0].kind = ValueKind::Node(super::ir::NodeId(ni + 1));
+        let cast = super::ir::Node {
+            name: format!("{name}.f32"),
+            op: crate::op::Op::Cast { to: DType::F32 },
+            inputs: vec![raw],
+            outputs: vec![out],
+        };
+        g.nodes.insert(ni + 1, cast);
+        before + 1
+    }
+}
