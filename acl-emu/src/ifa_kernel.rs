@@ -3,6 +3,7 @@
 //! that the kernels and the clock need nothing of it.
 
 use crate::model::{Cost, LAUNCH_PS, Soc, Unit};
+use acl_sys::soc::secs_to_ps;
 use runtime::reference::operands::{load_f64, load_i64, store_f64};
 use runtime::reference::{In, Out};
 use runtime::{DType, KernelError, KernelResult, TensorMeta};
@@ -102,17 +103,5 @@ pub(crate) fn cost(soc: &Soc, k: &IncreFlash, ins: &[TensorMeta], outs: &[Tensor
     let compute = products / soc.cube_flops(dt) + softmax / soc.vector_flops(dt);
     let secs = compute.max(bytes / soc.hbm);
     let bound = (products / soc.cube_flops(DType::F16)).max(bytes / soc.hbm);
-    Cost { ps: ps(secs).saturating_add(LAUNCH_PS), unit: Unit::Cube, bound_ps: ps(bound) }
-}
-
-/// Seconds as whole picoseconds, rounded up; saturates.
-fn ps(secs: f64) -> u64 {
-    let v = (secs * 1e12).ceil();
-    if v.is_nan() || v <= 0.0 {
-        0
-    } else if v >= u64::MAX as f64 {
-        u64::MAX
-    } else {
-        v as u64
-    }
+    Cost { ps: secs_to_ps(secs).saturating_add(LAUNCH_PS), unit: Unit::Cube, bound_ps: secs_to_ps(bound) }
 }

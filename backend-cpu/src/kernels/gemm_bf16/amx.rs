@@ -23,17 +23,28 @@ impl Tiles {
     /// # Safety
     /// The OS must have enabled AMX for this process (`features::amx_bf16`).
     pub unsafe fn configure() -> Tiles {
-        let mut cfg = Config([0; 64]);
-        cfg.0[0] = 1; // palette 1
-        for t in 0..8 {
-            cfg.0[16 + 2 * t] = 64; // bytes per row (u16, little-endian)
-            cfg.0[48 + t] = 16; // rows
-        }
-        // SAFETY: `cfg` is a valid 64-byte palette-1 configuration, 64-byte aligned;
-        // AMX is enabled (the caller's contract).
-        unsafe { asm!("ldtilecfg [{0}]", in(reg) cfg.0.as_ptr(), options(nostack, readonly)) };
+        // SAFETY: the caller's contract.
+        unsafe { load_config() };
         Tiles(std::marker::PhantomData)
     }
+}
+
+/// Loads the one tile configuration npurt's AMX kernels use (bf16 and int8 alike): palette
+/// 1, eight tiles of 16 rows × 64 bytes. Nothing releases it; see [`Tiles`] for a scope
+/// that does.
+///
+/// # Safety
+/// The OS must have enabled AMX for this process (`features::amx_bf16`).
+pub unsafe fn load_config() {
+    let mut cfg = Config([0; 64]);
+    cfg.0[0] = 1; // palette 1
+    for t in 0..8 {
+        cfg.0[16 + 2 * t] = 64; // bytes per row (u16, little-endian)
+        cfg.0[48 + t] = 16; // rows
+    }
+    // SAFETY: `cfg` is a valid 64-byte palette-1 configuration, 64-byte aligned; AMX is
+    // enabled (the caller's contract).
+    unsafe { asm!("ldtilecfg [{0}]", in(reg) cfg.0.as_ptr(), options(nostack, readonly)) };
 }
 
 impl Drop for Tiles {

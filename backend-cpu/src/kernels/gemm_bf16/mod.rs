@@ -47,6 +47,7 @@ mod x86;
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) use amx::Tiles;
+pub use amx::load_config as load_tile_config;
 pub use epilogue::Epilogue;
 #[cfg(test)]
 use epilogue::TUNE;

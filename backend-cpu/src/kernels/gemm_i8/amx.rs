@@ -13,17 +13,8 @@ use std::arch::asm;
 /// The OS must have enabled AMX for this process (`features::amx_bf16`), and the CPU have
 /// AMX-INT8 ([`super::Path::Amx`]).
 pub unsafe fn configure() {
-    #[repr(C, align(64))]
-    struct Config([u8; 64]);
-    let mut cfg = Config([0; 64]);
-    cfg.0[0] = 1; // palette 1
-    for t in 0..8 {
-        cfg.0[16 + 2 * t] = 64; // bytes per row (u16, little-endian)
-        cfg.0[48 + t] = 16; // rows
-    }
-    // SAFETY: `cfg` is a valid 64-byte palette-1 configuration, 64-byte aligned; AMX is
-    // enabled (the caller's contract).
-    unsafe { asm!("ldtilecfg [{0}]", in(reg) cfg.0.as_ptr(), options(nostack, readonly)) };
+    // SAFETY: AMX is enabled (the caller's contract).
+    unsafe { crate::kernels::gemm_bf16::load_tile_config() }
 }
 
 /// Most k-bytes per pass over a group of panels: a 32-row block of x's slice (16 KiB) stays
