@@ -152,18 +152,18 @@ def test_set_batch_size_is_the_default_batch_of_models_made_afterwards(tmp_path)
     assert "Embedder" in doc and "bert" in doc and "batch_size" in doc
 
 
-PRECISIONS = ["f32", "fp32", "bf16", "f16", "fp16", "half", "auto", "F16", "Half"]
+PRECISIONS = ["f32", "fp32", "bf16", "f16", "fp16", "half", "int8", "i8", "auto", "F16", "Half"]
 
 
 @pytest.mark.parametrize("p", PRECISIONS)
 def test_every_runtime_precision_is_accepted(p: str) -> None:
     r = npurt.Runtime(backend="cpu", env=False, precision=p)
-    canonical = {"fp32": "f32", "fp16": "f16", "half": "f16"}.get(p.lower(), p.lower())
+    canonical = {"fp32": "f32", "fp16": "f16", "half": "f16", "i8": "int8"}.get(p.lower(), p.lower())
     assert r.config()["precision"] == canonical
     assert r._rt().config()["precision"] == canonical
 
 
-@pytest.mark.parametrize("p", ["fp8", "int8", "f64", "", "bfloat16", 16])
+@pytest.mark.parametrize("p", ["fp8", "int4", "f64", "", "bfloat16", 16])
 def test_unknown_precisions_are_rejected(p) -> None:
     with pytest.raises(ValueError, match="precision"):
         npurt.Runtime(backend="cpu", env=False, precision=p)
