@@ -4,6 +4,7 @@
 use core::ffi::c_void;
 use std::ptr;
 
+use runtime::backend::allocations::overlaps;
 use runtime::graph::CompiledGraph;
 use runtime::{DType, Tensor, TensorMeta};
 
@@ -144,14 +145,10 @@ impl Kernel {
         // ORT allocates each output afresh (the fused node declares no in-place outputs):
         // no output shares a byte with an input or another output. Checked, since the
         // slices below would otherwise alias.
-        let spans: Vec<(usize, usize)> = outs
-            .iter()
-            .map(|&(p, n)| (p as usize, n))
-            .chain(ins.iter().map(|b| (b.as_ptr() as usize, b.len())))
-            .collect();
-        for (a, &(p, n)) in spans.iter().enumerate().take(outs.len()) {
-            let overlaps = |(b, &(q, m)): (usize, &(usize, usize))| b != a && m > 0 && p < q + m && q < p + n;
-            if n > 0 && spans.iter().enumerate().any(overlaps) {
+        let spans: Vec<(u64, usize)> =
+            outs.iter().map(|&(p, n)| (p as u64, n)).chain(ins.iter().map(|b| (b.as_ptr() as u64, b.len()))).collect();
+        for (a, &out) in spans.iter().enumerate().take(outs.len()) {
+            if spans.iter().enumerate().any(|(b, &other)| b != a && overlaps(out, other)) {
                 return Err(EpError::Graph(format!("ORT gave output {a} bytes of another operand")));
             }
         }
