@@ -149,8 +149,8 @@ fn onnx_layer_makes_npurts_aclnn_calls() {
 }
 
 on_every_backend!(onnx_layer_weights_are_held_once_across_shapes, |b| {
-    // Two shapes of the ONNX layer compiled with one store: the second transposes its host
-    // weights again but uploads (and, on the CPU, packs) none of them.
+    // Two shapes of the ONNX layer compiled with one store: the second transposes,
+    // uploads and (on the CPU) packs none of its weights.
     let rt = common::runtime(&b);
     let store = runtime::graph::SharedConstants::new();
     let in_use = || rt.pool_stats(0).unwrap().in_use_bytes;
@@ -162,8 +162,21 @@ on_every_backend!(onnx_layer_weights_are_held_once_across_shapes, |b| {
     // Each constant once: the [N, K] weights in place of the [K, N] ones, not beside them.
     assert_eq!(held_bytes, weight_bytes, "{}: the store after one shape", b.name());
     let before = in_use();
-    let second = CompiledGraph::compile_shared(&rt, onnx_layer(2, 8, SPELLINGS[2]), opts(), &store).unwrap();
+    // The rewrites run first here, to keep a handle on each transposed weight.
+    let any_kernel = |_: &Op, _: &[runtime::TensorMeta]| Some(String::new());
+    let (g2, _) = runtime::graph::canonical::canonicalize(onnx_layer(2, 8, SPELLINGS[2]), &any_kernel).unwrap();
+    let transposed: Vec<runtime::graph::HostBytes> = g2
+        .values
+        .iter()
+        .filter_map(|v| match &v.kind {
+            runtime::graph::ValueKind::Constant(t) if t.bytes.pending() => Some(t.bytes.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(transposed.len(), 6, "{}: one transposed weight per Linear", b.name());
+    let second = CompiledGraph::compile_shared(&rt, g2, opts(), &store).unwrap();
     let grew = in_use() - before;
+    assert!(transposed.iter().all(|t| t.pending()), "{}: the second shape transposed a weight", b.name());
     assert_eq!((store.len(), store.device_bytes()), (held, held_bytes), "{}: the second shape", b.name());
     let arena = second.arena_stats().bytes + second.arena_stats().backend_bytes;
     println!(

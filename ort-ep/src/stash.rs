@@ -46,6 +46,9 @@ struct Entry {
     shape: Shape,
     offset: u64,
     len: usize,
+    /// `HostBytes::fingerprint_of` the bytes, taken as they were written, so a compile
+    /// that finds the weight in its store reads nothing of the mapping.
+    fingerprint: u64,
     /// The bytes, when there is no file.
     held: Option<HostBytes>,
 }
@@ -139,7 +142,8 @@ impl Stash {
             }
             None => Some(HostBytes::from(bytes.to_vec())),
         };
-        self.entries.insert(name.to_string(), Entry { dtype, shape, offset, len: bytes.len(), held });
+        let fingerprint = HostBytes::fingerprint_of(bytes);
+        self.entries.insert(name.to_string(), Entry { dtype, shape, offset, len: bytes.len(), fingerprint, held });
         self.end = end;
         Ok(())
     }
@@ -166,7 +170,8 @@ impl Stash {
             Err(err) => return Some(Err(io(format!("mapping weight {name:?}"))(err))),
         };
         self.mapped.fetch_add(map.len(), Ordering::Relaxed);
-        Some(Ok(tensor(HostBytes::from_owner(Mapped { map, mapped: self.mapped.clone() }))))
+        let mapped = Mapped { map, mapped: self.mapped.clone() };
+        Some(Ok(tensor(HostBytes::from_owner_with_fingerprint(mapped, e.fingerprint))))
     }
 
     /// Whether weight `name` was written.
@@ -213,6 +218,9 @@ mod tests {
         assert_eq!((ta.dtype, ta.shape.dims()), (DType::F32, &[10usize, 100][..]));
         assert_eq!(&ta.bytes[..], &a[..]);
         assert_eq!(ta.bytes.as_ptr() as usize % ALIGN as usize, 0, "aligned for any element type");
+        // The fingerprint taken at `put` is the one npurt would take from the mapping.
+        let owned = HostBytes::from(a.clone());
+        assert_eq!(ta.bytes.fingerprint(), owned.fingerprint());
         let tb = s.get("b").unwrap().unwrap();
         assert_eq!(&tb.bytes[..], &[7, 8, 9]);
         assert_eq!(tb.bytes.as_ptr() as usize % ALIGN as usize, 0);

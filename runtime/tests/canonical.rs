@@ -120,6 +120,39 @@ fn transposed_weights_are_held_once_across_shapes() {
     assert_eq!(rel_diff(&run(&second, &ins), &run(&own, &ins)), 0.0);
 }
 
+/// The transposed weights of a rewritten `MatMul` are made only when a compile reads them:
+/// a second input shape whose weights the store holds never transposes them (no second
+/// host copy of the weights at its compile), a compile with an empty store does.
+#[test]
+fn a_shape_whose_weights_the_store_holds_never_transposes_them() {
+    let rt = host();
+    let store = SharedConstants::new();
+    CompiledGraph::compile_shared(&rt, onnx_layer(1, 8, Spelling::default()), options(true), &store)
+        .expect("first shape");
+    let transposed_weights = |g: &Graph| -> Vec<runtime::graph::HostBytes> {
+        g.values
+            .iter()
+            .filter_map(|v| match &v.kind {
+                runtime::graph::ValueKind::Constant(t) if t.bytes.pending() => Some(t.bytes.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let (second, stats) = canonicalize(onnx_layer(2, 16, Spelling::default()), &any_kernel).expect("canonical");
+    assert_eq!(stats.linear, 6);
+    let kept = transposed_weights(&second);
+    assert_eq!(kept.len(), 6, "one transposed weight per Linear, none made yet");
+    let served = store.served();
+    let compiled = CompiledGraph::compile_shared(&rt, second.clone(), options(true), &store).expect("second shape");
+    assert!(store.served() >= served + 6, "the store served the weights");
+    assert!(kept.iter().all(|b| b.pending()), "a weight the store held was transposed on the host");
+    // The same graph with an empty store reads (so makes) them, and both compute the same.
+    let own = CompiledGraph::compile_shared(&rt, second, options(true), &SharedConstants::new()).expect("own");
+    assert!(kept.iter().all(|b| !b.pending()), "a compile that uploads the weights made them");
+    let ins = layer_inputs(&rt, 2, 16);
+    assert_eq!(rel_diff(&run(&compiled, &ins), &run(&own, &ins)), 0.0);
+}
+
 // ---- each rewrite, and where it must not fire ----
 
 fn any_kernel(_: &Op, _: &[TensorMeta]) -> Option<String> {

@@ -57,7 +57,7 @@
 
 pub use super::fusion::CanonicalStats;
 use super::fusion::{Emit, Group, KernelOf, Matcher, Src, rebuild};
-use super::ir::{Graph, HostTensor, ValueId, ValueKind};
+use super::ir::{Graph, HostBytes, HostTensor, ValueId, ValueKind};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::op::{GeluApprox, Op, TensorMeta};
@@ -92,18 +92,26 @@ pub fn canonicalize(g: Graph, kernel_of: KernelOf<'_>) -> Result<(Graph, Canonic
     Ok((rebuild(&g, &groups)?, stats))
 }
 
-/// A 2-D constant `[K, N]` as `[N, K]`.
+/// A 2-D constant `[K, N]` as `[N, K]`, transposed when first read: a compile that finds
+/// the result on the device already ([`super::SharedConstants`], keyed on the source's
+/// bytes and this rule) never makes it, so compiling another input shape of a model does
+/// not hold a second copy of its weights.
 fn transposed(t: &HostTensor) -> HostTensor {
     let (k, n) = (t.shape.dims()[0], t.shape.dims()[1]);
-    let src = t.bytes.as_slice();
-    let mut out = vec![0u8; src.len()];
-    match t.dtype.size() {
-        4 => transpose_blocks::<4>(src, &mut out, k, n),
-        2 => transpose_blocks::<2>(src, &mut out, k, n),
-        1 => transpose_blocks::<1>(src, &mut out, k, n),
-        _ => transpose_blocks::<8>(src, &mut out, k, n),
-    }
-    HostTensor { dtype: t.dtype, shape: [n, k].into(), bytes: out.into() }
+    let size = t.dtype.size();
+    let make = move |src: &[u8]| {
+        let mut out = vec![0u8; src.len()];
+        match size {
+            4 => transpose_blocks::<4>(src, &mut out, k, n),
+            2 => transpose_blocks::<2>(src, &mut out, k, n),
+            1 => transpose_blocks::<1>(src, &mut out, k, n),
+            _ => transpose_blocks::<8>(src, &mut out, k, n),
+        }
+        out
+    };
+    let rule = format!("transpose {k}x{n}x{size}");
+    let bytes = HostBytes::derived(&t.bytes, &rule, t.bytes.len(), make);
+    HostTensor { dtype: t.dtype, shape: [n, k].into(), bytes }
 }
 
 /// `dst` `[n, k]` = `src` `[k, n]` transposed, elements of `E` bytes, in 32 × 32 tiles (a

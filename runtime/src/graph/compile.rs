@@ -356,7 +356,7 @@ fn prepare_constants(
             let key = format!("{k}+int8");
             let kernel = sharing.kernel(key.as_str());
             let p = match sharing.reuse(graph, &graph.nodes[ni], kernel) {
-                Some(p) => Some(p),
+                Some(p) => p,
                 None => prepare_node(rt, graph, &readers, ni, kernel, sharing, Some(device))?,
             };
             if p.is_some() {
@@ -367,7 +367,7 @@ fn prepare_constants(
         }
         let kernel = sharing.kernel(k.as_str());
         let p = match sharing.reuse(graph, &graph.nodes[ni], kernel) {
-            Some(p) => Some(p),
+            Some(p) => p,
             None => prepare_node(rt, graph, &readers, ni, kernel, sharing, None)?,
         };
         prepacked.push(p);
@@ -408,6 +408,10 @@ fn prepare_node(
     let Some(p) =
         prepared.map_err(|e| Error::invalid(n.op.name(), format!("node {:?}: preparing constants: {e}", n.name)))?
     else {
+        if let Some(k) = kernel {
+            let inputs = n.inputs.clone();
+            sharing.decline(graph, &inputs, k);
+        }
         return Ok(None);
     };
     let inputs = n.inputs.clone();

@@ -14,22 +14,129 @@ pub struct ValueId(pub usize);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeId(pub usize);
 
-/// The bytes of a constant, read-only and shared by its clones: owned (`From<Vec<u8>>`)
-/// or borrowed from an owner that keeps them alive, such as a memory-mapped weights file
-/// ([`HostBytes::from_owner`]), so that building a graph need not copy its weights.
+/// The bytes of a constant, read-only and shared by its clones: owned (`From<Vec<u8>>`),
+/// borrowed from an owner that keeps them alive, such as a memory-mapped weights file
+/// ([`HostBytes::from_owner`]), so that building a graph need not copy its weights, or
+/// derived from other bytes on first read ([`HostBytes::derived`]), so that a rewrite of a
+/// weight (a transposition) costs nothing when the compile finds its result already on the
+/// device.
 ///
-/// `Send + Sync`: the bytes never change, any number of threads may read them.
+/// `Send + Sync`: the bytes never change once made, any number of threads may read them; a
+/// derived value is made once, by the first reader, while the others wait.
 #[derive(Clone)]
-pub struct HostBytes(Arc<dyn AsRef<[u8]> + Send + Sync>);
+pub struct HostBytes {
+    owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    /// The length, known without making derived bytes.
+    len: usize,
+    /// The [`HostBytes::fingerprint`] when known without reading the bytes: for derived
+    /// bytes, or given ([`HostBytes::from_owner_with_fingerprint`]).
+    known: Option<u64>,
+    /// For derived bytes, their maker (also `owner`).
+    derived: Option<Arc<Derived>>,
+}
+
+/// How derived bytes are made (taken by the first reader).
+type Maker = Box<dyn FnOnce() -> Vec<u8> + Send>;
+
+/// Bytes made from a source by a function, on first read.
+struct Derived {
+    bytes: std::sync::OnceLock<Vec<u8>>,
+    make: std::sync::Mutex<Option<Maker>>,
+}
+
+impl AsRef<[u8]> for Derived {
+    fn as_ref(&self) -> &[u8] {
+        self.bytes.get_or_init(|| {
+            let make = self.make.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+            make.map(|f| f()).unwrap_or_default()
+        })
+    }
+}
 
 impl HostBytes {
     /// The bytes `owner` holds, without a copy; they live as long as a clone does.
     pub fn from_owner(owner: impl AsRef<[u8]> + Send + Sync + 'static) -> HostBytes {
-        HostBytes(Arc::new(owner))
+        let len = owner.as_ref().len();
+        HostBytes { owner: Arc::new(owner), len, known: None, derived: None }
+    }
+
+    /// Like [`HostBytes::from_owner`], with the owner's bytes' fingerprint taken earlier
+    /// (`HostBytes::fingerprint_of` of the same bytes, e.g. while writing them to the file
+    /// that `owner` maps), so a compile that finds them on the device already reads none
+    /// of them.
+    pub fn from_owner_with_fingerprint(owner: impl AsRef<[u8]> + Send + Sync + 'static, fingerprint: u64) -> HostBytes {
+        HostBytes { known: Some(fingerprint), ..HostBytes::from_owner(owner) }
+    }
+
+    /// `len` bytes that `make` computes from `source` when they are first read (and never,
+    /// if nothing reads them); `source` is kept alive until then. `rule` names the
+    /// function (and its parameters): two derived values with the same source bytes and
+    /// the same rule are taken to hold the same bytes (their [`fingerprint`]s are equal).
+    /// `make` must return exactly `len` bytes.
+    ///
+    /// [`fingerprint`]: HostBytes::fingerprint
+    pub fn derived(
+        source: &HostBytes,
+        rule: &str,
+        len: usize,
+        make: impl FnOnce(&[u8]) -> Vec<u8> + Send + 'static,
+    ) -> HostBytes {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        source.fingerprint().hash(&mut h);
+        rule.hash(&mut h);
+        len.hash(&mut h);
+        let src = source.clone();
+        let derived = Arc::new(Derived {
+            bytes: std::sync::OnceLock::new(),
+            make: std::sync::Mutex::new(Some(Box::new(move || make(src.as_slice())))),
+        });
+        HostBytes { owner: derived.clone(), len, known: Some(h.finish()), derived: Some(derived) }
     }
 
     pub fn as_slice(&self) -> &[u8] {
-        (*self.0).as_ref()
+        (*self.owner).as_ref()
+    }
+
+    /// True for derived bytes ([`HostBytes::derived`]) that nothing has read yet, so they
+    /// have not been made.
+    pub fn pending(&self) -> bool {
+        self.derived.as_ref().is_some_and(|d| d.bytes.get().is_none())
+    }
+
+    /// The number of bytes (without making derived ones).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// A hash that tells apart constants that merely share a name, dtype and shape
+    /// ([`HostBytes::fingerprint_of`] of the bytes); for derived bytes, of the source's
+    /// fingerprint and the rule, so they are not made.
+    pub fn fingerprint(&self) -> u64 {
+        self.known.unwrap_or_else(|| HostBytes::fingerprint_of(self.as_slice()))
+    }
+
+    /// A hash of `bytes`' length, of their first and last 64 bytes and of 64 words spread
+    /// over the rest: it reads a few pages whatever the size (the bytes may be a memory map).
+    pub fn fingerprint_of(bytes: &[u8]) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        bytes.len().hash(&mut h);
+        if bytes.len() <= 1024 {
+            bytes.hash(&mut h);
+        } else {
+            bytes[..64].hash(&mut h);
+            bytes[bytes.len() - 64..].hash(&mut h);
+            let step = (bytes.len() - 8) / 64;
+            for i in 0..64 {
+                bytes[i * step..i * step + 8].hash(&mut h);
+            }
+        }
+        h.finish()
     }
 }
 
@@ -41,7 +148,7 @@ impl Default for HostBytes {
 
 impl From<Vec<u8>> for HostBytes {
     fn from(v: Vec<u8>) -> HostBytes {
-        HostBytes(Arc::new(v))
+        HostBytes::from_owner(v)
     }
 }
 
@@ -432,5 +539,37 @@ mod tests {
         g.output(y);
         g.validate().unwrap();
         assert!(g.dump().contains("%fc : f32 [2, 4] = Linear(%x, %w)"));
+    }
+
+    #[test]
+    fn derived_bytes_are_made_once_on_first_read_and_named_by_their_source_and_rule() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let made = Arc::new(AtomicUsize::new(0));
+        let source = HostBytes::from((0u8..200).collect::<Vec<u8>>());
+        let reversed = |made: &Arc<AtomicUsize>| {
+            let made = made.clone();
+            HostBytes::derived(&source, "reverse", 200, move |s| {
+                made.fetch_add(1, Ordering::SeqCst);
+                s.iter().rev().copied().collect()
+            })
+        };
+        let d = reversed(&made);
+        // Length and identity without making the bytes.
+        assert_eq!((d.len(), d.pending()), (200, true));
+        assert_eq!(d.fingerprint(), reversed(&made).fingerprint(), "same source and rule");
+        assert_ne!(d.fingerprint(), HostBytes::derived(&source, "other", 200, |s| s.to_vec()).fingerprint());
+        assert_ne!(d.fingerprint(), source.fingerprint());
+        assert_eq!(made.load(Ordering::SeqCst), 0, "nothing read them yet");
+        // Four threads read a clone each at once: made once, by one of them, for all.
+        let clones: Vec<HostBytes> = (0..4).map(|_| d.clone()).collect();
+        std::thread::scope(|s| {
+            for c in &clones {
+                s.spawn(move || assert_eq!(c.as_slice()[0], 199));
+            }
+        });
+        assert_eq!(made.load(Ordering::SeqCst), 1);
+        assert!(!d.pending());
+        assert_eq!(d.as_slice(), (0u8..200).rev().collect::<Vec<u8>>().as_slice());
+        assert!(!source.pending(), "owned bytes are never pending");
     }
 }

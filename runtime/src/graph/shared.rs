@@ -19,28 +19,8 @@ pub(super) struct Key {
     pub dtype: DType,
     pub dims: Vec<usize>,
     pub device: usize,
-    /// A hash of the length and of samples of the bytes (see [`fingerprint`]).
+    /// [`HostBytes::fingerprint`](super::ir::HostBytes::fingerprint) of the bytes.
     pub fingerprint: u64,
-}
-
-/// A hash of `bytes`' length, of their first and last 64 bytes and of 64 words spread
-/// over the rest: reads a few pages whatever the size (the bytes may be a memory map),
-/// and tells apart constants that merely share a name, dtype and shape.
-fn fingerprint(bytes: &[u8]) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    bytes.len().hash(&mut h);
-    if bytes.len() <= 1024 {
-        bytes.hash(&mut h);
-    } else {
-        bytes[..64].hash(&mut h);
-        bytes[bytes.len() - 64..].hash(&mut h);
-        let step = (bytes.len() - 8) / 64;
-        for i in 0..64 {
-            bytes[i * step..i * step + 8].hash(&mut h);
-        }
-    }
-    h.finish()
 }
 
 /// A constant's device copy and how it was prepared.
@@ -52,6 +32,10 @@ pub(super) struct Entry {
     pub relayout_for: Option<String>,
     /// The kernel, and what the backend prepared for it, of the node that read it.
     pub prepacked: Option<(String, Prepacked)>,
+    /// The kernel of the node that read it when the backend prepared nothing for that
+    /// node: a later compile running that kernel need not offer the bytes again (reading
+    /// them would make a derived weight, [`super::ir::HostBytes::derived`]).
+    pub declined_for: Option<String>,
 }
 
 /// The device copies of a model's constants, shared by every graph compiled with
@@ -129,6 +113,8 @@ pub(super) struct Sharing<'s> {
     hits: HashMap<ValueId, Entry>,
     /// What this compile prepared, offered with the constants it uploads.
     prepared: HashMap<ValueId, Prepared>,
+    /// The kernels for which the backend prepared nothing, by constant read.
+    declined: HashMap<ValueId, String>,
 }
 
 impl<'s> Sharing<'s> {
@@ -137,7 +123,7 @@ impl<'s> Sharing<'s> {
     pub(super) fn new(store: Option<&'s SharedConstants>, graph: &Graph, device: usize) -> Sharing<'s> {
         let keys = store.map_or_else(HashMap::new, |_| keys(graph, device));
         let hits = store.map_or_else(HashMap::new, |st| hits(st, &keys));
-        Sharing { store, keys, hits, prepared: HashMap::new() }
+        Sharing { store, keys, hits, prepared: HashMap::new(), declined: HashMap::new() }
     }
 
     /// `kernel` when there is a store to share what is prepared for it.
@@ -146,8 +132,16 @@ impl<'s> Sharing<'s> {
     }
 
     /// See [`reuse`].
-    pub(super) fn reuse(&mut self, graph: &Graph, n: &Node, kernel: Option<&str>) -> Option<Prepacked> {
+    pub(super) fn reuse(&mut self, graph: &Graph, n: &Node, kernel: Option<&str>) -> Option<Option<Prepacked>> {
         reuse(graph, n, kernel, &mut self.hits)
+    }
+
+    /// Notes that the backend prepared nothing for a node reading `inputs` (the constants
+    /// among them) with `kernel`.
+    pub(super) fn decline(&mut self, graph: &Graph, inputs: &[ValueId], kernel: &str) {
+        for v in inputs.iter().filter(|v| matches!(graph.values[v.0].kind, ValueKind::Constant(_))) {
+            self.declined.entry(*v).or_insert_with(|| kernel.to_string());
+        }
     }
 
     /// See [`note`].
@@ -175,7 +169,9 @@ impl<'s> Sharing<'s> {
     /// it prepared for it).
     pub(super) fn offer(&mut self, id: ValueId, device_copy: &Tensor) {
         if let (Some(st), Some(k)) = (self.store, self.keys.remove(&id)) {
-            st.offer(k, entry(device_copy, self.prepared.remove(&id)));
+            let mut e = entry(device_copy, self.prepared.remove(&id));
+            e.declined_for = self.declined.remove(&id);
+            st.offer(k, e);
         }
     }
 }
@@ -187,7 +183,7 @@ fn key(name: &str, t: &HostTensor, device: usize) -> Key {
         dtype: t.dtype,
         dims: t.shape.dims().to_vec(),
         device,
-        fingerprint: fingerprint(&t.bytes),
+        fingerprint: t.bytes.fingerprint(),
     }
 }
 
@@ -219,8 +215,9 @@ fn entry(tensor: &Tensor, prepared: Option<Prepared>) -> Entry {
             tensor: tensor.clone(),
             relayout_for: p.relaid.then(|| p.kernel.clone()),
             prepacked: Some((p.kernel, p.prepacked)),
+            declined_for: None,
         },
-        None => Entry { tensor: tensor.clone(), relayout_for: None, prepacked: None },
+        None => Entry { tensor: tensor.clone(), relayout_for: None, prepacked: None, declined_for: None },
     }
 }
 
@@ -229,10 +226,17 @@ fn hits(store: &SharedConstants, keys: &HashMap<ValueId, Key>) -> HashMap<ValueI
     keys.iter().filter_map(|(v, k)| store.get(k).map(|e| (*v, e))).collect()
 }
 
-/// What was prepared for node `n` (running `kernel`) when every constant it reads comes
-/// from the store and one was prepared for that kernel. Drops from `hits` the constants
-/// laid out for another kernel (the compile uploads them afresh).
-fn reuse(graph: &Graph, n: &Node, kernel: Option<&str>, hits: &mut HashMap<ValueId, Entry>) -> Option<Prepacked> {
+/// When every constant node `n` (running `kernel`) reads comes from the store: what was
+/// prepared for that kernel (`Some(Some(_))`), or `Some(None)` when the backend prepared
+/// nothing for it before; `None` when that is not known (the compile asks the backend).
+/// Drops from `hits` the constants laid out for another kernel (the compile uploads them
+/// afresh).
+fn reuse(
+    graph: &Graph,
+    n: &Node,
+    kernel: Option<&str>,
+    hits: &mut HashMap<ValueId, Entry>,
+) -> Option<Option<Prepacked>> {
     let kernel = kernel?;
     let consts: Vec<ValueId> =
         n.inputs.iter().filter(|v| matches!(graph.values[v.0].kind, ValueKind::Constant(_))).copied().collect();
@@ -244,7 +248,10 @@ fn reuse(graph: &Graph, n: &Node, kernel: Option<&str>, hits: &mut HashMap<Value
     if consts.is_empty() || !consts.iter().all(|v| hits.contains_key(v)) {
         return None;
     }
-    consts.iter().find_map(|v| hits[v].prepacked.as_ref().filter(|(k, _)| k == kernel).map(|(_, p)| p.clone()))
+    if let Some(p) = consts.iter().find_map(|v| hits[v].prepacked.as_ref().filter(|(k, _)| k == kernel)) {
+        return Some(Some(p.1.clone()));
+    }
+    consts.iter().all(|v| hits[v].declined_for.as_deref() == Some(kernel)).then_some(None)
 }
 
 /// Notes what the backend prepared for a node reading `inputs` (the constants among them)
