@@ -369,3 +369,85 @@ fn a_model_only_emulator_counts_and_models_what_a_computing_one_does() {
         assert_eq!((c.device_allocations, c.executors, c.descriptors), (0, 0, 0), "{soc}: {c:?}");
     }
 }
+
+/// The `llama-tiny` preset generating at precision f16 over acl-emu: the engine's KV caches
+/// are f16 (half the pool bytes of f32 caches), so on the 910B2 each decode step's attention
+/// is one aclnnIncreFlashAttentionV4 per layer and each cache write one
+/// aclnnScatterPaKvCache, while the 910A keeps its composition (no fused launch); a warm
+/// decode step makes no phase-1 call, with graph capture off (every launch counted) and
+/// on (`auto`: the steps replay their capture, the fused kernels launched when recorded);
+/// the greedy tokens are the CPU's at f16.
+#[test]
+fn llm_decode_at_f16_reaches_the_fused_attention() {
+    use npurt::llm::{Llm, LlmOptions, SamplingParams};
+    let test = "llm_decode_at_f16_reaches_the_fused_attention";
+    let options = || LlmOptions { max_seq_len: Some(64), max_batch: 2, ..LlmOptions::default() };
+    let prompts = [vec![5, 9, 14, 2, 7], vec![3, 8]];
+    let params = SamplingParams { stop_token_ids: Some(vec![]), ..SamplingParams::greedy(6) };
+    let f16 = |backend, graph_capture| {
+        let cfg = npurt::RuntimeConfig { precision: Precision::F16, graph_capture, ..npurt::RuntimeConfig::default() };
+        Runtime::with_backend(backend, cfg).expect("runtime")
+    };
+    let cpu_backend = common::backend("cpu").unwrap();
+    let cpu_llm = Llm::preset(&f16(cpu_backend, runtime::GraphCapture::Off), "llama-tiny", 3, options()).unwrap();
+    let want: Vec<Vec<u32>> =
+        cpu_llm.generate_ids(&prompts, &params).unwrap().into_iter().map(|g| g.token_ids).collect();
+    for soc in ["Ascend910A", "Ascend910B2"] {
+        let Some(emu) = AclEmu::on(soc, test) else { return };
+        for capture in [runtime::GraphCapture::Off, runtime::GraphCapture::Auto] {
+            let rt = f16(emu.backend.clone(), capture);
+            let pool = |rt: &Runtime| rt.pool_stats(0).map(|s| s.in_use_bytes + s.system_bytes).unwrap();
+            let before = pool(&rt);
+            let llm = Llm::preset(&rt, "llama-tiny", 3, options()).unwrap();
+            let held = pool(&rt) - before;
+            let what = format!("{soc} capture {capture:?}");
+            assert_eq!(llm.cache_shape().dtype, DType::F16, "{what}");
+            assert_eq!(held, llm.kv_cache_bytes(), "{what}: pool bytes of the caches");
+            let f32_caches = LlmOptions { kv_cache_dtype: Some(DType::F32), ..options() };
+            let before = pool(&rt);
+            let wide = Llm::preset(&rt, "llama-tiny", 3, f32_caches).unwrap();
+            assert_eq!(pool(&rt) - before, 2 * held, "{what}: f16 caches take half the bytes of f32 ones");
+            drop(wide);
+            // The first call compiles (and records); the second runs warm graphs.
+            let ifa = |e: &AclEmu| e.ctl.calls("aclnnIncreFlashAttentionV4");
+            let first = ifa(&emu);
+            llm.generate_ids(&prompts, &params).unwrap();
+            let fused = soc == "Ascend910B2";
+            assert_eq!(ifa(&emu) > first, fused, "{what}: aclnnIncreFlashAttentionV4 launched");
+            let layers = llm.config().num_hidden_layers as u64;
+            let read = |e: &AclEmu| {
+                let c = e.run.counters().unwrap();
+                (c.phase1_calls, ifa(e), e.ctl.calls("aclnnScatterPaKvCache"))
+            };
+            let (mut steps, mut last, mut events) = (Vec::new(), None, 0);
+            let out = llm
+                .generate_ids_stream(&prompts, &params, |_| {
+                    events += 1;
+                    // One event per sequence per step: read at the end of each step.
+                    if events % prompts.len() == 0 {
+                        let now = read(&emu);
+                        if let Some((p, i, s)) = last {
+                            steps.push((now.0 - p, now.1 - i, now.2 - s));
+                        }
+                        last = Some(now);
+                    }
+                    Ok(())
+                })
+                .unwrap();
+            let got: Vec<Vec<u32>> = out.into_iter().map(|g| g.token_ids).collect();
+            println!("{what}: per warm decode step (phase-1 calls, IFA, ScatterPaKvCache launches) {steps:?}");
+            assert_eq!(steps.len(), 5, "{what}: decode steps");
+            for (k, s) in steps.iter().enumerate() {
+                assert_eq!(s.0, 0, "{what}: decode step {k} made phase-1 calls");
+                if capture == runtime::GraphCapture::Off {
+                    let launched = if fused { (layers, layers) } else { (0, 0) };
+                    assert_eq!((s.1, s.2), launched, "{what}: decode step {k}'s fused launches");
+                }
+            }
+            assert_eq!(got, want, "{what}: greedy ids at f16 against the CPU's");
+            drop((llm, rt));
+        }
+        let c = emu.finish();
+        assert_eq!((c.device_allocations, c.executors, c.descriptors), (0, 0, 0), "{soc}: {c:?}");
+    }
+}

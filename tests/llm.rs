@@ -409,3 +409,78 @@ fn no_host_copy_of_the_weights_is_kept_after_the_first_compile() {
     let fresh = tiny(&rt, LlmOptions::default());
     assert_eq!(got, fresh.generate_ids(&two, &greedy(3)).unwrap());
 }
+
+/// Pool bytes (handed out, and served directly) of `rt`'s device 0.
+fn pool_bytes(rt: &npurt::Runtime) -> usize {
+    let s = rt.pool_stats(0).unwrap();
+    s.in_use_bytes + s.system_bytes
+}
+
+/// Greedy ids and each step's logits of `prompts` on `llm`.
+fn greedy_run(llm: &Llm, prompts: &[Vec<u32>], n: usize) -> (Vec<Vec<u32>>, Vec<Vec<Vec<f32>>>) {
+    let mut logits = vec![Vec::new(); prompts.len()];
+    let out = llm
+        .generate_ids_stream(prompts, &greedy(n), |e| {
+            logits[e.prompt].push(e.logits.to_vec());
+            Ok(())
+        })
+        .unwrap();
+    (out.into_iter().map(|g| g.token_ids).collect(), logits)
+}
+
+/// At precision f16 and bf16 the engine's KV caches are f16 / bf16: the pool holds half
+/// the bytes f32 caches take, and the decode graph casts the keys and values as it writes
+/// them and reads them back through PagedAttention. The tokens of a short greedy run are
+/// those of f32 caches at the same precision, and every step's logits stay within
+/// 1e-2 × max |logit| of them (measured: 2.4e-4 in f16, 3.6e-3 in bf16); they are also
+/// the tokens of precision f32, its logits within `LOOSE` (measured: 4.7e-4 in f16, 5e-3
+/// in bf16). f32 keeps f32 caches.
+#[test]
+fn reduced_precisions_keep_reduced_kv_caches_on_the_cpu() {
+    let ps = prompts()[..2].to_vec();
+    let f32_rt = cpu();
+    let before = pool_bytes(&f32_rt);
+    let wide = tiny(&f32_rt, LlmOptions::default());
+    let f32_bytes = pool_bytes(&f32_rt) - before;
+    assert_eq!(wide.cache_shape().dtype, npurt::DType::F32);
+    assert_eq!(f32_bytes, wide.kv_cache_bytes(), "the f32 caches in the pool");
+    let (f32_ids, f32_logits) = greedy_run(&wide, &ps, 8);
+    for (precision, dtype) in [(npurt::Precision::F16, npurt::DType::F16), (npurt::Precision::Bf16, npurt::DType::BF16)]
+    {
+        let cfg = RuntimeConfig { backend: Some("cpu".into()), precision, ..RuntimeConfig::default() };
+        let rt = npurt::Runtime::with_config(cfg).expect("cpu runtime");
+        let before = pool_bytes(&rt);
+        let llm = tiny(&rt, LlmOptions::default());
+        let held = pool_bytes(&rt) - before;
+        assert_eq!(llm.cache_shape().dtype, dtype, "{precision:?}");
+        assert_eq!((held, 2 * llm.kv_cache_bytes()), (f32_bytes / 2, f32_bytes), "{precision:?}: pool bytes");
+        let f32_caches = tiny(&rt, LlmOptions { kv_cache_dtype: Some(npurt::DType::F32), ..LlmOptions::default() });
+        let (ids, logits) = greedy_run(&llm, &ps, 8);
+        let (want_ids, want_logits) = greedy_run(&f32_caches, &ps, 8);
+        assert_eq!(ids, want_ids, "{precision:?}: greedy ids with {dtype} caches and with f32 caches");
+        let mut worst = 0f32;
+        for (g, w) in logits.iter().flatten().zip(want_logits.iter().flatten()) {
+            let scale = w.iter().fold(0f32, |m, x| m.max(x.abs()));
+            let err = g.iter().zip(w).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            worst = worst.max(err / scale);
+        }
+        println!("{precision:?}: {dtype} caches against f32 caches, max error {worst:.2e} x max |logit|");
+        // Against precision f32 (weights too in f32): the same greedy ids, each step's
+        // logits within the reduced-precision tolerance of tests against transformers.
+        let mut off = 0f32;
+        for (g, w) in logits.iter().flatten().zip(f32_logits.iter().flatten()) {
+            let scale = w.iter().fold(0f32, |m, x| m.max(x.abs()));
+            off = off.max(g.iter().zip(w).fold(0f32, |m, (a, b)| m.max((a - b).abs())) / scale);
+        }
+        println!(
+            "{precision:?}: against precision f32, max error {off:.2e} x max |logit|, ids {:?} / {:?}",
+            ids, f32_ids
+        );
+        assert_eq!(ids, f32_ids, "{precision:?}: greedy ids against precision f32");
+        assert!(off <= LOOSE, "{precision:?}: logits {off} x max |logit| from precision f32's");
+        assert!(worst <= 1e-2, "{precision:?}: logits {worst} x max |logit| from f32 caches'");
+        // The decode graph writes and reads the reduced caches (a Cast before each write).
+        let steps = llm.compiled_steps();
+        assert!(steps.iter().any(|s| matches!(s, Step::Decode { .. })), "{steps:?}");
+    }
+}

@@ -6,123 +6,23 @@
 use acl_sys::codes::*;
 use acl_sys::result::{self as r, aclnn};
 use acl_sys::*;
-use npurt_test_support::emu::{Emu, emu_or_skip, fake_toolkit, serial};
-use std::ffi::c_void;
-use std::ptr::null;
+use npurt_test_support::emu::serial;
 
-/// A bound device with one allocation (64 KiB), a stream and the descriptors made.
-struct Dev {
-    api: Api,
-    base: *mut c_void,
-    stream: aclrtStream,
-    descs: Vec<*mut aclTensor>,
-}
-
-impl Dev {
-    fn open(tag: &str, soc: &str) -> Option<(Dev, Emu)> {
-        let emu = emu_or_skip(tag)?;
-        let tk = fake_toolkit(tag, &emu);
-        let ctl = Emu::open(&emu);
-        assert_eq!(ctl.configure(&format!("soc={soc};fail=")), 0);
-        let api = Api::load(&LoadConfig { lib_dir: Some(tk.join("lib64")), no_system_loader: true }).expect("load");
-        // SAFETY: no configuration file.
-        match unsafe { r::init(&api, null()) } {
-            Ok(()) => {}
-            Err(e) if e.code() == Some(ACL_ERROR_REPEAT_INITIALIZE) => {}
-            Err(e) => panic!("{e}"),
-        }
-        r::set_device(&api, 0).unwrap();
-        let base = r::malloc(&api, 64 << 10, ACL_MEM_MALLOC_HUGE_FIRST).unwrap();
-        let stream = r::create_stream(&api).unwrap();
-        Some((Dev { api, base, stream, descs: Vec::new() }, ctl))
-    }
-
-    fn at(&self, off: usize) -> *mut c_void {
-        (self.base as usize + off) as *mut c_void
-    }
-
-    /// A tensor descriptor of `dims` with `strides` (contiguous when empty) at byte `off`.
-    fn tensor(&mut self, dims: &[i64], strides: &[i64], dt: aclDataType, off: usize) -> *mut aclTensor {
-        let mut st = vec![1i64; dims.len()];
-        for i in (0..dims.len().saturating_sub(1)).rev() {
-            st[i] = st[i + 1] * dims[i + 1];
-        }
-        let st = if strides.is_empty() { st } else { strides.to_vec() };
-        let n = dims.len() as u64;
-        // SAFETY: the arrays hold `n` values; the address lies inside the allocation.
-        let t = unsafe {
-            aclnn::create_tensor(
-                &self.api,
-                dims.as_ptr(),
-                n,
-                dt,
-                st.as_ptr(),
-                0,
-                ACL_FORMAT_ND,
-                dims.as_ptr(),
-                n,
-                self.at(off),
-            )
-        }
-        .unwrap();
-        self.descs.push(t);
-        t
-    }
-
-    fn put<T: Copy>(&self, off: usize, v: &[T]) {
-        let n = std::mem::size_of_val(v);
-        // SAFETY: `v` is `n` readable bytes; the device range lies inside the allocation.
-        unsafe { r::memcpy(&self.api, self.at(off), n, v.as_ptr().cast(), n, ACL_MEMCPY_HOST_TO_DEVICE) }.unwrap();
-    }
-
-    fn get<T: Copy + Default>(&self, off: usize, n: usize) -> Vec<T> {
-        let mut v = vec![T::default(); n];
-        let b = std::mem::size_of_val(v.as_slice());
-        // SAFETY: the stream is synchronised first; `v` is `b` writable bytes.
-        unsafe {
-            r::synchronize_stream(&self.api, self.stream).unwrap();
-            r::memcpy(&self.api, v.as_mut_ptr().cast(), b, self.at(off), b, ACL_MEMCPY_DEVICE_TO_HOST).unwrap();
-        }
-        v
-    }
-
-    /// Phase 2 of `(ws, executor)` on the stream, with the workspace at offset 32 KiB.
-    fn launch(
-        &self,
-        run: unsafe fn(&Api, *mut c_void, u64, *mut aclOpExecutor, aclrtStream) -> Result<(), AclError>,
-        (ws, ex): (u64, *mut aclOpExecutor),
-    ) {
-        assert!(ws <= 32 << 10);
-        // SAFETY: a fresh executor; the workspace is device memory of `ws` bytes.
-        unsafe { run(&self.api, self.at(32 << 10), ws, ex, self.stream) }.unwrap();
-    }
-
-    fn close(self) {
-        // SAFETY: everything queued is finished before the memory and the stream go.
-        unsafe {
-            r::synchronize_stream(&self.api, self.stream).unwrap();
-            for t in self.descs {
-                aclnn::destroy_tensor(&self.api, t).unwrap();
-            }
-            r::destroy_stream(&self.api, self.stream).unwrap();
-            r::free(&self.api, self.base).unwrap();
-            r::reset_device(&self.api, 0).unwrap();
-        }
-    }
-}
+mod common;
+use common::Dev;
 
 #[test]
 fn triu_keeps_the_upper_triangle_of_a_broadcast_one() {
     let _one = serial();
-    let Some((mut d, ctl)) = Dev::open("dec-triu", "Ascend910A") else { return };
+    let Some((d, ctl)) = Dev::open("dec-triu", Some("Ascend910A")) else { return };
     d.put(0, &[1u8]);
     // A 1 broadcast to [3, 4] through zero strides; diagonal 2 (T - S + 1 for S 3, T 4).
-    let one = d.tensor(&[3, 4], &[0, 0], ACL_BOOL, 0);
-    let out = d.tensor(&[3, 4], &[], ACL_BOOL, 512);
-    let bad = d.tensor(&[3, 4], &[], ACL_FLOAT, 1024);
+    let one = d.strided(&[3, 4], &[0, 0], ACL_BOOL, 0);
+    let out = d.tensor(&[3, 4], ACL_BOOL, 512);
+    let bad = d.tensor(&[3, 4], ACL_FLOAT, 1024);
     // SAFETY: live descriptors over the allocation; the executor is launched once.
     unsafe {
-        d.launch(aclnn::triu, aclnn::triu_get_workspace_size(&d.api, one, 2, out).unwrap());
+        d.launch(aclnn::triu, aclnn::triu_get_workspace_size(&d.api, one, 2, out).unwrap()).unwrap();
         let e = aclnn::triu_get_workspace_size(&d.api, one, 0, bad).unwrap_err();
         assert_eq!(e.code(), Some(ACLNN_ERR_PARAM_INVALID), "{e}");
     }
@@ -134,14 +34,14 @@ fn triu_keeps_the_upper_triangle_of_a_broadcast_one() {
 /// `[x1, x2]` of one token, D = 4, with cos 0.5 and sin 0.25 everywhere.
 fn rotary(soc: &str, tag: &str) -> Option<(Result<Vec<f32>, i32>, u64)> {
     let _one = serial();
-    let (mut d, ctl) = Dev::open(tag, soc)?;
+    let (d, ctl) = Dev::open(tag, Some(soc))?;
     d.put(0, &[1.0f32, 2.0, 3.0, 4.0]);
     d.put(512, &[0.5f32; 4]);
     d.put(1024, &[0.25f32; 4]);
-    let x = d.tensor(&[1, 1, 1, 4], &[], ACL_FLOAT, 0);
-    let (c, s) = (d.tensor(&[1, 1, 1, 4], &[], ACL_FLOAT, 512), d.tensor(&[1, 1, 1, 4], &[], ACL_FLOAT, 1024));
-    let out = d.tensor(&[1, 1, 1, 4], &[], ACL_FLOAT, 1536);
-    let half = d.tensor(&[1, 1, 1, 4], &[], ACL_FLOAT16, 2048);
+    let x = d.tensor(&[1, 1, 1, 4], ACL_FLOAT, 0);
+    let (c, s) = (d.tensor(&[1, 1, 1, 4], ACL_FLOAT, 512), d.tensor(&[1, 1, 1, 4], ACL_FLOAT, 1024));
+    let out = d.tensor(&[1, 1, 1, 4], ACL_FLOAT, 1536);
+    let half = d.tensor(&[1, 1, 1, 4], ACL_FLOAT16, 2048);
     // SAFETY: live descriptors over the allocation; the executor is launched once.
     let r = unsafe {
         // A cos of another dtype than x is invalid on every SoC.
@@ -149,7 +49,7 @@ fn rotary(soc: &str, tag: &str) -> Option<(Result<Vec<f32>, i32>, u64)> {
         assert_eq!(e.code(), Some(ACLNN_ERR_PARAM_INVALID), "{e}");
         match aclnn::rotary_position_embedding_get_workspace_size(&d.api, x, c, s, 0, out) {
             Ok(p1) => {
-                d.launch(aclnn::rotary_position_embedding, p1);
+                d.launch(aclnn::rotary_position_embedding, p1).unwrap();
                 Ok(d.get::<f32>(1536, 4))
             }
             Err(e) => Err(e.code().unwrap_or(0)),
@@ -180,27 +80,29 @@ fn rotary_position_embedding_has_no_kernel_on_the_910() {
 #[test]
 fn scatter_nd_update_writes_rows_by_index_on_the_910() {
     let _one = serial();
-    let Some((mut d, ctl)) = Dev::open("dec-scatter-nd", "Ascend910A") else { return };
+    let Some((d, ctl)) = Dev::open("dec-scatter-nd", Some("Ascend910A")) else { return };
     d.put(0, &[0.0f32, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]);
     d.put(512, &[3i32, 1]);
     d.put(1024, &[10.0f32, 11.0, 12.0, 13.0]);
-    let var = d.tensor(&[4, 2], &[], ACL_FLOAT, 0);
-    let idx = d.tensor(&[2, 1], &[], ACL_INT32, 512);
-    let upd = d.tensor(&[2, 2], &[], ACL_FLOAT, 1024);
-    let short = d.tensor(&[1, 2], &[], ACL_FLOAT, 1024);
+    let var = d.tensor(&[4, 2], ACL_FLOAT, 0);
+    let idx = d.tensor(&[2, 1], ACL_INT32, 512);
+    let upd = d.tensor(&[2, 2], ACL_FLOAT, 1024);
+    let short = d.tensor(&[1, 2], ACL_FLOAT, 1024);
     // SAFETY: live descriptors over the allocation; each executor is launched once.
     unsafe {
         // updates must be indices[..-1] ++ var[K..].
         let e = aclnn::scatter_nd_update_get_workspace_size(&d.api, var, idx, short).unwrap_err();
         assert_eq!(e.code(), Some(ACLNN_ERR_PARAM_INVALID), "{e}");
-        d.launch(aclnn::scatter_nd_update, aclnn::scatter_nd_update_get_workspace_size(&d.api, var, idx, upd).unwrap());
+        d.launch(aclnn::scatter_nd_update, aclnn::scatter_nd_update_get_workspace_size(&d.api, var, idx, upd).unwrap())
+            .unwrap();
     }
     assert_eq!(d.get::<f32>(0, 8), [0.0, 1.0, 12.0, 13.0, 4.0, 5.0, 10.0, 11.0]);
     assert_eq!(ctl.calls("aclnnScatterNdUpdate"), 1);
     d.put(512, &[4i32, 0]);
     // SAFETY: as above.
     let e = unsafe {
-        d.launch(aclnn::scatter_nd_update, aclnn::scatter_nd_update_get_workspace_size(&d.api, var, idx, upd).unwrap());
+        d.launch(aclnn::scatter_nd_update, aclnn::scatter_nd_update_get_workspace_size(&d.api, var, idx, upd).unwrap())
+            .unwrap();
         r::synchronize_stream(&d.api, d.stream).unwrap_err()
     };
     assert_eq!(e.code(), Some(ACL_ERROR_RT_AICORE_EXCEPTION), "{e}");
@@ -218,15 +120,15 @@ fn h(x: f32) -> u16 {
 /// `Ok(key cache, value cache)` after the launch, or the phase-1 code.
 fn pa_kv_cache(soc: &str, tag: &str, dt: aclDataType) -> Option<Result<(Vec<u16>, Vec<u16>), i32>> {
     let _one = serial();
-    let (mut d, _ctl) = Dev::open(tag, soc)?;
+    let (d, _ctl) = Dev::open(tag, Some(soc))?;
     d.put(0, &[0u16; 8]);
     d.put(512, &[0u16; 8]);
     d.put(1024, &[h(1.0), h(2.0), h(3.0), h(4.0)]);
     d.put(1536, &[h(5.0), h(6.0), h(7.0), h(8.0)]);
     d.put(2048, &[3i64, 0]);
-    let (kc, vc) = (d.tensor(&[2, 2, 1, 2], &[], dt, 0), d.tensor(&[2, 2, 1, 2], &[], dt, 512));
-    let (k, v) = (d.tensor(&[2, 1, 2], &[], dt, 1024), d.tensor(&[2, 1, 2], &[], dt, 1536));
-    let slots = d.tensor(&[2], &[], ACL_INT64, 2048);
+    let (kc, vc) = (d.tensor(&[2, 2, 1, 2], dt, 0), d.tensor(&[2, 2, 1, 2], dt, 512));
+    let (k, v) = (d.tensor(&[2, 1, 2], dt, 1024), d.tensor(&[2, 1, 2], dt, 1536));
+    let slots = d.tensor(&[2], ACL_INT64, 2048);
     let (n, np, na) = (std::ptr::null(), std::ptr::null_mut(), std::ptr::null());
     // SAFETY: live descriptors over the allocation; NULL for the optional inputs and modes
     // but the cache mode, a NUL-terminated string; the executor is launched once.
@@ -248,7 +150,7 @@ fn pa_kv_cache(soc: &str, tag: &str, dt: aclDataType) -> Option<Result<(Vec<u16>
         );
         match p1 {
             Ok(p1) => {
-                d.launch(aclnn::scatter_pa_kv_cache, p1);
+                d.launch(aclnn::scatter_pa_kv_cache, p1).unwrap();
                 Ok((d.get::<u16>(0, 8), d.get::<u16>(512, 8)))
             }
             Err(e) => Err(e.code().unwrap_or(0)),

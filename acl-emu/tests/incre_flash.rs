@@ -4,11 +4,13 @@
 //! member it does not hold), the docs' checks, and no kernel on the 910 (561003).
 
 use acl_sys::codes::*;
-use acl_sys::result::{self as r, aclnn};
+use acl_sys::result::aclnn;
 use acl_sys::*;
-use npurt_test_support::emu::{Emu, emu_or_skip, fake_toolkit, serial};
-use std::ffi::c_void;
+use npurt_test_support::emu::serial;
 use std::ptr::null;
+
+mod common;
+use common::{Dev, WS};
 
 /// Byte offsets in the one allocation: q `[1, 1, 32]`, the caches `[2, 16, 16]` (a second
 /// value cache too), the table `[1, 2]`, the mask `[1, 1, 1, 32]`, the output, the workspace.
@@ -19,77 +21,6 @@ const VC2: usize = 5120;
 const BT: usize = 3072;
 const MASK: usize = 3584;
 const OUT: usize = 4096;
-const WS: usize = 32 << 10;
-
-struct Dev {
-    api: Api,
-    base: *mut c_void,
-    stream: aclrtStream,
-}
-
-impl Dev {
-    fn open(tag: &str, soc: &str) -> Option<(Dev, Emu)> {
-        let emu = emu_or_skip(tag)?;
-        let tk = fake_toolkit(tag, &emu);
-        let ctl = Emu::open(&emu);
-        assert_eq!(ctl.configure(&format!("soc={soc};fail=")), 0);
-        let api = Api::load(&LoadConfig { lib_dir: Some(tk.join("lib64")), no_system_loader: true }).expect("load");
-        // SAFETY: no configuration file.
-        match unsafe { r::init(&api, null()) } {
-            Ok(()) => {}
-            Err(e) if e.code() == Some(ACL_ERROR_REPEAT_INITIALIZE) => {}
-            Err(e) => panic!("{e}"),
-        }
-        r::set_device(&api, 0).unwrap();
-        let base = r::malloc(&api, 64 << 10, ACL_MEM_MALLOC_HUGE_FIRST).unwrap();
-        let stream = r::create_stream(&api).unwrap();
-        Some((Dev { api, base, stream }, ctl))
-    }
-
-    fn at(&self, off: usize) -> *mut c_void {
-        (self.base as usize + off) as *mut c_void
-    }
-
-    fn tensor(&self, dims: &[i64], dt: aclDataType, off: usize) -> *mut aclTensor {
-        let mut st = vec![1i64; dims.len()];
-        for i in (0..dims.len().saturating_sub(1)).rev() {
-            st[i] = st[i + 1] * dims[i + 1];
-        }
-        let n = dims.len() as u64;
-        // SAFETY: the arrays hold `n` values; the view lies inside the allocation.
-        unsafe {
-            aclnn::create_tensor(
-                &self.api,
-                dims.as_ptr(),
-                n,
-                dt,
-                st.as_ptr(),
-                0,
-                ACL_FORMAT_ND,
-                dims.as_ptr(),
-                n,
-                self.at(off),
-            )
-        }
-        .unwrap()
-    }
-
-    fn put<T: Copy>(&self, off: usize, v: &[T]) {
-        let n = std::mem::size_of_val(v);
-        // SAFETY: `v` is `n` readable bytes; the device range lies inside the allocation.
-        unsafe { r::memcpy(&self.api, self.at(off), n, v.as_ptr().cast(), n, ACL_MEMCPY_HOST_TO_DEVICE) }.unwrap();
-    }
-
-    fn get_f16(&self, off: usize, n: usize) -> Vec<f32> {
-        let mut v = vec![0u16; n];
-        // SAFETY: the stream is synchronised first; `v` is `2n` writable bytes.
-        unsafe {
-            r::synchronize_stream(&self.api, self.stream).unwrap();
-            r::memcpy(&self.api, v.as_mut_ptr().cast(), 2 * n, self.at(off), 2 * n, ACL_MEMCPY_DEVICE_TO_HOST).unwrap();
-        }
-        v.into_iter().map(|b| half::f16::from_bits(b).to_f32()).collect()
-    }
-}
 
 /// The operands: keys 0 (every score 0, so the weights are uniform over the unmasked
 /// positions), values of slot `16 + i` all `(i + 1) · k` (`k` 1 in the first value cache,
@@ -108,21 +39,20 @@ fn fill(d: &Dev) {
     d.put(MASK, &mask);
 }
 
-/// Phase 1 with `block_size`; the key and value lists are returned for the setter.
-/// Phase 1's result, the key and value lists, the other descriptors.
-type Made = (Result<(u64, *mut aclOpExecutor), AclError>, [*mut aclTensorList; 2], Vec<*mut aclTensor>);
+/// Phase 1's result and the key and value lists (for the setter).
+type Made = (Result<(u64, *mut aclOpExecutor), AclError>, [*mut aclTensorList; 2]);
 
+/// Phase 1 with `block_size`.
 fn phase1(d: &Dev, block_size: i64) -> Made {
     let q = d.tensor(&[1, 1, 32], ACL_FLOAT16, Q);
     let (kc, vc) = (d.tensor(&[2, 16, 16], ACL_FLOAT16, KC), d.tensor(&[2, 16, 16], ACL_FLOAT16, VC));
     let bt = d.tensor(&[1, 2], ACL_INT32, BT);
     let mask = d.tensor(&[1, 1, 1, 32], ACL_BOOL, MASK);
     let out = d.tensor(&[1, 1, 32], ACL_FLOAT16, OUT);
-    // SAFETY: live descriptors, each in one list; the lengths are copied; NULL for the
-    // optional inputs the form does not use; the layout is NUL-terminated.
+    let (kl, vl) = (d.list(&[kc]), d.list(&[vc]));
+    // SAFETY: live descriptors and lists; the lengths are copied; NULL for the optional
+    // inputs the form does not use; the layout is NUL-terminated.
     unsafe {
-        let kl = aclnn::create_tensor_list(&d.api, [kc.cast_const()].as_ptr(), 1).unwrap();
-        let vl = aclnn::create_tensor_list(&d.api, [vc.cast_const()].as_ptr(), 1).unwrap();
         let lens = aclnn::create_int_array(&d.api, [32i64].as_ptr(), 1).unwrap();
         let n = null();
         let p1 = aclnn::incre_flash_attention_v4_get_workspace_size(
@@ -151,32 +81,16 @@ fn phase1(d: &Dev, block_size: i64) -> Made {
             out,
         );
         aclnn::destroy_int_array(&d.api, lens).unwrap();
-        (p1, [kl, vl], vec![q, bt, mask, out])
-    }
-}
-
-fn close(d: Dev, lists: [*mut aclTensorList; 2], descs: Vec<*mut aclTensor>) {
-    // SAFETY: the stream is synchronised before anything it used goes; each object once.
-    unsafe {
-        r::synchronize_stream(&d.api, d.stream).unwrap();
-        for l in lists {
-            aclnn::destroy_tensor_list(&d.api, l).unwrap();
-        }
-        for t in descs {
-            aclnn::destroy_tensor(&d.api, t).unwrap();
-        }
-        r::destroy_stream(&d.api, d.stream).unwrap();
-        r::free(&d.api, d.base).unwrap();
-        r::reset_device(&d.api, 0).unwrap();
+        (p1, [kl, vl])
     }
 }
 
 #[test]
 fn the_paged_form_attends_the_unmasked_positions_and_follows_a_moved_cache() {
     let _one = serial();
-    let Some((d, ctl)) = Dev::open("ifa-b2", "Ascend910B2") else { return };
+    let Some((d, ctl)) = Dev::open("ifa-b2", Some("Ascend910B2")) else { return };
     fill(&d);
-    let (p1, lists, descs) = phase1(&d, 16);
+    let (p1, lists) = phase1(&d, 16);
     let (ws, ex) = p1.unwrap();
     assert!(ws as usize <= (64 << 10) - WS);
     // SAFETY: a fresh executor, made repeatable before its first launch, destroyed once; the
@@ -196,7 +110,7 @@ fn the_paged_form_attends_the_unmasked_positions_and_follows_a_moved_cache() {
         aclnn::destroy_executor(&d.api, ex).unwrap();
     }
     assert_eq!(ctl.calls("aclnnIncreFlashAttentionV4"), 2);
-    close(d, lists, descs);
+    d.close();
 }
 
 #[test]
@@ -205,11 +119,11 @@ fn the_docs_checks_hold_and_the_910_has_no_kernel() {
     for (soc, block_size, code) in
         [("Ascend910B2", 8, ACLNN_ERR_PARAM_INVALID), ("Ascend910A", 16, ACLNN_ERR_INNER_FIND_KERNEL_ERROR)]
     {
-        let Some((d, _ctl)) = Dev::open(&format!("ifa-{soc}-{block_size}"), soc) else { return };
+        let Some((d, _ctl)) = Dev::open(&format!("ifa-{soc}-{block_size}"), Some(soc)) else { return };
         fill(&d);
-        let (p1, lists, descs) = phase1(&d, block_size);
+        let (p1, _lists) = phase1(&d, block_size);
         let e = p1.map(|_| ()).unwrap_err();
         assert_eq!(e.code(), Some(code), "{soc}, blockSize {block_size}: {e}");
-        close(d, lists, descs);
+        d.close();
     }
 }

@@ -4,134 +4,16 @@
 //! checks phase 1 makes, the protocol, and fault injection on each of the six symbols.
 
 use acl_sys::codes::*;
-use acl_sys::result::{self as r, aclnn};
+use acl_sys::result::aclnn;
 use acl_sys::*;
-use npurt_test_support::emu::{Emu, emu_or_skip, fake_toolkit, serial};
-use std::cell::RefCell;
+use npurt_test_support::emu::serial;
 use std::ffi::c_void;
-use std::ptr::{null, null_mut};
+use std::ptr::null;
+
+mod common;
+use common::Dev;
 
 const NEG: f32 = f32::NEG_INFINITY;
-
-/// A bound device with one allocation (64 KiB) and a stream.
-struct Dev {
-    api: Api,
-    base: *mut c_void,
-    stream: aclrtStream,
-    descs: RefCell<Vec<*mut aclTensor>>,
-}
-
-impl Dev {
-    fn open(tag: &str) -> Option<(Dev, Emu)> {
-        let emu = emu_or_skip(tag)?;
-        let tk = fake_toolkit(tag, &emu);
-        let api = Api::load(&LoadConfig { lib_dir: Some(tk.join("lib64")), no_system_loader: true }).expect("load");
-        let ctl = Emu::open(&emu);
-        assert_eq!(ctl.configure("fail="), 0);
-        // SAFETY: no configuration file.
-        match unsafe { r::init(&api, null()) } {
-            Ok(()) => {}
-            Err(e) if e.code() == Some(ACL_ERROR_REPEAT_INITIALIZE) => {}
-            Err(e) => panic!("{e}"),
-        }
-        r::set_device(&api, 0).unwrap();
-        let base = r::malloc(&api, 64 << 10, ACL_MEM_MALLOC_HUGE_FIRST).unwrap();
-        let stream = r::create_stream(&api).unwrap();
-        Some((Dev { api, base, stream, descs: RefCell::default() }, ctl))
-    }
-
-    fn at(&self, off: usize) -> *mut c_void {
-        (self.base as usize + off) as *mut c_void
-    }
-
-    /// A contiguous tensor descriptor of `dims` at byte offset `off` of the allocation.
-    fn tensor(&self, dims: &[i64], dt: aclDataType, off: usize) -> *mut aclTensor {
-        let mut strides = vec![1i64; dims.len()];
-        for i in (0..dims.len().saturating_sub(1)).rev() {
-            strides[i] = strides[i + 1] * dims[i + 1];
-        }
-        let n = dims.len() as u64;
-        // SAFETY: the arrays hold `n` values; the address lies inside the allocation.
-        let t = unsafe {
-            aclnn::create_tensor(
-                &self.api,
-                dims.as_ptr(),
-                n,
-                dt,
-                strides.as_ptr(),
-                0,
-                ACL_FORMAT_ND,
-                dims.as_ptr(),
-                n,
-                self.at(off),
-            )
-        }
-        .unwrap();
-        self.descs.borrow_mut().push(t);
-        t
-    }
-
-    fn put<T: Copy>(&self, off: usize, v: &[T]) {
-        let n = std::mem::size_of_val(v);
-        // SAFETY: `v` is `n` readable bytes; the device range lies inside the allocation.
-        unsafe { r::memcpy(&self.api, self.at(off), n, v.as_ptr().cast(), n, ACL_MEMCPY_HOST_TO_DEVICE) }.unwrap();
-    }
-
-    fn get<T: Copy + Default>(&self, off: usize, n: usize) -> Vec<T> {
-        let mut v = vec![T::default(); n];
-        let b = std::mem::size_of_val(v.as_slice());
-        // SAFETY: the stream is synchronised first; `v` is `b` writable bytes.
-        unsafe {
-            r::synchronize_stream(&self.api, self.stream).unwrap();
-            r::memcpy(&self.api, v.as_mut_ptr().cast(), b, self.at(off), b, ACL_MEMCPY_DEVICE_TO_HOST).unwrap();
-        }
-        v
-    }
-
-    fn scalar<T: Copy>(&self, mut v: T, dt: aclDataType) -> *mut aclScalar {
-        // SAFETY: `v` is a readable value of `dt`, copied by the call.
-        unsafe { aclnn::create_scalar(&self.api, (&mut v as *mut T).cast(), dt) }.unwrap()
-    }
-
-    fn dims(&self, v: &[i64]) -> *mut aclIntArray {
-        // SAFETY: `v` holds `v.len()` values, copied by the call.
-        unsafe { aclnn::create_int_array(&self.api, v.as_ptr(), v.len() as u64) }.unwrap()
-    }
-
-    /// Phase 2 of `(ws, executor)` on the stream, with the workspace at offset 32 KiB.
-    fn launch(
-        &self,
-        run: unsafe fn(&Api, *mut c_void, u64, *mut aclOpExecutor, aclrtStream) -> Result<(), AclError>,
-        (ws, ex): (u64, *mut aclOpExecutor),
-    ) -> Result<(), AclError> {
-        assert!(ws <= 32 << 10);
-        let w = if ws == 0 { null_mut() } else { self.at(32 << 10) };
-        // SAFETY: a fresh executor; the workspace is device memory of `ws` bytes.
-        unsafe { run(&self.api, w, ws, ex, self.stream) }
-    }
-
-    /// Releases an executor phase 2 did not consume.
-    fn drop_executor(&self, ex: *mut aclOpExecutor) {
-        // SAFETY: a live executor from phase 1, never launched.
-        unsafe {
-            aclnn::set_executor_repeatable(&self.api, ex).unwrap();
-            aclnn::destroy_executor(&self.api, ex).unwrap();
-        }
-    }
-
-    fn close(self) {
-        // SAFETY: everything queued is finished before the memory and the stream go.
-        unsafe {
-            r::synchronize_stream(&self.api, self.stream).unwrap();
-            for t in self.descs.take() {
-                aclnn::destroy_tensor(&self.api, t).unwrap();
-            }
-            r::destroy_stream(&self.api, self.stream).unwrap();
-            r::free(&self.api, self.base).unwrap();
-            r::reset_device(&self.api, 0).unwrap();
-        }
-    }
-}
 
 fn code(r: Result<impl Sized, AclError>) -> Option<i32> {
     r.err().and_then(|e| e.code())
@@ -140,7 +22,7 @@ fn code(r: Result<impl Sized, AclError>) -> Option<i32> {
 #[test]
 fn fully_masked_rows_are_found_and_zeroed() {
     let _one = serial();
-    let Some((d, ctl)) = Dev::open("masking-rows") else { return };
+    let Some((d, ctl)) = Dev::open("masking-rows", None) else { return };
     let api = &d.api;
     // Scores: a normal row, a fully masked row, a NaN row, a row ending in NaN.
     let scores = [1.0, NEG, 3.0, NEG, NEG, NEG, f32::NAN, 1.0, NEG, 1.0, 2.0, f32::NAN];
@@ -216,7 +98,7 @@ fn fully_masked_rows_are_found_and_zeroed() {
 #[test]
 fn phase_one_checks_operands_as_ops_math_does() {
     let _one = serial();
-    let Some((d, ctl)) = Dev::open("masking-checks") else { return };
+    let Some((d, ctl)) = Dev::open("masking-checks", None) else { return };
     let (api, s) = (&d.api, d.stream);
     let x = d.tensor(&[4, 3], ACL_FLOAT, 0);
     let row = d.tensor(&[4, 1], ACL_FLOAT, 512);
@@ -271,7 +153,7 @@ fn phase_one_checks_operands_as_ops_math_does() {
 #[test]
 fn each_new_symbol_fails_when_told_and_names_itself() {
     let _one = serial();
-    let Some((d, ctl)) = Dev::open("masking-faults") else { return };
+    let Some((d, ctl)) = Dev::open("masking-faults", None) else { return };
     let api = &d.api;
     let x = d.tensor(&[2, 3], ACL_FLOAT, 0);
     let row = d.tensor(&[2, 1], ACL_FLOAT, 512);

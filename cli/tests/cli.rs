@@ -528,3 +528,29 @@ fn op_writes_every_output_of_add_rms_norm() {
         close(&floats(&o), &norm(&xs), 1e-5);
     }
 }
+
+/// `bench llm --kv-cache`: the caches' dtype as given (in the report and the JSON), the
+/// precision's without it (f16 at f16), and a dtype a cache cannot hold is refused by name.
+#[test]
+fn bench_llm_takes_the_kv_cache_dtype() {
+    let file = std::env::temp_dir().join(format!("npurt-llm-kv-{}.json", std::process::id()));
+    let path = file.to_str().unwrap();
+    let base = ["bench", "llm", "--model", "llama-tiny", "--prompt-len", "4", "--gen", "2", "--json", path];
+    for (precision, flag, want) in [("f16", None, "f16"), ("f16", Some("f32"), "f32"), ("f32", Some("bf16"), "bf16")] {
+        let mut c = bin();
+        c.args(base).env("NPURT_BACKEND", "cpu").env("NPURT_PRECISION", precision);
+        if let Some(f) = flag {
+            c.args(["--kv-cache", f]);
+        }
+        let r = c.output().unwrap();
+        assert!(r.status.success(), "{precision} {flag:?}: {}", String::from_utf8_lossy(&r.stderr));
+        assert!(String::from_utf8_lossy(&r.stdout).contains(&format!("MiB ({want})")), "{precision} {flag:?}");
+        let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        assert_eq!(doc["kv_cache_dtype"], want, "{precision} {flag:?}");
+    }
+    std::fs::remove_file(&file).ok();
+    let (code, _, err) =
+        npurt(&["bench", "llm", "--model", "llama-tiny", "--prompt-len", "4", "--gen", "2", "--kv-cache", "i32"]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("the KV cache is f32, f16 or bf16"), "{err}");
+}

@@ -93,13 +93,23 @@ impl Engine {
                 .checked_mul(o.max_batch)
                 .ok_or_else(|| Error::Config("llm: max_batch x max_seq_len overflows".into()))?,
         };
-        let cache = CacheShape { num_blocks, block_size: o.block_size, max_blocks };
+        let compile = CompileOptions::from_config(rt.config(), o.device);
+        let dtype = match o.kv_cache_dtype {
+            Some(d @ (DType::F32 | DType::F16 | DType::BF16)) => d,
+            Some(d) => return Err(Error::Config(format!("llm: KV caches are f32, f16 or bf16, not {d}"))),
+            None => CacheShape::dtype_for(compile.precision.resolve(rt.auto_precision(o.device)?)),
+        };
+        let cache = CacheShape { num_blocks, block_size: o.block_size, max_blocks, dtype };
         let bytes = cache.bytes(&config).ok_or_else(|| Error::Config("llm: the KV cache size overflows".into()))?;
-        log::info!("llm: KV cache {num_blocks} blocks of {} tokens, {:.1} MiB", o.block_size, bytes as f64 / 1048576.0);
+        log::info!(
+            "llm: KV cache {num_blocks} blocks of {} tokens in {dtype}, {:.1} MiB",
+            o.block_size,
+            bytes as f64 / 1048576.0
+        );
         let blocks = BlockManager::new(num_blocks, o.block_size)?;
         let mut caches = Vec::with_capacity(2 * config.num_hidden_layers);
         for _ in 0..2 * config.num_hidden_layers {
-            caches.push(rt.zeros(DType::F32, cache.dims(&config), o.device)?);
+            caches.push(rt.zeros(dtype, cache.dims(&config), o.device)?);
         }
         let rope = RopeTables::new(&config, max_seq_len)?;
         // A decode step reads every weight but an untied embedding table, of which it reads
@@ -112,7 +122,7 @@ impl Engine {
             cache,
             max_batch: o.max_batch,
             max_seq_len,
-            compile: CompileOptions::from_config(rt.config(), o.device),
+            compile,
             constants: SharedConstants::new(),
             graphs: HashMap::new(),
             caches,

@@ -145,7 +145,8 @@ impl Llm {
     pub fn cache_shape(&self) -> CacheShape {
         self.engine().cache
     }
-    /// Bytes of the KV caches (every layer's keys and values).
+    /// Bytes of the KV caches (every layer's keys and values, in the caches' dtype:
+    /// [`CacheShape::dtype`]).
     pub fn kv_cache_bytes(&self) -> usize {
         self.cache_shape().bytes(&self.config).unwrap_or(usize::MAX)
     }

@@ -23,10 +23,22 @@ pub struct LlmOptions {
     pub max_seq_len: Option<usize>,
     /// Blocks in the KV cache (default: `max_batch` sequences of `max_seq_len`).
     pub num_blocks: Option<usize>,
+    /// The KV caches' dtype (f32, f16 or bf16); default: the runtime's precision's, f16 at
+    /// f16, bf16 at bf16, f32 otherwise ([`CacheShape::dtype_for`]).
+    ///
+    /// [`CacheShape::dtype_for`]: crate::models::llama::CacheShape::dtype_for
+    pub kv_cache_dtype: Option<runtime::DType>,
 }
 
 impl Default for LlmOptions {
     fn default() -> Self {
-        LlmOptions { device: 0, block_size: 16, max_batch: 8, max_seq_len: None, num_blocks: None }
+        LlmOptions {
+            device: 0,
+            block_size: 16,
+            max_batch: 8,
+            max_seq_len: None,
+            num_blocks: None,
+            kv_cache_dtype: None,
+        }
     }
 }

@@ -17,12 +17,15 @@ use runtime::graph::{Graph, HostTensor, ValueId};
 use runtime::{AttentionLayout, DType, Error, Op, Result};
 
 /// The shape of the paged KV caches: `num_blocks` blocks of `block_size` slots, each
-/// sequence's block table `max_blocks` wide. `Send + Sync`, plain data.
+/// sequence's block table `max_blocks` wide, elements of `dtype`. `Send + Sync`, plain data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CacheShape {
     pub num_blocks: usize,
     pub block_size: usize,
     pub max_blocks: usize,
+    /// The caches' elements: f32, or f16 / bf16 (the keys and values are cast as they are
+    /// written, and the decode query to the same dtype for PagedAttention).
+    pub dtype: DType,
 }
 
 impl CacheShape {
@@ -31,9 +34,22 @@ impl CacheShape {
         [self.num_blocks, self.block_size, c.num_key_value_heads, c.head_dim]
     }
 
-    /// Bytes of every layer's key and value caches in f32 (`None` on overflow).
+    /// Bytes of every layer's key and value caches in [`dtype`](Self::dtype) (`None` on
+    /// overflow).
     pub fn bytes(&self, c: &LlamaConfig) -> Option<usize> {
-        self.dims(c).iter().try_fold(4usize, |a, &d| a.checked_mul(d))?.checked_mul(2)?.checked_mul(c.num_hidden_layers)
+        let one = self.dims(c).iter().try_fold(self.dtype.size(), |a, &d| a.checked_mul(d))?;
+        one.checked_mul(2)?.checked_mul(c.num_hidden_layers)
+    }
+
+    /// The caches' dtype at `precision` (resolved: not `Auto`): f16 and bf16 keep their
+    /// caches in that dtype (half the bytes, and the dtype of Ascend's fused decode
+    /// attention); every other precision keeps f32.
+    pub fn dtype_for(precision: runtime::Precision) -> DType {
+        match precision {
+            runtime::Precision::F16 => DType::F16,
+            runtime::Precision::Bf16 => DType::BF16,
+            _ => DType::F32,
+        }
     }
 }
 
@@ -69,8 +85,8 @@ pub enum Step {
 /// prefill, `[B]` decode), `positions` (`[B, S]` / `[B, 1]` i64), `slots` (`[B·S]` /
 /// `[B]` i64, −1 skips), then prefill: `last` (`[B]` i64, the flat index `b·S + len_b − 1`
 /// of each row's last real token); decode: `block_tables` (`[B, max_blocks]` i32) and
-/// `context_lens` (`[B]` i32); then each layer's key and value caches. One output: the
-/// logits `[B, vocab]`.
+/// `context_lens` (`[B]` i32); then each layer's key and value caches (of the
+/// [`CacheShape`]'s dtype). One output: the logits `[B, vocab]`.
 pub struct DecoderGraph {
     pub graph: Graph,
     pub step: Step,
@@ -84,6 +100,8 @@ struct Builder<'a> {
     /// Rows `B` and tokens per row `S` (1 when decoding).
     b: usize,
     s: usize,
+    /// The caches' dtype.
+    kv: DType,
 }
 
 impl Builder<'_> {
@@ -99,6 +117,22 @@ impl Builder<'_> {
                 self.g.op(name, Op::Linear, &[x, wv, bv])
             }
             None => self.g.op(name, Op::Linear, &[x, wv]),
+        }
+    }
+
+    /// `x` (f32) cast to the caches' dtype; `x` itself when that is f32.
+    fn narrow_to_cache(&mut self, name: &str, x: ValueId) -> Result<ValueId> {
+        match self.kv {
+            DType::F32 => Ok(x),
+            to => self.g.op(name, Op::Cast { to }, &[x]),
+        }
+    }
+
+    /// `x` (of the caches' dtype) back in f32; `x` itself when it is f32.
+    fn widen_from_cache(&mut self, name: &str, x: ValueId) -> Result<ValueId> {
+        match self.kv {
+            DType::F32 => Ok(x),
+            _ => self.g.op(name, Op::Cast { to: DType::F32 }, &[x]),
         }
     }
 
@@ -135,6 +169,9 @@ impl Builder<'_> {
         let (kvh, d) = (c.num_key_value_heads, c.head_dim);
         let kf = self.reshape(&format!("{p}.k_tokens"), k, &[b * s, kvh, d])?;
         let vf = self.reshape(&format!("{p}.v_tokens"), v, &[b * s, kvh, d])?;
+        // The rows written in the caches' dtype (prefill's attention reads them in f32).
+        let kf = self.narrow_to_cache(&format!("{p}.k_tokens.cast"), kf)?;
+        let vf = self.narrow_to_cache(&format!("{p}.v_tokens.cast"), vf)?;
         let written = self.g.op_multi(
             &format!("{p}.cache_write"),
             Op::KvCacheWrite,
@@ -146,9 +183,13 @@ impl Builder<'_> {
                 self.g.op(&format!("{p}.attention"), op, &[q, k, v])?
             }
             Some((tables, lens)) => {
+                // The query in the caches' dtype, the context back in f32.
                 let q1 = self.reshape(&format!("{p}.q_rows"), q, &[b, c.num_attention_heads, d])?;
+                let q1 = self.narrow_to_cache(&format!("{p}.q_rows.cast"), q1)?;
                 let op = Op::PagedAttention { scale: None };
-                self.g.op(&format!("{p}.paged_attention"), op, &[q1, written[0], written[1], tables, lens])?
+                let ctx =
+                    self.g.op(&format!("{p}.paged_attention"), op, &[q1, written[0], written[1], tables, lens])?;
+                self.widen_from_cache(&format!("{p}.paged_attention.f32"), ctx)?
             }
         };
         let ctx = self.reshape(&format!("{p}.merge"), ctx, &[b, s, c.num_attention_heads * d])?;
@@ -206,7 +247,10 @@ pub fn build(
     if widest.is_none_or(|w| w > isize::MAX as usize) {
         return Err(Error::Config(format!("llm: {step:?} is empty, past the position table, or overflows")));
     }
-    let mut e = Builder { g: Graph::new(), c, w: weights, b, s };
+    if !matches!(cache.dtype, DType::F32 | DType::F16 | DType::BF16) {
+        return Err(Error::Config(format!("llm: KV caches are f32, f16 or bf16, not {}", cache.dtype)));
+    }
+    let mut e = Builder { g: Graph::new(), c, w: weights, b, s, kv: cache.dtype };
     let ids = match step {
         Step::Prefill { .. } => e.g.input("input_ids", DType::I64, [b, s]),
         Step::Decode { .. } => e.g.input("input_ids", DType::I64, [b]),
@@ -225,8 +269,8 @@ pub fn build(
     let caches: Vec<[ValueId; 2]> = (0..c.num_hidden_layers)
         .map(|l| {
             [
-                e.g.input(&format!("model.layers.{l}.key_cache"), DType::F32, dims),
-                e.g.input(&format!("model.layers.{l}.value_cache"), DType::F32, dims),
+                e.g.input(&format!("model.layers.{l}.key_cache"), cache.dtype, dims),
+                e.g.input(&format!("model.layers.{l}.value_cache"), cache.dtype, dims),
             ]
         })
         .collect();

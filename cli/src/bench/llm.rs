@@ -32,6 +32,17 @@ pub struct LlmArgs {
     /// Also write the figures as JSON to FILE
     #[arg(long, value_name = "FILE", value_parser = crate::outputs::output_file)]
     json: Option<String>,
+    /// The KV caches' dtype: f32, f16 or bf16 (default: the precision's, f16 at f16, bf16
+    /// at bf16, f32 otherwise)
+    #[arg(long, value_name = "DTYPE", value_parser = kv_cache_dtype)]
+    kv_cache: Option<npurt::DType>,
+}
+
+fn kv_cache_dtype(s: &str) -> std::result::Result<npurt::DType, String> {
+    match npurt::DType::parse(s) {
+        Some(d @ (npurt::DType::F32 | npurt::DType::F16 | npurt::DType::BF16)) => Ok(d),
+        _ => Err(format!("{s:?}: the KV cache is f32, f16 or bf16")),
+    }
 }
 
 /// The best of five copies of a 256 MiB buffer, in bytes moved (read + write) per second.
@@ -84,8 +95,12 @@ fn timed(rt: &Runtime, llm: &Llm, prompts: &[Vec<u32>], new_tokens: usize) -> Re
 
 pub fn run(config: RuntimeConfig, a: LlmArgs) -> Result<()> {
     let rt = Runtime::with_config(config)?;
-    let options =
-        LlmOptions { max_batch: a.batch, max_seq_len: Some(a.prompt_len + a.new_tokens), ..LlmOptions::default() };
+    let options = LlmOptions {
+        max_batch: a.batch,
+        max_seq_len: Some(a.prompt_len + a.new_tokens),
+        kv_cache_dtype: a.kv_cache,
+        ..LlmOptions::default()
+    };
     let t = Instant::now();
     let llm = if npurt::models::llama::LlamaConfig::preset(&a.model).is_some() {
         Llm::preset(&rt, &a.model, a.seed, options)?
@@ -129,7 +144,7 @@ pub fn run(config: RuntimeConfig, a: LlmArgs) -> Result<()> {
     println!("  load {:.1} ms, first call (compiles) {:.1} ms", load.as_secs_f64() * 1e3, compile.as_secs_f64() * 1e3);
     println!("  prefill          {:>10.2} ms", prefill.as_secs_f64() * 1e3);
     println!("  decode per token {:>10.3} ms ({tokens_per_s:.1} tokens/s)", per_token * 1e3);
-    println!("  KV cache         {kv_mib:>10.3} MiB");
+    println!("  KV cache         {kv_mib:>10.3} MiB ({})", llm.cache_shape().dtype);
     println!(
         "  weights {:.1} MiB per token at {:.1} GB/s copy bandwidth: {:.1} % of it",
         weights as f64 / 1048576.0,
@@ -177,7 +192,8 @@ pub fn run(config: RuntimeConfig, a: LlmArgs) -> Result<()> {
             "model": a.model, "backend": rt.backend_name(), "batch": a.batch,
             "prompt_len": a.prompt_len, "gen": a.new_tokens,
             "prefill_ms": prefill.as_secs_f64() * 1e3, "decode_ms_per_token": per_token * 1e3,
-            "tokens_per_s": tokens_per_s, "kv_cache_mib": kv_mib, "weight_bytes": weights,
+            "tokens_per_s": tokens_per_s, "kv_cache_mib": kv_mib,
+            "kv_cache_dtype": llm.cache_shape().dtype.name(), "weight_bytes": weights,
             "copy_bandwidth_gbs": bandwidth / 1e9, "bandwidth_share": share,
             "modelled": modelled,
         });

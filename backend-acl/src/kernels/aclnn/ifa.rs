@@ -27,9 +27,8 @@
 use super::call::{BResult, Call, View};
 use super::data::index_select;
 use super::elementwise::{add_sub, cast, eq, s_where, unary};
-use super::paged::{Bump, arange, bytes};
+use super::paged::{Bump, arange, bytes, paged_operands};
 use super::reduce::zero_rows;
-use crate::error::AclBackendError;
 use acl_sys::result::aclnn as nn;
 use runtime::{DType, Op};
 
@@ -43,21 +42,11 @@ pub(super) fn exported(c: &Call) -> bool {
 /// `[B, H, D]`, key_cache, value_cache `[NB, BS, KVH, D]`, block_tables `[B, MB]` i32,
 /// context_lens `[B]` i32. The kernel's support predicate bounds the shapes.
 pub(super) fn paged_attention_fused(c: &mut Call, op: &Op, ins: &[View], out: &View) -> BResult<()> {
-    let Op::PagedAttention { scale } = op else {
-        return Err(AclBackendError::BadRequest(format!("{}: not PagedAttention", c.op)));
-    };
-    let (q, kc, vc, bt, lens) = (&ins[0], &ins[1], &ins[2], &ins[3], &ins[4]);
-    if bt.dtype != DType::I32 || lens.dtype != DType::I32 {
-        return Err(AclBackendError::BadRequest(format!("{}: block_tables and context_lens must be i32", c.op)));
-    }
-    let (b, h, d) = (q.dims[0], q.dims[1], q.dims[2]);
-    let (nb, bs, kvh) = (kc.dims[0], kc.dims[1], kc.dims[2]);
-    let mb = bt.dims[1];
-    if kvh == 0 || h % kvh != 0 {
-        return Err(AclBackendError::BadRequest(format!("{}: {h} heads over {kvh} kv heads", c.op)));
-    }
-    let t = mb * bs;
-    let scale = scale.unwrap_or(1.0 / (d.max(1) as f32).sqrt());
+    // Checked sizes (T = MB·BS and the scratch below cannot overflow) and a batch of at
+    // least 1, shared with the composition.
+    let p = paged_operands(c.op, op, ins)?;
+    let (q, kc, vc, bt, lens) = (p.q, p.kc, p.vc, p.bt, p.lens);
+    let (b, h, d, nb, bs, kvh, mb, t, scale) = (p.b, p.h, p.d, p.nb, p.bs, p.kvh, p.mb, p.t, p.scale);
     let n = (t + 1).max(nb);
     let total = bytes(DType::I32, &[n])
         + bytes(DType::I32, &[b])

@@ -70,6 +70,73 @@ fn fill(c: &mut Call, x: &View, mask: &View, v: f64) -> BResult<()> {
     c.run(p1, nn::inplace_masked_fill_scalar)
 }
 
+/// PagedAttention's operands and sizes, checked once for the composition and the fused
+/// kernel (`ifa.rs`): q `[B, H, D]`, the caches `[NB, BS, KVH, D]`, block_tables `[B, MB]`
+/// and context_lens `[B]` i32, H a multiple of KVH. `Send + Sync` (borrows).
+pub(super) struct PagedOperands<'a> {
+    pub(super) q: &'a View,
+    pub(super) kc: &'a View,
+    pub(super) vc: &'a View,
+    pub(super) bt: &'a View,
+    pub(super) lens: &'a View,
+    pub(super) b: usize,
+    pub(super) h: usize,
+    pub(super) d: usize,
+    pub(super) nb: usize,
+    pub(super) bs: usize,
+    pub(super) kvh: usize,
+    pub(super) mb: usize,
+    /// `T = MB·BS`: the positions a table reaches.
+    pub(super) t: usize,
+    /// The scale, 1/sqrt(D) unless the op sets one.
+    pub(super) scale: f32,
+}
+
+/// [`PagedOperands`] of `op` (PagedAttention) over `ins`, `name` the op in errors. Refused:
+/// another op, another operand count or rank, tables or lengths not i32, a batch of 0
+/// (nothing to launch: a kernel is never asked for it), kv heads that do not divide the
+/// heads, and sizes whose scratch (`B·T·max(H, KVH·D)` elements of 4 bytes at most, `T + 1`
+/// and `B·MB` entries) overflows.
+pub(super) fn paged_operands<'a>(name: &str, op: &Op, ins: &'a [View]) -> BResult<PagedOperands<'a>> {
+    let bad = |why: String| AclBackendError::BadRequest(format!("{name}: {why}"));
+    let Op::PagedAttention { scale } = op else {
+        return Err(bad("not PagedAttention".into()));
+    };
+    let [q, kc, vc, bt, lens] = ins else {
+        return Err(bad(format!("takes 5 operands, got {}", ins.len())));
+    };
+    let ranks = [q.dims.len(), kc.dims.len(), vc.dims.len(), bt.dims.len(), lens.dims.len()];
+    if ranks != [3, 4, 4, 2, 1] || vc.dims != kc.dims {
+        return Err(bad(format!(
+            "q [B, H, D], caches [NB, BS, KVH, D] alike, tables [B, MB], lengths [B]: got {:?}, {:?}, {:?}, {:?}, {:?}",
+            q.dims, kc.dims, vc.dims, bt.dims, lens.dims
+        )));
+    }
+    if bt.dtype != DType::I32 || lens.dtype != DType::I32 {
+        return Err(bad("block_tables and context_lens must be i32".into()));
+    }
+    let (b, h, d) = (q.dims[0], q.dims[1], q.dims[2]);
+    let (nb, bs, kvh) = (kc.dims[0], kc.dims[1], kc.dims[2]);
+    let mb = bt.dims[1];
+    if b == 0 {
+        return Err(bad("a batch of 0 sequences".into()));
+    }
+    if kvh == 0 || h % kvh != 0 {
+        return Err(bad(format!("{h} heads over {kvh} kv heads")));
+    }
+    let t = mb.checked_mul(bs).filter(|&t| t < usize::MAX);
+    let widest = t.and_then(|t| b.checked_mul(t)?.checked_mul(h.max(kvh.checked_mul(d)?))?.checked_mul(4));
+    let tables = b.checked_mul(mb).and_then(|n| n.checked_mul(4));
+    let (Some(t), Some(w), Some(_)) = (t, widest, tables) else {
+        return Err(bad(format!("sizes overflow: B {b}, H {h}, D {d}, MB {mb}, BS {bs}, KVH {kvh}")));
+    };
+    if w > isize::MAX as usize {
+        return Err(bad(format!("scratch of {w} bytes")));
+    }
+    let scale = scale.unwrap_or(1.0 / (d.max(1) as f32).sqrt());
+    Ok(PagedOperands { q, kc, vc, bt, lens, b, h, d, nb, bs, kvh, mb, t, scale })
+}
+
 /// PagedAttention (see the module documentation) into `out` `[B, H, D]`; `ins`: q
 /// `[B, H, D]`, key_cache, value_cache `[NB, BS, KVH, D]`, block_tables `[B, MB]` i32,
 /// context_lens `[B]` i32. A zero length masks every key: the row is all -inf, found
@@ -83,21 +150,10 @@ fn fill(c: &mut Call, x: &View, mask: &View, v: f64) -> BResult<()> {
 /// outside the cache); the lengths select from `[0, .., MB·BS]` (aclnnIndexSelect), which
 /// refuses a length below 0 or above MB·BS the same way.
 pub(super) fn paged_attention(c: &mut Call, op: &Op, ins: &[View], out: &View, cube: i8) -> BResult<()> {
-    let Op::PagedAttention { scale } = op else {
-        return Err(AclBackendError::BadRequest(format!("{}: not PagedAttention", c.op)));
-    };
-    let (q, kc, vc, bt, lens) = (&ins[0], &ins[1], &ins[2], &ins[3], &ins[4]);
-    if bt.dtype != DType::I32 || lens.dtype != DType::I32 {
-        return Err(AclBackendError::BadRequest(format!("{}: block_tables and context_lens must be i32", c.op)));
-    }
-    let (b, h, d) = (q.dims[0], q.dims[1], q.dims[2]);
-    let (nb, bs, kvh) = (kc.dims[0], kc.dims[1], kc.dims[2]);
-    let mb = bt.dims[1];
-    if kvh == 0 || h % kvh != 0 {
-        return Err(AclBackendError::BadRequest(format!("{}: {h} heads over {kvh} kv heads", c.op)));
-    }
-    let (g, t, dt) = (h / kvh, mb * bs, q.dtype);
-    let scale = scale.unwrap_or(1.0 / (d.max(1) as f32).sqrt());
+    let p = paged_operands(c.op, op, ins)?;
+    let (q, kc, vc, bt, lens) = (p.q, p.kc, p.vc, p.bt, p.lens);
+    let (b, h, d, nb, bs, kvh, mb, t, scale) = (p.b, p.h, p.d, p.nb, p.bs, p.kvh, p.mb, p.t, p.scale);
+    let (g, dt) = (h / kvh, q.dtype);
     let kv = [b * mb, bs * kvh * d];
     let sc = [b, kvh, g, t];
     let total = 2 * bytes(dt, &kv)
@@ -164,4 +220,52 @@ pub(super) fn paged_attention(c: &mut Call, op: &Op, ins: &[View], out: &View, c
     let o4 = out.reshaped(&[b, kvh, g, d]);
     matmul(c, &pair[0], &heads(&vg), &o4, cube)?;
     zero_rows(c, &o4, &masked)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{View, paged_operands};
+    use runtime::{DType, Op};
+
+    fn operands(b: usize, h: usize, kvh: usize, mb: usize, bs: usize) -> Vec<View> {
+        let (nb, d) = (4, 8);
+        vec![
+            View::contiguous(0, DType::F16, &[b, h, d]),
+            View::contiguous(0, DType::F16, &[nb, bs, kvh, d]),
+            View::contiguous(0, DType::F16, &[nb, bs, kvh, d]),
+            View::contiguous(0, DType::I32, &[b, mb]),
+            View::contiguous(0, DType::I32, &[b]),
+        ]
+    }
+
+    fn refused(ins: &[View], why: &str) {
+        let op = Op::PagedAttention { scale: None };
+        let e = paged_operands("PagedAttention", &op, ins).err().unwrap_or_else(|| panic!("accepted: {why}"));
+        assert!(matches!(e, crate::error::AclBackendError::BadRequest(_)), "{e}");
+        assert!(e.to_string().contains(why), "{e}: not {why:?}");
+    }
+
+    #[test]
+    fn paged_operands_are_checked_once_for_both_kernels() {
+        let op = Op::PagedAttention { scale: None };
+        let ins = operands(2, 4, 2, 3, 16);
+        let p = paged_operands("PagedAttention", &op, &ins).unwrap();
+        assert_eq!((p.b, p.h, p.kvh, p.mb, p.bs, p.t), (2, 4, 2, 3, 16, 48));
+        assert!((p.scale - 1.0 / 8f32.sqrt()).abs() < 1e-7);
+        refused(&operands(0, 4, 2, 3, 16), "a batch of 0");
+        refused(&operands(2, 3, 2, 3, 16), "3 heads over 2 kv heads");
+        refused(&operands(2, 4, 0, 3, 16), "over 0 kv heads");
+        // MB·BS overflows, and B·T·H does.
+        refused(&operands(2, 4, 2, usize::MAX / 8, 16), "sizes overflow");
+        refused(&operands(1 << 20, 4, 2, 1 << 20, 1 << 20), "sizes overflow");
+        let mut ins = operands(2, 4, 2, 3, 16);
+        ins[4].dtype = DType::I64;
+        refused(&ins, "must be i32");
+        refused(&ins[..4], "takes 5 operands");
+        let mut ins = operands(2, 4, 2, 3, 16);
+        ins[2] = View::contiguous(0, DType::F16, &[4, 16, 2]);
+        refused(&ins, "got");
+        let e = paged_operands("Relu", &Op::Relu, &operands(2, 4, 2, 3, 16)).err().expect("another op");
+        assert!(e.to_string().contains("not PagedAttention"), "{e}");
+    }
 }
