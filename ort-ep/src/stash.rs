@@ -161,8 +161,10 @@ impl Stash {
         };
         let mut options = memmap2::MmapOptions::new();
         options.offset(e.offset).len(e.len);
-        // SAFETY: the file is this stash's own, unlinked at creation, so nothing outside the
-        // process can reach it, and the stash only ever appends past the regions it wrote
+        // SAFETY: the file is this stash's own, unlinked at creation, so no path names it:
+        // only this process's descriptor reaches it (or a process allowed to open
+        // /proc/<pid>/fd of this one, which could as well write this process's memory
+        // through /proc/<pid>/mem). The stash only ever appends past the regions it wrote
         // (a region is never written again once mapped): the mapped bytes never change.
         let map = unsafe { options.map(file) };
         let map = match map {
