@@ -4,19 +4,6 @@
 use super::pack::{KSTEP, NR};
 use std::arch::asm;
 
-/// Configures this thread's tiles: eight tiles of 16 rows × 64 bytes (0–3 accumulators,
-/// 4–5 x rows, 6–7 panel halves), the same palette as the bf16 path's. The configuration
-/// is left loaded when the product ends (a later `ldtilecfg` replaces it, and a thread
-/// that keeps its own configuration of this palette finds it as it was).
-///
-/// # Safety
-/// The OS must have enabled AMX for this process (`features::amx_bf16`), and the CPU have
-/// AMX-INT8 ([`super::Path::Amx`]).
-pub unsafe fn configure() {
-    // SAFETY: AMX is enabled (the caller's contract).
-    unsafe { crate::kernels::gemm_bf16::load_tile_config() }
-}
-
 /// Most k-bytes per pass over a group of panels: a 32-row block of x's slice (16 KiB) stays
 /// in L1 while it meets the group's slices (16 KiB each, from L2).
 pub const KC: usize = 512;
@@ -44,7 +31,7 @@ pub struct Block(pub [i32; 32 * NR]);
 /// bytes); `c` is 32 rows of 32 i32 (stride 128 bytes).
 ///
 /// # Safety
-/// Tiles configured on this thread by [`configure`]; `kc % KSTEP == 0`; `a` holds 32 rows
+/// Tiles configured on this thread (`gemm_bf16::Tiles`); `kc % KSTEP == 0`; `a` holds 32 rows
 /// of `lda ≥ kc` bytes, `panel` `kc · NR` bytes and `c` 1024 i32.
 pub unsafe fn block(kc: usize, a: *const u8, lda: usize, panel: *const u8, c: *mut i32, load: bool) {
     let sb = NR * 4;

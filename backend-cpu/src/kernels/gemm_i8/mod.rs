@@ -42,20 +42,6 @@ pub enum Path {
     Scalar,
 }
 
-/// AMX-INT8 in CPUID (leaf 7, EDX bit 25).
-#[cfg(target_arch = "x86_64")]
-fn amx_int8_cpuid() -> bool {
-    use std::sync::OnceLock;
-    static HAS: OnceLock<bool> = OnceLock::new();
-    // SAFETY-free: `__cpuid_count` is a safe function on x86-64 (CPUID always exists).
-    *HAS.get_or_init(|| std::arch::x86_64::__cpuid_count(7, 0).edx >> 25 & 1 == 1)
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn amx_int8_cpuid() -> bool {
-    false
-}
-
 impl Path {
     /// The unit's label (the kernel reports it in logs and benchmarks).
     pub fn name(self) -> &'static str {
@@ -66,13 +52,13 @@ impl Path {
         }
     }
 
-    /// Whether this path runs on features `f`: AMX needs the tiles enabled for the
-    /// process (`f.amx_bf16`: the OS allowed them and `NPURT_AMX` is not off) and AMX-INT8;
+    /// Whether this path runs on features `f`: AMX needs AMX-INT8 with the tiles enabled
+    /// for the process (`f.amx_int8`: the OS allowed them and `NPURT_AMX` is not off);
     /// VNNI needs the AVX-512 path (not forced below it) and AVX-512-VNNI.
     pub fn available(self, f: &CpuFeatures) -> bool {
         let vnni = f.isa == crate::features::Isa::Avx512 && has_avx512bw() && f.detected.contains(&"avx512vnni");
         match self {
-            Path::Amx => cfg!(target_arch = "x86_64") && f.amx_bf16 && amx_int8_cpuid(),
+            Path::Amx => cfg!(target_arch = "x86_64") && f.amx_int8,
             Path::Vnni => cfg!(target_arch = "x86_64") && vnni,
             Path::Scalar => true,
         }
@@ -92,6 +78,20 @@ impl Path {
             p => Some(p),
         }
     }
+}
+
+/// Whether `path`, asked for with features `f`, runs on this CPU (`detected`):
+/// `CpuFeatures`' fields are public, and one built by hand could claim AMX-INT8 or
+/// AVX-512-VNNI where the CPU (or the OS) does not offer them; their instructions would
+/// then fault. The scalar path runs everywhere.
+fn check_units(path: Path, f: &CpuFeatures, detected: &CpuFeatures) -> Result<(), KernelError> {
+    if path.available(f) && path.available(detected) {
+        return Ok(());
+    }
+    Err(KernelError::MissingFeature(match path {
+        Path::Amx => "AMX-INT8 (enabled by the OS)",
+        _ => "AVX-512-VNNI",
+    }))
 }
 
 /// Why this CPU has no int8 path, or `None` when it has one.
@@ -149,9 +149,7 @@ pub fn linear(
     if bias.is_some_and(|b| b.len() < n) {
         return Err(short("bias"));
     }
-    if !path.available(f) {
-        return Err(KernelError::MissingFeature(if path == Path::Amx { "AMX-INT8" } else { "AVX-512-VNNI" }));
-    }
+    check_units(path, f, crate::features::get())?;
     if m == 0 || n == 0 {
         return Ok(());
     }
@@ -193,8 +191,9 @@ unsafe fn task(path: Path, p: &Product<'_>, p0: usize, p1: usize) {
             let blocks = p.m.div_ceil(32);
             let slice = amx::slice(kp);
             let mut acc = vec![amx::Block([0; 32 * NR]); blocks * amx::GROUP];
-            // SAFETY: AMX enabled and AMX-INT8 present (`path` is available).
-            unsafe { amx::configure() };
+            // SAFETY: AMX enabled and AMX-INT8 present (`path` is available); the guard
+            // releases the tiles when the task ends.
+            let _tiles = unsafe { crate::kernels::gemm_bf16::Tiles::configure() };
             for g0 in (p0..p1).step_by(amx::GROUP) {
                 let g1 = (g0 + amx::GROUP).min(p1);
                 for k0 in (0..kp).step_by(slice) {

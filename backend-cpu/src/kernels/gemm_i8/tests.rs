@@ -173,3 +173,44 @@ fn bad_operands_are_errors() {
         assert_eq!(Path::best(f2).is_none(), missing(f2).is_some());
     }
 }
+
+/// A request for a unit that the detected features lack is refused, whatever the request
+/// claims (`CpuFeatures`' fields are public); the scalar path is never refused.
+#[test]
+fn units_the_cpu_lacks_are_refused_not_run() {
+    use crate::features::{CpuFeatures, Isa};
+    let base = crate::features::get().clone();
+    let with = |amx: bool, vnni: bool| {
+        let mut detected: Vec<&'static str> = base.detected.iter().copied().filter(|d| *d != "avx512vnni").collect();
+        if vnni {
+            detected.push("avx512vnni");
+        }
+        CpuFeatures { isa: Isa::Avx512, amx_int8: amx, detected, ..base.clone() }
+    };
+    let refused = |r: Result<(), KernelError>| matches!(r, Err(KernelError::MissingFeature(_)));
+    // Detected without AMX-INT8 and VNNI: both requests are refused, scalar is not.
+    let none = with(false, false);
+    assert!(refused(check_units(Path::Amx, &with(true, true), &none)));
+    assert!(refused(check_units(Path::Vnni, &with(true, true), &none)));
+    assert!(check_units(Path::Scalar, &with(true, true), &none).is_ok());
+    // Detected with them: a request that does not claim them is refused too.
+    assert!(refused(check_units(Path::Amx, &with(false, true), &with(true, true))));
+    if pack::has_avx512bw() {
+        assert!(check_units(Path::Amx, &with(true, true), &with(true, true)).is_ok());
+        assert!(check_units(Path::Vnni, &with(false, true), &with(false, true)).is_ok());
+        assert!(refused(check_units(Path::Vnni, &with(true, false), &with(true, true))));
+    } else {
+        println!("SKIP the accepted VNNI case: this CPU has no AVX-512BW");
+    }
+    // Through `linear`: a hand-built claim of a unit this CPU lacks is an error.
+    let packed = PackedI8::quantise(&values(64 * 64, 11), 64, 64).unwrap().unwrap();
+    let mut c = vec![0f32; 32 * 64];
+    for p in [Path::Amx, Path::Vnni] {
+        if p.available(&base) {
+            println!("this CPU has {}: its refusal is checked with the units above only", p.name());
+            continue;
+        }
+        let e = linear(&with(true, true), p, 32, &values(32 * 64, 1), &packed, None, &mut c, 1).unwrap_err();
+        assert!(matches!(e, KernelError::MissingFeature(_)), "{e}");
+    }
+}
