@@ -7,14 +7,17 @@
 //! Three paths compute the same i32 sums, so they agree exactly before dequantisation:
 //!
 //! * [`Path::Amx`] — AMX-INT8 `tdpbssd` (s8 × s8): 32 × 32 blocks in four accumulator
-//!   tiles over the whole k (`amx.rs`), x rows padded to blocks of 32;
+//!   tiles over the whole k (`amx.rs`; `MAX_K` keeps every i32 sum exact), tile loads
+//!   software-pipelined, the next group of panels prefetched into L2; x quantised straight
+//!   into tile-ready blocks of 32 rows;
 //! * [`Path::Vnni`] — AVX-512-VNNI `vpdpbusd` (u8 × s8): x is stored plus 128 as u8, and
 //!   the panel's per-column `128 · Σ_k q` ([`PackedI8`]'s compensation) is taken off each
 //!   sum; 8 × 32 register tiles (`vnni.rs`);
 //! * [`Path::Scalar`] — plain loops over the same layouts, the reference of the tests.
 //!
-//! Work is cut by panels of [`NR`] output columns, one range per thread (both threads busy
-//! at m = 32 and 128). Rows of x holding ±inf or NaN give NaN rows (their scale is not
+//! x is quantised in one pass into the layout its unit reads, into a buffer each thread
+//! keeps between products (no allocation per call). Work is cut by panels of [`NR`] output
+//! columns, one range per thread (both threads busy at m = 32 and 128). Rows of x holding ±inf or NaN give NaN rows (their scale is not
 //! defined). Files: `pack.rs` the layouts and quantisation, `amx.rs`, `vnni.rs` the units.
 
 #[cfg(target_arch = "x86_64")]
@@ -28,7 +31,7 @@ mod vnni;
 pub use pack::{KSTEP, MAX_K, NR, PackedI8};
 
 use crate::features::CpuFeatures;
-use pack::{QuantisedX, bytes, has_avx512bw, quantise_rows};
+use pack::{GROUP_ROWS, QuantisedX, bytes, has_avx512bw, with_quantised};
 use runtime::KernelError;
 
 /// The unit an int8 product runs on. Send and Sync (a plain enum).
@@ -153,25 +156,29 @@ pub fn linear(
     if m == 0 || n == 0 {
         return Ok(());
     }
-    let rows = if path == Path::Amx { m.div_ceil(32) * 32 } else { m };
-    let xq = quantise_rows(x, m, k, kp, rows, path == Path::Vnni, threads);
-    let panels = n.div_ceil(NR);
-    // Below about 1 MFLOP a second thread costs more than it saves.
-    let tasks = if 2 * m * n * k < 1 << 20 { 1 } else { threads.clamp(1, panels) };
-    let per = panels.div_ceil(tasks);
-    let p = Product { m, w, x: &xq, bias, c: Out(c.as_mut_ptr()) };
-    let run = |t: usize| {
-        let (p0, p1) = (t * per, ((t + 1) * per).min(panels));
-        // SAFETY: task `t` writes only columns of panels `p0..p1` of the `m × n` output
-        // `c` (checked long enough above), which no other task writes.
-        unsafe { task(path, &p, p0, p1) }
-    };
-    if tasks > 1 {
-        use rayon::prelude::*;
-        (0..tasks).into_par_iter().for_each(run);
-    } else {
-        run(0);
-    }
+    // k = 0: no sums to take (every output is its bias), on the plain loops.
+    let path = if kp == 0 { Path::Scalar } else { path };
+    let rows = if path == Path::Amx { m.div_ceil(GROUP_ROWS) * GROUP_ROWS } else { m };
+    with_quantised(|xq| {
+        xq.quantise(x, (m, k, kp), rows, path == Path::Amx, path == Path::Vnni, threads);
+        let panels = n.div_ceil(NR);
+        // Below about 1 MFLOP a second thread costs more than it saves.
+        let tasks = if 2 * m * n * k < 1 << 20 { 1 } else { threads.clamp(1, panels) };
+        let per = panels.div_ceil(tasks);
+        let p = Product { m, w, x: xq, bias, c: Out(c.as_mut_ptr()) };
+        let run = |t: usize| {
+            let (p0, p1) = (t * per, ((t + 1) * per).min(panels));
+            // SAFETY: task `t` writes only columns of panels `p0..p1` of the `m × n` output
+            // `c` (checked long enough above), which no other task writes.
+            unsafe { task(path, &p, p0, p1) }
+        };
+        if tasks > 1 {
+            use rayon::prelude::*;
+            (0..tasks).into_par_iter().for_each(run);
+        } else {
+            run(0);
+        }
+    });
     Ok(())
 }
 
@@ -186,36 +193,34 @@ unsafe fn task(path: Path, p: &Product<'_>, p0: usize, p1: usize) {
     match path {
         #[cfg(target_arch = "x86_64")]
         Path::Amx => {
-            // Per group of panels and per k-slice, every row block meets every panel of the
-            // group (its x slice from L1); the sums wait in `acc` between slices.
-            let blocks = p.m.div_ceil(32);
-            let slice = amx::slice(kp);
-            let mut acc = vec![amx::Block([0; 32 * NR]); blocks * amx::GROUP];
+            // Per group of panels, every row block meets every panel of the group (its
+            // x block from L1 or L2, the group's panels from L2), over the whole k in the
+            // tiles; the first row block prefetches the next group's panels.
+            let blocks = p.m.div_ceil(GROUP_ROWS);
+            let mut sums = amx::Block([0; 32 * NR]);
             // SAFETY: AMX enabled and AMX-INT8 present (`path` is available); the guard
             // releases the tiles when the task ends.
             let _tiles = unsafe { crate::kernels::gemm_bf16::Tiles::configure() };
             for g0 in (p0..p1).step_by(amx::GROUP) {
                 let g1 = (g0 + amx::GROUP).min(p1);
-                for k0 in (0..kp).step_by(slice) {
-                    let kc = slice.min(kp - k0);
-                    for b in 0..blocks {
-                        let ab = a[b * 32 * kp + k0..].as_ptr();
-                        for pi in g0..g1 {
-                            let panel = p.w.panel(pi)[k0 * NR..].as_ptr();
-                            let c = acc[b * amx::GROUP + pi - g0].0.as_mut_ptr();
-                            // SAFETY: x holds rows padded to whole blocks of 32 (`rows` in
-                            // `linear`) of `kp` bytes, so block `b` has 32 rows from byte
-                            // `k0`, `kc` bytes each; the panel's slice is `kc · NR` bytes;
-                            // `c` a block of 1024 i32; `kc % KSTEP == 0`; tiles configured.
-                            unsafe { amx::block(kc, ab, kp, panel, c, k0 > 0) };
-                        }
-                    }
-                }
                 for b in 0..blocks {
+                    let ab = a[b * GROUP_ROWS * kp..].as_ptr();
+                    let rows = (p.m - b * GROUP_ROWS).min(GROUP_ROWS);
                     for pi in g0..g1 {
-                        let rows = (p.m - b * 32).min(32);
+                        let panel = p.w.panel(pi).as_ptr();
+                        let next = if b == 0 && pi + amx::GROUP < p1 {
+                            p.w.panel(pi + amx::GROUP).as_ptr()
+                        } else {
+                            std::ptr::null()
+                        };
+                        // SAFETY: x holds rows padded to whole blocks of 32 (`rows` in
+                        // `linear`) in the blocked form, so block `b` is `32 · kp` bytes
+                        // from `ab`; the panel `kp · NR` bytes; `sums` 1024 i32;
+                        // `kp % KSTEP == 0` and `kp > 0` (`k > 0` as `n, m > 0` and the
+                        // weight is packed); tiles configured; `next` only prefetched.
+                        unsafe { amx::block(kp, ab, panel, next, sums.0.as_mut_ptr()) };
                         // SAFETY: forwarded (this task's columns).
-                        unsafe { store(p, &acc[b * amx::GROUP + pi - g0].0, b * 32, rows, pi, false) };
+                        unsafe { store(p, &sums.0, b * GROUP_ROWS, rows, pi, false) };
                     }
                 }
             }

@@ -214,3 +214,32 @@ fn units_the_cpu_lacks_are_refused_not_run() {
         assert!(matches!(e, KernelError::MissingFeature(_)), "{e}");
     }
 }
+
+/// The quantised x is kept by each thread between products: a later product with fewer,
+/// finite rows or a shorter k finds nothing of an earlier one (its NaN rows, its bytes),
+/// and k = 0 gives the bias on every path.
+#[test]
+fn a_reused_buffer_holds_nothing_of_the_last_product() {
+    for path in paths() {
+        let (m, n, k) = (40, 64, 200);
+        let mut x = values(m * k, 12);
+        x[k + 3] = f32::NAN;
+        let packed = PackedI8::quantise(&values(n * k, 13), n, k).unwrap().unwrap();
+        let c = run(path, m, &x, &packed, None, 1);
+        assert!(c[n..2 * n].iter().all(|v| v.is_nan()), "{path:?}: the NaN row");
+        // Fewer rows, shorter k, all finite, on the same thread.
+        let (m2, k2) = (3, 70);
+        let (x2, w2) = (values(m2 * k2, 14), values(n * k2, 15));
+        let packed2 = PackedI8::quantise(&w2, n, k2).unwrap().unwrap();
+        let got = run(path, m2, &x2, &packed2, None, 1);
+        let want = run(Path::Scalar, m2, &x2, &packed2, None, 1);
+        assert!(got.iter().all(|v| v.is_finite()), "{path:?}: no stale NaN row");
+        assert_eq!(got, want, "{path:?}: the same sums as the scalar path");
+        // k = 0: every output is its bias.
+        let empty = PackedI8::quantise(&[], n, 0).unwrap().unwrap();
+        let bias = values(n, 16);
+        let c = run(path, 2, &[], &empty, Some(&bias), 1);
+        assert_eq!(&c[..n], &bias[..], "{path:?}: k = 0");
+        assert_eq!(&c[n..], &bias[..], "{path:?}: k = 0");
+    }
+}
