@@ -182,6 +182,13 @@ pub fn linear(
     Ok(())
 }
 
+#[cfg(target_arch = "x86_64")]
+thread_local! {
+    /// Each thread's sums parked between the k-slices of the AMX product, kept between
+    /// products.
+    static PARKED: std::cell::Cell<Vec<amx::Block>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 /// Panels `p0..p1` of the product on `path`.
 ///
 /// # Safety
@@ -193,37 +200,51 @@ unsafe fn task(path: Path, p: &Product<'_>, p0: usize, p1: usize) {
     match path {
         #[cfg(target_arch = "x86_64")]
         Path::Amx => {
-            // Per group of panels, every row block meets every panel of the group (its
-            // x block from L1 or L2, the group's panels from L2), over the whole k in the
-            // tiles; the first row block prefetches the next group's panels.
+            // Per group of panels and per k-slice (the whole k up to `amx::KC`), every row
+            // block meets every panel of the group (its x slice from L1, the group's
+            // slices from L2); the first row block prefetches what the group reads next.
+            // Between slices the sums wait in `parked`, each thread's own.
             let blocks = p.m.div_ceil(GROUP_ROWS);
+            let slice = amx::slice(kp);
+            let mut parked = PARKED.take();
+            if slice < kp && parked.len() < blocks * amx::GROUP {
+                parked.resize(blocks * amx::GROUP, amx::Block([0; 32 * NR]));
+            }
             let mut sums = amx::Block([0; 32 * NR]);
             // SAFETY: AMX enabled and AMX-INT8 present (`path` is available); the guard
             // releases the tiles when the task ends.
             let _tiles = unsafe { crate::kernels::gemm_bf16::Tiles::configure() };
             for g0 in (p0..p1).step_by(amx::GROUP) {
                 let g1 = (g0 + amx::GROUP).min(p1);
-                for b in 0..blocks {
-                    let ab = a[b * GROUP_ROWS * kp..].as_ptr();
-                    let rows = (p.m - b * GROUP_ROWS).min(GROUP_ROWS);
-                    for pi in g0..g1 {
-                        let panel = p.w.panel(pi).as_ptr();
-                        let next = if b == 0 && pi + amx::GROUP < p1 {
-                            p.w.panel(pi + amx::GROUP).as_ptr()
-                        } else {
-                            std::ptr::null()
-                        };
-                        // SAFETY: x holds rows padded to whole blocks of 32 (`rows` in
-                        // `linear`) in the blocked form, so block `b` is `32 · kp` bytes
-                        // from `ab`; the panel `kp · NR` bytes; `sums` 1024 i32;
-                        // `kp % KSTEP == 0` and `kp > 0` (`k > 0` as `n, m > 0` and the
-                        // weight is packed); tiles configured; `next` only prefetched.
-                        unsafe { amx::block(kp, ab, panel, next, sums.0.as_mut_ptr()) };
-                        // SAFETY: forwarded (this task's columns).
-                        unsafe { store(p, &sums.0, b * GROUP_ROWS, rows, pi, false) };
+                for k0 in (0..kp).step_by(slice) {
+                    let kc = slice.min(kp - k0);
+                    let last = k0 + kc >= kp;
+                    for b in 0..blocks {
+                        let ab = a[b * GROUP_ROWS * kp + k0 * GROUP_ROWS..].as_ptr();
+                        let rows = (p.m - b * GROUP_ROWS).min(GROUP_ROWS);
+                        for pi in g0..g1 {
+                            let panel = p.w.panel(pi)[k0 * NR..].as_ptr();
+                            let next = match (b, last) {
+                                (0, false) => panel.wrapping_add(kc * NR),
+                                (0, true) if pi + amx::GROUP < p1 => p.w.panel(pi + amx::GROUP).as_ptr(),
+                                _ => std::ptr::null(),
+                            };
+                            let c = if slice < kp { &mut parked[b * amx::GROUP + pi - g0] } else { &mut sums };
+                            // SAFETY: x holds rows padded to whole blocks of 32 (`rows` in
+                            // `linear`) in the blocked form, so block `b` from byte `k0`
+                            // holds `32 · kc` bytes at `ab`; the panel's slice `kc · NR`
+                            // bytes; `c` 1024 i32; `kc % KSTEP == 0`, `kc > 0` (`kp > 0`:
+                            // see `linear`); tiles configured; `next` only prefetched.
+                            unsafe { amx::block(kc, ab, panel, next, c.0.as_mut_ptr(), k0 > 0) };
+                            if last {
+                                // SAFETY: forwarded (this task's columns).
+                                unsafe { store(p, &c.0, b * GROUP_ROWS, rows, pi, false) };
+                            }
+                        }
                     }
                 }
             }
+            PARKED.set(parked);
         }
         #[cfg(target_arch = "x86_64")]
         Path::Vnni => {
@@ -276,6 +297,15 @@ unsafe fn store(p: &Product<'_>, acc: &[i32], i0: usize, rows: usize, pi: usize,
     let none = [0i32; NR];
     let comp = if offset { &p.w.comp[j0..j0 + cols] } else { &none[..cols] };
     let sw = &p.w.scales[j0..j0 + cols];
+    #[cfg(target_arch = "x86_64")]
+    if has_avx512bw() {
+        let (sx, bad) = (&p.x.scales[i0..i0 + rows], &p.x.bad[i0..i0 + rows]);
+        // SAFETY: AVX-512F, BW and VL were detected; `acc` holds `rows` rows of NR i32;
+        // `comp`, `sw`, `bias` `cols` values; rows `i0..i0 + rows` × columns
+        // `j0..j0 + cols` of the `m × n` output at `p.c` are this task's (contract).
+        unsafe { store_block(&acc[..rows * NR], (comp, sw, bias), (sx, bad), p.c.0.add(i0 * n + j0), n) };
+        return;
+    }
     for r in 0..rows {
         let i = i0 + r;
         // SAFETY: columns `j0..j0 + cols` of row `i < m` lie in this task's part of the
@@ -286,6 +316,57 @@ unsafe fn store(p: &Product<'_>, acc: &[i32], i0: usize, rows: usize, pi: usize,
             continue;
         }
         dequantise(&acc[r * NR..r * NR + cols], comp, p.x.scales[i], sw, bias, out);
+    }
+}
+
+/// [`dequantise`] of a block of rows (`acc` rows of [`NR`] i32, as many as `sx`) into `out`
+/// (row stride `ldc`), `cols = sw.len() ≤ NR` columns; rows flagged `bad` NaN. The same
+/// operations in the same order as [`dequantise`], so the same bits.
+///
+/// # Safety
+/// AVX-512F; `comp`, `sw` and `bias` hold `cols` values, `bad` as many as `sx`, `acc`
+/// `sx.len() · NR`; `out` is valid for writes of `sx.len()` rows of `cols` at stride `ldc`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn store_block(
+    acc: &[i32],
+    (comp, sw, bias): (&[i32], &[f32], &[f32]),
+    (sx, bad): (&[f32], &[bool]),
+    out: *mut f32,
+    ldc: usize,
+) {
+    use std::arch::x86_64::*;
+    let cols = sw.len();
+    debug_assert!(cols <= NR && comp.len() == cols && bias.len() == cols && acc.len() >= sx.len() * NR);
+    let mask = |from: usize| -> __mmask16 { ((1u32 << cols.saturating_sub(from).min(16)) - 1) as u16 };
+    let (m0, m1) = (mask(0), mask(16));
+    // SAFETY (loads of comp, sw, bias): `cols` values each (contract), masked to them.
+    let (c0, c1, w0, w1, b0, b1) = unsafe {
+        (
+            _mm512_maskz_loadu_epi32(m0, comp.as_ptr()),
+            _mm512_maskz_loadu_epi32(m1, comp.as_ptr().add(16)),
+            _mm512_maskz_loadu_ps(m0, sw.as_ptr()),
+            _mm512_maskz_loadu_ps(m1, sw.as_ptr().add(16)),
+            _mm512_maskz_loadu_ps(m0, bias.as_ptr()),
+            _mm512_maskz_loadu_ps(m1, bias.as_ptr().add(16)),
+        )
+    };
+    for (r, (&s, &b)) in sx.iter().zip(bad).enumerate() {
+        // SAFETY: row `r` of `out` (contract), masked to `cols`; row `r` of `acc` is NR i32.
+        unsafe {
+            let dst = out.add(r * ldc);
+            if b {
+                _mm512_mask_storeu_ps(dst, m0, _mm512_set1_ps(f32::NAN));
+                _mm512_mask_storeu_ps(dst.add(16), m1, _mm512_set1_ps(f32::NAN));
+                continue;
+            }
+            let sv = _mm512_set1_ps(s);
+            let a = acc.as_ptr().add(r * NR);
+            let v0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_loadu_si512(a.cast()), c0));
+            let v1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_loadu_si512(a.add(16).cast()), c1));
+            _mm512_mask_storeu_ps(dst, m0, _mm512_add_ps(_mm512_mul_ps(v0, _mm512_mul_ps(sv, w0)), b0));
+            _mm512_mask_storeu_ps(dst.add(16), m1, _mm512_add_ps(_mm512_mul_ps(v1, _mm512_mul_ps(sv, w1)), b1));
+        }
     }
 }
 

@@ -80,7 +80,20 @@ pub struct PackedI8 {
 pub fn row_scale(row: &[f32]) -> Option<(f32, f32)> {
     // The largest magnitude as bits: integer max vectorises, and ±inf and NaN have the
     // largest bit patterns of all, so one comparison finds them.
-    let bits = row.iter().fold(0u32, |m, v| m.max(v.to_bits() & 0x7fff_ffff));
+    #[inline(always)]
+    fn max_bits(row: &[f32]) -> u32 {
+        row.iter().fold(0u32, |m, v| m.max(v.to_bits() & 0x7fff_ffff))
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    fn wide(row: &[f32]) -> u32 {
+        max_bits(row)
+    }
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: AVX-512F, BW and VL were detected on this CPU.
+    let bits = if has_avx512bw() { unsafe { wide(row) } } else { max_bits(row) };
+    #[cfg(not(target_arch = "x86_64"))]
+    let bits = max_bits(row);
     if bits >= 0x7f80_0000 {
         return None;
     }
