@@ -82,8 +82,8 @@ fn integer_operands_give_the_exact_sums() {
 /// quantisation error.
 #[test]
 fn random_operands_match_the_quantised_reference() {
-    // k past one AMX k-slice, in uneven slices; and m past the blocks of one group.
-    for (m, n, k) in SHAPES.into_iter().chain([(20, 40, 2100), (70, 200, 1030)]) {
+    // k past one AMX k-slice (5000), in uneven slices; and m past the blocks of one group.
+    for (m, n, k) in SHAPES.into_iter().chain([(20, 40, 2100), (70, 200, 1030), (33, 40, 5000)]) {
         let (x, w, bias) = (values(m * k, 3), values(n * k, 4), values(n, 5));
         let packed = PackedI8::quantise(&w, n, k).unwrap().unwrap();
         let q = |v: &[f32]| -> (Vec<i32>, f64) {
