@@ -288,15 +288,41 @@ fn quantise_row(row: &[f32], inv: f32, offset: bool, kp: usize, dst: &mut [u8], 
         }
     }
     #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-        fn wide(row: &[f32], inv: f32, offset: bool, kp: usize, dst: &mut [u8], stride: usize) {
-            body(row, inv, offset, kp, dst, stride)
-        }
-        if has_avx512bw() {
-            // SAFETY: AVX-512F, BW and VL were detected on this CPU.
-            return unsafe { wide(row, inv, offset, kp, dst, stride) };
-        }
+    if has_avx512bw() {
+        // SAFETY: AVX-512F, BW and VL were detected on this CPU.
+        return unsafe { quantise_row_avx512(row, inv, offset, kp, dst, stride) };
     }
     body(row, inv, offset, kp, dst, stride)
+}
+
+/// [`quantise_row`] in AVX-512 registers: 16 floats at a time scaled, rounded to the
+/// nearest integer with ties to even (`vcvtps2dq` under the default rounding mode, as
+/// [`q8`] rounds) and narrowed with signed saturation (as `q8`'s cast saturates); the
+/// values past the row's end are loaded as zeros.
+///
+/// # Safety
+/// AVX-512F, BW and VL must be supported.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn quantise_row_avx512(row: &[f32], inv: f32, offset: bool, kp: usize, dst: &mut [u8], stride: usize) {
+    use std::arch::x86_64::*;
+    let k = row.len();
+    let scale = _mm512_set1_ps(inv);
+    let add = _mm_set1_epi8(if offset { -128 } else { 0 });
+    for c in 0..kp / 64 {
+        let d: &mut [u8; 64] = (&mut dst[c * stride..c * stride + 64]).try_into().unwrap();
+        for q in 0..4 {
+            let j = c * 64 + q * 16;
+            let n = k.saturating_sub(j).min(16);
+            let mask = ((1u32 << n) - 1) as __mmask16;
+            // SAFETY: the mask covers only values `j..j + n` of `row` (`n` of them are
+            // left from `j`); masked-off lanes are not read; the store writes 16 bytes of
+            // `d`'s 64 from `16 · q`.
+            unsafe {
+                let v = _mm512_maskz_loadu_ps(mask, row.as_ptr().wrapping_add(j));
+                let b = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v, scale)));
+                _mm_storeu_si128(d.as_mut_ptr().add(16 * q).cast(), _mm_add_epi8(b, add));
+            }
+        }
+    }
 }

@@ -243,3 +243,34 @@ fn a_reused_buffer_holds_nothing_of_the_last_product() {
         assert_eq!(&c[n..], &bias[..], "{path:?}: k = 0");
     }
 }
+
+/// The quantiser's vector code gives `q8`'s bytes (ties to even, saturation) in both
+/// layouts, with and without the offset, the bytes past k zero (or 128).
+#[test]
+fn quantised_bytes_are_q8s() {
+    let (m, k) = (3, 150);
+    let kp = pack::padded_k(k);
+    let mut x = values(m * k, 17);
+    for (t, v) in x.iter_mut().enumerate().take(k) {
+        // Row 0: scale 1 (largest 127), halves to round to even, both signs.
+        *v = (t as f32 - 75.0) + 0.5;
+    }
+    x[0] = 127.0;
+    for blocked in [false, true] {
+        for offset in [false, true] {
+            let mut q = pack::QuantisedX::default();
+            let rows = if blocked { 32 } else { m };
+            q.quantise(&x, (m, k, kp), rows, blocked, offset, 1);
+            let data = bytes(&q.data);
+            for i in 0..m {
+                let (_, inv) = row_scale(&x[i * k..(i + 1) * k]).unwrap();
+                for t in 0..kp {
+                    let want =
+                        if t < k { q8(x[i * k + t], inv) as u8 } else { 0 }.wrapping_add(if offset { 128 } else { 0 });
+                    let at = if blocked { (t / 64) * 2048 + i * 64 + t % 64 } else { i * kp + t };
+                    assert_eq!(data[at], want, "row {i} byte {t} blocked {blocked} offset {offset}");
+                }
+            }
+        }
+    }
+}
