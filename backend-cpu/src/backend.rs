@@ -393,6 +393,11 @@ unsafe impl Backend for CpuBackend {
         if n.checked_mul(k).and_then(|e| e.checked_mul(4)) != Some(bytes.len()) {
             return Ok(None);
         }
+        if k > kernels::gemm_i8::MAX_K {
+            // Past the depth whose i32 sums stay exact: this Linear runs in f32.
+            log::info!("int8: a weight [{n}, {k}] is deeper than {}; its Linear runs in f32", kernels::gemm_i8::MAX_K);
+            return Ok(None);
+        }
         let w: Vec<f32> = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
         let kname = kernel.name.clone();
         let packed = PackedI8::quantise(&w, n, k)

@@ -95,6 +95,9 @@ pub struct CpuFeatures {
     /// AMX tiles with bf16 dot products, enabled for this process by the OS
     /// (`NPURT_AMX=0` turns their use off; false when the ISA is forced below AVX-512).
     pub amx_bf16: bool,
+    /// AMX tiles with int8 dot products (`tdpbssd`), enabled for this process by the OS
+    /// (`NPURT_AMX=0` turns their use off; false when the ISA is forced below AVX-512).
+    pub amx_int8: bool,
     pub f16c: bool,
     /// Every feature of interest that was detected, for `npurt info`.
     pub detected: Vec<&'static str>,
@@ -161,16 +164,18 @@ pub fn forced(isa: Isa) -> Result<&'static CpuFeatures, IsaError> {
             forced: true,
             avx512bf16: base.avx512bf16 && !below,
             amx_bf16: base.amx_bf16 && !below,
+            amx_int8: base.amx_int8 && !below,
             ..base.clone()
         }
     }))
 }
 
-/// [`get`] with AMX left unused: the bf16 products run on AVX-512-BF16 dot products, as on
-/// a CPU without AMX (for tests and measurements of that path).
+/// [`get`] with AMX left unused: the bf16 products run on AVX-512-BF16 dot products and the
+/// int8 ones on AVX-512-VNNI, as on a CPU without AMX (for tests and measurements of those
+/// paths).
 pub fn without_amx() -> &'static CpuFeatures {
     static F: OnceLock<CpuFeatures> = OnceLock::new();
-    F.get_or_init(|| CpuFeatures { amx_bf16: false, ..get().clone() })
+    F.get_or_init(|| CpuFeatures { amx_bf16: false, amx_int8: false, ..get().clone() })
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -223,20 +228,22 @@ pub fn mem_available() -> Option<u64> {
     meminfo("MemAvailable:")
 }
 
-/// AMX-TILE and AMX-BF16 in CPUID, and Linux's permission to use the tile data state
-/// for this process (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`).
+/// Which AMX units this process may use: `(bf16, int8)`, each its CPUID bit (leaf 7, EDX
+/// bit 22 AMX-BF16, bit 25 AMX-INT8) with AMX-TILE (bit 24), and Linux's permission to
+/// use the tile data state for this process (`arch_prctl(ARCH_REQ_XCOMP_PERM,
+/// XFEATURE_XTILEDATA)`), asked once.
 #[cfg(target_arch = "x86_64")]
-fn amx_bf16() -> bool {
+fn amx_units() -> (bool, bool) {
     use std::arch::x86_64::__cpuid_count;
     // A bad value keeps AMX unused here; `CpuBackend::new` refuses it.
     if !amx_from_env().unwrap_or(false) {
-        return false;
+        return (false, false);
     }
     // CPUID leaf 7 exists on every x86-64 CPU with AVX-512 (checked by the caller).
     let edx = __cpuid_count(7, 0).edx;
-    let (tile, bf16) = (edx >> 24 & 1 == 1, edx >> 22 & 1 == 1);
-    if !(tile && bf16) || !cfg!(target_os = "linux") {
-        return false;
+    let (tile, bf16, int8) = (edx >> 24 & 1 == 1, edx >> 22 & 1 == 1, edx >> 25 & 1 == 1);
+    if !(tile && (bf16 || int8)) || !cfg!(target_os = "linux") {
+        return (false, false);
     }
     const SYS_ARCH_PRCTL: i64 = 158;
     const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
@@ -257,21 +264,27 @@ fn amx_bf16() -> bool {
         );
     }
     if ret != 0 {
-        log::info!("AMX present but not enabled by the OS (arch_prctl returned {ret}); using AVX-512-BF16");
+        log::info!("AMX present but not enabled by the OS (arch_prctl returned {ret}); using AVX-512");
+        return (false, false);
     }
-    ret == 0
+    (bf16, int8)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn amx_bf16() -> bool {
-    false
+fn amx_units() -> (bool, bool) {
+    (false, false)
 }
 
 fn detect() -> CpuFeatures {
     let (isa, avx512bf16, f16c, mut detected) = x86();
-    let amx_bf16 = avx512bf16 && amx_bf16();
+    // AMX only beside AVX-512 (its kernels use AVX-512 around the tiles).
+    let (amx_bf16, amx_int8) = if isa == Isa::Avx512 { amx_units() } else { (false, false) };
+    let amx_bf16 = avx512bf16 && amx_bf16;
     if amx_bf16 {
         detected.push("amx-bf16");
+    }
+    if amx_int8 {
+        detected.push("amx-int8");
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mhz = cpuinfo_field("cpu MHz").and_then(|v| v.parse().ok()).filter(|m: &f64| *m > 100.0).unwrap_or(2000.0);
@@ -281,6 +294,7 @@ fn detect() -> CpuFeatures {
         widest: isa,
         avx512bf16,
         amx_bf16,
+        amx_int8,
         f16c,
         detected,
         model: cpuinfo_field("model name").unwrap_or_else(|| std::env::consts::ARCH.to_string()),

@@ -3,27 +3,12 @@
 //! equal to them, and no warning), and in f32 with exactly one warning naming the missing
 //! unit where it has neither (or its ISA is forced below AVX-512).
 
-use backend_cpu::kernels::gemm_i8::Path;
-use backend_cpu::{CpuBackend, CpuConfig, CpuError, Isa};
-use runtime::graph::{CompileOptions, CompiledGraph, Graph, HostTensor};
-use runtime::{DType, Op, Precision, Runtime, RuntimeConfig};
-use std::sync::{Arc, Mutex};
+mod common;
 
-static WARNINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-struct Capture;
-
-impl log::Log for Capture {
-    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
-        m.level() <= log::Level::Warn
-    }
-    fn log(&self, r: &log::Record<'_>) {
-        if r.level() <= log::Level::Warn {
-            WARNINGS.lock().unwrap_or_else(|p| p.into_inner()).push(r.args().to_string());
-        }
-    }
-    fn flush(&self) {}
-}
+use backend_cpu::Isa;
+use backend_cpu::kernels::gemm_i8::{MAX_K, Path};
+use runtime::graph::{Graph, HostTensor};
+use runtime::{DType, Op, Precision};
 
 fn values(n: usize, seed: usize) -> Vec<f32> {
     (0..n).map(|i| ((i * 7919 + seed * 104_729) % 2001) as f32 / 1000.0 - 1.0).collect()
@@ -51,29 +36,14 @@ fn run(
     precision: Precision,
     (m, k, n): (usize, usize, usize),
 ) -> Option<(Vec<f32>, Vec<String>)> {
-    let b = match CpuBackend::new(CpuConfig { threads: Some(threads), isa: Some(isa), ..CpuConfig::default() }) {
-        Ok(b) => b,
-        Err(CpuError::Isa(e)) => {
-            println!("SKIP {isa}: {e}");
-            return None;
-        }
-        Err(e) => panic!("{isa}: {e}"),
-    };
-    let rt = Runtime::with_backend(Arc::new(b), RuntimeConfig::default()).unwrap();
-    let options = CompileOptions { precision, ..CompileOptions::from_config(&RuntimeConfig::default(), 0) };
-    let before = WARNINGS.lock().unwrap().len();
-    let cg = CompiledGraph::compile(&rt, &graph(m, k, n), options).unwrap();
-    let warned: Vec<String> =
-        WARNINGS.lock().unwrap()[before..].iter().filter(|w| w.contains("precision")).cloned().collect();
-    let xt = rt.from_slice(&values(m * k, 1), [m, k], 0).unwrap();
-    let out = cg.run(&[&xt]).unwrap();
-    Some((out[0].to_ndarray::<f32>().unwrap().iter().copied().collect(), warned))
+    let c = common::compile(isa, Some(threads), precision, &graph(m, k, n))?;
+    let xt = c.rt.from_slice(&values(m * k, 1), [m, k], 0).unwrap();
+    let out = c.cg.run(&[&xt]).unwrap();
+    Some((out[0].to_ndarray::<f32>().unwrap().iter().copied().collect(), c.warned))
 }
 
 #[test]
 fn int8_runs_where_the_cpu_has_an_int8_unit_and_warns_once_where_not() {
-    log::set_logger(&Capture).unwrap();
-    log::set_max_level(log::LevelFilter::Warn);
     for isa in Isa::ALL {
         for threads in [1, 2] {
             for shape in [(1, 67, 33), (5, 130, 70), (40, 96, 200), (128, 256, 96)] {
@@ -100,4 +70,29 @@ fn int8_runs_where_the_cpu_has_an_int8_unit_and_warns_once_where_not() {
             }
         }
     }
+}
+
+/// A weight deeper than the int8 products take (`MAX_K`) is not an error at compile time:
+/// its Linear runs in f32 (what `prepack_int8`'s `Ok(None)` promises), with its f32 result.
+#[test]
+fn a_weight_deeper_than_int8_takes_runs_in_f32() {
+    let k = MAX_K + 1;
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [2, k]);
+    let w = g.constant("w", HostTensor::from_vec([3, k], values(3 * k, 5)).unwrap());
+    let y = g.op("fc", Op::Linear, &[x, w]).unwrap();
+    g.output(y);
+    let run = |precision| {
+        let c = common::compile(Isa::Avx512, Some(2), precision, &g)?;
+        let xt = c.rt.from_slice(&values(2 * k, 6), [2, k], 0).unwrap();
+        let out = c.cg.run(&[&xt]).unwrap();
+        Some(out[0].to_ndarray::<f32>().unwrap().iter().copied().collect::<Vec<f32>>())
+    };
+    let Some(f32_out) = run(Precision::F32) else { return };
+    if Path::best(backend_cpu::features::forced(Isa::Avx512).unwrap()).is_none() {
+        println!("SKIP: this CPU has no int8 unit (no int8 weight is packed anyway)");
+        return;
+    }
+    let i8_out = run(Precision::Int8).expect("compiles in int8");
+    assert_eq!(i8_out, f32_out, "the deep Linear runs in f32");
 }

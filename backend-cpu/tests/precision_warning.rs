@@ -3,27 +3,11 @@
 //! fastest correct path (f32 for bf16 without AVX-512-BF16); where it is native, nothing is
 //! logged and the weights are converted.
 
-use backend_cpu::{CpuBackend, CpuConfig, Isa};
-use runtime::graph::{CompileOptions, CompiledGraph, Graph, HostTensor};
-use runtime::{DType, Op, Precision, Runtime, RuntimeConfig};
-use std::sync::{Arc, Mutex};
+mod common;
 
-/// Every warning logged in this process.
-static WARNINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-struct Capture;
-
-impl log::Log for Capture {
-    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
-        m.level() <= log::Level::Warn
-    }
-    fn log(&self, r: &log::Record<'_>) {
-        if r.level() <= log::Level::Warn {
-            WARNINGS.lock().unwrap_or_else(|p| p.into_inner()).push(r.args().to_string());
-        }
-    }
-    fn flush(&self) {}
-}
+use backend_cpu::Isa;
+use runtime::graph::{Graph, HostTensor};
+use runtime::{DType, Op, Precision};
 
 /// Two Linears with constant f32 weights.
 fn graph() -> Graph {
@@ -40,22 +24,14 @@ fn graph() -> Graph {
 /// The warnings compiling [`graph`] in `precision` on the backend forced to `isa` logs, and
 /// how many Linear weights end up in `dtype`.
 fn compile(isa: Isa, precision: Precision, dtype: DType) -> Option<(Vec<String>, usize)> {
-    let b = CpuBackend::new(CpuConfig { isa: Some(isa), ..CpuConfig::default() }).ok()?;
-    let rt = Runtime::with_backend(Arc::new(b), RuntimeConfig::default()).unwrap();
-    let options = CompileOptions { precision, ..CompileOptions::from_config(&RuntimeConfig::default(), 0) };
-    let before = WARNINGS.lock().unwrap().len();
-    let cg = CompiledGraph::compile(&rt, &graph(), options).unwrap();
-    let warned: Vec<String> =
-        WARNINGS.lock().unwrap()[before..].iter().filter(|w| w.contains("precision")).cloned().collect();
-    let g = cg.graph();
+    let c = common::compile(isa, None, precision, &graph())?;
+    let g = c.cg.graph();
     let converted = g.nodes.iter().filter(|n| matches!(n.op, Op::Linear) && g.meta(n.inputs[1]).dtype == dtype).count();
-    Some((warned, converted))
+    Some((c.warned, converted))
 }
 
 #[test]
 fn a_precision_the_cpu_cannot_run_natively_warns_once_naming_the_feature() {
-    log::set_logger(&Capture).unwrap();
-    log::set_max_level(log::LevelFilter::Warn);
     let cpu = backend_cpu::features::get();
     for isa in Isa::ALL {
         let Some((warned, converted)) = compile(isa, Precision::Bf16, DType::BF16) else {

@@ -130,6 +130,7 @@ pub fn runtime_config(
         Precision::Auto | Precision::F32 => NpurtPrecision::F32,
         Precision::F16 => NpurtPrecision::F16,
         Precision::Bf16 => NpurtPrecision::Bf16,
+        Precision::Int8 => NpurtPrecision::Int8,
     };
     base.graph_capture = match options.graph_capture {
         GraphCapture::Auto => base.graph_capture,
@@ -216,6 +217,14 @@ mod tests {
         }
         let c = runtime_config(&EpOptions::default(), RuntimeConfig::default(), Some(3), false);
         assert_eq!(c.devices, Some(vec![3]), "the selected device is used without device_id");
+    }
+
+    #[test]
+    fn precision_int8_maps_to_npurts_int8() {
+        for v in ["int8", "i8"] {
+            let c = runtime_config(&opts(&[("precision", v)]), RuntimeConfig::default(), None, true);
+            assert_eq!(c.precision, NpurtPrecision::Int8, "{v}");
+        }
     }
 
     #[test]

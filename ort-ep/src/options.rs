@@ -59,6 +59,9 @@ pub enum Precision {
     F32,
     F16,
     Bf16,
+    /// Dynamic int8 Linear layers (npurt's `int8`; the EP also takes `i8`, as the CLI's
+    /// `--precision` and `NPURT_PRECISION` do).
+    Int8,
 }
 
 /// Whether compiled graphs are captured and replayed where the backend can (`graph_capture`).
@@ -139,7 +142,8 @@ impl EpOptions {
                     "f32" => Precision::F32,
                     "f16" => Precision::F16,
                     "bf16" => Precision::Bf16,
-                    _ => return Err(bad("one of auto, f32, f16, bf16")),
+                    "int8" | "i8" => Precision::Int8,
+                    _ => return Err(bad("one of auto, f32, f16, bf16, int8")),
                 }
             }
             "graph_capture" => {
@@ -195,6 +199,16 @@ mod tests {
     }
 
     #[test]
+    fn precision_int8_parses_in_the_cli_spellings() {
+        for v in ["int8", "i8"] {
+            let o = EpOptions::parse([("precision", v)]).unwrap();
+            assert_eq!(o.precision, Precision::Int8, "{v}");
+        }
+        let e = EpOptions::parse([("precision", "u8")]).unwrap_err();
+        assert!(e.to_string().contains("int8"), "the error lists int8: {e}");
+    }
+
+    #[test]
     fn unknown_key_is_named() {
         let e = EpOptions::parse([("backend", "cpu"), ("device", "0")]).unwrap_err();
         assert_eq!(e, OptionError::UnknownKey { key: "device".into() });
@@ -212,6 +226,8 @@ mod tests {
             ("device_id", "4294967296"),
             ("device_id", "0x1"),
             ("precision", "fp8"),
+            ("precision", "int4"),
+            ("precision", "INT8"),
             ("graph_capture", "yes"),
             ("log_level", "loud"),
         ] {

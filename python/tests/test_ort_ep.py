@@ -734,3 +734,25 @@ def test_npurt_ort_session_selects_the_device_numbered_device_id():
     assert npurt.ort._for_device(devs, "2") == [devs[2]]
     assert npurt.ort._for_device(devs, None) == devs
     assert npurt.ort._for_device(devs, "7") == devs, "the EP itself refuses a device past the backend's"
+
+
+@needs_onnx
+@pytest.mark.parametrize("spelling", ["int8", "i8"])
+def test_precision_int8_reaches_npurts_compile(registered, capfd, monkeypatch, spelling):
+    # int8 runs npurt's Linear layers as dynamic int8 products where the CPU has AMX-INT8 or
+    # AVX-512-VNNI, else in f32 with one warning saying why: the compile log says which, and
+    # the results stay within the quantisation error of ORT's CPU EP.
+    monkeypatch.delenv("NPURT_PRECISION", raising=False)
+    model = _build([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])],
+                   [("x", (2, 4, 64))], [("y", (2, 4, 48))], initializers=[("w", _rand(64, 48)), ("b", _rand(48))])
+    line, err = _ep_log_line(capfd, {"backend": "cpu", "precision": spelling}, model)
+    assert "precision int8," in line, err[-3000:]
+    ran = "precision int8: 1 of 1 Linear layers run as dynamic int8 products" in err
+    assert ran or "precision int8 is not available" in err, err[-3000:]
+    so = ort.SessionOptions()
+    so.add_provider_for_devices(_npurt_devices(), {"backend": "cpu", "precision": spelling})
+    sess = ort.InferenceSession(model, sess_options=so)
+    feeds = {"x": _rand(2, 4, 64)}
+    got = sess.run(None, feeds)[0]
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert np.abs(got - want).max() <= 0.03 * np.abs(want).max(), (ran, np.abs(got - want).max())

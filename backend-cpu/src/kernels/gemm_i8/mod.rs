@@ -7,14 +7,17 @@
 //! Three paths compute the same i32 sums, so they agree exactly before dequantisation:
 //!
 //! * [`Path::Amx`] — AMX-INT8 `tdpbssd` (s8 × s8): 32 × 32 blocks in four accumulator
-//!   tiles over the whole k (`amx.rs`), x rows padded to blocks of 32;
+//!   tiles over the whole k (`amx.rs`; `MAX_K` keeps every i32 sum exact), tile loads
+//!   software-pipelined, the next group of panels prefetched into L2; x quantised straight
+//!   into tile-ready blocks of 32 rows;
 //! * [`Path::Vnni`] — AVX-512-VNNI `vpdpbusd` (u8 × s8): x is stored plus 128 as u8, and
 //!   the panel's per-column `128 · Σ_k q` ([`PackedI8`]'s compensation) is taken off each
 //!   sum; 8 × 32 register tiles (`vnni.rs`);
 //! * [`Path::Scalar`] — plain loops over the same layouts, the reference of the tests.
 //!
-//! Work is cut by panels of [`NR`] output columns, one range per thread (both threads busy
-//! at m = 32 and 128). Rows of x holding ±inf or NaN give NaN rows (their scale is not
+//! x is quantised in one pass into the layout its unit reads, into a buffer each thread
+//! keeps between products (no allocation per call). Work is cut by panels of [`NR`] output
+//! columns, one range per thread (both threads busy at m = 32 and 128). Rows of x holding ±inf or NaN give NaN rows (their scale is not
 //! defined). Files: `pack.rs` the layouts and quantisation, `amx.rs`, `vnni.rs` the units.
 
 #[cfg(target_arch = "x86_64")]
@@ -28,7 +31,7 @@ mod vnni;
 pub use pack::{KSTEP, MAX_K, NR, PackedI8};
 
 use crate::features::CpuFeatures;
-use pack::{QuantisedX, bytes, has_avx512bw, quantise_rows};
+use pack::{GROUP_ROWS, QuantisedX, bytes, has_avx512bw, with_quantised};
 use runtime::KernelError;
 
 /// The unit an int8 product runs on. Send and Sync (a plain enum).
@@ -42,20 +45,6 @@ pub enum Path {
     Scalar,
 }
 
-/// AMX-INT8 in CPUID (leaf 7, EDX bit 25).
-#[cfg(target_arch = "x86_64")]
-fn amx_int8_cpuid() -> bool {
-    use std::sync::OnceLock;
-    static HAS: OnceLock<bool> = OnceLock::new();
-    // SAFETY-free: `__cpuid_count` is a safe function on x86-64 (CPUID always exists).
-    *HAS.get_or_init(|| std::arch::x86_64::__cpuid_count(7, 0).edx >> 25 & 1 == 1)
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn amx_int8_cpuid() -> bool {
-    false
-}
-
 impl Path {
     /// The unit's label (the kernel reports it in logs and benchmarks).
     pub fn name(self) -> &'static str {
@@ -66,13 +55,13 @@ impl Path {
         }
     }
 
-    /// Whether this path runs on features `f`: AMX needs the tiles enabled for the
-    /// process (`f.amx_bf16`: the OS allowed them and `NPURT_AMX` is not off) and AMX-INT8;
+    /// Whether this path runs on features `f`: AMX needs AMX-INT8 with the tiles enabled
+    /// for the process (`f.amx_int8`: the OS allowed them and `NPURT_AMX` is not off);
     /// VNNI needs the AVX-512 path (not forced below it) and AVX-512-VNNI.
     pub fn available(self, f: &CpuFeatures) -> bool {
         let vnni = f.isa == crate::features::Isa::Avx512 && has_avx512bw() && f.detected.contains(&"avx512vnni");
         match self {
-            Path::Amx => cfg!(target_arch = "x86_64") && f.amx_bf16 && amx_int8_cpuid(),
+            Path::Amx => cfg!(target_arch = "x86_64") && f.amx_int8,
             Path::Vnni => cfg!(target_arch = "x86_64") && vnni,
             Path::Scalar => true,
         }
@@ -92,6 +81,20 @@ impl Path {
             p => Some(p),
         }
     }
+}
+
+/// Whether `path`, asked for with features `f`, runs on this CPU (`detected`):
+/// `CpuFeatures`' fields are public, and one built by hand could claim AMX-INT8 or
+/// AVX-512-VNNI where the CPU (or the OS) does not offer them; their instructions would
+/// then fault. The scalar path runs everywhere.
+fn check_units(path: Path, f: &CpuFeatures, detected: &CpuFeatures) -> Result<(), KernelError> {
+    if path.available(f) && path.available(detected) {
+        return Ok(());
+    }
+    Err(KernelError::MissingFeature(match path {
+        Path::Amx => "AMX-INT8 (enabled by the OS)",
+        _ => "AVX-512-VNNI",
+    }))
 }
 
 /// Why this CPU has no int8 path, or `None` when it has one.
@@ -149,32 +152,41 @@ pub fn linear(
     if bias.is_some_and(|b| b.len() < n) {
         return Err(short("bias"));
     }
-    if !path.available(f) {
-        return Err(KernelError::MissingFeature(if path == Path::Amx { "AMX-INT8" } else { "AVX-512-VNNI" }));
-    }
+    check_units(path, f, crate::features::get())?;
     if m == 0 || n == 0 {
         return Ok(());
     }
-    let rows = if path == Path::Amx { m.div_ceil(32) * 32 } else { m };
-    let xq = quantise_rows(x, m, k, kp, rows, path == Path::Vnni, threads);
-    let panels = n.div_ceil(NR);
-    // Below about 1 MFLOP a second thread costs more than it saves.
-    let tasks = if 2 * m * n * k < 1 << 20 { 1 } else { threads.clamp(1, panels) };
-    let per = panels.div_ceil(tasks);
-    let p = Product { m, w, x: &xq, bias, c: Out(c.as_mut_ptr()) };
-    let run = |t: usize| {
-        let (p0, p1) = (t * per, ((t + 1) * per).min(panels));
-        // SAFETY: task `t` writes only columns of panels `p0..p1` of the `m × n` output
-        // `c` (checked long enough above), which no other task writes.
-        unsafe { task(path, &p, p0, p1) }
-    };
-    if tasks > 1 {
-        use rayon::prelude::*;
-        (0..tasks).into_par_iter().for_each(run);
-    } else {
-        run(0);
-    }
+    // k = 0: no sums to take (every output is its bias), on the plain loops.
+    let path = if kp == 0 { Path::Scalar } else { path };
+    let rows = if path == Path::Amx { m.div_ceil(GROUP_ROWS) * GROUP_ROWS } else { m };
+    with_quantised(|xq| {
+        xq.quantise(x, (m, k, kp), rows, path == Path::Amx, path == Path::Vnni, threads);
+        let panels = n.div_ceil(NR);
+        // Below about 1 MFLOP a second thread costs more than it saves.
+        let tasks = if 2 * m * n * k < 1 << 20 { 1 } else { threads.clamp(1, panels) };
+        let per = panels.div_ceil(tasks);
+        let p = Product { m, w, x: xq, bias, c: Out(c.as_mut_ptr()) };
+        let run = |t: usize| {
+            let (p0, p1) = (t * per, ((t + 1) * per).min(panels));
+            // SAFETY: task `t` writes only columns of panels `p0..p1` of the `m × n` output
+            // `c` (checked long enough above), which no other task writes.
+            unsafe { task(path, &p, p0, p1) }
+        };
+        if tasks > 1 {
+            use rayon::prelude::*;
+            (0..tasks).into_par_iter().for_each(run);
+        } else {
+            run(0);
+        }
+    });
     Ok(())
+}
+
+#[cfg(target_arch = "x86_64")]
+thread_local! {
+    /// Each thread's sums parked between the k-slices of the AMX product, kept between
+    /// products.
+    static PARKED: std::cell::Cell<Vec<amx::Block>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// Panels `p0..p1` of the product on `path`.
@@ -188,38 +200,51 @@ unsafe fn task(path: Path, p: &Product<'_>, p0: usize, p1: usize) {
     match path {
         #[cfg(target_arch = "x86_64")]
         Path::Amx => {
-            // Per group of panels and per k-slice, every row block meets every panel of the
-            // group (its x slice from L1); the sums wait in `acc` between slices.
-            let blocks = p.m.div_ceil(32);
+            // Per group of panels and per k-slice (the whole k up to `amx::KC`), every row
+            // block meets every panel of the group (its x slice from L1, the group's
+            // slices from L2); the first row block prefetches what the group reads next.
+            // Between slices the sums wait in `parked`, each thread's own.
+            let blocks = p.m.div_ceil(GROUP_ROWS);
             let slice = amx::slice(kp);
-            let mut acc = vec![amx::Block([0; 32 * NR]); blocks * amx::GROUP];
-            // SAFETY: AMX enabled and AMX-INT8 present (`path` is available).
-            unsafe { amx::configure() };
+            let mut parked = PARKED.take();
+            if slice < kp && parked.len() < blocks * amx::GROUP {
+                parked.resize(blocks * amx::GROUP, amx::Block([0; 32 * NR]));
+            }
+            let mut sums = amx::Block([0; 32 * NR]);
+            // SAFETY: AMX enabled and AMX-INT8 present (`path` is available); the guard
+            // releases the tiles when the task ends.
+            let _tiles = unsafe { crate::kernels::gemm_bf16::Tiles::configure() };
             for g0 in (p0..p1).step_by(amx::GROUP) {
                 let g1 = (g0 + amx::GROUP).min(p1);
                 for k0 in (0..kp).step_by(slice) {
                     let kc = slice.min(kp - k0);
+                    let last = k0 + kc >= kp;
                     for b in 0..blocks {
-                        let ab = a[b * 32 * kp + k0..].as_ptr();
+                        let ab = a[b * GROUP_ROWS * kp + k0 * GROUP_ROWS..].as_ptr();
+                        let rows = (p.m - b * GROUP_ROWS).min(GROUP_ROWS);
                         for pi in g0..g1 {
                             let panel = p.w.panel(pi)[k0 * NR..].as_ptr();
-                            let c = acc[b * amx::GROUP + pi - g0].0.as_mut_ptr();
+                            let next = match (b, last) {
+                                (0, false) => panel.wrapping_add(kc * NR),
+                                (0, true) if pi + amx::GROUP < p1 => p.w.panel(pi + amx::GROUP).as_ptr(),
+                                _ => std::ptr::null(),
+                            };
+                            let c = if slice < kp { &mut parked[b * amx::GROUP + pi - g0] } else { &mut sums };
                             // SAFETY: x holds rows padded to whole blocks of 32 (`rows` in
-                            // `linear`) of `kp` bytes, so block `b` has 32 rows from byte
-                            // `k0`, `kc` bytes each; the panel's slice is `kc · NR` bytes;
-                            // `c` a block of 1024 i32; `kc % KSTEP == 0`; tiles configured.
-                            unsafe { amx::block(kc, ab, kp, panel, c, k0 > 0) };
+                            // `linear`) in the blocked form, so block `b` from byte `k0`
+                            // holds `32 · kc` bytes at `ab`; the panel's slice `kc · NR`
+                            // bytes; `c` 1024 i32; `kc % KSTEP == 0`, `kc > 0` (`kp > 0`:
+                            // see `linear`); tiles configured; `next` only prefetched.
+                            unsafe { amx::block(kc, ab, panel, next, c.0.as_mut_ptr(), k0 > 0) };
+                            if last {
+                                // SAFETY: forwarded (this task's columns).
+                                unsafe { store(p, &c.0, b * GROUP_ROWS, rows, pi, false) };
+                            }
                         }
                     }
                 }
-                for b in 0..blocks {
-                    for pi in g0..g1 {
-                        let rows = (p.m - b * 32).min(32);
-                        // SAFETY: forwarded (this task's columns).
-                        unsafe { store(p, &acc[b * amx::GROUP + pi - g0].0, b * 32, rows, pi, false) };
-                    }
-                }
             }
+            PARKED.set(parked);
         }
         #[cfg(target_arch = "x86_64")]
         Path::Vnni => {
@@ -272,6 +297,15 @@ unsafe fn store(p: &Product<'_>, acc: &[i32], i0: usize, rows: usize, pi: usize,
     let none = [0i32; NR];
     let comp = if offset { &p.w.comp[j0..j0 + cols] } else { &none[..cols] };
     let sw = &p.w.scales[j0..j0 + cols];
+    #[cfg(target_arch = "x86_64")]
+    if has_avx512bw() {
+        let (sx, bad) = (&p.x.scales[i0..i0 + rows], &p.x.bad[i0..i0 + rows]);
+        // SAFETY: AVX-512F, BW and VL were detected; `acc` holds `rows` rows of NR i32;
+        // `comp`, `sw`, `bias` `cols` values; rows `i0..i0 + rows` × columns
+        // `j0..j0 + cols` of the `m × n` output at `p.c` are this task's (contract).
+        unsafe { store_block(&acc[..rows * NR], (comp, sw, bias), (sx, bad), p.c.0.add(i0 * n + j0), n) };
+        return;
+    }
     for r in 0..rows {
         let i = i0 + r;
         // SAFETY: columns `j0..j0 + cols` of row `i < m` lie in this task's part of the
@@ -282,6 +316,57 @@ unsafe fn store(p: &Product<'_>, acc: &[i32], i0: usize, rows: usize, pi: usize,
             continue;
         }
         dequantise(&acc[r * NR..r * NR + cols], comp, p.x.scales[i], sw, bias, out);
+    }
+}
+
+/// [`dequantise`] of a block of rows (`acc` rows of [`NR`] i32, as many as `sx`) into `out`
+/// (row stride `ldc`), `cols = sw.len() ≤ NR` columns; rows flagged `bad` NaN. The same
+/// operations in the same order as [`dequantise`], so the same bits.
+///
+/// # Safety
+/// AVX-512F; `comp`, `sw` and `bias` hold `cols` values, `bad` as many as `sx`, `acc`
+/// `sx.len() · NR`; `out` is valid for writes of `sx.len()` rows of `cols` at stride `ldc`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn store_block(
+    acc: &[i32],
+    (comp, sw, bias): (&[i32], &[f32], &[f32]),
+    (sx, bad): (&[f32], &[bool]),
+    out: *mut f32,
+    ldc: usize,
+) {
+    use std::arch::x86_64::*;
+    let cols = sw.len();
+    debug_assert!(cols <= NR && comp.len() == cols && bias.len() == cols && acc.len() >= sx.len() * NR);
+    let mask = |from: usize| -> __mmask16 { ((1u32 << cols.saturating_sub(from).min(16)) - 1) as u16 };
+    let (m0, m1) = (mask(0), mask(16));
+    // SAFETY (loads of comp, sw, bias): `cols` values each (contract), masked to them.
+    let (c0, c1, w0, w1, b0, b1) = unsafe {
+        (
+            _mm512_maskz_loadu_epi32(m0, comp.as_ptr()),
+            _mm512_maskz_loadu_epi32(m1, comp.as_ptr().add(16)),
+            _mm512_maskz_loadu_ps(m0, sw.as_ptr()),
+            _mm512_maskz_loadu_ps(m1, sw.as_ptr().add(16)),
+            _mm512_maskz_loadu_ps(m0, bias.as_ptr()),
+            _mm512_maskz_loadu_ps(m1, bias.as_ptr().add(16)),
+        )
+    };
+    for (r, (&s, &b)) in sx.iter().zip(bad).enumerate() {
+        // SAFETY: row `r` of `out` (contract), masked to `cols`; row `r` of `acc` is NR i32.
+        unsafe {
+            let dst = out.add(r * ldc);
+            if b {
+                _mm512_mask_storeu_ps(dst, m0, _mm512_set1_ps(f32::NAN));
+                _mm512_mask_storeu_ps(dst.add(16), m1, _mm512_set1_ps(f32::NAN));
+                continue;
+            }
+            let sv = _mm512_set1_ps(s);
+            let a = acc.as_ptr().add(r * NR);
+            let v0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_loadu_si512(a.cast()), c0));
+            let v1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_loadu_si512(a.add(16).cast()), c1));
+            _mm512_mask_storeu_ps(dst, m0, _mm512_add_ps(_mm512_mul_ps(v0, _mm512_mul_ps(sv, w0)), b0));
+            _mm512_mask_storeu_ps(dst.add(16), m1, _mm512_add_ps(_mm512_mul_ps(v1, _mm512_mul_ps(sv, w1)), b1));
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! The int8 layouts: a Linear weight quantised per output channel and packed into panels
 //! of [`NR`] columns ([`PackedI8`]), and rows of `x` quantised per row at run time
-//! ([`quantise_rows`]).
+//! ([`QuantisedX::quantise`], into the layout each unit reads).
 //!
 //! Both units read the same panel layout: per group of 4 k-bytes, one 128-byte row of
 //! [`NR`] columns × 4 bytes. That is `vpdpbusd`'s operand (16 columns × 4 bytes per zmm,
@@ -80,7 +80,20 @@ pub struct PackedI8 {
 pub fn row_scale(row: &[f32]) -> Option<(f32, f32)> {
     // The largest magnitude as bits: integer max vectorises, and ±inf and NaN have the
     // largest bit patterns of all, so one comparison finds them.
-    let bits = row.iter().fold(0u32, |m, v| m.max(v.to_bits() & 0x7fff_ffff));
+    #[inline(always)]
+    fn max_bits(row: &[f32]) -> u32 {
+        row.iter().fold(0u32, |m, v| m.max(v.to_bits() & 0x7fff_ffff))
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    fn wide(row: &[f32]) -> u32 {
+        max_bits(row)
+    }
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: AVX-512F, BW and VL were detected on this CPU.
+    let bits = if has_avx512bw() { unsafe { wide(row) } } else { max_bits(row) };
+    #[cfg(not(target_arch = "x86_64"))]
+    let bits = max_bits(row);
     if bits >= 0x7f80_0000 {
         return None;
     }
@@ -148,9 +161,19 @@ impl PackedI8 {
     }
 }
 
-/// x quantised per row: `rows` rows of `kp` bytes (row `i` of x at `i · kp`; rows past `m`
-/// and bytes past `k` zero, or 128 with the offset), and each row's scale. Send and Sync
-/// (plain owned data).
+/// Rows per group of quantised x: an AMX row block (32 rows, two tiles), the unit of the
+/// parallel quantisation.
+pub const GROUP_ROWS: usize = 32;
+
+/// x quantised per row into `rows` rows of `kp` bytes (bytes past `k` and rows past `m`
+/// zero, or 128 with the offset), grouped by [`GROUP_ROWS`] rows (group `g` at
+/// `g · GROUP_ROWS · kp`); within a group, row-major (row `r` at `r · kp`) or, `blocked`,
+/// in AMX's tile-ready form: per step of [`KSTEP`] k-bytes, the group's rows of 64 bytes
+/// one after another (row `r`'s bytes `64s..64s + 64` at `s · 2048 + r · 64`), so that the
+/// two x tiles of a step are two loads of stride 64 from one place. Also each row's scale.
+/// Kept by each thread between products ([`with_quantised`]): no allocation per call.
+/// Send and Sync (plain owned data).
+#[derive(Default)]
 pub struct QuantisedX {
     pub(super) data: Vec<Line>,
     pub(super) scales: Vec<f32>,
@@ -158,72 +181,148 @@ pub struct QuantisedX {
     pub(super) bad: Vec<bool>,
 }
 
-/// Quantises rows `x[..m]` of `k` floats into `rows ≥ m` rows of `kp` bytes: symmetric s8,
-/// or, with `offset`, that value plus 128 as u8 (what `vpdpbusd` multiplies). In parallel
-/// over rows when `threads > 1` and x is large.
-pub fn quantise_rows(
-    x: &[f32],
-    m: usize,
-    k: usize,
-    kp: usize,
-    rows: usize,
-    offset: bool,
-    threads: usize,
-) -> QuantisedX {
-    use rayon::prelude::*;
-    let mut data = vec![Line::default(); rows * kp / 64];
-    let mut scales = vec![0f32; rows];
-    let mut bad = vec![false; rows];
-    let fill = if offset { 128u8 } else { 0 };
-    let one = |(i, (dst, (s, b))): (usize, (&mut [u8], (&mut f32, &mut bool)))| {
-        if i >= m {
-            dst.fill(fill);
-            return;
-        }
-        let row = &x[i * k..(i + 1) * k];
-        match row_scale(row) {
-            Some((scale, inv)) => {
-                *s = scale;
-                quantise_row(row, inv, offset, &mut dst[..k]);
-            }
-            None => {
-                *b = true;
-                dst[..k].fill(fill);
-            }
-        }
-        dst[k..].fill(fill);
-    };
-    let buf = bytes_mut(&mut data);
-    if kp == 0 {
-        // Nothing to quantise: the scales stay 0.
-    } else if threads > 1 && m * k >= 1 << 15 {
-        buf.par_chunks_mut(kp).zip(scales.par_iter_mut().zip(bad.par_iter_mut())).enumerate().for_each(one);
-    } else {
-        buf.chunks_mut(kp).zip(scales.iter_mut().zip(bad.iter_mut())).enumerate().for_each(one);
-    }
-    QuantisedX { data, scales, bad }
+/// One group of rows as the quantiser writes it: its index, its bytes, scales and flags.
+type GroupOut<'a> = (usize, (&'a mut [u8], (&'a mut [f32], &'a mut [bool])));
+
+thread_local! {
+    /// The calling thread's quantised x, kept between products.
+    static QUANTISED: std::cell::Cell<QuantisedX> = std::cell::Cell::new(QuantisedX::default());
 }
 
-/// One row: `q8(v, inv)` as bytes, plus 128 with `offset` (written for the compiler to
-/// vectorise; AVX-512 where the CPU has it).
-fn quantise_row(row: &[f32], inv: f32, offset: bool, dst: &mut [u8]) {
+/// `f` on this thread's [`QuantisedX`] (taken out of the thread-local for the call: a
+/// thread that waits for a parallel loop may run another product meanwhile, which then
+/// finds an empty one).
+pub fn with_quantised<R>(f: impl FnOnce(&mut QuantisedX) -> R) -> R {
+    let mut q = QUANTISED.take();
+    let r = f(&mut q);
+    QUANTISED.set(q);
+    r
+}
+
+impl QuantisedX {
+    /// Quantises rows `x[..m]` of `k` floats into `rows ≥ m` rows of `kp` bytes (see the
+    /// type; growing the buffers where they are short): symmetric s8, or, with `offset`,
+    /// that value plus 128 as u8 (what `vpdpbusd` multiplies). In parallel over groups of
+    /// rows when `threads > 1` and x is large. `kp % KSTEP == 0`, `kp ≥ k`, `x.len() ≥ m · k`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn quantise(
+        &mut self,
+        x: &[f32],
+        (m, k, kp): (usize, usize, usize),
+        rows: usize,
+        blocked: bool,
+        offset: bool,
+        threads: usize,
+    ) {
+        use rayon::prelude::*;
+        debug_assert!(kp.is_multiple_of(KSTEP) && kp >= k && rows >= m && x.len() >= m * k);
+        if self.data.len() < rows * kp / 64 {
+            self.data.resize(rows * kp / 64, Line::default());
+        }
+        if self.scales.len() < rows {
+            self.scales.resize(rows, 0.0);
+            self.bad.resize(rows, false);
+        }
+        if kp == 0 || rows == 0 {
+            // No bytes: every row's sums are 0 (and a row of no values is finite).
+            self.scales[..rows].fill(0.0);
+            self.bad[..rows].fill(false);
+            return;
+        }
+        let fill = if offset { 128u8 } else { 0 };
+        let group = |(g, (dst, (sc, bad))): GroupOut<'_>| {
+            for (r, (s, b)) in sc.iter_mut().zip(bad.iter_mut()).enumerate() {
+                let i = g * GROUP_ROWS + r;
+                let (base, stride) = if blocked { (r * 64, GROUP_ROWS * 64) } else { (r * kp, 64) };
+                let scale = if i < m { row_scale(&x[i * k..(i + 1) * k]) } else { Some((0.0, 0.0)) };
+                *b = scale.is_none();
+                match scale {
+                    Some((scale, inv)) if i < m => {
+                        *s = scale;
+                        quantise_row(&x[i * k..(i + 1) * k], inv, offset, kp, &mut dst[base..], stride);
+                    }
+                    _ => {
+                        *s = 0.0;
+                        for c in 0..kp / 64 {
+                            dst[base + c * stride..base + c * stride + 64].fill(fill);
+                        }
+                    }
+                }
+            }
+        };
+        let buf = &mut bytes_mut(&mut self.data)[..rows * kp];
+        let (scales, bad) = (&mut self.scales[..rows], &mut self.bad[..rows]);
+        let chunk = GROUP_ROWS * kp;
+        if threads > 1 && m * k >= 1 << 15 && rows > GROUP_ROWS {
+            let it =
+                buf.par_chunks_mut(chunk).zip(scales.par_chunks_mut(GROUP_ROWS).zip(bad.par_chunks_mut(GROUP_ROWS)));
+            it.enumerate().for_each(group);
+        } else {
+            let it = buf.chunks_mut(chunk).zip(scales.chunks_mut(GROUP_ROWS).zip(bad.chunks_mut(GROUP_ROWS)));
+            it.enumerate().for_each(group);
+        }
+    }
+}
+
+/// One row: `q8(v, inv)` as bytes, plus 128 with `offset`, in chunks of 64 bytes, chunk `c`
+/// at `dst[c · stride..]` (bytes past the row's end filled as zeros are), for `kp / 64`
+/// chunks: one pass over the row, straight into the layout the products read (written for
+/// the compiler to vectorise; AVX-512 where the CPU has it).
+fn quantise_row(row: &[f32], inv: f32, offset: bool, kp: usize, dst: &mut [u8], stride: usize) {
     #[inline(always)]
-    fn body(row: &[f32], inv: f32, offset: bool, dst: &mut [u8]) {
+    fn body(row: &[f32], inv: f32, offset: bool, kp: usize, dst: &mut [u8], stride: usize) {
         let add = if offset { 128u8 } else { 0 };
-        for (d, v) in dst.iter_mut().zip(row) {
-            *d = (q8(*v, inv) as u8).wrapping_add(add);
+        for c in 0..kp / 64 {
+            let d: &mut [u8; 64] = (&mut dst[c * stride..c * stride + 64]).try_into().unwrap();
+            let lo = (c * 64).min(row.len());
+            let src = &row[lo..(lo + 64).min(row.len())];
+            if src.len() == 64 {
+                for (d, v) in d.iter_mut().zip(src) {
+                    *d = (q8(*v, inv) as u8).wrapping_add(add);
+                }
+            } else {
+                for (j, d) in d.iter_mut().enumerate() {
+                    *d = src.get(j).map_or(0, |v| q8(*v, inv) as u8).wrapping_add(add);
+                }
+            }
         }
     }
     #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-        fn wide(row: &[f32], inv: f32, offset: bool, dst: &mut [u8]) {
-            body(row, inv, offset, dst)
-        }
-        if has_avx512bw() {
-            // SAFETY: AVX-512F, BW and VL were detected on this CPU.
-            return unsafe { wide(row, inv, offset, dst) };
+    if has_avx512bw() {
+        // SAFETY: AVX-512F, BW and VL were detected on this CPU.
+        return unsafe { quantise_row_avx512(row, inv, offset, kp, dst, stride) };
+    }
+    body(row, inv, offset, kp, dst, stride)
+}
+
+/// [`quantise_row`] in AVX-512 registers: 16 floats at a time scaled, rounded to the
+/// nearest integer with ties to even (`vcvtps2dq` under the default rounding mode, as
+/// [`q8`] rounds) and narrowed with signed saturation (as `q8`'s cast saturates); the
+/// values past the row's end are loaded as zeros.
+///
+/// # Safety
+/// AVX-512F, BW and VL must be supported.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn quantise_row_avx512(row: &[f32], inv: f32, offset: bool, kp: usize, dst: &mut [u8], stride: usize) {
+    use std::arch::x86_64::*;
+    let k = row.len();
+    let scale = _mm512_set1_ps(inv);
+    let add = _mm_set1_epi8(if offset { -128 } else { 0 });
+    for c in 0..kp / 64 {
+        let d: &mut [u8; 64] = (&mut dst[c * stride..c * stride + 64]).try_into().unwrap();
+        for q in 0..4 {
+            let j = c * 64 + q * 16;
+            let n = k.saturating_sub(j).min(16);
+            let mask = ((1u32 << n) - 1) as __mmask16;
+            // SAFETY: the mask covers only values `j..j + n` of `row` (`n` of them are
+            // left from `j`); masked-off lanes are not read; the store writes 16 bytes of
+            // `d`'s 64 from `16 · q`.
+            unsafe {
+                let v = _mm512_maskz_loadu_ps(mask, row.as_ptr().wrapping_add(j));
+                let b = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v, scale)));
+                _mm_storeu_si128(d.as_mut_ptr().add(16 * q).cast(), _mm_add_epi8(b, add));
+            }
         }
     }
-    body(row, inv, offset, dst)
 }

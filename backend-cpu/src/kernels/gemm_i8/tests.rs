@@ -82,8 +82,8 @@ fn integer_operands_give_the_exact_sums() {
 /// quantisation error.
 #[test]
 fn random_operands_match_the_quantised_reference() {
-    // k past one AMX k-slice, in uneven slices; and m past the blocks of one group.
-    for (m, n, k) in SHAPES.into_iter().chain([(20, 40, 2100), (70, 200, 1030)]) {
+    // k past one AMX k-slice (5000), in uneven slices; and m past the blocks of one group.
+    for (m, n, k) in SHAPES.into_iter().chain([(20, 40, 2100), (70, 200, 1030), (33, 40, 5000)]) {
         let (x, w, bias) = (values(m * k, 3), values(n * k, 4), values(n, 5));
         let packed = PackedI8::quantise(&w, n, k).unwrap().unwrap();
         let q = |v: &[f32]| -> (Vec<i32>, f64) {
@@ -171,5 +171,106 @@ fn bad_operands_are_errors() {
     if let Ok(f2) = crate::features::forced(crate::features::Isa::Avx2Fma) {
         assert!(!Path::Vnni.available(f2));
         assert_eq!(Path::best(f2).is_none(), missing(f2).is_some());
+    }
+}
+
+/// A request for a unit that the detected features lack is refused, whatever the request
+/// claims (`CpuFeatures`' fields are public); the scalar path is never refused.
+#[test]
+fn units_the_cpu_lacks_are_refused_not_run() {
+    use crate::features::{CpuFeatures, Isa};
+    let base = crate::features::get().clone();
+    let with = |amx: bool, vnni: bool| {
+        let mut detected: Vec<&'static str> = base.detected.iter().copied().filter(|d| *d != "avx512vnni").collect();
+        if vnni {
+            detected.push("avx512vnni");
+        }
+        CpuFeatures { isa: Isa::Avx512, amx_int8: amx, detected, ..base.clone() }
+    };
+    let refused = |r: Result<(), KernelError>| matches!(r, Err(KernelError::MissingFeature(_)));
+    // Detected without AMX-INT8 and VNNI: both requests are refused, scalar is not.
+    let none = with(false, false);
+    assert!(refused(check_units(Path::Amx, &with(true, true), &none)));
+    assert!(refused(check_units(Path::Vnni, &with(true, true), &none)));
+    assert!(check_units(Path::Scalar, &with(true, true), &none).is_ok());
+    // Detected with them: a request that does not claim them is refused too.
+    assert!(refused(check_units(Path::Amx, &with(false, true), &with(true, true))));
+    if pack::has_avx512bw() {
+        assert!(check_units(Path::Amx, &with(true, true), &with(true, true)).is_ok());
+        assert!(check_units(Path::Vnni, &with(false, true), &with(false, true)).is_ok());
+        assert!(refused(check_units(Path::Vnni, &with(true, false), &with(true, true))));
+    } else {
+        println!("SKIP the accepted VNNI case: this CPU has no AVX-512BW");
+    }
+    // Through `linear`: a hand-built claim of a unit this CPU lacks is an error.
+    let packed = PackedI8::quantise(&values(64 * 64, 11), 64, 64).unwrap().unwrap();
+    let mut c = vec![0f32; 32 * 64];
+    for p in [Path::Amx, Path::Vnni] {
+        if p.available(&base) {
+            println!("this CPU has {}: its refusal is checked with the units above only", p.name());
+            continue;
+        }
+        let e = linear(&with(true, true), p, 32, &values(32 * 64, 1), &packed, None, &mut c, 1).unwrap_err();
+        assert!(matches!(e, KernelError::MissingFeature(_)), "{e}");
+    }
+}
+
+/// The quantised x is kept by each thread between products: a later product with fewer,
+/// finite rows or a shorter k finds nothing of an earlier one (its NaN rows, its bytes),
+/// and k = 0 gives the bias on every path.
+#[test]
+fn a_reused_buffer_holds_nothing_of_the_last_product() {
+    for path in paths() {
+        let (m, n, k) = (40, 64, 200);
+        let mut x = values(m * k, 12);
+        x[k + 3] = f32::NAN;
+        let packed = PackedI8::quantise(&values(n * k, 13), n, k).unwrap().unwrap();
+        let c = run(path, m, &x, &packed, None, 1);
+        assert!(c[n..2 * n].iter().all(|v| v.is_nan()), "{path:?}: the NaN row");
+        // Fewer rows, shorter k, all finite, on the same thread.
+        let (m2, k2) = (3, 70);
+        let (x2, w2) = (values(m2 * k2, 14), values(n * k2, 15));
+        let packed2 = PackedI8::quantise(&w2, n, k2).unwrap().unwrap();
+        let got = run(path, m2, &x2, &packed2, None, 1);
+        let want = run(Path::Scalar, m2, &x2, &packed2, None, 1);
+        assert!(got.iter().all(|v| v.is_finite()), "{path:?}: no stale NaN row");
+        assert_eq!(got, want, "{path:?}: the same sums as the scalar path");
+        // k = 0: every output is its bias.
+        let empty = PackedI8::quantise(&[], n, 0).unwrap().unwrap();
+        let bias = values(n, 16);
+        let c = run(path, 2, &[], &empty, Some(&bias), 1);
+        assert_eq!(&c[..n], &bias[..], "{path:?}: k = 0");
+        assert_eq!(&c[n..], &bias[..], "{path:?}: k = 0");
+    }
+}
+
+/// The quantiser's vector code gives `q8`'s bytes (ties to even, saturation) in both
+/// layouts, with and without the offset, the bytes past k zero (or 128).
+#[test]
+fn quantised_bytes_are_q8s() {
+    let (m, k) = (3, 150);
+    let kp = pack::padded_k(k);
+    let mut x = values(m * k, 17);
+    for (t, v) in x.iter_mut().enumerate().take(k) {
+        // Row 0: scale 1 (largest 127), halves to round to even, both signs.
+        *v = (t as f32 - 75.0) + 0.5;
+    }
+    x[0] = 127.0;
+    for blocked in [false, true] {
+        for offset in [false, true] {
+            let mut q = pack::QuantisedX::default();
+            let rows = if blocked { 32 } else { m };
+            q.quantise(&x, (m, k, kp), rows, blocked, offset, 1);
+            let data = bytes(&q.data);
+            for i in 0..m {
+                let (_, inv) = row_scale(&x[i * k..(i + 1) * k]).unwrap();
+                for t in 0..kp {
+                    let want =
+                        if t < k { q8(x[i * k + t], inv) as u8 } else { 0 }.wrapping_add(if offset { 128 } else { 0 });
+                    let at = if blocked { (t / 64) * 2048 + i * 64 + t % 64 } else { i * kp + t };
+                    assert_eq!(data[at], want, "row {i} byte {t} blocked {blocked} offset {offset}");
+                }
+            }
+        }
     }
 }
