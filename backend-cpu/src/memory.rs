@@ -65,8 +65,7 @@ pub(crate) fn copy_in(table: &Arc<Table>, src: &[u8], dst: u64) -> Result<(), Cp
     if src.is_empty() {
         return Ok(());
     }
-    table.check_writable(&[(dst, src.len())])?;
-    let _pins = table.pin(&[(dst, src.len())])?;
+    let _pins = table.pin_writing(&[], &[(dst, src.len())])?;
     // SAFETY: the destination range was validated and pinned just above; `src` is a
     // distinct host slice (device memory is never handed out as a Rust reference
     // outside a kernel or `map_host` call).
@@ -92,8 +91,7 @@ pub(crate) fn copy_out(table: &Arc<Table>, src: u64, dst: &mut [u8]) -> Result<(
 /// zero bytes.
 pub(crate) fn copy_on_device(table: &Arc<Table>, src: u64, dst: u64, bytes: usize) -> Result<Option<Job>, CpuError> {
     let Some(c) = table.check_copy(src, dst, bytes).map_err(copy_error)? else { return Ok(None) };
-    table.check_writable(&[(dst, bytes)])?;
-    let pins = table.pin(&c.ranges())?;
+    let pins = table.pin_writing(&[(c.src, bytes)], &[(c.dst, bytes)])?;
     Ok(Some(Box::new(move || {
         let _pins = pins;
         // SAFETY: both ranges passed `check_copy` (inside live allocations, not
@@ -109,8 +107,7 @@ pub(crate) fn fill(table: &Arc<Table>, dst: u64, value: u8, bytes: usize) -> Res
     if bytes == 0 {
         return Ok(None);
     }
-    table.check_writable(&[(dst, bytes)])?;
-    let pins = table.pin(&[(dst, bytes)])?;
+    let pins = table.pin_writing(&[], &[(dst, bytes)])?;
     Ok(Some(Box::new(move || {
         let _pins = pins;
         // SAFETY: the range was validated and pinned when the fill was queued.
@@ -126,8 +123,7 @@ pub(crate) fn map(table: &Arc<Table>, ptr: u64, len: usize, f: &mut dyn FnMut(&m
         f(&mut []);
         return Ok(());
     }
-    table.check_writable(&[(ptr, len)])?;
-    let _pins = table.pin(&[(ptr, len)])?;
+    let _pins = table.pin_writing(&[], &[(ptr, len)])?;
     // SAFETY: the range was validated and is pinned for the duration of `f`; device
     // work queued before this call has finished (the caller synchronised).
     let bytes = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
@@ -146,16 +142,21 @@ pub(crate) fn lend(
 ) -> runtime::Result<()> {
     // Lent one by one: a range overlapping an earlier one is refused as overlapping a live
     // loan, and the guard ends the loans made so far.
-    let mut loan = Loan { table, bases: Vec::with_capacity(ranges.len()) };
+    let mut loan = Loan { table, loans: Vec::with_capacity(ranges.len()) };
     let mut ptrs = Vec::with_capacity(ranges.len());
-    for r in ranges.iter() {
-        let (base, len) = r.span();
+    for r in ranges.iter_mut() {
+        // A written range's address comes from its exclusive borrow, so that the writes
+        // made through it later are derived from a pointer that may write.
+        let (base, len, writable) = match r {
+            HostRange::Read(b) => (b.as_ptr() as u64, b.len(), false),
+            HostRange::Write(b) => (b.as_mut_ptr() as u64, b.len(), true),
+        };
         if len == 0 {
             ptrs.push(DevicePtr::NULL);
             continue;
         }
-        table.lend(base, len, r.writable()).map_err(CpuError::from)?;
-        loan.bases.push(base);
+        let end = table.lend_tracked(base, len, writable).map_err(CpuError::from)?;
+        loan.loans.push((base, end));
         ptrs.push(DevicePtr(base));
     }
     let r = f(&ptrs);
@@ -166,20 +167,23 @@ pub(crate) fn lend(
 /// The ranges of one `lend` call: their loans end when it drops, once no launch pins them.
 struct Loan<'a> {
     table: &'a Arc<Table>,
-    bases: Vec<u64>,
+    loans: Vec<(u64, Arc<allocations::LoanEnd>)>,
 }
 
 impl Drop for Loan<'_> {
     fn drop(&mut self) {
-        for &b in &self.bases {
-            if let Err(e) = self.table.end_loan(b) {
-                log::error!("ending a host loan: {e}");
+        let mut ended = Vec::with_capacity(self.loans.len());
+        for (b, end) in self.loans.drain(..) {
+            match self.table.end_loan(b) {
+                Ok(()) => ended.push(end),
+                Err(e) => log::error!("ending a host loan: {e}"),
             }
         }
         // A pin is held by a launch while it runs (or waits in a queue): the range is
-        // touched by no one once its last pin is gone.
-        while self.bases.iter().any(|&b| self.table.holds(b)) {
-            std::thread::sleep(std::time::Duration::from_micros(20));
+        // touched by no one once its last pin is gone, which wakes this loan's waiter
+        // (and no other loan's).
+        for end in ended {
+            end.wait();
         }
     }
 }
@@ -259,5 +263,27 @@ mod tests {
         })
         .unwrap();
         b.free(0, a).unwrap();
+    }
+
+    #[test]
+    fn a_loan_ends_only_after_the_queued_work_that_pins_it_has_run() {
+        use runtime::Backend;
+        let b = crate::CpuBackend::new(crate::CpuConfig::default()).unwrap();
+        let s = b.create_stream(0).unwrap();
+        let dst = b.alloc(0, 1 << 20, 64).unwrap();
+        for round in 0..20u8 {
+            let input = vec![round; 1 << 20];
+            let mut output = vec![0u8; 1 << 20];
+            b.with_host_ranges(0, &mut [HostRange::Read(&input), HostRange::Write(&mut output)], &mut |p| {
+                // Queued on a user stream and not synchronised: the loans stay until both copies ran.
+                b.copy_on_device(0, p[0], dst, 1 << 20, s)?;
+                b.copy_on_device(0, dst, p[1], 1 << 20, s)?;
+                Ok(())
+            })
+            .unwrap();
+            assert!(output.iter().all(|&x| x == round), "round {round}: the queued copies had run");
+        }
+        b.destroy_stream(0, s).unwrap();
+        b.free(0, dst).unwrap();
     }
 }
