@@ -41,6 +41,11 @@ pub fn alloc(table: &Table, bytes: usize, align: usize) -> std::result::Result<u
     if bytes == 0 {
         return Err(CpuError::BadRequest("zero-byte allocation".into()));
     }
+    if !align.is_power_of_two() {
+        return Err(CpuError::BadRequest(format!("{bytes} bytes aligned to {align}: not a power of two")));
+    }
+    let huge = bytes >= HUGE_PAGE;
+    let align = if huge { align.max(HUGE_PAGE) } else { align };
     let layout = Layout::from_size_align(bytes, align)
         .map_err(|e| CpuError::BadRequest(format!("{bytes} bytes aligned to {align}: {e}")))?;
     // SAFETY: the layout has a non-zero size (checked above).
@@ -48,8 +53,36 @@ pub fn alloc(table: &Table, bytes: usize, align: usize) -> std::result::Result<u
     if p.is_null() {
         return Err(CpuError::AllocFailed { bytes, align });
     }
+    if huge {
+        advise_huge_pages(p, bytes);
+    }
     table.insert(p as u64, bytes, layout)?;
     Ok(p as u64)
+}
+
+/// Blocks of at least this size start on a 2 MiB boundary and ask for transparent huge
+/// pages: weights and activations streamed by the GEMMs then cost one TLB entry per 2 MiB
+/// instead of 512, and the speed no longer depends on where the allocator placed them
+/// (the f32 macro-kernel with B streamed from a 256 MiB buffer, one thread, thread CPU
+/// time on Sapphire Rapids: 2-3 % faster on huge pages at 32 and 128 rows,
+/// `gemm_packed::rate` test `streaming_b_against_plain_b`).
+const HUGE_PAGE: usize = 2 << 20;
+
+/// Asks the kernel to back `[p, p + bytes)` with transparent huge pages where its policy is
+/// `madvise` (a hint: a refusal is logged, never an error).
+fn advise_huge_pages(p: *mut u8, bytes: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        let len = bytes & !(HUGE_PAGE - 1);
+        // SAFETY: `[p, p + len)` lies inside the block just allocated (len ≤ bytes) and
+        // `p` is 2 MiB-aligned; MADV_HUGEPAGE changes no contents and no mapping rights.
+        let rc = unsafe { libc::madvise(p.cast(), len, libc::MADV_HUGEPAGE) };
+        if rc != 0 {
+            log::debug!("madvise(MADV_HUGEPAGE) of {len} bytes: {}", std::io::Error::last_os_error());
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (p, bytes);
 }
 
 /// A device-to-device copy that [`Table::check_copy`] refused, as the backend's error.
@@ -208,6 +241,12 @@ mod tests {
         assert!(t.is_empty());
         assert!(matches!(alloc(&t, 0, 16), Err(CpuError::BadRequest(_))));
         assert!(matches!(alloc(&t, 16, 3), Err(CpuError::BadRequest(_))));
+        // A block of 2 MiB or more starts on a huge-page boundary, and goes back with the
+        // layout it was given.
+        let big = alloc(&t, HUGE_PAGE + 100, 64).unwrap();
+        assert_eq!(big % HUGE_PAGE as u64, 0);
+        t.free(big).unwrap();
+        assert!(t.is_empty());
     }
     #[test]
     fn host_ranges_are_lent_for_the_call_only_and_read_ranges_are_never_written() {
