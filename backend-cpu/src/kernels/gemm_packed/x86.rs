@@ -167,7 +167,9 @@ avx512_kernel!(kernel_avx512_8x32, 8);
 /// How far ahead of its B loads a streaming call ([`MicroKernel::run_streaming`])
 /// prefetches: at 8 to 12 cycles per k step of a 32-wide kernel (128 bytes of B), 8 KiB is
 /// 64 steps, 500 to 800 cycles, more than a DRAM miss. The last steps of a panel prefetch
-/// the start of the next one, which the packed layouts place right after it.
+/// the start of the next one, which the packed layouts place right after it. 4, 8 and
+/// 16 KiB measured alike (Sapphire Rapids, the `streaming_b_against_plain_b` test: +30–32 %
+/// at 32 rows, +10–11 % at 128 for each).
 const B_PREFETCH_BYTES: usize = 8 << 10;
 
 /// `MicroKernel::run` and `run_streaming` of a kernel type, forwarded to the
