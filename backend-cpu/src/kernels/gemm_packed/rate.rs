@@ -267,4 +267,94 @@ mod tests {
             );
         }
     }
+
+    /// A 32 × 384 × 384 product with B from memory on two threads, as the driver cuts it
+    /// into 6 column blocks of 64: split rows too (12 items, thread t the row half t of
+    /// every block: both cores read all of B) or not (thread t the blocks t, t+2, t+4 with
+    /// all rows), on the two threads' CPU time. A measurement:
+    /// `cargo test --release -p backend-cpu --lib split_rows -- --ignored --nocapture`.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[test]
+    #[ignore = "a measurement; run it by hand in a release build"]
+    fn split_rows_against_whole_blocks() {
+        use super::super::driver::macro_kernel_with;
+        use std::sync::Barrier;
+        if features::get().check(Isa::Avx512).is_err() {
+            println!("SKIP: no AVX-512");
+            return;
+        }
+        type K = x86::Avx512x8;
+        let (m, k, cols, blocks) = (32usize, 384usize, 64usize, 6usize);
+        let total = (256 << 20) / 4;
+        let b = mapped(total, false);
+        for (i, x) in b.iter_mut().enumerate() {
+            *x = (i % 5) as f32 / 1024.0;
+        }
+        let b: &[f32] = b;
+        let region = k * cols;
+        let products = total / (region * blocks);
+        let a: Vec<f32> = (0..m * k).map(|i| 1.0 + (i % 7) as f32 / 64.0).collect();
+        let (rounds, per) = (16, 100);
+        let mut cpu = [Vec::new(), Vec::new()];
+        for round in 0..rounds {
+            for v in [round % 2, 1 - round % 2] {
+                let barrier = Barrier::new(2);
+                let spent: Vec<f64> = std::thread::scope(|s| {
+                    let hs: Vec<_> = (0..2)
+                        .map(|t| {
+                            let (a, barrier) = (&a, &barrier);
+                            s.spawn(move || {
+                                let mut c = vec![0.0f32; m * cols];
+                                let mut used = Duration::ZERO;
+                                for q in 0..per {
+                                    barrier.wait();
+                                    let t0 = thread_cpu();
+                                    let base = ((round * per + q) % products) * region * blocks;
+                                    for jb in 0..blocks {
+                                        let bp = &b[base + jb * region..][..region];
+                                        let (rows, ap) = match v {
+                                            0 => (16, &a[t * 16 * k..]),
+                                            _ if jb % 2 == t => (32, &a[..]),
+                                            _ => continue,
+                                        };
+                                        // SAFETY: AVX-512 checked above; A holds `rows`/8
+                                        // panels of depth k, B 2 panels, C rows × cols.
+                                        unsafe {
+                                            macro_kernel_with::<K, true>(
+                                                k,
+                                                APanels::Packed(ap),
+                                                rows,
+                                                bp,
+                                                cols,
+                                                c.as_mut_ptr(),
+                                                cols,
+                                                1.0,
+                                                0.0,
+                                                None,
+                                            )
+                                        }
+                                    }
+                                    used += thread_cpu() - t0;
+                                }
+                                used.as_secs_f64() / per as f64
+                            })
+                        })
+                        .collect();
+                    hs.into_iter().map(|h| h.join().unwrap()).collect()
+                });
+                cpu[v].push(spent.iter().sum::<f64>());
+            }
+        }
+        let us: Vec<f64> = cpu
+            .iter_mut()
+            .map(|v| {
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2] * 1e6
+            })
+            .collect();
+        println!(
+            "32x384x384, B from memory, CPU time of both threads per product: rows split {:.1} us, whole blocks {:.1} us",
+            us[0], us[1]
+        );
+    }
 }
