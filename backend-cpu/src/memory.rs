@@ -41,6 +41,11 @@ pub fn alloc(table: &Table, bytes: usize, align: usize) -> std::result::Result<u
     if bytes == 0 {
         return Err(CpuError::BadRequest("zero-byte allocation".into()));
     }
+    if !align.is_power_of_two() {
+        return Err(CpuError::BadRequest(format!("{bytes} bytes aligned to {align}: not a power of two")));
+    }
+    let huge = bytes >= HUGE_PAGE;
+    let align = if huge { align.max(HUGE_PAGE) } else { align };
     let layout = Layout::from_size_align(bytes, align)
         .map_err(|e| CpuError::BadRequest(format!("{bytes} bytes aligned to {align}: {e}")))?;
     // SAFETY: the layout has a non-zero size (checked above).
@@ -48,8 +53,36 @@ pub fn alloc(table: &Table, bytes: usize, align: usize) -> std::result::Result<u
     if p.is_null() {
         return Err(CpuError::AllocFailed { bytes, align });
     }
+    if huge {
+        advise_huge_pages(p, bytes);
+    }
     table.insert(p as u64, bytes, layout)?;
     Ok(p as u64)
+}
+
+/// Blocks of at least this size start on a 2 MiB boundary and ask for transparent huge
+/// pages: weights and activations streamed by the GEMMs then cost one TLB entry per 2 MiB
+/// instead of 512, and the speed no longer depends on where the allocator placed them
+/// (the f32 macro-kernel with B streamed from a 256 MiB buffer, one thread, thread CPU
+/// time on Sapphire Rapids: 2-3 % faster on huge pages at 32 and 128 rows,
+/// `gemm_packed::rate` test `streaming_b_against_plain_b`).
+const HUGE_PAGE: usize = 2 << 20;
+
+/// Asks the kernel to back `[p, p + bytes)` with transparent huge pages where its policy is
+/// `madvise` (a hint: a refusal is logged, never an error).
+fn advise_huge_pages(p: *mut u8, bytes: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        let len = bytes & !(HUGE_PAGE - 1);
+        // SAFETY: `[p, p + len)` lies inside the block just allocated (len ≤ bytes) and
+        // `p` is 2 MiB-aligned; MADV_HUGEPAGE changes no contents and no mapping rights.
+        let rc = unsafe { libc::madvise(p.cast(), len, libc::MADV_HUGEPAGE) };
+        if rc != 0 {
+            log::debug!("madvise(MADV_HUGEPAGE) of {len} bytes: {}", std::io::Error::last_os_error());
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (p, bytes);
 }
 
 /// A device-to-device copy that [`Table::check_copy`] refused, as the backend's error.
@@ -65,8 +98,7 @@ pub(crate) fn copy_in(table: &Arc<Table>, src: &[u8], dst: u64) -> Result<(), Cp
     if src.is_empty() {
         return Ok(());
     }
-    table.check_writable(&[(dst, src.len())])?;
-    let _pins = table.pin(&[(dst, src.len())])?;
+    let _pins = table.pin_writing(&[], &[(dst, src.len())])?;
     // SAFETY: the destination range was validated and pinned just above; `src` is a
     // distinct host slice (device memory is never handed out as a Rust reference
     // outside a kernel or `map_host` call).
@@ -92,8 +124,7 @@ pub(crate) fn copy_out(table: &Arc<Table>, src: u64, dst: &mut [u8]) -> Result<(
 /// zero bytes.
 pub(crate) fn copy_on_device(table: &Arc<Table>, src: u64, dst: u64, bytes: usize) -> Result<Option<Job>, CpuError> {
     let Some(c) = table.check_copy(src, dst, bytes).map_err(copy_error)? else { return Ok(None) };
-    table.check_writable(&[(dst, bytes)])?;
-    let pins = table.pin(&c.ranges())?;
+    let pins = table.pin_writing(&[(c.src, bytes)], &[(c.dst, bytes)])?;
     Ok(Some(Box::new(move || {
         let _pins = pins;
         // SAFETY: both ranges passed `check_copy` (inside live allocations, not
@@ -109,8 +140,7 @@ pub(crate) fn fill(table: &Arc<Table>, dst: u64, value: u8, bytes: usize) -> Res
     if bytes == 0 {
         return Ok(None);
     }
-    table.check_writable(&[(dst, bytes)])?;
-    let pins = table.pin(&[(dst, bytes)])?;
+    let pins = table.pin_writing(&[], &[(dst, bytes)])?;
     Ok(Some(Box::new(move || {
         let _pins = pins;
         // SAFETY: the range was validated and pinned when the fill was queued.
@@ -126,8 +156,7 @@ pub(crate) fn map(table: &Arc<Table>, ptr: u64, len: usize, f: &mut dyn FnMut(&m
         f(&mut []);
         return Ok(());
     }
-    table.check_writable(&[(ptr, len)])?;
-    let _pins = table.pin(&[(ptr, len)])?;
+    let _pins = table.pin_writing(&[], &[(ptr, len)])?;
     // SAFETY: the range was validated and is pinned for the duration of `f`; device
     // work queued before this call has finished (the caller synchronised).
     let bytes = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
@@ -146,16 +175,21 @@ pub(crate) fn lend(
 ) -> runtime::Result<()> {
     // Lent one by one: a range overlapping an earlier one is refused as overlapping a live
     // loan, and the guard ends the loans made so far.
-    let mut loan = Loan { table, bases: Vec::with_capacity(ranges.len()) };
+    let mut loan = Loan { table, loans: Vec::with_capacity(ranges.len()) };
     let mut ptrs = Vec::with_capacity(ranges.len());
-    for r in ranges.iter() {
-        let (base, len) = r.span();
+    for r in ranges.iter_mut() {
+        // A written range's address comes from its exclusive borrow, so that the writes
+        // made through it later are derived from a pointer that may write.
+        let (base, len, writable) = match r {
+            HostRange::Read(b) => (b.as_ptr() as u64, b.len(), false),
+            HostRange::Write(b) => (b.as_mut_ptr() as u64, b.len(), true),
+        };
         if len == 0 {
             ptrs.push(DevicePtr::NULL);
             continue;
         }
-        table.lend(base, len, r.writable()).map_err(CpuError::from)?;
-        loan.bases.push(base);
+        let end = table.lend_tracked(base, len, writable).map_err(CpuError::from)?;
+        loan.loans.push((base, end));
         ptrs.push(DevicePtr(base));
     }
     let r = f(&ptrs);
@@ -166,20 +200,23 @@ pub(crate) fn lend(
 /// The ranges of one `lend` call: their loans end when it drops, once no launch pins them.
 struct Loan<'a> {
     table: &'a Arc<Table>,
-    bases: Vec<u64>,
+    loans: Vec<(u64, Arc<allocations::LoanEnd>)>,
 }
 
 impl Drop for Loan<'_> {
     fn drop(&mut self) {
-        for &b in &self.bases {
-            if let Err(e) = self.table.end_loan(b) {
-                log::error!("ending a host loan: {e}");
+        let mut ended = Vec::with_capacity(self.loans.len());
+        for (b, end) in self.loans.drain(..) {
+            match self.table.end_loan(b) {
+                Ok(()) => ended.push(end),
+                Err(e) => log::error!("ending a host loan: {e}"),
             }
         }
         // A pin is held by a launch while it runs (or waits in a queue): the range is
-        // touched by no one once its last pin is gone.
-        while self.bases.iter().any(|&b| self.table.holds(b)) {
-            std::thread::sleep(std::time::Duration::from_micros(20));
+        // touched by no one once its last pin is gone, which wakes this loan's waiter
+        // (and no other loan's).
+        for end in ended {
+            end.wait();
         }
     }
 }
@@ -204,6 +241,12 @@ mod tests {
         assert!(t.is_empty());
         assert!(matches!(alloc(&t, 0, 16), Err(CpuError::BadRequest(_))));
         assert!(matches!(alloc(&t, 16, 3), Err(CpuError::BadRequest(_))));
+        // A block of 2 MiB or more starts on a huge-page boundary, and goes back with the
+        // layout it was given.
+        let big = alloc(&t, HUGE_PAGE + 100, 64).unwrap();
+        assert_eq!(big % HUGE_PAGE as u64, 0);
+        t.free(big).unwrap();
+        assert!(t.is_empty());
     }
     #[test]
     fn host_ranges_are_lent_for_the_call_only_and_read_ranges_are_never_written() {
@@ -259,5 +302,27 @@ mod tests {
         })
         .unwrap();
         b.free(0, a).unwrap();
+    }
+
+    #[test]
+    fn a_loan_ends_only_after_the_queued_work_that_pins_it_has_run() {
+        use runtime::Backend;
+        let b = crate::CpuBackend::new(crate::CpuConfig::default()).unwrap();
+        let s = b.create_stream(0).unwrap();
+        let dst = b.alloc(0, 1 << 20, 64).unwrap();
+        for round in 0..20u8 {
+            let input = vec![round; 1 << 20];
+            let mut output = vec![0u8; 1 << 20];
+            b.with_host_ranges(0, &mut [HostRange::Read(&input), HostRange::Write(&mut output)], &mut |p| {
+                // Queued on a user stream and not synchronised: the loans stay until both copies ran.
+                b.copy_on_device(0, p[0], dst, 1 << 20, s)?;
+                b.copy_on_device(0, dst, p[1], 1 << 20, s)?;
+                Ok(())
+            })
+            .unwrap();
+            assert!(output.iter().all(|&x| x == round), "round {round}: the queued copies had run");
+        }
+        b.destroy_stream(0, s).unwrap();
+        b.free(0, dst).unwrap();
     }
 }

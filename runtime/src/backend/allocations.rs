@@ -9,7 +9,7 @@
 //! and unpinned, or when the table is dropped.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use thiserror::Error;
 
 /// How a backend gives a block back to its allocator.
@@ -43,6 +43,47 @@ struct Entry<R> {
     record: Option<R>,
     /// A lent range that may only be read ([`AllocTable::check_writable`]).
     read_only: bool,
+    /// A lent range's end, signalled when the entry leaves the table
+    /// ([`AllocTable::lend_tracked`]).
+    loan: Option<Arc<LoanEnd>>,
+}
+
+impl<R> Entry<R> {
+    /// Called once the entry has left the table: wakes whoever waits for its loan's end.
+    fn gone(&self) {
+        if let Some(l) = &self.loan {
+            l.finish();
+        }
+    }
+}
+
+/// The end of one loan ([`AllocTable::lend_tracked`]): [`LoanEnd::wait`] returns once the
+/// lent range has left the table (its loan ended and the last launch pinning it is done),
+/// waking on that range's own last unpin rather than polling the table. `Send + Sync`.
+#[derive(Debug, Default)]
+pub struct LoanEnd {
+    gone: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl LoanEnd {
+    fn finish(&self) {
+        *self.gone.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.cv.notify_all();
+    }
+
+    /// Blocks until the range has left the table. Call it only after
+    /// [`AllocTable::end_loan`] succeeded for the range (or the table is dropping):
+    /// before that the range may stay lent for ever.
+    pub fn wait(&self) {
+        let g = self.gone.lock().unwrap_or_else(|p| p.into_inner());
+        drop(self.cv.wait_while(g, |gone| !*gone).unwrap_or_else(|p| p.into_inner()));
+    }
+
+    /// True once the range has left the table.
+    pub fn is_gone(&self) -> bool {
+        *self.gone.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// The live allocations of one device, keyed by base address.
@@ -92,7 +133,7 @@ impl<R: Release> AllocTable<R> {
             self.releaser.release(base, size, record);
             return Err(self.bad(base, size));
         }
-        m.insert(base, Entry { size, pins: 0, freed: false, record: Some(record), read_only: false });
+        m.insert(base, Entry { size, pins: 0, freed: false, record: Some(record), read_only: false, loan: None });
         Ok(())
     }
 
@@ -183,6 +224,13 @@ impl<R: Release> AllocTable<R> {
     /// may write them. Refused when the range is empty, wraps the address space, or
     /// overlaps a block or a lent range in the table.
     pub fn lend(&self, base: u64, size: usize, writable: bool) -> Result<(), LoanError> {
+        self.lend_tracked(base, size, writable).map(drop)
+    }
+
+    /// [`lend`](Self::lend), returning the loan's [`LoanEnd`]: after
+    /// [`end_loan`](Self::end_loan), its `wait` returns once the last pin of this range
+    /// is gone.
+    pub fn lend_tracked(&self, base: u64, size: usize, writable: bool) -> Result<Arc<LoanEnd>, LoanError> {
         let device = || self.device.clone();
         let end = base.checked_add(size as u64).filter(|_| size > 0).ok_or_else(|| LoanError::Empty {
             device: device(),
@@ -194,8 +242,12 @@ impl<R: Release> AllocTable<R> {
         if before {
             return Err(LoanError::Overlap { device: device(), addr: base, len: size });
         }
-        m.insert(base, Entry { size, pins: 0, freed: false, record: None, read_only: !writable });
-        Ok(())
+        let end = Arc::new(LoanEnd::default());
+        m.insert(
+            base,
+            Entry { size, pins: 0, freed: false, record: None, read_only: !writable, loan: Some(end.clone()) },
+        );
+        Ok(end)
     }
 
     /// Ends the loan of the range at `base`: no new pin is taken on it from now on, and it
@@ -206,8 +258,10 @@ impl<R: Release> AllocTable<R> {
         match m.get_mut(&base) {
             Some(e) if e.record.is_none() && !e.freed => {
                 e.freed = true;
-                if e.pins == 0 {
-                    m.remove(&base);
+                if e.pins == 0
+                    && let Some(e) = m.remove(&base)
+                {
+                    e.gone();
                 }
                 Ok(())
             }
@@ -224,6 +278,14 @@ impl<R: Release> AllocTable<R> {
     /// copy or fill, a launch's output, or a host mapping (which hands out `&mut` bytes).
     pub fn check_writable(&self, ranges: &[(u64, usize)]) -> Result<(), BadAddress> {
         let m = self.lock();
+        self.check_writable_in(&m, ranges)
+    }
+
+    fn check_writable_in(
+        &self,
+        m: &BTreeMap<u64, Entry<R::Record>>,
+        ranges: &[(u64, usize)],
+    ) -> Result<(), BadAddress> {
         for &(addr, len) in ranges.iter().filter(|r| r.1 > 0) {
             let hit = m
                 .range(..=addr)
@@ -234,6 +296,31 @@ impl<R: Release> AllocTable<R> {
             }
         }
         Ok(())
+    }
+
+    /// [`pin`](Self::pin) of `reads` and `writes` together, refusing (as
+    /// [`check_writable`](Self::check_writable)) a write range in a read-only lent range,
+    /// all under one hold of the table's lock: no loan can begin or end between the
+    /// check and the pin. Nothing is pinned when any range fails.
+    pub fn pin_writing(
+        self: &Arc<Self>,
+        reads: &[(u64, usize)],
+        writes: &[(u64, usize)],
+    ) -> Result<Pins<R>, BadAddress> {
+        let mut m = self.lock();
+        self.check_writable_in(&m, writes)?;
+        let mut bases = Vec::with_capacity(reads.len() + writes.len());
+        for &(addr, len) in reads.iter().chain(writes) {
+            if len > 0 {
+                bases.push(self.locate_in(&m, addr, len)?);
+            }
+        }
+        for b in &bases {
+            if let Some(e) = m.get_mut(b) {
+                e.pins += 1;
+            }
+        }
+        Ok(Pins { table: self.clone(), bases })
     }
 }
 
@@ -256,6 +343,7 @@ impl<R: Release> Drop for Pins<R> {
             }
         }
         for (base, e) in done {
+            e.gone();
             if let Some(r) = e.record {
                 self.table.releaser.release(base, e.size, r);
             }
@@ -267,6 +355,7 @@ impl<R: Release> Drop for AllocTable<R> {
     fn drop(&mut self) {
         let m = std::mem::take(&mut *self.lock());
         for (base, e) in m {
+            e.gone();
             if let Some(r) = e.record {
                 self.releaser.release(base, e.size, r);
             }
@@ -451,6 +540,49 @@ mod tests {
         assert!(matches!(t.end_loan(0x1000), Err(LoanError::NotLent { .. })), "a block is not a loan");
         drop(t);
         assert_eq!(*c.1.lock().unwrap(), vec![0x1000], "only the block was released");
+    }
+
+    #[test]
+    fn a_write_pin_checks_read_only_loans_under_the_same_lock() {
+        let (t, _) = table();
+        t.insert(0x1000, 64, 0x1000).unwrap();
+        t.lend(0x2000, 32, false).unwrap();
+        assert!(t.pin_writing(&[(0x2000, 32)], &[(0x2010, 4)]).is_err(), "a write into a read-only loan");
+        assert!(t.pin_writing(&[(0x2000, 8)], &[(0x1000, 8), (0x3000, 8)]).is_err(), "outside every block");
+        t.end_loan(0x2000).unwrap();
+        assert!(!t.holds(0x2000), "the failed pins left nothing pinned");
+        let p = t.pin_writing(&[], &[(0x1000, 64)]).unwrap();
+        t.free(0x1000).unwrap();
+        assert!(t.holds(0x1000), "pinned for the write");
+        drop(p);
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn a_loan_end_wakes_on_its_own_last_unpin() {
+        let (t, _) = table();
+        let a = t.lend_tracked(0x2000, 32, true).unwrap();
+        let b = t.lend_tracked(0x3000, 32, true).unwrap();
+        let pa = t.pin(&[(0x2000, 8)]).unwrap();
+        let pb = t.pin(&[(0x3000, 8)]).unwrap();
+        t.end_loan(0x2000).unwrap();
+        t.end_loan(0x3000).unwrap();
+        assert!(!a.is_gone() && !b.is_gone(), "both still pinned");
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| a.wait());
+            drop(pa);
+            waiter.join().unwrap();
+        });
+        assert!(a.is_gone() && !b.is_gone(), "only the unpinned loan ended");
+        drop(pb);
+        assert!(b.is_gone());
+        // A loan ended with no pin leaves at once; one still lent ends with the table.
+        let c = t.lend_tracked(0x4000, 8, false).unwrap();
+        t.end_loan(0x4000).unwrap();
+        c.wait();
+        let d = t.lend_tracked(0x5000, 8, false).unwrap();
+        drop(t);
+        d.wait();
     }
 
     #[test]

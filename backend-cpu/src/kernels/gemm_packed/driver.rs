@@ -409,6 +409,30 @@ pub(super) unsafe fn macro_kernel<K: MicroKernel>(
     beta: f32,
     bias: Option<&[f32]>,
 ) {
+    // SAFETY: the same contract.
+    unsafe { macro_kernel_with::<K, true>(kc, apanels, rows, bpack, cols, c, ldc, alpha, beta, bias) }
+}
+
+/// [`macro_kernel`], whose first A panel runs each B micro-panel through
+/// [`MicroKernel::run_streaming`] where `STREAM` (the B panels may come from memory), or
+/// every tile through [`MicroKernel::run`].
+///
+/// # Safety
+/// As [`macro_kernel`].
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(super) unsafe fn macro_kernel_with<K: MicroKernel, const STREAM: bool>(
+    kc: usize,
+    apanels: APanels<'_>,
+    rows: usize,
+    bpack: &[f32],
+    cols: usize,
+    c: *mut f32,
+    ldc: usize,
+    alpha: f32,
+    beta: f32,
+    bias: Option<&[f32]>,
+) {
     let (mr, nr) = (K::MR, K::NR);
     debug_assert!(bias.is_none_or(|b| b.len() >= cols));
     match apanels {
@@ -427,7 +451,9 @@ pub(super) unsafe fn macro_kernel<K: MicroKernel>(
         APanels::Packed(ap) => ATile::Packed(ap[ip * mr * kc..].as_ptr()),
         APanels::InPlace { a, lda } => ATile::InPlace { a: a[ip * mr * lda..].as_ptr(), lda },
     };
+    // The first tile of each B micro-panel meets it first, maybe from memory.
     let mut tile_op = |ip: usize, jp: usize, bp: &[f32]| {
+        let first = STREAM && ip == 0;
         let (i, j) = (ip * mr, jp * nr);
         let b = bp.as_ptr();
         let (mv, nv) = (mr.min(rows - i), nr.min(cols - j));
@@ -438,12 +464,15 @@ pub(super) unsafe fn macro_kernel<K: MicroKernel>(
             // SAFETY: `K`'s features are this function's precondition; the A tile holds
             // MR rows of `kc` (asserted above), `bp` a whole B panel; a full tile of C inside
             // the region, which only this item writes; a bias holds the tile's `nr` columns.
-            unsafe { K::run(kc, a_tile(ip), b, CTile { c: cij, ldc, alpha, beta, bias }) };
+            unsafe {
+                let c = CTile { c: cij, ldc, alpha, beta, bias };
+                if first { K::run_streaming(kc, a_tile(ip), b, c) } else { K::run(kc, a_tile(ip), b, c) }
+            };
         } else {
             let c = CTile { c: tile.as_mut_ptr(), ldc: nr, alpha: 1.0, beta: 0.0, bias: std::ptr::null() };
             // SAFETY: as above, into `tile`, which holds MR×NR floats at row stride NR
             // (beta = 0: not read).
-            unsafe { K::run(kc, a_tile(ip), b, c) };
+            unsafe { if first { K::run_streaming(kc, a_tile(ip), b, c) } else { K::run(kc, a_tile(ip), b, c) } };
             for ii in 0..mv {
                 for jj in 0..nv {
                     let v = alpha * tile[ii * nr + jj] + bias.map_or(0.0, |b| b[j + jj]);

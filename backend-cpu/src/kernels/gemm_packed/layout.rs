@@ -78,6 +78,19 @@ pub(super) trait MicroKernel {
     /// * `c.bias` is null or valid for reads of `NR` floats.
     unsafe fn run(kc: usize, a: ATile, b: *const f32, c: CTile);
 
+    /// [`run`](Self::run) for the first tile that reads a B micro-panel, which may come
+    /// from memory (a prepacked weight, read once per product): the SIMD kernels also
+    /// prefetch B a few KiB ahead of their loads, past the panel's end into the next one,
+    /// so that the next panel's misses overlap this one's FMAs rather than waiting on the
+    /// hardware prefetcher, which stops at every 4 KiB page.
+    ///
+    /// # Safety
+    /// As [`run`](Self::run).
+    unsafe fn run_streaming(kc: usize, a: ATile, b: *const f32, c: CTile) {
+        // SAFETY: the same contract.
+        unsafe { Self::run(kc, a, b, c) }
+    }
+
     /// [`pack_a_panel`] with `MR = Self::MR`.
     fn pack_a(p: &Problem<'_>, i0: usize, rows: usize, p0: usize, kc: usize, dst: &mut [f32]);
     /// [`pack_b_panel`] with `NR = Self::NR`.

@@ -156,4 +156,205 @@ mod tests {
             }
         }
     }
+
+    /// This thread's CPU time: unlike the wall clock, it does not count the time the host
+    /// gave to other processes.
+    #[cfg(target_os = "linux")]
+    fn thread_cpu() -> Duration {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `ts` is a valid, writable timespec.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    }
+
+    /// `len` floats from `mmap`, 2 MiB-aligned, on transparent huge pages when `huge` (a
+    /// hint the kernel may refuse), on 4 KiB pages otherwise; never freed (a test).
+    #[cfg(target_os = "linux")]
+    fn mapped(len: usize, huge: bool) -> &'static mut [f32] {
+        let bytes = len * 4 + (2 << 20);
+        // SAFETY: an anonymous private mapping of `bytes`, checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED, "mmap of {bytes} bytes");
+        let start = (p as usize).next_multiple_of(2 << 20) as *mut f32;
+        let advice = if huge { libc::MADV_HUGEPAGE } else { libc::MADV_NOHUGEPAGE };
+        // SAFETY: `[start, start + len)` lies inside the mapping (2 MiB of slack for the
+        // alignment); advice changes no contents.
+        let rc = unsafe { libc::madvise(start.cast(), len * 4, advice) };
+        assert_eq!(rc, 0, "madvise");
+        // SAFETY: zero-filled, writable, inside the mapping, never unmapped or aliased.
+        unsafe { std::slice::from_raw_parts_mut(start, len) }
+    }
+
+    /// The macro-kernel with and without B prefetching, B read from a new place in a
+    /// 256 MiB buffer each call (an item of a prepacked product whose weights come from
+    /// memory), and with B on huge pages, alternated in batches, on this thread's CPU
+    /// time. A measurement, not a check:
+    /// `cargo test --release -p backend-cpu --lib streaming_b -- --ignored --nocapture`.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[test]
+    #[ignore = "a measurement; run it by hand in a release build"]
+    fn streaming_b_against_plain_b() {
+        use super::super::driver::macro_kernel_with;
+        if features::get().check(Isa::Avx512).is_err() {
+            println!("SKIP: no AVX-512");
+            return;
+        }
+        type K = x86::Avx512x8;
+        let kc = 512;
+        let total = (256 << 20) / 4;
+        let small = mapped(total, false);
+        let huge = mapped(total, true);
+        for (i, x) in small.iter_mut().chain(huge.iter_mut()).enumerate() {
+            *x = (i % 5) as f32 / 1024.0;
+        }
+        for (rows, cols) in [(32usize, 64usize), (32, 96), (128, 96), (128, 192)] {
+            let a: Vec<f32> = (0..rows * kc).map(|i| 1.0 + (i % 7) as f32 / 64.0).collect();
+            let region = kc * cols.div_ceil(32) * 32;
+            let regions = total / region;
+            let mut c = vec![0.0f32; rows * cols];
+            let mut next = 0;
+            // Variant 0: plain, 1: streaming, 2: streaming with B on huge pages.
+            let mut batch = |variant: usize| {
+                let b: &[f32] = if variant == 2 { huge } else { small };
+                let t = thread_cpu();
+                for _ in 0..200 {
+                    let bp = &b[next * region..][..region];
+                    next = (next + 1) % regions;
+                    let (ap, cp) = (APanels::Packed(&a), c.as_mut_ptr());
+                    // SAFETY: AVX-512 checked above; A holds rows/8 panels of depth kc, B
+                    // the panels of `cols` columns, C rows × cols.
+                    unsafe {
+                        if variant == 0 {
+                            macro_kernel_with::<K, false>(kc, ap, rows, bp, cols, cp, cols, 1.0, 0.0, None)
+                        } else {
+                            macro_kernel_with::<K, true>(kc, ap, rows, bp, cols, cp, cols, 1.0, 0.0, None)
+                        }
+                    }
+                }
+                (thread_cpu() - t).as_secs_f64() / 200.0
+            };
+            let mut times = [Vec::new(), Vec::new(), Vec::new()];
+            for round in 0..24 {
+                for v in 0..3 {
+                    let v = (v + round) % 3;
+                    times[v].push(batch(v));
+                }
+            }
+            let g: Vec<f64> = times
+                .iter_mut()
+                .map(|v| {
+                    v.sort_by(f64::total_cmp);
+                    2.0 * (rows * cols * kc) as f64 / v[v.len() / 2] / 1e9
+                })
+                .collect();
+            println!(
+                "{rows}x{cols} kc {kc}: plain {:.1} GF/s, streaming {:.1} ({:+.0} %), streaming on huge pages {:.1} ({:+.0} %)",
+                g[0],
+                g[1],
+                (g[1] / g[0] - 1.0) * 100.0,
+                g[2],
+                (g[2] / g[0] - 1.0) * 100.0
+            );
+        }
+    }
+
+    /// A 32 × 384 × 384 product with B from memory on two threads, as the driver cuts it
+    /// into 6 column blocks of 64: split rows too (12 items, thread t the row half t of
+    /// every block: both cores read all of B) or not (thread t the blocks t, t+2, t+4 with
+    /// all rows), on the two threads' CPU time. A measurement:
+    /// `cargo test --release -p backend-cpu --lib split_rows -- --ignored --nocapture`.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[test]
+    #[ignore = "a measurement; run it by hand in a release build"]
+    fn split_rows_against_whole_blocks() {
+        use super::super::driver::macro_kernel_with;
+        use std::sync::Barrier;
+        if features::get().check(Isa::Avx512).is_err() {
+            println!("SKIP: no AVX-512");
+            return;
+        }
+        type K = x86::Avx512x8;
+        let (m, k, cols, blocks) = (32usize, 384usize, 64usize, 6usize);
+        let total = (256 << 20) / 4;
+        let b = mapped(total, false);
+        for (i, x) in b.iter_mut().enumerate() {
+            *x = (i % 5) as f32 / 1024.0;
+        }
+        let b: &[f32] = b;
+        let region = k * cols;
+        let products = total / (region * blocks);
+        let a: Vec<f32> = (0..m * k).map(|i| 1.0 + (i % 7) as f32 / 64.0).collect();
+        let (rounds, per) = (16, 100);
+        let mut cpu = [Vec::new(), Vec::new()];
+        for round in 0..rounds {
+            for v in [round % 2, 1 - round % 2] {
+                let barrier = Barrier::new(2);
+                let spent: Vec<f64> = std::thread::scope(|s| {
+                    let hs: Vec<_> = (0..2)
+                        .map(|t| {
+                            let (a, barrier) = (&a, &barrier);
+                            s.spawn(move || {
+                                let mut c = vec![0.0f32; m * cols];
+                                let mut used = Duration::ZERO;
+                                for q in 0..per {
+                                    barrier.wait();
+                                    let t0 = thread_cpu();
+                                    let base = ((round * per + q) % products) * region * blocks;
+                                    for jb in 0..blocks {
+                                        let bp = &b[base + jb * region..][..region];
+                                        let (rows, ap) = match v {
+                                            0 => (16, &a[t * 16 * k..]),
+                                            _ if jb % 2 == t => (32, &a[..]),
+                                            _ => continue,
+                                        };
+                                        // SAFETY: AVX-512 checked above; A holds `rows`/8
+                                        // panels of depth k, B 2 panels, C rows × cols.
+                                        unsafe {
+                                            macro_kernel_with::<K, true>(
+                                                k,
+                                                APanels::Packed(ap),
+                                                rows,
+                                                bp,
+                                                cols,
+                                                c.as_mut_ptr(),
+                                                cols,
+                                                1.0,
+                                                0.0,
+                                                None,
+                                            )
+                                        }
+                                    }
+                                    used += thread_cpu() - t0;
+                                }
+                                used.as_secs_f64() / per as f64
+                            })
+                        })
+                        .collect();
+                    hs.into_iter().map(|h| h.join().unwrap()).collect()
+                });
+                cpu[v].push(spent.iter().sum::<f64>());
+            }
+        }
+        let us: Vec<f64> = cpu
+            .iter_mut()
+            .map(|v| {
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2] * 1e6
+            })
+            .collect();
+        println!(
+            "32x384x384, B from memory, CPU time of both threads per product: rows split {:.1} us, whole blocks {:.1} us",
+            us[0], us[1]
+        );
+    }
 }
