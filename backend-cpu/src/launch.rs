@@ -272,8 +272,9 @@ impl Device {
         if let Some(i) = overlapping_output(&ranges, n_in, |_| false) {
             return Err(CpuError::BadRequest(format!("{}: output {i} overlaps another operand", kernel.name)).into());
         }
-        self.table.check_writable(&ranges[n_in..]).map_err(CpuError::from)?;
-        let pins = self.table.pin(&ranges).map_err(CpuError::from)?;
+        // One lock for the read-only test and the pins: a loan cannot end and come back
+        // read-only in between.
+        let pins = self.table.pin_writing(&ranges[..n_in], &ranges[n_in..]).map_err(CpuError::from)?;
         let out_bytes: u64 = ranges[n_in..].iter().map(|o| o.1 as u64).sum();
         let (inline, threads) = self.placement(&args.op, args.threads, out_bytes);
         let pool = if inline {
@@ -317,6 +318,7 @@ impl Device {
         let bad = |msg: String| -> runtime::Error { CpuError::BadRequest(msg).into() };
         let mut nodes = Vec::with_capacity(launches.len());
         let mut fixed: Vec<(u64, usize)> = Vec::new();
+        let mut fixed_writes: Vec<(u64, usize)> = Vec::new();
         let mut extent: Vec<usize> = Vec::new();
         for l in launches {
             let (kernel, args) = (&l.kernel, &l.args);
@@ -351,8 +353,7 @@ impl Device {
                 return Err(bad(format!("{}: output {i} overlaps another operand", kernel.name)));
             }
             fixed.extend(ranges.iter().enumerate().filter(|(i, _)| !patched[*i]).map(|(_, r)| *r));
-            let fixed_outputs: Vec<(u64, usize)> = (n_in..n_ops).filter(|&i| !patched[i]).map(|i| ranges[i]).collect();
-            self.table.check_writable(&fixed_outputs).map_err(CpuError::from)?;
+            fixed_writes.extend((n_in..n_ops).filter(|&i| !patched[i]).map(|i| ranges[i]));
             let out_bytes: u64 = ranges[n_in..].iter().map(|o| o.1 as u64).sum();
             let (_, threads) = self.placement(&args.op, args.threads, out_bytes);
             nodes.push(FrozenNode {
@@ -364,7 +365,9 @@ impl Device {
                 ctx: Ctx { threads, features: self.features, prepacked: args.prepacked.clone() },
             });
         }
-        let pins = self.table.pin(&fixed).map_err(CpuError::from)?;
+        // The fixed outputs are tested writable under the lock that pins them (pinned
+        // twice, as reads and as writes: each pin is released with the plan).
+        let pins = self.table.pin_writing(&fixed, &fixed_writes).map_err(CpuError::from)?;
         Ok(Some(runtime::Frozen(Arc::new(CpuFrozen {
             device: self.index,
             table: self.table.clone(),
