@@ -256,6 +256,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
                 Ok(())
             })
         }
+        Op::LinearGelu => linear_gelu(ins, outs, ctx),
         Op::BiasGelu(approx) => {
             let (x, b) = (load_f32(&ins[0])?, load_f32(&ins[1])?);
             let d = b.len();
@@ -618,12 +619,49 @@ pub fn batched_matmul(
     }
 }
 
+/// LinearGelu with an f32 (or f16, or int8-prepared) weight: the fast Linear with its
+/// bias, then the erf GELU over each row of the f32 result in place (the arithmetic of
+/// BiasGelu's fast kernel). A half-precision result runs the generic tier, which keeps the
+/// sum in f32 before GELU.
+fn linear_gelu(ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
+    if outs[0].dtype != runtime::DType::F32 {
+        return super::generic::run(&Op::LinearGelu, ins, outs, ctx);
+    }
+    run(&Op::Linear, ins, outs, ctx)?;
+    let n = ins[1].dims[0];
+    let o = outs[0].f32s_mut().ok_or_else(|| KernelError::Internal("LinearGelu: f32 output expected".into()))?;
+    gelu_rows_in_place(ctx.features.isa, o, n);
+    Ok(())
+}
+
+/// The erf GELU of every element of `o` (rows of `n`), in place, through a stack chunk.
+fn gelu_rows_in_place(isa: Isa, o: &mut [f32], n: usize) {
+    par_rows(o, n, |_, row| {
+        const CHUNK: usize = 512;
+        let mut tmp = [0f32; CHUNK];
+        for dst in row.chunks_mut(CHUNK) {
+            let t = &mut tmp[..dst.len()];
+            t.copy_from_slice(dst);
+            gelu_erf_map(isa, t, dst);
+        }
+    });
+}
+
 /// Linear with a bf16 weight on AVX-512-BF16 or AMX (see `gemm_bf16`): `x` rounded to
-/// bf16, products accumulated in f32, bias added in f32 in the product's epilogue.
-pub fn linear_bf16(_op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
+/// bf16, products accumulated in f32, bias added in f32 in the product's epilogue, and
+/// for LinearGelu the erf GELU applied there too (on AMX per block while it is in L1).
+pub fn linear_bf16(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
+    let gelu = matches!(op, Op::LinearGelu);
     // At most `gemv::MAX_M` rows (a decode step): the weight streamed once, never packed per call.
     if let Some(r) = super::gemv::linear_bf16(ins, outs, ctx) {
-        return r;
+        r?;
+        if gelu {
+            let n = ins[1].dims[0];
+            let o =
+                outs[0].f32s_mut().ok_or_else(|| KernelError::Internal("LinearGelu: f32 output expected".into()))?;
+            gelu_rows_in_place(ctx.features.isa, o, n);
+        }
+        return Ok(());
     }
     let x = load_f32(&ins[0])?;
     let (n, k) = (ins[1].dims[0], ins[1].dims[1]);
@@ -652,7 +690,7 @@ pub fn linear_bf16(_op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult
     };
     // The bias is added in the product's epilogue (on AMX per block while it is in L1),
     // not copied into the output first and read back.
-    let ep = super::gemm_bf16::Epilogue { bias: bias.as_deref(), ..Default::default() };
+    let ep = super::gemm_bf16::Epilogue { bias: bias.as_deref(), gelu, ..Default::default() };
     with_f32_out(&mut outs[0], |c| super::gemm_bf16::gemm_with(ctx.features, m, &x, packed, c, ep, ctx.threads))
 }
 
