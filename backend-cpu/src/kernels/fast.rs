@@ -649,7 +649,7 @@ fn gelu_rows_in_place(isa: Isa, o: &mut [f32], n: usize) {
 
 /// Linear with a bf16 weight on AVX-512-BF16 or AMX (see `gemm_bf16`): `x` rounded to
 /// bf16, products accumulated in f32, bias added in f32 in the product's epilogue, and
-/// for LinearGelu the erf GELU applied there too (on AMX per block while it is in L1).
+/// for LinearGelu the erf GELU applied over the finished rows.
 pub fn linear_bf16(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
     let gelu = matches!(op, Op::LinearGelu);
     // At most `gemv::MAX_M` rows (a decode step): the weight streamed once, never packed per call.
@@ -663,6 +663,13 @@ pub fn linear_bf16(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult 
         }
         return Ok(());
     }
+    linear_bf16_gelu_in(ins, outs, ctx, gelu, false)
+}
+
+/// [`linear_bf16`] past its decode-step path; `gelu`: LinearGelu's GELU, in the product's
+/// epilogue per finished block where `in_blocks` (measured slower on AMX, see the
+/// `fused_gelu_timing` test), else over the finished rows.
+fn linear_bf16_gelu_in(ins: &[In], outs: &mut [Out], ctx: &Ctx, gelu: bool, in_blocks: bool) -> KResult {
     let x = load_f32(&ins[0])?;
     let (n, k) = (ins[1].dims[0], ins[1].dims[1]);
     let m = numel(&ins[0].dims[..ins[0].dims.len() - 1]);
@@ -690,8 +697,15 @@ pub fn linear_bf16(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult 
     };
     // The bias is added in the product's epilogue (on AMX per block while it is in L1),
     // not copied into the output first and read back.
-    let ep = super::gemm_bf16::Epilogue { bias: bias.as_deref(), gelu, ..Default::default() };
-    with_f32_out(&mut outs[0], |c| super::gemm_bf16::gemm_with(ctx.features, m, &x, packed, c, ep, ctx.threads))
+    let in_blocks = gelu && in_blocks;
+    let ep = super::gemm_bf16::Epilogue { bias: bias.as_deref(), gelu: in_blocks, ..Default::default() };
+    with_f32_out(&mut outs[0], |c| {
+        super::gemm_bf16::gemm_with(ctx.features, m, &x, packed, c, ep, ctx.threads)?;
+        if gelu && !in_blocks {
+            gelu_rows_in_place(ctx.features.isa, &mut c[..m * n], n);
+        }
+        Ok(())
+    })
 }
 
 /// Permute that moves whole rows when the last axis stays last (the attention head
@@ -748,6 +762,66 @@ fn permute(x: &In, o: &mut Out, perm: &[usize]) -> KResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A timing aid, not a check (`cargo test --release -p backend-cpu fused_gelu_timing --
+    /// --ignored --nocapture`): BERT-base's first feed-forward product (m 128, k 768, n 3072,
+    /// a prepacked bf16 weight) as LinearGelu against Linear then BiasGelu, alternated in
+    /// one process, medians.
+    #[test]
+    #[ignore = "a measurement, not a check"]
+    fn fused_gelu_timing() {
+        use runtime::DType;
+        if !super::super::gemm_bf16::available() {
+            println!("skipped: this CPU has no AVX-512-BF16");
+            return;
+        }
+        let (m, k, n) = (128, 768, 3072);
+        let w: Vec<half::bf16> =
+            (0..n * k).map(|i| half::bf16::from_f32(((i * 7 % 31) as f32 - 15.0) / 200.0)).collect();
+        let packed = super::super::gemm_bf16::PackedWeight::pack(&w, n, k).unwrap();
+        let wb: Vec<u8> = w.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect();
+        let pre = runtime::Prepacked(std::sync::Arc::new(packed));
+        let ctx = Ctx { threads: 2, features: crate::features::get(), prepacked: Some(pre) };
+        let plain = Ctx { threads: 2, features: crate::features::get(), prepacked: None };
+        let x: Vec<f32> = (0..m * k).map(|i| ((i * 13 % 29) as f32 - 14.0) / 9.0).collect();
+        let bias = vec![0.1f32; n];
+        let (xd, wd, bd, od) = ([m, k], [n, k], [n], [m, n]);
+        let st = |d: &[usize]| runtime::Shape::new(d.to_vec()).contiguous_strides();
+        let (xs, ws, bs, os) = (st(&xd), st(&wd), st(&bd), st(&od));
+        let xin = || In { dtype: DType::F32, dims: &xd, strides: &xs, bytes: bytemuck::cast_slice(&x) };
+        let win = || In { dtype: DType::BF16, dims: &wd, strides: &ws, bytes: &wb };
+        let bin = || In { dtype: DType::F32, dims: &bd, strides: &bs, bytes: bytemuck::cast_slice(&bias) };
+        let (mut o, mut y) = (vec![0f32; m * n], vec![0f32; m * n]);
+        let (mut fused, mut pair) = (Vec::new(), Vec::new());
+        let mut blocks = Vec::new();
+        for _ in 0..41 {
+            let t = std::time::Instant::now();
+            let mut outs = [Out { dtype: DType::F32, dims: &od, bytes: bytemuck::cast_slice_mut(&mut o) }];
+            linear_bf16_gelu_in(&[xin(), win(), bin()], &mut outs, &ctx, true, true).unwrap();
+            blocks.push(t.elapsed().as_secs_f64() * 1e6);
+            let t = std::time::Instant::now();
+            let mut outs = [Out { dtype: DType::F32, dims: &od, bytes: bytemuck::cast_slice_mut(&mut o) }];
+            linear_bf16(&Op::LinearGelu, &[xin(), win(), bin()], &mut outs, &ctx).unwrap();
+            fused.push(t.elapsed().as_secs_f64() * 1e6);
+            let t = std::time::Instant::now();
+            let mut outs = [Out { dtype: DType::F32, dims: &od, bytes: bytemuck::cast_slice_mut(&mut y) }];
+            linear_bf16(&Op::Linear, &[xin(), win()], &mut outs, &ctx).unwrap();
+            let yin = In { dtype: DType::F32, dims: &od, strides: &os, bytes: bytemuck::cast_slice(&y) };
+            let mut outs = [Out { dtype: DType::F32, dims: &od, bytes: bytemuck::cast_slice_mut(&mut o) }];
+            run(&Op::BiasGelu(GeluApprox::Erf), &[yin, bin()], &mut outs, &plain).unwrap();
+            pair.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        let med = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        println!(
+            "m {m} k {k} n {n}: LinearGelu {:.0} µs (GELU in the AMX blocks {:.0} µs), Linear + BiasGelu {:.0} µs (medians of 41)",
+            med(fused),
+            med(blocks),
+            med(pair)
+        );
+    }
 
     /// LinearGelu with a bf16 weight (the epilogue's bias and GELU) gives the bits of the
     /// unfused pair, Linear without its bias then BiasGelu, on the packed product (m = 40)
