@@ -25,6 +25,8 @@ fn invalid_calls() -> Vec<(Op, Vec<(DType, Vec<usize>)>)> {
         ),
         (Op::Linear, vec![(F32, vec![2, 3]), (F32, vec![4, 5])]),
         (Op::Linear, vec![(F32, vec![2, 3]), (F32, vec![4, 3]), (F32, vec![3])]),
+        (Op::LinearGelu, vec![(F32, vec![2, 3]), (F32, vec![4, 3])]),
+        (Op::LinearGelu, vec![(F32, vec![2, 3]), (F32, vec![4, 3]), (F32, vec![3])]),
         (Op::Add, vec![(F32, vec![2, 3]), (F32, vec![4])]),
         (Op::Sub, vec![(F32, vec![2]), (I32, vec![2])]),
         (Op::Mul, vec![(U8, vec![2]), (I32, vec![2])]),

@@ -307,6 +307,10 @@ fn bf16_precision_stays_close_to_f32() {
         println!("bf16 unit on this CPU: {unit}");
         assert!(!linear_units.is_empty() && linear_units.iter().all(|u| *u == unit), "{linear_units:?}");
         assert_eq!(bf16_weights, linear_units.len());
+        // The erf GELU after each feed-forward product runs in that product's epilogue.
+        let fused: Vec<&str> = prof.nodes.iter().filter(|n| n.op == "LinearGelu").map(|n| n.unit.label).collect();
+        assert_eq!(fused.len(), cfg.num_hidden_layers, "{fused:?}");
+        assert!(fused.iter().all(|u| *u == unit), "{fused:?}");
     } else {
         println!("this CPU has no AVX-512-BF16: checking that the weights stay f32");
         assert_eq!(bf16_weights, 0);
@@ -707,4 +711,60 @@ fn bf16_precision_runs_attention_on_the_bf16_unit() {
     let g = cg.graph();
     let attention: Vec<_> = g.nodes.iter().filter(|n| matches!(n.op, Op::Attention { .. })).collect();
     assert!(!attention.is_empty() && attention.iter().all(|n| g.meta(n.inputs[0]).dtype == DType::F32));
+}
+
+/// Precision bf16 keeps a float attention mask in f32 beside the bf16 q, k and v: a row
+/// whose every key is masked with f32::MIN (finite, but -inf once rounded to bf16) gives
+/// what the f32 kernel gives (about the mean of V), not 0.
+#[test]
+fn bf16_precision_keeps_a_fully_masked_row_like_f32() {
+    let rt =
+        npurt::Runtime::with_config(RuntimeConfig { backend: Some("cpu".into()), ..RuntimeConfig::default() }).unwrap();
+    let (h, s, d) = (2, 64, 32);
+    let mut g = Graph::new();
+    let q = g.input("q", DType::F32, vec![1, h, s, d]);
+    let k = g.input("k", DType::F32, vec![1, h, s, d]);
+    let v = g.input("v", DType::F32, vec![1, h, s, d]);
+    let m = g.input("mask", DType::F32, vec![1, 1, s, s]);
+    let op = Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd, causal: false };
+    let y = g.op("attention", op, &[q, k, v, m]).unwrap();
+    // Read by another node: a graph output keeps the f32 kernel.
+    let y = g.op("twice", Op::Scale { factor: 2.0 }, &[y]).unwrap();
+    g.output(y);
+    let n = h * s * d;
+    let vals = |mul: usize| -> Vec<f32> { (0..n).map(|i| ((i * mul % 89) as f32 - 44.0) / 30.0).collect() };
+    // Row 0 masks every key; the others mask the last eight.
+    let mask: Vec<f32> = (0..s * s).map(|i| if i < s || i % s >= s - 8 { f32::MIN } else { 0.0 }).collect();
+    let ins = [
+        rt.from_slice(&vals(7), [1, h, s, d], 0).unwrap(),
+        rt.from_slice(&vals(11), [1, h, s, d], 0).unwrap(),
+        rt.from_slice(&vals(13), [1, h, s, d], 0).unwrap(),
+        rt.from_slice(&mask, [1, 1, s, s], 0).unwrap(),
+    ];
+    let refs: Vec<&Tensor> = ins.iter().collect();
+    let f32_opts = options(true, true, false, ScheduleStrategy::Latency);
+    let want = CompiledGraph::compile(&rt, &g, f32_opts.clone()).unwrap().run(&refs).unwrap();
+    let cg = CompiledGraph::compile(&rt, &g, CompileOptions { precision: Precision::Bf16, ..f32_opts }).unwrap();
+    let got = cg.run(&refs).unwrap();
+    let cgraph = cg.graph();
+    let node = cgraph.nodes.iter().find(|n| matches!(n.op, Op::Attention { .. })).unwrap();
+    let unit = backend_cpu::features::get().bf16_unit().label;
+    if backend_cpu::kernels::gemm_bf16::available() && unit.starts_with("amx") {
+        assert_eq!(cgraph.meta(node.inputs[0]).dtype, DType::BF16, "q runs in bf16");
+        assert_eq!(cgraph.meta(node.inputs[3]).dtype, DType::F32, "the mask stays f32");
+    } else {
+        println!("this CPU has no AMX-BF16 (bf16 unit {unit}): Attention keeps the f32 kernel");
+    }
+    let (w, o) = (want[0].to_ndarray::<f32>().unwrap(), got[0].to_ndarray::<f32>().unwrap());
+    let (w, o) = (w.as_slice().unwrap(), o.as_slice().unwrap());
+    // The fully masked row of each head: the f32 kernel's answer, nonzero.
+    for hh in 0..h {
+        let row = hh * s * d;
+        assert!(w[row..row + d].iter().any(|x| *x != 0.0), "the f32 kernel's masked row is the mean of V");
+        for c in 0..d {
+            let (a, b) = (w[row + c], o[row + c]);
+            assert!((a - b).abs() <= 2e-2 * (1.0 + a.abs()), "head {hh} feature {c}: bf16 {b} vs f32 {a}");
+        }
+    }
+    assert!(cosine(&want[0], &got[0]) > 0.999);
 }

@@ -322,7 +322,8 @@ unsafe impl Backend for CpuBackend {
     ) -> Result<Option<runtime::Prepack>> {
         use runtime::DType;
         let (Some(Some(bytes)), Some(meta)) = (constants.get(1), inputs.get(1)) else { return Ok(None) };
-        if kernel.op != runtime::OpKind::Linear || meta.shape.rank() != 2 {
+        let linear = matches!(kernel.op, runtime::OpKind::Linear | runtime::OpKind::LinearGelu);
+        if !linear || meta.shape.rank() != 2 {
             return Ok(None);
         }
         let (n, k) = (meta.shape.dims()[0], meta.shape.dims()[1]);
@@ -383,7 +384,8 @@ unsafe impl Backend for CpuBackend {
             return Ok(None);
         };
         let f32_fast = kernel.tier == runtime::Tier::HighPerformance && kernel.unit == self.features.matrix_unit();
-        if kernel.op != runtime::OpKind::Linear || !f32_fast || Path::best(self.features).is_none() {
+        let linear = matches!(kernel.op, runtime::OpKind::Linear | runtime::OpKind::LinearGelu);
+        if !linear || !f32_fast || Path::best(self.features).is_none() {
             return Ok(None);
         }
         if meta.shape.rank() != 2 || meta.dtype != runtime::DType::F32 || x.dtype != runtime::DType::F32 {

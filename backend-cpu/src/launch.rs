@@ -487,7 +487,11 @@ impl Device {
         let threads = if budget == 0 { self.threads } else { budget.min(self.threads) };
         let matrix = matches!(
             op.kind(),
-            runtime::OpKind::MatMul | runtime::OpKind::Gemm | runtime::OpKind::Linear | runtime::OpKind::Attention
+            runtime::OpKind::MatMul
+                | runtime::OpKind::Gemm
+                | runtime::OpKind::Linear
+                | runtime::OpKind::LinearGelu
+                | runtime::OpKind::Attention
         );
         let inline = self.threads == 1 || (out_bytes <= INLINE_MAX_BYTES && !matrix);
         (inline, if inline { 1 } else { threads })

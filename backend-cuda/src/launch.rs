@@ -229,6 +229,8 @@ impl Device {
             Op::Silu => self.nvrtc_elementwise(tier, args, &ss.cu),
             Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::SwiGlu => self.nvrtc_rows(tier, args, &ss.cu),
             Op::Rope { .. } => self.nvrtc_data(args, ss),
+            // Not in this backend's table: the graph fusion keeps Linear and BiasGelu here.
+            Op::LinearGelu => Err(bad(format!("{}: no CUDA kernel", args.op.name()))),
         }
     }
 

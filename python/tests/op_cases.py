@@ -135,6 +135,7 @@ def cases(seed: int = 0) -> List[Case]:
         ("MatMul", [a, b.T.copy()], {"trans_b": True}, lambda a, bt: a.astype(np.float64) @ bt.T),
         ("Gemm", [a, b, c], {"alpha": 0.5, "beta": 2.0}, lambda a, b, c: 0.5 * (a.astype(np.float64) @ b) + 2 * c),
         ("Linear", [a, f(12, 16), f(12)], {}, lambda x, w, bb: x.astype(np.float64) @ w.T + bb),
+        ("LinearGelu", [a, b.T.copy(), c[0].copy()], {}, lambda x, w, bb: gelu(x.astype(np.float64) @ w.T + bb)),
         ("Add", [x, y], {}, lambda x, y: x + y),
         ("Sub", [x, y], {}, lambda x, y: x - y),
         ("Mul", [x, y], {}, lambda x, y: x * y),

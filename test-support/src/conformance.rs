@@ -95,6 +95,12 @@ pub fn cases(dtype: DType, seed: u64) -> Vec<Case> {
         for to in [DType::F32, DType::F16, DType::BF16, DType::I32] {
             add(&mut out, Op::Cast { to }, vec![(f, vec![3, 11], "")], 1, &mut rng);
         }
+        // LinearGelu from a stream of its own (the other cases' operands unchanged).
+        let mut own = Rng(seed.wrapping_mul(0xA076_1D64_78BD_642F) | 1);
+        for &(m, k, n) in &[(1, 1, 1), (7, 13, 5), (0, 4, 3), (9, 32, 17), (33, 64, 40)] {
+            let ins = vec![(f, vec![m, k], ""), (f, vec![n, k], ""), (f, vec![n], "")];
+            add(&mut out, Op::LinearGelu, ins, k, &mut own);
+        }
     }
     // Arithmetic with broadcasting (floats and integers, u8 wrapping).
     arithmetic(&mut out, f, &mut rng);

@@ -137,6 +137,7 @@ names! {
     Rope => "rope.aclnn.vector", "rope.host.reference";
     KvCacheWrite => "kvcachewrite.aclnn.vector", "kvcachewrite.host.reference";
     PagedAttention => "pagedattention.aclnn.cube", "pagedattention.host.reference";
+    LinearGelu => "lineargelu.aclnn.cube", "lineargelu.host.reference";
 }
 
 /// The name of the kernel that runs op `k`'s FP32 products on the 910's Cube in FP16, for
@@ -190,6 +191,9 @@ fn check(q: &KernelQuery<'_>, p: Policy) -> Result<(), String> {
             Err("layout bsnd: the aclnn compositions take [B, N, S, D] operands; the graph fusion keeps the head \
                  permutes on this device"
                 .into())
+        }
+        Op::Attention { .. } if q.inputs.get(3).is_some_and(|m| m.dtype != DType::U8 && m.dtype != x.dtype) => {
+            Err("an f32 mask beside half q, k and v has no aclnn composition: the host tier runs it".into())
         }
         Op::Attention { .. } if q.inputs.get(3).is_some_and(|m| m.dtype == DType::U8) => {
             Err("u8 (keep/drop) masks have no aclnn composition; an additive float mask has".into())
@@ -329,6 +333,10 @@ impl Table {
         let fused_rope = rope_symbols && has_flash_attention(soc);
         let mut t = Table { is_910, ..Table::default() };
         for k in OpKind::ALL {
+            if k == OpKind::LinearGelu {
+                // No kernel on either tier: the graph fusion keeps Linear and BiasGelu here.
+                continue;
+            }
             let (fname, hname) = names(k);
             if k == OpKind::KvCacheWrite && has_flash_attention(soc) {
                 // aclnnScatterPaKvCache (fp16, bf16), ahead of the two aclnnScatterNdUpdate.

@@ -36,16 +36,34 @@ use runtime::{AttentionLayout, DType};
 /// the block's scores stay in L2.
 pub const ROWS: usize = 128;
 
-/// The additive mask, read through broadcast strides over `[b, h, s, t]`.
-struct Mask<'a> {
+/// The additive mask, read through broadcast strides over `[b, h, s, t]` (the bf16
+/// kernel, [`super::attention_bf16`], reads it too). Send and Sync (a shared slice).
+pub(super) struct Mask<'a> {
     vals: &'a [f32],
     /// Element strides for the batch, head, query-row and key axes (0 where broadcast).
     strides: [usize; 4],
 }
 
-impl Mask<'_> {
+impl<'a> Mask<'a> {
+    /// The values of the mask input `m` as f32: a u8 mask becomes 0 / -inf once (the mask
+    /// is small: it broadcasts over heads), a float one is read as it is.
+    pub(super) fn values<'b>(m: &'b In) -> Result<std::borrow::Cow<'b, [f32]>, KernelError> {
+        let raw = load_f32(m)?;
+        Ok(if m.dtype == DType::U8 {
+            raw.iter().map(|&x| if x == 0.0 { f32::NEG_INFINITY } else { 0.0 }).collect::<Vec<_>>().into()
+        } else {
+            raw
+        })
+    }
+
+    /// The mask `m` (its [`Mask::values`] in `vals`) over the scores `score_dims`.
+    pub(super) fn new(vals: &'a [f32], m: &In, score_dims: [usize; 4]) -> Mask<'a> {
+        let st = broadcast_strides(m.dims, &score_dims);
+        Mask { vals, strides: [st[0], st[1], st[2], st[3]] }
+    }
+
     /// The mask row for query `i` of head `hh` in batch `bi`, with its key stride.
-    fn row(&self, bi: usize, hh: usize, i: usize, t: usize) -> (&[f32], usize) {
+    pub(super) fn row(&self, bi: usize, hh: usize, i: usize, t: usize) -> (&[f32], usize) {
         let [sb, sh, ss, st] = self.strides;
         let start = bi * sb + hh * sh + i * ss;
         let len = if st == 0 { 1 } else { (t - 1) * st + 1 };
@@ -126,25 +144,8 @@ pub fn attention(
     // The GEMM skips its product for alpha = 0; `0 * score` keeps a non-finite score NaN.
     let (alpha, post) = if scale == 0.0 { (1.0, Some(0.0f32)) } else { (scale, None) };
     let score_dims = [bsz, h, s, t];
-    // u8 masks become 0 / -inf once (the mask is small: it broadcasts over heads).
-    let mask_vals: Option<std::borrow::Cow<'_, [f32]>> = match ins.get(3) {
-        Some(m) => {
-            let raw = load_f32(m)?;
-            Some(if m.dtype == DType::U8 {
-                raw.iter().map(|&x| if x == 0.0 { f32::NEG_INFINITY } else { 0.0 }).collect::<Vec<_>>().into()
-            } else {
-                raw
-            })
-        }
-        None => None,
-    };
-    let mask = match (&mask_vals, ins.get(3)) {
-        (Some(vals), Some(m)) => {
-            let st = broadcast_strides(m.dims, &score_dims);
-            Some(Mask { vals, strides: [st[0], st[1], st[2], st[3]] })
-        }
-        _ => None,
-    };
+    let mask_vals = ins.get(3).map(Mask::values).transpose()?;
+    let mask = mask_vals.as_deref().zip(ins.get(3)).map(|(vals, m)| Mask::new(vals, m, score_dims));
     let mask = mask.as_ref();
     with_f32_out(out, |o| {
         if s * dv == 0 {

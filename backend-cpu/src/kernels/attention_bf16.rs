@@ -33,6 +33,7 @@
 //! Accuracy: q, k, v and the probabilities are rounded to bf16 (8 significant bits), the
 //! sums are f32.
 
+use super::attention::Mask;
 use super::common::*;
 use super::simd_math::softmax_in_place;
 use crate::features::CpuFeatures;
@@ -48,7 +49,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
     let Op::Attention { scale, layout, causal } = *op else {
         return Err(KernelError::Internal(format!("bf16 attention asked to run {}", op.name())));
     };
-    attention(ins, &mut outs[0], scale, layout, causal, ctx)
+    attention(ins, &mut outs[0], scale, layout, causal, ctx, crate::features::get())
 }
 
 /// An operand's elements as stored.
@@ -143,46 +144,21 @@ fn bf16_to_f32(src: &[u16], dst: &mut [f32], f: &CpuFeatures) {
     }
 }
 
-/// f32 → bf16 bits, round to nearest even (NaN stays NaN).
+/// f32 → bf16 bits, round to nearest even (NaN stays NaN): the pairs of the bf16
+/// product's conversion ([`super::gemm_bf16::to_pairs`]) where `dst` holds whole aligned
+/// words, element by element otherwise.
 fn f32_to_bf16(src: &[f32], dst: &mut [u16], f: &CpuFeatures) {
-    #[cfg(target_arch = "x86_64")]
-    if f.avx512bf16 {
-        // SAFETY: AVX-512F/BW and AVX-512-BF16 were detected (`avx512bf16` implies them).
-        unsafe { x86::to_bf16(src, dst) };
-        return;
-    }
-    let _ = f;
-    for (d, s) in dst.iter_mut().zip(src) {
+    let n = src.len().min(dst.len());
+    let even = n & !1;
+    let rest = match bytemuck::try_cast_slice_mut::<u16, u32>(&mut dst[..even]) {
+        Ok(words) => {
+            super::gemm_bf16::to_pairs(&src[..even], words, f.avx512bf16);
+            even
+        }
+        Err(_) => 0,
+    };
+    for (d, s) in dst[rest..n].iter_mut().zip(&src[rest..n]) {
         *d = half::bf16::from_f32(*s).to_bits();
-    }
-}
-
-/// The additive mask over `[b, h, s, t]`, read through broadcast strides.
-struct Mask<'a> {
-    vals: std::borrow::Cow<'a, [f32]>,
-    strides: [usize; 4],
-}
-
-impl Mask<'_> {
-    /// The optional mask input `ins[3]`: a u8 mask becomes 0 / -inf, a float one f32.
-    fn load<'a>(ins: &'a [In], score_dims: [usize; 4]) -> Result<Option<Mask<'a>>, KernelError> {
-        let Some(m) = ins.get(3) else { return Ok(None) };
-        let raw = load_f32(m)?;
-        let vals = if m.dtype == DType::U8 {
-            raw.iter().map(|&x| if x == 0.0 { f32::NEG_INFINITY } else { 0.0 }).collect::<Vec<_>>().into()
-        } else {
-            raw
-        };
-        let st = broadcast_strides(m.dims, &score_dims);
-        Ok(Some(Mask { vals, strides: [st[0], st[1], st[2], st[3]] }))
-    }
-
-    /// The mask row of query `i` of head `hh` in batch `bi` over `t` keys, with its stride.
-    fn row(&self, bi: usize, hh: usize, i: usize, t: usize) -> (&[f32], usize) {
-        let [sb, sh, ss, st] = self.strides;
-        let start = bi * sb + hh * sh + i * ss;
-        let len = if st == 0 { 1 } else { (t - 1) * st + 1 };
-        (&self.vals[start..start + len], st)
     }
 }
 
@@ -530,6 +506,7 @@ impl Job<'_> {
     }
 }
 
+/// [`run`] on the units `ctx.features` names, each checked against `detected`.
 fn attention(
     ins: &[In],
     out: &mut Out,
@@ -537,11 +514,12 @@ fn attention(
     layout: AttentionLayout,
     causal: bool,
     ctx: &Ctx,
+    detected: &CpuFeatures,
 ) -> KResult {
     let f = ctx.features;
-    if !f.avx512bf16 {
-        return Err(KernelError::MissingFeature("AVX-512-BF16"));
-    }
+    // `CpuFeatures`' fields are public: a hand-built set claiming AMX or AVX-512-BF16 that
+    // this CPU (`detected`) lacks is refused here, before any of their instructions runs.
+    super::gemm_bf16::check_units(f, detected)?;
     let (q, k, v) = (Src::new(&ins[0], "q")?, Src::new(&ins[1], "k")?, Src::new(&ins[2], "v")?);
     let [bsz, h, s, d] = layout.bhsd(ins[0].dims);
     let ([_, hkv, t, _], [_, _, _, dv]) = (layout.bhsd(ins[1].dims), layout.bhsd(ins[2].dims));
@@ -552,7 +530,8 @@ fn attention(
         layout.strides([bsz, hkv, t, dv]),
         layout.strides([bsz, h, s, dv]),
     ];
-    let mask = Mask::load(ins, [bsz, h, s, t])?;
+    let mask_vals = ins.get(3).map(Mask::values).transpose()?;
+    let mask = mask_vals.as_deref().zip(ins.get(3)).map(|(vals, m)| Mask::new(vals, m, [bsz, h, s, t]));
     let r32 = |x: usize| x.max(1).next_multiple_of(32);
     let dm = Dims { d, dv, t, dp: r32(d), tp: r32(t), dvp: r32(dv) };
     let unit = if f.amx_bf16 && cfg!(target_arch = "x86_64") { Unit::Amx } else { Unit::Avx512Bf16 };
@@ -604,40 +583,6 @@ fn attention(
 mod x86 {
     use std::arch::asm;
     use std::arch::x86_64::*;
-
-    /// `src` rounded to bf16 bits into `dst` (same length).
-    ///
-    /// # Safety
-    /// AVX-512F/BW/VL and AVX-512-BF16 must be supported.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-    pub unsafe fn to_bf16(src: &[f32], dst: &mut [u16]) {
-        let n = src.len().min(dst.len());
-        let mut i = 0;
-        while i + 32 <= n {
-            // SAFETY: `i + 32 <= n` elements of both.
-            unsafe {
-                let lo = _mm512_loadu_ps(src.as_ptr().add(i));
-                let hi = _mm512_loadu_ps(src.as_ptr().add(i + 16));
-                let v: __m512bh = _mm512_cvtne2ps_pbh(hi, lo);
-                _mm512_storeu_si512(dst.as_mut_ptr().add(i) as *mut _, std::mem::transmute::<__m512bh, __m512i>(v));
-            }
-            i += 32;
-        }
-        while i < n {
-            let m: __mmask16 = ((1u32 << (n - i).min(16)) - 1) as u16;
-            // SAFETY: the masked lanes lie inside both slices (`m` covers `n - i` at most).
-            unsafe {
-                let x = _mm512_maskz_loadu_ps(m, src.as_ptr().add(i));
-                let v: __m256bh = _mm512_cvtneps_pbh(x);
-                _mm256_mask_storeu_epi16(
-                    dst.as_mut_ptr().add(i) as *mut _,
-                    m,
-                    std::mem::transmute::<__m256bh, __m256i>(v),
-                );
-            }
-            i += 16;
-        }
-    }
 
     /// `src` widened to f32 into `dst` (the shorter length of the two).
     ///
@@ -1043,6 +988,37 @@ mod tests {
                 }
                 check(c, DType::F32, f, 2);
             }
+        }
+    }
+
+    /// A hand-built `CpuFeatures` claiming a unit the CPU lacks is refused before any of
+    /// its instructions runs (checked against a `detected` set without that unit, so that
+    /// the refusal is exercised on every CPU).
+    #[test]
+    fn units_the_cpu_lacks_are_refused() {
+        let base = crate::features::get().clone();
+        let with = |bf16: bool, amx: bool| -> &'static CpuFeatures {
+            Box::leak(Box::new(CpuFeatures { avx512bf16: bf16, amx_bf16: amx, ..base.clone() }))
+        };
+        let c = case(AttentionLayout::Bnsd, [1, 1, 1, 4, 4, 8, 8], MaskKind::None, false);
+        let (dq, n) = (dims(&c, 1, 4, 8), 32);
+        let st = Shape::new(dq.clone()).contiguous_strides();
+        let x = vec![0u8; n * 4];
+        let ins = [0, 1, 2].map(|_| In { dtype: DType::F32, dims: &dq, strides: &st, bytes: &x });
+        let refused = |claim: &'static CpuFeatures, detected: &CpuFeatures| {
+            let mut o = vec![0u8; n * 4];
+            let mut out = Out { dtype: DType::F32, dims: &dq, bytes: &mut o };
+            let ctx = Ctx { threads: 1, features: claim, prepacked: None };
+            let r = attention(&ins, &mut out, None, AttentionLayout::Bnsd, false, &ctx, detected);
+            matches!(r, Err(KernelError::MissingFeature(_)))
+        };
+        // AMX claimed where only AVX-512-BF16 is detected; AVX-512-BF16 claimed where it is not.
+        assert!(refused(with(true, true), with(true, false)));
+        assert!(refused(with(true, false), with(false, false)));
+        assert!(refused(with(false, false), with(true, true)));
+        if paths().is_some() {
+            // What this CPU has is run.
+            assert!(!refused(with(true, base.amx_bf16), &base));
         }
     }
 

@@ -256,6 +256,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
                 Ok(())
             })
         }
+        Op::LinearGelu => linear_gelu(ins, outs, ctx),
         Op::BiasGelu(approx) => {
             let (x, b) = (load_f32(&ins[0])?, load_f32(&ins[1])?);
             let d = b.len();
@@ -618,13 +619,57 @@ pub fn batched_matmul(
     }
 }
 
+/// LinearGelu with an f32 (or f16, or int8-prepared) weight: the fast Linear with its
+/// bias, then the erf GELU over each row of the f32 result in place (the arithmetic of
+/// BiasGelu's fast kernel). A half-precision result runs the generic tier, which keeps the
+/// sum in f32 before GELU.
+fn linear_gelu(ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
+    if outs[0].dtype != runtime::DType::F32 {
+        return super::generic::run(&Op::LinearGelu, ins, outs, ctx);
+    }
+    run(&Op::Linear, ins, outs, ctx)?;
+    let n = ins[1].dims[0];
+    let o = outs[0].f32s_mut().ok_or_else(|| KernelError::Internal("LinearGelu: f32 output expected".into()))?;
+    gelu_rows_in_place(ctx.features.isa, o, n);
+    Ok(())
+}
+
+/// The erf GELU of every element of `o` (rows of `n`), in place, through a stack chunk.
+fn gelu_rows_in_place(isa: Isa, o: &mut [f32], n: usize) {
+    par_rows(o, n, |_, row| {
+        const CHUNK: usize = 512;
+        let mut tmp = [0f32; CHUNK];
+        for dst in row.chunks_mut(CHUNK) {
+            let t = &mut tmp[..dst.len()];
+            t.copy_from_slice(dst);
+            gelu_erf_map(isa, t, dst);
+        }
+    });
+}
+
 /// Linear with a bf16 weight on AVX-512-BF16 or AMX (see `gemm_bf16`): `x` rounded to
-/// bf16, products accumulated in f32, bias added in f32 in the product's epilogue.
-pub fn linear_bf16(_op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
+/// bf16, products accumulated in f32, bias added in f32 in the product's epilogue, and
+/// for LinearGelu the erf GELU applied over the finished rows.
+pub fn linear_bf16(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
+    let gelu = matches!(op, Op::LinearGelu);
     // At most `gemv::MAX_M` rows (a decode step): the weight streamed once, never packed per call.
     if let Some(r) = super::gemv::linear_bf16(ins, outs, ctx) {
-        return r;
+        r?;
+        if gelu {
+            let n = ins[1].dims[0];
+            let o =
+                outs[0].f32s_mut().ok_or_else(|| KernelError::Internal("LinearGelu: f32 output expected".into()))?;
+            gelu_rows_in_place(ctx.features.isa, o, n);
+        }
+        return Ok(());
     }
+    linear_bf16_gelu_in(ins, outs, ctx, gelu, false)
+}
+
+/// [`linear_bf16`] past its decode-step path; `gelu`: LinearGelu's GELU, in the product's
+/// epilogue per finished block where `in_blocks` (measured slower on AMX, see the
+/// `fused_gelu_timing` test), else over the finished rows.
+fn linear_bf16_gelu_in(ins: &[In], outs: &mut [Out], ctx: &Ctx, gelu: bool, in_blocks: bool) -> KResult {
     let x = load_f32(&ins[0])?;
     let (n, k) = (ins[1].dims[0], ins[1].dims[1]);
     let m = numel(&ins[0].dims[..ins[0].dims.len() - 1]);
@@ -652,8 +697,15 @@ pub fn linear_bf16(_op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult
     };
     // The bias is added in the product's epilogue (on AMX per block while it is in L1),
     // not copied into the output first and read back.
-    let ep = super::gemm_bf16::Epilogue { bias: bias.as_deref(), ..Default::default() };
-    with_f32_out(&mut outs[0], |c| super::gemm_bf16::gemm_with(ctx.features, m, &x, packed, c, ep, ctx.threads))
+    let in_blocks = gelu && in_blocks;
+    let ep = super::gemm_bf16::Epilogue { bias: bias.as_deref(), gelu: in_blocks, ..Default::default() };
+    with_f32_out(&mut outs[0], |c| {
+        super::gemm_bf16::gemm_with(ctx.features, m, &x, packed, c, ep, ctx.threads)?;
+        if gelu && !in_blocks {
+            gelu_rows_in_place(ctx.features.isa, &mut c[..m * n], n);
+        }
+        Ok(())
+    })
 }
 
 /// Permute that moves whole rows when the last axis stays last (the attention head
@@ -710,6 +762,110 @@ fn permute(x: &In, o: &mut Out, perm: &[usize]) -> KResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A timing aid, not a check (`cargo test --release -p backend-cpu fused_gelu_timing --
+    /// --ignored --nocapture`): BERT-base's first feed-forward product (m 128, k 768, n 3072,
+    /// a prepacked bf16 weight) as LinearGelu against Linear then BiasGelu, alternated in
+    /// one process, medians.
+    #[test]
+    #[ignore = "a measurement, not a check"]
+    fn fused_gelu_timing() {
+        use runtime::DType;
+        if !super::super::gemm_bf16::available() {
+            println!("skipped: this CPU has no AVX-512-BF16");
+            return;
+        }
+        let (m, k, n) = (128, 768, 3072);
+        let w: Vec<half::bf16> =
+            (0..n * k).map(|i| half::bf16::from_f32(((i * 7 % 31) as f32 - 15.0) / 200.0)).collect();
+        let packed = super::super::gemm_bf16::PackedWeight::pack(&w, n, k).unwrap();
+        let wb: Vec<u8> = w.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect();
+        let pre = runtime::Prepacked(std::sync::Arc::new(packed));
+        let ctx = Ctx { threads: 2, features: crate::features::get(), prepacked: Some(pre) };
+        let plain = Ctx { threads: 2, features: crate::features::get(), prepacked: None };
+        let x: Vec<f32> = (0..m * k).map(|i| ((i * 13 % 29) as f32 - 14.0) / 9.0).collect();
+        let bias = vec![0.1f32; n];
+        let (xd, wd, bd, od) = ([m, k], [n, k], [n], [m, n]);
+        let st = |d: &[usize]| runtime::Shape::new(d.to_vec()).contiguous_strides();
+        let (xs, ws, bs, os) = (st(&xd), st(&wd), st(&bd), st(&od));
+        let xin = || In { dtype: DType::F32, dims: &xd, strides: &xs, bytes: bytemuck::cast_slice(&x) };
+        let win = || In { dtype: DType::BF16, dims: &wd, strides: &ws, bytes: &wb };
+        let bin = || In { dtype: DType::F32, dims: &bd, strides: &bs, bytes: bytemuck::cast_slice(&bias) };
+        let (mut o, mut y) = (vec![0f32; m * n], vec![0f32; m * n]);
+        let (mut fused, mut pair) = (Vec::new(), Vec::new());
+        let mut blocks = Vec::new();
+        for _ in 0..41 {
+            let t = std::time::Instant::now();
+            let mut outs = [Out { dtype: DType::F32, dims: &od, bytes: bytemuck::cast_slice_mut(&mut o) }];
+            linear_bf16_gelu_in(&[xin(), win(), bin()], &mut outs, &ctx, true, true).unwrap();
+            blocks.push(t.elapsed().as_secs_f64() * 1e6);
+            let t = std::time::Instant::now();
+            let mut outs = [Out { dtype: DType::F32, dims: &od, bytes: bytemuck::cast_slice_mut(&mut o) }];
+            linear_bf16(&Op::LinearGelu, &[xin(), win(), bin()], &mut outs, &ctx).unwrap();
+            fused.push(t.elapsed().as_secs_f64() * 1e6);
+            let t = std::time::Instant::now();
+            let mut outs = [Out { dtype: DType::F32, dims: &od, bytes: bytemuck::cast_slice_mut(&mut y) }];
+            linear_bf16(&Op::Linear, &[xin(), win()], &mut outs, &ctx).unwrap();
+            let yin = In { dtype: DType::F32, dims: &od, strides: &os, bytes: bytemuck::cast_slice(&y) };
+            let mut outs = [Out { dtype: DType::F32, dims: &od, bytes: bytemuck::cast_slice_mut(&mut o) }];
+            run(&Op::BiasGelu(GeluApprox::Erf), &[yin, bin()], &mut outs, &plain).unwrap();
+            pair.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        let med = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        println!(
+            "m {m} k {k} n {n}: LinearGelu {:.0} µs (GELU in the AMX blocks {:.0} µs), Linear + BiasGelu {:.0} µs (medians of 41)",
+            med(fused),
+            med(blocks),
+            med(pair)
+        );
+    }
+
+    /// LinearGelu with a bf16 weight (the epilogue's bias and GELU) gives the bits of the
+    /// unfused pair, Linear without its bias then BiasGelu, on the packed product (m = 40)
+    /// and on a decode step's streamed weight (m = 3); with an f32 weight it stays within
+    /// rounding of that pair.
+    #[test]
+    fn linear_gelu_matches_linear_then_bias_gelu() {
+        use runtime::DType;
+        let f = crate::features::get();
+        let ctx = Ctx { threads: 2, features: f, prepacked: None };
+        let (n, k) = (48, 64);
+        let wf: Vec<f32> = (0..n * k).map(|i| ((i * 7 % 31) as f32 - 15.0) / 20.0).collect();
+        let wb: Vec<u8> = wf.iter().flat_map(|v| half::bf16::from_f32(*v).to_bits().to_le_bytes()).collect();
+        let bias: Vec<f32> = (0..n).map(|j| (j as f32 - 20.0) / 10.0).collect();
+        let (wd, bd, ws, bs) = ([n, k], [n], [k, 1], [1]);
+        for m in [40, 3] {
+            let x: Vec<f32> = (0..m * k).map(|i| ((i * 13 % 29) as f32 - 14.0) / 9.0).collect();
+            let (xd, od, xs) = ([m, k], [m, n], [k, 1]);
+            let xin = || In { dtype: DType::F32, dims: &xd, strides: &xs, bytes: bytemuck::cast_slice(&x) };
+            let bin = || In { dtype: DType::F32, dims: &bd, strides: &bs, bytes: bytemuck::cast_slice(&bias) };
+            let run_one = |op: &Op, ins: &[In], bf16: bool| -> Vec<f32> {
+                let mut o = vec![0f32; m * n];
+                let mut outs = [Out { dtype: DType::F32, dims: &od, bytes: bytemuck::cast_slice_mut(&mut o) }];
+                if bf16 { linear_bf16(op, ins, &mut outs, &ctx) } else { run(op, ins, &mut outs, &ctx) }.unwrap();
+                o
+            };
+            for bf16 in [true, false] {
+                if bf16 && !super::super::gemm_bf16::available() {
+                    println!("skipped the bf16 weight: this CPU has no AVX-512-BF16");
+                    continue;
+                }
+                let (wdt, wbytes) = if bf16 { (DType::BF16, &wb[..]) } else { (DType::F32, bytemuck::cast_slice(&wf)) };
+                let win = || In { dtype: wdt, dims: &wd, strides: &ws, bytes: wbytes };
+                let fused = run_one(&Op::LinearGelu, &[xin(), win(), bin()], bf16);
+                let y = run_one(&Op::Linear, &[xin(), win()], bf16);
+                let yin = In { dtype: DType::F32, dims: &od, strides: &[n, 1], bytes: bytemuck::cast_slice(&y) };
+                let pair = run_one(&Op::BiasGelu(GeluApprox::Erf), &[yin, bin()], false);
+                for (i, (a, b)) in fused.iter().zip(&pair).enumerate() {
+                    let ok = if bf16 { a.to_bits() == b.to_bits() } else { (a - b).abs() <= 1e-5 * (1.0 + b.abs()) };
+                    assert!(ok, "m {m} bf16 {bf16} [{i}]: fused {a} vs pair {b}");
+                }
+            }
+        }
+    }
 
     /// `got` against `e^x` rounded to f32: the same infinity, 0 or nearly where the exact
     /// result is under 2^-125, within 4 ulp elsewhere.

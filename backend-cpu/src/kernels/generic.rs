@@ -88,7 +88,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             }
             put(&mut outs[0], c.into_dyn())
         }
-        Op::Linear => {
+        Op::Linear | Op::LinearGelu => {
             let (x, w) = (arr(&ins[0])?, arr(&ins[1])?);
             let (n, k) = (ins[1].dims[0], ins[1].dims[1]);
             let m = numel(&ins[0].dims[..ins[0].dims.len() - 1]);
@@ -98,6 +98,9 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             if let Some(b) = ins.get(2) {
                 let bv = arr(b)?;
                 y += &bv.view().into_dimensionality::<ndarray::Ix1>()?;
+            }
+            if matches!(op, Op::LinearGelu) {
+                y.mapv_inplace(|v| gelu(v, GeluApprox::Erf));
             }
             store_f32(&mut outs[0], y.as_standard_layout().as_slice().ok_or("layout")?)
         }

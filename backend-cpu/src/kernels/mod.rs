@@ -44,7 +44,7 @@ fn any(_: &KernelQuery<'_>) -> Result<(), String> {
 
 /// The matrix-product ops, which the fast tier runs on the FMA "Cube"-class unit.
 fn is_matrix(kind: OpKind) -> bool {
-    matches!(kind, OpKind::MatMul | OpKind::Gemm | OpKind::Linear | OpKind::Attention)
+    matches!(kind, OpKind::MatMul | OpKind::Gemm | OpKind::Linear | OpKind::LinearGelu | OpKind::Attention)
 }
 
 /// Fast-tier attention materialises one block of scores (`attention::ROWS` query rows)
@@ -139,7 +139,7 @@ pub fn table(f: &CpuFeatures) -> &'static Table {
         for kind in OpKind::ALL {
             let fast_unit = if is_matrix(kind) { f.matrix_unit() } else { f.vector_unit() };
             let fast_support: runtime::kernel::SupportFn = if kind == OpKind::Attention { fast_attention } else { any };
-            if kind == OpKind::Linear {
+            if kind == OpKind::Linear || kind == OpKind::LinearGelu {
                 // Before the f32 fast kernel: chosen whenever the weight is bf16.
                 let unit = f.bf16_unit();
                 let support: runtime::kernel::SupportFn =

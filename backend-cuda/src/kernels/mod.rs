@@ -56,6 +56,12 @@ fn last_axis_softmax(q: &KernelQuery<'_>) -> Result<(), String> {
 /// fusion keeps the head permutes on this device (it folds them only where the kernel
 /// takes the tokens-first layout).
 fn heads_first(q: &KernelQuery<'_>) -> Result<(), String> {
+    if let (Some(x), Some(m)) = (q.inputs.first(), q.inputs.get(3))
+        && m.dtype != runtime::DType::U8
+        && m.dtype != x.dtype
+    {
+        return Err(format!("the CUDA attention kernels read the mask as {} like q, not {}", x.dtype, m.dtype));
+    }
     match q.op {
         runtime::Op::Attention { layout: runtime::AttentionLayout::Bsnd, .. } => {
             Err("layout bsnd: the CUDA attention kernels take [B, H, S, D] (bnsd) operands only".into())
@@ -237,6 +243,8 @@ fn build(blas: bool, tf32: bool) -> KernelTable<Impl> {
                 t.add(kind, Reference, unit_of(kind, r), "thread-per-element", any, r);
             }
             OpKind::Silu => std3(&mut t, any),
+            // No CUDA kernel: selection refuses it, and the graph fusion keeps Linear and BiasGelu.
+            OpKind::LinearGelu => {}
             OpKind::RmsNorm | OpKind::AddRmsNorm => {
                 let f = Impl::Nvrtc(HighPerformance);
                 t.add(kind, HighPerformance, unit_of(kind, f), "warp-per-row", any, f);

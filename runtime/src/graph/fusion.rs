@@ -6,7 +6,8 @@
 //!   the permutes are folded into the op's [`AttentionLayout::Bsnd`] layout, if the
 //!   device runs that on the same kernel as the unfolded op
 //! * `Gelu(Add(x, bias))` and `Gelu(Linear(x, w, bias))` → `BiasGelu` (after a bias-free
-//!   `Linear`)
+//!   `Linear`); the erf `Gelu(Linear(x, w, bias))` → `LinearGelu` instead where the device
+//!   has a kernel for it (the bias and GELU in the product's epilogue)
 //! * `LayerNorm(Add(x, residual))` → `AddLayerNorm`
 //!
 //! A pattern fuses only when its intermediates have no other reader and are not graph
@@ -67,6 +68,8 @@ pub struct FusionStats {
     /// Attentions whose head split and merge permutes were folded into their layout.
     pub attention_permutes_folded: usize,
     pub bias_gelu: usize,
+    /// Of [`Self::bias_gelu`], those fused into their product as `LinearGelu`.
+    pub linear_gelu: usize,
     pub add_layer_norm: usize,
     /// Matches left unfused because the device's model says the fused form is slower
     /// (see [`fuse_by_cost`]): Attention, BiasGelu and AddLayerNorm patterns.
@@ -190,6 +193,12 @@ impl Matcher<'_> {
         }
     }
 
+    /// Whether the device has a kernel for `op` on `inputs` (old values).
+    fn has_kernel(&self, op: &Op, inputs: &[ValueId]) -> bool {
+        let metas: Vec<TensorMeta> = inputs.iter().map(|v| self.g.meta(*v).clone()).collect();
+        (self.kernel_of)(op, &metas).is_some()
+    }
+
     /// The fusions to apply, by root node (no node in two), and their counts.
     fn groups(&self, cost_of: CostOf<'_>, on: Patterns) -> (HashMap<usize, Group>, FusionStats) {
         let g = self.g;
@@ -215,6 +224,7 @@ impl Matcher<'_> {
                         continue;
                     }
                     stats.bias_gelu += 1;
+                    stats.linear_gelu += usize::from(matches!(group.emit[..], [Emit { op: Op::LinearGelu, .. }]));
                     group
                 }
                 Op::LayerNorm { eps } => {
@@ -303,6 +313,7 @@ impl Matcher<'_> {
     }
 
     /// `Gelu(Add(x, bias))` → `BiasGelu(x, bias)`; `Gelu(Linear(x, w, bias))` →
+    /// `LinearGelu(x, w, bias)` (erf, where the device has a kernel for it) or else
     /// `BiasGelu(Linear(x, w), bias)`; rooted at the Gelu, node `i`.
     fn bias_gelu(&self, i: usize, approx: GeluApprox, taken: &[bool]) -> Option<Group> {
         let g = self.g;
@@ -319,6 +330,13 @@ impl Matcher<'_> {
                     && g.meta(pn.inputs[0]).shape == g.meta(n.inputs[0]).shape =>
             {
                 Some(Group::one(vec![p], &n.name, Op::BiasGelu(approx), &pn.inputs[..2]))
+            }
+            Op::Linear
+                if pn.inputs.len() == 3
+                    && approx == GeluApprox::Erf
+                    && self.has_kernel(&Op::LinearGelu, &pn.inputs) =>
+            {
+                Some(Group::one(vec![p], &n.name, Op::LinearGelu, &pn.inputs))
             }
             Op::Linear if pn.inputs.len() == 3 => Some(Group {
                 absorbed: vec![p],
@@ -475,6 +493,43 @@ mod tests {
         let y = g.op("norm", Op::LayerNorm { eps: 1e-5 }, &[s, gamma, beta]).unwrap();
         g.output(y);
         g
+    }
+
+    /// `Gelu(Linear(x, w, b))`, the BiasGelu pattern over a product.
+    fn linear_then_gelu(approx: GeluApprox) -> Graph {
+        let mut g = Graph::new();
+        let x = g.input("x", DType::F32, vec![4, 8]);
+        let w = g.input("w", DType::F32, vec![6, 8]);
+        let b = g.input("b", DType::F32, vec![6]);
+        let y = g.op("fc", Op::Linear, &[x, w, b]).unwrap();
+        let z = g.op("act", Op::Gelu(approx), &[y]).unwrap();
+        g.output(z);
+        g
+    }
+
+    #[test]
+    fn the_erf_gelu_joins_its_product_where_the_device_has_the_kernel() {
+        let any = |_: &Op, _: &[TensorMeta]| Some("k".to_string());
+        let (out, stats) = fuse(&linear_then_gelu(GeluApprox::Erf), &any).unwrap();
+        assert_eq!((stats.bias_gelu, stats.linear_gelu), (1, 1), "{stats:?}");
+        assert!(matches!(out.nodes[..], [ref n] if n.op == Op::LinearGelu && n.inputs.len() == 3 && n.name == "act"));
+        assert_eq!(out.meta(out.outputs[0]).shape.0, [4, 6]);
+        // No LinearGelu kernel on the device: Linear then BiasGelu, as before.
+        let no_fused = |op: &Op, _: &[TensorMeta]| (*op != Op::LinearGelu).then(|| "k".to_string());
+        let (out, stats) = fuse(&linear_then_gelu(GeluApprox::Erf), &no_fused).unwrap();
+        assert_eq!((stats.bias_gelu, stats.linear_gelu), (1, 0), "{stats:?}");
+        let ops: Vec<&Op> = out.nodes.iter().map(|n| &n.op).collect();
+        assert_eq!(ops, [&Op::Linear, &Op::BiasGelu(GeluApprox::Erf)]);
+        // The tanh form has no fused product: BiasGelu.
+        let (out, stats) = fuse(&linear_then_gelu(GeluApprox::Tanh), &any).unwrap();
+        assert_eq!((stats.bias_gelu, stats.linear_gelu), (1, 0), "{stats:?}");
+        assert_eq!(out.nodes.len(), 2);
+        // The pattern switched off: nothing fuses.
+        let off = Patterns { bias_gelu: false, ..Patterns::ALL };
+        let none = |_: &Op, _: &[TensorMeta]| None;
+        let (out, stats) = fuse_by_cost(&linear_then_gelu(GeluApprox::Erf), &any, &none, off).unwrap();
+        assert_eq!((stats.linear_gelu, stats.bias_gelu_declined), (0, 1), "{stats:?}");
+        assert_eq!(out.nodes.len(), 2);
     }
 
     #[test]

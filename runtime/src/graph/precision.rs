@@ -23,7 +23,7 @@ pub(super) fn low_precision_weights(rt: &Runtime, graph: &mut Graph, dtype: DTyp
     let mut gathers: Vec<super::ir::NodeId> = Vec::new();
     for ni in 0..graph.nodes.len() {
         let n = &graph.nodes[ni];
-        if !matches!(n.op, crate::op::Op::Linear) {
+        if !matches!(n.op, crate::op::Op::Linear | crate::op::Op::LinearGelu) {
             continue;
         }
         let w = n.inputs[1];
@@ -40,7 +40,7 @@ pub(super) fn low_precision_weights(rt: &Runtime, graph: &mut Graph, dtype: DTyp
         let weight_only = |c: &super::ir::NodeId| {
             let r = &graph.nodes[c.0];
             match r.op {
-                crate::op::Op::Linear => reads_only_as(r, 1),
+                crate::op::Op::Linear | crate::op::Op::LinearGelu => reads_only_as(r, 1),
                 crate::op::Op::Gather { axis: 0 } => dtype == DType::BF16 && reads_only_as(r, 0),
                 _ => false,
             }
@@ -141,7 +141,7 @@ pub(super) fn int8_linears(graph: &Graph) -> Vec<bool> {
         .iter()
         .map(|n| {
             let (Some(x), Some(w)) = (n.inputs.first(), n.inputs.get(1)) else { return false };
-            matches!(n.op, crate::op::Op::Linear)
+            matches!(n.op, crate::op::Op::Linear | crate::op::Op::LinearGelu)
                 && matches!(&graph.values[w.0].kind, ValueKind::Constant(t) if t.dtype == DType::F32 && t.shape.rank() == 2)
                 && graph.meta(*x).dtype == DType::F32
         })
@@ -173,7 +173,7 @@ pub(super) fn report_int8(rt: &Runtime, device: usize, quantised: usize, candida
 
 /// Runs each non-causal Attention with f32 operands on bf16 ones where the backend then
 /// runs it on a bf16 tile unit (a kernel whose unit label names bf16 and AMX): `Cast`s to bf16 before
-/// it (q, k, v and a float mask; one cast per value, shared by its readers) and one back
+/// it (q, k and v; one cast per value, shared by its readers; a float mask stays f32) and one back
 /// to f32 after it, so the graph's other nodes see what they saw. Precision bf16 means
 /// the matrix products round their operands to bf16; this extends that from Linear to
 /// Attention's two products (the softmax stays f32 inside the kernel). Returns how many
@@ -194,7 +194,7 @@ pub(super) fn bf16_attention_operands(rt: &Runtime, graph: &mut Graph) -> usize 
         if ins[1].shape.rank() != 4 || layout.bhsd(ins[1].shape.dims())[2] < MIN_BF16_ATTENTION_KEYS {
             continue;
         }
-        ins.iter_mut().filter(|m| m.dtype == DType::F32).for_each(|m| m.dtype = DType::BF16);
+        ins.iter_mut().take(3).for_each(|m| m.dtype = DType::BF16);
         // A matrix unit of bf16 tiles (AMX: label `amx-…`): on bf16 dot products alone the
         // small products of attention measured slower than the f32 kernel.
         if rt.select_kernel(&n.op, &ins).is_ok_and(|k| k.unit.label.contains("bf16") && k.unit.label.starts_with("amx"))
@@ -251,7 +251,10 @@ impl CastInserter<'_> {
         let mut before = 0;
         for i in 0..self.graph.nodes[ni].inputs.len() {
             let v = self.graph.nodes[ni].inputs[i];
-            if self.graph.meta(v).dtype != DType::F32 {
+            // The mask (input 3) stays f32: the kernel reads it in f32, and f32::MIN, a
+            // common "masked" value, would round to -inf in bf16 (a fully masked row would
+            // then be 0 where the f32 kernel gives the mean of V).
+            if self.graph.meta(v).dtype != DType::F32 || i == 3 {
                 continue;
             }
             let cast = match self.casts.get(&v) {

@@ -108,6 +108,7 @@ pub fn op_from_attrs(kind: OpKind, attrs: &[(String, String)], rank_hint: usize)
             beta: parse(op, "beta", get("beta"), 1.0)?,
         },
         OpKind::Linear => Op::Linear,
+        OpKind::LinearGelu => Op::LinearGelu,
         OpKind::Add => Op::Add,
         OpKind::Sub => Op::Sub,
         OpKind::Mul => Op::Mul,

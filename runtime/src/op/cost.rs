@@ -6,7 +6,7 @@ impl Op {
     /// A matrix product (MatMul, Gemm, Linear, fused Attention): the ops an NPU runs on its
     /// matrix unit (Ascend's Cube), every other op on its vector units.
     pub fn is_matrix_product(&self) -> bool {
-        matches!(self, Op::MatMul { .. } | Op::Gemm { .. } | Op::Linear | Op::Attention { .. })
+        matches!(self, Op::MatMul { .. } | Op::Gemm { .. } | Op::Linear | Op::LinearGelu | Op::Attention { .. })
     }
 
     /// Floating-point operations of one execution (a multiply-add counts as 2); saturates
@@ -30,6 +30,8 @@ impl Op {
             Op::MatMul { trans_a, .. } => p(&[2, on, inner(0, *trans_a)]),
             Op::Gemm { trans_a, .. } => p(&[2, on, inner(0, *trans_a)]).saturating_add(p(&[2, on])),
             Op::Linear => p(&[2, on, inner(0, false)]).saturating_add(on),
+            // The product, its bias and GELU (as BiasGelu counts it).
+            Op::LinearGelu => p(&[2, on, inner(0, false)]).saturating_add(p(&[9, on])),
             Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Equal | Op::Where | Op::Relu | Op::Neg | Op::Scale { .. } => on,
             Op::Gelu(_) | Op::BiasGelu(_) | Op::LayerNorm { .. } => p(&[8, on]),
             Op::Tanh | Op::Erf | Op::Exp | Op::Sqrt | Op::Sigmoid => p(&[4, on]),

@@ -38,7 +38,7 @@ impl Op {
         match self {
             Op::MatMul { trans_a, trans_b } => matmul(o, *trans_a, *trans_b),
             Op::Gemm { trans_a, trans_b, .. } => gemm(o, *trans_a, *trans_b),
-            Op::Linear => linear(o),
+            Op::Linear | Op::LinearGelu => linear(o),
             Op::Add | Op::Sub | Op::Mul | Op::Div => binary(o),
             Op::Pow => {
                 o.need_float(0)?;
@@ -542,8 +542,14 @@ fn attention(o: &Operands<'_>, scale: Option<f32>, layout: AttentionLayout) -> R
     size::operand_bytes(o.op, "the scores", &[b, h, s, t], x.dtype)?;
     if o.inputs.len() == 4 {
         let m = &o.inputs[3];
-        if m.dtype != DType::U8 && m.dtype != x.dtype {
-            return Err(Error::invalid(o.op, format!("mask must be u8 or {} like q, got {m}", x.dtype)));
+        // Half-precision q, k and v may take an f32 additive mask, read in f32 (precision
+        // bf16 keeps the mask so: f32::MIN rounded to bf16 would become -inf).
+        let wide = m.dtype == DType::F32 && matches!(x.dtype, DType::BF16 | DType::F16);
+        if m.dtype != DType::U8 && m.dtype != x.dtype && !wide {
+            return Err(Error::invalid(
+                o.op,
+                format!("mask must be u8 or {} like q (or f32 beside half q), got {m}", x.dtype),
+            ));
         }
         let scores = Shape::from([b, h, s, t]);
         if m.shape.rank() > 4 || Shape::broadcast(&m.shape, &scores).as_ref() != Some(&scores) {

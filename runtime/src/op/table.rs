@@ -204,6 +204,11 @@ pub enum Op {
     },
     /// `gelu(x + bias)`, bias `[N]` on the last axis.
     BiasGelu(GeluApprox),
+    /// `gelu_erf(x · weightᵀ + bias)`: a [`Op::Linear`] with its bias (required) and the
+    /// erf GELU applied to each output as it leaves the product, the sum rounded to f32
+    /// first as [`Op::BiasGelu`] rounds it. The graph fusion makes it out of
+    /// `BiasGelu(Linear(x, w), b)` where the device has a kernel for it.
+    LinearGelu,
     /// `layernorm(x + residual)`: inputs x, residual, gamma, beta.
     AddLayerNorm {
         eps: f32,
@@ -278,10 +283,11 @@ pub enum OpKind {
     Rope,
     KvCacheWrite,
     PagedAttention,
+    LinearGelu,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 41] = [
+    pub const ALL: [OpKind; 42] = [
         OpKind::MatMul,
         OpKind::Gemm,
         OpKind::Linear,
@@ -323,6 +329,7 @@ impl OpKind {
         OpKind::Rope,
         OpKind::KvCacheWrite,
         OpKind::PagedAttention,
+        OpKind::LinearGelu,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -368,6 +375,7 @@ impl OpKind {
             OpKind::Rope => "Rope",
             OpKind::KvCacheWrite => "KvCacheWrite",
             OpKind::PagedAttention => "PagedAttention",
+            OpKind::LinearGelu => "LinearGelu",
         }
     }
 
@@ -444,6 +452,7 @@ pub(super) fn arity(kind: OpKind) -> (usize, usize) {
         OpKind::MatMul => (2, 2),
         OpKind::Gemm => (2, 3),
         OpKind::Linear => (2, 3),
+        OpKind::LinearGelu => (3, 3),
         OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Pow | OpKind::Equal => (2, 2),
         OpKind::Where => (3, 3),
         OpKind::Concat => (1, CONCAT_MAX_INPUTS),
@@ -475,7 +484,7 @@ pub(super) fn operand_name(kind: OpKind, i: usize) -> &'static str {
     let names: &[&str] = match kind {
         OpKind::MatMul => &["a", "b"],
         OpKind::Gemm => &["a", "b", "c"],
-        OpKind::Linear => &["x", "weight", "bias"],
+        OpKind::Linear | OpKind::LinearGelu => &["x", "weight", "bias"],
         OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div => &["a", "b"],
         OpKind::Pow => &["x", "y"],
         OpKind::Equal => &["a", "b"],
@@ -541,6 +550,7 @@ impl Op {
             Op::Rope { .. } => OpKind::Rope,
             Op::KvCacheWrite => OpKind::KvCacheWrite,
             Op::PagedAttention { .. } => OpKind::PagedAttention,
+            Op::LinearGelu => OpKind::LinearGelu,
         }
     }
 

@@ -33,6 +33,11 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> KernelResult {
         }
         Op::Gemm { trans_a, trans_b, alpha, beta } => gemm(ins, outs, &out_dims, *trans_a, *trans_b, *alpha, *beta),
         Op::Linear => linear(ins, outs),
+        Op::LinearGelu => {
+            // The sum rounded to f32 (as BiasGelu's is), then the erf GELU in f64.
+            let v: Vec<f64> = linear_values(ins)?.into_iter().map(|y| gelu_erf_f64(y as f32 as f64)).collect();
+            store_f64(&mut outs[0], &v)
+        }
         Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Pow => binary(op, ins, outs, &out_dims),
         Op::Equal => equal(&ins[0], &ins[1], &mut outs[0]),
         Op::Where => select(&ins[0], &ins[1], &ins[2], &mut outs[0]),
@@ -125,6 +130,11 @@ fn gemm(
 
 /// `x @ weightᵀ + bias`.
 fn linear(ins: &[In], outs: &mut [Out]) -> KernelResult {
+    store_f64(&mut outs[0], &linear_values(ins)?)
+}
+
+/// `x · wᵀ + bias` in f64, row-major `[m, n]`.
+fn linear_values(ins: &[In]) -> Result<Vec<f64>, KernelError> {
     let (x, w) = (load_f64(&ins[0])?, load_f64(&ins[1])?);
     let (n, k) = (ins[1].dims[0], ins[1].dims[1]);
     let m = numel(&ins[0].dims[..ins[0].dims.len() - 1]);
@@ -142,7 +152,7 @@ fn linear(ins: &[In], outs: &mut [Out]) -> KernelResult {
             v[i * n + j] = acc;
         }
     }
-    store_f64(&mut outs[0], &v)
+    Ok(v)
 }
 
 /// Elementwise `Add`, `Sub`, `Mul`, `Div`, `Pow` with broadcasting.

@@ -217,6 +217,8 @@ fn compose(c: &mut Call, how: Mapping, args: &LaunchArgs) -> BResult<()> {
             decoder::add_rms_norm(c, is_910, (x, &ins[1], &ins[2]), *eps, (&out, &sum))
         }
         Op::SwiGlu => decoder::swiglu(c, is_910, x, ins.get(1), &out),
+        // Not in this backend's table: the graph fusion keeps Linear and BiasGelu here.
+        Op::LinearGelu => Err(AclBackendError::BadRequest(format!("{op}: no aclnn mapping"))),
         Op::Rope { interleaved, layout } if how.flash => rope::rope_fused(c, &ins, &out, *interleaved, *layout),
         Op::Rope { interleaved, layout } => rope::rope(c, &ins, &out, *interleaved, *layout),
         Op::Attention { scale, causal, .. } if how.flash => {

@@ -57,7 +57,7 @@ pub use packed::{AMX_MR, KC, MR, NR, PackedInPlace, PackedWeight};
 pub use rate::{Bf16KernelRate, kernel_rate};
 
 use crate::features::CpuFeatures;
-use convert::to_pairs;
+pub(crate) use convert::to_pairs;
 use packed::AMX_KP;
 use rayon::prelude::*;
 use runtime::KernelError;
@@ -70,7 +70,7 @@ fn use_amx(f: &CpuFeatures, kp: usize) -> bool {
 /// Whether the units `f` asks for are ones this CPU has (`detected`): `CpuFeatures`' fields
 /// are public, and one built by hand could claim AMX or AVX-512-BF16 where the CPU (or the
 /// OS) does not offer them; their instructions would then fault.
-fn check_units(f: &CpuFeatures, detected: &CpuFeatures) -> Result<(), KernelError> {
+pub(crate) fn check_units(f: &CpuFeatures, detected: &CpuFeatures) -> Result<(), KernelError> {
     if !f.avx512bf16 || !detected.avx512bf16 {
         return Err(KernelError::MissingFeature("AVX-512-BF16"));
     }
