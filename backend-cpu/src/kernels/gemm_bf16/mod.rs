@@ -532,7 +532,7 @@ mod tests {
 
     /// Prints the AMX micro-kernel's in-cache rate and the product's at the BERT shapes,
     /// per variant of [`TUNE`] (`VARIANTS="slice,rows,write,nopack,noprefetch;..."`, `THREADS`,
-    /// `SHAPE`, `COLD=MiB` (see below); `CPU=1`
+    /// `SHAPE`, `COLD=MiB`, `BIAS=1` (see below); `CPU=1`
     /// times by the process's CPU time, for a host whose other load comes and goes).
     #[test]
     #[ignore = "a timing aid: prints GFLOP/s, asserts nothing"]
@@ -605,6 +605,9 @@ mod tests {
                 .collect();
             let mut turn = 0;
             let mut c = vec![0f32; m * n];
+            // `BIAS=1`: with a bias, as a Linear node runs it.
+            let bias: Vec<f32> = (0..n).map(|j| j as f32 * 1e-3).collect();
+            let ep = Epilogue { bias: env("BIAS").map(|_| &bias[..]), ..Epilogue::default() };
             let mut times = vec![Vec::new(); variants.len()];
             for _round in 0..15 {
                 for (v, t) in variants.iter().zip(&mut times) {
@@ -617,7 +620,7 @@ mod tests {
                             turn += 1;
                             let pw = &copies[turn % copies.len()];
                             let (t0, c0) = (std::time::Instant::now(), cpu(libc::CLOCK_PROCESS_CPUTIME_ID));
-                            gemm(f, m, &x, pw, &mut c, false, threads).unwrap();
+                            gemm_with(f, m, &x, pw, &mut c, ep, threads).unwrap();
                             let used = (cpu(libc::CLOCK_PROCESS_CPUTIME_ID) - c0) / threads as f64;
                             t.push(if by_cpu { used } else { t0.elapsed().as_secs_f64() });
                         }
