@@ -338,20 +338,27 @@ pub unsafe fn task(
                 let ab = a[b * AMX_MR * kp + k0 * AMX_MR..].as_ptr();
                 for pi in g0..g1 {
                     let panel = data[pi * kp * NR + k0 * NR..].as_ptr();
-                    // The first row block brings the panel's next slice (or, after the
-                    // last, the next group's) towards L2.
-                    let next = match (b, k0 + slice < kp) {
-                        (0, true) => panel.wrapping_add(kc * NR),
-                        (0, false) if pi + GROUP < p1 => data[(pi + GROUP) * kp * NR..].as_ptr(),
+                    // The row blocks bring the panel's next slice (or, after the last,
+                    // the next group's) towards L2, each its share of it (so that the
+                    // requests to memory are spread over the whole group's products).
+                    let (spread, at) = match tune(5) {
+                        0 => (blocks, b),
+                        _ => (1, b),
+                    };
+                    let next = match (at < spread, k0 + slice < kp) {
+                        (true, true) => panel.wrapping_add(kc * NR),
+                        (true, false) if pi + GROUP < p1 => data[(pi + GROUP) * kp * NR..].as_ptr(),
                         _ => std::ptr::null(),
                     };
+                    let share = (kc * NR * 4).div_ceil(spread).next_multiple_of(64);
+                    let off = (at * share).min(kc * NR * 4);
                     let after = match pi + 1 < g1 {
                         true => Some((i0, pi + 1)),
                         false => (b + 1 < blocks).then_some((i0 + AMX_MR, g0)),
                     };
                     let mut ahead = out.ahead(after, r1);
-                    ahead.panel = next.cast::<u8>();
-                    ahead.panel_bytes = if next.is_null() { 0 } else { kc * NR * 4 };
+                    ahead.panel = next.cast::<u8>().wrapping_add(off);
+                    ahead.panel_bytes = if next.is_null() { 0 } else { share.min(kc * NR * 4 - off) };
                     let pass = Pass { kc, k0, kp, i0, rows: AMX_MR.min(r1 - i0), pi };
                     // SAFETY: `ab` holds `kc` steps of 32 rows and `panel` `kc * NR` words;
                     // the block (i0, pi) lies in this task's part of `c` (contract).

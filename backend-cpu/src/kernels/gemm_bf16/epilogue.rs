@@ -66,9 +66,10 @@ fn gelu_erf(isa: crate::Isa, src: &[f32], dst: &mut [f32]) {
 /// (0: `amx::KC_AMX`), `[1]` nonzero to split the AMX work by rows only, `[2]` 1 to leave
 /// out the output's write through the scratch block (a breakdown, wrong results), 2 to
 /// send every block through it, `[3]` nonzero to leave out the packing of x (a breakdown,
-/// wrong results), `[4]` nonzero to turn the prefetch of the next output block off.
+/// wrong results), `[4]` nonzero to turn the prefetch of the next output block off, `[5]`
+/// nonzero to have the first row block prefetch all of the next panel data.
 #[cfg(test)]
-pub(super) static TUNE: [std::sync::atomic::AtomicUsize; 5] = [const { std::sync::atomic::AtomicUsize::new(0) }; 5];
+pub(super) static TUNE: [std::sync::atomic::AtomicUsize; 6] = [const { std::sync::atomic::AtomicUsize::new(0) }; 6];
 
 /// The knob `i` of [`TUNE`] (0 outside the tests).
 pub(super) fn tune(i: usize) -> usize {
