@@ -70,22 +70,25 @@ pub fn packed_len(rows: usize, kp: usize) -> usize {
 /// `dst` is valid for writes of [`packed_len`]`(m, kp)` words; `r1 <= m.div_ceil(AMX_MR) *
 /// AMX_MR`; no one else reads or writes rows `r0..r1`'s places during the call.
 pub unsafe fn pack_rows(x: &[f32], m: usize, k: usize, (r0, r1): (usize, usize), kp: usize, dst: *mut u32, bf16: bool) {
-    // One row's pairs (zeroing only `kp` words: a whole fixed-size buffer per piece cost
-    // more than the conversion at small `k`).
-    let mut buf = vec![0u32; kp];
     for i in r0..r1 {
-        if i < m {
-            super::convert::to_pairs(&x[i * k..(i + 1) * k], &mut buf, bf16);
-        } else {
-            buf.fill(0);
-        }
-        // Scatter the row's pairs to its place in every step of its block.
+        // Row `i`'s place in step `s` of its block: `at + s * AMX_MR * AMX_KP` words.
         let (b, r) = (i / AMX_MR, i % AMX_MR);
-        for (s, chunk) in buf.chunks_exact(AMX_KP).enumerate() {
-            let o = b * AMX_MR * kp + s * AMX_MR * AMX_KP + r * AMX_KP;
-            // SAFETY: `o + AMX_KP <= packed_len(m, kp)` (row `i` of block `b` < blocks, step
-            // `s` < kp / AMX_KP); these words are row `i`'s alone (contract).
-            unsafe { std::ptr::copy_nonoverlapping(chunk.as_ptr(), dst.add(o), AMX_KP) };
+        let at = b * AMX_MR * kp + r * AMX_KP;
+        let row = if i < m { &x[i * k..(i + 1) * k] } else { &[][..] };
+        // Whole steps straight from the row to their places.
+        let done = match bf16 {
+            // SAFETY: AVX-512-BF16 (the caller's `bf16`); step `s < kp / AMX_KP` of row `i`
+            // lies within `packed_len(m, kp)` words and is row `i`'s alone (contract).
+            true => unsafe { super::x86::to_pairs_strided(row, dst.add(at), AMX_MR * AMX_KP) },
+            false => 0,
+        };
+        // The rest (a partial last step, rows past `m`, no AVX-512-BF16) through a step buffer.
+        for s in done..kp / AMX_KP {
+            let mut step = [0u32; AMX_KP];
+            let src = &row[(s * 2 * AMX_KP).min(row.len())..((s + 1) * 2 * AMX_KP).min(row.len())];
+            super::convert::to_pairs(src, &mut step[..src.len().div_ceil(2)], bf16);
+            // SAFETY: as above, for step `s`.
+            unsafe { std::ptr::copy_nonoverlapping(step.as_ptr(), dst.add(at + s * AMX_MR * AMX_KP), AMX_KP) };
         }
     }
 }
@@ -329,41 +332,50 @@ pub unsafe fn task(
     let mut scratch = Scratch([0.0; AMX_MR * NR]);
     let out = Out { c, n, ep, isa };
     let slice = slice_depth(kp);
-    for g0 in (p0..p1).step_by(GROUP) {
+    // The (group, slice) units in the order they run: per group its slices, or, where k
+    // has several slices, per slice every group, so that the slice of x (every row block's)
+    // stays in L2 while the groups' panel slices stream past it.
+    let (groups, slices) = ((p0..p1).step_by(GROUP), (0..kp).step_by(slice));
+    let units: Vec<(usize, usize)> = if kp > slice && tune(6) == 0 {
+        slices.flat_map(|k0| groups.clone().map(move |g0| (g0, k0))).collect()
+    } else {
+        groups.flat_map(|g0| slices.clone().map(move |k0| (g0, k0))).collect()
+    };
+    for (u, &(g0, k0)) in units.iter().enumerate() {
         let g1 = (g0 + GROUP).min(p1);
-        for k0 in (0..kp).step_by(slice) {
-            let kc = slice.min(kp - k0);
-            for b in 0..blocks {
-                let i0 = r0 + b * AMX_MR;
-                let ab = a[b * AMX_MR * kp + k0 * AMX_MR..].as_ptr();
-                for pi in g0..g1 {
-                    let panel = data[pi * kp * NR + k0 * NR..].as_ptr();
-                    // The row blocks bring the panel's next slice (or, after the last,
-                    // the next group's) towards L2, each its share of it (so that the
-                    // requests to memory are spread over the whole group's products).
-                    let (spread, at) = match tune(5) {
-                        0 => (blocks, b),
-                        _ => (1, b),
-                    };
-                    let next = match (at < spread, k0 + slice < kp) {
-                        (true, true) => panel.wrapping_add(kc * NR),
-                        (true, false) if pi + GROUP < p1 => data[(pi + GROUP) * kp * NR..].as_ptr(),
-                        _ => std::ptr::null(),
-                    };
-                    let share = (kc * NR * 4).div_ceil(spread).next_multiple_of(64);
-                    let off = (at * share).min(kc * NR * 4);
-                    let after = match pi + 1 < g1 {
-                        true => Some((i0, pi + 1)),
-                        false => (b + 1 < blocks).then_some((i0 + AMX_MR, g0)),
-                    };
-                    let mut ahead = out.ahead(after, r1);
-                    ahead.panel = next.cast::<u8>().wrapping_add(off);
-                    ahead.panel_bytes = if next.is_null() { 0 } else { share.min(kc * NR * 4 - off) };
-                    let pass = Pass { kc, k0, kp, i0, rows: AMX_MR.min(r1 - i0), pi };
-                    // SAFETY: `ab` holds `kc` steps of 32 rows and `panel` `kc * NR` words;
-                    // the block (i0, pi) lies in this task's part of `c` (contract).
-                    unsafe { out.pass(&mut scratch, &pass, ab, panel, &ahead) };
-                }
+        let kc = slice.min(kp - k0);
+        for b in 0..blocks {
+            let i0 = r0 + b * AMX_MR;
+            let ab = a[b * AMX_MR * kp + k0 * AMX_MR..].as_ptr();
+            for pi in g0..g1 {
+                let panel = data[pi * kp * NR + k0 * NR..].as_ptr();
+                // The row blocks bring the panel data of the next unit, at this panel's
+                // place in its group, towards L2, each its share of it (so that the
+                // requests to memory are spread over the whole unit's products).
+                let (spread, at) = match tune(5) {
+                    0 => (blocks, b),
+                    _ => (1, b),
+                };
+                let (next, bytes) = match units.get(u + 1) {
+                    Some(&(ng0, nk0)) if at < spread && ng0 + (pi - g0) < (ng0 + GROUP).min(p1) => {
+                        let np = ng0 + (pi - g0);
+                        (data[np * kp * NR + nk0 * NR..].as_ptr(), slice.min(kp - nk0) * NR * 4)
+                    }
+                    _ => (std::ptr::null(), 0),
+                };
+                let share = bytes.div_ceil(spread).next_multiple_of(64);
+                let off = (at * share).min(bytes);
+                let after = match pi + 1 < g1 {
+                    true => Some((i0, pi + 1)),
+                    false => (b + 1 < blocks).then_some((i0 + AMX_MR, g0)),
+                };
+                let mut ahead = out.ahead(after, r1);
+                ahead.panel = next.cast::<u8>().wrapping_add(off);
+                ahead.panel_bytes = share.min(bytes - off);
+                let pass = Pass { kc, k0, kp, i0, rows: AMX_MR.min(r1 - i0), pi };
+                // SAFETY: `ab` holds `kc` steps of 32 rows and `panel` `kc * NR` words;
+                // the block (i0, pi) lies in this task's part of `c` (contract).
+                unsafe { out.pass(&mut scratch, &pass, ab, panel, &ahead) };
             }
         }
     }

@@ -391,7 +391,7 @@ mod tests {
     /// Shapes for both paths; the AMX path takes those whose k-pairs are a multiple of 16
     /// (with leftover rows and columns through its scratch block, split by rows or by
     /// panels over two threads), the others run on AVX-512-BF16.
-    const SHAPES: [(usize, usize, usize); 15] = [
+    const SHAPES: [(usize, usize, usize); 16] = [
         (1, 1, 1),
         (13, 33, 7),
         (12, 32, 256),
@@ -407,6 +407,8 @@ mod tests {
         (128, 128, 8192),
         (40, 70, 1056),
         (65, 33, 1024),
+        // An odd k on the AMX path: the last step of each row is half a pair short.
+        (33, 40, 95),
     ];
 
     #[test]
@@ -576,8 +578,16 @@ mod tests {
             println!("micro-kernel kc={kc}: {g:.0} GF/s by thread CPU time ({:.0} % of 2416)", g / 24.16);
         }
         drop(tiles);
-        let shapes =
-            [(512, 1024, 1024), (512, 1024, 4096), (128, 768, 768), (128, 768, 3072), (32, 384, 384), (32, 384, 1536)];
+        let shapes = [
+            (512, 1024, 1024),
+            (512, 1024, 4096),
+            (128, 768, 768),
+            (128, 768, 3072),
+            (128, 3072, 768),
+            (32, 384, 384),
+            (32, 384, 1536),
+            (512, 4096, 1024),
+        ];
         let variants: Vec<Vec<usize>> = env("VARIANTS")
             .unwrap_or("0,0;128,0;0,1".into())
             .split(';')
