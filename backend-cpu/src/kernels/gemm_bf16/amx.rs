@@ -298,9 +298,10 @@ unsafe fn load(s: &mut Scratch, c: *const f32, ldc: usize, rows: usize, cols: us
 }
 
 /// One task of the product: rows `r0..r1` of `c` (row stride `n`) times panels `p0..p1`,
-/// `a` the task's rows packed by [`pack_rows`]. Per group of [`GROUP`] panels, per slice of
-/// k (the whole k up to [`KC_AMX`] k-pairs), each row block meets each panel of the group
-/// (its x slice from L1 or L2); the first row block prefetches the slice after. Every
+/// `a` the task's rows packed by [`pack_rows`]. Per group of [`GROUP`] panels and slice of
+/// k (the whole k up to [`KC_AMX`] k-pairs; for a deeper k every group under one slice
+/// before the next), each row block meets each panel of the group (its x slice from L1 or
+/// L2) and prefetches its share of the panel data of the next (group, slice). Every
 /// block that needs only its sums (see [`Out::pass`]) is stored straight to `c`; the others
 /// go through a 32 × 32 scratch block in L1: the tiles store there, and the epilogue (`ep`,
 /// its GELU on `isa`) writes it to `c` with vector stores. Each pass prefetches the output

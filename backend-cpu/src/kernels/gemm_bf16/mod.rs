@@ -25,9 +25,10 @@
 //! 16×16 f32 accumulator tiles over the whole k up to 512 k-pairs (k ≤ 1024; deeper
 //! products in equal slices of at most 512); per 16 k-pairs two tiles of x rows and two of
 //! the packed panel (the panel layout is already AMX's pair-interleaved B layout) feed four
-//! `tdpbf16ps`, software-pipelined. Per group of 4 panels and slice, every row block
-//! passes over the group, and the first prefetches the next panels into L2; each block
-//! prefetches the output lines of the block after it. A whole block that needs only its
+//! `tdpbf16ps`, software-pipelined. Per group of 4 panels and slice (where k has several
+//! slices, every group under one slice before the next), every row block passes over the
+//! group and prefetches its share of the next group's or slice's panel data into L2; each
+//! block prefetches the output lines of the block after it. A whole block that needs only its
 //! sums goes straight between the tiles and the output; the others (at the output's edge,
 //! or where earlier output is added, or the bias or GELU applied) are stored to a scratch
 //! block in L1 and written to the output from there by the epilogue. A packing task that
