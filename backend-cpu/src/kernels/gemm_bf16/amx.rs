@@ -1,6 +1,7 @@
 //! The AMX tile path: x packed into tile-ready blocks while it is rounded to bf16, and
 //! 32 × 32 output blocks that stay in four accumulator tiles over the whole k (up to
-//! [`KC_AMX`] k-pairs), stored through a scratch block and an epilogue.
+//! [`KC_AMX`] k-pairs), stored straight to the output or through a scratch block and an
+//! epilogue.
 //!
 //! Packed x ([`pack_rows`]): per block of [`AMX_MR`] rows and per step of [`AMX_KP`]
 //! k-pairs, 32 rows of 16 words (2 KiB, contiguous), so that the two x tiles of a step are
@@ -69,49 +70,39 @@ pub fn packed_len(rows: usize, kp: usize) -> usize {
 /// `dst` is valid for writes of [`packed_len`]`(m, kp)` words; `r1 <= m.div_ceil(AMX_MR) *
 /// AMX_MR`; no one else reads or writes rows `r0..r1`'s places during the call.
 pub unsafe fn pack_rows(x: &[f32], m: usize, k: usize, (r0, r1): (usize, usize), kp: usize, dst: *mut u32, bf16: bool) {
-    let mut row = [0u32; 4096];
-    let mut heap = Vec::new();
-    let buf: &mut [u32] = if kp <= row.len() {
-        &mut row[..kp]
-    } else {
-        heap.resize(kp, 0);
-        &mut heap
-    };
     for i in r0..r1 {
-        if i < m {
-            super::convert::to_pairs(&x[i * k..(i + 1) * k], buf, bf16);
-        } else {
-            buf.fill(0);
-        }
-        // Scatter the row's pairs to its place in every step of its block.
+        // Row `i`'s place in step `s` of its block: `at + s * AMX_MR * AMX_KP` words.
         let (b, r) = (i / AMX_MR, i % AMX_MR);
-        for (s, chunk) in buf.chunks_exact(AMX_KP).enumerate() {
-            let o = b * AMX_MR * kp + s * AMX_MR * AMX_KP + r * AMX_KP;
-            // SAFETY: `o + AMX_KP <= packed_len(m, kp)` (row `i` of block `b` < blocks, step
-            // `s` < kp / AMX_KP); these words are row `i`'s alone (contract).
-            unsafe { std::ptr::copy_nonoverlapping(chunk.as_ptr(), dst.add(o), AMX_KP) };
+        let at = b * AMX_MR * kp + r * AMX_KP;
+        let row = if i < m { &x[i * k..(i + 1) * k] } else { &[][..] };
+        // Whole steps straight from the row to their places.
+        let done = match bf16 {
+            // SAFETY: AVX-512-BF16 (the caller's `bf16`); step `s < kp / AMX_KP` of row `i`
+            // lies within `packed_len(m, kp)` words and is row `i`'s alone (contract).
+            true => unsafe { super::x86::to_pairs_strided(row, dst.add(at), AMX_MR * AMX_KP) },
+            false => 0,
+        };
+        // The rest (a partial last step, rows past `m`, no AVX-512-BF16) through a step buffer.
+        for s in done..kp / AMX_KP {
+            let mut step = [0u32; AMX_KP];
+            let src = &row[(s * 2 * AMX_KP).min(row.len())..((s + 1) * 2 * AMX_KP).min(row.len())];
+            super::convert::to_pairs(src, &mut step[..src.len().div_ceil(2)], bf16);
+            // SAFETY: as above, for step `s`.
+            unsafe { std::ptr::copy_nonoverlapping(step.as_ptr(), dst.add(at + s * AMX_MR * AMX_KP), AMX_KP) };
         }
     }
 }
 
 /// `c[32 × 32] = (load_c ? c : 0) + a · panel` over `kc` k-pairs: a packed x block
 /// (`kc` steps of 32 rows × 16 words, see [`pack_rows`]) times a slice of a packed panel
-/// (`kc * NR` words); `next` (when not null) is where the panel data read soon after
-/// starts: `kc * NR` words of it are prefetched into L2, a step's worth per step.
+/// (`kc * NR` words); what `ahead` names (panel data and output rows the next passes
+/// read and write) is prefetched, an equal share after each step.
 ///
 /// # Safety
 /// Tiles configured on this thread ([`Tiles::configure`]); `kc % 16 == 0`, `kc > 0`; `a`
 /// and `panel` hold the words above; `c` holds 32 rows of stride `ldc` with 32 columns
 /// each.
-pub unsafe fn block(
-    kc: usize,
-    a: *const u32,
-    panel: *const u32,
-    next: *const u32,
-    c: *mut f32,
-    ldc: usize,
-    load_c: bool,
-) {
+pub unsafe fn block(kc: usize, a: *const u32, panel: *const u32, ahead: &Ahead, c: *mut f32, ldc: usize, load_c: bool) {
     let sc = ldc * 4;
     // SAFETY (every tile load and store below): each touches 16 rows of 64 bytes at
     // the given stride, inside `a`, `panel` or `c` by the contract above; prefetches
@@ -131,8 +122,23 @@ pub unsafe fn block(
             asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack, nomem));
         }
         let steps = kc / AMX_KP;
-        // Bytes of the next panel to prefetch per step: all of it over the steps.
-        let step_bytes = AMX_KP * NR * 4;
+        // Bytes of the panel data and output lines to prefetch per step: all of them
+        // over the steps.
+        let step_bytes = ahead.panel_bytes.div_ceil(steps).next_multiple_of(64);
+        let out_lines = 2 * ahead.out_rows;
+        let step_lines = out_lines.div_ceil(steps);
+        let prefetch = |s: usize| {
+            let end = ((s + 1) * step_bytes).min(ahead.panel_bytes);
+            let mut o = s * step_bytes;
+            while o < end {
+                _mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(ahead.panel.wrapping_add(o).cast::<i8>());
+                o += 64;
+            }
+            for l in s * step_lines..((s + 1) * step_lines).min(out_lines) {
+                let line = ahead.out.wrapping_add((l / 2) * ahead.out_ldc + (l % 2) * 16);
+                _mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(line.cast::<i8>());
+            }
+        };
         let (sa, sb) = (AMX_KP * 4, NR * 4);
         // Software-pipelined: each source tile is reloaded for the next step right after
         // the last product of this step that reads it, so that the tile unit, which runs
@@ -164,14 +170,7 @@ pub unsafe fn block(
                 sa = in(reg) sa, sb = in(reg) sb,
                 options(nostack, readonly)
             );
-            if !next.is_null() {
-                let nx = next.wrapping_add((s - 1) * AMX_KP * NR) as *const i8;
-                let mut o = 0;
-                while o < step_bytes {
-                    _mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(nx.wrapping_add(o));
-                    o += 64;
-                }
-            }
+            prefetch(s - 1);
         }
         asm!(
             "tdpbf16ps tmm0, tmm4, tmm6",
@@ -180,12 +179,7 @@ pub unsafe fn block(
             "tdpbf16ps tmm3, tmm5, tmm7",
             options(nostack, nomem)
         );
-        if !next.is_null() {
-            let nx = next.wrapping_add((steps - 1) * AMX_KP * NR) as *const i8;
-            for o in (0..step_bytes).step_by(64) {
-                _mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(nx.wrapping_add(o));
-            }
-        }
+        prefetch(steps - 1);
         asm!(
             "tilestored [{c0} + {s}*1], tmm0",
             "tilestored [{c1} + {s}*1], tmm1",
@@ -195,6 +189,24 @@ pub unsafe fn block(
             options(nostack)
         );
     }
+}
+
+/// What [`block`] prefetches while its products run: `panel_bytes` bytes from `panel`
+/// into L2 (panel data read by a later pass) and `out_rows` rows of 32 f32 at `out`
+/// (stride `out_ldc`) for writing (the output block of the next pass). Prefetches do not
+/// fault: any address will do. Neither Send nor Sync (raw pointers), built per pass.
+pub struct Ahead {
+    pub panel: *const u8,
+    pub panel_bytes: usize,
+    pub out: *const f32,
+    pub out_ldc: usize,
+    pub out_rows: usize,
+}
+
+impl Ahead {
+    /// Nothing to prefetch.
+    pub const NONE: Ahead =
+        Ahead { panel: std::ptr::null(), panel_bytes: 0, out: std::ptr::null(), out_ldc: 0, out_rows: 0 };
 }
 
 /// Most k-pairs per pass over a task's blocks: up to this depth (k ≤ 1024) a block's
@@ -286,13 +298,15 @@ unsafe fn load(s: &mut Scratch, c: *const f32, ldc: usize, rows: usize, cols: us
 }
 
 /// One task of the product: rows `r0..r1` of `c` (row stride `n`) times panels `p0..p1`,
-/// `a` the task's rows packed by [`pack_rows`]. Per group of [`GROUP`] panels, per slice of
-/// k (the whole k up to [`KC_AMX`] k-pairs), each row block meets each panel of the group
-/// (its x slice from L1 or L2); the first row block prefetches the slice after. Every
-/// block goes through a 32 × 32 scratch block in L1: the tiles store there, and the
-/// epilogue (`ep`, its GELU on `isa`) writes it to `c` with vector stores that overlap the next block's
-/// products (a tile store to output lines not in the caches would stall the tile unit).
-/// After a slice that is not the last, `c` holds the partial sums, loaded back for the next.
+/// `a` the task's rows packed by [`pack_rows`]. Per group of [`GROUP`] panels and slice of
+/// k (the whole k up to [`KC_AMX`] k-pairs; for a deeper k every group under one slice
+/// before the next), each row block meets each panel of the group (its x slice from L1 or
+/// L2) and prefetches its share of the panel data of the next (group, slice). Every
+/// block that needs only its sums (see [`Out::pass`]) is stored straight to `c`; the others
+/// go through a 32 × 32 scratch block in L1: the tiles store there, and the epilogue (`ep`,
+/// its GELU on `isa`) writes it to `c` with vector stores. Each pass prefetches the output
+/// lines of the pass after it. After a slice that is not the last, `c` holds the partial
+/// sums, loaded back for the next.
 ///
 /// # Safety
 /// Tiles configured on this thread; AVX-512F; `kp % 16 == 0`, `kp > 0`; `data` the packed
@@ -317,49 +331,135 @@ pub unsafe fn task(
     debug_assert!(p1 <= panels && data.len() >= panels * kp * NR);
     let blocks = (r1 - r0).div_ceil(AMX_MR);
     let mut scratch = Scratch([0.0; AMX_MR * NR]);
+    let out = Out { c, n, ep, isa };
     let slice = slice_depth(kp);
-    for g0 in (p0..p1).step_by(GROUP) {
+    // The (group, slice) units in the order they run: per group its slices, or, where k
+    // has several slices, per slice every group, so that the slice of x (every row block's)
+    // stays in L2 while the groups' panel slices stream past it.
+    let (groups, slices) = ((p0..p1).step_by(GROUP), (0..kp).step_by(slice));
+    let units: Vec<(usize, usize)> = if kp > slice && tune(6) == 0 {
+        slices.flat_map(|k0| groups.clone().map(move |g0| (g0, k0))).collect()
+    } else {
+        groups.flat_map(|g0| slices.clone().map(move |k0| (g0, k0))).collect()
+    };
+    for (u, &(g0, k0)) in units.iter().enumerate() {
         let g1 = (g0 + GROUP).min(p1);
-        for k0 in (0..kp).step_by(slice) {
-            let kc = slice.min(kp - k0);
-            let (first, last) = (k0 == 0, k0 + kc >= kp);
-            for b in 0..blocks {
-                let i0 = r0 + b * AMX_MR;
-                let rows = AMX_MR.min(r1 - i0);
-                let ab = a[b * AMX_MR * kp + k0 * AMX_MR..].as_ptr();
-                for pi in g0..g1 {
-                    let panel = data[pi * kp * NR + k0 * NR..].as_ptr();
-                    // The first row block brings the panel's next slice (or, after the
-                    // last, the next group's) towards L2.
-                    let next = match (b, k0 + slice < kp) {
-                        (0, true) => panel.wrapping_add(kc * NR),
-                        (0, false) if pi + GROUP < p1 => data[(pi + GROUP) * kp * NR..].as_ptr(),
-                        _ => std::ptr::null(),
-                    };
-                    let cols = NR.min(n - pi * NR);
-                    // SAFETY: (rows × cols) from (i0, pi * NR) lies in this task's block of
-                    // `c` (contract).
-                    let cb = unsafe { c.add(i0 * n + pi * NR) };
-                    if !first {
-                        // SAFETY: AVX-512F (contract); `cb` as above.
-                        unsafe { load(&mut scratch, cb, n, rows, cols) };
+        let kc = slice.min(kp - k0);
+        for b in 0..blocks {
+            let i0 = r0 + b * AMX_MR;
+            let ab = a[b * AMX_MR * kp + k0 * AMX_MR..].as_ptr();
+            for pi in g0..g1 {
+                let panel = data[pi * kp * NR + k0 * NR..].as_ptr();
+                // The row blocks bring the panel data of the next unit, at this panel's
+                // place in its group, towards L2, each its share of it (so that the
+                // requests to memory are spread over the whole unit's products).
+                let (spread, at) = match tune(5) {
+                    0 => (blocks, b),
+                    _ => (1, b),
+                };
+                let (next, bytes) = match units.get(u + 1) {
+                    Some(&(ng0, nk0)) if at < spread && ng0 + (pi - g0) < (ng0 + GROUP).min(p1) => {
+                        let np = ng0 + (pi - g0);
+                        (data[np * kp * NR + nk0 * NR..].as_ptr(), slice.min(kp - nk0) * NR * 4)
                     }
-                    // SAFETY: tiles configured; `ab` holds `kc` steps of 32 rows and `panel`
-                    // `kc * NR` words (contract); `next` is only prefetched; the scratch
-                    // block is 32 rows of 32 columns at stride NR.
-                    unsafe { block(kc, ab, panel, next, scratch.0.as_mut_ptr(), NR, !first) };
-                    let bias = ep.bias.filter(|_| last).map(|b| b[pi * NR..].as_ptr());
-                    // SAFETY: AVX-512F (contract); `cb` as above; `bias` has `n` values.
-                    unsafe { store(&scratch, cb, n, rows, cols, first && ep.acc, bias) };
-                    if last && ep.gelu {
-                        for r in 0..rows {
-                            // SAFETY: row `r` of the block at `cb`, `cols` columns: this
-                            // task's alone (contract), no other reference to it is live.
-                            let row = unsafe { std::slice::from_raw_parts_mut(cb.add(r * n), cols) };
-                            finish_row(isa, row, None, true);
-                        }
-                    }
-                }
+                    _ => (std::ptr::null(), 0),
+                };
+                let share = bytes.div_ceil(spread).next_multiple_of(64);
+                let off = (at * share).min(bytes);
+                let after = match pi + 1 < g1 {
+                    true => Some((i0, pi + 1)),
+                    false => (b + 1 < blocks).then_some((i0 + AMX_MR, g0)),
+                };
+                let mut ahead = out.ahead(after, r1);
+                ahead.panel = next.cast::<u8>().wrapping_add(off);
+                ahead.panel_bytes = share.min(bytes - off);
+                let pass = Pass { kc, k0, kp, i0, rows: AMX_MR.min(r1 - i0), pi };
+                // SAFETY: `ab` holds `kc` steps of 32 rows and `panel` `kc * NR` words;
+                // the block (i0, pi) lies in this task's part of `c` (contract).
+                unsafe { out.pass(&mut scratch, &pass, ab, panel, &ahead) };
+            }
+        }
+    }
+}
+
+/// Where a task's blocks go: the output (`n` columns, raw: see [`task`]) and its epilogue.
+struct Out<'a> {
+    c: *mut f32,
+    n: usize,
+    ep: Epilogue<'a>,
+    isa: crate::Isa,
+}
+
+/// One pass of a 32 × 32 block over a slice of k: k-pairs `k0..k0 + kc` of `kp`, the
+/// block's first row `i0` (`rows` of them in the output) and its panel `pi`.
+struct Pass {
+    kc: usize,
+    k0: usize,
+    kp: usize,
+    i0: usize,
+    rows: usize,
+    pi: usize,
+}
+
+impl Out<'_> {
+    /// Prefetches for the output block at (row `i0`, panel `pi`) where one comes next
+    /// (rows up to `r1`), nothing else.
+    fn ahead(&self, next: Option<(usize, usize)>, r1: usize) -> Ahead {
+        match next {
+            Some((i0, pi)) if tune(4) == 0 => Ahead {
+                out: self.c.wrapping_add(i0 * self.n + pi * NR).cast_const(),
+                out_ldc: self.n,
+                out_rows: AMX_MR.min(r1 - i0),
+                ..Ahead::NONE
+            },
+            _ => Ahead::NONE,
+        }
+    }
+
+    /// Runs `p` straight between the tiles and the output or through `scratch`: the
+    /// partial sums of earlier slices loaded from the
+    /// output, the tiles' products over the slice (prefetching `next`), then back to the
+    /// output, with the epilogue after the last slice.
+    ///
+    /// # Safety
+    /// Tiles configured on this thread; AVX-512F; `ab` holds `p.kc` steps of 32 rows,
+    /// `panel` `p.kc * NR` words; the block (rows `p.i0..p.i0 + p.rows`, panel `p.pi`) of
+    /// the output is the caller's alone to read and write; `self.ep.bias` has `n` values.
+    unsafe fn pass(&self, scratch: &mut Scratch, p: &Pass, ab: *const u32, panel: *const u32, ahead: &Ahead) {
+        let (first, last) = (p.k0 == 0, p.k0 + p.kc >= p.kp);
+        let (n, ep) = (self.n, self.ep);
+        let cols = NR.min(n - p.pi * NR);
+        // SAFETY: (rows × cols) from (i0, pi * NR) lies in the caller's block (contract).
+        let cb = unsafe { self.c.add(p.i0 * n + p.pi * NR) };
+        // A whole block whose pass needs nothing but the sums (not the first slice where
+        // earlier output is added, not the last where the bias or GELU is applied) goes
+        // straight between the tiles and the output: the same sums as through the scratch
+        // block, without its round trip.
+        let plain = (!first || !ep.acc) && (!last || (ep.bias.is_none() && !ep.gelu));
+        if plain && p.rows == AMX_MR && cols == NR && tune(2) != 2 {
+            // SAFETY: tiles configured; `ab`, `panel` (contract); `cb` holds 32 rows of
+            // stride `n` with 32 columns each (a whole block of the caller's).
+            return unsafe { block(p.kc, ab, panel, ahead, cb, n, !first) };
+        }
+        if !first && tune(2) != 1 {
+            // SAFETY: AVX-512F (contract); `cb` as above.
+            unsafe { load(scratch, cb, n, p.rows, cols) };
+        }
+        // SAFETY: tiles configured; `ab`, `panel` (contract); `next` is only prefetched;
+        // the scratch block is 32 rows of 32 columns at stride NR.
+        unsafe { block(p.kc, ab, panel, ahead, scratch.0.as_mut_ptr(), NR, !first) };
+        if tune(2) == 1 {
+            return;
+        }
+        let bias = ep.bias.filter(|_| last).map(|b| b[p.pi * NR..].as_ptr());
+        // SAFETY: AVX-512F (contract); `cb` as above; `bias` has `n` values.
+        unsafe { store(scratch, cb, n, p.rows, cols, first && ep.acc, bias) };
+        if last && ep.gelu {
+            for r in 0..p.rows {
+                // SAFETY: row `r` of the block at `cb`, `cols` columns: the caller's alone
+                // (contract), no other reference to it is live.
+                let row = unsafe { std::slice::from_raw_parts_mut(cb.add(r * n), cols) };
+                finish_row(self.isa, row, None, true);
             }
         }
     }

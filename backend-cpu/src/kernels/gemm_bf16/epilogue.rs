@@ -63,9 +63,14 @@ fn gelu_erf(isa: crate::Isa, src: &[f32], dst: &mut [f32]) {
 }
 
 /// Knobs of the tests' timing aid (`tests::timing`): `[0]` the most k-pairs per slice
-/// (0: `amx::KC_AMX`), `[1]` nonzero to split the AMX work by rows only.
+/// (0: `amx::KC_AMX`), `[1]` nonzero to split the AMX work by rows only, `[2]` 1 to leave
+/// out the output's write through the scratch block (a breakdown, wrong results), 2 to
+/// send every block through it, `[3]` nonzero to leave out the packing of x (a breakdown,
+/// wrong results), `[4]` nonzero to turn the prefetch of the next output block off, `[5]`
+/// nonzero to have the first row block prefetch all of the next panel data, `[6]` nonzero
+/// to run a deep k's slices inside each group (not the groups inside each slice).
 #[cfg(test)]
-pub(super) static TUNE: [std::sync::atomic::AtomicUsize; 2] = [const { std::sync::atomic::AtomicUsize::new(0) }; 2];
+pub(super) static TUNE: [std::sync::atomic::AtomicUsize; 7] = [const { std::sync::atomic::AtomicUsize::new(0) }; 7];
 
 /// The knob `i` of [`TUNE`] (0 outside the tests).
 pub(super) fn tune(i: usize) -> usize {

@@ -25,11 +25,14 @@
 //! 16×16 f32 accumulator tiles over the whole k up to 512 k-pairs (k ≤ 1024; deeper
 //! products in equal slices of at most 512); per 16 k-pairs two tiles of x rows and two of
 //! the packed panel (the panel layout is already AMX's pair-interleaved B layout) feed four
-//! `tdpbf16ps`, software-pipelined. Per group of 4 panels and slice, every row block
-//! passes over the group, and the first prefetches the next panels into L2. Each block is
-//! stored to a scratch block in L1 and written to the output from there by the epilogue
-//! (earlier output added where accumulating, then the bias), which also handles the rows
-//! and columns past the output's edge.
+//! `tdpbf16ps`, software-pipelined. Per group of 4 panels and slice (where k has several
+//! slices, every group under one slice before the next), every row block passes over the
+//! group and prefetches its share of the next group's or slice's panel data into L2; each
+//! block prefetches the output lines of the block after it. A whole block that needs only its
+//! sums goes straight between the tiles and the output; the others (at the output's edge,
+//! or where earlier output is added, or the bias or GELU applied) are stored to a scratch
+//! block in L1 and written to the output from there by the epilogue. A packing task that
+//! panics poisons the shared wait: the product returns an error instead of hanging.
 //!
 //! Files: `packed.rs` holds the constants and the k-pair layouts, `convert.rs` the
 //! rounding of x to bf16 pairs, `epilogue.rs` the bias and GELU of the output's way out, `x86.rs` the AVX-512-BF16 tile and conversion, `amx.rs` the
@@ -130,8 +133,7 @@ pub fn gemm_with(
     let threads = threads.max(1);
     #[cfg(target_arch = "x86_64")]
     if kp > 0 && use_amx(f, kp) {
-        gemm_amx(f, m, x, w, c, ep, threads);
-        return Ok(());
+        return gemm_amx(f, m, x, w, c, ep, threads);
     }
     if kp == 0 {
         if !ep.acc {
@@ -203,7 +205,8 @@ const PACK_ROWS: usize = 8;
 /// The AMX product: x packed once into a shared buffer of tile-ready blocks (the tasks
 /// claim pieces of rows until every piece is claimed, then wait until every piece is
 /// packed), then one task per thread (see [`amx_split`]) that configures its tiles once
-/// and runs its blocks.
+/// and runs its blocks. A piece whose packing panics poisons the wait: every task then
+/// returns [`KernelError::Internal`] instead of waiting for a piece that never comes.
 #[cfg(target_arch = "x86_64")]
 fn gemm_amx(
     f: &CpuFeatures,
@@ -213,8 +216,8 @@ fn gemm_amx(
     c: &mut [f32],
     ep: Epilogue<'_>,
     threads: usize,
-) {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+) -> Result<(), KernelError> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let (n, k, kp) = (w.n, w.k, w.kp);
     let panels = n.div_ceil(NR);
     let (rows_per, panels_per) = amx_split(m, panels, threads, 2 * m * n * k);
@@ -230,25 +233,39 @@ fn gemm_amx(
     // 64-byte aligned words: the tile loads of x run at full speed.
     let a_ptr = SendPtr(lines.as_mut_ptr().cast::<u32>());
     let padded = m.div_ceil(AMX_MR) * AMX_MR;
-    let pieces = padded.div_ceil(PACK_ROWS);
+    let pieces = if tune(3) != 0 { 0 } else { padded.div_ceil(PACK_ROWS) };
     let (claimed, packed) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let poisoned = AtomicBool::new(false);
+    let poison = || KernelError::Internal("packing x for the bf16 AMX product panicked".into());
     let c_ptr = SendPtr(c.as_mut_ptr());
-    let run = |&(ri, pj): &(usize, usize)| {
-        loop {
+    let run = |&(ri, pj): &(usize, usize)| -> Result<(), KernelError> {
+        while !poisoned.load(Ordering::Relaxed) {
             let p = claimed.fetch_add(1, Ordering::Relaxed);
             if p >= pieces {
                 break;
             }
             let rows = (p * PACK_ROWS, ((p + 1) * PACK_ROWS).min(padded));
-            // SAFETY: `a_ptr` holds `packed_len(m, kp)` words (resized above) that no
-            // reference covers during the tasks; piece `p` (its rows' places) is claimed
-            // by this task alone; `rows.1 <= padded`.
-            unsafe { amx::pack_rows(x, m, k, rows, kp, a_ptr.get(), f.avx512bf16) };
+            let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                #[cfg(test)]
+                tests::panic_hook(m, p);
+                // SAFETY: `a_ptr` holds `packed_len(m, kp)` words (resized above) that no
+                // reference covers during the tasks; piece `p` (its rows' places) is claimed
+                // by this task alone; `rows.1 <= padded`.
+                unsafe { amx::pack_rows(x, m, k, rows, kp, a_ptr.get(), f.avx512bf16) };
+            }));
+            if done.is_err() {
+                poisoned.store(true, Ordering::Release);
+                return Err(poison());
+            }
             packed.fetch_add(1, Ordering::Release);
         }
-        // Every piece is claimed, each by a task that is packing it: the wait ends.
+        // Every piece is claimed, each by a task that is packing it, or the packing
+        // panicked and poisoned the wait: either way the wait ends.
         let mut spins = 0u32;
         while packed.load(Ordering::Acquire) < pieces {
+            if poisoned.load(Ordering::Acquire) {
+                return Err(poison());
+            }
             spins += 1;
             if spins < 1 << 12 {
                 std::hint::spin_loop();
@@ -270,13 +287,11 @@ fn gemm_amx(
         // `m × n` output `gemm_with` checked, borrowed mutably for this call, and the
         // tasks' (row range × panel range) blocks are disjoint.
         unsafe { amx::task(kp, n, &a[r0 * kp..], &w.data, c_ptr.get(), (r0, r1), (p0, p1), ep, f.isa) };
+        Ok(())
     };
-    if tasks.len() > 1 {
-        tasks.par_iter().for_each(run);
-    } else {
-        tasks.iter().for_each(run);
-    }
+    let r = if tasks.len() > 1 { tasks.par_iter().try_for_each(run) } else { tasks.iter().try_for_each(run) };
     PACKED_X.set(lines);
+    r
 }
 
 /// A raw pointer shared by tasks that write disjoint parts of what it points to.
@@ -377,7 +392,7 @@ mod tests {
     /// Shapes for both paths; the AMX path takes those whose k-pairs are a multiple of 16
     /// (with leftover rows and columns through its scratch block, split by rows or by
     /// panels over two threads), the others run on AVX-512-BF16.
-    const SHAPES: [(usize, usize, usize); 15] = [
+    const SHAPES: [(usize, usize, usize); 16] = [
         (1, 1, 1),
         (13, 33, 7),
         (12, 32, 256),
@@ -393,6 +408,8 @@ mod tests {
         (128, 128, 8192),
         (40, 70, 1056),
         (65, 33, 1024),
+        // An odd k on the AMX path: the last step of each row is half a pair short.
+        (33, 40, 95),
     ];
 
     #[test]
@@ -517,7 +534,8 @@ mod tests {
     }
 
     /// Prints the AMX micro-kernel's in-cache rate and the product's at the BERT shapes,
-    /// per variant of [`TUNE`] (`VARIANTS="slice,rows;..."`, `THREADS`, `SHAPE`; `CPU=1`
+    /// per variant of [`TUNE`] (`VARIANTS="slice,rows,write,nopack,noprefetch;..."`, `THREADS`,
+    /// `SHAPE`, `COLD=MiB`, `BIAS=1` (see below); `CPU=1`
     /// times by the process's CPU time, for a host whose other load comes and goes).
     #[test]
     #[ignore = "a timing aid: prints GFLOP/s, asserts nothing"]
@@ -552,7 +570,7 @@ mod tests {
                         let (bp, cp) = (b[g * kc * NR..].as_ptr(), c[g * NR..].as_mut_ptr());
                         // SAFETY: tiles configured; `a` one packed block of `kc` pairs, `bp`
                         // a panel slice of `kc * NR` words, `cp` 32 rows of 32 at stride 128.
-                        unsafe { amx::block(kc, a.as_ptr(), bp, std::ptr::null(), cp, amx::GROUP * NR, false) };
+                        unsafe { amx::block(kc, a.as_ptr(), bp, &amx::Ahead::NONE, cp, amx::GROUP * NR, false) };
                     }
                 }
                 best = best.min(cpu(libc::CLOCK_THREAD_CPUTIME_ID) - t0);
@@ -561,8 +579,16 @@ mod tests {
             println!("micro-kernel kc={kc}: {g:.0} GF/s by thread CPU time ({:.0} % of 2416)", g / 24.16);
         }
         drop(tiles);
-        let shapes =
-            [(512, 1024, 1024), (512, 1024, 4096), (128, 768, 768), (128, 768, 3072), (32, 384, 384), (32, 384, 1536)];
+        let shapes = [
+            (512, 1024, 1024),
+            (512, 1024, 4096),
+            (128, 768, 768),
+            (128, 768, 3072),
+            (128, 3072, 768),
+            (32, 384, 384),
+            (32, 384, 1536),
+            (512, 4096, 1024),
+        ];
         let variants: Vec<Vec<usize>> = env("VARIANTS")
             .unwrap_or("0,0;128,0;0,1".into())
             .split(';')
@@ -579,17 +605,33 @@ mod tests {
             let w: Vec<bf16> =
                 (0..n * k).map(|i| bf16::from_f32(((i * 104_729) % 1000) as f32 / 1000.0 - 0.5)).collect();
             let pw = PackedWeight::pack(&w, n, k).unwrap();
+            // `COLD=MiB`: copies of the weight over that many MiB, one per call in turn, so
+            // that the weight comes from memory or the LLC as inside a model.
+            let cold: usize = env("COLD").map_or(0, |c| c.parse().unwrap());
+            let copies: Vec<PackedWeight<'static>> = (0..(cold << 20).div_ceil(pw.bytes()).max(1))
+                .map(|_| match &pw.data {
+                    packed::Words::Owned(v) => PackedWeight { n, k, kp: pw.kp, data: packed::Words::Owned(v.clone()) },
+                    packed::Words::Borrowed(_) => unreachable!("packed here"),
+                })
+                .collect();
+            let mut turn = 0;
             let mut c = vec![0f32; m * n];
+            // `BIAS=1`: with a bias, as a Linear node runs it.
+            let bias: Vec<f32> = (0..n).map(|j| j as f32 * 1e-3).collect();
+            let ep = Epilogue { bias: env("BIAS").map(|_| &bias[..]), ..Epilogue::default() };
             let mut times = vec![Vec::new(); variants.len()];
             for _round in 0..15 {
                 for (v, t) in variants.iter().zip(&mut times) {
-                    TUNE[0].store(v[0], Ordering::Relaxed);
-                    TUNE[1].store(v[1], Ordering::Relaxed);
+                    for (i, t) in TUNE.iter().enumerate() {
+                        t.store(v.get(i).copied().unwrap_or(0), Ordering::Relaxed);
+                    }
                     pool.install(|| {
                         gemm(f, m, &x, &pw, &mut c, false, threads).unwrap();
                         for _ in 0..10 {
+                            turn += 1;
+                            let pw = &copies[turn % copies.len()];
                             let (t0, c0) = (std::time::Instant::now(), cpu(libc::CLOCK_PROCESS_CPUTIME_ID));
-                            gemm(f, m, &x, &pw, &mut c, false, threads).unwrap();
+                            gemm_with(f, m, &x, pw, &mut c, ep, threads).unwrap();
                             let used = (cpu(libc::CLOCK_PROCESS_CPUTIME_ID) - c0) / threads as f64;
                             t.push(if by_cpu { used } else { t0.elapsed().as_secs_f64() });
                         }
@@ -612,8 +654,43 @@ mod tests {
                 );
             }
         }
-        TUNE[0].store(0, Ordering::Relaxed);
-        TUNE[1].store(0, Ordering::Relaxed);
+        TUNE.iter().for_each(|t| t.store(0, Ordering::Relaxed));
+    }
+
+    /// The row count at which [`panic_hook`] makes the packing of piece 1 panic (0: never).
+    /// Only the poison test sets it, to a row count no other test uses.
+    static PANIC_AT_M: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    /// Called by `gemm_amx` before it packs piece `piece` of an `m`-row x.
+    pub(super) fn panic_hook(m: usize, piece: usize) {
+        if piece == 1 && m == PANIC_AT_M.load(std::sync::atomic::Ordering::Relaxed) {
+            panic!("forced panic while packing piece {piece} (test hook)");
+        }
+    }
+
+    #[test]
+    fn a_panic_while_packing_x_is_an_error_not_a_hang() {
+        let f = crate::features::get();
+        if !f.amx_bf16 {
+            println!("skipped: no AMX here (the shared packing runs on the AMX path only)");
+            return;
+        }
+        // 977 rows: 123 pieces of 8, used by no other test.
+        let (m, n, k) = (977, 64, 64);
+        PANIC_AT_M.store(m, std::sync::atomic::Ordering::Relaxed);
+        let pw = PackedWeight::pack(&vec![bf16::ONE; n * k], n, k).unwrap();
+        let x = vec![1f32; m * k];
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        for threads in [1, 2] {
+            let mut c = vec![0f32; m * n];
+            let r = pool.install(|| gemm(f, m, &x, &pw, &mut c, false, threads));
+            assert!(matches!(&r, Err(KernelError::Internal(s)) if s.contains("panicked")), "t={threads}: {r:?}");
+        }
+        // The next product (another row count) runs as before.
+        let mut c = vec![0f32; 64 * n];
+        pool.install(|| gemm(f, 64, &x, &pw, &mut c, false, 2)).unwrap();
+        assert!(c.iter().all(|&v| v == k as f32));
+        PANIC_AT_M.store(0, std::sync::atomic::Ordering::Relaxed);
     }
 
     #[test]

@@ -49,7 +49,7 @@ pub fn kernel_rate(amx: bool, run_time: Duration, runs: usize) -> Option<Bf16Ker
                     // SAFETY: tiles configured above; `a` holds a packed 32-row block of `kc`
                     // pairs (a multiple of 16), `bp` one panel slice of `kc * NR` words, `cp`
                     // 32 rows of stride `cols` with 32 columns each.
-                    unsafe { super::amx::block(kc, a.as_ptr(), bp, std::ptr::null(), cp, cols, true) };
+                    unsafe { super::amx::block(kc, a.as_ptr(), bp, &super::amx::Ahead::NONE, cp, cols, true) };
                 }
             } else {
                 // SAFETY: `f.avx512bf16` (with AVX-512F); `a` holds `MR` rows of `kc` words,

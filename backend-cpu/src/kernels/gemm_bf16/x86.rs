@@ -24,6 +24,28 @@ pub unsafe fn to_pairs(src: &[f32], dst: &mut [u32]) {
     to_pairs_scalar(&src[full * 32..], &mut dst[full * 16..]);
 }
 
+/// Converts each whole 32 values of `src` to 16 bf16 pairs at `dst + s * stride` words for
+/// the `s`-th of them (the packed x of the AMX path, without a row buffer between); returns
+/// how many it converted (`src.len() / 32`).
+///
+/// # Safety
+/// The CPU must support AVX-512F and AVX-512-BF16; `dst + s * stride` is valid for writes
+/// of 16 words for each `s < src.len() / 32`.
+#[target_feature(enable = "avx512f,avx512bf16")]
+pub unsafe fn to_pairs_strided(src: &[f32], dst: *mut u32, stride: usize) -> usize {
+    let full = src.len() / 32;
+    for b in 0..full {
+        // SAFETY: `b * 32 + 32 <= src.len()`; `dst + b * stride` holds 16 words (contract).
+        unsafe {
+            let lo = _mm512_loadu_ps(src.as_ptr().add(b * 32));
+            let hi = _mm512_loadu_ps(src.as_ptr().add(b * 32 + 16));
+            let v: __m512bh = _mm512_cvtne2ps_pbh(hi, lo);
+            _mm512_storeu_si512(dst.add(b * stride) as *mut _, std::mem::transmute::<__m512bh, __m512i>(v));
+        }
+    }
+    full
+}
+
 /// One register tile: `c[rows × cols] (+)= a · panel` over `kc` k-pairs.
 ///
 /// # Safety
