@@ -175,19 +175,7 @@ impl<R: Release> AllocTable<R> {
     /// (rule M2) until the returned [`Pins`] is dropped. Empty ranges are not checked.
     /// Nothing is pinned when any range fails.
     pub fn pin(self: &Arc<Self>, ranges: &[(u64, usize)]) -> Result<Pins<R>, BadAddress> {
-        let mut m = self.lock();
-        let mut bases = Vec::with_capacity(ranges.len());
-        for &(addr, len) in ranges {
-            if len > 0 {
-                bases.push(self.locate_in(&m, addr, len)?);
-            }
-        }
-        for b in &bases {
-            if let Some(e) = m.get_mut(b) {
-                e.pins += 1;
-            }
-        }
-        Ok(Pins { table: self.clone(), bases })
+        self.pin_writing(ranges, &[])
     }
 
     /// Usable bytes of the live (not yet freed) blocks.

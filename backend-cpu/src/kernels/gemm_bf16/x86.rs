@@ -11,16 +11,10 @@ use std::arch::x86_64::*;
 #[target_feature(enable = "avx512f,avx512bf16")]
 pub unsafe fn to_pairs(src: &[f32], dst: &mut [u32]) {
     let full = src.len() / 32;
-    for b in 0..full {
-        // SAFETY: `b * 32 + 32 <= src.len()` and `b * 16 + 16 <= dst.len()`.
-        unsafe {
-            let lo = _mm512_loadu_ps(src.as_ptr().add(b * 32));
-            let hi = _mm512_loadu_ps(src.as_ptr().add(b * 32 + 16));
-            // The second operand fills the low half: k order is kept.
-            let v: __m512bh = _mm512_cvtne2ps_pbh(hi, lo);
-            _mm512_storeu_si512(dst.as_mut_ptr().add(b * 16) as *mut _, std::mem::transmute::<__m512bh, __m512i>(v));
-        }
-    }
+    assert!(dst.len() >= src.len().div_ceil(2), "to_pairs: {} words for {} values", dst.len(), src.len());
+    // SAFETY: the CPU has the units (contract); `dst` holds the 16 words of each whole 32
+    // values at stride 16 (checked above).
+    unsafe { to_pairs_strided(src, dst.as_mut_ptr(), 16) };
     to_pairs_scalar(&src[full * 32..], &mut dst[full * 16..]);
 }
 
