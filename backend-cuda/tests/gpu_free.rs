@@ -198,7 +198,14 @@ fn kernel_table_covers_every_op_with_a_reference() {
             assert_eq!(k.id, i);
         }
         for kind in OpKind::ALL {
-            assert!(t.iter().any(|(k, _)| k.op == kind && k.tier == Tier::Reference), "{kind}: no reference kernel");
+            let has = t.iter().any(|(k, _)| k.op == kind && k.tier == Tier::Reference);
+            if kind == OpKind::LinearGelu {
+                // A fused op made only where the device has a kernel for it: the graph
+                // fusion keeps Linear and BiasGelu on CUDA.
+                assert!(!t.iter().any(|(k, _)| k.op == kind), "LinearGelu: a CUDA kernel");
+                continue;
+            }
+            assert!(has, "{kind}: no reference kernel");
         }
         let mm: Vec<_> = t.iter().filter(|(k, _)| k.op == OpKind::MatMul).collect();
         let blas_n = mm.iter().filter(|(_, imp)| *imp == Impl::Blas).count();
