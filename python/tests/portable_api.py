@@ -27,6 +27,10 @@ import npurt  # noqa: E402
 from op_cases import cases, tolerance  # noqa: E402
 
 
+# Ops of the table that only some backends register.
+FUSED_WHERE_A_KERNEL_IS = {"LinearGelu"}
+
+
 def close(got: np.ndarray, want: np.ndarray, tol: float, what: str) -> None:
     got = np.asarray(got, np.float64)
     want = np.asarray(want, np.float64)
@@ -52,7 +56,15 @@ def main() -> int:
     # Every op of the table against NumPy.
     for op, arrays, attrs, ref in cases():
         ins = [npurt.asarray(a) for a in arrays]
-        r = npurt.execute(op, ins, **attrs)
+        try:
+            r = npurt.execute(op, ins, **attrs)
+        except npurt.Error as e:
+            # A fused op the graph fusion makes only where the device has a kernel for it
+            # (docs/OPS.md): CUDA and Ascend keep its parts as separate nodes.
+            if op in FUSED_WHERE_A_KERNEL_IS and "registers no kernel" in str(e):
+                print(f"skip {op}: {e}")
+                continue
+            raise
         want = ref(*arrays)
         out = r.outputs[0].to_numpy()
         close(out, want, tolerance(op, out.dtype, fp16_products), op)
