@@ -281,7 +281,9 @@ class CompiledGraph:
         return Profile(dict(self._cg.profile(self._arguments(inputs))))
 
     def fusion(self) -> Dict[str, int]:
-        """Nodes the fusion pass made: ``attention``, ``bias_gelu``, ``add_layer_norm``."""
+        """Nodes the fusion pass made: ``attention``, ``bias_gelu``, ``linear_gelu`` (those of
+        ``bias_gelu`` fused into their product as ``LinearGelu``, where the device has a
+        kernel for it), ``add_layer_norm``."""
         return dict(self._cg.fusion())
 
     def __repr__(self) -> str:

@@ -282,13 +282,15 @@ impl PyCompiledGraph {
             Ok(d)
         })
     }
-    /// Nodes the fusion pass made: `{attention, bias_gelu, add_layer_norm}`.
+    /// Nodes the fusion pass made: `{attention, bias_gelu, linear_gelu, add_layer_norm}`
+    /// (`linear_gelu`: those of `bias_gelu` fused into their product as `LinearGelu`).
     fn fusion<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         guard(py, "CompiledGraph.fusion", || {
             let f = self.cg.fusion_stats();
             let d = PyDict::new(py);
             d.set_item("attention", f.attention)?;
             d.set_item("bias_gelu", f.bias_gelu)?;
+            d.set_item("linear_gelu", f.linear_gelu)?;
             d.set_item("add_layer_norm", f.add_layer_norm)?;
             Ok(d)
         })

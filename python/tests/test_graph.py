@@ -49,7 +49,9 @@ def test_graph_against_eager(rt: npurt.Runtime) -> None:
     assert plan is not None and plan.arena_bytes >= plan.load_bytes > 0 and plan.ratio >= 1.0
     prof = cg.profile([xs])
     assert prof.total_ms > 0 and prof.nodes and "traceEvents" in prof.chrome_trace()
-    assert isinstance(cg.fusion(), dict)
+    fused = cg.fusion()
+    assert set(fused) == {"attention", "bias_gelu", "linear_gelu", "add_layer_norm"}, fused
+    assert fused["linear_gelu"] <= fused["bias_gelu"], fused
 
 
 def test_graph_errors_name_the_node(rt: npurt.Runtime) -> None:
