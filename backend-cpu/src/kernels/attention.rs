@@ -334,3 +334,84 @@ mod tests {
         assert_eq!(block_keys(0, ROWS, 300, 100, false), 100);
     }
 }
+
+/// Times the f32 kernel at the encoder shapes against a product of the same FLOPs (run
+/// with `cargo test --release -p backend-cpu --lib attention::timing -- --ignored
+/// --nocapture`): prints medians of thread CPU time, asserts nothing.
+#[cfg(test)]
+mod timing {
+    use super::*;
+    use runtime::{Op, Shape};
+
+    fn cpu_us() -> f64 {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `ts` is a valid out-pointer for the call.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        ts.tv_sec as f64 * 1e6 + ts.tv_nsec as f64 / 1e3
+    }
+
+    fn median_us(mut f: impl FnMut()) -> f64 {
+        let mut t: Vec<f64> = (0..31)
+            .map(|_| {
+                let t0 = cpu_us();
+                f();
+                cpu_us() - t0
+            })
+            .collect();
+        t.sort_by(f64::total_cmp);
+        t[15]
+    }
+
+    #[test]
+    #[ignore = "a measurement, not a check"]
+    fn encoder_shapes() {
+        let f = crate::features::get();
+        for (name, h, s, d) in
+            [("bert-base s128", 12, 128, 64), ("minilm s128", 12, 128, 32), ("minilm s32", 12, 32, 32)]
+        {
+            let dims = vec![1, s, h, d];
+            let st = Shape::new(dims.clone()).contiguous_strides();
+            let x: Vec<f32> = (0..s * h * d).map(|i| ((i * 31 % 97) as f32 - 48.0) / 40.0).collect();
+            let mask = vec![0f32; s];
+            let (md, ms) = (vec![1, 1, 1, s], vec![s, s, s, 1]);
+            let op = Op::Attention { scale: None, layout: AttentionLayout::Bsnd, causal: false };
+            let mut o = vec![0f32; x.len()];
+            let ctx = Ctx { threads: 1, features: f, prepacked: None };
+            let bytes: &[u8] = bytemuck::cast_slice(&x);
+            let mut ins: Vec<In> = (0..3).map(|_| In { dtype: DType::F32, dims: &dims, strides: &st, bytes }).collect();
+            ins.push(In { dtype: DType::F32, dims: &md, strides: &ms, bytes: bytemuck::cast_slice(&mask) });
+            let att = median_us(|| {
+                let mut outs = [Out { dtype: DType::F32, dims: &dims, bytes: bytemuck::cast_slice_mut(&mut o) }];
+                crate::kernels::fast::run(&op, &ins, &mut outs, &ctx).unwrap()
+            });
+            // The same FLOPs (4·h·s·s·d) as one product of s rows, k = d·h, n = 2·s.
+            let (m, k, n) = (s, d * h, 2 * s);
+            let a: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32).collect();
+            let mut c = vec![0f32; m * n];
+            let gemm = median_us(|| {
+                blas::sgemm(Sgemm {
+                    isa: f.isa,
+                    m,
+                    n,
+                    k,
+                    alpha: 1.0,
+                    a: Strided { data: &a, rs: k, cs: 1 },
+                    b: BMatrix::Strided(Strided { data: &b, rs: n, cs: 1 }),
+                    beta: 0.0,
+                    bias: None,
+                    c: &mut c,
+                    ldc: n,
+                    threads: 1,
+                })
+                .unwrap()
+            });
+            let gf = |us: f64| (4 * h * s * s * d) as f64 / us / 1e3;
+            println!(
+                "TIMING {name}, 1 thread: attention {att:.0} us ({:.1} GFLOP/s), product of the same FLOPs {gemm:.0} us ({:.1})",
+                gf(att),
+                gf(gemm)
+            );
+        }
+    }
+}

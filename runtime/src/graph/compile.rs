@@ -147,6 +147,12 @@ fn fuse(rt: &Runtime, graph: Graph, on: bool, options: &CompileOptions) -> Resul
     let (graph, canonical) = canonical::canonicalize(graph, &kernel_of)?;
     let (graph, mut stats) = choose_patterns(rt, &graph, &kernel_of, options)?;
     stats.canonical = canonical;
+    let (device, precision) = (options.device, options.precision);
+    let cost_of = |op: &crate::op::Op, ins: &[TensorMeta]| {
+        rt.modelled_cost(device, op, &as_compiled(op, ins, precision)).map(|d| d.as_secs_f64())
+    };
+    let (graph, merged) = super::siblings::merge(&graph, &kernel_of, &cost_of)?;
+    stats.merged_linears = merged;
     if stats != FusionStats::default() {
         log::info!("compiled graph: fusion {stats:?}");
     }

@@ -71,6 +71,8 @@ pub struct FusionStats {
     /// Of [`Self::bias_gelu`], those fused into their product as `LinearGelu`.
     pub linear_gelu: usize,
     pub add_layer_norm: usize,
+    /// Groups of Linears reading one x merged into one product (see `siblings.rs`).
+    pub merged_linears: usize,
     /// Matches left unfused because the device's model says the fused form is slower
     /// (see [`fuse_by_cost`]): Attention, BiasGelu and AddLayerNorm patterns.
     pub attention_declined: usize,

@@ -81,15 +81,31 @@ impl HostBytes {
         len: usize,
         make: impl FnOnce(&[u8]) -> Vec<u8> + Send + 'static,
     ) -> HostBytes {
+        HostBytes::derived_from(std::slice::from_ref(source), rule, len, move |s| make(s[0]))
+    }
+
+    /// [`HostBytes::derived`] from several sources (in order), e.g. weights stacked into
+    /// one: `make` reads them all; the fingerprint is of theirs, in order, and `rule`.
+    pub fn derived_from(
+        sources: &[HostBytes],
+        rule: &str,
+        len: usize,
+        make: impl FnOnce(&[&[u8]]) -> Vec<u8> + Send + 'static,
+    ) -> HostBytes {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        source.fingerprint().hash(&mut h);
+        for s in sources {
+            s.fingerprint().hash(&mut h);
+        }
         rule.hash(&mut h);
         len.hash(&mut h);
-        let src = source.clone();
+        let src = sources.to_vec();
         let derived = Arc::new(Derived {
             bytes: std::sync::OnceLock::new(),
-            make: std::sync::Mutex::new(Some(Box::new(move || make(src.as_slice())))),
+            make: std::sync::Mutex::new(Some(Box::new(move || {
+                let slices: Vec<&[u8]> = src.iter().map(HostBytes::as_slice).collect();
+                make(&slices)
+            }))),
         });
         HostBytes { owner: derived.clone(), len, known: Some(h.finish()), derived: Some(derived) }
     }
@@ -571,5 +587,19 @@ mod tests {
         assert!(!d.pending());
         assert_eq!(d.as_slice(), (0u8..200).rev().collect::<Vec<u8>>().as_slice());
         assert!(!source.pending(), "owned bytes are never pending");
+    }
+
+    #[test]
+    fn bytes_derived_from_several_sources_read_them_in_order() {
+        let (a, b) = (HostBytes::from(vec![1u8, 2]), HostBytes::from(vec![3u8, 4, 5]));
+        let joined = |srcs: &[HostBytes]| HostBytes::derived_from(srcs, "concat", 5, |s| s.concat());
+        let ab = joined(&[a.clone(), b.clone()]);
+        assert!(ab.pending());
+        assert_eq!(ab.fingerprint(), joined(&[a.clone(), b.clone()]).fingerprint());
+        assert_ne!(ab.fingerprint(), joined(&[b.clone(), a.clone()]).fingerprint(), "order is part of the identity");
+        assert_eq!(ab.as_slice(), &[1, 2, 3, 4, 5]);
+        // One source: the same identity as `derived`.
+        let one = HostBytes::derived(&a, "concat", 5, |s| s.to_vec());
+        assert_eq!(one.fingerprint(), HostBytes::derived_from(&[a], "concat", 5, |s| s.concat()).fingerprint());
     }
 }

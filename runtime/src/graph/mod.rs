@@ -33,6 +33,7 @@ pub mod profile;
 mod run;
 pub mod schedule;
 pub mod shared;
+mod siblings;
 
 pub use exec::{ArenaStats, CompileOptions, CompiledGraph, DEFAULT_MAX_ARENAS};
 pub use frozen::host::HostRun;
