@@ -245,7 +245,8 @@ macro_rules! x86_packing {
     };
 }
 
-/// AVX2 + FMA, 6×16.
+/// AVX2 + FMA, 6×16, with 5×16 short tiles read from the same 6-row panels
+/// ([`RowPlan`](super::layout::RowPlan)).
 pub(super) struct Avx2;
 
 impl MicroKernel for Avx2 {
