@@ -10,7 +10,7 @@
 //! into a thread-private buffer (the per-call product) or read in place from a matrix
 //! packed once ([`BPanels::Prepacked`]).
 
-use super::layout::{ATile, Blocking, CTile, MicroKernel, Problem, even_block};
+use super::layout::{ATile, Blocking, CTile, MicroKernel, Problem, RowPlan, even_block, run_partial};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
@@ -269,18 +269,27 @@ pub(super) unsafe fn drive<K: MicroKernel>(
     let slices = k.div_ceil(kc_max);
     let b_len = if packs_b { ncb.min(n_pad) * kc_max } else { 0 };
     let cptr = CPtr(c.as_mut_ptr());
+    // The tiles of a row block: MR rows, and the kernel's short tiles where MR does not
+    // divide the rows (every row block but the last is a multiple of MR).
+    let plan = |rows: usize| RowPlan::new(rows, mr, K::SHORT_ROWS);
     // A row-major A whose rows fill every tile is read in place: packing would copy it
     // once per product for no gain in the kernel (its MR rows stay in L1 as a packed
     // panel would; on Zen 4, row strides of 4 KiB multiples, k = 1024 and 4096, ran as
-    // fast in place as packed).
-    let in_place = p.csa == 1 && m % mr == 0;
+    // fast in place as packed). Where short tiles fill them, only while every item's A
+    // tiles stay in L1 one at a time (fewer than `B_IN_L1_MIN_PANELS`): on Zen 3 (one
+    // thread, alternated) 32 rows gained 4–7 % in place, 512 rows (A streamed from L2 in
+    // the other order, rows 4 KiB apart) lost 5–15 %.
+    let last_block = m - (m - 1) / rb_max * rb_max;
+    let short_in_place = m.div_ceil(mr) < B_IN_L1_MIN_PANELS && plan(m.min(rb_max)).exact() && plan(last_block).exact();
+    let in_place = p.csa == 1 && (m % mr == 0 || short_in_place);
     let a_len = if in_place { 0 } else { rb_panels * mr * k };
     let state: Vec<AtomicU8> = (0..rb_panels * slices).map(|_| AtomicU8::new(UNPACKED)).collect();
 
     with_buf(&PACK_SHARED, a_len, |abuf| {
         for r0 in (0..m).step_by(rb_max) {
             let rows = rb_max.min(m - r0);
-            let m_panels = rows.div_ceil(mr);
+            let block = plan(rows);
+            let m_panels = block.tiles();
             if r0 > 0 {
                 // The previous row block's jobs are joined: nobody reads these any more.
                 state.iter().for_each(|s| s.store(UNPACKED, Ordering::Relaxed));
@@ -288,8 +297,8 @@ pub(super) unsafe fn drive<K: MicroKernel>(
             let shared =
                 SharedPanels { buf: abuf.as_mut_ptr(), len: abuf.len(), mr, panels: m_panels, kc_max, state: &state };
             let ms = want.div_ceil(nb).min(m_panels).max(1);
-            let rows_per = m_panels.div_ceil(ms) * mr;
-            let ms = rows.div_ceil(rows_per);
+            let panels_per = m_panels.div_ceil(ms);
+            let ms = m_panels.div_ceil(panels_per);
 
             let run_item = |t: usize, bbuf: &mut [f32]| {
                 // Row ranges vary fastest: jobs starting together pack different A panels.
@@ -297,16 +306,18 @@ pub(super) unsafe fn drive<K: MicroKernel>(
                 let j0 = jb * ncb;
                 let cols = ncb.min(n - j0);
                 let np = cols.div_ceil(nr);
-                let i0 = ib * rows_per;
-                let irows = rows_per.min(rows - i0);
+                let q0 = ib * panels_per;
+                let tiles = block.sub(q0, m_panels.min(q0 + panels_per));
+                let i0 = block.start(q0);
+                let irows = tiles.rows();
                 for pc in (0..k).step_by(kc_max) {
                     let kc = kc_max.min(k - pc);
                     let apanels = if in_place {
                         let start = (r0 + i0) * p.rsa + pc;
                         APanels::InPlace { a: &p.a[start..start + (irows - 1) * p.rsa + kc], lda: p.rsa }
                     } else {
-                        APanels::Packed(shared.get(i0 / mr, (i0 + irows).div_ceil(mr), pc, kc, |q, dst| {
-                            K::pack_a(p, r0 + q * mr, mr.min(rows - q * mr), pc, kc, dst)
+                        APanels::Packed(shared.get(q0, q0 + tiles.tiles(), pc, kc, |q, dst| {
+                            K::pack_a(p, r0 + block.start(q), block.height(q), pc, kc, dst)
                         }))
                     };
                     let bpanels: &[f32] = match b {
@@ -321,15 +332,15 @@ pub(super) unsafe fn drive<K: MicroKernel>(
                     };
                     let beta = if pc == 0 { p.beta } else { 1.0 };
                     let last = pc + kc >= k;
-                    // `apanels` holds the A panels of rows `r0+i0..+irows`, `bpanels` the `np`
-                    // B panels of columns `j0..j0+cols`, both of depth `kc`.
+                    // `apanels` holds the A panels of `tiles` (rows `r0+i0..+irows`), `bpanels`
+                    // the `np` B panels of columns `j0..j0+cols`, both of depth `kc`.
                     // SAFETY: `K` is supported (our precondition); that C region lies inside
                     // `c` (checked by the caller) and is written by this item only.
                     unsafe {
-                        macro_kernel::<K>(
+                        macro_kernel::<K, true>(
                             kc,
                             apanels,
-                            irows,
+                            tiles,
                             bpanels,
                             cols,
                             cptr.get().add((r0 + i0) * p.ldc + j0),
@@ -388,43 +399,23 @@ const A_L2_BYTES: usize = 256 << 10;
 /// (6 rounds in each order).
 pub(super) const B_IN_L1_MIN_PANELS: usize = 28;
 
-/// Multiplies packed A (`rows` valid rows in MR-panels) by packed B (`cols` valid columns in
-/// NR-panels) into C at `c` (row stride `ldc`).
+/// Multiplies packed A (the tiles of `plan`, in MR-panels) by packed B (`cols` valid
+/// columns in NR-panels) into C at `c` (row stride `ldc`). Where `STREAM` (the B panels
+/// may come from memory), the first A tile meets each B micro-panel through
+/// [`MicroKernel::run_streaming`]; every other tile runs [`MicroKernel::run`] (or the
+/// short tile's [`MicroKernel::run_short`]).
 ///
 /// # Safety
-/// `K` is supported by the CPU; `c` is valid for reads/writes of `rows × cols` at stride
-/// `ldc` and not accessed concurrently; `apanels`/`bpack` hold `ceil(rows/MR)` / `ceil(cols/NR)`
-/// panels of depth `kc` (an in-place A: `rows` rows, a multiple of MR, of `kc` floats).
+/// `K` is supported by the CPU; `c` is valid for reads/writes of `plan.rows() × cols` at
+/// stride `ldc` and not accessed concurrently; `apanels`/`bpack` hold `plan.tiles()` /
+/// `ceil(cols/NR)` panels of depth `kc` (an in-place A: `plan.rows()` rows of `kc` floats,
+/// every tile whole: [`RowPlan::exact`]).
 #[allow(clippy::too_many_arguments)]
 #[inline]
-pub(super) unsafe fn macro_kernel<K: MicroKernel>(
+pub(super) unsafe fn macro_kernel<K: MicroKernel, const STREAM: bool>(
     kc: usize,
     apanels: APanels<'_>,
-    rows: usize,
-    bpack: &[f32],
-    cols: usize,
-    c: *mut f32,
-    ldc: usize,
-    alpha: f32,
-    beta: f32,
-    bias: Option<&[f32]>,
-) {
-    // SAFETY: the same contract.
-    unsafe { macro_kernel_with::<K, true>(kc, apanels, rows, bpack, cols, c, ldc, alpha, beta, bias) }
-}
-
-/// [`macro_kernel`], whose first A panel runs each B micro-panel through
-/// [`MicroKernel::run_streaming`] where `STREAM` (the B panels may come from memory), or
-/// every tile through [`MicroKernel::run`].
-///
-/// # Safety
-/// As [`macro_kernel`].
-#[allow(clippy::too_many_arguments)]
-#[inline]
-pub(super) unsafe fn macro_kernel_with<K: MicroKernel, const STREAM: bool>(
-    kc: usize,
-    apanels: APanels<'_>,
-    rows: usize,
+    plan: RowPlan,
     bpack: &[f32],
     cols: usize,
     c: *mut f32,
@@ -434,54 +425,42 @@ pub(super) unsafe fn macro_kernel_with<K: MicroKernel, const STREAM: bool>(
     bias: Option<&[f32]>,
 ) {
     let (mr, nr) = (K::MR, K::NR);
+    let rows = plan.rows();
     debug_assert!(bias.is_none_or(|b| b.len() >= cols));
     match apanels {
-        APanels::Packed(ap) => assert!(ap.len() >= rows.div_ceil(mr) * mr * kc, "packed A shorter than its panels"),
+        APanels::Packed(ap) => assert!(ap.len() >= plan.tiles() * mr * kc, "packed A shorter than its panels"),
         APanels::InPlace { a, lda } => {
-            assert!(rows.is_multiple_of(mr) && a.len() >= (rows - 1) * lda + kc, "in-place A out of bounds")
+            assert!(plan.exact() && a.len() >= (rows - 1) * lda + kc, "in-place A out of bounds")
         }
     }
     debug_assert!(bpack.len() >= cols.div_ceil(nr) * nr * kc);
-    // Stack tile for edge tiles (large enough for every kernel: 12×32).
-    const TILE: usize = 16 * 32;
-    const { assert!(K::MR * K::NR <= TILE) };
-    let mut tile = [0.0f32; TILE];
-    // The A tile of panel `ip` (rows `ip·MR..`): in bounds, asserted above.
+    // The A tile of panel `ip` (rows `plan.start(ip)..`): in bounds, asserted above.
     let a_tile = |ip: usize| match apanels {
         APanels::Packed(ap) => ATile::Packed(ap[ip * mr * kc..].as_ptr()),
-        APanels::InPlace { a, lda } => ATile::InPlace { a: a[ip * mr * lda..].as_ptr(), lda },
+        APanels::InPlace { a, lda } => ATile::InPlace { a: a[plan.start(ip) * lda..].as_ptr(), lda },
     };
     // The first tile of each B micro-panel meets it first, maybe from memory.
-    let mut tile_op = |ip: usize, jp: usize, bp: &[f32]| {
+    let tile_op = |ip: usize, jp: usize, bp: &[f32]| {
         let first = STREAM && ip == 0;
-        let (i, j) = (ip * mr, jp * nr);
+        let (i, j) = (plan.start(ip), jp * nr);
         let b = bp.as_ptr();
-        let (mv, nv) = (mr.min(rows - i), nr.min(cols - j));
+        let (mv, nv) = (plan.height(ip), nr.min(cols - j));
         // SAFETY: (i, j) is inside the rows × cols region (i < rows, j < cols).
         let cij = unsafe { c.add(i * ldc + j) };
-        if mv == mr && nv == nr {
-            let bias = bias.map_or(std::ptr::null(), |b| b[j..j + nr].as_ptr());
-            // SAFETY: `K`'s features are this function's precondition; the A tile holds
-            // MR rows of `kc` (asserted above), `bp` a whole B panel; a full tile of C inside
-            // the region, which only this item writes; a bias holds the tile's `nr` columns.
-            unsafe {
-                let c = CTile { c: cij, ldc, alpha, beta, bias };
+        let bias = bias.map_or(std::ptr::null(), |b| b[j..j + nv].as_ptr());
+        let c = CTile { c: cij, ldc, alpha, beta, bias };
+        // SAFETY: `K`'s features are this function's precondition; the A tile holds the
+        // tile's rows of `kc` (asserted above: a whole MR-panel, or in place `mv` rows, MR or
+        // SHORT_ROWS of them, the plan being exact), `bp` a whole B panel; the `mv × nv`
+        // tile of C is inside the region, which only this item writes; a bias holds the
+        // tile's `nv` columns.
+        unsafe {
+            if nv == nr && mv == mr {
                 if first { K::run_streaming(kc, a_tile(ip), b, c) } else { K::run(kc, a_tile(ip), b, c) }
-            };
-        } else {
-            let c = CTile { c: tile.as_mut_ptr(), ldc: nr, alpha: 1.0, beta: 0.0, bias: std::ptr::null() };
-            // SAFETY: as above, into `tile`, which holds MR×NR floats at row stride NR
-            // (beta = 0: not read).
-            unsafe { if first { K::run_streaming(kc, a_tile(ip), b, c) } else { K::run(kc, a_tile(ip), b, c) } };
-            for ii in 0..mv {
-                for jj in 0..nv {
-                    let v = alpha * tile[ii * nr + jj] + bias.map_or(0.0, |b| b[j + jj]);
-                    // SAFETY: (i+ii, j+jj) is inside the rows × cols region.
-                    unsafe {
-                        let dst = cij.add(ii * ldc + jj);
-                        *dst = if beta == 0.0 { v } else { v + beta * *dst };
-                    }
-                }
+            } else if nv == nr && mv == K::SHORT_ROWS {
+                K::run_short(kc, a_tile(ip), b, c, first)
+            } else {
+                run_partial::<K>(kc, a_tile(ip), b, c, (mv, nv), first)
             }
         }
     };
@@ -490,7 +469,7 @@ pub(super) unsafe fn macro_kernel_with<K: MicroKernel, const STREAM: bool>(
     // A micro-panel stays in L1 while the B micro-panels stream from L2. Where B's panel is
     // kept in L1 instead, a chunk is the A panels of at most A_L2_BYTES, which stream from
     // L2 past each B micro-panel.
-    let a_panels = rows.div_ceil(mr);
+    let a_panels = plan.tiles();
     let chunk =
         if K::B_PANEL_IN_L1 && a_panels >= B_IN_L1_MIN_PANELS { (A_L2_BYTES / 4 / (kc * mr)).max(1) } else { 1 };
     for i0 in (0..a_panels).step_by(chunk) {

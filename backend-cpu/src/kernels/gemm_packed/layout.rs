@@ -91,10 +91,162 @@ pub(super) trait MicroKernel {
         unsafe { Self::run(kc, a, b, c) }
     }
 
+    /// The height of the kernel's short tile, 0 where it has none: that many rows (fewer
+    /// than `MR`) computed from the first rows of an `MR`-row A tile, so that a row count
+    /// `MR` does not divide is cut into tiles of `MR` and `SHORT_ROWS` rows ([`RowPlan`])
+    /// rather than computing empty rows.
+    const SHORT_ROWS: usize = 0;
+
+    /// [`run`](Self::run) (or [`run_streaming`](Self::run_streaming) where `streaming`)
+    /// for the first [`SHORT_ROWS`](Self::SHORT_ROWS) rows of the A tile only: C's tile is
+    /// `SHORT_ROWS × NR`. An in-place A needs only those rows. Kernels without a short
+    /// tile compute the whole tile into a stack tile and write those rows.
+    ///
+    /// # Safety
+    /// As [`run`](Self::run), with `SHORT_ROWS` rows in place of `MR` for `c` (and for an
+    /// in-place `a`); a packed `a` is a whole `MR`-row panel.
+    unsafe fn run_short(kc: usize, a: ATile, b: *const f32, c: CTile, streaming: bool) {
+        // SAFETY: the same contract, `SHORT_ROWS` rows.
+        unsafe { run_partial::<Self>(kc, a, b, c, (Self::SHORT_ROWS, Self::NR), streaming) }
+    }
+
     /// [`pack_a_panel`] with `MR = Self::MR`.
     fn pack_a(p: &Problem<'_>, i0: usize, rows: usize, p0: usize, kc: usize, dst: &mut [f32]);
     /// [`pack_b_panel`] with `NR = Self::NR`.
     fn pack_b(p: &Problem<'_>, j0: usize, cols: usize, p0: usize, kc: usize, dst: &mut [f32]);
+}
+
+/// The largest `MR × NR` tile of every kernel (AVX-512's 12×32 and 8×32 fit).
+pub(super) const MAX_TILE: usize = 16 * 32;
+
+/// `K`'s tile computed into a stack tile, of which the `rows × cols` corner is written to
+/// `c` (with its alpha, beta and bias): the edge tiles of C. Where `rows` is at most
+/// [`MicroKernel::SHORT_ROWS`], the short kernel computes it (an in-place A is read only
+/// in those rows).
+///
+/// # Safety
+/// As [`MicroKernel::run`] (or `run_streaming` where `streaming`), with `rows × cols`
+/// (at most `MR × NR`) in place of the tile's size for `c` and its bias, and for an
+/// in-place `a` `rows` rows (at least `SHORT_ROWS` of them where `rows <= SHORT_ROWS`,
+/// `MR` otherwise).
+pub(super) unsafe fn run_partial<K: MicroKernel + ?Sized>(
+    kc: usize,
+    a: ATile,
+    b: *const f32,
+    c: CTile,
+    (rows, cols): (usize, usize),
+    streaming: bool,
+) {
+    const { assert!(K::MR * K::NR <= MAX_TILE) };
+    debug_assert!(rows <= K::MR && cols <= K::NR);
+    let mut tile = [0.0f32; MAX_TILE];
+    let t = CTile { c: tile.as_mut_ptr(), ldc: K::NR, alpha: 1.0, beta: 0.0, bias: std::ptr::null() };
+    // SAFETY: `tile` holds MR×NR floats at row stride NR (beta = 0: not read); the A and B
+    // operands are the caller's. The short kernel writes SHORT_ROWS rows of it and reads
+    // SHORT_ROWS rows of an in-place A.
+    unsafe {
+        if K::SHORT_ROWS > 0 && rows <= K::SHORT_ROWS {
+            K::run_short(kc, a, b, t, streaming)
+        } else if streaming {
+            K::run_streaming(kc, a, b, t)
+        } else {
+            K::run(kc, a, b, t)
+        }
+    }
+    let CTile { c, ldc, alpha, beta, bias } = c;
+    for i in 0..rows {
+        for j in 0..cols {
+            // SAFETY: a non-null bias holds `cols` floats (the contract).
+            let add = if bias.is_null() { 0.0 } else { unsafe { *bias.add(j) } };
+            let v = alpha * tile[i * K::NR + j] + add;
+            // SAFETY: (i, j) lies in the caller's `rows × cols` region of C.
+            unsafe {
+                let dst = c.add(i * ldc + j);
+                *dst = if beta == 0.0 { v } else { v + beta * *dst };
+            }
+        }
+    }
+}
+
+/// How the rows of a row block (or of one item's part of it) are cut into A tiles: first
+/// `full` tiles of `MR` rows, then tiles of the kernel's `SHORT_ROWS`, every tile's A
+/// panel `MR` rows tall (a short one zero-padded). With no short tile, or where no such
+/// cut exists, every tile is `MR` rows but the last (which may be partial). 32 rows on a
+/// 6-row kernel with 5-row short tiles: 6, 6, 5, 5, 5, 5 rather than six tiles of 6 (36
+/// rows computed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct RowPlan {
+    mr: usize,
+    short: usize,
+    /// Tiles of `mr` rows, before the short ones.
+    full: usize,
+    tiles: usize,
+    rows: usize,
+}
+
+impl RowPlan {
+    /// The tiles of `rows` rows for a kernel of `mr` rows and `short`-row short tiles (0: none).
+    pub(super) fn new(rows: usize, mr: usize, short: usize) -> RowPlan {
+        let tiles = rows.div_ceil(mr);
+        // rows = full·mr + (tiles − full)·short, with 0 <= full <= tiles.
+        if short > 0 && short < mr && !rows.is_multiple_of(mr) && rows >= tiles * short {
+            let extra = rows - tiles * short;
+            if extra.is_multiple_of(mr - short) && extra / (mr - short) <= tiles {
+                return RowPlan { mr, short, full: extra / (mr - short), tiles, rows };
+            }
+        }
+        RowPlan::uniform(rows, mr)
+    }
+
+    /// Tiles of `mr` rows only (the last may be partial).
+    pub(super) fn uniform(rows: usize, mr: usize) -> RowPlan {
+        let tiles = rows.div_ceil(mr);
+        RowPlan { mr, short: 0, full: tiles, tiles, rows }
+    }
+
+    /// The number of tiles.
+    pub(super) fn tiles(&self) -> usize {
+        self.tiles
+    }
+
+    /// The rows of all tiles.
+    pub(super) fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// The first row of tile `q` (`q <= tiles`: `start(tiles)` is `rows`).
+    pub(super) fn start(&self, q: usize) -> usize {
+        if q >= self.tiles {
+            self.rows
+        } else if q <= self.full {
+            q * self.mr
+        } else {
+            self.full * self.mr + (q - self.full) * self.short
+        }
+    }
+
+    /// The rows of tile `q`.
+    pub(super) fn height(&self, q: usize) -> usize {
+        self.start(q + 1) - self.start(q)
+    }
+
+    /// Whether every tile is `MR` or `SHORT_ROWS` rows (none partial): an A read in place
+    /// has all the rows its tiles read.
+    pub(super) fn exact(&self) -> bool {
+        self.rows == self.full * self.mr + (self.tiles - self.full) * self.short
+    }
+
+    /// The plan of tiles `q0..q1` (rows from `start(q0)`).
+    pub(super) fn sub(&self, q0: usize, q1: usize) -> RowPlan {
+        debug_assert!(q0 <= q1 && q1 <= self.tiles);
+        RowPlan {
+            mr: self.mr,
+            short: self.short,
+            full: self.full.clamp(q0, q1) - q0,
+            tiles: q1 - q0,
+            rows: self.start(q1) - self.start(q0),
+        }
+    }
 }
 
 /// Implements the packing methods of [`MicroKernel`] for concrete `MR`/`NR`.

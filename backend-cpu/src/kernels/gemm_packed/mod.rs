@@ -9,7 +9,9 @@
 //!   and a packed `kc×NR` panel of `B`, keeping the whole tile in vector registers:
 //!   * `avx512-fma`: 12×32 (24 zmm accumulators), and 8×32 (16) where `m` is a multiple
 //!     of 8 that 12 divides badly (32, 128 rows: no tile computes empty rows),
-//!   * `avx2-fma`: 6×16 (12 ymm accumulators, the classic BLIS Haswell shape),
+//!   * `avx2-fma`: 6×16 (12 ymm accumulators, the classic BLIS Haswell shape), and 5×16
+//!     (10) short tiles read from the same 6-row panels where 6 does not divide the rows
+//!     of a row block (32 rows: 6, 6, 5, 5, 5, 5 rather than 36 computed; `RowPlan`),
 //!   * `scalar`: 4×8 plain `f32` arrays (portable; compiled on every target).
 //!
 //!   The kernel is the one of the instruction-set path the backend selected

@@ -7,7 +7,7 @@
 //! `npurt bench peak --kernels` prints them next to the FMA peak.
 
 use super::driver::{APanels, B_IN_L1_MIN_PANELS, macro_kernel};
-use super::layout::MicroKernel;
+use super::layout::{MicroKernel, RowPlan};
 use super::scalar::ScalarKernel;
 #[cfg(target_arch = "x86_64")]
 use super::x86;
@@ -81,7 +81,7 @@ pub(super) unsafe fn rate<K: MicroKernel>(
     // Enough A panels for the kernel's own loop order to be the one the driver takes.
     let a_panels = if K::B_PANEL_IN_L1 { B_IN_L1_MIN_PANELS } else { A_PANELS };
     let (rows, cols) = (a_panels * K::MR, B_PANELS * K::NR);
-    let a: Vec<f32> = (0..rows * kc).map(|i| 1.0 + (i % 7) as f32 / 64.0).collect();
+    let a = a_values(rows * kc);
     let region = kc * cols;
     let regions = (stream_bytes / 4 / region).max(2);
     let b: Vec<f32> = (0..region * regions).map(|i| (i % 5) as f32 / 1024.0).collect();
@@ -92,7 +92,10 @@ pub(super) unsafe fn rate<K: MicroKernel>(
         // SAFETY: `K` is supported (our precondition); A holds `a_panels` packed panels of
         // depth `kc`, B `B_PANELS` of them, C `rows × cols` at row stride `cols`, written by
         // this thread only.
-        unsafe { macro_kernel::<K>(kc, APanels::Packed(&a), rows, bp, cols, c.as_mut_ptr(), cols, 1.0, 1.0, None) };
+        unsafe {
+            let plan = RowPlan::uniform(rows, K::MR);
+            macro_kernel::<K, true>(kc, APanels::Packed(&a), plan, bp, cols, c.as_mut_ptr(), cols, 1.0, 1.0, None)
+        };
     };
     let mut measure = |stream: bool| {
         let mut next = 0usize;
@@ -128,6 +131,11 @@ pub(super) unsafe fn rate<K: MicroKernel>(
         in_cache_gflops,
         b_from_memory_gflops,
     }
+}
+
+/// A's values in the measurements: `len` floats near 1 (no denormals, no overflow).
+fn a_values(len: usize) -> Vec<f32> {
+    (0..len).map(|i| 1.0 + (i % 7) as f32 / 64.0).collect()
 }
 
 #[cfg(test)]
@@ -195,6 +203,28 @@ mod tests {
         unsafe { std::slice::from_raw_parts_mut(start, len) }
     }
 
+    /// Floats of each B buffer the measurements read from memory (256 MiB).
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    const B_FLOATS: usize = (256 << 20) / 4;
+
+    /// What the AVX-512 measurements below share: `None` (having said why) without AVX-512,
+    /// else one B buffer of [`B_FLOATS`] per entry of `huge` (on huge pages where true),
+    /// filled with small values.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    fn avx512_b_in_memory<const N: usize>(huge: [bool; N]) -> Option<[&'static [f32]; N]> {
+        if let Err(e) = features::get().check(Isa::Avx512) {
+            println!("SKIP: {e}");
+            return None;
+        }
+        Some(huge.map(|huge| {
+            let b = mapped(B_FLOATS, huge);
+            for (i, x) in b.iter_mut().enumerate() {
+                *x = (i % 5) as f32 / 1024.0;
+            }
+            &*b
+        }))
+    }
+
     /// The macro-kernel with and without B prefetching, B read from a new place in a
     /// 256 MiB buffer each call (an item of a prepacked product whose weights come from
     /// memory), and with B on huge pages, alternated in batches, on this thread's CPU
@@ -204,23 +234,13 @@ mod tests {
     #[test]
     #[ignore = "a measurement; run it by hand in a release build"]
     fn streaming_b_against_plain_b() {
-        use super::super::driver::macro_kernel_with;
-        if features::get().check(Isa::Avx512).is_err() {
-            println!("SKIP: no AVX-512");
-            return;
-        }
+        let Some([small, huge]) = avx512_b_in_memory([false, true]) else { return };
         type K = x86::Avx512x8;
         let kc = 512;
-        let total = (256 << 20) / 4;
-        let small = mapped(total, false);
-        let huge = mapped(total, true);
-        for (i, x) in small.iter_mut().chain(huge.iter_mut()).enumerate() {
-            *x = (i % 5) as f32 / 1024.0;
-        }
         for (rows, cols) in [(32usize, 64usize), (32, 96), (128, 96), (128, 192)] {
-            let a: Vec<f32> = (0..rows * kc).map(|i| 1.0 + (i % 7) as f32 / 64.0).collect();
+            let a = a_values(rows * kc);
             let region = kc * cols.div_ceil(32) * 32;
-            let regions = total / region;
+            let regions = B_FLOATS / region;
             let mut c = vec![0.0f32; rows * cols];
             let mut next = 0;
             // Variant 0: plain, 1: streaming, 2: streaming with B on huge pages.
@@ -230,14 +250,14 @@ mod tests {
                 for _ in 0..200 {
                     let bp = &b[next * region..][..region];
                     next = (next + 1) % regions;
-                    let (ap, cp) = (APanels::Packed(&a), c.as_mut_ptr());
+                    let (ap, cp, plan) = (APanels::Packed(&a), c.as_mut_ptr(), RowPlan::uniform(rows, K::MR));
                     // SAFETY: AVX-512 checked above; A holds rows/8 panels of depth kc, B
                     // the panels of `cols` columns, C rows × cols.
                     unsafe {
                         if variant == 0 {
-                            macro_kernel_with::<K, false>(kc, ap, rows, bp, cols, cp, cols, 1.0, 0.0, None)
+                            macro_kernel::<K, false>(kc, ap, plan, bp, cols, cp, cols, 1.0, 0.0, None)
                         } else {
-                            macro_kernel_with::<K, true>(kc, ap, rows, bp, cols, cp, cols, 1.0, 0.0, None)
+                            macro_kernel::<K, true>(kc, ap, plan, bp, cols, cp, cols, 1.0, 0.0, None)
                         }
                     }
                 }
@@ -277,23 +297,13 @@ mod tests {
     #[test]
     #[ignore = "a measurement; run it by hand in a release build"]
     fn split_rows_against_whole_blocks() {
-        use super::super::driver::macro_kernel_with;
         use std::sync::Barrier;
-        if features::get().check(Isa::Avx512).is_err() {
-            println!("SKIP: no AVX-512");
-            return;
-        }
+        let Some([b]) = avx512_b_in_memory([false]) else { return };
         type K = x86::Avx512x8;
         let (m, k, cols, blocks) = (32usize, 384usize, 64usize, 6usize);
-        let total = (256 << 20) / 4;
-        let b = mapped(total, false);
-        for (i, x) in b.iter_mut().enumerate() {
-            *x = (i % 5) as f32 / 1024.0;
-        }
-        let b: &[f32] = b;
         let region = k * cols;
-        let products = total / (region * blocks);
-        let a: Vec<f32> = (0..m * k).map(|i| 1.0 + (i % 7) as f32 / 64.0).collect();
+        let products = B_FLOATS / (region * blocks);
+        let a = a_values(m * k);
         let (rounds, per) = (16, 100);
         let mut cpu = [Vec::new(), Vec::new()];
         for round in 0..rounds {
@@ -320,10 +330,10 @@ mod tests {
                                         // SAFETY: AVX-512 checked above; A holds `rows`/8
                                         // panels of depth k, B 2 panels, C rows × cols.
                                         unsafe {
-                                            macro_kernel_with::<K, true>(
+                                            macro_kernel::<K, true>(
                                                 k,
                                                 APanels::Packed(ap),
-                                                rows,
+                                                RowPlan::uniform(rows, K::MR),
                                                 bp,
                                                 cols,
                                                 c.as_mut_ptr(),
@@ -356,5 +366,70 @@ mod tests {
             "32x384x384, B from memory, CPU time of both threads per product: rows split {:.1} us, whole blocks {:.1} us",
             us[0], us[1]
         );
+    }
+
+    /// AVX2's short tiles against whole ones: the rows of A cut as the driver cuts them
+    /// (32 rows: 6, 6, 5, 5, 5, 5) or in 6-row tiles only (36 rows computed), one k slice
+    /// against four B panels in cache, alternated in batches on this thread's CPU time, as
+    /// GFLOP/s of the `m` rows. A measurement:
+    /// `cargo test --release -p backend-cpu --lib short_tiles -- --ignored --nocapture`.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[test]
+    #[ignore = "a measurement; run it by hand in a release build"]
+    fn short_tiles_against_whole_tiles() {
+        if let Err(e) = features::get().check(Isa::Avx2Fma) {
+            println!("SKIP: {e}");
+            return;
+        }
+        type K = x86::Avx2;
+        let (kc, cols) = (K::BLOCKING.kc, 4 * K::NR);
+        for m in [32usize, 128, 20, 65] {
+            let plans = [RowPlan::new(m, K::MR, K::SHORT_ROWS), RowPlan::uniform(m, K::MR)];
+            let a = a_values(plans[1].tiles() * K::MR * kc);
+            let b = a_values(kc * cols);
+            let mut c = vec![0.0f32; m * cols];
+            let mut batch = |plan: RowPlan| {
+                let t = thread_cpu();
+                for _ in 0..400 {
+                    // SAFETY: AVX2 and FMA checked above; A holds the panels of both plans,
+                    // B four panels, C m × cols.
+                    unsafe {
+                        macro_kernel::<K, false>(
+                            kc,
+                            APanels::Packed(&a),
+                            plan,
+                            &b,
+                            cols,
+                            c.as_mut_ptr(),
+                            cols,
+                            1.0,
+                            0.0,
+                            None,
+                        )
+                    }
+                }
+                (thread_cpu() - t).as_secs_f64() / 400.0
+            };
+            let mut times = [Vec::new(), Vec::new()];
+            for round in 0..16 {
+                for v in [round % 2, 1 - round % 2] {
+                    times[v].push(batch(plans[v]));
+                }
+            }
+            let g: Vec<f64> = times
+                .iter_mut()
+                .map(|v| {
+                    v.sort_by(f64::total_cmp);
+                    2.0 * (m * cols * kc) as f64 / v[v.len() / 2] / 1e9
+                })
+                .collect();
+            println!(
+                "{m} rows ({:?}): short tiles {:.1} GF/s, 6-row tiles {:.1} GF/s ({:+.1} %)",
+                (0..plans[0].tiles()).map(|q| plans[0].height(q)).collect::<Vec<_>>(),
+                g[0],
+                g[1],
+                (g[0] / g[1] - 1.0) * 100.0
+            );
+        }
     }
 }

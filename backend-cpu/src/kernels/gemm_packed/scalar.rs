@@ -42,10 +42,10 @@ unsafe fn scalar_tile(kc: usize, a: impl Fn(usize, usize) -> f32, b: *const f32,
     let b = unsafe { std::slice::from_raw_parts(b, kc * NR) };
     let mut acc = [[0.0f32; NR]; MR];
     for (p, bv) in b.chunks_exact(NR).enumerate() {
-        for i in 0..MR {
+        for (i, row) in acc.iter_mut().enumerate() {
             let ai = a(i, p);
-            for j in 0..NR {
-                acc[i][j] += ai * bv[j];
+            for (x, &bj) in row.iter_mut().zip(bv) {
+                *x += ai * bj;
             }
         }
     }

@@ -1,7 +1,7 @@
 //! The packed GEMM against an f64 reference, on every path this CPU runs.
 
 use super::entry::run_blocked;
-use super::layout::{Blocking, MicroKernel, Problem, even_block, min_len, pack_a_panel};
+use super::layout::{Blocking, MicroKernel, Problem, RowPlan, even_block, min_len, pack_a_panel};
 use super::operands::{BMatrix, Sgemm, Strided};
 use super::packed_b::{PackedBLayout, pack_b};
 use super::paths::{all_supported, kernel_name, supported};
@@ -491,6 +491,43 @@ fn x86_packing_matches_the_portable_packing() {
     }
     check::<x86::Avx512>("avx512 12x32");
     check::<x86::Avx512x8>("avx512 8x32");
+}
+
+/// A row plan's tiles cover its rows in order, each `MR` or `SHORT_ROWS` tall where the
+/// plan is exact (only the last may be shorter otherwise), with no more tiles than MR-row
+/// tiles alone; a sub-plan is the same tiles from its first row.
+#[test]
+fn row_plans_cover_their_rows() {
+    assert_eq!((0..6).map(|q| RowPlan::new(32, 6, 5).height(q)).collect::<Vec<_>>(), [6, 6, 5, 5, 5, 5]);
+    assert!(!RowPlan::new(13, 6, 5).exact(), "13 rows: 3 tiles of 5 or 6 hold 15 to 18");
+    for (mr, short) in [(6, 5), (6, 0), (8, 0), (12, 0), (4, 0)] {
+        for rows in 1..200 {
+            let plan = RowPlan::new(rows, mr, short);
+            assert_eq!((plan.rows(), plan.tiles(), plan.start(0)), (rows, rows.div_ceil(mr), 0));
+            for q in 0..plan.tiles() {
+                let h = plan.height(q);
+                let last = q + 1 == plan.tiles();
+                assert!(h == mr || (h == short && plan.exact()) || (last && h < mr), "{rows}/{mr}/{short}: {q} {h}");
+                assert_eq!(plan.start(q + 1), plan.start(q) + h);
+            }
+            assert_eq!(plan.start(plan.tiles()), rows);
+            assert_eq!(plan.exact(), rows % mr == 0 || (short > 0 && plan.height(plan.tiles() - 1) == short));
+            // 6- and 5-row tiles cut every row count from 20 up exactly.
+            assert!(plan.exact() || short != 5 || rows < 20, "{rows} rows");
+            for (q0, q1) in
+                [(0, plan.tiles()), (1, plan.tiles()), (0, plan.tiles() / 2), (plan.tiles() / 3, plan.tiles())]
+            {
+                if q0 > q1 || q1 > plan.tiles() {
+                    continue;
+                }
+                let sub = plan.sub(q0, q1);
+                assert_eq!(sub.tiles(), q1 - q0);
+                for q in 0..=sub.tiles() {
+                    assert_eq!(sub.start(q), plan.start(q0 + q) - plan.start(q0), "{rows}/{mr}/{short} sub {q0}..{q1}");
+                }
+            }
+        }
+    }
 }
 
 #[test]

@@ -10,15 +10,17 @@ use std::arch::x86_64::*;
 macro_rules! simd_kernel {
     ($name:ident, $feat:literal, $vt:ty, $lanes:expr, $mr:expr, $nv:expr, $unroll:literal,
      $zero:ident, $loadu:ident, $storeu:ident, $set1:ident, $fmadd:ident, $mul:ident) => {
-        /// `STREAM`: each k step also prefetches the B rows [`B_PREFETCH_BYTES`] ahead
-        /// ([`MicroKernel::run_streaming`]).
+        /// Computes the first `R` (at most `MR`) rows of the tile: `MR` for the kernel's
+        /// tile, fewer for its short tile ([`MicroKernel::SHORT_ROWS`]), read from the
+        /// same `MR`-row A panels. `STREAM`: each k step also prefetches the B rows
+        /// [`B_PREFETCH_BYTES`] ahead ([`MicroKernel::run_streaming`]).
         ///
         /// # Safety
         /// CPU supports the target features; `a`: `kc*MR` floats readable (a packed panel)
-        /// or, where `IN_PLACE`, MR rows of `kc` floats at row stride `lda`; `b`: `kc*NR`
-        /// floats readable; `c` as [`MicroKernel::run`].
+        /// or, where `IN_PLACE`, R rows of `kc` floats at row stride `lda`; `b`: `kc*NR`
+        /// floats readable; `c` as [`MicroKernel::run`] for `R` rows.
         #[target_feature(enable = $feat)]
-        unsafe fn $name<const IN_PLACE: bool, const STREAM: bool>(
+        unsafe fn $name<const R: usize, const IN_PLACE: bool, const STREAM: bool>(
             kc: usize,
             a: *const f32,
             lda: usize,
@@ -30,14 +32,15 @@ macro_rules! simd_kernel {
             const NV: usize = $nv;
             const L: usize = $lanes;
             const NR: usize = NV * L;
-            for i in 0..MR {
+            const { assert!(R <= MR) };
+            for i in 0..R {
                 // SAFETY: prefetch is only a hint; the address is inside the C tile.
                 unsafe {
                     _mm_prefetch::<_MM_HINT_T0>(c.add(i * ldc).cast::<i8>());
                     _mm_prefetch::<_MM_HINT_T0>(c.add(i * ldc + NR - 1).cast::<i8>());
                 }
             }
-            let mut acc: [[$vt; NV]; MR] = [[$zero(); NV]; MR];
+            let mut acc: [[$vt; NV]; R] = [[$zero(); NV]; R];
             let mut pa = a;
             let mut pb = b;
             // One k step at `pa`/`pb`, advanced past it.
@@ -172,16 +175,17 @@ avx512_kernel!(kernel_avx512_8x32, 8);
 /// at 32 rows, +10–11 % at 128 for each).
 const B_PREFETCH_BYTES: usize = 8 << 10;
 
-/// `MicroKernel::run` and `run_streaming` of a kernel type, forwarded to the
-/// `simd_kernel!` function `$kernel` instantiated for a packed or an in-place A.
+/// `MicroKernel::run`, `run_streaming` and (with a short tile of `$short` rows)
+/// `run_short` of a kernel type, forwarded to the `simd_kernel!` function `$kernel`
+/// instantiated for `$mr` (or `$short`) rows and a packed or an in-place A.
 macro_rules! forward_to {
-    ($kernel:ident) => {
+    ($kernel:ident, $mr:literal) => {
         unsafe fn run(kc: usize, a: ATile, b: *const f32, c: CTile) {
             // SAFETY: forwarded contract (the CPU has the kernel's features, pointers valid).
             unsafe {
                 match a {
-                    ATile::Packed(a) => $kernel::<false, false>(kc, a, 0, b, c),
-                    ATile::InPlace { a, lda } => $kernel::<true, false>(kc, a, lda, b, c),
+                    ATile::Packed(a) => $kernel::<$mr, false, false>(kc, a, 0, b, c),
+                    ATile::InPlace { a, lda } => $kernel::<$mr, true, false>(kc, a, lda, b, c),
                 }
             }
         }
@@ -189,8 +193,24 @@ macro_rules! forward_to {
             // SAFETY: forwarded contract (the CPU has the kernel's features, pointers valid).
             unsafe {
                 match a {
-                    ATile::Packed(a) => $kernel::<false, true>(kc, a, 0, b, c),
-                    ATile::InPlace { a, lda } => $kernel::<true, true>(kc, a, lda, b, c),
+                    ATile::Packed(a) => $kernel::<$mr, false, true>(kc, a, 0, b, c),
+                    ATile::InPlace { a, lda } => $kernel::<$mr, true, true>(kc, a, lda, b, c),
+                }
+            }
+        }
+    };
+    ($kernel:ident, $mr:literal, $short:literal) => {
+        forward_to!($kernel, $mr);
+        const SHORT_ROWS: usize = $short;
+        unsafe fn run_short(kc: usize, a: ATile, b: *const f32, c: CTile, streaming: bool) {
+            // SAFETY: forwarded contract for `$short` rows (the CPU has the kernel's
+            // features, pointers valid).
+            unsafe {
+                match (a, streaming) {
+                    (ATile::Packed(a), false) => $kernel::<$short, false, false>(kc, a, 0, b, c),
+                    (ATile::Packed(a), true) => $kernel::<$short, false, true>(kc, a, 0, b, c),
+                    (ATile::InPlace { a, lda }, false) => $kernel::<$short, true, false>(kc, a, lda, b, c),
+                    (ATile::InPlace { a, lda }, true) => $kernel::<$short, true, true>(kc, a, lda, b, c),
                 }
             }
         }
@@ -225,7 +245,8 @@ macro_rules! x86_packing {
     };
 }
 
-/// AVX2 + FMA, 6×16.
+/// AVX2 + FMA, 6×16, with 5×16 short tiles read from the same 6-row panels
+/// ([`RowPlan`](super::layout::RowPlan)).
 pub(super) struct Avx2;
 
 impl MicroKernel for Avx2 {
@@ -236,7 +257,7 @@ impl MicroKernel for Avx2 {
     const B_PANEL_IN_L1: bool = true;
     x86_packing!(6, 16);
 
-    forward_to!(kernel_avx2_6x16);
+    forward_to!(kernel_avx2_6x16, 6, 5);
 }
 
 /// AVX-512F, 12×32.
@@ -248,7 +269,7 @@ impl MicroKernel for Avx512 {
     const BLOCKING: Blocking = Blocking { mc: 3072, kc: 512, nc: 384 };
     x86_packing!(12, 32);
 
-    forward_to!(kernel_avx512_12x32);
+    forward_to!(kernel_avx512_12x32, 12);
 }
 
 /// AVX-512F, 8×32: the B panels (and so a prepacked B) of [`Avx512`], for products whose
@@ -263,7 +284,7 @@ impl MicroKernel for Avx512x8 {
 
     x86_packing!(8, 32);
 
-    forward_to!(kernel_avx512_8x32);
+    forward_to!(kernel_avx512_8x32, 8);
 }
 
 /// Whether a product of `m` rows runs on [`Avx512x8`] rather than [`Avx512`]: when its
