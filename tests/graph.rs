@@ -667,6 +667,39 @@ fn in_place_nodes_are_never_dead_and_their_rules_are_checked() {
     assert!(e.contains("constant") && e.contains("node \"write\""), "{e}");
 }
 
+/// Precision f16 over one store of shared constants (`compile_shared`, as the ONNX Runtime
+/// EP compiles a second input shape): the fp16 weights, identified by their f32 source and
+/// the conversion, are found in the store, so the second shape uploads none of them (nor
+/// converts them) and gives the results of a graph converting its own.
+#[test]
+fn f16_weights_are_shared_across_shapes() {
+    let b = common::backend("cpu").expect("cpu backend");
+    let rt = common::runtime(&b);
+    let cfg = BertConfig::tiny();
+    let store = SharedConstants::new();
+    let opts = || CompileOptions { precision: Precision::F16, ..options(true, true, false, ScheduleStrategy::Latency) };
+    let build = |batch: usize, seq: usize| bert::build(&cfg, Weights::Random(3), batch, seq).unwrap().graph;
+    let fp16 = |cg: &CompiledGraph| {
+        let g = cg.graph();
+        g.values.iter().filter(|v| v.meta.dtype == DType::F16 && matches!(v.kind, ValueKind::Constant(_))).count()
+    };
+    let first = CompiledGraph::compile_shared(&rt, build(1, 8), opts(), &store).unwrap();
+    let converted = fp16(&first);
+    assert!(converted > 0, "the Linear weights are stored in fp16");
+    let (held, held_bytes, served) = (store.len(), store.device_bytes(), store.served());
+    let second = CompiledGraph::compile_shared(&rt, build(2, 16), opts(), &store).unwrap();
+    assert_eq!(fp16(&second), converted);
+    // The store gains the shape's position ids at most.
+    assert!(store.len() <= held + 1, "{} constants after {held}", store.len());
+    assert!(store.device_bytes() - held_bytes <= 16 * 8, "{} bytes after {held_bytes}", store.device_bytes());
+    assert!(store.served() - served >= converted, "{} of {converted} fp16 weights served", store.served() - served);
+    let own = CompiledGraph::compile_owned(&rt, build(2, 16), opts()).unwrap();
+    let ins = bert_inputs(&rt, 2, 16, cfg.vocab_size);
+    let refs: Vec<&Tensor> = ins.iter().collect();
+    let (got, want) = (second.run(&refs).unwrap(), own.run(&refs).unwrap());
+    assert_eq!(max_diff(&got[0], &want[0]), 0.0, "shared fp16 weights give the same result");
+}
+
 /// Precision bf16 with fused Attention: where the CPU has AMX-BF16, every non-causal
 /// Attention over at least 64 keys reads bf16 q, k and v (casts inserted around it, one per value) and runs on
 /// the bf16 unit; at f32 it keeps the f32 kernel. Either way the output stays close to f32's.

@@ -8,144 +8,13 @@ use acl_sys::codes::*;
 use acl_sys::result::aclnn::{self, FlashAttentionAttrs};
 use acl_sys::result::{self as r};
 use acl_sys::*;
-use npurt_test_support::emu::{Emu, emu_or_skip, fake_toolkit, serial};
-use std::cell::RefCell;
-use std::ffi::c_void;
+use npurt_test_support::emu::serial;
 use std::ptr::{null, null_mut};
 
+mod common;
+use common::Dev;
+
 const NEG: f32 = f32::NEG_INFINITY;
-const WS: usize = 32 << 10;
-
-/// A bound device of the emulated `soc` with one allocation (64 KiB) and a stream.
-struct Dev {
-    api: Api,
-    base: *mut c_void,
-    stream: aclrtStream,
-    descs: RefCell<Vec<*mut aclTensor>>,
-}
-
-impl Dev {
-    fn open(tag: &str, soc: &str) -> Option<(Dev, Ctl)> {
-        let emu = emu_or_skip(tag)?;
-        let tk = fake_toolkit(tag, &emu);
-        let api = Api::load(&LoadConfig { lib_dir: Some(tk.join("lib64")), no_system_loader: true }).expect("load");
-        let ctl = Emu::open(&emu);
-        assert_eq!(ctl.configure(&format!("soc={soc};fail=")), 0);
-        // SAFETY: no configuration file.
-        match unsafe { r::init(&api, null()) } {
-            Ok(()) => {}
-            Err(e) if e.code() == Some(ACL_ERROR_REPEAT_INITIALIZE) => {}
-            Err(e) => panic!("{e}"),
-        }
-        r::set_device(&api, 0).unwrap();
-        let base = r::malloc(&api, 64 << 10, ACL_MEM_MALLOC_HUGE_FIRST).unwrap();
-        let stream = r::create_stream(&api).unwrap();
-        Some((Dev { api, base, stream, descs: RefCell::default() }, Ctl(ctl)))
-    }
-
-    fn at(&self, off: usize) -> *mut c_void {
-        (self.base as usize + off) as *mut c_void
-    }
-
-    /// A tensor descriptor of `dims` with element `strides` at byte offset `off`.
-    fn view(&self, dims: &[i64], strides: &[i64], dt: aclDataType, off: usize) -> *mut aclTensor {
-        let n = dims.len() as u64;
-        // SAFETY: the arrays hold `n` values; the address lies inside the allocation.
-        let t = unsafe {
-            aclnn::create_tensor(
-                &self.api,
-                dims.as_ptr(),
-                n,
-                dt,
-                strides.as_ptr(),
-                0,
-                ACL_FORMAT_ND,
-                dims.as_ptr(),
-                n,
-                self.at(off),
-            )
-        }
-        .unwrap();
-        self.descs.borrow_mut().push(t);
-        t
-    }
-
-    /// A contiguous tensor descriptor.
-    fn tensor(&self, dims: &[i64], dt: aclDataType, off: usize) -> *mut aclTensor {
-        let mut strides = vec![1i64; dims.len()];
-        for i in (0..dims.len().saturating_sub(1)).rev() {
-            strides[i] = strides[i + 1] * dims[i + 1];
-        }
-        self.view(dims, &strides, dt, off)
-    }
-
-    fn put<T: Copy>(&self, off: usize, v: &[T]) {
-        let n = std::mem::size_of_val(v);
-        // SAFETY: `v` is `n` readable bytes; the device range lies inside the allocation.
-        unsafe { r::memcpy(&self.api, self.at(off), n, v.as_ptr().cast(), n, ACL_MEMCPY_HOST_TO_DEVICE) }.unwrap();
-    }
-
-    fn get<T: Copy + Default>(&self, off: usize, n: usize) -> Vec<T> {
-        let mut v = vec![T::default(); n];
-        let b = std::mem::size_of_val(v.as_slice());
-        // SAFETY: the stream is synchronised first; `v` is `b` writable bytes.
-        unsafe {
-            r::synchronize_stream(&self.api, self.stream).unwrap();
-            r::memcpy(&self.api, v.as_mut_ptr().cast(), b, self.at(off), b, ACL_MEMCPY_DEVICE_TO_HOST).unwrap();
-        }
-        v
-    }
-
-    /// Phase 2 of `(ws, executor)` on the stream, with the workspace at offset 32 KiB.
-    fn launch(&self, (ws, ex): (u64, *mut aclOpExecutor)) -> Result<(), AclError> {
-        assert!(ws <= WS as u64);
-        let w = if ws == 0 { null_mut() } else { self.at(WS) };
-        // SAFETY: an executor of aclnnFlashAttentionScore; the workspace is device memory.
-        unsafe { aclnn::flash_attention_score(&self.api, w, ws, ex, self.stream) }
-    }
-
-    /// Releases an executor phase 2 did not consume (or a repeatable one).
-    fn drop_executor(&self, ex: *mut aclOpExecutor, repeatable: bool) {
-        // SAFETY: a live executor from phase 1, with no launch still queued.
-        unsafe {
-            r::synchronize_stream(&self.api, self.stream).unwrap();
-            if !repeatable {
-                aclnn::set_executor_repeatable(&self.api, ex).unwrap();
-            }
-            aclnn::destroy_executor(&self.api, ex).unwrap();
-        }
-    }
-
-    fn close(self) {
-        // SAFETY: everything queued is finished before the memory and the stream go.
-        unsafe {
-            r::synchronize_stream(&self.api, self.stream).unwrap();
-            for t in self.descs.take() {
-                aclnn::destroy_tensor(&self.api, t).unwrap();
-            }
-            r::destroy_stream(&self.api, self.stream).unwrap();
-            r::free(&self.api, self.base).unwrap();
-            r::reset_device(&self.api, 0).unwrap();
-        }
-    }
-}
-
-/// The emulator's control handle; restores the default SoC when dropped (a failed test
-/// included), so that the other tests of this binary see the 910A they expect.
-struct Ctl(Emu);
-
-impl std::ops::Deref for Ctl {
-    type Target = Emu;
-    fn deref(&self) -> &Emu {
-        &self.0
-    }
-}
-
-impl Drop for Ctl {
-    fn drop(&mut self) {
-        let _ = self.0.configure("soc=Ascend910A;fail=");
-    }
-}
 
 fn code(r: Result<impl Sized, AclError>) -> Option<i32> {
     r.err().and_then(|e| e.code())
@@ -258,7 +127,7 @@ fn vals(n: usize, seed: usize) -> Vec<f32> {
 #[test]
 fn computes_scaled_scores_plus_pse_with_grouped_heads() {
     let _one = serial();
-    let Some((d, ctl)) = Dev::open("fa-compute", "Ascend910B2") else { return };
+    let Some((d, ctl)) = Dev::open("fa-compute", Some("Ascend910B2")) else { return };
     let (b, n1, n2, s, t, dh, dv) = (2usize, 2usize, 1usize, 3usize, 4usize, 2usize, 2usize);
     let i = |v: usize| v as i64;
     let (q, k, v) = (vals(b * n1 * s * dh, 1), vals(b * n2 * t * dh, 2), vals(b * n2 * t * dv, 3));
@@ -273,7 +142,7 @@ fn computes_scaled_scores_plus_pse_with_grouped_heads() {
         q: d.tensor(&[i(b), i(n1), i(s), i(dh)], ACL_FLOAT, 0),
         k: d.tensor(&[i(b), i(n2), i(t), i(dh)], ACL_FLOAT, 512),
         v: d.tensor(&[i(b), i(n2), i(t), i(dv)], ACL_FLOAT, 1024),
-        pse: d.view(&[i(b), i(n1), 1, i(t)], &[i(t), 0, i(t), 1], ACL_FLOAT, 1536),
+        pse: d.strided(&[i(b), i(n1), 1, i(t)], &[i(t), 0, i(t), 1], ACL_FLOAT, 1536),
         max: d.tensor(&[i(b), i(n1), i(s), 8], ACL_FLOAT, 2048),
         sum: d.tensor(&[i(b), i(n1), i(s), 8], ACL_FLOAT, 4096),
         out: d.tensor(&[i(b), i(n1), i(s), i(dv)], ACL_FLOAT, 6144),
@@ -281,7 +150,7 @@ fn computes_scaled_scores_plus_pse_with_grouped_heads() {
     r::emulator::reset_run_counters(&d.api).unwrap();
     let p1 = phase1(&d.api, f, &attrs(0.7, i(n1))).unwrap();
     assert!(p1.0 > 0, "the operator asks for a workspace");
-    d.launch(p1).unwrap();
+    d.launch(aclnn::flash_attention_score, p1).unwrap();
     let pse = |bi: usize, _h: usize, _i: usize, j: usize| f64::from(pse_rows[bi * t + j]);
     let (out, maxes, sums) = expected((b, n1, n2, s, t, dh, dv), &q, &k, &v, pse, 0.7);
     close_to(&d.get::<f32>(6144, out.len()), &out, 1e-6, "attentionOut");
@@ -302,7 +171,7 @@ fn computes_scaled_scores_plus_pse_with_grouped_heads() {
 #[test]
 fn a_repeatable_executor_moves_its_tensors_by_prototype_index() {
     let _one = serial();
-    let Some((d, ctl)) = Dev::open("fa-repeat", "Ascend910B2") else { return };
+    let Some((d, ctl)) = Dev::open("fa-repeat", Some("Ascend910B2")) else { return };
     let api = &d.api;
     let h = |v: &[f32]| v.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect::<Vec<u16>>();
     let (q0, q1, k, v) = (vals(8, 1), vals(8, 4), vals(6, 2), vals(6, 3));
@@ -316,7 +185,7 @@ fn a_repeatable_executor_moves_its_tensors_by_prototype_index() {
         q: d.tensor(&[1, 1, 4, 2], ACL_FLOAT16, 0),
         k: d.tensor(&[1, 1, 3, 2], ACL_FLOAT16, 512),
         v: d.tensor(&[1, 1, 3, 2], ACL_FLOAT16, 768),
-        pse: d.view(&[1, 1, 4, 3], &[0, 0, 0, 1], ACL_FLOAT16, 1024),
+        pse: d.strided(&[1, 1, 4, 3], &[0, 0, 0, 1], ACL_FLOAT16, 1024),
         max: d.tensor(&[1, 1, 4, 8], ACL_FLOAT, 2048),
         sum: d.tensor(&[1, 1, 4, 8], ACL_FLOAT, 2560),
         out: d.tensor(&[1, 1, 4, 2], ACL_FLOAT16, 3072),
@@ -326,7 +195,7 @@ fn a_repeatable_executor_moves_its_tensors_by_prototype_index() {
     // it at these prototype positions; the addresses are aligned device memory.
     unsafe {
         aclnn::set_executor_repeatable(api, ex).unwrap();
-        d.launch((ws, ex)).unwrap();
+        d.launch(aclnn::flash_attention_score, (ws, ex)).unwrap();
         let first: Vec<u16> = d.get(3072, 8);
         // A new query (input 0) and output (output 3, after the reserved softmaxOutOut).
         aclnn::set_input_tensor_addr(api, ex, 0, f.q, d.at(256)).unwrap();
@@ -336,7 +205,7 @@ fn a_repeatable_executor_moves_its_tensors_by_prototype_index() {
         assert_eq!(code(aclnn::set_input_tensor_addr(api, ex, 4, f.pse, d.at(1024))), inv, "dropMask was NULL");
         assert_eq!(code(aclnn::set_input_tensor_addr(api, ex, 3, f.v, d.at(1024))), inv, "input 3 is the pse");
         aclnn::set_input_tensor_addr(api, ex, 3, f.pse, d.at(1024)).unwrap();
-        d.launch((ws, ex)).unwrap();
+        d.launch(aclnn::flash_attention_score, (ws, ex)).unwrap();
         let pse_at = |_b: usize, _h: usize, _i: usize, j: usize| f64::from(pse[j]);
         let back = |v: Vec<f32>| h(&v).into_iter().map(|x| f64::from(half::f16::from_bits(x).to_f32())).collect();
         let shape = (1, 1, 1, 4, 3, 2, 2);
@@ -349,7 +218,7 @@ fn a_repeatable_executor_moves_its_tensors_by_prototype_index() {
             close_to(&got, &want, 2e-3, "fp16 attentionOut");
         }
     }
-    d.drop_executor(ex, true);
+    d.drop_repeatable(ex);
     d.close();
     let c = ctl.counters();
     assert_eq!((c.executors, c.descriptors), (0, 0), "{c:?}");
@@ -358,7 +227,7 @@ fn a_repeatable_executor_moves_its_tensors_by_prototype_index() {
 #[test]
 fn phase_one_checks_as_the_op_api_and_docs_do() {
     let _one = serial();
-    let Some((d, ctl)) = Dev::open("fa-checks", "Ascend910B2") else { return };
+    let Some((d, ctl)) = Dev::open("fa-checks", Some("Ascend910B2")) else { return };
     let api = &d.api;
     let t = |dims: &[i64], dt| d.tensor(dims, dt, 0);
     let ok = Fa {
@@ -388,7 +257,7 @@ fn phase_one_checks_as_the_op_api_and_docs_do() {
     assert_eq!(p(ok, &FlashAttentionAttrs { input_layout: c"BSND", ..a }), inv, "BSND is not emulated");
     assert_eq!(p(ok, &FlashAttentionAttrs { input_layout: c"BSH", ..a }), inv, "BSH with a 4-D query");
     let blind = FlashAttentionAttrs { input_layout: c"bnsd", ..a };
-    d.drop_executor(phase1(api, ok, &blind).expect("the layout is case-blind").1, false);
+    d.drop_executor(phase1(api, ok, &blind).expect("the layout is case-blind").1);
     assert_eq!(p(with(&|f| f.k = t(&[1, 2, 5, 3], ACL_FLOAT16)), &a), inv, "D of q and k differ");
     assert_eq!(p(with(&|f| f.v = t(&[1, 2, 5, 6], ACL_FLOAT16)), &a), inv, "Dv above D");
     assert_eq!(p(with(&|f| f.v = t(&[1, 2, 4, 4], ACL_FLOAT16)), &a), inv, "k and v lengths");
@@ -444,14 +313,14 @@ fn phase_one_checks_as_the_op_api_and_docs_do() {
     for dims in [[1, 2, 3, 5], [1, 2, 1, 5]] {
         let (ws, ex) = phase1(api, with(&|f| f.pse = t(&dims, ACL_FLOAT16)), &a).unwrap();
         assert!(ws > 0);
-        d.drop_executor(ex, false);
+        d.drop_executor(ex);
     }
     let gqa = with(&|f| {
         f.k = t(&[1, 1, 5, 4], ACL_FLOAT16);
         f.v = t(&[1, 1, 5, 2], ACL_FLOAT16);
         f.out = t(&[1, 2, 3, 2], ACL_FLOAT16);
     });
-    d.drop_executor(phase1(api, gqa, &a).unwrap().1, false);
+    d.drop_executor(phase1(api, gqa, &a).unwrap().1);
     // Every output empty: nothing to do, no workspace, whatever the rest says.
     let empty = Fa {
         q: t(&[1, 2, 0, 4], ACL_FLOAT16),
@@ -462,7 +331,7 @@ fn phase_one_checks_as_the_op_api_and_docs_do() {
     };
     let (ws, ex) = phase1(api, empty, &FlashAttentionAttrs { head_num: 5, ..a }).unwrap();
     assert_eq!(ws, 0);
-    d.launch((ws, ex)).unwrap();
+    d.launch(aclnn::flash_attention_score, (ws, ex)).unwrap();
     d.close();
     assert_eq!(ctl.counters().executors, 0);
 }
@@ -472,7 +341,7 @@ fn the_910_family_has_no_kernel() {
     let _one = serial();
     // 561003 after the arguments were found valid; Atlas A2 parts have the kernel.
     for (soc, has) in [("Ascend910A", false), ("Ascend910B", false), ("Ascend910ProB", false), ("Ascend910B4", true)] {
-        let Some((d, ctl)) = Dev::open("fa-socs", soc) else { return };
+        let Some((d, ctl)) = Dev::open("fa-socs", Some(soc)) else { return };
         let f = Fa {
             q: d.tensor(&[1, 1, 2, 2], ACL_FLOAT16, 0),
             k: d.tensor(&[1, 1, 2, 2], ACL_FLOAT16, 512),
@@ -486,7 +355,7 @@ fn the_910_family_has_no_kernel() {
         let bad = FlashAttentionAttrs { head_num: 0, ..a };
         assert_eq!(code(phase1(&d.api, f, &bad)), Some(ACLNN_ERR_PARAM_INVALID), "{soc}: arguments first");
         match phase1(&d.api, f, &a) {
-            Ok((_, ex)) if has => d.drop_executor(ex, false),
+            Ok((_, ex)) if has => d.drop_executor(ex),
             r => assert_eq!(code(r), (!has).then_some(ACLNN_ERR_INNER_FIND_KERNEL_ERROR), "{soc}"),
         }
         d.close();
@@ -497,7 +366,7 @@ fn the_910_family_has_no_kernel() {
 #[test]
 fn both_symbols_fail_when_told_and_name_themselves() {
     let _one = serial();
-    let Some((d, ctl)) = Dev::open("fa-faults", "Ascend910B2") else { return };
+    let Some((d, ctl)) = Dev::open("fa-faults", Some("Ascend910B2")) else { return };
     let api = &d.api;
     let f = Fa {
         q: d.tensor(&[1, 1, 2, 2], ACL_FLOAT16, 0),
@@ -516,14 +385,14 @@ fn both_symbols_fail_when_told_and_name_themselves() {
     assert_eq!(ctl.calls(p1), 1);
     // The second call is not injected.
     let (ws, ex) = phase1(api, f, &a).unwrap();
-    d.drop_executor(ex, false);
+    d.drop_executor(ex);
     assert_eq!(ctl.configure("fail=aclnnFlashAttentionScore:1:507899"), 0);
     let (ws2, ex) = phase1(api, f, &a).unwrap();
     assert_eq!(ws, ws2);
-    let e = d.launch((ws, ex)).unwrap_err();
+    let e = d.launch(aclnn::flash_attention_score, (ws, ex)).unwrap_err();
     assert_eq!((e.code(), e.call()), (Some(507899), Some("aclnnFlashAttentionScore")), "{e}");
     // The failed launch never reached the stream: the executor is still unconsumed.
-    d.drop_executor(ex, false);
+    d.drop_executor(ex);
     assert_eq!(ctl.configure("fail="), 0);
     d.close();
     let c = ctl.counters();

@@ -116,9 +116,12 @@ fn h(x: f32) -> u16 {
     half::f16::from_f32(x).to_bits()
 }
 
+/// The key and value caches' fp16 bits.
+type Caches = (Vec<u16>, Vec<u16>);
+
 /// aclnnScatterPaKvCache (cacheMode "Norm") with fp16 caches `[2, 2, 1, 2]` and two tokens:
 /// `Ok(key cache, value cache)` after the launch, or the phase-1 code.
-fn pa_kv_cache(soc: &str, tag: &str, dt: aclDataType) -> Option<Result<(Vec<u16>, Vec<u16>), i32>> {
+fn pa_kv_cache(soc: &str, tag: &str, dt: aclDataType) -> Option<Result<Caches, i32>> {
     let _one = serial();
     let (d, _ctl) = Dev::open(tag, Some(soc))?;
     d.put(0, &[0u16; 8]);

@@ -6,103 +6,12 @@
 
 use acl_sys::codes::*;
 use acl_sys::result::aclnn;
-use acl_sys::result::{self as r};
 use acl_sys::*;
-use npurt_test_support::emu::{Emu, emu_or_skip, fake_toolkit, serial};
-use std::cell::RefCell;
-use std::ffi::c_void;
-use std::ptr::{null, null_mut};
+use npurt_test_support::emu::serial;
+use std::ptr::null_mut;
 
-/// A bound device of the emulated SoC with one allocation (64 KiB) and a stream; restores
-/// the default SoC when dropped.
-struct Dev {
-    api: Api,
-    base: *mut c_void,
-    stream: aclrtStream,
-    descs: RefCell<Vec<*mut aclTensor>>,
-    ctl: Emu,
-}
-
-impl Dev {
-    fn open(tag: &str, soc: &str) -> Option<Dev> {
-        let emu = emu_or_skip(tag)?;
-        let tk = fake_toolkit(tag, &emu);
-        let api = Api::load(&LoadConfig { lib_dir: Some(tk.join("lib64")), no_system_loader: true }).expect("load");
-        let ctl = Emu::open(&emu);
-        assert_eq!(ctl.configure(&format!("soc={soc};fail=")), 0);
-        // SAFETY: no configuration file.
-        match unsafe { r::init(&api, null()) } {
-            Ok(()) => {}
-            Err(e) if e.code() == Some(ACL_ERROR_REPEAT_INITIALIZE) => {}
-            Err(e) => panic!("{e}"),
-        }
-        r::set_device(&api, 0).unwrap();
-        let base = r::malloc(&api, 64 << 10, ACL_MEM_MALLOC_HUGE_FIRST).unwrap();
-        let stream = r::create_stream(&api).unwrap();
-        Some(Dev { api, base, stream, descs: RefCell::default(), ctl })
-    }
-
-    /// A contiguous f32-or-other tensor descriptor of `dims` at byte offset `off`.
-    fn tensor(&self, dims: &[i64], dt: aclDataType, off: usize) -> *mut aclTensor {
-        let mut strides = vec![1i64; dims.len()];
-        for i in (0..dims.len().saturating_sub(1)).rev() {
-            strides[i] = strides[i + 1] * dims[i + 1];
-        }
-        let n = dims.len() as u64;
-        let at = (self.base as usize + off) as *mut c_void;
-        // SAFETY: the arrays hold `n` values; the address lies inside the allocation.
-        let t = unsafe {
-            aclnn::create_tensor(
-                &self.api,
-                dims.as_ptr(),
-                n,
-                dt,
-                strides.as_ptr(),
-                0,
-                ACL_FORMAT_ND,
-                dims.as_ptr(),
-                n,
-                at,
-            )
-        }
-        .unwrap();
-        self.descs.borrow_mut().push(t);
-        t
-    }
-
-    fn put(&self, off: usize, v: &[f32]) {
-        let n = std::mem::size_of_val(v);
-        let at = (self.base as usize + off) as *mut c_void;
-        // SAFETY: `v` is `n` readable bytes; the device range lies inside the allocation.
-        unsafe { r::memcpy(&self.api, at, n, v.as_ptr().cast(), n, ACL_MEMCPY_HOST_TO_DEVICE) }.unwrap();
-    }
-
-    fn get(&self, off: usize, n: usize) -> Vec<f32> {
-        let mut v = vec![0f32; n];
-        let at = (self.base as usize + off) as *mut c_void;
-        // SAFETY: the stream is synchronised first; `v` is `4 n` writable bytes.
-        unsafe {
-            r::synchronize_stream(&self.api, self.stream).unwrap();
-            r::memcpy(&self.api, v.as_mut_ptr().cast(), 4 * n, at, 4 * n, ACL_MEMCPY_DEVICE_TO_HOST).unwrap();
-        }
-        v
-    }
-
-    fn close(self) {
-        // SAFETY: everything queued is finished before the memory and the stream go.
-        unsafe {
-            r::synchronize_stream(&self.api, self.stream).unwrap();
-            for t in self.descs.take() {
-                aclnn::destroy_tensor(&self.api, t).unwrap();
-            }
-            r::destroy_stream(&self.api, self.stream).unwrap();
-            r::free(&self.api, self.base).unwrap();
-            r::reset_device(&self.api, 0).unwrap();
-        }
-        assert_eq!(self.ctl.counters().executors, 0);
-        let _ = self.ctl.configure("soc=Ascend910A;fail=");
-    }
-}
+mod common;
+use common::Dev;
 
 fn code<T>(r: Result<T, AclError>) -> Option<i32> {
     r.err().and_then(|e| e.code())
@@ -133,10 +42,10 @@ fn close(got: &[f32], want: &[f32], what: &str) {
 #[test]
 fn the_fused_norms_write_y_rstd_and_the_sum() {
     let _one = serial();
-    let Some(d) = Dev::open("rms-fused", "Ascend910B2") else { return };
+    let Some((d, ctl)) = Dev::open("rms-fused", Some("Ascend910B2")) else { return };
     let (x, res, w, y, rstd, sum) = (0, 512, 1024, 1536, 2048, 2560);
     d.put(x, &X);
-    d.put(res, &[0.5; 8]);
+    d.put(res, &[0.5f32; 8]);
     d.put(w, &W);
     let t = |dims: &[i64], off| d.tensor(dims, ACL_FLOAT, off);
     let (tx, tw, ty, tr) = (t(&[2, 4], x), t(&[4], w), t(&[2, 4], y), t(&[2, 1], rstd));
@@ -145,8 +54,8 @@ fn the_fused_norms_write_y_rstd_and_the_sum() {
     // SAFETY: the executor of this phase 1, no workspace asked.
     unsafe { aclnn::rms_norm(&d.api, null_mut(), ws, ex, d.stream) }.unwrap();
     let (want_y, want_r) = rms(&X, 1e-6);
-    close(&d.get(y, 8), &want_y, "aclnnRmsNorm y");
-    close(&d.get(rstd, 2), &want_r, "aclnnRmsNorm rstd");
+    close(&d.get::<f32>(y, 8), &want_y, "aclnnRmsNorm y");
+    close(&d.get::<f32>(rstd, 2), &want_r, "aclnnRmsNorm rstd");
     // A rstd that is not FLOAT [2, 1] is refused at phase 1.
     let bad = t(&[2], rstd);
     // SAFETY: as above.
@@ -160,17 +69,18 @@ fn the_fused_norms_write_y_rstd_and_the_sum() {
     unsafe { aclnn::add_rms_norm(&d.api, null_mut(), ws, ex, d.stream) }.unwrap();
     let s: Vec<f32> = X.iter().map(|v| v + 0.5).collect();
     let (want_y, want_r) = rms(&s, 1e-6);
-    close(&d.get(sum, 8), &s, "aclnnAddRmsNorm xOut");
-    close(&d.get(y, 8), &want_y, "aclnnAddRmsNorm y");
-    close(&d.get(rstd, 2), &want_r, "aclnnAddRmsNorm rstd");
-    assert_eq!((d.ctl.calls("aclnnRmsNorm"), d.ctl.calls("aclnnAddRmsNorm")), (1, 1));
+    close(&d.get::<f32>(sum, 8), &s, "aclnnAddRmsNorm xOut");
+    close(&d.get::<f32>(y, 8), &want_y, "aclnnAddRmsNorm y");
+    close(&d.get::<f32>(rstd, 2), &want_r, "aclnnAddRmsNorm rstd");
+    assert_eq!((ctl.calls("aclnnRmsNorm"), ctl.calls("aclnnAddRmsNorm")), (1, 1));
     d.close();
+    assert_eq!(ctl.counters().executors, 0);
 }
 
 #[test]
 fn swiglu_gates_with_the_first_half() {
     let _one = serial();
-    let Some(d) = Dev::open("swiglu-fused", "Ascend910B2") else { return };
+    let Some((d, ctl)) = Dev::open("swiglu-fused", Some("Ascend910B2")) else { return };
     let (x, out) = (0, 512);
     d.put(x, &X);
     let (tx, to) = (d.tensor(&[2, 4], ACL_FLOAT, x), d.tensor(&[2, 2], ACL_FLOAT, out));
@@ -181,18 +91,19 @@ fn swiglu_gates_with_the_first_half() {
     let silu = |v: f32| v as f64 / (1.0 + (-v as f64).exp());
     let want: Vec<f32> =
         X.chunks(4).flat_map(|r| [silu(r[0]) * r[2] as f64, silu(r[1]) * r[3] as f64]).map(|v| v as f32).collect();
-    close(&d.get(out, 4), &want, "aclnnSwiGlu");
+    close(&d.get::<f32>(out, 4), &want, "aclnnSwiGlu");
     // Only the last axis is emulated.
     let t0 = d.tensor(&[1, 4], ACL_FLOAT, out);
     // SAFETY: as above.
     assert_eq!(code(unsafe { aclnn::swi_glu_get_workspace_size(&d.api, tx, 0, t0) }), Some(ACLNN_ERR_PARAM_INVALID));
     d.close();
+    assert_eq!(ctl.counters().executors, 0);
 }
 
 #[test]
 fn the_910_has_no_fused_kernel_but_has_silu() {
     let _one = serial();
-    let Some(d) = Dev::open("rms-910", "Ascend910A") else { return };
+    let Some((d, ctl)) = Dev::open("rms-910", Some("Ascend910A")) else { return };
     let t = |dims: &[i64], off| d.tensor(dims, ACL_FLOAT, off);
     let (tx, tw, ty, tr, ts) = (t(&[2, 4], 0), t(&[4], 512), t(&[2, 4], 1024), t(&[2, 1], 1536), t(&[2, 4], 2048));
     let none = Some(ACLNN_ERR_INNER_FIND_KERNEL_ERROR);
@@ -208,6 +119,7 @@ fn the_910_has_no_fused_kernel_but_has_silu() {
     // SAFETY: the executor of this phase 1.
     unsafe { aclnn::silu(&d.api, null_mut(), ws, ex, d.stream) }.unwrap();
     let want: Vec<f32> = X.iter().map(|&v| (v as f64 / (1.0 + (-v as f64).exp())) as f32).collect();
-    close(&d.get(1024, 8), &want, "aclnnSilu on the 910A");
+    close(&d.get::<f32>(1024, 8), &want, "aclnnSilu on the 910A");
     d.close();
+    assert_eq!(ctl.counters().executors, 0);
 }

@@ -161,11 +161,9 @@ impl Stash {
         };
         let mut options = memmap2::MmapOptions::new();
         options.offset(e.offset).len(e.len);
-        // SAFETY: the file is this stash's own, unlinked at creation, so no path names it:
-        // only this process's descriptor reaches it (or a process allowed to open
-        // /proc/<pid>/fd of this one, which could as well write this process's memory
-        // through /proc/<pid>/mem). The stash only ever appends past the regions it wrote
-        // (a region is never written again once mapped): the mapped bytes never change.
+        // SAFETY: the file is this stash's own, unlinked at creation: only this process's descriptor reaches
+        // it (or one that could write this process's memory through /proc anyway). The stash only appends
+        // past the regions it wrote, never rewriting a mapped one: the mapped bytes never change.
         let map = unsafe { options.map(file) };
         let map = match map {
             Ok(m) => m,

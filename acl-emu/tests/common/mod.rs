@@ -1,7 +1,8 @@
 //! Set-up shared by the tests that drive the built libacl_emu.so through acl-sys's result
-//! layer (decoder_ops.rs, incre_flash.rs, masking.rs): a bound device with one 64 KiB
-//! allocation and a stream, descriptors made over it and destroyed at the end, copies in
-//! and out, and phase 2 with the workspace at offset 32 KiB. Each test file uses a part.
+//! layer (attention.rs, decoder_ops.rs, incre_flash.rs, masking.rs, rms_norm.rs): a bound
+//! device with one 64 KiB allocation and a stream, descriptors made over it and destroyed
+//! at the end, copies in and out, phase 2 with the workspace at offset 32 KiB, and the
+//! emulator's control handle. Each test file uses a part.
 #![allow(dead_code)]
 
 use acl_sys::codes::*;
@@ -29,10 +30,10 @@ pub struct Dev {
 impl Dev {
     /// The emulator as `soc` (`None`: the SoC it has) with no injected failure, and a
     /// device on it; `None` (a printed SKIP) when the emulator was not built.
-    pub fn open(tag: &str, soc: Option<&str>) -> Option<(Dev, Emu)> {
+    pub fn open(tag: &str, soc: Option<&str>) -> Option<(Dev, Ctl)> {
         let emu = emu_or_skip(tag)?;
         let tk = fake_toolkit(tag, &emu);
-        let ctl = Emu::open(&emu);
+        let ctl = Ctl(Emu::open(&emu));
         let how = soc.map_or_else(|| "fail=".to_string(), |s| format!("soc={s};fail="));
         assert_eq!(ctl.configure(&how), 0, "configure the emulator: {how}");
         let api = Api::load(&LoadConfig { lib_dir: Some(tk.join("lib64")), no_system_loader: true }).expect("load");
@@ -149,6 +150,15 @@ impl Dev {
         }
     }
 
+    /// Waits for the stream, then destroys an executor made repeatable (launched or not).
+    pub fn drop_repeatable(&self, ex: *mut aclOpExecutor) {
+        // SAFETY: a live repeatable executor from phase 1; no launch of it is still queued.
+        unsafe {
+            r::synchronize_stream(&self.api, self.stream).unwrap();
+            aclnn::destroy_executor(&self.api, ex).unwrap();
+        }
+    }
+
     /// Waits for the stream, then destroys the lists, the descriptors, the stream and the
     /// allocation, and resets the device.
     pub fn close(self) {
@@ -165,5 +175,24 @@ impl Dev {
             r::free(&self.api, self.base).unwrap();
             r::reset_device(&self.api, 0).unwrap();
         }
+    }
+}
+
+/// The emulator's control handle. Dropped (a failed test included), it puts back the SoC
+/// the process started with (`ACL_EMU_SOC`, else the 910A) and clears the injected
+/// failures, so that a later test of the binary that names no SoC sees the emulator's own.
+pub struct Ctl(Emu);
+
+impl std::ops::Deref for Ctl {
+    type Target = Emu;
+    fn deref(&self) -> &Emu {
+        &self.0
+    }
+}
+
+impl Drop for Ctl {
+    fn drop(&mut self) {
+        let soc = std::env::var("ACL_EMU_SOC").ok().filter(|v| !v.trim().is_empty());
+        let _ = self.0.configure(&format!("soc={};fail=", soc.as_deref().unwrap_or("Ascend910A")));
     }
 }

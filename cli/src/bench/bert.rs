@@ -6,7 +6,7 @@
 //! device latency.
 
 use super::common::{CONFIGS, Model, Prepared, peak_rss, prepare, utilisation};
-use super::emulator::{EmulatorRun, emulator_read, emulator_reset};
+use super::emulator::{EmulatorRun, emulator_json, emulator_read, emulator_reset};
 use super::{accuracy, compare_ort, concurrent, serve};
 use crate::outputs::{self, output_file};
 use crate::values::positive;
@@ -131,30 +131,6 @@ struct BertRun {
     profile: RunProfile,
     /// What acl-emu counted and modelled during the last timed run (`None`: not over it).
     emulator: Option<EmulatorRun>,
-}
-
-fn emulator_json(e: &EmulatorRun) -> serde_json::Value {
-    serde_json::json!({
-        "phase1_calls": e.phase1_calls,
-        "phase2_calls": e.phase2_calls,
-        "h2d_copies": e.h2d_copies,
-        "d2h_copies": e.d2h_copies,
-        "d2d_copies": e.d2d_copies,
-        "h2d_bytes": e.h2d_bytes,
-        "d2h_bytes": e.d2h_bytes,
-        "d2d_bytes": e.d2d_bytes,
-        "allocations": e.allocations,
-        "synchronizations": e.synchronizations,
-        "replays": e.replays,
-        "modelled_latency_ms": e.modelled_latency_ms,
-        "roofline_ms": e.roofline_ms,
-        "latency_over_roofline": latency_over_roofline(e),
-    })
-}
-
-/// The modelled latency over the summed roofline bound (`None` when the bound is 0).
-fn latency_over_roofline(e: &EmulatorRun) -> Option<f64> {
-    (e.roofline_ms > 0.0).then(|| e.modelled_latency_ms / e.roofline_ms)
 }
 
 /// The emulator's line under a row of the table, from a child's JSON; `None` when the

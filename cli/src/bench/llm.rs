@@ -3,7 +3,7 @@
 //! it is bounded by memory bandwidth: the report gives the share of the machine's
 //! measured copy bandwidth that the weight reads reach.
 
-use super::emulator::{EmulatorRun, emulator_read, emulator_reset};
+use super::emulator::{EmulatorRun, emulator_read, emulator_reset, generation_json};
 use crate::values::positive;
 use clap::Args;
 use npurt::llm::{Llm, LlmOptions, SamplingParams};
@@ -153,16 +153,7 @@ pub fn run(config: RuntimeConfig, a: LlmArgs) -> Result<()> {
     );
     // Over acl-emu: the modelled (not measured) device time, and the aclnn calls of prefill
     // and of each decode step (phase 1: GetWorkspaceSize, phase 2: launches).
-    let modelled = emulated.map(|(p, end)| {
-        let per = |a: u64, b: u64| (b.saturating_sub(a)) as f64 / steps as f64;
-        serde_json::json!({
-            "prefill_ms": p.modelled_latency_ms,
-            "decode_ms_per_token": (end.modelled_latency_ms - p.modelled_latency_ms) / steps as f64,
-            "prefill_phase1_calls": p.phase1_calls, "prefill_phase2_calls": p.phase2_calls,
-            "decode_phase1_calls_per_step": per(p.phase1_calls, end.phase1_calls),
-            "decode_phase2_calls_per_step": per(p.phase2_calls, end.phase2_calls),
-        })
-    });
+    let modelled = emulated.map(|(p, end)| generation_json(&p, &end, steps));
     // A model-only emulator (ACL_EMU_COMPUTE=0) computes nothing: say so beside its figures.
     let mut modelled = modelled;
     let model_only = modelled.is_some() && emulator_model_only();

@@ -1,6 +1,6 @@
 //! Precision rewrites applied at compile time.
 
-use super::ir::{Graph, HostTensor, ValueKind};
+use super::ir::{Graph, HostBytes, HostTensor, ValueKind};
 use crate::dtype::DType;
 use crate::op::TensorMeta;
 use crate::runtime::Runtime;
@@ -66,13 +66,7 @@ pub(super) fn low_precision_weights(rt: &Runtime, graph: &mut Graph, dtype: DTyp
                 continue;
             }
         }
-        let floats = t.bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]));
-        let bytes: Vec<u8> = if dtype == DType::BF16 {
-            floats.flat_map(|v| half::bf16::from_f32(v).to_bits().to_le_bytes()).collect()
-        } else {
-            floats.flat_map(|v| half::f16::from_f32(v).to_bits().to_le_bytes()).collect()
-        };
-        let ht = HostTensor { dtype, shape: t.shape.clone(), bytes: bytes.into() };
+        let ht = in_low_precision(t, dtype);
         graph.values[w.0].meta.dtype = dtype;
         graph.values[w.0].kind = ValueKind::Constant(ht);
         converted += 1;
@@ -87,6 +81,24 @@ pub(super) fn low_precision_weights(rt: &Runtime, graph: &mut Graph, dtype: DTyp
         cast_output_back(graph, g.0, dtype);
     }
     converted
+}
+
+/// The f32 constant `t` in `dtype` (bf16 or fp16, rounded to nearest even), converted when
+/// first read: a compile that finds the result on the device already
+/// ([`super::SharedConstants`], keyed on the source's bytes and this rule), such as another
+/// input shape of the same model, never converts it.
+fn in_low_precision(t: &HostTensor, dtype: DType) -> HostTensor {
+    let make = move |src: &[u8]| -> Vec<u8> {
+        let floats = src.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+        if dtype == DType::BF16 {
+            floats.flat_map(|v| half::bf16::from_f32(v).to_bits().to_le_bytes()).collect()
+        } else {
+            floats.flat_map(|v| half::f16::from_f32(v).to_bits().to_le_bytes()).collect()
+        }
+    };
+    let rule = format!("f32 to {}", dtype.name());
+    let bytes = HostBytes::derived(&t.bytes, &rule, t.bytes.len() / 4 * 2, make);
+    HostTensor { dtype, shape: t.shape.clone(), bytes }
 }
 
 /// Node `ni` now writes `dtype` (its input became `dtype`): it writes a new value, and a
@@ -295,5 +307,41 @@ impl CastInserter<'_> {
         };
         g.nodes.insert(ni + 1, cast);
         before + 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The eager conversion the derived bytes replace.
+    fn eager(values: &[f32], dtype: DType) -> Vec<u8> {
+        let bits = |v: f32| {
+            if dtype == DType::BF16 { half::bf16::from_f32(v).to_bits() } else { half::f16::from_f32(v).to_bits() }
+        };
+        values.iter().flat_map(|&v| bits(v).to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn a_converted_weight_is_made_on_first_read_and_fingerprinted_without_it() {
+        // Values that round differently in bf16 and fp16, a tie included, over a weight
+        // above 1 KiB (its fingerprint samples the bytes).
+        let values: Vec<f32> =
+            (0..700).map(|i| (i as f32 - 350.0) * 0.013_7 + 1.0 / 3.0).chain([1.0 + 1.0 / 256.0]).collect();
+        let source = HostTensor::from_vec([values.len()], values.clone()).unwrap();
+        for dtype in [DType::BF16, DType::F16] {
+            let (a, b) = (in_low_precision(&source, dtype), in_low_precision(&source, dtype));
+            assert_eq!((a.dtype, a.shape.dims()), (dtype, source.shape.dims()));
+            assert_eq!(a.bytes.len(), 2 * values.len());
+            assert!(a.bytes.pending() && b.bytes.pending(), "{dtype:?}: converted before anything read it");
+            // The same source and rule: the same fingerprint, taken without converting.
+            assert_eq!(a.bytes.fingerprint(), b.bytes.fingerprint(), "{dtype:?}");
+            assert!(a.bytes.pending() && b.bytes.pending(), "{dtype:?}: the fingerprint converted");
+            assert_ne!(a.bytes.fingerprint(), source.bytes.fingerprint(), "{dtype:?}");
+            assert_eq!(a.bytes.as_slice(), eager(&values, dtype).as_slice(), "{dtype:?}");
+            assert!(!a.bytes.pending() && b.bytes.pending(), "{dtype:?}: made by its first read, and for it alone");
+        }
+        let fp = |d| in_low_precision(&source, d).bytes.fingerprint();
+        assert_ne!(fp(DType::BF16), fp(DType::F16), "bf16 and fp16 of one source are different bytes");
     }
 }
