@@ -90,9 +90,12 @@ fn groups(g: &Graph, kernel_of: KernelOf<'_>, cost_of: CostOf<'_>) -> Vec<Group>
     out
 }
 
+/// Each sibling's Slice op, with the merged output's meta.
+type Slices = Vec<(Op, TensorMeta)>;
+
 /// The merged Linear's input metas, and each sibling's Slice op with the merged output's
 /// meta; `None` where the sizes overflow.
-fn merged_metas(g: &Graph, nodes: &[usize]) -> Option<(Vec<TensorMeta>, Vec<(Op, TensorMeta)>)> {
+fn merged_metas(g: &Graph, nodes: &[usize]) -> Option<(Vec<TensorMeta>, Slices)> {
     let first = &g.nodes[nodes[0]];
     let (x, w0) = (g.meta(first.inputs[0]), g.meta(first.inputs[1]));
     let k = w0.shape.dims()[1];
