@@ -73,12 +73,46 @@ pub fn slice_sources(dims: &[usize], w: &[crate::op::SliceAxis]) -> Vec<usize> {
 /// ONNX Slice with constant starts, ends, axes and steps ([`crate::op::resolve_slice`]).
 pub fn slice(x: &In, o: &mut Out, starts: &[i64], ends: &[i64], axes: &[isize], steps: &[i64]) -> KernelResult {
     let w = crate::op::resolve_slice(x.dims, starts, ends, axes, steps).map_err(KernelError::Internal)?;
+    if w.iter().all(|a| a.step == 1) && x.dtype == o.dtype && w.len() == x.dims.len() {
+        return slice_runs(x, o, &w);
+    }
     let src = slice_sources(x.dims, &w);
     if src.len() != o.numel() {
         return Err(KernelError::Internal("Slice: the output does not match the window".into()));
     }
     super::operands::move_elements(x, o, &src);
     Ok(())
+}
+
+/// A Slice of unit steps, as runs of whole bytes: the axes after the last one the window
+/// cuts are whole, so each index of the axes up to it starts one contiguous run (a window
+/// of the last axis: one run per row). Same result as the element-wise form, without an
+/// offset per element.
+fn slice_runs(x: &In, o: &mut Out, w: &[crate::op::SliceAxis]) -> KernelResult {
+    let es = x.dtype.size();
+    let mismatch = || KernelError::Internal("Slice: the output does not match the window".into());
+    if numel(&w.iter().map(|a| a.len).collect::<Vec<_>>()) * es != o.bytes.len() {
+        return Err(mismatch());
+    }
+    let Some(cut) = w.iter().zip(x.dims).rposition(|(a, &d)| a.len != d) else {
+        o.bytes.copy_from_slice(x.bytes.get(..o.bytes.len()).ok_or_else(mismatch)?);
+        return Ok(());
+    };
+    let st = crate::shape::Shape::new(x.dims.to_vec()).contiguous_strides();
+    let run = w[cut].len * st[cut] * es;
+    let base: usize = w.iter().zip(&st).map(|(a, s)| a.start * s).sum();
+    let outer: Vec<usize> = w[..cut].iter().map(|a| a.len).collect();
+    let mut at = 0;
+    let mut bad = false;
+    crate::shape::for_each_index(&outer, |_, idx| {
+        let from = (base + idx.iter().zip(&st).map(|(i, s)| i * s).sum::<usize>()) * es;
+        match x.bytes.get(from..from + run) {
+            Some(src) => o.bytes[at..at + run].copy_from_slice(src),
+            None => bad = true,
+        }
+        at += run;
+    });
+    if bad { Err(mismatch()) } else { Ok(()) }
 }
 
 /// x broadcast to the output's dims (ONNX Expand).
@@ -89,4 +123,41 @@ pub fn expand(x: &In, o: &mut Out) -> KernelResult {
     let src = gather_offsets(o.dims, &broadcast_strides(x.dims, o.dims));
     super::operands::move_elements(x, o, &src);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DType;
+
+    /// Every window of unit steps (runs) equals the element-wise form, on a 3-D tensor.
+    #[test]
+    fn slice_runs_equal_the_elementwise_form() {
+        let dims = [3usize, 4, 5];
+        let st = crate::shape::Shape::new(dims.to_vec()).contiguous_strides();
+        let x: Vec<u8> = (0..60u8).flat_map(|v| [v, 0, 0, v.wrapping_mul(3)]).collect();
+        let xin = In { dtype: DType::F32, dims: &dims, strides: &st, bytes: &x };
+        let windows: [(&[i64], &[i64], &[isize]); 6] = [
+            (&[1], &[3], &[2]),
+            (&[0], &[2], &[0]),
+            (&[1, 2], &[3, 4], &[1, 2]),
+            (&[0, 0, 0], &[3, 4, 5], &[0, 1, 2]),
+            (&[2], &[2], &[1]),
+            (&[-2], &[100], &[-1]),
+        ];
+        for (starts, ends, axes) in windows {
+            let w = crate::op::resolve_slice(&dims, starts, ends, axes, &[]).unwrap();
+            let n: usize = w.iter().map(|a| a.len).product();
+            let (mut fast, mut each) = (vec![0u8; n * 4], vec![0u8; n * 4]);
+            let odims: Vec<usize> = w.iter().map(|a| a.len).collect();
+            slice(&xin, &mut Out { dtype: DType::F32, dims: &odims, bytes: &mut fast }, starts, ends, axes, &[])
+                .unwrap();
+            super::super::operands::move_elements(
+                &xin,
+                &mut Out { dtype: DType::F32, dims: &odims, bytes: &mut each },
+                &slice_sources(&dims, &w),
+            );
+            assert_eq!(fast, each, "window {starts:?}..{ends:?} on axes {axes:?}");
+        }
+    }
 }
