@@ -6,7 +6,8 @@ For every (precision, batch) of --precisions x --batches, each round runs, in tu
   npurt         NPURT_PRECISION=<p> npurt bench llm --model M --prompt-len P --gen G --batch B --json F
   transformers  bench/peers/llm_hf.py --model M --dtype <p> ... (torch on the CPU)
   llama.cpp     bench/peers/llm_llamacpp.py --gguf <file for p> ... (where llama-cpp-python
-                is installed and --gguf-dir holds model-<p>.gguf)
+                is installed and --gguf-dir holds model-<p>.gguf; batch 1 only: its Python
+                API decodes one sequence)
 
 and reports the medians over --rounds of prefill ms (P tokens per sequence), decode ms per
 step and tokens/s, with npurt's ratios to each peer (time ratios: below 1 is faster) and
@@ -75,7 +76,8 @@ def main() -> int:
                     if a.threads:
                         hf += ["--threads", str(a.threads)]
                     runs.append(("transformers", hf + common, None))
-                if a.gguf_dir and os.path.exists(os.path.join(a.gguf_dir, f"model-{p}.gguf")):
+                # llama-cpp-python decodes one sequence: its batch-1 run is its only row.
+                if b == 1 and a.gguf_dir and os.path.exists(os.path.join(a.gguf_dir, f"model-{p}.gguf")):
                     lc = [sys.executable, os.path.join(HERE, "llm_llamacpp.py"), "--gguf",
                           os.path.join(a.gguf_dir, f"model-{p}.gguf"), "--runs", "1"]
                     if a.threads:
