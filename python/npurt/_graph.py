@@ -283,7 +283,9 @@ class CompiledGraph:
     def fusion(self) -> Dict[str, int]:
         """Nodes the fusion pass made: ``attention``, ``bias_gelu``, ``linear_gelu`` (those of
         ``bias_gelu`` fused into their product as ``LinearGelu``, where the device has a
-        kernel for it), ``add_layer_norm``."""
+        kernel for it), ``add_layer_norm``, ``merged_linears`` (groups of Linears that read one
+        input with constant weights, run as one product over their stacked weights where the
+        device has no cost model: the CPU and CUDA)."""
         return dict(self._cg.fusion())
 
     def __repr__(self) -> str:

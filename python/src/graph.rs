@@ -282,8 +282,9 @@ impl PyCompiledGraph {
             Ok(d)
         })
     }
-    /// Nodes the fusion pass made: `{attention, bias_gelu, linear_gelu, add_layer_norm}`
-    /// (`linear_gelu`: those of `bias_gelu` fused into their product as `LinearGelu`).
+    /// Nodes the fusion pass made: `{attention, bias_gelu, linear_gelu, add_layer_norm,
+    /// merged_linears}` (`linear_gelu`: those of `bias_gelu` fused into their product as
+    /// `LinearGelu`; `merged_linears`: groups of Linears reading one x run as one product).
     fn fusion<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         guard(py, "CompiledGraph.fusion", || {
             let f = self.cg.fusion_stats();
@@ -292,6 +293,7 @@ impl PyCompiledGraph {
             d.set_item("bias_gelu", f.bias_gelu)?;
             d.set_item("linear_gelu", f.linear_gelu)?;
             d.set_item("add_layer_norm", f.add_layer_norm)?;
+            d.set_item("merged_linears", f.merged_linears)?;
             Ok(d)
         })
     }

@@ -50,8 +50,25 @@ def test_graph_against_eager(rt: npurt.Runtime) -> None:
     prof = cg.profile([xs])
     assert prof.total_ms > 0 and prof.nodes and "traceEvents" in prof.chrome_trace()
     fused = cg.fusion()
-    assert set(fused) == {"attention", "bias_gelu", "linear_gelu", "add_layer_norm"}, fused
+    assert set(fused) == {"attention", "bias_gelu", "linear_gelu", "add_layer_norm", "merged_linears"}, fused
     assert fused["linear_gelu"] <= fused["bias_gelu"], fused
+
+
+def test_linears_reading_one_input_run_as_one_product(rt: npurt.Runtime) -> None:
+    r = np.random.default_rng(3)
+    gr = rt.Graph()
+    x = gr.input("x", (2, 5, 16))
+    ws = [r.standard_normal((n, 16)).astype(np.float32) for n in (16, 8, 16)]
+    bs = [r.standard_normal(w.shape[0]).astype(np.float32) for w in ws]
+    outs = [
+        gr.node("Linear", [x, gr.constant(f"w{i}", w), gr.constant(f"b{i}", b)]) for i, (w, b) in enumerate(zip(ws, bs))
+    ]
+    gr.output(*[gr.node("Relu", [o]) for o in outs])
+    cg = gr.compile()
+    assert cg.fusion()["merged_linears"] == 1, cg.fusion()
+    xs = r.standard_normal((2, 5, 16)).astype(np.float32)
+    for got, w, b in zip(cg.run([xs]), ws, bs):
+        np.testing.assert_allclose(got.to_numpy(), np.maximum(xs @ w.T + b, 0), rtol=1e-4, atol=1e-4)
 
 
 def test_graph_errors_name_the_node(rt: npurt.Runtime) -> None:

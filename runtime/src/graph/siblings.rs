@@ -132,6 +132,19 @@ fn stacked(tensors: &[&HostTensor], dims: Vec<usize>, rule: &str) -> HostTensor 
     HostTensor { dtype: tensors[0].dtype, shape: dims.into(), bytes }
 }
 
+/// `base`, or `base` with a number appended, such that no value of `g` has that name or
+/// that name with `.weight` or `.bias` appended.
+fn unused_name(g: &Graph, base: &str) -> String {
+    let taken: HashSet<&str> = g.values.iter().map(|v| v.name.as_str()).collect();
+    let free = |n: &str| {
+        [n.to_string(), format!("{n}.weight"), format!("{n}.bias")].iter().all(|c| !taken.contains(c.as_str()))
+    };
+    std::iter::once(base.to_string())
+        .chain((1..).map(|i| format!("{base}#{i}")))
+        .find(|n| free(n))
+        .unwrap_or_else(|| base.to_string())
+}
+
 /// `g` with every group of sibling Linears merged, and the number of groups merged.
 pub(super) fn merge(g: &Graph, kernel_of: KernelOf<'_>, cost_of: CostOf<'_>) -> Result<(Graph, usize)> {
     let groups = groups(g, kernel_of, cost_of);
@@ -174,7 +187,7 @@ pub(super) fn merge(g: &Graph, kernel_of: KernelOf<'_>, cost_of: CostOf<'_>) -> 
             continue;
         };
         let nodes: Vec<&super::ir::Node> = gr.nodes.iter().map(|&k| &g.nodes[k]).collect();
-        let name = nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join("+");
+        let name = unused_name(g, &nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join("+"));
         let slot = |s: usize| nodes.iter().filter_map(|n| constant(n.inputs[s])).collect::<Vec<&HostTensor>>();
         let (ws, k) = (slot(1), g.meta(n.inputs[1]).shape.dims()[1]);
         let total: usize = ws.iter().map(|w| w.shape.dims()[0]).sum();
@@ -278,6 +291,20 @@ mod tests {
         // A modelled device keeps them apart.
         let modelled = |_: &Op, _: &[TensorMeta]| Some(1.0);
         assert_eq!(merge(&qkv([true; 3]), &any_kernel, &modelled).unwrap().1, 0);
+    }
+
+    #[test]
+    fn a_merged_name_already_taken_gets_a_number() {
+        let mut g = qkv([true; 3]);
+        let t = HostTensor::from_vec(vec![1], vec![0f32]).unwrap();
+        g.constant("q+k+v.weight", t);
+        let (m, groups) = merge(&g, &any_kernel, &no_model).unwrap();
+        assert_eq!(groups, 1);
+        assert!(
+            m.nodes.iter().any(|n| n.name == "q+k+v#1"),
+            "{:?}",
+            m.nodes.iter().map(|n| &n.name).collect::<Vec<_>>()
+        );
     }
 
     #[test]
