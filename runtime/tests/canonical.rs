@@ -53,8 +53,12 @@ fn onnx_layer_compiles_to_the_ops_of_npurts_layer() {
     let (batch, seq) = (2, 8);
     let own = CompiledGraph::compile(&rt, &npurt_layer(batch, seq), options(true)).expect("npurt's layer");
     let want_ops = op_multiset(own.graph());
-    // Six products, the feed-forward's first with its GELU (LinearGelu) where the device has that kernel.
-    assert_eq!(want_ops.iter().filter(|o| *o == "Linear" || *o == "LinearGelu").count(), 6, "{want_ops:?}");
+    // Six products, the feed-forward's first with its GELU (LinearGelu) where the device has
+    // that kernel, and the query, key and value projections merged into one product (three
+    // Slices) where the device has no cost model: four.
+    assert_eq!(want_ops.iter().filter(|o| *o == "Linear" || *o == "LinearGelu").count(), 4, "{want_ops:?}");
+    assert_eq!(want_ops.iter().filter(|o| o.starts_with("Slice")).count(), 3, "{want_ops:?}");
+    assert_eq!(own.fusion_stats().merged_linears, 1);
     let ins = layer_inputs(&rt, batch, seq);
     let own_out = run(&own, &ins);
     let spellings = [
@@ -88,6 +92,7 @@ fn onnx_layer_compiles_to_the_ops_of_npurts_layer() {
         assert_eq!(*c, want, "{sp:?}");
         let f = fused.fusion_stats();
         assert_eq!((f.attention, f.attention_permutes_folded, f.bias_gelu, f.add_layer_norm), (1, 1, 1, 2), "{f:?}");
+        assert_eq!(f.merged_linears, 1, "{sp:?}");
         let got = run(&fused, &ins);
         let d = rel_diff(&got, &run(&unfused, &ins));
         assert!(d <= 1e-5, "{sp:?}: fused against unfused, relative max diff {d}");
