@@ -144,13 +144,13 @@ fn fuse(rt: &Runtime, graph: Graph, on: bool, options: &CompileOptions) -> Resul
         return Ok((graph, FusionStats::default()));
     }
     let kernel_of = |op: &crate::op::Op, ins: &[TensorMeta]| rt.select_kernel(op, ins).ok().map(|k| k.name.to_string());
-    let (graph, canonical) = canonical::canonicalize(graph, &kernel_of)?;
-    let (graph, mut stats) = choose_patterns(rt, &graph, &kernel_of, options)?;
-    stats.canonical = canonical;
     let (device, precision) = (options.device, options.precision);
     let cost_of = |op: &crate::op::Op, ins: &[TensorMeta]| {
         rt.modelled_cost(device, op, &as_compiled(op, ins, precision)).map(|d| d.as_secs_f64())
     };
+    let (graph, canonical) = canonical::canonicalize(graph, &kernel_of)?;
+    let (graph, mut stats) = choose_patterns(rt, &graph, &kernel_of, &cost_of, options)?;
+    stats.canonical = canonical;
     let (graph, merged) = super::siblings::merge(&graph, &kernel_of, &cost_of)?;
     stats.merged_linears = merged;
     if stats != FusionStats::default() {
@@ -169,14 +169,11 @@ fn choose_patterns(
     rt: &Runtime,
     graph: &Graph,
     kernel_of: fusion::KernelOf<'_>,
+    cost_of: fusion::CostOf<'_>,
     options: &CompileOptions,
 ) -> Result<(Graph, FusionStats)> {
-    let (device, precision) = (options.device, options.precision);
-    let cost_of = |op: &crate::op::Op, ins: &[TensorMeta]| {
-        rt.modelled_cost(device, op, &as_compiled(op, ins, precision)).map(|d| d.as_secs_f64())
-    };
     let mut on = fusion::Patterns::ALL;
-    let mut best = fusion::fuse_by_cost(graph, kernel_of, &cost_of, on)?;
+    let mut best = fusion::fuse_by_cost(graph, kernel_of, cost_of, on)?;
     let modelled = graph.nodes.iter().any(|n| {
         let ins: Vec<TensorMeta> = n.inputs.iter().map(|v| graph.meta(*v).clone()).collect();
         cost_of(&n.op, &ins).is_some()
@@ -184,7 +181,7 @@ fn choose_patterns(
     if !modelled || !options.parallel {
         return Ok(best);
     }
-    let mut best_span = modelled_span(rt, &best.0, options, &cost_of)?;
+    let mut best_span = modelled_span(rt, &best.0, options, cost_of)?;
     for pattern in 0..3 {
         let mut trial = on;
         let fused = match pattern {
@@ -195,8 +192,8 @@ fn choose_patterns(
         if !fused {
             continue;
         }
-        let candidate = fusion::fuse_by_cost(graph, kernel_of, &cost_of, trial)?;
-        let span = modelled_span(rt, &candidate.0, options, &cost_of)?;
+        let candidate = fusion::fuse_by_cost(graph, kernel_of, cost_of, trial)?;
+        let span = modelled_span(rt, &candidate.0, options, cost_of)?;
         log::debug!(
             "fusion: patterns {trial:?} give a modelled span of {:.1} µs against {:.1} µs",
             span * 1e6,

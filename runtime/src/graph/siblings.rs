@@ -23,9 +23,12 @@ use crate::op::{Op, TensorMeta};
 use std::collections::{HashMap, HashSet};
 
 /// One group of sibling Linears (node indices, in graph order: the first is where the
-/// merged node goes).
+/// merged node goes), with the merged Linear's input metas and each sibling's Slice of
+/// its output.
 struct Group {
     nodes: Vec<usize>,
+    merged: Vec<TensorMeta>,
+    slices: Slices,
 }
 
 /// The Linear nodes of `g` that may merge, grouped by their x; groups of one dropped.
@@ -83,7 +86,7 @@ fn groups(g: &Graph, kernel_of: KernelOf<'_>, cost_of: CostOf<'_>) -> Vec<Group>
                 log::debug!("fusion: sibling Linears {nodes:?} kept apart on a modelled device");
                 continue;
             }
-            out.push(Group { nodes });
+            out.push(Group { nodes, merged, slices });
         }
     }
     out.sort_by_key(|gr| gr.nodes[0]);
@@ -132,17 +135,18 @@ fn stacked(tensors: &[&HostTensor], dims: Vec<usize>, rule: &str) -> HostTensor 
     HostTensor { dtype: tensors[0].dtype, shape: dims.into(), bytes }
 }
 
-/// `base`, or `base` with a number appended, such that no value of `g` has that name or
-/// that name with `.weight` or `.bias` appended.
-fn unused_name(g: &Graph, base: &str) -> String {
-    let taken: HashSet<&str> = g.values.iter().map(|v| v.name.as_str()).collect();
-    let free = |n: &str| {
-        [n.to_string(), format!("{n}.weight"), format!("{n}.bias")].iter().all(|c| !taken.contains(c.as_str()))
+/// `base`, or `base` with a number appended, such that no name in `taken` is that name or
+/// that name with `.weight` or `.bias` appended; the three names it takes join `taken`.
+fn unused_name(taken: &mut HashSet<String>, base: &str) -> String {
+    let free = |n: &str, taken: &HashSet<String>| {
+        [n.to_string(), format!("{n}.weight"), format!("{n}.bias")].iter().all(|c| !taken.contains(c))
     };
-    std::iter::once(base.to_string())
+    let name = std::iter::once(base.to_string())
         .chain((1..).map(|i| format!("{base}#{i}")))
-        .find(|n| free(n))
-        .unwrap_or_else(|| base.to_string())
+        .find(|n| free(n, taken))
+        .unwrap_or_else(|| base.to_string());
+    taken.extend([name.clone(), format!("{name}.weight"), format!("{name}.bias")]);
+    name
 }
 
 /// `g` with every group of sibling Linears merged, and the number of groups merged.
@@ -160,6 +164,7 @@ pub(super) fn merge(g: &Graph, kernel_of: KernelOf<'_>, cost_of: CostOf<'_>) -> 
     // The siblings' weights and biases: read by the merged node's stacked copy only.
     let dead: HashSet<ValueId> =
         groups.iter().flat_map(|gr| gr.nodes.iter().flat_map(|&n| g.nodes[n].inputs[1..].iter().copied())).collect();
+    let mut taken: HashSet<String> = g.values.iter().map(|v| v.name.clone()).collect();
     let mut out = Graph::new();
     let mut map: HashMap<ValueId, ValueId> = HashMap::new();
     for (i, v) in g.values.iter().enumerate() {
@@ -187,23 +192,23 @@ pub(super) fn merge(g: &Graph, kernel_of: KernelOf<'_>, cost_of: CostOf<'_>) -> 
             continue;
         };
         let nodes: Vec<&super::ir::Node> = gr.nodes.iter().map(|&k| &g.nodes[k]).collect();
-        let name = unused_name(g, &nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join("+"));
+        let name = unused_name(&mut taken, &nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join("+"));
         let slot = |s: usize| nodes.iter().filter_map(|n| constant(n.inputs[s])).collect::<Vec<&HostTensor>>();
-        let (ws, k) = (slot(1), g.meta(n.inputs[1]).shape.dims()[1]);
-        let total: usize = ws.iter().map(|w| w.shape.dims()[0]).sum();
         let mut ins = vec![
             map[&n.inputs[0]],
-            out.try_constant(&format!("{name}.weight"), stacked(&ws, vec![total, k], "stack rows"))?,
+            out.try_constant(
+                &format!("{name}.weight"),
+                stacked(&slot(1), gr.merged[1].shape.dims().to_vec(), "stack rows"),
+            )?,
         ];
-        if n.inputs.len() > 2 {
-            let bs = slot(2);
-            ins.push(out.try_constant(&format!("{name}.bias"), stacked(&bs, vec![total], "stack rows"))?);
+        if let Some(b) = gr.merged.get(2) {
+            ins.push(
+                out.try_constant(&format!("{name}.bias"), stacked(&slot(2), b.shape.dims().to_vec(), "stack rows"))?,
+            );
         }
         let merged = out.op(&name, Op::Linear, &ins)?;
-        let (_, slices) =
-            merged_metas(g, &gr.nodes).ok_or_else(|| crate::Error::invalid("Linear", "sizes overflow"))?;
-        for (sib, (op, _)) in nodes.iter().zip(slices) {
-            map.insert(sib.outputs[0], out.op(&sib.name, op, &[merged])?);
+        for (sib, (op, _)) in nodes.iter().zip(&gr.slices) {
+            map.insert(sib.outputs[0], out.op(&sib.name, op.clone(), &[merged])?);
         }
     }
     for o in &g.outputs {

@@ -176,6 +176,19 @@ mod tests {
         Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
     }
 
+    /// Each variant's median time (seconds) as GFLOP/s of a product of `macs`
+    /// multiply-adds.
+    #[cfg(target_os = "linux")]
+    fn median_rates(times: &mut [Vec<f64>], macs: usize) -> Vec<f64> {
+        times
+            .iter_mut()
+            .map(|v| {
+                v.sort_by(f64::total_cmp);
+                2.0 * macs as f64 / v[v.len() / 2] / 1e9
+            })
+            .collect()
+    }
+
     /// `len` floats from `mmap`, 2 MiB-aligned, on transparent huge pages when `huge` (a
     /// hint the kernel may refuse), on 4 KiB pages otherwise; never freed (a test).
     #[cfg(target_os = "linux")]
@@ -270,13 +283,7 @@ mod tests {
                     times[v].push(batch(v));
                 }
             }
-            let g: Vec<f64> = times
-                .iter_mut()
-                .map(|v| {
-                    v.sort_by(f64::total_cmp);
-                    2.0 * (rows * cols * kc) as f64 / v[v.len() / 2] / 1e9
-                })
-                .collect();
+            let g = median_rates(&mut times, rows * cols * kc);
             println!(
                 "{rows}x{cols} kc {kc}: plain {:.1} GF/s, streaming {:.1} ({:+.0} %), streaming on huge pages {:.1} ({:+.0} %)",
                 g[0],
@@ -416,13 +423,7 @@ mod tests {
                     times[v].push(batch(plans[v]));
                 }
             }
-            let g: Vec<f64> = times
-                .iter_mut()
-                .map(|v| {
-                    v.sort_by(f64::total_cmp);
-                    2.0 * (m * cols * kc) as f64 / v[v.len() / 2] / 1e9
-                })
-                .collect();
+            let g = median_rates(&mut times, m * cols * kc);
             println!(
                 "{m} rows ({:?}): short tiles {:.1} GF/s, 6-row tiles {:.1} GF/s ({:+.1} %)",
                 (0..plans[0].tiles()).map(|q| plans[0].height(q)).collect::<Vec<_>>(),
