@@ -179,6 +179,7 @@ fn a_warm_compiled_layer_makes_no_phase_one_call() {
                 max_arenas: 2,
                 deny_host_tier: true,
                 graph_capture: runtime::GraphCapture::Off,
+                store_slow_precision: false,
             };
             let cg = CompiledGraph::compile(&rt, &layer(d), options).unwrap();
             assert!(cg.runs_frozen(), "{soc}");

@@ -256,6 +256,7 @@ fn a_warm_decode_step_makes_no_phase1_call() {
                 max_arenas: 2,
                 deny_host_tier: true,
                 graph_capture: runtime::GraphCapture::Off,
+                store_slow_precision: false,
             };
             let g = decode_graph(dt);
             let before = calls(&emu.ctl);

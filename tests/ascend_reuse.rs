@@ -87,6 +87,7 @@ fn options(reuse: bool, parallel: bool) -> CompileOptions {
         max_arenas: 4,
         deny_host_tier: false,
         graph_capture: runtime::GraphCapture::Off,
+        store_slow_precision: false,
     }
 }
 

@@ -34,6 +34,7 @@ fn options(parallel: bool, max_arenas: usize) -> CompileOptions {
         max_arenas,
         deny_host_tier: false,
         graph_capture: runtime::GraphCapture::Auto,
+        store_slow_precision: false,
     }
 }
 

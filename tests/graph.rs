@@ -54,6 +54,7 @@ fn options(fuse: bool, reuse: bool, parallel: bool, strategy: ScheduleStrategy) 
         max_arenas: runtime::graph::DEFAULT_MAX_ARENAS,
         deny_host_tier: false,
         graph_capture: runtime::GraphCapture::Auto,
+        store_slow_precision: false,
     }
 }
 
@@ -318,6 +319,38 @@ fn bf16_precision_stays_close_to_f32() {
     let cos = cosine(&want[0], &got[0]);
     let d = max_diff(&want[0], &got[0]);
     assert!(cos > 0.999 && d < 0.1, "bf16 vs f32: cosine {cos}, max diff {d}");
+}
+
+/// Precision bf16 with `store_slow_precision` (what the LLM engine asks for): every Linear
+/// weight is stored in bf16 whether or not the CPU has a bf16 unit (without one, each
+/// product widens it to f32: the decode-step rows through `gemv`, more rows a block of
+/// columns at a time), and the output stays close to f32's at both sizes.
+#[test]
+fn bf16_weights_asked_for_are_stored_on_any_cpu() {
+    let rt =
+        npurt::Runtime::with_config(RuntimeConfig { backend: Some("cpu".into()), ..RuntimeConfig::default() }).unwrap();
+    let cfg = BertConfig::tiny();
+    // 1 × 4 rows: a decode step's size; 2 × 16: past it.
+    for (batch, seq) in [(1, 4), (2, 16)] {
+        let bg = bert::build(&cfg, Weights::Random(5), batch, seq).unwrap();
+        let ins = bert_inputs(&rt, batch, seq, cfg.vocab_size);
+        let refs: Vec<&Tensor> = ins.iter().collect();
+        let f32_opts = options(true, true, true, ScheduleStrategy::Latency);
+        let want = CompiledGraph::compile(&rt, &bg.graph, f32_opts.clone()).unwrap().run(&refs).unwrap();
+        let bf16 = CompileOptions { precision: Precision::Bf16, store_slow_precision: true, ..f32_opts };
+        let cg = CompiledGraph::compile(&rt, &bg.graph, bf16).unwrap();
+        let products: Vec<DType> = cg
+            .graph()
+            .nodes
+            .iter()
+            .filter(|n| matches!(n.op, Op::Linear | Op::LinearGelu))
+            .map(|n| cg.graph().meta(n.inputs[1]).dtype)
+            .collect();
+        assert!(!products.is_empty() && products.iter().all(|d| *d == DType::BF16), "{batch}x{seq}: {products:?}");
+        let got = cg.run(&refs).unwrap();
+        let (cos, d) = (cosine(&want[0], &got[0]), max_diff(&want[0], &got[0]));
+        assert!(cos > 0.999 && d < 0.1, "{batch}x{seq}: bf16 weights vs f32: cosine {cos}, max diff {d}");
+    }
 }
 
 /// Precision bf16 with an output projection tied to the embedding table (one constant read

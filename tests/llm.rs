@@ -91,6 +91,26 @@ fn the_weights_are_held_once_across_graphs() {
     assert!(grown < llm.weight_bytes(), "the pool grew by {grown} bytes, the weights are {}", llm.weight_bytes());
 }
 
+/// At precision bf16 the weights are held in bf16 on every CPU, with a bf16 unit or
+/// without one (where each product widens them to f32: a decode step reads half the
+/// bytes): the compiled constants take about half the f32 weights' bytes, and prefill
+/// (past the decode-step rows) and decode both run on them.
+#[test]
+fn bf16_precision_holds_bf16_weights_on_any_cpu() {
+    let cfg = RuntimeConfig { backend: Some("cpu".into()), precision: npurt::Precision::Bf16, ..Default::default() };
+    let rt = npurt::Runtime::with_config(cfg).unwrap();
+    let llm = tiny(&rt, LlmOptions::default());
+    let prompt: Vec<u32> = (0..12).collect();
+    let out = llm.generate_ids(&[prompt], &greedy(4)).unwrap();
+    assert_eq!(out[0].token_ids.len(), 4);
+    assert_eq!(llm.compiled_steps().len(), 2, "{:?}", llm.compiled_steps());
+    let (held, f32_bytes) = (llm.shared_constant_bytes(), llm.weight_bytes());
+    assert!(
+        held < f32_bytes * 6 / 10 && held > f32_bytes * 4 / 10,
+        "{held} bytes of constants for {f32_bytes} bytes of f32 weights"
+    );
+}
+
 /// Four sequences of different lengths batched, and with a batch of two (sequences
 /// leaving and joining between steps), give each sequence its tokens alone.
 #[test]

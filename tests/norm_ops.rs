@@ -114,6 +114,7 @@ on_every_backend!(add_rms_norm_outputs_flow_through_compiled_graphs, |b| {
             max_arenas: runtime::graph::DEFAULT_MAX_ARENAS,
             deny_host_tier: false,
             graph_capture: runtime::GraphCapture::Auto,
+            store_slow_precision: false,
         };
         let cg = CompiledGraph::compile(&rt, &g, options).unwrap();
         for _ in 0..2 {

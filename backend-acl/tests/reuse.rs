@@ -294,6 +294,7 @@ fn options(reuse: bool, precision: Precision) -> CompileOptions {
         deny_host_tier: false,
         // Per-node launches: what this file tests (capture: tests/ascend_reuse.rs).
         graph_capture: runtime::GraphCapture::Off,
+        store_slow_precision: false,
     }
 }
 

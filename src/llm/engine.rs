@@ -93,7 +93,10 @@ impl Engine {
                 .checked_mul(o.max_batch)
                 .ok_or_else(|| Error::Config("llm: max_batch x max_seq_len overflows".into()))?,
         };
-        let compile = CompileOptions::from_config(rt.config(), o.device);
+        // A decode step streams every weight once per token: bf16 weights halve that
+        // even on a CPU that widens them to f32 in each product.
+        let compile =
+            CompileOptions { store_slow_precision: true, ..CompileOptions::from_config(rt.config(), o.device) };
         let dtype = match o.kv_cache_dtype {
             Some(d @ (DType::F32 | DType::F16 | DType::BF16)) => d,
             Some(d) => return Err(Error::Config(format!("llm: KV caches are f32, f16 or bf16, not {d}"))),

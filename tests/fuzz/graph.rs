@@ -287,18 +287,22 @@ fn build(steps: &[Step], k: Dims) -> Graph {
 fn options() -> impl Strategy<Value = CompileOptions> {
     let strategy =
         prop::sample::select(vec![ScheduleStrategy::Latency, ScheduleStrategy::Throughput, ScheduleStrategy::Balanced]);
-    (any::<bool>(), any::<bool>(), any::<bool>(), strategy, 1usize..=4, prop::bool::weighted(0.2), 1usize..=3).prop_map(
-        |(fuse, memory_reuse, parallel, strategy, max_streams, bf16, max_arenas)| CompileOptions {
-            device: 0,
-            fuse,
-            memory_reuse,
-            parallel,
-            strategy,
-            max_streams,
-            precision: if bf16 { Precision::Bf16 } else { Precision::F32 },
-            max_arenas,
-            deny_host_tier: false,
-            graph_capture: runtime::GraphCapture::Auto,
+    let flags = (any::<bool>(), any::<bool>(), any::<bool>());
+    (flags, strategy, 1usize..=4, prop::bool::weighted(0.2), 1usize..=3, any::<bool>()).prop_map(
+        |((fuse, memory_reuse, parallel), strategy, max_streams, bf16, max_arenas, store_slow_precision)| {
+            CompileOptions {
+                device: 0,
+                fuse,
+                memory_reuse,
+                parallel,
+                strategy,
+                max_streams,
+                precision: if bf16 { Precision::Bf16 } else { Precision::F32 },
+                max_arenas,
+                deny_host_tier: false,
+                graph_capture: runtime::GraphCapture::Auto,
+                store_slow_precision,
+            }
         },
     )
 }

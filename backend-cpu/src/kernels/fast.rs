@@ -155,6 +155,9 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
             if let Some(r) = super::gemv::linear_f32(ins, outs, ctx) {
                 return r;
             }
+            if let Some(r) = linear_half(ins, outs, ctx) {
+                return r;
+            }
             let (x, w) = (load_f32(&ins[0])?, load_f32(&ins[1])?);
             let (n, k) = (ins[1].dims[0], ins[1].dims[1]);
             let m = numel(&ins[0].dims[..ins[0].dims.len() - 1]);
@@ -617,6 +620,35 @@ pub fn batched_matmul(
     } else {
         c.chunks_mut(m * n).enumerate().try_for_each(|(bi, cb)| one(bi, cb, threads))
     }
+}
+
+/// Linear with a row-major f16 or bf16 weight ([`super::linear_widened`]: widened a block
+/// of columns at a time, never whole); `None` for any other weight, or one the graph
+/// prepacked.
+fn linear_half(ins: &[In], outs: &mut [Out], ctx: &Ctx) -> Option<KResult> {
+    use super::linear_widened::{HalfWeight, linear};
+    if ctx.prepacked.is_some() || ins[1].dims.len() != 2 {
+        return None;
+    }
+    let (n, k) = (ins[1].dims[0], ins[1].dims[1]);
+    let len = n.checked_mul(k)?.checked_mul(2)?;
+    let bytes = ins[1].bytes.get(..len)?;
+    let w = match ins[1].dtype {
+        runtime::DType::F16 => HalfWeight::F16(bytemuck::try_cast_slice(bytes).ok()?),
+        runtime::DType::BF16 => HalfWeight::Bf16(bytemuck::try_cast_slice(bytes).ok()?),
+        _ => return None,
+    };
+    let m = numel(&ins[0].dims[..ins[0].dims.len().checked_sub(1)?]);
+    let mut run = || -> KResult {
+        let x = load_f32(&ins[0])?;
+        let bias = match ins.get(2) {
+            Some(b) => Some(load_f32(b)?),
+            None => None,
+        };
+        let isa = ctx.features.isa;
+        with_f32_out(&mut outs[0], |c| linear(isa, &x, w, bias.as_deref(), (m, n, k), c, ctx.threads))
+    };
+    Some(run())
 }
 
 /// LinearGelu with an f32 (or f16, or int8-prepared) weight: the fast Linear with its

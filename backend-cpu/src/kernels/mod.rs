@@ -13,7 +13,8 @@
 //! [`gemm_bf16`] (bf16), and [`attention_bf16`] (Attention with bf16 q, k, v: both
 //! products on AMX or AVX-512-BF16, chosen before the f32 fast kernel).
 //! The fast tier's Linear with at most [`gemv::MAX_M`] rows (a decode step) runs
-//! [`gemv`]: the weight streamed once for all rows, in any of the layouts above.
+//! [`gemv`]: the weight streamed once for all rows, in any of the layouts above; with
+//! more rows, an f16 or bf16 weight the CPU has no unit for runs [`linear_widened`].
 
 pub mod attention;
 pub mod attention_bf16;
@@ -25,6 +26,7 @@ pub mod gemm_i8;
 pub mod gemm_packed;
 pub mod gemv;
 pub mod generic;
+pub mod linear_widened;
 pub mod norm;
 pub mod paged;
 pub mod rope;

@@ -57,7 +57,7 @@ impl CompiledGraph {
         super::inplace::check(&graph)?;
         resolve_auto_precision(rt, &mut options)?;
         let (mut graph, fusion) = fuse(rt, graph, options.fuse, &options)?;
-        store_weights_in(rt, &mut graph, options.precision);
+        store_weights_in(rt, &mut graph, options.precision, options.store_slow_precision);
         let device = options.device;
         rt.device_info(device)?;
         let kernels = select_kernels(rt, &graph, device)?;
@@ -242,10 +242,11 @@ fn modelled_span(rt: &Runtime, graph: &Graph, options: &CompileOptions, cost_of:
 }
 
 /// Linear weights stored in the chosen low precision (bf16, f16), where it is one.
-fn store_weights_in(rt: &Runtime, graph: &mut Graph, precision: Precision) {
+/// `even_if_slow`: [`CompileOptions::store_slow_precision`].
+fn store_weights_in(rt: &Runtime, graph: &mut Graph, precision: Precision, even_if_slow: bool) {
     match precision {
         Precision::Bf16 => {
-            let n = precision::low_precision_weights(rt, graph, DType::BF16);
+            let n = precision::low_precision_weights(rt, graph, DType::BF16, even_if_slow);
             log::info!("precision bf16: {n} Linear weights stored in bf16");
             let a = precision::bf16_attention_operands(rt, graph);
             if a > 0 {
@@ -253,7 +254,7 @@ fn store_weights_in(rt: &Runtime, graph: &mut Graph, precision: Precision) {
             }
         }
         Precision::F16 => {
-            let n = precision::low_precision_weights(rt, graph, DType::F16);
+            let n = precision::low_precision_weights(rt, graph, DType::F16, even_if_slow);
             log::info!("precision f16: {n} Linear weights stored in fp16");
         }
         // Int8: the weights stay f32 in the graph; the backend quantises them as it

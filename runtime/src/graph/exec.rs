@@ -41,6 +41,13 @@ pub struct CompileOptions {
     /// Capture each arena's launches once and replay them per run, where the backend can
     /// ([`GraphCapture`]).
     pub graph_capture: GraphCapture,
+    /// Store the Linear weights in `precision` (bf16) also where the backend says that
+    /// precision is slow on the device ([`crate::Backend::slow_precision`]: a CPU without
+    /// AVX-512-BF16 or AMX, which widens each weight to f32 in the product). That halves
+    /// the bytes a memory-bound graph streams, such as an LLM's decode step, which reads
+    /// every weight once per token; a compute-bound graph (an encoder over a sequence)
+    /// runs faster on f32 weights, so it is off unless set (the LLM engine sets it).
+    pub store_slow_precision: bool,
 }
 
 /// [`CompileOptions::max_arenas`] unless set otherwise.
@@ -59,6 +66,7 @@ impl CompileOptions {
             max_arenas: DEFAULT_MAX_ARENAS,
             deny_host_tier: false,
             graph_capture: cfg.graph_capture,
+            store_slow_precision: false,
         }
     }
 }

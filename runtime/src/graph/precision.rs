@@ -12,10 +12,14 @@ use crate::runtime::Runtime;
 /// projection tied to the embedding): it is stored once in bf16 and each Gather's rows are
 /// cast back to f32. Returns how many were converted.
 ///
+/// With `even_if_slow` ([`super::CompileOptions::store_slow_precision`]), bf16 weights
+/// are also stored for kernels without a bf16 unit (any kernel above the reference tier,
+/// as for fp16): half the bytes, widened to f32 in each product.
+///
 /// Where the backend says `dtype` is not native on its first visible device
 /// ([`crate::Backend::slow_precision`]: e.g. bf16 on a CPU without AVX-512-BF16 or AMX),
 /// one warning per graph names the missing feature and what became of the weights.
-pub(super) fn low_precision_weights(rt: &Runtime, graph: &mut Graph, dtype: DType) -> usize {
+pub(super) fn low_precision_weights(rt: &Runtime, graph: &mut Graph, dtype: DType, even_if_slow: bool) -> usize {
     let consumers = graph.consumers();
     let tag = dtype.name();
     let mut converted = 0;
@@ -52,7 +56,7 @@ pub(super) fn low_precision_weights(rt: &Runtime, graph: &mut Graph, dtype: DTyp
         let mut ins: Vec<TensorMeta> = n.inputs.iter().map(|v| graph.meta(*v).clone()).collect();
         ins[1].dtype = dtype;
         let good = |k: &crate::kernel::KernelInfo| match dtype {
-            DType::BF16 => k.unit.label.contains("bf16"),
+            DType::BF16 if !even_if_slow => k.unit.label.contains("bf16"),
             _ => k.tier != crate::kernel::Tier::Reference,
         };
         match rt.select_kernel(&n.op, &ins) {
@@ -73,7 +77,7 @@ pub(super) fn low_precision_weights(rt: &Runtime, graph: &mut Graph, dtype: DTyp
         gathers.extend(consumers[w.0].iter().filter(|c| matches!(graph.nodes[c.0].op, crate::op::Op::Gather { .. })));
     }
     if candidates > 0 {
-        warn_if_not_native(rt, dtype, converted, candidates);
+        warn_if_not_native(rt, dtype, converted, candidates, even_if_slow);
     }
     // The last first, so that the earlier positions stay valid.
     gathers.sort_by_key(|g| std::cmp::Reverse(g.0));
@@ -129,12 +133,22 @@ fn cast_output_back(graph: &mut Graph, ni: usize, dtype: DType) {
     graph.nodes.insert(ni + 1, cast);
 }
 
-/// The one warning of [`low_precision_weights`] when the backend says `dtype` is slow.
-fn warn_if_not_native(rt: &Runtime, dtype: DType, converted: usize, candidates: usize) {
+/// The one warning of [`low_precision_weights`] when the backend says `dtype` is slow (an
+/// info line where the caller asked for such weights).
+fn warn_if_not_native(rt: &Runtime, dtype: DType, converted: usize, candidates: usize, asked: bool) {
     let inner = &rt.inner;
     let Some(ordinal) = inner.devices.first().map(|d| d.ordinal) else { return };
     let Some(why) = inner.backend.slow_precision(ordinal, dtype) else { return };
     let tag = dtype.name();
+    if converted > 0 && asked {
+        // Asked for (`store_slow_precision`): what the caller chose, not a surprise.
+        log::info!(
+            "precision {tag}: {converted} of {candidates} Linear weights stored in {tag} and widened to f32 \
+             in each product on the {} backend ({why}): half the bytes a memory-bound step reads",
+            inner.backend.name()
+        );
+        return;
+    }
     let what = if converted == 0 {
         format!("all {candidates} Linear weights stay f32, the fastest correct path here")
     } else {

@@ -121,6 +121,44 @@ fn padded(m: usize, x: &[f32], k: usize) -> (Cow<'_, [f32]>, usize) {
     (Cow::Owned(v), ldx)
 }
 
+/// `x` (`m` rows of `k`) padded with zeros to whole 16-float blocks, each block with its
+/// even elements first and its odd ones after: the order `x86::bf16_rows256` reads it in.
+#[cfg(target_arch = "x86_64")]
+fn split_pairs(m: usize, x: &[f32], k: usize) -> (Vec<f32>, usize) {
+    let ldx = k.next_multiple_of(16);
+    if ldx == 0 {
+        return (Vec::new(), 0);
+    }
+    let mut v = vec![0f32; m * ldx];
+    for (d, s) in v.chunks_exact_mut(ldx).zip(x.chunks_exact(k)) {
+        for (db, sb) in d.chunks_exact_mut(16).zip(s.chunks(16)) {
+            for (j, &e) in sb.iter().enumerate() {
+                db[(j % 2) * 8 + j / 2] = e;
+            }
+        }
+    }
+    (v, ldx)
+}
+
+/// A row-major bf16 weight on AVX2 (`x86::bf16_rows256`, x in [`split_pairs`] order):
+/// four weight rows at a time for one or two rows of x, two for up to four, else one.
+#[cfg(target_arch = "x86_64")]
+fn bf16_rows_avx2<const M: usize>(a: &RowArgs<'_>, n: usize, threads: usize) {
+    if M <= 2 {
+        split(n, 4, threads, |j0, j1| {
+            row_groups::<M, 4>(x86::bf16_rows256::<M, 4>, x86::bf16_rows256::<M, 1>, a, j0, j1)
+        })
+    } else if M <= 4 {
+        split(n, 2, threads, |j0, j1| {
+            row_groups::<M, 2>(x86::bf16_rows256::<M, 2>, x86::bf16_rows256::<M, 1>, a, j0, j1)
+        })
+    } else {
+        split(n, 1, threads, |j0, j1| {
+            row_groups::<M, 1>(x86::bf16_rows256::<M, 1>, x86::bf16_rows256::<M, 1>, a, j0, j1)
+        })
+    }
+}
+
 /// A kernel over `R` rows of a row-major weight (see `x86::rows512`).
 type RowKernel<const M: usize, const R: usize> =
     unsafe fn(*const u8, usize, usize, *const f32, usize, &mut [[f32; R]; M]);
@@ -155,6 +193,12 @@ fn rows(
     out: &COut<'_>,
     threads: usize,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if e == BF16 && f.isa == Isa::Avx2Fma {
+        let (xp, ldx) = split_pairs(m, x, k);
+        let a = RowArgs { w: WPtr(w), esize, k, x: &xp, ldx, out };
+        return by_m!(m, bf16_rows_avx2 [] (&a, n, threads));
+    }
     let (xp, ldx) = padded(m, x, k);
     let a = RowArgs { w: WPtr(w), esize, k, x: &xp, ldx, out };
     match e {

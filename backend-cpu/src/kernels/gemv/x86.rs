@@ -270,6 +270,74 @@ pub unsafe fn rows256<const E: u8, const M: usize, const R: usize>(
     }
 }
 
+/// `out[i][r] = Σ_p x[i][p] · w[r][p]` for `R` rows of a row-major bf16 weight, on AVX2:
+/// 16 weight elements per 32-byte load, split without a widening load into the even
+/// elements (shifted into the high half of each 32-bit lane) and the odd ones (masked),
+/// against x stored with each 16-element block's even elements first and its odd ones
+/// after ([`super::driver`]'s `split_pairs`). With one row of x, the even and odd products
+/// keep separate sums, so each row has two FMA chains in flight.
+///
+/// # Safety
+/// AVX2 and FMA must be supported; `w` holds `R` rows of `k` bf16; `x` holds `M` rows of
+/// `ldx >= k.next_multiple_of(16)` floats in that split order, zero past `k`.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn bf16_rows256<const M: usize, const R: usize>(
+    w: *const u8,
+    _esize: usize,
+    k: usize,
+    x: *const f32,
+    ldx: usize,
+    out: &mut [[f32; R]; M],
+) {
+    // With one row of x, the odd products go to a second sum.
+    let s = usize::from(M == 1);
+    let mut acc = [[[_mm256_setzero_ps(); 2]; R]; M];
+    let odd = _mm256_set1_epi32(0xFFFF_0000_u32 as i32);
+    let mut buf = [[0u8; 32]; R];
+    // SAFETY (pointer arithmetic below): within the extents of this function's contract;
+    // prefetches never fault.
+    unsafe {
+        for p in (0..k).step_by(16) {
+            let mut wv = [_mm256_setzero_si256(); R];
+            if p + 16 <= k {
+                // The R rows after the next R (contiguous after these) are fetched in
+                // step, R·32 bytes of them per 16 elements of these. A row of bf16 is
+                // short (28 lines at k = 896) for the hardware's stream detection: with
+                // a prefetch along each row instead, one thread streamed 10 GB/s, with
+                // this one 14 to 17 (Zen 3, `gemv::tests::stream_rate`).
+                let next = w.wrapping_add(2 * R * k * 2 + p * 2 * R);
+                for l in 0..R.div_ceil(2) {
+                    _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(l * 64).cast());
+                }
+                for (r, wv) in wv.iter_mut().enumerate() {
+                    *wv = _mm256_loadu_si256(w.add((r * k + p) * 2).cast());
+                }
+            } else {
+                // The last, short block: through a zeroed copy.
+                for (r, (wv, buf)) in wv.iter_mut().zip(buf.iter_mut()).enumerate() {
+                    std::ptr::copy_nonoverlapping(w.add((r * k + p) * 2), buf.as_mut_ptr(), (k - p) * 2);
+                    *wv = _mm256_loadu_si256(buf.as_ptr().cast());
+                }
+            }
+            for r in 0..R {
+                let lo = _mm256_castsi256_ps(_mm256_slli_epi32::<16>(wv[r]));
+                let hi = _mm256_castsi256_ps(_mm256_and_si256(wv[r], odd));
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    let xe = _mm256_loadu_ps(x.add(i * ldx + p));
+                    let xo = _mm256_loadu_ps(x.add(i * ldx + p + 8));
+                    acc[r][0] = _mm256_fmadd_ps(lo, xe, acc[r][0]);
+                    acc[r][s] = _mm256_fmadd_ps(hi, xo, acc[r][s]);
+                }
+            }
+        }
+    }
+    for (o, a) in out.iter_mut().zip(&acc) {
+        for r in 0..R {
+            o[r] = hsum256(_mm256_add_ps(a[r][0], a[r][1]));
+        }
+    }
+}
+
 /// [`f32_panel512`] on AVX2's 16-column panels.
 ///
 /// # Safety
