@@ -43,7 +43,8 @@ pub struct CompileOptions {
     pub graph_capture: GraphCapture,
     /// Store the Linear weights in `precision` (bf16) also where the backend says that
     /// precision is slow on the device ([`crate::Backend::slow_precision`]: a CPU without
-    /// AVX-512-BF16 or AMX, which widens each weight to f32 in the product). That halves
+    /// AVX-512-BF16 or AMX, which widens each weight to f32 in the product; elsewhere it
+    /// changes nothing). That halves
     /// the bytes a memory-bound graph streams, such as an LLM's decode step, which reads
     /// every weight once per token; a compute-bound graph (an encoder over a sequence)
     /// runs faster on f32 weights, so it is off unless set (the LLM engine sets it).

@@ -12,9 +12,11 @@ use crate::runtime::Runtime;
 /// projection tied to the embedding): it is stored once in bf16 and each Gather's rows are
 /// cast back to f32. Returns how many were converted.
 ///
-/// With `even_if_slow` ([`super::CompileOptions::store_slow_precision`]), bf16 weights
-/// are also stored for kernels without a bf16 unit (any kernel above the reference tier,
-/// as for fp16): half the bytes, widened to f32 in each product.
+/// With `even_if_slow` ([`super::CompileOptions::store_slow_precision`]), where the backend
+/// says bf16 is slow on its first visible device, bf16 weights are also stored for
+/// kernels without a bf16 unit (any kernel above the reference tier, as for fp16): half
+/// the bytes, widened to f32 in each product. A backend that does not call bf16 slow keeps
+/// the bf16-unit rule.
 ///
 /// Where the backend says `dtype` is not native on its first visible device
 /// ([`crate::Backend::slow_precision`]: e.g. bf16 on a CPU without AVX-512-BF16 or AMX),
@@ -25,6 +27,9 @@ pub(super) fn low_precision_weights(rt: &Runtime, graph: &mut Graph, dtype: DTyp
     let mut converted = 0;
     let mut candidates = 0;
     let mut gathers: Vec<super::ir::NodeId> = Vec::new();
+    let inner = &rt.inner;
+    let slow = inner.devices.first().and_then(|d| inner.backend.slow_precision(d.ordinal, dtype)).is_some();
+    let any_unit = even_if_slow && slow;
     for ni in 0..graph.nodes.len() {
         let n = &graph.nodes[ni];
         if !matches!(n.op, crate::op::Op::Linear | crate::op::Op::LinearGelu) {
@@ -56,7 +61,7 @@ pub(super) fn low_precision_weights(rt: &Runtime, graph: &mut Graph, dtype: DTyp
         let mut ins: Vec<TensorMeta> = n.inputs.iter().map(|v| graph.meta(*v).clone()).collect();
         ins[1].dtype = dtype;
         let good = |k: &crate::kernel::KernelInfo| match dtype {
-            DType::BF16 if !even_if_slow => k.unit.label.contains("bf16"),
+            DType::BF16 if !any_unit => k.unit.label.contains("bf16"),
             _ => k.tier != crate::kernel::Tier::Reference,
         };
         match rt.select_kernel(&n.op, &ins) {
