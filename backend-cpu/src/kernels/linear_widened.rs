@@ -38,16 +38,11 @@ impl HalfWeight<'_> {
 
     /// Elements `[from, from + dst.len())` widened into `dst`.
     fn widen(&self, from: usize, dst: &mut [f32]) {
+        use half::slice::HalfFloatSliceExt;
         let to = from + dst.len();
         match self {
-            HalfWeight::F16(w) => {
-                use half::slice::HalfFloatSliceExt;
-                w[from..to].convert_to_f32_slice(dst);
-            }
-            // A bf16 is the high half of an f32: one shift, which the compiler vectorises.
-            HalfWeight::Bf16(w) => {
-                dst.iter_mut().zip(&w[from..to]).for_each(|(d, s)| *d = f32::from_bits(u32::from(s.to_bits()) << 16));
-            }
+            HalfWeight::F16(w) => w[from..to].convert_to_f32_slice(dst),
+            HalfWeight::Bf16(w) => w[from..to].convert_to_f32_slice(dst),
         }
     }
 }
@@ -62,7 +57,6 @@ fn block_cols(n: usize, k: usize, threads: usize) -> usize {
 
 /// `c[m×n] = x[m×k] · wᵀ (+ bias)` with `w` widened block by block (see the module doc);
 /// `c` is overwritten. Operands shorter than their dimensions are an error.
-#[allow(clippy::too_many_arguments)]
 pub fn linear(
     isa: Isa,
     x: &[f32],

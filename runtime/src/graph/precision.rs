@@ -28,8 +28,9 @@ pub(super) fn low_precision_weights(rt: &Runtime, graph: &mut Graph, dtype: DTyp
     let mut candidates = 0;
     let mut gathers: Vec<super::ir::NodeId> = Vec::new();
     let inner = &rt.inner;
-    let slow = inner.devices.first().and_then(|d| inner.backend.slow_precision(d.ordinal, dtype)).is_some();
-    let any_unit = even_if_slow && slow;
+    // Why `dtype` is slow on the backend's first visible device, if it is.
+    let slow = inner.devices.first().and_then(|d| inner.backend.slow_precision(d.ordinal, dtype));
+    let any_unit = even_if_slow && slow.is_some();
     for ni in 0..graph.nodes.len() {
         let n = &graph.nodes[ni];
         if !matches!(n.op, crate::op::Op::Linear | crate::op::Op::LinearGelu) {
@@ -81,8 +82,10 @@ pub(super) fn low_precision_weights(rt: &Runtime, graph: &mut Graph, dtype: DTyp
         converted += 1;
         gathers.extend(consumers[w.0].iter().filter(|c| matches!(graph.nodes[c.0].op, crate::op::Op::Gather { .. })));
     }
-    if candidates > 0 {
-        warn_if_not_native(rt, dtype, converted, candidates, even_if_slow);
+    if candidates > 0
+        && let Some(why) = &slow
+    {
+        warn_if_not_native(rt, dtype, why, converted, candidates, even_if_slow);
     }
     // The last first, so that the earlier positions stay valid.
     gathers.sort_by_key(|g| std::cmp::Reverse(g.0));
@@ -138,12 +141,10 @@ fn cast_output_back(graph: &mut Graph, ni: usize, dtype: DType) {
     graph.nodes.insert(ni + 1, cast);
 }
 
-/// The one warning of [`low_precision_weights`] when the backend says `dtype` is slow (an
-/// info line where the caller asked for such weights).
-fn warn_if_not_native(rt: &Runtime, dtype: DType, converted: usize, candidates: usize, asked: bool) {
+/// The one warning of [`low_precision_weights`] when the backend says `dtype` is slow
+/// (`why`; an info line where the caller asked for such weights).
+fn warn_if_not_native(rt: &Runtime, dtype: DType, why: &str, converted: usize, candidates: usize, asked: bool) {
     let inner = &rt.inner;
-    let Some(ordinal) = inner.devices.first().map(|d| d.ordinal) else { return };
-    let Some(why) = inner.backend.slow_precision(ordinal, dtype) else { return };
     let tag = dtype.name();
     if converted > 0 && asked {
         // Asked for (`store_slow_precision`): what the caller chose, not a surprise.
