@@ -42,7 +42,12 @@ impl HalfWeight<'_> {
         let to = from + dst.len();
         match self {
             HalfWeight::F16(w) => w[from..to].convert_to_f32_slice(dst),
-            HalfWeight::Bf16(w) => w[from..to].convert_to_f32_slice(dst),
+            // A bf16 is the high half of an f32: one shift. half's slice conversion also
+            // tests each element for NaN, 0.19 against 0.12 ns per element here (Zen 3),
+            // some 35 ms of a qwen2-0.5b prefill.
+            HalfWeight::Bf16(w) => {
+                dst.iter_mut().zip(&w[from..to]).for_each(|(d, s)| *d = f32::from_bits(u32::from(s.to_bits()) << 16))
+            }
         }
     }
 }
