@@ -378,11 +378,11 @@ mod tests {
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
         let mut inside = false;
         for line in smaps.lines() {
-            if let Some((lo, hi)) = line.split_whitespace().next().and_then(|r| r.split_once('-')) {
-                if let (Ok(lo), Ok(hi)) = (u64::from_str_radix(lo, 16), u64::from_str_radix(hi, 16)) {
-                    inside = (lo..hi).contains(&addr);
-                    continue;
-                }
+            if let Some((lo, hi)) = line.split_whitespace().next().and_then(|r| r.split_once('-'))
+                && let (Ok(lo), Ok(hi)) = (u64::from_str_radix(lo, 16), u64::from_str_radix(hi, 16))
+            {
+                inside = (lo..hi).contains(&addr);
+                continue;
             }
             if inside && let Some(v) = line.strip_prefix("AnonHugePages:") {
                 return v.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
