@@ -553,4 +553,8 @@ fn bench_llm_takes_the_kv_cache_dtype() {
         npurt(&["bench", "llm", "--model", "llama-tiny", "--prompt-len", "4", "--gen", "2", "--kv-cache", "i32"]);
     assert_ne!(code, Some(0));
     assert!(err.contains("the KV cache is f32, f16 or bf16"), "{err}");
+    // One generated token has no decode step to time: refused, not a made-up figure.
+    let (code, _, err) = npurt(&["bench", "llm", "--model", "llama-tiny", "--prompt-len", "4", "--gen", "1"]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("expected a count >= 2"), "{err}");
 }

@@ -20,8 +20,8 @@ pub struct LlmArgs {
     /// Prompt tokens per sequence
     #[arg(long, value_name = "P", value_parser = positive)]
     prompt_len: usize,
-    /// Tokens generated per sequence (stop tokens ignored)
-    #[arg(long = "gen", value_name = "G", value_parser = positive)]
+    /// Tokens generated per sequence, at least 2: prefill gives the first, decode steps the rest (stop tokens ignored)
+    #[arg(long = "gen", value_name = "G", value_parser = at_least_two)]
     new_tokens: usize,
     /// Sequences generated together
     #[arg(long, value_name = "B", default_value = "1", value_parser = positive)]
@@ -122,7 +122,7 @@ pub fn run(config: RuntimeConfig, a: LlmArgs) -> Result<()> {
     timed(&rt, &llm, &prompts, a.new_tokens.min(2))?;
     let compile = t.elapsed();
     let Timed { prefill, decode, emulated } = timed(&rt, &llm, &prompts, a.new_tokens)?;
-    let steps = a.new_tokens.saturating_sub(1).max(1);
+    let steps = a.new_tokens - 1;
     let per_token = decode.as_secs_f64() / steps as f64;
     let tokens_per_s = (a.batch * a.new_tokens.saturating_sub(1)) as f64 / decode.as_secs_f64().max(1e-9);
     // The weights a decode step reads, in the dtype the device holds them in (the share of
@@ -198,4 +198,12 @@ pub fn run(config: RuntimeConfig, a: LlmArgs) -> Result<()> {
 fn emulator_model_only() -> bool {
     std::env::var("ACL_EMU_COMPUTE")
         .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "0" | "off" | "false"))
+}
+
+/// `--gen`: a decode figure needs at least one decode step after prefill's token.
+fn at_least_two(s: &str) -> std::result::Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n >= 2 => Ok(n),
+        _ => Err("expected a count >= 2 (prefill makes the first token; decode is timed from the second)".into()),
+    }
 }
