@@ -118,7 +118,7 @@ class Graph:
             self._g.output(i)
 
     def compile(self, device: Optional[int] = None, precision: Optional[str] = None,
-                streams: Optional[int] = None) -> "CompiledGraph":
+                streams: Optional[int] = None, store_slow_precision: bool = False) -> "CompiledGraph":
         """Compiles the graph (fusion, kernel selection, static memory plan, streams) for
         ``device`` (default: the current device).
 
@@ -129,11 +129,19 @@ class Graph:
         ``"int8"`` (Linear products in dynamic int8 on a CPU with AMX-INT8 or
         AVX-512-VNNI; f32 with a warning elsewhere) or ``"auto"`` (f32 on the CPU and
         CUDA); anything else raises ``ValueError``.
+        ``store_slow_precision``: store bf16 Linear weights even where the device computes
+        bf16 slowly (a CPU without AVX-512-BF16 or AMX, which then widens them to f32 in its
+        kernels). Worth it for a memory-bound graph (an LLM decode step reads each weight
+        once per token, so half the bytes is nearly half the time); a compute-bound encoder
+        is faster with f32 weights there, which is why it is off by default.
         ``streams``: most streams the schedule uses (1 = serial). The GIL is released while
         compiling; a Ctrl-C meanwhile raises ``KeyboardInterrupt`` when compiling ends."""
         rt = self._owner
         n = rt._rt()
-        return CompiledGraph(self._g.compile(n, rt._device(device), rt._compile_opts(precision, streams)), rt)
+        opts = rt._compile_opts(precision, streams)
+        if store_slow_precision:
+            opts["store_slow_precision"] = True
+        return CompiledGraph(self._g.compile(n, rt._device(device), opts), rt)
 
     def __repr__(self) -> str:
         return f"npurt.Graph({self.name!r}, {self._g.num_nodes()} nodes)"
@@ -279,6 +287,13 @@ class CompiledGraph:
         if inputs is None:
             inputs = [np.zeros(s, numpy_dtype(dt)) for _, dt, s in self._inputs]
         return Profile(dict(self._cg.profile(self._arguments(inputs))))
+
+    @property
+    def constant_bytes(self) -> int:
+        """Bytes the compiled graph's constants (weights, biases, tables) take in the dtypes
+        they are stored in: about half the f32 figure once precision ``bf16`` or ``f16``
+        stores the Linear weights in 16 bits."""
+        return int(self._cg.constant_bytes())
 
     def fusion(self) -> Dict[str, int]:
         """Nodes the fusion pass made: ``attention``, ``bias_gelu``, ``linear_gelu`` (those of

@@ -172,8 +172,8 @@ class Graph:
     def dump(self) -> str: ...
     def compile(self, rt: Runtime, device: int, opts: Dict[str, Any]) -> CompiledGraph:
         """Compiles for ``device`` of ``rt``; ``opts``: ``fuse``, ``memory_reuse``,
-        ``parallel``, ``scheduling``, ``precision``, ``streams``, ``max_arenas`` (GIL
-        released)."""
+        ``parallel``, ``scheduling``, ``precision``, ``store_slow_precision``, ``streams``,
+        ``max_arenas`` (GIL released)."""
 
 class CompiledGraph:
     """A compiled graph (``npurt.CompiledGraph`` wraps one); :meth:`run` may be called
@@ -188,6 +188,7 @@ class CompiledGraph:
         """Runs the graph (GIL released; callable from many threads at once)."""
     def memory_plan(self) -> Optional[Dict[str, Any]]: ...
     def profile(self, inputs: Sequence[Tensor]) -> Dict[str, Any]: ...
+    def constant_bytes(self) -> int: ...
     def fusion(self) -> Dict[str, int]: ...
 
 def bert(rt: Runtime, model: str, batch: int, seq: int, device: int, opts: Dict[str, Any],

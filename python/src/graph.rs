@@ -33,7 +33,7 @@ fn host<T: npurt::Element + numpy::Element>(arr: &Bound<'_, PyAny>) -> PyResult<
 
 /// Options for [`CompiledGraph::compile`]: the runtime's configuration, then the
 /// Python layer's settings (`parallel`, `fuse`, `memory_reuse`, `scheduling`, `precision`,
-/// `streams`, `max_arenas`).
+/// `store_slow_precision`, `streams`, `max_arenas`).
 fn options(py: Python<'_>, rt: &npurt::Runtime, device: usize, o: &Bound<'_, PyDict>) -> PyResult<CompileOptions> {
     let mut c = CompileOptions::from_config(rt.config(), device);
     if let Some(v) = o.get_item("fuse")? {
@@ -64,6 +64,9 @@ fn options(py: Python<'_>, rt: &npurt::Runtime, device: usize, o: &Bound<'_, PyD
                 format!("precision must be one of f32, fp32, bf16, f16, fp16, half, auto; got {s:?}"),
             )
         })?;
+    }
+    if let Some(v) = o.get_item("store_slow_precision")?.filter(|v| !v.is_none()) {
+        c.store_slow_precision = v.extract()?;
     }
     if let Some(v) = o.get_item("streams")?.filter(|v| !v.is_none()) {
         let n: usize = v.extract()?;
@@ -285,6 +288,10 @@ impl PyCompiledGraph {
     /// Nodes the fusion pass made: `{attention, bias_gelu, linear_gelu, add_layer_norm,
     /// merged_linears}` (`linear_gelu`: those of `bias_gelu` fused into their product as
     /// `LinearGelu`; `merged_linears`: groups of Linears reading one x run as one product).
+    /// Bytes the compiled graph's constants take in the dtypes they are stored in.
+    fn constant_bytes(&self, py: Python<'_>) -> PyResult<usize> {
+        guard(py, "CompiledGraph.constant_bytes", || Ok(self.cg.graph().constant_bytes()))
+    }
     fn fusion<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         guard(py, "CompiledGraph.fusion", || {
             let f = self.cg.fusion_stats();

@@ -198,3 +198,26 @@ def test_f16_precision_stays_close_to_f32(own: npurt.Runtime, p: str) -> None:
     r16 = npurt.Runtime(backend="cpu", env=False, precision=p)
     got2 = r16.bert("tiny", batch=2, seq=16).run(feed)[0].to_numpy()
     np.testing.assert_array_equal(got2, got)
+
+
+def test_store_slow_precision_keeps_bf16_weights_on_any_device(rt: npurt.Runtime) -> None:
+    # Two Linears over distinct inputs (not merged), 64x64 weights with f32 biases.
+    r = np.random.default_rng(3)
+    gr = rt.Graph()
+    xs = [gr.input(f"x{i}", (1, 4, 64)) for i in range(2)]
+    ws = [r.standard_normal((64, 64)).astype(np.float32) / 8 for _ in range(2)]
+    bs = [r.standard_normal(64).astype(np.float32) for _ in range(2)]
+    gr.output(*[gr.node("Linear", [x, gr.constant(f"w{i}", w), gr.constant(f"b{i}", b)])
+                for i, (x, w, b) in enumerate(zip(xs, ws, bs))])
+    f32 = gr.compile(precision="f32")
+    asked = gr.compile(precision="bf16", store_slow_precision=True)
+    plain = gr.compile(precision="bf16")
+    weight_bytes = sum(w.nbytes for w in ws)
+    assert f32.constant_bytes == weight_bytes + sum(b.nbytes for b in bs)
+    # Asked for, the weights are bf16 whether or not the device has a bf16 unit.
+    assert asked.constant_bytes == f32.constant_bytes - weight_bytes // 2
+    # Not asked for, a device that computes bf16 slowly keeps f32 weights.
+    assert plain.constant_bytes in (f32.constant_bytes, asked.constant_bytes)
+    ins = [r.standard_normal((1, 4, 64)).astype(np.float32) for _ in range(2)]
+    for got, x, w, b in zip(asked.run(ins), ins, ws, bs):
+        np.testing.assert_allclose(got.to_numpy(), x @ w.T + b, rtol=2e-2, atol=2e-2)
