@@ -5,8 +5,8 @@ use crate::errors::{check, guard, invalid, nogil, nogil_interruptible};
 use crate::handle::PyRuntime;
 use npurt::llm::{FinishReason, Generation, Llm, LlmOptions, SamplingParams};
 use pyo3::prelude::*;
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 
 /// One prompt's result as Python receives it: text, generated ids, finish reason.
