@@ -229,3 +229,30 @@ fn bench_bert_concurrent_reports_zero_mismatches() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--concurrent"));
 }
+
+/// On the CPU with more pool threads than cores (4 on a 2-core runner), runs of one graph
+/// from four threads at once, each keeping a pool thread awake for its parallel kernels
+/// while other runs' work is stolen around it, all finish (a watchdog turns a hang into a
+/// failure) with the serial results.
+#[test]
+fn cpu_runs_on_four_pool_threads_finish_with_serial_results() {
+    let config = RuntimeConfig { backend: Some("cpu".into()), threads: Some(4), ..RuntimeConfig::default() };
+    let rt = npurt::Runtime::with_config(config).unwrap();
+    let cfg = BertConfig::tiny();
+    let s = 16;
+    let bg = bert::build(&cfg, Weights::Random(7), 1, s).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut bad = Vec::new();
+        for (parallel, max_arenas) in [(true, 4), (false, 4), (true, 1)] {
+            let cg = CompiledGraph::compile(&rt, &bg.graph, options(parallel, max_arenas)).unwrap();
+            let make = |rt: &Runtime, seed: usize| bert_input(rt, seed, s, cfg.vocab_size);
+            bad.push(mismatches(&rt, &cg, 4, 8, 1e-4, &make));
+            let chain = CompiledGraph::compile(&rt, &chain(), options(parallel, max_arenas)).unwrap();
+            bad.push(mismatches(&rt, &chain, 4, 8, 1e-5, &chain_input));
+        }
+        tx.send(bad).ok();
+    });
+    let bad = rx.recv_timeout(std::time::Duration::from_secs(300)).expect("concurrent runs did not finish in 300 s");
+    assert!(bad.iter().all(|&b| b == 0), "mismatching runs per case: {bad:?}");
+}

@@ -48,6 +48,9 @@ def run_json(cmd, env=None):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--npurt", default="target/release/npurt")
+    ap.add_argument("--npurt-base", help="a second npurt binary, run in every round as the contender "
+                    "'npurt-base' (a before/after comparison of two builds)")
+    ap.add_argument("--skip", default="", help="contenders to leave out, comma-separated (transformers, llama.cpp)")
     ap.add_argument("--model", default="qwen2-0.5b")
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--gen", type=int, default=32)
@@ -62,7 +65,9 @@ def main() -> int:
     precisions = a.precisions.split(",")
     rows = {}
     log = []
-    have_torch = subprocess.run([sys.executable, "-c", "import torch, transformers"], capture_output=True).returncode == 0
+    skip = set(filter(None, a.skip.split(",")))
+    have_torch = "transformers" not in skip and subprocess.run(
+        [sys.executable, "-c", "import torch, transformers"], capture_output=True).returncode == 0
     if not have_torch:
         print("llm_compare: torch/transformers not importable; the transformers rows are left out", file=sys.stderr)
     for r in range(a.rounds):
@@ -71,13 +76,16 @@ def main() -> int:
                 common = ["--prompt-len", str(a.prompt_len), "--gen", str(a.gen), "--batch", str(b)]
                 runs = [("npurt", [a.npurt, "bench", "llm", "--model", a.model] + common,
                          dict(os.environ, NPURT_PRECISION=p))]
+                if a.npurt_base:
+                    runs.append(("npurt-base", [a.npurt_base, "bench", "llm", "--model", a.model] + common,
+                                 dict(os.environ, NPURT_PRECISION=p)))
                 if have_torch:
                     hf = [sys.executable, os.path.join(HERE, "llm_hf.py"), "--model", a.model, "--dtype", p, "--runs", "1"]
                     if a.threads:
                         hf += ["--threads", str(a.threads)]
                     runs.append(("transformers", hf + common, None))
                 # llama-cpp-python decodes one sequence: its batch-1 run is its only row.
-                if b == 1 and a.gguf_dir and os.path.exists(os.path.join(a.gguf_dir, f"model-{p}.gguf")):
+                if b == 1 and "llama.cpp" not in skip and a.gguf_dir and os.path.exists(os.path.join(a.gguf_dir, f"model-{p}.gguf")):
                     lc = [sys.executable, os.path.join(HERE, "llm_llamacpp.py"), "--gguf",
                           os.path.join(a.gguf_dir, f"model-{p}.gguf"), "--runs", "1"]
                     if a.threads:
@@ -100,7 +108,7 @@ def main() -> int:
     for p in precisions:
         for b in batches:
             base = (p, b, "npurt")
-            for name in ("npurt", "transformers", "llama.cpp"):
+            for name in ("npurt", "npurt-base", "transformers", "llama.cpp"):
                 k = (p, b, name)
                 if k not in rows:
                     continue
