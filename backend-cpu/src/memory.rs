@@ -94,9 +94,12 @@ const HUGE_PAGE: usize = 2 << 20;
 /// mapping or refuses it (the caller falls back to the global allocator).
 #[cfg(target_os = "linux")]
 fn map_huge(bytes: usize, align: usize) -> Option<(u64, Block)> {
-    let align = align.max(HUGE_PAGE);
+    // SAFETY: sysconf reads a constant of the system.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok().filter(|p| p.is_power_of_two())?;
+    let align = align.max(HUGE_PAGE).max(page);
+    let used = bytes.checked_next_multiple_of(page)?;
     // Over-map by the alignment, then give back the ends outside the aligned block.
-    let len = bytes.checked_next_multiple_of(4096)?.checked_add(align)?;
+    let len = used.checked_add(align)?;
     // SAFETY: a new private anonymous mapping at an address of the kernel's choosing;
     // it touches no existing memory.
     let raw = unsafe {
@@ -115,9 +118,9 @@ fn map_huge(bytes: usize, align: usize) -> Option<(u64, Block)> {
     }
     let raw = raw as usize;
     let start = raw.next_multiple_of(align);
-    let used = bytes.next_multiple_of(4096);
-    // Both ends are whole pages of the mapping just made: `start - raw` is a multiple of
-    // 4096 (mmap returns page-aligned addresses, `align` is one), and so is `used`.
+    // Both ends are whole pages of the mapping just made (4 KiB or, on some arm64
+    // kernels, 64 KiB): mmap returns a page-aligned address, `align` is a multiple of the
+    // page, and `used` is whole pages.
     unmap(raw, start - raw);
     unmap(start + used, raw + len - (start + used));
     let huge = bytes & !(HUGE_PAGE - 1);
