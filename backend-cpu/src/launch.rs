@@ -295,7 +295,10 @@ const KEEP_AWAKE_IDLE: Duration = Duration::from_micros(500);
 /// `owner` (which popped it while waiting), and after [`KEEP_AWAKE_IDLE`] without work: a
 /// thread that picked this job up while it waited inside another job (rayon steals from any
 /// queue while waiting) must not hold that job's completion, and so the run's, hostage
-/// until `done`.
+/// until `done`. While such a thread keeps finding work (another run's) it stays, so under
+/// concurrent runs one may wait for another's end: a cost in latency, never a deadlock,
+/// since every helper leaves once its run is done or the pool runs dry
+/// (`tests/concurrent.rs`, `cpu_runs_on_four_pool_threads_finish_with_serial_results`).
 fn keep_awake(owner: Option<usize>, done: &AtomicBool) {
     if rayon::current_thread_index() == owner {
         return;
