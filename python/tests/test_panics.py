@@ -125,6 +125,7 @@ CASES = {
     "CompiledGraph.memory_plan": lambda o: o.cg.memory_plan,
     "CompiledGraph.profile": lambda o: o.cg.profile(),
     "CompiledGraph.fusion": lambda o: o.cg.fusion(),
+    "CompiledGraph.constant_bytes": lambda o: o.cg.constant_bytes,
     "CompiledGraph.__repr__": lambda o: repr(o.cg._cg),
     "bert": lambda o: o.rt.bert("tiny", batch=1, seq=8),
     "Embedder.__init__": lambda o: o.rt.Embedder(o.model),
