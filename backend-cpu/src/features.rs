@@ -98,6 +98,11 @@ pub struct CpuFeatures {
     /// AMX tiles with int8 dot products (`tdpbssd`), enabled for this process by the OS
     /// (`NPURT_AMX=0` turns their use off; false when the ISA is forced below AVX-512).
     pub amx_int8: bool,
+    /// This CPU's `vdpbf16ps` runs at half the f32 FMA's FLOP rate (Intel's: one per two
+    /// cycles, 64 FLOPs, against two 32-FLOP FMAs per cycle; AMD's Zen 4 runs it at twice
+    /// its FMA rate). Where it does and AMX is not used, a bf16 product widens its weight to
+    /// f32 on the way into the FMA micro-kernel instead ([`Self::bf16_on_fma`]).
+    pub bf16_dot_half_rate: bool,
     pub f16c: bool,
     /// Every feature of interest that was detected, for `npurt info`.
     pub detected: Vec<&'static str>,
@@ -295,6 +300,9 @@ fn detect() -> CpuFeatures {
         avx512bf16,
         amx_bf16,
         amx_int8,
+        // Measured (`npurt bench peak --unit avx512 --unit avx512-bf16`): Emerald Rapids 86
+        // against 175 GFLOP/s on one thread, Sapphire Rapids 104.5 against about 200.
+        bf16_dot_half_rate: cpuinfo_field("vendor_id").as_deref() == Some("GenuineIntel"),
         f16c,
         detected,
         model: cpuinfo_field("model name").unwrap_or_else(|| std::env::consts::ARCH.to_string()),
@@ -343,6 +351,10 @@ impl CpuFeatures {
         let detected_bf16 = self.detected.contains(&"avx512bf16");
         let bf16 = if self.amx_bf16 {
             Ok("AMX-BF16 tiles")
+        } else if self.bf16_on_fma() {
+            Ok(
+                "bf16 weights widened to f32 into the AVX-512 FMA kernel (this CPU's vdpbf16ps runs at half its FMA rate)",
+            )
         } else if self.avx512bf16 {
             Ok("AVX-512-BF16 dot products")
         } else if detected_bf16 {
@@ -393,10 +405,18 @@ impl CpuFeatures {
     pub fn bf16_unit(&self) -> Unit {
         Unit { class: UnitClass::Cube, label: if self.amx_bf16 { "amx-bf16" } else { "avx512-bf16" } }
     }
+    /// Whether the bf16 products run on the f32 FMA micro-kernel, their weight widened from
+    /// bf16 on the way in (half the bytes read, the FMA's rate): where AVX-512-BF16 is used
+    /// without AMX on a CPU whose `vdpbf16ps` runs at half the FMA rate.
+    pub fn bf16_on_fma(&self) -> bool {
+        self.avx512bf16 && !self.amx_bf16 && self.bf16_dot_half_rate && self.isa == Isa::Avx512
+    }
     /// Nominal bf16 FLOP per cycle and core of [`Self::bf16_unit`], with how it is derived.
     pub fn bf16_flops_per_cycle(&self) -> (f64, &'static str) {
         if self.amx_bf16 {
             (1024.0, "AMX: one 16x16x32 tile product (16384 flops) per 16 cycles")
+        } else if self.bf16_on_fma() {
+            (64.0, "bf16 weights widened to f32: 16 lanes x 2 flops x two FMAs per cycle")
         } else {
             (64.0, "AVX-512-BF16: 16 lanes x 2 products x 2 flops, one vdpbf16ps per cycle")
         }

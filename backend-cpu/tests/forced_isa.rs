@@ -247,9 +247,11 @@ fn the_widest_path_is_the_default_and_scalar_always_runs() {
     println!("widest path on this CPU: {}", f.widest);
 }
 
-/// The bf16 product on AVX-512-BF16 dot products with AMX left unused (as on a CPU without
-/// AMX), on one and two threads, at BERT-like and ragged shapes, against f64 on the
-/// bf16-rounded operands; and the AMX path on the same shapes where this CPU has it.
+/// The bf16 product with AMX left unused (as on a CPU without AMX), on AVX-512-BF16 dot
+/// products and on the FMA kernel with the weight widened (`bf16_on_fma`, taken where
+/// `vdpbf16ps` runs at half the FMA rate), on one and two threads, at BERT-like and ragged
+/// shapes, against f64 on the bf16 weight and x (rounded to bf16 except on the FMA path);
+/// and the AMX path on the same shapes where this CPU has it.
 #[test]
 fn the_bf16_product_runs_on_avx512_bf16_without_amx() {
     use backend_cpu::kernels::gemm_bf16::{PackedWeight, gemm};
@@ -260,7 +262,14 @@ fn the_bf16_product_runs_on_avx512_bf16_without_amx() {
     }
     let no_amx = backend_cpu::features::without_amx();
     assert!(!no_amx.amx_bf16 && no_amx.avx512bf16);
-    let mut paths = vec![no_amx];
+    use backend_cpu::features::CpuFeatures;
+    let dot = |half_rate| -> &'static CpuFeatures {
+        Box::leak(Box::new(CpuFeatures { bf16_dot_half_rate: half_rate, ..no_amx.clone() }))
+    };
+    let mut paths = vec![dot(false)];
+    if no_amx.isa == Isa::Avx512 {
+        paths.push(dot(true));
+    }
     if backend_cpu::features::get().amx_bf16 {
         paths.push(backend_cpu::features::get());
     } else {
@@ -274,13 +283,17 @@ fn the_bf16_product_runs_on_avx512_bf16_without_amx() {
             let want: Vec<f64> = (0..m * n)
                 .map(|e| {
                     let (i, j) = (e / n, e % n);
-                    (0..k).map(|q| bf16::from_f32(xv[i * k + q]).to_f64() * w[j * k + q].to_f64()).sum::<f64>()
+                    let x = |q: usize| {
+                        let v = xv[i * k + q];
+                        if f.bf16_on_fma() { v as f64 } else { bf16::from_f32(v).to_f64() }
+                    };
+                    (0..k).map(|q| x(q) * w[j * k + q].to_f64()).sum::<f64>()
                 })
                 .collect();
             for threads in [1, 2] {
                 let mut c = vec![0f32; m * n];
                 gemm(f, m, &xv, &pw, &mut c, false, threads).unwrap();
-                let what = format!("bf16 {m}x{k}x{n} amx={} threads={threads}", f.amx_bf16);
+                let what = format!("bf16 {m}x{k}x{n} amx={} fma={} threads={threads}", f.amx_bf16, f.bf16_on_fma());
                 assert_close(&what, &c, &want, 1e-4 * (k as f64).sqrt());
             }
         }

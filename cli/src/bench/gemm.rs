@@ -2,8 +2,9 @@
 //! and on the bf16 unit, optionally against OpenBLAS through NumPy in the same run; every
 //! f32 figure also as a percentage of the FMA peak measured at the start (`bench peak`), or
 //! with `--paired` right after each timed run, on a host whose load moves within seconds;
-//! every bf16 figure as a percentage of the bf16 unit's peak (AMX tiles, else AVX-512-BF16
-//! dot products) measured at the start. The global `--precision` picks the columns: `f32`
+//! every bf16 figure as a percentage of the peak of the unit the bf16 product runs on (AMX
+//! tiles, else AVX-512-BF16 dot products, or the FMA path where the weights widen into it)
+//! measured at the start. The global `--precision` picks the columns: `f32`
 //! the f32 ones, `bf16` the bf16 one, otherwise (`auto`, the default) both; `int8` times
 //! the int8 product against bf16 instead (`gemm_i8.rs`).
 

@@ -66,8 +66,9 @@ pub fn measure_unit(unit: PeakUnit, threads: usize, runs: usize, ms: usize) -> R
     peak::measure_unit(unit, threads, runs, Duration::from_millis(ms as u64)).map_err(|e| Error::backend("cpu", e))
 }
 
-/// The bf16 unit the bf16 GEMM runs on where the features `f` allow it (AMX tiles, else
-/// AVX-512-BF16 dot products), measured on `threads` threads; `None` where neither runs.
+/// The unit the bf16 GEMM runs on where the features `f` allow it (AMX tiles, else
+/// AVX-512-BF16 dot products, or the FMA path where the weights widen into it:
+/// `CpuFeatures::bf16_on_fma`), measured on `threads` threads; `None` where none runs.
 pub fn bf16_peak(
     f: &backend_cpu::features::CpuFeatures,
     threads: usize,
@@ -76,6 +77,9 @@ pub fn bf16_peak(
 ) -> Result<Option<Peak>> {
     let unit = if f.amx_bf16 {
         PeakUnit::AmxBf16
+    } else if f.bf16_on_fma() {
+        // The bf16 products run on the FMA kernel here, their weights widened.
+        PeakUnit::Fma(f.isa)
     } else if f.avx512bf16 {
         PeakUnit::Avx512Bf16
     } else {

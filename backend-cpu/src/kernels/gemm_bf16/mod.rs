@@ -14,6 +14,13 @@
 //! A tile of [`MR`]×[`NR`] outputs lives in 24 zmm registers over a block of [`KC`]
 //! k-pairs: per pair, two panel loads, `MR` broadcasts and `2·MR` `vdpbf16ps`.
 //!
+//! Where the CPU's `vdpbf16ps` runs at half its FMA's FLOP rate (Intel's, measured 86
+//! against 175 GFLOP/s on one Emerald Rapids thread) and AMX is not used
+//! (`CpuFeatures::bf16_on_fma`), the product runs on the f32 FMA kernel instead
+//! (`gemm_packed::run_bf16_pairs`): each work item widens its panels of the packed weight
+//! to f32 (a shift per half word) as the f32 product packs B, so the weight is still read
+//! at half the bytes and x is not rounded to bf16.
+//!
 //! Where the CPU has AMX and the OS enabled it (`features::amx_bf16`) and the k-pairs are
 //! a multiple of 16, the whole product runs on the tile unit instead (`amx.rs`). x is
 //! rounded to bf16 and packed once per call into one shared buffer of tile-ready 64-byte
@@ -135,16 +142,22 @@ pub fn gemm_with(
     if kp > 0 && use_amx(f, kp) {
         return gemm_amx(f, m, x, w, c, ep, threads);
     }
+    let bias = ep.bias;
     if kp == 0 {
         if !ep.acc {
             c[..m * n].fill(0.0);
         }
+    } else if f.bf16_on_fma() {
+        // The bias is added over the finished rows below, as on the dot-product path: the
+        // kernel's own bias would round `(c + sum) + bias` in another order across k slices.
+        let beta = if ep.acc { 1.0 } else { 0.0 };
+        crate::kernels::gemm_packed::run_bf16_pairs((m, n, k), x, &w.data, beta, c, threads);
     } else {
         gemm_avx512(f, m, x, w, &mut c[..m * n], ep.acc, threads);
     }
-    if ep.bias.is_some() || ep.gelu {
+    if bias.is_some() || ep.gelu {
         let isa = f.isa;
-        let tail = |row: &mut [f32]| finish_row(isa, row, ep.bias, ep.gelu);
+        let tail = |row: &mut [f32]| finish_row(isa, row, bias, ep.gelu);
         if threads > 1 && m * n >= 1 << 15 {
             c[..m * n].par_chunks_mut(n).for_each(tail);
         } else {
@@ -351,14 +364,26 @@ mod tests {
     use half::bf16;
     use packed::to_pairs_scalar;
 
-    /// The same product in f64 from the bf16-rounded operands.
-    fn reference(m: usize, n: usize, k: usize, x: &[f32], w: &[bf16], c0: &[f32], acc: bool) -> Vec<f32> {
+    /// The same product in f64 from the bf16 weight and x rounded to bf16 where `round_x`
+    /// (the dot-product and AMX paths; the FMA path widens the weight and keeps x in f32).
+    #[allow(clippy::too_many_arguments)]
+    fn reference(
+        m: usize,
+        n: usize,
+        k: usize,
+        x: &[f32],
+        w: &[bf16],
+        c0: &[f32],
+        acc: bool,
+        round_x: bool,
+    ) -> Vec<f32> {
         let mut c = vec![0f32; m * n];
         for i in 0..m {
             for j in 0..n {
                 let mut s = if acc { c0[i * n + j] as f64 } else { 0.0 };
                 for p in 0..k {
-                    s += bf16::from_f32(x[i * k + p]).to_f64() * w[j * k + p].to_f64();
+                    let xv = if round_x { bf16::from_f32(x[i * k + p]).to_f64() } else { x[i * k + p] as f64 };
+                    s += xv * w[j * k + p].to_f64();
                 }
                 c[i * n + j] = s as f32;
             }
@@ -375,7 +400,7 @@ mod tests {
             let c0: Vec<f32> = (0..m * n).map(|i| (i % 7) as f32 - 3.0).collect();
             let pw = PackedWeight::pack(&w, n, k).unwrap();
             for acc in [false, true] {
-                let want = reference(m, n, k, &x, &w, &c0, acc);
+                let want = reference(m, n, k, &x, &w, &c0, acc, !f.bf16_on_fma());
                 for threads in [1, 2] {
                     let mut c = c0.clone();
                     gemm(f, m, &x, &pw, &mut c, acc, threads).unwrap();
@@ -429,7 +454,18 @@ mod tests {
             println!("skipped: this CPU has no AVX-512-BF16 (the bf16 unit is not offered here)");
             return;
         }
-        let f = CpuFeatures { amx_bf16: false, ..crate::features::get().clone() };
+        let f = CpuFeatures { amx_bf16: false, bf16_dot_half_rate: false, ..crate::features::get().clone() };
+        check(&f, &SHAPES);
+    }
+
+    #[test]
+    fn the_fma_path_with_the_weight_widened_matches_too() {
+        if !available() || crate::features::get().isa != crate::Isa::Avx512 {
+            println!("skipped: this CPU has no AVX-512-BF16 (the bf16 products are not offered here)");
+            return;
+        }
+        let f = CpuFeatures { amx_bf16: false, bf16_dot_half_rate: true, ..crate::features::get().clone() };
+        assert!(f.bf16_on_fma());
         check(&f, &SHAPES);
     }
 
@@ -475,7 +511,10 @@ mod tests {
         let f = crate::features::get();
         println!("AMX path: {}", if f.amx_bf16 { "on" } else { "not on this CPU" });
         check_epilogue(f);
-        check_epilogue(crate::features::without_amx());
+        let base = crate::features::without_amx();
+        for half_rate in [false, true] {
+            check_epilogue(&CpuFeatures { bf16_dot_half_rate: half_rate, ..base.clone() });
+        }
     }
 
     #[test]

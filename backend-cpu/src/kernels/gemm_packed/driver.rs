@@ -186,6 +186,10 @@ pub(super) enum BPanels<'a> {
     /// Packed once by [`super::pack_b`]: slice after slice of at most `kc_max` rows, each of
     /// `n.div_ceil(NR)` panels.
     Prepacked(&'a [f32]),
+    /// A bf16 weight in the bf16 product's k-pair panels (`[n.div_ceil(32)][kp][32]` words,
+    /// the low half of a word the even k, the high half the odd one; `NR` is 32), widened to
+    /// f32 per item into a thread-private buffer as B is packed per call (`kc_max` even).
+    Bf16Pairs { words: &'a [u32], kp: usize },
 }
 
 /// Where an item's A micro-panels come from.
@@ -251,6 +255,10 @@ pub(super) unsafe fn drive<K: MicroKernel>(
     let (per_thread, a_max, packs_b) = match b {
         BPanels::PerCall => (1, A_SHARED_MAX_PER_CALL, true),
         BPanels::Prepacked(_) => (ITEMS_PER_THREAD_PREPACKED, A_SHARED_MAX, false),
+        BPanels::Bf16Pairs { .. } => {
+            assert!(nr == WIDEN_NR && kc_max.is_multiple_of(2), "bf16 pairs need 32-wide panels and even k slices");
+            (1, A_SHARED_MAX_PER_CALL, true)
+        }
     };
     let want = if threads > 1 { threads * per_thread } else { 1 };
     // Items split N first: an item reads its B block from memory once for all its rows,
@@ -329,6 +337,15 @@ pub(super) unsafe fn drive<K: MicroKernel>(
                             }
                             dst
                         }
+                        BPanels::Bf16Pairs { words, kp } => {
+                            let dst = &mut bbuf[..np * kc * nr];
+                            for (q, panel) in dst.chunks_exact_mut(kc * nr).enumerate() {
+                                // Rows `pc..pc + kc` of panel `j0 / nr + q` (`pc` is even).
+                                let src = &words[((j0 / nr + q) * kp + pc / 2) * nr..][..kc.div_ceil(2) * nr];
+                                widen_pairs(src, kc, panel);
+                            }
+                            dst
+                        }
                     };
                     let beta = if pc == 0 { p.beta } else { 1.0 };
                     let last = pc + kc >= k;
@@ -355,6 +372,46 @@ pub(super) unsafe fn drive<K: MicroKernel>(
             share_items(threads, nb * ms, &PACK_PRIVATE, b_len, run_item);
         }
     });
+}
+
+/// The panel width of [`BPanels::Bf16Pairs`]' words.
+pub(super) const WIDEN_NR: usize = 32;
+
+/// `dst[r][j]` (rows of [`WIDEN_NR`] floats) = the bf16 of row `r` of `src`'s k-pair rows
+/// widened to f32: the low half of word `src[r / 2][j]` for even `r`, the high half for odd.
+fn widen_pairs(src: &[u32], rows: usize, dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::features::get().isa == crate::features::Isa::Avx512 {
+        // SAFETY: AVX-512F was detected.
+        return unsafe { widen_pairs_avx512(src, rows, dst) };
+    }
+    widen_pairs_any(src, rows, dst)
+}
+
+/// [`widen_pairs`] compiled for AVX-512 (two loads, four shifts or masks, four stores per
+/// pair of rows).
+///
+/// # Safety
+/// The CPU supports AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn widen_pairs_avx512(src: &[u32], rows: usize, dst: &mut [f32]) {
+    widen_pairs_any(src, rows, dst)
+}
+
+#[inline(always)]
+fn widen_pairs_any(src: &[u32], rows: usize, dst: &mut [f32]) {
+    const W: usize = WIDEN_NR;
+    let dst = &mut dst[..rows * W];
+    for (pair, d) in src.chunks_exact(W).zip(dst.chunks_mut(2 * W)) {
+        let (lo, hi) = d.split_at_mut(W.min(d.len()));
+        for (o, w) in lo.iter_mut().zip(pair) {
+            *o = f32::from_bits(w << 16);
+        }
+        for (o, w) in hi.iter_mut().zip(pair) {
+            *o = f32::from_bits(w & 0xffff_0000);
+        }
+    }
 }
 
 /// Runs `work(item, scratch)` for every item in `0..items`: on the calling thread when

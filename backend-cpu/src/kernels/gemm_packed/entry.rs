@@ -73,6 +73,56 @@ pub(super) fn run_blocked(g: Sgemm<'_>, blocking: Option<Blocking>) {
     dispatch(isa, &p, b, bias, c, threads);
 }
 
+/// `c[m×n] = x[m×k] · wᵀ + beta · c` for a bf16 weight `w` (`[n, k]`)
+/// in the bf16 product's k-pair panels (`words`: `[n.div_ceil(32)][k.div_ceil(2)][32]`),
+/// on the AVX-512 FMA micro-kernel: each item widens its B panels to f32 as it packs them
+/// ([`BPanels::Bf16Pairs`]), so the weight is read at half the bytes and multiplied at the
+/// FMA's rate. `x` and `c` are row-major and contiguous. Panics where the CPU has no
+/// AVX-512F or an operand is shorter than the shapes say (never reads out of bounds).
+pub(crate) fn run_bf16_pairs(
+    (m, n, k): (usize, usize, usize),
+    x: &[f32],
+    words: &[u32],
+    beta: f32,
+    c: &mut [f32],
+    threads: usize,
+) {
+    const W: usize = driver::WIDEN_NR;
+    let kp = k.div_ceil(2);
+    let need = |a: usize, b: usize| a.checked_mul(b).expect("sgemm: bf16 operand size overflows usize");
+    assert!(x.len() >= need(m, k), "sgemm: x shorter than {m}x{k}");
+    assert!(c.len() >= need(m, n), "sgemm: c shorter than {m}x{n}");
+    assert!(words.len() >= need(need(n.div_ceil(W), kp), W), "sgemm: bf16 panels shorter than [{n}, {k}]");
+    assert!(supported(Isa::Avx512), "sgemm: the bf16 weights widen into the AVX-512 kernel only");
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        scale_c(m, n, beta, c, n);
+        return;
+    }
+    let p = Problem { m, n, k, alpha: 1.0, a: x, rsa: k, csa: 1, b: &[], rsb: 0, csb: 0, beta, ldc: n };
+    let threads = if m.saturating_mul(n).saturating_mul(k) < PAR_THRESHOLD { 1 } else { threads.max(1) };
+    let b = BPanels::Bf16Pairs { words, kp };
+    #[cfg(target_arch = "x86_64")]
+    {
+        const { assert!(<x86::Avx512 as MicroKernel>::NR == W && <x86::Avx512x8 as MicroKernel>::NR == W) };
+        let kc = |blk: Blocking| even_block(k, blk.kc, 2);
+        if x86::eight_rows(m) {
+            let blk = <x86::Avx512x8 as MicroKernel>::BLOCKING;
+            // SAFETY: AVX-512F (with AVX2 and FMA) is supported (asserted above); the k
+            // slices are even and the kernel's panels 32 wide, as `Bf16Pairs` needs.
+            unsafe { driver::drive::<x86::Avx512x8>(&p, blk, kc(blk), b, None, c, threads) }
+        } else {
+            let blk = <x86::Avx512 as MicroKernel>::BLOCKING;
+            // SAFETY: as above.
+            unsafe { driver::drive::<x86::Avx512>(&p, blk, kc(blk), b, None, c, threads) }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, b, threads);
+}
+
 /// Where a product's B panels come from.
 enum Panels<'a> {
     /// Packed per call from the problem's B, under this blocking (default: the kernel's).

@@ -82,7 +82,7 @@ mod tests;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-pub(crate) use entry::run;
+pub(crate) use entry::{run, run_bf16_pairs};
 pub use operands::{BMatrix, Sgemm, Strided};
 pub use packed_b::{PackedBLayout, pack_b};
 pub use rate::{KernelRate, kernel_rates};
