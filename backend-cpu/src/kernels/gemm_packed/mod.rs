@@ -7,8 +7,10 @@
 //!
 //! * **Micro-kernels** compute one `MR×NR` tile of `C` from a packed `MR×kc` panel of `A`
 //!   and a packed `kc×NR` panel of `B`, keeping the whole tile in vector registers:
-//!   * `avx512-fma`: 12×32 (24 zmm accumulators), and 8×32 (16) where `m` is a multiple
-//!     of 8 that 12 divides badly (32, 128 rows: no tile computes empty rows),
+//!   * `avx512-fma`: 12×32 (24 zmm accumulators) with 10×32 (20) short tiles read from
+//!     the same 12-row panels where 12 does not divide the rows (32 rows: 12, 10, 10; 128:
+//!     9 × 12 + 2 × 10), and 8×32 (16) where no such cut is exact and 8 divides better
+//!     than 12 (7 or 301 rows),
 //!   * `avx2-fma`: 6×16 (12 ymm accumulators, the classic BLIS Haswell shape), and 5×16
 //!     (10) short tiles read from the same 6-row panels where 6 does not divide the rows
 //!     of a row block (32 rows: 6, 6, 5, 5, 5, 5 rather than 36 computed; `RowPlan`),
