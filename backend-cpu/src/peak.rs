@@ -214,14 +214,8 @@ pub fn measure_unit(unit: PeakUnit, threads: usize, runs: usize, run_time: Durat
         let t = timed_run(unit, threads, iterations)?;
         figures.push(flops / t.as_secs_f64().max(1e-12) / 1e9);
     }
-    let gflops = upper_median(figures.clone());
+    let gflops = crate::kernels::common::upper_median(figures.clone());
     Ok(Peak { unit, isa: unit.isa(), threads, accumulators: acc, runs: figures, gflops, iterations })
-}
-
-/// The median of `v` (the upper one of an even count); `v` is not empty.
-pub(crate) fn upper_median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Start states of a run: threads spin until `GO`, or leave on `ABORT`.

@@ -28,3 +28,10 @@ pub(crate) fn with_f32_out(o: &mut Out, f: impl FnOnce(&mut [f32]) -> KResult) -
     f(&mut tmp)?;
     store_f32(o, &tmp)
 }
+
+/// The median of `v` (the upper one of an even count); `v` is not empty. The peaks and the
+/// micro-kernels' own rates report it.
+pub(crate) fn upper_median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}

@@ -80,16 +80,9 @@ pub fn kernel_rate(amx: bool, run_time: Duration, runs: usize) -> Option<Bf16Ker
             kc,
             rows,
             cols,
-            in_cache_gflops: upper_median(figures),
+            in_cache_gflops: crate::kernels::common::upper_median(figures),
         })
     }
     #[cfg(not(target_arch = "x86_64"))]
     None
-}
-
-/// The median of `v` (the upper one of an even count); `v` is not empty.
-#[cfg(target_arch = "x86_64")]
-fn upper_median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }

@@ -115,7 +115,7 @@ pub(super) unsafe fn rate<K: MicroKernel>(
             warm = timed(calls);
         }
         let per_run = ((calls as f64 * run_time.as_secs_f64() / warm.as_secs_f64().max(1e-9)) as usize).max(1);
-        crate::peak::upper_median(
+        crate::kernels::common::upper_median(
             (0..runs).map(|_| flops * per_run as f64 / timed(per_run).as_secs_f64().max(1e-12) / 1e9).collect(),
         )
     };
