@@ -142,7 +142,6 @@ pub fn gemm_with(
     if kp > 0 && use_amx(f, kp) {
         return gemm_amx(f, m, x, w, c, ep, threads);
     }
-    let bias = ep.bias;
     if kp == 0 {
         if !ep.acc {
             c[..m * n].fill(0.0);
@@ -155,9 +154,9 @@ pub fn gemm_with(
     } else {
         gemm_avx512(f, m, x, w, &mut c[..m * n], ep.acc, threads);
     }
-    if bias.is_some() || ep.gelu {
+    if ep.bias.is_some() || ep.gelu {
         let isa = f.isa;
-        let tail = |row: &mut [f32]| finish_row(isa, row, bias, ep.gelu);
+        let tail = |row: &mut [f32]| finish_row(isa, row, ep.bias, ep.gelu);
         if threads > 1 && m * n >= 1 << 15 {
             c[..m * n].par_chunks_mut(n).for_each(tail);
         } else {

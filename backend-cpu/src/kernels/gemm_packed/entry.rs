@@ -103,24 +103,8 @@ pub(crate) fn run_bf16_pairs(
     }
     let p = Problem { m, n, k, alpha: 1.0, a: x, rsa: k, csa: 1, b: &[], rsb: 0, csb: 0, beta, ldc: n };
     let threads = if m.saturating_mul(n).saturating_mul(k) < PAR_THRESHOLD { 1 } else { threads.max(1) };
-    let b = BPanels::Bf16Pairs { words, kp };
-    #[cfg(target_arch = "x86_64")]
-    {
-        const { assert!(<x86::Avx512 as MicroKernel>::NR == W && <x86::Avx512x8 as MicroKernel>::NR == W) };
-        let kc = |blk: Blocking| even_block(k, blk.kc, 2);
-        if x86::eight_rows(m) {
-            let blk = <x86::Avx512x8 as MicroKernel>::BLOCKING;
-            // SAFETY: AVX-512F (with AVX2 and FMA) is supported (asserted above); the k
-            // slices are even and the kernel's panels 32 wide, as `Bf16Pairs` needs.
-            unsafe { driver::drive::<x86::Avx512x8>(&p, blk, kc(blk), b, None, c, threads) }
-        } else {
-            let blk = <x86::Avx512 as MicroKernel>::BLOCKING;
-            // SAFETY: as above.
-            unsafe { driver::drive::<x86::Avx512>(&p, blk, kc(blk), b, None, c, threads) }
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (p, b, threads);
+    // The AVX-512 kernels' panels are `WIDEN_NR` (32) wide, as the words' are (`drive` checks).
+    dispatch(Isa::Avx512, &p, Panels::Bf16Pairs(BPanels::Bf16Pairs { words, kp }), None, c, threads);
 }
 
 /// Where a product's B panels come from.
@@ -129,6 +113,9 @@ enum Panels<'a> {
     PerCall(Option<Blocking>),
     /// Packed once in slices of this depth, read under the kernel's own blocking.
     Packed(usize, BPanels<'a>),
+    /// A bf16 weight's k-pair panels ([`BPanels::Bf16Pairs`]), widened per item under the
+    /// kernel's own blocking in k slices of an even depth.
+    Bf16Pairs(BPanels<'a>),
 }
 
 /// Runs the product on `isa`'s micro-kernel (the 8-row AVX-512 one where `m` suits it).
@@ -164,6 +151,11 @@ unsafe fn drive<K: MicroKernel>(p: &Problem<'_>, b: Panels<'_>, bias: Option<&[f
         }
         // SAFETY: forwarded.
         Panels::Packed(kc, b) => unsafe { driver::drive::<K>(p, K::BLOCKING, kc, b, bias, c, threads) },
+        Panels::Bf16Pairs(b) => {
+            let kc = even_block(p.k, K::BLOCKING.kc, 2);
+            // SAFETY: forwarded; the k slices are even, as `Bf16Pairs` needs.
+            unsafe { driver::drive::<K>(p, K::BLOCKING, kc, b, bias, c, threads) }
+        }
     }
 }
 
