@@ -19,7 +19,9 @@ so when it is not). Threads: --threads (default: all cores).
     python3 bench/peers/llm_llamacpp.py --gguf /tmp/q05-f32.gguf --prompt-len 128 --gen 32
 
 Requires llama-cpp-python (built from the registry: `pip install llama-cpp-python`), and for
---make-gguf torch, transformers and gguf.
+--make-gguf the `gguf` package, with torch and transformers for transformers' own seeded
+weights (without them, a preset is written with numpy's seeded random weights: the same
+shapes and bytes per step, so the same speed, but not the transformers peer's logits).
 """
 
 import argparse
@@ -28,20 +30,71 @@ import os
 import statistics
 import sys
 import time
+import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def hf_weights(model: str):
+    """The preset's config (an object with the Hugging Face field names) and its weights as
+    (name, f32 numpy array) pairs: transformers' seeded model (llm_hf.py's, the weights the
+    transformers peer times) where torch and transformers are installed, else numpy's
+    seeded random weights of the same names and shapes (what a speed comparison needs; the
+    logits then differ from transformers')."""
+    import numpy as np
+
+    sys.path.insert(0, HERE)
+    try:
+        import torch
+        from llm_hf import build
+    except ImportError as e:
+        from llm_presets import PRESETS
+
+        if model not in PRESETS:
+            raise SystemExit(f"llm_llamacpp: {model} is not a preset, and a model directory needs torch ({e})")
+        print(f"llm_llamacpp: {e}; writing numpy's seeded random weights of {model}'s shapes", file=sys.stderr)
+        p = dict(PRESETS[model])
+        cfg = types.SimpleNamespace(model_type=p.pop("arch"), rope_parameters={"rope_theta": p.pop("rope_theta")}, **p)
+        return cfg, numpy_weights(cfg, np)
+    m = build(model, torch.float32)
+    return m.config, ((name, t.float().numpy()) for name, t in m.state_dict().items())
+
+
+def numpy_weights(cfg, np):
+    """(name, array) for every weight of a Llama / Qwen2 decoder of `cfg`'s shapes, drawn
+    one at a time (normal, std 0.02; norms 1; biases 0.01 · normal) from one seeded
+    generator."""
+    rng = np.random.default_rng(0)
+    h, inter, v = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
+    d = h // cfg.num_attention_heads
+    kv = cfg.num_key_value_heads * d
+
+    def normal(*shape, std=0.02):
+        return (rng.standard_normal(shape, dtype=np.float32) * std).astype(np.float32)
+
+    yield "model.embed_tokens.weight", normal(v, h)
+    for i in range(cfg.num_hidden_layers):
+        pre = f"model.layers.{i}."
+        yield pre + "input_layernorm.weight", np.ones(h, np.float32)
+        for proj, rows in (("q_proj", h), ("k_proj", kv), ("v_proj", kv)):
+            yield pre + f"self_attn.{proj}.weight", normal(rows, h)
+            if cfg.model_type == "qwen2":
+                yield pre + f"self_attn.{proj}.bias", normal(rows, std=0.01)
+        yield pre + "self_attn.o_proj.weight", normal(h, h)
+        yield pre + "post_attention_layernorm.weight", np.ones(h, np.float32)
+        yield pre + "mlp.gate_proj.weight", normal(inter, h)
+        yield pre + "mlp.up_proj.weight", normal(inter, h)
+        yield pre + "mlp.down_proj.weight", normal(h, inter)
+    yield "model.norm.weight", np.ones(h, np.float32)
+    if not cfg.tie_word_embeddings:
+        yield "lm_head.weight", normal(v, h)
 
 
 def make_gguf(out: str, model: str, dtype: str) -> None:
     import gguf
     import numpy as np
-    import torch
 
-    sys.path.insert(0, HERE)
-    from llm_hf import build
-
-    m = build(model, torch.float32)
-    cfg = m.config
+    cfg, weights = hf_weights(model)
     arch = {"qwen2": gguf.MODEL_ARCH.QWEN2, "llama": gguf.MODEL_ARCH.LLAMA}[cfg.model_type]
     names = gguf.get_tensor_name_map(arch, cfg.num_hidden_layers)
     w = gguf.GGUFWriter(out, gguf.MODEL_ARCH_NAMES[arch])
@@ -58,13 +111,12 @@ def make_gguf(out: str, model: str, dtype: str) -> None:
     ftype = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
              "bf16": gguf.LlamaFileType.MOSTLY_BF16}[dtype]
     w.add_file_type(ftype)
-    for name, t in m.state_dict().items():
+    for name, a in weights:
         if name == "lm_head.weight" and cfg.tie_word_embeddings:
             continue
         g = names.get_name(name, try_suffixes=(".weight", ".bias"))
         if g is None:
             raise SystemExit(f"llm_llamacpp: no GGUF name for {name}")
-        a = t.float().numpy()
         if a.ndim == 1 or dtype == "f32":  # norms and biases stay f32, as llama.cpp's converter
             w.add_tensor(g, a.astype(np.float32))
         elif dtype == "f16":
