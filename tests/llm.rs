@@ -69,6 +69,30 @@ fn the_preset_runs_prefill_and_decode_on_the_cpu() {
     );
 }
 
+/// Decode profiling: with it on, a generation gives the same tokens and leaves the latest
+/// decode step's per-node timings (every node of the decode graph, its products among
+/// them); off, none is kept.
+#[test]
+fn a_profiled_decode_step_gives_the_same_tokens_and_its_node_timings() {
+    let rt = cpu();
+    let llm = tiny(&rt, LlmOptions::default());
+    let plain = llm.generate_ids(&[vec![1, 5, 7]], &greedy(6)).unwrap();
+    assert!(llm.last_decode_profile().is_none(), "nothing is profiled unless asked");
+    llm.set_decode_profiling(true);
+    assert_eq!(llm.generate_ids(&[vec![1, 5, 7]], &greedy(6)).unwrap(), plain);
+    let p = llm.last_decode_profile().expect("a decode step was profiled");
+    let layers = llm.config().num_hidden_layers;
+    assert!(p.nodes.len() > 4 * layers, "{} nodes for {layers} layers", p.nodes.len());
+    let linears = p.nodes.iter().filter(|n| n.op == "Linear").count();
+    assert!(linears >= 4 * layers, "{linears} Linear nodes for {layers} layers");
+    assert!(p.nodes.iter().all(|n| n.elapsed <= p.total), "a node outlasts its run");
+    assert!(p.nodes.iter().any(|n| n.op == "PagedAttention"), "the decode graph reads the paged cache");
+    llm.set_decode_profiling(false);
+    assert!(llm.last_decode_profile().is_none(), "turning it off drops the profile");
+    assert_eq!(llm.generate_ids(&[vec![1, 5, 7]], &greedy(6)).unwrap(), plain);
+    assert!(llm.last_decode_profile().is_none());
+}
+
 /// The prefill and decode graphs share the device copies of the weights: compiling the
 /// decode graph after the prefill graph adds no constant.
 #[test]

@@ -529,6 +529,44 @@ fn op_writes_every_output_of_add_rms_norm() {
     }
 }
 
+/// `bench llm --trace F --profile`: one decode step's nodes as a Chrome trace, and a table
+/// of its op kinds with the products first among them; `--profile` alone is refused.
+#[test]
+fn bench_llm_traces_a_decode_step() {
+    let file = std::env::temp_dir().join(format!("npurt-llm-trace-{}.json", std::process::id()));
+    let path = file.to_str().unwrap();
+    let r = bin()
+        .args([
+            "bench",
+            "llm",
+            "--model",
+            "llama-tiny",
+            "--prompt-len",
+            "4",
+            "--gen",
+            "2",
+            "--trace",
+            path,
+            "--profile",
+        ])
+        .env("NPURT_BACKEND", "cpu")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&r.stdout);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(out.contains("one decode step"), "{out}");
+    assert!(out.lines().any(|l| l.trim_start().starts_with("Linear [") && l.contains("GB/s")), "{out}");
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let names: Vec<&str> = events.iter().filter(|e| e["ph"] == "X").filter_map(|e| e["name"].as_str()).collect();
+    assert!(names.iter().any(|n| n.contains("layers.0")), "{names:?}");
+    std::fs::remove_file(&file).ok();
+    let (code, _, err) =
+        npurt(&["bench", "llm", "--model", "llama-tiny", "--prompt-len", "4", "--gen", "2", "--profile"]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("--trace"), "{err}");
+}
+
 /// `bench llm --kv-cache`: the caches' dtype as given (in the report and the JSON), the
 /// precision's without it (f16 at f16), and a dtype a cache cannot hold is refused by name.
 #[test]

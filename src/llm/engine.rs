@@ -7,7 +7,7 @@ use super::blocks::{BlockError, BlockManager, SeqId};
 use super::options::{FinishReason, LlmOptions};
 use super::sampler::Sampler;
 use crate::models::llama::{self, CacheShape, LlamaConfig, LlamaSource, LlamaWeights, RopeTables, Step};
-use runtime::graph::{CompileOptions, CompiledGraph, SharedConstants};
+use runtime::graph::{CompileOptions, CompiledGraph, RunProfile, SharedConstants};
 use runtime::{DType, Error, Result, Tensor};
 use std::collections::{HashMap, VecDeque};
 
@@ -72,6 +72,10 @@ pub(crate) struct Engine {
     caches: Vec<Tensor>,
     blocks: BlockManager,
     next_seq: SeqId,
+    /// Whether decode steps run node by node with their timings kept (`Llm::set_decode_profiling`).
+    pub profiling: bool,
+    /// The latest decode step's profile, while `profiling`.
+    pub last_decode_profile: Option<RunProfile>,
 }
 
 impl Engine {
@@ -131,6 +135,8 @@ impl Engine {
             caches,
             blocks,
             next_seq: 0,
+            profiling: false,
+            last_decode_profile: None,
             config,
             weight_bytes,
             weight_bytes_per_token: weight_bytes - untied_embed,
@@ -170,15 +176,25 @@ impl Engine {
 
     fn run(&mut self, step: Step, inputs: Vec<Tensor>) -> Result<Vec<f32>> {
         let caches = std::mem::take(&mut self.caches);
-        let r = (|| {
+        let profiled = self.profiling && matches!(step, Step::Decode { .. });
+        let r = (|| -> Result<(Vec<f32>, Option<RunProfile>)> {
             let g = self.graph(step)?;
             let refs: Vec<&Tensor> = inputs.iter().chain(&caches).collect();
-            let outs = g.run(&refs)?;
+            let (outs, profile) = if profiled {
+                let (o, p) = g.run_profiled(&refs)?;
+                (o, Some(p))
+            } else {
+                (g.run(&refs)?, None)
+            };
             let out = outs.first().ok_or_else(|| Error::invalid("Llm", "the decoder returned no output"))?;
-            Ok(out.to_ndarray::<f32>()?.iter().copied().collect())
+            Ok((out.to_ndarray::<f32>()?.iter().copied().collect(), profile))
         })();
         self.caches = caches;
-        r
+        let (logits, profile) = r?;
+        if profile.is_some() {
+            self.last_decode_profile = profile;
+        }
+        Ok(logits)
     }
 
     /// Tokens a sequence of `r` holds in the cache at most.

@@ -175,6 +175,22 @@ impl Llm {
         v.sort_by_key(|s| format!("{s:?}"));
         v
     }
+    /// From now on (`on`) or no longer, run every decode step node by node and keep its
+    /// per-node timings: a step so run is slower (each node waits for the last), so this is
+    /// for finding where a step's time goes, not for serving. Like every call on the
+    /// model, it waits for a generation running on another thread to end.
+    pub fn set_decode_profiling(&self, on: bool) {
+        let mut e = self.engine();
+        e.profiling = on;
+        if !on {
+            e.last_decode_profile = None;
+        }
+    }
+    /// The per-node profile of the latest decode step run with profiling on
+    /// ([`Llm::set_decode_profiling`]), if any.
+    pub fn last_decode_profile(&self) -> Option<runtime::graph::RunProfile> {
+        self.engine().last_decode_profile.clone()
+    }
     /// Sequences decoded together at most, and tokens per sequence at most.
     pub fn limits(&self) -> (usize, usize) {
         let e = self.engine();

@@ -36,6 +36,13 @@ pub struct LlmArgs {
     /// at bf16, f32 otherwise)
     #[arg(long, value_name = "DTYPE", value_parser = kv_cache_dtype)]
     kv_cache: Option<npurt::DType>,
+    /// After the timed call, profile one decode step (node by node) and write it as a
+    /// Chrome trace to FILE (open it in https://ui.perfetto.dev)
+    #[arg(long, value_name = "FILE", value_parser = crate::outputs::output_file)]
+    trace: Option<String>,
+    /// With --trace: time, GFLOP/s and GB/s of the decode step's costliest op kinds
+    #[arg(long, requires = "trace")]
+    profile: bool,
 }
 
 fn kv_cache_dtype(s: &str) -> std::result::Result<npurt::DType, String> {
@@ -178,6 +185,9 @@ pub fn run(config: RuntimeConfig, a: LlmArgs) -> Result<()> {
             m["decode_phase2_calls_per_step"],
         );
     }
+    if let Some(path) = &a.trace {
+        trace_decode(&rt, &llm, &prompts, path, a.profile)?;
+    }
     if let Some(path) = &a.json {
         let doc = serde_json::json!({
             "model": a.model, "backend": rt.backend_name(), "batch": a.batch,
@@ -189,6 +199,42 @@ pub fn run(config: RuntimeConfig, a: LlmArgs) -> Result<()> {
             "modelled": modelled,
         });
         crate::outputs::write_json(path, &doc)?;
+    }
+    Ok(())
+}
+
+/// One more generation of three tokens (prefill, then two decode steps) with decode
+/// profiling on: the second step's per-node timings written as a Chrome trace to `path`,
+/// and with `table` the costliest op kinds printed.
+fn trace_decode(rt: &Runtime, llm: &Llm, prompts: &[Vec<u32>], path: &str, table: bool) -> Result<()> {
+    llm.set_decode_profiling(true);
+    let r = timed(rt, llm, prompts, 3);
+    let profile = llm.last_decode_profile();
+    llm.set_decode_profiling(false);
+    r?;
+    let Some(p) = profile else {
+        return Err(npurt::Error::invalid("bench llm --trace", "no decode step was profiled"));
+    };
+    crate::outputs::write(path, p.chrome_trace())?;
+    println!(
+        "wrote {path} (one decode step, {} nodes, {:.3} ms node by node; open in https://ui.perfetto.dev)",
+        p.nodes.len(),
+        p.total.as_secs_f64() * 1e3
+    );
+    if table {
+        // The bytes of the nodes `by_op` put under key `k` ("op [implementation]").
+        let bytes = |k: &str| {
+            p.nodes.iter().filter(|n| format!("{} [{}]", n.op, n.implementation) == k).map(|n| n.bytes).sum::<u64>()
+        };
+        for (k, d, f, c) in p.by_op().iter().take(12) {
+            let s = d.as_secs_f64().max(1e-12);
+            println!(
+                "  {k:<46} {c:>4} nodes {:>9.3} ms {:>8.1} GFLOP/s {:>7.1} GB/s",
+                s * 1e3,
+                *f as f64 / s / 1e9,
+                bytes(k) as f64 / s / 1e9
+            );
+        }
     }
     Ok(())
 }
