@@ -356,6 +356,15 @@ ONE_NODE = {
                             attrs={"axis": 1, "num_outputs": 3}, opset=18),
     "Split sizes": lambda: _moved("Split", [("x", (5, 2), _rand(5, 2))], [("a", (1, 2)), ("b", (4, 2))],
                                   consts=[("sp", [1, 4])]),
+    # Axes a constant input (ReduceSum-13, ReduceMean-18) or an attribute (ReduceMean-17).
+    "ReduceSum": lambda: _moved("ReduceSum", [("x", (2, 3, 4), _rand(2, 3, 4))], [("z", (2, 1, 4))],
+                                consts=[("a", [1])], opset=13),
+    "ReduceSum all keepdims 0": lambda: _moved("ReduceSum", [("x", (3, 5), _rand(3, 5))], [("z", ())],
+                                               attrs={"keepdims": 0}, opset=13),
+    "ReduceMean": lambda: _moved("ReduceMean", [("x", (2, 3, 4), _rand(2, 3, 4))], [("z", (3,))],
+                                 consts=[("a", [0, -1])], attrs={"keepdims": 0}, opset=18),
+    "ReduceMean axes attribute": lambda: _one("ReduceMean", [(2, 3, 4)], (2, 3, 1), attrs={"axes": [-1]},
+                                              opset=17),
     "Gather int64": lambda: _moved("Gather", [("d", (2, 5), np.arange(10).reshape(2, 5)),
                                               ("i", (3,), np.array([4, -1, 0]))], [("z", (2, 3))], attrs={"axis": 1}),
     # Integers wrap in their width as ONNX's (NumPy's) do; Div truncates.
@@ -550,6 +559,9 @@ DECLINED = {
                                              [("x", (4,)), ("s", (1,), TensorProto.INT64),
                                               ("e", (1,), TensorProto.INT64)], [("y", (None,))]),
                                       {"x": _rand(4), "s": np.array([1]), "e": np.array([3])}),
+    # No axes with noop_with_empty_axes: the input unchanged, not a reduction.
+    "ReduceSum noop": lambda: _moved("ReduceSum", [("x", (2, 3), _rand(2, 3))], [("z", (2, 3))],
+                                     attrs={"noop_with_empty_axes": 1}, opset=13),
     # Not f32.
     "Relu f64": lambda: (_build([helper.make_node("Relu", ["x"], ["y"])], [("x", (3,), TensorProto.DOUBLE)],
                                 [("y", (3,), TensorProto.DOUBLE)]), {"x": np.array([-1.0, 0.0, 2.0])}),

@@ -26,7 +26,7 @@ EP_NAME = "NpurtExecutionProvider"
 CLAIMABLE = {"Relu", "Tanh", "Exp", "Sqrt", "Erf", "Add", "Sub", "Mul", "Div", "MatMul", "Gemm", "Softmax",
              "Transpose", "LayerNormalization", "Gelu", "Cast", "Reshape", "Identity", "Neg", "Sigmoid", "Pow",
              "Equal", "Gather", "Unsqueeze", "Squeeze", "Flatten", "Where", "Concat", "Slice", "Expand", "Split",
-             "RMSNormalization",
+             "RMSNormalization", "ReduceSum", "ReduceMean",
              "RotaryEmbedding", "Attention",
              # Folded on the host where a shape subgraph computes them.
              "Shape", "Range", "ConstantOfShape"}

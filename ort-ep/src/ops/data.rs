@@ -1,9 +1,10 @@
 //! ONNX ops that move elements in the data path (`Where`, `Concat`, `Slice`, `Expand`, `Split`)
-//! as npurt's ops of the same names, their index inputs (a Slice's starts, an Expand's shape, a
-//! Split's sizes) read from constants or values folded on the host and made attributes.
+//! and the reductions (`ReduceSum`, `ReduceMean`) as npurt's ops of the same names, their index
+//! inputs (a Slice's starts, an Expand's shape, a Split's sizes, a reduction's axes) read from
+//! constants or values folded on the host and made attributes.
 
 use runtime::graph::HostTensor;
-use runtime::{DType, Op, Shape, TensorMeta};
+use runtime::{DType, Op, OpKind, Shape, TensorMeta};
 
 use super::base::{Attrs, Decline, decline, operand_dtype};
 use crate::graph::{Attr, NodeInfo, elem_size};
@@ -33,6 +34,36 @@ pub fn slice(node: &NodeInfo, a: &Attrs<'_>) -> Result<Op, Decline> {
         axes.iter().map(|&k| isize::try_from(k).map_err(|_| Decline(format!("axis {k}")))).collect();
     let steps = values(node, 4, "steps")?.unwrap_or_default();
     Ok(Op::Slice { starts, ends, axes: axes?, steps })
+}
+
+/// ONNX ReduceSum or ReduceMean (opset 11 on: negative axes) as npurt's: `axes` an attribute
+/// (ReduceSum before 13, ReduceMean before 18) or an input from then on, a constant or
+/// folded value; no axes reduces every axis, as npurt's empty list does. `keepdims` as ONNX's
+/// (default 1). `noop_with_empty_axes` = 1 with no axes (the input unchanged) is declined.
+pub fn reduce(node: &NodeInfo, a: &Attrs<'_>, kind: OpKind) -> Result<Op, Decline> {
+    let input_since = if kind == OpKind::ReduceSum { 13 } else { 18 };
+    let axes = if node.since_version >= input_since {
+        a.only(&["keepdims", "noop_with_empty_axes"])?;
+        values(node, 1, "axes")?.unwrap_or_default()
+    } else {
+        a.only(&["keepdims", "axes"])?;
+        match a.map.get("axes") {
+            None => Vec::new(),
+            Some(Attr::Ints(v)) => v.clone(),
+            Some(_) => return decline("attribute `axes` is not a list of ints"),
+        }
+    };
+    if axes.is_empty() && a.flag("noop_with_empty_axes")? {
+        return decline("noop_with_empty_axes with no axes (the input unchanged)");
+    }
+    let axes: Vec<isize> =
+        axes.iter().map(|&k| isize::try_from(k).map_err(|_| Decline(format!("axis {k}")))).collect::<Result<_, _>>()?;
+    let keepdims = match a.int("keepdims", 1)? {
+        0 => false,
+        1 => true,
+        v => return decline(format!("attribute `keepdims` = {v}")),
+    };
+    Ok(if kind == OpKind::ReduceSum { Op::ReduceSum { axes, keepdims } } else { Op::ReduceMean { axes, keepdims } })
 }
 
 /// ONNX Expand (opset 8 on; the same semantics as 13) as npurt's, the shape a constant or

@@ -35,7 +35,7 @@ pub mod walk;
 
 /// The ONNX ops claimed: the spelling, the npurt kind the op-name table maps it to, and the
 /// first opset version with the semantics npurt implements.
-pub const CLAIMED: [(&str, OpKind, i32); 30] = [
+pub const CLAIMED: [(&str, OpKind, i32); 32] = [
     ("Relu", OpKind::Relu, 6),
     ("Add", OpKind::Add, 7),
     ("Sub", OpKind::Sub, 7),
@@ -73,6 +73,10 @@ pub const CLAIMED: [(&str, OpKind, i32); 30] = [
     ("Slice", OpKind::Slice, 10),
     // The shape a constant or folded value.
     ("Expand", OpKind::Expand, 8),
+    // Negative axes from opset 11 on; the axes an input from 13 (ReduceSum) and 18
+    // (ReduceMean) on, a constant or folded value.
+    ("ReduceSum", OpKind::ReduceSum, 11),
+    ("ReduceMean", OpKind::ReduceMean, 11),
     // New in opset 23; the last axis, f32 statistics.
     ("RMSNormalization", OpKind::RmsNorm, 23),
     // 4-D X with position_ids, the whole head rotated (`decoder::rotary`).
@@ -202,6 +206,7 @@ fn op_for(kind: OpKind, node: &NodeInfo, first: Option<&TensorMeta>) -> Result<O
         OpKind::Concat => data::concat(&a)?,
         OpKind::Slice => data::slice(node, &a)?,
         OpKind::Expand => data::expand(node, &a)?,
+        OpKind::ReduceSum | OpKind::ReduceMean => data::reduce(node, &a, kind)?,
         OpKind::Reshape if node.op_type == "Reshape" => reshape(node, &a, first)?,
         OpKind::Reshape => shape::reshape_like(node, &a, first)?,
         OpKind::Gather => {
@@ -513,9 +518,10 @@ pub fn map_concrete(node: &NodeInfo) -> Result<(Mapped, Vec<TensorMeta>), Declin
         return decline("an optional input is missing before a present one");
     }
     // The inputs after the first of a Reshape (its shape, or the axes of an Unsqueeze or
-    // Squeeze), a Slice (its bounds), an Expand (its shape) or a Split (its sizes) become the
-    // op's attributes.
-    let data_only = matches!(kind, OpKind::Reshape | OpKind::Slice | OpKind::Expand);
+    // Squeeze), a Slice (its bounds), an Expand (its shape), a Split (its sizes) or a
+    // reduction (its axes) become the op's attributes.
+    let data_only =
+        matches!(kind, OpKind::Reshape | OpKind::Slice | OpKind::Expand | OpKind::ReduceSum | OpKind::ReduceMean);
     let operands = if data_only { &present[..present.len().min(1)] } else { &present[..] };
     let inputs = operands.iter().map(|v| meta_of(v)).collect::<Result<Vec<_>, _>>()?;
 

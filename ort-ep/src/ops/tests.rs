@@ -263,6 +263,47 @@ fn concat_maps_its_axis_and_npurt_validates_the_operands() {
 }
 
 #[test]
+fn reductions_take_their_axes_from_an_attribute_or_a_constant_input() {
+    let x = || value("x", 1, &[2, 3, 4]);
+    // ReduceMean-13: axes an attribute, keepdims 1 by default.
+    let mut m = node("ReduceMean", 13, vec![x()], &[2, 3, 1]);
+    m.attrs.insert("axes".into(), Attr::Ints(vec![-1]));
+    assert_eq!(map_node(&m).unwrap().op, Op::ReduceMean { axes: vec![-1], keepdims: true });
+    // ReduceMean-18 and ReduceSum-13: axes a constant input, which is not an operand.
+    let mut m = node("ReduceMean", 18, vec![x(), konst("a", &[0, 2])], &[3]);
+    m.attrs.insert("keepdims".into(), Attr::Int(0));
+    let mapped = map_node(&m).unwrap();
+    assert_eq!(mapped.op, Op::ReduceMean { axes: vec![0, 2], keepdims: false });
+    assert_eq!(mapped.inputs.len(), 1, "the axes are an attribute");
+    let s = node("ReduceSum", 13, vec![x(), konst("a", &[1])], &[2, 1, 4]);
+    assert_eq!(map_node(&s).unwrap().op, Op::ReduceSum { axes: vec![1], keepdims: true });
+    // No axes: every axis, as npurt's empty list.
+    let s = node("ReduceSum", 13, vec![x()], &[1, 1, 1]);
+    assert_eq!(map_node(&s).unwrap().op, Op::ReduceSum { axes: vec![], keepdims: true });
+    // Declined: no axes with noop_with_empty_axes, axes computed at run time, an axes
+    // attribute where opset 18 takes an input, an out-of-range axis, a bad keepdims, an
+    // integer input, opset 1's semantics, and ORT declaring another output shape.
+    let mut s = node("ReduceSum", 13, vec![x()], &[2, 3, 4]);
+    s.attrs.insert("noop_with_empty_axes".into(), Attr::Int(1));
+    assert!(map_node(&s).unwrap_err().0.contains("noop_with_empty_axes"));
+    let s = node("ReduceSum", 13, vec![x(), value("a", 7, &[1])], &[2, 1, 4]);
+    assert!(map_node(&s).unwrap_err().0.contains("not a constant"));
+    let mut m = node("ReduceMean", 18, vec![x()], &[2, 3, 1]);
+    m.attrs.insert("axes".into(), Attr::Ints(vec![-1]));
+    assert!(map_node(&m).unwrap_err().0.contains("`axes` is not mapped"));
+    let s = node("ReduceSum", 13, vec![x(), konst("a", &[3])], &[2, 3, 4]);
+    assert!(map_node(&s).unwrap_err().0.contains("npurt refuses"));
+    let mut s = node("ReduceSum", 13, vec![x(), konst("a", &[1])], &[2, 1, 4]);
+    s.attrs.insert("keepdims".into(), Attr::Int(2));
+    assert!(map_node(&s).unwrap_err().0.contains("keepdims"));
+    let s = node("ReduceSum", 13, vec![value("x", 7, &[2, 3]), konst("a", &[1])], &[2, 1]);
+    assert!(map_node(&s).is_err(), "an int64 input is declined");
+    assert!(map_node(&node("ReduceSum", 1, vec![x()], &[1, 1, 1])).unwrap_err().0.contains("opset 1"));
+    let s = node("ReduceSum", 13, vec![x(), konst("a", &[1])], &[2, 4]);
+    assert!(map_node(&s).unwrap_err().0.contains("declares"));
+}
+
+#[test]
 fn slice_and_expand_take_constant_or_folded_index_inputs() {
     let s = node(
         "Slice",
