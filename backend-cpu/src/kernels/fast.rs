@@ -406,7 +406,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], ctx: &Ctx) -> KResult {
             super::rope::rope(ins, &mut outs[0], *interleaved, *layout, ctx.threads > 1)
         }
         Op::KvCacheWrite => super::paged::kv_cache_write(ins, outs),
-        Op::PagedAttention { scale } => super::paged::paged_attention(ins, &mut outs[0], *scale, ctx.threads != 1),
+        Op::PagedAttention { scale } => super::paged::paged_attention(ins, &mut outs[0], *scale, isa, ctx.threads != 1),
     }
 }
 

@@ -308,6 +308,8 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out], _ctx: &Ctx) -> KResult {
             store_f32(&mut outs[0], &out)
         }
         Op::KvCacheWrite => super::paged::kv_cache_write(ins, outs),
-        Op::PagedAttention { scale } => super::paged::paged_attention(ins, &mut outs[0], *scale, false),
+        Op::PagedAttention { scale } => {
+            super::paged::paged_attention(ins, &mut outs[0], *scale, crate::features::Isa::Scalar, false)
+        }
     }
 }
