@@ -792,50 +792,22 @@ fn permute(x: &In, o: &mut Out, perm: &[usize]) -> KResult {
 }
 
 /// ONNX Slice as the other tiers compute it (`runtime::reference::movement::slice`), with a
-/// large window of unit steps copied as runs of whole bytes split over the pool's threads:
+/// large window of unit steps copied as runs ([`SliceRuns`]) split over the pool's threads:
 /// the Q, K and V thirds of a merged projection's output (BERT-base s128: 384 KiB each, 36
 /// per run) are read from both cores' caches, where one thread alone copied about 8 GB/s.
 fn slice_runs(x: &In, o: &mut Out, starts: &[i64], ends: &[i64], axes: &[isize], steps: &[i64]) -> KResult {
     let w = runtime::op::resolve_slice(x.dims, starts, ends, axes, steps).map_err(KernelError::Internal)?;
     let unit = w.iter().all(|a| a.step == 1) && x.dtype == o.dtype && w.len() == x.dims.len();
-    let cut = w.iter().zip(x.dims).rposition(|(a, &d)| a.len != d);
-    let (Some(cut), true) = (cut, unit && parallel(o.bytes.len() / 4)) else {
+    if !unit || !parallel(o.bytes.len() / 4) {
         return slice(x, o, starts, ends, axes, steps);
-    };
-    let es = x.dtype.size();
-    let st = runtime::Shape::new(x.dims.to_vec()).contiguous_strides();
-    let run = w[cut].len * st[cut] * es;
-    let outer: Vec<usize> = w[..cut].iter().map(|a| a.len).collect();
-    let runs = numel(&outer);
-    let mismatch = || KernelError::Internal("Slice: the output does not match the window".into());
-    if run == 0 || runs.checked_mul(run) != Some(o.bytes.len()) {
-        return Err(mismatch());
     }
-    let base: usize = w.iter().zip(&st).map(|(a, s)| a.start * s).sum();
-    // Runs `first..` into `chunk`: the multi-index of run `first` unravelled over `outer`,
-    // then stepped run by run.
-    let copy = |first: usize, chunk: &mut [u8]| -> KResult {
-        let mut idx = vec![0usize; outer.len()];
-        let mut rem = first;
-        for d in (0..outer.len()).rev() {
-            idx[d] = rem % outer[d];
-            rem /= outer[d];
-        }
-        for dst in chunk.chunks_mut(run) {
-            let from = (base + idx.iter().zip(&st).map(|(i, s)| i * s).sum::<usize>()) * es;
-            dst.copy_from_slice(x.bytes.get(from..from + run).ok_or_else(mismatch)?);
-            for d in (0..outer.len()).rev() {
-                idx[d] += 1;
-                if idx[d] < outer[d] {
-                    break;
-                }
-                idx[d] = 0;
-            }
-        }
-        Ok(())
-    };
-    let per = runs.div_ceil(rayon::current_num_threads() * 4).max(1);
-    o.bytes.par_chunks_mut(per * run).enumerate().try_for_each(|(c, chunk)| copy(c * per, chunk))
+    let plan = SliceRuns::new(x, &w, o.bytes.len())?;
+    let run = plan.run_bytes();
+    if run == 0 {
+        return Ok(());
+    }
+    let per = plan.runs().div_ceil(rayon::current_num_threads() * 4).max(1);
+    o.bytes.par_chunks_mut(per * run).enumerate().try_for_each(|(c, chunk)| plan.copy(x.bytes, c * per, chunk))
 }
 
 #[cfg(test)]

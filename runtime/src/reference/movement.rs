@@ -86,33 +86,79 @@ pub fn slice(x: &In, o: &mut Out, starts: &[i64], ends: &[i64], axes: &[isize], 
 
 /// A Slice of unit steps, as runs of whole bytes: the axes after the last one the window
 /// cuts are whole, so each index of the axes up to it starts one contiguous run (a window
-/// of the last axis: one run per row). Same result as the element-wise form, without an
-/// offset per element.
-fn slice_runs(x: &In, o: &mut Out, w: &[crate::op::SliceAxis]) -> KernelResult {
-    let es = x.dtype.size();
-    let mismatch = || KernelError::Internal("Slice: the output does not match the window".into());
-    if numel(&w.iter().map(|a| a.len).collect::<Vec<_>>()) * es != o.bytes.len() {
-        return Err(mismatch());
-    }
-    let Some(cut) = w.iter().zip(x.dims).rposition(|(a, &d)| a.len != d) else {
-        o.bytes.copy_from_slice(x.bytes.get(..o.bytes.len()).ok_or_else(mismatch)?);
-        return Ok(());
-    };
-    let st = crate::shape::Shape::new(x.dims.to_vec()).contiguous_strides();
-    let run = w[cut].len * st[cut] * es;
-    let base: usize = w.iter().zip(&st).map(|(a, s)| a.start * s).sum();
-    let outer: Vec<usize> = w[..cut].iter().map(|a| a.len).collect();
-    let mut at = 0;
-    let mut bad = false;
-    crate::shape::for_each_index(&outer, |_, idx| {
-        let from = (base + idx.iter().zip(&st).map(|(i, s)| i * s).sum::<usize>()) * es;
-        match x.bytes.get(from..from + run) {
-            Some(src) => o.bytes[at..at + run].copy_from_slice(src),
-            None => bad = true,
+/// of the last axis: one run per row; a window of every whole axis: one run). Same result
+/// as the element-wise form, without an offset per element. Any range of runs can be
+/// copied on its own ([`SliceRuns::copy`]), so a tier may split the runs over threads.
+pub struct SliceRuns {
+    /// Byte offset in x of the first run, bytes per run.
+    base: usize,
+    run: usize,
+    /// The window's lengths on the axes up to the cut, and x's byte strides there.
+    outer: Vec<usize>,
+    strides: Vec<usize>,
+}
+
+impl SliceRuns {
+    /// The runs of the resolved window `w` (unit steps, one axis per dim of x, x's dtype
+    /// the output's) for an output of `out_len` bytes; an output of another size is an error.
+    pub fn new(x: &In, w: &[crate::op::SliceAxis], out_len: usize) -> Result<SliceRuns, KernelError> {
+        let es = x.dtype.size();
+        let st = crate::shape::Shape::new(x.dims.to_vec()).contiguous_strides();
+        let cut = w.iter().zip(x.dims).rposition(|(a, &d)| a.len != d);
+        let (run, outer) = match cut {
+            Some(c) => (w[c].len * st[c] * es, w[..c].iter().map(|a| a.len).collect()),
+            None => (numel(x.dims) * es, Vec::new()),
+        };
+        if numel(&outer).checked_mul(run) != Some(out_len) {
+            return Err(KernelError::Internal("Slice: the output does not match the window".into()));
         }
-        at += run;
-    });
-    if bad { Err(mismatch()) } else { Ok(()) }
+        let base = w.iter().zip(&st).map(|(a, s)| a.start * s).sum::<usize>() * es;
+        let strides = st[..outer.len()].iter().map(|s| s * es).collect();
+        Ok(SliceRuns { base, run, outer, strides })
+    }
+
+    /// Bytes per run.
+    pub fn run_bytes(&self) -> usize {
+        self.run
+    }
+
+    /// Number of runs.
+    pub fn runs(&self) -> usize {
+        numel(&self.outer)
+    }
+
+    /// Copies runs `first..` of `x` into `chunk`, whole runs (`chunk.len()` a multiple of
+    /// the run); a run outside `x` is an error.
+    pub fn copy(&self, x: &[u8], first: usize, chunk: &mut [u8]) -> KernelResult {
+        if self.run == 0 {
+            return Ok(());
+        }
+        let mut idx = vec![0usize; self.outer.len()];
+        let mut rem = first;
+        for d in (0..self.outer.len()).rev() {
+            idx[d] = rem % self.outer[d];
+            rem /= self.outer[d];
+        }
+        for dst in chunk.chunks_mut(self.run) {
+            let from = self.base + idx.iter().zip(&self.strides).map(|(i, s)| i * s).sum::<usize>();
+            let src = x
+                .get(from..from + self.run)
+                .ok_or_else(|| KernelError::Internal("Slice: the output does not match the window".into()))?;
+            dst.copy_from_slice(src);
+            for d in (0..self.outer.len()).rev() {
+                idx[d] += 1;
+                if idx[d] < self.outer[d] {
+                    break;
+                }
+                idx[d] = 0;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn slice_runs(x: &In, o: &mut Out, w: &[crate::op::SliceAxis]) -> KernelResult {
+    SliceRuns::new(x, w, o.bytes.len())?.copy(x.bytes, 0, o.bytes)
 }
 
 /// x broadcast to the output's dims (ONNX Expand).
