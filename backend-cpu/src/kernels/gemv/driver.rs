@@ -6,6 +6,7 @@ use super::weight::{BF16, F16, F32, MAX_M, Weight, WeightData};
 #[cfg(target_arch = "x86_64")]
 use super::x86;
 use crate::features::{CpuFeatures, Isa};
+use crate::kernels::common::EvenSplit;
 use crate::kernels::gemm_bf16::PackedWeight;
 use crate::kernels::gemm_packed::PackedBLayout;
 use rayon::prelude::*;
@@ -98,14 +99,18 @@ impl COut<'_> {
 }
 
 /// Runs `work(j0, j1)` over column ranges aligned to `align` covering `0..n`, on up to
-/// `threads` threads (four ranges per thread, so that a thread the host delays holds up
-/// little).
+/// `threads` threads: four ranges per thread (so that a thread the host delays holds up
+/// little), of `align`-column units spread evenly, their sizes differing by at most one
+/// unit and alternating, so that any half or quarter of the ranges holds its share of
+/// the columns (rayon hands a thread a contiguous run of ranges). Ranges of a fixed width
+/// left one thread the larger half where the units do not divide evenly: qwen2-0.5b's
+/// 896 columns (28 panels of 32) ran as 7 ranges, 16 panels against 12.
 fn split(n: usize, align: usize, threads: usize, work: impl Fn(usize, usize) + Sync) {
     if threads <= 1 {
         return work(0, n);
     }
-    let chunk = n.div_ceil(threads * 4).next_multiple_of(align).max(align);
-    (0..n.div_ceil(chunk)).into_par_iter().for_each(|t| work(t * chunk, ((t + 1) * chunk).min(n)));
+    let r = EvenSplit::new(n, align, threads * 4);
+    (0..r.count).into_par_iter().for_each(|t| work(r.start(t), r.start(t + 1)));
 }
 
 /// The rows of `x` zero padded to a multiple of 16 floats (borrowed where already so).

@@ -197,3 +197,36 @@ fn stream_rate() {
         }
     }
 }
+
+/// The column ranges the threads share cover the columns once, in whole panels, and any
+/// half or quarter of them (rayon gives a thread a contiguous run) holds its share within
+/// one panel: 28 panels (qwen2-0.5b's 896 columns) once ran as 7 ranges of 4, 16 against 12.
+#[test]
+fn column_ranges_are_whole_panels_spread_evenly() {
+    use crate::kernels::common::EvenSplit;
+    for (n, align, max) in
+        [(896, 32, 8), (1152, 32, 8), (896, 4, 8), (100, 32, 8), (5, 4, 8), (151_936, 32, 8), (1, 1, 4)]
+    {
+        let r = EvenSplit::new(n, align, max);
+        let units = n.div_ceil(align);
+        assert!(r.count >= 1 && r.count <= max.min(units), "{n}/{align}: {} ranges", r.count);
+        assert_eq!((r.start(0), r.start(r.count)), (0, n));
+        let sizes: Vec<usize> = (0..r.count).map(|t| r.start(t + 1) - r.start(t)).collect();
+        assert!((0..r.count).all(|t| r.start(t) % align == 0), "{n}/{align}: {sizes:?}");
+        let panels: Vec<usize> = sizes.iter().map(|s| s.div_ceil(align)).collect();
+        let (lo, hi) = (panels.iter().min().unwrap(), panels.iter().max().unwrap());
+        assert!(hi - lo <= 1, "{n}/{align}: {panels:?}");
+        for parts in [2, 4] {
+            if r.count % parts == 0 {
+                let per = r.count / parts;
+                for p in 0..parts {
+                    let got: usize = panels[p * per..(p + 1) * per].iter().sum();
+                    assert!(
+                        got.abs_diff(units / parts) <= 1,
+                        "{n}/{align}: part {p} of {parts} has {got} of {units}: {panels:?}"
+                    );
+                }
+            }
+        }
+    }
+}
