@@ -35,29 +35,3 @@ pub(crate) fn upper_median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
-
-/// `0..n` cut into `count` ranges of whole `align`-column units (the last one may be
-/// short), their unit counts differing by at most one and spread evenly: range `t`
-/// starts at unit `⌊t · units / count⌋`.
-pub(crate) struct EvenSplit {
-    n: usize,
-    align: usize,
-    units: usize,
-    /// At most `units` (and at least 1 where `n > 0`).
-    pub(crate) count: usize,
-}
-
-impl EvenSplit {
-    /// At most `max` ranges (at least one), no more than there are units.
-    pub(crate) fn new(n: usize, align: usize, max: usize) -> EvenSplit {
-        let align = align.max(1);
-        let units = n.div_ceil(align);
-        EvenSplit { n, align, units, count: max.max(1).min(units.max(1)) }
-    }
-
-    /// The first column of range `t` (`n` for `t == count`).
-    pub(crate) fn start(&self, t: usize) -> usize {
-        // u128: `t · units` may exceed usize where n is near its limit.
-        ((t as u128 * self.units as u128 / self.count as u128) as usize * self.align).min(self.n)
-    }
-}

@@ -6,7 +6,6 @@ use super::weight::{BF16, F16, F32, MAX_M, Weight, WeightData};
 #[cfg(target_arch = "x86_64")]
 use super::x86;
 use crate::features::{CpuFeatures, Isa};
-use crate::kernels::common::EvenSplit;
 use crate::kernels::gemm_bf16::PackedWeight;
 use crate::kernels::gemm_packed::PackedBLayout;
 use rayon::prelude::*;
@@ -111,6 +110,32 @@ fn split(n: usize, align: usize, threads: usize, work: impl Fn(usize, usize) + S
     }
     let r = EvenSplit::new(n, align, threads * 4);
     (0..r.count).into_par_iter().for_each(|t| work(r.start(t), r.start(t + 1)));
+}
+
+/// `0..n` cut into `count` ranges of whole `align`-column units (the last one may be
+/// short), their unit counts differing by at most one and spread evenly: range `t`
+/// starts at unit `⌊t · units / count⌋`.
+pub(super) struct EvenSplit {
+    n: usize,
+    align: usize,
+    units: usize,
+    /// At most `units` (and at least 1 where `n > 0`).
+    pub(super) count: usize,
+}
+
+impl EvenSplit {
+    /// At most `max` ranges (at least one), no more than there are units.
+    pub(super) fn new(n: usize, align: usize, max: usize) -> EvenSplit {
+        let align = align.max(1);
+        let units = n.div_ceil(align);
+        EvenSplit { n, align, units, count: max.max(1).min(units.max(1)) }
+    }
+
+    /// The first column of range `t` (`n` for `t == count`).
+    pub(super) fn start(&self, t: usize) -> usize {
+        // u128: `t · units` may exceed usize where n is near its limit.
+        ((t as u128 * self.units as u128 / self.count as u128) as usize * self.align).min(self.n)
+    }
 }
 
 /// The rows of `x` zero padded to a multiple of 16 floats (borrowed where already so).

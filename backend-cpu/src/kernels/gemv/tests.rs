@@ -203,7 +203,7 @@ fn stream_rate() {
 /// one panel: 28 panels (qwen2-0.5b's 896 columns) once ran as 7 ranges of 4, 16 against 12.
 #[test]
 fn column_ranges_are_whole_panels_spread_evenly() {
-    use crate::kernels::common::EvenSplit;
+    use super::driver::EvenSplit;
     for (n, align, max) in
         [(896, 32, 8), (1152, 32, 8), (896, 4, 8), (100, 32, 8), (5, 4, 8), (151_936, 32, 8), (1, 1, 4)]
     {
