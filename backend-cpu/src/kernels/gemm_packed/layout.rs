@@ -91,6 +91,19 @@ pub(super) trait MicroKernel {
         unsafe { Self::run(kc, a, b, c) }
     }
 
+    /// [`run`](Self::run) that also prefetches into L2, one cache line every other k
+    /// step, the `kc / 2` lines (`kc · 8` floats) from `next` on: a part of the B
+    /// micro-panel the macro-kernel multiplies next, fetched while this tile computes
+    /// ([`macro_kernel`](super::driver::macro_kernel)).
+    ///
+    /// # Safety
+    /// As [`run`](Self::run); `next` is only prefetched, never read.
+    unsafe fn run_prefetching(kc: usize, a: ATile, b: *const f32, c: CTile, next: *const f32) {
+        let _ = next;
+        // SAFETY: the same contract.
+        unsafe { Self::run(kc, a, b, c) }
+    }
+
     /// The height of the kernel's short tile, 0 where it has none: that many rows (fewer
     /// than `MR`) computed from the first rows of an `MR`-row A tile, so that a row count
     /// `MR` does not divide is cut into tiles of `MR` and `SHORT_ROWS` rows ([`RowPlan`])
@@ -100,12 +113,15 @@ pub(super) trait MicroKernel {
     /// [`run`](Self::run) (or [`run_streaming`](Self::run_streaming) where `streaming`)
     /// for the first [`SHORT_ROWS`](Self::SHORT_ROWS) rows of the A tile only: C's tile is
     /// `SHORT_ROWS × NR`. An in-place A needs only those rows. Kernels without a short
-    /// tile compute the whole tile into a stack tile and write those rows.
+    /// tile compute the whole tile into a stack tile and write those rows. A non-null
+    /// `next` is prefetched as [`run_prefetching`](Self::run_prefetching) does (by the
+    /// kernels that have a short tile).
     ///
     /// # Safety
     /// As [`run`](Self::run), with `SHORT_ROWS` rows in place of `MR` for `c` (and for an
     /// in-place `a`); a packed `a` is a whole `MR`-row panel.
-    unsafe fn run_short(kc: usize, a: ATile, b: *const f32, c: CTile, streaming: bool) {
+    unsafe fn run_short(kc: usize, a: ATile, b: *const f32, c: CTile, streaming: bool, next: *const f32) {
+        let _ = next;
         // SAFETY: the same contract, `SHORT_ROWS` rows.
         unsafe { run_partial::<Self>(kc, a, b, c, (Self::SHORT_ROWS, Self::NR), streaming) }
     }
@@ -146,7 +162,7 @@ pub(super) unsafe fn run_partial<K: MicroKernel + ?Sized>(
     // SHORT_ROWS rows of an in-place A.
     unsafe {
         if K::SHORT_ROWS > 0 && rows <= K::SHORT_ROWS {
-            K::run_short(kc, a, b, t, streaming)
+            K::run_short(kc, a, b, t, streaming, std::ptr::null())
         } else if streaming {
             K::run_streaming(kc, a, b, t)
         } else {

@@ -87,14 +87,15 @@ pub(super) unsafe fn rate<K: MicroKernel>(
     let b: Vec<f32> = (0..region * regions).map(|i| (i % 5) as f32 / 1024.0).collect();
     let mut c = vec![0.0f32; rows * cols];
     let flops = 2.0 * (rows * cols * kc) as f64;
-    let mut call = |r: usize| {
+    let mut call = |r: usize, from_memory: bool| {
         let bp = &b[r * region..][..region];
         // SAFETY: `K` is supported (our precondition); A holds `a_panels` packed panels of
         // depth `kc`, B `B_PANELS` of them, C `rows × cols` at row stride `cols`, written by
         // this thread only.
         unsafe {
             let plan = RowPlan::uniform(rows, K::MR);
-            macro_kernel::<K, true>(kc, APanels::Packed(&a), plan, bp, cols, c.as_mut_ptr(), cols, 1.0, 1.0, None)
+            let (ap, cp) = (APanels::Packed(&a), c.as_mut_ptr());
+            macro_kernel::<K, true>(kc, ap, plan, bp, cols, cp, cols, 1.0, 1.0, None, from_memory)
         };
     };
     let mut measure = |stream: bool| {
@@ -102,7 +103,7 @@ pub(super) unsafe fn rate<K: MicroKernel>(
         let mut timed = |calls: usize| {
             let t = Instant::now();
             for _ in 0..calls {
-                call(if stream { next } else { 0 });
+                call(if stream { next } else { 0 }, stream);
                 next = (next + 1) % regions;
             }
             t.elapsed()
@@ -268,9 +269,9 @@ mod tests {
                     // the panels of `cols` columns, C rows × cols.
                     unsafe {
                         if variant == 0 {
-                            macro_kernel::<K, false>(kc, ap, plan, bp, cols, cp, cols, 1.0, 0.0, None)
+                            macro_kernel::<K, false>(kc, ap, plan, bp, cols, cp, cols, 1.0, 0.0, None, true)
                         } else {
-                            macro_kernel::<K, true>(kc, ap, plan, bp, cols, cp, cols, 1.0, 0.0, None)
+                            macro_kernel::<K, true>(kc, ap, plan, bp, cols, cp, cols, 1.0, 0.0, None, true)
                         }
                     }
                 }
@@ -348,6 +349,7 @@ mod tests {
                                                 1.0,
                                                 0.0,
                                                 None,
+                                                true,
                                             )
                                         }
                                     }
@@ -412,6 +414,7 @@ mod tests {
                             1.0,
                             0.0,
                             None,
+                            false,
                         )
                     }
                 }

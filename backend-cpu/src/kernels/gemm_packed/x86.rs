@@ -13,7 +13,9 @@ macro_rules! simd_kernel {
         /// Computes the first `R` (at most `MR`) rows of the tile: `MR` for the kernel's
         /// tile, fewer for its short tile ([`MicroKernel::SHORT_ROWS`]), read from the
         /// same `MR`-row A panels. `STREAM`: each k step also prefetches the B rows
-        /// [`B_PREFETCH_BYTES`] ahead ([`MicroKernel::run_streaming`]).
+        /// [`B_PREFETCH_BYTES`] ahead ([`MicroKernel::run_streaming`]). `pf`: null, or
+        /// where every other k step prefetches its next cache line into L2
+        /// ([`MicroKernel::run_prefetching`]; never read).
         ///
         /// # Safety
         /// CPU supports the target features; `a`: `kc*MR` floats readable (a packed panel)
@@ -26,6 +28,7 @@ macro_rules! simd_kernel {
             lda: usize,
             b: *const f32,
             c: CTile,
+            pf: *const f32,
         ) {
             let CTile { c, ldc, alpha, beta, bias } = c;
             const MR: usize = $mr;
@@ -43,6 +46,7 @@ macro_rules! simd_kernel {
             let mut acc: [[$vt; NV]; R] = [[$zero(); NV]; R];
             let mut pa = a;
             let mut pb = b;
+            let (mut pf_at, mut pf_on) = (pf, true);
             // One k step at `pa`/`pb`, advanced past it.
             macro_rules! step {
                 () => {{
@@ -53,6 +57,14 @@ macro_rules! simd_kernel {
                             // is never dereferenced.
                             _mm_prefetch::<_MM_HINT_T0>(ahead.cast::<i8>());
                         }
+                    }
+                    if !pf.is_null() {
+                        if pf_on {
+                            // A hint that never faults (wrapping arithmetic, never read).
+                            _mm_prefetch::<_MM_HINT_T1>(pf_at.cast::<i8>());
+                            pf_at = pf_at.wrapping_add(16);
+                        }
+                        pf_on = !pf_on;
                     }
                     let mut bv: [$vt; NV] = [$zero(); NV];
                     for (j, v) in bv.iter_mut().enumerate() {
@@ -184,8 +196,18 @@ macro_rules! forward_to {
             // SAFETY: forwarded contract (the CPU has the kernel's features, pointers valid).
             unsafe {
                 match a {
-                    ATile::Packed(a) => $kernel::<$mr, false, false>(kc, a, 0, b, c),
-                    ATile::InPlace { a, lda } => $kernel::<$mr, true, false>(kc, a, lda, b, c),
+                    ATile::Packed(a) => $kernel::<$mr, false, false>(kc, a, 0, b, c, std::ptr::null()),
+                    ATile::InPlace { a, lda } => $kernel::<$mr, true, false>(kc, a, lda, b, c, std::ptr::null()),
+                }
+            }
+        }
+        unsafe fn run_prefetching(kc: usize, a: ATile, b: *const f32, c: CTile, next: *const f32) {
+            // SAFETY: forwarded contract (the CPU has the kernel's features, pointers valid;
+            // `next` is only prefetched).
+            unsafe {
+                match a {
+                    ATile::Packed(a) => $kernel::<$mr, false, false>(kc, a, 0, b, c, next),
+                    ATile::InPlace { a, lda } => $kernel::<$mr, true, false>(kc, a, lda, b, c, next),
                 }
             }
         }
@@ -193,8 +215,8 @@ macro_rules! forward_to {
             // SAFETY: forwarded contract (the CPU has the kernel's features, pointers valid).
             unsafe {
                 match a {
-                    ATile::Packed(a) => $kernel::<$mr, false, true>(kc, a, 0, b, c),
-                    ATile::InPlace { a, lda } => $kernel::<$mr, true, true>(kc, a, lda, b, c),
+                    ATile::Packed(a) => $kernel::<$mr, false, true>(kc, a, 0, b, c, std::ptr::null()),
+                    ATile::InPlace { a, lda } => $kernel::<$mr, true, true>(kc, a, lda, b, c, std::ptr::null()),
                 }
             }
         }
@@ -202,15 +224,15 @@ macro_rules! forward_to {
     ($kernel:ident, $mr:literal, $short:literal) => {
         forward_to!($kernel, $mr);
         const SHORT_ROWS: usize = $short;
-        unsafe fn run_short(kc: usize, a: ATile, b: *const f32, c: CTile, streaming: bool) {
+        unsafe fn run_short(kc: usize, a: ATile, b: *const f32, c: CTile, streaming: bool, next: *const f32) {
             // SAFETY: forwarded contract for `$short` rows (the CPU has the kernel's
-            // features, pointers valid).
+            // features, pointers valid; `next` is only prefetched).
             unsafe {
                 match (a, streaming) {
-                    (ATile::Packed(a), false) => $kernel::<$short, false, false>(kc, a, 0, b, c),
-                    (ATile::Packed(a), true) => $kernel::<$short, false, true>(kc, a, 0, b, c),
-                    (ATile::InPlace { a, lda }, false) => $kernel::<$short, true, false>(kc, a, lda, b, c),
-                    (ATile::InPlace { a, lda }, true) => $kernel::<$short, true, true>(kc, a, lda, b, c),
+                    (ATile::Packed(a), false) => $kernel::<$short, false, false>(kc, a, 0, b, c, next),
+                    (ATile::Packed(a), true) => $kernel::<$short, false, true>(kc, a, 0, b, c, next),
+                    (ATile::InPlace { a, lda }, false) => $kernel::<$short, true, false>(kc, a, lda, b, c, next),
+                    (ATile::InPlace { a, lda }, true) => $kernel::<$short, true, true>(kc, a, lda, b, c, next),
                 }
             }
         }
