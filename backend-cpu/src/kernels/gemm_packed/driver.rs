@@ -554,7 +554,7 @@ pub(super) unsafe fn macro_kernel<K: MicroKernel, const STREAM: bool>(
         // call lies in L2 already, and there the other order wins (`bench peak --kernels`,
         // B in cache: 97 % of the one-thread peak that way, 89 % this way).
         let np = cols.div_ceil(nr);
-        let parts = (nr * kc).div_ceil(NEXT_PANEL_PART * kc);
+        let parts = nr.div_ceil(NEXT_PANEL_PART);
         for (jp, bp) in b_panels() {
             for ip in 0..a_panels {
                 let next = if (1..=parts).contains(&ip) && jp + 1 < np {
