@@ -19,12 +19,12 @@ fn emu_or_skip(test: &str) -> Option<PathBuf> {
     found
 }
 
-/// `<tmp>/npurt-facade-toolkit-<pid>-<tag>/lib64/`, with the three libraries linked to
-/// `emu`, or left empty when `emu` is `None`.
+/// `facade-toolkit-<tag>/lib64/` in the test process's scratch root, with the three
+/// libraries linked to `emu`, or left empty when `emu` is `None`.
 fn toolkit(tag: &str, emu: Option<&Path>) -> PathBuf {
-    let root = std::env::temp_dir().join(format!("npurt-facade-toolkit-{}-{tag}", std::process::id()));
+    let root = npurt_test_support::scratch::dir(&format!("facade-toolkit-{tag}"));
     let lib = root.join("lib64");
-    let _ = std::fs::remove_dir_all(&root);
+    let _ = std::fs::remove_dir_all(&lib);
     std::fs::create_dir_all(&lib).expect("create toolkit");
     if let Some(emu) = emu {
         for n in ["libascendcl.so", "libnnopbase.so", "libopapi.so"] {

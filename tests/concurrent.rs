@@ -197,7 +197,7 @@ on_every_backend!(a_graph_without_free_streams_runs_on_the_default_stream, seria
 #[test]
 fn bench_bert_concurrent_reports_zero_mismatches() {
     let _turn = serial();
-    let json = std::env::temp_dir().join(format!("npurt-concurrent-{}.json", std::process::id()));
+    let json = npurt_test_support::scratch::file("concurrent.json");
     let mut envs: Vec<(&str, Option<PathBuf>)> = vec![("cpu", None)];
     match emu_lib() {
         Some(emu) => envs.push(("acl", Some(fake_toolkit("concurrent-cli", &emu)))),

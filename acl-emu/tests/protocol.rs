@@ -10,8 +10,7 @@ fn emu_dir() -> Option<std::path::PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let deps = exe.parent()?;
     let lib = [deps.join("libacl_emu.so"), deps.parent()?.join("libacl_emu.so")].into_iter().find(|p| p.is_file())?;
-    let dir = std::env::temp_dir().join(format!("acl-emu-proto-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).ok()?;
+    let dir = npurt_test_support::scratch::dir("acl-emu-proto");
     for n in ["libascendcl.so", "libnnopbase.so", "libopapi.so"] {
         let _ = std::fs::remove_file(dir.join(n));
         std::os::unix::fs::symlink(&lib, dir.join(n)).ok()?;

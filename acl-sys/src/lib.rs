@@ -66,9 +66,9 @@ mod tests {
 
     #[test]
     fn missing_library_is_an_error_naming_it() {
-        let dir = std::env::temp_dir().join(format!("acl-sys-empty-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let e = Api::load(&LoadConfig { lib_dir: Some(dir.clone()), no_system_loader: true }).unwrap_err();
+        let tmp = tempfile::Builder::new().prefix("acl-sys-empty-").tempdir().unwrap();
+        let dir = tmp.path();
+        let e = Api::load(&LoadConfig { lib_dir: Some(dir.to_path_buf()), no_system_loader: true }).unwrap_err();
         let s = e.to_string();
         assert!(matches!(e, LoadError::LibraryNotFound { .. }), "{s}");
         assert!(s.contains("libascendcl.so") && s.contains(&dir.display().to_string()), "{s}");
@@ -76,10 +76,10 @@ mod tests {
 
     #[test]
     fn unloadable_library_is_an_error_naming_the_path() {
-        let dir = std::env::temp_dir().join(format!("acl-sys-bad-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::Builder::new().prefix("acl-sys-bad-").tempdir().unwrap();
+        let dir = tmp.path();
         std::fs::write(dir.join("libascendcl.so"), b"this is not a shared object").unwrap();
-        let e = Api::load(&LoadConfig { lib_dir: Some(dir.clone()), no_system_loader: true }).unwrap_err();
+        let e = Api::load(&LoadConfig { lib_dir: Some(dir.to_path_buf()), no_system_loader: true }).unwrap_err();
         assert!(matches!(&e, LoadError::LibraryOpen { path, .. } if path.contains("libascendcl.so")), "{e}");
     }
 

@@ -22,8 +22,7 @@ fn unavailable(r: Result<AclBackend, AclBackendError>) -> String {
 
 #[test]
 fn missing_library_is_unavailable() {
-    let dir = std::env::temp_dir().join(format!("npurt-acl-empty-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = npurt_test_support::scratch::dir("acl-empty");
     let s = unavailable(AclBackend::new(AclConfig { lib_dir: Some(dir.clone()), ..AclConfig::default() }));
     assert!(s.contains("libascendcl.so") && s.contains(&dir.display().to_string()), "{s}");
 }

@@ -494,8 +494,8 @@ fn bench_gemm_on_a_forced_path_reports_percent_of_peak() {
 /// sum); RmsNorm answers to ONNX's RMSNormalization.
 #[test]
 fn op_writes_every_output_of_add_rms_norm() {
-    let dir = std::env::temp_dir().join(format!("npurt-cli-rms-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new().prefix("npurt-cli-rms-").tempdir().unwrap();
+    let dir = tmp.path();
     let (x, xv) = f32_array(&[3, 8], 11);
     let (r, rv) = f32_array(&[3, 8], 12);
     let (w, wv) = f32_array(&[8], 13);

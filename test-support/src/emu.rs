@@ -34,9 +34,10 @@ pub fn emu_or_skip(test: &str) -> Option<PathBuf> {
     p
 }
 
-/// `<tmp>/npurt-acl-toolkit-<pid>-<tag>/lib64/{libascendcl,libnnopbase,libopapi}.so -> emulator`.
+/// `acl-toolkit-<tag>/lib64/{libascendcl,libnnopbase,libopapi}.so -> emulator` in the
+/// process's [`scratch`](crate::scratch) root (removed at exit).
 pub fn fake_toolkit(tag: &str, emu: &Path) -> PathBuf {
-    let root = std::env::temp_dir().join(format!("npurt-acl-toolkit-{}-{tag}", std::process::id()));
+    let root = crate::scratch::dir(&format!("acl-toolkit-{tag}"));
     let lib = root.join("lib64");
     std::fs::create_dir_all(&lib).expect("create fake toolkit");
     for n in ["libascendcl.so", "libnnopbase.so", "libopapi.so"] {

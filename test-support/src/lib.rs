@@ -17,6 +17,7 @@
 //! * [`require`] — `NPURT_TEST_REQUIRE`: backends whose absence fails a test instead of
 //!   skipping it.
 //! * [`rng`] — a deterministic generator for randomised tests.
+//! * [`scratch`] — scratch directories of a test process, removed when it exits.
 //! * [`finishes_within`] — a deadlock fails the test instead of hanging the run.
 
 pub mod cli;
@@ -31,6 +32,7 @@ pub mod host_backend;
 pub mod per_backend;
 pub mod require;
 pub mod rng;
+pub mod scratch;
 
 use std::sync::mpsc;
 use std::time::Duration;

@@ -366,9 +366,12 @@ mod timing {
     #[ignore = "a measurement, not a check"]
     fn encoder_shapes() {
         let f = crate::features::get();
-        for (name, h, s, d) in
-            [("bert-base s128", 12, 128, 64), ("minilm s128", 12, 128, 32), ("minilm s32", 12, 32, 32)]
-        {
+        for (name, h, s, d) in [
+            ("bert-large s512", 16, 512, 64),
+            ("bert-base s128", 12, 128, 64),
+            ("minilm s128", 12, 128, 32),
+            ("minilm s32", 12, 32, 32),
+        ] {
             let dims = vec![1, s, h, d];
             let st = Shape::new(dims.clone()).contiguous_strides();
             let x: Vec<f32> = (0..s * h * d).map(|i| ((i * 31 % 97) as f32 - 48.0) / 40.0).collect();
