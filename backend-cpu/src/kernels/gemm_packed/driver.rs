@@ -537,22 +537,16 @@ pub(super) unsafe fn macro_kernel<K: MicroKernel, const STREAM: bool>(
         }
     };
     let b_panels = || bpack.chunks_exact(kc * nr).take(cols.div_ceil(nr)).enumerate();
-    // Chunks of A panels, each swept against every B micro-panel. One panel per chunk: that
-    // A micro-panel stays in L1 while the B micro-panels stream from L2. Where B's panel is
-    // kept in L1 instead, a chunk is the A panels of at most A_L2_BYTES, which stream from
-    // L2 past each B micro-panel.
     let a_panels = plan.tiles();
-    let chunk =
-        if K::B_PANEL_IN_L1 && a_panels >= B_IN_L1_MIN_PANELS { (A_L2_BYTES / 4 / (kc * mr)).max(1) } else { 1 };
     if STREAM && b_from_memory && !K::B_PANEL_IN_L1 {
-        // B may come from memory (a prepacked weight): each B micro-panel meets every A tile in turn, and tiles
-        // 1, 2, … each prefetch into L2 a part of the next panel ([`NEXT_PANEL_PART`]),
-        // so that only an item's first panel is fetched while a tile waits on it. A-tile
-        // order (below) touched every panel in the first tile row: on Emerald Rapids, one
-        // thread, B from a new place of a 256 MiB set each call, 128 × 288 ran at 142
-        // GFLOP/s that way against 167 with B in cache, and at 160 this way. B packed per
-        // call lies in L2 already, and there the other order wins (`bench peak --kernels`,
-        // B in cache: 97 % of the one-thread peak that way, 89 % this way).
+        // B may come from memory (a prepacked weight): each B micro-panel meets every A tile in
+        // turn, and tiles 1, 2, … each prefetch into L2 a part of the next panel
+        // ([`NEXT_PANEL_PART`]), so that only an item's first panel is fetched while a tile
+        // waits on it. A-tile order (below) touched every panel in the first tile row: on
+        // Emerald Rapids, one thread, B from a new place of a 256 MiB set each call, 128 × 288
+        // ran at 142 GFLOP/s that way against 167 with B in cache, and at 160 this way. B
+        // packed per call lies in L2 already, and there the other order wins (`bench peak
+        // --kernels`, B in cache: 97 % of the one-thread peak that way, 89 % this way).
         let np = cols.div_ceil(nr);
         let parts = nr.div_ceil(NEXT_PANEL_PART);
         for (jp, bp) in b_panels() {
@@ -567,6 +561,12 @@ pub(super) unsafe fn macro_kernel<K: MicroKernel, const STREAM: bool>(
         }
         return;
     }
+    // Chunks of A panels, each swept against every B micro-panel. One panel per chunk: that
+    // A micro-panel stays in L1 while the B micro-panels stream from L2. Where B's panel is
+    // kept in L1 instead, a chunk is the A panels of at most A_L2_BYTES, which stream from
+    // L2 past each B micro-panel.
+    let chunk =
+        if K::B_PANEL_IN_L1 && a_panels >= B_IN_L1_MIN_PANELS { (A_L2_BYTES / 4 / (kc * mr)).max(1) } else { 1 };
     for i0 in (0..a_panels).step_by(chunk) {
         for (jp, bp) in b_panels() {
             for ip in i0..a_panels.min(i0 + chunk) {

@@ -296,6 +296,65 @@ mod tests {
         }
     }
 
+    /// The macro-kernel at 512 rows with B from memory (a prepacked weight's item), beta 1
+    /// (a second k slice), its C rows at strides of the item's own width, of the BERT
+    /// outputs' widths (768 … 4096 floats: the multiples of 2 KiB put a tile's rows into one
+    /// or two L1 sets), and of 4096 + 16. A measurement:
+    /// `cargo test --release -p backend-cpu --lib c_strides -- --ignored --nocapture`.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[test]
+    #[ignore = "a measurement; run it by hand in a release build"]
+    fn c_strides() {
+        let Some([b]) = avx512_b_in_memory([false]) else { return };
+        type K = x86::Avx512;
+        let (kc, rows, cols) = (512usize, 512usize, 128usize);
+        let plan = RowPlan::new(rows, K::MR, 10);
+        let a = a_values(plan.tiles() * K::MR * kc);
+        let region = kc * cols;
+        let regions = B_FLOATS / region;
+        let strides = [cols, 768, 1024, 1152, 1536, 2048, 2304, 3072, 4096, 4096 + 16];
+        let mut c = vec![0.0f32; rows * (4096 + 16)];
+        let mut next = 0;
+        let calls = 20;
+        let mut batch = |variant: usize| {
+            let ldc = strides[variant];
+            let t = thread_cpu();
+            for _ in 0..calls {
+                next = (next + 1) % regions;
+                let bp = &b[next * region..][..region];
+                // SAFETY: AVX-512 checked above; A holds the plan's panels of depth kc, B
+                // the panels of `cols` columns, C rows × cols at stride ldc (<= its length).
+                unsafe {
+                    macro_kernel::<K, true>(
+                        kc,
+                        APanels::Packed(&a),
+                        plan,
+                        bp,
+                        cols,
+                        c.as_mut_ptr(),
+                        ldc,
+                        1.0,
+                        1.0,
+                        None,
+                        true,
+                    )
+                }
+            }
+            (thread_cpu() - t).as_secs_f64() / calls as f64
+        };
+        let mut times = vec![Vec::new(); strides.len()];
+        for round in 0..24 {
+            for v in 0..strides.len() {
+                let v = (v + round) % strides.len();
+                times[v].push(batch(v));
+            }
+        }
+        let g = median_rates(&mut times, rows * cols * kc);
+        for (ldc, g) in strides.iter().zip(g) {
+            println!("{rows}x{cols} kc {kc}, B from memory, beta 1, ldc {ldc}: {g:.1} GF/s");
+        }
+    }
+
     /// A 32 × 384 × 384 product with B from memory on two threads, as the driver cuts it
     /// into 6 column blocks of 64: split rows too (12 items, thread t the row half t of
     /// every block: both cores read all of B) or not (thread t the blocks t, t+2, t+4 with
