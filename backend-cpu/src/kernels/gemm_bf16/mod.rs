@@ -292,12 +292,12 @@ fn gemm_amx(
         // SAFETY: `use_amx` checked that the OS enabled AMX; the tiles live for this task on
         // this thread.
         let _tiles = unsafe { amx::Tiles::configure() };
-        // SAFETY: tiles configured just above; AVX-512F comes with AVX-512-BF16
-        // (`gemm_with` checked it); `kp % 16 == 0` and `kp > 0` (`use_amx`, `gemm_with`);
-        // `a` from row `r0` (a whole block) holds the task's packed rows; `w.data` the
-        // packed weight; `ep.bias` has `n` values (`gemm_with` checked); `c_ptr` is the
-        // `m × n` output `gemm_with` checked, borrowed mutably for this call, and the
-        // tasks' (row range × panel range) blocks are disjoint.
+        // Tiles configured just above; AVX-512F comes with AVX-512-BF16 (`gemm_with`
+        // checked it); `kp % 16 == 0` and `kp > 0` (`use_amx`, `gemm_with`); `a` from row
+        // `r0` (a whole block) holds the task's packed rows; `w.data` the packed weight;
+        // `ep.bias` has `n` values (`gemm_with` checked); `c_ptr` is the `m × n` output
+        // `gemm_with` checked, borrowed mutably for this call.
+        // SAFETY: `amx::task`'s contract holds as listed; the tasks' blocks are disjoint.
         unsafe { amx::task(kp, n, &a[r0 * kp..], &w.data, c_ptr.get(), (r0, r1), (p0, p1), ep, f.isa) };
         Ok(())
     };

@@ -230,11 +230,12 @@ unsafe fn task(path: Path, p: &Product<'_>, p0: usize, p1: usize) {
                                 _ => std::ptr::null(),
                             };
                             let c = if slice < kp { &mut parked[b * amx::GROUP + pi - g0] } else { &mut sums };
-                            // SAFETY: x holds rows padded to whole blocks of 32 (`rows` in
-                            // `linear`) in the blocked form, so block `b` from byte `k0`
-                            // holds `32 · kc` bytes at `ab`; the panel's slice `kc · NR`
-                            // bytes; `c` 1024 i32; `kc % KSTEP == 0`, `kc > 0` (`kp > 0`:
-                            // see `linear`); tiles configured; `next` only prefetched.
+                            // x holds rows padded to whole blocks of 32 (`rows` in `linear`)
+                            // in the blocked form, so block `b` from byte `k0` holds
+                            // `32 · kc` bytes at `ab`; the panel's slice `kc · NR` bytes;
+                            // `c` 1024 i32; `kc % KSTEP == 0`, `kc > 0` (`kp > 0`: see
+                            // `linear`).
+                            // SAFETY: as listed; tiles configured; `next` only prefetched.
                             unsafe { amx::block(kc, ab, panel, next, c.0.as_mut_ptr(), k0 > 0) };
                             if last {
                                 // SAFETY: forwarded (this task's columns).

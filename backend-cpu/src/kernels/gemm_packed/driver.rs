@@ -515,11 +515,11 @@ pub(super) unsafe fn macro_kernel<K: MicroKernel, const STREAM: bool>(
         let cij = unsafe { c.add(i * ldc + j) };
         let bias = bias.map_or(std::ptr::null(), |b| b[j..j + nv].as_ptr());
         let c = CTile { c: cij, ldc, alpha, beta, bias };
-        // SAFETY: `K`'s features are this function's precondition; the A tile holds the
-        // tile's rows of `kc` (asserted above: a whole MR-panel, or in place `mv` rows, MR or
-        // SHORT_ROWS of them, the plan being exact), `bp` a whole B panel; the `mv × nv`
-        // tile of C is inside the region, which only this item writes; a bias holds the
-        // tile's `nv` columns.
+        // The A tile holds the tile's rows of `kc` (asserted above: a whole MR-panel, or in
+        // place `mv` rows, MR or SHORT_ROWS of them, the plan being exact), `bp` a whole B
+        // panel; the `mv × nv` tile of C is inside the region, which only this item writes;
+        // a bias holds the tile's `nv` columns.
+        // SAFETY: `K`'s features are this function's precondition; the operands as listed.
         unsafe {
             if nv == nr && mv == mr {
                 if first {

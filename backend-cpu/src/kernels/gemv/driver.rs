@@ -383,10 +383,10 @@ fn panels<const M: usize, const NR: usize>(
 ) {
     for q in j0 / NR..j1.div_ceil(NR) {
         let mut o = [[0f32; NR]; M];
-        // SAFETY: the path's features were detected (the caller matched them) and the
-        // layout's panel width is `NR`; the packed B holds every slice's panel `q`
+        // The layout's panel width is `NR`; the packed B holds every slice's panel `q`
         // (`q < n.div_ceil(NR)`, checked length), `x` holds `M` rows of `ldx >= k` floats;
         // columns `q * NR..` up to `n` belong to this thread (`split` aligned to `NR`).
+        // SAFETY: the path's features were detected (the caller matched them); as listed.
         unsafe {
             kern(a.b.0.cast(), q, a.k, a.kc_max, a.slice, a.x.as_ptr(), a.ldx, &mut o);
             a.out.put(&o, q * NR, NR.min(n - q * NR));
