@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Makes the tiny decoder models the LLM tests compare against Hugging Face `transformers`:
-#   target/test-assets/tiny-llm/llama/ and target/test-assets/tiny-llm/qwen2/
+#   target/test-assets/tiny-llm/{llama,qwen2,llama3}/
 # (model directories plus reference.json; see scripts/make_tiny_llm.py for the format).
 # Installs torch and transformers into a temporary virtual environment (removed after:
 # several GiB), runs the generator, and keeps only its output. Idempotent: does nothing when
-# both reference files are present. Exits 0 with a message when pip or the network is
+# every reference file is present. Exits 0 with a message when pip or the network is
 # unavailable (the tests that need the models then skip, saying why).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEST="target/test-assets/tiny-llm"
-if [ -s "$DEST/llama/reference.json" ] && [ -s "$DEST/qwen2/reference.json" ]; then
+if [ -s "$DEST/llama/reference.json" ] && [ -s "$DEST/qwen2/reference.json" ] && [ -s "$DEST/llama3/reference.json" ]; then
     echo "make-tiny-llm: $DEST is already present; nothing to do"
     exit 0
 fi

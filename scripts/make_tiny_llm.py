@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Writes two tiny random-weight decoder models and their reference outputs.
+"""Writes three tiny random-weight decoder models and their reference outputs.
 
     python scripts/make_tiny_llm.py OUT_DIR
 
 makes OUT_DIR/llama/ (LlamaForCausalLM: grouped-query attention, untied lm_head, the
 tokenizer adds a BOS token, ``rope_theta`` at the top level of config.json as older files
 have it) and OUT_DIR/qwen2/ (Qwen2ForCausalLM: q/k/v biases, tied embeddings, no BOS,
-``rope_parameters`` as transformers >= 5 writes it). Each is a Hugging Face model
+``rope_parameters`` as transformers >= 5 writes it) and OUT_DIR/llama3/ (LlamaForCausalLM
+with Llama 3.1's ``llama3`` rope scaling, written as Llama 3.x files have it: ``rope_theta`` at
+the top level, the scaling in ``rope_scaling``; its original context of 64 positions puts the
+head's eight frequencies in all three of the scaling's bands). Each is a Hugging Face model
 directory (config.json, generation_config.json, model.safetensors, tokenizer.json,
 tokenizer_config.json) plus reference.json, computed here with `transformers` on torch in
 f32:
@@ -130,6 +133,8 @@ def reference(model, tokenizer) -> dict:
 
 
 def write(out: str, name: str, config, cls, bos: bool, seed: int, legacy_rope: bool) -> None:
+    """``legacy_rope``: config.json as older files have it, ``rope_theta`` at the top level and
+    any other rope parameters in ``rope_scaling``."""
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
     tok = make_tokenizer(bos)
@@ -151,9 +156,11 @@ def write(out: str, name: str, config, cls, bos: bool, seed: int, legacy_rope: b
         path = os.path.join(d, "config.json")
         with open(path) as f:
             cfg = json.load(f)
-        params = cfg.pop("rope_parameters", None) or {}
-        cfg["rope_theta"] = params["rope_theta"]
+        params = dict(cfg.pop("rope_parameters", None) or {})
+        cfg["rope_theta"] = params.pop("rope_theta")
         cfg.pop("rope_scaling", None)
+        if params.get("rope_type", "default") != "default":
+            cfg["rope_scaling"] = params
         with open(path, "w") as f:
             json.dump(cfg, f, indent=2)
     # The reference comes from the files as written, read back.
@@ -162,6 +169,9 @@ def write(out: str, name: str, config, cls, bos: bool, seed: int, legacy_rope: b
     theta = model.config.rope_parameters["rope_theta"]
     if abs(theta - config.rope_parameters["rope_theta"]) > 1e-6 * theta:
         raise SystemExit(f"make_tiny_llm: {d}: rope_theta {theta} read back, expected {config.rope_parameters['rope_theta']}")
+    kind = model.config.rope_parameters.get("rope_type", "default")
+    if kind != config.rope_parameters.get("rope_type", "default"):
+        raise SystemExit(f"make_tiny_llm: {d}: rope_type {kind!r} read back, expected {config.rope_parameters['rope_type']!r}")
     ref = reference(model, tokenizer)
     with open(os.path.join(d, "reference.json"), "w") as f:
         json.dump(ref, f)
@@ -194,6 +204,23 @@ def main() -> int:
         **common, tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}
     )
     write(out, "qwen2", qwen2, Qwen2ForCausalLM, bos=False, seed=11, legacy_rope=False)
+    # head_dim 16, theta 500000: wavelengths 2π · 500000^(i/8) = 6.3, 32.5, 168, ...; with an
+    # original context of 64 (low 1, high 4) the first keeps its frequency, the second is
+    # interpolated, the rest are divided by the factor.
+    llama3 = LlamaConfig(
+        **common,
+        tie_word_embeddings=True,
+        attention_bias=False,
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 500000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+    )
+    write(out, "llama3", llama3, LlamaForCausalLM, bos=True, seed=13, legacy_rope=True)
     return 0
 
 

@@ -1,7 +1,7 @@
 //! Decoder LLMs end to end: the `llama-tiny` preset through prefill and decode on the CPU,
 //! continuous batching giving each sequence what it gets alone, threads sharing one model,
 //! the weights held once across the prefill and decode graphs; and the tiny Llama and
-//! Qwen2 models of `scripts/make_tiny_llm.py` against `transformers`' logits and greedy
+//! Qwen2 models (and a Llama with `llama3` rope scaling) of `scripts/make_tiny_llm.py` against `transformers`' logits and greedy
 //! tokens, on the CPU and over acl-emu.
 
 mod common;
@@ -221,6 +221,10 @@ fn bad_requests_are_typed_errors() {
 
 // ---- against transformers ----------------------------------------------------------------
 
+/// The tiny models of scripts/make_tiny_llm.py: Llama, Qwen2, and Llama with `llama3`
+/// rope scaling.
+const TINY_MODELS: [&str; 3] = ["llama", "qwen2", "llama3"];
+
 /// The directory of the tiny models: `NPURT_TINY_LLM_DIR`, else target/test-assets/tiny-llm
 /// (made now with scripts/make_tiny_llm.py when `transformers` imports); `None` with the
 /// reason printed when neither is possible.
@@ -230,7 +234,7 @@ fn tiny_llm_dir(test: &str) -> Option<PathBuf> {
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let dir = root.join("target/test-assets/tiny-llm");
-    if dir.join("llama/reference.json").is_file() && dir.join("qwen2/reference.json").is_file() {
+    if TINY_MODELS.iter().all(|m| dir.join(m).join("reference.json").is_file()) {
         return Some(dir);
     }
     let import = std::process::Command::new("python3").args(["-c", "import transformers, torch"]).output();
@@ -339,13 +343,13 @@ fn matches_transformers(rt: &runtime::Runtime, model: &std::path::Path, check: C
 fn tiny_models_match_transformers_on_the_cpu() {
     let Some(dir) = tiny_llm_dir("tiny_models_match_transformers_on_the_cpu") else { return };
     let rt = cpu();
-    for m in ["llama", "qwen2"] {
+    for m in TINY_MODELS {
         matches_transformers(&rt, &dir.join(m), Check::Exact).expect("the CPU runs every op");
     }
     for precision in [npurt::Precision::Bf16, npurt::Precision::F16] {
         let cfg = RuntimeConfig { backend: Some("cpu".into()), precision, ..RuntimeConfig::default() };
         let rt = npurt::Runtime::with_config(cfg).expect("cpu runtime");
-        for m in ["llama", "qwen2"] {
+        for m in TINY_MODELS {
             matches_transformers(&rt, &dir.join(m), Check::Loose).expect("the CPU runs every op");
         }
     }
@@ -359,7 +363,7 @@ fn tiny_models_match_transformers_over_acl_emu() {
     for (soc, check) in [("Ascend910B2", Check::Exact), ("Ascend910A", Check::Loose)] {
         let Some(emu) = common::AclEmu::on(soc, test) else { return };
         let rt = common::runtime(&emu.backend);
-        for m in ["llama", "qwen2"] {
+        for m in TINY_MODELS {
             if let Err(e) = matches_transformers(&rt, &dir.join(m), check) {
                 println!("SKIP {test} on {soc}: {e}");
                 break;

@@ -49,7 +49,7 @@ type Case = (&'static str, Op, Vec<Operand>, Vec<&'static str>, Vec<&'static str
 fn cases(soc: &str) -> Vec<Case> {
     let b2 = soc == "Ascend910B2";
     let causal = |layout| Op::Attention { scale: None, layout, causal: true };
-    let (cos, sin) = runtime::op::rope_tables(10000.0, 8, 16);
+    let (cos, sin) = runtime::op::rope_tables(10000.0, 8, 16, runtime::op::RopeScaling::None);
     let table = |v: Vec<f32>| (DType::F32, vec![16, 4], v.into_iter().map(f64::from).collect::<Vec<_>>());
     let pos = |dt| (dt, vec![2, 5], vec![0.0, 3.0, 15.0, 7.0, 7.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
     let mut v = Vec::new();

@@ -1,7 +1,7 @@
-"""npurt.LLM against Hugging Face `transformers` on the tiny Llama and Qwen2 models.
+"""npurt.LLM against Hugging Face `transformers` on the tiny Llama, Qwen2 and Llama-3-rope models.
 
 The models and transformers' greedy tokens come from scripts/make-tiny-llm.sh
-(target/test-assets/tiny-llm/{llama,qwen2}, or NPURT_TINY_LLM_DIR; see
+(target/test-assets/tiny-llm/{llama,qwen2,llama3}, or NPURT_TINY_LLM_DIR; see
 scripts/make_tiny_llm.py for reference.json); the tests skip with a message when they are
 absent. transformers itself is not needed here.
 """
@@ -20,7 +20,7 @@ import pytest
 import npurt
 from conftest import REPO, emu_lib
 
-MODELS = ("llama", "qwen2")
+MODELS = ("llama", "qwen2", "llama3")
 
 
 def model(name: str) -> "tuple[pathlib.Path, dict]":

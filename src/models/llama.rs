@@ -65,7 +65,7 @@ impl RopeTables {
     /// Tables for positions `0..positions` (at most `max_position_embeddings`).
     pub fn new(c: &LlamaConfig, positions: usize) -> Result<RopeTables> {
         let p = positions.clamp(1, c.max_position_embeddings);
-        let (cos, sin) = runtime::op::rope_tables(c.rope_theta, c.head_dim, p);
+        let (cos, sin) = runtime::op::rope_tables(c.rope_theta, c.head_dim, p, c.rope_scaling);
         Ok(RopeTables {
             cos: HostTensor::from_vec([p, c.head_dim / 2], cos)?,
             sin: HostTensor::from_vec([p, c.head_dim / 2], sin)?,

@@ -1,8 +1,9 @@
 //! The configuration of a Llama-family decoder (`LlamaForCausalLM`, `Qwen2ForCausalLM`):
 //! the presets, and a Hugging Face `config.json` parsed, bounded and checked for settings
-//! npurt does not implement (a `rope_type` other than `default`, sliding windows, MLP
+//! npurt does not implement (a `rope_type` other than `default`, `linear` and `llama3`, sliding windows, MLP
 //! biases, activations other than SiLU are refused by name, never ignored).
 
+use runtime::op::RopeScaling;
 use runtime::{Error, Result};
 use std::path::Path;
 
@@ -30,6 +31,8 @@ pub struct LlamaConfig {
     pub max_position_embeddings: usize,
     pub rms_norm_eps: f32,
     pub rope_theta: f64,
+    /// How the rotary frequencies are scaled (`rope_type` `linear` or `llama3`).
+    pub rope_scaling: RopeScaling,
     /// The output projection is the embedding table (no `lm_head.weight`).
     pub tie_word_embeddings: bool,
     /// q, k and v projections carry a bias.
@@ -190,31 +193,63 @@ fn architecture(v: &Object) -> CResult<Architecture> {
     }
 }
 
-/// `rope_theta` (top level, or `rope_parameters.rope_theta` as transformers >= 5 writes),
-/// refusing a `rope_type` other than `default` in `rope_scaling` or `rope_parameters`.
-fn rope_theta(v: &Object) -> CResult<f64> {
+/// A positive, finite number under `key` of a rope object; `Missing` when absent.
+fn rope_number(o: &Object, key: &'static str) -> CResult<f64> {
+    let v = float(o, key)?.ok_or(LlamaConfigError::Missing { key })?;
+    if v.is_finite() && v > 0.0 { Ok(v) } else { Err(LlamaConfigError::NotPositive { key, value: v }) }
+}
+
+/// The scaling a `rope_scaling` / `rope_parameters` object names (`rope_type`, or `type`
+/// in older files): `default`, `linear` and `llama3` with their parameters; any other type
+/// is refused by name.
+fn rope_scaling(key: &'static str, o: &Object) -> CResult<RopeScaling> {
+    let kind = match (string(o, "rope_type")?, string(o, "type")?) {
+        (Some(t), _) | (None, Some(t)) => t,
+        (None, None) => "default",
+    };
+    match kind {
+        "default" => Ok(RopeScaling::None),
+        "linear" => Ok(RopeScaling::Linear { factor: rope_number(o, "factor")? }),
+        "llama3" => {
+            let (low, high) = (rope_number(o, "low_freq_factor")?, rope_number(o, "high_freq_factor")?);
+            if high <= low {
+                return Err(LlamaConfigError::BadValue {
+                    key: "high_freq_factor",
+                    expected: "a number above low_freq_factor",
+                    found: format!("{high} (low_freq_factor {low})"),
+                });
+            }
+            Ok(RopeScaling::Llama3 {
+                factor: rope_number(o, "factor")?,
+                low_freq_factor: low,
+                high_freq_factor: high,
+                original_max_position_embeddings: rope_number(o, "original_max_position_embeddings")?,
+            })
+        }
+        other => Err(LlamaConfigError::Unsupported {
+            key,
+            value: format!("rope_type {other:?}"),
+            supported: "rope_type \"default\", \"linear\" and \"llama3\" are implemented",
+        }),
+    }
+}
+
+/// `rope_theta` (top level, or `rope_parameters.rope_theta` as transformers >= 5 writes)
+/// and the scaling of `rope_scaling` or `rope_parameters` (the latter where both are set).
+fn rope(v: &Object) -> CResult<(f64, RopeScaling)> {
     let mut theta = float(v, "rope_theta")?;
+    let mut scaling = RopeScaling::None;
     for key in ["rope_scaling", "rope_parameters"] {
         let Some(x) = v.get(key).filter(|x| !x.is_null()) else { continue };
         let o = x.as_object().ok_or_else(|| LlamaConfigError::bad(key, "an object", x))?;
-        let kind = match (string(o, "rope_type")?, string(o, "type")?) {
-            (Some(t), _) | (None, Some(t)) => t,
-            (None, None) => "default",
-        };
-        if kind != "default" {
-            return Err(LlamaConfigError::Unsupported {
-                key,
-                value: format!("rope_type {kind:?}"),
-                supported: "only rope_type \"default\" is implemented",
-            });
-        }
+        scaling = rope_scaling(key, o)?;
         if key == "rope_parameters"
             && let Some(t) = float(o, "rope_theta")?
         {
             theta = Some(t);
         }
     }
-    Ok(theta.unwrap_or(10000.0))
+    Ok((theta.unwrap_or(10000.0), scaling))
 }
 
 impl LlamaConfig {
@@ -232,6 +267,7 @@ impl LlamaConfig {
             max_position_embeddings: 512,
             rms_norm_eps: 1e-6,
             rope_theta: 10000.0,
+            rope_scaling: RopeScaling::None,
             tie_word_embeddings: false,
             qkv_bias: false,
             o_bias: false,
@@ -255,6 +291,7 @@ impl LlamaConfig {
             max_position_embeddings: 32768,
             rms_norm_eps: 1e-6,
             rope_theta: 1_000_000.0,
+            rope_scaling: RopeScaling::None,
             tie_word_embeddings: true,
             qkv_bias: true,
             o_bias: false,
@@ -296,6 +333,7 @@ impl LlamaConfig {
             None => 0,
         };
         let attention_bias = boolean(v, "attention_bias")?.unwrap_or(false);
+        let (rope_theta, rope_scaling) = rope(v)?;
         let default_positions = if arch == Architecture::Qwen2 { 32768 } else { 2048 };
         let c = LlamaConfig {
             architecture: arch,
@@ -308,7 +346,8 @@ impl LlamaConfig {
             vocab_size: need("vocab_size")?,
             max_position_embeddings: uint(v, "max_position_embeddings")?.unwrap_or(default_positions),
             rms_norm_eps: float(v, "rms_norm_eps")?.unwrap_or(1e-6) as f32,
-            rope_theta: rope_theta(v)?,
+            rope_theta,
+            rope_scaling,
             tie_word_embeddings: boolean(v, "tie_word_embeddings")?.unwrap_or(false),
             qkv_bias: arch == Architecture::Qwen2 || attention_bias,
             o_bias: arch == Architecture::Llama && attention_bias,
@@ -368,6 +407,13 @@ impl LlamaConfig {
         }
         if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
             return Err(LlamaConfigError::NotPositive { key: "rope_theta", value: self.rope_theta });
+        }
+        if let Err(e) = self.rope_scaling.validate() {
+            return Err(LlamaConfigError::BadValue {
+                key: "rope_scaling",
+                expected: "finite positive parameters",
+                found: e.to_string(),
+            });
         }
         match self.checked_parameters() {
             Some(p) if p <= MAX_PARAMETERS => Ok(()),
@@ -492,10 +538,43 @@ mod tests {
     }
 
     #[test]
+    fn linear_and_llama3_rope_scaling_are_read_from_either_place() {
+        let llama3 = r#"{"factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192, "rope_type": "llama3"}"#;
+        let want = RopeScaling::Llama3 {
+            factor: 32.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192.0,
+        };
+        // Llama 3.x files: rope_theta at the top level, the scaling in rope_scaling.
+        let legacy = with(&with(QWEN2, "rope_theta", "500000.0"), "rope_scaling", llama3);
+        let c = LlamaConfig::parse_json(&legacy).unwrap();
+        assert_eq!((c.rope_theta, c.rope_scaling), (500000.0, want));
+        // transformers >= 5: both in rope_parameters.
+        let v5 = llama3.replace("\"rope_type\"", "\"rope_theta\": 250000.0, \"rope_type\"");
+        let c = LlamaConfig::parse_json(&with(&with(QWEN2, "rope_theta", "REMOVE"), "rope_parameters", &v5)).unwrap();
+        assert_eq!((c.rope_theta, c.rope_scaling), (250000.0, want));
+        let linear = with(QWEN2, "rope_scaling", r#"{"type": "linear", "factor": 2.0}"#);
+        assert_eq!(LlamaConfig::parse_json(&linear).unwrap().rope_scaling, RopeScaling::Linear { factor: 2.0 });
+        assert_eq!(LlamaConfig::parse_json(QWEN2).unwrap().rope_scaling, RopeScaling::None);
+        // A missing or bad parameter is named.
+        let missing = with(QWEN2, "rope_scaling", &llama3.replace("\"low_freq_factor\": 1.0,", ""));
+        let e = LlamaConfig::parse_json(&missing).unwrap_err();
+        assert!(matches!(e, LlamaConfigError::Missing { key: "low_freq_factor" }), "{e}");
+        let inverted = with(QWEN2, "rope_scaling", &llama3.replace("4.0", "0.5"));
+        let e = LlamaConfig::parse_json(&inverted).unwrap_err();
+        assert!(matches!(e, LlamaConfigError::BadValue { key: "high_freq_factor", .. }), "{e}");
+        let zero = with(QWEN2, "rope_scaling", r#"{"rope_type": "linear", "factor": 0}"#);
+        let e = LlamaConfig::parse_json(&zero).unwrap_err();
+        assert!(matches!(e, LlamaConfigError::NotPositive { key: "factor", .. }), "{e}");
+    }
+
+    #[test]
     fn unimplemented_settings_are_refused_by_name() {
         for (key, value, named) in [
-            ("rope_scaling", r#"{"rope_type": "llama3", "factor": 8.0}"#, "llama3"),
-            ("rope_scaling", r#"{"type": "linear", "factor": 2.0}"#, "linear"),
+            ("rope_scaling", r#"{"rope_type": "dynamic", "factor": 8.0}"#, "dynamic"),
+            ("rope_scaling", r#"{"type": "longrope", "factor": 2.0}"#, "longrope"),
             ("rope_parameters", r#"{"rope_type": "yarn", "rope_theta": 1e6}"#, "yarn"),
             ("hidden_act", r#""gelu""#, "gelu"),
             ("use_sliding_window", "true", "true"),

@@ -77,7 +77,7 @@ fn rope(out: Push<'_>, f: DType, rng: &mut Rng) {
                 [(false, DType::F32, DType::I64), (true, f, DType::I32), (true, DType::F32, DType::I64)]
             {
                 let x = operand(rng, f, layout.dims([b, h, s, d]).to_vec());
-                let (cos, sin) = runtime::op::rope_tables(500.0, d, p);
+                let (cos, sin) = runtime::op::rope_tables(500.0, d, p, runtime::op::RopeScaling::None);
                 let table = |v: Vec<f32>| (table_dt, vec![p, d / 2], v.into_iter().map(f64::from).collect());
                 let positions: Vec<f64> = (0..b * s).map(|_| rng.below(p) as f64).collect();
                 let inputs = vec![x, table(cos), table(sin), (pos_dt, vec![b, s], positions)];

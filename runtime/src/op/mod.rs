@@ -17,5 +17,5 @@ mod table;
 
 pub use attrs::op_from_attrs;
 pub use infer::{SliceAxis, normalise_axes, resolve_reshape, resolve_slice};
-pub use rope::{rope_tables, try_rope_tables};
+pub use rope::{RopeScaling, rope_inv_freq, rope_tables, try_rope_tables};
 pub use table::{AttentionLayout, CONCAT_MAX_INPUTS, GeluApprox, Op, OpKind, TensorMeta};

@@ -44,14 +44,97 @@ pub(super) fn infer_rope(op: &'static str, ins: &[TensorMeta], layout: Attention
     Ok(vec![TensorMeta { dtype: x.dtype, shape: x.shape.clone() }])
 }
 
-/// The cos and sin tables of Rope, each `[max_positions, head_dim / 2]` row-major:
-/// `inv_freq_i = theta^(-2i / head_dim)`, angle `p · inv_freq_i`, computed in f64 and
+/// How a model scales its rotary frequencies: the `rope_type` of a Hugging Face
+/// `config.json` (`rope_scaling`, or `rope_parameters` as transformers >= 5 writes it).
+/// Each variant changes the inverse frequencies only, as transformers'
+/// `modeling_rope_utils` does for the same type; none scales cos and sin. `Send + Sync`,
+/// plain data.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum RopeScaling {
+    /// `default`: `inv_freq_i = theta^(-2i / head_dim)`.
+    #[default]
+    None,
+    /// `linear` (position interpolation): every inverse frequency divided by `factor`.
+    Linear { factor: f64 },
+    /// `llama3` (Llama 3.1 and later): wavelengths (`2π / inv_freq`) shorter than
+    /// `original_max_position_embeddings / high_freq_factor` keep their frequency, those
+    /// longer than `original_max_position_embeddings / low_freq_factor` are divided by
+    /// `factor`, and those between are interpolated between the two by
+    /// `s = (original / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)`:
+    /// `(1 - s) · inv / factor + s · inv`.
+    Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max_position_embeddings: f64 },
+}
+
+impl RopeScaling {
+    /// Checks the parameters: every one finite and positive, and for `llama3`
+    /// `high_freq_factor > low_freq_factor` (the interpolation divides by their difference).
+    pub fn validate(&self) -> Result<()> {
+        let positive = |name: &str, v: f64| {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(Error::invalid("Rope", format!("rope scaling: {name} must be finite and positive, got {v}")))
+            }
+        };
+        match *self {
+            RopeScaling::None => Ok(()),
+            RopeScaling::Linear { factor } => positive("factor", factor),
+            RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings } => {
+                positive("factor", factor)?;
+                positive("low_freq_factor", low_freq_factor)?;
+                positive("high_freq_factor", high_freq_factor)?;
+                positive("original_max_position_embeddings", original_max_position_embeddings)?;
+                if high_freq_factor <= low_freq_factor {
+                    return Err(Error::invalid(
+                        "Rope",
+                        format!(
+                            "rope scaling: high_freq_factor ({high_freq_factor}) must exceed low_freq_factor ({low_freq_factor})"
+                        ),
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The inverse frequency `inv` after this scaling.
+    fn apply(&self, inv: f64) -> f64 {
+        match *self {
+            RopeScaling::None => inv,
+            RopeScaling::Linear { factor } => inv / factor,
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings: old,
+            } => {
+                let wavelength = 2.0 * std::f64::consts::PI / inv;
+                if wavelength < old / high_freq_factor {
+                    inv
+                } else if wavelength > old / low_freq_factor {
+                    inv / factor
+                } else {
+                    let s = (old / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                    (1.0 - s) * inv / factor + s * inv
+                }
+            }
+        }
+    }
+}
+
+/// The inverse frequencies of Rope's `head_dim / 2` pairs: `theta^(-2i / head_dim)`, then
+/// `scaling` applied, in f64.
+pub fn rope_inv_freq(theta: f64, head_dim: usize, scaling: RopeScaling) -> Vec<f64> {
+    (0..head_dim / 2).map(|i| scaling.apply(theta.powf(-2.0 * i as f64 / head_dim as f64))).collect()
+}
+
+/// The cos and sin tables of Rope, each `[max_positions, head_dim / 2]` row-major: angle
+/// `p · inv_freq_i` with the inverse frequencies of [`rope_inv_freq`], computed in f64 and
 /// stored as f32. An odd `head_dim` gives tables of `head_dim / 2` (rounded down)
 /// columns, which Rope then refuses; [`try_rope_tables`] checks its arguments first.
-pub fn rope_tables(theta: f64, head_dim: usize, max_positions: usize) -> (Vec<f32>, Vec<f32>) {
-    let half = head_dim / 2;
-    let inv: Vec<f64> = (0..half).map(|i| theta.powf(-2.0 * i as f64 / head_dim as f64)).collect();
-    let n = half.saturating_mul(max_positions);
+pub fn rope_tables(theta: f64, head_dim: usize, max_positions: usize, scaling: RopeScaling) -> (Vec<f32>, Vec<f32>) {
+    let inv = rope_inv_freq(theta, head_dim, scaling);
+    let n = inv.len().saturating_mul(max_positions);
     let (mut cos, mut sin) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for p in 0..max_positions {
         for &f in &inv {
@@ -64,17 +147,24 @@ pub fn rope_tables(theta: f64, head_dim: usize, max_positions: usize) -> (Vec<f3
 }
 
 /// [`rope_tables`] after checking its arguments: `theta` finite and above 1, `head_dim`
-/// even and non-zero, and the tables' size within bounds ([`crate::size`]).
-pub fn try_rope_tables(theta: f64, head_dim: usize, max_positions: usize) -> Result<(Vec<f32>, Vec<f32>)> {
+/// even and non-zero, `scaling` valid ([`RopeScaling::validate`]), and the tables' size
+/// within bounds ([`crate::size`]).
+pub fn try_rope_tables(
+    theta: f64,
+    head_dim: usize,
+    max_positions: usize,
+    scaling: RopeScaling,
+) -> Result<(Vec<f32>, Vec<f32>)> {
     if !theta.is_finite() || theta <= 1.0 {
         return Err(Error::invalid("Rope", format!("rope theta must be finite and above 1, got {theta}")));
     }
     if head_dim == 0 || !head_dim.is_multiple_of(2) {
         return Err(Error::invalid("Rope", format!("the head dim must be even and non-zero, got {head_dim}")));
     }
+    scaling.validate()?;
     size::bytes("the rope tables", &[2, max_positions, head_dim / 2], DType::F32)
         .map_err(|e| Error::invalid("Rope", e.to_string()))?;
-    Ok(rope_tables(theta, head_dim, max_positions))
+    Ok(rope_tables(theta, head_dim, max_positions, scaling))
 }
 
 #[cfg(test)]
@@ -88,16 +178,58 @@ mod tests {
 
     #[test]
     fn tables_follow_the_formula() {
-        let (c, s) = rope_tables(10000.0, 4, 3);
+        let none = RopeScaling::None;
+        let (c, s) = rope_tables(10000.0, 4, 3, none);
         assert_eq!((c.len(), s.len()), (6, 6));
         // Position 0 does not turn; pair 1 of position 2 turns by 2 / 100.
         assert_eq!((&c[..2], &s[..2]), (&[1.0f32, 1.0][..], &[0.0f32, 0.0][..]));
         assert_eq!(c[5], (0.02f64).cos() as f32);
         assert_eq!(s[5], (0.02f64).sin() as f32);
-        assert!(try_rope_tables(1e4, 3, 8).is_err());
-        assert!(try_rope_tables(f64::NAN, 4, 8).is_err());
-        assert!(try_rope_tables(1e4, 4, usize::MAX).is_err());
-        assert_eq!(try_rope_tables(1e4, 4, 3).unwrap(), (c, s));
+        assert!(try_rope_tables(1e4, 3, 8, none).is_err());
+        assert!(try_rope_tables(f64::NAN, 4, 8, none).is_err());
+        assert!(try_rope_tables(1e4, 4, usize::MAX, none).is_err());
+        assert_eq!(try_rope_tables(1e4, 4, 3, none).unwrap(), (c, s));
+    }
+
+    #[test]
+    fn scaled_frequencies_follow_their_rope_type() {
+        // head_dim 16, theta 500000: wavelengths 2π · 500000^(i/8) = 6.3, 32.5, 168, ...
+        let plain = rope_inv_freq(5e5, 16, RopeScaling::None);
+        let linear = rope_inv_freq(5e5, 16, RopeScaling::Linear { factor: 4.0 });
+        for (l, p) in linear.iter().zip(&plain) {
+            assert_eq!(*l, p / 4.0);
+        }
+        // Original context 64: below a wavelength of 16 unchanged, above 64 divided by 8,
+        // between (pair 1, 32.5) interpolated.
+        let llama3 = RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 64.0,
+        };
+        let scaled = rope_inv_freq(5e5, 16, llama3);
+        assert_eq!(scaled[0], plain[0]);
+        for i in 2..8 {
+            assert_eq!(scaled[i], plain[i] / 8.0, "pair {i}");
+        }
+        let wavelength = 2.0 * std::f64::consts::PI / plain[1];
+        let s = (64.0 / wavelength - 1.0) / 3.0;
+        assert!(s > 0.0 && s < 1.0, "pair 1 lies between the two wavelengths: {s}");
+        assert!((scaled[1] - ((1.0 - s) * plain[1] / 8.0 + s * plain[1])).abs() < 1e-15);
+        assert!(scaled[1] < plain[1] && scaled[1] > plain[1] / 8.0);
+        let (c, _) = rope_tables(5e5, 16, 3, llama3);
+        assert_eq!(c[8 + 2], (scaled[2]).cos() as f32, "position 1, pair 2");
+        // Invalid parameters are refused by name.
+        let bad = RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 1.0,
+            original_max_position_embeddings: 64.0,
+        };
+        assert!(try_rope_tables(5e5, 16, 8, bad).unwrap_err().to_string().contains("high_freq_factor"));
+        let bad = RopeScaling::Linear { factor: f64::NAN };
+        assert!(try_rope_tables(5e5, 16, 8, bad).unwrap_err().to_string().contains("factor"));
+        assert!(try_rope_tables(5e5, 16, 8, llama3).is_ok());
     }
 
     #[test]
