@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes three tiny random-weight decoder models and their reference outputs.
+"""Writes four tiny random-weight decoder models and their reference outputs.
 
     python scripts/make_tiny_llm.py OUT_DIR
 
@@ -9,7 +9,9 @@ have it) and OUT_DIR/qwen2/ (Qwen2ForCausalLM: q/k/v biases, tied embeddings, no
 ``rope_parameters`` as transformers >= 5 writes it) and OUT_DIR/llama3/ (LlamaForCausalLM
 with Llama 3.1's ``llama3`` rope scaling, written as Llama 3.x files have it: ``rope_theta`` at
 the top level, the scaling in ``rope_scaling``; its original context of 64 positions puts the
-head's eight frequencies in all three of the scaling's bands). Each is a Hugging Face model
+head's eight frequencies in all three of the scaling's bands) and OUT_DIR/qwen2-yarn/ (the
+Qwen2 above with ``yarn`` scaling in ``rope_parameters``, likewise in all three bands, and
+cos and sin multiplied by its attention factor). Each is a Hugging Face model
 directory (config.json, generation_config.json, model.safetensors, tokenizer.json,
 tokenizer_config.json) plus reference.json, computed here with `transformers` on torch in
 f32:
@@ -221,6 +223,19 @@ def main() -> int:
         },
     )
     write(out, "llama3", llama3, LlamaForCausalLM, bos=True, seed=13, legacy_rope=True)
+    # theta 1e6, original context 64: the correction dims of 32 and 1 rotations are -0.66
+    # and 1.34, truncated to 0 and 2: pair 0 kept, pair 1 blended, pairs 2.. interpolated.
+    yarn = Qwen2Config(
+        **common,
+        tie_word_embeddings=True,
+        rope_parameters={
+            "rope_type": "yarn",
+            "rope_theta": 1000000.0,
+            "factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+    )
+    write(out, "qwen2-yarn", yarn, Qwen2ForCausalLM, bos=False, seed=17, legacy_rope=False)
     return 0
 
 

@@ -1,7 +1,8 @@
-"""npurt.LLM against Hugging Face `transformers` on the tiny Llama, Qwen2 and Llama-3-rope models.
+"""npurt.LLM against Hugging Face `transformers` on the tiny Llama and Qwen2 models (and
+their llama3 / yarn rope-scaled twins).
 
 The models and transformers' greedy tokens come from scripts/make-tiny-llm.sh
-(target/test-assets/tiny-llm/{llama,qwen2,llama3}, or NPURT_TINY_LLM_DIR; see
+(target/test-assets/tiny-llm/{llama,qwen2,llama3,qwen2-yarn}, or NPURT_TINY_LLM_DIR; see
 scripts/make_tiny_llm.py for reference.json); the tests skip with a message when they are
 absent. transformers itself is not needed here.
 """
@@ -20,7 +21,7 @@ import pytest
 import npurt
 from conftest import REPO, emu_lib
 
-MODELS = ("llama", "qwen2", "llama3")
+MODELS = ("llama", "qwen2", "llama3", "qwen2-yarn")
 
 
 def model(name: str) -> "tuple[pathlib.Path, dict]":
@@ -159,7 +160,7 @@ def test_a_missing_model_directory_is_an_error(rt: npurt.Runtime, tmp_path: path
     with pytest.raises(npurt.Error):
         npurt.LLM(tmp_path / "nothing-here", runtime=rt)
     (tmp_path / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], "rope_scaling": '
-                                          '{"rope_type": "yarn", "factor": 4.0}}')
+                                          '{"rope_type": "dynamic", "factor": 4.0}}')
     with pytest.raises(npurt.Error):
         npurt.LLM(tmp_path, runtime=rt)
 

@@ -1,6 +1,6 @@
 //! The configuration of a Llama-family decoder (`LlamaForCausalLM`, `Qwen2ForCausalLM`):
 //! the presets, and a Hugging Face `config.json` parsed, bounded and checked for settings
-//! npurt does not implement (a `rope_type` other than `default`, `linear` and `llama3`, sliding windows, MLP
+//! npurt does not implement (a `rope_type` other than `default`, `linear`, `llama3` and `yarn`, sliding windows, MLP
 //! biases, activations other than SiLU are refused by name, never ignored).
 
 use runtime::op::RopeScaling;
@@ -199,17 +199,32 @@ fn rope_number(o: &Object, key: &'static str) -> CResult<f64> {
     if v.is_finite() && v > 0.0 { Ok(v) } else { Err(LlamaConfigError::NotPositive { key, value: v }) }
 }
 
-/// The scaling a `rope_scaling` / `rope_parameters` object names (`rope_type`, or `type`
-/// in older files): `default`, `linear` and `llama3` with their parameters; any other type
-/// is refused by name.
-fn rope_scaling(key: &'static str, o: &Object) -> CResult<RopeScaling> {
+/// `mscale` of the YaRN paper (eq. 21): `0.1 · mscale · ln(scale) + 1`, 1 for `scale <= 1`.
+fn yarn_mscale(scale: f64, mscale: f64) -> f64 {
+    if scale <= 1.0 { 1.0 } else { 0.1 * mscale * scale.ln() + 1.0 }
+}
+
+/// The scaling a `rope_scaling` / `rope_parameters` object `o` names (`rope_type`, or
+/// `type` in older files): `default`, `linear`, `llama3` and `yarn` with their
+/// parameters, defaults resolved as transformers resolves them (the pretraining context
+/// from the top level's `original_max_position_embeddings`, else the object's, else
+/// `max_positions`); any other type is refused by name.
+fn rope_scaling(key: &'static str, o: &Object, top: &Object, max_positions: usize) -> CResult<RopeScaling> {
     let kind = match (string(o, "rope_type")?, string(o, "type")?) {
         (Some(t), _) | (None, Some(t)) => t,
         (None, None) => "default",
     };
-    match kind {
-        "default" => Ok(RopeScaling::None),
-        "linear" => Ok(RopeScaling::Linear { factor: rope_number(o, "factor")? }),
+    let original = || -> CResult<f64> {
+        let key = "original_max_position_embeddings";
+        let v = match float(top, key)? {
+            Some(v) => v,
+            None => float(o, key)?.unwrap_or(max_positions as f64),
+        };
+        if v.is_finite() && v > 0.0 { Ok(v) } else { Err(LlamaConfigError::NotPositive { key, value: v }) }
+    };
+    let scaling = match kind {
+        "default" => RopeScaling::None,
+        "linear" => RopeScaling::Linear { factor: rope_number(o, "factor")? },
         "llama3" => {
             let (low, high) = (rope_number(o, "low_freq_factor")?, rope_number(o, "high_freq_factor")?);
             if high <= low {
@@ -219,30 +234,61 @@ fn rope_scaling(key: &'static str, o: &Object) -> CResult<RopeScaling> {
                     found: format!("{high} (low_freq_factor {low})"),
                 });
             }
-            Ok(RopeScaling::Llama3 {
+            RopeScaling::Llama3 {
                 factor: rope_number(o, "factor")?,
                 low_freq_factor: low,
                 high_freq_factor: high,
-                original_max_position_embeddings: rope_number(o, "original_max_position_embeddings")?,
-            })
+                original_max_position_embeddings: original()?,
+            }
         }
-        other => Err(LlamaConfigError::Unsupported {
-            key,
-            value: format!("rope_type {other:?}"),
-            supported: "rope_type \"default\", \"linear\" and \"llama3\" are implemented",
-        }),
-    }
+        "yarn" => {
+            let original = original()?;
+            let factor = match float(o, "factor")? {
+                Some(_) => rope_number(o, "factor")?,
+                None => max_positions as f64 / original,
+            };
+            // As in transformers: an absent or zero beta or mscale takes the default.
+            let nonzero = |key| float(o, key).map(|v| v.filter(|&v| v != 0.0));
+            let attention_factor = match (float(o, "attention_factor")?, nonzero("mscale")?, nonzero("mscale_all_dim")?)
+            {
+                (Some(_), _, _) => rope_number(o, "attention_factor")?,
+                (None, Some(m), Some(all)) => yarn_mscale(factor, m) / yarn_mscale(factor, all),
+                (None, _, _) => yarn_mscale(factor, 1.0),
+            };
+            RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings: original,
+                beta_fast: nonzero("beta_fast")?.unwrap_or(32.0),
+                beta_slow: nonzero("beta_slow")?.unwrap_or(1.0),
+                attention_factor,
+                truncate: boolean(o, "truncate")?.unwrap_or(true),
+            }
+        }
+        other => {
+            return Err(LlamaConfigError::Unsupported {
+                key,
+                value: format!("rope_type {other:?}"),
+                supported: "rope_type \"default\", \"linear\", \"llama3\" and \"yarn\" are implemented",
+            });
+        }
+    };
+    scaling.validate().map_err(|e| LlamaConfigError::BadValue {
+        key,
+        expected: "rope parameters within their ranges",
+        found: e.to_string(),
+    })?;
+    Ok(scaling)
 }
 
 /// `rope_theta` (top level, or `rope_parameters.rope_theta` as transformers >= 5 writes)
 /// and the scaling of `rope_scaling` or `rope_parameters` (the latter where both are set).
-fn rope(v: &Object) -> CResult<(f64, RopeScaling)> {
+fn rope(v: &Object, max_positions: usize) -> CResult<(f64, RopeScaling)> {
     let mut theta = float(v, "rope_theta")?;
     let mut scaling = RopeScaling::None;
     for key in ["rope_scaling", "rope_parameters"] {
         let Some(x) = v.get(key).filter(|x| !x.is_null()) else { continue };
         let o = x.as_object().ok_or_else(|| LlamaConfigError::bad(key, "an object", x))?;
-        scaling = rope_scaling(key, o)?;
+        scaling = rope_scaling(key, o, v, max_positions)?;
         if key == "rope_parameters"
             && let Some(t) = float(o, "rope_theta")?
         {
@@ -333,8 +379,9 @@ impl LlamaConfig {
             None => 0,
         };
         let attention_bias = boolean(v, "attention_bias")?.unwrap_or(false);
-        let (rope_theta, rope_scaling) = rope(v)?;
         let default_positions = if arch == Architecture::Qwen2 { 32768 } else { 2048 };
+        let max_position_embeddings = uint(v, "max_position_embeddings")?.unwrap_or(default_positions);
+        let (rope_theta, rope_scaling) = rope(v, max_position_embeddings)?;
         let c = LlamaConfig {
             architecture: arch,
             hidden_size,
@@ -344,7 +391,7 @@ impl LlamaConfig {
             num_key_value_heads: kv_heads,
             head_dim,
             vocab_size: need("vocab_size")?,
-            max_position_embeddings: uint(v, "max_position_embeddings")?.unwrap_or(default_positions),
+            max_position_embeddings,
             rms_norm_eps: float(v, "rms_norm_eps")?.unwrap_or(1e-6) as f32,
             rope_theta,
             rope_scaling,
@@ -538,7 +585,7 @@ mod tests {
     }
 
     #[test]
-    fn linear_and_llama3_rope_scaling_are_read_from_either_place() {
+    fn linear_llama3_and_yarn_rope_scaling_are_read_from_either_place() {
         let llama3 = r#"{"factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
             "original_max_position_embeddings": 8192, "rope_type": "llama3"}"#;
         let want = RopeScaling::Llama3 {
@@ -558,6 +605,43 @@ mod tests {
         let linear = with(QWEN2, "rope_scaling", r#"{"type": "linear", "factor": 2.0}"#);
         assert_eq!(LlamaConfig::parse_json(&linear).unwrap().rope_scaling, RopeScaling::Linear { factor: 2.0 });
         assert_eq!(LlamaConfig::parse_json(QWEN2).unwrap().rope_scaling, RopeScaling::None);
+        // Qwen2.5's long-context setting: yarn with the attention factor of its factor.
+        let yarn = r#"{"factor": 4.0, "original_max_position_embeddings": 32768, "type": "yarn"}"#;
+        let c = LlamaConfig::parse_json(&with(QWEN2, "rope_scaling", yarn)).unwrap();
+        let mscale = 0.1 * 4f64.ln() + 1.0;
+        let want = RopeScaling::Yarn {
+            factor: 4.0,
+            original_max_position_embeddings: 32768.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            attention_factor: mscale,
+            truncate: true,
+        };
+        assert_eq!(c.rope_scaling, want);
+        // DeepSeek's form: the factor from the two contexts, the attention factor from
+        // mscale over mscale_all_dim, and a top-level pretraining context taking precedence.
+        let ds = r#"{"type": "yarn", "mscale": 2.0, "mscale_all_dim": 1.0, "beta_fast": 16,
+            "original_max_position_embeddings": 1000, "truncate": false}"#;
+        let c = with(
+            &with(&with(QWEN2, "rope_scaling", ds), "max_position_embeddings", "32768"),
+            "original_max_position_embeddings",
+            "4096",
+        );
+        let c = LlamaConfig::parse_json(&c).unwrap();
+        let want = RopeScaling::Yarn {
+            factor: 8.0,
+            original_max_position_embeddings: 4096.0,
+            beta_fast: 16.0,
+            beta_slow: 1.0,
+            attention_factor: (0.2 * 8f64.ln() + 1.0) / (0.1 * 8f64.ln() + 1.0),
+            truncate: false,
+        };
+        assert_eq!(c.rope_scaling, want);
+        // llama3 without a pretraining context takes max_position_embeddings, as transformers.
+        let no_original =
+            with(QWEN2, "rope_scaling", &llama3.replace("\"original_max_position_embeddings\": 8192,", ""));
+        let c = LlamaConfig::parse_json(&no_original).unwrap();
+        assert!(matches!(c.rope_scaling, RopeScaling::Llama3 { original_max_position_embeddings: 32768.0, .. }));
         // A missing or bad parameter is named.
         let missing = with(QWEN2, "rope_scaling", &llama3.replace("\"low_freq_factor\": 1.0,", ""));
         let e = LlamaConfig::parse_json(&missing).unwrap_err();
@@ -575,7 +659,7 @@ mod tests {
         for (key, value, named) in [
             ("rope_scaling", r#"{"rope_type": "dynamic", "factor": 8.0}"#, "dynamic"),
             ("rope_scaling", r#"{"type": "longrope", "factor": 2.0}"#, "longrope"),
-            ("rope_parameters", r#"{"rope_type": "yarn", "rope_theta": 1e6}"#, "yarn"),
+            ("rope_parameters", r#"{"rope_type": "longrope", "rope_theta": 1e6}"#, "longrope"),
             ("hidden_act", r#""gelu""#, "gelu"),
             ("use_sliding_window", "true", "true"),
             ("mlp_bias", "true", "true"),

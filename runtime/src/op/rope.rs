@@ -45,9 +45,8 @@ pub(super) fn infer_rope(op: &'static str, ins: &[TensorMeta], layout: Attention
 }
 
 /// How a model scales its rotary frequencies: the `rope_type` of a Hugging Face
-/// `config.json` (`rope_scaling`, or `rope_parameters` as transformers >= 5 writes it).
-/// Each variant changes the inverse frequencies only, as transformers'
-/// `modeling_rope_utils` does for the same type; none scales cos and sin. `Send + Sync`,
+/// `config.json` (`rope_scaling`, or `rope_parameters` as transformers >= 5 writes it),
+/// computed as transformers' `modeling_rope_utils` computes the same type. `Send + Sync`,
 /// plain data.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub enum RopeScaling {
@@ -63,17 +62,40 @@ pub enum RopeScaling {
     /// `s = (original / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)`:
     /// `(1 - s) · inv / factor + s · inv`.
     Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max_position_embeddings: f64 },
+    /// `yarn`: pair `i` blends `inv` (extrapolation) and `inv / factor` (interpolation) by a
+    /// ramp over the pairs between the correction dims of `beta_fast` and `beta_slow`
+    /// rotations in `original_max_position_embeddings` positions
+    /// (`head_dim · ln(original / (2π · rotations)) / (2 ln theta)`, floored and ceiled
+    /// when `truncate`), and cos and sin are multiplied by `attention_factor`. The
+    /// defaults of the config's optional keys (`beta_fast` 32, `beta_slow` 1, `truncate`
+    /// true, the attention factor from `mscale`) are resolved by whoever parses it.
+    Yarn {
+        factor: f64,
+        original_max_position_embeddings: f64,
+        beta_fast: f64,
+        beta_slow: f64,
+        attention_factor: f64,
+        truncate: bool,
+    },
 }
 
 impl RopeScaling {
-    /// Checks the parameters: every one finite and positive, and for `llama3`
-    /// `high_freq_factor > low_freq_factor` (the interpolation divides by their difference).
+    /// Checks the parameters: every one finite and positive, for `llama3`
+    /// `high_freq_factor > low_freq_factor` (the interpolation divides by their
+    /// difference), for `yarn` `beta_fast >= beta_slow`.
     pub fn validate(&self) -> Result<()> {
         let positive = |name: &str, v: f64| {
             if v.is_finite() && v > 0.0 {
                 Ok(())
             } else {
                 Err(Error::invalid("Rope", format!("rope scaling: {name} must be finite and positive, got {v}")))
+            }
+        };
+        let ordered = |(hi, h): (&str, f64), (lo, l): (&str, f64)| {
+            if h > l || (hi == "beta_fast" && h == l) {
+                Ok(())
+            } else {
+                Err(Error::invalid("Rope", format!("rope scaling: {hi} ({h}) must exceed {lo} ({l})")))
             }
         };
         match *self {
@@ -84,21 +106,36 @@ impl RopeScaling {
                 positive("low_freq_factor", low_freq_factor)?;
                 positive("high_freq_factor", high_freq_factor)?;
                 positive("original_max_position_embeddings", original_max_position_embeddings)?;
-                if high_freq_factor <= low_freq_factor {
-                    return Err(Error::invalid(
-                        "Rope",
-                        format!(
-                            "rope scaling: high_freq_factor ({high_freq_factor}) must exceed low_freq_factor ({low_freq_factor})"
-                        ),
-                    ));
-                }
-                Ok(())
+                ordered(("high_freq_factor", high_freq_factor), ("low_freq_factor", low_freq_factor))
+            }
+            RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings,
+                beta_fast,
+                beta_slow,
+                attention_factor,
+                truncate: _,
+            } => {
+                positive("factor", factor)?;
+                positive("original_max_position_embeddings", original_max_position_embeddings)?;
+                positive("beta_fast", beta_fast)?;
+                positive("beta_slow", beta_slow)?;
+                positive("attention_factor", attention_factor)?;
+                ordered(("beta_fast", beta_fast), ("beta_slow", beta_slow))
             }
         }
     }
 
-    /// The inverse frequency `inv` after this scaling.
-    fn apply(&self, inv: f64) -> f64 {
+    /// What cos and sin are multiplied by: `yarn`'s attention factor, else 1.
+    pub fn attention_factor(&self) -> f64 {
+        match *self {
+            RopeScaling::Yarn { attention_factor, .. } => attention_factor,
+            _ => 1.0,
+        }
+    }
+
+    /// The inverse frequency `inv` of pair `i` of `head_dim / 2` after this scaling.
+    fn apply(&self, i: usize, inv: f64, theta: f64, head_dim: usize) -> f64 {
         match *self {
             RopeScaling::None => inv,
             RopeScaling::Linear { factor } => inv / factor,
@@ -118,6 +155,23 @@ impl RopeScaling {
                     (1.0 - s) * inv / factor + s * inv
                 }
             }
+            RopeScaling::Yarn {
+                factor, original_max_position_embeddings: old, beta_fast, beta_slow, truncate, ..
+            } => {
+                let dim = head_dim as f64;
+                let corr =
+                    |rotations: f64| dim * (old / (rotations * 2.0 * std::f64::consts::PI)).ln() / (2.0 * theta.ln());
+                let (mut low, mut high) = (corr(beta_fast), corr(beta_slow));
+                if truncate {
+                    (low, high) = (low.floor(), high.ceil());
+                }
+                let (low, mut high) = (low.max(0.0), high.min(dim - 1.0));
+                if low == high {
+                    high += 0.001;
+                }
+                let interpolated = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+                inv / factor * interpolated + inv * (1.0 - interpolated)
+            }
         }
     }
 }
@@ -125,22 +179,25 @@ impl RopeScaling {
 /// The inverse frequencies of Rope's `head_dim / 2` pairs: `theta^(-2i / head_dim)`, then
 /// `scaling` applied, in f64.
 pub fn rope_inv_freq(theta: f64, head_dim: usize, scaling: RopeScaling) -> Vec<f64> {
-    (0..head_dim / 2).map(|i| scaling.apply(theta.powf(-2.0 * i as f64 / head_dim as f64))).collect()
+    (0..head_dim / 2)
+        .map(|i| scaling.apply(i, theta.powf(-2.0 * i as f64 / head_dim as f64), theta, head_dim))
+        .collect()
 }
 
 /// The cos and sin tables of Rope, each `[max_positions, head_dim / 2]` row-major: angle
-/// `p · inv_freq_i` with the inverse frequencies of [`rope_inv_freq`], computed in f64 and
-/// stored as f32. An odd `head_dim` gives tables of `head_dim / 2` (rounded down)
+/// `p · inv_freq_i` with the inverse frequencies of [`rope_inv_freq`], times the scaling's
+/// [`attention_factor`](RopeScaling::attention_factor), computed in f64 and stored as f32. An odd `head_dim` gives tables of `head_dim / 2` (rounded down)
 /// columns, which Rope then refuses; [`try_rope_tables`] checks its arguments first.
 pub fn rope_tables(theta: f64, head_dim: usize, max_positions: usize, scaling: RopeScaling) -> (Vec<f32>, Vec<f32>) {
     let inv = rope_inv_freq(theta, head_dim, scaling);
+    let mscale = scaling.attention_factor();
     let n = inv.len().saturating_mul(max_positions);
     let (mut cos, mut sin) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for p in 0..max_positions {
         for &f in &inv {
             let a = p as f64 * f;
-            cos.push(a.cos() as f32);
-            sin.push(a.sin() as f32);
+            cos.push((a.cos() * mscale) as f32);
+            sin.push((a.sin() * mscale) as f32);
         }
     }
     (cos, sin)
@@ -230,6 +287,35 @@ mod tests {
         let bad = RopeScaling::Linear { factor: f64::NAN };
         assert!(try_rope_tables(5e5, 16, 8, bad).unwrap_err().to_string().contains("factor"));
         assert!(try_rope_tables(5e5, 16, 8, llama3).is_ok());
+        // yarn, head_dim 16, theta 1e6, original context 64: correction dims -0.66 and
+        // 1.34, truncated to 0 and 2: pair 0 keeps its frequency, pair 1 is half way,
+        // pairs 2.. are divided by the factor; cos and sin scaled by the attention factor.
+        let yarn = RopeScaling::Yarn {
+            factor: 4.0,
+            original_max_position_embeddings: 64.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            attention_factor: 1.25,
+            truncate: true,
+        };
+        let (plain, scaled) = (rope_inv_freq(1e6, 16, RopeScaling::None), rope_inv_freq(1e6, 16, yarn));
+        assert_eq!(scaled[0], plain[0]);
+        assert!((scaled[1] - (plain[1] / 4.0 + plain[1]) / 2.0).abs() < 1e-15);
+        for i in 2..8 {
+            assert_eq!(scaled[i], plain[i] / 4.0, "pair {i}");
+        }
+        let (c, s) = rope_tables(1e6, 16, 2, yarn);
+        assert_eq!((c[0], s[0]), (1.25, 0.0));
+        assert_eq!(c[8 + 3], ((scaled[3]).cos() * 1.25) as f32);
+        let bad = RopeScaling::Yarn {
+            factor: 4.0,
+            original_max_position_embeddings: 64.0,
+            beta_fast: 0.5,
+            beta_slow: 1.0,
+            attention_factor: 1.25,
+            truncate: true,
+        };
+        assert!(try_rope_tables(1e6, 16, 8, bad).unwrap_err().to_string().contains("beta_fast"));
     }
 
     #[test]
