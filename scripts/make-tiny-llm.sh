@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes the tiny decoder models the LLM tests compare against Hugging Face `transformers`:
-#   target/test-assets/tiny-llm/{llama,qwen2,llama3,qwen2-yarn}/
+#   target/test-assets/tiny-llm/{llama,qwen2,llama3,qwen2-yarn,qwen3}/
 # (model directories plus reference.json; see scripts/make_tiny_llm.py for the format).
 # Installs torch and transformers into a temporary virtual environment (removed after:
 # several GiB), runs the generator, and keeps only its output. Idempotent: does nothing when
@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 
 DEST="target/test-assets/tiny-llm"
 if [ -s "$DEST/llama/reference.json" ] && [ -s "$DEST/qwen2/reference.json" ] && [ -s "$DEST/llama3/reference.json" ] \
-    && [ -s "$DEST/qwen2-yarn/reference.json" ]; then
+    && [ -s "$DEST/qwen2-yarn/reference.json" ] && [ -s "$DEST/qwen3/reference.json" ]; then
     echo "make-tiny-llm: $DEST is already present; nothing to do"
     exit 0
 fi

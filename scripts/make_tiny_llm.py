@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes four tiny random-weight decoder models and their reference outputs.
+"""Writes five tiny random-weight decoder models and their reference outputs.
 
     python scripts/make_tiny_llm.py OUT_DIR
 
@@ -11,7 +11,8 @@ with Llama 3.1's ``llama3`` rope scaling, written as Llama 3.x files have it: ``
 the top level, the scaling in ``rope_scaling``; its original context of 64 positions puts the
 head's eight frequencies in all three of the scaling's bands) and OUT_DIR/qwen2-yarn/ (the
 Qwen2 above with ``yarn`` scaling in ``rope_parameters``, likewise in all three bands, and
-cos and sin multiplied by its attention factor). Each is a Hugging Face model
+cos and sin multiplied by its attention factor) and OUT_DIR/qwen3/ (Qwen3ForCausalLM: q and k
+heads RMS-normalised, a head_dim of 32 where hidden / heads is 16, untied). Each is a Hugging Face model
 directory (config.json, generation_config.json, model.safetensors, tokenizer.json,
 tokenizer_config.json) plus reference.json, computed here with `transformers` on torch in
 f32:
@@ -44,6 +45,8 @@ from transformers import (
     PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
 )
 
 CORPUS = [
@@ -236,6 +239,13 @@ def main() -> int:
         },
     )
     write(out, "qwen2-yarn", yarn, Qwen2ForCausalLM, bos=False, seed=17, legacy_rope=False)
+    qwen3 = Qwen3Config(
+        **common,
+        head_dim=32,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+    )
+    write(out, "qwen3", qwen3, Qwen3ForCausalLM, bos=False, seed=19, legacy_rope=False)
     return 0
 
 

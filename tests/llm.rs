@@ -1,8 +1,9 @@
 //! Decoder LLMs end to end: the `llama-tiny` preset through prefill and decode on the CPU,
 //! continuous batching giving each sequence what it gets alone, threads sharing one model,
-//! the weights held once across the prefill and decode graphs; and the tiny Llama and
-//! Qwen2 models (and their `llama3` and `yarn` rope-scaled twins) of `scripts/make_tiny_llm.py` against `transformers`' logits and greedy
-//! tokens, on the CPU and over acl-emu.
+//! the weights held once across the prefill and decode graphs; and the tiny Llama, Qwen2
+//! and Qwen3 models (and `llama3` and `yarn` rope-scaled twins) of
+//! `scripts/make_tiny_llm.py` against `transformers`' logits and greedy tokens, on the CPU
+//! and over acl-emu.
 
 mod common;
 
@@ -222,8 +223,8 @@ fn bad_requests_are_typed_errors() {
 // ---- against transformers ----------------------------------------------------------------
 
 /// The tiny models of scripts/make_tiny_llm.py: Llama, Qwen2, Llama with `llama3` rope
-/// scaling and Qwen2 with `yarn`.
-const TINY_MODELS: [&str; 4] = ["llama", "qwen2", "llama3", "qwen2-yarn"];
+/// scaling, Qwen2 with `yarn`, and Qwen3.
+const TINY_MODELS: [&str; 5] = ["llama", "qwen2", "llama3", "qwen2-yarn", "qwen3"];
 
 /// The directory of the tiny models: `NPURT_TINY_LLM_DIR`, else target/test-assets/tiny-llm
 /// (made now with scripts/make_tiny_llm.py when `transformers` imports); `None` with the

@@ -92,7 +92,7 @@ enum Command {
     /// Sentence embeddings from a sentence-transformers model directory (texts from the
     /// arguments, or one per line of standard input)
     Embed(embed::EmbedArgs),
-    /// Text from a Llama or Qwen2 model directory, streamed to standard output
+    /// Text from a Llama, Qwen2 or Qwen3 model directory, streamed to standard output
     Generate(generate::GenerateArgs),
 }
 

@@ -10,7 +10,7 @@ use std::io::Write;
 /// [--top-p P] [--seed S] "prompt"`
 #[derive(Args)]
 pub struct GenerateArgs {
-    /// A Llama or Qwen2 model directory (config.json, model.safetensors or its index,
+    /// A Llama, Qwen2 or Qwen3 model directory (config.json, model.safetensors or its index,
     /// tokenizer.json, optionally generation_config.json)
     #[arg(long, value_name = "DIR", value_parser = crate::outputs::input_path)]
     model_dir: String,

@@ -1,4 +1,4 @@
-"""Decoder LLMs (Llama, Qwen2) from a Hugging Face model directory: :class:`LLM`."""
+"""Decoder LLMs (Llama, Qwen2, Qwen3) from a Hugging Face model directory: :class:`LLM`."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def _prompts(prompts: Any) -> Any:
 
 
 class LLM:
-    """A Llama or Qwen2 decoder from a Hugging Face model directory (``config.json``,
+    """A Llama, Qwen2 or Qwen3 decoder from a Hugging Face model directory (``config.json``,
     ``model.safetensors``, ``tokenizer.json``; ``generation_config.json`` when present),
     generating with continuous batching over a paged KV cache.
 

@@ -1,4 +1,4 @@
-//! `_native.LLM`: decoder LLMs (Llama, Qwen2) from a Hugging Face directory, and
+//! `_native.LLM`: decoder LLMs (Llama, Qwen2, Qwen3) from a Hugging Face directory, and
 //! `_native.LLMStream`, the iterator of one streamed generation.
 
 use crate::errors::{check, guard, invalid, nogil, nogil_interruptible};

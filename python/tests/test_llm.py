@@ -1,8 +1,8 @@
-"""npurt.LLM against Hugging Face `transformers` on the tiny Llama and Qwen2 models (and
-their llama3 / yarn rope-scaled twins).
+"""npurt.LLM against Hugging Face `transformers` on the tiny Llama, Qwen2 and Qwen3
+models (and llama3 / yarn rope-scaled twins).
 
 The models and transformers' greedy tokens come from scripts/make-tiny-llm.sh
-(target/test-assets/tiny-llm/{llama,qwen2,llama3,qwen2-yarn}, or NPURT_TINY_LLM_DIR; see
+(target/test-assets/tiny-llm/{llama,qwen2,llama3,qwen2-yarn,qwen3}, or NPURT_TINY_LLM_DIR; see
 scripts/make_tiny_llm.py for reference.json); the tests skip with a message when they are
 absent. transformers itself is not needed here.
 """
@@ -21,7 +21,7 @@ import pytest
 import npurt
 from conftest import REPO, emu_lib
 
-MODELS = ("llama", "qwen2", "llama3", "qwen2-yarn")
+MODELS = ("llama", "qwen2", "llama3", "qwen2-yarn", "qwen3")
 
 
 def model(name: str) -> "tuple[pathlib.Path, dict]":

@@ -1,11 +1,11 @@
-//! Llama-family decoders (`LlamaForCausalLM`, `Qwen2ForCausalLM`) as two graphs over one
-//! copy of the weights: prefill (a batch of right-padded prompts, causal attention on
+//! Llama-family decoders (`LlamaForCausalLM`, `Qwen2ForCausalLM`, `Qwen3ForCausalLM`) as
+//! two graphs over one copy of the weights: prefill (a batch of right-padded prompts, causal attention on
 //! their fresh keys and values) and decode (one token per sequence, paged attention over
 //! the KV caches). Both write the new keys and values into the caches, which are graph
 //! inputs updated in place (`KvCacheWrite`).
 //!
 //! Per layer: RmsNorm (AddRmsNorm after the first, carrying the residual) → merged
-//! q/k/v Linear → tokens-major heads → Rope on q and k → KvCacheWrite → Attention{causal}
+//! q/k/v Linear → tokens-major heads → (Qwen3: RmsNorm of each q and k head) → Rope on q and k → KvCacheWrite → Attention{causal}
 //! (prefill) or PagedAttention (decode) → o_proj → AddRmsNorm → merged gate/up Linear →
 //! SwiGlu → down. Then the final norm and the output projection (the embedding table when
 //! tied). The constants carry the same names and bytes in every graph, so graphs compiled
@@ -162,7 +162,15 @@ impl Builder<'_> {
         let p = format!("model.layers.{l}.self_attn");
         let (c, b, s) = (self.c, self.b, self.s);
         let qkv = self.linear(&format!("{p}.qkv_proj"), x, &lw.qkv, lw.qkv_bias.as_ref())?;
-        let [q, k, v] = self.split_heads(&p, qkv)?;
+        let [mut q, mut k, v] = self.split_heads(&p, qkv)?;
+        if let Some([qn, kn]) = &lw.qk_norm {
+            // Qwen3: each head RMS-normalised over head_dim before the rotation.
+            let eps = c.rms_norm_eps;
+            let (qn, kn) =
+                (self.constant(&format!("{p}.q_norm.weight"), qn), self.constant(&format!("{p}.k_norm.weight"), kn));
+            q = self.g.op(&format!("{p}.q_norm"), Op::RmsNorm { eps }, &[q, qn])?;
+            k = self.g.op(&format!("{p}.k_norm"), Op::RmsNorm { eps }, &[k, kn])?;
+        }
         let rope = Op::Rope { interleaved: false, layout: AttentionLayout::Bsnd };
         let q = self.g.op(&format!("{p}.rope_q"), rope.clone(), &[q, io.cos, io.sin, io.positions])?;
         let k = self.g.op(&format!("{p}.rope_k"), rope, &[k, io.cos, io.sin, io.positions])?;

@@ -1,4 +1,5 @@
-//! The configuration of a Llama-family decoder (`LlamaForCausalLM`, `Qwen2ForCausalLM`):
+//! The configuration of a Llama-family decoder (`LlamaForCausalLM`, `Qwen2ForCausalLM`,
+//! `Qwen3ForCausalLM`):
 //! the presets, and a Hugging Face `config.json` parsed, bounded and checked for settings
 //! npurt does not implement (a `rope_type` other than `default`, `linear`, `llama3` and `yarn`, sliding windows, MLP
 //! biases, activations other than SiLU are refused by name, never ignored).
@@ -14,6 +15,9 @@ pub enum Architecture {
     Llama,
     /// `Qwen2ForCausalLM`: q/k/v always carry a bias, o_proj never.
     Qwen2,
+    /// `Qwen3ForCausalLM`: RMSNorm of each q and k head (`q_norm`, `k_norm`) before
+    /// the rotation; optional `attention_bias` as Llama's; `head_dim` 128 unless given.
+    Qwen3,
 }
 
 /// The fields of a `config.json` the decoder needs. `Send + Sync`, plain data.
@@ -39,6 +43,8 @@ pub struct LlamaConfig {
     pub qkv_bias: bool,
     /// The output projection carries a bias (Llama with `attention_bias`).
     pub o_bias: bool,
+    /// Each q and k head is RMS-normalised (its own weight of `head_dim`) before Rope.
+    pub qk_norm: bool,
     pub bos_token_id: Option<u32>,
     /// The model's end-of-sequence ids (a list in newer files; may be empty).
     pub eos_token_ids: Vec<u32>,
@@ -174,20 +180,22 @@ fn architecture(v: &Object) -> CResult<Architecture> {
         return match first {
             "LlamaForCausalLM" => Ok(Architecture::Llama),
             "Qwen2ForCausalLM" => Ok(Architecture::Qwen2),
+            "Qwen3ForCausalLM" => Ok(Architecture::Qwen3),
             other => Err(LlamaConfigError::Unsupported {
                 key: "architectures",
                 value: format!("{other:?}"),
-                supported: "LlamaForCausalLM, Qwen2ForCausalLM",
+                supported: "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM",
             }),
         };
     }
     match string(v, "model_type")? {
         Some("llama") => Ok(Architecture::Llama),
         Some("qwen2") => Ok(Architecture::Qwen2),
+        Some("qwen3") => Ok(Architecture::Qwen3),
         Some(other) => Err(LlamaConfigError::Unsupported {
             key: "model_type",
             value: format!("{other:?}"),
-            supported: "llama, qwen2",
+            supported: "llama, qwen2, qwen3",
         }),
         None => Err(LlamaConfigError::Missing { key: "architectures" }),
     }
@@ -317,6 +325,7 @@ impl LlamaConfig {
             tie_word_embeddings: false,
             qkv_bias: false,
             o_bias: false,
+            qk_norm: false,
             bos_token_id: Some(1),
             eos_token_ids: vec![2],
         }
@@ -341,6 +350,7 @@ impl LlamaConfig {
             tie_word_embeddings: true,
             qkv_bias: true,
             o_bias: false,
+            qk_norm: false,
             bos_token_id: None,
             eos_token_ids: vec![151643],
         }
@@ -373,13 +383,15 @@ impl LlamaConfig {
         let hidden_size = need("hidden_size")?;
         let heads = need("num_attention_heads")?;
         let kv_heads = uint(v, "num_key_value_heads")?.unwrap_or(heads);
+        // transformers' Qwen3Config defaults head_dim to 128; the others derive it.
         let head_dim = match uint(v, "head_dim")? {
             Some(d) => d,
+            None if arch == Architecture::Qwen3 => 128,
             None if heads > 0 => hidden_size / heads,
             None => 0,
         };
         let attention_bias = boolean(v, "attention_bias")?.unwrap_or(false);
-        let default_positions = if arch == Architecture::Qwen2 { 32768 } else { 2048 };
+        let default_positions = if arch == Architecture::Llama { 2048 } else { 32768 };
         let max_position_embeddings = uint(v, "max_position_embeddings")?.unwrap_or(default_positions);
         let (rope_theta, rope_scaling) = rope(v, max_position_embeddings)?;
         let c = LlamaConfig {
@@ -397,7 +409,8 @@ impl LlamaConfig {
             rope_scaling,
             tie_word_embeddings: boolean(v, "tie_word_embeddings")?.unwrap_or(false),
             qkv_bias: arch == Architecture::Qwen2 || attention_bias,
-            o_bias: arch == Architecture::Llama && attention_bias,
+            o_bias: arch != Architecture::Qwen2 && attention_bias,
+            qk_norm: arch == Architecture::Qwen3,
             bos_token_id: v
                 .get("bos_token_id")
                 .filter(|x| !x.is_null())
@@ -516,6 +529,17 @@ fn check_implemented(v: &Object) -> CResult<()> {
             return Err(LlamaConfigError::Unsupported { key, value: "true".into(), supported });
         }
     }
+    // transformers >= 5 lists each layer's attention; only full attention is implemented.
+    if let Some(x) = v.get("layer_types").filter(|x| !x.is_null()) {
+        let kinds = x.as_array().ok_or_else(|| LlamaConfigError::bad("layer_types", "a list of names", x))?;
+        if let Some(other) = kinds.iter().find(|k| k.as_str() != Some("full_attention")) {
+            return Err(LlamaConfigError::Unsupported {
+                key: "layer_types",
+                value: other.to_string(),
+                supported: "only \"full_attention\" layers are implemented",
+            });
+        }
+    }
     if let Some(p) = uint(v, "pretraining_tp")?.filter(|&p| p != 1) {
         return Err(LlamaConfigError::Unsupported { key: "pretraining_tp", value: p.to_string(), supported: "only 1" });
     }
@@ -568,6 +592,20 @@ mod tests {
         assert_eq!(c.head_dim, 32);
         let no_arch = with(&with(QWEN2, "architectures", "REMOVE"), "model_type", r#""llama""#);
         assert_eq!(LlamaConfig::parse_json(&no_arch).unwrap().architecture, Architecture::Llama);
+    }
+
+    #[test]
+    fn qwen3_norms_its_q_and_k_heads_and_defaults_head_dim_to_128() {
+        let q3 = with(&with(QWEN2, "architectures", r#"["Qwen3ForCausalLM"]"#), "layer_types", r#"["full_attention"]"#);
+        let c = LlamaConfig::parse_json(&q3).unwrap();
+        assert_eq!(c.architecture, Architecture::Qwen3);
+        assert!(c.qk_norm && !c.qkv_bias && !c.o_bias);
+        assert_eq!(c.head_dim, 128, "Qwen3Config's default, not hidden / heads (64)");
+        let c = LlamaConfig::parse_json(&with(&with(&q3, "head_dim", "64"), "attention_bias", "true")).unwrap();
+        assert!(c.head_dim == 64 && c.qkv_bias && c.o_bias);
+        let by_type = with(&with(QWEN2, "architectures", "REMOVE"), "model_type", r#""qwen3""#);
+        assert_eq!(LlamaConfig::parse_json(&by_type).unwrap().architecture, Architecture::Qwen3);
+        assert!(!LlamaConfig::parse_json(QWEN2).unwrap().qk_norm);
     }
 
     #[test]
@@ -663,6 +701,7 @@ mod tests {
             ("hidden_act", r#""gelu""#, "gelu"),
             ("use_sliding_window", "true", "true"),
             ("mlp_bias", "true", "true"),
+            ("layer_types", r#"["full_attention", "sliding_attention"]"#, "sliding_attention"),
             ("architectures", r#"["MistralForCausalLM"]"#, "MistralForCausalLM"),
         ] {
             let e = LlamaConfig::parse_json(&with(QWEN2, key, value)).unwrap_err();

@@ -25,6 +25,8 @@ pub struct LayerWeights {
     pub qkv_bias: Option<HostTensor>,
     pub o: HostTensor,
     pub o_bias: Option<HostTensor>,
+    /// Qwen3's per-head RMSNorm weights of q and k (`[head_dim]` each).
+    pub qk_norm: Option<[HostTensor; 2]>,
     pub post_norm: HostTensor,
     /// `[2 * intermediate, hidden]`: gate rows, then up.
     pub gate_up: HostTensor,
@@ -62,6 +64,7 @@ impl LlamaWeights {
                     + o(&l.qkv_bias)
                     + t(&l.o)
                     + o(&l.o_bias)
+                    + l.qk_norm.as_ref().map_or(0, |[q, k]| t(q) + t(k))
                     + t(&l.post_norm)
                     + t(&l.gate_up)
                     + t(&l.down)
@@ -221,12 +224,18 @@ pub fn load(config: &LlamaConfig, source: LlamaSource) -> Result<LlamaWeights> {
         let o = r.get(&format!("{p}.self_attn.o_proj.weight"), &[h, q], Init::Normal)?;
         let o_bias =
             if c.o_bias { Some(r.get(&format!("{p}.self_attn.o_proj.bias"), &[h], Init::Normal)?) } else { None };
+        let qk_norm = if c.qk_norm {
+            let norm = |r: &mut Reader, n: &str| r.get(&format!("{p}.self_attn.{n}_norm.weight"), &[d], Init::Ones);
+            Some([norm(&mut r, "q")?, norm(&mut r, "k")?])
+        } else {
+            None
+        };
         let post_norm = r.get(&format!("{p}.post_attention_layernorm.weight"), &[h], Init::Ones)?;
         let i = c.intermediate_size;
         let gu = [(format!("{p}.mlp.gate_proj.weight"), i), (format!("{p}.mlp.up_proj.weight"), i)];
         let gate_up = r.stacked(&gu, &[h], Init::Normal)?;
         let down = r.get(&format!("{p}.mlp.down_proj.weight"), &[h, i], Init::Normal)?;
-        layers.push(LayerWeights { input_norm, qkv, qkv_bias, o, o_bias, post_norm, gate_up, down });
+        layers.push(LayerWeights { input_norm, qkv, qkv_bias, o, o_bias, qk_norm, post_norm, gate_up, down });
     }
     let norm = r.get("model.norm.weight", &[h], Init::Ones)?;
     let lm_head =

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 /// `npurt bench llm --model DIR|PRESET --prompt-len P --gen G [--batch B] [--json F]`
 #[derive(Args)]
 pub struct LlmArgs {
-    /// A Llama or Qwen2 model directory, or a preset of random weights: llama-tiny,
+    /// A Llama, Qwen2 or Qwen3 model directory, or a preset of random weights: llama-tiny,
     /// qwen2-0.5b
     #[arg(long, value_name = "DIR|PRESET")]
     model: String,
