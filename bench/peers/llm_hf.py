@@ -2,7 +2,7 @@
 """Peer baseline for `npurt bench llm`: Hugging Face `transformers` on torch (CPU).
 
 Builds a decoder of a preset's shape with seeded random weights (the shapes of
-src/models/llama_config.rs's presets: `qwen2-0.5b`, `llama-tiny`) or loads a model
+src/models/llama_config.rs's presets: `qwen2-0.5b`, `qwen3-0.6b`, `llama-tiny`) or loads a model
 directory, and times, as `npurt bench llm` does:
 
   prefill   one forward pass over a prompt of --prompt-len tokens per sequence (batch
@@ -43,6 +43,9 @@ def build(name: str, dtype: torch.dtype):
     if arch == "qwen2":
         cfg = transformers.Qwen2Config(**p, rope_parameters=rope)
         cls = transformers.Qwen2ForCausalLM
+    elif arch == "qwen3":
+        cfg = transformers.Qwen3Config(**p, rope_parameters=rope)
+        cls = transformers.Qwen3ForCausalLM
     else:
         cfg = transformers.LlamaConfig(**p, rope_parameters=rope)
         cls = transformers.LlamaForCausalLM

@@ -61,13 +61,13 @@ def hf_weights(model: str):
 
 
 def numpy_weights(cfg, np):
-    """(name, array) for every weight of a Llama / Qwen2 decoder of `cfg`'s shapes, drawn
-    one at a time (normal, std 0.02; norms 1; biases 0.01 · normal) from one seeded
+    """(name, array) for every weight of a Llama / Qwen2 / Qwen3 decoder of `cfg`'s shapes,
+    drawn one at a time (normal, std 0.02; norms 1; biases 0.01 · normal) from one seeded
     generator."""
     rng = np.random.default_rng(0)
     h, inter, v = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
-    d = h // cfg.num_attention_heads
-    kv = cfg.num_key_value_heads * d
+    d = getattr(cfg, "head_dim", None) or h // cfg.num_attention_heads
+    q, kv = cfg.num_attention_heads * d, cfg.num_key_value_heads * d
 
     def normal(*shape, std=0.02):
         return (rng.standard_normal(shape, dtype=np.float32) * std).astype(np.float32)
@@ -76,11 +76,14 @@ def numpy_weights(cfg, np):
     for i in range(cfg.num_hidden_layers):
         pre = f"model.layers.{i}."
         yield pre + "input_layernorm.weight", np.ones(h, np.float32)
-        for proj, rows in (("q_proj", h), ("k_proj", kv), ("v_proj", kv)):
+        for proj, rows in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
             yield pre + f"self_attn.{proj}.weight", normal(rows, h)
             if cfg.model_type == "qwen2":
                 yield pre + f"self_attn.{proj}.bias", normal(rows, std=0.01)
-        yield pre + "self_attn.o_proj.weight", normal(h, h)
+        if cfg.model_type == "qwen3":
+            yield pre + "self_attn.q_norm.weight", np.ones(d, np.float32)
+            yield pre + "self_attn.k_norm.weight", np.ones(d, np.float32)
+        yield pre + "self_attn.o_proj.weight", normal(h, q)
         yield pre + "post_attention_layernorm.weight", np.ones(h, np.float32)
         yield pre + "mlp.gate_proj.weight", normal(inter, h)
         yield pre + "mlp.up_proj.weight", normal(inter, h)
@@ -95,7 +98,9 @@ def make_gguf(out: str, model: str, dtype: str) -> None:
     import numpy as np
 
     cfg, weights = hf_weights(model)
-    arch = {"qwen2": gguf.MODEL_ARCH.QWEN2, "llama": gguf.MODEL_ARCH.LLAMA}[cfg.model_type]
+    arch = {"qwen2": gguf.MODEL_ARCH.QWEN2, "qwen3": gguf.MODEL_ARCH.QWEN3, "llama": gguf.MODEL_ARCH.LLAMA}[
+        cfg.model_type
+    ]
     names = gguf.get_tensor_name_map(arch, cfg.num_hidden_layers)
     w = gguf.GGUFWriter(out, gguf.MODEL_ARCH_NAMES[arch])
     w.add_context_length(cfg.max_position_embeddings)
@@ -104,6 +109,9 @@ def make_gguf(out: str, model: str, dtype: str) -> None:
     w.add_feed_forward_length(cfg.intermediate_size)
     w.add_head_count(cfg.num_attention_heads)
     w.add_head_count_kv(cfg.num_key_value_heads)
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
     w.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     w.add_vocab_size(cfg.vocab_size)

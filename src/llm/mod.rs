@@ -101,7 +101,7 @@ impl Llm {
         Self::new(rt, config, weights, source, Some(tokenizer), eos, &options)
     }
 
-    /// A preset of seeded random weights (`llama-tiny`, `qwen2-0.5b`; see
+    /// A preset of seeded random weights (`llama-tiny`, `qwen2-0.5b`, `qwen3-0.6b`; see
     /// [`LlamaConfig::preset`]); no tokenizer, so generate from ids.
     pub fn preset(rt: &runtime::Runtime, name: &str, seed: u64, options: LlmOptions) -> Result<Llm> {
         let config = LlamaConfig::preset(name).ok_or_else(|| {

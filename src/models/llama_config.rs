@@ -356,17 +356,43 @@ impl LlamaConfig {
         }
     }
 
-    /// `llama-tiny`, `qwen2-0.5b`.
+    /// The shapes of Qwen3-0.6B (hidden 1024, 28 layers, 16 heads, 8 kv heads, head_dim
+    /// 128, intermediate 3072, tied embeddings, q/k norms).
+    pub fn qwen3_0_6b() -> LlamaConfig {
+        LlamaConfig {
+            architecture: Architecture::Qwen3,
+            hidden_size: 1024,
+            intermediate_size: 3072,
+            num_hidden_layers: 28,
+            num_attention_heads: 16,
+            num_key_value_heads: 8,
+            head_dim: 128,
+            vocab_size: 151936,
+            max_position_embeddings: 40960,
+            rms_norm_eps: 1e-6,
+            rope_theta: 1_000_000.0,
+            rope_scaling: RopeScaling::None,
+            tie_word_embeddings: true,
+            qkv_bias: false,
+            o_bias: false,
+            qk_norm: true,
+            bos_token_id: None,
+            eos_token_ids: vec![151645],
+        }
+    }
+
+    /// `llama-tiny`, `qwen2-0.5b`, `qwen3-0.6b`.
     pub fn preset(name: &str) -> Option<LlamaConfig> {
         match name {
             "llama-tiny" => Some(Self::llama_tiny()),
             "qwen2-0.5b" => Some(Self::qwen2_0_5b()),
+            "qwen3-0.6b" => Some(Self::qwen3_0_6b()),
             _ => None,
         }
     }
 
     /// The names [`preset`](Self::preset) knows.
-    pub const PRESETS: &'static [&'static str] = &["llama-tiny", "qwen2-0.5b"];
+    pub const PRESETS: &'static [&'static str] = &["llama-tiny", "qwen2-0.5b", "qwen3-0.6b"];
 
     /// Parses a Hugging Face `config.json`.
     pub fn from_json(text: &str) -> Result<LlamaConfig> {

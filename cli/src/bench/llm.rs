@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 #[derive(Args)]
 pub struct LlmArgs {
     /// A Llama, Qwen2 or Qwen3 model directory, or a preset of random weights: llama-tiny,
-    /// qwen2-0.5b
+    /// qwen2-0.5b, qwen3-0.6b
     #[arg(long, value_name = "DIR|PRESET")]
     model: String,
     /// Prompt tokens per sequence
