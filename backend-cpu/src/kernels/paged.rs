@@ -46,6 +46,7 @@ impl<'a> Rows<'a> {
     }
 
     /// Elements `at..at + buf.len()`: borrowed when f32, else widened into `buf`.
+    #[inline(always)]
     fn row<'b>(&'b self, at: usize, buf: &'b mut [f32]) -> &'b [f32] {
         let d = buf.len();
         match self {
@@ -55,7 +56,12 @@ impl<'a> Rows<'a> {
                 buf
             }
             Rows::Bf16(s) => {
-                half::slice::HalfFloatSliceExt::convert_to_f32_slice(&s[at..at + d], buf);
+                // A bf16 is an f32's upper half: widened here, where the loop is compiled
+                // for the job's path and vectorises (the half crate's slice conversion
+                // is compiled for the baseline).
+                for (o, x) in buf.iter_mut().zip(&s[at..at + d]) {
+                    *o = f32::from_bits(u32::from(x.to_bits()) << 16);
+                }
                 buf
             }
         }
