@@ -1,12 +1,12 @@
 //! Llama-family decoders (`LlamaForCausalLM`, `Qwen2ForCausalLM`, `Qwen3ForCausalLM`) as
-//! two graphs over one copy of the weights: prefill (a batch of right-padded prompts, causal attention on
-//! their fresh keys and values) and decode (one token per sequence, paged attention over
-//! the KV caches). Both write the new keys and values into the caches, which are graph
+//! two graphs over one copy of the weights: prefill (a batch of right-padded prompts,
+//! causal attention on their fresh keys and values) and decode (one token per sequence,
+//! paged attention over the KV caches). Both write the new keys and values into the caches, which are graph
 //! inputs updated in place (`KvCacheWrite`).
 //!
 //! Per layer: RmsNorm (AddRmsNorm after the first, carrying the residual) → merged
-//! q/k/v Linear → tokens-major heads → (Qwen3: RmsNorm of each q and k head) → Rope on q and k → KvCacheWrite → Attention{causal}
-//! (prefill) or PagedAttention (decode) → o_proj → AddRmsNorm → merged gate/up Linear →
+//! q/k/v Linear → tokens-major heads → (Qwen3: RmsNorm of each q and k head) → Rope on q
+//! and k → KvCacheWrite → Attention{causal} (prefill) or PagedAttention (decode) → o_proj → AddRmsNorm → merged gate/up Linear →
 //! SwiGlu → down. Then the final norm and the output projection (the embedding table when
 //! tied). The constants carry the same names and bytes in every graph, so graphs compiled
 //! with one `SharedConstants` hold the weights on the device once.

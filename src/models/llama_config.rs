@@ -1,8 +1,8 @@
 //! The configuration of a Llama-family decoder (`LlamaForCausalLM`, `Qwen2ForCausalLM`,
-//! `Qwen3ForCausalLM`):
-//! the presets, and a Hugging Face `config.json` parsed, bounded and checked for settings
-//! npurt does not implement (a `rope_type` other than `default`, `linear`, `llama3` and `yarn`, sliding windows, MLP
-//! biases, activations other than SiLU are refused by name, never ignored).
+//! `Qwen3ForCausalLM`): the presets, and a Hugging Face `config.json` parsed, bounded and
+//! checked for settings npurt does not implement (a `rope_type` other than `default`,
+//! `linear`, `llama3` and `yarn`, sliding windows, MLP biases, activations other than SiLU
+//! are refused by name, never ignored).
 
 use runtime::op::RopeScaling;
 use runtime::{Error, Result};
@@ -35,7 +35,7 @@ pub struct LlamaConfig {
     pub max_position_embeddings: usize,
     pub rms_norm_eps: f32,
     pub rope_theta: f64,
-    /// How the rotary frequencies are scaled (`rope_type` `linear` or `llama3`).
+    /// How the rotary frequencies are scaled (`rope_type` `linear`, `llama3` or `yarn`).
     pub rope_scaling: RopeScaling,
     /// The output projection is the embedding table (no `lm_head.weight`).
     pub tie_word_embeddings: bool,

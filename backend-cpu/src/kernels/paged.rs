@@ -45,6 +45,23 @@ impl<'a> Rows<'a> {
         })
     }
 
+    /// A hint to bring elements `at..at + len` into L1; out of range is harmless.
+    #[inline(always)]
+    fn prefetch(&self, at: usize, len: usize) {
+        let (p, bytes) = match self {
+            Rows::F32(s) => (s.as_ptr().wrapping_add(at).cast::<i8>(), len * 4),
+            Rows::F16(s) => (s.as_ptr().wrapping_add(at).cast::<i8>(), len * 2),
+            Rows::Bf16(s) => (s.as_ptr().wrapping_add(at).cast::<i8>(), len * 2),
+        };
+        #[cfg(target_arch = "x86_64")]
+        for o in (0..bytes).step_by(64) {
+            // SAFETY: a prefetch reads nothing architecturally and never faults.
+            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.wrapping_add(o)) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (p, bytes);
+    }
+
     /// Elements `at..at + buf.len()`: borrowed when f32, else widened into `buf`.
     #[inline(always)]
     fn row<'b>(&'b self, at: usize, buf: &'b mut [f32]) -> &'b [f32] {
@@ -72,25 +89,6 @@ impl<'a> Rows<'a> {
 /// (4 KiB for Qwen3's 8 heads of 128 floats), one page each, where the hardware
 /// prefetcher does not follow.
 const AHEAD: usize = 8;
-
-impl Rows<'_> {
-    /// A hint to bring elements `at..at + len` into L1; out of range is harmless.
-    #[inline(always)]
-    fn prefetch(&self, at: usize, len: usize) {
-        let (p, bytes) = match self {
-            Rows::F32(s) => (s.as_ptr().wrapping_add(at).cast::<i8>(), len * 4),
-            Rows::F16(s) => (s.as_ptr().wrapping_add(at).cast::<i8>(), len * 2),
-            Rows::Bf16(s) => (s.as_ptr().wrapping_add(at).cast::<i8>(), len * 2),
-        };
-        #[cfg(target_arch = "x86_64")]
-        for o in (0..bytes).step_by(64) {
-            // SAFETY: a prefetch reads nothing architecturally and never faults.
-            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.wrapping_add(o)) };
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (p, bytes);
-    }
-}
 
 /// `a · b` with eight partial sums (so that it vectorises).
 #[inline(always)]
