@@ -133,18 +133,18 @@ impl RopeScaling {
             _ => 1.0,
         }
     }
+}
 
-    /// The inverse frequency `inv` of pair `i` of `head_dim / 2` after this scaling.
-    fn apply(&self, i: usize, inv: f64, theta: f64, head_dim: usize) -> f64 {
-        match *self {
-            RopeScaling::None => inv,
-            RopeScaling::Linear { factor } => inv / factor,
-            RopeScaling::Llama3 {
-                factor,
-                low_freq_factor,
-                high_freq_factor,
-                original_max_position_embeddings: old,
-            } => {
+/// The inverse frequencies of Rope's `head_dim / 2` pairs: `theta^(-2i / head_dim)`, then
+/// `scaling` applied, in f64.
+pub fn rope_inv_freq(theta: f64, head_dim: usize, scaling: RopeScaling) -> Vec<f64> {
+    let dim = head_dim as f64;
+    let base = (0..head_dim / 2).map(|i| theta.powf(-2.0 * i as f64 / dim));
+    match scaling {
+        RopeScaling::None => base.collect(),
+        RopeScaling::Linear { factor } => base.map(|inv| inv / factor).collect(),
+        RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings: old } => {
+            base.map(|inv| {
                 let wavelength = 2.0 * std::f64::consts::PI / inv;
                 if wavelength < old / high_freq_factor {
                     inv
@@ -154,34 +154,29 @@ impl RopeScaling {
                     let s = (old / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor);
                     (1.0 - s) * inv / factor + s * inv
                 }
+            })
+            .collect()
+        }
+        RopeScaling::Yarn { factor, original_max_position_embeddings: old, beta_fast, beta_slow, truncate, .. } => {
+            // The pairs between the correction dims of the two rotation counts, once.
+            let corr =
+                |rotations: f64| dim * (old / (rotations * 2.0 * std::f64::consts::PI)).ln() / (2.0 * theta.ln());
+            let (mut low, mut high) = (corr(beta_fast), corr(beta_slow));
+            if truncate {
+                (low, high) = (low.floor(), high.ceil());
             }
-            RopeScaling::Yarn {
-                factor, original_max_position_embeddings: old, beta_fast, beta_slow, truncate, ..
-            } => {
-                let dim = head_dim as f64;
-                let corr =
-                    |rotations: f64| dim * (old / (rotations * 2.0 * std::f64::consts::PI)).ln() / (2.0 * theta.ln());
-                let (mut low, mut high) = (corr(beta_fast), corr(beta_slow));
-                if truncate {
-                    (low, high) = (low.floor(), high.ceil());
-                }
-                let (low, mut high) = (low.max(0.0), high.min(dim - 1.0));
-                if low == high {
-                    high += 0.001;
-                }
-                let interpolated = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
-                inv / factor * interpolated + inv * (1.0 - interpolated)
+            let (low, mut high) = (low.max(0.0), high.min(dim - 1.0));
+            if low == high {
+                high += 0.001;
             }
+            base.enumerate()
+                .map(|(i, inv)| {
+                    let interpolated = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+                    inv / factor * interpolated + inv * (1.0 - interpolated)
+                })
+                .collect()
         }
     }
-}
-
-/// The inverse frequencies of Rope's `head_dim / 2` pairs: `theta^(-2i / head_dim)`, then
-/// `scaling` applied, in f64.
-pub fn rope_inv_freq(theta: f64, head_dim: usize, scaling: RopeScaling) -> Vec<f64> {
-    (0..head_dim / 2)
-        .map(|i| scaling.apply(i, theta.powf(-2.0 * i as f64 / head_dim as f64), theta, head_dim))
-        .collect()
 }
 
 /// The cos and sin tables of Rope, each `[max_positions, head_dim / 2]` row-major: angle
