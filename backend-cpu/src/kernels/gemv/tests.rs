@@ -230,3 +230,67 @@ fn column_ranges_are_whole_panels_spread_evenly() {
         }
     }
 }
+
+/// The same from memory: each layout's weight about 1 GiB (past any L3), two threads,
+/// against a plain two-thread read of the same bytes (a reading, not a check: `cargo test
+/// --release -p backend-cpu --lib gemv::tests::stream_rate_from_memory -- --ignored
+/// --nocapture`). Rounds alternate the layouts; medians.
+#[test]
+#[ignore = "a timing to read, not a check"]
+fn stream_rate_from_memory() {
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn sum256(x: &[f32]) -> f32 {
+        let mut acc = [0f32; 64];
+        for c in x.chunks_exact(64) {
+            for l in 0..64 {
+                acc[l] += c[l];
+            }
+        }
+        acc.iter().sum()
+    }
+    fn sum(f: &CpuFeatures, x: &[f32]) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        if f.isa != Isa::Scalar {
+            // SAFETY: AVX2 was detected (every vector path has it).
+            return unsafe { sum256(x) };
+        }
+        x.iter().sum()
+    }
+    use rayon::prelude::*;
+    let f = features::get();
+    let (n, k) = (300_000, 896);
+    let w32 = values(n * k, 2);
+    let layout = PackedBLayout::for_cpu(f.isa, k, n);
+    let mut packed = vec![0f32; layout.len()];
+    pack_b(&layout, &w32, 1, k, &mut packed).unwrap();
+    let wb: Vec<bf16> = w32.iter().map(|&v| bf16::from_f32(v)).collect();
+    let pw = PackedWeight::pack(&wb, n, k).unwrap();
+    let x = values(k, 1);
+    let mut c = vec![0f32; n];
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    let cases = [
+        ("f32 rows", WeightData::F32(&w32)),
+        ("f32 packed", WeightData::F32Packed(&layout, &packed)),
+        ("bf16 rows", WeightData::Bf16(&wb)),
+        ("bf16 packed", WeightData::Bf16Packed(&pw)),
+    ];
+    let mut rates = vec![Vec::new(); cases.len() + 1];
+    for _ in 0..7 {
+        for (rate, (_, data)) in rates.iter_mut().zip(&cases) {
+            let w = Weight { n, k, data: *data };
+            let t0 = std::time::Instant::now();
+            pool.install(|| gemv(f, 1, &x, &w, None, &mut c, false, 2).unwrap());
+            rate.push(w.bytes() as f64 / t0.elapsed().as_secs_f64() / 1e9);
+        }
+        let t0 = std::time::Instant::now();
+        let s: f32 = pool.install(|| packed.par_chunks(packed.len().div_ceil(2)).map(|h| sum(f, h)).sum());
+        rates[cases.len()].push((packed.len() * 4) as f64 / t0.elapsed().as_secs_f64() / 1e9);
+        assert!(s.is_finite());
+    }
+    let names = cases.iter().map(|c| c.0).chain(["plain read, no prefetch"]);
+    for (name, mut r) in names.zip(rates) {
+        r.sort_by(f64::total_cmp);
+        println!("{name:12} m=1 t=2, from memory: {:5.1} GB/s (median of 7; {:.1}..{:.1})", r[3], r[0], r[6]);
+    }
+}
