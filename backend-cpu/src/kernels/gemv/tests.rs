@@ -231,7 +231,7 @@ fn column_ranges_are_whole_panels_spread_evenly() {
     }
 }
 
-/// The same from memory: each layout's weight about 1 GiB (past any L3), two threads,
+/// [`stream_rate`] from memory: each layout's weight about 1 GiB (past any L3), two threads,
 /// against a plain two-thread read of the same bytes (a reading, not a check: `cargo test
 /// --release -p backend-cpu --lib gemv::tests::stream_rate_from_memory -- --ignored
 /// --nocapture`). Rounds alternate the layouts; medians.
