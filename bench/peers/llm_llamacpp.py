@@ -60,13 +60,18 @@ def hf_weights(model: str):
     return m.config, ((name, t.float().numpy()) for name, t in m.state_dict().items())
 
 
+def head_dim(cfg) -> int:
+    """A head's width: `head_dim` where the config has it (Qwen3), else hidden / heads."""
+    return getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+
+
 def numpy_weights(cfg, np):
     """(name, array) for every weight of a Llama / Qwen2 / Qwen3 decoder of `cfg`'s shapes,
     drawn one at a time (normal, std 0.02; norms 1; biases 0.01 · normal) from one seeded
     generator."""
     rng = np.random.default_rng(0)
     h, inter, v = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
-    d = getattr(cfg, "head_dim", None) or h // cfg.num_attention_heads
+    d = head_dim(cfg)
     q, kv = cfg.num_attention_heads * d, cfg.num_key_value_heads * d
 
     def normal(*shape, std=0.02):
@@ -109,9 +114,8 @@ def make_gguf(out: str, model: str, dtype: str) -> None:
     w.add_feed_forward_length(cfg.intermediate_size)
     w.add_head_count(cfg.num_attention_heads)
     w.add_head_count_kv(cfg.num_key_value_heads)
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
+    w.add_key_length(head_dim(cfg))
+    w.add_value_length(head_dim(cfg))
     w.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     w.add_vocab_size(cfg.vocab_size)
