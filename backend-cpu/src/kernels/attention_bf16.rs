@@ -581,6 +581,7 @@ fn attention(
 /// The x86-64 code: conversions and the two micro-kernels.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use crate::kernels::simd_math::avx512::exp16;
     use std::arch::asm;
     use std::arch::x86_64::*;
 
@@ -637,27 +638,6 @@ mod x86 {
                 _mm512_storeu_si512(dst.add(p * 16) as *mut _, v);
             }
         }
-    }
-
-    /// `e^x` for 16 lanes of `x <= 0` (NaN stays NaN, -inf gives 0), relative error about
-    /// 3e-6: `2^n · e^r`, `r` in ±ln2/2, a degree-5 polynomial.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn exp16(x: __m512) -> __m512 {
-        let xc = _mm512_max_ps(x, _mm512_set1_ps(-100.0));
-        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(
-            xc,
-            _mm512_set1_ps(std::f32::consts::LOG2_E),
-        ));
-        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_145_75), xc);
-        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428_606_8e-6), r);
-        let mut p = _mm512_set1_ps(1.0 / 120.0);
-        for c in [1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
-            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
-        }
-        let e = _mm512_scalef_ps(p, n);
-        // `max` drops a NaN x (it returns the second operand): put it back.
-        _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x), x)
     }
 
     /// `p = bf16(exp(scale · row + mask - max))` and `1 / sum` of the exponentials (f32,
@@ -725,7 +705,7 @@ mod x86 {
         i = 0;
         while i < n {
             let k = lanes(i);
-            let e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(score(i, k), mv)));
+            let e = _mm512_maskz_mov_ps(k, exp16::<false>(_mm512_sub_ps(score(i, k), mv)));
             sum = _mm512_add_ps(sum, e);
             let b: __m256bh = _mm512_cvtneps_pbh(e);
             // SAFETY: the lanes in `k` lie inside `p` (`p.len() >= n`).

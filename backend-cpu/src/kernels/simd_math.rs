@@ -136,11 +136,14 @@ fn softmax_dispatch(isa: Isa, row: &mut [f32], mask: Option<(&[f32], usize)>, ma
     {
         #[target_feature(enable = "avx512f,avx2,fma")]
         fn avx512(row: &mut [f32], mask: Option<(&[f32], usize)>, fill: f32) -> bool {
-            softmax_body::<true>(row, mask, fill)
+            softmax_body::<true>(row, mask, fill, |row, mx| {
+                // SAFETY: this function's target features include AVX-512F.
+                unsafe { avx512::exp_sum(row, mx) }
+            })
         }
         #[target_feature(enable = "avx2,fma")]
         fn avx2(row: &mut [f32], mask: Option<(&[f32], usize)>, fill: f32) -> bool {
-            softmax_body::<true>(row, mask, fill)
+            softmax_body::<true>(row, mask, fill, exp_sum::<true>)
         }
         match isa {
             // SAFETY: `Isa::Avx512` is only chosen when AVX-512F and FMA were detected on
@@ -151,7 +154,7 @@ fn softmax_dispatch(isa: Isa, row: &mut [f32], mask: Option<(&[f32], usize)>, ma
             Isa::Scalar => {}
         }
     }
-    softmax_body::<false>(row, mask, masked_fill)
+    softmax_body::<false>(row, mask, masked_fill, exp_sum::<false>)
 }
 
 const LANES: usize = 16;
@@ -226,7 +229,12 @@ fn add_mask_and_max(row: &mut [f32], mask: Option<(&[f32], usize)>) -> f32 {
 }
 
 #[inline(always)]
-fn softmax_body<const FMA: bool>(row: &mut [f32], mask: Option<(&[f32], usize)>, masked_fill: f32) -> bool {
+fn softmax_body<const FMA: bool>(
+    row: &mut [f32],
+    mask: Option<(&[f32], usize)>,
+    masked_fill: f32,
+    exp_sum: impl FnOnce(&mut [f32], f32) -> f32,
+) -> bool {
     // The max ignores NaN; a NaN element then makes its exp, the sum and the row NaN,
     // and a +inf max gives exp(inf - inf) = NaN likewise.
     let mx = add_mask_and_max(row, mask);
@@ -236,6 +244,15 @@ fn softmax_body<const FMA: bool>(row: &mut [f32], mask: Option<(&[f32], usize)>,
         row.fill(if nan { f32::NAN } else { masked_fill });
         return !nan && masked_fill == 0.0;
     }
+    let inv = 1.0 / exp_sum(row, mx);
+    row.iter_mut().for_each(|x| *x *= inv);
+    false
+}
+
+/// `row[i] = e^(row[i] - mx)` and their sum, through [`exp_approx`] (vectorised by the
+/// compiler, fused multiply-adds where `FMA`).
+#[inline(always)]
+fn exp_sum<const FMA: bool>(row: &mut [f32], mx: f32) -> f32 {
     let mut sums = [0f32; LANES];
     let mut chunks = row.chunks_exact_mut(LANES);
     for c in &mut chunks {
@@ -249,9 +266,64 @@ fn softmax_body<const FMA: bool>(row: &mut [f32], mask: Option<(&[f32], usize)>,
         *x = exp_approx::<FMA>(*x - mx);
         total += *x;
     }
-    let inv = 1.0 / total;
-    row.iter_mut().for_each(|x| *x *= inv);
-    false
+    total
+}
+
+/// The exponentials of a softmax in AVX-512 instructions (the attention kernels' rows).
+#[cfg(target_arch = "x86_64")]
+pub(super) mod avx512 {
+    use std::arch::x86_64::*;
+
+    /// `e^x` for 16 lanes of `x <= 0`: `2^n · e^r` with `r` in ±ln2/2, `2^n` applied by
+    /// `vscalefps` (no clamping at the top, no exponent assembly). NaN stays NaN; -inf, and
+    /// every `x` below about -104 (where `e^x` is under half the smallest subnormal), give
+    /// exactly 0, as a masked key must weigh. `SIX`: the degree-6 Taylor polynomial of
+    /// [`exp_approx`](super::exp_approx) (relative error about 2e-7, the f32 attention's);
+    /// else degree 5 (about 3e-6, enough for probabilities rounded to bf16).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub fn exp16<const SIX: bool>(x: __m512) -> __m512 {
+        // `max` returns its second operand where one is NaN: x's NaN passes through.
+        let xc = _mm512_max_ps(_mm512_set1_ps(-110.0), x);
+        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(
+            xc,
+            _mm512_set1_ps(std::f32::consts::LOG2_E),
+        ));
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_145_75), xc);
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428_606_8e-6), r);
+        let mut p = _mm512_set1_ps(if SIX { 1.0 / 720.0 } else { 1.0 / 120.0 });
+        if SIX {
+            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0 / 120.0));
+        }
+        for c in [1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+        }
+        _mm512_scalef_ps(p, n)
+    }
+
+    /// `row[i] = e^(row[i] - mx)` and their sum, `mx` the row's maximum (so every
+    /// argument is `<= 0`, or NaN where the row holds NaN or +inf).
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn exp_sum(row: &mut [f32], mx: f32) -> f32 {
+        let (n, mv) = (row.len(), _mm512_set1_ps(mx));
+        let mut sum = _mm512_setzero_ps();
+        let mut i = 0;
+        while i < n {
+            let k = ((1u32 << (n - i).min(16)) - 1) as __mmask16;
+            // SAFETY: the lanes in `k` lie inside `row` (`i < n`, at most `n - i` lanes).
+            unsafe {
+                let p = row.as_mut_ptr().add(i);
+                let e = exp16::<true>(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, p), mv));
+                _mm512_mask_storeu_ps(p, k, e);
+                sum = _mm512_mask_add_ps(sum, k, sum, e);
+            }
+            i += 16;
+        }
+        _mm512_reduce_add_ps(sum)
+    }
 }
 
 #[cfg(test)]
@@ -267,6 +339,45 @@ mod tests {
         let e: Vec<f64> = x.iter().map(|v| (v - m).exp()).collect();
         let s: f64 = e.iter().sum();
         e.iter().map(|v| (v / s) as f32).collect()
+    }
+
+    /// The AVX-512 exponentials against f64 over the arguments a softmax gives them.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_exp16_is_within_its_stated_error() {
+        use std::arch::x86_64::*;
+        if crate::features::get().isa != Isa::Avx512 {
+            println!("skipped: this CPU has no AVX-512F");
+            return;
+        }
+        let mut xs: Vec<f32> = (0..=20_000).map(|i| -(i as f32) * 0.005).collect();
+        xs.extend([-0.0, -86.9, -87.5, -103.0, -103.9, -104.0, -110.0, -1e30, f32::NEG_INFINITY, f32::NAN]);
+        xs.resize(xs.len().next_multiple_of(16), 0.0);
+        for (six, tol) in [(true, 3e-7), (false, 4e-6)] {
+            let mut got = vec![0f32; xs.len()];
+            for (x, g) in xs.chunks_exact(16).zip(got.chunks_exact_mut(16)) {
+                // SAFETY: AVX-512F was detected; 16 floats in each chunk.
+                unsafe {
+                    let v = _mm512_loadu_ps(x.as_ptr());
+                    let e = if six { avx512::exp16::<true>(v) } else { avx512::exp16::<false>(v) };
+                    _mm512_storeu_ps(g.as_mut_ptr(), e);
+                }
+            }
+            for (&x, &g) in xs.iter().zip(&got) {
+                let want = (x as f64).exp();
+                if x.is_nan() {
+                    assert!(g.is_nan(), "e^NaN gave {g}");
+                } else if x < -104.0 {
+                    assert_eq!(g, 0.0, "e^{x} must be exactly 0");
+                } else if want >= f32::MIN_POSITIVE as f64 {
+                    let rel = ((g as f64 - want) / want).abs();
+                    assert!(rel <= tol, "six={six}: e^{x} = {g}, want {want} (relative error {rel:.2e})");
+                } else {
+                    // Subnormal results: a few of their ulps (1.4e-45 each) off at most.
+                    assert!((g as f64 - want).abs() <= 1e-43, "e^{x} = {g}, want {want}");
+                }
+            }
+        }
     }
 
     #[test]
