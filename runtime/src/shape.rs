@@ -54,10 +54,10 @@ impl Shape {
     pub fn broadcast(a: &Shape, b: &Shape) -> Option<Shape> {
         let r = a.rank().max(b.rank());
         let mut out = vec![0; r];
-        for i in 0..r {
+        for (i, o) in out.iter_mut().enumerate() {
             let da = if i + a.rank() >= r { a.0[i + a.rank() - r] } else { 1 };
             let db = if i + b.rank() >= r { b.0[i + b.rank() - r] } else { 1 };
-            out[i] = if da == db {
+            *o = if da == db {
                 da
             } else if da == 1 {
                 db
@@ -206,15 +206,12 @@ impl Layout {
         }
         let lead = r - self.shape.rank();
         let mut strides = vec![0; r];
-        for i in 0..r {
-            if i < lead {
-                continue;
-            }
+        for (i, s) in strides.iter_mut().enumerate().skip(lead) {
             let d = self.shape.0[i - lead];
             if d == shape.0[i] {
-                strides[i] = self.strides[i - lead];
+                *s = self.strides[i - lead];
             } else if d == 1 {
-                strides[i] = 0;
+                *s = 0;
             } else {
                 return None;
             }

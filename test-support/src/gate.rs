@@ -21,7 +21,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 enum Held {
-    Launch(KernelInfo, LaunchArgs),
+    /// Boxed: the other variants are a few words.
+    Launch(Box<(KernelInfo, LaunchArgs)>),
     Batch(Vec<(KernelInfo, LaunchArgs)>),
     Record(EventId),
     Wait(EventId),
@@ -74,7 +75,7 @@ impl Gate {
         let mut first = Ok(());
         for (d, s, h) in std::mem::take(&mut g.held) {
             let r = match h {
-                Held::Launch(k, a) => self.inner.launch(d, &k, a, s),
+                Held::Launch(l) => self.inner.launch(d, &l.0, l.1, s),
                 Held::Batch(v) => self.inner.launch_batch(d, v, s),
                 Held::Record(e) => self.inner.record_event(d, e, s),
                 Held::Wait(e) => self.inner.wait_event(d, s, e),
@@ -288,9 +289,9 @@ unsafe impl Backend for Gate {
         self.inner.workspace_size(kernel, args)
     }
     fn launch(&self, device: usize, kernel: &KernelInfo, args: LaunchArgs, stream: StreamId) -> Result<()> {
-        match self.hold(device, stream, Held::Launch(kernel.clone(), args)) {
+        match self.hold(device, stream, Held::Launch(Box::new((kernel.clone(), args)))) {
             None => Ok(()),
-            Some(Held::Launch(k, a)) => self.inner.launch(device, &k, a, stream),
+            Some(Held::Launch(l)) => self.inner.launch(device, &l.0, l.1, stream),
             Some(_) => unreachable!(),
         }
     }

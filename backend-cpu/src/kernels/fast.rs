@@ -1029,7 +1029,8 @@ mod tests {
         let gelu = |x: f64| 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2));
         let gelu_t = |x: f64| 0.5 * x * (1.0 + libm::tanh(0.797_884_560_802_865_4 * (x + 0.044715 * x * x * x)));
         type Map = fn(Isa, &[f32], &mut [f32]);
-        let cases: [(&str, Map, &dyn Fn(f64) -> f64); 5] = [
+        type Case<'a> = (&'a str, Map, &'a dyn Fn(f64) -> f64);
+        let cases: [Case; 5] = [
             ("erf", erf_map, &libm::erf),
             ("tanh", tanh_map, &libm::tanh),
             ("sigmoid", sigmoid_map, &sigmoid_f64),

@@ -69,7 +69,7 @@ impl RunProfile {
             e.nodes += 1;
         }
         let mut v: Vec<_> = m.into_iter().map(|(k, t)| (k, t.time, t.flops, t.nodes)).collect();
-        v.sort_by(|a, b| b.1.cmp(&a.1));
+        v.sort_by_key(|e| std::cmp::Reverse(e.1));
         v
     }
 }

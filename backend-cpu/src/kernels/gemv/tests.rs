@@ -212,12 +212,12 @@ fn column_ranges_are_whole_panels_spread_evenly() {
         assert!(r.count >= 1 && r.count <= max.min(units), "{n}/{align}: {} ranges", r.count);
         assert_eq!((r.start(0), r.start(r.count)), (0, n));
         let sizes: Vec<usize> = (0..r.count).map(|t| r.start(t + 1) - r.start(t)).collect();
-        assert!((0..r.count).all(|t| r.start(t) % align == 0), "{n}/{align}: {sizes:?}");
+        assert!((0..r.count).all(|t| r.start(t).is_multiple_of(align)), "{n}/{align}: {sizes:?}");
         let panels: Vec<usize> = sizes.iter().map(|s| s.div_ceil(align)).collect();
         let (lo, hi) = (panels.iter().min().unwrap(), panels.iter().max().unwrap());
         assert!(hi - lo <= 1, "{n}/{align}: {panels:?}");
         for parts in [2, 4] {
-            if r.count % parts == 0 {
+            if r.count.is_multiple_of(parts) {
                 let per = r.count / parts;
                 for p in 0..parts {
                     let got: usize = panels[p * per..(p + 1) * per].iter().sum();
