@@ -307,6 +307,8 @@ pub(super) unsafe fn drive<K: MicroKernel>(
             let ms = want.div_ceil(nb).min(m_panels).max(1);
             let panels_per = m_panels.div_ceil(ms);
             let ms = m_panels.div_ceil(panels_per);
+            let items = nb * ms;
+            let jobs = if threads > 1 { threads.min(items) } else { 1 };
 
             let run_item = |t: usize, bbuf: &mut [f32]| {
                 // Row ranges vary fastest: jobs starting together pack different A panels.
@@ -349,12 +351,32 @@ pub(super) unsafe fn drive<K: MicroKernel>(
                     };
                     let beta = if pc == 0 { p.beta } else { 1.0 };
                     let last = pc + kc >= k;
+                    // The bf16 words read after this slice, fetched into L2 while it computes
+                    // (two tiles per panel: each prefetches `kc / 2` lines, a panel slice's
+                    // words are `kc` lines): this item's next slice, or after its last the
+                    // first slice of the item this job most likely takes next (the counter
+                    // hands items out in turn). Addresses past the words are never formed.
+                    let ahead = |q: usize| -> *const f32 {
+                        let BPanels::Bf16Pairs { words, kp } = b else { return std::ptr::null() };
+                        let (t2, pc2) = if !last { (t, pc + kc) } else { (t + jobs, 0) };
+                        if t2 >= items {
+                            return std::ptr::null();
+                        }
+                        let j2 = t2 / ms * ncb;
+                        let np2 = ncb.min(n - j2).div_ceil(nr);
+                        let (panel, half) = (q / 2, q % 2);
+                        if panel >= np2 {
+                            return std::ptr::null();
+                        }
+                        let at = ((j2 / nr + panel) * kp + pc2 / 2) * nr + half * kc * 8;
+                        words.get(at..).map_or(std::ptr::null(), |w| w.as_ptr().cast())
+                    };
                     // `apanels` holds the A panels of `tiles` (rows `r0+i0..+irows`), `bpanels`
                     // the `np` B panels of columns `j0..j0+cols`, both of depth `kc`.
                     // SAFETY: `K` is supported (our precondition); that C region lies inside
                     // `c` (checked by the caller) and is written by this item only.
                     unsafe {
-                        macro_kernel::<K, true>(
+                        macro_kernel_ahead::<K, true>(
                             kc,
                             apanels,
                             tiles,
@@ -366,11 +388,12 @@ pub(super) unsafe fn drive<K: MicroKernel>(
                             beta,
                             bias.filter(|_| last).map(|v| &v[j0..]),
                             matches!(b, BPanels::Prepacked(_)),
+                            ahead,
                         )
                     };
                 }
             };
-            share_items(threads, nb * ms, &PACK_PRIVATE, b_len, run_item);
+            share_items(threads, items, &PACK_PRIVATE, b_len, run_item);
         }
     });
 }
@@ -490,6 +513,50 @@ pub(super) unsafe fn macro_kernel<K: MicroKernel, const STREAM: bool>(
     bias: Option<&[f32]>,
     b_from_memory: bool,
 ) {
+    // SAFETY: the same contract.
+    unsafe {
+        macro_kernel_ahead::<K, STREAM>(
+            kc,
+            apanels,
+            plan,
+            bpack,
+            cols,
+            c,
+            ldc,
+            alpha,
+            beta,
+            bias,
+            b_from_memory,
+            |_| std::ptr::null(),
+        )
+    }
+}
+
+/// [`macro_kernel`] that also fetches into L2 what the caller reads after it, while its
+/// tiles compute: in the A-tile order, the `q`-th tile after the first tile row
+/// (`q = (ip - 1) · panels + jp`) prefetches the `kc / 2` cache lines from `ahead(q)`
+/// ([`MicroKernel::run_prefetching`]; none where it is null). The widened bf16 product
+/// passes the words of its next k slice, which it would otherwise read from memory while
+/// no tile computes.
+///
+/// # Safety
+/// As [`macro_kernel`]'s; the addresses `ahead` gives are only prefetched, never read.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(super) unsafe fn macro_kernel_ahead<K: MicroKernel, const STREAM: bool>(
+    kc: usize,
+    apanels: APanels<'_>,
+    plan: RowPlan,
+    bpack: &[f32],
+    cols: usize,
+    c: *mut f32,
+    ldc: usize,
+    alpha: f32,
+    beta: f32,
+    bias: Option<&[f32]>,
+    b_from_memory: bool,
+    ahead: impl Fn(usize) -> *const f32,
+) {
     let (mr, nr) = (K::MR, K::NR);
     let rows = plan.rows();
     debug_assert!(bias.is_none_or(|b| b.len() >= cols));
@@ -567,10 +634,12 @@ pub(super) unsafe fn macro_kernel<K: MicroKernel, const STREAM: bool>(
     // L2 past each B micro-panel.
     let chunk =
         if K::B_PANEL_IN_L1 && a_panels >= B_IN_L1_MIN_PANELS { (A_L2_BYTES / 4 / (kc * mr)).max(1) } else { 1 };
+    let np = cols.div_ceil(nr);
     for i0 in (0..a_panels).step_by(chunk) {
         for (jp, bp) in b_panels() {
             for ip in i0..a_panels.min(i0 + chunk) {
-                tile_op(ip, jp, bp, std::ptr::null());
+                let next = if ip > 0 { ahead((ip - 1) * np + jp) } else { std::ptr::null() };
+                tile_op(ip, jp, bp, next);
             }
         }
     }

@@ -296,6 +296,72 @@ mod tests {
         }
     }
 
+    /// A whole product on one thread with its weight read from memory (a new place in a
+    /// 256 MiB buffer each call, as a model's weights are read once per run): f32 prepacked
+    /// against a bf16 weight widened into the same kernel (`run_bf16_pairs`, the bf16
+    /// products of a CPU whose `vdpbf16ps` runs at half rate), on this thread's CPU time.
+    /// A measurement, not a check:
+    /// `cargo test --release -p backend-cpu --lib weights_from_memory -- --ignored --nocapture`.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[test]
+    #[ignore = "a measurement; run it by hand in a release build"]
+    fn weights_from_memory_f32_against_bf16_pairs() {
+        use super::super::{BMatrix, PackedBLayout, Sgemm, Strided};
+        let Some([buf]) = avx512_b_in_memory([false]) else { return };
+        let words: &[u32] = bytemuck::cast_slice(buf);
+        for (m, k, n) in [(128usize, 768usize, 768usize), (128, 768, 3072), (128, 3072, 768), (512, 1024, 4096)] {
+            let a = a_values(m * k);
+            let mut c = vec![0.0f32; m * n];
+            let layout = PackedBLayout::for_cpu(Isa::Avx512, k, n);
+            let (f32_region, bf16_region) = (layout.len(), n.div_ceil(32) * 32 * k.div_ceil(2));
+            let (mut next_f32, mut next_bf16) = (0, 0);
+            let calls = (2 << 30) / (m * n * k);
+            let calls = calls.clamp(3, 50);
+            let mut batch = |bf16: bool| {
+                let t = thread_cpu();
+                for _ in 0..calls {
+                    if bf16 {
+                        let w = &words[next_bf16 * bf16_region..][..bf16_region];
+                        next_bf16 = (next_bf16 + 1) % (words.len() / bf16_region);
+                        super::super::run_bf16_pairs((m, n, k), &a, w, 0.0, &mut c, 1);
+                    } else {
+                        let data = &buf[next_f32 * f32_region..][..f32_region];
+                        next_f32 = (next_f32 + 1) % (buf.len() / f32_region);
+                        super::super::run(Sgemm {
+                            isa: Isa::Avx512,
+                            m,
+                            n,
+                            k,
+                            alpha: 1.0,
+                            a: Strided { data: &a, rs: k, cs: 1 },
+                            b: BMatrix::Packed { layout: &layout, data },
+                            beta: 0.0,
+                            bias: None,
+                            c: &mut c,
+                            ldc: n,
+                            threads: 1,
+                        });
+                    }
+                }
+                (thread_cpu() - t).as_secs_f64() / calls as f64
+            };
+            let mut times = [Vec::new(), Vec::new()];
+            for round in 0..12 {
+                for v in 0..2 {
+                    let v = (v + round) % 2;
+                    times[v].push(batch(v == 1));
+                }
+            }
+            let g = median_rates(&mut times, m * n * k);
+            println!(
+                "{m}x{k}x{n}, one thread, weights from memory: f32 prepacked {:.1} GF/s, bf16 widened {:.1} ({:+.0} %)",
+                g[0],
+                g[1],
+                (g[1] / g[0] - 1.0) * 100.0
+            );
+        }
+    }
+
     /// The macro-kernel at 512 rows with B from memory (a prepacked weight's item), beta 1
     /// (a second k slice), its C rows at strides of the item's own width, of the BERT
     /// outputs' widths (768 … 4096 floats: the multiples of 2 KiB put a tile's rows into one
