@@ -10,7 +10,7 @@ fn t(rt: &Runtime, d: DType, s: &[usize]) -> Tensor {
 }
 
 /// One invalid call per op: the op and the (wrong) input signatures.
-fn invalid_calls() -> Vec<(Op, Vec<(DType, Vec<usize>)>)> {
+fn invalid_calls() -> Vec<InvalidCall> {
     use DType::*;
     let mm = Op::MatMul { trans_a: false, trans_b: false };
     vec![
@@ -120,8 +120,11 @@ fn invalid_calls() -> Vec<(Op, Vec<(DType, Vec<usize>)>)> {
     ]
 }
 
+/// An op and the (wrong) input signatures of one invalid call.
+type InvalidCall = (Op, Vec<(DType, Vec<usize>)>);
+
 /// Invalid calls of the paged KV cache's ops.
-fn paged_invalid_calls() -> Vec<(Op, Vec<(DType, Vec<usize>)>)> {
+fn paged_invalid_calls() -> Vec<InvalidCall> {
     use DType::*;
     vec![
         (
@@ -320,8 +323,7 @@ fn runtime_failures_are_errors_not_panics() {
     // Wrong element type on the host side.
     assert!(matches!(data.to_ndarray::<F16>(), Err(Error::Invalid { .. })));
     // Invalid configuration values.
-    let mut cfg = RuntimeConfig::default();
-    cfg.max_streams = 0;
+    let cfg = RuntimeConfig { max_streams: 0, ..RuntimeConfig::default() };
     assert!(matches!(npurt::Runtime::with_config(cfg), Err(Error::Config(_))));
     let cfg = RuntimeConfig { backend: Some("tpu".into()), ..RuntimeConfig::default() };
     assert!(matches!(npurt::Runtime::with_config(cfg), Err(Error::Config(_))));
@@ -412,9 +414,9 @@ fn inferred_shapes_whose_size_overflows_are_invalid() {
     let (a, b) = (m(F16, &[1 << 28, 1 << 28]), m(F16, &[1 << 28, 1 << 28]));
     let mm = Op::MatMul { trans_a: false, trans_b: false };
     let o = mm.infer(&[a.clone(), b.clone()]).unwrap();
-    assert_eq!(mm.flops(&[a.clone(), b], &o), u64::MAX);
+    assert_eq!(mm.flops(&[a, b], &o), u64::MAX);
     let huge = m(F32, &[2, 1 << 63]);
-    assert_eq!(Op::Add.bytes(&[huge.clone(), huge.clone()], &[huge.clone()]), u64::MAX);
+    assert_eq!(Op::Add.bytes(&[huge.clone(), huge.clone()], std::slice::from_ref(&huge)), u64::MAX);
     let q = m(F32, &[1 << 20, 1 << 20, 1 << 20, 1 << 20]);
     assert_eq!(
         Op::Attention { scale: None, layout: npurt::AttentionLayout::Bnsd, causal: false }

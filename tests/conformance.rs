@@ -65,7 +65,9 @@ on_every_backend!(extreme_inputs_give_the_documented_answers_on_every_tier, |b: 
                 .zip(w)
                 .all(|(g, w)| (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= tol * w.abs().max(1.0))
     };
-    let cases: Vec<(&str, Op, Vec<(DType, Vec<usize>, Vec<f64>)>, Vec<f64>)> = vec![
+    // (what, op, inputs as (dtype, dims, values), the documented output)
+    type Case = (&'static str, Op, Vec<(DType, Vec<usize>, Vec<f64>)>, Vec<f64>);
+    let cases: Vec<Case> = vec![
         ("softmax of all -inf is NaN", Op::Softmax { axis: -1 }, vec![f(&[3], &[-inf, -inf, -inf])], vec![f64::NAN; 3]),
         (
             "layernorm of huge values is finite",

@@ -373,11 +373,8 @@ fn soak_acl_emu() {
     assert_eq!(emu.configure("devices=2;fail="), 0);
     let tk = fake_toolkit("soak", &lib);
     {
-        let cfg = backend_acl::AclConfig {
-            lib_dir: Some(tk.join("lib64")),
-            fp32_matmul: backend_acl::Fp32Matmul::Exact,
-            ..backend_acl::AclConfig::default()
-        };
+        let cfg =
+            backend_acl::AclConfig { lib_dir: Some(tk.join("lib64")), fp32_matmul: backend_acl::Fp32Matmul::Exact };
         let b: Arc<dyn Backend> = Arc::new(backend_acl::AclBackend::new(cfg).expect("acl backend over acl-emu"));
         soak("acl-emu", b, Some(&emu));
     }

@@ -155,7 +155,7 @@ pub fn launch(t: &mut Tables, name: &'static str, ws: u64, ws_size: u64, exec: u
     if let Some(c) = t.captures.get(&stream).and_then(|ri| t.capturing.get_mut(ri)) {
         // Recorded, not run: the replays run it (`aclmdlRIExecuteAsync`).
         let lane = c.lanes.iter().position(|&l| l == stream).unwrap_or(0);
-        c.tasks.push(Task::Kernel { lane, launch: Captured { exec: ex, ws, ws_size, cost } });
+        c.tasks.push(Task::Kernel { lane, launch: Box::new(Captured { exec: ex, ws, ws_size, cost }) });
         return Ok(());
     }
     s.submit(Box::new(move || run(ex, ws, ws_size)))?;

@@ -287,9 +287,19 @@ pub struct Captured {
 /// capture, which later waits name.
 #[derive(Clone)]
 pub enum Task {
-    Kernel { lane: usize, launch: Captured },
-    Record { lane: usize, token: usize },
-    Wait { lane: usize, token: usize },
+    /// Boxed: the other variants are two words.
+    Kernel {
+        lane: usize,
+        launch: Box<Captured>,
+    },
+    Record {
+        lane: usize,
+        token: usize,
+    },
+    Wait {
+        lane: usize,
+        token: usize,
+    },
 }
 
 /// A capture in progress: the streams it has drawn in (lanes; the first began it), what

@@ -205,7 +205,7 @@ pub fn softmax(dims: &[usize], axis: usize) -> KParams {
 /// (Add+)LayerNorm over the last axis: `n` = rows, `i = [rows, width, _, residual]`.
 pub fn layer_norm(dims: &[usize], eps: f32, residual: bool) -> KParams {
     let width = dims.last().copied().unwrap_or(1);
-    let rows = if width == 0 { 0 } else { numel(dims) / width };
+    let rows = numel(dims).checked_div(width).unwrap_or(0);
     let mut p = KParams { n: rows as i64, ..Default::default() };
     p.i[0] = rows as i64;
     p.i[1] = width as i64;

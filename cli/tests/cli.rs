@@ -61,9 +61,9 @@ fn op_matches_independent_math() {
     let (y, yv) = f32_array(&[3, 1], 4);
     let mut add = Vec::new();
     for i in 0..2 {
-        for j in 0..3 {
+        for &yj in &yv[..3] {
             for k in 0..4 {
-                add.push(xv[i * 4 + k] as f64 + yv[j] as f64);
+                add.push(xv[i * 4 + k] as f64 + yj as f64);
             }
         }
     }
@@ -524,7 +524,7 @@ fn op_writes_every_output_of_add_rms_norm() {
     close(&floats(&npy::read(&y).unwrap()), &norm(&sum), 1e-5);
     let xs: Vec<f64> = xv.iter().map(|&a| a as f64).collect();
     for imp in ["reference", "fast"] {
-        let o = run_op(&dir, "RMSNormalization", &[&x, &w], &["eps=1e-5"], imp);
+        let o = run_op(dir, "RMSNormalization", &[&x, &w], &["eps=1e-5"], imp);
         close(&floats(&o), &norm(&xs), 1e-5);
     }
 }

@@ -37,11 +37,7 @@ fn acl_emu() -> Result<Arc<dyn Backend>, String> {
     // Exact f32 products (the host tier on the 910): the whole-stack cases compare f32
     // results tightly. The 910's FP16 computation of f32 products (the default) is covered
     // by tests/ascend_models.rs.
-    let cfg = backend_acl::AclConfig {
-        lib_dir: Some(lib),
-        fp32_matmul: backend_acl::Fp32Matmul::Exact,
-        ..backend_acl::AclConfig::default()
-    };
+    let cfg = backend_acl::AclConfig { lib_dir: Some(lib), fp32_matmul: backend_acl::Fp32Matmul::Exact };
     Ok(Arc::new(backend_acl::AclBackend::new(cfg).map_err(|e| e.to_string())?))
 }
 

@@ -191,7 +191,7 @@ fn execute(t: &mut Tables, ri: u64, stream: u64) -> R<()> {
     for k in tasks {
         match k {
             Task::Kernel { lane, launch } => {
-                let Captured { exec, ws, ws_size, cost } = launch;
+                let Captured { exec, ws, ws_size, cost } = *launch;
                 let ps = cost.ps.saturating_sub(LAUNCH_PS).saturating_add(REPLAYED_LAUNCH_PS);
                 clock[lane] = clock[lane].saturating_add(ps);
                 busy.push(Cost { ps, ..cost });
