@@ -376,7 +376,7 @@ pub(super) unsafe fn drive<K: MicroKernel>(
                     // SAFETY: `K` is supported (our precondition); that C region lies inside
                     // `c` (checked by the caller) and is written by this item only.
                     unsafe {
-                        macro_kernel_ahead::<K, true>(
+                        macro_kernel::<K, true>(
                             kc,
                             apanels,
                             tiles,
@@ -491,59 +491,21 @@ const NEXT_PANEL_PART: usize = 8;
 /// short tile's [`MicroKernel::run_short`]). Where also `b_from_memory` (a prepacked
 /// weight; the AVX-512 kernels), the B micro-panels are taken one after the other, each
 /// against every A tile, the tiles after the first prefetching the next panel into L2
-/// ([`MicroKernel::run_prefetching`]).
+/// ([`MicroKernel::run_prefetching`]). Otherwise (the A-tile order) the `q`-th tile after
+/// the first tile row (`q = (ip - 1) · panels + jp`) prefetches into L2 the `kc / 2` cache
+/// lines from `ahead(q)` (none where it is null): what the caller reads after this call,
+/// fetched while the tiles compute (the widened bf16 product passes the words of its next
+/// k slice, which it would otherwise read from memory while no tile computes).
 ///
 /// # Safety
 /// `K` is supported by the CPU; `c` is valid for reads/writes of `plan.rows() × cols` at
 /// stride `ldc` and not accessed concurrently; `apanels`/`bpack` hold `plan.tiles()` /
 /// `ceil(cols/NR)` panels of depth `kc` (an in-place A: `plan.rows()` rows of `kc` floats,
-/// every tile whole: [`RowPlan::exact`]).
+/// every tile whole: [`RowPlan::exact`]); the addresses `ahead` gives are only prefetched,
+/// never read.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub(super) unsafe fn macro_kernel<K: MicroKernel, const STREAM: bool>(
-    kc: usize,
-    apanels: APanels<'_>,
-    plan: RowPlan,
-    bpack: &[f32],
-    cols: usize,
-    c: *mut f32,
-    ldc: usize,
-    alpha: f32,
-    beta: f32,
-    bias: Option<&[f32]>,
-    b_from_memory: bool,
-) {
-    // SAFETY: the same contract.
-    unsafe {
-        macro_kernel_ahead::<K, STREAM>(
-            kc,
-            apanels,
-            plan,
-            bpack,
-            cols,
-            c,
-            ldc,
-            alpha,
-            beta,
-            bias,
-            b_from_memory,
-            |_| std::ptr::null(),
-        )
-    }
-}
-
-/// [`macro_kernel`] that also fetches into L2 what the caller reads after it, while its
-/// tiles compute: in the A-tile order, the `q`-th tile after the first tile row
-/// (`q = (ip - 1) · panels + jp`) prefetches the `kc / 2` cache lines from `ahead(q)`
-/// ([`MicroKernel::run_prefetching`]; none where it is null). The widened bf16 product
-/// passes the words of its next k slice, which it would otherwise read from memory while
-/// no tile computes.
-///
-/// # Safety
-/// As [`macro_kernel`]'s; the addresses `ahead` gives are only prefetched, never read.
-#[allow(clippy::too_many_arguments)]
-#[inline]
-pub(super) unsafe fn macro_kernel_ahead<K: MicroKernel, const STREAM: bool>(
     kc: usize,
     apanels: APanels<'_>,
     plan: RowPlan,

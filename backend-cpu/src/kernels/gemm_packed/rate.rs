@@ -95,7 +95,7 @@ pub(super) unsafe fn rate<K: MicroKernel>(
         unsafe {
             let plan = RowPlan::uniform(rows, K::MR);
             let (ap, cp) = (APanels::Packed(&a), c.as_mut_ptr());
-            macro_kernel::<K, true>(kc, ap, plan, bp, cols, cp, cols, 1.0, 1.0, None, from_memory)
+            macro_kernel::<K, true>(kc, ap, plan, bp, cols, cp, cols, 1.0, 1.0, None, from_memory, |_| std::ptr::null())
         };
     };
     let mut measure = |stream: bool| {
@@ -269,9 +269,13 @@ mod tests {
                     // the panels of `cols` columns, C rows × cols.
                     unsafe {
                         if variant == 0 {
-                            macro_kernel::<K, false>(kc, ap, plan, bp, cols, cp, cols, 1.0, 0.0, None, true)
+                            macro_kernel::<K, false>(kc, ap, plan, bp, cols, cp, cols, 1.0, 0.0, None, true, |_| {
+                                std::ptr::null()
+                            })
                         } else {
-                            macro_kernel::<K, true>(kc, ap, plan, bp, cols, cp, cols, 1.0, 0.0, None, true)
+                            macro_kernel::<K, true>(kc, ap, plan, bp, cols, cp, cols, 1.0, 0.0, None, true, |_| {
+                                std::ptr::null()
+                            })
                         }
                     }
                 }
@@ -403,6 +407,7 @@ mod tests {
                         1.0,
                         None,
                         true,
+                        |_| std::ptr::null(),
                     )
                 }
             }
@@ -475,6 +480,7 @@ mod tests {
                                                 0.0,
                                                 None,
                                                 true,
+                                                |_| std::ptr::null(),
                                             )
                                         }
                                     }
@@ -540,6 +546,7 @@ mod tests {
                             0.0,
                             None,
                             false,
+                            |_| std::ptr::null(),
                         )
                     }
                 }
