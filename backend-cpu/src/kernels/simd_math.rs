@@ -136,14 +136,14 @@ fn softmax_dispatch(isa: Isa, row: &mut [f32], mask: Option<(&[f32], usize)>, ma
     {
         #[target_feature(enable = "avx512f,avx2,fma")]
         fn avx512(row: &mut [f32], mask: Option<(&[f32], usize)>, fill: f32) -> bool {
-            softmax_body::<true>(row, mask, fill, |row, mx| {
+            softmax_body(row, mask, fill, |row, mx| {
                 // SAFETY: this function's target features include AVX-512F.
                 unsafe { avx512::exp_sum(row, mx) }
             })
         }
         #[target_feature(enable = "avx2,fma")]
         fn avx2(row: &mut [f32], mask: Option<(&[f32], usize)>, fill: f32) -> bool {
-            softmax_body::<true>(row, mask, fill, exp_sum::<true>)
+            softmax_body(row, mask, fill, exp_sum::<true>)
         }
         match isa {
             // SAFETY: `Isa::Avx512` is only chosen when AVX-512F and FMA were detected on
@@ -154,7 +154,7 @@ fn softmax_dispatch(isa: Isa, row: &mut [f32], mask: Option<(&[f32], usize)>, ma
             Isa::Scalar => {}
         }
     }
-    softmax_body::<false>(row, mask, masked_fill, exp_sum::<false>)
+    softmax_body(row, mask, masked_fill, exp_sum::<false>)
 }
 
 const LANES: usize = 16;
@@ -229,7 +229,7 @@ fn add_mask_and_max(row: &mut [f32], mask: Option<(&[f32], usize)>) -> f32 {
 }
 
 #[inline(always)]
-fn softmax_body<const FMA: bool>(
+fn softmax_body(
     row: &mut [f32],
     mask: Option<(&[f32], usize)>,
     masked_fill: f32,
