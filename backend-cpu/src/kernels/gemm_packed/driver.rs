@@ -351,24 +351,29 @@ pub(super) unsafe fn drive<K: MicroKernel>(
                     };
                     let beta = if pc == 0 { p.beta } else { 1.0 };
                     let last = pc + kc >= k;
-                    // The bf16 words read after this slice, fetched into L2 while it computes
-                    // (two tiles per panel: each prefetches `kc / 2` lines, a panel slice's
-                    // words are `kc` lines): this item's next slice, or after its last the
-                    // first slice of the item this job most likely takes next (the counter
-                    // hands items out in turn). Addresses past the words are never formed.
+                    // The bf16 words read after this slice, fetched into L2 while it computes:
+                    // this item's next slice, or after its last the first slice of the item
+                    // this job most likely takes next (the counter hands items out in turn),
+                    // as the word of its first panel's slice and its number of panels.
+                    let next = match b {
+                        BPanels::Bf16Pairs { words, kp } => {
+                            let (t2, pc2) = if !last { (t, pc + kc) } else { (t + jobs, 0) };
+                            (t2 < items).then(|| {
+                                let j2 = t2 / ms * ncb;
+                                (words, kp, (j2 / nr * kp + pc2 / 2) * nr, ncb.min(n - j2).div_ceil(nr))
+                            })
+                        }
+                        _ => None,
+                    };
+                    // Two tiles per panel: each prefetches `kc / 2` lines, and a panel slice's
+                    // words are `kc` lines. Addresses past the words are never formed.
                     let ahead = |q: usize| -> *const f32 {
-                        let BPanels::Bf16Pairs { words, kp } = b else { return std::ptr::null() };
-                        let (t2, pc2) = if !last { (t, pc + kc) } else { (t + jobs, 0) };
-                        if t2 >= items {
-                            return std::ptr::null();
-                        }
-                        let j2 = t2 / ms * ncb;
-                        let np2 = ncb.min(n - j2).div_ceil(nr);
+                        let Some((words, kp, first, panels)) = next else { return std::ptr::null() };
                         let (panel, half) = (q / 2, q % 2);
-                        if panel >= np2 {
+                        if panel >= panels {
                             return std::ptr::null();
                         }
-                        let at = ((j2 / nr + panel) * kp + pc2 / 2) * nr + half * kc * 8;
+                        let at = first + panel * kp * nr + half * kc * 8;
                         words.get(at..).map_or(std::ptr::null(), |w| w.as_ptr().cast())
                     };
                     // `apanels` holds the A panels of `tiles` (rows `r0+i0..+irows`), `bpanels`
